@@ -1,0 +1,160 @@
+"""Units at the edges: strings such as ``"450 GB/s"`` become SI floats, once, here.
+
+Inside distsim every quantity is a plain float in SI units (seconds, bytes, bytes per
+second, FLOP, FLOP/s).  Users write units where they type numbers — YAML, ``--set``, the
+command line — and this module is the one place that reads them.  Plain numbers are taken
+as already SI.
+
+Conventions (as vendors and nccl-tests use them):
+
+* sizes: ``B``, decimal ``kB/KB MB GB TB`` (10³ steps), binary ``KiB MiB GiB TiB``
+  (2¹⁰ steps); nccl-tests' bare suffixes ``K M G`` are binary (``-b 8 -e 1G``);
+* bandwidth: ``B/s`` family as sizes per second (``GB/s`` = 10⁹ B/s), bit rates
+  ``bps kbps Mbps Gbps Tbps`` and ``Gb/s`` (10⁹ bit/s = 1.25·10⁸ B/s);
+* time: ``s ms us µs ns`` (and ``min``, ``h``);
+* compute: ``FLOP/s`` with ``k M G T P`` prefixes (``"312 TFLOP/s"``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from simcore.errors import ParseError
+
+__all__ = [
+    "format_bandwidth",
+    "format_bytes",
+    "format_duration",
+    "parse_bandwidth",
+    "parse_duration",
+    "parse_flops",
+    "parse_size",
+]
+
+_NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+_QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-zµ/]*)\s*$")
+
+_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+
+_SIZE_UNITS: dict[str, float] = {"": 1.0, "B": 1.0}
+for _p, _f in _DECIMAL.items():
+    if _p:
+        _SIZE_UNITS[f"{_p}B"] = _f
+for _p, _f in _BINARY.items():
+    _SIZE_UNITS[f"{_p}B"] = _f
+# nccl-tests (and dd) write bare K/M/G/T meaning powers of two.
+_SIZE_UNITS.update({"K": 2.0**10, "k": 2.0**10, "M": 2.0**20, "G": 2.0**30, "T": 2.0**40})
+
+_BANDWIDTH_UNITS: dict[str, float] = {}
+for _name, _f in _SIZE_UNITS.items():
+    if _name.endswith("B"):
+        _BANDWIDTH_UNITS[f"{_name}/s"] = _f
+        _BANDWIDTH_UNITS[f"{_name}ps"] = _f
+for _p, _f in _DECIMAL.items():
+    _BANDWIDTH_UNITS[f"{_p}bps"] = _f / 8.0
+    _BANDWIDTH_UNITS[f"{_p}b/s"] = _f / 8.0
+    _BANDWIDTH_UNITS[f"{_p}bit/s"] = _f / 8.0
+_BANDWIDTH_UNITS[""] = 1.0
+
+_TIME_UNITS = {
+    "": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6,
+    "ns": 1e-9, "min": 60.0, "h": 3600.0,
+}
+
+_FLOPS_UNITS: dict[str, float] = {}
+for _p, _f in _DECIMAL.items():
+    _FLOPS_UNITS[f"{_p}FLOP/s"] = _f
+    _FLOPS_UNITS[f"{_p}FLOPS"] = _f
+    _FLOPS_UNITS[f"{_p}flop/s"] = _f
+_FLOPS_UNITS[""] = 1.0
+
+
+def _parse(
+    value: object,
+    table: dict[str, float],
+    what: str,
+    example: str,
+    *,
+    key: str | None,
+    source: str | None,
+    allow_zero: bool,
+) -> float:
+    if isinstance(value, bool):
+        raise ParseError(f"expected a {what}, got {value!r}", key=key, source=source,
+                         hint=f"e.g. {example}")
+    if isinstance(value, (int, float)):
+        number, factor = float(value), 1.0
+    elif isinstance(value, str):
+        match = _QUANTITY.match(value)
+        if not match or match.group(2) not in table:
+            units = sorted(u for u in table if u)
+            raise ParseError(
+                f"cannot read {value!r} as a {what}", key=key, source=source,
+                hint=f"write a number and a unit, e.g. {example}; units: {', '.join(units)}",
+            )
+        number, factor = float(match.group(1)), table[match.group(2)]
+    else:
+        raise ParseError(f"expected a {what}, got {type(value).__name__} {value!r}",
+                         key=key, source=source, hint=f"e.g. {example}")
+    result = number * factor
+    if not math.isfinite(result):
+        raise ParseError(f"{what} {value!r} is not finite", key=key, source=source)
+    if result < 0 or (result == 0 and not allow_zero):
+        bound = "zero or positive" if allow_zero else "positive"
+        raise ParseError(f"{what} must be {bound}, got {value!r}", key=key, source=source,
+                         hint=f"e.g. {example}")
+    return result
+
+
+def parse_size(value: object, *, key: str | None = None, source: str | None = None,
+               allow_zero: bool = True) -> float:
+    """Bytes from ``"8 GiB"``, ``"1G"`` (nccl-tests, binary), ``"64 MB"`` or a number."""
+    return _parse(value, _SIZE_UNITS, "size", '"8 GiB" or "1G"', key=key, source=source,
+                  allow_zero=allow_zero)
+
+
+def parse_bandwidth(value: object, *, key: str | None = None, source: str | None = None,
+                    allow_zero: bool = False) -> float:
+    """Bytes per second from ``"450 GB/s"``, ``"400 Gbps"``, ``"25 GiB/s"`` or a number."""
+    return _parse(value, _BANDWIDTH_UNITS, "bandwidth", '"450 GB/s" or "400 Gbps"', key=key,
+                  source=source, allow_zero=allow_zero)
+
+
+def parse_duration(value: object, *, key: str | None = None, source: str | None = None,
+                   allow_zero: bool = True) -> float:
+    """Seconds from ``"2 us"``, ``"1.5 ms"``, ``"3 s"`` or a number."""
+    return _parse(value, _TIME_UNITS, "duration", '"2 us" or "1.5 ms"', key=key,
+                  source=source, allow_zero=allow_zero)
+
+
+def parse_flops(value: object, *, key: str | None = None, source: str | None = None,
+                allow_zero: bool = False) -> float:
+    """FLOP per second from ``"312 TFLOP/s"`` or a number."""
+    return _parse(value, _FLOPS_UNITS, "compute rate", '"312 TFLOP/s"', key=key,
+                  source=source, allow_zero=allow_zero)
+
+
+def format_bytes(size_bytes: float) -> str:
+    """``1073741824`` -> ``"1 GiB"``; binary prefixes, up to three significant digits."""
+    value = float(size_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.3g} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_bandwidth(bandwidth_bytes_per_s: float) -> str:
+    """Bytes/s as decimal ``GB/s`` (the unit NVIDIA and nccl-tests print)."""
+    return f"{bandwidth_bytes_per_s / 1e9:.4g} GB/s"
+
+
+def format_duration(duration_s: float) -> str:
+    """Seconds as the most readable of ``s``, ``ms``, ``us``, ``ns``."""
+    magnitude = abs(duration_s)
+    for unit, factor in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if magnitude >= factor:
+            return f"{duration_s / factor:.4g} {unit}"
+    return f"{duration_s / 1e-9:.4g} ns"
