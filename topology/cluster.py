@@ -1,0 +1,646 @@
+"""Clusters: a node preset x a node count x a fabric, every figure overridable — or a custom
+cluster written out device by device.
+
+Two spec forms, as Python mappings or YAML files (read with ``yaml.safe_load`` only):
+
+* preset form::
+
+      preset: dgx-h100          # dgx-a100, dgx-h100, pcie-8gpu, switch
+      nodes: 4
+      fabric: {kind: fat-tree, oversubscription: 2}   # or just "rail-optimized"
+      nic: {bandwidth: 200 Gbps}
+      nvlink: {bandwidth: 450 GB/s, latency: 0.3 us}
+
+  groups ``gpu`` {model}, ``nvlink`` / ``pcie`` / ``cpu`` {bandwidth, latency} (``cpu`` is
+  the inter-socket link), ``nic`` {model, count, bandwidth, latency}, ``fabric`` {kind,
+  oversubscription, nics_per_leaf, spines, link_bandwidth, link_latency, switch_latency};
+  the ``switch`` preset takes ``gpus``, ``link_bandwidth``, ``link_latency`` instead.
+
+* custom form: ``devices`` (list of {name, kind, node?, index?}) and ``links`` (list of
+  {src, dst, bandwidth, latency?, kind, duplex?}; ``duplex`` defaults to true, one cable =
+  two directed links).
+
+Every key is checked against this schema and a wrong one is named by its dotted path
+(``fabric.oversubscription``, ``links[3].dst``) with the closest valid key; YAML files add
+the line.  Bandwidths and durations are numbers (SI) or unit strings (``"200 Gbps"``,
+``"1 us"``), parsed once here by :mod:`simcore.units`.  The built :class:`Topology` carries
+the fully resolved configuration (``Topology.config``: every default filled in, SI floats)
+which :func:`build_cluster` accepts back to build the same cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from simcore.errors import ConfigError, DistsimError, ParseError, TopologyError, closest
+from simcore.units import parse_bandwidth, parse_duration
+from topology.fabrics import FABRIC_ALIASES, FABRIC_KINDS, FabricSpec, build_fabric
+from topology.model import DEVICE_KINDS, LINK_KINDS, Device, Link, Topology
+from topology.presets import (
+    PRESETS,
+    LinkFigure,
+    NodePreset,
+    SwitchPreset,
+    build_node,
+    build_switch_node,
+)
+
+__all__ = ["apply_overrides", "build_cluster", "list_presets", "load_cluster"]
+
+DEFAULT_FABRIC = "fat-tree"
+# 32 NICs per leaf: a 64-port switch (Quantum QM8700 40 ports HDR / Quantum-2 QM9700 64 ports
+# NDR) with half its ports down and half up at 1:1, and the 32-node "scalable unit" of a
+# DGX SuperPOD rail-optimized fabric.
+DEFAULT_NICS_PER_LEAF = 32
+
+_BOX_KEYS = ("preset", "name", "nodes", "gpu", "nvlink", "pcie", "cpu", "nic", "fabric")
+_SWITCH_KEYS = ("preset", "name", "nodes", "gpus", "link_bandwidth", "link_latency")
+_CUSTOM_KEYS = ("name", "devices", "links")
+_FIGURE_KEYS = ("bandwidth", "latency")
+_GPU_KEYS = ("model",)
+_NIC_KEYS = ("model", "count", "bandwidth", "latency")
+_FABRIC_COMMON = ("kind", "link_bandwidth", "link_latency", "switch_latency")
+_FABRIC_TIERED = (*_FABRIC_COMMON, "oversubscription", "nics_per_leaf", "spines")
+_FABRIC_KEYS = {"single-switch": _FABRIC_COMMON, "fat-tree": _FABRIC_TIERED,
+                "rail-optimized": _FABRIC_TIERED}
+_DEVICE_KEYS = ("name", "kind", "node", "index")
+_LINK_KEYS = ("src", "dst", "bandwidth", "latency", "kind", "duplex")
+# Custom clusters up to this many GPUs are checked pair by pair; larger ones GPU by GPU
+# against the first GPU (both directions), which keeps loading linear.
+_ALL_PAIRS_CHECK_MAX_GPUS = 64
+
+
+def list_presets() -> dict[str, str]:
+    """Preset names with a one-line description each, for CLI help (a fresh dict)."""
+    return {name: preset.description for name, preset in PRESETS.items()}
+
+
+# --------------------------------------------------------------------------- values
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _describe(value: object) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def _mapping(value: object, key: str | None, source: str | None) -> Mapping[Any, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"expected a mapping, got {_describe(value)}", key=key, source=source)
+    return value
+
+
+def _check_keys(mapping: Mapping[Any, Any], valid: Sequence[str], prefix: str,
+                source: str | None, context: str = "") -> None:
+    for raw in mapping:
+        name = str(raw)
+        if raw not in valid:
+            raise ConfigError(f"unknown key {name!r}{context}", key=_join(prefix, name),
+                              source=source, hint=closest(name, valid))
+
+
+def _int(value: object, key: str, source: str | None, *, minimum: int) -> int:
+    leaf = key.rsplit(".", 1)[-1]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{leaf} must be an integer >= {minimum}, got {value!r}", key=key,
+                          source=source)
+    return value
+
+
+_RATIO = re.compile(r"^\s*([0-9.eE+-]+)\s*:\s*([0-9.eE+-]+)\s*$")
+
+
+def _ratio(value: object, key: str, source: str | None) -> float:
+    """A ratio >= 1 from a number or an ``"N:M"`` string (``"2:1"``)."""
+    number: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        match = _RATIO.match(value)
+        try:
+            number = (float(match.group(1)) / float(match.group(2)) if match
+                      else float(value))
+        except (ValueError, ZeroDivisionError):
+            number = None
+    if number is None or not math.isfinite(number) or number < 1:
+        raise ConfigError(f"oversubscription must be a ratio >= 1, got {value!r}", key=key,
+                          source=source, hint='e.g. 1 (non-blocking), 2 or "2:1"')
+    return number
+
+
+def _string(value: object, key: str, source: str | None) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"expected a non-empty string, got {_describe(value)}", key=key,
+                          source=source)
+    return value
+
+
+def _bandwidth(value: object, key: str, source: str | None) -> float:
+    return parse_bandwidth(value, key=key, source=source)
+
+
+def _latency(value: object, key: str, source: str | None) -> float:
+    return parse_duration(value, key=key, source=source)
+
+
+def _figure(value: object, default: LinkFigure, group: str,
+            source: str | None) -> LinkFigure:
+    if value is None:
+        return default
+    mapping = _mapping(value, group, source)
+    _check_keys(mapping, _FIGURE_KEYS, group, source)
+    return LinkFigure(
+        _bandwidth(mapping.get("bandwidth", default.bandwidth_bytes_per_s),
+                   f"{group}.bandwidth", source),
+        _latency(mapping.get("latency", default.latency_s), f"{group}.latency", source),
+    )
+
+
+def _figure_config(figure: LinkFigure) -> dict[str, float]:
+    return {"bandwidth": figure.bandwidth_bytes_per_s, "latency": figure.latency_s}
+
+
+# --------------------------------------------------------------------------- presets
+
+
+def _fabric_spec(value: object, nic_bandwidth: float, preset: NodePreset,
+                 source: str | None) -> FabricSpec:
+    key_of_kind = "fabric"
+    if isinstance(value, str):
+        value = {"kind": value}
+    else:
+        key_of_kind = "fabric.kind"
+    mapping = _mapping(value, "fabric", source)
+    raw_kind = mapping.get("kind", DEFAULT_FABRIC)
+    kinds = (*FABRIC_KINDS, *FABRIC_ALIASES)
+    if not isinstance(raw_kind, str) or raw_kind not in kinds:
+        raise ConfigError(f"unknown fabric kind {raw_kind!r}", key=key_of_kind, source=source,
+                          hint=closest(str(raw_kind), kinds))
+    kind = FABRIC_ALIASES.get(raw_kind, raw_kind)
+    _check_keys(mapping, _FABRIC_KEYS[kind], "fabric", source, f" for fabric {kind!r}")
+    link_bandwidth = _bandwidth(mapping.get("link_bandwidth", nic_bandwidth),
+                                "fabric.link_bandwidth", source)
+    link_latency = _latency(mapping.get("link_latency", preset.cable_latency_s),
+                            "fabric.link_latency", source)
+    switch_latency = _latency(mapping.get("switch_latency", preset.switch_latency_s),
+                              "fabric.switch_latency", source)
+    if kind == "single-switch":
+        return FabricSpec(kind, link_bandwidth, link_latency, switch_latency)
+    spines = mapping.get("spines")
+    return FabricSpec(
+        kind, link_bandwidth, link_latency, switch_latency,
+        oversubscription=_ratio(mapping.get("oversubscription", 1.0),
+                                "fabric.oversubscription", source),
+        nics_per_leaf=_int(mapping.get("nics_per_leaf", DEFAULT_NICS_PER_LEAF),
+                           "fabric.nics_per_leaf", source, minimum=1),
+        spines=None if spines is None else _int(spines, "fabric.spines", source, minimum=0),
+    )
+
+
+def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None) -> Topology:
+    if preset.nvlink is None and "nvlink" in spec:
+        raise ConfigError(f"preset {preset.name!r} has no NVLink to configure", key="nvlink",
+                          source=source, hint="its GPUs talk over PCIe: set pcie.bandwidth")
+    valid = tuple(k for k in _BOX_KEYS if k != "nvlink" or preset.nvlink is not None)
+    _check_keys(spec, valid, "", source, f" for preset {preset.name!r}")
+    nodes = _int(spec.get("nodes", 1), "nodes", source, minimum=1)
+
+    gpu = spec.get("gpu", {})
+    if isinstance(gpu, str):
+        gpu = {"model": gpu}
+    gpu = _mapping(gpu, "gpu", source)
+    _check_keys(gpu, _GPU_KEYS, "gpu", source)
+    gpu_model = _string(gpu.get("model", preset.gpu_model), "gpu.model", source)
+
+    nvlink = (_figure(spec.get("nvlink"), preset.nvlink, "nvlink", source)
+              if preset.nvlink is not None else None)
+    pcie = _figure(spec.get("pcie"), preset.pcie, "pcie", source)
+    cpu = _figure(spec.get("cpu"), preset.cpu, "cpu", source)
+
+    nic_spec = _mapping(spec.get("nic", {}), "nic", source)
+    _check_keys(nic_spec, _NIC_KEYS, "nic", source)
+    nic_model = _string(nic_spec.get("model", preset.nic_model), "nic.model", source)
+    nic_count = _int(nic_spec.get("count", preset.nic_counts[0]), "nic.count", source,
+                     minimum=1)
+    layout = preset.nic_layout(nic_count)
+    if layout is None:
+        raise ConfigError(
+            f"preset {preset.name!r} cannot have {nic_count} NICs per node", key="nic.count",
+            source=source, hint="valid: " + ", ".join(str(n) for n in preset.nic_counts))
+    nic = LinkFigure(
+        _bandwidth(nic_spec.get("bandwidth", preset.nic.bandwidth_bytes_per_s),
+                   "nic.bandwidth", source),
+        _latency(nic_spec.get("latency", preset.nic.latency_s), "nic.latency", source),
+    )
+    fabric = _fabric_spec(spec.get("fabric", DEFAULT_FABRIC), nic.bandwidth_bytes_per_s,
+                          preset, source)
+
+    devices: list[Device] = []
+    links: list[Link] = []
+    for node in range(nodes):
+        node_devices, node_links = build_node(node, preset, nic_layout=layout, nvlink=nvlink,
+                                              pcie=pcie, cpu=cpu)
+        devices.extend(node_devices)
+        links.extend(node_links)
+    nics = [[f"n{node}.nic{j}" for j in range(len(layout))] for node in range(nodes)]
+    built = build_fabric(fabric, nics, nic_bandwidth_bytes_per_s=nic.bandwidth_bytes_per_s,
+                         nic_latency_s=nic.latency_s)
+    devices.extend(built.devices)
+    links.extend(built.links)
+
+    fabric_config: dict[str, Any] = {
+        "kind": fabric.kind,
+        "link_bandwidth": fabric.link_bandwidth_bytes_per_s,
+        "link_latency": fabric.link_latency_s,
+        "switch_latency": fabric.switch_latency_s,
+    }
+    if fabric.kind != "single-switch":
+        fabric_config.update(oversubscription=fabric.oversubscription,
+                             nics_per_leaf=fabric.nics_per_leaf, spines=built.spines)
+    name = _string(spec.get("name", f"{preset.name} x{nodes} {fabric.kind}"), "name", source)
+    config: dict[str, Any] = {"name": name, "preset": preset.name, "nodes": nodes,
+                              "gpu": {"model": gpu_model}}
+    if nvlink is not None:
+        config["nvlink"] = _figure_config(nvlink)
+    config["pcie"] = _figure_config(pcie)
+    config["cpu"] = _figure_config(cpu)
+    config["nic"] = {"model": nic_model, "count": nic_count, **_figure_config(nic)}
+    config["fabric"] = fabric_config
+    return Topology(name, devices, links, config=config)
+
+
+def _build_switch(spec: Mapping[Any, Any], preset: SwitchPreset,
+                  source: str | None) -> Topology:
+    _check_keys(spec, _SWITCH_KEYS, "", source, f" for preset {preset.name!r}")
+    nodes = _int(spec.get("nodes", 1), "nodes", source, minimum=1)
+    if nodes != 1:
+        raise ConfigError(f"preset {preset.name!r} is a single node, got nodes={nodes}",
+                          key="nodes", source=source,
+                          hint="set gpus for more GPUs, or use a box preset for many nodes")
+    gpus = _int(spec.get("gpus", preset.gpus), "gpus", source, minimum=1)
+    link = LinkFigure(
+        _bandwidth(spec.get("link_bandwidth", preset.link.bandwidth_bytes_per_s),
+                   "link_bandwidth", source),
+        _latency(spec.get("link_latency", preset.link.latency_s), "link_latency", source),
+    )
+    name = _string(spec.get("name", f"{preset.name} x{gpus}"), "name", source)
+    devices, links = build_switch_node(gpus, link)
+    config = {"name": name, "preset": preset.name, "nodes": 1, "gpus": gpus,
+              "link_bandwidth": link.bandwidth_bytes_per_s, "link_latency": link.latency_s}
+    return Topology(name, devices, links, config=config)
+
+
+# --------------------------------------------------------------------------- custom
+
+
+def _sequence(value: object, key: str, source: str | None) -> Sequence[Any]:
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"expected a list, got {_describe(value)}", key=key, source=source)
+    return value
+
+
+def _build_custom(spec: Mapping[Any, Any], source: str | None) -> Topology:
+    _check_keys(spec, _CUSTOM_KEYS, "", source, " for a custom cluster")
+    if "devices" not in spec:
+        raise ConfigError("a custom cluster needs a 'devices' list", key="devices",
+                          source=source)
+    raw_devices = _sequence(spec["devices"], "devices", source)
+    raw_links = _sequence(spec.get("links", []), "links", source)
+
+    devices: list[Device] = []
+    first_at: dict[str, int] = {}
+    slot_at: dict[tuple[int | None, str, int], int] = {}
+    next_index: dict[tuple[int | None, str], int] = {}
+    for i, raw in enumerate(raw_devices):
+        at = f"devices[{i}]"
+        entry = _mapping(raw, at, source)
+        _check_keys(entry, _DEVICE_KEYS, at, source)
+        for required in ("name", "kind"):
+            if required not in entry:
+                raise ConfigError(f"device has no {required!r}", key=at, source=source)
+        name = _string(entry["name"], f"{at}.name", source)
+        kind = entry["kind"]
+        if kind not in DEVICE_KINDS:
+            raise ConfigError(f"unknown device kind {kind!r}", key=f"{at}.kind",
+                              source=source, hint=closest(str(kind), DEVICE_KINDS))
+        if name in first_at:
+            raise TopologyError(f"duplicate device name {name!r} (first at "
+                                f"devices[{first_at[name]}])", key=f"{at}.name",
+                                source=source)
+        first_at[name] = i
+        # Fabric switches belong to no node; everything else defaults to node 0, so a
+        # single box can be written without node numbers.
+        node = entry.get("node", None if kind == "switch" else 0)
+        if node is not None:
+            node = _int(node, f"{at}.node", source, minimum=0)
+        elif kind != "switch":
+            raise ConfigError(f"a {kind} must belong to a node (node: 0, 1, …)",
+                              key=f"{at}.node", source=source)
+        if "index" in entry:
+            index = _int(entry["index"], f"{at}.index", source, minimum=0)
+        else:
+            index = next_index.get((node, kind), 0)
+        next_index[(node, kind)] = max(next_index.get((node, kind), 0), index + 1)
+        slot = (node, kind, index)
+        if slot in slot_at:
+            raise ConfigError(f"{kind} index {index} on node {node} is taken by "
+                              f"devices[{slot_at[slot]}]", key=f"{at}.index", source=source)
+        slot_at[slot] = i
+        devices.append(Device(name, kind, node, index))
+
+    links: list[Link] = []
+    link_config: list[dict[str, Any]] = []
+    link_at: dict[tuple[str, str], int] = {}
+    for i, raw in enumerate(raw_links):
+        at = f"links[{i}]"
+        entry = _mapping(raw, at, source)
+        _check_keys(entry, _LINK_KEYS, at, source)
+        for required in ("src", "dst", "bandwidth", "kind"):
+            if required not in entry:
+                raise ConfigError(f"link has no {required!r}", key=at, source=source)
+        ends = []
+        for end in ("src", "dst"):
+            name = entry[end]
+            if not isinstance(name, str) or name not in first_at:
+                raise TopologyError(f"link end {name!r} is not a device", key=f"{at}.{end}",
+                                    source=source, hint=closest(str(name), first_at))
+            ends.append(name)
+        src, dst = ends
+        if src == dst:
+            raise ConfigError(f"link joins {src!r} to itself", key=at, source=source)
+        kind = entry["kind"]
+        if kind not in LINK_KINDS:
+            raise ConfigError(f"unknown link kind {kind!r}", key=f"{at}.kind", source=source,
+                              hint=closest(str(kind), LINK_KINDS))
+        bandwidth = _bandwidth(entry["bandwidth"], f"{at}.bandwidth", source)
+        latency = _latency(entry.get("latency", 0.0), f"{at}.latency", source)
+        duplex = entry.get("duplex", True)
+        if not isinstance(duplex, bool):
+            raise ConfigError(f"duplex must be true or false, got {duplex!r}",
+                              key=f"{at}.duplex", source=source)
+        for a, b in ((src, dst), (dst, src)) if duplex else ((src, dst),):
+            if (a, b) in link_at:
+                raise ConfigError(f"link {a} -> {b} is already given by links[{link_at[a, b]}]",
+                                  key=at, source=source)
+            link_at[(a, b)] = i
+            links.append(Link(a, b, bandwidth, latency, kind))
+        link_config.append({"src": src, "dst": dst, "bandwidth": bandwidth,
+                            "latency": latency, "kind": kind, "duplex": duplex})
+
+    name = _string(spec.get("name", "custom"), "name", source)
+    config = {
+        "name": name,
+        "devices": [{"name": d.name, "kind": d.kind, "node": d.node, "index": d.index}
+                    for d in devices],
+        "links": link_config,
+    }
+    topology = Topology(name, devices, links, config=config)
+    if not topology.gpus:
+        raise TopologyError("a cluster needs at least one GPU", key="devices", source=source)
+    _check_reachable(topology)
+    return topology
+
+
+def _check_reachable(topology: Topology) -> None:
+    """Every GPU must reach every other; route() raises TopologyError naming both GPUs."""
+    gpus = topology.gpus
+    if len(gpus) <= _ALL_PAIRS_CHECK_MAX_GPUS:
+        pairs: Iterable[tuple[str, str]] = ((a, b) for a in gpus for b in gpus)
+    else:
+        pairs = ((a, b) for g in gpus[1:] for a, b in ((gpus[0], g), (g, gpus[0])))
+    for a, b in pairs:
+        topology.route(a, b)
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def build_cluster(spec: Mapping[str, Any], *, source: str | None = None) -> Topology:
+    """The :class:`Topology` a cluster spec describes (preset form or custom form).
+
+    ``source`` (a file name) is put on every error.  Raises ConfigError / ParseError /
+    TopologyError naming the dotted key that is wrong.
+    """
+    try:
+        mapping = _mapping(spec, None, source)
+        if "preset" in mapping:
+            name = mapping["preset"]
+            if not isinstance(name, str) or name not in PRESETS:
+                raise ConfigError(f"unknown preset {name!r}", key="preset", source=source,
+                                  hint=closest(str(name), PRESETS))
+            preset = PRESETS[name]
+            if isinstance(preset, SwitchPreset):
+                return _build_switch(mapping, preset, source)
+            return _build_box(mapping, preset, source)
+        if "devices" in mapping or "links" in mapping:
+            return _build_custom(mapping, source)
+        raise ConfigError(
+            "a cluster needs 'preset' (a node preset) or 'devices' and 'links' (custom)",
+            source=source, hint="presets: " + ", ".join(PRESETS))
+    except DistsimError as error:
+        if error.source is None and source is not None:
+            error.source = source
+        raise
+
+
+_PATH_PART = re.compile(r"^([^.\[\]=]+)((?:\[\d+\])*)$")
+
+
+def _parse_path(path: str, source: str) -> list[str | int]:
+    tokens: list[str | int] = []
+    for part in path.split("."):
+        match = _PATH_PART.match(part.strip())
+        if not match:
+            raise ConfigError(f"cannot read key path {path!r}", source=source,
+                              hint="write dotted keys, e.g. fabric.oversubscription or "
+                                   "links[3].bandwidth")
+        tokens.append(match.group(1))
+        tokens.extend(int(i) for i in re.findall(r"\[(\d+)\]", match.group(2)))
+    return tokens
+
+
+def _parse_override(item: object, source: str) -> tuple[str, list[str | int], object]:
+    if isinstance(item, str):
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not KEY=VALUE", source=source,
+                              hint="e.g. nic.bandwidth=200 Gbps")
+        path, text = item.split("=", 1)
+        try:
+            value: object = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text.strip()  # not YAML: keep the string, the schema will judge it
+    elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str):
+        path, value = item
+    else:
+        raise ConfigError(f"override {item!r} is neither 'KEY=VALUE' nor (key, value)",
+                          source=source)
+    path = path.strip()
+    return path, _parse_path(path, source), value
+
+
+# A group written as a bare string is shorthand for its main key.
+_SHORTHAND = {"fabric": "kind", "gpu": "model"}
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return copy.copy(value)
+
+
+def apply_overrides(spec: Mapping[str, Any],
+                    overrides: Iterable[str] | Iterable[tuple[str, object]], *,
+                    source: str = "--set") -> dict[str, Any]:
+    """A copy of ``spec`` with dotted-path overrides applied (``spec`` is not changed).
+
+    Each override is ``"nic.bandwidth=200 Gbps"`` (the value read as YAML, so ``2`` is a
+    number, ``true`` a bool, ``200 Gbps`` stays a string) or a ``(path, value)`` pair;
+    paths may index lists (``links[3].bandwidth``).  Values are validated when the result
+    is built (:func:`build_cluster`); only the paths are checked here.
+    """
+    result = _plain(spec)
+    if not isinstance(result, dict):
+        raise ConfigError(f"expected a mapping to override, got {_describe(spec)}",
+                          source=source)
+    for item in overrides:
+        path, tokens, value = _parse_override(item, source)
+        target: Any = result
+        for depth, token in enumerate(tokens[:-1]):
+            here = ".".join(str(t) for t in tokens[:depth + 1])
+            nxt = tokens[depth + 1]
+            if isinstance(token, int):
+                if not isinstance(target, list) or token >= len(target):
+                    raise ConfigError(f"no list item [{token}] to set", key=path,
+                                      source=source)
+                child = target[token]
+            else:
+                if not isinstance(target, dict):
+                    raise ConfigError(f"{here} is not a mapping", key=path, source=source)
+                child = target.get(token)
+                if child is None:
+                    child = [] if isinstance(nxt, int) else {}
+                elif isinstance(child, str) and token in _SHORTHAND:
+                    child = {_SHORTHAND[token]: child}
+                target[token] = child
+            if isinstance(nxt, int) and not isinstance(child, list):
+                raise ConfigError(f"{here} is not a list", key=path, source=source)
+            if isinstance(nxt, str) and not isinstance(child, dict):
+                raise ConfigError(f"{here} is {_describe(child)}, not a mapping", key=path,
+                                  source=source)
+            target = child
+        last = tokens[-1]
+        if isinstance(last, int) and (not isinstance(target, list) or last >= len(target)):
+            raise ConfigError(f"no list item [{last}] to set", key=path, source=source)
+        target[last] = value
+    return result
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """1-based line of every key path in a YAML text (``fabric.kind``, ``links[3]``)."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return {}
+    lines: dict[str, int] = {}
+
+    def walk(node: yaml.Node, path: str, depth: int) -> None:
+        if depth > 32:  # aliases can nest a node in itself
+            return
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = _join(path, str(key_node.value))
+                lines.setdefault(key, key_node.start_mark.line + 1)
+                walk(value_node, key, depth + 1)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                key = f"{path}[{i}]"
+                lines.setdefault(key, item.start_mark.line + 1)
+                walk(item, key, depth + 1)
+
+    if root is not None:
+        walk(root, "", 0)
+    return lines
+
+
+def _line_of(key: str, lines: Mapping[str, int]) -> int | None:
+    """The line of ``key`` or of its nearest enclosing key that the file has."""
+    while key:
+        if key in lines:
+            return lines[key]
+        cut = max(key.rfind("."), key.rfind("["))
+        key = key[:cut] if cut > 0 else ""
+    return None
+
+
+def _read_yaml(path: str) -> tuple[dict[str, Any], dict[str, int]]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as error:
+        raise ConfigError(f"cannot read cluster file: {error.strerror}", source=path) from None
+    except UnicodeDecodeError:
+        raise ParseError("cluster file is not UTF-8 text", source=path) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ParseError(f"invalid YAML: {problem}", source=path,
+                         line=None if mark is None else mark.line + 1) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"a cluster file holds a mapping, got {_describe(data)}", source=path,
+                          hint="e.g. 'preset: dgx-a100' and 'nodes: 2', or 'devices:' and "
+                               "'links:'")
+    return data, _key_lines(text)
+
+
+def load_cluster(preset_or_path: str | os.PathLike[str], *, nodes: int | None = None,
+                 overrides: Iterable[str] | Iterable[tuple[str, object]] = ()) -> Topology:
+    """A cluster from a preset name or a YAML file, with ``nodes`` and overrides applied.
+
+    Errors name the file, the dotted key and, for keys read from the file, its line;
+    errors in an override name ``--set`` as their source.
+    """
+    name = os.fspath(preset_or_path)
+    lines: dict[str, int] = {}
+    source: str | None = None
+    if name in PRESETS:
+        spec: dict[str, Any] = {"preset": name}
+    elif os.path.isfile(name):
+        source = name
+        spec, lines = _read_yaml(name)
+    else:
+        raise ConfigError(f"no preset or cluster file named {name!r}",
+                          hint=closest(name, PRESETS) + "; or give the path of a YAML file")
+    if nodes is not None:
+        if "preset" not in spec:
+            raise ConfigError("nodes applies to preset clusters, not custom ones",
+                              key="nodes", source=source)
+        spec["nodes"] = nodes
+    overrides = list(overrides)
+    overridden = [_parse_override(item, "--set")[0] for item in overrides]
+    if overrides:
+        spec = apply_overrides(spec, overrides)
+    try:
+        return build_cluster(spec, source=source)
+    except DistsimError as error:
+        key = error.key or ""
+        if any(key == p or key.startswith((p + ".", p + "[")) for p in overridden):
+            error.source, error.line = "--set", None
+        elif (error.line is None and error.source == source
+              and not (nodes is not None and key == "nodes")):
+            error.line = _line_of(key, lines)
+        raise

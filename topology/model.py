@@ -1,0 +1,557 @@
+"""The physical cluster as a graph: devices, directed links, and routes between GPUs.
+
+A :class:`Topology` is a :class:`networkx.DiGraph` whose nodes are :class:`Device` names
+(node attribute ``device``) and whose edges are directed :class:`Link` s (edge attribute
+``link``).  Links are full duplex in hardware, so a cable is two directed edges, each with
+the nominal one-direction bandwidth: the flow engine shares each direction separately.
+
+A :class:`Route` is the path one GPU's bytes take to another GPU, as the directed link ids
+it crosses.  Routing follows what NCCL does on real machines:
+
+* same GPU: nothing to cross (transport ``"local"``);
+* same node: over NVLink/NVSwitch when there is an NVLink path, else up the PCIe tree
+  (through the CPU root complex and the inter-socket link when the tree requires it);
+* different nodes: GPU -> PCIe switch -> NIC (GPUDirect RDMA) -> fabric -> NIC -> PCIe
+  switch -> GPU.  Where the fabric offers several shortest paths (the spines of a fat
+  tree) one is chosen by a stable hash of ``(src, dst, rail)`` — ECMP, as switches hash
+  flows — so that different pairs spread over spines and a run is reproducible.
+
+Routes are found by breadth-first search restricted to the devices that may carry them
+(in-node devices inside a node, fabric switches between nodes; GPUs and NICs are never
+transit hops) and are cached, so the thousands of routes a collective asks for on a
+1024-GPU cluster cost a few dictionary look-ups each after the first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from itertools import pairwise
+from operator import index as as_index
+from typing import Any
+
+import networkx as nx
+
+from simcore.errors import ConfigError, TopologyError, closest
+
+__all__ = [
+    "DEVICE_KINDS",
+    "LINK_KINDS",
+    "TRANSPORTS",
+    "Device",
+    "Link",
+    "Route",
+    "Topology",
+    "full_duplex",
+]
+
+#: Device kinds. ``switch`` is a network (fabric) switch; the others live inside a node.
+DEVICE_KINDS = ("gpu", "nvswitch", "pcie_switch", "cpu", "nic", "switch")
+#: Link kinds. ``cpu`` is the inter-socket link (xGMI / UPI) between CPU root complexes.
+LINK_KINDS = ("nvlink", "pcie", "network", "cpu")
+#: NCCL transport classes a route can have.
+TRANSPORTS = ("local", "nvlink", "pcie", "net")
+
+# Devices that terminate traffic; a route never passes *through* one of them.
+_ENDPOINT_KINDS = frozenset({"gpu", "nic"})
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One device of the cluster.
+
+    ``name`` is unique (``"n0.gpu3"``, ``"n1.nic2"``, ``"leaf0"``); ``node`` is the node
+    index of an in-node device and ``None`` for a fabric switch; ``index`` numbers the
+    device within its node and kind (GPU 0..7, NIC 0..7 = rail) or within its fabric tier.
+    """
+
+    name: str
+    kind: str
+    node: int | None
+    index: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in DEVICE_KINDS:
+            raise TopologyError(f"device {self.name!r} has unknown kind {self.kind!r}",
+                                hint=closest(self.kind, DEVICE_KINDS))
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One direction of a link: ``bandwidth_bytes_per_s`` nominal, ``latency_s`` per crossing."""
+
+    src: str
+    dst: str
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    kind: str
+
+    def __post_init__(self) -> None:
+        where = f"link {self.src} -> {self.dst}"
+        if self.kind not in LINK_KINDS:
+            raise TopologyError(f"{where} has unknown kind {self.kind!r}",
+                                hint=closest(self.kind, LINK_KINDS))
+        if self.src == self.dst:
+            raise TopologyError(f"{where} joins a device to itself")
+        if not (math.isfinite(self.bandwidth_bytes_per_s) and self.bandwidth_bytes_per_s > 0):
+            raise TopologyError(f"{where}: bandwidth must be positive and finite, "
+                                f"got {self.bandwidth_bytes_per_s!r} B/s")
+        if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
+            raise TopologyError(f"{where}: latency must be zero or positive and finite, "
+                                f"got {self.latency_s!r} s")
+
+    @property
+    def id(self) -> tuple[str, str]:
+        """The directed link id ``(src, dst)`` the flow engine keys capacities by."""
+        return (self.src, self.dst)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """The directed links from ``src`` to ``dst`` in path order, and their total latency.
+
+    ``transport`` is NCCL's transport class: ``"local"`` (same GPU), ``"net"`` if the path
+    leaves the node, else ``"nvlink"`` if every link is NVLink, else ``"pcie"``.
+    """
+
+    src: str
+    dst: str
+    links: tuple[tuple[str, str], ...]
+    latency_s: float
+    transport: str
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The devices along the route, ``src`` and ``dst`` included."""
+        if not self.links:
+            return (self.src,)
+        return (self.links[0][0], *(dst for _, dst in self.links))
+
+
+def full_duplex(a: str, b: str, bandwidth_bytes_per_s: float, latency_s: float,
+                kind: str) -> tuple[Link, Link]:
+    """A full-duplex cable as its two directed links, each with the full bandwidth."""
+    return (Link(a, b, bandwidth_bytes_per_s, latency_s, kind),
+            Link(b, a, bandwidth_bytes_per_s, latency_s, kind))
+
+
+def _stable_hash(seed: bytes, hop: int) -> int:
+    """A well-mixed 64-bit hash of ``seed`` and ``hop``, the same in every process.
+
+    Not hash(): Python salts str hashes per process (PYTHONHASHSEED), and routes must be
+    identical in every run.  Not a bare CRC either: CRC is linear, so names differing in
+    one character (``rail 0`` vs ``rail 1``) can land on the same spine modulo a power of
+    two.  BLAKE2b mixes fully and costs ~1 us, paid once per route (routes are cached).
+    """
+    digest = hashlib.blake2b(seed + hop.to_bytes(4, "little"), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def _check_rail(rail: object) -> int:
+    """``rail`` as a plain int >= 0 (numpy integers accepted; bools and floats are not)."""
+    if not isinstance(rail, bool):
+        try:
+            value = as_index(rail)
+        except TypeError:
+            pass
+        else:
+            if value >= 0:
+                return value
+    raise ConfigError(f"rail must be a non-negative integer, got {rail!r}")
+
+
+class Topology:
+    """A networkx DiGraph of Devices (node attr 'device') and directed Links (edge attr 'link').
+
+    Built once, then read-only: the graph is frozen (``nx.freeze``) because routes are
+    cached against it.  ``gpus`` is the global rank order (node 0's GPUs by index, then
+    node 1's, …); ``config`` the fully resolved, JSON-serialisable configuration the
+    cluster was built from, so a report can reproduce the run.
+    """
+
+    def __init__(self, name: str, devices: Iterable[Device], links: Iterable[Link], *,
+                 config: Mapping[str, Any] | None = None) -> None:
+        self.name = name
+        self.config: dict[str, Any] = dict(config) if config is not None else {}
+        graph = nx.DiGraph(name=name)
+        devs: dict[str, Device] = {}
+        for device in devices:
+            if device.name in devs:
+                raise TopologyError(f"duplicate device name {device.name!r}")
+            devs[device.name] = device
+            graph.add_node(device.name, device=device)
+        succ: dict[str, list[tuple[str, Link]]] = {name_: [] for name_ in devs}
+        pred: dict[str, list[tuple[str, Link]]] = {name_: [] for name_ in devs}
+        by_id: dict[tuple[str, str], Link] = {}
+        for link in links:
+            for end in (link.src, link.dst):
+                if end not in devs:
+                    raise TopologyError(f"link {link.src} -> {link.dst} names unknown device "
+                                        f"{end!r}", hint=closest(end, devs))
+            if link.id in by_id:
+                raise TopologyError(f"duplicate link {link.src} -> {link.dst}")
+            by_id[link.id] = link
+            graph.add_edge(link.src, link.dst, link=link)
+            succ[link.src].append((link.dst, link))
+            pred[link.dst].append((link.src, link))
+        self.graph: nx.DiGraph = nx.freeze(graph)
+        self._devices = devs
+        self._links = by_id
+        # Sorted adjacency: the search order, hence every tie-break, is independent of the
+        # order the builder happened to add links in.
+        self._succ = {k: tuple(sorted(v, key=lambda e: e[0])) for k, v in succ.items()}
+        self._pred = {k: tuple(sorted(v, key=lambda e: e[0])) for k, v in pred.items()}
+
+        def order(name_: str) -> tuple[bool, int, int, str]:
+            d = devs[name_]
+            return (d.node is None, d.node if d.node is not None else 0, d.index, name_)
+
+        gpus = sorted((n for n, d in devs.items() if d.kind == "gpu"), key=order)
+        self.gpus: tuple[str, ...] = tuple(gpus)
+        self._rank = {gpu: rank for rank, gpu in enumerate(gpus)}
+        gpus_by_node: dict[int, list[str]] = {}
+        nics_by_node: dict[int, list[str]] = {}
+        for n in gpus:
+            node = devs[n].node
+            if node is not None:
+                gpus_by_node.setdefault(node, []).append(n)
+        for n in sorted((n for n, d in devs.items() if d.kind == "nic"), key=order):
+            node = devs[n].node
+            if node is not None:
+                nics_by_node.setdefault(node, []).append(n)
+        self._gpus_by_node = {k: tuple(v) for k, v in gpus_by_node.items()}
+        self._nics_by_node = {k: tuple(v) for k, v in nics_by_node.items()}
+        self._nic_by_index = {(devs[n].node, devs[n].index): n
+                              for nics in self._nics_by_node.values() for n in nics}
+        self.num_nodes: int = len({d.node for d in devs.values() if d.node is not None})
+
+        # Caches (per instance: a Topology owns its routes, nothing is module-global).
+        self._routes: dict[tuple[str, str, int | None], Route] = {}
+        self._in_node_paths: dict[tuple[str, str, bool], tuple[str, ...] | None] = {}
+        self._local_nics: dict[str, tuple[str, ...]] = {}
+        self._dist_maps: dict[tuple[str, bool], dict[str, int]] = {}
+        self._hops: dict[tuple[str, str, bool], tuple[str, ...]] = {}
+        self._preds_in_fabric: dict[str, tuple[str, ...]] = {}
+
+    # ------------------------------------------------------------------ look-ups
+
+    def __repr__(self) -> str:
+        return (f"Topology({self.name!r}, {len(self.gpus)} GPUs, {self.num_nodes} nodes, "
+                f"{len(self._devices)} devices, {len(self._links)} links)")
+
+    def device(self, name: str) -> Device:
+        """The device called ``name``; TopologyError naming the closest one if none is."""
+        try:
+            return self._devices[name]
+        except KeyError:
+            raise TopologyError(f"no device named {name!r} in {self.name!r}",
+                                hint=closest(name, self._devices)) from None
+
+    def link(self, src: str, dst: str) -> Link:
+        """The directed link ``src -> dst``."""
+        try:
+            return self._links[(src, dst)]
+        except KeyError:
+            self.device(src)
+            self.device(dst)
+            raise TopologyError(f"no link {src} -> {dst} in {self.name!r}") from None
+
+    def links(self) -> Iterator[Link]:
+        """Every directed link, in the order the builder added them."""
+        return iter(self._links.values())
+
+    def devices(self) -> Iterator[Device]:
+        """Every device, in the order the builder added them."""
+        return iter(self._devices.values())
+
+    def node_of(self, gpu: str) -> int:
+        """The node index of an in-node device (a GPU, usually)."""
+        node = self.device(gpu).node
+        if node is None:
+            raise TopologyError(f"{gpu!r} is a fabric device and belongs to no node")
+        return node
+
+    def rank_of(self, gpu: str) -> int:
+        """The GPU's global rank: its position in :attr:`gpus`."""
+        rank = self._rank.get(gpu)
+        if rank is None:
+            self._require_gpu(gpu)
+            raise TopologyError(f"{gpu!r} has no rank")  # a GPU always has one
+        return rank
+
+    def gpus_on_node(self, node: int) -> tuple[str, ...]:
+        """The GPUs of ``node`` by index (empty if the node has none)."""
+        return self._gpus_by_node.get(node, ())
+
+    def nics_on_node(self, node: int) -> tuple[str, ...]:
+        """The NICs of ``node`` in rail order (by NIC index)."""
+        return self._nics_by_node.get(node, ())
+
+    def local_nics(self, gpu: str) -> tuple[str, ...]:
+        """The NICs GPUDirect-RDMA-close to ``gpu``, ordered by index.
+
+        Those behind the GPU's own PCIe switch; if none is, the nearest ones by hop count
+        inside the node (e.g. across the CPU root complex).  Empty when the node has no NIC.
+        """
+        cached = self._local_nics.get(gpu)
+        if cached is not None:
+            return cached
+        self._require_gpu(gpu)
+        node = self.node_of(gpu)
+        nics = set(self.nics_on_node(node))
+        result: tuple[str, ...] = ()
+        if nics:
+            hops = self._in_node_hops(gpu, node)
+            reachable = {n: hops[n] for n in nics if n in hops}
+            if reachable:
+                nearest = min(reachable.values())
+                result = tuple(sorted((n for n, h in reachable.items() if h == nearest),
+                                      key=lambda n: (self._devices[n].index, n)))
+        self._local_nics[gpu] = result
+        return result
+
+    # ------------------------------------------------------------------ routing
+
+    def route(self, src_gpu: str, dst_gpu: str, *, rail: int | None = None) -> Route:
+        """The route from ``src_gpu`` to ``dst_gpu`` (see the module docstring for the rules).
+
+        ``rail`` picks NIC ``rail % nics_per_node`` on both ends of an inter-node route;
+        without it the source GPU's first local NIC and the same NIC index on the
+        destination node are used.  Raises TopologyError naming both GPUs if no route exists.
+        """
+        if rail is not None and (type(rail) is not int or rail < 0):
+            rail = _check_rail(rail)
+        key = (src_gpu, dst_gpu, rail)
+        cached = self._routes.get(key)
+        if cached is not None:
+            return cached
+        self._require_gpu(src_gpu)
+        self._require_gpu(dst_gpu)
+        route = self._compute_route(src_gpu, dst_gpu, rail)
+        self._routes[key] = route
+        return route
+
+    def _require_gpu(self, name: str) -> None:
+        device = self.device(name)
+        if device.kind != "gpu":
+            raise TopologyError(f"{name!r} is a {device.kind}, not a GPU")
+
+    def _compute_route(self, src: str, dst: str, rail: int | None) -> Route:
+        if src == dst:
+            return Route(src, dst, (), 0.0, "local")
+        src_node = self._devices[src].node
+        dst_node = self._devices[dst].node
+        path: list[str] | None = None
+        if src_node is not None and src_node == dst_node:
+            # NVLink first: an all-NVLink path beats a PCIe path of the same hop count.
+            found = (self._in_node_path(src, dst, nvlink_only=True)
+                     or self._in_node_path(src, dst, nvlink_only=False))
+            path = list(found) if found else None
+        elif (src_node is not None and dst_node is not None
+              and self.nics_on_node(src_node) and self.nics_on_node(dst_node)):
+            path = self._inter_node_path(src, dst, src_node, dst_node, rail)
+        if path is None:
+            # Custom clusters that are not shaped like nodes-with-NICs: any shortest path
+            # that does not transit a GPU.
+            path = self._walk(src, dst, self._hash_seed(src, dst, rail), fabric_only=False)
+        if path is None:
+            raise TopologyError(f"GPU {src!r} cannot reach GPU {dst!r} in {self.name!r}",
+                                hint="check that every GPU is linked to the rest of the cluster")
+        return self._make_route(src, dst, path)
+
+    def _make_route(self, src: str, dst: str, path: list[str]) -> Route:
+        ids = tuple(pairwise(path))
+        links = [self._links[i] for i in ids]
+        latency = sum(link.latency_s for link in links)
+        src_node = self._devices[src].node
+        if any(self._devices[d].node != src_node for d in path):
+            transport = "net"
+        elif all(link.kind == "nvlink" for link in links):
+            transport = "nvlink"
+        else:
+            transport = "pcie"
+        return Route(src, dst, ids, latency, transport)
+
+    def _inter_node_path(self, src: str, dst: str, src_node: int, dst_node: int,
+                         rail: int | None) -> list[str] | None:
+        src_nics = self.nics_on_node(src_node)
+        dst_nics = self.nics_on_node(dst_node)
+        if rail is not None:
+            src_nic = src_nics[rail % len(src_nics)]
+            dst_nic = dst_nics[rail % len(dst_nics)]
+        else:
+            local = self.local_nics(src)
+            if not local:
+                return None
+            src_nic = local[0]
+            dst_nic = self._nic_by_index.get((dst_node, self._devices[src_nic].index), "")
+            if not dst_nic:
+                dst_local = self.local_nics(dst)
+                if not dst_local:
+                    return None
+                dst_nic = dst_local[0]
+        up = self._in_node_path(src, src_nic, nvlink_only=False)
+        down = self._in_node_path(dst_nic, dst, nvlink_only=False)
+        if up is None or down is None:
+            return None
+        across = self._walk(src_nic, dst_nic, self._hash_seed(src, dst, rail), fabric_only=True)
+        if across is None:
+            return None
+        return [*up, *across[1:], *down[1:]]
+
+    @staticmethod
+    def _hash_seed(src: str, dst: str, rail: int | None) -> bytes:
+        """The bytes an ECMP choice for this (src, dst, rail) is hashed from."""
+        return f"{src}|{dst}|{'-' if rail is None else rail}".encode()
+
+    def _in_node_hops(self, start: str, node: int) -> dict[str, int]:
+        """Hop counts from ``start`` to the devices of ``node`` (no transit through GPUs/NICs)."""
+        hops = {start: 0}
+        queue = deque([start])
+        while queue:
+            x = queue.popleft()
+            for y, _ in self._succ[x]:
+                if y in hops:
+                    continue
+                dy = self._devices[y]
+                if dy.node != node:
+                    continue
+                hops[y] = hops[x] + 1
+                if dy.kind not in _ENDPOINT_KINDS:
+                    queue.append(y)
+        return hops
+
+    def _in_node_path(self, a: str, b: str, *, nvlink_only: bool) -> tuple[str, ...] | None:
+        """A shortest path from ``a`` to ``b`` inside their node, or None."""
+        key = (a, b, nvlink_only)
+        if key in self._in_node_paths:
+            return self._in_node_paths[key]
+        node = self._devices[a].node
+        parent: dict[str, str | None] = {a: None}
+        queue = deque([a])
+        found = False
+        while queue and not found:
+            x = queue.popleft()
+            for y, link in self._succ[x]:
+                if y in parent or (nvlink_only and link.kind != "nvlink"):
+                    continue
+                dy = self._devices[y]
+                if dy.node != node:
+                    continue
+                parent[y] = x
+                if y == b:
+                    found = True
+                    break
+                if dy.kind not in _ENDPOINT_KINDS:
+                    queue.append(y)
+        result: tuple[str, ...] | None = None
+        if found:
+            path = [b]
+            while (prev := parent[path[-1]]) is not None:
+                path.append(prev)
+            result = tuple(reversed(path))
+        self._in_node_paths[key] = result
+        return result
+
+    def _dist_map(self, target: str, *, fabric_only: bool) -> dict[str, int]:
+        """Hops from each transit-capable device to ``target`` (reverse BFS, cached).
+
+        With ``fabric_only`` only fabric devices (node None) may be transit hops.
+        """
+        key = (target, fabric_only)
+        cached = self._dist_maps.get(key)
+        if cached is not None:
+            return cached
+        dist = {target: 0}
+        queue = deque([target])
+        while queue:
+            v = queue.popleft()
+            for u, _ in self._pred[v]:
+                if u in dist:
+                    continue
+                du = self._devices[u]
+                if du.kind in _ENDPOINT_KINDS or (fabric_only and du.node is not None):
+                    continue
+                dist[u] = dist[v] + 1
+                queue.append(u)
+        self._dist_maps[key] = dist
+        return dist
+
+    def _distance(self, y: str, dst: str, *, fabric_only: bool) -> float:
+        """Hops from ``y`` to ``dst`` through transit-capable devices (inf if none)."""
+        if y == dst:
+            return 0
+        if fabric_only:
+            if self._devices[y].node is not None:
+                return math.inf
+            if self._devices[dst].node is None:  # a switch: its own map
+                d = self._dist_map(dst, fabric_only=True).get(y)
+                return math.inf if d is None else d
+            # A NIC target: 1 + the distance to a switch it hangs from.
+            best = math.inf
+            for w in self._fabric_preds(dst):
+                d = self._dist_map(w, fabric_only=True).get(y)
+                if d is not None and d + 1 < best:
+                    best = d + 1
+            return best
+        d = self._dist_map(dst, fabric_only=False).get(y)
+        return math.inf if d is None else d
+
+    def _fabric_preds(self, target: str) -> tuple[str, ...]:
+        """The fabric devices with a link into ``target`` (cached)."""
+        preds = self._preds_in_fabric.get(target)
+        if preds is None:
+            preds = tuple(w for w, _ in self._pred[target] if self._devices[w].node is None)
+            self._preds_in_fabric[target] = preds
+        return preds
+
+    def _next_hops(self, x: str, dst: str, *, fabric_only: bool) -> tuple[str, ...]:
+        """The successors of ``x`` on a shortest path to ``dst`` (cached; empty if none)."""
+        key = (x, dst, fabric_only)
+        cached = self._hops.get(key)
+        if cached is not None:
+            return cached
+        best = math.inf
+        candidates: list[str] = []
+        for y, _ in self._succ[x]:
+            d = self._distance(y, dst, fabric_only=fabric_only)
+            if d < best:
+                best, candidates = d, [y]
+            elif d == best and d < math.inf:
+                candidates.append(y)
+        result = tuple(candidates)
+        self._hops[key] = result
+        return result
+
+    def _walk(self, src: str, dst: str, seed: bytes, *, fabric_only: bool) -> list[str] | None:
+        """A shortest path ``src -> dst``; ties between next hops broken by a stable hash.
+
+        With ``fabric_only`` (NIC to NIC) transit hops are fabric switches only.
+        """
+        last: list[str] = []
+        if fabric_only:
+            if (src, dst) in self._links:
+                return [src, dst]  # NICs cabled back to back
+            preds = self._fabric_preds(dst)
+            if len(preds) == 1:
+                # Every path to a single-homed NIC ends at its switch: walk to the switch.
+                # Next hops are then cached per (device, switch) — tens of switches rather
+                # than thousands of NICs — which keeps 1024-GPU fabrics fast.
+                dst, last = preds[0], [dst]
+        path = [src]
+        x = src
+        hop = 0
+        while x != dst:
+            candidates = self._next_hops(x, dst, fabric_only=fabric_only)
+            if not candidates:
+                return None
+            if len(candidates) > 1:
+                x = candidates[_stable_hash(seed, hop) % len(candidates)]
+            else:
+                x = candidates[0]
+            path.append(x)
+            hop += 1
+        return path + last

@@ -1,0 +1,279 @@
+"""Node presets: what is inside one box, with the vendor figures it is built from.
+
+A preset fixes a node's *shape* — how many GPUs, whether they share an NVSwitch, which PCIe
+switch each GPU and NIC hangs from, which CPU socket each PCIe switch hangs from — and the
+*default figures* of its links.  Figures can be overridden per cluster (``nvlink.bandwidth``,
+``nic.bandwidth``, …, see :mod:`topology.cluster`); the shape cannot, except where a preset
+offers choices (``pcie-8gpu`` takes one or two NICs).
+
+Conventions of the figures below:
+
+* bandwidths are nominal, **one direction**, in bytes per second (a full-duplex cable is
+  two directed links, each with this figure);
+* latencies are per directed link, in seconds; a route's latency is the sum over its links.
+
+Latencies are set so that routes reproduce NCCL's own per-hop latency model (NCCL
+``src/graph/tuning.cc``, table ``hwLat``, LL protocol: NVLink 0.6 us, PCI 1.0 us, NET
+2.7 us) rather than bare silicon figures, because the software-visible hop latency is
+what a collective pays.  Each figure says whether it is a datasheet value or an estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from topology.model import Device, Link, full_duplex
+
+__all__ = [
+    "CABLE_LATENCY_S",
+    "NODE_PRESETS",
+    "PCIE_GEN4_X16_BYTES_PER_S",
+    "PCIE_GEN5_X16_BYTES_PER_S",
+    "PRESETS",
+    "LinkFigure",
+    "NodePreset",
+    "SwitchPreset",
+    "build_node",
+    "build_switch_node",
+]
+
+
+def _pcie_x16_bytes_per_s(giga_transfers_per_s: float) -> float:
+    """One direction of a PCIe x16 link: 16 lanes x rate x 128b/130b encoding / 8 bits."""
+    return giga_transfers_per_s * 1e9 * 16 * (128 / 130) / 8
+
+
+# PCI Express Base Specification 4.0: 16 GT/s per lane, 128b/130b -> 31.51 GB/s (x16, one way).
+PCIE_GEN4_X16_BYTES_PER_S = _pcie_x16_bytes_per_s(16.0)
+# PCI Express Base Specification 5.0: 32 GT/s per lane, 128b/130b -> 63.02 GB/s (x16, one way).
+PCIE_GEN5_X16_BYTES_PER_S = _pcie_x16_bytes_per_s(32.0)
+
+# NVLink: a GPU -> NVSwitch -> GPU route crosses two links; 2 x 0.3 us = 0.6 us, NCCL's
+# NVLink hop latency (tuning.cc hwLat, LL).  An estimate of the software-visible hop.
+NVLINK_HOP_LATENCY_S = 0.3e-6
+# PCIe: GPU -> PCIe switch -> GPU crosses two links; 2 x 0.5 us = 1.0 us, NCCL's PCI hop
+# latency.  The switch silicon alone is ~0.1 us port to port; the rest is DMA and PCIe
+# transaction overhead, which a transfer pays too.  Estimate.
+PCIE_HOP_LATENCY_S = 0.5e-6
+# Inter-socket hop (xGMI / UPI): remote-NUMA accesses cost ~0.1 us more than local ones in
+# Intel Memory Latency Checker measurements on two-socket servers.  Estimate.
+INTER_SOCKET_LATENCY_S = 0.1e-6
+# NIC crossing: ConnectX-6 VPI adapter user manual quotes "sub-600ns latency" end to end,
+# i.e. through two adapters; we charge half at each NIC.  ConnectX-7 assumed the same.
+NIC_LATENCY_S = 0.3e-6
+# Switch port to port: NVIDIA Quantum HDR (QM8700 series) datasheet, 130 ns.  Quantum-2
+# NDR (QM9700) taken as the same: both are cut-through; no better figure is sourced here.
+IB_SWITCH_LATENCY_S = 130e-9
+# Cable: ~10 m at ~5 ns/m (light in fibre, ~2e8 m/s).  Estimate.
+CABLE_LATENCY_S = 50e-9
+
+
+@dataclass(frozen=True, slots=True)
+class LinkFigure:
+    """Nominal one-direction bandwidth and per-link latency of one class of link."""
+
+    bandwidth_bytes_per_s: float
+    latency_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodePreset:
+    """The shape and default figures of one kind of node.
+
+    ``gpu_pcie_switch[i]`` is the PCIe switch of GPU i; ``nic_layouts`` the allowed NIC
+    placements (each a tuple giving the PCIe switch of NIC j; the first is the default);
+    ``pcie_switch_cpu[k]`` the CPU socket of PCIe switch k.  ``nvlink`` is None for a
+    node without NVLink.
+    """
+
+    name: str
+    description: str
+    gpu_model: str
+    nic_model: str
+    gpu_pcie_switch: tuple[int, ...]
+    nic_layouts: tuple[tuple[int, ...], ...]
+    pcie_switch_cpu: tuple[int, ...]
+    cpus: int
+    nvlink: LinkFigure | None
+    pcie: LinkFigure
+    cpu: LinkFigure
+    nic: LinkFigure
+    switch_latency_s: float = IB_SWITCH_LATENCY_S
+    cable_latency_s: float = CABLE_LATENCY_S
+
+    @property
+    def gpus(self) -> int:
+        return len(self.gpu_pcie_switch)
+
+    @property
+    def nic_counts(self) -> tuple[int, ...]:
+        """The NIC counts this node can be built with; the first is the default."""
+        return tuple(len(layout) for layout in self.nic_layouts)
+
+    def nic_layout(self, count: int) -> tuple[int, ...] | None:
+        """The PCIe switch of each NIC for ``count`` NICs, or None if not offered."""
+        for layout in self.nic_layouts:
+            if len(layout) == count:
+                return layout
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchPreset:
+    """A synthetic box for hand checks: N GPUs, each with one full-duplex link to one ideal
+    switch.
+
+    It is one node (``num_nodes == 1``).  The switch is an ``nvswitch``-kind device and the
+    links are ``nvlink``-kind, so a route GPU -> switch -> GPU has two links, latency exactly
+    2 x ``link_latency`` and transport ``"nvlink"`` by the general rule — no special case.
+    """
+
+    name: str
+    description: str
+    gpus: int
+    link: LinkFigure
+
+
+# NVIDIA DGX A100 User Guide and "NVIDIA DGX A100 System Architecture" white paper:
+# 8x A100-SXM4 on an HGX A100 board with six NVSwitches; 8 single-port ConnectX-6 HDR
+# 200 Gb/s compute NICs; 2x AMD EPYC 7742; four PCIe Gen4 switches, each shared by two GPUs
+# and two compute NICs (GPU 2k, 2k+1 and NIC 2k, 2k+1 on switch k); switches 0, 1 under
+# CPU 0 and 2, 3 under CPU 1 (GPUs 0-3 report NUMA affinity to socket 0).
+DGX_A100 = NodePreset(
+    name="dgx-a100",
+    description="NVIDIA DGX A100: 8x A100 SXM4 on NVSwitch (300 GB/s per direction), "
+                "8x HDR 200 Gb/s, 4 shared PCIe Gen4 switches, 2 sockets",
+    gpu_model="A100-SXM4-80GB",
+    nic_model="ConnectX-6 HDR 200Gb/s",
+    gpu_pcie_switch=(0, 0, 1, 1, 2, 2, 3, 3),
+    nic_layouts=((0, 0, 1, 1, 2, 2, 3, 3),),
+    pcie_switch_cpu=(0, 0, 1, 1),
+    cpus=2,
+    # NVIDIA A100 datasheet: NVLink 600 GB/s bidirectional = 12 links x 25 GB/s per
+    # direction (A100 architecture white paper); the six NVSwitches stand as one device
+    # with one 300 GB/s-per-direction link to each GPU.
+    nvlink=LinkFigure(12 * 25e9, NVLINK_HOP_LATENCY_S),
+    pcie=LinkFigure(PCIE_GEN4_X16_BYTES_PER_S, PCIE_HOP_LATENCY_S),
+    # AMD EPYC 7002 ("Rome"): sockets joined by up to four x16 xGMI-2 links; we assume four
+    # at 16 GT/s, 16 lanes x 16 Gb/s / 8 = 32 GB/s each -> 128 GB/s per direction.  AMD does
+    # not publish the DGX A100's xGMI setting; an estimate (override with cpu.bandwidth).
+    cpu=LinkFigure(4 * 32e9, INTER_SOCKET_LATENCY_S),
+    # InfiniBand HDR: 200 Gb/s = 25 GB/s per direction (ConnectX-6 datasheet).
+    nic=LinkFigure(200e9 / 8, NIC_LATENCY_S),
+)
+
+# NVIDIA DGX H100 User Guide: 8x H100-SXM5 with four third-generation NVSwitches; 8 ConnectX-7
+# NDR 400 Gb/s compute ports in two network modules, one module per CPU; the guide's
+# "Network Modules" table maps each ConnectX-7 to exactly one GPU, and `nvidia-smi topo -m`
+# on the box reports PIX (same PCIe switch) only between a GPU and its own NIC.  So: eight
+# PCIe Gen5 switches, switch k holding GPU k and NIC k (our NIC numbering follows the GPU it
+# serves, not the OSFP port label); switches 0-3 under CPU 0, 4-7 under CPU 1.
+# 2x Intel Xeon Platinum 8480C.
+DGX_H100 = NodePreset(
+    name="dgx-h100",
+    description="NVIDIA DGX H100: 8x H100 SXM5 on NVSwitch (450 GB/s per direction), "
+                "8x NDR 400 Gb/s, one PCIe Gen5 switch per GPU-NIC pair, 2 sockets",
+    gpu_model="H100-SXM5-80GB",
+    nic_model="ConnectX-7 NDR 400Gb/s",
+    gpu_pcie_switch=(0, 1, 2, 3, 4, 5, 6, 7),
+    nic_layouts=((0, 1, 2, 3, 4, 5, 6, 7),),
+    pcie_switch_cpu=(0, 0, 0, 0, 1, 1, 1, 1),
+    cpus=2,
+    # NVIDIA H100 datasheet: NVLink 900 GB/s bidirectional (SXM) = 18 NVLink4 links x
+    # 25 GB/s per direction (H100 architecture white paper) -> 450 GB/s per direction.
+    nvlink=LinkFigure(18 * 25e9, NVLINK_HOP_LATENCY_S),
+    pcie=LinkFigure(PCIE_GEN5_X16_BYTES_PER_S, PCIE_HOP_LATENCY_S),
+    # 4th Gen Intel Xeon Scalable (Sapphire Rapids) product brief: up to four UPI 2.0 links
+    # at 16 GT/s.  A UPI link moves 2 bytes per transfer each way (the arithmetic behind
+    # Intel's 10.4 GT/s = 20.8 GB/s), so 32 GB/s per link, 4 links -> 128 GB/s per direction.
+    cpu=LinkFigure(4 * 16e9 * 2, INTER_SOCKET_LATENCY_S),
+    # InfiniBand NDR: 400 Gb/s = 50 GB/s per direction (ConnectX-7 datasheet).
+    nic=LinkFigure(400e9 / 8, NIC_LATENCY_S),
+)
+
+# A generic 8-GPU PCIe server (e.g. 8x A100 PCIe behind two Gen4 PCIe switches, as in
+# many OEM 4U boxes): no NVLink; GPUs 0-3 on switch 0 under CPU 0, GPUs 4-7 on switch 1
+# under CPU 1; NIC j (if present) on switch j.  Traffic between the halves goes up to the
+# root complex and across the inter-socket link.  2x 3rd Gen Intel Xeon Scalable (Ice Lake).
+PCIE_8GPU = NodePreset(
+    name="pcie-8gpu",
+    description="8 GPUs on PCIe Gen4 only (no NVLink): 2 PCIe switches of 4 GPUs, one per "
+                "socket; 1 (default) or 2 NICs of 200 Gb/s",
+    gpu_model="A100-PCIe-80GB",
+    nic_model="ConnectX-6 HDR 200Gb/s",
+    gpu_pcie_switch=(0, 0, 0, 0, 1, 1, 1, 1),
+    nic_layouts=((0,), (0, 1)),
+    pcie_switch_cpu=(0, 1),
+    cpus=2,
+    nvlink=None,
+    pcie=LinkFigure(PCIE_GEN4_X16_BYTES_PER_S, PCIE_HOP_LATENCY_S),
+    # 3rd Gen Intel Xeon Scalable (Ice Lake-SP) product brief: three UPI links at 11.2 GT/s,
+    # 2 bytes per transfer -> 22.4 GB/s each, 67.2 GB/s per direction.
+    cpu=LinkFigure(3 * 11.2e9 * 2, INTER_SOCKET_LATENCY_S),
+    nic=LinkFigure(200e9 / 8, NIC_LATENCY_S),
+)
+
+SWITCH = SwitchPreset(
+    name="switch",
+    description="synthetic: N GPUs (default 8), each with one full-duplex link to one ideal "
+                "switch (default 100 GB/s, 1 us); one node, for hand checks",
+    gpus=8,
+    link=LinkFigure(100e9, 1e-6),
+)
+
+#: The presets made of real boxes, by name (read-only).
+NODE_PRESETS: Mapping[str, NodePreset] = MappingProxyType(
+    {p.name: p for p in (DGX_A100, DGX_H100, PCIE_8GPU)})
+#: Every preset by name, the synthetic ``switch`` included (read-only).
+PRESETS: Mapping[str, NodePreset | SwitchPreset] = MappingProxyType(
+    {**NODE_PRESETS, SWITCH.name: SWITCH})
+
+
+def build_node(node: int, preset: NodePreset, *, nic_layout: tuple[int, ...],
+               nvlink: LinkFigure | None, pcie: LinkFigure,
+               cpu: LinkFigure) -> tuple[list[Device], list[Link]]:
+    """The devices and links of node ``node`` of a preset's shape, with the given figures.
+
+    Names: ``n{node}.gpu{i}``, ``n{node}.nvswitch``, ``n{node}.pcie{k}``, ``n{node}.cpu{c}``,
+    ``n{node}.nic{j}``.  NICs are not linked to the fabric here (see :mod:`topology.fabrics`).
+    """
+    p = f"n{node}."
+    devices: list[Device] = []
+    links: list[Link] = []
+    devices.extend(Device(f"{p}cpu{c}", "cpu", node, c) for c in range(preset.cpus))
+    devices.extend(Device(f"{p}pcie{k}", "pcie_switch", node, k)
+                   for k in range(len(preset.pcie_switch_cpu)))
+    devices.extend(Device(f"{p}gpu{i}", "gpu", node, i) for i in range(preset.gpus))
+    devices.extend(Device(f"{p}nic{j}", "nic", node, j) for j in range(len(nic_layout)))
+    if nvlink is not None:
+        devices.append(Device(f"{p}nvswitch", "nvswitch", node, 0))
+        for i in range(preset.gpus):
+            links.extend(full_duplex(f"{p}gpu{i}", f"{p}nvswitch", nvlink.bandwidth_bytes_per_s,
+                                     nvlink.latency_s, "nvlink"))
+    bw, lat = pcie.bandwidth_bytes_per_s, pcie.latency_s
+    for i, k in enumerate(preset.gpu_pcie_switch):
+        links.extend(full_duplex(f"{p}gpu{i}", f"{p}pcie{k}", bw, lat, "pcie"))
+    for j, k in enumerate(nic_layout):
+        links.extend(full_duplex(f"{p}nic{j}", f"{p}pcie{k}", bw, lat, "pcie"))
+    # Each switch's upstream port is itself an x16 link into its CPU's root complex.
+    for k, c in enumerate(preset.pcie_switch_cpu):
+        links.extend(full_duplex(f"{p}pcie{k}", f"{p}cpu{c}", bw, lat, "pcie"))
+    # Sockets are fully connected (two in every preset here: one link).
+    for a in range(preset.cpus):
+        for b in range(a + 1, preset.cpus):
+            links.extend(full_duplex(f"{p}cpu{a}", f"{p}cpu{b}", cpu.bandwidth_bytes_per_s,
+                                     cpu.latency_s, "cpu"))
+    return devices, links
+
+
+def build_switch_node(gpus: int, link: LinkFigure) -> tuple[list[Device], list[Link]]:
+    """The ``switch`` preset: ``n0.gpu{i}`` each joined to ``n0.switch`` by one link."""
+    devices = [Device(f"n0.gpu{i}", "gpu", 0, i) for i in range(gpus)]
+    devices.append(Device("n0.switch", "nvswitch", 0, 0))
+    links: list[Link] = []
+    for i in range(gpus):
+        links.extend(full_duplex(f"n0.gpu{i}", "n0.switch", link.bandwidth_bytes_per_s,
+                                 link.latency_s, "nvlink"))
+    return devices, links
