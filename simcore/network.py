@@ -292,7 +292,8 @@ class FlowNetwork:
             entry_mult: list[float] = []
             for f, flow in enumerate(flows):
                 # Settle bytes moved at the old rate before the rate changes.
-                flow.remaining_bytes -= flow.rate_bytes_per_s * (now - flow._updated_s)
+                if now > flow._updated_s:
+                    flow.remaining_bytes -= flow.rate_bytes_per_s * (now - flow._updated_s)
                 flow._updated_s = now
                 for idx, mult in zip(flow.links, flow.multiplicities):
                     entry_flow.append(f)
@@ -347,9 +348,12 @@ class FlowNetwork:
             _, _, version, flow = heapq.heappop(heap)
             if version != flow._version:
                 continue
-            remaining = flow.remaining_bytes - flow.rate_bytes_per_s * (now - flow._updated_s)
-            if remaining <= _DONE_RTOL * flow.size_bytes or now + remaining / (
-                    flow.rate_bytes_per_s) <= now:
+            rate = flow.rate_bytes_per_s
+            if rate == float("inf"):
+                remaining = 0.0  # only ideal links: the bytes arrive with no delay
+            else:
+                remaining = flow.remaining_bytes - rate * (now - flow._updated_s)
+            if remaining <= _DONE_RTOL * flow.size_bytes or now + remaining / rate <= now:
                 self.active_flows -= 1
                 for idx in flow.links:
                     del self._link_flows[idx][flow]

@@ -15,7 +15,19 @@ import simpy
 from simcore.network import FlowNetwork
 from simcore.trace import Tracer
 
-__all__ = ["Simulation"]
+__all__ = ["CountingEnvironment", "Simulation"]
+
+
+class CountingEnvironment(simpy.Environment):
+    """A simpy environment that counts the events it processes (for benchmarks)."""
+
+    def __init__(self, initial_time: float = 0) -> None:
+        super().__init__(initial_time)
+        self.events_processed = 0
+
+    def step(self) -> None:
+        self.events_processed += 1
+        super().step()
 
 
 class Simulation:
@@ -23,7 +35,7 @@ class Simulation:
 
     def __init__(self, seed: int = 0, *, trace: bool = False) -> None:
         self.seed = int(seed)
-        self.env = simpy.Environment()
+        self.env = CountingEnvironment()
         self.network = FlowNetwork(self.env)
         self.tracer = Tracer(enabled=trace)
         self.rng = np.random.default_rng(self.seed)

@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 _NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
-_QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-zµ/]*)\s*$")
+_QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-zµμ/]*)\s*$")
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
@@ -100,7 +100,8 @@ def _parse(
                          key=key, source=source, hint=f"e.g. {example}")
     result = number * factor
     if not math.isfinite(result):
-        raise ParseError(f"{what} {value!r} is not finite", key=key, source=source)
+        raise ParseError(f"{what} {value!r} is not finite", key=key, source=source,
+                         hint=f"e.g. {example}")
     if result < 0 or (result == 0 and not allow_zero):
         bound = "zero or positive" if allow_zero else "positive"
         raise ParseError(f"{what} must be {bound}, got {value!r}", key=key, source=source,
@@ -137,11 +138,11 @@ def parse_flops(value: object, *, key: str | None = None, source: str | None = N
 
 
 def format_bytes(size_bytes: float) -> str:
-    """``1073741824`` -> ``"1 GiB"``; binary prefixes, up to three significant digits."""
+    """``1073741824`` -> ``"1 GiB"``; binary prefixes, up to four significant digits."""
     value = float(size_bytes)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.3g} {unit}"
+            return f"{value:.4g} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
 

@@ -1,0 +1,30 @@
+"""collectives — ring / tree / all-to-all / point-to-point algorithms as flows on a topology.
+
+Knows nothing of models: a call is (operation, group of GPUs, size in bytes).
+"""
+
+from collectives.algorithms import OPS, build_plan, ring_channels
+from collectives.communicator import CollectiveRecord, Communicator
+from collectives.params import (
+    ALGORITHMS,
+    FIDELITIES,
+    PROTOCOLS,
+    CommParams,
+    comm_params_from_mapping,
+)
+from collectives.plan import CollectivePlan, StepShape
+
+__all__ = [
+    "ALGORITHMS",
+    "FIDELITIES",
+    "OPS",
+    "PROTOCOLS",
+    "CollectivePlan",
+    "CollectiveRecord",
+    "CommParams",
+    "Communicator",
+    "StepShape",
+    "build_plan",
+    "comm_params_from_mapping",
+    "ring_channels",
+]

@@ -1,0 +1,317 @@
+"""Collective algorithms as plans: ring, double binary tree, all-to-all, point-to-point.
+
+Each builder turns (topology, group of GPUs, operation, protocol) into a
+:class:`~collectives.plan.CollectivePlan` — which links carry how many streams of which
+fraction of the size, in which steps, with which latency — the way NCCL runs it:
+
+* **channels** — NCCL runs several rings (or trees) at once.  Across nodes each channel
+  leaves and enters a node through its own NIC (one rail per channel), entering at a GPU
+  that shares a PCIe switch with that NIC and leaving from another such GPU, so that a
+  two-node DGX ring uses all eight NICs and no GPU's PCIe link carries two channels.
+  Inside one node every channel would cross the same NVLink/NVSwitch links, which a flow
+  model cannot tell apart from one channel, so one channel is used there.
+* **ring** all-reduce = reduce-scatter + all-gather: ``2(n-1)`` steps, each moving ``S/n``
+  per channel-share over every ring hop; reduce-scatter and all-gather take ``n-1`` steps;
+  broadcast and reduce pipeline ``S`` along the ring as a chain from/to the root.
+* **tree** all-reduce (NCCL's double binary tree): inside each node a chain, across nodes
+  two complementary binary trees each carrying half the data, reduce up and broadcast down
+  pipelined, so each node's NICs move ``S`` in each direction instead of the ring's
+  ``2(n-1)/n·S``.
+* **all-to-all**: every rank sends ``S/n`` to every other rank at once; **sendrecv**: every
+  rank sends ``S`` to the next; **p2p**: one send.
+
+Latency per call is NCCL's base latency plus, per step, the hop latency of the hop's
+transport and protocol and the route's physical latency (see :mod:`collectives.params`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+from collectives.params import CommParams
+from collectives.plan import CollectivePlan, StepShape
+from simcore.errors import ConfigError, TopologyError
+from topology import Route, Topology
+
+__all__ = [
+    "OPS",
+    "build_plan",
+    "gpu_rail",
+    "ring_channels",
+]
+
+LinkId = Hashable
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "alltoall",
+       "sendrecv", "p2p")
+
+# A ring channel: the GPUs in ring order and, per hop i (order[i] -> order[i+1]), the NIC
+# rail to use when that hop leaves the node (None inside a node).
+Channel = tuple[tuple[str, ...], tuple[int | None, ...]]
+
+
+def _nic_rails(topo: Topology, gpu: str) -> tuple[int, ...]:
+    return tuple(topo.device(nic).index for nic in topo.local_nics(gpu))
+
+
+def gpu_rail(topo: Topology, gpu: str) -> int | None:
+    """The NIC rail a GPU sends point-to-point traffic on: its own nearby NIC.
+
+    GPUs that share nearby NICs (two GPUs and two NICs behind one PCIe switch) take one
+    each, in index order, as NCCL assigns them, instead of all using the first.
+    """
+    rails = _nic_rails(topo, gpu)
+    if not rails:
+        return None
+    node = topo.node_of(gpu)
+    sharing = [g for g in topo.gpus_on_node(node) if _nic_rails(topo, g) == rails]
+    return rails[sharing.index(gpu) % len(rails)]
+
+
+def _node_order(topo: Topology, group: Sequence[str]) -> dict[int, list[str]]:
+    """The group's GPUs per node, nodes and GPUs in global rank order."""
+    rank_of = topo.rank_of
+    per_node: dict[int, list[str]] = {}
+    for gpu in sorted(group, key=rank_of):
+        per_node.setdefault(topo.node_of(gpu), []).append(gpu)
+    return per_node
+
+
+def ring_channels(topo: Topology, group: Sequence[str], max_channels: int = 0) -> list[Channel]:
+    """The rings NCCL would build for ``group``: one per NIC rail across nodes, else one."""
+    per_node = _node_order(topo, group)
+    if len(per_node) == 1:
+        (gpus,) = per_node.values()
+        return [(tuple(gpus), (None,) * len(gpus))]
+    first = next(iter(per_node.values()))
+    rails = sorted({rail for gpu in first for rail in _nic_rails(topo, gpu)})
+    if not rails:
+        raise TopologyError(f"GPU {first[0]} spans nodes but reaches no NIC",
+                            hint="give its node NICs linked to the fabric")
+    if max_channels:
+        rails = rails[:max_channels]
+    channels: list[Channel] = []
+    for rail in rails:
+        order: list[str] = []
+        for gpus in per_node.values():
+            order.extend(_node_segment(topo, gpus, rail))
+        hops = tuple(
+            rail if topo.node_of(order[i]) != topo.node_of(order[(i + 1) % len(order)])
+            else None
+            for i in range(len(order))
+        )
+        channels.append((tuple(order), hops))
+    return channels
+
+
+def _node_segment(topo: Topology, gpus: list[str], rail: int) -> list[str]:
+    """This node's part of a ring on ``rail``: enter at a GPU near the rail's NIC, leave
+    from another GPU near it, the rest in between."""
+    near = [g for g in gpus if rail in _nic_rails(topo, g)] or list(gpus)
+    # Rails that share the same nearby GPUs take turns as entry, so that each GPU sends
+    # for one rail and receives for another instead of one GPU sending for two.
+    siblings = sorted({r for g in near for r in _nic_rails(topo, g)})
+    turn = siblings.index(rail) if rail in siblings else 0
+    entry = near[turn % len(near)]
+    if len(gpus) == 1:
+        return [entry]
+    if len(near) > 1:
+        exit_gpu = near[(turn + 1) % len(near)]
+    else:
+        exit_gpu = gpus[(gpus.index(entry) + 1) % len(gpus)]
+    middle = [g for g in gpus if g not in (entry, exit_gpu)]
+    return [entry, *middle, exit_gpu]
+
+
+class _Builder:
+    """Accumulates streams per link for one step and the latencies of its hops."""
+
+    def __init__(self, topo: Topology, params: CommParams, algorithm: str, protocol: str):
+        self.topo = topo
+        self.params = params
+        self.algorithm = algorithm
+        self.protocol = protocol
+
+    def route(self, src: str, dst: str, rail: int | None) -> Route:
+        """The route; across nodes without a given rail, the sender's own NIC rail."""
+        if rail is None and self.topo.node_of(src) != self.topo.node_of(dst):
+            rail = gpu_rail(self.topo, src)
+        return self.topo.route(src, dst, rail=rail)
+
+    def hop_latency_s(self, route: Route) -> float:
+        if route.transport == "local":
+            return 0.0
+        table = self.params.hop_latency_s[self.algorithm][route.transport]
+        return table[self.protocol] + route.latency_s
+
+    @staticmethod
+    def add(streams: dict[LinkId, float], route: Route, count: float = 1.0) -> None:
+        for link in route.links:
+            streams[link] = streams.get(link, 0.0) + count
+
+
+def build_plan(
+    topo: Topology,
+    group: Sequence[str],
+    op: str,
+    *,
+    algorithm: str,
+    protocol: str,
+    params: CommParams,
+    root: str | None = None,
+    peer: str | None = None,
+) -> CollectivePlan:
+    """The plan of ``op`` over ``group`` with a concrete algorithm and protocol.
+
+    ``algorithm`` is ``ring`` or ``tree`` (tree: all_reduce only); ``protocol`` one of
+    ``ll``, ``ll128``, ``simple``.  ``root`` is the broadcast/reduce root (default: the
+    first GPU of the group), ``peer`` the destination of a ``p2p`` send from ``group[0]``.
+    """
+    if op not in OPS:
+        raise ConfigError(f"unknown collective {op!r}", hint="valid: " + ", ".join(OPS))
+    if algorithm == "tree" and op != "all_reduce":
+        raise ConfigError(f"the tree algorithm implements all_reduce only, not {op}",
+                          hint="use algorithm ring or auto")
+    gpus = list(dict.fromkeys(group))
+    if len(gpus) != len(group):
+        raise ConfigError("a collective group names a GPU twice", hint=f"group: {list(group)}")
+    for gpu in gpus:
+        topo.node_of(gpu)  # raises for an unknown GPU
+    n = len(gpus)
+    b = _Builder(topo, params, algorithm, protocol)
+    base = params.base_latency_s["tree" if algorithm == "tree" else "ring"][protocol]
+    eff = params.protocol_efficiency[protocol]
+
+    def plan(steps: list[StepShape], channels: int, base_s: float = base) -> CollectivePlan:
+        return CollectivePlan(op, algorithm, protocol, n, channels, tuple(steps), base_s, eff)
+
+    if op == "p2p":
+        if peer is None:
+            raise ConfigError("a p2p transfer needs a peer")
+        route = b.route(gpus[0], peer, None)
+        streams: dict[LinkId, float] = {}
+        b.add(streams, route)
+        return plan([StepShape(streams, 1.0, b.hop_latency_s(route))], 1)
+    if n == 1:
+        return plan([], 1, 0.0)
+    if op == "alltoall":
+        return plan([_alltoall_step(b, gpus)], 1)
+    if op == "sendrecv":
+        streams = {}
+        latency = 0.0
+        ordered = sorted(gpus, key=topo.rank_of)
+        for i, src in enumerate(ordered):
+            route = b.route(src, ordered[(i + 1) % n], None)
+            b.add(streams, route)
+            latency = max(latency, b.hop_latency_s(route))
+        return plan([StepShape(streams, 1.0, latency)], 1)
+    if algorithm == "tree":
+        return _tree_plan(b, gpus, params, plan)
+    channels = ring_channels(topo, gpus, params.max_channels)
+    if op in ("broadcast", "reduce"):
+        return plan([_chain_step(b, channels, root or gpus[0], towards_root=op == "reduce")],
+                    len(channels))
+    passes = 2 if op == "all_reduce" else 1
+    steps_per_pass = n - 1
+    streams = {}
+    pass_latency = 0.0
+    for order, rails in channels:
+        hop_latencies = []
+        for i, src in enumerate(order):
+            route = b.route(src, order[(i + 1) % n], rails[i])
+            b.add(streams, route)
+            hop_latencies.append(b.hop_latency_s(route))
+        # One pass of the ring crosses every hop but the one back to where it started.
+        pass_latency = max(pass_latency, sum(hop_latencies) - max(hop_latencies))
+    step = StepShape(streams, 1.0 / (n * len(channels)), pass_latency / steps_per_pass,
+                     repeat=passes * steps_per_pass)
+    return plan([step], len(channels))
+
+
+def _chain_step(b: _Builder, channels: list[Channel], root: str, *,
+                towards_root: bool) -> StepShape:
+    """Broadcast (root first) or reduce (root last) pipelined along each ring as a chain."""
+    streams: dict[LinkId, float] = {}
+    latency = 0.0
+    for order, rails in channels:
+        if root not in order:
+            raise ConfigError(f"root {root} is not in the group")
+        start = order.index(root)
+        n = len(order)
+        hops = [((start + i) % n, (start + i + 1) % n) for i in range(n - 1)]
+        chain_latency = 0.0
+        for a, c in hops:
+            src, dst = (order[c], order[a]) if towards_root else (order[a], order[c])
+            # The rail of the hop between positions a and c serves either direction.
+            route = b.route(src, dst, rails[a])
+            b.add(streams, route)
+            chain_latency += b.hop_latency_s(route)
+        latency = max(latency, chain_latency)
+    return StepShape(streams, 1.0 / len(channels), latency)
+
+
+def _alltoall_step(b: _Builder, gpus: list[str]) -> StepShape:
+    """Every rank sends S/n to every other rank concurrently."""
+    streams: dict[LinkId, float] = {}
+    latency = 0.0
+    for src in gpus:
+        for dst in gpus:
+            if src != dst:
+                route = b.route(src, dst, None)
+                b.add(streams, route)
+                latency = max(latency, b.hop_latency_s(route))
+    return StepShape(streams, 1.0 / len(gpus), latency)
+
+
+def _tree_plan(b: _Builder, gpus: list[str], params: CommParams, plan) -> CollectivePlan:
+    """NCCL's double binary tree: chains inside nodes, two binary trees across nodes."""
+    topo = b.topo
+    per_node = _node_order(topo, gpus)
+    nodes = list(per_node)
+    streams: dict[LinkId, float] = {}
+    if len(nodes) == 1:
+        # One node: a chain, reduced up and broadcast down, pipelined.
+        chain = per_node[nodes[0]]
+        latency = 0.0
+        for up, down in zip(chain[1:], chain[:-1]):
+            for src, dst in ((up, down), (down, up)):
+                route = b.route(src, dst, None)
+                b.add(streams, route)
+                latency += b.hop_latency_s(route)
+        return plan([StepShape(streams, 1.0, latency)], 1)
+    channels = ring_channels(topo, gpus, params.max_channels)
+    num_trees = 2
+    depth_latency = 0.0
+    for order, rails in channels:
+        rail = next(r for r in rails if r is not None)
+        chains: list[list[str]] = []
+        for node in nodes:
+            chains.append([g for g in order if topo.node_of(g) == node])
+        intra = 0.0
+        for chain in chains:
+            chain_latency = 0.0
+            for up, down in zip(chain[1:], chain[:-1]):
+                for src, dst in ((up, down), (down, up)):
+                    route = b.route(src, dst, None)
+                    b.add(streams, route, num_trees)
+                    chain_latency += b.hop_latency_s(route) / 2
+            intra = max(intra, chain_latency)
+        inter = 0.0
+        for tree in range(num_trees):
+            # Tree 0: heap order over nodes; tree 1: the mirror, so that the leaves of one
+            # are the inner nodes of the other (every node's NIC is busy in both).
+            positions = list(range(len(nodes))) if tree == 0 else list(range(len(nodes)))[::-1]
+            depth = 0
+            hop = 0.0
+            for p in range(1, len(positions)):
+                child, parent = chains[positions[p]][0], chains[positions[(p - 1) // 2]][0]
+                for src, dst in ((child, parent), (parent, child)):
+                    route = b.route(src, dst, rail)
+                    b.add(streams, route)
+                    hop = max(hop, b.hop_latency_s(route))
+                depth = max(depth, (p + 1).bit_length() - 1)
+            inter = max(inter, depth * hop)
+        depth_latency = max(depth_latency, 2 * (intra + inter))
+    # Each tree carries half of the data, each channel its share of that.
+    fraction = 1.0 / (num_trees * len(channels))
+    return plan([StepShape(streams, fraction, depth_latency)], len(channels))

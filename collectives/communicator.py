@@ -1,0 +1,160 @@
+"""The communicator: runs collectives on a simulated cluster as flows.
+
+A :class:`Communicator` ties a :class:`~simcore.Simulation` to a
+:class:`~topology.Topology`: it registers every topology link in the flow network with its
+achievable capacity (nominal bandwidth × link efficiency), builds plans
+(:mod:`collectives.algorithms`) and caches them, resolves ``auto`` algorithm/protocol the
+way NCCL's tuner does — the candidate with the least predicted time for this size on
+this topology — and runs a call as one flow (``coflow``) or a flow per step (``step``).
+A call is a SimPy process whose value is a :class:`CollectiveRecord`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import simpy
+
+from collectives.algorithms import OPS, build_plan
+from collectives.params import ALGORITHMS, FIDELITIES, PROTOCOLS, CommParams
+from collectives.plan import CollectivePlan
+from simcore.errors import ConfigError, closest
+from simcore.simulation import Simulation
+from topology import Topology
+
+__all__ = ["CollectiveRecord", "Communicator"]
+
+LinkId = Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveRecord:
+    """One finished call: what ran, how, when (seconds)."""
+
+    op: str
+    algorithm: str
+    protocol: str
+    fidelity: str
+    num_ranks: int
+    channels: int
+    size_bytes: float
+    start_s: float
+    end_s: float
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+class Communicator:
+    """Collectives and point-to-point transfers of one simulation on one topology."""
+
+    def __init__(self, sim: Simulation, topology: Topology,
+                 params: CommParams | None = None) -> None:
+        self.sim = sim
+        self.topology = topology
+        self.params = params or CommParams()
+        self.capacity: dict[LinkId, float] = {}
+        network = sim.network
+        for link in topology.links():
+            capacity = link.bandwidth_bytes_per_s * self.params.efficiency_of(link.kind)
+            network.add_link(link.id, capacity)
+            self.capacity[link.id] = capacity
+        self._plans: dict[tuple[Any, ...], CollectivePlan] = {}
+
+    # ------------------------------------------------------------------ planning
+    def plan(self, op: str, group: Sequence[str], *, algorithm: str, protocol: str,
+             root: str | None = None, peer: str | None = None) -> CollectivePlan:
+        """The (cached) plan for a concrete algorithm and protocol."""
+        key = (op, tuple(group), algorithm, protocol, root, peer)
+        cached = self._plans.get(key)
+        if cached is None:
+            cached = build_plan(self.topology, group, op, algorithm=algorithm,
+                                protocol=protocol, params=self.params, root=root, peer=peer)
+            self._plans[key] = cached
+        return cached
+
+    def choose(self, op: str, group: Sequence[str], size_bytes: float, *,
+               algorithm: str | None = None, protocol: str | None = None,
+               root: str | None = None, peer: str | None = None) -> CollectivePlan:
+        """The plan to run: ``auto`` picks the least predicted uncontended time."""
+        algorithm = _check(algorithm or self.params.algorithm, ALGORITHMS, "algorithm")
+        protocol = _check(protocol or self.params.protocol, PROTOCOLS, "protocol")
+        if op not in OPS:
+            raise ConfigError(f"unknown collective {op!r}", hint=closest(op, OPS))
+        algorithms = [algorithm]
+        if algorithm == "auto":
+            algorithms = ["ring", "tree"] if op == "all_reduce" else ["ring"]
+        protocols = [protocol] if protocol != "auto" else ["ll", "ll128", "simple"]
+        best: tuple[float, CollectivePlan] | None = None
+        for algo in algorithms:
+            for proto in protocols:
+                candidate = self.plan(op, group, algorithm=algo, protocol=proto, root=root,
+                                      peer=peer)
+                time_s = candidate.uncontended_time_s(size_bytes, self.capacity)
+                if best is None or time_s < best[0]:
+                    best = (time_s, candidate)
+        assert best is not None  # algorithms and protocols are never empty
+        return best[1]
+
+    def estimate_s(self, op: str, group: Sequence[str], size_bytes: float,
+                   **choices: Any) -> float:
+        """Closed-form time of a call alone on the network (no simulation)."""
+        return self.choose(op, group, size_bytes, **choices).uncontended_time_s(
+            size_bytes, self.capacity)
+
+    # ------------------------------------------------------------------ running
+    def collective(self, op: str, group: Sequence[str], size_bytes: float, *,
+                   algorithm: str | None = None, protocol: str | None = None,
+                   fidelity: str | None = None, root: str | None = None,
+                   tag: Any = None) -> simpy.Process:
+        """Start a collective now; the process's value is its :class:`CollectiveRecord`.
+
+        ``size_bytes`` follows nccl-tests: the buffer each rank reduces for all_reduce,
+        the full gathered buffer for all_gather/reduce_scatter, each rank's send buffer
+        for alltoall, the message for broadcast/reduce/sendrecv.
+        """
+        fidelity = _check(fidelity or self.params.fidelity, FIDELITIES, "fidelity")
+        if not size_bytes >= 0:
+            raise ConfigError(f"size must be >= 0 bytes, got {size_bytes!r}")
+        plan = self.choose(op, group, size_bytes, algorithm=algorithm, protocol=protocol,
+                           root=root)
+        return self.sim.env.process(self._run(plan, float(size_bytes), fidelity, tag))
+
+    def send(self, src: str, dst: str, size_bytes: float, *, protocol: str | None = None,
+             fidelity: str | None = None, tag: Any = None) -> simpy.Process:
+        """Point-to-point transfer ``src`` → ``dst`` (pipeline activations, …)."""
+        fidelity = _check(fidelity or self.params.fidelity, FIDELITIES, "fidelity")
+        plan = self.choose("p2p", [src], size_bytes, algorithm="ring", protocol=protocol,
+                           peer=dst)
+        return self.sim.env.process(self._run(plan, float(size_bytes), fidelity, tag))
+
+    def _run(self, plan: CollectivePlan, size_bytes: float, fidelity: str,
+             tag: Any) -> Generator[simpy.Event, Any, CollectiveRecord]:
+        env = self.sim.env
+        network = self.sim.network
+        start = env.now
+        if fidelity == "coflow":
+            wire_bytes, weights = plan.coflow(size_bytes)
+            yield network.transfer(weights, wire_bytes, plan.latency_s, tag).done
+        else:
+            pending_latency = plan.base_latency_s
+            wire = size_bytes / plan.protocol_efficiency
+            for step in plan.steps:
+                for _ in range(step.repeat):
+                    flow = network.transfer(step.link_streams, step.fraction * wire,
+                                            step.latency_s + pending_latency, tag)
+                    pending_latency = 0.0
+                    yield flow.done
+            if pending_latency > 0:
+                yield env.timeout(pending_latency)
+        return CollectiveRecord(plan.op, plan.algorithm, plan.protocol, fidelity,
+                                plan.num_ranks, plan.channels, size_bytes, start, env.now)
+
+
+def _check(value: str, valid: tuple[str, ...], what: str) -> str:
+    if value not in valid:
+        raise ConfigError(f"unknown {what} {value!r}", key=what, hint=closest(value, valid))
+    return value

@@ -1,0 +1,236 @@
+"""Communication parameters: link efficiency, NCCL protocols and latencies, with sources.
+
+A collective's time on an uncontended network is ``latency + wire_bytes / rate`` where
+the rate comes from the links' capacities.  Three things separate that from the raw
+datasheet numbers, and each is a documented, overridable parameter here:
+
+* **link efficiency** — the fraction of a link's nominal rate that payload achieves
+  (packet headers, flow control, encoding not already in the nominal figure);
+* **protocol** — NCCL moves data with one of three protocols: ``ll`` (8-byte stores
+  carrying 4 bytes of data and a 4-byte flag: half the bandwidth, lowest latency),
+  ``ll128`` (128-byte lines with an 8-byte flag: 120/128 of the bandwidth) and
+  ``simple`` (bulk copies with fences: full bandwidth, highest latency);
+* **latency** — a per-call base latency plus a per-hop latency by transport (NVLink,
+  PCIe, network), from NCCL's own tuning model (``src/graph/tuning.cc``, tables
+  ``baseLat`` and ``hwLat``, NCCL 2.1x), to which the physical route latency of the
+  topology is added.
+
+With every efficiency 1, every protocol latency 0 and ``protocol: simple`` the result is
+the pure bandwidth formula plus the topology's link latencies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from simcore.errors import ConfigError, closest
+from simcore.units import parse_duration
+
+__all__ = [
+    "ALGORITHMS",
+    "FIDELITIES",
+    "PROTOCOLS",
+    "CommParams",
+    "comm_params_from_mapping",
+]
+
+ALGORITHMS = ("auto", "ring", "tree")
+FIDELITIES = ("coflow", "step")
+PROTOCOLS = ("auto", "ll", "ll128", "simple")
+
+# Payload fraction of each protocol's wire bytes (NCCL protocol definitions: LL packs 4 B of
+# data with a 4 B flag in every 8 B store; LL128 puts an 8 B flag in each 128 B line).
+_PROTOCOL_EFFICIENCY = {"ll": 0.5, "ll128": 120.0 / 128.0, "simple": 1.0}
+
+# NCCL tuning.cc (2.1x): baseLat for ring/tree and hwLat per transport, microseconds.
+_BASE_LATENCY_US = {
+    "ring": {"ll": 6.6, "ll128": 14.0, "simple": 8.4},
+    "tree": {"ll": 6.8, "ll128": 14.0, "simple": 8.4},
+}
+_HOP_LATENCY_US = {
+    "ring": {
+        "nvlink": {"ll": 0.6, "ll128": 1.9, "simple": 3.4},
+        "pcie": {"ll": 1.0, "ll128": 2.5, "simple": 5.7},
+        "net": {"ll": 2.7, "ll128": 4.0, "simple": 14.0},
+    },
+    "tree": {
+        "nvlink": {"ll": 0.6, "ll128": 1.25, "simple": 4.0},
+        "pcie": {"ll": 1.0, "ll128": 1.9, "simple": 6.0},
+        "net": {"ll": 5.0, "ll128": 8.5, "simple": 14.0},
+    },
+}
+
+# Achievable payload fraction of each link kind's nominal one-direction rate.
+#  nvlink  0.82: NVLink packets carry a 16 B header per <=256 B payload plus data-link
+#                flits; NVIDIA quotes ~370 GB/s ring bus bandwidth on H100's 450 GB/s NVLink4
+#                and ~235 GB/s on A100's 300 GB/s NVLink3 (0.78-0.82).
+#  pcie    0.86: a 256 B max-payload TLP carries ~24 B of TLP/DLL framing plus DLLP
+#                acknowledgements and flow-control credits (PCIe base spec; ~86 %).
+#  network 0.96: InfiniBand/RoCE at 4096 B MTU loses ~1-2 % to LRH/BTH/RETH/CRC headers and
+#                ~2 % to acknowledgements; ib_write_bw reaches ~24 GB/s on HDR (25 GB/s line).
+#  cpu     0.70: inter-socket links (xGMI/UPI) carry coherence traffic besides payload.
+_LINK_EFFICIENCY = {"nvlink": 0.82, "pcie": 0.86, "network": 0.96, "cpu": 0.70}
+
+
+def _default_link_efficiency() -> dict[str, float]:
+    return dict(_LINK_EFFICIENCY)
+
+
+def _default_protocol_efficiency() -> dict[str, float]:
+    return dict(_PROTOCOL_EFFICIENCY)
+
+
+def _default_base_latency() -> dict[str, dict[str, float]]:
+    return {a: {p: us * 1e-6 for p, us in row.items()} for a, row in _BASE_LATENCY_US.items()}
+
+
+def _default_hop_latency() -> dict[str, dict[str, dict[str, float]]]:
+    return {
+        a: {t: {p: us * 1e-6 for p, us in row.items()} for t, row in by_transport.items()}
+        for a, by_transport in _HOP_LATENCY_US.items()
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class CommParams:
+    """How collectives run: algorithm, protocol, fidelity, efficiencies and latencies (SI).
+
+    ``base_latency_s[algorithm][protocol]`` is paid once per call;
+    ``hop_latency_s[algorithm][transport][protocol]`` once per algorithm step over a hop of
+    that transport (``nvlink``, ``pcie``, ``net``).
+    """
+
+    algorithm: str = "auto"
+    protocol: str = "auto"
+    fidelity: str = "coflow"
+    max_channels: int = 0  # 0 = as many as the topology offers (one per NIC rail)
+    link_efficiency: dict[str, float] = field(default_factory=_default_link_efficiency)
+    protocol_efficiency: dict[str, float] = field(default_factory=_default_protocol_efficiency)
+    base_latency_s: dict[str, dict[str, float]] = field(default_factory=_default_base_latency)
+    hop_latency_s: dict[str, dict[str, dict[str, float]]] = field(
+        default_factory=_default_hop_latency)
+
+    def efficiency_of(self, link_kind: str) -> float:
+        """Payload fraction of a link kind (1.0 for kinds not listed)."""
+        return self.link_efficiency.get(link_kind, 1.0)
+
+    def ideal(self) -> CommParams:
+        """These parameters with every efficiency 1 and every protocol latency 0."""
+        return replace(
+            self,
+            link_efficiency={k: 1.0 for k in self.link_efficiency},
+            protocol_efficiency={k: 1.0 for k in self.protocol_efficiency},
+            base_latency_s={a: dict.fromkeys(r, 0.0) for a, r in self.base_latency_s.items()},
+            hop_latency_s={a: {t: dict.fromkeys(r, 0.0) for t, r in by_t.items()}
+                           for a, by_t in self.hop_latency_s.items()},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready resolved form (times in seconds)."""
+        return {
+            "algorithm": self.algorithm,
+            "protocol": self.protocol,
+            "fidelity": self.fidelity,
+            "max_channels": self.max_channels,
+            "link_efficiency": dict(self.link_efficiency),
+            "protocol_efficiency": dict(self.protocol_efficiency),
+            "base_latency_s": {a: dict(r) for a, r in self.base_latency_s.items()},
+            "hop_latency_s": {a: {t: dict(r) for t, r in b.items()}
+                              for a, b in self.hop_latency_s.items()},
+        }
+
+
+def _choice(value: Any, valid: tuple[str, ...], key: str, source: str | None) -> str:
+    text = str(value).lower()
+    if text not in valid:
+        raise ConfigError(f"{value!r} is not a valid choice", key=key, source=source,
+                          hint=closest(text, valid))
+    return text
+
+
+def _fraction(value: Any, key: str, source: str | None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ConfigError(f"must be a number in (0, 1], got {value!r}", key=key, source=source)
+    return float(value)
+
+
+def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | None = None,
+                             prefix: str = "comm") -> CommParams:
+    """Build :class:`CommParams` from a YAML-style mapping, validating every key.
+
+    Keys: ``algorithm``, ``protocol``, ``fidelity``, ``max_channels``,
+    ``link_efficiency: {nvlink, pcie, network, cpu}``, ``protocol_efficiency: {ll, ll128,
+    simple}``, ``base_latency: {ring|tree: {ll|ll128|simple: "8.4 us"}}``,
+    ``hop_latency: {ring|tree: {nvlink|pcie|net: {ll|ll128|simple: "3.4 us"}}}``.
+    """
+    params = CommParams()
+    if not data:
+        return params
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"must be a mapping, got {type(data).__name__}", key=prefix,
+                          source=source)
+    valid = ("algorithm", "protocol", "fidelity", "max_channels", "link_efficiency",
+             "protocol_efficiency", "base_latency", "hop_latency")
+    changes: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}.{key}"
+        if key == "algorithm":
+            changes["algorithm"] = _choice(value, ALGORITHMS, path, source)
+        elif key == "protocol":
+            changes["protocol"] = _choice(value, PROTOCOLS, path, source)
+        elif key == "fidelity":
+            changes["fidelity"] = _choice(value, FIDELITIES, path, source)
+        elif key == "max_channels":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"must be a whole number >= 0, got {value!r}", key=path,
+                                  source=source)
+            changes["max_channels"] = value
+        elif key in ("link_efficiency", "protocol_efficiency"):
+            table = dict(getattr(params, key))
+            for name, fraction in _mapping(value, path, source).items():
+                if name not in table:
+                    raise ConfigError("unknown entry", key=f"{path}.{name}", source=source,
+                                      hint=closest(name, table))
+                table[name] = _fraction(fraction, f"{path}.{name}", source)
+            changes[key] = table
+        elif key == "base_latency":
+            table = {a: dict(r) for a, r in params.base_latency_s.items()}
+            for algo, row in _mapping(value, path, source).items():
+                if algo not in table:
+                    raise ConfigError("unknown algorithm", key=f"{path}.{algo}",
+                                      source=source, hint=closest(algo, table))
+                _update_row(table[algo], row, f"{path}.{algo}", source)
+            changes["base_latency_s"] = table
+        elif key == "hop_latency":
+            nested = {a: {t: dict(r) for t, r in b.items()}
+                      for a, b in params.hop_latency_s.items()}
+            for algo, by_transport in _mapping(value, path, source).items():
+                if algo not in nested:
+                    raise ConfigError("unknown algorithm", key=f"{path}.{algo}",
+                                      source=source, hint=closest(algo, nested))
+                for transport, row in _mapping(by_transport, f"{path}.{algo}", source).items():
+                    if transport not in nested[algo]:
+                        raise ConfigError("unknown transport", key=f"{path}.{algo}.{transport}",
+                                          source=source, hint=closest(transport, nested[algo]))
+                    _update_row(nested[algo][transport], row, f"{path}.{algo}.{transport}",
+                                source)
+            changes["hop_latency_s"] = nested
+        else:
+            raise ConfigError("unknown key", key=path, source=source, hint=closest(key, valid))
+    return replace(params, **changes)
+
+
+def _mapping(value: Any, key: str, source: str | None) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"must be a mapping, got {value!r}", key=key, source=source)
+    return value
+
+
+def _update_row(row: dict[str, float], values: Any, key: str, source: str | None) -> None:
+    for protocol, latency in _mapping(values, key, source).items():
+        if protocol not in row:
+            raise ConfigError("unknown protocol", key=f"{key}.{protocol}", source=source,
+                              hint=closest(protocol, row))
+        row[protocol] = parse_duration(latency, key=f"{key}.{protocol}", source=source)

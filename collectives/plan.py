@@ -1,0 +1,85 @@
+"""A collective's plan: which links carry how many byte-streams, step by step.
+
+An algorithm (ring, tree, …) turns a collective call into *steps*.  In one step several
+*streams* run at once, each moving the same number of bytes — a fixed fraction of the
+call's size — over one route; a link crossed by ``k`` streams of a step has multiplicity
+``k``.  A plan does not depend on the size, so one plan serves a whole size sweep.
+
+The two fidelities of DESIGN.md read the same plan:
+
+* ``coflow`` — one flow for the whole call: size ``Σ_k repeat_k·fraction_k·S`` and on
+  each link the stream count weighted by the bytes each step puts there, so that the flow
+  moves exactly the plan's bytes over every link; latency is the sum of the steps';
+* ``step`` — one flow per step, in sequence, each holding that step's links.
+
+On an uncontended network both take ``base + Σ_k repeat_k·(latency_k +
+fraction_k·S/e · max_l mult_lk/capacity_l)``; for a ring every step uses the same links, so
+the two agree exactly.  Bytes on the wire are the payload divided by the protocol
+efficiency ``e``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+
+__all__ = ["CollectivePlan", "StepShape"]
+
+LinkId = Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class StepShape:
+    """``repeat`` identical steps; each moves ``fraction``·S bytes per stream.
+
+    ``link_streams`` maps a link to the number of streams of the step that cross it;
+    ``latency_s`` is paid once per step (hop latency of the protocol plus route latency).
+    """
+
+    link_streams: Mapping[LinkId, float]
+    fraction: float
+    latency_s: float
+    repeat: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class CollectivePlan:
+    """How one collective call moves its bytes; independent of the size."""
+
+    op: str
+    algorithm: str
+    protocol: str
+    num_ranks: int
+    channels: int
+    steps: tuple[StepShape, ...]
+    base_latency_s: float
+    protocol_efficiency: float
+
+    @property
+    def latency_s(self) -> float:
+        """Total latency of a call: base plus every step's latency."""
+        return self.base_latency_s + sum(s.repeat * s.latency_s for s in self.steps)
+
+    def coflow(self, size_bytes: float) -> tuple[float, dict[LinkId, float]]:
+        """Wire bytes per stream and link multiplicities of the single-flow form."""
+        wire = size_bytes / self.protocol_efficiency
+        total_fraction = sum(s.repeat * s.fraction for s in self.steps)
+        if total_fraction == 0:
+            return 0.0, {}
+        weights: dict[LinkId, float] = {}
+        for step in self.steps:
+            share = step.repeat * step.fraction / total_fraction
+            for link, streams in step.link_streams.items():
+                weights[link] = weights.get(link, 0.0) + streams * share
+        return total_fraction * wire, weights
+
+    def uncontended_time_s(self, size_bytes: float,
+                           capacity: Mapping[LinkId, float]) -> float:
+        """Closed-form time of the call alone on the network (capacities in bytes/s)."""
+        wire = size_bytes / self.protocol_efficiency
+        total = self.base_latency_s
+        for step in self.steps:
+            slowest = max((streams / capacity[link]
+                           for link, streams in step.link_streams.items()), default=0.0)
+            total += step.repeat * (step.latency_s + step.fraction * wire * slowest)
+        return total

@@ -1,0 +1,1 @@
+"""scenarios — the top of the stack: scenario files, runs, reports, the ``distsim`` CLI."""

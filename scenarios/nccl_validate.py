@@ -1,0 +1,133 @@
+"""Measured vs predicted: a real nccl-tests log held against the simulated cluster.
+
+For every size in the log the same collective is simulated on the described cluster;
+the report gives measured and predicted time and bus bandwidth and the signed error of
+the predicted time, ``100·(predicted − measured)/measured`` (positive = the simulator is
+slow).  Two medians summarise it: over bandwidth-bound sizes (≥ 64 MiB) and over
+latency-bound sizes (≤ 64 KiB), where different parts of the model are at work.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from collectives import CommParams
+from scenarios.nccl_log import NcclLog
+from scenarios.nccl_tests import BENCH_OPS, bus_factor, run_benchmark
+from simcore.errors import ConfigError, closest
+from topology import Topology
+
+__all__ = [
+    "LARGE_MIN_BYTES",
+    "SMALL_MAX_BYTES",
+    "NcclComparison",
+    "NcclValidation",
+    "format_validation",
+    "validate_nccl_log",
+]
+
+LARGE_MIN_BYTES = 64 * 2**20
+SMALL_MAX_BYTES = 64 * 2**10
+
+
+@dataclass(frozen=True, slots=True)
+class NcclComparison:
+    """One size: measured and predicted time (s) and bus bandwidth (B/s)."""
+
+    size_bytes: int
+    measured_time_s: float
+    predicted_time_s: float
+    measured_busbw_bytes_per_s: float
+    predicted_busbw_bytes_per_s: float
+    error_pct: float
+    algorithm: str
+    protocol: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class NcclValidation:
+    """A whole log compared; medians of |error| in percent (None when no size qualifies)."""
+
+    source: str
+    op: str
+    num_ranks: int
+    rows: tuple[NcclComparison, ...]
+    median_abs_error_large_pct: float | None
+    median_abs_error_small_pct: float | None
+    median_abs_error_all_pct: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["rows"] = [asdict(r) for r in self.rows]
+        return data
+
+
+def _median_abs(values: list[float]) -> float | None:
+    return statistics.median(abs(v) for v in values) if values else None
+
+
+def validate_nccl_log(log: NcclLog, topology: Topology, *, op: str | None = None,
+                      params: CommParams | None = None) -> NcclValidation:
+    """Simulate every size of ``log`` on ``topology`` and compare.
+
+    ``op`` defaults to the operation the log names; the log's rank count, when it states
+    one, must equal the cluster's GPU count.
+    """
+    chosen = op or log.op or "all_reduce"
+    if chosen not in BENCH_OPS:
+        raise ConfigError(f"unknown nccl-tests operation {chosen!r}", key="--op",
+                          hint=closest(chosen, BENCH_OPS))
+    if log.op and op and log.op != op:
+        raise ConfigError(f"the log measured {log.op}, not {op}", source=log.source,
+                          hint=f"drop --op or pass --op {log.op}")
+    num_gpus = len(topology.gpus)
+    if log.num_ranks is not None and log.num_ranks != num_gpus:
+        raise ConfigError(
+            f"the log ran on {log.num_ranks} ranks but the cluster has {num_gpus} GPUs",
+            source=log.source, hint="choose --nodes so that the GPU counts match")
+    if not log.rows:
+        raise ConfigError("the log has no rows to compare", source=log.source)
+    dtype = log.rows[0].dtype
+    predicted = run_benchmark(topology, chosen, [r.size_bytes for r in log.rows],
+                              params=params, dtype=dtype)
+    factor = bus_factor(chosen, num_gpus)
+    rows = []
+    for measured, sim in zip(log.rows, predicted, strict=True):
+        error = 100.0 * (sim.time_s - measured.time_s) / measured.time_s
+        measured_busbw = measured.size_bytes / measured.time_s * factor
+        rows.append(NcclComparison(measured.size_bytes, measured.time_s, sim.time_s,
+                                   measured_busbw, sim.busbw_bytes_per_s, error,
+                                   sim.algorithm, sim.protocol, measured.line))
+    large = [r.error_pct for r in rows if r.size_bytes >= LARGE_MIN_BYTES]
+    small = [r.error_pct for r in rows if r.size_bytes <= SMALL_MAX_BYTES]
+    return NcclValidation(log.source, chosen, num_gpus, tuple(rows), _median_abs(large),
+                          _median_abs(small), _median_abs([r.error_pct for r in rows]))
+
+
+def format_validation(report: NcclValidation) -> str:
+    """A terminal table: measured vs predicted per size, then the medians."""
+    lines = [
+        f"# {report.source}: {report.op} on {report.num_ranks} GPUs — measured vs distsim",
+        f"#{'size (B)':>12} {'meas (us)':>10} {'pred (us)':>10} {'err %':>7} "
+        f"{'meas busbw':>10} {'pred busbw':>10}  algo/proto",
+    ]
+    for r in report.rows:
+        lines.append(
+            f" {r.size_bytes:>12} {r.measured_time_s * 1e6:>10.2f} "
+            f"{r.predicted_time_s * 1e6:>10.2f} {r.error_pct:>+7.1f} "
+            f"{r.measured_busbw_bytes_per_s / 1e9:>10.2f} "
+            f"{r.predicted_busbw_bytes_per_s / 1e9:>10.2f}  {r.algorithm}/{r.protocol}")
+
+    def pct(value: float | None) -> str:
+        return "n/a (no such sizes)" if value is None else f"{value:.1f} %"
+
+    lines.append(f"# median |error|, sizes >= 64 MiB (bandwidth-bound): "
+                 f"{pct(report.median_abs_error_large_pct)}")
+    lines.append(f"# median |error|, sizes <= 64 KiB (latency-bound):   "
+                 f"{pct(report.median_abs_error_small_pct)}")
+    lines.append(f"# median |error|, all sizes:                         "
+                 f"{pct(report.median_abs_error_all_pct)}")
+    return "\n".join(lines) + "\n"
