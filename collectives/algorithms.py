@@ -182,8 +182,11 @@ def build_plan(
     base = params.base_latency_s["tree" if algorithm == "tree" else "ring"][protocol]
     eff = params.protocol_efficiency[protocol]
 
+    chunk = params.chunk_bytes[protocol]
+
     def plan(steps: list[StepShape], channels: int, base_s: float = base) -> CollectivePlan:
-        return CollectivePlan(op, algorithm, protocol, n, channels, tuple(steps), base_s, eff)
+        return CollectivePlan(op, algorithm, protocol, n, channels, tuple(steps), base_s, eff,
+                              chunk)
 
     if op == "p2p":
         if peer is None:
@@ -247,7 +250,8 @@ def _chain_step(b: _Builder, channels: list[Channel], root: str, *,
             b.add(streams, route)
             chain_latency += b.hop_latency_s(route)
         latency = max(latency, chain_latency)
-    return StepShape(streams, 1.0 / len(channels), latency)
+    hops = len(channels[0][0]) - 1
+    return StepShape(streams, 1.0 / len(channels), latency, pipeline_hops=max(hops - 1, 0))
 
 
 def _alltoall_step(b: _Builder, gpus: list[str]) -> StepShape:
@@ -278,10 +282,13 @@ def _tree_plan(b: _Builder, gpus: list[str], params: CommParams, plan) -> Collec
                 route = b.route(src, dst, None)
                 b.add(streams, route)
                 latency += b.hop_latency_s(route)
-        return plan([StepShape(streams, 1.0, latency)], 1)
+        # A chunk goes up the chain and back down: 2(n-1) hops, the first one paid by S.
+        return plan([StepShape(streams, 1.0, latency,
+                               pipeline_hops=max(2 * (len(chain) - 1) - 1, 0))], 1)
     channels = ring_channels(topo, gpus, params.max_channels)
     num_trees = 2
     depth_latency = 0.0
+    path_hops = 0
     for order, rails in channels:
         rail = next(r for r in rails if r is not None)
         chains: list[list[str]] = []
@@ -311,7 +318,11 @@ def _tree_plan(b: _Builder, gpus: list[str], params: CommParams, plan) -> Collec
                     hop = max(hop, b.hop_latency_s(route))
                 depth = max(depth, (p + 1).bit_length() - 1)
             inter = max(inter, depth * hop)
+            # A chunk climbs a chain and the tree, then comes back down.
+            longest_chain = max(len(chain) - 1 for chain in chains)
+            path_hops = max(path_hops, 2 * (longest_chain + depth))
         depth_latency = max(depth_latency, 2 * (intra + inter))
     # Each tree carries half of the data, each channel its share of that.
     fraction = 1.0 / (num_trees * len(channels))
-    return plan([StepShape(streams, fraction, depth_latency)], len(channels))
+    return plan([StepShape(streams, fraction, depth_latency,
+                           pipeline_hops=max(path_hops - 1, 0))], len(channels))

@@ -143,8 +143,9 @@ class Communicator:
             pending_latency = plan.base_latency_s
             wire = size_bytes / plan.protocol_efficiency
             for step in plan.steps:
+                step_bytes = step.stream_bytes(wire, plan.chunk_bytes)
                 for _ in range(step.repeat):
-                    flow = network.transfer(step.link_streams, step.fraction * wire,
+                    flow = network.transfer(step.link_streams, step_bytes,
                                             step.latency_s + pending_latency, tag)
                     pending_latency = 0.0
                     yield flow.done

@@ -15,8 +15,14 @@ datasheet numbers, and each is a documented, overridable parameter here:
   ``baseLat`` and ``hwLat``, NCCL 2.1x), to which the physical route latency of the
   topology is added.
 
-With every efficiency 1, every protocol latency 0 and ``protocol: simple`` the result is
-the pure bandwidth formula plus the topology's link latencies.
+* **chunk** — pipelined algorithms (tree, the broadcast/reduce chain) move a stream in
+  chunks of one FIFO step: NCCL's default buffers (``NCCL_BUFFSIZE`` 4 MiB for Simple,
+  ``NCCL_STEPS`` = 8 slots) give 512 KiB for Simple, 32 KiB of data per LL step (512 KiB
+  of 16-byte lines, half flags) and ~576 KiB for LL128 (8 slots of 120·640 8-byte
+  elements, 120/128 data).  The pipeline's fill costs one chunk per extra hop.
+
+With every efficiency 1, every protocol latency and chunk 0 and ``protocol: simple`` the
+result is the pure bandwidth formula plus the topology's link latencies.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from simcore.errors import ConfigError, closest
-from simcore.units import parse_duration
+from simcore.units import parse_duration, parse_size
 
 __all__ = [
     "ALGORITHMS",
@@ -43,6 +49,9 @@ PROTOCOLS = ("auto", "ll", "ll128", "simple")
 # Payload fraction of each protocol's wire bytes (NCCL protocol definitions: LL packs 4 B of
 # data with a 4 B flag in every 8 B store; LL128 puts an 8 B flag in each 128 B line).
 _PROTOCOL_EFFICIENCY = {"ll": 0.5, "ll128": 120.0 / 128.0, "simple": 1.0}
+
+# Data bytes per FIFO step of each protocol with NCCL's default buffer sizes (see above).
+_CHUNK_BYTES = {"ll": 32 * 2.0**10, "ll128": 576 * 2.0**10, "simple": 512 * 2.0**10}
 
 # NCCL tuning.cc (2.1x): baseLat for ring/tree and hwLat per transport, microseconds.
 _BASE_LATENCY_US = {
@@ -82,6 +91,10 @@ def _default_protocol_efficiency() -> dict[str, float]:
     return dict(_PROTOCOL_EFFICIENCY)
 
 
+def _default_chunk_bytes() -> dict[str, float]:
+    return dict(_CHUNK_BYTES)
+
+
 def _default_base_latency() -> dict[str, dict[str, float]]:
     return {a: {p: us * 1e-6 for p, us in row.items()} for a, row in _BASE_LATENCY_US.items()}
 
@@ -108,6 +121,7 @@ class CommParams:
     max_channels: int = 0  # 0 = as many as the topology offers (one per NIC rail)
     link_efficiency: dict[str, float] = field(default_factory=_default_link_efficiency)
     protocol_efficiency: dict[str, float] = field(default_factory=_default_protocol_efficiency)
+    chunk_bytes: dict[str, float] = field(default_factory=_default_chunk_bytes)
     base_latency_s: dict[str, dict[str, float]] = field(default_factory=_default_base_latency)
     hop_latency_s: dict[str, dict[str, dict[str, float]]] = field(
         default_factory=_default_hop_latency)
@@ -122,6 +136,7 @@ class CommParams:
             self,
             link_efficiency={k: 1.0 for k in self.link_efficiency},
             protocol_efficiency={k: 1.0 for k in self.protocol_efficiency},
+            chunk_bytes=dict.fromkeys(self.chunk_bytes, 0.0),
             base_latency_s={a: dict.fromkeys(r, 0.0) for a, r in self.base_latency_s.items()},
             hop_latency_s={a: {t: dict.fromkeys(r, 0.0) for t, r in by_t.items()}
                            for a, by_t in self.hop_latency_s.items()},
@@ -136,6 +151,7 @@ class CommParams:
             "max_channels": self.max_channels,
             "link_efficiency": dict(self.link_efficiency),
             "protocol_efficiency": dict(self.protocol_efficiency),
+            "chunk_bytes": dict(self.chunk_bytes),
             "base_latency_s": {a: dict(r) for a, r in self.base_latency_s.items()},
             "hop_latency_s": {a: {t: dict(r) for t, r in b.items()}
                               for a, b in self.hop_latency_s.items()},
@@ -161,8 +177,9 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
     """Build :class:`CommParams` from a YAML-style mapping, validating every key.
 
     Keys: ``algorithm``, ``protocol``, ``fidelity``, ``max_channels``,
-    ``link_efficiency: {nvlink, pcie, network, cpu}``, ``protocol_efficiency: {ll, ll128,
-    simple}``, ``base_latency: {ring|tree: {ll|ll128|simple: "8.4 us"}}``,
+    ``link_efficiency: {nvlink, pcie, network, cpu}``,
+    ``protocol_efficiency: {ll, ll128, simple}``, ``chunk_bytes: {ll, ll128, simple}``,
+    ``base_latency: {ring|tree: {ll|ll128|simple: "8.4 us"}}``,
     ``hop_latency: {ring|tree: {nvlink|pcie|net: {ll|ll128|simple: "3.4 us"}}}``.
     """
     params = CommParams()
@@ -172,7 +189,7 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
         raise ConfigError(f"must be a mapping, got {type(data).__name__}", key=prefix,
                           source=source)
     valid = ("algorithm", "protocol", "fidelity", "max_channels", "link_efficiency",
-             "protocol_efficiency", "base_latency", "hop_latency")
+             "protocol_efficiency", "chunk_bytes", "base_latency", "hop_latency")
     changes: dict[str, Any] = {}
     for key, value in data.items():
         path = f"{prefix}.{key}"
@@ -195,6 +212,14 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
                                       hint=closest(name, table))
                 table[name] = _fraction(fraction, f"{path}.{name}", source)
             changes[key] = table
+        elif key == "chunk_bytes":
+            table = dict(params.chunk_bytes)
+            for name, size in _mapping(value, path, source).items():
+                if name not in table:
+                    raise ConfigError("unknown protocol", key=f"{path}.{name}", source=source,
+                                      hint=closest(name, table))
+                table[name] = parse_size(size, key=f"{path}.{name}", source=source)
+            changes["chunk_bytes"] = table
         elif key == "base_latency":
             table = {a: dict(r) for a, r in params.base_latency_s.items()}
             for algo, row in _mapping(value, path, source).items():

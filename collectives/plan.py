@@ -13,9 +13,14 @@ The two fidelities of DESIGN.md read the same plan:
 * ``step`` — one flow per step, in sequence, each holding that step's links.
 
 On an uncontended network both take ``base + Σ_k repeat_k·(latency_k +
-fraction_k·S/e · max_l mult_lk/capacity_l)``; for a ring every step uses the same links, so
-the two agree exactly.  Bytes on the wire are the payload divided by the protocol
-efficiency ``e``.
+b_k · max_l mult_lk/capacity_l)``; for a ring every step uses the same links, so the two
+agree exactly.  Bytes on the wire are the payload divided by the protocol efficiency
+``e``.
+
+Pipelines (trees, chains) cut a stream into chunks that follow each other hop by hop: the
+last chunk still has ``pipeline_hops`` hops to cross after the first one arrived, so a
+stream costs ``b_k = fraction_k·S/e + pipeline_hops_k · min(chunk, fraction_k·S/e)``
+bytes of time — the pipeline's fill and drain.
 """
 
 from __future__ import annotations
@@ -40,6 +45,12 @@ class StepShape:
     fraction: float
     latency_s: float
     repeat: int = 1
+    pipeline_hops: int = 0
+
+    def stream_bytes(self, wire_bytes: float, chunk_bytes: float) -> float:
+        """Bytes-worth of time one stream of this step takes for a call of ``wire_bytes``."""
+        share = self.fraction * wire_bytes
+        return share + self.pipeline_hops * min(chunk_bytes, share)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +65,7 @@ class CollectivePlan:
     steps: tuple[StepShape, ...]
     base_latency_s: float
     protocol_efficiency: float
+    chunk_bytes: float = 0.0
 
     @property
     def latency_s(self) -> float:
@@ -63,15 +75,16 @@ class CollectivePlan:
     def coflow(self, size_bytes: float) -> tuple[float, dict[LinkId, float]]:
         """Wire bytes per stream and link multiplicities of the single-flow form."""
         wire = size_bytes / self.protocol_efficiency
-        total_fraction = sum(s.repeat * s.fraction for s in self.steps)
-        if total_fraction == 0:
+        per_step = [s.repeat * s.stream_bytes(wire, self.chunk_bytes) for s in self.steps]
+        total = sum(per_step)
+        if total == 0:
             return 0.0, {}
         weights: dict[LinkId, float] = {}
-        for step in self.steps:
-            share = step.repeat * step.fraction / total_fraction
+        for step, step_bytes in zip(self.steps, per_step):
+            share = step_bytes / total
             for link, streams in step.link_streams.items():
                 weights[link] = weights.get(link, 0.0) + streams * share
-        return total_fraction * wire, weights
+        return total, weights
 
     def uncontended_time_s(self, size_bytes: float,
                            capacity: Mapping[LinkId, float]) -> float:
@@ -81,5 +94,6 @@ class CollectivePlan:
         for step in self.steps:
             slowest = max((streams / capacity[link]
                            for link, streams in step.link_streams.items()), default=0.0)
-            total += step.repeat * (step.latency_s + step.fraction * wire * slowest)
+            total += step.repeat * (step.latency_s
+                                    + step.stream_bytes(wire, self.chunk_bytes) * slowest)
         return total

@@ -88,7 +88,7 @@ def _cmd_nccl_tests(args: argparse.Namespace) -> int:
 def _cmd_validate_nccl(args: argparse.Namespace) -> int:
     log = parse_nccl_log(args.log)
     topology, params = _cluster_and_params(args)
-    report = validate_nccl_log(log, topology, op=args.op, params=params)
+    report = validate_nccl_log(log, topology, op=args.op, params=params, run=args.run)
     if args.json:
         data = report.to_dict()
         data["cluster"] = topology.config
@@ -128,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_options(nccl)
     nccl.add_argument("--op", choices=tuple(BENCH_OPS), default=None,
                       help="the operation (default: as the log says, else all_reduce)")
+    nccl.add_argument("--run", type=int, default=None, metavar="K",
+                      help="for a log holding several runs: compare run K (1-based)")
     nccl.set_defaults(handler=_cmd_validate_nccl)
     return parser
 

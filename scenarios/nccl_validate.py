@@ -25,6 +25,7 @@ __all__ = [
     "NcclComparison",
     "NcclValidation",
     "format_validation",
+    "select_run",
     "validate_nccl_log",
 ]
 
@@ -69,13 +70,42 @@ def _median_abs(values: list[float]) -> float | None:
     return statistics.median(abs(v) for v in values) if values else None
 
 
+def select_run(log: NcclLog, num_gpus: int, run: int | None = None) -> NcclLog:
+    """The run of a (possibly multi-run) log to compare with a cluster of ``num_gpus``.
+
+    ``run`` (1-based) picks one explicitly; otherwise a single-run log is its own run and
+    a multi-run log must have exactly one run on ``num_gpus`` ranks.
+    """
+    runs = log.sections or (log,)
+    if run is not None:
+        if not 1 <= run <= len(runs):
+            raise ConfigError(f"the log holds {len(runs)} run(s), there is no run {run}",
+                              key="--run", source=log.source,
+                              hint=f"choose 1 to {len(runs)}")
+        return runs[run - 1]
+    if len(runs) == 1:
+        return runs[0]
+    matching = [i for i, r in enumerate(runs, 1) if r.num_ranks == num_gpus]
+    if len(matching) == 1:
+        return runs[matching[0] - 1]
+    described = ", ".join(f"run {i}: {r.num_ranks or '?'} ranks, {len(r.rows)} rows"
+                          for i, r in enumerate(runs, 1))
+    raise ConfigError(f"the log holds {len(runs)} runs ({described}) and "
+                      f"{len(matching) or 'none'} of them ran on {num_gpus} ranks",
+                      source=log.source, hint="pick one with --run N, or set --nodes so "
+                      "that the cluster's GPU count matches one run")
+
+
 def validate_nccl_log(log: NcclLog, topology: Topology, *, op: str | None = None,
-                      params: CommParams | None = None) -> NcclValidation:
+                      params: CommParams | None = None,
+                      run: int | None = None) -> NcclValidation:
     """Simulate every size of ``log`` on ``topology`` and compare.
 
     ``op`` defaults to the operation the log names; the log's rank count, when it states
-    one, must equal the cluster's GPU count.
+    one, must equal the cluster's GPU count.  A log with several runs is narrowed to one
+    by :func:`select_run`.
     """
+    log = select_run(log, len(topology.gpus), run)
     chosen = op or log.op or "all_reduce"
     if chosen not in BENCH_OPS:
         raise ConfigError(f"unknown nccl-tests operation {chosen!r}", key="--op",

@@ -165,3 +165,21 @@ def test_bytes_are_conserved_on_every_ring_link():
     assert len(uplinks) == n
     for link in uplinks:
         assert sim.network.link_bytes(link.id) == pytest.approx(per_hop)
+
+
+def test_pipelined_chain_pays_one_chunk_per_extra_hop():
+    n, size, chunk = 8, 2**30, 2.0**20
+    base = ideal()
+    params = replace(base, chunk_bytes={**base.chunk_bytes, "simple": chunk})
+    record = run_one(switch(n), "broadcast", size, params=params)
+    # The last chunk leaves the root after S/B and still has n-2 hops to cross.
+    assert record.duration_s == pytest.approx(size / B + (n - 2) * chunk / B
+                                              + (n - 1) * ALPHA)
+
+
+def test_chunk_larger_than_the_stream_costs_the_stream_per_hop():
+    n, size, chunk = 4, 2.0**10, 2.0**20
+    base = ideal()
+    params = replace(base, chunk_bytes={**base.chunk_bytes, "simple": chunk})
+    record = run_one(switch(n), "broadcast", size, params=params)
+    assert record.duration_s == pytest.approx((n - 1) * size / B + (n - 1) * ALPHA)

@@ -4,10 +4,10 @@ that any row printed the way nccl-tests prints it reads back."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from conftest import shared_data_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,20 +18,8 @@ GIB = 2**30
 MIB = 2**20
 
 
-def _shared_data() -> Path | None:
-    """shared/data beside the repository, else $DISTSIM_SHARED_DATA, else None."""
-    here = Path(__file__).resolve()
-    candidates = [here.parents[3] / "shared" / "data"] if len(here.parents) > 3 else []
-    if os.environ.get("DISTSIM_SHARED_DATA"):
-        candidates.append(Path(os.environ["DISTSIM_SHARED_DATA"]))
-    for candidate in candidates:
-        if (candidate / "nccl").is_dir():
-            return candidate
-    return None
-
-
 def _corpus(name: str) -> Path:
-    data = _shared_data()
+    data = shared_data_dir()
     if data is None:
         pytest.skip("shared/data is not present (set DISTSIM_SHARED_DATA to point at it)")
     return data / "nccl" / name
