@@ -19,8 +19,9 @@ import simpy
 
 from collectives.algorithms import OPS, build_plan
 from collectives.params import ALGORITHMS, FIDELITIES, PROTOCOLS, CommParams
-from collectives.plan import CollectivePlan
+from collectives.plan import CollectivePlan, StepShape
 from simcore.errors import ConfigError, closest
+from simcore.network import LinkSet
 from simcore.simulation import Simulation
 from topology import Topology
 
@@ -63,6 +64,9 @@ class Communicator:
             network.add_link(link.id, capacity)
             self.capacity[link.id] = capacity
         self._plans: dict[tuple[Any, ...], CollectivePlan] = {}
+        # Network link sets of plan steps, resolved once (keyed by the step object, which
+        # the plan cache keeps alive).
+        self._link_sets: dict[int, tuple[StepShape, LinkSet]] = {}
 
     # ------------------------------------------------------------------ planning
     def plan(self, op: str, group: Sequence[str], *, algorithm: str, protocol: str,
@@ -105,6 +109,13 @@ class Communicator:
         return self.choose(op, group, size_bytes, **choices).uncontended_time_s(
             size_bytes, self.capacity)
 
+    def _link_set(self, step: StepShape) -> LinkSet:
+        cached = self._link_sets.get(id(step))
+        if cached is None or cached[0] is not step:
+            cached = (step, self.sim.network.link_set(step.link_streams))
+            self._link_sets[id(step)] = cached
+        return cached[1]
+
     # ------------------------------------------------------------------ running
     def collective(self, op: str, group: Sequence[str], size_bytes: float, *,
                    algorithm: str | None = None, protocol: str | None = None,
@@ -138,14 +149,17 @@ class Communicator:
         start = env.now
         if fidelity == "coflow":
             wire_bytes, weights = plan.coflow(size_bytes)
-            yield network.transfer(weights, wire_bytes, plan.latency_s, tag).done
+            # One step: the coflow crosses exactly that step's links, resolved once.
+            links = self._link_set(plan.steps[0]) if len(plan.steps) == 1 else weights
+            yield network.transfer(links, wire_bytes, plan.latency_s, tag).done
         else:
             pending_latency = plan.base_latency_s
             wire = size_bytes / plan.protocol_efficiency
             for step in plan.steps:
                 step_bytes = step.stream_bytes(wire, plan.chunk_bytes)
+                links = self._link_set(step)
                 for _ in range(step.repeat):
-                    flow = network.transfer(step.link_streams, step_bytes,
+                    flow = network.transfer(links, step_bytes,
                                             step.latency_s + pending_latency, tag)
                     pending_latency = 0.0
                     yield flow.done

@@ -44,39 +44,32 @@ def solve_max_min(
     rates = np.full(num_flows, np.inf)
     if num_flows == 0 or entry_flow.size == 0:
         return rates
-    frozen = np.zeros(num_flows, dtype=bool)
-    # Flows that touch no link are unconstrained; mark them frozen at inf straight away.
-    has_entry = np.zeros(num_flows, dtype=bool)
-    has_entry[entry_flow] = True
-    frozen[~has_entry] = True
-    residual = capacity.astype(float, copy=True)
     num_links = capacity.size
-    live = np.ones(entry_flow.size, dtype=bool)
-    while True:
-        live &= ~frozen[entry_flow]
-        if not live.any():
-            break
-        live_links = entry_link[live]
-        weight = np.bincount(live_links, weights=entry_mult[live], minlength=num_links)
+    residual = capacity.astype(float, copy=True)
+    # Only the entries of flows not yet frozen are kept; each round drops the entries of
+    # the flows it freezes, so the work shrinks as the filling proceeds.
+    flows, links, mults = entry_flow, entry_link, entry_mult.astype(float, copy=False)
+    while flows.size:
+        weight = np.bincount(links, weights=mults, minlength=num_links)
         loaded = weight > 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            level = np.where(loaded, residual / np.where(loaded, weight, 1.0), np.inf)
+        level = np.full(num_links, np.inf)
+        np.divide(residual, weight, out=level, where=loaded)
         best = level.min()
         if not np.isfinite(best):
             break  # every remaining flow crosses only ideal links
         best = max(best, 0.0)
-        saturated = loaded & (level <= best * (1.0 + _TIE_RTOL) + 1e-300)
-        # Freeze every live flow crossing a saturated link at the current level.
-        hit = live & saturated[entry_link]
-        newly = np.unique(entry_flow[hit])
-        rates[newly] = best
-        frozen[newly] = True
-        # Their load comes off the links they cross.
-        newly_mask = np.zeros(num_flows, dtype=bool)
-        newly_mask[newly] = True
-        leaving = live & newly_mask[entry_flow]
-        np.subtract.at(residual, entry_link[leaving], entry_mult[leaving] * best)
+        saturated = level <= best * (1.0 + _TIE_RTOL) + 1e-300
+        # Freeze every flow crossing a saturated link at the current level.
+        frozen_now = np.zeros(num_flows, dtype=bool)
+        frozen_now[flows[saturated[links]]] = True
+        rates[frozen_now] = best
+        leaving = frozen_now[flows]
+        # Their load comes off every link they cross.
+        residual -= np.bincount(links[leaving], weights=mults[leaving] * best,
+                                minlength=num_links)
         np.maximum(residual, 0.0, out=residual)
+        keep = ~leaving
+        flows, links, mults = flows[keep], links[keep], mults[keep]
     return rates
 
 

@@ -29,7 +29,7 @@ from simpy.events import NORMAL, Event
 from simcore.errors import SimulationError
 from simcore.maxmin import solve_max_min
 
-__all__ = ["Flow", "FlowNetwork"]
+__all__ = ["Flow", "FlowNetwork", "LinkSet"]
 
 LinkId = Hashable
 
@@ -54,15 +54,39 @@ class _LateEvent(Event):
         env.schedule(self, _LATE)
 
 
+class LinkSet:
+    """Links a flow crosses with their multiplicities, resolved to network indices once.
+
+    Made by :meth:`FlowNetwork.link_set`; a collective that sends the same shape of flow
+    many times (one per algorithm step, one per call of a sweep) resolves it once.
+    """
+
+    __slots__ = ("ids", "index_array", "indices", "mult_array", "multiplicities")
+
+    def __init__(self, ids: tuple[LinkId, ...], indices: tuple[int, ...],
+                 multiplicities: tuple[float, ...]) -> None:
+        self.ids = ids
+        self.indices = indices
+        self.multiplicities = multiplicities
+        self.index_array = np.fromiter(indices, np.int64, len(indices))
+        self.mult_array = np.fromiter(multiplicities, float, len(multiplicities))
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
 class Flow:
     """One transfer: bytes over weighted links after a latency; ``done`` fires at the end.
 
     Hot object, so ``__slots__`` and plain attributes.  ``links`` are internal link
-    indices of the owning network, ``multiplicities`` parallel to them.
+    indices of the owning network, ``multiplicities`` parallel to them; ``link_ids`` the
+    ids they were given by.
     """
 
     __slots__ = (
         "_finish_s",
+        "_link_array",
+        "_mult_array",
         "_updated_s",
         "_version",
         "done",
@@ -80,22 +104,15 @@ class Flow:
         "transfer_start_s",
     )
 
-    def __init__(
-        self,
-        flow_id: int,
-        link_ids: tuple[LinkId, ...],
-        links: tuple[int, ...],
-        multiplicities: tuple[float, ...],
-        size_bytes: float,
-        latency_s: float,
-        start_s: float,
-        done: Event,
-        tag: Any,
-    ) -> None:
+    def __init__(self, flow_id: int, links: LinkSet, size_bytes: float, latency_s: float,
+                 start_s: float, done: Event, tag: Any) -> None:
         self.id = flow_id
-        self.link_ids = link_ids
-        self.links = links
-        self.multiplicities = multiplicities
+        self.link_ids = links.ids
+        self.links = links.indices
+        self.multiplicities = links.multiplicities
+        # The same incidence as arrays, for assembling a solve without a Python loop.
+        self._link_array = links.index_array
+        self._mult_array = links.mult_array
         self.size_bytes = size_bytes
         self.remaining_bytes = size_bytes
         self.latency_s = latency_s
@@ -129,9 +146,14 @@ class FlowNetwork:
         self._index: dict[LinkId, int] = {}
         self._link_ids: list[LinkId] = []
         self._capacity: list[float] = []
+        self._capacity_array = np.zeros(0)
         self._link_flows: list[dict[Flow, None]] = []  # insertion-ordered sets
-        self._link_bytes: list[float] = []
-        self._touched: dict[int, None] = {}
+        self._link_bytes = np.zeros(0)  # bytes carried by finished flows, per link
+        self._link_count = np.zeros(0, np.int64)  # transferring flows, per link
+        # What the next solve starts from: flows that began transferring, and the links
+        # of flows that finished.
+        self._seed_flows: dict[Flow, None] = {}
+        self._seed_links: list[np.ndarray] = []
         self._resolve_pending = False
         self._heap: list[tuple[float, int, int, Flow]] = []
         self._timer_at = float("inf")
@@ -154,7 +176,6 @@ class FlowNetwork:
         self._link_ids.append(link_id)
         self._capacity.append(float(capacity_bytes_per_s))
         self._link_flows.append({})
-        self._link_bytes.append(0.0)
         return self._index[link_id]
 
     def has_link(self, link_id: LinkId) -> bool:
@@ -176,7 +197,8 @@ class FlowNetwork:
 
     def link_bytes(self, link_id: LinkId) -> float:
         """Bytes carried by a link by finished flows (size × multiplicity, summed)."""
-        return self._link_bytes[self._index[link_id]]
+        self._ensure_arrays()
+        return float(self._link_bytes[self._index[link_id]])
 
     def flows_on(self, link_id: LinkId) -> list[Flow]:
         """Flows transferring over a link now, in the order they started."""
@@ -187,23 +209,12 @@ class FlowNetwork:
         self._listeners.append(listener)
 
     # ------------------------------------------------------------------ flows
-    def transfer(
-        self,
-        links: Mapping[LinkId, float] | Iterable[LinkId],
-        size_bytes: float,
-        latency_s: float = 0.0,
-        tag: Any = None,
-    ) -> Flow:
-        """Start a flow now: ``latency_s`` of delay, then ``size_bytes`` over ``links``.
+    def link_set(self, links: Mapping[LinkId, float] | Iterable[LinkId]) -> LinkSet:
+        """Resolve link ids and multiplicities once, for flows that reuse them.
 
         ``links`` is a mapping ``{link_id: multiplicity}`` or an iterable of link ids
-        (multiplicity 1 each; a repeated id adds up).  Returns the :class:`Flow`; yield
-        ``flow.done`` to wait for its last byte.
+        (multiplicity 1 each; a repeated id adds up).
         """
-        if not size_bytes >= 0 or size_bytes == float("inf"):
-            raise SimulationError(f"flow size must be finite and >= 0, got {size_bytes!r}")
-        if not latency_s >= 0 or latency_s == float("inf"):
-            raise SimulationError(f"flow latency must be finite and >= 0, got {latency_s!r}")
         weights: dict[LinkId, float] = {}
         if isinstance(links, Mapping):
             for link_id, mult in links.items():
@@ -218,9 +229,29 @@ class FlowNetwork:
             indices = tuple(self._index[link_id] for link_id in weights)
         except KeyError as missing:
             raise SimulationError(f"flow crosses unknown link {missing.args[0]!r}") from None
+        return LinkSet(tuple(weights), indices, tuple(weights.values()))
+
+    def transfer(
+        self,
+        links: LinkSet | Mapping[LinkId, float] | Iterable[LinkId],
+        size_bytes: float,
+        latency_s: float = 0.0,
+        tag: Any = None,
+    ) -> Flow:
+        """Start a flow now: ``latency_s`` of delay, then ``size_bytes`` over ``links``.
+
+        ``links`` is a :class:`LinkSet` from :meth:`link_set`, or what it accepts.
+        Returns the :class:`Flow`; yield ``flow.done`` to wait for its last byte.
+        """
+        if not size_bytes >= 0 or size_bytes == float("inf"):
+            raise SimulationError(f"flow size must be finite and >= 0, got {size_bytes!r}")
+        if not latency_s >= 0 or latency_s == float("inf"):
+            raise SimulationError(f"flow latency must be finite and >= 0, got {latency_s!r}")
+        if not isinstance(links, LinkSet):
+            links = self.link_set(links)
         env = self.env
-        flow = Flow(self._next_flow_id, tuple(weights), indices, tuple(weights.values()),
-                    float(size_bytes), float(latency_s), env.now, Event(env), tag)
+        flow = Flow(self._next_flow_id, links, float(size_bytes), float(latency_s), env.now,
+                    Event(env), tag)
         self._next_flow_id += 1
         if latency_s > 0:
             env.timeout(latency_s).callbacks.append(lambda _event: self._activate(flow))
@@ -237,20 +268,41 @@ class FlowNetwork:
             self._complete(flow)
             return
         self.active_flows += 1
+        self._ensure_arrays()
+        self._link_count[flow._link_array] += 1
+        link_flows = self._link_flows
         for idx in flow.links:
-            self._link_flows[idx][flow] = None
-            self._touched[idx] = None
+            link_flows[idx][flow] = None
+        self._seed_flows[flow] = None
         self._request_resolve()
+
+    def _retire(self, flow: Flow) -> None:
+        """Take a finishing flow off its links; the links still shared seed the next solve."""
+        self.active_flows -= 1
+        self._link_count[flow._link_array] -= 1
+        link_flows = self._link_flows
+        for idx in flow.links:
+            del link_flows[idx][flow]
+        self._seed_flows.pop(flow, None)
+        self._seed_links.append(flow._link_array)
 
     def _complete(self, flow: Flow) -> None:
         flow.remaining_bytes = 0.0
         flow.rate_bytes_per_s = 0.0
         flow.finish_s = self.env.now
         flow._version += 1
-        for idx, mult in zip(flow.links, flow.multiplicities):
-            self._link_bytes[idx] += flow.size_bytes * mult
+        self._ensure_arrays()
+        self._link_bytes[flow._link_array] += flow.size_bytes * flow._mult_array
         self.completed_flows += 1
         flow.done.succeed(flow)
+
+    def _ensure_arrays(self) -> None:
+        """Grow the per-link arrays after links were added."""
+        grow = len(self._capacity) - self._link_count.size
+        if grow > 0:
+            self._link_count = np.concatenate([self._link_count, np.zeros(grow, np.int64)])
+            self._link_bytes = np.concatenate([self._link_bytes, np.zeros(grow)])
+            self._capacity_array = np.asarray(self._capacity, dtype=float)
 
     def _request_resolve(self) -> None:
         if not self._resolve_pending:
@@ -259,71 +311,85 @@ class FlowNetwork:
 
     # ------------------------------------------------------------------ solving
     def _component(self) -> tuple[list[Flow], list[int]]:
-        """Flows and links connected to the touched links (breadth-first)."""
-        link_seen: dict[int, None] = dict(self._touched)
-        flow_seen: dict[Flow, None] = {}
-        frontier = list(self._touched)
+        """Flows connected to the flows that started and the links that were freed.
+
+        Breadth-first over links, but a link only this flow crosses leads nowhere, so
+        only links shared by two or more flows are followed — a coflow holding thousands
+        of links that nobody else uses is a component of one found without a loop.
+        """
+        count = self._link_count
         link_flows = self._link_flows
+        flow_seen: dict[Flow, None] = dict(self._seed_flows)
+        freed = (np.unique(np.concatenate(self._seed_links)) if self._seed_links
+                 else np.zeros(0, np.int64))
+        link_seen: set[int] = set()
+        frontier: list[int] = freed[count[freed] > 0].tolist()
+        for flow in flow_seen:
+            frontier.extend(flow._link_array[count[flow._link_array] > 1].tolist())
         while frontier:
             next_frontier: list[int] = []
             for idx in frontier:
+                if idx in link_seen:
+                    continue
+                link_seen.add(idx)
                 for flow in link_flows[idx]:
                     if flow not in flow_seen:
                         flow_seen[flow] = None
-                        for other in flow.links:
-                            if other not in link_seen:
-                                link_seen[other] = None
-                                next_frontier.append(other)
+                        shared = flow._link_array[count[flow._link_array] > 1]
+                        next_frontier.extend(shared.tolist())
             frontier = next_frontier
-        return list(flow_seen), list(link_seen)
+        return list(flow_seen), freed.tolist()
 
     def _resolve(self, _event: Event) -> None:
         self._resolve_pending = False
-        if not self._touched:
+        if not self._seed_flows and not self._seed_links:
             return
         now = self.env.now
-        flows, links = self._component()
-        self._touched.clear()
+        flows, freed = self._component()
+        self._seed_flows.clear()
+        self._seed_links.clear()
         self.solves += 1
-        if flows:
-            local = {idx: i for i, idx in enumerate(links)}
-            entry_flow: list[int] = []
-            entry_link: list[int] = []
-            entry_mult: list[float] = []
-            for f, flow in enumerate(flows):
-                # Settle bytes moved at the old rate before the rate changes.
-                if now > flow._updated_s:
-                    flow.remaining_bytes -= flow.rate_bytes_per_s * (now - flow._updated_s)
+        if not flows:
+            self._notify(now, freed, np.zeros(0), [])
+            self._arm_timer()
+            return
+        for flow in flows:
+            # Settle bytes moved at the old rate before the rate changes.
+            if now > flow._updated_s:
+                flow.remaining_bytes -= flow.rate_bytes_per_s * (now - flow._updated_s)
                 flow._updated_s = now
-                for idx, mult in zip(flow.links, flow.multiplicities):
-                    entry_flow.append(f)
-                    entry_link.append(local[idx])
-                    entry_mult.append(mult)
-            capacity = np.fromiter((self._capacity[idx] for idx in links), float, len(links))
-            rates = solve_max_min(
-                np.asarray(entry_flow, dtype=np.int64),
-                np.asarray(entry_link, dtype=np.int64),
-                np.asarray(entry_mult, dtype=float),
-                capacity,
-                len(flows),
-            )
-            for flow, rate in zip(flows, rates.tolist()):
-                flow.rate_bytes_per_s = rate
-                flow._version += 1
-                remaining = max(flow.remaining_bytes, 0.0)
-                finish = now if rate == float("inf") else now + remaining / rate
-                flow._finish_s = finish
-                self._heap_seq += 1
-                heapq.heappush(self._heap, (finish, self._heap_seq, flow._version, flow))
+        counts = np.fromiter((len(f.links) for f in flows), np.int64, len(flows))
+        global_links = np.concatenate([f._link_array for f in flows])
+        entry_mult = np.concatenate([f._mult_array for f in flows])
+        entry_flow = np.repeat(np.arange(len(flows)), counts)
+        component_links, entry_link = np.unique(global_links, return_inverse=True)
+        rates = solve_max_min(entry_flow, entry_link.ravel(), entry_mult,
+                              self._capacity_array[component_links], len(flows))
+        heap = self._heap
+        for flow, rate in zip(flows, rates.tolist()):
+            flow.rate_bytes_per_s = rate
+            flow._version += 1
+            remaining = flow.remaining_bytes if flow.remaining_bytes > 0 else 0.0
+            finish = now if rate == float("inf") else now + remaining / rate
+            flow._finish_s = finish
+            self._heap_seq += 1
+            heapq.heappush(heap, (finish, self._heap_seq, flow._version, flow))
         if self._listeners:
-            loads = np.zeros(len(links))
-            position = {idx: i for i, idx in enumerate(links)}
-            for flow in flows:
-                for idx, mult in zip(flow.links, flow.multiplicities):
-                    loads[position[idx]] += mult * flow.rate_bytes_per_s
-            for listener in self._listeners:
-                listener(now, links, loads)
+            loads = np.bincount(entry_link.ravel(), weights=entry_mult * rates[entry_flow],
+                                minlength=component_links.size)
+            touched = list(dict.fromkeys([*component_links.tolist(), *freed]))
+            self._notify(now, touched, loads, component_links.tolist())
         self._arm_timer()
+
+    def _notify(self, now: float, links: list[int], loads: np.ndarray,
+                loaded: list[int]) -> None:
+        """Tell listeners the load of every link of the solved part (0 where none is left)."""
+        if not self._listeners:
+            return
+        load_of = dict(zip(loaded, loads.tolist()))
+        values = np.array([load_of.get(idx, 0.0) for idx in links])
+        for listener in self._listeners:
+            listener(now, links, values)
 
     def _arm_timer(self) -> None:
         heap = self._heap
@@ -354,10 +420,7 @@ class FlowNetwork:
             else:
                 remaining = flow.remaining_bytes - rate * (now - flow._updated_s)
             if remaining <= _DONE_RTOL * flow.size_bytes or now + remaining / rate <= now:
-                self.active_flows -= 1
-                for idx in flow.links:
-                    del self._link_flows[idx][flow]
-                    self._touched[idx] = None
+                self._retire(flow)
                 self._complete(flow)
                 finished = True
             else:

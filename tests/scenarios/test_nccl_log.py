@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import shared_data_dir
+from tests.conftest import shared_data_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -1,0 +1,99 @@
+"""Benchmark: all-reduce sweeps on growing clusters, and the flow solver under load.
+
+Run from the repository root:
+
+    python benchmarks/bench_collectives.py            # everything (several minutes)
+    python benchmarks/bench_collectives.py --quick    # 8 and 64 GPUs only
+
+Prints a Markdown table: wall time (s), simulated events, events per second.  Figures
+go into benchmarks/README.md with the machine they were measured on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+import numpy as np
+
+from collectives import CommParams, Communicator
+from scenarios.nccl_tests import size_series
+from simcore import Simulation
+from topology import build_cluster
+
+SIZES = size_series(8, 8 * 2**30, 2)  # 8 B – 8 GiB, ×2: 31 sizes
+
+
+def cluster(gpus: int):
+    return build_cluster({"preset": "dgx-h100", "nodes": max(gpus // 8, 1),
+                          "fabric": "rail-optimized"})
+
+
+def bench_sweep(gpus: int, fidelity: str, sizes: list[int]) -> dict[str, float]:
+    start = time.perf_counter()
+    topo = cluster(gpus)
+    built = time.perf_counter()
+    # run_benchmark builds its own Simulation; count events on one built here instead.
+    sim = Simulation()
+    comm = Communicator(sim, topo, CommParams(fidelity=fidelity))
+    for size in sizes:
+        process = comm.collective("all_reduce", list(topo.gpus), size)
+        sim.run(until=process)
+    done = time.perf_counter()
+    events = sim.env.events_processed
+    return {"build_s": built - start, "sweep_s": done - built, "events": events,
+            "flows": sim.network.completed_flows}
+
+
+def bench_solver(num_flows: int, gpus: int, seed: int = 0) -> dict[str, float]:
+    topo = build_cluster({"preset": "dgx-h100", "nodes": gpus // 8,
+                          "fabric": {"kind": "fat-tree", "oversubscription": 2}})
+    rng = np.random.default_rng(seed)
+    sim = Simulation(seed)
+    comm = Communicator(sim, topo, CommParams(protocol="simple"))
+    pairs = rng.integers(0, len(topo.gpus), size=(num_flows, 2))
+    sizes = rng.uniform(1e6, 1e8, size=num_flows)
+    start = time.perf_counter()
+    for (a, b), size in zip(pairs, sizes):
+        if a == b:
+            b = (b + 1) % len(topo.gpus)
+        comm.send(topo.gpus[a], topo.gpus[b], float(size))
+    sim.run()
+    done = time.perf_counter()
+    return {"wall_s": done - start, "events": sim.env.events_processed,
+            "solves": sim.network.solves}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="8 and 64 GPUs only")
+    parser.add_argument("--step-sizes", type=int, default=len(SIZES),
+                        help="largest sizes simulated at step fidelity on 512+ GPUs")
+    args = parser.parse_args()
+    print(f"# {platform.processor() or platform.machine()}, Python {platform.python_version()}")
+    print("| GPUs | fidelity | sizes | build (s) | sweep (s) | events | events/s | flows |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    scales = (8, 64) if args.quick else (8, 64, 512, 1024)
+    for gpus in scales:
+        for fidelity in ("coflow", "step"):
+            sizes = SIZES
+            if fidelity == "step" and gpus >= 512:
+                sizes = SIZES[-args.step_sizes:]
+            r = bench_sweep(gpus, fidelity, sizes)
+            print(f"| {gpus} | {fidelity} | {len(sizes)} | {r['build_s']:.2f} | "
+                  f"{r['sweep_s']:.2f} | {r['events']} | {r['events'] / r['sweep_s']:,.0f} | "
+                  f"{r['flows']} |", flush=True)
+    print()
+    print("| concurrent flows | GPUs (fat-tree 2:1) | wall (s) | events | solves |")
+    print("|---:|---:|---:|---:|---:|")
+    for flows, gpus in ((1_000, 256), (10_000, 1024)):
+        if args.quick and flows > 1_000:
+            continue
+        r = bench_solver(flows, gpus)
+        print(f"| {flows} | {gpus} | {r['wall_s']:.2f} | {r['events']} | {r['solves']} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
