@@ -1,0 +1,110 @@
+"""GPU presets carry their datasheet numbers; names and aliases resolve, bad ones explain."""
+
+from __future__ import annotations
+
+import pytest
+
+from simcore.errors import ConfigError
+from workloads.gpus import GPU_PRESETS, GpuSpec, get_gpu, gpu_from_mapping, list_gpus
+
+GiB = 2**30
+T = 1e12
+
+# name: (bf16 or fp16 tensor TFLOP/s dense, fp32 TFLOP/s, memory GiB, bandwidth GB/s, SMs)
+# V100 SXM2 datasheet; A100 datasheet; H100 whitepaper Table 3 (SXM5); H200 datasheet.
+DATASHEET = {
+    "v100-16gb": (125.0, 15.7, 16, 900, 80),
+    "v100-32gb": (125.0, 15.7, 32, 900, 80),
+    "a100-40gb": (312.0, 19.5, 40, 1555, 108),
+    "a100-80gb": (312.0, 19.5, 80, 2039, 108),
+    "h100-sxm": (989.4, 66.9, 80, 3350, 132),
+    "h200": (989.4, 66.9, 141, 4800, 132),
+}
+
+
+def test_presets_listed():
+    assert list_gpus() == sorted(DATASHEET)
+
+
+@pytest.mark.parametrize(("name", "figures"), sorted(DATASHEET.items()))
+def test_datasheet_figures(name, figures):
+    tensor, fp32, memory_gib, bandwidth_gbps, sms = figures
+    gpu = get_gpu(name)
+    assert gpu.peak_flops("fp16") == pytest.approx(tensor * T)
+    assert gpu.peak_flops("fp32") == pytest.approx(fp32 * T)
+    assert gpu.memory_bytes == memory_gib * GiB
+    assert gpu.memory_bandwidth_bytes_per_s == pytest.approx(bandwidth_gbps * 1e9)
+    assert gpu.sm_count == sms
+    assert gpu.source
+
+
+def test_hopper_fp8_is_twice_bf16_dense():
+    for name in ("h100-sxm", "h200"):
+        gpu = get_gpu(name)
+        assert gpu.peak_flops("fp8") == pytest.approx(2 * gpu.peak_flops("bf16"), rel=1e-3)
+        assert gpu.peak_flops("tf32") == pytest.approx(gpu.peak_flops("bf16") / 2, rel=1e-3)
+
+
+def test_h200_has_h100_compute():
+    assert dict(get_gpu("h200").peak_flops_per_s) == dict(get_gpu("h100").peak_flops_per_s)
+
+
+def test_v100_has_no_bf16():
+    with pytest.raises(ConfigError) as info:
+        get_gpu("v100").peak_flops("bf16")
+    assert "v100-32gb has no 'bf16' rate" in str(info.value)
+    assert "fp16" in str(info.value)
+
+
+@pytest.mark.parametrize(("alias", "name"), [
+    ("a100", "a100-80gb"), ("A100", "a100-80gb"), ("h100", "h100-sxm"),
+    ("H100-SXM5", "h100-sxm"), ("v100", "v100-32gb"), (" h200 ", "h200"),
+])
+def test_aliases(alias, name):
+    assert get_gpu(alias) is GPU_PRESETS[name]
+
+
+def test_unknown_gpu_lists_valid_names():
+    with pytest.raises(ConfigError) as info:
+        get_gpu("h10", key="cluster.gpu")
+    text = str(info.value)
+    assert text.startswith("cluster.gpu: unknown GPU 'h10'")
+    assert "h100-sxm" in text and "a100-40gb" in text
+
+
+def test_gpu_from_mapping_overrides():
+    gpu = gpu_from_mapping({"preset": "h100", "memory": "96 GiB",
+                            "memory_bandwidth": "4 TB/s", "peak_flops": {"bf16": "900 TFLOP/s"}})
+    assert gpu.memory_bytes == 96 * GiB
+    assert gpu.memory_bandwidth_bytes_per_s == 4e12
+    assert gpu.peak_flops("bf16") == 900e12
+    assert gpu.peak_flops("fp8") == get_gpu("h100").peak_flops("fp8")
+
+
+def test_gpu_from_mapping_custom_and_errors():
+    gpu = gpu_from_mapping({"name": "x", "peak_flops": {"bf16": 1e15}, "memory": "8 GiB",
+                            "memory_bandwidth": "1 TB/s", "sm_count": 10})
+    assert gpu.name == "x" and gpu.sm_count == 10
+    with pytest.raises(ConfigError, match="gpu: missing memory_bandwidth, sm_count"):
+        gpu_from_mapping({"peak_flops": {"bf16": 1e15}, "memory": "8 GiB"})
+    with pytest.raises(ConfigError, match="did you mean 'memory_bandwidth'"):
+        gpu_from_mapping({"preset": "h100", "memory_bandwith": "1 TB/s"})
+    with pytest.raises(ConfigError, match=r"gpu\.peak_flops\.bf61: unknown precision"):
+        gpu_from_mapping({"preset": "h100", "peak_flops": {"bf61": 1}})
+    assert gpu_from_mapping("a100-40gb") is GPU_PRESETS["a100-40gb"]
+
+
+def test_spec_validation():
+    with pytest.raises(ConfigError, match="sm_count"):
+        GpuSpec("x", {"bf16": 1.0}, 1.0, 1.0, 0)
+    with pytest.raises(ConfigError, match="memory_bandwidth_bytes_per_s: must be positive"):
+        GpuSpec("x", {"bf16": 1.0}, 1.0, -1.0, 1)
+
+
+def test_spec_is_frozen_and_hashable():
+    gpu = get_gpu("a100")
+    with pytest.raises(AttributeError):
+        gpu.sm_count = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        gpu.peak_flops_per_s["bf16"] = 1.0  # type: ignore[index]
+    assert hash(gpu) == hash(get_gpu("a100-80gb"))

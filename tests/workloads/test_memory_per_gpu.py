@@ -1,0 +1,248 @@
+"""Memory per GPU against the closed forms of the ZeRO and Korthikanti et al. papers."""
+
+from __future__ import annotations
+
+import pytest
+
+from simcore.errors import ConfigError
+from workloads.memory import (
+    activation_bytes_per_layer,
+    memory_per_gpu,
+    microbatches_in_flight,
+    params_on_gpu,
+    stage_layers,
+)
+from workloads.models import ModelSpec, get_model
+
+GPT3 = get_model("gpt3-175b")
+S, B, H, A, L, V = 2048, 1, 12288, 96, 96, 50257
+SBH = S * B * H
+
+
+# ------------------------------------------------- Korthikanti et al. 2022, Table 2
+def test_no_parallelism_34sbh_plus_5as2b():
+    assert activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S) == (
+        SBH * 34 + 5 * A * S * S * B)
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_tensor_parallel(t):
+    got = activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=t)
+    assert got == pytest.approx(SBH * (10 + 24 / t + 5 * A * S / (H * t)), rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_tensor_and_sequence_parallel(t):
+    got = activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=t,
+                                     sequence_parallel=True)
+    assert got == pytest.approx(SBH * (34 / t + 5 * A * S / (H * t)), rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [1, 8])
+def test_selective_recompute(t):
+    sp = activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=t,
+                                    sequence_parallel=True, recompute="selective")
+    plain = activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=t,
+                                       recompute="selective")
+    assert sp == pytest.approx(SBH * 34 / t, rel=1e-12)
+    assert plain == pytest.approx(SBH * (10 + 24 / t), rel=1e-12)
+
+
+def test_full_recompute_keeps_the_input():
+    assert activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=8,
+                                      recompute="full") == 2 * SBH
+    assert activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=8,
+                                      sequence_parallel=True, recompute="full") == 2 * SBH / 8
+
+
+def test_gpt3_layer_number():
+    # 34·s·b·h + 5·a·s²·b at s 2048, b 1, h 12288, a 96: 2.87 GB per layer per micro-batch.
+    got = activation_bytes_per_layer(GPT3, micro_batch=1)
+    assert got == 34 * 2048 * 12288 + 5 * 96 * 2048**2
+    assert got == pytest.approx(2.869e9, rel=1e-3)
+
+
+def test_flash_attention_drops_the_quadratic_term():
+    got = activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, flash_attention=True)
+    assert got == SBH * 34 + 4 * A * S * B
+
+
+def test_gqa_and_gated_mlp_generalisation():
+    m = get_model("llama2-70b")  # h 8192, kv 1024, ffn 28672, gated, a 64
+    s, h, f, kv = 4096, 8192, 28672, 1024
+    got = activation_bytes_per_layer(m, micro_batch=1, seq_len=s, recompute="selective")
+    # 10 sbh + Q and out (4 sbh) + K, V (2·2·s·kv) + SwiGLU input (2·2·s·f) + FC2 (2·s·f)
+    assert got == 10 * s * h + 4 * s * h + 4 * s * kv + 6 * s * f
+
+
+def test_moe_layer_stores_top_k_copies():
+    m = get_model("mixtral-8x7b")
+    s, h, f = 4096, 4096, 14336
+    dense = ModelSpec("d", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
+                      seq_len=4096, vocab=32000, gated_mlp=True)
+    moe = activation_bytes_per_layer(m, micro_batch=1, seq_len=s, recompute="selective")
+    plain = activation_bytes_per_layer(dense, micro_batch=1, seq_len=s, recompute="selective")
+    mlp = 6 * s * f
+    assert moe - plain == pytest.approx((2 - 1) * mlp + 2 * 2 * s * h + 4 * s * 8)
+
+
+# ------------------------------------------------------------------ in-flight counts
+def test_microbatches_in_flight():
+    assert microbatches_in_flight("gpipe", pp=4, stage=2, num_microbatches=16) == 16
+    assert [microbatches_in_flight("1f1b", pp=4, stage=r, num_microbatches=16)
+            for r in range(4)] == [4, 3, 2, 1]
+    assert microbatches_in_flight("1f1b", pp=8, stage=0, num_microbatches=3) == 3
+
+
+@pytest.mark.parametrize(("p", "v"), [(2, 2), (4, 2), (8, 4), (16, 3)])
+def test_interleaved_first_stage_factor(p, v):
+    # Korthikanti et al. 2022 §4.2.3: first stage holds p micro-batches' worth of its
+    # layers, times (1 + (p − 1)/(p·v)).
+    got = microbatches_in_flight("interleaved", pp=p, stage=0, num_microbatches=64,
+                                 interleave=v)
+    assert got == pytest.approx(p * (1 + (p - 1) / (p * v)))
+
+
+def test_interleaved_last_stage():
+    # Last stage: (v − 1)·p + 1 chunks warm-up + steady state.
+    assert microbatches_in_flight("interleaved", pp=4, stage=3, num_microbatches=64,
+                                  interleave=2) == pytest.approx(5 / 2)
+
+
+# ------------------------------------------------------------------ pipeline totals
+def test_first_stage_1f1b_holds_all_layers_worth():
+    # Korthikanti et al. §4.2.3: with 1F1B the first stage stores L/p layers × p micro-
+    # batches = L layers' activations, plus the embedding dropout mask per micro-batch.
+    p, t = 8, 8
+    mem = memory_per_gpu(GPT3, tp=t, pp=p, sequence_parallel=True, recompute="selective",
+                         num_microbatches=32, stage=0)
+    per_layer = SBH * 34 / t
+    assert mem.activations_bytes == pytest.approx(L * per_layer + p * SBH / t, rel=1e-12)
+
+
+def test_middle_stage_has_no_extras():
+    p, t = 8, 8
+    mem = memory_per_gpu(GPT3, tp=t, pp=p, sequence_parallel=True, num_microbatches=32,
+                         stage=3)
+    per_layer = SBH * (34 / t + 5 * A * S / (H * t))
+    assert mem.activations_bytes == pytest.approx(per_layer * L / p * (p - 3), rel=1e-12)
+
+
+def test_last_stage_extras():
+    # Korthikanti et al. §4.3: last stage adds 4·s·b·h/t·(1 + V/h) with sequence parallel.
+    p, t = 8, 8
+    mem = memory_per_gpu(GPT3, tp=t, pp=p, sequence_parallel=True, recompute="selective",
+                         num_microbatches=32, stage=p - 1)
+    per_layer = SBH * 34 / t
+    extra = 4 * SBH / t * (1 + V / H)
+    assert mem.activations_bytes == pytest.approx(per_layer * L / p + extra, rel=1e-12)
+
+
+def test_gpipe_holds_every_microbatch():
+    m = 16
+    mem = memory_per_gpu(GPT3, tp=8, pp=8, sequence_parallel=True, recompute="selective",
+                         schedule="gpipe", num_microbatches=m, stage=3)
+    assert mem.activations_bytes == pytest.approx(SBH * 34 / 8 * L / 8 * m, rel=1e-12)
+
+
+def test_full_recompute_stage_adds_one_layer_working_set():
+    t, p = 8, 8
+    mem = memory_per_gpu(GPT3, tp=t, pp=p, sequence_parallel=True, recompute="full",
+                         num_microbatches=32, stage=2)
+    inputs = 2 * SBH / t * (L / p) * (p - 2)
+    working = SBH * (34 / t + 5 * A * S / (H * t))
+    assert mem.activations_bytes == pytest.approx(inputs + working, rel=1e-12)
+
+
+# ------------------------------------------------------------ weights and ZeRO
+def test_model_state_16_bytes_per_param_without_zero():
+    mem = memory_per_gpu(GPT3)
+    n = GPT3.total_params()
+    assert (mem.weights_bytes, mem.gradients_bytes, mem.optimizer_bytes) == (
+        2 * n, 2 * n, 12 * n)
+    assert mem.total_bytes == pytest.approx(16 * n + mem.activations_bytes)
+
+
+@pytest.mark.parametrize(("stage", "fsdp", "factors"), [
+    (0, False, (1, 1, 1)),
+    (1, False, (1, 1, 1 / 64)),
+    (2, False, (1, 1 / 64, 1 / 64)),
+    (3, False, (1 / 64, 1 / 64, 1 / 64)),
+    (0, True, (1 / 64, 1 / 64, 1 / 64)),
+])
+def test_zero_sharding(stage, fsdp, factors):
+    # Rajbhandari et al. 2020, Figure 1: Ψ(2 + 2 + K) with K = 12 → P_os, P_os+g, P_os+g+p.
+    dp = 64
+    mem = memory_per_gpu(GPT3, dp=dp, zero_stage=stage, fsdp=fsdp)
+    n = GPT3.total_params()
+    assert mem.weights_bytes == pytest.approx(2 * n * factors[0])
+    assert mem.gradients_bytes == pytest.approx(2 * n * factors[1])
+    assert mem.optimizer_bytes == pytest.approx(12 * n * factors[2])
+
+
+def test_fp32_training_bytes():
+    mem = memory_per_gpu(GPT3, precision="fp32")
+    n = GPT3.total_params()
+    assert (mem.weights_bytes, mem.gradients_bytes, mem.optimizer_bytes) == (
+        4 * n, 4 * n, 8 * n)
+
+
+def test_pipeline_stages_partition_the_model():
+    m = get_model("llama3-70b")  # untied: no duplicated embedding
+    total = sum(params_on_gpu(m, pp=8, stage=r).total for r in range(8))
+    assert total == m.total_params()
+    gpt = GPT3  # tied: the last stage holds a copy of the word embedding
+    total = sum(params_on_gpu(gpt, pp=8, stage=r).total for r in range(8))
+    assert total == gpt.total_params() + gpt.vocab * gpt.hidden
+
+
+def test_tensor_parallel_shards_all_but_replicated_parts():
+    t = 8
+    shard = params_on_gpu(GPT3, tp=t).total
+    n = GPT3.total_params()
+    # Replicated per layer: 2 LayerNorms (4h) and the two row-parallel biases (2h);
+    # plus positions (s·h) and the final LayerNorm (2h).
+    replicated = L * 6 * H + S * H + 2 * H
+    assert shard == pytest.approx((n - replicated) / t + replicated)
+
+
+def test_expert_parallel_shards_experts_and_zero_uses_expert_dp():
+    m = get_model("mixtral-8x7b")
+    full = params_on_gpu(m)
+    ep8 = params_on_gpu(m, ep=8)
+    assert ep8.dense == full.dense
+    assert ep8.expert == pytest.approx(full.expert / 8)
+    mem = memory_per_gpu(m, dp=16, ep=8, zero_stage=1)
+    assert mem.optimizer_bytes == pytest.approx(12 * (ep8.dense / 16 + ep8.expert / 2))
+
+
+def test_interleaved_stage_layers():
+    m = ModelSpec("m", layers=16, hidden=64, heads=4, seq_len=8, vocab=10)
+    assert stage_layers(m, pp=4, stage=1) == (4, 5, 6, 7)
+    assert stage_layers(m, pp=4, stage=1, interleave=2) == (2, 3, 10, 11)
+
+
+# ------------------------------------------------------------------- bad inputs
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    ({"pp": 5}, "layers 96 is not divisible by pp·interleave 5"),
+    ({"tp": 5}, "heads 96 is not divisible by tp 5"),
+    ({"zero_stage": 4}, "zero_stage must be 0, 1, 2 or 3"),
+    ({"fsdp": True, "zero_stage": 1}, "fsdp shards like ZeRO-3"),
+    ({"schedule": "interleaved"}, "needs interleave >= 2"),
+    ({"interleave": 2}, "needs schedule 'interleaved'"),
+    ({"schedule": "1f1b1"}, "did you mean '1f1b'"),
+    ({"recompute": "partial"}, "unknown recompute 'partial'"),
+    ({"stage": 2, "pp": 2}, "stage 2 is outside 0..1"),
+    ({"ep": 2, "dp": 2}, "ep 2 needs a model with experts"),
+    ({"precision": "int8"}, "unknown precision 'int8'"),
+    ({"micro_batch": 0}, "micro_batch: must be a positive whole number"),
+])
+def test_bad_inputs(kwargs, needle):
+    with pytest.raises(ConfigError) as info:
+        memory_per_gpu(GPT3, **kwargs)
+    assert needle in str(info.value)
+
+
+def test_ep_must_divide_dp():
+    with pytest.raises(ConfigError, match="ep 8 does not divide dp 4"):
+        memory_per_gpu(get_model("mixtral-8x7b"), ep=8, dp=4)

@@ -1,0 +1,226 @@
+"""GPU specs: peak compute by precision, memory capacity and bandwidth, SM count.
+
+A :class:`GpuSpec` holds datasheet figures in SI units.  Peak compute is the dense
+tensor-core rate (no structured sparsity) for ``tf32``, ``bf16``, ``fp16`` and ``fp8``,
+and the vector (CUDA-core) rate for ``fp32``; a precision the GPU lacks is simply absent.
+What fraction of these peaks a kernel reaches is the cost model's business
+(:mod:`workloads.costs`), not this module's.
+
+Memory capacity: NVIDIA's "GB" for HBM capacity is binary (an A100 80GB reports
+81920 MiB), so capacities are stored as GiB·2³⁰; nvidia-smi shows slightly less usable
+memory (ECC and driver reservations).  Memory bandwidth is decimal (bytes/s), as quoted.
+
+Sources:
+ * V100: NVIDIA Tesla V100 datasheet (SXM2): 125 TFLOP/s tensor (fp16), 15.7 TFLOP/s
+   fp32, 900 GB/s HBM2, 16 or 32 GB; 80 SMs (Volta architecture whitepaper).
+ * A100: NVIDIA A100 datasheet (SXM): 312 TFLOP/s bf16/fp16 tensor, 156 tf32, 19.5 fp32;
+   40GB HBM2 at 1555 GB/s, 80GB HBM2e at 2039 GB/s; 108 SMs (Ampere whitepaper).
+ * H100 SXM5: NVIDIA H100 Tensor Core GPU architecture whitepaper, Table 3 (1830 MHz
+   boost): 989.4 TFLOP/s bf16/fp16 dense, 1978.9 fp8 dense, 494.7 tf32 dense, 66.9 fp32;
+   80 GB HBM3 at 3.35 TB/s (H100 datasheet); 132 SMs.
+ * H200 SXM: NVIDIA H200 datasheet: same GH100 compute as H100 SXM (datasheet 1979 /
+   3958 TFLOP/s bf16 / fp8 *with sparsity*, i.e. 989 / 1979 dense), 141 GB HBM3e at
+   4.8 TB/s; 132 SMs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from simcore.errors import ConfigError, closest
+from simcore.units import parse_bandwidth, parse_flops, parse_size
+
+__all__ = [
+    "GPU_ALIASES",
+    "GPU_PRESETS",
+    "PRECISIONS",
+    "GpuSpec",
+    "canonical_gpu_name",
+    "get_gpu",
+    "gpu_from_mapping",
+    "list_gpus",
+]
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+_GiB = 2.0**30
+_TFLOPS = 1e12
+_GBPS = 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One GPU model: ``peak_flops_per_s[precision]`` (FLOP/s), memory (bytes, bytes/s)."""
+
+    name: str
+    peak_flops_per_s: Mapping[str, float] = field(hash=False)
+    memory_bytes: float
+    memory_bandwidth_bytes_per_s: float
+    sm_count: int
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"must be a non-empty string, got {self.name!r}", key="name")
+        peaks = dict(self.peak_flops_per_s)
+        if not peaks:
+            raise ConfigError("needs at least one precision", key="peak_flops",
+                              hint=f"valid: {', '.join(PRECISIONS)}")
+        for precision, rate in peaks.items():
+            if precision not in PRECISIONS:
+                raise ConfigError(f"unknown precision {precision!r}",
+                                  key=f"peak_flops.{precision}",
+                                  hint=closest(str(precision), PRECISIONS))
+            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+                raise ConfigError(f"must be a positive rate, got {rate!r}",
+                                  key=f"peak_flops.{precision}")
+        object.__setattr__(self, "peak_flops_per_s",
+                           MappingProxyType({p: float(r) for p, r in peaks.items()}))
+        for name in ("memory_bytes", "memory_bandwidth_bytes_per_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"must be positive, got {value!r}", key=name)
+            object.__setattr__(self, name, float(value))
+        if isinstance(self.sm_count, bool) or not isinstance(self.sm_count, int) or (
+                self.sm_count < 1):
+            raise ConfigError(f"must be a positive whole number, got {self.sm_count!r}",
+                              key="sm_count")
+
+    def peak_flops(self, precision: str) -> float:
+        """Dense peak FLOP/s at ``precision``; ConfigError naming the supported ones."""
+        rate = self.peak_flops_per_s.get(precision)
+        if rate is None:
+            raise ConfigError(f"{self.name} has no {precision!r} rate", key="precision",
+                              hint=closest(str(precision), self.peak_flops_per_s))
+        return rate
+
+    def to_dict(self) -> dict[str, Any]:
+        """Resolved form, SI units (JSON/YAML-ready)."""
+        return {
+            "name": self.name,
+            "peak_flops_per_s": dict(self.peak_flops_per_s),
+            "memory_bytes": self.memory_bytes,
+            "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
+            "sm_count": self.sm_count,
+            "source": self.source,
+        }
+
+
+def _peaks(**tflops: float) -> dict[str, float]:
+    return {precision: rate * _TFLOPS for precision, rate in tflops.items()}
+
+
+_V100_SRC = "NVIDIA Tesla V100 datasheet (SXM2)"
+_A100_SRC = "NVIDIA A100 datasheet (SXM), dense tensor rates"
+_H100_SRC = "NVIDIA H100 architecture whitepaper Table 3 (SXM5, dense); H100 datasheet"
+_H200_SRC = "NVIDIA H200 datasheet (SXM); compute as H100 SXM5, dense"
+
+_HOPPER_PEAKS = _peaks(fp32=66.9, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9)
+
+GPU_PRESETS: Mapping[str, GpuSpec] = MappingProxyType({
+    "v100-16gb": GpuSpec("v100-16gb", _peaks(fp32=15.7, fp16=125.0), 16 * _GiB,
+                         900 * _GBPS, 80, _V100_SRC),
+    "v100-32gb": GpuSpec("v100-32gb", _peaks(fp32=15.7, fp16=125.0), 32 * _GiB,
+                         900 * _GBPS, 80, _V100_SRC),
+    "a100-40gb": GpuSpec("a100-40gb", _peaks(fp32=19.5, tf32=156.0, bf16=312.0, fp16=312.0),
+                         40 * _GiB, 1555 * _GBPS, 108, _A100_SRC),
+    "a100-80gb": GpuSpec("a100-80gb", _peaks(fp32=19.5, tf32=156.0, bf16=312.0, fp16=312.0),
+                         80 * _GiB, 2039 * _GBPS, 108, _A100_SRC),
+    "h100-sxm": GpuSpec("h100-sxm", _HOPPER_PEAKS, 80 * _GiB, 3350 * _GBPS, 132, _H100_SRC),
+    "h200": GpuSpec("h200", _HOPPER_PEAKS, 141 * _GiB, 4800 * _GBPS, 132, _H200_SRC),
+})
+"""Preset name -> :class:`GpuSpec` (read-only)."""
+
+# Short names.  "a100" means the 80GB SXM part, the one most training clusters (and
+# Narayanan et al. 2021's Selene) use; the 40GB part must be named.  "v100" means the 32GB
+# SXM2 part (DGX-2, DGX-1 refresh).  "h100" is the SXM5 part, not the PCIe card.
+GPU_ALIASES: Mapping[str, str] = MappingProxyType({
+    "v100": "v100-32gb",
+    "v100-sxm2": "v100-32gb",
+    "a100": "a100-80gb",
+    "a100-sxm": "a100-80gb",
+    "a100-40g": "a100-40gb",
+    "a100-80g": "a100-80gb",
+    "h100": "h100-sxm",
+    "h100-sxm5": "h100-sxm",
+    "h100-80gb": "h100-sxm",
+    "h200-sxm": "h200",
+    "h200-141gb": "h200",
+})
+
+
+def list_gpus() -> list[str]:
+    """Preset names, sorted (aliases not included)."""
+    return sorted(GPU_PRESETS)
+
+
+def canonical_gpu_name(name: str) -> str:
+    """``name`` lower-cased with aliases resolved (unknown names come back lower-cased)."""
+    text = str(name).strip().lower()
+    return GPU_ALIASES.get(text, text)
+
+
+def get_gpu(name: str, *, key: str | None = None, source: str | None = None) -> GpuSpec:
+    """The preset (or alias) called ``name``, case-insensitive; ConfigError if unknown."""
+    spec = GPU_PRESETS.get(canonical_gpu_name(name))
+    if spec is None:
+        raise ConfigError(f"unknown GPU {name!r}", key=key, source=source,
+                          hint=closest(str(name).strip().lower(),
+                                       [*GPU_PRESETS, *GPU_ALIASES]))
+    return spec
+
+
+def gpu_from_mapping(data: Mapping[str, Any] | str, *, source: str | None = None,
+                     prefix: str = "gpu") -> GpuSpec:
+    """A :class:`GpuSpec` from a preset name or a YAML-style mapping.
+
+    Mapping keys: ``preset`` (start from a preset), ``name``, ``peak_flops``
+    (``{bf16: "989 TFLOP/s", ...}``, merged into the preset's), ``memory`` (``"80 GiB"``),
+    ``memory_bandwidth`` (``"3.35 TB/s"``), ``sm_count``.  Without a preset every one of
+    ``peak_flops``, ``memory``, ``memory_bandwidth``, ``sm_count`` must be given.
+    """
+    if isinstance(data, str):
+        return get_gpu(data, key=prefix, source=source)
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"must be a GPU name or a mapping, got {type(data).__name__}",
+                          key=prefix, source=source)
+    valid = ("preset", "name", "peak_flops", "memory", "memory_bandwidth", "sm_count")
+    for raw_key in data:
+        if str(raw_key) not in valid:
+            raise ConfigError("unknown key", key=f"{prefix}.{raw_key}", source=source,
+                              hint=closest(str(raw_key), valid))
+    base: GpuSpec | None = None
+    if "preset" in data:
+        base = get_gpu(str(data["preset"]), key=f"{prefix}.preset", source=source)
+    elif missing := [k for k in valid[2:] if k not in data]:
+        raise ConfigError(f"missing {', '.join(missing)}", key=prefix, source=source,
+                          hint="give them, or start from a preset: " + ", ".join(list_gpus()))
+    peaks = dict(base.peak_flops_per_s) if base else {}
+    raw_peaks = data.get("peak_flops", {})
+    if not isinstance(raw_peaks, Mapping):
+        raise ConfigError("must be a mapping of precision to rate", key=f"{prefix}.peak_flops",
+                          source=source, hint='e.g. {bf16: "989 TFLOP/s"}')
+    for precision, rate in raw_peaks.items():
+        path = f"{prefix}.peak_flops.{precision}"
+        if precision not in PRECISIONS:
+            raise ConfigError("unknown precision", key=path, source=source,
+                              hint=closest(str(precision), PRECISIONS))
+        peaks[str(precision)] = parse_flops(rate, key=path, source=source)
+    memory = base.memory_bytes if base else 0.0
+    if "memory" in data:
+        memory = parse_size(data["memory"], key=f"{prefix}.memory", source=source,
+                            allow_zero=False)
+    bandwidth = base.memory_bandwidth_bytes_per_s if base else 0.0
+    if "memory_bandwidth" in data:
+        bandwidth = parse_bandwidth(data["memory_bandwidth"],
+                                    key=f"{prefix}.memory_bandwidth", source=source)
+    sm_count = data.get("sm_count", base.sm_count if base else 0)
+    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 1:
+        raise ConfigError(f"must be a positive whole number, got {sm_count!r}",
+                          key=f"{prefix}.sm_count", source=source)
+    name = str(data.get("name", base.name if base else "custom"))
+    return GpuSpec(name, peaks, memory, bandwidth, sm_count,
+                   source=(base.source if base else "") + (" (overridden)" if base else ""))

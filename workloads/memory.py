@@ -1,0 +1,347 @@
+"""Memory per GPU: weights, gradients, optimizer state and activations, from published formulas.
+
+**Model state** (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
+Trillion Parameter Models", §3.1): mixed-precision Adam holds per parameter 2 bytes of
+16-bit weights, 2 bytes of 16-bit gradients and K = 12 bytes of fp32 optimizer state
+(master weights, momentum, variance) — 16 bytes in all.  ZeRO-1 shards the optimizer
+state over the data-parallel group, ZeRO-2 also the gradients, ZeRO-3 (and PyTorch FSDP
+with full sharding) also the weights.  fp32 training holds 4 + 4 + 8 bytes (no master
+copy).  ``fp8`` training keeps 16-bit weights (Transformer Engine), so it counts as
+mixed precision here.  The temporarily all-gathered layer weights of ZeRO-3/FSDP and
+allocator fragmentation are *not* counted.
+
+Parameters on one GPU follow Megatron-LM's layout: a pipeline stage holds ``layers/pp``
+layers (with ``interleave = v`` model chunks, chunk ``j`` of stage ``r`` holds layers
+``[(j·pp + r)·L/(pp·v), …)``); tensor parallelism splits attention heads, the MLP width
+and the vocabulary, and replicates norms, row-parallel biases, routers and learned
+position embeddings; expert parallelism places ``experts/ep`` whole experts on each GPU.
+The first stage holds the embeddings, the last the final norm and output layer (a tied
+output layer is a second copy of the word embedding there when pp > 1).  Expert
+parallelism is carved out of data parallelism (``ep`` divides ``dp``), so expert
+parameters are replicated — and ZeRO-sharded — over ``dp/ep`` GPUs.
+
+**Activations** per layer per micro-batch (Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models", Table 2; 16-bit activations, 1-byte dropout
+masks; ``s`` sequence, ``b`` micro-batch, ``h`` hidden, ``a`` heads, ``t`` tensor
+parallel)::
+
+    no parallelism                       s·b·h·(34 + 5·a·s/h)
+    tensor parallel                      s·b·h·(10 + 24/t + 5·a·s/(h·t))
+    tensor + sequence parallel           s·b·h·(34/t + 5·a·s/(h·t))
+    selective recompute (+ sequence p.)  s·b·h·34/t        (without s.p.: s·b·h·(10 + 24/t))
+    full recompute                       2·s·b·h           (the layer input; /t with s.p.)
+
+The paper's derivation (its §4.1) is generalised term by term: ``10·s·b·h`` is two norm
+inputs, the QKV and FC1 inputs (2 bytes each) and two dropout masks; the ``24/t`` part is
+Q, K, V and the attention output (K and V at width ``kv_heads·head_dim`` for grouped-query
+attention) plus the activation-function input (twice as wide for a gated MLP) and FC2
+input at width ``ffn_hidden``; the ``5·a·s/h`` part is the softmax output, its dropout
+mask and output.  A MoE layer stores the MLP part for each of its ``top_k`` routed copies
+plus the dispatched tokens (our extension, not in the paper).  ``flash_attention`` drops
+the s² term for a 4-byte log-sum-exp per head and token.  With full recompute the layer
+being recomputed holds its full activations once more during backward (added once per
+stage).
+
+First stage extra: the embedding dropout mask, ``s·b·h`` bytes (/t with s.p.); last stage
+extra: final-norm input, output-layer input and fp32 logits, ``4·s·b·h·(1 + V/h)/t`` with
+s.p. (Korthikanti et al. 2022 §4.3), each per micro-batch in flight.
+
+**Micro-batches in flight** on stage ``r`` of ``p`` (counted in whole stages' worth of
+layers): GPipe ``m`` (all forwards before any backward); 1F1B ``min(p − r, m)``
+(Narayanan et al. 2021, §2.2.1: the first stage holds ``p``); interleaved with ``v``
+chunks: ``min(2·(p − r − 1) + (v − 1)·p + 1, m·v) / v`` chunk-micro-batches — the
+warm-up count of Megatron-LM's interleaved schedule plus the steady-state one — which
+for the first stage is ``p·(1 + (p − 1)/(p·v))``, Korthikanti et al. 2022 §4.2.3's
+interleaving factor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simcore.errors import ConfigError, closest
+from workloads.models import RECOMPUTE_MODES, ModelSpec
+
+__all__ = [
+    "PRECISION_BYTES",
+    "SCHEDULES",
+    "MemoryBreakdown",
+    "StageParams",
+    "activation_bytes_per_layer",
+    "memory_per_gpu",
+    "microbatches_in_flight",
+    "params_on_gpu",
+    "stage_layers",
+]
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+# (weight, gradient, optimizer) bytes per parameter, ZeRO paper §3.1.
+PRECISION_BYTES: dict[str, tuple[int, int, int]] = {
+    "bf16": (2, 2, 12),
+    "fp16": (2, 2, 12),
+    "fp8": (2, 2, 12),
+    "fp32": (4, 4, 8),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    """Bytes on one GPU by kind; ``total_bytes`` is their sum."""
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    total_bytes: float
+
+    @classmethod
+    def of(cls, weights_bytes: float, gradients_bytes: float, optimizer_bytes: float,
+           activations_bytes: float) -> MemoryBreakdown:
+        """A breakdown with the total filled in."""
+        return cls(weights_bytes, gradients_bytes, optimizer_bytes, activations_bytes,
+                   weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes)
+
+    def to_dict(self) -> dict[str, float]:
+        """Every field (bytes)."""
+        return {"weights_bytes": self.weights_bytes, "gradients_bytes": self.gradients_bytes,
+                "optimizer_bytes": self.optimizer_bytes,
+                "activations_bytes": self.activations_bytes, "total_bytes": self.total_bytes}
+
+
+@dataclass(frozen=True, slots=True)
+class StageParams:
+    """Parameters one GPU holds before ZeRO sharding: dense (replicated over dp) and
+    expert (replicated over dp/ep)."""
+
+    dense: float
+    expert: float
+
+    @property
+    def total(self) -> float:
+        """dense + expert."""
+        return self.dense + self.expert
+
+
+def stage_layers(model: ModelSpec, *, pp: int = 1, stage: int = 0,
+                 interleave: int = 1) -> tuple[int, ...]:
+    """Indices of the layers pipeline stage ``stage`` holds (all its model chunks)."""
+    _whole(pp, "pp")
+    _whole(interleave, "interleave")
+    if model.layers % (pp * interleave):
+        raise ConfigError(f"layers {model.layers} is not divisible by pp·interleave "
+                          f"{pp * interleave}", key="pp",
+                          hint="every pipeline chunk must hold the same number of layers")
+    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
+        raise ConfigError(f"stage {stage!r} is outside 0..{pp - 1}", key="stage")
+    per_chunk = model.layers // (pp * interleave)
+    return tuple(i for chunk in range(interleave)
+                 for i in range((chunk * pp + stage) * per_chunk,
+                                (chunk * pp + stage + 1) * per_chunk))
+
+
+def _layer_params_local(model: ModelSpec, index: int, tp: int, ep: int) -> tuple[float, float]:
+    """(dense, expert) parameters of layer ``index`` on one GPU."""
+    h, hd = model.hidden, model.head_dim
+    kv_local = max(1, model.kv_heads // tp)
+    q_local = model.heads // tp * hd
+    attention = h * q_local + 2 * h * kv_local * hd + q_local * h
+    if model.attention_bias:
+        attention += q_local + 2 * kv_local * hd + h  # QKV biases split, out bias replicated
+    f_local = model.ffn_hidden / tp
+    mlp = (3 if model.gated_mlp else 2) * h * f_local
+    if model.mlp_bias:
+        mlp += (2 if model.gated_mlp else 1) * f_local + h
+    dense = attention + 2 * model.norm_params()
+    if model.is_moe_layer(index):
+        return dense + model.router_params(), model.experts / ep * mlp
+    return dense + mlp, 0.0
+
+
+def params_on_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, stage: int = 0,
+                  interleave: int = 1) -> StageParams:
+    """Parameters held by one GPU of pipeline stage ``stage`` (see the module docstring)."""
+    _check_parallel(model, tp=tp, ep=ep)
+    dense = expert = 0.0
+    for index in stage_layers(model, pp=pp, stage=stage, interleave=interleave):
+        d, e = _layer_params_local(model, index, tp, ep)
+        dense += d
+        expert += e
+    word = model.vocab * model.hidden / tp
+    if stage == 0:
+        dense += word
+        if model.position == "learned":
+            dense += model.seq_len * model.hidden
+        if model.embedding_norm:
+            dense += model.norm_params()
+    if stage == pp - 1:
+        dense += model.final_norm_params()
+        if not model.tied_embeddings or pp > 1:
+            dense += word
+    return StageParams(dense, expert)
+
+
+def activation_bytes_per_layer(model: ModelSpec, *, micro_batch: int, seq_len: int | None = None,
+                               tp: int = 1, sequence_parallel: bool = False,
+                               recompute: str = "none", flash_attention: bool = False,
+                               precision: str = "bf16", layer_index: int = 0) -> float:
+    """Activation bytes one layer keeps for backward, per micro-batch (module docstring)."""
+    _whole(micro_batch, "micro_batch")
+    s = model.seq_len if seq_len is None else _whole(seq_len, "seq_len")
+    _check_parallel(model, tp=tp, ep=1)
+    _choice(recompute, RECOMPUTE_MODES, "recompute")
+    e = _activation_element_bytes(precision)
+    b, h, a = micro_batch, model.hidden, model.heads
+    sbh = float(s) * b * h
+    shard = tp if sequence_parallel else 1
+    if recompute == "full":
+        return e * sbh / shard
+    tokens = float(s) * b
+    f = model.ffn_hidden
+    kv = model.kv_dim
+    # Replicated unless sequence parallel: two norm inputs, QKV and FC1 inputs, 2 masks.
+    replicated = 4 * e * sbh + 2 * sbh
+    # Split over tp: Q, K, V, attention output; MLP activation input and FC2 input.
+    attention_part = e * (2 * sbh + 2 * tokens * kv)
+    mlp_part = e * tokens * f * (3 if model.gated_mlp else 2)
+    if model.is_moe_layer(layer_index):
+        mlp_part = model.top_k * (mlp_part + e * sbh)  # + dispatched tokens (FC1 input)
+        replicated += 4.0 * tokens * model.experts  # fp32 router logits
+    split = attention_part + mlp_part
+    if recompute == "selective" or flash_attention:
+        squared = 4.0 * a * tokens if flash_attention and recompute == "none" else 0.0
+    else:
+        squared = (2 * e + 1) * a * float(s) * s * b  # softmax out, dropout mask and out
+    return replicated / shard + (split + squared) / tp
+
+
+def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatches: int,
+                           interleave: int = 1) -> float:
+    """Micro-batches whose activations stage ``stage`` holds at its peak, in units of the
+    stage's full set of layers (module docstring)."""
+    _choice(schedule, SCHEDULES, "schedule")
+    _whole(pp, "pp")
+    _whole(num_microbatches, "num_microbatches")
+    _whole(interleave, "interleave")
+    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
+        raise ConfigError(f"stage {stage!r} is outside 0..{pp - 1}", key="stage")
+    if schedule == "gpipe":
+        return float(num_microbatches)
+    if schedule == "1f1b":
+        return float(min(pp - stage, num_microbatches))
+    chunks = min(2 * (pp - stage - 1) + (interleave - 1) * pp + 1,
+                 num_microbatches * interleave)
+    return chunks / interleave
+
+
+def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1,
+                   sequence_parallel: bool = False, zero_stage: int = 0, fsdp: bool = False,
+                   micro_batch: int = 1, seq_len: int | None = None, recompute: str = "none",
+                   schedule: str = "1f1b", interleave: int = 1, num_microbatches: int = 1,
+                   precision: str = "bf16", stage: int = 0,
+                   flash_attention: bool = False) -> MemoryBreakdown:
+    """Bytes one GPU of pipeline stage ``stage`` needs (module docstring for formulas).
+
+    ``zero_stage`` 0-3 (ZeRO-1: optimizer state sharded over dp; 2: + gradients;
+    3: + weights); ``fsdp=True`` shards like ZeRO-3.  ``schedule`` ``interleaved`` needs
+    ``interleave`` ≥ 2, the others ``interleave`` 1.  ``seq_len`` defaults to the model's.
+    """
+    for name, value in (("dp", dp), ("micro_batch", micro_batch)):
+        _whole(value, name)
+    s = model.seq_len if seq_len is None else _whole(seq_len, "seq_len")
+    if isinstance(zero_stage, bool) or zero_stage not in (0, 1, 2, 3):
+        raise ConfigError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}",
+                          key="zero_stage")
+    if not isinstance(fsdp, bool):
+        raise ConfigError(f"must be true or false, got {fsdp!r}", key="fsdp")
+    if fsdp and zero_stage not in (0, 3):
+        raise ConfigError(f"fsdp shards like ZeRO-3; zero_stage {zero_stage} contradicts it",
+                          key="zero_stage", hint="use zero_stage 0 or 3 with fsdp")
+    _choice(schedule, SCHEDULES, "schedule")
+    if schedule == "interleaved" and interleave < 2:
+        raise ConfigError("the interleaved schedule needs interleave >= 2", key="interleave",
+                          hint="or use schedule 1f1b")
+    if schedule != "interleaved" and interleave != 1:
+        raise ConfigError(f"interleave {interleave} needs schedule 'interleaved'",
+                          key="interleave")
+    if precision not in PRECISION_BYTES:
+        raise ConfigError(f"unknown precision {precision!r}", key="precision",
+                          hint=closest(str(precision), PRECISION_BYTES))
+    _check_parallel(model, tp=tp, ep=ep)
+    if dp % ep:
+        raise ConfigError(f"ep {ep} does not divide dp {dp}", key="ep",
+                          hint="expert parallelism is carved out of data parallelism")
+    params = params_on_gpu(model, tp=tp, pp=pp, ep=ep, stage=stage, interleave=interleave)
+    shard = 3 if fsdp else zero_stage
+    expert_dp = dp // ep
+
+    def sharded(per_param: int, from_stage: int) -> float:
+        if shard >= from_stage:
+            return per_param * (params.dense / dp + params.expert / expert_dp)
+        return per_param * params.total
+
+    weight_b, grad_b, optim_b = PRECISION_BYTES[precision]
+    weights = sharded(weight_b, 3)
+    gradients = sharded(grad_b, 2)
+    optimizer = sharded(optim_b, 1)
+
+    in_flight = microbatches_in_flight(schedule, pp=pp, stage=stage,
+                                       num_microbatches=num_microbatches,
+                                       interleave=interleave)
+    layers = stage_layers(model, pp=pp, stage=stage, interleave=interleave)
+
+    def per_layer(index: int, mode: str) -> float:
+        return activation_bytes_per_layer(
+            model, micro_batch=micro_batch, seq_len=s, tp=tp,
+            sequence_parallel=sequence_parallel, recompute=mode,
+            flash_attention=flash_attention, precision=precision, layer_index=index)
+
+    stored = sum(per_layer(i, recompute) for i in layers)
+    activations = stored * in_flight
+    if recompute == "full":
+        activations += max(per_layer(i, "none") for i in layers)
+    e = _activation_element_bytes(precision)
+    sbh = float(s) * micro_batch * model.hidden
+    sp_shard = tp if sequence_parallel else 1
+    if stage == 0:
+        activations += sbh / sp_shard * in_flight  # embedding dropout mask
+    if stage == pp - 1:
+        logits = 4.0 * s * micro_batch * model.vocab / tp
+        activations += (2 * e * sbh / sp_shard + logits) * in_flight
+    return MemoryBreakdown.of(weights, gradients, optimizer, activations)
+
+
+def _activation_element_bytes(precision: str) -> int:
+    if precision not in PRECISION_BYTES:
+        raise ConfigError(f"unknown precision {precision!r}", key="precision",
+                          hint=closest(str(precision), PRECISION_BYTES))
+    return 4 if precision == "fp32" else 2
+
+
+def _whole(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"must be a positive whole number, got {value!r}", key=key)
+    return value
+
+
+def _choice(value: str, valid: tuple[str, ...], key: str) -> None:
+    if value not in valid:
+        raise ConfigError(f"unknown {key} {value!r}", key=key, hint=closest(str(value), valid))
+
+
+def _check_parallel(model: ModelSpec, *, tp: int, ep: int) -> None:
+    _whole(tp, "tp")
+    _whole(ep, "ep")
+    if model.heads % tp:
+        raise ConfigError(f"heads {model.heads} is not divisible by tp {tp}", key="tp",
+                          hint="tensor parallelism splits whole attention heads")
+    if model.kv_heads % tp and tp % model.kv_heads:
+        raise ConfigError(f"kv_heads {model.kv_heads} and tp {tp}: neither divides the other",
+                          key="tp")
+    if ep > 1 and not model.is_moe:
+        raise ConfigError(f"ep {ep} needs a model with experts", key="ep",
+                          hint="set ep to 1 for a dense model")
+    if model.experts % ep:
+        raise ConfigError(f"experts {model.experts} is not divisible by ep {ep}", key="ep",
+                          hint="expert parallelism places whole experts on each rank")
