@@ -37,6 +37,7 @@ __all__ = [
     "OPS",
     "build_plan",
     "gpu_rail",
+    "pairs_plan",
     "ring_channels",
 ]
 
@@ -229,6 +230,25 @@ def build_plan(
     step = StepShape(streams, 1.0 / (n * len(channels)), pass_latency / steps_per_pass,
                      repeat=passes * steps_per_pass)
     return plan([step], len(channels))
+
+
+def pairs_plan(topo: Topology, pairs: Sequence[tuple[str, str]], *, protocol: str,
+               params: CommParams) -> CollectivePlan:
+    """Several point-to-point sends at once, each of the full size: one stream per pair.
+
+    Pipeline stages exchange activations this way: every tensor-parallel rank of a stage
+    sends its shard to the same rank of the next stage at the same time.
+    """
+    b = _Builder(topo, params, "ring", protocol)
+    streams: dict[LinkId, float] = {}
+    latency = 0.0
+    for src, dst in pairs:
+        route = b.route(src, dst, None)
+        b.add(streams, route)
+        latency = max(latency, b.hop_latency_s(route))
+    step = StepShape(streams, 1.0, latency)
+    return CollectivePlan("p2p", "ring", protocol, len(pairs), 1, (step,), 0.0,
+                          params.protocol_efficiency[protocol], params.chunk_bytes[protocol])
 
 
 def _chain_step(b: _Builder, channels: list[Channel], root: str, *,

@@ -17,7 +17,7 @@ from typing import Any
 
 import simpy
 
-from collectives.algorithms import OPS, build_plan
+from collectives.algorithms import OPS, build_plan, pairs_plan
 from collectives.params import ALGORITHMS, FIDELITIES, PROTOCOLS, CommParams
 from collectives.plan import CollectivePlan, StepShape
 from simcore.errors import ConfigError, closest
@@ -67,6 +67,8 @@ class Communicator:
         # Network link sets of plan steps, resolved once (keyed by the step object, which
         # the plan cache keeps alive).
         self._link_sets: dict[int, tuple[StepShape, LinkSet]] = {}
+        # Bottleneck seconds per byte of each plan's steps (keyed like the link sets).
+        self._bottlenecks: dict[int, tuple[CollectivePlan, tuple[float, ...]]] = {}
 
     # ------------------------------------------------------------------ planning
     def plan(self, op: str, group: Sequence[str], *, algorithm: str, protocol: str,
@@ -97,7 +99,7 @@ class Communicator:
             for proto in protocols:
                 candidate = self.plan(op, group, algorithm=algo, protocol=proto, root=root,
                                       peer=peer)
-                time_s = candidate.uncontended_time_s(size_bytes, self.capacity)
+                time_s = self.time_s(candidate, size_bytes)
                 if best is None or time_s < best[0]:
                     best = (time_s, candidate)
         assert best is not None  # algorithms and protocols are never empty
@@ -106,8 +108,15 @@ class Communicator:
     def estimate_s(self, op: str, group: Sequence[str], size_bytes: float,
                    **choices: Any) -> float:
         """Closed-form time of a call alone on the network (no simulation)."""
-        return self.choose(op, group, size_bytes, **choices).uncontended_time_s(
-            size_bytes, self.capacity)
+        return self.time_s(self.choose(op, group, size_bytes, **choices), size_bytes)
+
+    def time_s(self, plan: CollectivePlan, size_bytes: float) -> float:
+        """Closed-form uncontended time of ``plan`` at ``size_bytes`` (bottlenecks cached)."""
+        cached = self._bottlenecks.get(id(plan))
+        if cached is None or cached[0] is not plan:
+            cached = (plan, plan.seconds_per_byte(self.capacity))
+            self._bottlenecks[id(plan)] = cached
+        return plan.uncontended_time_s(size_bytes, self.capacity, seconds_per_byte=cached[1])
 
     def _link_set(self, step: StepShape) -> LinkSet:
         cached = self._link_sets.get(id(step))
@@ -142,15 +151,54 @@ class Communicator:
                            peer=dst)
         return self.sim.env.process(self._run(plan, float(size_bytes), fidelity, tag))
 
+    def pairs_plan(self, pairs: Sequence[tuple[str, str]], size_bytes: float, *,
+                   protocol: str | None = None) -> CollectivePlan:
+        """The plan of simultaneous sends ``src → dst`` of ``size_bytes`` each."""
+        protocol = _check(protocol or self.params.protocol, PROTOCOLS, "protocol")
+        protocols = [protocol] if protocol != "auto" else ["ll", "ll128", "simple"]
+        best: tuple[float, CollectivePlan] | None = None
+        for proto in protocols:
+            key = ("pairs", tuple(pairs), proto)
+            plan = self._plans.get(key)
+            if plan is None:
+                plan = pairs_plan(self.topology, pairs, protocol=proto, params=self.params)
+                self._plans[key] = plan
+            time_s = self.time_s(plan, size_bytes)
+            if best is None or time_s < best[0]:
+                best = (time_s, plan)
+        assert best is not None
+        return best[1]
+
+    def run_plan(self, plan: CollectivePlan, size_bytes: float, *,
+                 fidelity: str | None = None, tag: Any = None) -> simpy.Event:
+        """Run a plan from :meth:`choose` or :meth:`pairs_plan` now, as flows.
+
+        Returns an event that fires when the call is done: the flow's own ``done`` for a
+        one-step coflow (no process needed), else a process.
+        """
+        fidelity = _check(fidelity or self.params.fidelity, FIDELITIES, "fidelity")
+        if fidelity == "coflow" and len(plan.steps) == 1:
+            return self.sim.network.transfer(self._link_set(plan.steps[0]),
+                                             plan.coflow_bytes(size_bytes), plan.latency_s,
+                                             tag).done
+        return self.sim.env.process(self._run(plan, float(size_bytes), fidelity, tag))
+
+    def plan_links(self, plan: CollectivePlan) -> set[LinkId]:
+        """Every link a plan's streams cross."""
+        return {link for step in plan.steps for link in step.link_streams}
+
     def _run(self, plan: CollectivePlan, size_bytes: float, fidelity: str,
              tag: Any) -> Generator[simpy.Event, Any, CollectiveRecord]:
         env = self.sim.env
         network = self.sim.network
         start = env.now
         if fidelity == "coflow":
-            wire_bytes, weights = plan.coflow(size_bytes)
-            # One step: the coflow crosses exactly that step's links, resolved once.
-            links = self._link_set(plan.steps[0]) if len(plan.steps) == 1 else weights
+            if len(plan.steps) == 1:
+                # One step: the coflow crosses exactly that step's links, resolved once.
+                wire_bytes = plan.coflow_bytes(size_bytes)
+                links: LinkSet | dict[LinkId, float] = self._link_set(plan.steps[0])
+            else:
+                wire_bytes, links = plan.coflow(size_bytes)
             yield network.transfer(links, wire_bytes, plan.latency_s, tag).done
         else:
             pending_latency = plan.base_latency_s

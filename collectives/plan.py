@@ -72,6 +72,11 @@ class CollectivePlan:
         """Total latency of a call: base plus every step's latency."""
         return self.base_latency_s + sum(s.repeat * s.latency_s for s in self.steps)
 
+    def coflow_bytes(self, size_bytes: float) -> float:
+        """Wire bytes per stream of the single-flow form."""
+        wire = size_bytes / self.protocol_efficiency
+        return sum(s.repeat * s.stream_bytes(wire, self.chunk_bytes) for s in self.steps)
+
     def coflow(self, size_bytes: float) -> tuple[float, dict[LinkId, float]]:
         """Wire bytes per stream and link multiplicities of the single-flow form."""
         wire = size_bytes / self.protocol_efficiency
@@ -86,14 +91,24 @@ class CollectivePlan:
                 weights[link] = weights.get(link, 0.0) + streams * share
         return total, weights
 
-    def uncontended_time_s(self, size_bytes: float,
-                           capacity: Mapping[LinkId, float]) -> float:
-        """Closed-form time of the call alone on the network (capacities in bytes/s)."""
+    def seconds_per_byte(self, capacity: Mapping[LinkId, float]) -> tuple[float, ...]:
+        """Per step, the time one stream byte takes on its slowest link, uncontended."""
+        return tuple(max((streams / capacity[link]
+                          for link, streams in step.link_streams.items()), default=0.0)
+                     for step in self.steps)
+
+    def uncontended_time_s(self, size_bytes: float, capacity: Mapping[LinkId, float], *,
+                           seconds_per_byte: tuple[float, ...] | None = None) -> float:
+        """Closed-form time of the call alone on the network (capacities in bytes/s).
+
+        ``seconds_per_byte`` (from :meth:`seconds_per_byte`) saves recomputing the
+        bottlenecks when the same plan is timed at many sizes.
+        """
+        if seconds_per_byte is None:
+            seconds_per_byte = self.seconds_per_byte(capacity)
         wire = size_bytes / self.protocol_efficiency
         total = self.base_latency_s
-        for step in self.steps:
-            slowest = max((streams / capacity[link]
-                           for link, streams in step.link_streams.items()), default=0.0)
+        for step, slowest in zip(self.steps, seconds_per_byte):
             total += step.repeat * (step.latency_s
                                     + step.stream_bytes(wire, self.chunk_bytes) * slowest)
         return total

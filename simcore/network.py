@@ -358,13 +358,22 @@ class FlowNetwork:
             if now > flow._updated_s:
                 flow.remaining_bytes -= flow.rate_bytes_per_s * (now - flow._updated_s)
                 flow._updated_s = now
-        counts = np.fromiter((len(f.links) for f in flows), np.int64, len(flows))
-        global_links = np.concatenate([f._link_array for f in flows])
-        entry_mult = np.concatenate([f._mult_array for f in flows])
-        entry_flow = np.repeat(np.arange(len(flows)), counts)
-        component_links, entry_link = np.unique(global_links, return_inverse=True)
-        rates = solve_max_min(entry_flow, entry_link.ravel(), entry_mult,
-                              self._capacity_array[component_links], len(flows))
+        if len(flows) == 1:
+            # Alone on its links (the common case): its bottleneck, no filling needed.
+            flow = flows[0]
+            fair = self._capacity_array[flow._link_array] / flow._mult_array
+            rates = np.array([fair.min()])
+            component_links, entry_link = flow._link_array, np.arange(len(flow.links))
+            entry_mult, entry_flow = flow._mult_array, np.zeros(len(flow.links), np.int64)
+        else:
+            counts = np.fromiter((len(f.links) for f in flows), np.int64, len(flows))
+            global_links = np.concatenate([f._link_array for f in flows])
+            entry_mult = np.concatenate([f._mult_array for f in flows])
+            entry_flow = np.repeat(np.arange(len(flows)), counts)
+            component_links, entry_link = np.unique(global_links, return_inverse=True)
+            entry_link = entry_link.ravel()
+            rates = solve_max_min(entry_flow, entry_link, entry_mult,
+                                  self._capacity_array[component_links], len(flows))
         heap = self._heap
         for flow, rate in zip(flows, rates.tolist()):
             flow.rate_bytes_per_s = rate
@@ -375,7 +384,7 @@ class FlowNetwork:
             self._heap_seq += 1
             heapq.heappush(heap, (finish, self._heap_seq, flow._version, flow))
         if self._listeners:
-            loads = np.bincount(entry_link.ravel(), weights=entry_mult * rates[entry_flow],
+            loads = np.bincount(entry_link, weights=entry_mult * rates[entry_flow],
                                 minlength=component_links.size)
             touched = list(dict.fromkeys([*component_links.tolist(), *freed]))
             self._notify(now, touched, loads, component_links.tolist())
@@ -405,12 +414,15 @@ class FlowNetwork:
 
     def _on_timer(self, _event: Event) -> None:
         now = self.env.now
-        if self._timer_at > now:
+        if self._timer_at > now + 4 * abs(now) * np.finfo(float).eps:
             return  # an older, later timer; a newer one is armed
         self._timer_at = float("inf")
         heap = self._heap
         finished = False
-        while heap and heap[0][0] <= now:
+        # A timer may land an ulp or so before the finish time it was armed for (time
+        # arithmetic rounds); finishes that close count as now.
+        due = now + 4 * abs(now) * np.finfo(float).eps
+        while heap and heap[0][0] <= due:
             _, _, version, flow = heapq.heappop(heap)
             if version != flow._version:
                 continue

@@ -26,8 +26,8 @@ class CountingEnvironment(simpy.Environment):
         self.events_processed = 0
 
     def step(self) -> None:
+        super().step()  # raises EmptySchedule when there is nothing to process
         self.events_processed += 1
-        super().step()
 
 
 class Simulation:

@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.conftest import shared_data_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scenarios.nccl_log import NcclLog, NcclRow, parse_nccl_log, split_nccl_runs
 from simcore.errors import DistsimError, ParseError
+from tests.conftest import shared_data_dir
 
 GIB = 2**30
 MIB = 2**20
