@@ -431,7 +431,8 @@ class FlowNetwork:
                 remaining = 0.0  # only ideal links: the bytes arrive with no delay
             else:
                 remaining = flow.remaining_bytes - rate * (now - flow._updated_s)
-            if remaining <= _DONE_RTOL * flow.size_bytes or now + remaining / rate <= now:
+            # Done when the bytes left are rounding, or would take no representable time.
+            if remaining <= _DONE_RTOL * flow.size_bytes or now + remaining / rate <= due:
                 self._retire(flow)
                 self._complete(flow)
                 finished = True

@@ -12,6 +12,7 @@ import itertools
 import numpy as np
 import simpy
 
+from simcore.errors import DistsimError
 from simcore.network import FlowNetwork
 from simcore.trace import Tracer
 
@@ -51,6 +52,17 @@ class Simulation:
         return next(self._ids)
 
     def run(self, until: float | simpy.Event | None = None) -> float:
-        """Run until ``until`` (a time or an event) or until nothing is left; returns now."""
-        self.env.run(until=until)
+        """Run until ``until`` (a time or an event) or until nothing is left; returns now.
+
+        A :class:`~simcore.errors.DistsimError` raised inside a process comes out as
+        itself: simpy re-raises a process's exception as a fresh copy built from its
+        message alone, which would lose the file, key and hint.
+        """
+        try:
+            self.env.run(until=until)
+        except DistsimError as error:
+            cause = error.__cause__
+            if isinstance(cause, DistsimError) and type(cause) is type(error):
+                raise cause from None
+            raise
         return self.env.now

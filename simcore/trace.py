@@ -45,6 +45,7 @@ class Tracer:
         self.enabled = enabled
         self.spans: list[Span] = []
         self.counters: list[Counter] = []
+        self._last_value: dict[tuple[str, str], float] = {}
 
     def span(self, process: str, thread: str, name: str, start_s: float, end_s: float,
              **args: Any) -> None:
@@ -52,7 +53,10 @@ class Tracer:
             self.spans.append(Span(process, thread, name, start_s, end_s, args))
 
     def counter(self, process: str, name: str, time_s: float, value: float) -> None:
-        if self.enabled:
+        """Record a counter's value from ``time_s`` on; a repeat of its last value is
+        dropped, since it would draw nothing new (flow solves repeat loads often)."""
+        if self.enabled and self._last_value.get((process, name)) != value:
+            self._last_value[(process, name)] = value
             self.counters.append(Counter(process, name, time_s, value))
 
     def to_chrome_trace(self) -> dict[str, Any]:

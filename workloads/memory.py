@@ -69,6 +69,7 @@ __all__ = [
     "MemoryBreakdown",
     "StageParams",
     "activation_bytes_per_layer",
+    "layer_params_local",
     "memory_per_gpu",
     "microbatches_in_flight",
     "params_on_gpu",
@@ -141,7 +142,7 @@ def stage_layers(model: ModelSpec, *, pp: int = 1, stage: int = 0,
                                 (chunk * pp + stage + 1) * per_chunk))
 
 
-def _layer_params_local(model: ModelSpec, index: int, tp: int, ep: int) -> tuple[float, float]:
+def layer_params_local(model: ModelSpec, index: int, tp: int, ep: int) -> tuple[float, float]:
     """(dense, expert) parameters of layer ``index`` on one GPU."""
     h, hd = model.hidden, model.head_dim
     kv_local = max(1, model.kv_heads // tp)
@@ -165,7 +166,7 @@ def params_on_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, st
     _check_parallel(model, tp=tp, ep=ep)
     dense = expert = 0.0
     for index in stage_layers(model, pp=pp, stage=stage, interleave=interleave):
-        d, e = _layer_params_local(model, index, tp, ep)
+        d, e = layer_params_local(model, index, tp, ep)
         dense += d
         expert += e
     word = model.vocab * model.hidden / tp

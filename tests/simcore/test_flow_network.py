@@ -241,6 +241,19 @@ def test_flows_finish_when_the_timer_lands_an_ulp_early():
     assert net.active_flows == 0
 
 
+def test_a_finish_closer_than_the_clock_resolution_still_happens():
+    # At 1e18 B/s, when the timer fires the bytes left are rate × (clock rounding): above
+    # the relative tolerance, yet worth less than an ulp of the clock.  This case once
+    # re-armed the timer at the same instant for ever.
+    env, net = make_network(link=1e18)
+    first = start_at(env, net, 0.0451, ["link"], 1.3e6)
+    second = start_at(env, net, 0.0451 + 3e-13, ["link"], 1.0e6)
+    env.run()
+    assert first[0].finish_s == pytest.approx(0.0451 + 2.3e-12, rel=1e-9)
+    assert second[0].finish_s == pytest.approx(0.0451 + 2.3e-12, rel=1e-9)
+    assert net.active_flows == 0
+
+
 # ---------------------------------------------------------------- batching and scope
 
 

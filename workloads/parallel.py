@@ -1,0 +1,277 @@
+"""Parallel strategy: how a model and a batch are split over GPUs, and where ranks sit.
+
+Megatron-LM's 3D parallelism plus what PyTorch adds:
+
+* ``tp`` tensor parallel (heads, MLP width and vocabulary split; ``sequence_parallel``
+  splits the element-wise part along the sequence),
+* ``pp`` pipeline parallel (layers split into stages; ``schedule`` gpipe, 1f1b or
+  interleaved with ``interleave`` model chunks per stage),
+* ``dp`` data parallel (``zero`` stage 0-3 of ZeRO sharding, or ``fsdp``),
+* ``ep`` expert parallel for MoE layers, carved out of data parallelism (``ep`` divides
+  ``dp``, as Megatron-Core does).
+
+**Placement** maps a GPU's global rank to its (tp, dp, pp) coordinates.  ``order`` names
+the axes from innermost (fastest-varying rank) to outermost; Megatron's default
+``tp-dp-pp`` keeps a tensor-parallel group on consecutive ranks — inside one node when
+``tp`` ≤ GPUs per node — which is what a user wants, and any other order shows what a
+bad placement costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from itertools import permutations
+from typing import Any
+
+from simcore.errors import ConfigError, closest
+from simcore.units import parse_size
+
+__all__ = [
+    "PLACEMENT_ORDERS",
+    "SCHEDULES",
+    "Coordinates",
+    "ParallelConfig",
+    "Placement",
+    "TrainingConfig",
+    "check_strategy",
+    "parallel_from_mapping",
+    "training_from_mapping",
+]
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+PLACEMENT_ORDERS = tuple("-".join(p) for p in permutations(("tp", "dp", "pp")))
+RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelConfig:
+    """Degrees of parallelism and how they run (see the module docstring)."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    sequence_parallel: bool = False
+    schedule: str = "1f1b"
+    interleave: int = 1
+    zero: int = 0
+    fsdp: bool = False
+    order: str = "tp-dp-pp"
+    # Megatron-LM's DDP: gradients reduced in buckets of 40M parameters, in fp32 when the
+    # model trains in bf16 (its default ``accumulate_allreduce_grads_in_fp32``).
+    bucket_params: int = 40_000_000
+    grad_reduce_precision: str = "fp32"
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingConfig:
+    """The batch and how it is computed."""
+
+    micro_batch: int = 1
+    global_batch: int = 1
+    recompute: str = "none"
+    precision: str = "bf16"
+    seq_len: int | None = None  # None: the model's
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True, slots=True)
+class Coordinates:
+    """Where a rank sits in the 3D grid."""
+
+    tp: int
+    dp: int
+    pp: int
+
+
+class Placement:
+    """Global rank ↔ (tp, dp, pp) coordinates for an axis ``order``, innermost first."""
+
+    def __init__(self, parallel: ParallelConfig) -> None:
+        if parallel.order not in PLACEMENT_ORDERS:
+            raise ConfigError(f"unknown placement order {parallel.order!r}",
+                              key="parallelism.order", hint=closest(parallel.order,
+                                                                   PLACEMENT_ORDERS))
+        self.parallel = parallel
+        self.axes = tuple(parallel.order.split("-"))
+        self.sizes = {"tp": parallel.tp, "dp": parallel.dp, "pp": parallel.pp}
+
+    def rank(self, tp: int, dp: int, pp: int) -> int:
+        """Global rank of the GPU at these coordinates."""
+        coords = {"tp": tp, "dp": dp, "pp": pp}
+        rank, stride = 0, 1
+        for axis in self.axes:
+            rank += coords[axis] * stride
+            stride *= self.sizes[axis]
+        return rank
+
+    def coordinates(self, rank: int) -> Coordinates:
+        """Coordinates of a global rank."""
+        values: dict[str, int] = {}
+        for axis in self.axes:
+            values[axis] = rank % self.sizes[axis]
+            rank //= self.sizes[axis]
+        return Coordinates(values["tp"], values["dp"], values["pp"])
+
+    def tp_group(self, dp: int, pp: int) -> tuple[int, ...]:
+        return tuple(self.rank(t, dp, pp) for t in range(self.parallel.tp))
+
+    def dp_group(self, tp: int, pp: int) -> tuple[int, ...]:
+        return tuple(self.rank(tp, d, pp) for d in range(self.parallel.dp))
+
+    def ep_groups(self, tp: int, pp: int) -> list[tuple[int, ...]]:
+        """Expert-parallel groups: consecutive blocks of ``ep`` data-parallel replicas."""
+        ep = self.parallel.ep
+        dp_ranks = self.dp_group(tp, pp)
+        return [dp_ranks[i:i + ep] for i in range(0, len(dp_ranks), ep)]
+
+
+def check_strategy(parallel: ParallelConfig, training: TrainingConfig, *, num_gpus: int,
+                   layers: int, heads: int, kv_heads: int, experts: int,
+                   source: str | None = None) -> int:
+    """Validate a strategy against a model and a cluster; returns micro-batches per step.
+
+    Each violation is a :class:`ConfigError` naming the keys and the numbers involved.
+    """
+    p = parallel
+    for key in ("tp", "pp", "dp", "ep", "interleave"):
+        value = getattr(p, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"must be a whole number >= 1, got {value!r}",
+                              key=f"parallelism.{key}", source=source)
+    if p.tp * p.pp * p.dp != num_gpus:
+        raise ConfigError(
+            f"tp·pp·dp = {p.tp}·{p.pp}·{p.dp} = {p.tp * p.pp * p.dp} but the cluster has "
+            f"{num_gpus} GPUs", key="parallelism", source=source,
+            hint=f"choose degrees whose product is {num_gpus}, e.g. dp = "
+            f"{num_gpus // (p.tp * p.pp)} if tp·pp divides it" if num_gpus % (p.tp * p.pp) == 0
+            else f"choose degrees whose product is {num_gpus}")
+    if heads % p.tp:
+        raise ConfigError(f"{heads} attention heads do not split over tp = {p.tp}",
+                          key="parallelism.tp", source=source,
+                          hint=f"tp must divide {heads}")
+    if kv_heads % p.tp and p.tp % kv_heads:
+        raise ConfigError(f"{kv_heads} key/value heads do not split over tp = {p.tp}",
+                          key="parallelism.tp", source=source)
+    if p.schedule not in SCHEDULES:
+        raise ConfigError(f"unknown schedule {p.schedule!r}", key="parallelism.schedule",
+                          source=source, hint=closest(p.schedule, SCHEDULES))
+    if p.schedule == "interleaved":
+        if p.interleave < 2:
+            raise ConfigError("the interleaved schedule needs interleave >= 2",
+                              key="parallelism.interleave", source=source)
+        if p.pp < 2:
+            raise ConfigError("the interleaved schedule needs pp >= 2",
+                              key="parallelism.pp", source=source)
+    elif p.interleave != 1:
+        raise ConfigError(f"interleave {p.interleave} needs schedule: interleaved",
+                          key="parallelism.interleave", source=source)
+    if layers % (p.pp * p.interleave):
+        raise ConfigError(
+            f"{layers} layers do not split into pp·interleave = {p.pp * p.interleave} "
+            "equal chunks", key="parallelism.pp", source=source,
+            hint="pp·interleave must divide the number of layers")
+    if p.dp % p.ep:
+        raise ConfigError(f"ep = {p.ep} must divide dp = {p.dp} (experts are spread over "
+                          "data-parallel replicas)", key="parallelism.ep", source=source)
+    if p.ep > 1 and experts == 1:
+        raise ConfigError("expert parallelism needs a MoE model (experts > 1)",
+                          key="parallelism.ep", source=source)
+    if p.ep > 1 and experts % p.ep:
+        raise ConfigError(f"{experts} experts do not split over ep = {p.ep}",
+                          key="parallelism.ep", source=source)
+    if isinstance(p.zero, bool) or p.zero not in (0, 1, 2, 3):
+        raise ConfigError(f"must be 0, 1, 2 or 3, got {p.zero!r}", key="parallelism.zero",
+                          source=source)
+    if p.fsdp and p.zero not in (0, 3):
+        raise ConfigError("fsdp shards like ZeRO-3", key="parallelism.zero", source=source,
+                          hint="use zero: 0 or 3 with fsdp: true")
+    if (p.fsdp or p.zero == 3) and p.pp > 1:
+        raise ConfigError("ZeRO-3/FSDP with pipeline parallelism is not modelled",
+                          key="parallelism", source=source, hint="use pp: 1 or zero <= 2")
+    if p.sequence_parallel and p.tp == 1:
+        raise ConfigError("sequence_parallel needs tp > 1", key="parallelism.sequence_parallel",
+                          source=source)
+    if p.grad_reduce_precision not in ("fp32", "bf16", "fp16"):
+        raise ConfigError(f"unknown gradient precision {p.grad_reduce_precision!r}",
+                          key="parallelism.grad_reduce_precision", source=source,
+                          hint="valid: fp32, bf16, fp16")
+    if p.order not in PLACEMENT_ORDERS:
+        raise ConfigError(f"unknown placement order {p.order!r}", key="parallelism.order",
+                          source=source, hint=closest(p.order, PLACEMENT_ORDERS))
+    t = training
+    for key in ("micro_batch", "global_batch"):
+        value = getattr(t, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"must be a whole number >= 1, got {value!r}",
+                              key=f"training.{key}", source=source)
+    if t.global_batch % (t.micro_batch * p.dp):
+        raise ConfigError(
+            f"global_batch {t.global_batch} is not a multiple of micro_batch·dp = "
+            f"{t.micro_batch}·{p.dp} = {t.micro_batch * p.dp}", key="training.global_batch",
+            source=source, hint=f"use a multiple of {t.micro_batch * p.dp}")
+    microbatches = t.global_batch // (t.micro_batch * p.dp)
+    if p.schedule == "interleaved" and microbatches % p.pp:
+        raise ConfigError(
+            f"the interleaved schedule needs the {microbatches} micro-batches per pipeline "
+            f"to be a multiple of pp = {p.pp}", key="training.global_batch", source=source)
+    if t.recompute not in RECOMPUTE:
+        raise ConfigError(f"unknown recompute mode {t.recompute!r}", key="training.recompute",
+                          source=source, hint=closest(t.recompute, RECOMPUTE))
+    if t.seq_len is not None and (isinstance(t.seq_len, bool) or not isinstance(t.seq_len, int)
+                                  or t.seq_len < 1):
+        raise ConfigError(f"must be a whole number >= 1, got {t.seq_len!r}",
+                          key="training.seq_len", source=source)
+    if t.precision not in PRECISIONS:
+        raise ConfigError(f"unknown precision {t.precision!r}", key="training.precision",
+                          source=source, hint=closest(t.precision, PRECISIONS))
+    return microbatches
+
+
+def parallel_from_mapping(data: Mapping[str, Any] | None, *, source: str | None = None,
+                          prefix: str = "parallelism") -> ParallelConfig:
+    """A :class:`ParallelConfig` from YAML keys (unknown keys rejected with a suggestion)."""
+    return _from_mapping(ParallelConfig, data, source, prefix)
+
+
+def training_from_mapping(data: Mapping[str, Any] | None, *, source: str | None = None,
+                          prefix: str = "training") -> TrainingConfig:
+    """A :class:`TrainingConfig` from YAML keys (unknown keys rejected with a suggestion)."""
+    return _from_mapping(TrainingConfig, data, source, prefix)
+
+
+def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
+                  prefix: str) -> Any:
+    if data is None:
+        return cls()
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"must be a mapping, got {data!r}", key=prefix, source=source)
+    names = tuple(cls.__dataclass_fields__)
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in names:
+            raise ConfigError("unknown key", key=f"{prefix}.{key}", source=source,
+                              hint=closest(str(key), names))
+        default = getattr(cls(), key)
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ConfigError(f"must be true or false, got {value!r}",
+                                  key=f"{prefix}.{key}", source=source)
+        elif key == "bucket_params":
+            value = int(parse_size(value, key=f"{prefix}.{key}", source=source,
+                                   allow_zero=False))
+        elif isinstance(default, str):
+            value = str(value).lower()
+        values[key] = value
+    return cls(**values)
