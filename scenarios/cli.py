@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +20,9 @@ from scenarios.nccl_log import parse_nccl_log
 from scenarios.nccl_tests import BENCH_OPS, DTYPE_BYTES, format_table, run_benchmark, size_series
 from scenarios.nccl_validate import format_validation, validate_nccl_log
 from scenarios.overrides import parse_assignment, set_path, split_overrides
-from simcore.errors import DistsimError
+from scenarios.report import format_summary, write_output_dir
+from scenarios.scenario import load_scenario, run_scenario
+from simcore.errors import ConfigError, DistsimError
 from simcore.units import parse_size
 from topology import Topology, list_presets, load_cluster
 
@@ -99,6 +103,39 @@ def _cmd_validate_nccl(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interrupt(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    overrides = [parse_assignment(text) for text in args.overrides]
+    if args.no_trace and args.out is None:
+        raise ConfigError("--no-trace applies to --out", key="--no-trace",
+                          hint="without --out nothing is traced anyway")
+    scenario = load_scenario(args.scenario, overrides)
+    trace = args.out is not None and not args.no_trace
+    # SIGTERM (a job scheduler's kill) unwinds like Ctrl-C, so --out cleans up after itself.
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
+    try:
+        report = run_scenario(scenario, trace=trace, allow_oom=args.allow_oom)
+        output = None
+        if args.out is not None:
+            output = write_output_dir(report, args.out)
+            for note in output.notes:
+                print(f"distsim: note: {note}", file=sys.stderr)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+    if args.json:
+        print(json.dumps(report.to_json_dict(), indent=2))
+    else:
+        sys.stdout.write(format_summary(report))
+        if output is not None:
+            print(f"\nwrote {args.out}: {', '.join(output.files)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="distsim",
@@ -117,6 +154,29 @@ def build_parser() -> argparse.ArgumentParser:
                        help="multiply the size by this factor (default 2)")
     bench.add_argument("-d", "--datatype", choices=tuple(DTYPE_BYTES), default="float")
     bench.set_defaults(handler=_cmd_nccl_tests)
+
+    run = commands.add_parser(
+        "run", help="simulate one training iteration of a scenario file",
+        description="Load a scenario (cluster, model, parallelism, training, compute, "
+        "communication, simulation), simulate one training iteration and print its "
+        "iteration time, throughput, MFU and per-GPU breakdown.")
+    run.add_argument("scenario", help="a scenario YAML file (see scenarios/examples/)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     dest="overrides",
+                     help="override a scenario field by dotted path before validation, e.g. "
+                     "parallelism.tp=4, model.layers=48, cluster.nic.bandwidth=\"200 Gbps\" "
+                     "(repeatable)")
+    run.add_argument("--json", action="store_true",
+                     help="print one JSON object (metrics, per-GPU breakdown, resolved config)")
+    run.add_argument("--out", metavar="DIR", default=None,
+                     help="write summary.json, resolved.yaml, trace.json (Chrome/Perfetto) and "
+                     "PNG plots into DIR, a new or empty directory or a previous output")
+    run.add_argument("--no-trace", action="store_true",
+                     help="with --out: do not trace (no trace.json or timeline.png; for runs "
+                     "too large to trace in memory)")
+    run.add_argument("--allow-oom", action="store_true",
+                     help="simulate even if a GPU's memory would not hold the configuration")
+    run.set_defaults(handler=_cmd_run)
 
     validate = commands.add_parser("validate", help="compare predictions with measurements")
     kinds = validate.add_subparsers(dest="kind", required=True, metavar="KIND")

@@ -1,0 +1,418 @@
+"""What a scenario run reports: headline metrics, per-GPU time and memory, output files.
+
+A :class:`Report` holds one simulated iteration's results in SI units: the iteration time,
+throughput (samples and tokens per second), model FLOP/s per GPU and MFU (model FLOP
+utilisation: achieved model FLOP/s per GPU over the GPU's dense peak at the training
+precision — recomputation does not count, as in Narayanan et al. 2021), and per GPU the
+time in compute, communication (overlapped or not), exposed communication, pipeline bubble
+and idle, plus the memory it needs.  It also records the resolved configuration the run
+used, so it can be reproduced from its own output.
+
+Outputs: :meth:`Report.to_json_dict` (``--json``, ``summary.json``), :func:`format_summary`
+(the terminal table) and :func:`write_output_dir` (``--out DIR``: summary.json,
+resolved.yaml, trace.json and PNG plots, written whole or not at all).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simcore.errors import ConfigError
+from simcore.trace import Tracer
+from workloads.iteration import GpuTimes, IterationResult
+from workloads.memory import MemoryBreakdown
+
+__all__ = [
+    "GROUP_TOLERANCE",
+    "OUTPUT_FILES",
+    "GpuGroup",
+    "OutputResult",
+    "Report",
+    "build_report",
+    "format_summary",
+    "group_gpus",
+    "write_output_dir",
+]
+
+_GiB = 2.0**30
+
+# Every name ``--out`` may write; a directory holding only these (and a summary.json) is a
+# previous distsim output and may be replaced.
+OUTPUT_FILES = ("summary.json", "resolved.yaml", "trace.json", "timeline.png",
+                "breakdown.png", "memory.png")
+
+
+# GPUs of a stage whose times agree within this fraction of the iteration (and whose
+# memory agrees within 1 MiB) are shown as one group: replicas of a stage differ by a few
+# microseconds of contention that a summary should not spell out GPU by GPU.
+GROUP_TOLERANCE = 0.005
+
+_TIME_FIELDS = ("compute_s", "communication_s", "exposed_communication_s", "bubble_s",
+                "idle_s")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuGroup:
+    """GPUs of one pipeline stage with the same times (within ``GROUP_TOLERANCE`` of the
+    iteration) and memory.  Times are the members' means (seconds); ``spread_s`` is the
+    largest deviation of any member's time from them; ``memory`` the first member's."""
+
+    stage: int
+    gpus: tuple[str, ...]
+    compute_s: float
+    communication_s: float
+    exposed_communication_s: float
+    bubble_s: float
+    idle_s: float
+    spread_s: float
+    memory: MemoryBreakdown
+
+
+def _close(a: GpuTimes, b: GpuTimes, tolerance_s: float) -> bool:
+    return (all(abs(getattr(a, f) - getattr(b, f)) <= tolerance_s for f in _TIME_FIELDS)
+            and abs(a.peak_memory_bytes - b.peak_memory_bytes) < 2**20)
+
+
+def group_gpus(per_gpu: Sequence[GpuTimes], iteration_time_s: float,
+               tolerance: float = GROUP_TOLERANCE) -> list[GpuGroup]:
+    """Group GPUs per stage: a GPU joins the first group whose first member it matches
+    within ``tolerance × iteration_time_s`` in every time, else starts a new group."""
+    tolerance_s = tolerance * iteration_time_s
+    clusters: list[list[GpuTimes]] = []
+    for g in sorted(per_gpu, key=lambda x: (x.stage, x.rank)):
+        for members in clusters:
+            if members[0].stage == g.stage and _close(members[0], g, tolerance_s):
+                members.append(g)
+                break
+        else:
+            clusters.append([g])
+    groups = []
+    for members in clusters:
+        means = {f: sum(getattr(m, f) for m in members) / len(members) for f in _TIME_FIELDS}
+        spread = max(abs(getattr(m, f) - means[f]) for m in members for f in _TIME_FIELDS)
+        groups.append(GpuGroup(members[0].stage, tuple(m.gpu for m in members),
+                               spread_s=spread, memory=members[0].memory, **means))
+    return groups
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """One simulated iteration (seconds, bytes, FLOP/s; ``mfu`` a fraction).
+
+    ``config`` is the resolved scenario (see :meth:`scenarios.scenario.Scenario.resolved`);
+    ``tracer`` the simulation's tracer when the run traced (spans, link counters), else
+    None.
+    """
+
+    name: str
+    iteration_time_s: float
+    samples_per_s: float
+    tokens_per_s: float
+    model_flops: float
+    model_tflops_per_gpu: float
+    mfu: float
+    peak_flops_per_s: float
+    num_gpus: int
+    microbatches: int
+    pipeline_stages: int
+    wall_time_s: float
+    events: int
+    flows: int
+    gpu_memory_bytes: float
+    per_gpu: tuple[GpuTimes, ...]
+    config: dict[str, Any]
+    source: str | None = None
+    tracer: Tracer | None = field(default=None, repr=False, compare=False)
+
+    def groups(self, tolerance: float = GROUP_TOLERANCE) -> list[GpuGroup]:
+        """GPUs with (nearly) equal timings and memory, per pipeline stage (see
+        :func:`group_gpus`)."""
+        return group_gpus(self.per_gpu, self.iteration_time_s, tolerance)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Everything as one JSON-ready object (SI units; the resolved config under
+        ``config``).  ``wall_time_s`` is the only field that varies between identical runs.
+        """
+        return {
+            "name": self.name,
+            "scenario": self.source,
+            "iteration_time_s": self.iteration_time_s,
+            "samples_per_s": self.samples_per_s,
+            "tokens_per_s": self.tokens_per_s,
+            "model_flops": self.model_flops,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "mfu": self.mfu,
+            "peak_flops_per_gpu": self.peak_flops_per_s,
+            "num_gpus": self.num_gpus,
+            "microbatches": self.microbatches,
+            "wall_time_s": self.wall_time_s,
+            "events": self.events,
+            "flows": self.flows,
+            "gpu_memory_bytes": self.gpu_memory_bytes,
+            "per_gpu": [_gpu_dict(g) for g in self.per_gpu],
+            "config": self.config,
+        }
+
+
+def _gpu_dict(g: GpuTimes) -> dict[str, Any]:
+    return {
+        "gpu": g.gpu, "rank": g.rank, "stage": g.stage, "replica": g.replica,
+        "tp_rank": g.tp_rank, "compute_s": g.compute_s, "communication_s": g.communication_s,
+        "exposed_communication_s": g.exposed_communication_s, "bubble_s": g.bubble_s,
+        "idle_s": g.idle_s, "peak_memory_bytes": g.peak_memory_bytes,
+        "memory": g.memory.to_dict(),
+    }
+
+
+def build_report(*, name: str, source: str | None, result: IterationResult,
+                 global_batch: int, seq_len: int, peak_flops_per_s: float,
+                 gpu_memory_bytes: float, config: dict[str, Any], wall_time_s: float,
+                 pp: int) -> Report:
+    """A :class:`Report` from an iteration's result and the figures it is judged by."""
+    t = result.iteration_time_s
+    num_gpus = len(result.per_gpu)
+    flops_per_gpu = result.model_flops / t / num_gpus if t > 0 else 0.0
+    tracer = result.simulation.tracer
+    return Report(
+        name=name, iteration_time_s=t,
+        samples_per_s=global_batch / t if t > 0 else 0.0,
+        tokens_per_s=global_batch * seq_len / t if t > 0 else 0.0,
+        model_flops=result.model_flops, model_tflops_per_gpu=flops_per_gpu / 1e12,
+        mfu=flops_per_gpu / peak_flops_per_s, peak_flops_per_s=peak_flops_per_s,
+        num_gpus=num_gpus, microbatches=result.microbatches, pipeline_stages=pp,
+        wall_time_s=wall_time_s, events=result.events, flows=result.flows,
+        gpu_memory_bytes=gpu_memory_bytes, per_gpu=result.per_gpu, config=config,
+        source=source, tracer=tracer if tracer.enabled else None)
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _seconds(value: float) -> str:
+    if abs(value) < 1e-12:  # rounding noise of a sum of many floats
+        return "0 s"
+    if abs(value) >= 1:
+        return f"{value:.4g} s"
+    if abs(value) >= 1e-3:
+        return f"{value * 1e3:.4g} ms"
+    return f"{value * 1e6:.4g} us"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        out = [str(c).rjust(w) if i in right else str(c).ljust(w)
+               for i, (c, w) in enumerate(zip(cells, widths))]
+        return "  " + "  ".join(out).rstrip()
+
+    return [line(header), *(line(r) for r in rows)]
+
+
+def _strategy(config: dict[str, Any]) -> str:
+    par = config.get("parallelism", {})
+    train = config.get("training", {})
+    parts = [f"tp {par.get('tp')} · pp {par.get('pp')} · dp {par.get('dp')}"]
+    if par.get("ep", 1) > 1:
+        parts[0] += f" · ep {par['ep']}"
+    if par.get("pp", 1) > 1:
+        schedule = f"{par.get('schedule')} schedule"
+        if par.get("schedule") == "interleaved":
+            schedule += f" ×{par.get('interleave')}"
+        parts.append(schedule)
+    if par.get("sequence_parallel"):
+        parts.append("sequence parallel")
+    if par.get("fsdp"):
+        parts.append("FSDP")
+    elif par.get("zero"):
+        parts.append(f"ZeRO-{par['zero']}")
+    parts.append(f"recompute {train.get('recompute')}; {train.get('precision')}")
+    return "; ".join(parts)
+
+
+def _batch(config: dict[str, Any], microbatches: int) -> str:
+    par = config.get("parallelism", {})
+    train = config.get("training", {})
+    plural = "micro-batch" if microbatches == 1 else "micro-batches"
+    per = "pipeline" if par.get("pp", 1) > 1 else "replica"
+    return (f"{train.get('global_batch')} sequences = {microbatches} {plural} of "
+            f"{train.get('micro_batch')} per {per} × dp {par.get('dp')}")
+
+
+def format_summary(report: Report) -> str:
+    """The terminal summary: headline metrics with units, then per group of identical GPUs
+    the time breakdown (seconds and % of the iteration) and the memory (GiB)."""
+    c = report.config
+    t = report.iteration_time_s
+    cluster = c.get("cluster", {})
+    model = c.get("model", {})
+    train = c.get("training", {})
+    gpu = c.get("compute", {}).get("gpu", {})
+    nodes = cluster.get("nodes")
+    where = f" ({report.source})" if report.source else ""
+    lines = [
+        f"distsim run: {report.name}{where}",
+        f"  cluster      {cluster.get('name', '?')}: {report.num_gpus} GPUs"
+        + (f" on {nodes} node(s)" if nodes else "") + f", {gpu.get('name', '?')}",
+        f"  model        {model.get('name', '?')}: {model.get('layers')} layers, hidden "
+        f"{model.get('hidden')}, {model.get('heads')} heads, sequence {train.get('seq_len')}",
+        f"  strategy     {_strategy(c)}",
+        f"  batch        {_batch(c, report.microbatches)}",
+        f"  iteration    {_seconds(t)}",
+        f"  throughput   {report.samples_per_s:,.4g} samples/s, {report.tokens_per_s:,.0f} "
+        "tokens/s",
+        f"  per GPU      {report.model_tflops_per_gpu:.4g} TFLOP/s of model FLOPs; MFU "
+        f"{report.mfu * 100:.1f} % of {report.peak_flops_per_s / 1e12:.4g} TFLOP/s peak "
+        f"({train.get('precision')})",
+        f"  simulated    {report.events:,} events, {report.flows:,} flows in "
+        f"{report.wall_time_s:.3g} s host time",
+        "",
+        "Time per GPU, identical GPUs grouped (% of the iteration; communication may overlap "
+        "compute, exposed communication does not):",
+    ]
+    groups = report.groups()
+
+    def cell(value: float) -> str:
+        share = value / t * 100 if t > 0 else 0.0
+        return f"{_seconds(value)} {share:5.1f}%"
+
+    time_rows = [
+        [str(i + 1), str(grp.stage), str(len(grp.gpus)), grp.gpus[0], cell(grp.compute_s),
+         cell(grp.communication_s), cell(grp.exposed_communication_s), cell(grp.bubble_s),
+         cell(grp.idle_s)]
+        for i, grp in enumerate(groups)]
+    lines += _table(["group", "stage", "GPUs", "first GPU", "compute", "communication",
+                     "exposed comm", "bubble", "idle"], time_rows,
+                    right={0, 1, 2, 4, 5, 6, 7, 8})
+    spread = max((grp.spread_s for grp in groups), default=0.0)
+    if t > 0 and spread > 1e-6 * t:
+        lines.append(f"  (times are group means; members differ by at most {_seconds(spread)}, "
+                     f"{spread / t * 100:.2g}% of the iteration)")
+    lines += ["", f"Memory per GPU (GiB; capacity {report.gpu_memory_bytes / _GiB:.4g} GiB):"]
+    mem_rows = []
+    for i, grp in enumerate(groups):
+        m = grp.memory
+        share = m.total_bytes / report.gpu_memory_bytes * 100
+        mem_rows.append([str(i + 1), f"{m.total_bytes / _GiB:.2f}", f"{share:.0f}%",
+                         f"{m.weights_bytes / _GiB:.2f}", f"{m.gradients_bytes / _GiB:.2f}",
+                         f"{m.optimizer_bytes / _GiB:.2f}",
+                         f"{m.activations_bytes / _GiB:.2f}"])
+    lines += _table(["group", "peak", "of capacity", "weights", "gradients", "optimizer",
+                     "activations"], mem_rows, right=set(range(7)))
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- --out DIR
+
+
+@dataclass(frozen=True, slots=True)
+class OutputResult:
+    """What :func:`write_output_dir` wrote (file names inside ``directory``) and notes
+    (e.g. plots skipped)."""
+
+    directory: Path
+    files: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+
+def _is_previous_output(directory: Path) -> bool:
+    names = {p.name for p in directory.iterdir()}
+    return "summary.json" in names and names <= set(OUTPUT_FILES)
+
+
+def write_output_dir(report: Report, directory: str | os.PathLike[str], *,
+                     plots: bool = True) -> OutputResult:
+    """Write ``summary.json``, ``resolved.yaml``, ``trace.json`` (when the run traced) and
+    PNG plots (when ``plots`` and matplotlib is installed) into ``directory``.
+
+    The directory appears whole or not at all: the files are written into a temporary
+    sibling directory that is renamed into place at the end; any failure removes it and
+    leaves ``directory`` as it was.  ``directory`` may be absent, empty, or a previous
+    distsim output (only files this function writes, with a summary.json), which is
+    replaced; anything else is refused with :class:`ConfigError`.
+    """
+    target = Path(directory)
+    label = os.fspath(directory)
+    if target.exists():
+        if not target.is_dir():
+            raise ConfigError("exists and is not a directory", key="--out", source=label)
+        if any(target.iterdir()) and not _is_previous_output(target):
+            raise ConfigError(
+                "exists and holds files distsim did not write", key="--out", source=label,
+                hint="give a new or empty directory; distsim replaces only its own previous "
+                     "output (" + ", ".join(OUTPUT_FILES) + ")")
+    parent = target.absolute().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        staging = _make_staging(parent, target.name)
+    except OSError as error:
+        raise ConfigError(f"cannot create the output directory: {error.strerror or error}",
+                          key="--out", source=label) from None
+    notes: list[str] = []
+    try:
+        files = ["summary.json", "resolved.yaml"]
+        (staging / "summary.json").write_text(
+            json.dumps(report.to_json_dict(), indent=2) + "\n", encoding="utf-8")
+        header = (f"# distsim: the resolved configuration of {report.name!r}, every default "
+                  "filled in (SI units).\n# Run it again with: distsim run resolved.yaml\n")
+        (staging / "resolved.yaml").write_text(
+            header + yaml.safe_dump(report.config, sort_keys=False, allow_unicode=True),
+            encoding="utf-8")
+        if report.tracer is not None:
+            with open(staging / "trace.json", "w", encoding="utf-8") as handle:
+                # json.dump streams the encoding: no second copy of a large trace as text.
+                json.dump(report.tracer.to_chrome_trace(), handle, separators=(",", ":"))
+            files.append("trace.json")
+        if plots:
+            from scenarios import plots as plotting
+
+            try:
+                files += plotting.write_plots(report, staging)
+            except plotting.PlotsUnavailable as missing:
+                notes.append(f"plots skipped: {missing}")
+        _commit(staging, target)
+    except BaseException as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, OSError):
+            raise ConfigError(f"cannot write the output: {error.strerror or error}",
+                              key="--out", source=label) from None
+        raise
+    return OutputResult(target, tuple(files), tuple(notes))
+
+
+def _make_staging(parent: Path, name: str) -> Path:
+    """A new hidden directory beside the target, with the umask's usual permissions
+    (``tempfile.mkdtemp`` would make it private, and the rename would keep that)."""
+    for _ in range(100):
+        staging = parent / f".{name}.{secrets.token_hex(4)}.partial"
+        try:
+            staging.mkdir()
+        except FileExistsError:
+            continue
+        return staging
+    raise FileExistsError(f"cannot find a free staging name beside {name}")
+
+
+def _commit(staging: Path, target: Path) -> None:
+    """Rename ``staging`` to ``target``, replacing an existing (empty or previous) one."""
+    if not target.exists():
+        os.rename(staging, target)
+        return
+    old = staging.with_name(staging.name.replace(".partial", ".old"))
+    os.rename(target, old)
+    try:
+        os.rename(staging, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+

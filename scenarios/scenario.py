@@ -1,0 +1,666 @@
+"""Scenarios: one YAML file describes a training job on a cluster; running it simulates one
+iteration and returns a :class:`~scenarios.report.Report`.
+
+A scenario file (read with ``yaml.safe_load`` only)::
+
+    name: gpt3-175b-64gpu                       # default: the file's stem
+    description: free text                      # optional
+    cluster: {preset: dgx-a100, nodes: 8, fabric: fat-tree}
+                                                # any cluster spec (topology.build_cluster),
+                                                # a preset name, or the path of a cluster
+                                                # YAML file, relative to the scenario file
+    model: {preset: gpt3-175b, layers: 48}      # a preset with overrides, every field
+                                                # written out, or just a preset name
+    parallelism: {tp: 8, pp: 8, dp: 1, ep: 1, sequence_parallel: false, schedule: 1f1b,
+                  interleave: 1, zero: 0, fsdp: false, order: tp-dp-pp,
+                  bucket_params: 40000000, grad_reduce_precision: fp32}
+    training: {micro_batch: 1, global_batch: 64, recompute: full, precision: bf16,
+               seq_len: 2048}                   # seq_len: default the model's
+    compute:
+      gpu: a100-80gb                            # a GPU preset, or a mapping (gpu_from_mapping);
+                                                # default: the cluster's GPU when known
+      costs: roofline                           # or a cost table path (relative to the file);
+                                                # the roofline is then its fallback
+      matmul_efficiency: 0.8                    # roofline knobs, all optional:
+      attention_efficiency: 0.5                 #   memory_efficiency, launch_overhead,
+                                                #   gemm_tiles, gemm_k_half, causal,
+                                                #   optimizer_bytes_per_param
+    communication: {algorithm: auto, protocol: auto}   # collectives.comm_params_from_mapping
+    simulation: {fidelity: coflow, seed: 0}     # fidelity: coflow | step
+    stragglers: {n0.gpu3: 1.2}                  # compute slowdown factor per GPU
+
+Every key is checked; a wrong one is named by its dotted path (``parallelism.tp``,
+``cluster.nic.bandwidth``) with the file, its line and the closest valid key.
+``overrides`` (the command line's ``--set KEY=VALUE``) change any field by dotted path before
+validation; errors in an overridden value name ``--set`` as their source.
+
+:meth:`Scenario.resolved` is the configuration the run used with every default filled in,
+in SI units, *in this same schema*: written back as a scenario file it reproduces the run.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from collectives import CommParams, comm_params_from_mapping
+from scenarios.report import Report, build_report
+from simcore.errors import ConfigError, DistsimError, ParseError, closest
+from simcore.units import parse_duration
+from topology import Topology, build_cluster, list_presets
+from workloads.costs import CostModel, RooflineCosts, TableCosts
+from workloads.gpus import GpuSpec, get_gpu, gpu_from_mapping
+from workloads.iteration import IterationSpec, simulate_iteration
+from workloads.models import ModelSpec, model_from_mapping
+from workloads.parallel import (
+    ParallelConfig,
+    TrainingConfig,
+    check_strategy,
+    parallel_from_mapping,
+    training_from_mapping,
+)
+
+__all__ = [
+    "COMPUTE_KEYS",
+    "SCENARIO_KEYS",
+    "SIMULATION_KEYS",
+    "Scenario",
+    "load_scenario",
+    "run_scenario",
+    "scenario_from_mapping",
+]
+
+SCENARIO_KEYS = ("name", "description", "cluster", "model", "parallelism", "training",
+                 "compute", "communication", "simulation", "stragglers")
+# compute key -> RooflineCosts field.
+_ROOFLINE_KNOBS = {
+    "matmul_efficiency": "matmul_asymptotic_efficiency",
+    "attention_efficiency": "attention_efficiency",
+    "memory_efficiency": "memory_efficiency",
+    "launch_overhead": "launch_overhead_s",
+    "gemm_tiles": "gemm_tiles",
+    "gemm_k_half": "gemm_k_half",
+    "causal": "causal",
+    "optimizer_bytes_per_param": "optimizer_bytes_per_param",
+}
+COMPUTE_KEYS = ("gpu", "costs", *_ROOFLINE_KNOBS)
+SIMULATION_KEYS = ("fidelity", "seed")
+_REQUIRED = ("cluster", "model")
+
+# Cluster presets name their GPU as the vendor writes it; the GPU spec it corresponds to.
+_CLUSTER_GPUS = {"a100-sxm4-80gb": "a100-80gb", "a100-sxm4-40gb": "a100-40gb",
+                 "h100-sxm5-80gb": "h100-sxm"}
+
+# A group written as a bare string is shorthand for this key (for --set into it).
+_SHORTHAND = {"cluster": "preset", "cluster.fabric": "kind", "cluster.gpu": "model",
+              "model": "preset", "compute.gpu": "preset"}
+
+
+# --------------------------------------------------------------------------- the type
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A validated scenario: the cluster, model, strategy, costs and options of one run.
+
+    ``source`` is the scenario file (None when built from a mapping); ``cost_table`` the
+    absolute path of the cost table when ``costs`` names one (``costs`` is then a
+    :class:`TableCosts` falling back to ``roofline``).  ``microbatches`` is per pipeline
+    and iteration.
+    """
+
+    name: str
+    topology: Topology
+    model: ModelSpec
+    parallel: ParallelConfig
+    training: TrainingConfig
+    gpu: GpuSpec
+    roofline: RooflineCosts
+    costs: CostModel
+    comm: CommParams
+    seed: int
+    microbatches: int
+    stragglers: Mapping[str, float] = field(default_factory=dict)
+    description: str = ""
+    cost_table: str | None = None
+    source: str | None = None
+    _locator: _Locator | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.topology.gpus)
+
+    @property
+    def seq_len(self) -> int:
+        """The sequence length trained on (``training.seq_len`` or the model's)."""
+        return self.training.seq_len or self.model.seq_len
+
+    def resolved(self) -> dict[str, Any]:
+        """The full configuration, every default filled in, SI units, in scenario schema.
+
+        Written back as a scenario file (YAML or JSON) it loads to the same scenario and
+        reproduces the same result.  A fresh, JSON-ready dict.
+        """
+        gpu = self.gpu
+        compute: dict[str, Any] = {
+            "gpu": {"name": gpu.name, "peak_flops": dict(gpu.peak_flops_per_s),
+                    "memory": gpu.memory_bytes,
+                    "memory_bandwidth": gpu.memory_bandwidth_bytes_per_s,
+                    "sm_count": gpu.sm_count},
+            "costs": self.cost_table or "roofline",
+        }
+        for knob, attr in _ROOFLINE_KNOBS.items():
+            value = getattr(self.roofline, attr)
+            compute[knob] = [list(t) for t in value] if knob == "gemm_tiles" else value
+        comm = self.comm.to_dict()
+        fidelity = comm.pop("fidelity")
+        comm["base_latency"] = comm.pop("base_latency_s")
+        comm["hop_latency"] = comm.pop("hop_latency_s")
+        training = self.training.to_dict()
+        training["seq_len"] = self.seq_len
+        data: dict[str, Any] = {"name": self.name}
+        if self.description:
+            data["description"] = self.description
+        data.update({
+            "cluster": copy.deepcopy(self.topology.config),
+            "model": self.model.to_dict(),
+            "parallelism": self.parallel.to_dict(),
+            "training": training,
+            "compute": compute,
+            "communication": comm,
+            "simulation": {"fidelity": fidelity, "seed": self.seed},
+            "stragglers": dict(self.stragglers),
+        })
+        return data
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class _Locator:
+    """Puts the right place on an error: the scenario file and line, the cluster file, or
+    ``--set`` for a key an override wrote."""
+
+    __slots__ = ("cluster_lines", "cluster_source", "lines", "overridden", "source")
+
+    def __init__(self, source: str | None, lines: Mapping[str, int],
+                 overridden: Iterable[str] = ()) -> None:
+        self.source = source
+        self.lines = dict(lines)
+        self.overridden = tuple(overridden)
+        self.cluster_source: str | None = None
+        self.cluster_lines: dict[str, int] = {}
+
+    def _is_overridden(self, key: str) -> bool:
+        """Whether an override wrote ``key`` (or a mapping holding it), or created ``key``
+        on the way to a path below it (a misspelt group: ``--set paralelism.tp=2``)."""
+        if any(key == p or key.startswith((p + ".", p + "[")) for p in self.overridden):
+            return True
+        return key not in self.lines and any(p.startswith((key + ".", key + "["))
+                                             for p in self.overridden)
+
+    def locate(self, error: DistsimError, *, cluster: bool = False) -> DistsimError:
+        """Fix ``error``'s source/key/line in place (and return it).
+
+        ``cluster``: the error came from building the cluster, whose keys are relative to
+        the cluster spec.
+        """
+        key = error.key or ""
+        if cluster:
+            full = f"cluster.{key}" if key else "cluster"
+            if self._is_overridden(full):
+                error.key, error.source, error.line = full, "--set", None
+            elif self.cluster_source is not None:
+                error.source = self.cluster_source
+                if error.line is None:
+                    error.line = _line_of(key, self.cluster_lines)
+            else:
+                error.key, error.source = full, self.source
+                if error.line is None:
+                    error.line = _line_of(full, self.lines)
+            return error
+        if key and self._is_overridden(key):
+            error.source, error.line = "--set", None
+            return error
+        if error.source is None:
+            error.source = self.source
+        if error.source == self.source and error.line is None and key:
+            error.line = _line_of(key, self.lines)
+        return error
+
+
+def _line_of(key: str, lines: Mapping[str, int]) -> int | None:
+    """The line of ``key`` or of its nearest enclosing key that the file has."""
+    while key:
+        if key in lines:
+            return lines[key]
+        cut = max(key.rfind("."), key.rfind("["))
+        key = key[:cut] if cut > 0 else ""
+    return None
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """1-based line of every dotted key path of a YAML text (``a.b``, ``a.c[2]``)."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return {}
+    lines: dict[str, int] = {}
+
+    def walk(node: yaml.Node, path: str, depth: int) -> None:
+        if depth > 32:  # aliases can nest a node in itself
+            return
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = f"{path}.{key_node.value}" if path else str(key_node.value)
+                lines.setdefault(key, key_node.start_mark.line + 1)
+                walk(value_node, key, depth + 1)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                key = f"{path}[{i}]"
+                lines.setdefault(key, item.start_mark.line + 1)
+                walk(item, key, depth + 1)
+
+    if root is not None:
+        walk(root, "", 0)
+    return lines
+
+
+def _read_yaml(path: str, what: str) -> tuple[Any, dict[str, int]]:
+    """The YAML document in ``path`` and the line of each key; clear errors otherwise."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"no {what} file here", source=path) from None
+    except IsADirectoryError:
+        raise ConfigError(f"a {what} is a YAML file, this is a directory",
+                          source=path) from None
+    except OSError as error:
+        raise ConfigError(f"cannot read {what} file: {error.strerror or error}",
+                          source=path) from None
+    except UnicodeDecodeError:
+        raise ParseError(f"{what} file is not UTF-8 text", source=path) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ParseError(f"invalid YAML: {problem}", source=path,
+                         line=None if mark is None else mark.line + 1) from None
+    return data, _key_lines(text)
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+_PATH_PART = re.compile(r"^([^.\[\]=]+)((?:\[\d+\])*)$")
+
+
+def _path_tokens(path: str) -> list[str | int]:
+    tokens: list[str | int] = []
+    for part in path.split("."):
+        match = _PATH_PART.match(part.strip())
+        if not match:
+            raise ConfigError(f"cannot read key path {path!r}", source="--set",
+                              hint="write dotted keys, e.g. parallelism.tp or "
+                                   "cluster.nic.bandwidth")
+        tokens.append(match.group(1))
+        tokens.extend(int(i) for i in re.findall(r"\[(\d+)\]", match.group(2)))
+    return tokens
+
+
+def _apply_override(data: dict[str, Any], path: str, value: Any) -> None:
+    """``data[a][b]… = value`` for ``path = "a.b…"`` (``[i]`` indexes lists), creating
+    mappings on the way and expanding shorthand strings (``fabric: fat-tree``)."""
+    head, _, rest = path.partition(".")
+    if head.strip() == "stragglers" and rest:
+        # GPU names hold dots (n0.gpu3): everything after "stragglers." is one key.
+        stragglers = data.get("stragglers")
+        if not isinstance(stragglers, dict):
+            stragglers = data["stragglers"] = {}
+        stragglers[rest.strip()] = value
+        return
+    tokens = _path_tokens(path)
+    target: Any = data
+    here = ""
+    for depth, token in enumerate(tokens[:-1]):
+        here = f"{here}[{token}]" if isinstance(token, int) else (
+            f"{here}.{token}" if here else token)
+        nxt = tokens[depth + 1]
+        if isinstance(token, int):
+            if not isinstance(target, list) or token >= len(target):
+                raise ConfigError(f"no list item [{token}] to set", key=path, source="--set")
+            child = target[token]
+        else:
+            child = target.get(token)
+            if child is None:
+                child = [] if isinstance(nxt, int) else {}
+            elif isinstance(child, str) and here in _SHORTHAND:
+                child = {_SHORTHAND[here]: child}
+            target[token] = child
+        if isinstance(nxt, int) and not isinstance(child, list):
+            raise ConfigError(f"{here} is not a list", key=path, source="--set")
+        if isinstance(nxt, str) and not isinstance(child, dict):
+            raise ConfigError(f"{here} is {child!r}, not a mapping", key=path, source="--set")
+        target = child
+    last = tokens[-1]
+    if isinstance(last, int) and (not isinstance(target, list) or last >= len(target)):
+        raise ConfigError(f"no list item [{last}] to set", key=path, source="--set")
+    target[last] = value
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_scenario(path: str | os.PathLike[str],
+                  overrides: Iterable[tuple[str, Any]] = ()) -> Scenario:
+    """Read, override and validate the scenario file ``path``.
+
+    ``overrides`` are ``(dotted_key, value)`` pairs (as :func:`scenarios.overrides.
+    parse_assignment` returns them), applied before validation.  Relative cluster and cost
+    table paths are taken relative to the scenario file.  Raises :class:`ConfigError` /
+    :class:`ParseError` naming the file, the line and the dotted key.
+    """
+    source = os.fspath(path)
+    data, lines = _read_yaml(source, "scenario")
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"a scenario file holds a mapping, got {type(data).__name__}",
+                          source=source, line=1,
+                          hint="e.g. 'cluster: {preset: dgx-a100, nodes: 2}' and "
+                               "'model: {preset: gpt3-175b}'")
+    data.setdefault("name", Path(source).stem)
+    return scenario_from_mapping(data, source=source, overrides=overrides,
+                                 base_dir=Path(source).parent, _lines=lines)
+
+
+def scenario_from_mapping(data: Mapping[str, Any], *, source: str | None = None,
+                          overrides: Iterable[tuple[str, Any]] = (),
+                          base_dir: str | os.PathLike[str] | None = None,
+                          _lines: Mapping[str, int] | None = None) -> Scenario:
+    """Validate a scenario given as a mapping (what a scenario file holds).
+
+    ``base_dir`` is where relative file paths are looked up (default: the working
+    directory); ``source`` names the origin on errors.
+    """
+    base = Path(base_dir) if base_dir is not None else Path()
+    overrides = list(overrides)
+    locator = _Locator(source, _lines or {}, (key for key, _ in overrides))
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"a scenario is a mapping, got {type(data).__name__}", source=source)
+    spec: dict[str, Any] = copy.deepcopy(dict(data))
+    try:
+        # An override of the whole cluster (a preset or file name) comes first; overrides
+        # below it apply to what it names.
+        for key, value in overrides:
+            if key.strip() == "cluster":
+                spec["cluster"] = value
+        cluster_raw = spec.get("cluster")
+        if isinstance(cluster_raw, (str, os.PathLike)) and os.fspath(cluster_raw) not in (
+                list_presets()):
+            cluster_path = _resolve_file(os.fspath(cluster_raw), base, "cluster", "cluster",
+                                         source)
+            cluster_data, cluster_lines = _read_yaml(cluster_path, "cluster")
+            if not isinstance(cluster_data, dict):
+                raise ConfigError("a cluster file holds a mapping", source=cluster_path,
+                                  hint="e.g. 'preset: dgx-a100' and 'nodes: 2'")
+            spec["cluster"] = cluster_data
+            locator.cluster_source = cluster_path
+            locator.cluster_lines = cluster_lines
+        for key, value in overrides:
+            if key.strip() != "cluster":
+                _apply_override(spec, key, value)
+        return _validate(spec, source, base, locator)
+    except DistsimError as error:
+        raise locator.locate(error) from None
+
+
+def _resolve_file(name: str, base: Path, key: str, what: str, source: str | None) -> str:
+    candidate = Path(name).expanduser()
+    if not candidate.is_absolute():
+        candidate = base / candidate
+    if not candidate.is_file():
+        hint = None
+        if what == "cluster":
+            hint = closest(name, list_presets()) + "; or the path of a cluster YAML file"
+        raise ConfigError(f"no {what} file {name!r} (looked for {candidate.absolute()})",
+                          key=key,
+                          source=source, hint=hint)
+    return str(candidate.resolve())
+
+
+def _mapping(value: Any, key: str, source: str | None) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"must be a mapping, got {type(value).__name__} {value!r}", key=key,
+                          source=source)
+    return value
+
+
+def _check_keys(mapping: Mapping[str, Any], valid: Sequence[str], prefix: str,
+                source: str | None) -> None:
+    for raw in mapping:
+        name = str(raw)
+        if name not in valid:
+            raise ConfigError("unknown key", key=f"{prefix}.{name}" if prefix else name,
+                              source=source, hint=closest(name, valid))
+
+
+def _validate(spec: dict[str, Any], source: str | None, base: Path,
+              locator: _Locator) -> Scenario:
+    _check_keys(spec, SCENARIO_KEYS, "", source)
+    for required in _REQUIRED:
+        if spec.get(required) is None:
+            raise ConfigError(f"a scenario needs '{required}'", key=required, source=source,
+                              hint="e.g. cluster: {preset: dgx-a100, nodes: 2}"
+                              if required == "cluster" else "e.g. model: {preset: gpt3-175b}")
+    name = spec.get("name", "scenario")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"must be a non-empty string, got {name!r}", key="name",
+                          source=source)
+    description = spec.get("description", "") or ""
+    if not isinstance(description, str):
+        raise ConfigError("must be a string", key="description", source=source)
+
+    # cluster
+    cluster = spec["cluster"]
+    if isinstance(cluster, str):
+        cluster = {"preset": cluster}
+    if not isinstance(cluster, Mapping):
+        raise ConfigError(f"must be a cluster mapping, a preset or a file, got {cluster!r}",
+                          key="cluster", source=source)
+    try:
+        topology = build_cluster(cluster)
+    except DistsimError as error:
+        raise locator.locate(error, cluster=True) from None
+
+    # model
+    model_raw = spec["model"]
+    if isinstance(model_raw, str):
+        model_raw = {"preset": model_raw}
+    model = model_from_mapping(model_raw, source=source, prefix="model")
+
+    parallel = parallel_from_mapping(spec.get("parallelism"), source=source,
+                                     prefix="parallelism")
+    training = training_from_mapping(spec.get("training"), source=source, prefix="training")
+
+    # compute
+    compute = _mapping(spec.get("compute"), "compute", source)
+    _check_keys(compute, COMPUTE_KEYS, "compute", source)
+    gpu = _gpu(compute.get("gpu"), topology, source)
+    roofline = _roofline(compute, gpu, training.precision, source)
+    costs_raw = compute.get("costs", "roofline")
+    costs: CostModel = roofline
+    cost_table: str | None = None
+    if not isinstance(costs_raw, str) or not costs_raw.strip():
+        raise ConfigError(f"must be 'roofline' or the path of a cost table, got {costs_raw!r}",
+                          key="compute.costs", source=source)
+    if costs_raw != "roofline":
+        cost_table = _resolve_file(costs_raw, base, "compute.costs", "cost table", source)
+        costs = TableCosts.from_file(cost_table, gpu=gpu.name, fallback=roofline)
+
+    # communication and simulation
+    communication = dict(_mapping(spec.get("communication"), "communication", source))
+    if "fidelity" in communication:
+        raise ConfigError("fidelity is a simulation setting", key="communication.fidelity",
+                          source=source, hint="write it as simulation.fidelity")
+    simulation = _mapping(spec.get("simulation"), "simulation", source)
+    _check_keys(simulation, SIMULATION_KEYS, "simulation", source)
+    if "fidelity" in simulation:
+        communication["fidelity"] = simulation["fidelity"]
+    try:
+        comm = comm_params_from_mapping(communication, source=source, prefix="communication")
+    except ConfigError as error:
+        if error.key == "communication.fidelity":
+            error.key = "simulation.fidelity"
+        raise
+    seed = simulation.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"must be a whole number >= 0, got {seed!r}", key="simulation.seed",
+                          source=source)
+
+    stragglers = _stragglers(spec.get("stragglers"), topology, source)
+    microbatches = check_strategy(parallel, training, num_gpus=len(topology.gpus),
+                                  layers=model.layers, heads=model.heads,
+                                  kv_heads=model.kv_heads, experts=model.experts,
+                                  source=source)
+    return Scenario(name=name.strip(), topology=topology, model=model, parallel=parallel,
+                    training=training, gpu=gpu, roofline=roofline, costs=costs, comm=comm,
+                    seed=seed, microbatches=microbatches, stragglers=stragglers,
+                    description=description, cost_table=cost_table, source=source,
+                    _locator=locator)
+
+
+def _gpu(raw: Any, topology: Topology, source: str | None) -> GpuSpec:
+    if raw is not None:
+        return gpu_from_mapping(raw, source=source, prefix="compute.gpu")
+    model = str(topology.config.get("gpu", {}).get("model", ""))
+    known = _CLUSTER_GPUS.get(model.lower(), model)
+    if known:
+        try:
+            return get_gpu(known)
+        except ConfigError:
+            pass
+    what = f"the cluster's GPU {model!r} is not a known GPU spec" if model else (
+        "the cluster does not say which GPU it has")
+    raise ConfigError(f"no GPU given, and {what}", key="compute.gpu", source=source,
+                      hint="e.g. compute: {gpu: a100-80gb}")
+
+
+def _roofline(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,
+              source: str | None) -> RooflineCosts:
+    knobs: dict[str, Any] = {}
+    for knob, attr in _ROOFLINE_KNOBS.items():
+        if knob not in compute:
+            continue
+        value = compute[knob]
+        key = f"compute.{knob}"
+        if knob == "launch_overhead":
+            value = parse_duration(value, key=key, source=source)
+        elif knob == "causal":
+            if not isinstance(value, bool):
+                raise ConfigError(f"must be true or false, got {value!r}", key=key,
+                                  source=source)
+        elif knob == "gemm_tiles":
+            value = _tiles(value, key, source)
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"must be a number, got {value!r}", key=key, source=source)
+        knobs[attr] = value
+    try:
+        return RooflineCosts(gpu, precision=precision, **knobs)
+    except ConfigError as error:
+        if error.key == "precision":
+            error.key = "training.precision"
+            error.message = f"{gpu.name} has no {precision!r} rate"
+        else:
+            inverse = {attr: knob for knob, attr in _ROOFLINE_KNOBS.items()}
+            error.key = f"compute.{inverse.get(error.key or '', error.key)}"
+        error.source = source
+        raise
+
+
+def _tiles(value: Any, key: str, source: str | None) -> tuple[tuple[int, int, float], ...]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ConfigError("must be a list of [tile_m, tile_n, efficiency]", key=key,
+                          source=source, hint="e.g. [[256, 128, 1.0], [128, 128, 0.95]]")
+    tiles = []
+    for i, tile in enumerate(value):
+        ok = (isinstance(tile, (list, tuple)) and len(tile) == 3
+              and all(isinstance(x, int) and not isinstance(x, bool) and x > 0
+                      for x in tile[:2])
+              and isinstance(tile[2], (int, float)) and not isinstance(tile[2], bool)
+              and 0 < tile[2] <= 1)
+        if not ok:
+            raise ConfigError(f"must be [tile_m, tile_n, efficiency], got {tile!r}",
+                              key=f"{key}[{i}]", source=source,
+                              hint="whole tile sizes > 0 and an efficiency in (0, 1]")
+        tiles.append((int(tile[0]), int(tile[1]), float(tile[2])))
+    return tuple(tiles)
+
+
+def _stragglers(raw: Any, topology: Topology, source: str | None) -> dict[str, float]:
+    mapping = _mapping(raw, "stragglers", source)
+    gpus = set(topology.gpus)
+    result: dict[str, float] = {}
+    for gpu, factor in mapping.items():
+        key = f"stragglers.{gpu}"
+        if gpu not in gpus:
+            near = difflib.get_close_matches(str(gpu), topology.gpus, n=1)
+            shown = ", ".join(topology.gpus[:4]) + (", …" if len(gpus) > 4 else "")
+            raise ConfigError(f"no GPU {gpu!r} in the cluster", key=key, source=source,
+                              hint=f"did you mean {near[0]!r}? GPUs: {shown}" if near
+                              else f"GPUs: {shown}")
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
+            raise ConfigError(f"a slowdown factor must be a number > 0, got {factor!r}",
+                              key=key, source=source, hint="e.g. 1.2: compute 20 % slower")
+        result[str(gpu)] = float(factor)
+    return result
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_scenario(scenario: Scenario, *, trace: bool = False, allow_oom: bool = False) -> Report:
+    """Simulate one iteration of ``scenario`` and report it.
+
+    ``trace`` records spans and link counters (``Report.tracer``) for a Chrome trace and
+    plots; ``allow_oom`` simulates a configuration that does not fit in GPU memory instead
+    of raising :class:`ConfigError`.  ``Report.wall_time_s`` is the host time the
+    simulation took.
+    """
+    spec = IterationSpec(
+        topology=scenario.topology, model=scenario.model, parallel=scenario.parallel,
+        training=scenario.training, costs=scenario.costs, gpu=scenario.gpu,
+        comm=scenario.comm, seed=scenario.seed, trace=trace,
+        stragglers=dict(scenario.stragglers), allow_oom=allow_oom, source=scenario.source)
+    started = time.perf_counter()
+    try:
+        result = simulate_iteration(spec)
+    except DistsimError as error:
+        # SimPy re-raises a process's exception as a copy made from its message alone
+        # (simpy.core: ``type(exc)(*exc.args)``); the original, with key and hint, is the
+        # copy's __cause__.
+        original = error.__cause__ if isinstance(error.__cause__, DistsimError) else error
+        if scenario._locator is not None:
+            scenario._locator.locate(original)
+        elif original.source is None:
+            original.source = scenario.source
+        raise original from None
+    wall_time_s = time.perf_counter() - started
+    return build_report(
+        name=scenario.name, source=scenario.source, result=result,
+        global_batch=scenario.training.global_batch, seq_len=scenario.seq_len,
+        peak_flops_per_s=scenario.gpu.peak_flops(scenario.training.precision),
+        gpu_memory_bytes=scenario.gpu.memory_bytes, config=scenario.resolved(),
+        wall_time_s=wall_time_s, pp=scenario.parallel.pp)

@@ -1,0 +1,167 @@
+"""Scenario files: loading, the resolved configuration and its round trip, --set overrides,
+cluster files and cost tables relative to the scenario, stragglers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from scenarios.overrides import parse_assignment
+from scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
+from tests.scenarios.test_scenario_support import tiny, write_scenario
+from workloads.costs import CostRow, RooflineCosts, TableCosts, TableHeader, write_cost_table
+from workloads.gpus import get_gpu
+
+
+def _sets(*texts: str) -> list[tuple[str, object]]:
+    return [parse_assignment(text) for text in texts]
+
+
+def test_loads_the_parts_of_a_tiny_scenario(tmp_path):
+    scenario = load_scenario(write_scenario(tmp_path / "s.yaml", tiny()))
+    assert scenario.name == "tiny"
+    assert scenario.num_gpus == 8
+    assert (scenario.parallel.tp, scenario.parallel.pp, scenario.parallel.dp) == (2, 2, 2)
+    assert scenario.model.layers == 4
+    assert scenario.model.ffn_hidden == 1024  # default 4·hidden, resolved
+    assert scenario.microbatches == 8 // (1 * 2)
+    assert scenario.gpu.name == "a100-80gb"
+    assert scenario.seq_len == 128
+    assert scenario.source.endswith("s.yaml")
+
+
+def test_name_defaults_to_the_file_stem(tmp_path):
+    data = tiny()
+    del data["name"]
+    assert load_scenario(write_scenario(tmp_path / "my-run.yaml", data)).name == "my-run"
+
+
+def test_sections_may_be_left_out_and_shorthands_used(tmp_path):
+    data = {"cluster": "dgx-a100", "model": "gpt3-175b", "parallelism": {"tp": 8}}
+    scenario = load_scenario(write_scenario(tmp_path / "short.yaml", data))
+    assert scenario.topology.config["preset"] == "dgx-a100"
+    assert scenario.model.name == "gpt3-175b"
+    assert scenario.gpu.name == "a100-80gb"  # from the cluster's GPU
+    assert scenario.comm.fidelity == "coflow" and scenario.seed == 0
+
+
+def test_resolved_fills_every_default_in_scenario_schema(tmp_path):
+    resolved = load_scenario(write_scenario(tmp_path / "s.yaml", tiny())).resolved()
+    assert list(resolved) == ["name", "cluster", "model", "parallelism", "training",
+                              "compute", "communication", "simulation", "stragglers"]
+    assert resolved["cluster"]["link_bandwidth"] > 0  # the preset's default, in B/s
+    assert resolved["model"]["kv_heads"] == 8
+    assert resolved["parallelism"]["bucket_params"] == 40_000_000
+    assert resolved["training"]["seq_len"] == 128
+    assert resolved["compute"]["gpu"]["peak_flops"]["bf16"] == 312e12
+    assert resolved["compute"]["matmul_efficiency"] == RooflineCosts(
+        get_gpu("a100-80gb")).matmul_asymptotic_efficiency
+    assert resolved["communication"]["base_latency"]["ring"]["simple"] == pytest.approx(8.4e-6)
+    assert resolved["simulation"] == {"fidelity": "coflow", "seed": 0}
+    json.dumps(resolved)  # JSON-ready
+
+
+@pytest.mark.parametrize("dump", [yaml.safe_dump, json.dumps])
+def test_resolved_config_written_back_reproduces_the_run(tmp_path, dump):
+    data = tiny(stragglers={"n0.gpu5": 1.25}, communication={"algorithm": "ring"})
+    first = load_scenario(write_scenario(tmp_path / "s.yaml", data))
+    again_path = tmp_path / "resolved.yaml"
+    again_path.write_text(dump(first.resolved()), encoding="utf-8")
+    again = load_scenario(again_path)
+    assert again.resolved() == first.resolved()
+    assert run_scenario(again).iteration_time_s == run_scenario(first).iteration_time_s
+
+
+def test_overrides_apply_before_validation_with_units(tmp_path):
+    path = write_scenario(tmp_path / "s.yaml", tiny())
+    base = load_scenario(path)
+    scenario = load_scenario(path, _sets(
+        "parallelism.tp=4", "parallelism.dp=1", "model.layers=8",
+        'cluster.link_bandwidth="100 Gbps"', "cluster.link_latency=2 us",
+        "training.global_batch=16", "simulation.seed=7"))
+    assert (scenario.parallel.tp, scenario.parallel.dp) == (4, 1)
+    assert scenario.model.layers == 8
+    assert scenario.topology.config["link_bandwidth"] == pytest.approx(100e9 / 8)
+    assert scenario.topology.config["link_latency"] == pytest.approx(2e-6)
+    assert scenario.seed == 7
+    assert base.parallel.tp == 2  # the file is not changed
+
+
+def test_override_into_a_preset_cluster_group(tmp_path):
+    data = tiny(cluster={"preset": "dgx-a100", "nodes": 1, "fabric": "single-switch"},
+                parallelism={"tp": 2, "pp": 2, "dp": 2})
+    data["cluster"].pop("gpus")
+    path = write_scenario(tmp_path / "s.yaml", data)
+    scenario = load_scenario(path, _sets('cluster.nic.bandwidth="200 Gbps"',
+                                         "cluster.fabric.kind=fat-tree",
+                                         "cluster.nvlink.bandwidth=150 GB/s"))
+    config = scenario.topology.config
+    assert config["nic"]["bandwidth"] == pytest.approx(25e9)
+    assert config["nvlink"]["bandwidth"] == pytest.approx(150e9)
+    assert config["fabric"]["kind"] == "fat-tree"  # the shorthand string became a mapping
+
+
+def test_slower_links_by_override_make_a_slower_iteration(tmp_path):
+    path = write_scenario(tmp_path / "s.yaml", tiny())
+    fast = run_scenario(load_scenario(path)).iteration_time_s
+    slow = run_scenario(load_scenario(path, _sets('cluster.link_bandwidth="10 Gbps"')))
+    assert slow.iteration_time_s > fast
+
+
+def test_cluster_file_is_found_relative_to_the_scenario(tmp_path):
+    write_scenario(tmp_path / "clusters" / "c.yaml",
+                   "preset: switch\ngpus: 4\nlink_bandwidth: 100 GB/s\n")
+    data = tiny(cluster="clusters/c.yaml", parallelism={"tp": 2, "pp": 2, "dp": 1},
+                training={"global_batch": 4})
+    path = write_scenario(tmp_path / "scenarios" / "s.yaml", data)
+    path.rename(tmp_path / "s.yaml")
+    scenario = load_scenario(tmp_path / "s.yaml")
+    assert scenario.num_gpus == 4
+    assert scenario.topology.config["link_bandwidth"] == 100e9
+    bigger = load_scenario(tmp_path / "s.yaml", _sets("cluster.gpus=8", "parallelism.dp=2"))
+    assert bigger.num_gpus == 8
+
+
+def test_stragglers_slow_the_iteration_and_accept_dotted_gpu_names(tmp_path):
+    path = write_scenario(tmp_path / "s.yaml", tiny())
+    base = run_scenario(load_scenario(path)).iteration_time_s
+    scenario = load_scenario(path, _sets("stragglers.n0.gpu6=1.5"))
+    assert scenario.stragglers == {"n0.gpu6": 1.5}
+    assert run_scenario(scenario).iteration_time_s > base
+
+
+def test_cost_table_relative_to_the_scenario_with_roofline_fallback(tmp_path):
+    header = TableHeader(software="unit test", date="2024-01-01", source="made up",
+                         gpu="a100-80gb", precision="bf16")
+    rows = [CostRow("a100-80gb", "transformer_layer", p, 1, 128, 256, 2, t)
+            for p, t in (("fwd", 1e-3), ("bwd", 2e-3), ("recompute", 1e-3))]
+    write_cost_table(tmp_path / "tables" / "costs.yaml", header, rows)
+    # recompute: full, since workloads.iteration passes recompute="none" to the cost model
+    # for every pass and TableCosts accepts only full/selective (a known issue).
+    data = tiny(compute={"costs": "tables/costs.yaml"}, training={"recompute": "full"})
+    scenario = load_scenario(write_scenario(tmp_path / "s.yaml", data))
+    assert isinstance(scenario.costs, TableCosts)
+    assert scenario.resolved()["compute"]["costs"] == str((tmp_path / "tables" /
+                                                           "costs.yaml").resolve())
+    roofline = run_scenario(load_scenario(write_scenario(
+        tmp_path / "r.yaml", tiny(training={"recompute": "full"}))))
+    table = run_scenario(scenario)
+    # 2 layers per stage, 4 micro-batches, 4 ms per layer and micro-batch at least.
+    assert table.iteration_time_s > 2 * 4 * 4e-3 > roofline.iteration_time_s
+
+
+def test_roofline_knobs_change_compute_time(tmp_path):
+    path = write_scenario(tmp_path / "s.yaml", tiny())
+    base = run_scenario(load_scenario(path)).iteration_time_s
+    slow = load_scenario(path, _sets("compute.matmul_efficiency=0.2",
+                                     "compute.launch_overhead=50 us"))
+    assert slow.roofline.launch_overhead_s == pytest.approx(50e-6)
+    assert run_scenario(slow).iteration_time_s > base
+
+
+def test_scenario_from_mapping_without_a_file():
+    scenario = scenario_from_mapping(tiny(), source="<test>")
+    assert scenario.source == "<test>"
+    assert run_scenario(scenario).iteration_time_s > 0
