@@ -54,7 +54,13 @@ from workloads.costs import CostModel
 from workloads.gpus import GpuSpec
 from workloads.memory import MemoryBreakdown, layer_params_local, memory_per_gpu, params_on_gpu
 from workloads.models import ModelSpec
-from workloads.parallel import ParallelConfig, Placement, TrainingConfig, check_strategy
+from workloads.parallel import (
+    ParallelConfig,
+    Placement,
+    TrainingConfig,
+    check_strategy,
+    layer_partition,
+)
 from workloads.schedule import stage_program, virtual_stage
 
 __all__ = ["GpuTimes", "IterationResult", "IterationSpec", "simulate_iteration"]
@@ -180,7 +186,7 @@ class _IterationSimulator:
         self.env = self.sim.env
         self.comm = Communicator(self.sim, topo, spec.comm)
         self.placement = Placement(par)
-        self.chunk_layers = model.layers // (par.pp * par.interleave)
+        self.chunks = layer_partition(model.layers, par.pp * par.interleave, par.partition)
         self.virtual_stages = par.pp * par.interleave
         self.act_bytes = _ACTIVATION_BYTES[train.precision]
         self.grad_bytes = _GRAD_BYTES[par.grad_reduce_precision]
@@ -226,7 +232,7 @@ class _IterationSimulator:
             micro_batch=train.micro_batch, seq_len=self.seq_len, recompute=train.recompute,
             schedule=par.schedule, interleave=par.interleave,
             num_microbatches=self.microbatches, precision=train.precision, stage=stage,
-            flash_attention=True)
+            flash_attention=True, partition=par.partition)
 
     def _check_memory(self) -> None:
         if self.spec.allow_oom:
@@ -356,8 +362,7 @@ class _IterationSimulator:
             return cached
         spec, par, train = self.spec, self.spec.parallel, self.spec.training
         vs = virtual_stage(stage, chunk, par.pp)
-        first_layer = vs * self.chunk_layers
-        layers = range(first_layer, first_layer + self.chunk_layers)
+        layers = range(*self.chunks[vs])
         shard = {"micro_batch": train.micro_batch, "seq_len": self.seq_len, "tp": par.tp,
                  "sequence_parallel": par.sequence_parallel}
         sharded = par.fsdp or par.zero == 3
@@ -702,7 +707,8 @@ class _IterationSimulator:
         else:
             group.idle_s += env.now - began
         stage_params = params_on_gpu(spec.model, tp=par.tp, pp=par.pp, ep=par.ep,
-                                     stage=group.stage, interleave=par.interleave)
+                                     stage=group.stage, interleave=par.interleave,
+                                     partition=par.partition)
         params = stage_params.dense + stage_params.expert
         sharded = params / par.dp if (par.zero >= 1 or par.fsdp) else params
         optimizer_s = spec.costs.optimizer_step_time_s(sharded) * group.slowdown

@@ -62,6 +62,7 @@ from typing import Any
 
 from simcore.errors import ConfigError, closest
 from workloads.models import RECOMPUTE_MODES, ModelSpec
+from workloads.parallel import layer_partition
 
 __all__ = [
     "PRECISION_BYTES",
@@ -126,20 +127,22 @@ class StageParams:
 
 
 def stage_layers(model: ModelSpec, *, pp: int = 1, stage: int = 0,
-                 interleave: int = 1) -> tuple[int, ...]:
-    """Indices of the layers pipeline stage ``stage`` holds (all its model chunks)."""
+                 interleave: int = 1, partition: str = "uniform") -> tuple[int, ...]:
+    """Indices of the layers pipeline stage ``stage`` holds (all its model chunks).
+
+    ``partition`` as :func:`workloads.parallel.layer_partition`.
+    """
     _whole(pp, "pp")
     _whole(interleave, "interleave")
-    if model.layers % (pp * interleave):
+    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
+        raise ConfigError(f"stage {stage!r} is outside 0..{pp - 1}", key="stage")
+    if partition == "uniform" and model.layers % (pp * interleave):
         raise ConfigError(f"layers {model.layers} is not divisible by pp·interleave "
                           f"{pp * interleave}", key="pp",
                           hint="every pipeline chunk must hold the same number of layers")
-    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
-        raise ConfigError(f"stage {stage!r} is outside 0..{pp - 1}", key="stage")
-    per_chunk = model.layers // (pp * interleave)
+    chunks = layer_partition(model.layers, pp * interleave, partition)
     return tuple(i for chunk in range(interleave)
-                 for i in range((chunk * pp + stage) * per_chunk,
-                                (chunk * pp + stage + 1) * per_chunk))
+                 for i in range(*chunks[chunk * pp + stage]))
 
 
 def layer_params_local(model: ModelSpec, index: int, tp: int, ep: int) -> tuple[float, float]:
@@ -161,11 +164,12 @@ def layer_params_local(model: ModelSpec, index: int, tp: int, ep: int) -> tuple[
 
 
 def params_on_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, stage: int = 0,
-                  interleave: int = 1) -> StageParams:
+                  interleave: int = 1, partition: str = "uniform") -> StageParams:
     """Parameters held by one GPU of pipeline stage ``stage`` (see the module docstring)."""
     _check_parallel(model, tp=tp, ep=ep)
     dense = expert = 0.0
-    for index in stage_layers(model, pp=pp, stage=stage, interleave=interleave):
+    for index in stage_layers(model, pp=pp, stage=stage, interleave=interleave,
+                              partition=partition):
         d, e = layer_params_local(model, index, tp, ep)
         dense += d
         expert += e
@@ -241,7 +245,8 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
                    micro_batch: int = 1, seq_len: int | None = None, recompute: str = "none",
                    schedule: str = "1f1b", interleave: int = 1, num_microbatches: int = 1,
                    precision: str = "bf16", stage: int = 0,
-                   flash_attention: bool = False) -> MemoryBreakdown:
+                   flash_attention: bool = False, partition: str = "uniform",
+                   ) -> MemoryBreakdown:
     """Bytes one GPU of pipeline stage ``stage`` needs (module docstring for formulas).
 
     ``zero_stage`` 0-3 (ZeRO-1: optimizer state sharded over dp; 2: + gradients;
@@ -273,7 +278,8 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
     if dp % ep:
         raise ConfigError(f"ep {ep} does not divide dp {dp}", key="ep",
                           hint="expert parallelism is carved out of data parallelism")
-    params = params_on_gpu(model, tp=tp, pp=pp, ep=ep, stage=stage, interleave=interleave)
+    params = params_on_gpu(model, tp=tp, pp=pp, ep=ep, stage=stage, interleave=interleave,
+                           partition=partition)
     shard = 3 if fsdp else zero_stage
     expert_dp = dp // ep
 
@@ -290,7 +296,8 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
     in_flight = microbatches_in_flight(schedule, pp=pp, stage=stage,
                                        num_microbatches=num_microbatches,
                                        interleave=interleave)
-    layers = stage_layers(model, pp=pp, stage=stage, interleave=interleave)
+    layers = stage_layers(model, pp=pp, stage=stage, interleave=interleave,
+                          partition=partition)
 
     def per_layer(index: int, mode: str) -> float:
         return activation_bytes_per_layer(

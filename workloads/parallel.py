@@ -35,6 +35,7 @@ __all__ = [
     "Placement",
     "TrainingConfig",
     "check_strategy",
+    "layer_partition",
     "parallel_from_mapping",
     "training_from_mapping",
 ]
@@ -43,6 +44,36 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 PLACEMENT_ORDERS = tuple("-".join(p) for p in permutations(("tp", "dp", "pp")))
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+PARTITIONS = ("uniform", "embedding")
+
+
+def layer_partition(layers: int, parts: int, partition: str = "uniform",
+                    ) -> list[tuple[int, int]]:
+    """``(first, stop)`` layer indices of each of ``parts`` pipeline chunks, in order.
+
+    ``uniform``: ``layers/parts`` each (must divide).  ``embedding``: Megatron-DeepSpeed's
+    ``type:transformer|embedding`` method — the word embedding and the output layer count
+    as one layer each, and the ``layers + 2`` units are split as evenly as possible, the
+    first chunks taking one more when they do not divide (DeepSpeed's
+    ``partition_uniform``).  BLOOM-176B's 70 layers on 12 stages: 5, 6, …, 6, 5.
+    """
+    if partition == "uniform":
+        if layers % parts:
+            raise ConfigError(f"{layers} layers do not split into {parts} equal chunks",
+                              key="parallelism.partition",
+                              hint="choose pp·interleave dividing the layers, or "
+                              "partition: embedding")
+        size = layers // parts
+        return [(i * size, (i + 1) * size) for i in range(parts)]
+    units = layers + 2
+    base, extra = divmod(units, parts)
+    bounds, start = [], 0
+    for i in range(parts):
+        stop = start + base + (1 if i < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    # Unit 0 is the embedding and unit layers+1 the output layer: shift to layer indices.
+    return [(max(a - 1, 0), min(b - 1, layers)) for a, b in bounds]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +90,7 @@ class ParallelConfig:
     zero: int = 0
     fsdp: bool = False
     order: str = "tp-dp-pp"
+    partition: str = "uniform"
     # Megatron-LM's DDP: gradients reduced in buckets of 40M parameters, in fp32 when the
     # model trains in bf16 (its default ``accumulate_allreduce_grads_in_fp32``).
     bucket_params: int = 40_000_000
@@ -177,11 +209,20 @@ def check_strategy(parallel: ParallelConfig, training: TrainingConfig, *, num_gp
     elif p.interleave != 1:
         raise ConfigError(f"interleave {p.interleave} needs schedule: interleaved",
                           key="parallelism.interleave", source=source)
-    if layers % (p.pp * p.interleave):
+    if p.partition not in PARTITIONS:
+        raise ConfigError(f"unknown partition {p.partition!r}", key="parallelism.partition",
+                          source=source, hint=closest(p.partition, PARTITIONS))
+    if p.partition == "uniform" and layers % (p.pp * p.interleave):
         raise ConfigError(
             f"{layers} layers do not split into pp·interleave = {p.pp * p.interleave} "
             "equal chunks", key="parallelism.pp", source=source,
-            hint="pp·interleave must divide the number of layers")
+            hint="pp·interleave must divide the number of layers (or use partition: "
+            "embedding, Megatron-DeepSpeed's balanced split)")
+    if p.partition == "embedding":
+        chunks = layer_partition(layers, p.pp * p.interleave, "embedding")
+        if any(stop <= first for first, stop in chunks):
+            raise ConfigError(f"{layers} layers leave an empty chunk over pp·interleave = "
+                              f"{p.pp * p.interleave}", key="parallelism.pp", source=source)
     if p.dp % p.ep:
         raise ConfigError(f"ep = {p.ep} must divide dp = {p.dp} (experts are spread over "
                           "data-parallel replicas)", key="parallelism.ep", source=source)

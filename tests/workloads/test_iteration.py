@@ -3,6 +3,7 @@ tensor-parallel traffic, memory, determinism, and the strategy errors."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -15,7 +16,7 @@ from workloads.gpus import get_gpu
 from workloads.iteration import IterationSpec, simulate_iteration
 from workloads.memory import memory_per_gpu
 from workloads.models import ModelSpec, model_from_mapping
-from workloads.parallel import ParallelConfig, TrainingConfig
+from workloads.parallel import ParallelConfig, TrainingConfig, layer_partition
 
 T_FWD = 1e-3
 T_BWD = 2e-3
@@ -221,3 +222,24 @@ def test_bad_strategies_are_clear_errors(parallel, training, message):
     topo = fast_switch(8 if gpus == 12 else max(gpus, 1))
     with pytest.raises(ConfigError, match=message):
         run(topo, parallel, training)
+
+
+def test_embedding_partition_balances_bloom_over_twelve_stages():
+    chunks = layer_partition(70, 12, "embedding")
+    sizes = [stop - first for first, stop in chunks]
+    # 70 layers + embedding + output = 72 units: 6 a stage, the ends lose one to them.
+    assert sizes == [5] + [6] * 10 + [5]
+    assert chunks[0][0] == 0 and chunks[-1][1] == 70
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(chunks))
+
+
+def test_uneven_layers_need_the_embedding_partition():
+    model = replace(SMALL, layers=10)
+    topo = fast_switch(4)
+    with pytest.raises(ConfigError, match="10 layers do not split"):
+        run(topo, ParallelConfig(pp=4), TrainingConfig(global_batch=4), model=model)
+    result = run(topo, ParallelConfig(pp=4, partition="embedding"),
+                 TrainingConfig(global_batch=4), model=model)
+    computes = sorted({round(g.compute_s, 12) for g in result.per_gpu})
+    assert computes == [pytest.approx(4 * 2 * (T_FWD + T_BWD)),
+                        pytest.approx(4 * 3 * (T_FWD + T_BWD))]
