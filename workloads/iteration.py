@@ -22,11 +22,12 @@ does on real hardware).  Everything between rank groups is simulated explicitly:
   last stage, every rank meets at the gradient-norm reduction, then the optimizer runs.
 
 Collectives are :class:`~collectives.Communicator` flows that contend for links with
-everything else.  A tensor-parallel collective whose links no other traffic can ever
-cross (the usual case: a TP group on one node's NVSwitch) is timed by its closed form
-instead — exact, since nothing can share those links — and folded with the surrounding
-compute into one event.  That keeps a 1024-GPU GPT-3 iteration to a few hundred thousand
-events.
+everything else.  A tensor-parallel collective is timed by its closed form instead, and
+folded with the surrounding compute into one event, when nothing else can be on its
+links meanwhile: no pipeline send can cross them, and its stage's data-parallel
+collectives cannot have started yet (they start only after every replica launched them,
+and from its first launch on a group runs its TP collectives as flows).  Exact, and it
+keeps a 1024-GPU GPT-3 iteration to a few hundred thousand events.
 
 Time on a rank group's main stream is split into **compute**, **exposed communication**
 (blocked in a collective or waiting for an asynchronous one, or for activations already
@@ -258,36 +259,20 @@ class _IterationSimulator:
                 for t in range(self.spec.parallel.tp)]
 
     def _find_exclusive_tp(self) -> bool:
-        """Whether no traffic but their own can cross the TP groups' links.
+        """Whether TP collectives may be timed by their closed form before data parallelism.
 
-        Then a TP collective's closed-form time is exact: collect the links every other
-        kind of traffic could use (pipeline sends, data-parallel and expert collectives,
-        with every algorithm they might choose) and check the TP groups' links against
-        them and against each other.
+        Only traffic that can run *while* a TP group computes could share its links:
+        pipeline sends (asynchronous) and other TP groups.  Expert all-to-alls block every
+        group they involve, and data-parallel collectives start only after every replica
+        of the stage launched them — after which the group runs its TP collectives as
+        flows (see ``_rank_group``) — so neither can overlap a closed-form TP collective.
         """
         par = self.spec.parallel
         if par.tp == 1:
             return True
         comm = self.comm
         other: set[Any] = set()
-
-        def plan_links(op: str, gpus: list[str]) -> set[Any]:
-            links: set[Any] = set()
-            algorithms = ("ring", "tree") if op == "all_reduce" else ("ring",)
-            for algo in algorithms:
-                links |= comm.plan_links(comm.plan(op, gpus, algorithm=algo,
-                                                   protocol="simple"))
-            return links
-
         for stage in range(par.pp):
-            if par.dp > 1:
-                for lane in self._lanes(stage, range(par.dp)):
-                    for op in ("all_reduce", "all_gather", "reduce_scatter"):
-                        other |= plan_links(op, lane)
-            if par.ep > 1:
-                for block in range(0, par.dp, par.ep):
-                    for lane in self._lanes(stage, range(block, block + par.ep)):
-                        other |= plan_links("alltoall", lane)
             for replica in range(par.dp):
                 here = self.groups[stage][replica].gpus
                 for neighbour in (stage - 1, stage + 1):
@@ -297,25 +282,22 @@ class _IterationSimulator:
                             plan = comm.pairs_plan(list(zip(here, there)), 1.0,
                                                    protocol="simple")
                             other |= comm.plan_links(plan)
-        if par.pp > 1 and self.spec.model.tied_embeddings:
-            for replica in range(par.dp):
-                first = self.groups[0][replica].gpus
-                last = self.groups[par.pp - 1][replica].gpus
-                for a, b in zip(first, last):
-                    other |= plan_links("all_reduce", [a, b])
         seen: set[Any] = set()
         for stage_groups in self.groups:
             for group in stage_groups:
-                links = set()
+                links: set[Any] = set()
+                gpus = list(group.gpus)
                 for op in ("all_reduce", "all_gather", "reduce_scatter"):
-                    links |= plan_links(op, list(group.gpus))
+                    for algo in ("ring", "tree") if op == "all_reduce" else ("ring",):
+                        links |= comm.plan_links(comm.plan(op, gpus, algorithm=algo,
+                                                           protocol="simple"))
                 if links & other or links & seen:
                     return False
                 seen |= links
         return True
 
     # ----------------------------------------------------------------- op streams
-    def _tp_items(self, stage_items: list[Item], label: str) -> None:
+    def _tp_items(self, stage_items: list[Item], label: str, fold: bool) -> None:
         """The TP collectives after an attention or MLP block (forward or backward)."""
         par = self.spec.parallel
         if par.tp == 1:
@@ -323,12 +305,12 @@ class _IterationSimulator:
         kinds = (("all_gather", "reduce_scatter") if par.sequence_parallel
                  else ("all_reduce",))
         for kind in kinds:
-            if self._tp_exclusive:
+            if fold:
                 stage_items.append(("tpa", kind, self.tp_bytes, f"{label} {kind}"))
             else:
                 stage_items.append(("tp", kind, self.tp_bytes, f"{label} {kind}"))
 
-    def _layer_pass(self, items: list[Item], pass_: str, layer: int) -> None:
+    def _layer_pass(self, items: list[Item], pass_: str, layer: int, fold: bool) -> None:
         """One layer's compute and in-layer communication for ``fwd``/``bwd``/recompute."""
         spec, par, train = self.spec, self.spec.parallel, self.spec.training
         model = spec.model
@@ -345,18 +327,20 @@ class _IterationSimulator:
         with_comm = pass_ != "recompute" or train.recompute == "full"
         items.append(("c", duration / 2, f"{label} attention"))
         if with_comm:
-            self._tp_items(items, f"{label} attention")
+            self._tp_items(items, f"{label} attention", fold)
         if moe and with_comm:
             items.append(("ep", "alltoall", self.a2a_bytes, f"{label} dispatch"))
         items.append(("c", duration / 2, f"{label} mlp"))
         if moe and with_comm:
             items.append(("ep", "alltoall", self.a2a_bytes, f"{label} combine"))
         if with_comm:
-            self._tp_items(items, f"{label} mlp")
+            self._tp_items(items, f"{label} mlp", fold)
 
-    def _chunk_items(self, stage: int, chunk: int, pass_: str, last: bool) -> list[Item]:
-        """The folded op stream of one pass of one model chunk (cached)."""
-        key = (stage, chunk, pass_, last)
+    def _chunk_items(self, stage: int, chunk: int, pass_: str, last: bool,
+                     fold: bool) -> list[Item]:
+        """The op stream of one pass of one model chunk (cached); ``fold``: TP collectives
+        by their closed form, folded with the compute around them."""
+        key = (stage, chunk, pass_, last, fold)
         cached = self._items.get(key)
         if cached is not None:
             return cached
@@ -375,7 +359,7 @@ class _IterationSimulator:
             for position, layer in enumerate(order):
                 if sharded:
                     self._gather_params(items, order, position)
-                self._layer_pass(items, "fwd", layer)
+                self._layer_pass(items, "fwd", layer, fold)
             if vs == self.virtual_stages - 1:
                 items.append(("c", spec.costs.loss_time_s("fwd", spec.model, **shard),
                               "loss fwd"))
@@ -388,8 +372,8 @@ class _IterationSimulator:
             for position, layer in enumerate(order):
                 if sharded:
                     self._gather_params(items, order, position)
-                self._layer_pass(items, "recompute", layer)
-                self._layer_pass(items, "bwd", layer)
+                self._layer_pass(items, "recompute", layer, fold)
+                self._layer_pass(items, "bwd", layer, fold)
                 grads = self._layer_grad_bytes(layer)
                 if sharded:
                     items.append(("dp", "reduce_scatter", grads, f"L{layer} reduce grads",
@@ -551,6 +535,7 @@ class _IterationSimulator:
                     ) -> Generator[simpy.Event, Any, None]:
         par = self.spec.parallel
         last_mb = self.microbatches - 1
+        sharded = (par.fsdp or par.zero == 3) and par.dp > 1
         dp_seq = 0
         for pass_, mb, chunk in program:
             vs = virtual_stage(group.stage, chunk, par.pp)
@@ -558,7 +543,12 @@ class _IterationSimulator:
                 yield from self._receive(group, ("F", group.replica, mb, vs))
             elif pass_ == "B" and vs < self.virtual_stages - 1:
                 yield from self._receive(group, ("B", group.replica, mb, vs))
-            items = self._chunk_items(group.stage, chunk, pass_, mb == last_mb)
+            last = mb == last_mb
+            # Closed-form TP only while no data-parallel collective of this stage can be in
+            # flight: before the group launched one, and not in a pass that launches one.
+            fold = (self._tp_exclusive and not group.streams and not sharded
+                    and not (last and pass_ == "B" and par.dp > 1))
+            items = self._chunk_items(group.stage, chunk, pass_, last, fold)
             dp_seq = yield from self._run_items(group, items, dp_seq, (pass_, mb, chunk))
             if pass_ == "F" and vs < self.virtual_stages - 1:
                 self._send(group, ("F", group.replica, mb, vs + 1), vs + 1)

@@ -151,11 +151,15 @@ def test_full_recompute_adds_the_forward_all_reduces_again():
     assert ratio == pytest.approx(6 / 4)
 
 
-@pytest.mark.parametrize("sequence_parallel", [False, True])
-def test_closed_form_tp_equals_simulated_flows_when_links_are_exclusive(sequence_parallel):
+@pytest.mark.parametrize(("tp", "pp", "dp", "sequence_parallel"), [
+    (8, 2, 1, False), (8, 2, 1, True),
+    # TP 4 leaves two TP groups per node whose DP ring crosses their NVSwitch links.
+    (4, 2, 2, False), (2, 2, 4, True)])
+def test_closed_form_tp_equals_simulated_flows(tp, pp, dp, sequence_parallel):
     topo = build_cluster({"preset": "dgx-a100", "nodes": 2})
-    parallel = ParallelConfig(tp=8, pp=2, sequence_parallel=sequence_parallel)
-    training = TrainingConfig(micro_batch=1, global_batch=4)
+    parallel = ParallelConfig(tp=tp, pp=pp, dp=dp, sequence_parallel=sequence_parallel,
+                              bucket_params=2_000_000)
+    training = TrainingConfig(micro_batch=1, global_batch=4 * dp)
     folded = run(topo, parallel, training, comm=CommParams())
     flows = run(topo, parallel, training, comm=CommParams(), fold_exclusive_tp=False)
     assert folded.iteration_time_s == pytest.approx(flows.iteration_time_s, rel=1e-9)
