@@ -70,6 +70,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="8 and 64 GPUs only")
     parser.add_argument("--step-sizes", type=int, default=len(SIZES),
                         help="largest sizes simulated at step fidelity on 512+ GPUs")
+    parser.add_argument("--solver-flows", type=int, nargs="+", default=[1_000, 2_000],
+                        help="concurrent-flow counts for the solver case on a 1024-GPU "
+                        "fat-tree (10000 takes hours: see benchmarks/README.md)")
     args = parser.parse_args()
     print(f"# {platform.processor() or platform.machine()}, Python {platform.python_version()}")
     print("| GPUs | fidelity | sizes | build (s) | sweep (s) | events | events/s | flows |")
@@ -87,7 +90,8 @@ def main() -> None:
     print()
     print("| concurrent flows | GPUs (fat-tree 2:1) | wall (s) | events | solves |")
     print("|---:|---:|---:|---:|---:|")
-    for flows, gpus in ((1_000, 256), (10_000, 1024)):
+    for flows in args.solver_flows:
+        gpus = 256 if args.quick else 1024
         if args.quick and flows > 1_000:
             continue
         r = bench_solver(flows, gpus)

@@ -648,15 +648,12 @@ def run_scenario(scenario: Scenario, *, trace: bool = False, allow_oom: bool = F
     try:
         result = simulate_iteration(spec)
     except DistsimError as error:
-        # SimPy re-raises a process's exception as a copy made from its message alone
-        # (simpy.core: ``type(exc)(*exc.args)``); the original, with key and hint, is the
-        # copy's __cause__.
-        original = error.__cause__ if isinstance(error.__cause__, DistsimError) else error
+        # Name the scenario file (and the line of the key) on errors from the run.
         if scenario._locator is not None:
-            scenario._locator.locate(original)
-        elif original.source is None:
-            original.source = scenario.source
-        raise original from None
+            scenario._locator.locate(error)
+        elif error.source is None:
+            error.source = scenario.source
+        raise
     wall_time_s = time.perf_counter() - started
     return build_report(
         name=scenario.name, source=scenario.source, result=result,

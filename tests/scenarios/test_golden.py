@@ -1,0 +1,54 @@
+"""Golden summaries of the quick examples: a change that moves a prediction shows here.
+
+The files in tests/golden/ are regenerated only on purpose, after checking that the
+change in the numbers is intended:
+
+    DISTSIM_REGENERATE_GOLDEN=1 python -m pytest tests/scenarios/test_golden.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from scenarios.scenario import load_scenario, run_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden"
+QUICK_EXAMPLES = ["quickstart", "bert-large-dp-32-v100", "mixtral-8x7b-ep-64-h100"]
+
+
+def summary(name: str) -> dict:
+    report = run_scenario(load_scenario(ROOT / "scenarios" / "examples" / f"{name}.yaml"))
+    data = report.to_json_dict()
+    keep = ("iteration_time_s", "samples_per_s", "tokens_per_s", "model_tflops_per_gpu",
+            "mfu", "num_gpus")
+    per_gpu = {}
+    for gpu in data["per_gpu"]:
+        row = {k: v for k, v in gpu.items() if k.endswith(("_s", "_bytes"))}
+        per_gpu.setdefault(json.dumps(row, sort_keys=True), []).append(gpu["gpu"])
+    return {**{k: data[k] for k in keep},
+            "gpu_groups": [{"gpus": gpus, **json.loads(row)} for row, gpus in per_gpu.items()]}
+
+
+@pytest.mark.parametrize("name", QUICK_EXAMPLES)
+def test_example_matches_its_golden_summary(name):
+    path = GOLDEN / f"{name}.json"
+    got = summary(name)
+    if os.environ.get("DISTSIM_REGENERATE_GOLDEN"):
+        path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    expected = json.loads(path.read_text())
+    assert got.keys() == expected.keys()
+    for key in ("iteration_time_s", "samples_per_s", "tokens_per_s", "model_tflops_per_gpu",
+                "mfu"):
+        assert got[key] == pytest.approx(expected[key], rel=1e-9), key
+    assert got["num_gpus"] == expected["num_gpus"]
+    assert len(got["gpu_groups"]) == len(expected["gpu_groups"])
+    for mine, theirs in zip(got["gpu_groups"], expected["gpu_groups"], strict=True):
+        assert mine["gpus"] == theirs["gpus"]
+        for key, value in theirs.items():
+            if key != "gpus":
+                assert mine[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
