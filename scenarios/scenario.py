@@ -50,12 +50,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from collectives import CommParams, comm_params_from_mapping
 from scenarios.report import Report, build_report
-from simcore.errors import ConfigError, DistsimError, ParseError, closest
+from simcore.errors import ConfigError, DistsimError, closest
 from simcore.units import parse_duration
+from simcore.yamlfile import line_of, read_yaml
 from topology import Topology, build_cluster, list_presets
 from workloads.costs import CostModel, RooflineCosts, TableCosts
 from workloads.gpus import GpuSpec, get_gpu, gpu_from_mapping
@@ -222,11 +221,11 @@ class _Locator:
             elif self.cluster_source is not None:
                 error.source = self.cluster_source
                 if error.line is None:
-                    error.line = _line_of(key, self.cluster_lines)
+                    error.line = line_of(key, self.cluster_lines)
             else:
                 error.key, error.source = full, self.source
                 if error.line is None:
-                    error.line = _line_of(full, self.lines)
+                    error.line = line_of(full, self.lines)
             return error
         if key and self._is_overridden(key):
             error.source, error.line = "--set", None
@@ -234,72 +233,8 @@ class _Locator:
         if error.source is None:
             error.source = self.source
         if error.source == self.source and error.line is None and key:
-            error.line = _line_of(key, self.lines)
+            error.line = line_of(key, self.lines)
         return error
-
-
-def _line_of(key: str, lines: Mapping[str, int]) -> int | None:
-    """The line of ``key`` or of its nearest enclosing key that the file has."""
-    while key:
-        if key in lines:
-            return lines[key]
-        cut = max(key.rfind("."), key.rfind("["))
-        key = key[:cut] if cut > 0 else ""
-    return None
-
-
-def _key_lines(text: str) -> dict[str, int]:
-    """1-based line of every dotted key path of a YAML text (``a.b``, ``a.c[2]``)."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return {}
-    lines: dict[str, int] = {}
-
-    def walk(node: yaml.Node, path: str, depth: int) -> None:
-        if depth > 32:  # aliases can nest a node in itself
-            return
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                key = f"{path}.{key_node.value}" if path else str(key_node.value)
-                lines.setdefault(key, key_node.start_mark.line + 1)
-                walk(value_node, key, depth + 1)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                key = f"{path}[{i}]"
-                lines.setdefault(key, item.start_mark.line + 1)
-                walk(item, key, depth + 1)
-
-    if root is not None:
-        walk(root, "", 0)
-    return lines
-
-
-def _read_yaml(path: str, what: str) -> tuple[Any, dict[str, int]]:
-    """The YAML document in ``path`` and the line of each key; clear errors otherwise."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"no {what} file here", source=path) from None
-    except IsADirectoryError:
-        raise ConfigError(f"a {what} is a YAML file, this is a directory",
-                          source=path) from None
-    except OSError as error:
-        raise ConfigError(f"cannot read {what} file: {error.strerror or error}",
-                          source=path) from None
-    except UnicodeDecodeError:
-        raise ParseError(f"{what} file is not UTF-8 text", source=path) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise ParseError(f"invalid YAML: {problem}", source=path,
-                         line=None if mark is None else mark.line + 1) from None
-    return data, _key_lines(text)
-
-
-# --------------------------------------------------------------------------- overrides
 
 
 _PATH_PART = re.compile(r"^([^.\[\]=]+)((?:\[\d+\])*)$")
@@ -371,7 +306,7 @@ def load_scenario(path: str | os.PathLike[str],
     :class:`ParseError` naming the file, the line and the dotted key.
     """
     source = os.fspath(path)
-    data, lines = _read_yaml(source, "scenario")
+    data, lines = read_yaml(source, "scenario")
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -410,7 +345,7 @@ def scenario_from_mapping(data: Mapping[str, Any], *, source: str | None = None,
                 list_presets()):
             cluster_path = _resolve_file(os.fspath(cluster_raw), base, "cluster", "cluster",
                                          source)
-            cluster_data, cluster_lines = _read_yaml(cluster_path, "cluster")
+            cluster_data, cluster_lines = read_yaml(cluster_path, "cluster")
             if not isinstance(cluster_data, dict):
                 raise ConfigError("a cluster file holds a mapping", source=cluster_path,
                                   hint="e.g. 'preset: dgx-a100' and 'nodes: 2'")

@@ -39,8 +39,9 @@ from typing import Any
 
 import yaml
 
-from simcore.errors import ConfigError, DistsimError, ParseError, TopologyError, closest
+from simcore.errors import ConfigError, DistsimError, TopologyError, closest
 from simcore.units import parse_bandwidth, parse_duration
+from simcore.yamlfile import line_of, read_yaml
 from topology.fabrics import FABRIC_ALIASES, FABRIC_KINDS, FabricSpec, build_fabric
 from topology.model import DEVICE_KINDS, LINK_KINDS, Device, Link, Topology
 from topology.presets import (
@@ -548,63 +549,13 @@ def apply_overrides(spec: Mapping[str, Any],
     return result
 
 
-def _key_lines(text: str) -> dict[str, int]:
-    """1-based line of every key path in a YAML text (``fabric.kind``, ``links[3]``)."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return {}
-    lines: dict[str, int] = {}
-
-    def walk(node: yaml.Node, path: str, depth: int) -> None:
-        if depth > 32:  # aliases can nest a node in itself
-            return
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                key = _join(path, str(key_node.value))
-                lines.setdefault(key, key_node.start_mark.line + 1)
-                walk(value_node, key, depth + 1)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                key = f"{path}[{i}]"
-                lines.setdefault(key, item.start_mark.line + 1)
-                walk(item, key, depth + 1)
-
-    if root is not None:
-        walk(root, "", 0)
-    return lines
-
-
-def _line_of(key: str, lines: Mapping[str, int]) -> int | None:
-    """The line of ``key`` or of its nearest enclosing key that the file has."""
-    while key:
-        if key in lines:
-            return lines[key]
-        cut = max(key.rfind("."), key.rfind("["))
-        key = key[:cut] if cut > 0 else ""
-    return None
-
-
-def _read_yaml(path: str) -> tuple[dict[str, Any], dict[str, int]]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as error:
-        raise ConfigError(f"cannot read cluster file: {error.strerror}", source=path) from None
-    except UnicodeDecodeError:
-        raise ParseError("cluster file is not UTF-8 text", source=path) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise ParseError(f"invalid YAML: {problem}", source=path,
-                         line=None if mark is None else mark.line + 1) from None
+def _read_cluster_file(path: str) -> tuple[dict[str, Any], dict[str, int]]:
+    data, lines = read_yaml(path, "cluster")
     if not isinstance(data, dict):
         raise ConfigError(f"a cluster file holds a mapping, got {_describe(data)}", source=path,
                           hint="e.g. 'preset: dgx-a100' and 'nodes: 2', or 'devices:' and "
                                "'links:'")
-    return data, _key_lines(text)
+    return data, lines
 
 
 def load_cluster(preset_or_path: str | os.PathLike[str], *, nodes: int | None = None,
@@ -621,7 +572,7 @@ def load_cluster(preset_or_path: str | os.PathLike[str], *, nodes: int | None = 
         spec: dict[str, Any] = {"preset": name}
     elif os.path.isfile(name):
         source = name
-        spec, lines = _read_yaml(name)
+        spec, lines = _read_cluster_file(name)
     else:
         raise ConfigError(f"no preset or cluster file named {name!r}",
                           hint=closest(name, PRESETS) + "; or give the path of a YAML file")
@@ -642,5 +593,5 @@ def load_cluster(preset_or_path: str | os.PathLike[str], *, nodes: int | None = 
             error.source, error.line = "--set", None
         elif (error.line is None and error.source == source
               and not (nodes is not None and key == "nodes")):
-            error.line = _line_of(key, lines)
+            error.line = line_of(key, lines)
         raise
