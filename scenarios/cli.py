@@ -16,12 +16,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from collectives import FIDELITIES, CommParams, comm_params_from_mapping
+from scenarios.kineto import load_traces
 from scenarios.nccl_log import parse_nccl_log
 from scenarios.nccl_tests import BENCH_OPS, DTYPE_BYTES, format_table, run_benchmark, size_series
 from scenarios.nccl_validate import format_validation, validate_nccl_log
 from scenarios.overrides import parse_assignment, set_path, split_overrides
 from scenarios.report import format_summary, write_output_dir
 from scenarios.scenario import load_scenario, run_scenario
+from scenarios.trace_summary import format_summary_table, summarise, to_json
 from simcore.errors import ConfigError, DistsimError
 from simcore.units import parse_size
 from topology import Topology, list_presets, load_cluster
@@ -100,6 +102,16 @@ def _cmd_validate_nccl(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
     else:
         sys.stdout.write(format_validation(report))
+    return 0
+
+
+def _cmd_trace_summary(args: argparse.Namespace) -> int:
+    traces = load_traces(args.traces)
+    summaries = summarise(traces)
+    if args.json:
+        print(json.dumps(to_json(traces, summaries), indent=2))
+    else:
+        sys.stdout.write(format_summary_table(traces, summaries))
     return 0
 
 
@@ -191,6 +203,20 @@ def build_parser() -> argparse.ArgumentParser:
     nccl.add_argument("--run", type=int, default=None, metavar="K",
                       help="for a log holding several runs: compare run K (1-based)")
     nccl.set_defaults(handler=_cmd_validate_nccl)
+
+    trace = commands.add_parser("trace", help="read measured PyTorch profiler traces")
+    trace_kinds = trace.add_subparsers(dest="trace_command", required=True, metavar="COMMAND")
+    summary = trace_kinds.add_parser(
+        "summary", help="per-rank, per-step breakdown of PyTorch profiler (Kineto) traces",
+        description="Read Kineto Chrome-trace JSON (one per rank) and print, per rank and "
+        "ProfilerStep, the step time, GPU busy time per class (compute, NCCL communication, "
+        "memcpy), GPU idle time, compute/communication overlap and NCCL kernels per "
+        "collective.")
+    summary.add_argument("traces", nargs="+", metavar="TRACES",
+                         help=".json / .json.gz files, .tar.gz archives of them, or "
+                         "directories holding them")
+    summary.add_argument("--json", action="store_true", help="print one JSON object")
+    summary.set_defaults(handler=_cmd_trace_summary)
     return parser
 
 

@@ -1,0 +1,449 @@
+"""Import PyTorch-profiler (Kineto) Chrome-trace JSON files, one :class:`RankTrace` per rank.
+
+A Kineto trace is one JSON object per rank: ``traceEvents`` (complete events, phase ``X``,
+with ``ts``/``dur`` in microseconds), ``distributedInfo`` (rank, world size) and
+``deviceProperties`` (the GPUs).  Of the events distsim keeps what a training-step
+breakdown needs:
+
+* the CPU annotations ``ProfilerStep#N`` (one per profiled training step),
+* the GPU events: ``kernel`` (compute or NCCL), ``gpu_memcpy`` and ``gpu_memset``,
+* the launch time of each GPU event (its ``cuda_runtime`` launch with the same
+  ``correlation`` id), so a kernel can be attributed to the step that launched it.
+
+NCCL kernels (name contains ``nccl``) get their collective kind from the kernel name
+(``ncclKernel_AllReduce_RING_LL_Sum_float`` → ``all_reduce``) and, where the kernel args
+carry them (PyTorch ≥ 2.1 with NCCL metadata: ``Collective name``, ``In msg nelems``,
+``Out msg nelems``, ``dtype``, ``Group size``, ``Process Group Ranks``), the message size and
+the process group.
+
+Inputs may be a ``.json`` or ``.json.gz`` file, a ``.tar.gz`` holding one JSON per rank
+(read member by member, never extracted to disk) or a directory of per-rank files.  Each
+file is parsed with :func:`json.load` on its (decompressing) file object and reduced to a
+compact :class:`RankTrace` before the next is read, so memory is bounded by one file.
+
+What cannot be used is not fatal: an event with a non-numeric ``ts``/``dur``, a missing
+name or an unknown phase is skipped and recorded in :attr:`RankTrace.skipped`.  Only a file
+that is unusable as a whole (not JSON, truncated, empty, no ``traceEvents`` list) raises
+:class:`~simcore.errors.ParseError` naming the file (and tar member).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import tarfile
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+from simcore.errors import ParseError
+
+__all__ = [
+    "DTYPE_BYTES",
+    "Kernel",
+    "ProfilerStep",
+    "RankTrace",
+    "collective_kind",
+    "load_trace_file",
+    "load_traces",
+    "parse_trace",
+]
+
+_US = 1e-6  # Kineto timestamps and durations are microseconds.
+
+#: Bytes per element for the ``dtype`` names PyTorch writes into NCCL kernel args.
+DTYPE_BYTES: dict[str, int] = {
+    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2,
+    "bfloat16": 2, "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2,
+    "char": 1, "int8": 1, "byte": 1, "uint8": 1, "bool": 1,
+    "float8_e4m3fn": 1, "float8_e5m2": 1,
+}
+
+# Every phase of the Chrome trace-event format; only ``X`` carries what distsim reads.
+_KNOWN_PHASES = frozenset("BEXiIPCbneSTpFstfMNODRc()")
+
+_GPU_CATEGORIES = {"kernel": None, "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+
+# Collective words as NCCL kernel names spell them, longest first so ``AllReduce`` is not
+# read as ``Reduce``.
+_COLLECTIVES: tuple[tuple[str, str], ...] = (
+    ("reducescatter", "reduce_scatter"),
+    ("allreduce", "all_reduce"),
+    ("allgather", "all_gather"),
+    ("alltoall", "all_to_all"),
+    ("sendrecv", "sendrecv"),
+    ("broadcast", "broadcast"),
+    ("reduce", "reduce"),
+    ("send", "send"),
+    ("recv", "recv"),
+)
+
+_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+_RANK_IN_NAME = re.compile(r"(?:worker|rank)[-_]?(\d+)", re.IGNORECASE)
+_MAX_SKIP_NOTES = 20
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilerStep:
+    """One ``ProfilerStep#N`` CPU annotation: step ``number``, start and duration in seconds."""
+
+    number: int
+    start_s: float
+    duration_s: float
+
+    @property
+    def end_s(self) -> float:
+        """End of the step window in seconds."""
+        return self.start_s + self.duration_s
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """One GPU event: a kernel, memcpy or memset (times in seconds, trace clock).
+
+    ``kind`` is ``"communication"`` (NCCL), ``"memcpy"``, ``"memset"`` or ``"compute"``.
+    For NCCL kernels ``collective`` is the collective kind (``"all_reduce"``,
+    ``"sendrecv"``, …) and, where the kernel args say, ``in_nelems``/``out_nelems``,
+    ``dtype``, ``message_bytes`` (the larger of input and output element count times the
+    element size, nccl-tests' "size"; ``None`` when the dtype is not recorded),
+    ``group_size`` and ``group_ranks``.  ``launch_s`` is when the CPU launched it, where
+    the trace links the two (``correlation``).
+    """
+
+    name: str
+    kind: str
+    start_s: float
+    duration_s: float
+    stream: int | None = None
+    device: int | None = None
+    launch_s: float | None = None
+    collective: str | None = None
+    in_nelems: int | None = None
+    out_nelems: int | None = None
+    dtype: str | None = None
+    message_bytes: int | None = None
+    group_size: int | None = None
+    group_ranks: tuple[int, ...] | None = None
+
+    @property
+    def end_s(self) -> float:
+        """End time in seconds."""
+        return self.start_s + self.duration_s
+
+
+@dataclass(frozen=True, slots=True)
+class RankTrace:
+    """What distsim keeps of one rank's Kineto trace.
+
+    ``source`` names the file (``archive.tar.gz:member`` for a tar member); ``rank`` comes
+    from ``distributedInfo.rank``, else from the file name (``worker3``, ``rank-1``), else is
+    ``None``; ``skipped`` says what could not be read.
+    """
+
+    source: str
+    rank: int | None
+    world_size: int | None
+    gpu_model: str | None
+    steps: tuple[ProfilerStep, ...]
+    kernels: tuple[Kernel, ...]
+    skipped: tuple[str, ...] = ()
+
+    def nccl_counts(self) -> dict[str, int]:
+        """Number of NCCL kernels per collective kind, over the whole trace."""
+        counts: dict[str, int] = {}
+        for kernel in self.kernels:
+            if kernel.collective is not None:
+                counts[kernel.collective] = counts.get(kernel.collective, 0) + 1
+        return dict(sorted(counts.items()))
+
+
+def collective_kind(name: str, collective_arg: str | None = None) -> str:
+    """The collective kind of an NCCL kernel from its name (else its ``Collective name``).
+
+    >>> collective_kind("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, ...)")
+    'all_reduce'
+    >>> collective_kind("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)")
+    'sendrecv'
+    """
+    base = name.split("(", 1)[0]
+    for part in base.split("_"):
+        word = part.lower()
+        for key, kind in _COLLECTIVES:
+            if word == key:
+                return kind
+    for text in (base.lower().replace("_", ""), (collective_arg or "").lower().replace("_", "")):
+        for key, kind in _COLLECTIVES:
+            if key in text:
+                return kind
+    return "other"
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if value != value or value in (float("inf"), float("-inf")):
+        return None
+    return float(value)
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _ranks(value: Any) -> tuple[int, ...] | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if isinstance(value, list) and all(_int(v) is not None for v in value):
+        return tuple(int(v) for v in value)
+    return None
+
+
+class _Skips:
+    """Collects what was skipped: the first few in detail, then a count."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.more = 0
+
+    def add(self, note: str) -> None:
+        if len(self.notes) < _MAX_SKIP_NOTES:
+            self.notes.append(note)
+        else:
+            self.more += 1
+
+    def result(self) -> tuple[str, ...]:
+        if self.more:
+            return (*self.notes, f"... and {self.more} more skipped events")
+        return tuple(self.notes)
+
+
+def _nccl_fields(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    coll_arg = args.get("Collective name")
+    fields: dict[str, Any] = {
+        "collective": collective_kind(name, coll_arg if isinstance(coll_arg, str) else None),
+        "in_nelems": _int(args.get("In msg nelems")),
+        "out_nelems": _int(args.get("Out msg nelems")),
+        "group_size": _int(args.get("Group size")),
+        "group_ranks": _ranks(args.get("Process Group Ranks")),
+    }
+    dtype = args.get("dtype")
+    fields["dtype"] = dtype if isinstance(dtype, str) else None
+    nelems = [n for n in (fields["in_nelems"], fields["out_nelems"]) if n is not None]
+    width = DTYPE_BYTES.get(fields["dtype"].lower()) if fields["dtype"] else None
+    fields["message_bytes"] = max(nelems) * width if nelems and width else None
+    return fields
+
+
+def parse_trace(data: Any, source: str) -> RankTrace:
+    """Reduce one decoded Kineto JSON document to a :class:`RankTrace`.
+
+    ``source`` names it in errors and in the result.  Raises :class:`ParseError` when
+    ``data`` is not an object with a ``traceEvents`` list.
+    """
+    if not isinstance(data, dict):
+        raise ParseError(f"expected a JSON object, found a {type(data).__name__}",
+                         source=source, hint="a Kineto trace is {\"traceEvents\": [...], ...}")
+    events = data.get("traceEvents")
+    if not isinstance(events, list):
+        found = "missing" if events is None else f"a {type(events).__name__}"
+        raise ParseError(f"no 'traceEvents' list ({found})", source=source, key="traceEvents",
+                         hint="expected a PyTorch profiler (Kineto) Chrome trace")
+
+    dist = data.get("distributedInfo")
+    dist = dist if isinstance(dist, dict) else {}
+    rank = _int(dist.get("rank"))
+    if rank is None:
+        match = _RANK_IN_NAME.search(PurePosixPath(source.split(":")[-1]).name)
+        rank = int(match.group(1)) if match else None
+    world_size = _int(dist.get("world_size"))
+    gpu_model = None
+    devices = data.get("deviceProperties")
+    if isinstance(devices, list) and devices and isinstance(devices[0], dict):
+        model = devices[0].get("name")
+        gpu_model = model if isinstance(model, str) else None
+
+    skips = _Skips()
+    steps: list[ProfilerStep] = []
+    launches: dict[int, float] = {}
+    gpu_events: list[tuple[dict[str, Any], str | None, str, float, float]] = []
+    for index, event in enumerate(events):
+        if not isinstance(event, dict):
+            skips.add(f"traceEvents[{index}]: not an object")
+            continue
+        phase = event.get("ph")
+        if phase != "X":
+            if not isinstance(phase, str) or phase not in _KNOWN_PHASES:
+                skips.add(f"traceEvents[{index}]: unknown phase {phase!r}")
+            continue
+        name = event.get("name")
+        ts = _number(event.get("ts"))
+        dur = _number(event.get("dur"))
+        problems = []
+        if not isinstance(name, str):
+            problems.append("no name")
+        if ts is None:
+            problems.append(f"ts is not a number ({event.get('ts')!r})")
+        if dur is None or dur < 0:
+            problems.append(f"dur is not a non-negative number ({event.get('dur')!r})")
+        if problems or not isinstance(name, str) or ts is None or dur is None:
+            label = name if isinstance(name, str) else "?"
+            skips.add(f"traceEvents[{index}] {label!r}: " + ", ".join(problems))
+            continue
+        category = event.get("cat")
+        args = event.get("args")
+        args = args if isinstance(args, dict) else {}
+        if category == "cuda_runtime" or category == "cuda_driver":
+            corr = _int(args.get("correlation"))
+            if corr is not None:
+                launches[corr] = ts * _US
+        elif category in _GPU_CATEGORIES:
+            gpu_events.append((args, _GPU_CATEGORIES[category], name, ts, dur))
+        elif category in ("user_annotation", "cpu_instant_event", "python_function", None):
+            match = _STEP_NAME.match(name)
+            if match:
+                steps.append(ProfilerStep(int(match.group(1)), ts * _US, dur * _US))
+
+    kernels: list[Kernel] = []
+    for args, kind, name, ts, dur in gpu_events:
+        nccl: dict[str, Any] = {}
+        if "nccl" in name.lower():
+            kind = "communication"
+            nccl = _nccl_fields(name, args)
+        elif kind is None:
+            kind = "compute"
+        corr = _int(args.get("correlation"))
+        kernels.append(Kernel(
+            name=name, kind=str(kind), start_s=ts * _US, duration_s=dur * _US,
+            stream=_int(args.get("stream")), device=_int(args.get("device")),
+            launch_s=launches.get(corr) if corr is not None else None, **nccl))
+    kernels.sort(key=lambda k: k.start_s)
+    steps.sort(key=lambda s: s.start_s)
+    return RankTrace(source=source, rank=rank, world_size=world_size, gpu_model=gpu_model,
+                     steps=tuple(steps), kernels=tuple(kernels), skipped=skips.result())
+
+
+def _load_stream(stream: IO[bytes], source: str, compressed: bool) -> RankTrace:
+    try:
+        if compressed:
+            with gzip.open(stream, "rb") as unzipped:
+                data = json.load(unzipped)
+        else:
+            data = json.load(stream)
+    except json.JSONDecodeError as error:
+        if not error.doc.strip():
+            raise ParseError("empty file", source=source,
+                             hint="expected a PyTorch profiler (Kineto) Chrome trace") from None
+        raise ParseError(f"not valid JSON: {error.msg} (column {error.colno})", source=source,
+                         line=error.lineno) from None
+    except UnicodeDecodeError as error:
+        raise ParseError(f"not UTF-8 text: {error.reason}", source=source,
+                         hint="expected JSON (or gzip-compressed JSON ending in .gz)") from None
+    except EOFError:
+        raise ParseError("truncated gzip data (compressed file ended early)",
+                         source=source) from None
+    except (gzip.BadGzipFile, zlib.error) as error:
+        raise ParseError(f"not readable gzip data: {error}", source=source) from None
+    return parse_trace(data, source)
+
+
+def _is_gz(name: str) -> bool:
+    return name.lower().endswith(".gz")
+
+
+def _is_trace_name(name: str) -> bool:
+    lower = name.lower()
+    return lower.endswith(".json") or lower.endswith(".json.gz")
+
+
+def _is_tar_name(name: str) -> bool:
+    lower = name.lower()
+    return lower.endswith((".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tar.xz"))
+
+
+def load_trace_file(path: str | Path) -> RankTrace:
+    """Read one ``.json`` or ``.json.gz`` Kineto file (raises :class:`ParseError`)."""
+    path = Path(path)
+    source = str(path)
+    try:
+        if path.stat().st_size == 0:
+            raise ParseError("empty file", source=source,
+                             hint="expected a PyTorch profiler (Kineto) Chrome trace")
+        with path.open("rb") as stream:
+            return _load_stream(stream, source, _is_gz(path.name))
+    except OSError as error:
+        raise ParseError(f"cannot read: {error.strerror or error}", source=source) from None
+
+
+def _read_tar(path: Path) -> list[RankTrace]:
+    """Every trace member of a tar archive, read in archive order, returned in name order."""
+    return sorted(_iter_tar(path), key=lambda trace: trace.source)
+
+
+def _iter_tar(path: Path) -> Iterator[RankTrace]:
+    source = str(path)
+    found = False
+    try:
+        with tarfile.open(path, "r:*") as archive:
+            for member in archive:
+                name = member.name
+                parts = PurePosixPath(name).parts
+                if name.startswith(("/", "\\")) or ".." in parts or re.match(r"^[A-Za-z]:", name):
+                    raise ParseError(f"unsafe member name {name!r}", source=source,
+                                     hint="members must be relative paths without '..'")
+                if not member.isfile() or not _is_trace_name(name):
+                    continue
+                found = True
+                member_source = f"{source}:{name}"
+                if member.size == 0:
+                    raise ParseError("empty file", source=member_source,
+                                     hint="expected a PyTorch profiler (Kineto) Chrome trace")
+                stream = archive.extractfile(member)
+                if stream is not None:
+                    with stream:
+                        yield _load_stream(stream, member_source, _is_gz(name))
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as error:
+        raise ParseError(f"not a readable tar archive: {error}", source=source) from None
+    if not found:
+        raise ParseError("no *.json or *.json.gz member in the archive", source=source)
+
+
+def _iter_path(path: Path) -> Iterator[RankTrace]:
+    if not path.exists():
+        raise ParseError("no such file or directory", source=str(path),
+                         hint="give a .json, .json.gz, .tar.gz or a directory of them")
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and _is_trace_name(p.name))
+        if not files:
+            raise ParseError("no *.json or *.json.gz files in the directory", source=str(path))
+        for file in files:
+            yield load_trace_file(file)
+    elif _is_tar_name(path.name):
+        yield from _read_tar(path)
+    else:
+        yield load_trace_file(path)
+
+
+def load_traces(paths: Iterable[str | Path]) -> list[RankTrace]:
+    """Read every trace under ``paths`` (files, tar archives, directories), in order.
+
+    Tar members and directory entries are read in name order; one file is decoded at a
+    time.  Raises :class:`ParseError` for a missing path or an unusable file.
+    """
+    traces: list[RankTrace] = []
+    for path in paths:
+        traces.extend(_iter_path(Path(path)))
+    return traces
