@@ -15,17 +15,22 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import yaml
+
 from collectives import FIDELITIES, CommParams, comm_params_from_mapping
+from scenarios.calibrate import calibrate_nccl
 from scenarios.kineto import load_traces
 from scenarios.nccl_log import parse_nccl_log
 from scenarios.nccl_tests import BENCH_OPS, DTYPE_BYTES, format_table, run_benchmark, size_series
-from scenarios.nccl_validate import format_validation, validate_nccl_log
+from scenarios.nccl_validate import format_validation, select_run, validate_nccl_log
 from scenarios.overrides import parse_assignment, set_path, split_overrides
 from scenarios.report import format_summary, write_output_dir
 from scenarios.scenario import load_scenario, run_scenario
 from scenarios.trace_summary import format_summary_table, summarise, to_json
 from simcore.errors import ConfigError, DistsimError
+from simcore.fileio import atomic_write_text
 from simcore.units import parse_size
+from simcore.yamlfile import read_yaml
 from topology import Topology, list_presets, load_cluster
 
 __all__ = ["main"]
@@ -42,6 +47,9 @@ def _add_cluster_options(parser: argparse.ArgumentParser) -> None:
                         help="override a cluster field by dotted path, e.g. "
                         "nic.bandwidth=\"200 Gbps\"; comm.* sets communication parameters, "
                         "e.g. comm.link_efficiency.nvlink=0.9 (repeatable)")
+    parser.add_argument("--comm", default=None, metavar="FILE",
+                        help="communication parameters from a YAML file: its "
+                        "'communication' section, as 'distsim calibrate nccl -o' writes it")
     parser.add_argument("--algo", choices=("auto", "ring", "tree"), default=None,
                         help="collective algorithm (default auto: as NCCL's tuner picks)")
     parser.add_argument("--proto", choices=("auto", "ll", "ll128", "simple"), default=None,
@@ -51,10 +59,20 @@ def _add_cluster_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _comm_file(path: str) -> dict[str, Any]:
+    """The ``communication`` section of a YAML file (a scenario or calibration output)."""
+    data, _lines = read_yaml(path, "communication parameters")
+    section = data.get("communication") if isinstance(data, dict) else None
+    if not isinstance(section, dict):
+        raise ConfigError("no 'communication' mapping in this file", source=path,
+                          hint="write it with 'distsim calibrate nccl … -o FILE'")
+    return dict(section)
+
+
 def _cluster_and_params(args: argparse.Namespace) -> tuple[Topology, CommParams]:
     assignments = [parse_assignment(text) for text in args.overrides]
     cluster_overrides, routed = split_overrides(assignments, ["comm"])
-    comm: dict[str, Any] = {}
+    comm: dict[str, Any] = _comm_file(args.comm) if args.comm else {}
     for key, value in routed["comm"]:
         set_path(comm, key, value, source="--set comm")
     for key, value in (("algorithm", args.algo), ("protocol", args.proto),
@@ -148,6 +166,48 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate_nccl(args: argparse.Namespace) -> int:
+    topology, params = _cluster_and_params(args)
+    log = select_run(parse_nccl_log(args.log), len(topology.gpus), args.run)
+    op = args.op or log.op or "all_reduce"
+    result = calibrate_nccl(log, topology, op=op, base=params,
+                            min_bytes=parse_size(args.min_bytes, key="--min-bytes"))
+    document = {"communication": result.overrides()}
+    if args.output:
+        header = (f"# distsim calibrate nccl {args.log} --cluster {args.cluster}"
+                  f"{f' --nodes {args.nodes}' if args.nodes else ''}\n"
+                  f"# median |error| (sizes >= {args.min_bytes}): "
+                  f"{result.median_error_before_pct:.1f} % before, "
+                  f"{result.median_error_after_pct:.1f} % after; cross-validated "
+                  f"{result.cross_validation_error_pct:.1f} %\n")
+        atomic_write_text(args.output, header + yaml.safe_dump(document, sort_keys=False))
+    if args.json:
+        print(json.dumps({
+            "link_efficiency": result.link_efficiency,
+            "latency_scale": result.latency_scale,
+            "median_error_before_pct": result.median_error_before_pct,
+            "median_error_after_pct": result.median_error_after_pct,
+            "cross_validation_error_pct": result.cross_validation_error_pct,
+            "evaluations": result.evaluations,
+            "overrides": document,
+        }, indent=2))
+        return 0
+    print(f"# {args.log}: {op} on {len(topology.gpus)} GPUs, fitted on sizes >= "
+          f"{args.min_bytes}")
+    print(f"{'parameter':<28} {'default':>10} {'fitted':>10}")
+    for kind, value in result.link_efficiency.items():
+        print(f"{'link_efficiency.' + kind:<28} {params.efficiency_of(kind):>10.3f} "
+              f"{value:>10.3f}")
+    print(f"{'latency scale':<28} {1.0:>10.3f} {result.latency_scale:>10.3f}")
+    print(f"median |error| before: {result.median_error_before_pct:.1f} %   after: "
+          f"{result.median_error_after_pct:.1f} %   cross-validated (fit on half the "
+          f"sizes, tested on the other): {result.cross_validation_error_pct:.1f} %")
+    if args.output:
+        print(f"wrote {args.output} (use with --comm {args.output}, or as a scenario's "
+              "'communication' section)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="distsim",
@@ -217,6 +277,23 @@ def build_parser() -> argparse.ArgumentParser:
                          "directories holding them")
     summary.add_argument("--json", action="store_true", help="print one JSON object")
     summary.set_defaults(handler=_cmd_trace_summary)
+    calibrate = commands.add_parser("calibrate", help="fit parameters to measurements")
+    calibrate_kinds = calibrate.add_subparsers(dest="kind", required=True, metavar="KIND")
+    fit = calibrate_kinds.add_parser(
+        "nccl", help="fit link efficiencies and latency to an nccl-tests log",
+        description="Fit the cluster's link efficiencies and a latency scale to a measured "
+        "nccl-tests log (least squares on relative time), print the error before and after "
+        "and a cross-validation, and write the fitted values for --comm / scenarios.")
+    fit.add_argument("log", help="an nccl-tests output file")
+    _add_cluster_options(fit)
+    fit.add_argument("--op", choices=tuple(BENCH_OPS), default=None)
+    fit.add_argument("--run", type=int, default=None, metavar="K",
+                     help="for a log holding several runs: fit run K (1-based)")
+    fit.add_argument("--min-bytes", default="1M",
+                     help="fit and judge sizes of at least this (default 1M)")
+    fit.add_argument("-o", "--output", default=None, metavar="FILE",
+                     help="write the fitted 'communication' section to FILE (YAML)")
+    fit.set_defaults(handler=_cmd_calibrate_nccl)
     return parser
 
 
