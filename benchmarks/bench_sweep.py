@@ -2,8 +2,8 @@
 
     python benchmarks/bench_sweep.py [--points 16]
 
-Sweeps the quickstart example over global batch sizes (each point a full simulation of
-a few tenths of a second) into a fresh temporary folder per worker count.
+Sweeps the quickstart example over global batch sizes 256 … 4096 (each point a full
+simulation of about a second) into a fresh temporary folder per worker count.
 """
 
 from __future__ import annotations
