@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from collectives import FIDELITIES, CommParams, comm_params_from_mapping
-from scenarios import search, sweep
+from scenarios import compare, search, sweep
 from scenarios.calibrate import calibrate_nccl
 from scenarios.kineto import load_traces
 from scenarios.nccl_log import parse_nccl_log
@@ -280,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     summary.set_defaults(handler=_cmd_trace_summary)
     sweep.add_parser(commands)
     search.add_parser(commands)
+    compare.add_parser(commands)
 
     calibrate = commands.add_parser("calibrate", help="fit parameters to measurements")
     calibrate_kinds = calibrate.add_subparsers(dest="kind", required=True, metavar="KIND")

@@ -9,7 +9,8 @@ and idle, plus the memory it needs.  It also records the resolved configuration 
 used, so it can be reproduced from its own output.
 
 Outputs: :meth:`Report.to_json_dict` (``--json``, ``summary.json``), :func:`format_summary`
-(the terminal table) and :func:`write_output_dir` (``--out DIR``: summary.json,
+(the terminal table, ending with the bottlenecks: critical path and busiest links, see
+:mod:`scenarios.bottlenecks`) and :func:`write_output_dir` (``--out DIR``: summary.json,
 resolved.yaml, trace.json and PNG plots, written whole or not at all).
 """
 
@@ -26,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from scenarios.bottlenecks import add_to_trace, bottlenecks, format_bottlenecks
 from simcore.errors import ConfigError
 from simcore.trace import Tracer
 from workloads.iteration import GpuTimes, IterationResult
@@ -110,7 +112,8 @@ class Report:
 
     ``config`` is the resolved scenario (see :meth:`scenarios.scenario.Scenario.resolved`);
     ``tracer`` the simulation's tracer when the run traced (spans, link counters), else
-    None.
+    None; ``bottlenecks`` the critical path and busiest links
+    (:func:`scenarios.bottlenecks.bottlenecks`).
     """
 
     name: str
@@ -132,6 +135,7 @@ class Report:
     config: dict[str, Any]
     source: str | None = None
     tracer: Tracer | None = field(default=None, repr=False, compare=False)
+    bottlenecks: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def groups(self, tolerance: float = GROUP_TOLERANCE) -> list[GpuGroup]:
         """GPUs with (nearly) equal timings and memory, per pipeline stage (see
@@ -159,6 +163,7 @@ class Report:
             "flows": self.flows,
             "gpu_memory_bytes": self.gpu_memory_bytes,
             "per_gpu": [_gpu_dict(g) for g in self.per_gpu],
+            "bottlenecks": self.bottlenecks,
             "config": self.config,
         }
 
@@ -182,6 +187,9 @@ def build_report(*, name: str, source: str | None, result: IterationResult,
     num_gpus = len(result.per_gpu)
     flops_per_gpu = result.model_flops / t / num_gpus if t > 0 else 0.0
     tracer = result.simulation.tracer
+    found = bottlenecks(result)
+    if tracer.enabled:
+        add_to_trace(tracer, result.critical_path, found)
     return Report(
         name=name, iteration_time_s=t,
         samples_per_s=global_batch / t if t > 0 else 0.0,
@@ -191,7 +199,7 @@ def build_report(*, name: str, source: str | None, result: IterationResult,
         num_gpus=num_gpus, microbatches=result.microbatches, pipeline_stages=pp,
         wall_time_s=wall_time_s, events=result.events, flows=result.flows,
         gpu_memory_bytes=gpu_memory_bytes, per_gpu=result.per_gpu, config=config,
-        source=source, tracer=tracer if tracer.enabled else None)
+        source=source, tracer=tracer if tracer.enabled else None, bottlenecks=found)
 
 
 # --------------------------------------------------------------------------- summary
@@ -308,6 +316,9 @@ def format_summary(report: Report) -> str:
                          f"{m.activations_bytes / _GiB:.2f}"])
     lines += _table(["group", "peak", "of capacity", "weights", "gradients", "optimizer",
                      "activations"], mem_rows, right=set(range(7)))
+    extra = format_bottlenecks(report.bottlenecks, t)
+    if extra:
+        lines += ["", *extra]
     return "\n".join(lines) + "\n"
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from simpy.events import NORMAL, Event
 from simcore.errors import SimulationError
 from simcore.maxmin import solve_max_min
 
-__all__ = ["Flow", "FlowNetwork", "LinkSet"]
+__all__ = ["Flow", "FlowNetwork", "LinkSet", "LinkStats"]
 
 LinkId = Hashable
 
@@ -37,6 +38,23 @@ LinkId = Hashable
 _LATE = NORMAL + 1
 # A flow is done when at most this fraction of its bytes remains (float rounding only).
 _DONE_RTOL = 1e-9
+# A link is saturated while its load is at least this fraction of its capacity.
+_SATURATED = 1.0 - 1e-9
+# Load changes logged before they are integrated into the link statistics in one batch.
+_STATS_BATCH = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class LinkStats:
+    """What one link did over a run: ``bytes`` carried by finished flows (size ×
+    multiplicity), ``busy_s`` with any load on it, ``saturated_s`` with its load at its
+    capacity (within 1e-9), and ``bytes_by_tag``: the bytes split by the flows' tags (only
+    flows with a ``str`` tag are counted there)."""
+
+    bytes: float
+    busy_s: float
+    saturated_s: float
+    bytes_by_tag: Mapping[str, float] = field(default_factory=dict)
 
 
 class _LateEvent(Event):
@@ -150,11 +168,22 @@ class FlowNetwork:
         self._link_flows: list[dict[Flow, None]] = []  # insertion-ordered sets
         self._link_bytes = np.zeros(0)  # bytes carried by finished flows, per link
         self._link_count = np.zeros(0, np.int64)  # transferring flows, per link
+        # Link statistics, integrated as loads change (see _account): the load since the
+        # last solve that touched the link, when that was, busy and saturated seconds.
+        self._link_load = np.zeros(0)
+        self._link_since = np.zeros(0)
+        self._link_busy = np.zeros(0)
+        self._link_saturated = np.zeros(0)
+        self._saturation_at = np.zeros(0)  # load at which a link counts as saturated
+        self._tag_bytes: dict[str, np.ndarray] = {}  # bytes per link, per str tag
+        # Load changes not yet integrated: (time, link indices, new loads or None for 0).
+        self._stats_log: list[tuple[float, Any, np.ndarray | None]] = []
         # What the next solve starts from: flows that began transferring, and the links
         # of flows that finished.
         self._seed_flows: dict[Flow, None] = {}
         self._seed_links: list[np.ndarray] = []
         self._resolve_pending = False
+        self._idle_links = np.zeros(0, np.int64)
         self._heap: list[tuple[float, int, int, Flow]] = []
         self._timer_at = float("inf")
         self._next_flow_id = 0
@@ -203,6 +232,35 @@ class FlowNetwork:
     def flows_on(self, link_id: LinkId) -> list[Flow]:
         """Flows transferring over a link now, in the order they started."""
         return list(self._link_flows[self._index[link_id]])
+
+    def link_stats(self) -> dict[LinkId, LinkStats]:
+        """Per link: bytes carried, busy and saturated seconds up to now (see
+        :class:`LinkStats`).  Loads in force now count up to ``env.now``."""
+        ids, _capacity, carried_a, busy_a, saturated_a = self.link_stat_arrays()
+        carried, busy, saturated = carried_a.tolist(), busy_a.tolist(), saturated_a.tolist()
+        by_tag = {tag: arr.tolist() for tag, arr in self._tag_bytes.items()}
+        return {link_id: LinkStats(carried[i], busy[i], saturated[i],
+                                   {tag: b[i] for tag, b in by_tag.items() if b[i] > 0})
+                for i, link_id in enumerate(ids)}
+
+    def link_stat_arrays(self) -> tuple[tuple[LinkId, ...], np.ndarray, np.ndarray,
+                                        np.ndarray, np.ndarray]:
+        """The statistics of :meth:`link_stats` as arrays parallel to :attr:`link_ids`:
+        ``(ids, capacity B/s, bytes, busy_s, saturated_s)`` — for ranking many links."""
+        self._ensure_arrays()
+        self._integrate()
+        dt = self.env.now - self._link_since
+        load = self._link_load
+        busy = self._link_busy + np.where(load > 0, dt, 0.0)
+        saturated = self._link_saturated + np.where(load >= self._saturation_at, dt, 0.0)
+        return (self.link_ids, self._capacity_array.copy(), self._link_bytes.copy(), busy,
+                saturated)
+
+    def link_bytes_by_tag(self, link_id: LinkId) -> dict[str, float]:
+        """Bytes a link carried for finished flows, per ``str`` tag (untagged: absent)."""
+        self._ensure_arrays()
+        idx = self._index[link_id]
+        return {tag: float(arr[idx]) for tag, arr in self._tag_bytes.items() if arr[idx] > 0}
 
     def add_listener(self, listener: RateListener) -> None:
         """Call ``listener(now, link_indices, loads)`` after every solve (for tracing)."""
@@ -292,7 +350,14 @@ class FlowNetwork:
         flow.finish_s = self.env.now
         flow._version += 1
         self._ensure_arrays()
-        self._link_bytes[flow._link_array] += flow.size_bytes * flow._mult_array
+        carried = flow.size_bytes * flow._mult_array
+        self._link_bytes[flow._link_array] += carried
+        tag = flow.tag
+        if isinstance(tag, str):
+            per_tag = self._tag_bytes.get(tag)
+            if per_tag is None:
+                per_tag = self._tag_bytes[tag] = np.zeros(self._link_bytes.size)
+            per_tag[flow._link_array] += carried
         self.completed_flows += 1
         flow.done.succeed(flow)
 
@@ -303,6 +368,16 @@ class FlowNetwork:
             self._link_count = np.concatenate([self._link_count, np.zeros(grow, np.int64)])
             self._link_bytes = np.concatenate([self._link_bytes, np.zeros(grow)])
             self._capacity_array = np.asarray(self._capacity, dtype=float)
+            zeros = np.zeros(grow)
+            self._link_load = np.concatenate([self._link_load, zeros])
+            self._link_since = np.concatenate([self._link_since, zeros + self.env.now])
+            self._link_busy = np.concatenate([self._link_busy, zeros])
+            self._link_saturated = np.concatenate([self._link_saturated, zeros])
+            cap = self._capacity_array
+            # An ideal (infinite) link is never saturated.
+            self._saturation_at = np.where(np.isfinite(cap), cap * _SATURATED, np.nan)
+            for tag, arr in self._tag_bytes.items():
+                self._tag_bytes[tag] = np.concatenate([arr, zeros])
 
     def _request_resolve(self) -> None:
         if not self._resolve_pending:
@@ -323,7 +398,10 @@ class FlowNetwork:
         freed = (np.unique(np.concatenate(self._seed_links)) if self._seed_links
                  else np.zeros(0, np.int64))
         link_seen: set[int] = set()
-        frontier: list[int] = freed[count[freed] > 0].tolist()
+        still_shared = count[freed] > 0
+        frontier: list[int] = freed[still_shared].tolist()
+        # Freed links nobody uses any more: their load drops to zero (link statistics).
+        self._idle_links = freed[~still_shared]
         for flow in flow_seen:
             frontier.extend(flow._link_array[count[flow._link_array] > 1].tolist())
         while frontier:
@@ -350,6 +428,8 @@ class FlowNetwork:
         self._seed_links.clear()
         self.solves += 1
         if not flows:
+            if self._idle_links.size:
+                self._account(now, self._idle_links, None)
             self._notify(now, freed, np.zeros(0), [])
             self._arm_timer()
             return
@@ -365,6 +445,7 @@ class FlowNetwork:
             rates = np.array([fair.min()])
             component_links, entry_link = flow._link_array, np.arange(len(flow.links))
             entry_mult, entry_flow = flow._mult_array, np.zeros(len(flow.links), np.int64)
+            loads = entry_mult * rates[0]  # a link set holds each link once
         else:
             counts = np.fromiter((len(f.links) for f in flows), np.int64, len(flows))
             global_links = np.concatenate([f._link_array for f in flows])
@@ -374,6 +455,11 @@ class FlowNetwork:
             entry_link = entry_link.ravel()
             rates = solve_max_min(entry_flow, entry_link, entry_mult,
                                   self._capacity_array[component_links], len(flows))
+            loads = np.bincount(entry_link, weights=entry_mult * rates[entry_flow],
+                                minlength=component_links.size)
+        if self._idle_links.size:
+            self._account(now, self._idle_links, None)
+        self._account(now, component_links, loads)
         heap = self._heap
         for flow, rate in zip(flows, rates.tolist()):
             flow.rate_bytes_per_s = rate
@@ -384,11 +470,51 @@ class FlowNetwork:
             self._heap_seq += 1
             heapq.heappush(heap, (finish, self._heap_seq, flow._version, flow))
         if self._listeners:
-            loads = np.bincount(entry_link, weights=entry_mult * rates[entry_flow],
-                                minlength=component_links.size)
             touched = list(dict.fromkeys([*component_links.tolist(), *freed]))
             self._notify(now, touched, loads, component_links.tolist())
         self._arm_timer()
+
+    def _account(self, now: float, links: Any, loads: np.ndarray | None) -> None:
+        """Log that ``links`` carry ``loads`` (None: nothing) from ``now`` on.  Loads are
+        piecewise constant between solves; the log is integrated into busy and saturated
+        time in batches (:meth:`_integrate`), so a solve pays one append, not a pass over
+        its links, and links no solve touched cost nothing."""
+        log = self._stats_log
+        log.append((now, links, loads))
+        if len(log) >= _STATS_BATCH:
+            self._integrate()
+
+    def _integrate(self) -> None:
+        """Fold the logged load changes into the per-link statistics, vectorised: per link
+        in time order, each logged load holds from its time to the link's next change."""
+        log = self._stats_log
+        if not log:
+            return
+        self._stats_log = []
+        counts = np.fromiter((len(links) for _, links, _ in log), np.int64, len(log))
+        idx = np.concatenate([np.asarray(links, np.int64) for _, links, _ in log])
+        value = np.concatenate([np.zeros(len(links)) if loads is None else loads
+                                for _, links, loads in log])
+        when = np.repeat(np.fromiter((t for t, _, _ in log), float, len(log)), counts)
+        order = np.argsort(idx, kind="stable")  # per link, in log (= time) order
+        idx, value, when = idx[order], value[order], when[order]
+        first = np.ones(idx.size, bool)
+        first[1:] = idx[1:] != idx[:-1]
+        prev_value = np.empty_like(value)
+        prev_value[1:] = value[:-1]
+        prev_value[first] = self._link_load[idx[first]]
+        prev_when = np.empty_like(when)
+        prev_when[1:] = when[:-1]
+        prev_when[first] = self._link_since[idx[first]]
+        dt = when - prev_when
+        n = self._link_load.size
+        self._link_busy += np.bincount(idx, weights=dt * (prev_value > 0), minlength=n)
+        self._link_saturated += np.bincount(
+            idx, weights=dt * (prev_value >= self._saturation_at[idx]), minlength=n)
+        last = np.ones(idx.size, bool)
+        last[:-1] = first[1:]
+        self._link_load[idx[last]] = value[last]
+        self._link_since[idx[last]] = when[last]
 
     def _notify(self, now: float, links: list[int], loads: np.ndarray,
                 loaded: list[int]) -> None:

@@ -64,7 +64,11 @@ from workloads.parallel import (
 )
 from workloads.schedule import stage_program, virtual_stage
 
-__all__ = ["GpuTimes", "IterationResult", "IterationSpec", "simulate_iteration"]
+__all__ = ["CRITICAL_KINDS", "GpuTimes", "IterationResult", "IterationSpec", "PathEntry",
+           "simulate_iteration"]
+
+#: What a stretch of the critical path is spent on.
+CRITICAL_KINDS = ("compute", "tp comm", "pp transfer", "dp comm", "ep comm", "bubble wait")
 
 _GRAD_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 _ACTIVATION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
@@ -113,8 +117,33 @@ class GpuTimes:
 
 
 @dataclass(frozen=True, slots=True)
+class PathEntry:
+    """One stretch ``[start_s, end_s]`` of the iteration's critical path: what rank group
+    ``group`` (first GPU ``gpu``) spent it on (``kind``, one of :data:`CRITICAL_KINDS`).
+    A ``compute`` entry is a run of local ops, which may include tensor-parallel
+    collectives timed by their closed form: ``tp_comm_s`` of it."""
+
+    start_s: float
+    end_s: float
+    kind: str
+    label: str
+    group: str
+    gpu: str
+    tp_comm_s: float = 0.0
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True, slots=True)
 class IterationResult:
-    """The simulated iteration: its time, per-GPU breakdowns, and what it cost to run."""
+    """The simulated iteration: its time, per-GPU breakdowns, and what it cost to run.
+
+    ``critical_path`` covers ``[0, iteration_time_s]`` in time order: the chain of ops and
+    transfers that set the iteration's length, walked back from the rank group that
+    finished last.  ``topology`` is the cluster it ran on (link kinds for reports).
+    """
 
     iteration_time_s: float
     microbatches: int
@@ -123,14 +152,16 @@ class IterationResult:
     events: int
     flows: int
     simulation: Simulation
+    critical_path: tuple[PathEntry, ...] = ()
+    topology: Topology | None = field(default=None, repr=False, compare=False)
 
 
 class _Group:
     """One rank group's identity and its accumulated time accounting."""
 
     __slots__ = ("bubble_s", "comm_intervals", "compute_s", "end_s", "exposed_s", "gpus",
-                 "handles", "idle_s", "name", "pending", "replica", "slowdown", "stage",
-                 "streams")
+                 "handles", "idle_s", "name", "path", "pending", "replica", "slowdown",
+                 "stage", "streams")
 
     def __init__(self, stage: int, replica: int, gpus: tuple[str, ...], slowdown: float):
         self.stage = stage
@@ -148,18 +179,27 @@ class _Group:
         self.pending: list[_Meeting] = []  # async collectives waited for at the end
         self.handles: dict[str, _Meeting] = {}  # async collectives waited for by name
         self.streams: dict[str, _Meeting] = {}  # the last collective of each stream
+        # The main stream's segments, contiguous from 0, for the critical path:
+        # (start_s, end_s, kind, info, dep).  ``dep`` says what the segment waited for
+        # when it started: None (this group's previous segment), (group, n) (that group's
+        # segment n - 1) or a _Meeting (a collective that held it back on its stream).
+        self.path: list[tuple[float, float, str, Any, Any]] = []
 
 
 class _Meeting:
     """A collective among rank groups: it starts when the last member arrives."""
 
-    __slots__ = ("arrivals", "arrived", "done", "start_s")
+    __slots__ = ("arrivals", "arrived", "cause", "done", "end_s", "label", "start_s")
 
     def __init__(self, env: simpy.Environment) -> None:
         self.arrived = 0
         self.arrivals: dict[_Group, float] = {}
         self.start_s: float | None = None
+        self.end_s: float | None = None
         self.done = env.event()
+        # What the last arrival waited for (a path ``dep``, see _Group.path).
+        self.cause: Any = None
+        self.label = ""
 
 
 # An item of a rank group's op stream.  Local items (compute, closed-form TP collectives)
@@ -211,7 +251,7 @@ class _IterationSimulator:
         self._check_memory()
         self._meetings: dict[Any, _Meeting] = {}
         self._p2p: dict[Any, simpy.Event] = {}
-        self._p2p_sent: dict[Any, float] = {}
+        self._p2p_sent: dict[Any, tuple[float, tuple[_Group, int]]] = {}
         self._items: dict[Any, list[Item]] = {}
         self._tp_exclusive = spec.fold_exclusive_tp and self._find_exclusive_tp()
         self._tp_time: dict[tuple[str, int], float] = {}
@@ -493,24 +533,28 @@ class _IterationSimulator:
         return meeting
 
     def _arrive(self, meeting: _Meeting, key: Any, group: _Group, members: list[_Group],
-                launch: Callable[[], simpy.Event]) -> None:
+                launch: Callable[[], simpy.Event], cause: Any = None) -> None:
+        """``cause``: what held the arrival back (a previous collective of its stream);
+        None: the group's main stream, arriving now."""
         meeting.arrived += 1
         meeting.arrivals[group] = self.env.now
         if meeting.arrived < len(members):
             return
         del self._meetings[key]
         meeting.start_s = self.env.now
+        meeting.cause = cause if cause is not None else (group, len(group.path))
         done = launch()
 
         def finish(_event: simpy.Event) -> None:
+            meeting.end_s = self.env.now
             for member in members:
                 member.comm_intervals.append((meeting.start_s, self.env.now))
             meeting.done.succeed()
 
         done.callbacks.append(finish)
 
-    def _wait(self, group: _Group, meeting: _Meeting, *, flush: bool = False,
-              ) -> Generator[simpy.Event, Any, None]:
+    def _wait(self, group: _Group, meeting: _Meeting, *, kind: str, label: str,
+              flush: bool = False) -> Generator[simpy.Event, Any, None]:
         """Wait for a collective.  Waiting for late peers is idle — or bubble when it is
         the pipeline's ``flush``; the rest (the transfer, and earlier collectives on the
         same stream) is exposed communication."""
@@ -525,9 +569,23 @@ class _IterationSimulator:
         else:
             group.idle_s += late
         group.exposed_s += self.env.now - began - late
+        self._record_wait(group, meeting, began, kind, label)
 
-    def _run_plans(self, lanes: list[list[str]], op: str, size: float) -> simpy.Event:
-        events = [self.comm.run_plan(self.comm.choose(op, gpus, size), size)
+    def _record_wait(self, group: _Group, meeting: _Meeting, began: float, kind: str,
+                     label: str) -> None:
+        """A wait for a collective on the critical path: from its start, following what
+        its last arrival waited for — or, when it had started before the wait began,
+        from then on, following the group's own stream."""
+        now = self.env.now
+        start = meeting.start_s
+        if start is not None and start > began:
+            group.path.append((start, now, kind, label, meeting.cause))
+        elif now > began:
+            group.path.append((began, now, kind, label, None))
+
+    def _run_plans(self, lanes: list[list[str]], op: str, size: float,
+                   tag: str) -> simpy.Event:
+        events = [self.comm.run_plan(self.comm.choose(op, gpus, size), size, tag=tag)
                   for gpus in lanes]
         return events[0] if len(events) == 1 else simpy.AllOf(self.env, events)
 
@@ -567,6 +625,7 @@ class _IterationSimulator:
                 start = env.now
                 scale = group.slowdown
                 yield env.timeout(compute * scale + comm)
+                group.path.append((start, env.now, "compute", item, None))
                 group.compute_s += compute * scale
                 group.exposed_s += comm
                 offset = 0.0
@@ -581,7 +640,8 @@ class _IterationSimulator:
             elif kind == "tp":
                 _, op, size, label = item
                 start = env.now
-                yield self.comm.collective(op, list(group.gpus), size)
+                yield self.comm.collective(op, list(group.gpus), size, tag="tp")
+                group.path.append((start, env.now, "tp comm", label, None))
                 group.exposed_s += env.now - start
                 group.comm_intervals.append((start, env.now))
                 tracer.span(group.name, "tp comm", label, start, env.now)
@@ -593,8 +653,8 @@ class _IterationSimulator:
                 key = ("ep", group.stage, block, where, label)
                 start = env.now
                 meeting = self._meet(key, group, members, lambda r=replicas, o=op, s=size:
-                                     self._run_plans(self._lanes(group.stage, r), o, s))
-                yield from self._wait(group, meeting)
+                                     self._run_plans(self._lanes(group.stage, r), o, s, "ep"))
+                yield from self._wait(group, meeting, kind="ep comm", label=label)
                 tracer.span(group.name, "ep comm", label, start, env.now)
             elif kind == "dp":
                 _, op, size, label, handle = item
@@ -602,8 +662,9 @@ class _IterationSimulator:
                 key = ("dp", group.stage, dp_seq)
                 dp_seq += 1
                 meeting = self._meeting(key)
+                meeting.label = label
                 launch = partial(self._run_plans, self._lanes(group.stage, range(par.dp)),
-                                 op, size)
+                                 op, size, "dp")
                 # One NCCL stream per kind: a collective starts after the previous one of
                 # its stream (DDP's bucket all-reduces, FSDP's gathers and its reductions
                 # each run in order).
@@ -614,8 +675,8 @@ class _IterationSimulator:
                     self._arrive(meeting, key, group, members, launch)
                 else:
                     previous.done.callbacks.append(
-                        lambda _e, m=meeting, k=key, ms=members, f=launch:
-                        self._arrive(m, k, group, ms, f))
+                        lambda _e, m=meeting, k=key, ms=members, f=launch, p=previous:
+                        self._arrive(m, k, group, ms, f, cause=p))
                 if handle is None:
                     group.pending.append(meeting)
                 else:
@@ -623,7 +684,8 @@ class _IterationSimulator:
                 if tracer.enabled:
                     self._trace_async(group, meeting, label)
             elif kind == "dp_wait":
-                yield from self._wait(group, group.handles.pop(item[1]))
+                meeting = group.handles.pop(item[1])
+                yield from self._wait(group, meeting, kind="dp comm", label=meeting.label)
         return dp_seq
 
     def _trace_async(self, group: _Group, meeting: _Meeting, label: str) -> None:
@@ -641,15 +703,20 @@ class _IterationSimulator:
         if not arrived.triggered:
             yield arrived
         self._p2p.pop(key, None)
-        sent = self._p2p_sent.pop(key, began)
-        waiting_for_sender = max(min(sent, self.env.now) - began, 0.0)
+        sent, sender = self._p2p_sent.pop(key, (began, None))
+        now = self.env.now
+        waiting_for_sender = max(min(sent, now) - began, 0.0)
         group.bubble_s += waiting_for_sender
-        group.exposed_s += self.env.now - began - waiting_for_sender
+        group.exposed_s += now - began - waiting_for_sender
+        if sender is not None and sent > began:
+            group.path.append((sent, now, "pp transfer", key, sender))
+        elif now > began:
+            group.path.append((began, now, "pp transfer", key, None))
 
     def _send(self, group: _Group, key: Any, target_vs: int) -> None:
         par = self.spec.parallel
         target = self.groups[target_vs % par.pp][group.replica]
-        self._p2p_sent[key] = self.env.now
+        self._p2p_sent[key] = (self.env.now, (group, len(group.path)))
         event = self._p2p.get(key)
         if event is None:
             event = self._p2p[key] = self.env.event()
@@ -662,7 +729,7 @@ class _IterationSimulator:
             pairs = list(zip(group.gpus, target.gpus))
             plan = self._send_plans[(group, target)] = self.comm.pairs_plan(pairs,
                                                                             self.p2p_bytes)
-        process = self.comm.run_plan(plan, self.p2p_bytes)
+        process = self.comm.run_plan(plan, self.p2p_bytes, tag="pp")
 
         def arrive(_event: simpy.Event) -> None:
             for member in (group, target):
@@ -677,15 +744,17 @@ class _IterationSimulator:
         spec, par = self.spec, self.spec.parallel
         env = self.env
         while group.pending:
-            yield from self._wait(group, group.pending.pop(0))
+            pending = group.pending.pop(0)
+            yield from self._wait(group, pending, kind="dp comm", label=pending.label)
         if par.pp > 1 and spec.model.tied_embeddings and group.stage in (0, par.pp - 1):
             members = [self.groups[0][group.replica], self.groups[par.pp - 1][group.replica]]
             size = spec.model.vocab * spec.model.hidden / par.tp * self.grad_bytes
             lanes = [[a, b] for a, b in zip(members[0].gpus, members[1].gpus)]
             meeting = self._meet(("embedding", group.replica), group, members,
-                                 lambda: self._run_plans(lanes, "all_reduce", size))
+                                 lambda: self._run_plans(lanes, "all_reduce", size, "dp"))
             # The first and last stage finish their backward passes apart: the flush.
-            yield from self._wait(group, meeting, flush=True)
+            yield from self._wait(group, meeting, flush=True, kind="dp comm",
+                                  label="tied embedding grads")
         # Gradient-norm reduction: every rank meets; a late stage is the pipeline's flush.
         everyone = [g for stage_groups in self.groups for g in stage_groups]
         began = env.now
@@ -696,6 +765,7 @@ class _IterationSimulator:
             group.bubble_s += env.now - began
         else:
             group.idle_s += env.now - began
+        self._record_wait(group, meeting, began, "bubble wait", "gradient norm")
         stage_params = params_on_gpu(spec.model, tp=par.tp, pp=par.pp, ep=par.ep,
                                      stage=group.stage, interleave=par.interleave,
                                      partition=par.partition)
@@ -704,6 +774,7 @@ class _IterationSimulator:
         optimizer_s = spec.costs.optimizer_step_time_s(sharded) * group.slowdown
         start = env.now
         yield env.timeout(optimizer_s)
+        group.path.append((start, env.now, "compute", "optimizer step", None))
         group.compute_s += optimizer_s
         self.sim.tracer.span(group.name, "compute", "optimizer step", start, env.now)
         if par.zero in (1, 2) and par.dp > 1:
@@ -712,9 +783,9 @@ class _IterationSimulator:
             meeting = self._meet(("params", group.stage), group, members,
                                  lambda: self._run_plans(self._lanes(group.stage,
                                                                      range(par.dp)),
-                                                         "all_gather", size))
+                                                         "all_gather", size, "dp"))
             start = env.now
-            yield from self._wait(group, meeting)
+            yield from self._wait(group, meeting, kind="dp comm", label="gather params")
             self.sim.tracer.span(group.name, "dp comm", "gather params", start, env.now)
         group.end_s = env.now
 
@@ -746,7 +817,68 @@ class _IterationSimulator:
                                                           self.seq_len)
         return IterationResult(iteration, self.microbatches, tuple(per_gpu), flops,
                                self.env.events_processed, self.sim.network.completed_flows,
-                               self.sim)
+                               self.sim, self._critical_path(iteration), topo)
+
+    def _critical_path(self, iteration: float) -> tuple[PathEntry, ...]:
+        """Walk back from the group that finished last to time 0, following at each
+        segment what it waited for when it started; stretches no segment explains (there
+        should be none but rounding) are ``bubble wait``."""
+        groups = [g for stage_groups in self.groups for g in stage_groups]
+        if not groups:
+            return ()
+        tiny = 1e-12 * iteration
+        out: list[PathEntry] = []
+        cursor = iteration
+
+        def emit(start: float, end: float, kind: str, info: Any, group: _Group) -> None:
+            nonlocal cursor
+            end = min(end, cursor)
+            start = min(start, end)
+            if cursor - end > tiny:
+                out.append(PathEntry(end, cursor, "bubble wait", "waiting", group.name,
+                                     group.gpus[0]))
+            if end > start:
+                tp = 0.0
+                if isinstance(info, tuple) and info and info[0] == "local":
+                    tp = min(info[2], end - start)
+                out.append(PathEntry(start, end, kind, _path_label(kind, info), group.name,
+                                     group.gpus[0], tp))
+            cursor = start
+
+        group = max(groups, key=lambda g: g.end_s)
+        n = len(group.path)
+        steps = sum(len(g.path) for g in groups) + len(groups) + 16
+        while n > 0 and steps > 0:
+            steps -= 1
+            start, end, kind, info, dep = group.path[n - 1]
+            emit(start, end, kind, info, group)
+            while isinstance(dep, _Meeting) and steps > 0:
+                # Held back by the previous collective of the same stream.
+                steps -= 1
+                emit(dep.start_s or 0.0, dep.end_s or 0.0, "dp comm", dep.label, group)
+                dep = dep.cause
+            if dep is None:
+                n -= 1
+            elif isinstance(dep, tuple):
+                group, n = dep
+        if cursor > tiny:
+            emit(0.0, 0.0, "bubble wait", "waiting", group)
+        out.reverse()
+        return tuple(out)
+
+
+def _path_label(kind: str, info: Any) -> str:
+    """A critical-path entry's label from what a segment recorded (built only here)."""
+    if isinstance(info, str):
+        return info
+    if kind == "pp transfer" and isinstance(info, tuple):
+        what = "activation" if info[0] == "F" else "gradient"
+        return f"{what} mb{info[2]} to virtual stage {info[3]}"
+    if isinstance(info, tuple) and info and info[0] == "local":
+        spans = info[3]
+        first, last = spans[0][3], spans[-1][3]
+        return first if len(spans) == 1 else f"{first} … {last}"
+    return str(info)
 
 def _union_length(intervals: list[tuple[float, float]]) -> float:
     """Total length covered by a set of intervals."""
