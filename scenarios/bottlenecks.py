@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from simcore.trace import Counter, Tracer
+from simcore.units import format_duration
 from workloads.iteration import CRITICAL_KINDS, IterationResult, PathEntry
 
 __all__ = [
@@ -132,15 +133,6 @@ def add_to_trace(tracer: Tracer, entries: Sequence[PathEntry],
                             if c.process == _LINKS_PROCESS and c.name in wanted])
 
 
-def _seconds(value: float) -> str:
-    if abs(value) < 1e-12:
-        return "0 s"
-    if abs(value) >= 1:
-        return f"{value:.4g} s"
-    if abs(value) >= 1e-3:
-        return f"{value * 1e3:.4g} ms"
-    return f"{value * 1e6:.4g} us"
-
 
 def _traffic(link: dict[str, Any]) -> str:
     by = link.get("bytes_by_traffic") or {}
@@ -155,8 +147,8 @@ def format_link(link: dict[str, Any]) -> str:
     """One link in words: name, kind, traffic mix, utilisation, saturated time."""
     what = ", ".join(x for x in (link.get("kind") or "", _traffic(link)) if x)
     return (f"{link['link']}" + (f" ({what})" if what else "")
-            + f": {link['utilisation'] * 100:.1f}% utilised, busy {_seconds(link['busy_s'])}"
-            f", saturated {_seconds(link['saturated_s'])}")
+            + f": {link['utilisation'] * 100:.1f}% utilised, busy {format_duration(link['busy_s'])}"
+            f", saturated {format_duration(link['saturated_s'])}")
 
 
 def format_bottlenecks(summary: dict[str, Any], iteration_time_s: float,
@@ -172,7 +164,7 @@ def format_bottlenecks(summary: dict[str, Any], iteration_time_s: float,
              "  critical path  " + (" · ".join(kinds) or "empty")]
     for i, e in enumerate(path["top_entries"][:entries]):
         head = "  longest        " if i == 0 else "                 "
-        lines.append(f"{head}- {_seconds(e['duration_s'])} {e['kind']}: {e['label']} "
+        lines.append(f"{head}- {format_duration(e['duration_s'])} {e['kind']}: {e['label']} "
                      f"({e['group']})")
     for i, link in enumerate(summary.get("top_links_by_utilisation", [])[:links]):
         head = "  busiest links  " if i == 0 else "                 "

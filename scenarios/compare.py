@@ -30,6 +30,7 @@ from scenarios.overrides import parse_assignment
 from scenarios.report import Report
 from scenarios.scenario import load_scenario, run_scenario
 from simcore.errors import ConfigError
+from simcore.units import format_duration
 from workloads.iteration import CRITICAL_KINDS
 
 __all__ = ["METRICS", "TIME_FIELDS", "Comparison", "add_parser", "compare_scenarios",
@@ -175,22 +176,13 @@ def _value(value: float | None, unit: str) -> str:
     if value is None:
         return "—"
     if unit == "s":
-        return _seconds(value)
+        return format_duration(value)
     if unit == "fraction":
         return f"{value * 100:.2f}%"
     if unit == "B":
         return f"{value / 2**30:.2f} GiB"
     return f"{value:,.4g}"
 
-
-def _seconds(value: float) -> str:
-    if abs(value) < 1e-12:
-        return "0 s"
-    if abs(value) >= 1:
-        return f"{value:.4g} s"
-    if abs(value) >= 1e-3:
-        return f"{value * 1e3:.4g} ms"
-    return f"{value * 1e6:.4g} us"
 
 
 def _delta(delta: float | None, percent: float | None, unit: str) -> str:

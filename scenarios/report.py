@@ -30,6 +30,7 @@ import yaml
 from scenarios.bottlenecks import add_to_trace, bottlenecks, format_bottlenecks
 from simcore.errors import ConfigError
 from simcore.trace import Tracer
+from simcore.units import format_duration
 from workloads.iteration import GpuTimes, IterationResult
 from workloads.memory import MemoryBreakdown
 
@@ -205,15 +206,6 @@ def build_report(*, name: str, source: str | None, result: IterationResult,
 # --------------------------------------------------------------------------- summary
 
 
-def _seconds(value: float) -> str:
-    if abs(value) < 1e-12:  # rounding noise of a sum of many floats
-        return "0 s"
-    if abs(value) >= 1:
-        return f"{value:.4g} s"
-    if abs(value) >= 1e-3:
-        return f"{value * 1e3:.4g} ms"
-    return f"{value * 1e6:.4g} us"
-
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
@@ -275,7 +267,7 @@ def format_summary(report: Report) -> str:
         f"{model.get('hidden')}, {model.get('heads')} heads, sequence {train.get('seq_len')}",
         f"  strategy     {_strategy(c)}",
         f"  batch        {_batch(c, report.microbatches)}",
-        f"  iteration    {_seconds(t)}",
+        f"  iteration    {format_duration(t)}",
         f"  throughput   {report.samples_per_s:,.4g} samples/s, {report.tokens_per_s:,.0f} "
         "tokens/s",
         f"  per GPU      {report.model_tflops_per_gpu:.4g} TFLOP/s of model FLOPs; MFU "
@@ -291,7 +283,7 @@ def format_summary(report: Report) -> str:
 
     def cell(value: float) -> str:
         share = value / t * 100 if t > 0 else 0.0
-        return f"{_seconds(value)} {share:5.1f}%"
+        return f"{format_duration(value)} {share:5.1f}%"
 
     time_rows = [
         [str(i + 1), str(grp.stage), str(len(grp.gpus)), grp.gpus[0], cell(grp.compute_s),
@@ -303,8 +295,8 @@ def format_summary(report: Report) -> str:
                     right={0, 1, 2, 4, 5, 6, 7, 8})
     spread = max((grp.spread_s for grp in groups), default=0.0)
     if t > 0 and spread > 1e-6 * t:
-        lines.append(f"  (times are group means; members differ by at most {_seconds(spread)}, "
-                     f"{spread / t * 100:.2g}% of the iteration)")
+        lines.append(f"  (times are group means; members differ by at most "
+                     f"{format_duration(spread)}, {spread / t * 100:.2g}% of the iteration)")
     lines += ["", f"Memory per GPU (GiB; capacity {report.gpu_memory_bytes / _GiB:.4g} GiB):"]
     mem_rows = []
     for i, grp in enumerate(groups):

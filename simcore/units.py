@@ -153,8 +153,11 @@ def format_bandwidth(bandwidth_bytes_per_s: float) -> str:
 
 
 def format_duration(duration_s: float) -> str:
-    """Seconds as the most readable of ``s``, ``ms``, ``us``, ``ns``."""
+    """Seconds as the most readable of ``s``, ``ms``, ``us``, ``ns``; below a picosecond
+    (rounding noise of a sum of many floats) ``"0 s"``."""
     magnitude = abs(duration_s)
+    if magnitude < 1e-12:
+        return "0 s"
     for unit, factor in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if magnitude >= factor:
             return f"{duration_s / factor:.4g} {unit}"

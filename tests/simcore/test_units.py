@@ -289,7 +289,7 @@ def test_format_bandwidth_decimal_gb_per_s(rate, text):
         (1.5e-3, "1.5 ms"),
         (2e-6, "2 us"),
         (5e-10, "0.5 ns"),
-        (0.0, "0 ns"),
+        (0.0, "0 s"), (1e-13, "0 s"),
         (-1.5e-3, "-1.5 ms"),
         (12.25, "12.25 s"),
     ],
