@@ -60,6 +60,16 @@ def _add_cluster_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _add_log_options(parser: argparse.ArgumentParser, verb: str) -> None:
+    """The arguments of a command that reads an nccl-tests log against a cluster."""
+    parser.add_argument("log", help="an nccl-tests output file")
+    _add_cluster_options(parser)
+    parser.add_argument("--op", choices=tuple(BENCH_OPS), default=None,
+                        help="the operation (default: as the log says, else all_reduce)")
+    parser.add_argument("--run", type=int, default=None, metavar="K",
+                        help=f"for a log holding several runs: {verb} run K (1-based)")
+
+
 def _comm_file(path: str) -> dict[str, Any]:
     """The ``communication`` section of a YAML file (a scenario or calibration output)."""
     data, _lines = read_yaml(path, "communication parameters")
@@ -257,12 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
         "nccl", help="a real nccl-tests log against the simulated cluster",
         description="Simulate every size of a measured nccl-tests log and print measured "
         "vs predicted time and bus bandwidth with the error per size.")
-    nccl.add_argument("log", help="an nccl-tests output file")
-    _add_cluster_options(nccl)
-    nccl.add_argument("--op", choices=tuple(BENCH_OPS), default=None,
-                      help="the operation (default: as the log says, else all_reduce)")
-    nccl.add_argument("--run", type=int, default=None, metavar="K",
-                      help="for a log holding several runs: compare run K (1-based)")
+    _add_log_options(nccl, "compare")
     nccl.set_defaults(handler=_cmd_validate_nccl)
 
     trace = commands.add_parser("trace", help="read measured PyTorch profiler traces")
@@ -289,11 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fit the cluster's link efficiencies and a latency scale to a measured "
         "nccl-tests log (least squares on relative time), print the error before and after "
         "and a cross-validation, and write the fitted values for --comm / scenarios.")
-    fit.add_argument("log", help="an nccl-tests output file")
-    _add_cluster_options(fit)
-    fit.add_argument("--op", choices=tuple(BENCH_OPS), default=None)
-    fit.add_argument("--run", type=int, default=None, metavar="K",
-                     help="for a log holding several runs: fit run K (1-based)")
+    _add_log_options(fit, "fit")
     fit.add_argument("--min-bytes", default="1M",
                      help="fit and judge sizes of at least this (default 1M)")
     fit.add_argument("-o", "--output", default=None, metavar="FILE",

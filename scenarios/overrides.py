@@ -43,13 +43,8 @@ def set_path(data: dict[str, Any], key: str, value: Any, *, source: str = "--set
         if child is None:
             child = node[part] = {}
         elif not isinstance(child, dict):
-            # A scalar shorthand (e.g. ``fabric: fat-tree``) becomes a mapping on demand.
-            if part == "fabric" or part == "preset":
-                child = node[part] = {"kind": child}
-            else:
-                raise ConfigError(
-                    f"{'.'.join(parts[:i + 1])} is {child!r}, not a mapping",
-                    key=key, source=source)
+            raise ConfigError(f"{'.'.join(parts[:i + 1])} is {child!r}, not a mapping",
+                              key=key, source=source)
         node = child
     node[parts[-1]] = value
 
