@@ -8,7 +8,13 @@ breakdown needs:
 * the CPU annotations ``ProfilerStep#N`` (one per profiled training step),
 * the GPU events: ``kernel`` (compute or NCCL), ``gpu_memcpy`` and ``gpu_memset``,
 * the launch time of each GPU event (its ``cuda_runtime`` launch with the same
-  ``correlation`` id), so a kernel can be attributed to the step that launched it.
+  ``correlation`` id), so a kernel can be attributed to the step that launched it,
+* the CPU side as :class:`CpuEvent` records: operators (``cpu_op``), user annotations
+  (``record_function`` scopes such as ``nccl:all_reduce`` or ``## backward ##``), Python
+  functions and CUDA runtime calls, with their thread, the launch ``correlation`` id, the
+  autograd ``Sequence number`` / ``Fwd thread id`` that tie a backward op to its forward,
+  and the recorded input shapes and types (``record_shapes``) — what replay and cost
+  extraction need to know who launched what, who waited, and how large a message was.
 
 NCCL kernels (name contains ``nccl``) get their collective kind from the kernel name
 (``ncclKernel_AllReduce_RING_LL_Sum_float`` → ``all_reduce``) and, where the kernel args
@@ -29,6 +35,8 @@ that is unusable as a whole (not JSON, truncated, empty, no ``traceEvents`` list
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import gzip
 import json
 import re
@@ -43,10 +51,12 @@ from simcore.errors import ParseError
 
 __all__ = [
     "DTYPE_BYTES",
+    "CpuEvent",
     "Kernel",
     "ProfilerStep",
     "RankTrace",
     "collective_kind",
+    "dtype_bytes",
     "load_trace_file",
     "load_traces",
     "parse_trace",
@@ -66,6 +76,8 @@ DTYPE_BYTES: dict[str, int] = {
 _KNOWN_PHASES = frozenset("BEXiIPCbneSTpFstfMNODRc()")
 
 _GPU_CATEGORIES = {"kernel": None, "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+_CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function", "cuda_runtime",
+                             "cuda_driver", "cpu_instant_event"})
 
 # Collective words as NCCL kernel names spell them, longest first so ``AllReduce`` is not
 # read as ``Reduce``.
@@ -110,7 +122,10 @@ class Kernel:
     ``dtype``, ``message_bytes`` (the larger of input and output element count times the
     element size, nccl-tests' "size"; ``None`` when the dtype is not recorded),
     ``group_size`` and ``group_ranks``.  ``launch_s`` is when the CPU launched it, where
-    the trace links the two (``correlation``).
+    the trace links the two by ``correlation`` (kept, to find the launching CPU call).
+    ``comm_op`` is the operation of the ``nccl:<op>`` annotation the kernel was launched
+    in (``all_to_all`` for the ``SendRecv`` kernels that implement it); where the kernel
+    args give no size, ``message_bytes`` comes from that annotation's recorded input.
     """
 
     name: str
@@ -120,6 +135,7 @@ class Kernel:
     stream: int | None = None
     device: int | None = None
     launch_s: float | None = None
+    correlation: int | None = None
     collective: str | None = None
     in_nelems: int | None = None
     out_nelems: int | None = None
@@ -127,6 +143,7 @@ class Kernel:
     message_bytes: int | None = None
     group_size: int | None = None
     group_ranks: tuple[int, ...] | None = None
+    comm_op: str | None = None
 
     @property
     def end_s(self) -> float:
@@ -135,12 +152,54 @@ class Kernel:
 
 
 @dataclass(frozen=True, slots=True)
+class CpuEvent:
+    """One CPU-side complete event (times in seconds, trace clock).
+
+    ``category`` is Kineto's ``cat`` (``cpu_op``, ``user_annotation``, ``python_function``,
+    ``cuda_runtime``, ``cuda_driver``); ``tid`` the thread.  ``correlation`` links a CUDA
+    runtime call to the GPU event it launched; ``sequence`` and ``fwd_tid`` are autograd's
+    ``Sequence number`` and ``Fwd thread id``; ``input_dims`` and ``input_types`` are the
+    recorded shapes and dtypes (empty unless the profiler ran with ``record_shapes``).
+    """
+
+    name: str
+    category: str
+    tid: int | str | None
+    start_s: float
+    duration_s: float
+    correlation: int | None = None
+    sequence: int | None = None
+    fwd_tid: int | None = None
+    input_dims: tuple[tuple[int, ...], ...] = ()
+    input_types: tuple[str, ...] = ()
+
+    @property
+    def end_s(self) -> float:
+        """End time in seconds."""
+        return self.start_s + self.duration_s
+
+    def input_bytes(self, index: int = 0) -> int | None:
+        """Bytes of input ``index`` from its recorded shape and dtype, where both are known
+        (``None`` otherwise): how a ``nccl:*`` annotation tells its message size."""
+        if index >= len(self.input_dims) or index >= len(self.input_types):
+            return None
+        width = dtype_bytes(self.input_types[index])
+        if width is None:
+            return None
+        count = 1
+        for extent in self.input_dims[index]:
+            count *= extent
+        return count * width
+
+
+@dataclass(frozen=True, slots=True)
 class RankTrace:
     """What distsim keeps of one rank's Kineto trace.
 
     ``source`` names the file (``archive.tar.gz:member`` for a tar member); ``rank`` comes
     from ``distributedInfo.rank``, else from the file name (``worker3``, ``rank-1``), else is
-    ``None``; ``skipped`` says what could not be read.
+    ``None``; ``skipped`` says what could not be read.  ``kernels`` and ``cpu_events`` are in
+    start order.
     """
 
     source: str
@@ -150,6 +209,7 @@ class RankTrace:
     steps: tuple[ProfilerStep, ...]
     kernels: tuple[Kernel, ...]
     skipped: tuple[str, ...] = ()
+    cpu_events: tuple[CpuEvent, ...] = ()
 
     def nccl_counts(self) -> dict[str, int]:
         """Number of NCCL kernels per collective kind, over the whole trace."""
@@ -158,6 +218,36 @@ class RankTrace:
             if kernel.collective is not None:
                 counts[kernel.collective] = counts.get(kernel.collective, 0) + 1
         return dict(sorted(counts.items()))
+
+
+def dtype_bytes(name: str) -> int | None:
+    """Bytes per element of a dtype as PyTorch spells it in traces (``float``, ``Float``,
+    ``c10::BFloat16``, ``long int``); ``None`` if unknown.
+
+    >>> dtype_bytes("long int"), dtype_bytes("c10::Half"), dtype_bytes("Float")
+    (8, 2, 4)
+    """
+    key = name.strip().lower().removeprefix("c10::").replace(" ", "")
+    key = {"longint": "long", "unsignedchar": "uint8", "signedchar": "int8"}.get(key, key)
+    return DTYPE_BYTES.get(key)
+
+
+def _dims(value: Any) -> tuple[tuple[int, ...], ...]:
+    if not isinstance(value, list):
+        return ()
+    dims: list[tuple[int, ...]] = []
+    for shape in value:
+        if isinstance(shape, list) and all(_int(v) is not None for v in shape):
+            dims.append(tuple(int(v) for v in shape))
+        else:
+            dims.append(())  # a non-tensor input (TensorList, scalar): no shape
+    return tuple(dims)
+
+
+def _types(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(v if isinstance(v, str) else "" for v in value)
 
 
 def collective_kind(name: str, collective_arg: str | None = None) -> str:
@@ -243,7 +333,7 @@ def _nccl_fields(name: str, args: dict[str, Any]) -> dict[str, Any]:
     dtype = args.get("dtype")
     fields["dtype"] = dtype if isinstance(dtype, str) else None
     nelems = [n for n in (fields["in_nelems"], fields["out_nelems"]) if n is not None]
-    width = DTYPE_BYTES.get(fields["dtype"].lower()) if fields["dtype"] else None
+    width = dtype_bytes(fields["dtype"]) if fields["dtype"] else None
     fields["message_bytes"] = max(nelems) * width if nelems and width else None
     return fields
 
@@ -278,6 +368,7 @@ def parse_trace(data: Any, source: str) -> RankTrace:
 
     skips = _Skips()
     steps: list[ProfilerStep] = []
+    cpu_events: list[CpuEvent] = []
     launches: dict[int, float] = {}
     gpu_events: list[tuple[dict[str, Any], str | None, str, float, float]] = []
     for index, event in enumerate(events):
@@ -306,16 +397,28 @@ def parse_trace(data: Any, source: str) -> RankTrace:
         category = event.get("cat")
         args = event.get("args")
         args = args if isinstance(args, dict) else {}
+        if category in _GPU_CATEGORIES:
+            gpu_events.append((args, _GPU_CATEGORIES[category], name, ts, dur))
+            continue
+        corr = None
         if category == "cuda_runtime" or category == "cuda_driver":
             corr = _int(args.get("correlation"))
             if corr is not None:
                 launches[corr] = ts * _US
-        elif category in _GPU_CATEGORIES:
-            gpu_events.append((args, _GPU_CATEGORIES[category], name, ts, dur))
         elif category in ("user_annotation", "cpu_instant_event", "python_function", None):
             match = _STEP_NAME.match(name)
             if match:
                 steps.append(ProfilerStep(int(match.group(1)), ts * _US, dur * _US))
+                continue
+        if category in _CPU_CATEGORIES:
+            tid = event.get("tid")
+            cpu_events.append(CpuEvent(
+                name=name, category=category, tid=tid if isinstance(tid, int | str) else None,
+                start_s=ts * _US, duration_s=dur * _US, correlation=corr,
+                sequence=_int(args.get("Sequence number")),
+                fwd_tid=_int(args.get("Fwd thread id")),
+                input_dims=_dims(args.get("Input Dims")),
+                input_types=_types(args.get("Input type"))))
 
     kernels: list[Kernel] = []
     for args, kind, name, ts, dur in gpu_events:
@@ -329,11 +432,51 @@ def parse_trace(data: Any, source: str) -> RankTrace:
         kernels.append(Kernel(
             name=name, kind=str(kind), start_s=ts * _US, duration_s=dur * _US,
             stream=_int(args.get("stream")), device=_int(args.get("device")),
-            launch_s=launches.get(corr) if corr is not None else None, **nccl))
+            launch_s=launches.get(corr) if corr is not None else None, correlation=corr,
+            **nccl))
     kernels.sort(key=lambda k: k.start_s)
     steps.sort(key=lambda s: s.start_s)
+    cpu_events.sort(key=lambda e: e.start_s)
+    kernels = _with_comm_annotations(kernels, cpu_events)
     return RankTrace(source=source, rank=rank, world_size=world_size, gpu_model=gpu_model,
-                     steps=tuple(steps), kernels=tuple(kernels), skipped=skips.result())
+                     steps=tuple(steps), kernels=tuple(kernels), skipped=skips.result(),
+                     cpu_events=tuple(cpu_events))
+
+
+def _with_comm_annotations(kernels: list[Kernel], cpu_events: list[CpuEvent]) -> list[Kernel]:
+    """Attach to each NCCL kernel the ``nccl:<op>`` annotation its launch happened in.
+
+    PyTorch wraps every c10d call in a ``record_function("nccl:<op>")`` scope whose
+    recorded input is the message; older traces carry the size nowhere else.
+    """
+    scopes: dict[Any, list[CpuEvent]] = {}
+    launches: dict[int, CpuEvent] = {}
+    for event in cpu_events:
+        if event.category == "user_annotation" and event.name.startswith("nccl:"):
+            scopes.setdefault(event.tid, []).append(event)
+        elif event.correlation is not None:
+            launches[event.correlation] = event
+    if not scopes:
+        return kernels
+    starts = {tid: [e.start_s for e in events] for tid, events in scopes.items()}
+    result = []
+    for kernel in kernels:
+        launch = launches.get(kernel.correlation) if kernel.correlation is not None else None
+        if kernel.kind != "communication" or launch is None or launch.tid not in scopes:
+            result.append(kernel)
+            continue
+        events = scopes[launch.tid]
+        index = bisect.bisect_right(starts[launch.tid], launch.start_s) - 1
+        scope = events[index] if index >= 0 else None
+        if scope is None or scope.end_s < launch.start_s:
+            result.append(kernel)
+            continue
+        size = kernel.message_bytes
+        if size is None:
+            size = scope.input_bytes(0)
+        result.append(dataclasses.replace(kernel, comm_op=scope.name.removeprefix("nccl:"),
+                                          message_bytes=size))
+    return result
 
 
 def _load_stream(stream: IO[bytes], source: str, compressed: bool) -> RankTrace:

@@ -102,6 +102,32 @@ def test_nccl_kernel_args_give_message_size_and_group(corpus):
     assert biggest.stream is not None and biggest.device == 0
 
 
+def test_nccl_annotation_gives_size_and_operation_where_kernel_args_do_not(corpus):
+    # DLRM's kernels carry no size args; each launch sits in a ``nccl:<op>`` scope whose
+    # recorded input (shape × dtype) is the message, and whose name says that the
+    # SendRecv kernels implement all_to_all.
+    for trace in corpus[DLRM]:
+        comm = [k for k in trace.kernels if k.kind == "communication"]
+        assert sorted((k.comm_op, k.message_bytes) for k in comm) == sorted([
+            ("all_reduce", 394241 * 4), ("all_reduce", 112 * 4), ("all_reduce", 226960 * 4),
+            ("all_to_all", 6144 * 4), ("all_to_all", 6144 * 4), ("all_to_all", 24 * 8),
+            ("all_to_all", 384 * 4), ("all_to_all", 3392 * 4)])
+        assert {k.collective for k in comm if k.comm_op == "all_to_all"} == {"sendrecv"}
+
+
+def test_cpu_events_keep_threads_launch_links_and_autograd_sequence(corpus):
+    (trace,) = corpus[HTA + "nccl_parser_config/nccl_data.json.gz"]
+    runtime = [e for e in trace.cpu_events if e.category == "cuda_runtime"]
+    assert len(runtime) == 8740
+    correlations = {e.correlation for e in runtime}
+    launched = [k for k in trace.kernels if k.correlation is not None]
+    assert launched and all(k.correlation in correlations for k in launched)
+    assert sum(e.name == "cudaEventSynchronize" for e in runtime) == 24
+    assert sum(e.sequence is not None for e in trace.cpu_events if e.category == "cpu_op") == 2286
+    starts = [e.start_s for e in trace.cpu_events]
+    assert starts == sorted(starts)
+
+
 def test_memcpy_and_memset_are_gpu_events_of_their_own_kind(corpus):
     (trace,) = corpus[HTA + "nccl_parser_config/nccl_data.json.gz"]
     kinds = {k.kind for k in trace.kernels}
