@@ -29,6 +29,7 @@ from topology.model import Device, Link, full_duplex
 __all__ = [
     "CABLE_LATENCY_S",
     "NODE_PRESETS",
+    "PCIE_GEN3_X16_BYTES_PER_S",
     "PCIE_GEN4_X16_BYTES_PER_S",
     "PCIE_GEN5_X16_BYTES_PER_S",
     "PRESETS",
@@ -45,6 +46,8 @@ def _pcie_x16_bytes_per_s(giga_transfers_per_s: float) -> float:
     return giga_transfers_per_s * 1e9 * 16 * (128 / 130) / 8
 
 
+# PCI Express Base Specification 3.0: 8 GT/s per lane, 128b/130b -> 15.75 GB/s (x16, one way).
+PCIE_GEN3_X16_BYTES_PER_S = _pcie_x16_bytes_per_s(8.0)
 # PCI Express Base Specification 4.0: 16 GT/s per lane, 128b/130b -> 31.51 GB/s (x16, one way).
 PCIE_GEN4_X16_BYTES_PER_S = _pcie_x16_bytes_per_s(16.0)
 # PCI Express Base Specification 5.0: 32 GT/s per lane, 128b/130b -> 63.02 GB/s (x16, one way).
@@ -193,6 +196,33 @@ DGX_H100 = NodePreset(
     nic=LinkFigure(400e9 / 8, NIC_LATENCY_S),
 )
 
+# NVIDIA DGX-1 with Tesla V100 (DGX-1 System Architecture white paper, WP-08437-002):
+# 8x V100-SXM2 in a hybrid cube-mesh of NVLink 2.0 -- six links of 25 GB/s per direction
+# per GPU, each GPU wired directly to four others; four PLX PCIe Gen3 switches, each
+# holding two GPUs and one of the four EDR 100 Gb/s InfiniBand NICs; 2x Xeon E5-2698 v4
+# joined by QPI.  distsim has no direct GPU-GPU links yet, so the mesh stands as one
+# switch with each GPU's aggregate 150 GB/s: exact for rings (NCCL's rings run over the
+# mesh at the aggregate rate), optimistic for all-to-all between GPUs that the mesh does
+# not join directly (they relay through a neighbour or PCIe).
+DGX1_V100 = NodePreset(
+    name="dgx1-v100",
+    description="NVIDIA DGX-1 (V100): 8x V100 SXM2, NVLink 2.0 hybrid cube-mesh taken as "
+                "150 GB/s per GPU per direction, 4x EDR 100 Gb/s, 4 PCIe Gen3 switches",
+    gpu_model="V100-SXM2-32GB",
+    nic_model="ConnectX-4 EDR 100Gb/s",
+    gpu_pcie_switch=(0, 0, 1, 1, 2, 2, 3, 3),
+    nic_layouts=((0, 1, 2, 3),),
+    pcie_switch_cpu=(0, 0, 1, 1),
+    cpus=2,
+    nvlink=LinkFigure(6 * 25e9, NVLINK_HOP_LATENCY_S),
+    pcie=LinkFigure(PCIE_GEN3_X16_BYTES_PER_S, PCIE_HOP_LATENCY_S),
+    # Intel Xeon E5-2600 v4 datasheet: two QPI links at 9.6 GT/s, 2 bytes per transfer
+    # -> 19.2 GB/s each, 38.4 GB/s per direction.
+    cpu=LinkFigure(2 * 9.6e9 * 2, INTER_SOCKET_LATENCY_S),
+    # InfiniBand EDR: 100 Gb/s = 12.5 GB/s per direction (ConnectX-4 datasheet).
+    nic=LinkFigure(100e9 / 8, NIC_LATENCY_S),
+)
+
 # A generic 8-GPU PCIe server (e.g. 8x A100 PCIe behind two Gen4 PCIe switches, as in
 # many OEM 4U boxes): no NVLink; GPUs 0-3 on switch 0 under CPU 0, GPUs 4-7 on switch 1
 # under CPU 1; NIC j (if present) on switch j.  Traffic between the halves goes up to the
@@ -225,7 +255,7 @@ SWITCH = SwitchPreset(
 
 #: The presets made of real boxes, by name (read-only).
 NODE_PRESETS: Mapping[str, NodePreset] = MappingProxyType(
-    {p.name: p for p in (DGX_A100, DGX_H100, PCIE_8GPU)})
+    {p.name: p for p in (DGX_A100, DGX_H100, DGX1_V100, PCIE_8GPU)})
 #: Every preset by name, the synthetic ``switch`` included (read-only).
 PRESETS: Mapping[str, NodePreset | SwitchPreset] = MappingProxyType(
     {**NODE_PRESETS, SWITCH.name: SWITCH})

@@ -149,6 +149,15 @@ GPU_ALIASES: Mapping[str, str] = MappingProxyType({
     "h100-80gb": "h100-sxm",
     "h200-sxm": "h200",
     "h200-141gb": "h200",
+    # deviceProperties names as PyTorch profiler traces spell them.
+    "tesla v100-sxm2-16gb": "v100-16gb",
+    "tesla v100-sxm2-32gb": "v100-32gb",
+    "v100-sxm2-16gb": "v100-16gb",
+    "v100-sxm2-32gb": "v100-32gb",
+    "nvidia a100-pg509-200": "a100-40gb",  # Meta's A100 SXM4 40 GB board (Zion/Grand Teton)
+    "nvidia a100-sxm4-40gb": "a100-40gb",
+    "nvidia a100-sxm4-80gb": "a100-80gb",
+    "nvidia h100 80gb hbm3": "h100-sxm",
 })
 
 
