@@ -5,6 +5,10 @@ collective) and *counters* (a value over time on a track: a link's utilisation).
 are grouped by *process* (e.g. ``"n0.gpu3"``) and named by *thread* (e.g. ``"compute"``),
 which is how the Chrome trace event format and Perfetto lay them out.  A disabled tracer
 records nothing and costs one attribute check per call.
+
+The exported object carries ``otherData`` (the trace-event format's free metadata field):
+``{"generator": "distsim", ...}`` plus whatever the simulation put in
+:attr:`Tracer.metadata`, so a reader can tell distsim's own traces from a profiler's.
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Counter", "Span", "Tracer"]
+__all__ = ["GENERATOR", "Counter", "Span", "Tracer"]
+
+#: ``otherData.generator`` of every exported trace: how a reader recognises distsim's.
+GENERATOR = "distsim"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,13 +46,18 @@ class Counter:
 
 
 class Tracer:
-    """Collects spans and counters; ``to_chrome_trace`` renders them (times in µs)."""
+    """Collects spans and counters; ``to_chrome_trace`` renders them (times in µs).
+
+    ``metadata`` (JSON-ready values) is exported under ``otherData``, next to the
+    ``generator`` marker.
+    """
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self.spans: list[Span] = []
         self.counters: list[Counter] = []
         self._last_value: dict[tuple[str, str], float] = {}
+        self.metadata: dict[str, Any] = {}
 
     def span(self, process: str, thread: str, name: str, start_s: float, end_s: float,
              **args: Any) -> None:
@@ -89,7 +101,8 @@ class Tracer:
         for c in self.counters:
             events.append({"ph": "C", "name": c.name, "pid": pid_of(c.process), "tid": 0,
                            "ts": c.time_s * 1e6, "args": {c.name: c.value}})
-        return {"traceEvents": events, "displayTimeUnit": "ns"}
+        return {"traceEvents": events, "displayTimeUnit": "ns",
+                "otherData": {"generator": GENERATOR, **self.metadata}}
 
     def to_json(self) -> str:
         return json.dumps(self.to_chrome_trace(), separators=(",", ":"))

@@ -204,7 +204,8 @@ class _Meeting:
 
 # An item of a rank group's op stream.  Local items (compute, closed-form TP collectives)
 # are folded into one timeout; the others talk to the rest of the simulation.
-#   ("local", compute_s, comm_s, spans)   spans: ((offset_s, dur_s, is_comm, label), …)
+#   ("local", compute_s, comm_s, spans)   spans: ((offset_s, dur_s, is_comm, label,
+#                                         trace_args), …)
 #   ("tp", kind, size_bytes, label)       a TP collective that must be simulated as flows
 #   ("ep", kind, size_bytes, label)       an expert-parallel all-to-all (blocking)
 #   ("dp", kind, size_bytes, label, handle)  an asynchronous data-parallel collective;
@@ -363,14 +364,18 @@ class _IterationSimulator:
             tp=par.tp, sequence_parallel=par.sequence_parallel, layer_index=layer,
             ep=par.ep, **extra)
         label = f"L{layer} {pass_}"
+        # What a cost table calls this layer pass (trace args, read by ``trace costs``).
+        args = {"layer": "moe_layer" if model.is_moe_layer(layer) else "transformer_layer",
+                "pass": "recompute_selective" if extra.get("recompute") == "selective"
+                else cost_pass, "index": layer}
         moe = model.is_moe_layer(layer) and par.ep > 1
         with_comm = pass_ != "recompute" or train.recompute == "full"
-        items.append(("c", duration / 2, f"{label} attention"))
+        items.append(("c", duration / 2, f"{label} attention", args))
         if with_comm:
             self._tp_items(items, f"{label} attention", fold)
         if moe and with_comm:
             items.append(("ep", "alltoall", self.a2a_bytes, f"{label} dispatch"))
-        items.append(("c", duration / 2, f"{label} mlp"))
+        items.append(("c", duration / 2, f"{label} mlp", args))
         if moe and with_comm:
             items.append(("ep", "alltoall", self.a2a_bytes, f"{label} combine"))
         if with_comm:
@@ -394,7 +399,7 @@ class _IterationSimulator:
         if pass_ == "F":
             if vs == 0:
                 items.append(("c", spec.costs.embedding_time_s("fwd", spec.model, **shard),
-                              "embedding fwd"))
+                              "embedding fwd", {"layer": "embedding", "pass": "fwd"}))
             order = list(layers)
             for position, layer in enumerate(order):
                 if sharded:
@@ -402,11 +407,11 @@ class _IterationSimulator:
                 self._layer_pass(items, "fwd", layer, fold)
             if vs == self.virtual_stages - 1:
                 items.append(("c", spec.costs.loss_time_s("fwd", spec.model, **shard),
-                              "loss fwd"))
+                              "loss fwd", {"layer": "loss", "pass": "fwd"}))
         else:
             if vs == self.virtual_stages - 1:
                 items.append(("c", spec.costs.loss_time_s("bwd", spec.model, **shard),
-                              "loss bwd"))
+                              "loss bwd", {"layer": "loss", "pass": "bwd"}))
             bucket = 0.0
             order = list(reversed(layers))
             for position, layer in enumerate(order):
@@ -426,7 +431,7 @@ class _IterationSimulator:
                         bucket = 0.0
             if vs == 0:
                 items.append(("c", spec.costs.embedding_time_s("bwd", spec.model, **shard),
-                              "embedding bwd"))
+                              "embedding bwd", {"layer": "embedding", "pass": "bwd"}))
                 if last and par.dp > 1 and not sharded:
                     bucket += spec.model.vocab * spec.model.hidden / par.tp * self.grad_bytes
             if last and par.dp > 1 and not sharded and bucket > 0:
@@ -491,11 +496,12 @@ class _IterationSimulator:
 
         for item in items:
             if item[0] == "c":
-                spans.append((compute + comm, item[1], False, item[2]))
+                spans.append((compute + comm, item[1], False, item[2], item[3]))
                 compute += item[1]
             elif item[0] == "tpa":
                 duration = self._tp_analytic_s(item[1], item[2], stage)
-                spans.append((compute + comm, duration, True, item[3]))
+                spans.append((compute + comm, duration, True, item[3],
+                              {"collective": item[1]}))
                 comm += duration
             else:
                 flush()
@@ -629,13 +635,13 @@ class _IterationSimulator:
                 group.compute_s += compute * scale
                 group.exposed_s += comm
                 offset = 0.0
-                for _, duration, is_comm, label in spans:
+                for _, duration, is_comm, label, args in spans:
                     length = duration if is_comm else duration * scale
                     if is_comm:
                         group.comm_intervals.append((start + offset, start + offset + length))
                     if tracer.enabled:
                         tracer.span(group.name, "tp comm" if is_comm else "compute", label,
-                                    start + offset, start + offset + length)
+                                    start + offset, start + offset + length, **args)
                     offset += length
             elif kind == "tp":
                 _, op, size, label = item
@@ -644,7 +650,7 @@ class _IterationSimulator:
                 group.path.append((start, env.now, "tp comm", label, None))
                 group.exposed_s += env.now - start
                 group.comm_intervals.append((start, env.now))
-                tracer.span(group.name, "tp comm", label, start, env.now)
+                tracer.span(group.name, "tp comm", label, start, env.now, collective=op)
             elif kind == "ep":
                 _, op, size, label = item
                 block = group.replica // par.ep * par.ep
@@ -655,7 +661,10 @@ class _IterationSimulator:
                 meeting = self._meet(key, group, members, lambda r=replicas, o=op, s=size:
                                      self._run_plans(self._lanes(group.stage, r), o, s, "ep"))
                 yield from self._wait(group, meeting, kind="ep comm", label=label)
-                tracer.span(group.name, "ep comm", label, start, env.now)
+                # The span is the collective itself, as the GPU's communication time
+                # counts it; waiting for late peers before it is idle time.
+                tracer.span(group.name, "ep comm", label, _started(meeting, start), env.now,
+                            collective=op)
             elif kind == "dp":
                 _, op, size, label, handle = item
                 members = self.groups[group.stage]
@@ -682,16 +691,17 @@ class _IterationSimulator:
                 else:
                     group.handles[handle] = meeting
                 if tracer.enabled:
-                    self._trace_async(group, meeting, label)
+                    self._trace_async(group, meeting, label, op)
             elif kind == "dp_wait":
                 meeting = group.handles.pop(item[1])
                 yield from self._wait(group, meeting, kind="dp comm", label=meeting.label)
         return dp_seq
 
-    def _trace_async(self, group: _Group, meeting: _Meeting, label: str) -> None:
+    def _trace_async(self, group: _Group, meeting: _Meeting, label: str, op: str) -> None:
         def record(_event: simpy.Event) -> None:
             start = meeting.start_s if meeting.start_s is not None else self.env.now
-            self.sim.tracer.span(group.name, "dp comm", label, start, self.env.now)
+            self.sim.tracer.span(group.name, "dp comm", label, start, self.env.now,
+                                 collective=op)
 
         meeting.done.callbacks.append(record)
 
@@ -734,8 +744,9 @@ class _IterationSimulator:
         def arrive(_event: simpy.Event) -> None:
             for member in (group, target):
                 member.comm_intervals.append((start, self.env.now))
+            # ``to``: the receiver's GPUs are busy with the transfer too.
             self.sim.tracer.span(group.name, "pp send", f"{key[0]} mb{key[2]}", start,
-                                 self.env.now)
+                                 self.env.now, collective="send", to=target.name)
             event.succeed()
 
         process.callbacks.append(arrive)
@@ -755,6 +766,9 @@ class _IterationSimulator:
             # The first and last stage finish their backward passes apart: the flush.
             yield from self._wait(group, meeting, flush=True, kind="dp comm",
                                   label="tied embedding grads")
+            self.sim.tracer.span(group.name, "dp comm", "tied embedding grads",
+                                 _started(meeting, env.now), env.now,
+                                 collective="all_reduce")
         # Gradient-norm reduction: every rank meets; a late stage is the pipeline's flush.
         everyone = [g for stage_groups in self.groups for g in stage_groups]
         began = env.now
@@ -786,7 +800,8 @@ class _IterationSimulator:
                                                          "all_gather", size, "dp"))
             start = env.now
             yield from self._wait(group, meeting, kind="dp comm", label="gather params")
-            self.sim.tracer.span(group.name, "dp comm", "gather params", start, env.now)
+            self.sim.tracer.span(group.name, "dp comm", "gather params",
+                                 _started(meeting, start), env.now, collective="all_gather")
         group.end_s = env.now
 
     # ----------------------------------------------------------------- results
@@ -867,6 +882,11 @@ class _IterationSimulator:
         return tuple(out)
 
 
+def _started(meeting: _Meeting, default: float) -> float:
+    """When a collective started (``default`` if it never did)."""
+    return meeting.start_s if meeting.start_s is not None else default
+
+
 def _path_label(kind: str, info: Any) -> str:
     """A critical-path entry's label from what a segment recorded (built only here)."""
     if isinstance(info, str):
@@ -897,7 +917,31 @@ def simulate_iteration(spec: IterationSpec) -> IterationResult:
     simulator = _IterationSimulator(spec)
     if spec.trace:
         _record_link_counters(simulator.sim)
-    return simulator.run()
+    result = simulator.run()
+    if spec.trace:
+        simulator.sim.tracer.metadata["distsim"] = _trace_metadata(simulator, result)
+    return result
+
+
+def _trace_metadata(simulator: _IterationSimulator, result: IterationResult) -> dict[str, Any]:
+    """What a reader of trace.json needs beyond the spans (the ``otherData.distsim``
+    object): the shape keys of a cost table, and which GPUs each rank-group process
+    stands for (its spans are every member's), so the trace imports back per GPU
+    (:mod:`scenarios.distsim_trace`)."""
+    spec, par, train = simulator.spec, simulator.spec.parallel, simulator.spec.training
+    topo = spec.topology
+    groups = {group.name: {"stage": group.stage, "replica": group.replica,
+                           "gpus": list(group.gpus),
+                           "ranks": [topo.rank_of(g) for g in group.gpus],
+                           "slowdown": group.slowdown}
+              for stage_groups in simulator.groups for group in stage_groups}
+    return {"format": 1, "source": spec.source, "model": spec.model.name,
+            "gpu": spec.gpu.name, "precision": train.precision,
+            "micro_batch": train.micro_batch, "seq_len": simulator.seq_len,
+            "hidden": spec.model.hidden, "tp": par.tp,
+            "sequence_parallel": par.sequence_parallel, "recompute": train.recompute,
+            "microbatches": result.microbatches, "world_size": len(topo.gpus),
+            "iteration_time_s": result.iteration_time_s, "groups": groups}
 
 
 def _record_link_counters(sim: Simulation) -> None:
