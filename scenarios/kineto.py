@@ -479,7 +479,7 @@ def _with_comm_annotations(kernels: list[Kernel], cpu_events: list[CpuEvent]) ->
     return result
 
 
-def _load_stream(stream: IO[bytes], source: str, compressed: bool) -> RankTrace:
+def _load_stream(stream: IO[bytes], source: str, compressed: bool) -> list[RankTrace]:
     try:
         if compressed:
             with gzip.open(stream, "rb") as unzipped:
@@ -500,7 +500,12 @@ def _load_stream(stream: IO[bytes], source: str, compressed: bool) -> RankTrace:
                          source=source) from None
     except (gzip.BadGzipFile, zlib.error) as error:
         raise ParseError(f"not readable gzip data: {error}", source=source) from None
-    return parse_trace(data, source)
+    # distsim's own trace.json holds every simulated GPU (imported lazily: that reader
+    # builds on this module's records).
+    from scenarios.distsim_trace import distsim_rank_traces, is_distsim_trace
+    if is_distsim_trace(data):
+        return distsim_rank_traces(data, source)
+    return [parse_trace(data, source)]
 
 
 def _is_gz(name: str) -> bool:
@@ -519,6 +524,14 @@ def _is_tar_name(name: str) -> bool:
 
 def load_trace_file(path: str | Path) -> RankTrace:
     """Read one ``.json`` or ``.json.gz`` Kineto file (raises :class:`ParseError`)."""
+    traces = _load_file(path)
+    if len(traces) != 1:
+        raise ParseError(f"holds {len(traces)} GPUs (a distsim trace)", source=str(path),
+                         hint="read it with load_traces")
+    return traces[0]
+
+
+def _load_file(path: str | Path) -> list[RankTrace]:
     path = Path(path)
     source = str(path)
     try:
@@ -557,7 +570,7 @@ def _iter_tar(path: Path) -> Iterator[RankTrace]:
                 stream = archive.extractfile(member)
                 if stream is not None:
                     with stream:
-                        yield _load_stream(stream, member_source, _is_gz(name))
+                        yield from _load_stream(stream, member_source, _is_gz(name))
     except (tarfile.TarError, EOFError, zlib.error, OSError) as error:
         raise ParseError(f"not a readable tar archive: {error}", source=source) from None
     if not found:
@@ -573,11 +586,11 @@ def _iter_path(path: Path) -> Iterator[RankTrace]:
         if not files:
             raise ParseError("no *.json or *.json.gz files in the directory", source=str(path))
         for file in files:
-            yield load_trace_file(file)
+            yield from _load_file(file)
     elif _is_tar_name(path.name):
         yield from _read_tar(path)
     else:
-        yield load_trace_file(path)
+        yield from _load_file(path)
 
 
 def load_traces(paths: Iterable[str | Path]) -> list[RankTrace]:
