@@ -27,6 +27,7 @@ from scenarios.nccl_validate import format_validation, select_run, validate_nccl
 from scenarios.overrides import parse_assignment, set_path, split_overrides
 from scenarios.report import format_summary, write_output_dir
 from scenarios.scenario import load_scenario, run_scenario
+from scenarios.trace_costs import add_parser as add_trace_costs_parser
 from scenarios.trace_summary import format_summary_table, summarise, to_json
 from simcore.errors import ConfigError, DistsimError
 from simcore.fileio import atomic_write_text
@@ -283,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "directories holding them")
     summary.add_argument("--json", action="store_true", help="print one JSON object")
     summary.set_defaults(handler=_cmd_trace_summary)
+    add_trace_costs_parser(trace_kinds)
     sweep.add_parser(commands)
     search.add_parser(commands)
     compare.add_parser(commands)
