@@ -29,6 +29,7 @@ from scenarios.report import format_summary, write_output_dir
 from scenarios.scenario import load_scenario, run_scenario
 from scenarios.trace_costs import add_parser as add_trace_costs_parser
 from scenarios.trace_summary import format_summary_table, summarise, to_json
+from scenarios.trace_validate import add_parser as add_validate_trace_parser
 from simcore.errors import ConfigError, DistsimError
 from simcore.fileio import atomic_write_text
 from simcore.units import parse_size
@@ -270,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
         "vs predicted time and bus bandwidth with the error per size.")
     _add_log_options(nccl, "compare")
     nccl.set_defaults(handler=_cmd_validate_nccl)
+    add_validate_trace_parser(kinds)
 
     trace = commands.add_parser("trace", help="read measured PyTorch profiler traces")
     trace_kinds = trace.add_subparsers(dest="trace_command", required=True, metavar="COMMAND")
