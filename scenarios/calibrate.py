@@ -34,7 +34,8 @@ from scenarios.nccl_tests import run_benchmark
 from simcore.errors import ConfigError
 from topology import Topology
 
-__all__ = ["Calibration", "apply_calibration", "calibrate_nccl", "nelder_mead"]
+__all__ = ["Calibration", "apply_calibration", "bounded", "calibrate_nccl", "comm_overrides",
+           "nelder_mead", "unbounded"]
 
 JUDGED_MIN_BYTES = 2**20
 _EFFICIENCY_BOUNDS = (0.2, 1.0)
@@ -55,15 +56,20 @@ class Calibration:
 
     def overrides(self) -> dict[str, Any]:
         """The fitted values as a scenario's ``communication`` section (and ``--set comm.…``)."""
-        p = self.params
-        return {
-            "link_efficiency": dict(self.link_efficiency),
-            "base_latency": {a: {k: f"{v * 1e6:.4g} us" for k, v in row.items()}
-                             for a, row in p.base_latency_s.items()},
-            "hop_latency": {a: {t: {k: f"{v * 1e6:.4g} us" for k, v in row.items()}
-                                for t, row in by_t.items()}
-                            for a, by_t in p.hop_latency_s.items()},
-        }
+        return comm_overrides(self.params, self.link_efficiency)
+
+
+def comm_overrides(params: CommParams, link_efficiency: dict[str, float]) -> dict[str, Any]:
+    """Fitted parameters as a ``communication`` section: the fitted efficiencies and the
+    (scaled) latency tables, times written with their unit."""
+    return {
+        "link_efficiency": dict(link_efficiency),
+        "base_latency": {a: {k: f"{v * 1e6:.4g} us" for k, v in row.items()}
+                         for a, row in params.base_latency_s.items()},
+        "hop_latency": {a: {t: {k: f"{v * 1e6:.4g} us" for k, v in row.items()}
+                            for t, row in by_t.items()}
+                        for a, by_t in params.hop_latency_s.items()},
+    }
 
 
 def apply_calibration(base: CommParams, efficiency: dict[str, float],
@@ -131,7 +137,7 @@ def nelder_mead(function: Callable[[np.ndarray], float], start: np.ndarray, *,
     return simplex[best], values[best], evaluations
 
 
-def _bounded(z: float, low: float, high: float, *, log: bool) -> float:
+def bounded(z: float, low: float, high: float, *, log: bool) -> float:
     """Map an unbounded coordinate into [low, high] smoothly (logistic)."""
     fraction = 1.0 / (1.0 + math.exp(-z))
     if log:
@@ -139,7 +145,8 @@ def _bounded(z: float, low: float, high: float, *, log: bool) -> float:
     return low + fraction * (high - low)
 
 
-def _unbounded(x: float, low: float, high: float, *, log: bool) -> float:
+def unbounded(x: float, low: float, high: float, *, log: bool) -> float:
+    """The inverse of :func:`bounded` (clamped just inside the bounds)."""
     if log:
         fraction = (math.log(x) - math.log(low)) / (math.log(high) - math.log(low))
     else:
@@ -175,9 +182,9 @@ def calibrate_nccl(log: NcclLog, topology: Topology, *, op: str,
         return [b.time_s for b in bench]
 
     def decode(z: np.ndarray) -> tuple[dict[str, float], float]:
-        efficiency = {k: _bounded(z[i], *_EFFICIENCY_BOUNDS, log=False)
+        efficiency = {k: bounded(z[i], *_EFFICIENCY_BOUNDS, log=False)
                       for i, k in enumerate(kinds)}
-        return efficiency, _bounded(z[-1], *_LATENCY_BOUNDS, log=True)
+        return efficiency, bounded(z[-1], *_LATENCY_BOUNDS, log=True)
 
     def fit(subset: Sequence[NcclRow]) -> tuple[dict[str, float], float, int]:
         def loss(z: np.ndarray) -> float:
@@ -185,8 +192,8 @@ def calibrate_nccl(log: NcclLog, topology: Topology, *, op: str,
             predicted = predict(efficiency, scale, subset)
             return sum(math.log(p / r.time_s) ** 2 for r, p in zip(subset, predicted,
                                                                    strict=True))
-        start = np.array([_unbounded(base.efficiency_of(k), *_EFFICIENCY_BOUNDS, log=False)
-                          for k in kinds] + [_unbounded(1.0, *_LATENCY_BOUNDS, log=True)])
+        start = np.array([unbounded(base.efficiency_of(k), *_EFFICIENCY_BOUNDS, log=False)
+                          for k in kinds] + [unbounded(1.0, *_LATENCY_BOUNDS, log=True)])
         best, _, evaluations = nelder_mead(loss, start)
         efficiency, scale = decode(best)
         return efficiency, scale, evaluations

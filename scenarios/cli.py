@@ -20,6 +20,7 @@ import yaml
 from collectives import FIDELITIES, CommParams, comm_params_from_mapping
 from scenarios import compare, search, sweep
 from scenarios.calibrate import calibrate_nccl
+from scenarios.calibrate_trace import add_parser as add_calibrate_trace_parser
 from scenarios.kineto import load_traces
 from scenarios.nccl_log import parse_nccl_log
 from scenarios.nccl_tests import BENCH_OPS, DTYPE_BYTES, format_table, run_benchmark, size_series
@@ -304,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("-o", "--output", default=None, metavar="FILE",
                      help="write the fitted 'communication' section to FILE (YAML)")
     fit.set_defaults(handler=_cmd_calibrate_nccl)
+    add_calibrate_trace_parser(calibrate_kinds)
     return parser
 
 
