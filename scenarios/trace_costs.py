@@ -152,6 +152,14 @@ class ExtractedCosts:
         }
 
 
+def _describe(sources: Sequence[str]) -> str:
+    """The inputs in a few words: every name up to three, else the first and a count."""
+    unique = list(dict.fromkeys(sources))
+    if len(unique) <= 3:
+        return ", ".join(unique)
+    return f"{unique[0]} and {len(unique) - 1} more"
+
+
 def _today() -> str:
     return _dt.datetime.now(_dt.timezone.utc).date().isoformat()
 
@@ -226,12 +234,12 @@ def costs_from_distsim(traces: Sequence[DistsimTrace], *,
             times.extend(sum(durations[i:i + per]) for i in range(0, len(durations), per))
     if not buckets:
         raise ConfigError("no compute spans with a layer kind and pass in the trace",
-                          source=", ".join(t.source for t in traces),
+                          source=_describe([t.source for t in traces]),
                           hint="write the trace with 'distsim run --out DIR' of this version")
     samples = _sorted_samples(buckets)
     header = TableHeader(
         software="distsim (simulated run)", date=_today(),
-        source="distsim trace costs from " + ", ".join(t.source for t in traces)
+        source="distsim trace costs from " + _describe([t.source for t in traces])
         + " (compute spans per layer pass and micro-batch, straggler slowdown removed)",
         gpu=samples[0].gpu, precision=", ".join(sorted(precisions)),
         model=", ".join(sorted(models)), notes=_notes(samples))
@@ -350,7 +358,7 @@ def costs_from_kineto(traces: Sequence[RankTrace], *, shape: ShapeKeys,
     annotation names) or no scope launched a kernel; a trace without backward ops gives
     forward rows only, with a warning.
     """
-    sources = ", ".join(t.source for t in traces)
+    sources = _describe([t.source for t in traces])
     try:
         pattern = re.compile(layer)
     except re.error as error:
@@ -396,7 +404,9 @@ def costs_from_kineto(traces: Sequence[RankTrace], *, shape: ShapeKeys,
             if backward_s > 0:
                 times["bwd"].append(backward_s)
     if not scopes_found:
-        raise ConfigError(f"no layer scope matches --layer {layer!r}", source=sources,
+        which = ("the default --layer pattern (common transformer blocks)"
+                 if layer == DEFAULT_LAYER_REGEX else f"--layer {layer!r}")
+        raise ConfigError(f"no layer scope matches {which}", source=sources,
                           key="--layer", hint=_annotation_names(traces))
     if not times["fwd"]:
         raise ConfigError(f"{scopes_found} layer scope(s) matched, but none launched a "
