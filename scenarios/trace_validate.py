@@ -81,9 +81,10 @@ def _rank_rows(result: ReplayResult) -> list[dict[str, Any]]:
         measured = _mean([s.measured_s for s in steps])
         predicted = _mean([s.predicted_s for s in steps])
 
-        def pair(name: str, steps: list[Any] = steps) -> dict[str, float]:
-            return {"measured_s": _mean([getattr(s, f"measured_{name}_s") for s in steps]),
-                    "predicted_s": _mean([getattr(s, f"predicted_{name}_s") for s in steps])}
+        def pair(name: str, steps: list[Any] = steps) -> dict[str, float | None]:
+            m = _mean([getattr(s, f"measured_{name}_s") for s in steps])
+            p = _mean([getattr(s, f"predicted_{name}_s") for s in steps])
+            return {"measured_s": m, "predicted_s": p, "error_pct": _pct(p, m)}
 
         rows.append({"rank": rank, "measured_s": measured, "predicted_s": predicted,
                      "error_pct": _pct(predicted, measured),

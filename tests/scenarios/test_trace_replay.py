@@ -220,6 +220,8 @@ def test_cli_json_has_iteration_and_ranks(tmp_path, capsys):
     assert [r["rank"] for r in data["ranks"]] == [0, 1]
     for row in data["ranks"]:
         assert set(row) >= {"rank", "measured_s", "predicted_s", "error_pct"}
+        assert row["compute"]["error_pct"] == pytest.approx(0.0, abs=1e-9)  # as measured
+        assert set(row["comm_wait"]) == {"measured_s", "predicted_s", "error_pct"}
     assert data["collectives"][0]["op"] == "all_reduce"
     assert data["collectives"][0]["size_bytes"] == S
 
