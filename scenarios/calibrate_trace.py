@@ -49,6 +49,7 @@ from scenarios.kineto import RankTrace, load_traces
 from scenarios.overrides import parse_assignment
 from scenarios.trace_replay import CollectiveResult, place_ranks, replay_traces
 from scenarios.trace_summary import summarise
+from scenarios.trace_validate import add_trace_cluster_options, trace_cluster
 from simcore.errors import ConfigError
 from simcore.fileio import atomic_write_text
 from simcore.simulation import Simulation
@@ -220,17 +221,8 @@ def fit_compute_efficiency(scenario_path: str, measured_s: float, *,
 
 
 def _cmd_calibrate_trace(args: argparse.Namespace) -> int:
-    from scenarios.cli import _cluster_and_params
-    from scenarios.trace_validate import default_cluster
-
     traces = load_traces(args.traces)
-    if args.cluster is None:
-        args.cluster, _ = default_cluster(traces)
-        if args.nodes is None:
-            world = max([t.world_size or 0 for t in traces] + [(t.rank or 0) + 1
-                                                               for t in traces])
-            args.nodes = max(1, -(-world // (args.ranks_per_node or 8)))
-    topology, params = _cluster_and_params(args)
+    topology, params, cluster = trace_cluster(args, traces)
     network = calibrate_trace(traces, topology, base=params,
                               ranks_per_node=args.ranks_per_node)
     compute = None
@@ -240,7 +232,7 @@ def _cmd_calibrate_trace(args: argparse.Namespace) -> int:
     if compute is not None:
         document["compute"] = {"matmul_efficiency": round(compute.matmul_efficiency, 4)}
     summary = {
-        "cluster": f"{args.cluster}, {topology.num_nodes} node(s)",
+        "cluster": cluster,
         "samples": network.samples, "complete_groups": network.complete_groups,
         "link_efficiency": network.link_efficiency, "latency_scale": network.latency_scale,
         "median_error_before_pct": network.median_error_before_pct,
@@ -296,18 +288,7 @@ def add_parser(kinds: Any) -> argparse.ArgumentParser:
         description="Fit link efficiencies and a latency scale to the collectives of a "
                     "job's Kineto traces; with --scenario, also the GEMM efficiency that "
                     "matches the traces' compute time.")
-    parser.add_argument("traces", nargs="+", metavar="TRACES",
-                        help=".json / .json.gz files, a .tar.gz of them, or a directory")
-    parser.add_argument("--cluster", default=None, metavar="PRESET_OR_FILE",
-                        help="the cluster the job ran on (default: the box of the traces' "
-                             "GPU model)")
-    parser.add_argument("--nodes", type=int, default=None, metavar="N")
-    parser.add_argument("--ranks-per-node", type=int, default=None, metavar="N",
-                        help="ranks per node, placed in order (default: the node's GPUs)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        dest="overrides", help="override a cluster field or comm.* parameter")
-    parser.add_argument("--comm", default=None, metavar="FILE",
-                        help="start from these communication parameters")
+    add_trace_cluster_options(parser)
     parser.add_argument("--scenario", default=None, metavar="FILE",
                         help="a scenario of the traced job: also fit compute.matmul_efficiency")
     parser.add_argument("-o", "--output", default=None, metavar="FILE",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -321,6 +322,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("distsim: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``distsim … | head``): stop quietly, as Unix tools do, and
+        # keep Python's exit-time flush from failing on the closed pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

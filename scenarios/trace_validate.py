@@ -28,16 +28,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from collectives import CommParams
 from scenarios.kineto import RankTrace, load_traces
 from scenarios.trace_replay import CollectiveResult, ReplayResult, replay_traces
 from simcore.errors import ConfigError
 from simcore.fileio import atomic_write_text
 from simcore.trace import Tracer
 from simcore.units import format_bytes
+from topology import Topology
+from topology.presets import NODE_PRESETS
 from workloads.gpus import canonical_gpu_name
 
-__all__ = ["WAITING_NOTE", "add_parser", "default_cluster", "format_report", "report_json",
-           "write_output"]
+__all__ = ["WAITING_NOTE", "add_parser", "add_trace_cluster_options", "default_cluster",
+           "format_report", "report_json", "trace_cluster", "write_output"]
 
 WAITING_NOTE = (
     "A measured NCCL kernel lasts from its start until the collective completes, so it "
@@ -240,22 +243,29 @@ def write_output(directory: str | Path, data: dict[str, Any], result: ReplayResu
 # --------------------------------------------------------------------------- CLI
 
 
-def _cmd_validate_trace(args: argparse.Namespace) -> int:
+def trace_cluster(args: argparse.Namespace,
+                  traces: Sequence[RankTrace]) -> tuple[Topology, CommParams, str]:
+    """The cluster and communication parameters of a trace command, and how it was chosen:
+    ``--cluster`` or the box of the traces' GPU model; for a node preset without
+    ``--nodes``, as many nodes as the ranks need at ``--ranks-per-node`` (default 8)."""
     from scenarios.cli import _cluster_and_params  # the shared cluster options (no cycle)
 
-    traces = load_traces(args.traces)
     why = args.cluster
     if args.cluster is None:
         args.cluster, why = default_cluster(traces)
-    if args.nodes is None and args.cluster in ("dgx1-v100", "dgx-a100", "dgx-h100"):
-        world = max([t.world_size or 0 for t in traces]
-                    + [(t.rank or 0) + 1 for t in traces])
-        per_node = args.ranks_per_node or 8
+    if args.nodes is None and args.cluster in NODE_PRESETS:
+        world = max([t.world_size or 0 for t in traces] + [(t.rank or 0) + 1 for t in traces])
+        per_node = args.ranks_per_node or NODE_PRESETS[args.cluster].gpus
         args.nodes = max(1, -(-world // per_node))
     topology, params = _cluster_and_params(args)
+    return topology, params, f"{why}, {topology.num_nodes} node(s)"
+
+
+def _cmd_validate_trace(args: argparse.Namespace) -> int:
+    traces = load_traces(args.traces)
+    topology, params, cluster = trace_cluster(args, traces)
     result = replay_traces(traces, topology, params, mode=args.mode,
                            steps=args.step or None, ranks_per_node=args.ranks_per_node)
-    cluster = f"{why}, {topology.num_nodes} node(s)" if why else topology.name
     data = report_json(result, cluster=cluster, sources=[t.source for t in traces])
     if args.out is not None:
         write_output(args.out, data, result)
@@ -268,13 +278,8 @@ def _cmd_validate_trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(kinds: Any) -> argparse.ArgumentParser:
-    """Register ``validate trace`` under the ``validate`` command's subparsers."""
-    parser = kinds.add_parser(
-        "trace", help="replay PyTorch profiler traces: predicted vs measured",
-        description="Replay a job's Kineto traces (one per rank) with compute as measured "
-                    "and collectives re-simulated on a cluster, and report predicted vs "
-                    "measured iteration, per-rank and per-collective times.")
+def add_trace_cluster_options(parser: argparse.ArgumentParser) -> None:
+    """The traces and the cluster they ran on: the arguments every trace command shares."""
     parser.add_argument("traces", nargs="+", metavar="TRACES",
                         help=".json / .json.gz files, a .tar.gz of them, or a directory")
     parser.add_argument("--cluster", default=None, metavar="PRESET_OR_FILE",
@@ -290,6 +295,16 @@ def add_parser(kinds: Any) -> argparse.ArgumentParser:
     parser.add_argument("--comm", default=None, metavar="FILE",
                         help="communication parameters from a YAML file (e.g. from "
                              "'distsim calibrate nccl -o' or 'calibrate trace -o')")
+
+
+def add_parser(kinds: Any) -> argparse.ArgumentParser:
+    """Register ``validate trace`` under the ``validate`` command's subparsers."""
+    parser = kinds.add_parser(
+        "trace", help="replay PyTorch profiler traces: predicted vs measured",
+        description="Replay a job's Kineto traces (one per rank) with compute as measured "
+                    "and collectives re-simulated on a cluster, and report predicted vs "
+                    "measured iteration, per-rank and per-collective times.")
+    add_trace_cluster_options(parser)
     parser.add_argument("--algo", choices=("auto", "ring", "tree"), default=None,
                         help="collective algorithm (default auto)")
     parser.add_argument("--proto", choices=("auto", "ll", "ll128", "simple"), default=None,
