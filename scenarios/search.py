@@ -27,16 +27,22 @@ prunes what cannot run or cannot win, simulates the rest and reports the best ``
    of ``pp``);
 2. ``memory`` — :func:`~workloads.memory.memory_per_gpu` of some pipeline stage exceeds the
    GPU's memory;
-3. ``bound`` — branch and bound on a *lower bound* of the iteration time.  The bound is
-   compute only, from the cost model's layer, embedding, loss and optimizer times (no
-   network at all): for each stage ``s``, the forward passes of the first micro-batch
-   through the model chunks before it, then its ``m`` micro-batches' work, then the last
-   gradient's backward passes back through those chunks; the largest over stages plus the
-   largest optimizer step.  With uniform stages that is ``(m + pp − 1)·t`` for 1F1B and
-   GPipe and ``(m + (pp − 1)/v)·t`` interleaved.  Candidates are simulated in order of an
-   *estimate* (the same formula with the uncontended tensor-, expert- and data-parallel
-   collectives of :meth:`~collectives.Communicator.estimate_s` added); the rule is
-   **a candidate is simulated only while its lower bound is below the K-th best
+3. ``bound`` — branch and bound on a *lower bound* of the iteration time: the longest of
+   the chains of work the simulator runs one after another (details in ``_Bounds``) —
+   for each stage ``s``, the forward passes of the first micro-batch through the model
+   chunks before it and their pipeline sends, then its ``m`` micro-batches' passes, then
+   the last gradient's backward passes and sends back through those chunks, then the
+   data-parallel reduction of the last gradient buckets and the tied-embedding
+   all-reduce, then the largest optimizer step and ZeRO-1's parameter all-gather.  A
+   pass is its compute (cost model) plus the calls that block it: tensor-parallel
+   collectives, expert all-to-alls, ZeRO-3 parameter gathers.  Each call counts at the
+   least time its flows can take under any sharing (bytes over the capacity of the link
+   it loads most), so with uniform stages and no network this is ``(m + pp − 1)·t`` for
+   1F1B and GPipe and ``(m + (pp − 1)/v)·t`` interleaved.  A second bound: no link
+   carries more than its capacity, so the bytes the counted calls put on one link over
+   its capacity.  Candidates are simulated in order of an *estimate* (the compute and
+   collectives critical path with the uncontended data-parallel reduction added); the
+   rule is **a candidate is simulated only while its lower bound is below the K-th best
    simulated iteration time so far**, checked when it would start.  The bound is never
    above the simulated time, so pruning cannot drop a strategy of the true top K.
 
@@ -73,6 +79,7 @@ from typing import Any
 import yaml
 
 from collectives import Communicator
+from collectives.plan import CollectivePlan
 from scenarios.overrides import parse_assignment
 from scenarios.scenario import Scenario, load_scenario, run_scenario, scenario_from_mapping
 from simcore.errors import ConfigError, DistsimError
@@ -119,6 +126,8 @@ _DEFAULT_SPACE: dict[str, tuple[Any, ...]] = {
 _GRAD_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 _ACTIVATION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
 _GIB = 2.0**30
+# Relative margin of the lower bound for the rounding of sums (see _Bounds).
+_BOUND_SLACK = 1e-6
 
 
 # --------------------------------------------------------------------------- types
@@ -371,13 +380,64 @@ def _stage_memory(scenario: Scenario, parallel: ParallelConfig, training: Traini
 
 
 class _Bounds:
-    """Lower bound and estimate of an iteration's time (module docstring), with caches."""
+    """Lower bound and estimate of an iteration's time, with caches.
+
+    The **lower bound** follows chains of work that the simulator (workloads/iteration.py)
+    runs one after another, and adds up a lower bound of each link of a chain:
+
+    * *compute* — a layer pass, the embedding and the loss take their cost-model time,
+      scaled by the group's straggler factor, never below ``min(1, factors)``;
+    * *a transfer* — a collective or point-to-point call runs as flows that start after a
+      latency and move their bytes at their max-min fair rate; a flow's rate is at most
+      the capacity over the multiplicity of every link it holds, so a call takes at least
+      ``latency + wire bytes · max over links (weight / capacity)`` of its coflow form
+      (:func:`_transfer_lower_bound_s`), which is also at most its step-by-step closed
+      form (summing per-step maxima is at least the maximum of the sums): a lower bound
+      at both fidelities, whatever else shares the links, and exactly the time the
+      simulator gives a tensor-parallel call it folds into the compute.
+
+    The chains, for data-parallel replica 0 (every replica must end before the
+    gradient-norm meeting, so any one replica's chains bound the iteration):
+
+    1. a pass of a model chunk is its compute plus every blocking call inside it: the
+       tensor-parallel collectives after each attention and MLP block (also in the
+       recomputed forward with full recomputation), the expert all-to-alls of MoE layers,
+       and with ZeRO-3 each layer's parameter all-gather — the gathers run one after
+       another on their stream from the pass's start and layer ``k`` waits for gather
+       ``k``, so a pass takes at least ``max_k (Σ_{j≤k} gather_j + Σ_{j≥k} layer_j)``;
+    2. stage ``s`` cannot start before the first micro-batch's forward passed the virtual
+       stages before it (each pass, then its send to the next stage); from then on it runs
+       all its passes, ``m`` micro-batches of each of its chunks, in sequence.  Its last
+       pass, the backward of chunk 0 for the last micro-batch, also waits for the same
+       pass of stage ``s + 1`` and the gradient's send from there;
+    3. its data-parallel gradient buckets of that last pass are reduced in order on one
+       stream: bucket ``k`` starts no earlier than the part of the pass before it is done,
+       and the group reaches the gradient-norm meeting only after the last bucket is done
+       (so after ``max_k (start_k + Σ_{j≥k} bucket_j)``); the first and last stage also
+       all-reduce the tied embedding gradients first;
+    4. everyone meets for the gradient norm, then each group runs its optimizer step and,
+       with ZeRO-1/2, all-gathers its stage's updated parameters;
+    5. apart from these chains, a link moves at most its capacity: a flow at rate ``r``
+       holding it with weight ``w`` loads it with ``w·r`` and max-min sharing keeps the
+       sum within the capacity, so the iteration lasts at least the bytes that the calls
+       counted here put on a link over its capacity (counted: every tensor-parallel,
+       expert and data-parallel call and pipeline send of replica 0's rank groups, and
+       the data-parallel calls of their tensor-rank-0 lanes — distinct flows, a subset of
+       all, so their bytes on a link are at most what it carries).
+
+    The bound is the largest chain, less a relative 1e-6 for the rounding of sums and
+    of the flow network's finish tolerance (1e-9 of a flow's bytes).  It is never above
+    the simulated iteration, so pruning by it cannot drop a strategy of the true top K.
+    The **estimate** (the order in which candidates are simulated) adds the uncontended
+    data-parallel reduction to the compute-and-collectives critical path instead.
+    """
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.comm = Communicator(Simulation(0), scenario.topology, scenario.comm)
         self._layer: dict[tuple[Any, ...], float] = {}
         self._collective: dict[tuple[Any, ...], float] = {}
+        self._lower: dict[tuple[Any, ...], tuple[float, dict[Any, float]]] = {}
         factors = list(scenario.stragglers.values())
         self.speedup_factor = min([1.0, *factors])
 
@@ -406,61 +466,151 @@ class _Bounds:
             self._collective[key] = cached
         return cached
 
+    def _call(self, op: str, ranks: Sequence[int], size: float,
+              ) -> tuple[float, dict[Any, float]]:
+        """The collective the simulator runs for ``ranks``: a lower bound of its time
+        (class doc) and the bytes it puts on each link."""
+        if len(ranks) < 2:
+            return 0.0, {}
+        key = (op, tuple(ranks), size)
+        cached = self._lower.get(key)
+        if cached is None:
+            gpus = self.scenario.topology.gpus
+            plan = self.comm.choose(op, [gpus[r] for r in ranks], size)
+            cached = self._lower[key] = _transfer_lower_bound_s(self.comm, plan, size)
+        return cached
+
+    def _call_lower(self, op: str, ranks: Sequence[int], size: float) -> float:
+        return self._call(op, ranks, size)[0]
+
+    def _send(self, src: Sequence[int], dst: Sequence[int], size: float,
+              ) -> tuple[float, dict[Any, float]]:
+        """A pipeline send between two rank groups, lane by lane: as :meth:`_call`."""
+        if tuple(src) == tuple(dst):
+            return 0.0, {}
+        key = ("pairs", tuple(src), tuple(dst), size)
+        cached = self._lower.get(key)
+        if cached is None:
+            gpus = self.scenario.topology.gpus
+            plan = self.comm.pairs_plan([(gpus[a], gpus[b]) for a, b in zip(src, dst)], size)
+            cached = self._lower[key] = _transfer_lower_bound_s(self.comm, plan, size)
+        return cached
+
     def bounds(self, strategy: Strategy, microbatches: int) -> tuple[float, float]:
         """``(lower_bound_s, estimate_s)`` of one iteration with ``strategy``."""
         scenario, model = self.scenario, self.scenario.model
         parallel, training = _configs(scenario, strategy)
-        pp, v, m = parallel.pp, parallel.interleave, microbatches
+        pp, v, m, dp = parallel.pp, parallel.interleave, microbatches, parallel.dp
         mb, tp, sp, ep = training.micro_batch, parallel.tp, parallel.sequence_parallel, parallel.ep
         recompute = training.recompute
         seq = scenario.seq_len
         costs = scenario.costs
         placement = Placement(parallel)
+        f = self.speedup_factor
         act = _ACTIVATION_BYTES[training.precision]
+        grad_bytes = _GRAD_BYTES[parallel.grad_reduce_precision]
         tp_bytes = mb * seq * model.hidden * act
         a2a_bytes = mb * seq * model.top_k * model.hidden * act / (tp if sp else 1)
         sharded = parallel.zero == 3 or parallel.fsdp
+        grad_op = "reduce_scatter" if parallel.zero >= 1 else "all_reduce"
         shard = {"micro_batch": mb, "seq_len": seq, "tp": tp, "sequence_parallel": sp}
         chunks = layer_partition(model.layers, pp * v, parallel.partition)
         nvs = pp * v
-        # Per virtual stage: forward and backward compute, and their communication.
+        tp_ranks = [placement.tp_group(0, s) for s in range(pp)]
+        dp_ranks = [placement.dp_group(0, s) for s in range(pp)]
+        tp_kinds = (("all_gather", "reduce_scatter") if sp else ("all_reduce",)) if tp > 1 \
+            else ()
+        # Per virtual stage: forward and backward compute, their communication (for the
+        # estimate), and their lower bounds (compute scaled by f plus blocking calls).
         fwd = [0.0] * nvs
         bwd = [0.0] * nvs
         fwd_comm = [0.0] * nvs
         bwd_comm = [0.0] * nvs
+        fwd_lower = [0.0] * nvs
+        bwd_lower = [0.0] * nvs
+        # The last micro-batch's backward of chunk 0 of each stage: the lower bound of the
+        # part before each gradient bucket it launches, and the bucket's own bound.
+        buckets: list[list[tuple[float, float]]] = [[] for _ in range(pp)]
+        # Bytes that calls of the iteration put on each link (chain 5 of the class doc).
+        # Counted per distinct call, added up once at the end.
+        counted: dict[tuple[Any, ...], float] = {}
+
+        def call(op: str, ranks: Sequence[int], size: float, times: float = 1.0) -> float:
+            key = (op, tuple(ranks), size)
+            counted[key] = counted.get(key, 0.0) + times
+            return self._call(op, ranks, size)[0]
         for vs, (first, stop) in enumerate(chunks):
             stage = vs % pp
-            tp_ranks = placement.tp_group(0, stage)
             ep_ranks = placement.ep_groups(0, stage)[0]
-            dp_ranks = placement.dp_group(0, stage)
-            if tp > 1:
-                kinds = ("all_gather", "reduce_scatter") if sp else ("all_reduce",)
-                tp_call = sum(self._estimate(kind, tp_ranks, tp_bytes) for kind in kinds)
-            else:
-                tp_call = 0.0
+            tp_call = sum(self._estimate(kind, tp_ranks[stage], tp_bytes) for kind in tp_kinds)
+            tp_low = sum(self._call_lower(kind, tp_ranks[stage], tp_bytes) for kind in tp_kinds)
+            passes_b = 2 if recompute == "full" else 1
+            calls_per_layer = 2 * m * (1 + passes_b)  # each kind, every micro-batch
+            head_f = head_b = tail_f = tail_b = 0.0  # embedding and loss, per pass
             if vs == 0:
-                fwd[vs] += costs.embedding_time_s("fwd", model, **shard)
-                bwd[vs] += costs.embedding_time_s("bwd", model, **shard)
+                head_f = costs.embedding_time_s("fwd", model, **shard)
+                tail_b = costs.embedding_time_s("bwd", model, **shard)
             if vs == nvs - 1:
-                fwd[vs] += costs.loss_time_s("fwd", model, **shard)
-                bwd[vs] += costs.loss_time_s("bwd", model, **shard)
+                tail_f = costs.loss_time_s("fwd", model, **shard)
+                head_b = costs.loss_time_s("bwd", model, **shard)
+            fwd[vs] += head_f + tail_f
+            bwd[vs] += head_b + tail_b
+            layers_f: list[tuple[float, float]] = []  # (layer lower bound, its gather)
+            layers_b: list[tuple[float, float, float]] = []  # (+ its gradient bytes)
             for layer in range(first, stop):
-                fwd[vs] += self._layer_time("fwd", layer, mb, tp, sp, ep, recompute)
-                bwd[vs] += self._layer_time("bwd", layer, mb, tp, sp, ep, recompute)
+                t_f = self._layer_time("fwd", layer, mb, tp, sp, ep, recompute)
+                t_b = self._layer_time("bwd", layer, mb, tp, sp, ep, recompute)
                 if recompute != "none":
-                    bwd[vs] += self._layer_time("recompute", layer, mb, tp, sp, ep, recompute)
-                calls = 2 * tp_call
+                    t_b += self._layer_time("recompute", layer, mb, tp, sp, ep, recompute)
+                fwd[vs] += t_f
+                bwd[vs] += t_b
+                calls, calls_low = 2 * tp_call, 2 * tp_low
+                for kind in tp_kinds:
+                    call(kind, tp_ranks[stage], tp_bytes, calls_per_layer)
                 if model.is_moe_layer(layer) and ep > 1:
                     calls += 2 * self._estimate("alltoall", ep_ranks, a2a_bytes)
+                    calls_low += 2 * call("alltoall", ep_ranks, a2a_bytes, calls_per_layer)
                 fwd_comm[vs] += calls
-                bwd_comm[vs] += calls * (2 if recompute == "full" else 1)
-                if sharded:
-                    dense, expert = layer_params_local(model, layer, tp, ep)
-                    gather = self._estimate("all_gather", dp_ranks, (dense + expert) * act)
+                bwd_comm[vs] += calls * passes_b
+                dense, expert = layer_params_local(model, layer, tp, ep)
+                gather = gather_low = 0.0
+                if sharded and dp > 1:
+                    gather = self._estimate("all_gather", dp_ranks[stage], (dense + expert) * act)
+                    gather_low = call("all_gather", dp_ranks[stage], (dense + expert) * act,
+                                      2 * m)
+                    call("reduce_scatter", dp_ranks[stage], (dense + expert) * grad_bytes, m)
                     fwd_comm[vs] += gather
                     bwd_comm[vs] += gather + self._estimate(
-                        "reduce_scatter", dp_ranks,
-                        (dense + expert) * _GRAD_BYTES[parallel.grad_reduce_precision])
+                        "reduce_scatter", dp_ranks[stage], (dense + expert) * grad_bytes)
+                layers_f.append((t_f * f + calls_low, gather_low))
+                layers_b.append((t_b * f + calls_low * passes_b, gather_low,
+                                 (dense + expert) * grad_bytes))
+            fwd_lower[vs] = (head_f + tail_f) * f + _gathered_pass(layers_f)
+            layers_b.reverse()
+            bwd_lower[vs] = (head_b + tail_b) * f + _gathered_pass(
+                [(t, g) for t, g, _ in layers_b])
+            if dp > 1:
+                # The last micro-batch's reductions: ZeRO-3 one per layer (counted above),
+                # else in buckets, as the simulator forms them.
+                done = head_b * f
+                bucket = 0.0
+                final: list[tuple[float, float]] = []
+                for t, _, grads in layers_b:
+                    done += t
+                    if sharded:
+                        final.append((done, self._call_lower("reduce_scatter",
+                                                             dp_ranks[stage], grads)))
+                        continue
+                    bucket += grads
+                    if bucket >= parallel.bucket_params * grad_bytes:
+                        final.append((done, call(grad_op, dp_ranks[stage], bucket)))
+                        bucket = 0.0
+                if vs == 0 and not sharded:
+                    bucket += model.vocab * model.hidden / tp * grad_bytes
+                if not sharded and bucket > 0:
+                    final.append((bwd_lower[vs], call(grad_op, dp_ranks[stage], bucket)))
+                if vs < pp:
+                    buckets[vs] = final
 
         def stage_bound(with_comm: bool) -> float:
             worst = 0.0
@@ -474,25 +624,101 @@ class _Bounds:
                 worst = max(worst, ramp + m * work)
             return worst
 
+        # Chains 2 and 3: when each stage's last pass ends, and when it reaches the meeting.
+        p2p_bytes = tp_bytes / tp
+        send_f = [0.0] * nvs
+        for j in range(nvs - 1):
+            here, there = tp_ranks[j % pp], tp_ranks[(j + 1) % pp]
+            send_f[j] = self._send(here, there, p2p_bytes)[0]
+            self._send(there, here, p2p_bytes)  # the gradient's way back
+            for key in (("pairs", here, there, p2p_bytes), ("pairs", there, here, p2p_bytes)):
+                counted[key] = counted.get(key, 0.0) + m
+        first_start = [0.0] * pp
+        for s in range(1, pp):
+            first_start[s] = first_start[s - 1] + fwd_lower[s - 1] + send_f[s - 1]
+        last_end = [0.0] * pp
+        for s in reversed(range(pp)):
+            own = range(s, nvs, pp)
+            last_end[s] = first_start[s] + m * sum(fwd_lower[j] + bwd_lower[j] for j in own)
+            if s + 1 < pp:
+                gradient = self._send(tp_ranks[s + 1], tp_ranks[s], p2p_bytes)[0]
+                last_end[s] = max(last_end[s], last_end[s + 1] + gradient + bwd_lower[s])
+        arrive = []
+        for s in range(pp):
+            start = last_end[s] - bwd_lower[s]
+            reduced, tail = last_end[s], 0.0
+            for done, reduction in reversed(buckets[s]):
+                tail += reduction
+                reduced = max(reduced, start + done + tail)
+            arrive.append(reduced)
+        if pp > 1 and model.tied_embeddings:
+            size = model.vocab * model.hidden / tp * grad_bytes
+            tied = max(arrive[0], arrive[-1]) + call(
+                "all_reduce", (tp_ranks[0][0], tp_ranks[-1][0]), size)
+            arrive[0] = arrive[-1] = tied
+
+        # Chain 4: the optimizer step (and ZeRO-1/2's parameter gather) after the meeting.
         optimizer = 0.0
+        finish = 0.0
         dp_comm = 0.0
-        grad_bytes = _GRAD_BYTES[parallel.grad_reduce_precision]
         for s in range(pp):
             params = params_on_gpu(model, tp=tp, pp=pp, ep=ep, stage=s, interleave=v,
                                    partition=parallel.partition).total
-            updated = params / parallel.dp if parallel.zero >= 1 or parallel.fsdp else params
-            optimizer = max(optimizer, costs.optimizer_step_time_s(updated))
-            if not sharded and parallel.dp > 1:
-                dp_ranks = placement.dp_group(0, s)
-                op = "reduce_scatter" if parallel.zero >= 1 else "all_reduce"
-                t = self._estimate(op, dp_ranks, params * grad_bytes)
+            updated = params / dp if parallel.zero >= 1 or parallel.fsdp else params
+            step = costs.optimizer_step_time_s(updated)
+            optimizer = max(optimizer, step)
+            gather_low = 0.0
+            if parallel.zero in (1, 2) and dp > 1:
+                gather_low = call("all_gather", dp_ranks[s], params * act)
+            finish = max(finish, step * f + gather_low)
+            if not sharded and dp > 1:
+                t = self._estimate(grad_op, dp_ranks[s], params * grad_bytes)
                 if parallel.zero >= 1:
-                    t += self._estimate("all_gather", dp_ranks, params * act)
+                    t += self._estimate("all_gather", dp_ranks[s], params * act)
                 dp_comm = max(dp_comm, t)
-        f = self.speedup_factor
-        lower = (stage_bound(False) + optimizer) * f
-        estimate = stage_bound(True) * f + optimizer + dp_comm
+        volume: dict[Any, float] = {}
+        for key, times in counted.items():
+            for link, carried in self._lower.get(key, (0.0, {}))[1].items():
+                volume[link] = volume.get(link, 0.0) + carried * times
+        capacity = self.comm.capacity
+        busiest = max((carried / capacity[link] for link, carried in volume.items()),
+                      default=0.0)
+        lower = max(max(arrive) + finish, busiest) * (1.0 - _BOUND_SLACK)
+        estimate = max(stage_bound(True) * f + optimizer + dp_comm, lower)
         return lower, estimate
+
+
+def _gathered_pass(layers: Sequence[tuple[float, float]]) -> float:
+    """A lower bound of a pass's layers, each ``(its own time, its parameter gather)``:
+    layer ``k`` waits for the gathers up to its own, which run one after another from
+    the pass's start (all zero without ZeRO-3: the sum of the layers)."""
+    own = sum(t for t, _ in layers)
+    if not any(g for _, g in layers):
+        return own
+    best, gathered, rest = own, 0.0, own
+    for t, g in layers:
+        gathered += g
+        best = max(best, gathered + rest)
+        rest -= t
+    return best
+
+
+def _transfer_lower_bound_s(comm: Communicator, plan: CollectivePlan, size: float,
+                            ) -> tuple[float, dict[Any, float]]:
+    """The least time a call of ``plan`` at ``size`` bytes can take under any sharing,
+    and the bytes it moves over each link.
+
+    As one coflow it moves ``W`` wire bytes after its latency, holding link ``l`` with
+    weight ``w_l``; its max-min rate never exceeds ``capacity_l / w_l``, so it takes at
+    least ``latency + W · max_l w_l / capacity_l``.  Step by step it is slower still (each
+    step's bottleneck is at least its share of that maximum).  For a one-step plan this
+    equals :meth:`~collectives.Communicator.time_s`.  Either way link ``l`` carries
+    ``W · w_l`` bytes.
+    """
+    total, weights = plan.coflow(size)
+    capacity = comm.capacity
+    slowest = max((w / capacity[link] for link, w in weights.items()), default=0.0)
+    return plan.latency_s + total * slowest, {link: total * w for link, w in weights.items()}
 
 
 def iteration_bounds(scenario: Scenario) -> tuple[float, float]:
