@@ -63,6 +63,7 @@ __all__ = [
     "StepResult",
     "communicator_op",
     "place_ranks",
+    "predicted_step_s",
     "replay_traces",
 ]
 
@@ -576,15 +577,34 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def _rank_result(rs: _RankStep, number: int, step_end_sim_s: float) -> RankStepResult:
-    start = rs.t(rs.step.start_s)
-    measured_end = max([rs.t(rs.step.end_s), *(op.end_s for op in rs.ops)])
-    predicted_end = max([step_end_sim_s, *(op.sim_end_s for op in rs.ops)])
+def predicted_step_s(measured_s: float, cpu_shift_s: float, gpu_shift_s: float) -> float:
+    """A rank's replayed step time from its measured ``ProfilerStep`` length.
 
-    def busy(kind: str | None, predicted: bool) -> float:
-        return _union_length([
-            (op.sim_start_s, op.sim_end_s) if predicted else (op.start_s, op.end_s)
-            for op in rs.ops if kind is None or op.kernel.kind == kind])
+    The step is done when both its sides are: the CPU side (the annotation's end) and the
+    GPU side (the last end of the ops the step launched).  Each end moves in the replay by
+    ``cpu_shift_s`` and ``gpu_shift_s``; the step grows (or shrinks) by the later of the
+    two.  Measured steps take the annotation as it is: in steady state a CPU that runs
+    ahead is held back by the GPU's queue, so the annotation's length is the period between
+    steps (on the pipelined TorchRec trace of the corpus it matches the period of the last
+    stream's ends to within 1 ms), while the span of one step's GPU work can be far longer.
+    """
+    return measured_s + max(cpu_shift_s, gpu_shift_s)
+
+
+def _rank_result(rs: _RankStep, number: int, step_end_sim_s: float) -> RankStepResult:
+    start, end = rs.t(rs.step.start_s), rs.t(rs.step.end_s)
+    measured = rs.step.duration_s
+    gpu_shift = (max(op.sim_end_s for op in rs.ops) - max(op.end_s for op in rs.ops)
+                 if rs.ops else 0.0)
+    predicted = predicted_step_s(measured, step_end_sim_s - end, gpu_shift)
+
+    def busy(kind: str | None, replayed: bool) -> float:
+        """Busy time of ``kind`` ops within the step's window (measured or replayed)."""
+        stop = start + (predicted if replayed else measured)
+        spans = [(op.sim_start_s, op.sim_end_s) if replayed else (op.start_s, op.end_s)
+                 for op in rs.ops if kind is None or op.kernel.kind == kind]
+        return _union_length([(max(a, start), min(b, stop)) for a, b in spans
+                              if b > start and a < stop])
 
     measured_wait = 0.0
     for op in rs.ops:
@@ -592,12 +612,12 @@ def _rank_result(rs: _RankStep, number: int, step_end_sim_s: float) -> RankStepR
             measured_wait += op.kernel.duration_s - op.collective.measured_transfer_s
     return RankStepResult(
         rank=rs.trace.rank or 0, step=number,
-        measured_s=measured_end - start, predicted_s=predicted_end - start,
+        measured_s=measured, predicted_s=predicted,
         measured_compute_s=busy("compute", False), predicted_compute_s=busy("compute", True),
         measured_communication_s=busy("communication", False),
         predicted_communication_s=busy("communication", True),
-        measured_idle_s=(measured_end - start) - busy(None, False),
-        predicted_idle_s=(predicted_end - start) - busy(None, True),
+        measured_idle_s=max(0.0, measured - busy(None, False)),
+        predicted_idle_s=max(0.0, predicted - busy(None, True)),
         measured_comm_wait_s=measured_wait,
         predicted_comm_wait_s=sum(op.sim_wait_s for op in rs.ops if op.collective))
 

@@ -3,8 +3,10 @@
 The traces are replayed (:mod:`scenarios.trace_replay`) with compute as measured and
 collectives re-simulated on a cluster, and the report sets predicted against measured:
 
-* **iteration** — each profiler step's time is the slowest rank's (its ``ProfilerStep``
-  window, extended to the end of the GPU work it launched); the mean over steps;
+* **iteration** — each profiler step's time is the slowest rank's ``ProfilerStep``
+  length, measured and replayed (the replayed step ends when both its CPU side and the
+  GPU work it launched are done: :func:`~scenarios.trace_replay.predicted_step_s`); the
+  mean over steps;
 * **per rank** — step time, compute, communication (NCCL kernels, of which *waiting* for
   late peers) and idle time, each measured and predicted;
 * **per collective** — transfer time measured (the shortest kernel among the present ranks:
