@@ -18,7 +18,12 @@ import pytest
 from collectives import CommParams, Communicator
 from scenarios.cli import main
 from scenarios.kineto import load_traces, parse_trace
-from scenarios.trace_replay import communicator_op, place_ranks, replay_traces
+from scenarios.trace_replay import (
+    communicator_op,
+    place_ranks,
+    predicted_step_s,
+    replay_traces,
+)
 from simcore import Simulation
 from simcore.errors import ConfigError
 from tests.scenarios.test_kineto import CORPUS, DLRM, HTA
@@ -299,3 +304,23 @@ def test_ddp_trace_replays_three_steps_with_a_mirrored_peer():
     measured = replay_traces(traces, topo, ranks_per_node=1, mode="measured")
     for step in measured.steps:
         assert abs(step.error_pct) < 0.01
+
+
+def test_pipelined_steps_take_the_profiler_step_not_the_gpu_span():
+    # TorchRec pipelines steps over streams: one step's GPU work ends ~160 ms into the
+    # next. The step time is the ProfilerStep length (SOURCES.txt: 209.7-216.5 ms).
+    if CORPUS is None:
+        pytest.skip("trace corpus not found")
+    traces = load_traces([CORPUS / HTA / "negative_queue_length_values_check/rank0.json.gz"])
+    topo = build_cluster({"preset": "dgx-a100", "nodes": 2})
+    result = replay_traces(traces, topo, mode="measured")
+    assert [round(s.measured_s * 1e3, 1) for s in result.steps] == [
+        round(s.duration_s * 1e3, 1) for s in traces[0].steps]
+    assert all(209.6e-3 <= s.measured_s <= 216.6e-3 for s in result.steps)
+    assert all(abs(s.error_pct) < 0.01 for s in result.steps)
+
+
+def test_predicted_step_moves_by_the_later_side():
+    assert predicted_step_s(0.1, 0.002, -0.001) == pytest.approx(0.102)
+    assert predicted_step_s(0.1, -0.003, -0.001) == pytest.approx(0.099)
+    assert predicted_step_s(0.1, 0.0, 0.05) == pytest.approx(0.15)
