@@ -444,8 +444,14 @@ def extract_costs(paths: Sequence[str | Path], *, layer: str = DEFAULT_LAYER_REG
     records its own); ``hidden`` defaults to the ``model`` preset's."""
     distsim: list[DistsimTrace] = []
     kineto: list[RankTrace] = []
+    files: list[Path] = []
     for raw in paths:
         path = Path(raw)
+        # A directory's trace files one by one: a distsim trace.json among them is read
+        # with its span args, not as bare kernels.
+        found = sorted(p for p in path.iterdir() if _is_json_file(p)) if path.is_dir() else []
+        files.extend(found or [path])
+    for path in files:
         if _is_json_file(path):
             data = load_json(path)  # decoded once: it is one kind or the other
             if is_distsim_trace(data):

@@ -277,9 +277,10 @@ def test_a_distsim_trace_records_its_own_shape(tmp_path):
     scenario = write_scenario(tmp_path / "run.yaml", tiny())
     report = run_scenario(load_scenario(scenario), trace=True)
     assert report.tracer is not None
-    trace = tmp_path / "trace.json"
-    trace.write_text(report.tracer.to_json(), encoding="utf-8")
-    extracted = extract_costs([trace], seq_len=4096, gpu="h100-sxm")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "trace.json").write_text(report.tracer.to_json(), encoding="utf-8")
+    # A directory (a 'distsim run --out' folder): its trace.json is found and read whole.
+    extracted = extract_costs([tmp_path / "out"], seq_len=4096, gpu="h100-sxm")
     assert {(r.gpu, r.micro_batch, r.seq_len, r.hidden, r.tp) for r in extracted.rows} == {
         ("h100-sxm", 1, 128, 256, 2)}
     assert extracted.warnings == ("--seq-len ignored: a distsim trace records its shape",)
