@@ -79,7 +79,7 @@ class LinkSet:
     many times (one per algorithm step, one per call of a sweep) resolves it once.
     """
 
-    __slots__ = ("ids", "index_array", "indices", "mult_array", "multiplicities")
+    __slots__ = ("ids", "index_array", "indices", "mask", "mult_array", "multiplicities")
 
     def __init__(self, ids: tuple[LinkId, ...], indices: tuple[int, ...],
                  multiplicities: tuple[float, ...]) -> None:
@@ -88,6 +88,15 @@ class LinkSet:
         self.multiplicities = multiplicities
         self.index_array = np.fromiter(indices, np.int64, len(indices))
         self.mult_array = np.fromiter(multiplicities, float, len(multiplicities))
+        # The links as a bit set (bit i: link index i), so that whether two flows share
+        # a link is one ``&`` of two ints (see FlowNetwork._component).
+        if indices:
+            bits = np.zeros(max(indices) + 1, bool)
+            bits[self.index_array] = True
+            self.mask = int.from_bytes(np.packbits(bits, bitorder="little").tobytes(),
+                                       "little")
+        else:
+            self.mask = 0
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -104,6 +113,7 @@ class Flow:
     __slots__ = (
         "_finish_s",
         "_link_array",
+        "_mask",
         "_mult_array",
         "_updated_s",
         "_version",
@@ -131,6 +141,7 @@ class Flow:
         # The same incidence as arrays, for assembling a solve without a Python loop.
         self._link_array = links.index_array
         self._mult_array = links.mult_array
+        self._mask = links.mask
         self.size_bytes = size_bytes
         self.remaining_bytes = size_bytes
         self.latency_s = latency_s
@@ -165,7 +176,6 @@ class FlowNetwork:
         self._link_ids: list[LinkId] = []
         self._capacity: list[float] = []
         self._capacity_array = np.zeros(0)
-        self._link_flows: list[dict[Flow, None]] = []  # insertion-ordered sets
         self._link_bytes = np.zeros(0)  # bytes carried by finished flows, per link
         self._link_count = np.zeros(0, np.int64)  # transferring flows, per link
         # Link statistics, integrated as loads change (see _account): the load since the
@@ -182,6 +192,12 @@ class FlowNetwork:
         # of flows that finished.
         self._seed_flows: dict[Flow, None] = {}
         self._seed_links: list[np.ndarray] = []
+        self._freed_mask = 0  # the links of the flows that finished, as a bit set
+        # Per-link scratch for assembling a solve (all False / stale between uses).
+        self._scratch_mark = np.zeros(0, bool)
+        self._scratch_position = np.zeros(0, np.int64)
+        # Flows transferring now, in the order they started.
+        self._transferring: dict[Flow, None] = {}
         self._resolve_pending = False
         self._idle_links = np.zeros(0, np.int64)
         self._heap: list[tuple[float, int, int, Flow]] = []
@@ -204,7 +220,6 @@ class FlowNetwork:
         self._index[link_id] = len(self._link_ids)
         self._link_ids.append(link_id)
         self._capacity.append(float(capacity_bytes_per_s))
-        self._link_flows.append({})
         return self._index[link_id]
 
     def has_link(self, link_id: LinkId) -> bool:
@@ -222,7 +237,7 @@ class FlowNetwork:
         """Current load on a link in bytes/s: Σ multiplicity × rate of its flows."""
         idx = self._index[link_id]
         return sum(f.rate_bytes_per_s * f.multiplicities[f.links.index(idx)]
-                   for f in self._link_flows[idx])
+                   for f in self._flows_on(idx))
 
     def link_bytes(self, link_id: LinkId) -> float:
         """Bytes carried by a link by finished flows (size × multiplicity, summed)."""
@@ -231,7 +246,11 @@ class FlowNetwork:
 
     def flows_on(self, link_id: LinkId) -> list[Flow]:
         """Flows transferring over a link now, in the order they started."""
-        return list(self._link_flows[self._index[link_id]])
+        return self._flows_on(self._index[link_id])
+
+    def _flows_on(self, idx: int) -> list[Flow]:
+        bit = 1 << idx
+        return [flow for flow in self._transferring if flow._mask & bit]
 
     def link_stats(self) -> dict[LinkId, LinkStats]:
         """Per link: bytes carried, busy and saturated seconds up to now (see
@@ -328,21 +347,18 @@ class FlowNetwork:
         self.active_flows += 1
         self._ensure_arrays()
         self._link_count[flow._link_array] += 1
-        link_flows = self._link_flows
-        for idx in flow.links:
-            link_flows[idx][flow] = None
         self._seed_flows[flow] = None
+        self._transferring[flow] = None
         self._request_resolve()
 
     def _retire(self, flow: Flow) -> None:
         """Take a finishing flow off its links; the links still shared seed the next solve."""
         self.active_flows -= 1
         self._link_count[flow._link_array] -= 1
-        link_flows = self._link_flows
-        for idx in flow.links:
-            del link_flows[idx][flow]
         self._seed_flows.pop(flow, None)
         self._seed_links.append(flow._link_array)
+        self._freed_mask |= flow._mask
+        del self._transferring[flow]
 
     def _complete(self, flow: Flow) -> None:
         flow.remaining_bytes = 0.0
@@ -368,6 +384,8 @@ class FlowNetwork:
             self._link_count = np.concatenate([self._link_count, np.zeros(grow, np.int64)])
             self._link_bytes = np.concatenate([self._link_bytes, np.zeros(grow)])
             self._capacity_array = np.asarray(self._capacity, dtype=float)
+            self._scratch_mark = np.zeros(len(self._capacity), bool)
+            self._scratch_position = np.zeros(len(self._capacity), np.int64)
             zeros = np.zeros(grow)
             self._link_load = np.concatenate([self._link_load, zeros])
             self._link_since = np.concatenate([self._link_since, zeros + self.env.now])
@@ -385,38 +403,43 @@ class FlowNetwork:
             _LateEvent(self.env, self._resolve)
 
     # ------------------------------------------------------------------ solving
-    def _component(self) -> tuple[list[Flow], list[int]]:
-        """Flows connected to the flows that started and the links that were freed.
+    def _component(self) -> tuple[list[Flow], np.ndarray]:
+        """Flows connected to the flows that started and the links that were freed, in
+        the order they started (by id).
 
-        Breadth-first over links, but a link only this flow crosses leads nowhere, so
-        only links shared by two or more flows are followed — a coflow holding thousands
-        of links that nobody else uses is a component of one found without a loop.
+        Two flows are connected when they share a link.  Each flow's links are a bit set
+        (:attr:`LinkSet.mask`), so the component grows by one ``&`` per transferring flow
+        and pass: start from the links of the new flows and the freed links, add every
+        flow that touches them (and its links), until a pass adds none.  A flow touching
+        a freed link still uses it; a flow touching a new flow's link shares it — the
+        same component as a breadth-first search over shared links, found without a
+        Python loop over links (a coflow may hold hundreds).
         """
-        count = self._link_count
-        link_flows = self._link_flows
-        flow_seen: dict[Flow, None] = dict(self._seed_flows)
-        freed = (np.unique(np.concatenate(self._seed_links)) if self._seed_links
+        freed = (np.concatenate(self._seed_links) if self._seed_links
                  else np.zeros(0, np.int64))
-        link_seen: set[int] = set()
-        still_shared = count[freed] > 0
-        frontier: list[int] = freed[still_shared].tolist()
-        # Freed links nobody uses any more: their load drops to zero (link statistics).
-        self._idle_links = freed[~still_shared]
-        for flow in flow_seen:
-            frontier.extend(flow._link_array[count[flow._link_array] > 1].tolist())
-        while frontier:
-            next_frontier: list[int] = []
-            for idx in frontier:
-                if idx in link_seen:
-                    continue
-                link_seen.add(idx)
-                for flow in link_flows[idx]:
-                    if flow not in flow_seen:
-                        flow_seen[flow] = None
-                        shared = flow._link_array[count[flow._link_array] > 1]
-                        next_frontier.extend(shared.tolist())
-            frontier = next_frontier
-        return list(flow_seen), freed.tolist()
+        # Freed links nobody uses any more: their load drops to zero (link statistics; a
+        # link logged twice at one instant integrates the same as once).
+        self._idle_links = freed[self._link_count[freed] == 0] if freed.size else freed
+        if self._listeners:
+            freed = np.unique(freed)
+        members: dict[Flow, None] = dict(self._seed_flows)
+        reach = self._freed_mask
+        for flow in members:
+            reach |= flow._mask
+        rest = [flow for flow in self._transferring if flow not in members]
+        grew = bool(reach)
+        while grew and rest:
+            grew = False
+            left: list[Flow] = []
+            for flow in rest:
+                if flow._mask & reach:
+                    reach |= flow._mask
+                    members[flow] = None
+                    grew = True
+                else:
+                    left.append(flow)
+            rest = left
+        return sorted(members, key=_flow_id), freed
 
     def _resolve(self, _event: Event) -> None:
         self._resolve_pending = False
@@ -426,11 +449,12 @@ class FlowNetwork:
         flows, freed = self._component()
         self._seed_flows.clear()
         self._seed_links.clear()
+        self._freed_mask = 0
         self.solves += 1
         if not flows:
             if self._idle_links.size:
                 self._account(now, self._idle_links, None)
-            self._notify(now, freed, np.zeros(0), [])
+            self._notify(now, freed.tolist(), np.zeros(0), [])
             self._arm_timer()
             return
         for flow in flows:
@@ -451,8 +475,15 @@ class FlowNetwork:
             global_links = np.concatenate([f._link_array for f in flows])
             entry_mult = np.concatenate([f._mult_array for f in flows])
             entry_flow = np.repeat(np.arange(len(flows)), counts)
-            component_links, entry_link = np.unique(global_links, return_inverse=True)
-            entry_link = entry_link.ravel()
+            # The sorted distinct links and each entry's position among them (what
+            # np.unique(..., return_inverse=True) gives) by marking, without sorting.
+            marked = self._scratch_mark
+            marked[global_links] = True
+            component_links = np.flatnonzero(marked)
+            marked[component_links] = False
+            position = self._scratch_position
+            position[component_links] = np.arange(component_links.size)
+            entry_link = position[global_links]
             rates = solve_max_min(entry_flow, entry_link, entry_mult,
                                   self._capacity_array[component_links], len(flows))
             loads = np.bincount(entry_link, weights=entry_mult * rates[entry_flow],
@@ -470,7 +501,7 @@ class FlowNetwork:
             self._heap_seq += 1
             heapq.heappush(heap, (finish, self._heap_seq, flow._version, flow))
         if self._listeners:
-            touched = list(dict.fromkeys([*component_links.tolist(), *freed]))
+            touched = list(dict.fromkeys([*component_links.tolist(), *freed.tolist()]))
             self._notify(now, touched, loads, component_links.tolist())
         self._arm_timer()
 
@@ -573,3 +604,7 @@ class FlowNetwork:
         if finished:
             self._request_resolve()
         self._arm_timer()
+
+
+def _flow_id(flow: Flow) -> int:
+    return flow.id
