@@ -24,11 +24,7 @@ The raw spans, with their args (layer kind, pass), stay available as
 
 from __future__ import annotations
 
-import gzip
-import json
-import zlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from scenarios.kineto import Kernel, ProfilerStep, RankTrace
@@ -42,7 +38,6 @@ __all__ = [
     "TraceSpan",
     "distsim_rank_traces",
     "is_distsim_trace",
-    "load_json",
     "parse_distsim_trace",
 ]
 
@@ -226,24 +221,3 @@ def parse_distsim_trace(data: Any, source: str) -> DistsimTrace:
 def distsim_rank_traces(data: Any, source: str) -> list[RankTrace]:
     """The per-GPU :class:`RankTrace` records of a decoded distsim trace document."""
     return parse_distsim_trace(data, source).rank_traces()
-
-
-def load_json(path: str | Path) -> Any:
-    """Decode one ``.json`` or ``.json.gz`` trace file; :class:`ParseError` if unreadable."""
-    source = str(path)
-    try:
-        with open(path, "rb") as stream:
-            if source.lower().endswith(".gz"):
-                with gzip.open(stream, "rb") as unzipped:
-                    return json.load(unzipped)
-            return json.load(stream)
-    except json.JSONDecodeError as error:
-        raise ParseError(f"not valid JSON: {error.msg} (column {error.colno})", source=source,
-                         line=error.lineno) from None
-    except UnicodeDecodeError as error:
-        raise ParseError(f"not UTF-8 text: {error.reason}", source=source) from None
-    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
-        raise ParseError(f"not readable gzip data: {error or 'truncated'}",
-                         source=source) from None
-    except OSError as error:
-        raise ParseError(f"cannot read: {error.strerror or error}", source=source) from None

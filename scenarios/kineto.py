@@ -13,7 +13,8 @@ breakdown needs:
   (``record_function`` scopes such as ``nccl:all_reduce`` or ``## backward ##``), Python
   functions and CUDA runtime calls, with their thread, the launch ``correlation`` id, the
   autograd ``Sequence number`` / ``Fwd thread id`` that tie a backward op to its forward,
-  and the recorded input shapes and types (``record_shapes``) — what replay and cost
+  and, for user annotations, the recorded input shapes and types (``record_shapes``:
+  how a ``nccl:<op>`` scope tells its message size) — what replay and cost
   extraction need to know who launched what, who waited, and how large a message was.
 
 NCCL kernels (name contains ``nccl``) get their collective kind from the kernel name
@@ -24,8 +25,9 @@ the process group.
 
 Inputs may be a ``.json`` or ``.json.gz`` file, a ``.tar.gz`` holding one JSON per rank
 (read member by member, never extracted to disk) or a directory of per-rank files.  Each
-file is parsed with :func:`json.load` on its (decompressing) file object and reduced to a
-compact :class:`RankTrace` before the next is read, so memory is bounded by one file.
+file is streamed (:mod:`scenarios.jsonstream`): events are decoded one at a time from the
+decompressing file object and reduced at once to compact records, so memory holds the
+records, never a decoded document, and one file is read at a time.
 
 What cannot be used is not fatal: an event with a non-numeric ``ts``/``dur``, a missing
 name or an unknown phase is skipped and recorded in :attr:`RankTrace.skipped`.  Only a file
@@ -37,9 +39,10 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import gzip
 import json
+import math
 import re
+import sys
 import tarfile
 import zlib
 from collections.abc import Iterable, Iterator
@@ -47,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from scenarios.jsonstream import scan_document
 from simcore.errors import ParseError
 
 __all__ = [
@@ -60,6 +64,7 @@ __all__ = [
     "load_trace_file",
     "load_traces",
     "parse_trace",
+    "read_trace_file",
 ]
 
 _US = 1e-6  # Kineto timestamps and durations are microseconds.
@@ -159,7 +164,8 @@ class CpuEvent:
     ``cuda_runtime``, ``cuda_driver``); ``tid`` the thread.  ``correlation`` links a CUDA
     runtime call to the GPU event it launched; ``sequence`` and ``fwd_tid`` are autograd's
     ``Sequence number`` and ``Fwd thread id``; ``input_dims`` and ``input_types`` are the
-    recorded shapes and dtypes (empty unless the profiler ran with ``record_shapes``).
+    recorded shapes and dtypes of a user annotation (empty unless the profiler ran with
+    ``record_shapes``; not kept for operators, which nothing reads them from).
     """
 
     name: str
@@ -272,14 +278,17 @@ def collective_kind(name: str, collective_arg: str | None = None) -> str:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if value != value or value in (float("inf"), float("-inf")):
-        return None
-    return float(value)
+    kind = type(value)  # exact types: bool is not a number here
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is int:
+        return float(value)
+    return None
 
 
 def _int(value: Any) -> int | None:
+    if type(value) is int:
+        return value
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -338,12 +347,114 @@ def _nccl_fields(name: str, args: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def parse_trace(data: Any, source: str) -> RankTrace:
-    """Reduce one decoded Kineto JSON document to a :class:`RankTrace`.
+class _TraceBuilder:
+    """Reduces a Kineto document's events, one at a time, to a :class:`RankTrace`."""
 
-    ``source`` names it in errors and in the result.  Raises :class:`ParseError` when
-    ``data`` is not an object with a ``traceEvents`` list.
-    """
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.skips = _Skips()
+        self.steps: list[ProfilerStep] = []
+        self.cpu_events: list[CpuEvent] = []
+        self.launches: dict[int, float] = {}
+        # Per GPU event: name, kind, ts, dur, stream, device, correlation, NCCL fields.
+        self.gpu_events: list[tuple[Any, ...]] = []
+
+    def add(self, index: int, event: Any) -> None:
+        """Keep what one element of ``traceEvents`` holds (see the module docstring)."""
+        if type(event) is not dict:
+            self.skips.add(f"traceEvents[{index}]: not an object")
+            return
+        phase = event.get("ph")
+        if phase != "X":
+            if not isinstance(phase, str) or phase not in _KNOWN_PHASES:
+                self.skips.add(f"traceEvents[{index}]: unknown phase {phase!r}")
+            return
+        name = event.get("name")
+        ts = _number(event.get("ts"))
+        dur = _number(event.get("dur"))
+        if type(name) is not str or ts is None or dur is None or dur < 0:
+            problems = []
+            if not isinstance(name, str):
+                problems.append("no name")
+            if ts is None:
+                problems.append(f"ts is not a number ({event.get('ts')!r})")
+            if dur is None or dur < 0:
+                problems.append(f"dur is not a non-negative number ({event.get('dur')!r})")
+            label = name if isinstance(name, str) else "?"
+            self.skips.add(f"traceEvents[{index}] {label!r}: " + ", ".join(problems))
+            return
+        category = event.get("cat")
+        args = event.get("args")
+        if type(args) is not dict:
+            args = {}
+        name = sys.intern(name)  # repeated kernel and operator names share one string
+        if category in _GPU_CATEGORIES:
+            kind = _GPU_CATEGORIES[category]
+            nccl: dict[str, Any] | None = None
+            if "nccl" in name.lower():
+                kind = "communication"
+                nccl = _nccl_fields(name, args)
+            self.gpu_events.append((name, kind or "compute", ts, dur, _int(args.get("stream")),
+                                    _int(args.get("device")), _int(args.get("correlation")),
+                                    nccl))
+            return
+        corr = None
+        if category == "cuda_runtime" or category == "cuda_driver":
+            corr = _int(args.get("correlation"))
+            if corr is not None:
+                self.launches[corr] = ts * _US
+        elif category in ("user_annotation", "cpu_instant_event", "python_function", None):
+            match = _STEP_NAME.match(name)
+            if match:
+                self.steps.append(ProfilerStep(int(match.group(1)), ts * _US, dur * _US))
+                return
+        if category in _CPU_CATEGORIES:
+            tid = event.get("tid")
+            # Shapes matter only for the annotations that carry a message (nccl:<op>);
+            # decoding every operator's would cost a third of the import.
+            shaped = category == "user_annotation"
+            self.cpu_events.append(CpuEvent(
+                name=name, category=category, tid=tid if isinstance(tid, int | str) else None,
+                start_s=ts * _US, duration_s=dur * _US, correlation=corr,
+                sequence=_int(args.get("Sequence number")),
+                fwd_tid=_int(args.get("Fwd thread id")),
+                input_dims=_dims(args.get("Input Dims")) if shaped else (),
+                input_types=_types(args.get("Input type")) if shaped else ()))
+
+    def finish(self, data: dict[str, Any]) -> RankTrace:
+        """The record, with rank, world size and GPU model from the document's other
+        members (``distributedInfo``, ``deviceProperties``)."""
+        source = self.source
+        dist = data.get("distributedInfo")
+        dist = dist if isinstance(dist, dict) else {}
+        rank = _int(dist.get("rank"))
+        if rank is None:
+            match = _RANK_IN_NAME.search(PurePosixPath(source.split(":")[-1]).name)
+            rank = int(match.group(1)) if match else None
+        world_size = _int(dist.get("world_size"))
+        gpu_model = None
+        devices = data.get("deviceProperties")
+        if isinstance(devices, list) and devices and isinstance(devices[0], dict):
+            model = devices[0].get("name")
+            gpu_model = model if isinstance(model, str) else None
+
+        kernels: list[Kernel] = []
+        for name, kind, ts, dur, stream, device, corr, nccl in self.gpu_events:
+            kernels.append(Kernel(
+                name=name, kind=kind, start_s=ts * _US, duration_s=dur * _US,
+                stream=stream, device=device,
+                launch_s=self.launches.get(corr) if corr is not None else None,
+                correlation=corr, **(nccl or {})))
+        kernels.sort(key=lambda k: k.start_s)
+        self.steps.sort(key=lambda s: s.start_s)
+        self.cpu_events.sort(key=lambda e: e.start_s)
+        kernels = _with_comm_annotations(kernels, self.cpu_events)
+        return RankTrace(source=source, rank=rank, world_size=world_size, gpu_model=gpu_model,
+                         steps=tuple(self.steps), kernels=tuple(kernels),
+                         skipped=self.skips.result(), cpu_events=tuple(self.cpu_events))
+
+
+def _check_document(data: Any, source: str) -> None:
     if not isinstance(data, dict):
         raise ParseError(f"expected a JSON object, found a {type(data).__name__}",
                          source=source, hint="a Kineto trace is {\"traceEvents\": [...], ...}")
@@ -353,94 +464,18 @@ def parse_trace(data: Any, source: str) -> RankTrace:
         raise ParseError(f"no 'traceEvents' list ({found})", source=source, key="traceEvents",
                          hint="expected a PyTorch profiler (Kineto) Chrome trace")
 
-    dist = data.get("distributedInfo")
-    dist = dist if isinstance(dist, dict) else {}
-    rank = _int(dist.get("rank"))
-    if rank is None:
-        match = _RANK_IN_NAME.search(PurePosixPath(source.split(":")[-1]).name)
-        rank = int(match.group(1)) if match else None
-    world_size = _int(dist.get("world_size"))
-    gpu_model = None
-    devices = data.get("deviceProperties")
-    if isinstance(devices, list) and devices and isinstance(devices[0], dict):
-        model = devices[0].get("name")
-        gpu_model = model if isinstance(model, str) else None
 
-    skips = _Skips()
-    steps: list[ProfilerStep] = []
-    cpu_events: list[CpuEvent] = []
-    launches: dict[int, float] = {}
-    gpu_events: list[tuple[dict[str, Any], str | None, str, float, float]] = []
-    for index, event in enumerate(events):
-        if not isinstance(event, dict):
-            skips.add(f"traceEvents[{index}]: not an object")
-            continue
-        phase = event.get("ph")
-        if phase != "X":
-            if not isinstance(phase, str) or phase not in _KNOWN_PHASES:
-                skips.add(f"traceEvents[{index}]: unknown phase {phase!r}")
-            continue
-        name = event.get("name")
-        ts = _number(event.get("ts"))
-        dur = _number(event.get("dur"))
-        problems = []
-        if not isinstance(name, str):
-            problems.append("no name")
-        if ts is None:
-            problems.append(f"ts is not a number ({event.get('ts')!r})")
-        if dur is None or dur < 0:
-            problems.append(f"dur is not a non-negative number ({event.get('dur')!r})")
-        if problems or not isinstance(name, str) or ts is None or dur is None:
-            label = name if isinstance(name, str) else "?"
-            skips.add(f"traceEvents[{index}] {label!r}: " + ", ".join(problems))
-            continue
-        category = event.get("cat")
-        args = event.get("args")
-        args = args if isinstance(args, dict) else {}
-        if category in _GPU_CATEGORIES:
-            gpu_events.append((args, _GPU_CATEGORIES[category], name, ts, dur))
-            continue
-        corr = None
-        if category == "cuda_runtime" or category == "cuda_driver":
-            corr = _int(args.get("correlation"))
-            if corr is not None:
-                launches[corr] = ts * _US
-        elif category in ("user_annotation", "cpu_instant_event", "python_function", None):
-            match = _STEP_NAME.match(name)
-            if match:
-                steps.append(ProfilerStep(int(match.group(1)), ts * _US, dur * _US))
-                continue
-        if category in _CPU_CATEGORIES:
-            tid = event.get("tid")
-            cpu_events.append(CpuEvent(
-                name=name, category=category, tid=tid if isinstance(tid, int | str) else None,
-                start_s=ts * _US, duration_s=dur * _US, correlation=corr,
-                sequence=_int(args.get("Sequence number")),
-                fwd_tid=_int(args.get("Fwd thread id")),
-                input_dims=_dims(args.get("Input Dims")),
-                input_types=_types(args.get("Input type"))))
+def parse_trace(data: Any, source: str) -> RankTrace:
+    """Reduce one decoded Kineto JSON document to a :class:`RankTrace`.
 
-    kernels: list[Kernel] = []
-    for args, kind, name, ts, dur in gpu_events:
-        nccl: dict[str, Any] = {}
-        if "nccl" in name.lower():
-            kind = "communication"
-            nccl = _nccl_fields(name, args)
-        elif kind is None:
-            kind = "compute"
-        corr = _int(args.get("correlation"))
-        kernels.append(Kernel(
-            name=name, kind=str(kind), start_s=ts * _US, duration_s=dur * _US,
-            stream=_int(args.get("stream")), device=_int(args.get("device")),
-            launch_s=launches.get(corr) if corr is not None else None, correlation=corr,
-            **nccl))
-    kernels.sort(key=lambda k: k.start_s)
-    steps.sort(key=lambda s: s.start_s)
-    cpu_events.sort(key=lambda e: e.start_s)
-    kernels = _with_comm_annotations(kernels, cpu_events)
-    return RankTrace(source=source, rank=rank, world_size=world_size, gpu_model=gpu_model,
-                     steps=tuple(steps), kernels=tuple(kernels), skipped=skips.result(),
-                     cpu_events=tuple(cpu_events))
+    ``source`` names it in errors and in the result.  Raises :class:`ParseError` when
+    ``data`` is not an object with a ``traceEvents`` list.
+    """
+    _check_document(data, source)
+    builder = _TraceBuilder(source)
+    for index, event in enumerate(data["traceEvents"]):
+        builder.add(index, event)
+    return builder.finish(data)
 
 
 def _with_comm_annotations(kernels: list[Kernel], cpu_events: list[CpuEvent]) -> list[Kernel]:
@@ -479,33 +514,36 @@ def _with_comm_annotations(kernels: list[Kernel], cpu_events: list[CpuEvent]) ->
     return result
 
 
-def _load_stream(stream: IO[bytes], source: str, compressed: bool) -> list[RankTrace]:
-    try:
-        if compressed:
-            with gzip.open(stream, "rb") as unzipped:
-                data = json.load(unzipped)
-        else:
-            data = json.load(stream)
-    except json.JSONDecodeError as error:
-        if not error.doc.strip():
-            raise ParseError("empty file", source=source,
-                             hint="expected a PyTorch profiler (Kineto) Chrome trace") from None
-        raise ParseError(f"not valid JSON: {error.msg} (column {error.colno})", source=source,
-                         line=error.lineno) from None
-    except UnicodeDecodeError as error:
-        raise ParseError(f"not UTF-8 text: {error.reason}", source=source,
-                         hint="expected JSON (or gzip-compressed JSON ending in .gz)") from None
-    except EOFError:
-        raise ParseError("truncated gzip data (compressed file ended early)",
-                         source=source) from None
-    except (gzip.BadGzipFile, zlib.error) as error:
-        raise ParseError(f"not readable gzip data: {error}", source=source) from None
-    # distsim's own trace.json holds every simulated GPU (imported lazily: that reader
-    # builds on this module's records).
-    from scenarios.distsim_trace import distsim_rank_traces, is_distsim_trace
+def _read_stream(stream: IO[bytes], source: str,
+                 compressed: bool) -> tuple[list[RankTrace], Any | None]:
+    """Stream one document (:mod:`scenarios.jsonstream`) into compact records; for
+    distsim's own trace.json also its :class:`~scenarios.distsim_trace.DistsimTrace`.
+
+    A distsim trace (every simulated GPU in one file) is told by its ``otherData`` marker,
+    which comes after the events; so the events a Kineto trace never has — complete spans
+    without a category, and the metadata naming processes and threads — are kept aside
+    for it (a Kineto trace has a handful).
+    """
+    builder = _TraceBuilder(source)
+    uncategorised: list[dict[str, Any]] = []
+
+    def on_event(index: int, event: Any) -> None:
+        builder.add(index, event)
+        if type(event) is dict and "cat" not in event and event.get("ph") in ("X", "M"):
+            uncategorised.append(event)
+
+    data = scan_document(stream, source, compressed=compressed, on_item=on_event)
+    # Imported here: the distsim reader builds on this module's records.
+    from scenarios.distsim_trace import is_distsim_trace, parse_distsim_trace
     if is_distsim_trace(data):
-        return distsim_rank_traces(data, source)
-    return [parse_trace(data, source)]
+        simulated = parse_distsim_trace({**data, "traceEvents": uncategorised}, source)
+        return simulated.rank_traces(), simulated
+    _check_document(data, source)
+    return [builder.finish(data)], None
+
+
+def _load_stream(stream: IO[bytes], source: str, compressed: bool) -> list[RankTrace]:
+    return _read_stream(stream, source, compressed)[0]
 
 
 def _is_gz(name: str) -> bool:
@@ -531,7 +569,10 @@ def load_trace_file(path: str | Path) -> RankTrace:
     return traces[0]
 
 
-def _load_file(path: str | Path) -> list[RankTrace]:
+def read_trace_file(path: str | Path) -> tuple[list[RankTrace], Any | None]:
+    """One ``.json``/``.json.gz`` file: its rank traces and, for a distsim trace.json, the
+    :class:`~scenarios.distsim_trace.DistsimTrace` with its spans' args (else ``None``).
+    Raises :class:`ParseError`."""
     path = Path(path)
     source = str(path)
     try:
@@ -539,9 +580,13 @@ def _load_file(path: str | Path) -> list[RankTrace]:
             raise ParseError("empty file", source=source,
                              hint="expected a PyTorch profiler (Kineto) Chrome trace")
         with path.open("rb") as stream:
-            return _load_stream(stream, source, _is_gz(path.name))
+            return _read_stream(stream, source, _is_gz(path.name))
     except OSError as error:
         raise ParseError(f"cannot read: {error.strerror or error}", source=source) from None
+
+
+def _load_file(path: str | Path) -> list[RankTrace]:
+    return read_trace_file(path)[0]
 
 
 def _read_tar(path: Path) -> list[RankTrace]:

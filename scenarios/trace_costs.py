@@ -45,13 +45,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from scenarios.distsim_trace import (
-    DistsimTrace,
-    is_distsim_trace,
-    load_json,
-    parse_distsim_trace,
-)
-from scenarios.kineto import CpuEvent, RankTrace, load_traces, parse_trace
+from scenarios.distsim_trace import DistsimTrace
+from scenarios.kineto import CpuEvent, RankTrace, load_traces, read_trace_file
 from simcore.errors import ConfigError
 from workloads.costs import CostRow, TableHeader, write_cost_table
 from workloads.gpus import canonical_gpu_name
@@ -453,11 +448,11 @@ def extract_costs(paths: Sequence[str | Path], *, layer: str = DEFAULT_LAYER_REG
         files.extend(found or [path])
     for path in files:
         if _is_json_file(path):
-            data = load_json(path)  # decoded once: it is one kind or the other
-            if is_distsim_trace(data):
-                distsim.append(parse_distsim_trace(data, str(path)))
+            traces, simulated = read_trace_file(path)  # read once: one kind or the other
+            if simulated is not None:
+                distsim.append(simulated)
             else:
-                kineto.append(parse_trace(data, str(path)))
+                kineto.extend(traces)
         else:
             kineto.extend(load_traces([path]))
     if distsim and kineto:
