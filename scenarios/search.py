@@ -420,10 +420,12 @@ class _Bounds:
     5. apart from these chains, a link moves at most its capacity: a flow at rate ``r``
        holding it with weight ``w`` loads it with ``w·r`` and max-min sharing keeps the
        sum within the capacity, so the iteration lasts at least the bytes that the calls
-       counted here put on a link over its capacity (counted: every tensor-parallel,
-       expert and data-parallel call and pipeline send of replica 0's rank groups, and
-       the data-parallel calls of their tensor-rank-0 lanes — distinct flows, a subset of
-       all, so their bytes on a link are at most what it carries).
+       counted here put on a link over its capacity (counted: every expert all-to-all
+       and pipeline send of replica 0's rank groups, the data-parallel calls of their
+       tensor-rank-0 lanes, and with ZeRO-3 their tensor-parallel calls — distinct
+       flows, a subset of all, so their bytes on a link are at most what it carries.
+       Without ZeRO-3 the simulator may fold tensor-parallel calls into the compute as
+       closed forms that load no link, so they are left out).
 
     The bound is the largest chain, less a relative 1e-6 for the rounding of sums and
     of the flow network's finish tolerance (1e-9 of a flow's bytes).  It is never above
@@ -565,8 +567,9 @@ class _Bounds:
                 fwd[vs] += t_f
                 bwd[vs] += t_b
                 calls, calls_low = 2 * tp_call, 2 * tp_low
-                for kind in tp_kinds:
-                    call(kind, tp_ranks[stage], tp_bytes, calls_per_layer)
+                if sharded:  # else the simulator may fold them: no flows (class doc)
+                    for kind in tp_kinds:
+                        call(kind, tp_ranks[stage], tp_bytes, calls_per_layer)
                 if model.is_moe_layer(layer) and ep > 1:
                     calls += 2 * self._estimate("alltoall", ep_ranks, a2a_bytes)
                     calls_low += 2 * call("alltoall", ep_ranks, a2a_bytes, calls_per_layer)
@@ -1123,8 +1126,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "search", help="find the fastest parallel strategies for a scenario",
         description="Enumerate parallel strategies (tp, pp, dp, ep, micro-batch, schedule, "
         "ZeRO, recompute, sequence parallelism, placement) for the scenario's model at its "
-        "global batch, prune invalid, out-of-memory and provably slower ones (a compute-only "
-        "lower bound against the K-th best simulated time), simulate the rest in parallel "
+        "global batch, prune invalid, out-of-memory and provably slower ones (a lower bound "
+        "from compute and the least time of each call on the critical path, against the "
+        "K-th best simulated time), simulate the rest in parallel "
         "and print the best K with the speed-up over a naive baseline.")
     parser.add_argument("scenario", help="a scenario YAML file (its model, cluster, batch)")
     parser.add_argument("--gpus", type=int, default=None, metavar="N",
