@@ -30,6 +30,7 @@ __all__ = ["CHUNK_CHARS", "scan_document"]
 CHUNK_CHARS = 1 << 20
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
+_NUMBER_CHARS = frozenset("0123456789+-.eE")
 _HINT = "expected a PyTorch profiler (Kineto) Chrome trace"
 
 
@@ -78,10 +79,21 @@ class _Buffer:
                 if self.fill():
                     continue
                 raise self.error(error) from None
-            if end == len(self.text) and self.fill():
-                continue  # a number may go on in the next chunk: decode it again whole
+            if self._may_continue(value, end) and self.fill():
+                continue  # the value may go on in the next chunk: decode it again whole
             self.pos = end
             return value
+
+    def _may_continue(self, value: Any, end: int) -> bool:
+        """Whether text not yet read could extend the value decoded up to ``end``: it ends
+        the window, or it is a number followed only by number characters ("0" of "0.5"
+        when the window ends at the point)."""
+        if end == len(self.text):
+            return True
+        if type(value) not in (int, float):
+            return False
+        rest = self.text[end:]
+        return len(rest) < 32 and all(c in _NUMBER_CHARS for c in rest)
 
     def error(self, error: json.JSONDecodeError | None = None, *,
               expected: str | None = None) -> ParseError:

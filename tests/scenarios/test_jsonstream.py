@@ -52,6 +52,13 @@ def test_a_number_split_by_a_chunk_boundary_is_read_whole():
     assert items == [(0, 123456789)] and others["n"] == 98765
 
 
+@pytest.mark.parametrize("number", ["0.5", "-1.25e-7", "3E+2", "10"])
+def test_a_number_cut_after_any_character_is_read_whole(number):
+    for chunk in (1, 2, 3):
+        others, items = scan(f'{{"traceEvents": [{number}], "n": {number}}}', chunk=chunk)
+        assert items == [(0, json.loads(number))] and others["n"] == json.loads(number)
+
+
 def test_gzip_streams_are_read_too():
     others, items = scan('{"traceEvents": [{"ph": "X"}], "x": 1}', compressed=True)
     assert items == [(0, {"ph": "X"})] and others == {"traceEvents": [], "x": 1}
