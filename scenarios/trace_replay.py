@@ -7,8 +7,9 @@ The job each rank ran is rebuilt as a dependency graph from its Kineto trace
   time measured between them (Python, framework, data loading — kept as measured).  A call
   that *blocked on the GPU* (``cuda*Synchronize``, a ``cudaMemcpy*`` into pageable
   memory) is tied to the GPU op it waited for: the op launched before it whose measured end
-  falls inside the call.  In replay the call ends when that op ends, plus the wake-up time
-  measured after it; every later call on the thread moves with it.
+  falls inside the call (for a copy call, only its own copy).  In replay the call ends
+  when that op ends, plus the wake-up time measured after it; every later call on the
+  thread moves with it.
 * **GPU streams**: each op (kernel, memcpy, memset) starts at the latest of its launch
   (launch call + the rank's launch latency), the end of the op before it on its stream and
   the ops of other streams it waits for.  Those cross-stream waits come from two places:
@@ -381,16 +382,21 @@ def _build_rank_step(trace: RankTrace, step: ProfilerStep, offset_s: float,
     rs.launch_latency_s = max(0.0, min(latencies)) if latencies else 0.0
 
     # Which op each blocking call waited for: the latest-ending op launched no later than
-    # the call whose end falls inside the call.
+    # the call whose end falls inside the call.  A copy call blocks only on its own copy
+    # (a device-to-pageable copy returns when done; an asynchronous one spanning some
+    # other op's end by chance must not be tied to it).
     ends = sorted(rs.ops, key=lambda o: o.end_s)
     end_times = [o.end_s for o in ends]
     for thread_calls in rs.calls_by_thread.values():
         for call in thread_calls:
             if not _blocking(call.event):
                 continue
+            own_only = "Synchronize" not in call.event.name
             hi = bisect.bisect_right(end_times, call.end_s + _CLOCK_SLACK_S)
             lo = bisect.bisect_left(end_times, call.start_s)
             for op in reversed(ends[lo:hi]):
+                if own_only and op.launch is not call:
+                    continue
                 if op.launch is not None and op.launch.start_s <= call.start_s:
                     call.awaited = op
                     call.post_s = max(0.0, call.end_s - op.end_s)
