@@ -69,6 +69,9 @@ class Communicator:
         self._link_sets: dict[int, tuple[StepShape, LinkSet]] = {}
         # Bottleneck seconds per byte of each plan's steps (keyed like the link sets).
         self._bottlenecks: dict[int, tuple[CollectivePlan, tuple[float, ...]]] = {}
+        # What ``choose`` and ``pairs_plan`` picked per call shape: a training iteration
+        # repeats the same few calls many thousand times.
+        self._chosen: dict[tuple[Any, ...], CollectivePlan] = {}
 
     # ------------------------------------------------------------------ planning
     def plan(self, op: str, group: Sequence[str], *, algorithm: str, protocol: str,
@@ -86,6 +89,16 @@ class Communicator:
                algorithm: str | None = None, protocol: str | None = None,
                root: str | None = None, peer: str | None = None) -> CollectivePlan:
         """The plan to run: ``auto`` picks the least predicted uncontended time."""
+        key = (op, tuple(group), size_bytes, algorithm, protocol, root, peer)
+        chosen = self._chosen.get(key)
+        if chosen is None:
+            chosen = self._chosen[key] = self._choose(op, group, size_bytes, algorithm,
+                                                      protocol, root, peer)
+        return chosen
+
+    def _choose(self, op: str, group: Sequence[str], size_bytes: float,
+                algorithm: str | None, protocol: str | None, root: str | None,
+                peer: str | None) -> CollectivePlan:
         algorithm = _check(algorithm or self.params.algorithm, ALGORITHMS, "algorithm")
         protocol = _check(protocol or self.params.protocol, PROTOCOLS, "protocol")
         if op not in OPS:
@@ -154,6 +167,14 @@ class Communicator:
     def pairs_plan(self, pairs: Sequence[tuple[str, str]], size_bytes: float, *,
                    protocol: str | None = None) -> CollectivePlan:
         """The plan of simultaneous sends ``src → dst`` of ``size_bytes`` each."""
+        key = ("pairs", tuple(pairs), size_bytes, protocol)
+        chosen = self._chosen.get(key)
+        if chosen is None:
+            chosen = self._chosen[key] = self._pairs_plan(pairs, size_bytes, protocol)
+        return chosen
+
+    def _pairs_plan(self, pairs: Sequence[tuple[str, str]], size_bytes: float,
+                    protocol: str | None) -> CollectivePlan:
         protocol = _check(protocol or self.params.protocol, PROTOCOLS, "protocol")
         protocols = [protocol] if protocol != "auto" else ["ll", "ll128", "simple"]
         best: tuple[float, CollectivePlan] | None = None
