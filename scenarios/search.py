@@ -76,6 +76,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from collectives import Communicator
@@ -420,12 +421,18 @@ class _Bounds:
     5. apart from these chains, a link moves at most its capacity: a flow at rate ``r``
        holding it with weight ``w`` loads it with ``w·r`` and max-min sharing keeps the
        sum within the capacity, so the iteration lasts at least the bytes that the calls
-       counted here put on a link over its capacity (counted: every expert all-to-all
-       and pipeline send of replica 0's rank groups, the data-parallel calls of their
-       tensor-rank-0 lanes, and with ZeRO-3 their tensor-parallel calls — distinct
-       flows, a subset of all, so their bytes on a link are at most what it carries.
-       Without ZeRO-3 the simulator may fold tensor-parallel calls into the compute as
-       closed forms that load no link, so they are left out).
+       counted here put on a link over its capacity (counted: every data-parallel call,
+       every expert all-to-all, the pipeline sends of replica 0, and with ZeRO-3 every
+       tensor-parallel call — distinct flows, a subset of all, so their bytes on a link
+       are at most what it carries; a spine link shared by many tensor-parallel groups
+       that cross nodes shows here.  Without ZeRO-3 the simulator may fold
+       tensor-parallel calls into the compute as closed forms that load no link, so they
+       are left out).
+
+    A call the simulator runs as one collective per tensor-parallel lane (data-parallel,
+    expert and tied-embedding calls) launches its lanes together and ends when all are
+    done, so it also takes at least the bytes its lanes put together on one link over
+    that link's capacity.
 
     The bound is the largest chain, less a relative 1e-6 for the rounding of sums and
     of the flow network's finish tolerance (1e-9 of a flow's bytes).  It is never above
@@ -439,7 +446,11 @@ class _Bounds:
         self.comm = Communicator(Simulation(0), scenario.topology, scenario.comm)
         self._layer: dict[tuple[Any, ...], float] = {}
         self._collective: dict[tuple[Any, ...], float] = {}
-        self._lower: dict[tuple[Any, ...], tuple[float, dict[Any, float]]] = {}
+        # Per call: its lower bound and its bytes per link as (link positions, bytes).
+        self._lower: dict[tuple[Any, ...], tuple[float, _Loads]] = {}
+        self._volumes: dict[tuple[Any, ...], _Loads] = {}
+        self._link_pos = {link: i for i, link in enumerate(self.comm.capacity)}
+        self._capacity = np.array(list(self.comm.capacity.values()), dtype=float)
         factors = list(scenario.stragglers.values())
         self.speedup_factor = min([1.0, *factors])
 
@@ -468,38 +479,81 @@ class _Bounds:
             self._collective[key] = cached
         return cached
 
-    def _call(self, op: str, ranks: Sequence[int], size: float,
-              ) -> tuple[float, dict[Any, float]]:
-        """The collective the simulator runs for ``ranks``: a lower bound of its time
-        (class doc) and the bytes it puts on each link."""
-        if len(ranks) < 2:
-            return 0.0, {}
-        key = (op, tuple(ranks), size)
+    def _call(self, op: str, lanes: tuple[tuple[int, ...], ...], size: float,
+              ) -> tuple[float, _Loads]:
+        """A call the simulator runs as one collective per lane (``lanes``: rank tuples,
+        one per tensor-parallel rank for data-parallel, expert and tied-embedding calls),
+        all launched together and done when all are: a lower bound of its time (class
+        doc) and the bytes it puts on each link."""
+        key = (op, lanes, size)
         cached = self._lower.get(key)
         if cached is None:
             gpus = self.scenario.topology.gpus
-            plan = self.comm.choose(op, [gpus[r] for r in ranks], size)
-            cached = self._lower[key] = _transfer_lower_bound_s(self.comm, plan, size)
+            lower = 0.0
+            loads: dict[Any, float] = {}
+            for ranks in lanes:
+                if len(ranks) < 2:
+                    continue
+                plan = self.comm.choose(op, [gpus[r] for r in ranks], size)
+                lane_lower, lane_loads = _transfer_lower_bound_s(self.comm, plan, size)
+                lower = max(lower, lane_lower)
+                for link, carried in lane_loads.items():
+                    loads[link] = loads.get(link, 0.0) + carried
+            capacity = self.comm.capacity
+            lower = max(lower, max((carried / capacity[link]
+                                    for link, carried in loads.items()), default=0.0))
+            cached = self._lower[key] = (lower, self._arrays(loads))
         return cached
 
-    def _call_lower(self, op: str, ranks: Sequence[int], size: float) -> float:
-        return self._call(op, ranks, size)[0]
+    def _arrays(self, loads: Mapping[Any, float]) -> _Loads:
+        """Bytes per link as (link positions, bytes), for adding up with numpy."""
+        pos = self._link_pos
+        return (np.fromiter((pos[link] for link in loads), np.int64, len(loads)),
+                np.fromiter(loads.values(), float, len(loads)))
+
+    def _call_lower(self, op: str, lanes: tuple[tuple[int, ...], ...], size: float,
+                    ) -> float:
+        return self._call(op, lanes, size)[0]
+
+    def _everyone(self, op: str, groups: tuple[tuple[int, ...], ...], size: float,
+                  ) -> _Loads:
+        """The bytes per link of independent calls, one per group of ranks."""
+        key = ("everyone", op, groups, size)
+        cached = self._volumes.get(key)
+        if cached is None:
+            gpus = self.scenario.topology.gpus
+            loads: dict[Any, float] = {}
+            for group in groups:
+                if len(group) < 2:
+                    continue
+                plan = self.comm.choose(op, [gpus[r] for r in group], size)
+                for link, carried in _transfer_lower_bound_s(self.comm, plan, size)[1].items():
+                    loads[link] = loads.get(link, 0.0) + carried
+            cached = self._volumes[key] = self._arrays(loads)
+        return cached
 
     def _send(self, src: Sequence[int], dst: Sequence[int], size: float,
-              ) -> tuple[float, dict[Any, float]]:
+              ) -> tuple[float, _Loads]:
         """A pipeline send between two rank groups, lane by lane: as :meth:`_call`."""
         if tuple(src) == tuple(dst):
-            return 0.0, {}
+            return 0.0, _NO_LOADS
         key = ("pairs", tuple(src), tuple(dst), size)
         cached = self._lower.get(key)
         if cached is None:
             gpus = self.scenario.topology.gpus
             plan = self.comm.pairs_plan([(gpus[a], gpus[b]) for a, b in zip(src, dst)], size)
-            cached = self._lower[key] = _transfer_lower_bound_s(self.comm, plan, size)
+            lower, loads = _transfer_lower_bound_s(self.comm, plan, size)
+            cached = self._lower[key] = (lower, self._arrays(loads))
         return cached
 
-    def bounds(self, strategy: Strategy, microbatches: int) -> tuple[float, float]:
-        """``(lower_bound_s, estimate_s)`` of one iteration with ``strategy``."""
+    def bounds(self, strategy: Strategy, microbatches: int, *, everyone: bool = True,
+               ) -> tuple[float, float]:
+        """``(lower_bound_s, estimate_s)`` of one iteration with ``strategy``.
+
+        ``everyone=False`` leaves the calls of replicas other than 0 out of the link
+        volume (chain 5): a weaker bound, ~3x cheaper to compute for many replicas, for
+        ranking all candidates; the search refines it before it would simulate one.
+        """
         scenario, model = self.scenario, self.scenario.model
         parallel, training = _configs(scenario, strategy)
         pp, v, m, dp = parallel.pp, parallel.interleave, microbatches, parallel.dp
@@ -519,7 +573,9 @@ class _Bounds:
         chunks = layer_partition(model.layers, pp * v, parallel.partition)
         nvs = pp * v
         tp_ranks = [placement.tp_group(0, s) for s in range(pp)]
-        dp_ranks = [placement.dp_group(0, s) for s in range(pp)]
+        dp_ranks = [placement.dp_group(0, s) for s in range(pp)]  # (for the estimate)
+        dp_lanes = [tuple(placement.dp_group(t, s) for t in range(tp)) for s in range(pp)]
+        tp_lane = [(tp_ranks[s],) for s in range(pp)]
         tp_kinds = (("all_gather", "reduce_scatter") if sp else ("all_reduce",)) if tp > 1 \
             else ()
         # Per virtual stage: forward and backward compute, their communication (for the
@@ -537,15 +593,31 @@ class _Bounds:
         # Counted per distinct call, added up once at the end.
         counted: dict[tuple[Any, ...], float] = {}
 
-        def call(op: str, ranks: Sequence[int], size: float, times: float = 1.0) -> float:
-            key = (op, tuple(ranks), size)
+        # The same for calls of every replica, counted where all of them are flows.
+        counted_all: dict[tuple[Any, ...], float] = {}
+
+        def call(op: str, lanes: tuple[tuple[int, ...], ...], size: float,
+                 times: float = 1.0) -> float:
+            key = (op, lanes, size)
             counted[key] = counted.get(key, 0.0) + times
-            return self._call(op, ranks, size)[0]
+            return self._call(op, lanes, size)[0]
+
+        def count_all(op: str, groups: tuple[tuple[int, ...], ...], size: float,
+                     times: float) -> None:
+            key = (op, groups, size)
+            counted_all[key] = counted_all.get(key, 0.0) + times
+
         for vs, (first, stop) in enumerate(chunks):
             stage = vs % pp
             ep_ranks = placement.ep_groups(0, stage)[0]
+            ep_lanes = tuple(placement.ep_groups(t, stage)[0] for t in range(tp))
+            if everyone:
+                ep_all = tuple(g for t in range(tp) for g in placement.ep_groups(t, stage))
+                tp_all = tuple(placement.tp_group(d, stage) for d in range(dp))
+            else:
+                ep_all, tp_all = ep_lanes, (tp_ranks[stage],)
             tp_call = sum(self._estimate(kind, tp_ranks[stage], tp_bytes) for kind in tp_kinds)
-            tp_low = sum(self._call_lower(kind, tp_ranks[stage], tp_bytes) for kind in tp_kinds)
+            tp_low = sum(self._call_lower(kind, tp_lane[stage], tp_bytes) for kind in tp_kinds)
             passes_b = 2 if recompute == "full" else 1
             calls_per_layer = 2 * m * (1 + passes_b)  # each kind, every micro-batch
             head_f = head_b = tail_f = tail_b = 0.0  # embedding and loss, per pass
@@ -569,19 +641,20 @@ class _Bounds:
                 calls, calls_low = 2 * tp_call, 2 * tp_low
                 if sharded:  # else the simulator may fold them: no flows (class doc)
                     for kind in tp_kinds:
-                        call(kind, tp_ranks[stage], tp_bytes, calls_per_layer)
+                        count_all(kind, tp_all, tp_bytes, calls_per_layer)
                 if model.is_moe_layer(layer) and ep > 1:
                     calls += 2 * self._estimate("alltoall", ep_ranks, a2a_bytes)
-                    calls_low += 2 * call("alltoall", ep_ranks, a2a_bytes, calls_per_layer)
+                    calls_low += 2 * self._call_lower("alltoall", ep_lanes, a2a_bytes)
+                    count_all("alltoall", ep_all, a2a_bytes, calls_per_layer)
                 fwd_comm[vs] += calls
                 bwd_comm[vs] += calls * passes_b
                 dense, expert = layer_params_local(model, layer, tp, ep)
                 gather = gather_low = 0.0
                 if sharded and dp > 1:
                     gather = self._estimate("all_gather", dp_ranks[stage], (dense + expert) * act)
-                    gather_low = call("all_gather", dp_ranks[stage], (dense + expert) * act,
+                    gather_low = call("all_gather", dp_lanes[stage], (dense + expert) * act,
                                       2 * m)
-                    call("reduce_scatter", dp_ranks[stage], (dense + expert) * grad_bytes, m)
+                    call("reduce_scatter", dp_lanes[stage], (dense + expert) * grad_bytes, m)
                     fwd_comm[vs] += gather
                     bwd_comm[vs] += gather + self._estimate(
                         "reduce_scatter", dp_ranks[stage], (dense + expert) * grad_bytes)
@@ -602,16 +675,16 @@ class _Bounds:
                     done += t
                     if sharded:
                         final.append((done, self._call_lower("reduce_scatter",
-                                                             dp_ranks[stage], grads)))
+                                                             dp_lanes[stage], grads)))
                         continue
                     bucket += grads
                     if bucket >= parallel.bucket_params * grad_bytes:
-                        final.append((done, call(grad_op, dp_ranks[stage], bucket)))
+                        final.append((done, call(grad_op, dp_lanes[stage], bucket)))
                         bucket = 0.0
                 if vs == 0 and not sharded:
                     bucket += model.vocab * model.hidden / tp * grad_bytes
                 if not sharded and bucket > 0:
-                    final.append((bwd_lower[vs], call(grad_op, dp_ranks[stage], bucket)))
+                    final.append((bwd_lower[vs], call(grad_op, dp_lanes[stage], bucket)))
                 if vs < pp:
                     buckets[vs] = final
 
@@ -657,7 +730,7 @@ class _Bounds:
         if pp > 1 and model.tied_embeddings:
             size = model.vocab * model.hidden / tp * grad_bytes
             tied = max(arrive[0], arrive[-1]) + call(
-                "all_reduce", (tp_ranks[0][0], tp_ranks[-1][0]), size)
+                "all_reduce", tuple(zip(tp_ranks[0], tp_ranks[-1])), size)
             arrive[0] = arrive[-1] = tied
 
         # Chain 4: the optimizer step (and ZeRO-1/2's parameter gather) after the meeting.
@@ -672,23 +745,36 @@ class _Bounds:
             optimizer = max(optimizer, step)
             gather_low = 0.0
             if parallel.zero in (1, 2) and dp > 1:
-                gather_low = call("all_gather", dp_ranks[s], params * act)
+                gather_low = call("all_gather", dp_lanes[s], params * act)
             finish = max(finish, step * f + gather_low)
             if not sharded and dp > 1:
                 t = self._estimate(grad_op, dp_ranks[s], params * grad_bytes)
                 if parallel.zero >= 1:
                     t += self._estimate("all_gather", dp_ranks[s], params * act)
                 dp_comm = max(dp_comm, t)
-        volume: dict[Any, float] = {}
+        where: list[np.ndarray] = []
+        carried: list[np.ndarray] = []
         for key, times in counted.items():
-            for link, carried in self._lower.get(key, (0.0, {}))[1].items():
-                volume[link] = volume.get(link, 0.0) + carried * times
-        capacity = self.comm.capacity
-        busiest = max((carried / capacity[link] for link, carried in volume.items()),
-                      default=0.0)
+            if key in self._lower:
+                links, loads = self._lower[key][1]
+                where.append(links)
+                carried.append(loads * times)
+        for (op, groups, size), times in counted_all.items():
+            links, loads = self._everyone(op, groups, size)
+            where.append(links)
+            carried.append(loads * times)
+        busiest = 0.0
+        if where:
+            volume = np.bincount(np.concatenate(where), weights=np.concatenate(carried),
+                                 minlength=self._capacity.size)
+            busiest = float((volume / self._capacity).max())
         lower = max(max(arrive) + finish, busiest) * (1.0 - _BOUND_SLACK)
         estimate = max(stage_bound(True) * f + optimizer + dp_comm, lower)
         return lower, estimate
+
+
+_Loads = tuple[np.ndarray, np.ndarray]
+_NO_LOADS: _Loads = (np.zeros(0, np.int64), np.zeros(0))
 
 
 def _gathered_pass(layers: Sequence[tuple[float, float]]) -> float:
@@ -777,6 +863,7 @@ class _Candidate:
     memory_bytes: float
     lower_bound_s: float = 0.0
     estimate_s: float = 0.0
+    refined: bool = False  # lower_bound_s counts every replica's calls (see _Bounds)
 
 
 def _kth(times: list[float], k: int) -> float:
@@ -888,7 +975,7 @@ def search_strategies(scenario: Scenario, *, gpus: int | None = None, top: int =
     bounds = _Bounds(scenario)
     for candidate in alive:
         candidate.lower_bound_s, candidate.estimate_s = bounds.bounds(
-            candidate.strategy, candidate.microbatches)
+            candidate.strategy, candidate.microbatches, everyone=False)
     alive.sort(key=lambda c: (c.estimate_s, c.lower_bound_s))
     baseline_strategy, baseline_kind = _baseline(scenario)
 
@@ -944,6 +1031,12 @@ def search_strategies(scenario: Scenario, *, gpus: int | None = None, top: int =
                     running[baseline_future] = None
                     continue
                 threshold = _kth(times, top)
+                if (not forced and not candidate.refined
+                        and candidate.lower_bound_s < threshold < float("inf")):
+                    # About to simulate it: first the full bound (every replica's calls).
+                    candidate.lower_bound_s = max(candidate.lower_bound_s, bounds.bounds(
+                        candidate.strategy, candidate.microbatches)[0])
+                    candidate.refined = True
                 if not forced and candidate.lower_bound_s >= threshold:
                     bound_pruned(candidate, threshold)
                     continue
