@@ -40,7 +40,9 @@ prunes what cannot run or cannot win, simulates the rest and reports the best ``
    it loads most), so with uniform stages and no network this is ``(m + pp − 1)·t`` for
    1F1B and GPipe and ``(m + (pp − 1)/v)·t`` interleaved.  A second bound: no link
    carries more than its capacity, so the bytes the counted calls put on one link over
-   its capacity.  Candidates are simulated in order of an *estimate* (the compute and
+   its capacity (candidates are ranked on it with only replica 0's calls counted there,
+   which is cheaper, and a candidate's bound counts every replica's calls once it would
+   be simulated).  Candidates are simulated in order of an *estimate* (the compute and
    collectives critical path with the uncontended data-parallel reduction added); the
    rule is **a candidate is simulated only while its lower bound is below the K-th best
    simulated iteration time so far**, checked when it would start.  The bound is never

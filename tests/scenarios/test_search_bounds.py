@@ -13,6 +13,7 @@ import pytest
 from scenarios.scenario import run_scenario, scenario_from_mapping
 from scenarios.search import (
     Strategy,
+    _Bounds,
     _check,
     enumerate_strategies,
     iteration_bounds,
@@ -81,3 +82,16 @@ def test_tensor_parallel_collectives_are_in_the_bound():
         Strategy(tp=8, pp=1, dp=1, micro_batch=2)))[0]
     assert compute_only < 0.2 * simulated
     assert lower == pytest.approx(simulated, rel=1e-5)
+
+
+def test_ranking_bound_is_below_the_refined_bound():
+    # The search ranks every candidate on the bound without other replicas' calls on the
+    # link volume and refines it before simulating; the refined one only adds terms.
+    scenario = _scenario(DGX, MOE, "coflow", 16)
+    bounds = _Bounds(scenario)
+    valid = [c for c in (_check(scenario, s)[0] for s in
+                         enumerate_strategies(scenario, space=SPACE)) if c is not None]
+    pairs = [(bounds.bounds(c.strategy, c.microbatches, everyone=False)[0],
+              bounds.bounds(c.strategy, c.microbatches)[0]) for c in valid[::40]]
+    assert len(pairs) >= 20
+    assert all(0 < cheap <= full for cheap, full in pairs)
