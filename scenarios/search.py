@@ -641,7 +641,7 @@ class _Bounds:
                 fwd[vs] += t_f
                 bwd[vs] += t_b
                 calls, calls_low = 2 * tp_call, 2 * tp_low
-                if sharded:  # else the simulator may fold them: no flows (class doc)
+                if sharded and dp > 1:  # else the simulator may fold them (class doc)
                     for kind in tp_kinds:
                         count_all(kind, tp_all, tp_bytes, calls_per_layer)
                 if model.is_moe_layer(layer) and ep > 1:
