@@ -24,7 +24,8 @@ A scenario file (read with ``yaml.safe_load`` only)::
       matmul_efficiency: 0.8                    # roofline knobs, all optional:
       attention_efficiency: 0.5                 #   memory_efficiency, launch_overhead,
                                                 #   gemm_tiles, gemm_k_half, causal,
-                                                #   optimizer_bytes_per_param
+                                                #   optimizer_bytes_per_param, attention
+                                                #   (flash | unfused: pre-FlashAttention)
     communication: {algorithm: auto, protocol: auto}   # collectives.comm_params_from_mapping
     simulation: {fidelity: coflow, seed: 0}     # fidelity: coflow | step
     stragglers: {n0.gpu3: 1.2}                  # compute slowdown factor per GPU
@@ -56,7 +57,7 @@ from simcore.errors import ConfigError, DistsimError, closest
 from simcore.units import parse_duration
 from simcore.yamlfile import line_of, read_yaml
 from topology import Topology, build_cluster, list_presets
-from workloads.costs import CostModel, RooflineCosts, TableCosts
+from workloads.costs import ATTENTION_IMPLEMENTATIONS, CostModel, RooflineCosts, TableCosts
 from workloads.gpus import GpuSpec, get_gpu, gpu_from_mapping
 from workloads.iteration import IterationSpec, simulate_iteration
 from workloads.models import ModelSpec, model_from_mapping
@@ -90,6 +91,7 @@ _ROOFLINE_KNOBS = {
     "gemm_k_half": "gemm_k_half",
     "causal": "causal",
     "optimizer_bytes_per_param": "optimizer_bytes_per_param",
+    "attention": "attention",
 }
 COMPUTE_KEYS = ("gpu", "costs", *_ROOFLINE_KNOBS)
 SIMULATION_KEYS = ("fidelity", "seed")
@@ -509,6 +511,11 @@ def _roofline(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,
                                   source=source)
         elif knob == "gemm_tiles":
             value = _tiles(value, key, source)
+        elif knob == "attention":
+            if value not in ATTENTION_IMPLEMENTATIONS:
+                raise ConfigError(f"unknown attention implementation {value!r}", key=key,
+                                  source=source,
+                                  hint="valid: " + ", ".join(ATTENTION_IMPLEMENTATIONS))
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"must be a number, got {value!r}", key=key, source=source)
         knobs[attr] = value

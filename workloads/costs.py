@@ -21,6 +21,15 @@ element-wise ops see ``T/t`` tokens, the GEMMs the all-gathered ``T``)::
     qkv             GEMM           m=T, k=h,   n=(h + 2·d_kv)/t
     attention       flash-style    4·b·s²·h/t FLOP (halved when causal), memory ~ linear
     attn_out        GEMM           m=T, k=h/t, n=h
+
+``attention: unfused`` (the pre-FlashAttention kernels: Megatron's fused scale-mask-softmax
+between two batched GEMMs) replaces the ``attention`` kernel by three, over ``B = b·a/t``
+heads that each materialise an ``s×s`` score matrix (no causal saving: the full matrix
+is computed and masked)::
+
+    attn_scores     batched GEMM   Q·Kᵀ: 2·B·s²·d FLOP, writes B·s² scores
+    attn_softmax    element-wise   reads and writes the B·s² scores
+    attn_context    batched GEMM   P·V:  2·B·s²·d FLOP, reads B·s² probabilities
     attn_residual   element-wise   3·T·h (dropout + residual add)
     post_attn_norm  element-wise   2·T·h
     mlp_fc1         GEMM           m=T, k=h,   n=f/t (2·f/t gated: gate and up fused)
@@ -65,6 +74,8 @@ from workloads.models import ModelSpec
 __all__ = [
     "ADAM_BYTES_PER_PARAM",
     "ATTENTION_EFFICIENCY",
+    "ATTENTION_IMPLEMENTATIONS",
+    "CORE_ATTENTION_KERNELS",
     "DEFAULT_GEMM_TILES",
     "FLASH_ATTENTION_BWD_FLOP_RATIO",
     "GEMM_K_HALF",
@@ -90,6 +101,11 @@ __all__ = [
 ]
 
 PASSES = ("fwd", "bwd", "recompute")
+ATTENTION_IMPLEMENTATIONS = ("flash", "unfused")
+# The kernels selective recomputation re-runs (Korthikanti et al. 2022 §5: "core
+# attention", from the scores to the context), for either implementation.
+CORE_ATTENTION_KERNELS = frozenset({"attention", "attn_scores", "attn_softmax",
+                                    "attn_context"})
 RECOMPUTE_GRANULARITIES = ("full", "selective")
 TABLE_PASSES = ("fwd", "bwd", "recompute", "recompute_selective")
 
@@ -243,15 +259,17 @@ class LayerWork:
             raise ConfigError(f"recompute() needs forward work, this is {self.pass_!r}")
         _choice(granularity, RECOMPUTE_GRANULARITIES, "recompute")
         kernels = self.kernels if granularity == "full" else tuple(
-            k for k in self.kernels if k.kind == "attention")
+            k for k in self.kernels if k.name in CORE_ATTENTION_KERNELS)
         return LayerWork("recompute", kernels, self.operand_bytes, self.activation_bytes)
 
 
 def forward_layer_work(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
                        sequence_parallel: bool = False, precision: str = "bf16",
-                       layer_index: int = 0, ep: int = 1, causal: bool = True) -> LayerWork:
+                       layer_index: int = 0, ep: int = 1, causal: bool = True,
+                       attention: str = "flash") -> LayerWork:
     """The forward kernels of layer ``layer_index`` on one TP rank (module docstring)."""
     _check_shard(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, ep=ep)
+    _choice(attention, ATTENTION_IMPLEMENTATIONS, "attention")
     ob, ab = bytes_per_element(precision)
     h, f, b, s = model.hidden, model.ffn_hidden, micro_batch, seq_len
     tokens = b * s
@@ -262,10 +280,14 @@ def forward_layer_work(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: 
     kv_width = kv_local * model.head_dim
     attention_flops = 4.0 * b * s * s * q_width * (0.5 if causal else 1.0)
     attention_bytes = tokens * (2 * q_width + 2 * kv_width) * ab + 4.0 * b * heads_local * s
+    if attention == "flash":
+        core = [Kernel("attention", "attention", attention_flops, attention_bytes)]
+    else:
+        core = _unfused_attention(b * heads_local, s, model.head_dim, ob, ab)
     kernels: list[Kernel] = [
         _elementwise("input_norm", 2 * tokens_ew * h * ab),
         _gemm("qkv", tokens, q_width + 2 * kv_width, h, ob, ab),
-        Kernel("attention", "attention", attention_flops, attention_bytes),
+        *core,
         _gemm("attn_out", tokens, h, q_width, ob, ab),
         _elementwise("attn_residual", 3 * tokens_ew * h * ab),
         _elementwise("post_attn_norm", 2 * tokens_ew * h * ab),
@@ -295,15 +317,33 @@ def forward_layer_work(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: 
     return LayerWork("fwd", tuple(kernels), ob, ab)
 
 
+def _unfused_attention(batch: int, s: int, d: int, ob: int, ab: int) -> list[Kernel]:
+    """Pre-FlashAttention core attention over ``batch`` heads (module docstring).
+
+    The batched GEMMs are one launch each, so they stand as one GEMM of ``m = batch·s``
+    rows (the tiles and waves of the whole batch), with the bytes of every head's
+    operands and ``s×s`` result.
+    """
+    scores = s * s * batch
+    return [
+        Kernel("attn_scores", "gemm", 2.0 * batch * s * s * d,
+               float(batch * 2 * s * d * ob + scores * ab), batch * s, s, d),
+        _elementwise("attn_softmax", 2 * scores * ab),
+        Kernel("attn_context", "gemm", 2.0 * batch * s * s * d,
+               float(scores * ob + batch * s * d * ob + batch * s * d * ab), batch * s, d, s),
+    ]
+
+
 def layer_work(pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
                sequence_parallel: bool = False, precision: str = "bf16",
                layer_index: int = 0, ep: int = 1, causal: bool = True,
-               recompute: str = "full") -> LayerWork:
+               recompute: str = "full", attention: str = "flash") -> LayerWork:
     """The kernels of pass ``pass_`` (``fwd``, ``bwd``, ``recompute``) of one layer."""
     _choice(pass_, PASSES, "pass")
     forward = forward_layer_work(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp,
                                  sequence_parallel=sequence_parallel, precision=precision,
-                                 layer_index=layer_index, ep=ep, causal=causal)
+                                 layer_index=layer_index, ep=ep, causal=causal,
+                                 attention=attention)
     if pass_ == "bwd":
         return forward.backward()
     if pass_ == "recompute":
@@ -386,10 +426,12 @@ class RooflineCosts:
     gemm_k_half: float = GEMM_K_HALF
     causal: bool = True
     optimizer_bytes_per_param: float = ADAM_BYTES_PER_PARAM
+    attention: str = "flash"
 
     def __post_init__(self) -> None:
         self.gpu.peak_flops(self.precision)  # ConfigError if the GPU lacks the precision
         bytes_per_element(self.precision)
+        _choice(self.attention, ATTENTION_IMPLEMENTATIONS, "attention")
         for name in ("matmul_asymptotic_efficiency", "attention_efficiency",
                      "memory_efficiency"):
             value = getattr(self, name)
@@ -412,7 +454,8 @@ class RooflineCosts:
                 "launch_overhead_s": self.launch_overhead_s,
                 "gemm_tiles": [list(t) for t in self.gemm_tiles],
                 "gemm_k_half": self.gemm_k_half, "causal": self.causal,
-                "optimizer_bytes_per_param": self.optimizer_bytes_per_param}
+                "optimizer_bytes_per_param": self.optimizer_bytes_per_param,
+                "attention": self.attention}
 
     @property
     def peak_flops_per_s(self) -> float:
@@ -451,7 +494,7 @@ class RooflineCosts:
         return layer_work(pass_, model, micro_batch=micro_batch, seq_len=seq_len, tp=tp,
                           sequence_parallel=sequence_parallel, precision=self.precision,
                           layer_index=layer_index, ep=ep, causal=self.causal,
-                          recompute=recompute)
+                          recompute=recompute, attention=self.attention)
 
     def layer_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int,
                      tp: int = 1, sequence_parallel: bool = False, layer_index: int = 0,

@@ -85,6 +85,9 @@ CASES = {
         tiny(stragglers={"n0.gpu1": 0}), ["stragglers.n0.gpu1", "> 0"]),
     "roofline knob out of range": (
         tiny(compute={"matmul_efficiency": 1.5}), ["compute.matmul_efficiency", "(0, 1]"]),
+    "unknown attention implementation": (
+        tiny(compute={"attention": "paged"}),
+        ["compute.attention", "unknown attention implementation 'paged'", "flash, unfused"]),
     "bad gemm tiles": (
         tiny(compute={"gemm_tiles": [[128, 128]]}), ["compute.gemm_tiles[0]"]),
     "missing model": ({"cluster": {"preset": "switch"}}, ["bad.yaml", "model", "needs"]),

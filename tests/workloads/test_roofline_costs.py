@@ -9,6 +9,7 @@ import pytest
 from simcore.errors import ConfigError
 from workloads.costs import (
     ADAM_BYTES_PER_PARAM,
+    CORE_ATTENTION_KERNELS,
     FLASH_ATTENTION_BWD_FLOP_RATIO,
     CostModel,
     Kernel,
@@ -259,6 +260,52 @@ def test_fp8_doubles_compute_rate_on_hopper():
     assert bf16.kernel_time_s(k) / fp8.kernel_time_s(k) == pytest.approx(2.0, rel=0.01)
 
 
+# --------------------------------------------------------------------- unfused attention
+BLOOM_SHAPE = {"micro_batch": 2, "seq_len": 2048, "tp": 4}
+
+
+def test_unfused_attention_kernels_closed_forms():
+    # BLOOM-176B on TP 4: B = b·a/t = 2·112/4 = 56 heads, each an s×s score matrix.
+    m = get_model("bloom-176b")
+    b, s, d, t = 2, 2048, m.head_dim, 4
+    heads = b * m.heads // t
+    work = forward_layer_work(m, **BLOOM_SHAPE, attention="unfused")
+    scores, softmax, context = (work.kernel(n) for n in
+                                ("attn_scores", "attn_softmax", "attn_context"))
+    assert scores.flops == context.flops == 2.0 * heads * s * s * d
+    assert (scores.m, scores.n, scores.k) == (heads * s, s, d)
+    assert (context.m, context.n, context.k) == (heads * s, d, s)
+    assert softmax.bytes_moved == 2 * heads * s * s * 2  # bf16 scores read and written
+    assert scores.bytes_moved == heads * (2 * s * d * 2 + s * s * 2)
+    # No causal saving: the full matrix is computed, twice flash's causal FLOP.
+    flash = forward_layer_work(m, **BLOOM_SHAPE).kernel("attention")
+    assert scores.flops + context.flops == pytest.approx(2 * flash.flops, rel=1e-12)
+    # The rest of the layer is the same kernels.
+    same = [k for k in work.kernels if k.name not in CORE_ATTENTION_KERNELS]
+    assert same == [k for k in forward_layer_work(m, **BLOOM_SHAPE).kernels
+                    if k.name != "attention"]
+
+
+def test_unfused_softmax_is_memory_bound_and_the_layer_slower():
+    m = get_model("bloom-176b")
+    costs = RooflineCosts(A100, attention="unfused")
+    work = costs.layer_work("fwd", m, **BLOOM_SHAPE)
+    softmax = work.kernel("attn_softmax")
+    assert costs.kernel_time_s(softmax) == pytest.approx(
+        softmax.bytes_moved / (A100.memory_bandwidth_bytes_per_s * costs.memory_efficiency)
+        + costs.launch_overhead_s, rel=1e-12)
+    for pass_ in ("fwd", "bwd"):
+        assert costs.layer_time_s(pass_, m, **BLOOM_SHAPE) > RooflineCosts(A100).layer_time_s(
+            pass_, m, **BLOOM_SHAPE)
+
+
+def test_selective_recompute_reruns_the_unfused_core_attention():
+    m = get_model("bloom-176b")
+    work = layer_work("recompute", m, **BLOOM_SHAPE, attention="unfused",
+                      recompute="selective")
+    assert [k.name for k in work.kernels] == ["attn_scores", "attn_softmax", "attn_context"]
+
+
 def test_roofline_rejects_bad_settings():
     with pytest.raises(ConfigError, match="v100-32gb has no 'bf16' rate"):
         RooflineCosts(get_gpu("v100"))
@@ -266,6 +313,8 @@ def test_roofline_rejects_bad_settings():
         RooflineCosts(A100, memory_efficiency=1.5)
     with pytest.raises(ConfigError, match="launch_overhead_s"):
         RooflineCosts(A100, launch_overhead_s=-1.0)
+    with pytest.raises(ConfigError, match="unknown attention 'paged'"):
+        RooflineCosts(A100, attention="paged")
 
 
 def test_to_dict_records_every_setting():
