@@ -89,6 +89,7 @@ from simcore.errors import ConfigError, DistsimError
 from simcore.fileio import atomic_write_text
 from simcore.simulation import Simulation
 from topology import build_cluster
+from workloads.costs import stores_attention_scores
 from workloads.memory import layer_params_local, memory_per_gpu, params_on_gpu
 from workloads.parallel import (
     ParallelConfig,
@@ -375,7 +376,8 @@ def _stage_memory(scenario: Scenario, parallel: ParallelConfig, training: Traini
         fsdp=parallel.fsdp, micro_batch=training.micro_batch, seq_len=scenario.seq_len,
         recompute=training.recompute, schedule=parallel.schedule,
         interleave=parallel.interleave, num_microbatches=microbatches,
-        precision=training.precision, stage=stage, flash_attention=True,
+        precision=training.precision, stage=stage,
+        flash_attention=not stores_attention_scores(scenario.costs),
         partition=parallel.partition).total_bytes for stage in range(parallel.pp))
 
 

@@ -97,6 +97,7 @@ __all__ = [
     "layer_work",
     "matmul_efficiency",
     "read_cost_table",
+    "stores_attention_scores",
     "write_cost_table",
 ]
 
@@ -315,6 +316,14 @@ def forward_layer_work(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: 
         ]
     kernels.append(_elementwise("mlp_residual", 3 * tokens_ew * h * ab))
     return LayerWork("fwd", tuple(kernels), ob, ab)
+
+
+def stores_attention_scores(costs: object) -> bool:
+    """Whether a cost model's attention keeps the ``s×s`` softmax output for backward
+    (what the memory model's ``flash_attention=False`` counts): only a roofline with
+    ``attention: unfused``.  A profiled table does not say how it ran attention; it is
+    taken as flash, the kernels current stacks use."""
+    return getattr(costs, "attention", "flash") == "unfused"
 
 
 def _unfused_attention(batch: int, s: int, d: int, ob: int, ab: int) -> list[Kernel]:

@@ -51,7 +51,7 @@ from collectives.plan import CollectivePlan
 from simcore.errors import ConfigError, SimulationError, closest
 from simcore.simulation import Simulation
 from topology import Topology
-from workloads.costs import CostModel
+from workloads.costs import CostModel, stores_attention_scores
 from workloads.gpus import GpuSpec
 from workloads.memory import MemoryBreakdown, layer_params_local, memory_per_gpu, params_on_gpu
 from workloads.models import ModelSpec
@@ -274,7 +274,7 @@ class _IterationSimulator:
             micro_batch=train.micro_batch, seq_len=self.seq_len, recompute=train.recompute,
             schedule=par.schedule, interleave=par.interleave,
             num_microbatches=self.microbatches, precision=train.precision, stage=stage,
-            flash_attention=True, partition=par.partition)
+            flash_attention=not stores_attention_scores(s.costs), partition=par.partition)
 
     def _check_memory(self) -> None:
         if self.spec.allow_oom:

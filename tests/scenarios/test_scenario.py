@@ -165,3 +165,24 @@ def test_scenario_from_mapping_without_a_file():
     scenario = scenario_from_mapping(tiny(), source="<test>")
     assert scenario.source == "<test>"
     assert run_scenario(scenario).iteration_time_s > 0
+
+
+@pytest.mark.parametrize("attention", ["flash", "unfused"])
+def test_memory_follows_the_attention_implementation(tmp_path, attention):
+    # Unfused attention keeps every s×s softmax output for backward (Korthikanti et al.
+    # 2022's 5·a·s/h term); the simulator and the search's memory check count the same.
+    from scenarios.search import _stage_memory
+
+    def memory(kind: str) -> tuple[float, float]:
+        path = write_scenario(tmp_path / f"{kind}.yaml", tiny(compute={
+            "gpu": "a100-80gb", "costs": "roofline", "attention": kind}))
+        scenario = load_scenario(path)
+        report = run_scenario(scenario, allow_oom=True)
+        counted = _stage_memory(scenario, scenario.parallel, scenario.training,
+                                report.microbatches)
+        return max(g.peak_memory_bytes for g in report.per_gpu), counted
+
+    simulated, counted = memory(attention)
+    assert simulated == pytest.approx(counted, rel=1e-12)
+    if attention == "unfused":
+        assert simulated > memory("flash")[0]

@@ -322,3 +322,4 @@ def test_to_dict_records_every_setting():
     assert settings["gpu"]["name"] == "h100-sxm"
     assert settings["precision"] == "fp8" and settings["launch_overhead_s"] == 5e-6
     assert settings["matmul_asymptotic_efficiency"] == 0.8
+
