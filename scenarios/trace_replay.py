@@ -55,6 +55,7 @@ from collectives import CommParams, Communicator
 from scenarios.kineto import CpuEvent, Kernel, ProfilerStep, RankTrace
 from simcore.errors import ConfigError
 from simcore.simulation import Simulation
+from simcore.trace import Span
 from topology import Topology
 
 __all__ = [
@@ -175,18 +176,6 @@ class StepResult:
 
 
 @dataclass(frozen=True, slots=True)
-class Span:
-    """One op on a timeline (for the side-by-side Perfetto trace); times from the base."""
-
-    rank: int
-    track: str
-    name: str
-    start_s: float
-    end_s: float
-    args: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
 class ReplayResult:
     """The replay of every common profiler step, with what was assumed along the way."""
 
@@ -196,6 +185,9 @@ class ReplayResult:
     steps: tuple[StepResult, ...]
     clock_offsets_s: dict[int, float]
     notes: tuple[str, ...]
+    # Every replayed op as measured and as replayed, for the side-by-side Perfetto trace:
+    # processes ``rank r · measured`` / ``rank r · replayed``, threads the streams, times
+    # from the first step's base; rank by rank, each in step order.
     measured_spans: tuple[Span, ...]
     predicted_spans: tuple[Span, ...]
 
@@ -719,8 +711,8 @@ def replay_traces(traces: Sequence[RankTrace], topology: Topology,
     offsets = _clock_offsets(ordered, step_maps, world_size)
 
     results: list[StepResult] = []
-    measured_spans: list[Span] = []
-    predicted_spans: list[Span] = []
+    measured_spans: dict[int, list[Span]] = {}
+    predicted_spans: dict[int, list[Span]] = {}
     for number in common:
         base = min(step_maps[r][number].start_s - offsets[r] for r in step_maps)
         rank_steps = [_build_rank_step(t, step_maps[t.rank or 0][number], offsets[t.rank or 0],
@@ -736,18 +728,24 @@ def replay_traces(traces: Sequence[RankTrace], topology: Topology,
             for op in rs.ops:
                 name = op.kernel.name.split("(", 1)[0]
                 track = f"stream {op.stream}"
-                measured_spans.append(Span(op.rank, track, name, op.start_s + shift,
-                                           op.end_s + shift))
+                measured_spans.setdefault(op.rank, []).append(Span(
+                    f"rank {op.rank} · measured", track, name, op.start_s + shift,
+                    op.end_s + shift))
                 args = {"wait_us": op.sim_wait_s * 1e6} if op.collective else {}
-                predicted_spans.append(Span(op.rank, track, name, op.sim_start_s + shift,
-                                            op.sim_end_s + shift, args))
+                predicted_spans.setdefault(op.rank, []).append(Span(
+                    f"rank {op.rank} · replayed", track, name, op.sim_start_s + shift,
+                    op.sim_end_s + shift, args))
     unsized = sum(1 for s in results for c in s.collectives if not c.simulated)
     if unsized and mode == "simulated":
         notes.append(f"{unsized} collectives without a size or known kind in the trace kept "
                      "their measured transfer time")
     return ReplayResult(mode, tuple(sorted(by_rank)), world_size, tuple(results),
                         {r: offsets[r] for r in sorted(offsets)}, tuple(dict.fromkeys(notes)),
-                        tuple(measured_spans), tuple(predicted_spans))
+                        _by_rank(measured_spans), _by_rank(predicted_spans))
+
+
+def _by_rank(spans: dict[int, list[Span]]) -> tuple[Span, ...]:
+    return tuple(span for rank in sorted(spans) for span in spans[rank])
 
 
 def _match_collectives(rank_steps: Sequence[_RankStep], world_size: int, number: int,

@@ -222,11 +222,8 @@ def perfetto_trace(result: ReplayResult) -> dict[str, Any]:
     """Measured and replayed GPU timelines as one Chrome/Perfetto trace, one process each
     per rank (``measured · rank r`` next to ``replayed · rank r``)."""
     tracer = Tracer()
-    for label, spans in (("measured", result.measured_spans),
-                         ("replayed", result.predicted_spans)):
-        for span in sorted(spans, key=lambda s: (s.rank, s.start_s)):
-            tracer.span(f"rank {span.rank} · {label}", span.track, span.name, span.start_s,
-                        span.end_s, **span.args)
+    tracer.spans.extend(result.measured_spans)
+    tracer.spans.extend(result.predicted_spans)
     return tracer.to_chrome_trace()
 
 
