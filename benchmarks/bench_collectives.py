@@ -16,11 +16,10 @@ import platform
 import time
 
 import numpy as np
-
-from collectives import CommParams, Communicator
-from scenarios.nccl_tests import size_series
-from simcore import Simulation
-from topology import build_cluster
+from distsim_gpu.collectives import CommParams, Communicator
+from distsim_gpu.collectives.nccl_tests import size_series
+from distsim_gpu.simcore import Simulation
+from distsim_gpu.topology import build_cluster
 
 SIZES = size_series(8, 8 * 2**30, 2)  # 8 B – 8 GiB, ×2: 31 sizes
 

@@ -18,7 +18,7 @@ import platform
 import time
 from pathlib import Path
 
-from scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
+from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "scenarios" / "examples"
 

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from scenarios.sweep import run_sweep
+from distsim_gpu.scenarios.study.sweep import run_sweep
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "examples" / "quickstart.yaml"
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 _READER = """
 import resource, sys, time
-from scenarios.kineto import load_traces
+from distsim_gpu.measured.kineto import load_traces
 start = time.perf_counter()
 (trace,) = load_traces([sys.argv[1]])
 wall = time.perf_counter() - start

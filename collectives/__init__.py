@@ -3,16 +3,16 @@
 Knows nothing of models: a call is (operation, group of GPUs, size in bytes).
 """
 
-from collectives.algorithms import OPS, build_plan, ring_channels
-from collectives.communicator import CollectiveRecord, Communicator
-from collectives.params import (
+from distsim_gpu.collectives.algorithms import OPS, build_plan, ring_channels
+from distsim_gpu.collectives.communicator import CollectiveRecord, Communicator
+from distsim_gpu.collectives.params import (
     ALGORITHMS,
     FIDELITIES,
     PROTOCOLS,
     CommParams,
     comm_params_from_mapping,
 )
-from collectives.plan import CollectivePlan, StepShape
+from distsim_gpu.collectives.plan import CollectivePlan, StepShape
 
 __all__ = [
     "ALGORITHMS",

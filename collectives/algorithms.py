@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from collectives.params import CommParams
-from collectives.plan import CollectivePlan, StepShape
-from simcore.errors import ConfigError, TopologyError
-from topology import Route, Topology
+from distsim_gpu.collectives.params import CommParams
+from distsim_gpu.collectives.plan import CollectivePlan, StepShape
+from distsim_gpu.simcore.errors import ConfigError, TopologyError
+from distsim_gpu.topology import Route, Topology
 
 __all__ = [
     "OPS",

@@ -16,14 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import simpy
-
-from collectives.algorithms import OPS, build_plan, pairs_plan
-from collectives.params import ALGORITHMS, FIDELITIES, PROTOCOLS, CommParams
-from collectives.plan import CollectivePlan, StepShape
-from simcore.errors import ConfigError, closest
-from simcore.network import LinkSet
-from simcore.simulation import Simulation
-from topology import Topology
+from distsim_gpu.collectives.algorithms import OPS, build_plan, pairs_plan
+from distsim_gpu.collectives.params import ALGORITHMS, FIDELITIES, PROTOCOLS, CommParams
+from distsim_gpu.collectives.plan import CollectivePlan, StepShape
+from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.simcore.network import LinkSet
+from distsim_gpu.simcore.simulation import Simulation
+from distsim_gpu.topology import Topology
 
 __all__ = ["CollectiveRecord", "Communicator"]
 

@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from simcore.errors import ConfigError, closest
-from simcore.units import parse_duration, parse_size
+from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.simcore.units import parse_duration, parse_size
 
 __all__ = [
     "ALGORITHMS",

@@ -1,7 +1,7 @@
-"""``python -m scenarios`` runs the distsim command line."""
+"""``python -m distsim_gpu.scenarios`` runs the distsim command line."""
 
 import sys
 
-from scenarios.cli import main
+from distsim_gpu.scenarios.cli import main
 
 sys.exit(main())

@@ -21,10 +21,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
-from simcore.trace import Counter, Tracer
-from simcore.units import format_duration
-from workloads.iteration import CRITICAL_KINDS, IterationResult, PathEntry
+from distsim_gpu.simcore.trace import Counter, Tracer
+from distsim_gpu.simcore.units import format_duration
+from distsim_gpu.workloads.iteration import CRITICAL_KINDS, IterationResult, PathEntry
 
 __all__ = [
     "CRITICAL_PATH_PROCESS",

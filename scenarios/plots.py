@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from scenarios.report import Report
+    from distsim_gpu.scenarios.report import Report
 
 __all__ = ["STREAM_COLOURS", "PlotsUnavailable", "plot_breakdown", "plot_memory",
            "plot_timeline", "write_plots"]

@@ -26,13 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from scenarios.bottlenecks import add_to_trace, bottlenecks, format_bottlenecks
-from simcore.errors import ConfigError
-from simcore.trace import Tracer
-from simcore.units import format_duration
-from workloads.iteration import GpuTimes, IterationResult
-from workloads.memory import MemoryBreakdown
+from distsim_gpu.scenarios.bottlenecks import add_to_trace, bottlenecks, format_bottlenecks
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.trace import Tracer
+from distsim_gpu.simcore.units import format_duration
+from distsim_gpu.workloads.iteration import GpuTimes, IterationResult
+from distsim_gpu.workloads.memory import MemoryBreakdown
 
 __all__ = [
     "GROUP_TOLERANCE",
@@ -376,7 +375,7 @@ def write_output_dir(report: Report, directory: str | os.PathLike[str], *,
                 json.dump(report.tracer.to_chrome_trace(), handle, separators=(",", ":"))
             files.append("trace.json")
         if plots:
-            from scenarios import plots as plotting
+            from distsim_gpu.scenarios import plots as plotting
 
             try:
                 files += plotting.write_plots(report, staging)

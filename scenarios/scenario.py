@@ -51,17 +51,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collectives import CommParams, comm_params_from_mapping
-from scenarios.report import Report, build_report
-from simcore.errors import ConfigError, DistsimError, closest
-from simcore.units import parse_duration
-from simcore.yamlfile import line_of, read_yaml
-from topology import Topology, build_cluster, list_presets
-from workloads.costs import ATTENTION_IMPLEMENTATIONS, CostModel, RooflineCosts, TableCosts
-from workloads.gpus import GpuSpec, get_gpu, gpu_from_mapping
-from workloads.iteration import IterationSpec, simulate_iteration
-from workloads.models import ModelSpec, model_from_mapping
-from workloads.parallel import (
+from distsim_gpu.collectives import CommParams, comm_params_from_mapping
+from distsim_gpu.scenarios.report import Report, build_report
+from distsim_gpu.simcore.errors import ConfigError, DistsimError, closest
+from distsim_gpu.simcore.units import parse_duration
+from distsim_gpu.simcore.yamlfile import line_of, read_yaml
+from distsim_gpu.topology import Topology, build_cluster, list_presets
+from distsim_gpu.workloads.costs import (
+    ATTENTION_IMPLEMENTATIONS,
+    CostModel,
+    RooflineCosts,
+    TableCosts,
+)
+from distsim_gpu.workloads.gpus import GpuSpec, get_gpu, gpu_from_mapping
+from distsim_gpu.workloads.iteration import IterationSpec, simulate_iteration
+from distsim_gpu.workloads.models import ModelSpec, model_from_mapping
+from distsim_gpu.workloads.parallel import (
     ParallelConfig,
     TrainingConfig,
     check_strategy,
@@ -302,7 +307,7 @@ def load_scenario(path: str | os.PathLike[str],
                   overrides: Iterable[tuple[str, Any]] = ()) -> Scenario:
     """Read, override and validate the scenario file ``path``.
 
-    ``overrides`` are ``(dotted_key, value)`` pairs (as :func:`scenarios.overrides.
+    ``overrides`` are ``(dotted_key, value)`` pairs (as :func:`simcore.config.
     parse_assignment` returns them), applied before validation.  Relative cluster and cost
     table paths are taken relative to the scenario file.  Raises :class:`ConfigError` /
     :class:`ParseError` naming the file, the line and the dotted key.

@@ -3,17 +3,17 @@
 Knows nothing of GPUs or DNNs; every layer above builds on it.
 """
 
-from simcore.errors import (
+from distsim_gpu.simcore.errors import (
     ConfigError,
     DistsimError,
     ParseError,
     SimulationError,
     TopologyError,
 )
-from simcore.maxmin import max_min_fair, solve_max_min
-from simcore.network import Flow, FlowNetwork
-from simcore.simulation import Simulation
-from simcore.trace import Tracer
+from distsim_gpu.simcore.maxmin import max_min_fair, solve_max_min
+from distsim_gpu.simcore.network import Flow, FlowNetwork
+from distsim_gpu.simcore.simulation import Simulation
+from distsim_gpu.simcore.trace import Tracer
 
 __all__ = [
     "ConfigError",

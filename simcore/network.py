@@ -25,10 +25,9 @@ from typing import Any
 
 import numpy as np
 import simpy
+from distsim_gpu.simcore.errors import SimulationError
+from distsim_gpu.simcore.maxmin import solve_max_min
 from simpy.events import NORMAL, Event
-
-from simcore.errors import SimulationError
-from simcore.maxmin import solve_max_min
 
 __all__ = ["Flow", "FlowNetwork", "LinkSet", "LinkStats"]
 

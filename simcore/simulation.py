@@ -11,10 +11,9 @@ import itertools
 
 import numpy as np
 import simpy
-
-from simcore.errors import DistsimError
-from simcore.network import FlowNetwork
-from simcore.trace import Tracer
+from distsim_gpu.simcore.errors import DistsimError
+from distsim_gpu.simcore.network import FlowNetwork
+from distsim_gpu.simcore.trace import Tracer
 
 __all__ = ["CountingEnvironment", "Simulation"]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 
-from simcore.errors import ParseError
+from distsim_gpu.simcore.errors import ParseError
 
 __all__ = [
     "format_bandwidth",

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from simcore.errors import ConfigError, ParseError
+from distsim_gpu.simcore.errors import ConfigError, ParseError
 
 __all__ = ["key_lines", "line_of", "read_yaml"]
 

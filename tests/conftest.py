@@ -6,9 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-
-from simcore import Simulation
-from topology import build_cluster
+from distsim_gpu.simcore import Simulation
+from distsim_gpu.topology import build_cluster
 
 
 def shared_data_dir() -> Path | None:

@@ -6,8 +6,8 @@ fabric (or a custom device list), :func:`apply_overrides` applies ``--set`` styl
 Knows nothing of collectives; depends only on :mod:`simcore`.
 """
 
-from topology.cluster import apply_overrides, build_cluster, list_presets, load_cluster
-from topology.model import Device, Link, Route, Topology
+from distsim_gpu.topology.cluster import apply_overrides, build_cluster, list_presets, load_cluster
+from distsim_gpu.topology.model import Device, Link, Route, Topology
 
 __all__ = [
     "Device",

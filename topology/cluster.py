@@ -38,13 +38,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import yaml
-
-from simcore.errors import ConfigError, DistsimError, TopologyError, closest
-from simcore.units import parse_bandwidth, parse_duration
-from simcore.yamlfile import line_of, read_yaml
-from topology.fabrics import FABRIC_ALIASES, FABRIC_KINDS, FabricSpec, build_fabric
-from topology.model import DEVICE_KINDS, LINK_KINDS, Device, Link, Topology
-from topology.presets import (
+from distsim_gpu.simcore.errors import ConfigError, DistsimError, TopologyError, closest
+from distsim_gpu.simcore.units import parse_bandwidth, parse_duration
+from distsim_gpu.simcore.yamlfile import line_of, read_yaml
+from distsim_gpu.topology.fabrics import FABRIC_ALIASES, FABRIC_KINDS, FabricSpec, build_fabric
+from distsim_gpu.topology.model import DEVICE_KINDS, LINK_KINDS, Device, Link, Topology
+from distsim_gpu.topology.presets import (
     PRESETS,
     LinkFigure,
     NodePreset,

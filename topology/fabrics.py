@@ -31,8 +31,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from simcore.errors import ConfigError
-from topology.model import Device, Link
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.topology.model import Device, Link
 
 __all__ = ["FABRIC_ALIASES", "FABRIC_KINDS", "FabricSpec", "build_fabric"]
 

@@ -34,8 +34,7 @@ from operator import index as as_index
 from typing import Any
 
 import networkx as nx
-
-from simcore.errors import ConfigError, TopologyError, closest
+from distsim_gpu.simcore.errors import ConfigError, TopologyError, closest
 
 __all__ = [
     "DEVICE_KINDS",

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from topology.model import Device, Link, full_duplex
+from distsim_gpu.topology.model import Device, Link, full_duplex
 
 __all__ = [
     "CABLE_LATENCY_S",

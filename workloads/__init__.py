@@ -8,7 +8,7 @@ parallelism, ZeRO/FSDP and recomputation (:mod:`workloads.memory`).  Depends onl
 ``simcore``.
 """
 
-from workloads.costs import (
+from distsim_gpu.workloads.costs import (
     PASSES,
     CostModel,
     CostRow,
@@ -23,7 +23,7 @@ from workloads.costs import (
     read_cost_table,
     write_cost_table,
 )
-from workloads.gpus import (
+from distsim_gpu.workloads.gpus import (
     GPU_PRESETS,
     GpuSpec,
     canonical_gpu_name,
@@ -31,7 +31,7 @@ from workloads.gpus import (
     gpu_from_mapping,
     list_gpus,
 )
-from workloads.memory import (
+from distsim_gpu.workloads.memory import (
     MemoryBreakdown,
     StageParams,
     activation_bytes_per_layer,
@@ -40,14 +40,14 @@ from workloads.memory import (
     params_on_gpu,
     stage_layers,
 )
-from workloads.models import (
+from distsim_gpu.workloads.models import (
     MODEL_PRESETS,
     ModelSpec,
     get_model,
     list_models,
     model_from_mapping,
 )
-from workloads.profile_layer import LayerTiming, profile_layer
+from distsim_gpu.workloads.profile_layer import LayerTiming, profile_layer
 
 __all__ = [
     "GPU_PRESETS",

@@ -64,12 +64,11 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import yaml
-
-from simcore.errors import ConfigError, ParseError, closest
-from simcore.fileio import atomic_write_text
-from simcore.units import parse_duration
-from workloads.gpus import GpuSpec, canonical_gpu_name
-from workloads.models import ModelSpec
+from distsim_gpu.simcore.errors import ConfigError, ParseError, closest
+from distsim_gpu.simcore.fileio import atomic_write_text
+from distsim_gpu.simcore.units import parse_duration
+from distsim_gpu.workloads.gpus import GpuSpec, canonical_gpu_name
+from distsim_gpu.workloads.models import ModelSpec
 
 __all__ = [
     "ADAM_BYTES_PER_PARAM",

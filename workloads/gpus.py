@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from simcore.errors import ConfigError, closest
-from simcore.units import parse_bandwidth, parse_flops, parse_size
+from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.simcore.units import parse_bandwidth, parse_flops, parse_size
 
 __all__ = [
     "GPU_ALIASES",

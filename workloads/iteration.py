@@ -45,24 +45,28 @@ from functools import partial
 from typing import Any
 
 import simpy
-
-from collectives import CommParams, Communicator
-from collectives.plan import CollectivePlan
-from simcore.errors import ConfigError, SimulationError, closest
-from simcore.simulation import Simulation
-from topology import Topology
-from workloads.costs import CostModel, stores_attention_scores
-from workloads.gpus import GpuSpec
-from workloads.memory import MemoryBreakdown, layer_params_local, memory_per_gpu, params_on_gpu
-from workloads.models import ModelSpec
-from workloads.parallel import (
+from distsim_gpu.collectives import CommParams, Communicator
+from distsim_gpu.collectives.plan import CollectivePlan
+from distsim_gpu.simcore.errors import ConfigError, SimulationError, closest
+from distsim_gpu.simcore.simulation import Simulation
+from distsim_gpu.topology import Topology
+from distsim_gpu.workloads.costs import CostModel, stores_attention_scores
+from distsim_gpu.workloads.gpus import GpuSpec
+from distsim_gpu.workloads.memory import (
+    MemoryBreakdown,
+    layer_params_local,
+    memory_per_gpu,
+    params_on_gpu,
+)
+from distsim_gpu.workloads.models import ModelSpec
+from distsim_gpu.workloads.parallel import (
     ParallelConfig,
     Placement,
     TrainingConfig,
     check_strategy,
     layer_partition,
 )
-from workloads.schedule import stage_program, virtual_stage
+from distsim_gpu.workloads.schedule import stage_program, virtual_stage
 
 __all__ = ["CRITICAL_KINDS", "GpuTimes", "IterationResult", "IterationSpec", "PathEntry",
            "simulate_iteration"]
@@ -927,7 +931,7 @@ def _trace_metadata(simulator: _IterationSimulator, result: IterationResult) -> 
     """What a reader of trace.json needs beyond the spans (the ``otherData.distsim``
     object): the shape keys of a cost table, and which GPUs each rank-group process
     stands for (its spans are every member's), so the trace imports back per GPU
-    (:mod:`scenarios.distsim_trace`)."""
+    (:mod:`measured.distsim_trace`)."""
     spec, par, train = simulator.spec, simulator.spec.parallel, simulator.spec.training
     topo = spec.topology
     groups = {group.name: {"stage": group.stage, "replica": group.replica,

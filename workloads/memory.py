@@ -60,9 +60,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from simcore.errors import ConfigError, closest
-from workloads.models import RECOMPUTE_MODES, ModelSpec
-from workloads.parallel import layer_partition
+from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.workloads.models import RECOMPUTE_MODES, ModelSpec
+from distsim_gpu.workloads.parallel import layer_partition
 
 __all__ = [
     "PRECISION_BYTES",

@@ -42,7 +42,7 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
-from simcore.errors import ConfigError, closest
+from distsim_gpu.simcore.errors import ConfigError, closest
 
 __all__ = [
     "MODEL_PRESETS",

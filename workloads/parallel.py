@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from itertools import permutations
 from typing import Any
 
-from simcore.errors import ConfigError, closest
-from simcore.units import parse_size
+from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.simcore.units import parse_size
 
 __all__ = [
     "PLACEMENT_ORDERS",

@@ -33,10 +33,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simcore.errors import ConfigError, DistsimError
-from workloads.costs import CostRow, TableHeader, write_cost_table
-from workloads.gpus import canonical_gpu_name
-from workloads.models import ModelSpec, get_model
+from distsim_gpu.simcore.errors import ConfigError, DistsimError
+from distsim_gpu.workloads.costs import CostRow, TableHeader, write_cost_table
+from distsim_gpu.workloads.gpus import canonical_gpu_name
+from distsim_gpu.workloads.models import ModelSpec, get_model
 
 __all__ = [
     "INSTALL_HINT",

@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from distsim_gpu.collectives import CommParams, Communicator
+from distsim_gpu.simcore import Simulation
+from distsim_gpu.topology import build_cluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from collectives import CommParams, Communicator
-from simcore import Simulation
-from topology import build_cluster
 
 B = 50e9  # bytes/s per link direction
 L = 1e-6  # seconds per link

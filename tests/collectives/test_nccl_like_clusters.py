@@ -10,12 +10,11 @@ these numbers.
 from __future__ import annotations
 
 import pytest
-
-from collectives import CommParams, Communicator, ring_channels
-from collectives.algorithms import gpu_rail
-from scenarios.nccl_tests import run_benchmark
-from simcore import Simulation
-from topology import build_cluster
+from distsim_gpu.collectives import CommParams, Communicator, ring_channels
+from distsim_gpu.collectives.algorithms import gpu_rail
+from distsim_gpu.collectives.nccl_tests import run_benchmark
+from distsim_gpu.simcore import Simulation
+from distsim_gpu.topology import build_cluster
 
 GIB = 2**30
 

@@ -13,8 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-from scenarios.scenario import load_scenario, run_scenario
+from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"

@@ -9,11 +9,11 @@ import os
 
 import pytest
 import yaml
+from distsim_gpu.scenarios import plots
+from distsim_gpu.scenarios.report import OUTPUT_FILES, format_summary, group_gpus, write_output_dir
+from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+from distsim_gpu.simcore.errors import ConfigError
 
-from scenarios import plots
-from scenarios.report import OUTPUT_FILES, format_summary, group_gpus, write_output_dir
-from scenarios.scenario import load_scenario, run_scenario
-from simcore.errors import ConfigError
 from tests.scenarios.test_scenario_support import tiny, write_scenario
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

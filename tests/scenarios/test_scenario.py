@@ -7,12 +7,18 @@ import json
 
 import pytest
 import yaml
+from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
+from distsim_gpu.simcore.config import parse_assignment
+from distsim_gpu.workloads.costs import (
+    CostRow,
+    RooflineCosts,
+    TableCosts,
+    TableHeader,
+    write_cost_table,
+)
+from distsim_gpu.workloads.gpus import get_gpu
 
-from scenarios.overrides import parse_assignment
-from scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
 from tests.scenarios.test_scenario_support import tiny, write_scenario
-from workloads.costs import CostRow, RooflineCosts, TableCosts, TableHeader, write_cost_table
-from workloads.gpus import get_gpu
 
 
 def _sets(*texts: str) -> list[tuple[str, object]]:
@@ -171,7 +177,7 @@ def test_scenario_from_mapping_without_a_file():
 def test_memory_follows_the_attention_implementation(tmp_path, attention):
     # Unfused attention keeps every s×s softmax output for backward (Korthikanti et al.
     # 2022's 5·a·s/h term); the simulator and the search's memory check count the same.
-    from scenarios.search import _stage_memory
+    from distsim_gpu.scenarios.study.search import _stage_memory
 
     def memory(kind: str) -> tuple[float, float]:
         path = write_scenario(tmp_path / f"{kind}.yaml", tiny(compute={

@@ -4,10 +4,10 @@ and what would be valid — never a traceback from deep inside."""
 from __future__ import annotations
 
 import pytest
+from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+from distsim_gpu.simcore.config import parse_assignment
+from distsim_gpu.simcore.errors import ConfigError, DistsimError, ParseError
 
-from scenarios.overrides import parse_assignment
-from scenarios.scenario import load_scenario, run_scenario
-from simcore.errors import ConfigError, DistsimError, ParseError
 from tests.scenarios.test_scenario_support import tiny, write_scenario
 
 

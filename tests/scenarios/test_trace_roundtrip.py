@@ -1,4 +1,4 @@
-"""distsim's own trace.json imports back (scenarios.distsim_trace via load_traces) to the
+"""distsim's own trace.json imports back (measured.distsim_trace via load_traces) to the
 per-GPU busy times the simulator accounted, for every GPU of runs that exercise every kind
 of span: folded and simulated TP collectives, pipeline sends, DP buckets, the tied-embedding
 all-reduce, expert all-to-alls, ZeRO-1 parameter gathers, FSDP, stragglers, recompute."""
@@ -9,15 +9,15 @@ import json
 from pathlib import Path
 
 import pytest
+from distsim_gpu.measured.distsim_trace import is_distsim_trace, parse_distsim_trace
+from distsim_gpu.measured.kineto import load_trace_file, load_traces
+from distsim_gpu.measured.summary import summarise
+from distsim_gpu.scenarios.cli import main
+from distsim_gpu.scenarios.report import Report
+from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+from distsim_gpu.simcore.errors import ParseError
+from distsim_gpu.simcore.trace import Tracer
 
-from scenarios.cli import main
-from scenarios.distsim_trace import is_distsim_trace, parse_distsim_trace
-from scenarios.kineto import load_trace_file, load_traces
-from scenarios.report import Report
-from scenarios.scenario import load_scenario, run_scenario
-from scenarios.trace_summary import summarise
-from simcore.errors import ParseError
-from simcore.trace import Tracer
 from tests.scenarios.test_scenario_support import tiny, write_scenario
 
 MOE_MODEL = {"name": "tiny-moe", "layers": 4, "hidden": 256, "heads": 8, "seq_len": 128,

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from simcore.fileio import atomic_write_bytes, atomic_write_text
+from distsim_gpu.simcore.fileio import atomic_write_bytes, atomic_write_text
 
 
 def test_write_creates_file_and_parents_and_leaves_no_temp(tmp_path):

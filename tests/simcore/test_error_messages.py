@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from simcore.errors import (
+from distsim_gpu.simcore.errors import (
     ConfigError,
     DistsimError,
     ParseError,

@@ -6,9 +6,8 @@ import math
 
 import pytest
 import simpy
-
-from simcore.errors import SimulationError
-from simcore.network import FlowNetwork
+from distsim_gpu.simcore.errors import SimulationError
+from distsim_gpu.simcore.network import FlowNetwork
 
 
 def make_network(**links: float) -> tuple[simpy.Environment, FlowNetwork]:

@@ -11,11 +11,10 @@ import math
 
 import pytest
 import simpy
+from distsim_gpu.simcore.maxmin import max_min_fair
+from distsim_gpu.simcore.network import FlowNetwork
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-
-from simcore.maxmin import max_min_fair
-from simcore.network import FlowNetwork
 
 RTOL = 1e-9
 

@@ -6,8 +6,7 @@ import math
 
 import numpy as np
 import pytest
-
-from simcore.maxmin import max_min_fair, solve_max_min
+from distsim_gpu.simcore.maxmin import max_min_fair, solve_max_min
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 7, 64])

@@ -6,10 +6,9 @@ import math
 
 import numpy as np
 import pytest
+from distsim_gpu.simcore.maxmin import max_min_fair, solve_max_min
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from simcore.maxmin import max_min_fair, solve_max_min
 
 RTOL = 1e-9
 

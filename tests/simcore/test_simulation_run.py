@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from simcore import FlowNetwork, Simulation, Tracer
+from distsim_gpu.simcore import FlowNetwork, Simulation, Tracer
 
 
 def test_same_seed_same_draws():

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from simcore.trace import Counter, Span, Tracer
+from distsim_gpu.simcore.trace import Counter, Span, Tracer
 
 
 def events_of(trace, phase):

@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from simcore.errors import DistsimError, ParseError
-from simcore.units import (
+from distsim_gpu.simcore.errors import DistsimError, ParseError
+from distsim_gpu.simcore.units import (
     format_bandwidth,
     format_bytes,
     format_duration,

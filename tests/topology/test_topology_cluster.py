@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from simcore.errors import ConfigError, DistsimError, ParseError, TopologyError
-from topology import Topology, apply_overrides, build_cluster, load_cluster
+from distsim_gpu.simcore.errors import ConfigError, DistsimError, ParseError, TopologyError
+from distsim_gpu.topology import Topology, apply_overrides, build_cluster, load_cluster
 
 CUSTOM = """\
 name: tiny

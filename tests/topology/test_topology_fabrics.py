@@ -10,11 +10,10 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.topology import Route, Topology, build_cluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from simcore.errors import ConfigError
-from topology import Route, Topology, build_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 

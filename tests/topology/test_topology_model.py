@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import networkx as nx
 import pytest
-
-from simcore.errors import ConfigError, TopologyError
-from topology import Device, Link, Route, Topology
-from topology.model import full_duplex
+from distsim_gpu.simcore.errors import ConfigError, TopologyError
+from distsim_gpu.topology import Device, Link, Route, Topology
+from distsim_gpu.topology.model import full_duplex
 
 
 def _two_gpu_box() -> Topology:

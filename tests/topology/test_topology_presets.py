@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from simcore.errors import ConfigError
-from topology import Topology, build_cluster, list_presets
-from topology.presets import PCIE_GEN4_X16_BYTES_PER_S, PCIE_GEN5_X16_BYTES_PER_S
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.topology import Topology, build_cluster, list_presets
+from distsim_gpu.topology.presets import PCIE_GEN4_X16_BYTES_PER_S, PCIE_GEN5_X16_BYTES_PER_S
 
 GEN4_X16 = 16e9 * 16 * (128 / 130) / 8  # 16 GT/s x16, 128b/130b, one direction
 GEN5_X16 = 32e9 * 16 * (128 / 130) / 8

@@ -7,14 +7,14 @@ import itertools
 
 import pytest
 import simpy
+from distsim_gpu.collectives import CommParams, Communicator
+from distsim_gpu.scenarios.bottlenecks import bottlenecks, critical_path_summary
+from distsim_gpu.simcore import Simulation
+from distsim_gpu.simcore.network import FlowNetwork
+from distsim_gpu.topology import build_cluster
+from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
 
-from collectives import CommParams, Communicator
-from scenarios.bottlenecks import bottlenecks, critical_path_summary
-from simcore import Simulation
-from simcore.network import FlowNetwork
 from tests.workloads.test_iteration import SMALL, T_BWD, T_FWD, fast_switch, run
-from topology import build_cluster
-from workloads.parallel import ParallelConfig, TrainingConfig
 
 
 def kind_seconds(result):
@@ -161,9 +161,10 @@ def test_stats_count_a_flow_still_in_flight_up_to_now():
 
 
 def test_report_json_summary_and_trace_carry_the_bottlenecks(tmp_path):
-    from scenarios.bottlenecks import CRITICAL_PATH_PROCESS, TOP_LINKS_PROCESS
-    from scenarios.report import format_summary
-    from scenarios.scenario import load_scenario, run_scenario
+    from distsim_gpu.scenarios.bottlenecks import CRITICAL_PATH_PROCESS, TOP_LINKS_PROCESS
+    from distsim_gpu.scenarios.report import format_summary
+    from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+
     from tests.scenarios.test_scenario_support import tiny, write_scenario
 
     path = write_scenario(tmp_path / "tiny.yaml", tiny(
@@ -188,7 +189,7 @@ def test_report_json_summary_and_trace_carry_the_bottlenecks(tmp_path):
 
 
 def test_batched_integration_matches_integrating_every_solve(monkeypatch):
-    import simcore.network as network_module
+    import distsim_gpu.simcore.network as network_module
 
     def stats(batch):
         monkeypatch.setattr(network_module, "_STATS_BATCH", batch)

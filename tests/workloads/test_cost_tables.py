@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from simcore.errors import ConfigError, ParseError
-from workloads.costs import (
+from distsim_gpu.simcore.errors import ConfigError, ParseError
+from distsim_gpu.workloads.costs import (
     CostRow,
     RooflineCosts,
     TableCosts,
@@ -13,8 +12,8 @@ from workloads.costs import (
     read_cost_table,
     write_cost_table,
 )
-from workloads.gpus import get_gpu
-from workloads.models import get_model
+from distsim_gpu.workloads.gpus import get_gpu
+from distsim_gpu.workloads.models import get_model
 
 HEADER = TableHeader(software="torch 2.3.0, CUDA 12.1", date="2024-05-01",
                      source="unit test", gpu="h100-sxm", precision="bf16", model="llama3-8b")

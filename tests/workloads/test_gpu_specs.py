@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from simcore.errors import ConfigError
-from workloads.gpus import GPU_PRESETS, GpuSpec, get_gpu, gpu_from_mapping, list_gpus
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.gpus import GPU_PRESETS, GpuSpec, get_gpu, gpu_from_mapping, list_gpus
 
 GiB = 2**30
 T = 1e12

@@ -7,16 +7,15 @@ import itertools
 from dataclasses import replace
 
 import pytest
-
-from collectives import CommParams, Communicator
-from simcore import Simulation
-from simcore.errors import ConfigError
-from topology import build_cluster
-from workloads.gpus import get_gpu
-from workloads.iteration import IterationSpec, simulate_iteration
-from workloads.memory import memory_per_gpu
-from workloads.models import ModelSpec, model_from_mapping
-from workloads.parallel import ParallelConfig, TrainingConfig, layer_partition
+from distsim_gpu.collectives import CommParams, Communicator
+from distsim_gpu.simcore import Simulation
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.topology import build_cluster
+from distsim_gpu.workloads.gpus import get_gpu
+from distsim_gpu.workloads.iteration import IterationSpec, simulate_iteration
+from distsim_gpu.workloads.memory import memory_per_gpu
+from distsim_gpu.workloads.models import ModelSpec, model_from_mapping
+from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig, layer_partition
 
 T_FWD = 1e-3
 T_BWD = 2e-3

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import pytest
-
-from simcore.errors import ConfigError
-from workloads.memory import (
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.memory import (
     activation_bytes_per_layer,
     memory_per_gpu,
     microbatches_in_flight,
     params_on_gpu,
     stage_layers,
 )
-from workloads.models import ModelSpec, get_model
+from distsim_gpu.workloads.models import ModelSpec, get_model
 
 GPT3 = get_model("gpt3-175b")
 S, B, H, A, L, V = 2048, 1, 12288, 96, 96, 50257

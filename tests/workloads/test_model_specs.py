@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from simcore.errors import ConfigError
-from workloads.models import (
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.models import (
     MODEL_PRESETS,
     ModelSpec,
     get_model,

@@ -8,11 +8,10 @@ import subprocess
 import sys
 
 import pytest
-
-from simcore.errors import ConfigError
-from workloads.costs import TableCosts, read_cost_table
-from workloads.models import get_model
-from workloads.profile_layer import (
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.costs import TableCosts, read_cost_table
+from distsim_gpu.workloads.models import get_model
+from distsim_gpu.workloads.profile_layer import (
     INSTALL_HINT,
     LayerTiming,
     main,

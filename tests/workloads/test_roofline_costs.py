@@ -5,9 +5,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
-from simcore.errors import ConfigError
-from workloads.costs import (
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.costs import (
     ADAM_BYTES_PER_PARAM,
     CORE_ATTENTION_KERNELS,
     FLASH_ATTENTION_BWD_FLOP_RATIO,
@@ -19,8 +18,8 @@ from workloads.costs import (
     layer_work,
     matmul_efficiency,
 )
-from workloads.gpus import get_gpu
-from workloads.models import ModelSpec, get_model
+from distsim_gpu.workloads.gpus import get_gpu
+from distsim_gpu.workloads.models import ModelSpec, get_model
 
 A100 = get_gpu("a100-80gb")
 H100 = get_gpu("h100-sxm")

@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from scenarios.scenario import run_scenario, scenario_from_mapping
+from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = HERE.parents[2] / "shared" / "data" / "tables"

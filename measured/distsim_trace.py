@@ -1,0 +1,223 @@
+"""Read distsim's own ``trace.json`` back: one :class:`~measured.kineto.RankTrace` per GPU.
+
+``distsim run --out`` writes a Chrome trace (:mod:`simcore.trace`) whose ``otherData``
+says ``"generator": "distsim"`` and, under ``otherData.distsim``, what the run was: the
+shape keys of a cost table (micro-batch, sequence length, hidden size, tensor
+parallelism, sequence parallelism, GPU), the iteration time and the *rank groups*.  A
+process of the trace is a rank group — the ``tp`` GPUs of one pipeline stage of one
+data-parallel replica, which run the same kernels in lockstep — so its spans are every
+member GPU's.  This module turns such a trace into the records the Kineto importer
+produces, so ``distsim trace summary`` and everything built on
+:func:`measured.kineto.load_traces` read a simulated run as they read a measured one:
+
+* one :class:`RankTrace` per GPU: ``rank`` its global index, ``world_size`` the cluster's
+  GPU count, ``gpu_model`` the simulated GPU, one ``ProfilerStep`` ``[0, iteration]``;
+* its group's spans as GPU events, one stream per track: ``compute`` spans as kind
+  ``compute``, the ``tp comm``/``dp comm``/``ep comm``/``pp send`` tracks as
+  ``communication`` with the collective kind the span's args name; a pipeline send is a
+  ``recv`` on the receiving group too (the transfer keeps both busy, as the simulator
+  counts it).
+
+The raw spans, with their args (layer kind, pass), stay available as
+:class:`DistsimTrace` for cost extraction (:mod:`workloads.measured_costs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from distsim_gpu.measured.kineto import Kernel, ProfilerStep, RankTrace
+from distsim_gpu.simcore.errors import ParseError
+from distsim_gpu.simcore.trace import GENERATOR
+
+__all__ = [
+    "COMPUTE_TRACK",
+    "DistsimTrace",
+    "GroupInfo",
+    "TraceSpan",
+    "distsim_rank_traces",
+    "is_distsim_trace",
+    "parse_distsim_trace",
+]
+
+_US = 1e-6  # Chrome trace times are microseconds.
+COMPUTE_TRACK = "compute"
+_COMM_TRACKS = frozenset({"tp comm", "dp comm", "ep comm", "pp send"})
+# The simulator's collective names as the Kineto importer spells collective kinds.
+_KINDS = {"alltoall": "all_to_all"}
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSpan:
+    """One complete event of a distsim trace (seconds): track ``(process, thread)``."""
+
+    process: str
+    thread: str
+    name: str
+    start_s: float
+    end_s: float
+    args: dict[str, Any]
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """A rank group: the process ``name`` of its spans and the GPUs it stands for."""
+
+    name: str
+    stage: int
+    replica: int
+    gpus: tuple[str, ...]
+    ranks: tuple[int, ...]
+    slowdown: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class DistsimTrace:
+    """A decoded distsim trace: its run metadata (``otherData.distsim``), rank groups and
+    spans (in file order)."""
+
+    source: str
+    metadata: dict[str, Any]
+    groups: tuple[GroupInfo, ...]
+    spans: tuple[TraceSpan, ...]
+
+    @property
+    def iteration_time_s(self) -> float:
+        """The simulated iteration's length (the metadata's, else the last span's end)."""
+        value = self.metadata.get("iteration_time_s")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        return max((s.end_s for s in self.spans), default=0.0)
+
+    def rank_traces(self) -> list[RankTrace]:
+        """One :class:`RankTrace` per GPU, in rank order (see the module docstring)."""
+        world = self.metadata.get("world_size")
+        world_size = world if isinstance(world, int) and not isinstance(world, bool) else None
+        gpu = self.metadata.get("gpu")
+        gpu_model = gpu if isinstance(gpu, str) else None
+        steps = (ProfilerStep(0, 0.0, self.iteration_time_s),)
+        streams: dict[tuple[str, str], int] = {}
+        by_group: dict[str, list[Kernel]] = {g.name: [] for g in self.groups}
+        for span in self.spans:
+            if span.process not in by_group:
+                continue  # links, critical path: not a GPU's
+            if span.thread == COMPUTE_TRACK:
+                kind = "compute"
+            elif span.thread in _COMM_TRACKS:
+                kind = "communication"
+            else:
+                continue
+            stream = streams.setdefault((span.process, span.thread), len(streams) + 1)
+            collective = span.args.get("collective")
+            collective = _KINDS.get(collective, collective) if isinstance(collective, str) \
+                else None
+            if kind == "communication" and collective is None:
+                collective = "other"
+            by_group[span.process].append(Kernel(
+                name=span.name, kind=kind, start_s=span.start_s,
+                duration_s=span.duration_s, stream=stream, collective=collective))
+            peer = span.args.get("to")
+            if span.thread == "pp send" and isinstance(peer, str) and peer in by_group:
+                recv = streams.setdefault((peer, "pp recv"), len(streams) + 1)
+                by_group[peer].append(Kernel(
+                    name=span.name, kind="communication", start_s=span.start_s,
+                    duration_s=span.duration_s, stream=recv, collective="recv"))
+        traces: list[RankTrace] = []
+        for group in self.groups:
+            kernels = tuple(sorted(by_group[group.name], key=lambda k: k.start_s))
+            for gpu_name, rank in zip(group.gpus, group.ranks):
+                traces.append(RankTrace(
+                    source=f"{self.source}:{gpu_name}", rank=rank, world_size=world_size,
+                    gpu_model=gpu_model, steps=steps, kernels=kernels))
+        traces.sort(key=lambda t: t.rank if t.rank is not None else -1)
+        return traces
+
+
+def is_distsim_trace(data: Any) -> bool:
+    """Whether a decoded trace document was written by distsim (``otherData.generator``)."""
+    if not isinstance(data, dict):
+        return False
+    other = data.get("otherData")
+    return isinstance(other, dict) and other.get("generator") == GENERATOR
+
+
+def _group(name: str, raw: Any, source: str) -> GroupInfo:
+    key = f"otherData.distsim.groups.{name}"
+    if not isinstance(raw, dict):
+        raise ParseError("a rank group must be an object", source=source, key=key)
+    gpus, ranks = raw.get("gpus"), raw.get("ranks")
+    if (not isinstance(gpus, list) or not isinstance(ranks, list) or len(gpus) != len(ranks)
+            or not gpus or not all(isinstance(g, str) for g in gpus)
+            or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks)):
+        raise ParseError("needs 'gpus' (names) and 'ranks' (integers) of equal length",
+                         source=source, key=key)
+    slowdown = raw.get("slowdown", 1.0)
+    if isinstance(slowdown, bool) or not isinstance(slowdown, int | float) or slowdown <= 0:
+        raise ParseError(f"'slowdown' must be a positive number, got {slowdown!r}",
+                         source=source, key=key)
+    stage, replica = raw.get("stage", 0), raw.get("replica", 0)
+    return GroupInfo(name, stage if isinstance(stage, int) else 0,
+                     replica if isinstance(replica, int) else 0,
+                     tuple(gpus), tuple(ranks), float(slowdown))
+
+
+def parse_distsim_trace(data: Any, source: str) -> DistsimTrace:
+    """Decode a distsim trace document (see :func:`is_distsim_trace`).
+
+    Raises :class:`ParseError` when the run metadata (``otherData.distsim`` with its rank
+    groups) is missing or malformed; events that are not complete spans with numeric
+    times are ignored (Perfetto ignores them too).
+    """
+    if not is_distsim_trace(data):
+        raise ParseError("not a distsim trace (no otherData.generator = \"distsim\")",
+                         source=source)
+    meta = data["otherData"].get("distsim")
+    if not isinstance(meta, dict) or not isinstance(meta.get("groups"), dict):
+        raise ParseError("a distsim trace without run metadata (otherData.distsim.groups)",
+                         source=source, key="otherData.distsim",
+                         hint="write the trace with 'distsim run --out DIR' of this version")
+    groups = tuple(_group(str(name), raw, source) for name, raw in meta["groups"].items())
+    events = data.get("traceEvents")
+    if not isinstance(events, list):
+        raise ParseError("no 'traceEvents' list", source=source, key="traceEvents")
+    processes: dict[Any, str] = {}
+    threads: dict[tuple[Any, Any], str] = {}
+    complete: list[dict[str, Any]] = []
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        phase = event.get("ph")
+        if phase == "M":
+            args = event.get("args")
+            label = args.get("name") if isinstance(args, dict) else None
+            if isinstance(label, str):
+                if event.get("name") == "process_name":
+                    processes[event.get("pid")] = label
+                elif event.get("name") == "thread_name":
+                    threads[(event.get("pid"), event.get("tid"))] = label
+        elif phase == "X":
+            complete.append(event)
+    spans: list[TraceSpan] = []
+    for event in complete:
+        ts, dur, name = event.get("ts"), event.get("dur"), event.get("name")
+        if (isinstance(ts, bool) or isinstance(dur, bool) or not isinstance(ts, int | float)
+                or not isinstance(dur, int | float) or not isinstance(name, str)):
+            continue
+        pid = event.get("pid")
+        args = event.get("args")
+        start = ts * _US
+        spans.append(TraceSpan(processes.get(pid, str(pid)),
+                               threads.get((pid, event.get("tid")), str(event.get("tid"))),
+                               name, start, start + dur * _US,
+                               args if isinstance(args, dict) else {}))
+    return DistsimTrace(source, meta, groups, tuple(spans))
+
+
+def distsim_rank_traces(data: Any, source: str) -> list[RankTrace]:
+    """The per-GPU :class:`RankTrace` records of a decoded distsim trace document."""
+    return parse_distsim_trace(data, source).rank_traces()

@@ -1,0 +1,180 @@
+"""Per-rank, per-step breakdown of imported Kineto traces (see :mod:`measured.kineto`).
+
+For every ``ProfilerStep#N`` window of every rank:
+
+* ``step_s`` — the step's duration (the CPU annotation, so it includes launch overhead);
+* busy time per class — ``compute_s``, ``communication_s`` (NCCL kernels) and ``memcpy_s``
+  (memcpy and memset) — each the length of the *union* of that class's GPU intervals clipped
+  to the step window, so concurrent kernels on several streams are not counted twice;
+* ``busy_s`` — the union of all GPU intervals in the window; ``idle_s = step_s - busy_s``;
+* ``overlap_s`` — the length of (compute union ∩ communication union): compute hidden
+  behind communication, or the other way round;
+* ``nccl_counts`` — NCCL kernels per collective kind launched in the step (by the CPU launch
+  time where the trace links it, else by the kernel's start).
+
+All times are seconds; the table shows milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from distsim_gpu.measured.kineto import RankTrace
+
+__all__ = ["StepSummary", "format_summary_table", "summarise", "to_json"]
+
+_CLASS_OF_KIND = {"compute": "compute", "communication": "communication",
+                  "memcpy": "memcpy", "memset": "memcpy"}
+
+Intervals = list[tuple[float, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class StepSummary:
+    """The breakdown of one profiler step of one rank (times in seconds)."""
+
+    source: str
+    rank: int | None
+    step: int
+    start_s: float
+    step_s: float
+    compute_s: float
+    communication_s: float
+    memcpy_s: float
+    busy_s: float
+    idle_s: float
+    overlap_s: float
+    nccl_counts: tuple[tuple[str, int], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping (seconds, counts per collective kind)."""
+        return {
+            "source": self.source, "rank": self.rank, "step": self.step,
+            "start_s": self.start_s, "step_s": self.step_s, "compute_s": self.compute_s,
+            "communication_s": self.communication_s, "memcpy_s": self.memcpy_s,
+            "busy_s": self.busy_s, "idle_s": self.idle_s, "overlap_s": self.overlap_s,
+            "nccl_counts": dict(self.nccl_counts),
+        }
+
+
+def union(intervals: Iterable[tuple[float, float]]) -> Intervals:
+    """Merge ``(start, end)`` intervals into sorted, disjoint ones."""
+    merged: Intervals = []
+    for start, end in sorted(intervals):
+        if end <= start:
+            continue
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def length(intervals: Intervals) -> float:
+    """Total length of disjoint intervals."""
+    return sum(end - start for start, end in intervals)
+
+
+def intersection_length(a: Intervals, b: Intervals) -> float:
+    """Length of the intersection of two sorted, disjoint interval lists."""
+    total = 0.0
+    i = j = 0
+    while i < len(a) and j < len(b):
+        low = max(a[i][0], b[j][0])
+        high = min(a[i][1], b[j][1])
+        if high > low:
+            total += high - low
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def _summarise_rank(trace: RankTrace) -> list[StepSummary]:
+    rows: list[StepSummary] = []
+    kernels = trace.kernels
+    for step in trace.steps:
+        start, end = step.start_s, step.end_s
+        inside = [k for k in kernels if k.end_s > start and k.start_s < end]
+        by_class: dict[str, Intervals] = {"compute": [], "communication": [], "memcpy": []}
+        for kernel in inside:
+            by_class[_CLASS_OF_KIND.get(kernel.kind, "compute")].append(
+                (max(kernel.start_s, start), min(kernel.end_s, end)))
+        unions = {name: union(spans) for name, spans in by_class.items()}
+        busy = length(union(span for spans in unions.values() for span in spans))
+        counts: dict[str, int] = {}
+        for kernel in kernels:
+            if kernel.collective is None:
+                continue
+            when = kernel.launch_s if kernel.launch_s is not None else kernel.start_s
+            if start <= when < end:
+                counts[kernel.collective] = counts.get(kernel.collective, 0) + 1
+        rows.append(StepSummary(
+            source=trace.source, rank=trace.rank, step=step.number, start_s=start,
+            step_s=step.duration_s,
+            compute_s=length(unions["compute"]),
+            communication_s=length(unions["communication"]),
+            memcpy_s=length(unions["memcpy"]),
+            busy_s=busy, idle_s=max(step.duration_s - busy, 0.0),
+            overlap_s=intersection_length(unions["compute"], unions["communication"]),
+            nccl_counts=tuple(sorted(counts.items()))))
+    return rows
+
+
+def summarise(traces: Iterable[RankTrace]) -> list[StepSummary]:
+    """One :class:`StepSummary` per profiler step of every trace, in trace then step order."""
+    rows: list[StepSummary] = []
+    for trace in traces:
+        rows.extend(_summarise_rank(trace))
+    return rows
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}"
+
+
+def format_summary_table(traces: Sequence[RankTrace], summaries: Sequence[StepSummary]) -> str:
+    """A terminal table: one line per rank and step, times in milliseconds."""
+    lines = [f"# {len(traces)} rank(s), {len(summaries)} profiler step(s); times in ms"]
+    for trace in traces:
+        where = f"rank {trace.rank}" if trace.rank is not None else "rank ?"
+        world = f" of {trace.world_size}" if trace.world_size is not None else ""
+        gpu = trace.gpu_model or "GPU not recorded"
+        note = f"; skipped {len(trace.skipped)} note(s)" if trace.skipped else ""
+        if not trace.steps:
+            note += "; no ProfilerStep annotations"
+        lines.append(f"# {where}{world}: {trace.source} ({gpu}, {len(trace.kernels)} GPU "
+                     f"events{note})")
+    header = ("rank", "step", "step", "compute", "comm", "memcpy", "idle", "overlap", "nccl")
+    table = [header]
+    for row in summaries:
+        nccl = " ".join(f"{kind}x{count}" for kind, count in row.nccl_counts) or "-"
+        table.append((
+            "?" if row.rank is None else str(row.rank), str(row.step), _ms(row.step_s),
+            _ms(row.compute_s), _ms(row.communication_s), _ms(row.memcpy_s), _ms(row.idle_s),
+            _ms(row.overlap_s), nccl))
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    for r in table:
+        cells = [r[i].rjust(widths[i]) for i in range(len(header) - 1)]
+        lines.append("  ".join([*cells, r[-1]]).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def to_json(traces: Sequence[RankTrace], summaries: Sequence[StepSummary]) -> dict[str, Any]:
+    """A JSON-ready object: one entry per trace with its steps (seconds)."""
+    by_source: dict[str, list[dict[str, Any]]] = {}
+    for row in summaries:
+        by_source.setdefault(row.source, []).append(row.to_dict())
+    return {
+        "num_traces": len(traces),
+        "ranks": [{
+            "source": t.source, "rank": t.rank, "world_size": t.world_size,
+            "gpu_model": t.gpu_model, "num_gpu_events": len(t.kernels),
+            "nccl_counts": t.nccl_counts(), "skipped": list(t.skipped),
+            "steps": by_source.get(t.source, []),
+        } for t in traces],
+    }

@@ -1,0 +1,1 @@
+"""fit — predictions held against measurements: calibration and validation."""

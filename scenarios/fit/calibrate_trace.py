@@ -1,0 +1,297 @@
+"""``distsim calibrate trace``: fit network and compute parameters to a job's traces.
+
+**Network.** Every collective the traces hold with a known kind and size, matched across
+ranks as the replay matches them (:mod:`workloads.replay`), is one sample: its
+measured transfer time (the shortest kernel among the present ranks — the rank that
+arrived last hardly waited) against the closed-form time of the same call on the cluster
+(:meth:`collectives.Communicator.estimate_s`, the real group on the real routes).  As
+``calibrate nccl`` does (:mod:`scenarios.fit.calibrate_nccl`), the fit moves the efficiency of each
+link kind the samples cross, bounded to [0.2, 1], and one factor on every protocol
+latency, bounded to [0.1, 20], minimising the squared log ratio of predicted to measured
+time with Nelder–Mead; it reports the median error before and after, and a
+cross-validation (fit on every other sample by size, test on the rest).  Where ranks of a
+group have no trace, the measured kernels include waiting for them, so the fit would read
+a slow network: the result says so.
+
+**Compute** (with ``--scenario``, a scenario describing the traced job).  The roofline's
+GEMM efficiency (``compute.matmul_efficiency``) is set so that the scenario's mean
+per-GPU compute time equals the traces' mean compute busy time per step and rank — a
+one-dimensional root found by bisection on the efficiency's logarithm (compute time
+falls monotonically as the efficiency rises).
+
+The output (``-o FILE``) holds ``communication:`` (and ``compute:``) sections for a
+scenario or ``--comm``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import yaml
+from distsim_gpu.collectives import CommParams, Communicator
+from distsim_gpu.measured.kineto import RankTrace, load_traces
+from distsim_gpu.measured.summary import summarise
+from distsim_gpu.scenarios.fit.calibrate_nccl import (
+    apply_calibration,
+    bounded,
+    comm_overrides,
+    nelder_mead,
+    unbounded,
+)
+from distsim_gpu.scenarios.fit.validate_trace import add_trace_cluster_options, trace_cluster
+from distsim_gpu.simcore.config import parse_assignment
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.fileio import atomic_write_text
+from distsim_gpu.simcore.simulation import Simulation
+from distsim_gpu.topology import Topology
+from distsim_gpu.workloads.replay import CollectiveResult, place_ranks, replay_traces
+
+__all__ = ["ComputeFit", "TraceCalibration", "add_parser", "calibrate_trace",
+           "fit_compute_efficiency"]
+
+_EFFICIENCY_BOUNDS = (0.2, 1.0)
+_LATENCY_BOUNDS = (0.1, 20.0)
+_MATMUL_BOUNDS = (0.02, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    op: str
+    gpus: tuple[str, ...]
+    size_bytes: int
+    measured_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class TraceCalibration:
+    """Fitted network parameters and the error of the closed forms on the samples (%)."""
+
+    link_efficiency: dict[str, float]
+    latency_scale: float
+    params: CommParams
+    samples: int
+    complete_groups: bool  # every rank of every sampled group was traced
+    median_error_before_pct: float
+    median_error_after_pct: float
+    cross_validation_error_pct: float
+
+    def overrides(self) -> dict[str, Any]:
+        """The fitted values as a scenario's ``communication`` section."""
+        return comm_overrides(self.params, {k: round(v, 4)
+                                            for k, v in self.link_efficiency.items()})
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeFit:
+    """The GEMM efficiency that makes a scenario's compute time match the traces'."""
+
+    matmul_efficiency: float
+    measured_compute_s: float
+    predicted_before_s: float
+    predicted_after_s: float
+    at_bound: bool
+
+
+def _samples(traces: Sequence[RankTrace], topology: Topology,
+             ranks_per_node: int | None) -> tuple[list[_Sample], bool]:
+    result = replay_traces(traces, topology, mode="measured", ranks_per_node=ranks_per_node)
+    gpus = place_ranks(topology, result.world_size, ranks_per_node)
+    traced = set(result.ranks)
+    calls: list[CollectiveResult] = [c for s in result.steps for c in s.collectives
+                                     if c.simulated and c.measured_transfer_s > 0]
+    samples = [_Sample(c.op, tuple(gpus[r] for r in c.group), int(c.size_bytes or 0),
+                       c.measured_transfer_s) for c in calls]
+    complete = all(set(c.group) <= traced for c in calls)
+    return samples, complete
+
+
+def _kinds_used(topology: Topology, samples: Sequence[_Sample]) -> list[str]:
+    kind_of = {(link.src, link.dst): link.kind for link in topology.links()}
+    used: set[str] = set()
+    for group in {s.gpus for s in samples}:
+        for a, b in zip(group, group[1:] + group[:1], strict=True):
+            if a != b:
+                used.update(kind_of[link] for link in topology.route(a, b).links)
+    return [k for k in ("network", "nvlink", "pcie", "cpu") if k in used]
+
+
+def calibrate_trace(traces: Sequence[RankTrace], topology: Topology, *,
+                    base: CommParams | None = None,
+                    ranks_per_node: int | None = None) -> TraceCalibration:
+    """Fit link efficiencies and a latency scale to the traces' collectives (docstring)."""
+    base = base or CommParams()
+    samples, complete = _samples(traces, topology, ranks_per_node)
+    if len(samples) < 2:
+        raise ConfigError(f"the traces hold {len(samples)} collective(s) with a known kind "
+                          "and size; a fit needs two or more",
+                          source=traces[0].source if traces else None,
+                          hint="record NCCL metadata (PyTorch >= 2.1) or record_shapes=True")
+    samples.sort(key=lambda s: (s.size_bytes, s.op))
+    kinds = _kinds_used(topology, samples)
+
+    def predict(efficiency: dict[str, float], scale: float,
+                subset: Sequence[_Sample]) -> list[float]:
+        comm = Communicator(Simulation(0), topology,
+                            apply_calibration(base, efficiency, scale))
+        return [comm.estimate_s(s.op, list(s.gpus), s.size_bytes) for s in subset]
+
+    def decode(z: np.ndarray) -> tuple[dict[str, float], float]:
+        efficiency = {k: bounded(z[i], *_EFFICIENCY_BOUNDS, log=False)
+                      for i, k in enumerate(kinds)}
+        return efficiency, bounded(z[-1], *_LATENCY_BOUNDS, log=True)
+
+    def fit(subset: Sequence[_Sample]) -> tuple[dict[str, float], float]:
+        def loss(z: np.ndarray) -> float:
+            efficiency, scale = decode(z)
+            return sum(math.log(p / s.measured_s) ** 2
+                       for s, p in zip(subset, predict(efficiency, scale, subset), strict=True))
+
+        start = np.array([unbounded(base.efficiency_of(k), *_EFFICIENCY_BOUNDS, log=False)
+                          for k in kinds] + [unbounded(1.0, *_LATENCY_BOUNDS, log=True)])
+        best, _, _ = nelder_mead(loss, start)
+        return decode(best)
+
+    def median_error(subset: Sequence[_Sample], predicted: Sequence[float]) -> float:
+        return statistics.median(abs(p - s.measured_s) / s.measured_s * 100.0
+                                 for s, p in zip(subset, predicted, strict=True))
+
+    before = median_error(samples, predict({}, 1.0, samples))
+    efficiency, scale = fit(samples)
+    after = median_error(samples, predict(efficiency, scale, samples))
+    train, test = samples[0::2], samples[1::2]
+    cv_efficiency, cv_scale = fit(train)
+    cross = median_error(test, predict(cv_efficiency, cv_scale, test))
+    return TraceCalibration(efficiency, scale, apply_calibration(base, efficiency, scale),
+                            len(samples), complete, before, after, cross)
+
+
+def measured_compute_s(traces: Sequence[RankTrace]) -> float:
+    """Mean compute busy time per step and rank in the traces (seconds)."""
+    rows = summarise(traces)
+    if not rows:
+        raise ConfigError("no profiler steps in the traces: nothing to fit compute to")
+    return statistics.fmean(row.compute_s for row in rows)
+
+
+def fit_compute_efficiency(scenario_path: str, measured_s: float, *,
+                           overrides: Sequence[str] = (),
+                           iterations: int = 30) -> ComputeFit:
+    """Bisect ``compute.matmul_efficiency`` so the scenario's mean per-GPU compute time is
+    ``measured_s`` (module docstring)."""
+    from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+
+    def predicted(efficiency: float | None) -> float:
+        extra = [] if efficiency is None else [f"compute.matmul_efficiency={efficiency!r}"]
+        scenario = load_scenario(scenario_path,
+                                 overrides=[parse_assignment(a) for a in (*overrides, *extra)])
+        report = run_scenario(scenario, trace=False, allow_oom=True)
+        return statistics.fmean(g.compute_s for g in report.per_gpu)
+
+    before = predicted(None)
+    low, high = math.log(_MATMUL_BOUNDS[0]), math.log(_MATMUL_BOUNDS[1])
+    at_bound = False
+    if predicted(math.exp(high)) > measured_s:  # slower than measured even at 100 %
+        low = high
+        at_bound = True
+    elif predicted(math.exp(low)) < measured_s:
+        high = low
+        at_bound = True
+    for _ in range(iterations if not at_bound else 0):
+        middle = 0.5 * (low + high)
+        if predicted(math.exp(middle)) > measured_s:
+            low = middle  # too slow: more efficiency
+        else:
+            high = middle
+        if high - low < 1e-4:
+            break
+    efficiency = math.exp(0.5 * (low + high))
+    return ComputeFit(efficiency, measured_s, before, predicted(efficiency), at_bound)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _cmd_calibrate_trace(args: argparse.Namespace) -> int:
+    traces = load_traces(args.traces)
+    topology, params, cluster = trace_cluster(args, traces)
+    network = calibrate_trace(traces, topology, base=params,
+                              ranks_per_node=args.ranks_per_node)
+    compute = None
+    if args.scenario:
+        compute = fit_compute_efficiency(args.scenario, measured_compute_s(traces))
+    document: dict[str, Any] = {"communication": network.overrides()}
+    if compute is not None:
+        document["compute"] = {"matmul_efficiency": round(compute.matmul_efficiency, 4)}
+    summary = {
+        "cluster": cluster,
+        "samples": network.samples, "complete_groups": network.complete_groups,
+        "link_efficiency": network.link_efficiency, "latency_scale": network.latency_scale,
+        "median_error_before_pct": network.median_error_before_pct,
+        "median_error_after_pct": network.median_error_after_pct,
+        "cross_validation_error_pct": network.cross_validation_error_pct,
+        "overrides": document}
+    if compute is not None:
+        summary["compute"] = {
+            "matmul_efficiency": compute.matmul_efficiency,
+            "measured_compute_s": compute.measured_compute_s,
+            "predicted_before_s": compute.predicted_before_s,
+            "predicted_after_s": compute.predicted_after_s, "at_bound": compute.at_bound}
+    if args.output:
+        header = (f"# distsim calibrate trace {' '.join(args.traces)} --cluster {args.cluster}"
+                  f" --nodes {topology.num_nodes}\n# {network.samples} collectives: median "
+                  f"|error| {network.median_error_before_pct:.1f} % before, "
+                  f"{network.median_error_after_pct:.1f} % after, cross-validated "
+                  f"{network.cross_validation_error_pct:.1f} %\n")
+        atomic_write_text(args.output, header + yaml.safe_dump(document, sort_keys=False))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    out = sys.stdout
+    out.write(f"# {network.samples} collectives from {len(traces)} trace(s) on "
+              f"{summary['cluster']}\n")
+    out.write(f"{'parameter':<28} {'default':>10} {'fitted':>10}\n")
+    for kind, value in network.link_efficiency.items():
+        out.write(f"{'link_efficiency.' + kind:<28} {params.efficiency_of(kind):>10.3f} "
+                  f"{value:>10.3f}\n")
+    out.write(f"{'latency scale':<28} {1.0:>10.3f} {network.latency_scale:>10.3f}\n")
+    out.write(f"median |error| of transfers before: {network.median_error_before_pct:.1f} %  "
+              f"after: {network.median_error_after_pct:.1f} %  cross-validated: "
+              f"{network.cross_validation_error_pct:.1f} %\n")
+    if not network.complete_groups:
+        out.write("warning: some ranks of the sampled groups have no trace; their kernels "
+                  "include waiting for those ranks, so the fitted network reads slow\n")
+    if compute is not None:
+        out.write(f"compute.matmul_efficiency: {compute.matmul_efficiency:.3f} (compute per "
+                  f"GPU and step: measured {compute.measured_compute_s * 1e3:.3f} ms, "
+                  f"scenario {compute.predicted_before_s * 1e3:.3f} ms before, "
+                  f"{compute.predicted_after_s * 1e3:.3f} ms after)"
+                  + (" — at its bound" if compute.at_bound else "") + "\n")
+    if args.output:
+        out.write(f"wrote {args.output} (use with --comm {args.output}, or as a scenario's "
+                  "sections)\n")
+    return 0
+
+
+def add_parser(kinds: Any) -> argparse.ArgumentParser:
+    """Register ``calibrate trace`` under the ``calibrate`` command's subparsers."""
+    parser = kinds.add_parser(
+        "trace", help="fit network (and compute) parameters to PyTorch profiler traces",
+        description="Fit link efficiencies and a latency scale to the collectives of a "
+                    "job's Kineto traces; with --scenario, also the GEMM efficiency that "
+                    "matches the traces' compute time.")
+    add_trace_cluster_options(parser)
+    parser.add_argument("--scenario", default=None, metavar="FILE",
+                        help="a scenario of the traced job: also fit compute.matmul_efficiency")
+    parser.add_argument("-o", "--output", default=None, metavar="FILE",
+                        help="write the fitted sections as YAML")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=_cmd_calibrate_trace, algo=None, proto=None, fidelity=None)
+    return parser

@@ -1,0 +1,163 @@
+"""Measured vs predicted: a real nccl-tests log held against the simulated cluster.
+
+For every size in the log the same collective is simulated on the described cluster;
+the report gives measured and predicted time and bus bandwidth and the signed error of
+the predicted time, ``100·(predicted − measured)/measured`` (positive = the simulator is
+slow).  Two medians summarise it: over bandwidth-bound sizes (≥ 64 MiB) and over
+latency-bound sizes (≤ 64 KiB), where different parts of the model are at work.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from distsim_gpu.collectives import CommParams
+from distsim_gpu.collectives.nccl_tests import BENCH_OPS, bus_factor, run_benchmark
+from distsim_gpu.measured.nccl_log import NcclLog
+from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.topology import Topology
+
+__all__ = [
+    "LARGE_MIN_BYTES",
+    "SMALL_MAX_BYTES",
+    "NcclComparison",
+    "NcclValidation",
+    "format_validation",
+    "select_run",
+    "validate_nccl_log",
+]
+
+LARGE_MIN_BYTES = 64 * 2**20
+SMALL_MAX_BYTES = 64 * 2**10
+
+
+@dataclass(frozen=True, slots=True)
+class NcclComparison:
+    """One size: measured and predicted time (s) and bus bandwidth (B/s)."""
+
+    size_bytes: int
+    measured_time_s: float
+    predicted_time_s: float
+    measured_busbw_bytes_per_s: float
+    predicted_busbw_bytes_per_s: float
+    error_pct: float
+    algorithm: str
+    protocol: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class NcclValidation:
+    """A whole log compared; medians of |error| in percent (None when no size qualifies)."""
+
+    source: str
+    op: str
+    num_ranks: int
+    rows: tuple[NcclComparison, ...]
+    median_abs_error_large_pct: float | None
+    median_abs_error_small_pct: float | None
+    median_abs_error_all_pct: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["rows"] = [asdict(r) for r in self.rows]
+        return data
+
+
+def _median_abs(values: list[float]) -> float | None:
+    return statistics.median(abs(v) for v in values) if values else None
+
+
+def select_run(log: NcclLog, num_gpus: int, run: int | None = None) -> NcclLog:
+    """The run of a (possibly multi-run) log to compare with a cluster of ``num_gpus``.
+
+    ``run`` (1-based) picks one explicitly; otherwise a single-run log is its own run and
+    a multi-run log must have exactly one run on ``num_gpus`` ranks.
+    """
+    runs = log.sections or (log,)
+    if run is not None:
+        if not 1 <= run <= len(runs):
+            raise ConfigError(f"the log holds {len(runs)} run(s), there is no run {run}",
+                              key="--run", source=log.source,
+                              hint=f"choose 1 to {len(runs)}")
+        return runs[run - 1]
+    if len(runs) == 1:
+        return runs[0]
+    matching = [i for i, r in enumerate(runs, 1) if r.num_ranks == num_gpus]
+    if len(matching) == 1:
+        return runs[matching[0] - 1]
+    described = ", ".join(f"run {i}: {r.num_ranks or '?'} ranks, {len(r.rows)} rows"
+                          for i, r in enumerate(runs, 1))
+    raise ConfigError(f"the log holds {len(runs)} runs ({described}) and "
+                      f"{len(matching) or 'none'} of them ran on {num_gpus} ranks",
+                      source=log.source, hint="pick one with --run N, or set --nodes so "
+                      "that the cluster's GPU count matches one run")
+
+
+def validate_nccl_log(log: NcclLog, topology: Topology, *, op: str | None = None,
+                      params: CommParams | None = None,
+                      run: int | None = None) -> NcclValidation:
+    """Simulate every size of ``log`` on ``topology`` and compare.
+
+    ``op`` defaults to the operation the log names; the log's rank count, when it states
+    one, must equal the cluster's GPU count.  A log with several runs is narrowed to one
+    by :func:`select_run`.
+    """
+    log = select_run(log, len(topology.gpus), run)
+    chosen = op or log.op or "all_reduce"
+    if chosen not in BENCH_OPS:
+        raise ConfigError(f"unknown nccl-tests operation {chosen!r}", key="--op",
+                          hint=closest(chosen, BENCH_OPS))
+    if log.op and op and log.op != op:
+        raise ConfigError(f"the log measured {log.op}, not {op}", source=log.source,
+                          hint=f"drop --op or pass --op {log.op}")
+    num_gpus = len(topology.gpus)
+    if log.num_ranks is not None and log.num_ranks != num_gpus:
+        raise ConfigError(
+            f"the log ran on {log.num_ranks} ranks but the cluster has {num_gpus} GPUs",
+            source=log.source, hint="choose --nodes so that the GPU counts match")
+    if not log.rows:
+        raise ConfigError("the log has no rows to compare", source=log.source)
+    dtype = log.rows[0].dtype
+    predicted = run_benchmark(topology, chosen, [r.size_bytes for r in log.rows],
+                              params=params, dtype=dtype)
+    factor = bus_factor(chosen, num_gpus)
+    rows = []
+    for measured, sim in zip(log.rows, predicted, strict=True):
+        error = 100.0 * (sim.time_s - measured.time_s) / measured.time_s
+        measured_busbw = measured.size_bytes / measured.time_s * factor
+        rows.append(NcclComparison(measured.size_bytes, measured.time_s, sim.time_s,
+                                   measured_busbw, sim.busbw_bytes_per_s, error,
+                                   sim.algorithm, sim.protocol, measured.line))
+    large = [r.error_pct for r in rows if r.size_bytes >= LARGE_MIN_BYTES]
+    small = [r.error_pct for r in rows if r.size_bytes <= SMALL_MAX_BYTES]
+    return NcclValidation(log.source, chosen, num_gpus, tuple(rows), _median_abs(large),
+                          _median_abs(small), _median_abs([r.error_pct for r in rows]))
+
+
+def format_validation(report: NcclValidation) -> str:
+    """A terminal table: measured vs predicted per size, then the medians."""
+    lines = [
+        f"# {report.source}: {report.op} on {report.num_ranks} GPUs — measured vs distsim",
+        f"#{'size (B)':>12} {'meas (us)':>10} {'pred (us)':>10} {'err %':>7} "
+        f"{'meas busbw':>10} {'pred busbw':>10}  algo/proto",
+    ]
+    for r in report.rows:
+        lines.append(
+            f" {r.size_bytes:>12} {r.measured_time_s * 1e6:>10.2f} "
+            f"{r.predicted_time_s * 1e6:>10.2f} {r.error_pct:>+7.1f} "
+            f"{r.measured_busbw_bytes_per_s / 1e9:>10.2f} "
+            f"{r.predicted_busbw_bytes_per_s / 1e9:>10.2f}  {r.algorithm}/{r.protocol}")
+
+    def pct(value: float | None) -> str:
+        return "n/a (no such sizes)" if value is None else f"{value:.1f} %"
+
+    lines.append(f"# median |error|, sizes >= 64 MiB (bandwidth-bound): "
+                 f"{pct(report.median_abs_error_large_pct)}")
+    lines.append(f"# median |error|, sizes <= 64 KiB (latency-bound):   "
+                 f"{pct(report.median_abs_error_small_pct)}")
+    lines.append(f"# median |error|, all sizes:                         "
+                 f"{pct(report.median_abs_error_all_pct)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,324 @@
+"""``distsim validate trace``: predicted vs measured, from a job's profiler traces.
+
+The traces are replayed (:mod:`workloads.replay`) with compute as measured and
+collectives re-simulated on a cluster, and the report sets predicted against measured:
+
+* **iteration** — each profiler step's time is the slowest rank's ``ProfilerStep``
+  length, measured and replayed (the replayed step ends when both its CPU side and the
+  GPU work it launched are done: :func:`~workloads.replay.predicted_step_s`); the
+  mean over steps;
+* **per rank** — step time, compute, communication (NCCL kernels, of which *waiting* for
+  late peers) and idle time, each measured and predicted;
+* **per collective** — transfer time measured (the shortest kernel among the present ranks:
+  the last to arrive hardly waits) and predicted (the network model), grouped by operation,
+  size and group, and the waiting each side attributes.
+
+The cluster defaults to the box the trace's GPU model comes in (``dgx1-v100``,
+``dgx-a100``, ``dgx-h100``) with as many nodes as the ranks need; traces do not record
+placement, so ``--cluster``, ``--nodes`` and ``--ranks-per-node`` say what the job ran on.
+``--out DIR`` writes ``report.json``, ``summary.txt`` and ``trace.json`` — measured and
+replayed timelines as separate Perfetto processes, for comparison by eye.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from distsim_gpu.collectives import CommParams
+from distsim_gpu.measured.kineto import RankTrace, load_traces
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.fileio import atomic_write_text
+from distsim_gpu.simcore.trace import Tracer
+from distsim_gpu.simcore.units import format_bytes
+from distsim_gpu.topology import Topology
+from distsim_gpu.topology.presets import NODE_PRESETS
+from distsim_gpu.workloads.gpus import canonical_gpu_name
+from distsim_gpu.workloads.replay import CollectiveResult, ReplayResult, replay_traces
+
+__all__ = ["WAITING_NOTE", "add_parser", "add_trace_cluster_options", "default_cluster",
+           "format_report", "report_json", "trace_cluster", "write_output"]
+
+WAITING_NOTE = (
+    "A measured NCCL kernel lasts from its start until the collective completes, so it "
+    "includes waiting for late peers. Measured transfer = the shortest kernel of the call "
+    "among the present ranks (the last to arrive hardly waits); measured waiting = each "
+    "rank's kernel time beyond that. Predicted: each rank waits until the last rank of the "
+    "group arrives, then the transfer runs on the network model.")
+
+# GPU family (canonical name prefix) -> the node preset it ships in.
+_BOX_OF_GPU = (("v100", "dgx1-v100"), ("a100", "dgx-a100"), ("h100", "dgx-h100"),
+               ("h200", "dgx-h100"))
+
+
+def default_cluster(traces: Sequence[RankTrace]) -> tuple[str, str]:
+    """``(preset, why)``: the node preset for the traces' GPU model."""
+    models = sorted({t.gpu_model for t in traces if t.gpu_model})
+    for model in models:
+        name = canonical_gpu_name(model)
+        for family, preset in _BOX_OF_GPU:
+            if name.startswith(family) or f" {family}" in name:
+                return preset, f"{preset} (the box of the traces' {model})"
+    found = models[0] if models else "no GPU model"
+    return "dgx-a100", f"dgx-a100 (default: the traces record {found}; give --cluster)"
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _mean(values: Sequence[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
+
+
+def _rank_rows(result: ReplayResult) -> list[dict[str, Any]]:
+    """Per rank, means over the replayed steps."""
+    by_rank: dict[int, list[Any]] = {}
+    for step in result.steps:
+        for rank in step.ranks:
+            by_rank.setdefault(rank.rank, []).append(rank)
+    rows = []
+    for rank, steps in sorted(by_rank.items()):
+        measured = _mean([s.measured_s for s in steps])
+        predicted = _mean([s.predicted_s for s in steps])
+
+        def pair(name: str, steps: list[Any] = steps) -> dict[str, float | None]:
+            m = _mean([getattr(s, f"measured_{name}_s") for s in steps])
+            p = _mean([getattr(s, f"predicted_{name}_s") for s in steps])
+            return {"measured_s": m, "predicted_s": p, "error_pct": _pct(p, m)}
+
+        rows.append({"rank": rank, "measured_s": measured, "predicted_s": predicted,
+                     "error_pct": _pct(predicted, measured),
+                     "compute": pair("compute"), "communication": pair("communication"),
+                     "comm_wait": pair("comm_wait"), "idle": pair("idle")})
+    return rows
+
+
+def _pct(predicted: float, measured: float) -> float | None:
+    return (predicted - measured) / measured * 100.0 if measured > 0 else None
+
+
+def _collective_rows(result: ReplayResult) -> list[dict[str, Any]]:
+    """Calls grouped by (operation, size, group size): medians over calls and steps."""
+    groups: dict[tuple[str, int | None, int], list[CollectiveResult]] = {}
+    for step in result.steps:
+        for call in step.collectives:
+            groups.setdefault((call.op, call.size_bytes, len(call.group)), []).append(call)
+    rows = []
+    for (op, size, ranks), calls in sorted(groups.items(),
+                                           key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2])):
+        measured = statistics.median(c.measured_transfer_s for c in calls)
+        predicted = statistics.median(c.predicted_transfer_s for c in calls)
+        rows.append({
+            "op": op, "size_bytes": size, "group_size": ranks, "calls": len(calls),
+            "simulated": all(c.simulated for c in calls),
+            "measured_transfer_s": measured, "predicted_transfer_s": predicted,
+            "error_pct": _pct(predicted, measured),
+            "measured_wait_s": statistics.median(
+                statistics.fmean(c.measured_wait_s.values()) for c in calls),
+            "predicted_wait_s": statistics.median(
+                statistics.fmean(c.predicted_wait_s.values()) for c in calls)})
+    return rows
+
+
+def report_json(result: ReplayResult, *, cluster: str, sources: Sequence[str]) -> dict[str, Any]:
+    """The report as one JSON-ready object (``iteration``, ``ranks``, ``collectives``, …)."""
+    collectives = _collective_rows(result)
+    errors = [abs(row["error_pct"]) for row in collectives
+              if row["simulated"] and row["error_pct"] is not None]
+    return {
+        "traces": list(sources),
+        "cluster": cluster,
+        "mode": result.mode,
+        "world_size": result.world_size,
+        "ranks_traced": list(result.ranks),
+        "iteration": {"measured_s": result.measured_s, "predicted_s": result.predicted_s,
+                      "error_pct": result.error_pct},
+        "steps": [{"step": s.step, "measured_s": s.measured_s, "predicted_s": s.predicted_s,
+                   "error_pct": s.error_pct} for s in result.steps],
+        "ranks": _rank_rows(result),
+        "collectives": collectives,
+        "collective_transfer_error_pct": {
+            "median_abs": statistics.median(errors) if errors else None,
+            "calls_simulated": sum(row["calls"] for row in collectives if row["simulated"])},
+        "clock_offsets_s": {str(r): v for r, v in result.clock_offsets_s.items()},
+        "waiting": WAITING_NOTE,
+        "notes": list(result.notes),
+    }
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}"
+
+
+def _err(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f} %"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
+    lines = []
+    for cells in (header, *rows):
+        lines.append("  " + "  ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))))
+    return lines
+
+
+def format_report(data: dict[str, Any]) -> str:
+    """The report as text (from :func:`report_json`'s object)."""
+    it = data["iteration"]
+    traced = data["ranks_traced"]
+    lines = [
+        f"Trace replay: {len(traced)} of {data['world_size']} ranks traced, "
+        f"{len(data['steps'])} step(s), cluster {data['cluster']}, collectives "
+        f"{'simulated' if data['mode'] == 'simulated' else 'as measured'}",
+        "",
+        "Iteration (the slowest rank's step; times in ms)",
+    ]
+    rows = [[f"step {s['step']}", _ms(s["measured_s"]), _ms(s["predicted_s"]),
+             _err(s["error_pct"])] for s in data["steps"]]
+    rows.append(["mean", _ms(it["measured_s"]), _ms(it["predicted_s"]), _err(it["error_pct"])])
+    lines += _table(["", "measured", "predicted", "error"], rows)
+    lines += ["", "Per rank (mean over steps; ms, measured / predicted)"]
+    rows = []
+    for r in data["ranks"]:
+        def mp(key: str, r: dict[str, Any] = r) -> str:
+            return f"{_ms(r[key]['measured_s'])} / {_ms(r[key]['predicted_s'])}"
+        rows.append([str(r["rank"]), _ms(r["measured_s"]), _ms(r["predicted_s"]),
+                     _err(r["error_pct"]), mp("compute"), mp("communication"),
+                     mp("comm_wait"), mp("idle")])
+    lines += _table(["rank", "measured", "predicted", "error", "compute", "communication",
+                     "of which waiting", "idle"], rows)
+    lines += ["", "Collectives (median per call; transfer and mean waiting in µs)"]
+    rows = []
+    for c in data["collectives"]:
+        size = format_bytes(c["size_bytes"]) if c["size_bytes"] is not None else "?"
+        rows.append([c["op"], size, str(c["group_size"]), str(c["calls"]),
+                     f"{c['measured_transfer_s'] * 1e6:.1f}",
+                     f"{c['predicted_transfer_s'] * 1e6:.1f}" + ("" if c["simulated"] else "*"),
+                     _err(c["error_pct"]) if c["simulated"] else "-",
+                     f"{c['measured_wait_s'] * 1e6:.1f}", f"{c['predicted_wait_s'] * 1e6:.1f}"])
+    lines += _table(["op", "size", "ranks", "calls", "transfer meas", "transfer pred", "error",
+                     "wait meas", "wait pred"], rows)
+    summary = data["collective_transfer_error_pct"]
+    if summary["median_abs"] is not None:
+        lines.append(f"  median |error| of simulated transfers: {summary['median_abs']:.1f} % "
+                     f"over {summary['calls_simulated']} calls")
+    if any(not c["simulated"] for c in data["collectives"]):
+        lines.append("  * not simulated (the trace gives no size or kind): measured transfer "
+                     "kept")
+    lines += ["", "Waiting: " + data["waiting"]]
+    for note in data["notes"]:
+        lines.append("Note: " + note)
+    return "\n".join(lines) + "\n"
+
+
+def perfetto_trace(result: ReplayResult) -> dict[str, Any]:
+    """Measured and replayed GPU timelines as one Chrome/Perfetto trace, one process each
+    per rank (``measured · rank r`` next to ``replayed · rank r``)."""
+    tracer = Tracer()
+    tracer.spans.extend(result.measured_spans)
+    tracer.spans.extend(result.predicted_spans)
+    return tracer.to_chrome_trace()
+
+
+def write_output(directory: str | Path, data: dict[str, Any], result: ReplayResult) -> None:
+    """``report.json``, ``summary.txt`` and ``trace.json`` into ``directory``, each file
+    written whole or not at all."""
+    out = Path(directory)
+    if out.exists() and not out.is_dir():
+        raise ConfigError("exists and is not a directory", source=str(out), key="--out")
+    atomic_write_text(out / "report.json", json.dumps(data, indent=2) + "\n")
+    atomic_write_text(out / "summary.txt", format_report(data))
+    atomic_write_text(out / "trace.json",
+                      json.dumps(perfetto_trace(result), separators=(",", ":")))
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def trace_cluster(args: argparse.Namespace,
+                  traces: Sequence[RankTrace]) -> tuple[Topology, CommParams, str]:
+    """The cluster and communication parameters of a trace command, and how it was chosen:
+    ``--cluster`` or the box of the traces' GPU model; for a node preset without
+    ``--nodes``, as many nodes as the ranks need at ``--ranks-per-node`` (default 8)."""
+    from distsim_gpu.scenarios.cli.main import (
+        _cluster_and_params,  # the shared cluster options (no cycle)
+    )
+
+    why = args.cluster
+    if args.cluster is None:
+        args.cluster, why = default_cluster(traces)
+    if args.nodes is None and args.cluster in NODE_PRESETS:
+        world = max([t.world_size or 0 for t in traces] + [(t.rank or 0) + 1 for t in traces])
+        per_node = args.ranks_per_node or NODE_PRESETS[args.cluster].gpus
+        args.nodes = max(1, -(-world // per_node))
+    topology, params = _cluster_and_params(args)
+    return topology, params, f"{why}, {topology.num_nodes} node(s)"
+
+
+def _cmd_validate_trace(args: argparse.Namespace) -> int:
+    traces = load_traces(args.traces)
+    topology, params, cluster = trace_cluster(args, traces)
+    result = replay_traces(traces, topology, params, mode=args.mode,
+                           steps=args.step or None, ranks_per_node=args.ranks_per_node)
+    data = report_json(result, cluster=cluster, sources=[t.source for t in traces])
+    if args.out is not None:
+        write_output(args.out, data, result)
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        sys.stdout.write(format_report(data))
+        if args.out is not None:
+            print(f"wrote {args.out}/report.json, summary.txt, trace.json")
+    return 0
+
+
+def add_trace_cluster_options(parser: argparse.ArgumentParser) -> None:
+    """The traces and the cluster they ran on: the arguments every trace command shares."""
+    parser.add_argument("traces", nargs="+", metavar="TRACES",
+                        help=".json / .json.gz files, a .tar.gz of them, or a directory")
+    parser.add_argument("--cluster", default=None, metavar="PRESET_OR_FILE",
+                        help="the cluster the job ran on (default: the box of the traces' "
+                             "GPU model, as many nodes as the ranks need)")
+    parser.add_argument("--nodes", type=int, default=None, metavar="N",
+                        help="number of nodes (default: as many as the ranks need)")
+    parser.add_argument("--ranks-per-node", type=int, default=None, metavar="N",
+                        help="ranks per node, placed in order (default: the node's GPUs)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        dest="overrides",
+                        help="override a cluster field or comm.* parameter (repeatable)")
+    parser.add_argument("--comm", default=None, metavar="FILE",
+                        help="communication parameters from a YAML file (e.g. from "
+                             "'distsim calibrate nccl -o' or 'calibrate trace -o')")
+
+
+def add_parser(kinds: Any) -> argparse.ArgumentParser:
+    """Register ``validate trace`` under the ``validate`` command's subparsers."""
+    parser = kinds.add_parser(
+        "trace", help="replay PyTorch profiler traces: predicted vs measured",
+        description="Replay a job's Kineto traces (one per rank) with compute as measured "
+                    "and collectives re-simulated on a cluster, and report predicted vs "
+                    "measured iteration, per-rank and per-collective times.")
+    add_trace_cluster_options(parser)
+    parser.add_argument("--algo", choices=("auto", "ring", "tree"), default=None,
+                        help="collective algorithm (default auto)")
+    parser.add_argument("--proto", choices=("auto", "ll", "ll128", "simple"), default=None,
+                        help="NCCL protocol (default auto)")
+    parser.add_argument("--mode", choices=("simulated", "measured"), default="simulated",
+                        help="simulated: collectives on the network model (default); "
+                             "measured: measured transfers (checks the replay itself)")
+    parser.add_argument("--step", type=int, action="append", default=[], metavar="N",
+                        help="replay profiler step N only (repeatable; default: every step "
+                             "all traces hold)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="write report.json, summary.txt and trace.json (Perfetto: "
+                             "measured and replayed side by side)")
+    parser.set_defaults(handler=_cmd_validate_trace, fidelity=None)
+    return parser

@@ -1,0 +1,1 @@
+"""studies — many runs of a scenario: parameter sweeps, comparisons, strategy search."""

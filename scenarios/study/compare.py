@@ -1,0 +1,277 @@
+"""``distsim compare``: run two or more scenarios and show what changed and why.
+
+:func:`compare_scenarios` loads every scenario (all are checked before any runs), applies
+the same ``--set`` overrides to each, runs them, and returns a :class:`Comparison`:
+
+* the headline metrics side by side (iteration time, samples/s, tokens/s, TFLOP/s per
+  GPU, MFU, peak memory), each with its delta against the first scenario — absolute
+  (``B − A``, exactly the difference of the two reports) and in % of the first;
+* per pipeline stage, the mean per-GPU time in compute, communication, exposed
+  communication, bubble and idle, with deltas, and the same over all GPUs;
+* the critical path by kind (seconds), with deltas: which kind of work grew;
+* per scenario its most utilised links, with the link kind and the traffic that loads them
+  (bytes by class: tp / pp / dp / ep).
+
+:func:`format_comparison` renders the table; :meth:`Comparison.to_json_dict` is ``--json``.
+:func:`add_parser` registers the sub-command on the ``distsim`` parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from distsim_gpu.scenarios.bottlenecks import format_link
+from distsim_gpu.scenarios.report import Report
+from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+from distsim_gpu.simcore.config import parse_assignment
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.units import format_duration
+from distsim_gpu.workloads.iteration import CRITICAL_KINDS
+
+__all__ = ["METRICS", "TIME_FIELDS", "Comparison", "add_parser", "compare_scenarios",
+           "format_comparison"]
+
+#: Headline metrics compared: (key, label, unit).
+METRICS = (
+    ("iteration_time_s", "iteration time", "s"),
+    ("samples_per_s", "samples/s", "1/s"),
+    ("tokens_per_s", "tokens/s", "1/s"),
+    ("model_tflops_per_gpu", "TFLOP/s per GPU", "TFLOP/s"),
+    ("mfu", "MFU", "fraction"),
+    ("peak_memory_bytes", "peak memory per GPU", "B"),
+)
+#: Per-GPU times compared, per pipeline stage (seconds).
+TIME_FIELDS = ("compute_s", "communication_s", "exposed_communication_s", "bubble_s",
+               "idle_s")
+_TIME_LABELS = ("compute", "communication", "exposed comm", "bubble", "idle")
+_TOP_LINKS = 5
+
+
+def _metric(report: Report, key: str) -> float:
+    if key == "peak_memory_bytes":
+        return max((g.peak_memory_bytes for g in report.per_gpu), default=0.0)
+    return float(getattr(report, key))
+
+
+def _deltas(values: Sequence[float | None]) -> tuple[list[float | None], list[float | None]]:
+    """``values[i] − values[0]`` and that in % of ``values[0]`` (None where undefined)."""
+    base = values[0]
+    delta: list[float | None] = []
+    percent: list[float | None] = []
+    for v in values:
+        if v is None or base is None:
+            delta.append(None)
+            percent.append(None)
+            continue
+        d = v - base
+        delta.append(d)
+        percent.append(d / base * 100 if base != 0 else None)
+    return delta, percent
+
+
+def _stage_means(report: Report, stage: int | None) -> dict[str, float] | None:
+    gpus = [g for g in report.per_gpu if stage is None or g.stage == stage]
+    if not gpus:
+        return None
+    return {f: sum(getattr(g, f) for g in gpus) / len(gpus) for f in TIME_FIELDS}
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Reports of the compared scenarios, in the order given (the first is the baseline);
+    ``paths`` the files they came from."""
+
+    paths: tuple[str, ...]
+    reports: tuple[Report, ...]
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Per metric: ``values`` per scenario, ``delta`` (B − A) and ``delta_percent``."""
+        rows = []
+        for key, label, unit in METRICS:
+            values = [_metric(r, key) for r in self.reports]
+            delta, percent = _deltas(values)
+            rows.append({"metric": key, "label": label, "unit": unit, "values": values,
+                         "delta": delta, "delta_percent": percent})
+        return rows
+
+    def breakdown(self) -> list[dict[str, Any]]:
+        """Per pipeline stage (and ``"all"`` GPUs last): the mean per-GPU times of each
+        scenario (None where a scenario has no such stage), with deltas."""
+        stages = sorted({g.stage for r in self.reports for g in r.per_gpu})
+        rows = []
+        for stage in [*stages, None]:
+            means = [_stage_means(r, stage) for r in self.reports]
+            fields = {}
+            for f in TIME_FIELDS:
+                values = [m[f] if m is not None else None for m in means]
+                delta, percent = _deltas(values)
+                fields[f] = {"values": values, "delta": delta, "delta_percent": percent}
+            rows.append({"stage": "all" if stage is None else stage,
+                         "gpus": [sum(1 for g in r.per_gpu if stage is None or g.stage == stage)
+                                  for r in self.reports],
+                         "times": fields})
+        return rows
+
+    def critical_path(self) -> dict[str, dict[str, list[float | None]]]:
+        """Seconds per kind on each scenario's critical path, with deltas."""
+        out = {}
+        for kind in CRITICAL_KINDS:
+            values: list[float | None] = []
+            for r in self.reports:
+                by_kind = r.bottlenecks.get("critical_path", {}).get("by_kind", {})
+                values.append(by_kind[kind]["seconds"] if kind in by_kind else None)
+            delta, percent = _deltas(values)
+            out[kind] = {"values": values, "delta": delta, "delta_percent": percent}
+        return out
+
+    def links(self, top: int = _TOP_LINKS) -> list[list[dict[str, Any]]]:
+        """Per scenario its ``top`` most utilised links (see
+        :func:`scenarios.bottlenecks.link_summary`)."""
+        return [list(r.bottlenecks.get("top_links_by_utilisation", []))[:top]
+                for r in self.reports]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Everything as one JSON-ready object (SI units)."""
+        return {
+            "scenarios": [{"name": r.name, "path": p, "num_gpus": r.num_gpus}
+                          for p, r in zip(self.paths, self.reports)],
+            "baseline": self.reports[0].name,
+            "metrics": self.metrics(),
+            "breakdown": self.breakdown(),
+            "critical_path": self.critical_path(),
+            "top_links": [{"scenario": r.name, "links": links}
+                          for r, links in zip(self.reports, self.links())],
+        }
+
+
+def _as_pairs(overrides: Iterable[tuple[str, Any] | str]) -> list[tuple[str, Any]]:
+    return [parse_assignment(o) if isinstance(o, str) else (o[0], o[1]) for o in overrides]
+
+
+def compare_scenarios(paths: Sequence[str], overrides: Iterable[tuple[str, Any] | str] = (),
+                      *, allow_oom: bool = False) -> Comparison:
+    """Load, override and run every scenario of ``paths`` (at least two); ``overrides`` are
+    ``(dotted_key, value)`` pairs or ``"KEY=VALUE"`` strings applied to each.  Raises
+    :class:`~simcore.errors.ConfigError` / ``ParseError`` for bad input, before running
+    anything."""
+    paths = [str(p) for p in paths]
+    if len(paths) < 2:
+        raise ConfigError(f"compare needs at least two scenario files, got {len(paths)}",
+                          key="scenarios", hint="e.g. distsim compare a.yaml b.yaml")
+    pairs = _as_pairs(overrides)
+    scenarios = [load_scenario(path, pairs) for path in paths]
+    reports = tuple(run_scenario(s, allow_oom=allow_oom) for s in scenarios)
+    return Comparison(tuple(paths), reports)
+
+
+# --------------------------------------------------------------------------- table
+
+
+def _value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit == "s":
+        return format_duration(value)
+    if unit == "fraction":
+        return f"{value * 100:.2f}%"
+    if unit == "B":
+        return f"{value / 2**30:.2f} GiB"
+    return f"{value:,.4g}"
+
+
+
+def _delta(delta: float | None, percent: float | None, unit: str) -> str:
+    if delta is None:
+        return ""
+    if unit == "fraction":
+        text = f"{delta * 100:+.2f} pt"
+    else:
+        text = _value(delta, unit)
+        if not text.startswith("-"):
+            text = "+" + text
+    return f"{text} ({percent:+.1f}%)" if percent is not None else text
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    return ["  " + "  ".join(str(c).rjust(w) if i else str(c).ljust(w)
+                             for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+            for cells in [header, *rows]]
+
+
+def _cells(entry: dict[str, Any], unit: str) -> list[str]:
+    cells = []
+    for i, value in enumerate(entry["values"]):
+        text = _value(value, unit)
+        if i:
+            change = _delta(entry["delta"][i], entry["delta_percent"][i], unit)
+            text += f" [{change}]" if change else ""
+        cells.append(text)
+    return cells
+
+
+def format_comparison(comparison: Comparison) -> str:
+    """The terminal table: metrics, per-stage times and critical path side by side, each
+    later scenario with ``[delta vs the first (%)]``; then each scenario's busiest links."""
+    names = [r.name for r in comparison.reports]
+    lines = ["distsim compare: " + " vs ".join(names) + " (deltas vs the first)"]
+    for path, r in zip(comparison.paths, comparison.reports):
+        lines.append(f"  {r.name}: {path}, {r.num_gpus} GPUs")
+    lines += ["", "Metrics:"]
+    lines += _table(["metric", *names],
+                    [[row["label"], *_cells(row, row["unit"])] for row in comparison.metrics()])
+    lines += ["", "Mean time per GPU, by pipeline stage:"]
+    rows = []
+    for row in comparison.breakdown():
+        for f, label in zip(TIME_FIELDS, _TIME_LABELS):
+            stage = "all GPUs" if row["stage"] == "all" else f"stage {row['stage']}"
+            rows.append([f"{stage} {label}", *_cells(row["times"][f], "s")])
+    lines += _table(["stage / time", *names], rows)
+    lines += ["", "Critical path by kind:"]
+    rows = [[kind, *_cells(entry, "s")] for kind, entry in comparison.critical_path().items()
+            if any(v for v in entry["values"] if v)]
+    lines += _table(["kind", *names], rows)
+    lines += ["", "Busiest links (what loads them):"]
+    for r, links in zip(comparison.reports, comparison.links()):
+        lines.append(f"  {r.name}:")
+        lines += [f"    - {format_link(link)}" for link in links] or ["    (no link traffic)"]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    overrides = [parse_assignment(text) for text in args.overrides]
+    comparison = compare_scenarios(args.scenarios, overrides, allow_oom=args.allow_oom)
+    if args.json:
+        print(json.dumps(comparison.to_json_dict(), indent=2))
+    else:
+        sys.stdout.write(format_comparison(comparison))
+    return 0
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Register ``compare`` on the ``distsim`` sub-command set ``commands`` (what
+    ``add_subparsers`` returned); its handler is ``args.handler``."""
+    parser = commands.add_parser(
+        "compare", help="run scenarios side by side: what changed and why",
+        description="Run two or more scenarios and print their metrics, per-stage time "
+        "breakdown and critical path side by side, with the delta of each against the "
+        "first, and each scenario's busiest links with the traffic that loads them.")
+    parser.add_argument("scenarios", nargs="+", metavar="SCENARIO",
+                        help="scenario YAML files (at least two; the first is the baseline)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        dest="overrides",
+                        help="override a field of every scenario by dotted path, e.g. "
+                        "training.global_batch=64 (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--allow-oom", action="store_true",
+                        help="simulate even if a GPU's memory would not hold a configuration")
+    parser.set_defaults(handler=_cmd_compare)
+    return parser

@@ -1,0 +1,86 @@
+"""Calibration against an nccl-tests log: the optimiser, recovery of known parameters,
+the real OCI log, and the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+from distsim_gpu.collectives import CommParams
+from distsim_gpu.collectives.nccl_tests import format_table, run_benchmark, size_series
+from distsim_gpu.measured.nccl_log import parse_nccl_log
+from distsim_gpu.scenarios.cli import main
+from distsim_gpu.scenarios.fit.calibrate_nccl import apply_calibration, calibrate_nccl, nelder_mead
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.topology import build_cluster
+
+
+def test_nelder_mead_finds_a_quadratic_minimum():
+    target = np.array([1.5, -2.0, 0.25])
+    best, value, evaluations = nelder_mead(lambda z: float(np.sum((z - target) ** 2)),
+                                           np.zeros(3), iterations=500, tolerance=1e-14)
+    assert best == pytest.approx(target, abs=1e-4)
+    assert value < 1e-8
+    assert evaluations > 3
+
+
+def test_known_parameters_are_recovered_from_a_simulated_log(small_cluster, tmp_path):
+    truth = apply_calibration(CommParams(), {"network": 0.6, "nvlink": 0.7, "pcie": 0.9},
+                              2.0)
+    rows = run_benchmark(small_cluster, "all_reduce", size_series(2**20, 2**31, 2),
+                         params=truth)
+    path = tmp_path / "measured.txt"
+    path.write_text(format_table(rows))
+    result = calibrate_nccl(parse_nccl_log(path), small_cluster, op="all_reduce")
+    assert result.median_error_after_pct < 1.0
+    assert result.median_error_after_pct < result.median_error_before_pct
+    # The NICs bound these rings and trees, so their efficiency is what the log pins down.
+    assert result.link_efficiency["network"] == pytest.approx(0.6, rel=0.03)
+
+
+def test_oci_log_fits_within_five_percent_and_reports_cross_validation(shared_data):
+    log = parse_nccl_log(shared_data / "nccl" / "oci_oke_a100_40gb_2node_roce_allreduce.txt")
+    topology = build_cluster({"preset": "dgx-a100", "nodes": 2})
+    result = calibrate_nccl(log, topology, op="all_reduce")
+    assert result.median_error_after_pct < 5.0
+    assert result.median_error_after_pct <= result.median_error_before_pct
+    assert 0 < result.cross_validation_error_pct < 15.0
+    for value in result.link_efficiency.values():
+        assert 0.2 <= value <= 1.0
+    assert 0.1 <= result.latency_scale <= 20
+
+
+def test_too_few_sizes_is_a_clear_error(small_cluster, tmp_path):
+    rows = run_benchmark(small_cluster, "all_reduce", [2**10, 2**12])
+    path = tmp_path / "small.txt"
+    path.write_text(format_table(rows))
+    with pytest.raises(ConfigError, match="a fit needs two or more"):
+        calibrate_nccl(parse_nccl_log(path), small_cluster, op="all_reduce")
+
+
+def test_cli_writes_overrides_that_nccl_tests_reads_back(capsys, shared_data, tmp_path):
+    log = shared_data / "nccl" / "oci_oke_a100_40gb_2node_roce_allreduce.txt"
+    out = tmp_path / "comm.yaml"
+    status = main(["calibrate", "nccl", str(log), "--cluster", "dgx-a100", "--nodes", "2",
+                   "-o", str(out), "--json"])
+    assert status == 0
+    fitted = json.loads(capsys.readouterr().out)
+    written = yaml.safe_load(out.read_text())
+    assert written["communication"]["link_efficiency"] == pytest.approx(
+        fitted["link_efficiency"])
+    status = main(["nccl-tests", "--cluster", "dgx-a100", "--nodes", "2", "-b", "1G",
+                   "-e", "1G", "--algo", "ring", "--json", "--comm", str(out)])
+    assert status == 0
+    comm = json.loads(capsys.readouterr().out)["comm"]
+    assert comm["link_efficiency"]["network"] == pytest.approx(
+        fitted["link_efficiency"]["network"])
+
+
+def test_comm_file_without_a_communication_section_is_refused(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("link_efficiency: {network: 0.5}\n")
+    status = main(["nccl-tests", "--cluster", "dgx-a100", "--comm", str(bad)])
+    assert status == 2
+    assert "no 'communication' mapping" in capsys.readouterr().err

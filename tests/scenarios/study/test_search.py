@@ -1,0 +1,210 @@
+"""``distsim search``: enumeration counted by hand, branch and bound against brute force,
+memory pruning, the output files and the command line."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+
+import pytest
+from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
+from distsim_gpu.scenarios.study.search import (
+    Strategy,
+    add_parser,
+    enumerate_strategies,
+    format_search,
+    search_strategies,
+)
+from distsim_gpu.simcore.errors import ConfigError, DistsimError
+from distsim_gpu.workloads.memory import memory_per_gpu
+
+MODEL = {"name": "tiny-search", "layers": 4, "hidden": 512, "heads": 8, "seq_len": 256,
+         "vocab": 1000}
+
+
+def mapping(link_bandwidth: str = "100 GB/s", gpu: object = "a100-80gb") -> dict:
+    return {
+        "name": "tiny-search",
+        "cluster": {"preset": "switch", "gpus": 4, "link_bandwidth": link_bandwidth},
+        "model": dict(MODEL),
+        "parallelism": {"tp": 1, "pp": 1, "dp": 4},
+        "training": {"micro_batch": 1, "global_batch": 8, "recompute": "none"},
+        "compute": {"gpu": gpu},
+    }
+
+
+# The restricted space of the hand counts (everything else fixed).
+NARROW = {"schedule": ["1f1b"], "recompute": ["none"], "zero": [0], "order": ["tp-dp-pp"],
+          "sequence_parallel": [False], "micro_batch": [1, 2]}
+# A richer space for the brute-force comparisons (52 candidates, 48 valid).
+RICH = {"schedule": ["1f1b", "interleaved"], "interleave": [2], "recompute": ["none", "full"],
+        "zero": [0], "order": ["tp-dp-pp"], "sequence_parallel": [False, True],
+        "micro_batch": [1, 2]}
+
+
+def test_enumeration_matches_the_hand_count():
+    scenario = scenario_from_mapping(mapping())
+    # (tp, pp, dp) on 4 GPUs with tp | 4 and 8 heads, pp | 4 layers: (1,1,4) (1,2,2)
+    # (1,4,1) (2,1,2) (2,2,1) (4,1,1); micro-batch 1 or 2 always divides 8/dp.
+    strategies = enumerate_strategies(scenario, space=NARROW)
+    assert len(strategies) == 6 * 2
+    assert len(set(strategies)) == len(strategies)
+    assert {(s.tp, s.pp, s.dp) for s in strategies} == {
+        (1, 1, 4), (1, 2, 2), (1, 4, 1), (2, 1, 2), (2, 2, 1), (4, 1, 1)}
+    # Sequence parallel only with tp > 1 (3 of the 6), ZeRO-1 only with dp > 1 (3 of 6),
+    # dp-tp-pp only with tp > 1 and dp > 1 (just (2,1,2)): per micro-batch
+    # (1,1,4) 2 + (1,2,2) 2 + (1,4,1) 1 + (2,1,2) 2·2·2 + (2,2,1) 2 + (4,1,1) 2 = 17.
+    wide = dict(NARROW, sequence_parallel=[False, True], zero=[0, 1],
+                order=["tp-dp-pp", "dp-tp-pp"])
+    assert len(enumerate_strategies(scenario, space=wide)) == 17 * 2
+
+
+def test_invalid_candidates_are_counted_by_reason():
+    scenario = scenario_from_mapping(mapping())
+    space = dict(NARROW, schedule=["1f1b", "interleaved"], interleave=[2])
+    # Interleaved adds one candidate per pp >= 2 combination: (1,2,2) (1,4,1) (2,2,1) × 2
+    # micro-batches; pp 4 × interleave 2 does not divide 4 layers: 2 invalid.
+    result = search_strategies(scenario, top=3, workers=1, space=space)
+    assert result.enumerated == 12 + 6
+    assert result.pruned_counts["invalid"] == 2
+    assert result.invalid_reasons == {"parallelism.pp": 2}
+    assert all(p.strategy.pp == 4 and p.strategy.schedule == "interleaved"
+               for p in result.pruned if p.reason == "invalid")
+    assert (result.simulated + sum(result.pruned_counts.values()) == result.enumerated)
+
+
+def brute_force(data: dict, space: dict) -> list[tuple[float, Strategy]]:
+    """Every candidate of ``space`` that loads and fits, simulated from its own mapping."""
+    scenario = scenario_from_mapping(data)
+    times = []
+    for strategy in enumerate_strategies(scenario, space=space):
+        try:
+            candidate = scenario_from_mapping(data, overrides=strategy.overrides().items())
+            report = run_scenario(candidate)
+        except DistsimError:
+            continue  # invalid or out of memory
+        times.append((report.iteration_time_s, strategy))
+    return sorted(times, key=lambda t: t[0])
+
+
+@pytest.mark.parametrize("bandwidth", ["2 GB/s", "600 GB/s"])
+def test_search_finds_the_brute_force_optimum(bandwidth):
+    data = mapping(bandwidth)
+    expected = brute_force(data, RICH)
+    result = search_strategies(scenario_from_mapping(data), top=3, workers=1, space=RICH)
+    assert result.best is not None
+    assert result.best.iteration_time_s == pytest.approx(expected[0][0], rel=1e-9)
+    # The top K equal brute force's K best times (ties may swap strategies).
+    assert [r.iteration_time_s for r in result.top] == pytest.approx(
+        [t for t, _ in expected[:3]], rel=1e-9)
+    # The bound is a lower bound of every simulated time.
+    for r in result.results:
+        assert r.lower_bound_s <= r.iteration_time_s * (1 + 1e-9)
+    assert result.enumerated == 52
+    assert result.simulated + sum(result.pruned_counts.values()) == result.enumerated
+    if bandwidth == "2 GB/s":
+        assert result.best.strategy.tp == 1  # tensor parallelism hurts on a slow network
+    else:
+        # Compute dominates on a fast network: the bound prunes candidates.
+        assert result.pruned_counts["bound"] > 0
+
+
+def test_out_of_memory_candidates_are_pruned_for_memory():
+    pure_dp = memory_per_gpu(_model(), dp=4, micro_batch=2, seq_len=256,
+                             flash_attention=True).total_bytes
+    # A GPU just too small for pure data parallelism at micro-batch 2.
+    gpu = {"preset": "a100-80gb", "memory": int(pure_dp * 0.99)}
+    scenario = scenario_from_mapping(mapping(gpu=gpu))
+    result = search_strategies(scenario, top=2, workers=1, space=NARROW)
+    oom = [p for p in result.pruned if p.reason == "memory"]
+    assert Strategy(tp=1, pp=1, dp=4, micro_batch=2) in {p.strategy for p in oom}
+    assert result.pruned_counts["memory"] == len(oom) >= 1
+    assert all(p.peak_memory_bytes > gpu["memory"] for p in oom)
+    # Every simulated candidate fits.
+    assert all(r.peak_memory_bytes <= gpu["memory"] for r in result.results)
+    # The baseline is pure data parallel at the micro-batch that fits.
+    assert result.baseline is not None
+    assert result.baseline.strategy == Strategy(tp=1, pp=1, dp=4, micro_batch=1)
+
+
+def _model():
+    from distsim_gpu.workloads.models import model_from_mapping
+    return model_from_mapping(dict(MODEL))
+
+
+def test_outputs_are_written_and_best_yaml_reproduces_the_best(tmp_path):
+    scenario = scenario_from_mapping(mapping("20 GB/s"))
+    out = tmp_path / "search"
+    result = search_strategies(scenario, top=3, workers=1, space=NARROW, out_dir=out)
+    assert set(result.files) == {"results.csv", "pruned.csv", "best.yaml"}
+    with open(out / "results.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == result.simulated
+    assert float(rows[0]["iteration_time_s"]) == pytest.approx(result.best.iteration_time_s)
+    with open(out / "pruned.csv", newline="") as handle:
+        pruned = list(csv.DictReader(handle))
+    assert len(pruned) == sum(result.pruned_counts.values())
+    reasons = ("invalid", "memory", "bound", "time limit", "error")
+    assert all(row["reason"] in reasons for row in pruned)
+    best = load_scenario(out / "best.yaml")
+    assert best.parallel.tp == result.best.strategy.tp
+    assert run_scenario(best).iteration_time_s == pytest.approx(
+        result.best.iteration_time_s, rel=1e-12)
+    text = format_search(result)
+    assert "enumerated 12" in text and "faster" in text
+
+
+def test_time_limit_stops_starting_simulations():
+    scenario = scenario_from_mapping(mapping("20 GB/s"))
+    result = search_strategies(scenario, top=2, workers=1, space=NARROW, time_limit_s=1e-9)
+    # Only the baseline (pure data parallel, a candidate here) ran.
+    assert [r.strategy for r in result.results] == [Strategy(tp=1, pp=1, dp=4)]
+    assert result.pruned_counts["time limit"] == 12 - 1 - result.pruned_counts["memory"]
+    assert "time limit 11" in format_search(result)
+
+
+def test_worker_processes_agree_with_in_process():
+    scenario = scenario_from_mapping(mapping("20 GB/s"))
+    here = search_strategies(scenario, top=2, workers=1, space=NARROW)
+    pooled = search_strategies(scenario, top=2, workers=2, space=NARROW)
+    assert [r.iteration_time_s for r in pooled.top] == pytest.approx(
+        [r.iteration_time_s for r in here.top], rel=1e-12)
+    assert pooled.baseline is not None and here.baseline is not None
+    assert pooled.baseline.iteration_time_s == pytest.approx(here.baseline.iteration_time_s)
+
+
+def test_gpus_option_uses_whole_nodes():
+    data = mapping()
+    data["cluster"] = {"preset": "dgx-a100", "nodes": 2}
+    data["parallelism"] = {"tp": 1, "pp": 1, "dp": 16}
+    data["training"]["global_batch"] = 16
+    scenario = scenario_from_mapping(data)
+    result = search_strategies(scenario, gpus=8, top=1, workers=1, space=NARROW)
+    assert result.num_gpus == 8
+    assert all(r.strategy.tp * r.strategy.pp * r.strategy.dp == 8 for r in result.results)
+    with pytest.raises(ConfigError, match="whole nodes"):
+        search_strategies(scenario, gpus=12, workers=1, space=NARROW)
+
+
+def test_bad_space_axis_is_named():
+    with pytest.raises(ConfigError, match=r"space\.shedule"):
+        search_strategies(scenario_from_mapping(mapping()), workers=1,
+                          space={"shedule": ["1f1b"]})
+
+
+def test_cli_handler_prints_the_table_and_writes_the_files(tmp_path, capsys):
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(mapping("600 GB/s")))
+    parser = argparse.ArgumentParser(prog="distsim")
+    add_parser(parser.add_subparsers(dest="command"))
+    out = tmp_path / "out"
+    args = parser.parse_args(["search", str(path), "--top", "2", "--workers", "1",
+                              "--out", str(out), "--set", "training.global_batch=4"])
+    assert args.handler(args) == 0
+    text = capsys.readouterr().out
+    assert "distsim search: tiny-search on 4 GPUs, global batch 4" in text
+    assert (out / "best.yaml").is_file() and (out / "results.csv").is_file()
+    args = parser.parse_args(["search", str(path), "--gpus", "3", "--out", str(out)])
+    with pytest.raises(ConfigError):
+        args.handler(args)

@@ -1,0 +1,308 @@
+"""Sweeps: grid parsing, points, results equal to single runs, resume, failures, Dask."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import distsim_gpu.scenarios.study.sweep as sweep
+import pytest
+from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+from distsim_gpu.scenarios.study.sweep import (
+    SUMMARY_METRICS,
+    parse_grid,
+    point_id,
+    run_sweep,
+    sweep_points,
+)
+from distsim_gpu.simcore.errors import ConfigError
+
+SCENARIO = """\
+cluster: {preset: switch, gpus: 8, link_bandwidth: "100 GB/s", link_latency: "1 us"}
+model: {layers: 4, hidden: 512, heads: 8, seq_len: 256, vocab: 1000}
+parallelism: {tp: 2, dp: 4}
+training: {micro_batch: 1, global_batch: 8}
+compute: {gpu: a100-80gb}
+"""
+
+BANDWIDTHS = ("link_bandwidth=50 GB/s,100 GB/s,200 GB/s")
+
+
+@pytest.fixture
+def scenario(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(SCENARIO, encoding="utf-8")
+    return path
+
+
+def _without_wall(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in summary.items() if k != "wall_time_s"}
+
+
+def _single(path: Path, overrides: Any) -> dict[str, Any]:
+    report = run_scenario(load_scenario(path, list(overrides)))
+    return _without_wall(json.loads(json.dumps(report.to_json_dict())))
+
+
+def _rows(directory: Path) -> list[dict[str, str]]:
+    with open(directory / "results.csv", encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _count_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+    real = sweep._run_point
+
+    def counting(config: dict[str, Any], source: str) -> dict[str, Any]:
+        calls.append(source)
+        return real(config, source)
+
+    monkeypatch.setattr(sweep, "_run_point", counting)
+    return calls
+
+
+# --------------------------------------------------------------------------- grids
+
+
+def test_parse_grid_reads_values_like_set() -> None:
+    assert parse_grid("parallelism.tp=1,2,4") == ("parallelism.tp", [1, 2, 4])
+    assert parse_grid('cluster.nic.bandwidth="100 Gbps,200 Gbps"') == (
+        "cluster.nic.bandwidth", ["100 Gbps", "200 Gbps"])
+    assert parse_grid("training.recompute=full, none") == (
+        "training.recompute", ["full", "none"])
+
+
+@pytest.mark.parametrize("text", ["parallelism.tp", "=1,2", "parallelism.tp=1,,2",
+                                  "parallelism.tp=1,2,1"])
+def test_parse_grid_rejects_malformed(text: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_grid(text)
+    assert "--grid" in str(info.value)
+
+
+def test_product_and_zip() -> None:
+    grids = [("a", [1, 2, 3]), ("b", ["x", "y"])]
+    assert len(sweep_points(grids)) == 6
+    assert sweep_points(grids)[:2] == [(("a", 1), ("b", "x")), (("a", 1), ("b", "y"))]
+    assert sweep_points([("a", [1, 2]), ("b", ["x", "y"])], zip_=True) == [
+        (("a", 1), ("b", "x")), (("a", 2), ("b", "y"))]
+    with pytest.raises(ConfigError, match=r"same length.*a: 3, b: 2"):
+        sweep_points(grids, zip_=True)
+    with pytest.raises(ConfigError, match="more than once"):
+        sweep_points([("a", [1]), ("a", [2])])
+
+
+def test_point_id_is_stable_and_distinct() -> None:
+    a = (("parallelism.tp", 2), ("cluster.link_bandwidth", "50 GB/s"))
+    assert point_id(a) == point_id(tuple(a))
+    assert len(point_id(a)) == 12
+    assert point_id(a) != point_id((("parallelism.tp", 4), a[1]))
+
+
+def test_summary_metrics_are_the_reports_numbers(scenario: Path) -> None:
+    data = run_scenario(load_scenario(scenario)).to_json_dict()
+    numeric = tuple(k for k, v in data.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool))
+    assert numeric == SUMMARY_METRICS
+
+
+# --------------------------------------------------------------------------- running
+
+
+def test_cartesian_sweep_equals_single_runs(scenario: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = run_sweep(scenario, [f"cluster.{BANDWIDTHS}", "training.global_batch=8,16"],
+                       out_dir=out, workers=1, progress=False)
+    assert len(result.points) == 6 and result.ran == 6 and result.failed == 0
+    for point in result.points:
+        expected = _single(scenario, point.overrides)
+        assert _without_wall(dict(point.summary or {})) == expected
+        stored = json.loads((out / "points" / point.id / "summary.json").read_text())
+        assert _without_wall(stored) == expected
+    rows = _rows(out)
+    columns = list(rows[0])
+    assert columns[:5] == ["id", "cluster.link_bandwidth", "training.global_batch", "status",
+                           "error"]
+    for name in ("iteration_time_s", "samples_per_s", "tokens_per_s", "model_tflops_per_gpu",
+                 "mfu", "num_gpus", "wall_time_s"):
+        assert name in columns
+    assert [r["cluster.link_bandwidth"] for r in rows[:2]] == ["50 GB/s", "50 GB/s"]
+    assert {r["status"] for r in rows} == {"ok"}
+    for row, point in zip(rows, result.points):
+        assert float(row["iteration_time_s"]) == point.summary["iteration_time_s"]
+    # A faster link is never slower.
+    times = {(r["cluster.link_bandwidth"], r["training.global_batch"]):
+             float(r["iteration_time_s"]) for r in rows}
+    assert times[("200 GB/s", "8")] <= times[("50 GB/s", "8")]
+    definition = json.loads((out / "sweep.json").read_text())
+    assert definition["grids"][1] == ["training.global_batch", [8, 16]]
+    pytest.importorskip("matplotlib")
+    assert "sweep.png" in result.files
+    assert (out / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_zip_pairs_values(scenario: Path, tmp_path: Path) -> None:
+    result = run_sweep(scenario, ["parallelism.tp=2,4", "parallelism.dp=4,2"], zip_=True,
+                       out_dir=tmp_path / "out", workers=1, progress=False,
+                       metric="samples_per_s")
+    assert [dict(p.overrides) for p in result.points] == [
+        {"parallelism.tp": 2, "parallelism.dp": 4}, {"parallelism.tp": 4, "parallelism.dp": 2}]
+    for point in result.points:
+        assert point.summary["config"]["parallelism"]["tp"] == dict(point.overrides)[
+            "parallelism.tp"]
+    with pytest.raises(ConfigError, match="same length"):
+        run_sweep(scenario, ["parallelism.tp=2,4", "parallelism.dp=4"], zip_=True,
+                  out_dir=tmp_path / "other", workers=1, progress=False)
+
+
+def test_resume_runs_only_missing_points(scenario: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    grids = [f"cluster.{BANDWIDTHS}", "training.global_batch=8,16"]
+    first = run_sweep(scenario, grids, out_dir=out, workers=1, progress=False)
+    before = _rows(out)
+    # A crash: two points and results.csv lost.
+    for point in first.points[1:3]:
+        (out / "points" / point.id / "summary.json").unlink()
+    (out / "results.csv").unlink()
+    calls = _count_runs(monkeypatch)
+    again = run_sweep(scenario, grids, out_dir=out, workers=1, progress=False)
+    assert len(calls) == 2 and again.ran == 2 and again.reused == 4
+    after = _rows(out)
+    drop = ("wall_time_s",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in after] == [
+        {k: v for k, v in r.items() if k not in drop} for r in before]
+    # Nothing left to do.
+    calls.clear()
+    assert run_sweep(scenario, grids, out_dir=out, workers=1, progress=False).ran == 0
+    assert calls == []
+
+
+def test_resume_with_other_arguments_is_refused(scenario: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run_sweep(scenario, ["training.global_batch=8,16"], out_dir=out, workers=1,
+              progress=False)
+    with pytest.raises(ConfigError, match=r"training.global_batch: 8,16 -> 8,24"):
+        run_sweep(scenario, ["training.global_batch=8,24"], out_dir=out, workers=1,
+                  progress=False)
+    with pytest.raises(ConfigError, match=r"--grid model\.layers added"):
+        run_sweep(scenario, ["training.global_batch=8,16", "model.layers=2,4"], out_dir=out,
+                  workers=1, progress=False)
+    scenario.write_text(SCENARIO.replace("layers: 4", "layers: 2"), encoding="utf-8")
+    with pytest.raises(ConfigError, match="content changed"):
+        run_sweep(scenario, ["training.global_batch=8,16"], out_dir=out, workers=1,
+                  progress=False)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="not a sweep"):
+        run_sweep(scenario, ["training.global_batch=8,16"], out_dir=foreign, workers=1,
+                  progress=False)
+
+
+def test_invalid_point_fails_before_anything_runs(scenario: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _count_runs(monkeypatch)
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError) as info:
+        run_sweep(scenario, ["training.global_batch=8,7,16"], out_dir=out, workers=1,
+                  progress=False)
+    message = str(info.value)
+    assert "training.global_batch" in message and "--grid" in message
+    assert "grid point training.global_batch=7" in message
+    assert calls == [] and not out.exists()
+    with pytest.raises(ConfigError, match=r"parallelism\.tpp"):
+        run_sweep(scenario, ["parallelism.tpp=1,2"], out_dir=out, workers=1, progress=False)
+    with pytest.raises(ConfigError, match="did you mean 'mfu'"):
+        run_sweep(scenario, ["model.layers=2,4"], out_dir=out, workers=1, progress=False,
+                  metric="mfuu")
+
+
+def test_failing_point_is_recorded_and_the_sweep_goes_on(
+        scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    result = run_sweep(scenario, ["model.layers=2,100000,4"], out_dir=out, workers=1,
+                       progress=False)
+    assert [p.status for p in result.points] == ["ok", "failed", "ok"]
+    assert "out of memory" in result.points[1].error
+    rows = _rows(out)
+    assert [r["status"] for r in rows] == ["ok", "failed", "ok"]
+    assert "out of memory" in rows[1]["error"] and rows[1]["iteration_time_s"] == ""
+    assert (out / "points" / result.points[1].id / "failed.json").exists()
+    # A deterministic failure is a result: a restart does not run it again.
+    calls = _count_runs(monkeypatch)
+    assert run_sweep(scenario, ["model.layers=2,100000,4"], out_dir=out, workers=1,
+                     progress=False).failed == 1
+    assert calls == []
+
+
+def test_process_pool_matches_in_process(scenario: Path, tmp_path: Path) -> None:
+    grids = ["parallelism.tp=2,4", "parallelism.dp=4,2"]
+    local = run_sweep(scenario, grids, zip_=True, out_dir=tmp_path / "one", workers=1,
+                      progress=False)
+    pool = run_sweep(scenario, grids, zip_=True, out_dir=tmp_path / "pool", workers=2,
+                     progress=False)
+    assert pool.ran == 2
+    assert [_without_wall(dict(p.summary)) for p in pool.points] == [
+        _without_wall(dict(p.summary)) for p in local.points]
+
+
+def test_dask_cluster_matches_local(scenario: Path, tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    grids = ["cluster.link_bandwidth=50 GB/s,100 GB/s", "model.layers=2,100000"]
+    local = run_sweep(scenario, grids, out_dir=tmp_path / "local", workers=1, progress=False)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  protocol="tcp://",
+                                  host="127.0.0.1", dashboard_address=None) as cluster:
+        remote = run_sweep(scenario, grids, out_dir=tmp_path / "dask",
+                           scheduler=cluster.scheduler_address, progress=False)
+    assert remote.ran == 4
+    assert [(p.id, p.status, p.error) for p in remote.points] == [
+        (p.id, p.status, p.error) for p in local.points]
+    assert [_without_wall(dict(p.summary or {})) for p in remote.points] == [
+        _without_wall(dict(p.summary or {})) for p in local.points]
+
+
+def test_dask_missing_is_a_clear_error(scenario: Path, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_dask(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("distributed"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_dask)
+    with pytest.raises(ConfigError, match=r"distsim\[dask\]"):
+        run_sweep(scenario, ["model.layers=2,4"], out_dir=tmp_path / "out",
+                  scheduler="tcp://127.0.0.1:1", progress=False)
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="distsim")
+    sweep.add_parser(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def test_cli_sweep(scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    args = _parser().parse_args(
+        ["sweep", str(scenario), "--grid", 'cluster.link_bandwidth="50 GB/s,100 GB/s"',
+         "--grid", "model.layers=2,100000", "--out", str(out), "--workers", "1",
+         "--metric", "mfu"])
+    assert args.handler(args) == 0
+    printed = capsys.readouterr().out
+    assert "4 point(s): 2 ok, 2 failed" in printed and "out of memory" in printed
+    assert len(_rows(out)) == 4
+    args = _parser().parse_args(["sweep", str(scenario), "--grid", "model.layers=2",
+                                 "--out", str(out), "--workers", "0"])
+    with pytest.raises(ConfigError, match="--workers"):
+        args.handler(args)

@@ -1,0 +1,556 @@
+"""Profiled cost tables from traces: ``distsim trace costs TRACES… -o costs.yaml``.
+
+A cost table (:mod:`workloads.costs`) says how long one pass of one layer takes on one
+tensor-parallel rank at a shape.  This module measures it from traces and writes it in
+the format :class:`~workloads.costs.TableCosts` reads, so a scenario can use it directly
+(``compute: {costs: costs.yaml}``).  Two kinds of trace are read:
+
+* **distsim's own trace.json** (:mod:`measured.distsim_trace`): every compute span of a
+  layer pass carries its cost-table kind and pass in its args (``layer``, ``pass``,
+  ``index``), and the trace's metadata the shape keys (micro-batch, sequence length,
+  hidden, tp, sequence parallelism) and the GPU.  One *instance* is one micro-batch's pass
+  of one layer on one rank group: the sum of its spans (a layer is traced as its attention
+  and MLP halves), divided by the group's straggler slowdown — the cost, not the
+  straggler.  Rows: ``transformer_layer``/``moe_layer`` × fwd, bwd, recompute (as the run
+  had them), ``embedding`` and ``loss`` × fwd, bwd.
+* **a PyTorch profiler (Kineto) trace of a real job** (:mod:`measured.kineto`): a layer
+  instance is a CPU annotation — ``nn.Module: LlamaDecoderLayer_0`` (python_function),
+  a ``record_function`` scope (user_annotation) or an operator — whose name matches
+  ``--layer`` (default :data:`DEFAULT_LAYER_REGEX`); of nested matches the outermost.
+  Its **forward** time is the GPU time of the kernels launched inside the scope on its
+  thread (CUDA runtime call ``correlation`` = kernel ``correlation``; NCCL kernels are
+  left out: the simulator models communication itself; memcpy and memset count).  Its
+  **backward** time is the GPU time of the kernels launched inside the autograd backward
+  ops (cpu_ops with a ``Fwd thread id``) whose ``Sequence number`` is one of the forward
+  ops' inside the scope.  A scope that runs *inside* a backward op is activation
+  recomputation: its kernels are the **recompute** pass (full recompute).  Shape keys
+  come from options, the GPU from the trace's ``deviceProperties`` (``--gpu`` overrides).
+
+Each row's time is the **median** over its instances (all ranks and steps); the number of
+instances and their spread (min … max) are written in the table header's ``notes``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import datetime as _dt
+import json
+import re
+import statistics
+import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from distsim_gpu.measured.distsim_trace import DistsimTrace
+from distsim_gpu.measured.kineto import CpuEvent, RankTrace, load_traces, read_trace_file
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.costs import CostRow, TableHeader, write_cost_table
+from distsim_gpu.workloads.gpus import canonical_gpu_name
+from distsim_gpu.workloads.models import get_model
+
+__all__ = [
+    "DEFAULT_LAYER_REGEX",
+    "ExtractedCosts",
+    "Sample",
+    "ShapeKeys",
+    "add_parser",
+    "costs_from_distsim",
+    "costs_from_kineto",
+    "extract_costs",
+]
+
+#: Transformer-block module names of common implementations (Hugging Face GPT-2, GPT-J,
+#: GPT-NeoX, BLOOM, BERT, Llama/Mistral/Mixtral/Qwen/any ``…DecoderLayer``, Megatron-LM's
+#: ``ParallelTransformerLayer``/``TransformerLayer``, PyTorch's ``TransformerEncoderLayer``
+#: …), as a name, an ``nn.Module: Name_0`` annotation or a ``record_function`` label.
+#: ResNet-style ``BasicBlock``/``Bottleneck`` and sub-modules (``LlamaAttention``) do not
+#: match.
+DEFAULT_LAYER_REGEX = (r"(?<![A-Za-z0-9])(?:[A-Za-z0-9]*(?:DecoderLayer|EncoderLayer|"
+                       r"TransformerLayer|TransformerBlock)|GPT2Block|GPTJBlock|BloomBlock|"
+                       r"GPTNeoXLayer|BertLayer|CLIPEncoderLayer)(?:_\d+)?(?![A-Za-z])")
+
+_LAYER_KINDS = ("transformer_layer", "moe_layer")
+# Categories whose events can be a layer scope.
+_SCOPE_CATEGORIES = frozenset({"python_function", "user_annotation", "cpu_op"})
+_TOP_NAMES = 12  # annotation names listed when no scope matched
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeKeys:
+    """The shape a trace was measured at: a cost table's keys besides kind and pass."""
+
+    micro_batch: int
+    seq_len: int
+    hidden: int
+    tp: int = 1
+    sequence_parallel: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The instances of one row: ``kind`` × ``pass_`` at ``shape`` on ``gpu`` (seconds)."""
+
+    gpu: str
+    kind: str
+    pass_: str
+    shape: ShapeKeys
+    times_s: tuple[float, ...]
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s)
+
+    def row(self) -> CostRow:
+        """The cost-table row: the median of the instances."""
+        s = self.shape
+        return CostRow(self.gpu, self.kind, self.pass_, s.micro_batch, s.seq_len, s.hidden,
+                       s.tp, self.median_s, s.sequence_parallel)
+
+    def spread(self) -> str:
+        """``kind pass: N instances, min…max ms`` for the header notes."""
+        return (f"{self.kind} {self.pass_}: {len(self.times_s)} instance(s), "
+                f"{min(self.times_s) * 1e3:.6g}..{max(self.times_s) * 1e3:.6g} ms")
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractedCosts:
+    """A cost table measured from traces, with what it was measured from."""
+
+    header: TableHeader
+    samples: tuple[Sample, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def rows(self) -> tuple[CostRow, ...]:
+        return tuple(s.row() for s in self.samples)
+
+    def write(self, path: str | Path) -> None:
+        """Write the table (YAML or CSV by suffix), atomically."""
+        write_cost_table(path, self.header, self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready object: header, rows (seconds) with instance counts and spread."""
+        return {
+            "header": {f.name: getattr(self.header, f.name) for f in fields(TableHeader)},
+            "rows": [{"gpu": s.gpu, "kind": s.kind, "pass": s.pass_,
+                      "micro_batch": s.shape.micro_batch, "seq_len": s.shape.seq_len,
+                      "hidden": s.shape.hidden, "tp": s.shape.tp,
+                      "sequence_parallel": s.shape.sequence_parallel,
+                      "time_s": s.median_s, "instances": len(s.times_s),
+                      "min_s": min(s.times_s), "max_s": max(s.times_s)}
+                     for s in self.samples],
+            "warnings": list(self.warnings),
+        }
+
+
+def _describe(sources: Sequence[str]) -> str:
+    """The inputs in a few words: every name up to three, else the first and a count."""
+    unique = list(dict.fromkeys(sources))
+    if len(unique) <= 3:
+        return ", ".join(unique)
+    return f"{unique[0]} and {len(unique) - 1} more"
+
+
+def _today() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).date().isoformat()
+
+
+def _notes(samples: Sequence[Sample], extra: str = "") -> str:
+    text = "median over instances; " + "; ".join(s.spread() for s in samples)
+    return f"{text}; {extra}" if extra else text
+
+
+def _sorted_samples(buckets: dict[tuple[Any, ...], list[float]]) -> tuple[Sample, ...]:
+    order = {k: i for i, k in enumerate(("transformer_layer", "moe_layer", "embedding",
+                                         "loss"))}
+    passes = {p: i for i, p in enumerate(("fwd", "bwd", "recompute", "recompute_selective"))}
+    samples = [Sample(gpu, kind, pass_, shape, tuple(times))
+               for (gpu, kind, pass_, shape), times in buckets.items()]
+    samples.sort(key=lambda s: (s.gpu, order.get(s.kind, 9), s.kind, passes.get(s.pass_, 9),
+                                s.shape.micro_batch, s.shape.seq_len))
+    return tuple(samples)
+
+
+# ------------------------------------------------------------------ distsim traces
+def _meta_int(meta: dict[str, Any], key: str, source: str) -> int:
+    value = meta.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"the trace's run metadata has no positive whole {key!r} "
+                          f"(found {value!r})", source=source, key=f"otherData.distsim.{key}",
+                          hint="write the trace with 'distsim run --out DIR' of this version")
+    return value
+
+
+def costs_from_distsim(traces: Sequence[DistsimTrace], *,
+                       gpu: str | None = None) -> ExtractedCosts:
+    """A cost table from distsim traces (see the module docstring); ``gpu`` overrides the
+    traces' GPU name."""
+    buckets: dict[tuple[Any, ...], list[float]] = {}
+    models: set[str] = set()
+    precisions: set[str] = set()
+    for trace in traces:
+        meta, source = trace.metadata, trace.source
+        shape = ShapeKeys(_meta_int(meta, "micro_batch", source),
+                          _meta_int(meta, "seq_len", source),
+                          _meta_int(meta, "hidden", source), _meta_int(meta, "tp", source),
+                          bool(meta.get("sequence_parallel", False)))
+        microbatches = _meta_int(meta, "microbatches", source)
+        name = gpu or meta.get("gpu")
+        if not isinstance(name, str) or not name:
+            raise ConfigError("the trace does not say its GPU", source=source, key="--gpu",
+                              hint="give --gpu NAME")
+        name = canonical_gpu_name(name)
+        for value, into in ((meta.get("model"), models), (meta.get("precision"), precisions)):
+            if isinstance(value, str) and value:
+                into.add(value)
+        slowdown = {g.name: g.slowdown for g in trace.groups}
+        # Spans of one (group, kind, pass, layer) in time order: per micro-batch the same
+        # number of spans (a layer pass is its attention and MLP halves).
+        runs: dict[tuple[str, str, str, Any], list[float]] = {}
+        for span in trace.spans:
+            kind, pass_ = span.args.get("layer"), span.args.get("pass")
+            if span.process not in slowdown or not isinstance(kind, str) \
+                    or not isinstance(pass_, str):
+                continue
+            key = (span.process, kind, pass_, span.args.get("index"))
+            runs.setdefault(key, []).append(span.duration_s / slowdown[span.process])
+        for (_process, kind, pass_, _index), durations in runs.items():
+            if len(durations) % microbatches:
+                raise ConfigError(f"{len(durations)} {kind} {pass_} spans on one rank group "
+                                  f"are not {microbatches} equal micro-batches",
+                                  source=source, hint="a trace of one iteration, as "
+                                  "'distsim run --out' writes it")
+            per = len(durations) // microbatches
+            times = buckets.setdefault((name, kind, pass_, shape), [])
+            times.extend(sum(durations[i:i + per]) for i in range(0, len(durations), per))
+    if not buckets:
+        raise ConfigError("no compute spans with a layer kind and pass in the trace",
+                          source=_describe([t.source for t in traces]),
+                          hint="write the trace with 'distsim run --out DIR' of this version")
+    samples = _sorted_samples(buckets)
+    header = TableHeader(
+        software="distsim (simulated run)", date=_today(),
+        source="distsim trace costs from " + _describe([t.source for t in traces])
+        + " (compute spans per layer pass and micro-batch, straggler slowdown removed)",
+        gpu=samples[0].gpu, precision=", ".join(sorted(precisions)),
+        model=", ".join(sorted(models)), notes=_notes(samples))
+    return ExtractedCosts(header, samples)
+
+
+# ------------------------------------------------------------------ Kineto traces
+@dataclass(slots=True)
+class _RankIndex:
+    """One rank's CPU side, indexed for interval queries."""
+
+    launches: dict[Any, tuple[list[float], list[int]]]  # tid -> (start times, correlations)
+    gpu_time: dict[int, float]  # correlation -> GPU seconds (non-NCCL events)
+    forward_ops: dict[Any, tuple[list[float], list[CpuEvent]]]  # tid -> ops with a sequence
+    backward: dict[int, list[CpuEvent]]  # sequence number -> backward ops
+    backward_spans: dict[Any, list[tuple[float, float]]]  # tid -> merged backward intervals
+
+
+def _index(trace: RankTrace) -> _RankIndex:
+    gpu_time: dict[int, float] = {}
+    for kernel in trace.kernels:
+        if kernel.kind != "communication" and kernel.correlation is not None:
+            gpu_time[kernel.correlation] = gpu_time.get(kernel.correlation, 0.0) \
+                + kernel.duration_s
+    launches: dict[Any, tuple[list[float], list[int]]] = {}
+    forward: dict[Any, tuple[list[float], list[CpuEvent]]] = {}
+    backward: dict[int, list[CpuEvent]] = {}
+    spans: dict[Any, list[tuple[float, float]]] = {}
+    for event in trace.cpu_events:  # in start order
+        if event.correlation is not None:
+            starts, corrs = launches.setdefault(event.tid, ([], []))
+            starts.append(event.start_s)
+            corrs.append(event.correlation)
+        if event.category != "cpu_op" or event.sequence is None:
+            continue
+        if event.fwd_tid is None:
+            starts_f, ops = forward.setdefault(event.tid, ([], []))
+            starts_f.append(event.start_s)
+            ops.append(event)
+        else:
+            backward.setdefault(event.sequence, []).append(event)
+            spans.setdefault(event.tid, []).append((event.start_s, event.end_s))
+    merged = {tid: _merge(intervals) for tid, intervals in spans.items()}
+    return _RankIndex(launches, gpu_time, forward, backward, merged)
+
+
+def _merge(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _inside(spans: list[tuple[float, float]], start: float, end: float) -> bool:
+    index = bisect.bisect_right(spans, (start, float("inf"))) - 1
+    return index >= 0 and spans[index][0] <= start and end <= spans[index][1]
+
+
+def _launched(index: _RankIndex, tid: Any, start: float, end: float) -> list[int]:
+    starts, corrs = index.launches.get(tid, ([], []))
+    low, high = bisect.bisect_left(starts, start), bisect.bisect_right(starts, end)
+    return corrs[low:high]
+
+
+def _scopes(trace: RankTrace, pattern: re.Pattern[str]) -> list[CpuEvent]:
+    """The outermost matching scope events of each thread, in start order."""
+    by_tid: dict[Any, list[CpuEvent]] = {}
+    for event in trace.cpu_events:
+        if event.category in _SCOPE_CATEGORIES and pattern.search(event.name):
+            by_tid.setdefault(event.tid, []).append(event)
+    outer: list[CpuEvent] = []
+    for events in by_tid.values():
+        end = float("-inf")
+        for event in sorted(events, key=lambda e: (e.start_s, -e.end_s)):
+            if event.start_s >= end:  # not nested in (or overlapping) the previous one
+                outer.append(event)
+                end = event.end_s
+    return sorted(outer, key=lambda e: e.start_s)
+
+
+def _annotation_names(traces: Sequence[RankTrace]) -> str:
+    counts: Counter[str] = Counter()
+    for trace in traces:
+        for event in trace.cpu_events:
+            if event.category in ("python_function", "user_annotation"):
+                counts[event.name] += 1
+    if not counts:
+        return "the traces hold no python_function or user_annotation events (profile " \
+               "with with_modules=True or wrap layers in record_function)"
+    common = ", ".join(f"{name!r} ×{n}" for name, n in counts.most_common(_TOP_NAMES))
+    return f"most common annotations: {common}"
+
+
+def _trace_gpu(traces: Sequence[RankTrace], gpu: str | None) -> str:
+    if gpu is not None:
+        return canonical_gpu_name(gpu)
+    names = sorted({canonical_gpu_name(t.gpu_model) for t in traces if t.gpu_model})
+    if not names:
+        raise ConfigError("the traces do not record their GPU (no deviceProperties)",
+                          key="--gpu", hint="give --gpu NAME, e.g. --gpu h100-sxm")
+    if len(names) > 1:
+        raise ConfigError("the traces come from different GPUs: " + ", ".join(names),
+                          key="--gpu", hint="extract one GPU's traces at a time, or --gpu")
+    return names[0]
+
+
+def costs_from_kineto(traces: Sequence[RankTrace], *, shape: ShapeKeys,
+                      layer: str = DEFAULT_LAYER_REGEX, kind: str = "transformer_layer",
+                      gpu: str | None = None, model: str = "") -> ExtractedCosts:
+    """A cost table of layer ``kind`` from Kineto traces (see the module docstring).
+
+    Raises :class:`ConfigError` when no scope matches ``layer`` (listing the most common
+    annotation names) or no scope launched a kernel; a trace without backward ops gives
+    forward rows only, with a warning.
+    """
+    sources = _describe([t.source for t in traces])
+    try:
+        pattern = re.compile(layer)
+    except re.error as error:
+        raise ConfigError(f"not a regular expression: {error}", key="--layer") from None
+    if kind not in _LAYER_KINDS:
+        raise ConfigError(f"unknown layer kind {kind!r}", key="--kind",
+                          hint="one of " + ", ".join(_LAYER_KINDS))
+    name = _trace_gpu(traces, gpu)
+    times: dict[str, list[float]] = {"fwd": [], "bwd": [], "recompute": []}
+    scopes_found = 0
+    for trace in traces:
+        scopes = _scopes(trace, pattern)
+        if not scopes:
+            continue
+        scopes_found += len(scopes)
+        index = _index(trace)
+        for scope in scopes:
+            recompute = _inside(index.backward_spans.get(scope.tid, []), scope.start_s,
+                                scope.end_s)
+            own = _launched(index, scope.tid, scope.start_s, scope.end_s)
+            forward_s = sum(index.gpu_time.get(c, 0.0) for c in own)
+            if forward_s > 0:
+                times["recompute" if recompute else "fwd"].append(forward_s)
+            # Backward: the autograd ops of the forward ops this scope ran (a recompute
+            # scope's ops have their own sequence numbers: the backward that follows it).
+            starts, ops = index.forward_ops.get(scope.tid, ([], []))
+            low = bisect.bisect_left(starts, scope.start_s)
+            high = bisect.bisect_right(starts, scope.end_s)
+            sequences = {op.sequence for op in ops[low:high]
+                         if op.sequence is not None and op.end_s <= scope.end_s}
+            intervals: dict[Any, list[tuple[float, float]]] = {}
+            for sequence in sequences:
+                for op in index.backward.get(sequence, []):
+                    intervals.setdefault(op.tid, []).append((op.start_s, op.end_s))
+            claimed = set(own)
+            backward_s = 0.0
+            for tid, spans in intervals.items():
+                for start, end in _merge(spans):
+                    for corr in _launched(index, tid, start, end):
+                        if corr not in claimed:  # a nested recompute's kernels are its own
+                            claimed.add(corr)
+                            backward_s += index.gpu_time.get(corr, 0.0)
+            if backward_s > 0:
+                times["bwd"].append(backward_s)
+    if not scopes_found:
+        which = ("the default --layer pattern (common transformer blocks)"
+                 if layer == DEFAULT_LAYER_REGEX else f"--layer {layer!r}")
+        raise ConfigError(f"no layer scope matches {which}", source=sources,
+                          key="--layer", hint=_annotation_names(traces))
+    if not times["fwd"]:
+        raise ConfigError(f"{scopes_found} layer scope(s) matched, but none launched a "
+                          "GPU kernel that the trace links to it (correlation)",
+                          source=sources, key="--layer",
+                          hint="profile with CUDA activities, or match the scope that wraps "
+                               "the layer's forward")
+    warnings = []
+    if not times["bwd"]:
+        warnings.append("no backward found: no autograd op's sequence number matches a "
+                        "forward op inside the layer scopes; wrote fwd rows only")
+    buckets = {(name, kind, pass_, shape): values for pass_, values in times.items() if values}
+    samples = _sorted_samples(buckets)
+    header = TableHeader(
+        software="PyTorch profiler (Kineto) trace", date=_today(),
+        source=f"distsim trace costs from {sources}: layer scopes matching /{layer}/; fwd "
+               "= GPU time of kernels launched in the scope, bwd = of kernels launched by "
+               "autograd ops with the sequence numbers of its forward ops",
+        gpu=name, model=model, notes=_notes(samples, "; ".join(warnings)))
+    return ExtractedCosts(header, samples, tuple(warnings))
+
+
+# ------------------------------------------------------------------ reading inputs
+def _is_json_file(path: Path) -> bool:
+    return path.is_file() and path.name.lower().endswith((".json", ".json.gz"))
+
+
+def extract_costs(paths: Sequence[str | Path], *, layer: str = DEFAULT_LAYER_REGEX,
+                  kind: str = "transformer_layer", micro_batch: int | None = None,
+                  seq_len: int | None = None, hidden: int | None = None,
+                  model: str | None = None, tp: int = 1, sequence_parallel: bool = False,
+                  gpu: str | None = None) -> ExtractedCosts:
+    """Read ``paths`` (distsim trace.json files, or Kineto files, archives, directories)
+    and extract a cost table.  Shape options apply to Kineto traces (a distsim trace
+    records its own); ``hidden`` defaults to the ``model`` preset's."""
+    distsim: list[DistsimTrace] = []
+    kineto: list[RankTrace] = []
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        # A directory's trace files one by one: a distsim trace.json among them is read
+        # with its span args, not as bare kernels.
+        found = sorted(p for p in path.iterdir() if _is_json_file(p)) if path.is_dir() else []
+        files.extend(found or [path])
+    for path in files:
+        if _is_json_file(path):
+            traces, simulated = read_trace_file(path)  # read once: one kind or the other
+            if simulated is not None:
+                distsim.append(simulated)
+            else:
+                kineto.extend(traces)
+        else:
+            kineto.extend(load_traces([path]))
+    if distsim and kineto:
+        raise ConfigError("both distsim and profiler traces given", key="TRACES",
+                          hint="extract costs from one kind of trace at a time")
+    if distsim:
+        extracted = costs_from_distsim(distsim, gpu=gpu)
+        given = [k for k, v in (("--micro-batch", micro_batch), ("--seq-len", seq_len),
+                                ("--hidden", hidden), ("--model", model)) if v is not None]
+        if given:
+            note = (f"{', '.join(given)} ignored: a distsim trace records its shape")
+            extracted = ExtractedCosts(extracted.header, extracted.samples,
+                                       (*extracted.warnings, note))
+        return extracted
+    if hidden is None and model is not None:
+        hidden = get_model(model, key="--model").hidden
+    missing = [k for k, v in (("--micro-batch", micro_batch), ("--seq-len", seq_len),
+                              ("--hidden or --model", hidden)) if v is None]
+    if missing:
+        raise ConfigError("a profiler trace does not say its shape: give "
+                          + ", ".join(missing), key=missing[0],
+                          hint="the micro-batch, sequence length and hidden size the job "
+                               "ran with (and --tp if tensor-parallel)")
+    shape = ShapeKeys(_positive(micro_batch, "--micro-batch"), _positive(seq_len, "--seq-len"),
+                      _positive(hidden, "--hidden"), _positive(tp, "--tp"), sequence_parallel)
+    return costs_from_kineto(kineto, shape=shape, layer=layer, kind=kind, gpu=gpu,
+                             model=model or "")
+
+
+def _positive(value: int | None, key: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"must be a positive whole number, got {value!r}", key=key)
+    return value
+
+
+# ------------------------------------------------------------------ command line
+def _format(extracted: ExtractedCosts, output: str) -> str:
+    lines = [f"# wrote {len(extracted.samples)} row(s) to {output} (gpu "
+             f"{extracted.header.gpu}); times in ms, median over instances"]
+    table = [("kind", "pass", "mb", "seq", "hidden", "tp", "sp", "time", "n", "min", "max")]
+    for s in extracted.samples:
+        table.append((s.kind, s.pass_, str(s.shape.micro_batch), str(s.shape.seq_len),
+                      str(s.shape.hidden), str(s.shape.tp),
+                      "yes" if s.shape.sequence_parallel else "no",
+                      f"{s.median_s * 1e3:.4f}", str(len(s.times_s)),
+                      f"{min(s.times_s) * 1e3:.4f}", f"{max(s.times_s) * 1e3:.4f}"))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        lines.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def _cmd_trace_costs(args: argparse.Namespace) -> int:
+    extracted = extract_costs(
+        args.traces, layer=args.layer, kind=args.kind, micro_batch=args.micro_batch,
+        seq_len=args.seq_len, hidden=args.hidden, model=args.model, tp=args.tp,
+        sequence_parallel=args.sequence_parallel, gpu=args.gpu)
+    extracted.write(args.output)
+    for warning in extracted.warnings:
+        print(f"distsim: warning: {warning}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"output": args.output, **extracted.to_json()}, indent=2))
+    else:
+        sys.stdout.write(_format(extracted, args.output))
+    return 0
+
+
+def add_parser(trace_commands: Any) -> argparse.ArgumentParser:
+    """Register ``costs`` on the ``distsim trace`` sub-command set (what
+    ``add_subparsers`` returned); its handler is ``args.handler``."""
+    parser = trace_commands.add_parser(
+        "costs", help="a profiled cost table (compute: {costs: FILE}) from traces",
+        description="Measure per-layer compute times from distsim's own trace.json or from "
+        "PyTorch profiler (Kineto) traces of a real job and write them as a cost table "
+        "(median over layer instances; header records the source, GPU and spread).")
+    parser.add_argument("traces", nargs="+", metavar="TRACES",
+                        help="distsim trace.json, or Kineto .json / .json.gz files, .tar.gz "
+                        "archives or directories")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE",
+                        help="the cost table to write (.yaml, .yml or .csv)")
+    parser.add_argument("--layer", default=DEFAULT_LAYER_REGEX, metavar="REGEX",
+                        help="Kineto: the annotation names of one layer (default: common "
+                        "transformer blocks, e.g. LlamaDecoderLayer, GPT2Block, BertLayer, "
+                        "ParallelTransformerLayer)")
+    parser.add_argument("--kind", default="transformer_layer", choices=_LAYER_KINDS,
+                        help="Kineto: the table kind of the matched layers")
+    parser.add_argument("--micro-batch", type=int, default=None, metavar="N")
+    parser.add_argument("--seq-len", type=int, default=None, metavar="N")
+    parser.add_argument("--hidden", type=int, default=None, metavar="N")
+    parser.add_argument("--model", default=None, metavar="PRESET",
+                        help="Kineto: the model preset (its hidden size, and the header)")
+    parser.add_argument("--tp", type=int, default=1, metavar="N",
+                        help="Kineto: tensor-parallel size the job ran with (default 1)")
+    parser.add_argument("--sequence-parallel", action="store_true",
+                        help="Kineto: the job used sequence parallelism")
+    parser.add_argument("--gpu", default=None, metavar="NAME",
+                        help="the GPU (default: as the trace records it)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=_cmd_trace_costs)
+    return parser
