@@ -14,13 +14,11 @@ from distsim_gpu.scenarios.report import OUTPUT_FILES, format_summary, group_gpu
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.errors import ConfigError
 
-from tests.scenarios.test_scenario_support import tiny, write_scenario
-
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def scenario(tmp_path_factory):
+def scenario(tmp_path_factory, tiny, write_scenario):
     path = write_scenario(tmp_path_factory.mktemp("report") / "tiny.yaml", tiny())
     return load_scenario(path)
 
@@ -91,7 +89,7 @@ def test_summary_has_headline_units_and_a_row_per_group(traced):
     assert len(time_rows) == 2 * 2  # the time table and the memory table
 
 
-def test_a_straggler_gets_a_group_of_its_own(tmp_path):
+def test_a_straggler_gets_a_group_of_its_own(tmp_path, tiny, write_scenario):
     path = write_scenario(tmp_path / "s.yaml", tiny(stragglers={"n0.gpu6": 1.5}))
     report = run_scenario(load_scenario(path))
     groups = report.groups()

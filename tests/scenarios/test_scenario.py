@@ -18,14 +18,12 @@ from distsim_gpu.workloads.costs import (
 )
 from distsim_gpu.workloads.gpus import get_gpu
 
-from tests.scenarios.test_scenario_support import tiny, write_scenario
-
 
 def _sets(*texts: str) -> list[tuple[str, object]]:
     return [parse_assignment(text) for text in texts]
 
 
-def test_loads_the_parts_of_a_tiny_scenario(tmp_path):
+def test_loads_the_parts_of_a_tiny_scenario(tmp_path, tiny, write_scenario):
     scenario = load_scenario(write_scenario(tmp_path / "s.yaml", tiny()))
     assert scenario.name == "tiny"
     assert scenario.num_gpus == 8
@@ -38,13 +36,13 @@ def test_loads_the_parts_of_a_tiny_scenario(tmp_path):
     assert scenario.source.endswith("s.yaml")
 
 
-def test_name_defaults_to_the_file_stem(tmp_path):
+def test_name_defaults_to_the_file_stem(tmp_path, tiny, write_scenario):
     data = tiny()
     del data["name"]
     assert load_scenario(write_scenario(tmp_path / "my-run.yaml", data)).name == "my-run"
 
 
-def test_sections_may_be_left_out_and_shorthands_used(tmp_path):
+def test_sections_may_be_left_out_and_shorthands_used(tmp_path, write_scenario):
     data = {"cluster": "dgx-a100", "model": "gpt3-175b", "parallelism": {"tp": 8}}
     scenario = load_scenario(write_scenario(tmp_path / "short.yaml", data))
     assert scenario.topology.config["preset"] == "dgx-a100"
@@ -53,7 +51,7 @@ def test_sections_may_be_left_out_and_shorthands_used(tmp_path):
     assert scenario.comm.fidelity == "coflow" and scenario.seed == 0
 
 
-def test_resolved_fills_every_default_in_scenario_schema(tmp_path):
+def test_resolved_fills_every_default_in_scenario_schema(tmp_path, tiny, write_scenario):
     resolved = load_scenario(write_scenario(tmp_path / "s.yaml", tiny())).resolved()
     assert list(resolved) == ["name", "cluster", "model", "parallelism", "training",
                               "compute", "communication", "simulation", "stragglers"]
@@ -70,7 +68,7 @@ def test_resolved_fills_every_default_in_scenario_schema(tmp_path):
 
 
 @pytest.mark.parametrize("dump", [yaml.safe_dump, json.dumps])
-def test_resolved_config_written_back_reproduces_the_run(tmp_path, dump):
+def test_resolved_config_written_back_reproduces_the_run(tmp_path, dump, tiny, write_scenario):
     data = tiny(stragglers={"n0.gpu5": 1.25}, communication={"algorithm": "ring"})
     first = load_scenario(write_scenario(tmp_path / "s.yaml", data))
     again_path = tmp_path / "resolved.yaml"
@@ -80,7 +78,7 @@ def test_resolved_config_written_back_reproduces_the_run(tmp_path, dump):
     assert run_scenario(again).iteration_time_s == run_scenario(first).iteration_time_s
 
 
-def test_overrides_apply_before_validation_with_units(tmp_path):
+def test_overrides_apply_before_validation_with_units(tmp_path, tiny, write_scenario):
     path = write_scenario(tmp_path / "s.yaml", tiny())
     base = load_scenario(path)
     scenario = load_scenario(path, _sets(
@@ -95,7 +93,7 @@ def test_overrides_apply_before_validation_with_units(tmp_path):
     assert base.parallel.tp == 2  # the file is not changed
 
 
-def test_override_into_a_preset_cluster_group(tmp_path):
+def test_override_into_a_preset_cluster_group(tmp_path, tiny, write_scenario):
     data = tiny(cluster={"preset": "dgx-a100", "nodes": 1, "fabric": "single-switch"},
                 parallelism={"tp": 2, "pp": 2, "dp": 2})
     data["cluster"].pop("gpus")
@@ -109,14 +107,14 @@ def test_override_into_a_preset_cluster_group(tmp_path):
     assert config["fabric"]["kind"] == "fat-tree"  # the shorthand string became a mapping
 
 
-def test_slower_links_by_override_make_a_slower_iteration(tmp_path):
+def test_slower_links_by_override_make_a_slower_iteration(tmp_path, tiny, write_scenario):
     path = write_scenario(tmp_path / "s.yaml", tiny())
     fast = run_scenario(load_scenario(path)).iteration_time_s
     slow = run_scenario(load_scenario(path, _sets('cluster.link_bandwidth="10 Gbps"')))
     assert slow.iteration_time_s > fast
 
 
-def test_cluster_file_is_found_relative_to_the_scenario(tmp_path):
+def test_cluster_file_is_found_relative_to_the_scenario(tmp_path, tiny, write_scenario):
     write_scenario(tmp_path / "clusters" / "c.yaml",
                    "preset: switch\ngpus: 4\nlink_bandwidth: 100 GB/s\n")
     data = tiny(cluster="clusters/c.yaml", parallelism={"tp": 2, "pp": 2, "dp": 1},
@@ -130,7 +128,7 @@ def test_cluster_file_is_found_relative_to_the_scenario(tmp_path):
     assert bigger.num_gpus == 8
 
 
-def test_stragglers_slow_the_iteration_and_accept_dotted_gpu_names(tmp_path):
+def test_stragglers_slow_the_iteration_and_accept_dotted_gpu_names(tmp_path, tiny, write_scenario):
     path = write_scenario(tmp_path / "s.yaml", tiny())
     base = run_scenario(load_scenario(path)).iteration_time_s
     scenario = load_scenario(path, _sets("stragglers.n0.gpu6=1.5"))
@@ -138,7 +136,7 @@ def test_stragglers_slow_the_iteration_and_accept_dotted_gpu_names(tmp_path):
     assert run_scenario(scenario).iteration_time_s > base
 
 
-def test_cost_table_relative_to_the_scenario_with_roofline_fallback(tmp_path):
+def test_cost_table_relative_to_the_scenario_with_roofline_fallback(tmp_path, tiny, write_scenario):
     header = TableHeader(software="unit test", date="2024-01-01", source="made up",
                          gpu="a100-80gb", precision="bf16")
     rows = [CostRow("a100-80gb", "transformer_layer", p, 1, 128, 256, 2, t)
@@ -158,7 +156,7 @@ def test_cost_table_relative_to_the_scenario_with_roofline_fallback(tmp_path):
     assert table.iteration_time_s > 2 * 4 * 4e-3 > roofline.iteration_time_s
 
 
-def test_roofline_knobs_change_compute_time(tmp_path):
+def test_roofline_knobs_change_compute_time(tmp_path, tiny, write_scenario):
     path = write_scenario(tmp_path / "s.yaml", tiny())
     base = run_scenario(load_scenario(path)).iteration_time_s
     slow = load_scenario(path, _sets("compute.matmul_efficiency=0.2",
@@ -167,14 +165,14 @@ def test_roofline_knobs_change_compute_time(tmp_path):
     assert run_scenario(slow).iteration_time_s > base
 
 
-def test_scenario_from_mapping_without_a_file():
+def test_scenario_from_mapping_without_a_file(tiny):
     scenario = scenario_from_mapping(tiny(), source="<test>")
     assert scenario.source == "<test>"
     assert run_scenario(scenario).iteration_time_s > 0
 
 
 @pytest.mark.parametrize("attention", ["flash", "unfused"])
-def test_memory_follows_the_attention_implementation(tmp_path, attention):
+def test_memory_follows_the_attention_implementation(tmp_path, attention, tiny, write_scenario):
     # Unfused attention keeps every s×s softmax output for backward (Korthikanti et al.
     # 2022's 5·a·s/h term); the simulator and the search's memory check count the same.
     from distsim_gpu.scenarios.study.search import _stage_memory

@@ -18,8 +18,6 @@ from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.errors import ParseError
 from distsim_gpu.simcore.trace import Tracer
 
-from tests.scenarios.test_scenario_support import tiny, write_scenario
-
 MOE_MODEL = {"name": "tiny-moe", "layers": 4, "hidden": 256, "heads": 8, "seq_len": 128,
              "vocab": 1024, "experts": 4, "top_k": 2}
 
@@ -36,7 +34,7 @@ VARIANTS = {
 }
 
 
-def traced_run(tmp_path: Path, name: str) -> tuple[Report, Path]:
+def traced_run(tmp_path: Path, name: str, tiny, write_scenario) -> tuple[Report, Path]:
     """Run a variant with tracing; its trace.json as ``distsim run --out`` writes it."""
     path = write_scenario(tmp_path / f"{name}.yaml", tiny(**VARIANTS[name]))
     report = run_scenario(load_scenario(path), trace=True)
@@ -110,7 +108,7 @@ def test_load_trace_file_points_a_many_gpu_trace_to_load_traces(tmp_path):
     assert caught.value.hint == "read it with load_traces"
 
 
-def test_trace_summary_reads_a_run_out_directory(tmp_path, capsys):
+def test_trace_summary_reads_a_run_out_directory(tmp_path, capsys, tiny, write_scenario):
     scenario = write_scenario(tmp_path / "tiny.yaml", tiny())
     assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 0
     capsys.readouterr()

@@ -15,7 +15,6 @@ from distsim_gpu.workloads.costs import TableCosts, read_cost_table
 from distsim_gpu.workloads.measured_costs import extract_costs
 
 from tests.measured.test_kineto import CORPUS, DLRM, HTA
-from tests.scenarios.test_scenario_support import tiny, write_scenario
 
 US = 1e-6
 
@@ -229,7 +228,7 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_costs_from_a_run_reproduce_the_run(tmp_path, capsys, name):
+def test_costs_from_a_run_reproduce_the_run(tmp_path, capsys, name, tiny, write_scenario):
     """Run, extract the table from its trace.json, run again on the table: the same
     iteration.  Times pass through the trace as µs (×1e6, /1e6) and a layer's two halves
     are summed back, a few ulp per layer time; an iteration adds ~10² of them, so 1e-12
@@ -273,7 +272,7 @@ def test_costs_from_a_run_reproduce_the_run(tmp_path, capsys, name):
         assert gpu.compute_s == pytest.approx(before.compute_s, rel=1e-12)
 
 
-def test_a_distsim_trace_records_its_own_shape(tmp_path):
+def test_a_distsim_trace_records_its_own_shape(tmp_path, tiny, write_scenario):
     scenario = write_scenario(tmp_path / "run.yaml", tiny())
     report = run_scenario(load_scenario(scenario), trace=True)
     assert report.tracer is not None

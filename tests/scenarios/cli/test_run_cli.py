@@ -12,8 +12,6 @@ import pytest
 from distsim_gpu.scenarios.cli import main
 from distsim_gpu.scenarios.scenario import load_scenario
 
-from tests.scenarios.test_scenario_support import tiny, write_scenario
-
 EXAMPLES = Path(__file__).resolve().parents[3] / "scenarios" / "examples"
 
 
@@ -24,7 +22,7 @@ def run_cli(capsys, *argv):
 
 
 @pytest.fixture
-def tiny_path(tmp_path):
+def tiny_path(tmp_path, tiny, write_scenario):
     return write_scenario(tmp_path / "tiny.yaml", tiny())
 
 
@@ -67,7 +65,7 @@ def test_bad_scenario_exits_2_with_one_error_line(capsys, tiny_path):
     assert status == 2 and "--set" in err
 
 
-def test_out_of_memory_needs_allow_oom(capsys, tmp_path):
+def test_out_of_memory_needs_allow_oom(capsys, tmp_path, tiny, write_scenario):
     data = tiny(parallelism={"tp": 8, "pp": 1, "dp": 1}, training={"global_batch": 1})
     data["model"] = {"preset": "gpt3-175b", "layers": 24}
     path = write_scenario(tmp_path / "big.yaml", data)

@@ -25,8 +25,6 @@ from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
 
-from tests.scenarios.test_scenario_support import tiny, write_scenario
-
 SIZES = [2**k for k in range(16, 29, 2)]  # 64 KiB … 256 MiB
 
 
@@ -103,7 +101,7 @@ def test_cli_writes_a_communication_section_that_validate_trace_reads(tmp_path, 
     assert data["collective_transfer_error_pct"]["median_abs"] < 1.0
 
 
-def test_compute_fit_recovers_the_gemm_efficiency_of_a_traced_run(tmp_path):
+def test_compute_fit_recovers_the_gemm_efficiency_of_a_traced_run(tmp_path, tiny, write_scenario):
     made = write_scenario(tmp_path / "made.yaml",
                           tiny(compute={"gpu": "a100-80gb", "costs": "roofline",
                                         "matmul_efficiency": 0.45}))

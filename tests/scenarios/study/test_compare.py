@@ -10,11 +10,9 @@ import pytest
 from distsim_gpu.scenarios.study.compare import add_parser, compare_scenarios, format_comparison
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 
-from tests.scenarios.test_scenario_support import tiny, write_scenario
-
 
 @pytest.fixture(scope="module")
-def paths(tmp_path_factory):
+def paths(tmp_path_factory, tiny, write_scenario):
     root = tmp_path_factory.mktemp("compare")
     fast = write_scenario(root / "fast.yaml", tiny(
         name="fast", cluster={"preset": "switch", "gpus": 8, "link_bandwidth": "100 GB/s"}))

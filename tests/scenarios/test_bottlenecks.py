@@ -14,8 +14,6 @@ from distsim_gpu.simcore.network import FlowNetwork
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
 
-from tests.workloads.test_iteration import SMALL, T_BWD, T_FWD, fast_switch, run
-
 
 def kind_seconds(result):
     summary = critical_path_summary(result.critical_path, result.iteration_time_s)
@@ -33,18 +31,18 @@ def assert_covers_the_iteration(result):
     assert total == pytest.approx(result.iteration_time_s, rel=1e-9)
 
 
-def test_data_parallel_critical_path_is_compute_then_the_all_reduce():
+def test_data_parallel_critical_path_is_compute_then_the_all_reduce(uniform):
     dp, m = 8, 3
     topo = build_cluster({"preset": "switch", "gpus": dp, "link_bandwidth": "50 GB/s",
                           "link_latency": "1 us"})
     params = CommParams(protocol="simple", algorithm="ring")
-    result = run(topo, ParallelConfig(dp=dp, bucket_params=10**12),
-                 TrainingConfig(micro_batch=1, global_batch=dp * m), comm=params)
-    grad_bytes = sum(SMALL.layer_params(i) for i in range(SMALL.layers)) * 4
-    grad_bytes += SMALL.vocab * SMALL.hidden * 4
+    result = uniform.run(topo, ParallelConfig(dp=dp, bucket_params=10**12),
+                         TrainingConfig(micro_batch=1, global_batch=dp * m), comm=params)
+    grad_bytes = sum(uniform.model.layer_params(i) for i in range(uniform.model.layers)) * 4
+    grad_bytes += uniform.model.vocab * uniform.model.hidden * 4
     all_reduce = Communicator(Simulation(), topo, params).estimate_s(
         "all_reduce", list(topo.gpus), grad_bytes)
-    compute = m * SMALL.layers * (T_FWD + T_BWD)
+    compute = m * uniform.model.layers * (uniform.t_fwd_s + uniform.t_bwd_s)
     assert_covers_the_iteration(result)
     seconds = kind_seconds(result)
     assert seconds["compute"] == pytest.approx(compute, rel=1e-9)
@@ -57,11 +55,11 @@ def test_data_parallel_critical_path_is_compute_then_the_all_reduce():
 
 
 @pytest.mark.parametrize(("pp", "m"), [(2, 4), (4, 4), (4, 8)])
-def test_pipeline_critical_path_crosses_the_stages_and_sums_to_the_iteration(pp, m):
-    result = run(fast_switch(pp), ParallelConfig(pp=pp, schedule="1f1b"),
-                 TrainingConfig(micro_batch=1, global_batch=m))
+def test_pipeline_critical_path_crosses_the_stages_and_sums_to_the_iteration(pp, m, uniform):
+    result = uniform.run(uniform.fast_switch(pp), ParallelConfig(pp=pp, schedule="1f1b"),
+                         TrainingConfig(micro_batch=1, global_batch=m))
     assert_covers_the_iteration(result)
-    per_stage = SMALL.layers // pp * (T_FWD + T_BWD)
+    per_stage = uniform.model.layers // pp * (uniform.t_fwd_s + uniform.t_bwd_s)
     seconds = kind_seconds(result)
     # Ideal transfers: the path is the pipeline's (m + p - 1) stage times of compute.
     assert seconds["compute"] == pytest.approx((m + pp - 1) * per_stage, rel=1e-6)
@@ -69,16 +67,16 @@ def test_pipeline_critical_path_crosses_the_stages_and_sums_to_the_iteration(pp,
     assert len({e.group for e in result.critical_path}) == pp
 
 
-def test_slow_pipeline_links_put_transfers_on_the_critical_path():
+def test_slow_pipeline_links_put_transfers_on_the_critical_path(uniform):
     pp, m = 4, 4
     topo = build_cluster({"preset": "switch", "gpus": pp, "link_bandwidth": "1 GB/s",
                           "link_latency": "5 us"})
-    result = run(topo, ParallelConfig(pp=pp, schedule="1f1b"),
-                 TrainingConfig(micro_batch=1, global_batch=m),
-                 comm=CommParams(protocol="simple"))
+    result = uniform.run(topo, ParallelConfig(pp=pp, schedule="1f1b"),
+                         TrainingConfig(micro_batch=1, global_batch=m),
+                         comm=CommParams(protocol="simple"))
     assert_covers_the_iteration(result)
     seconds = kind_seconds(result)
-    transfer = 512 * SMALL.hidden * 2 / 1e9  # one activation over one 1 GB/s link
+    transfer = 512 * uniform.model.hidden * 2 / 1e9  # one activation over one 1 GB/s link
     assert seconds["pp transfer"] >= 2 * (pp - 1) * transfer * 0.99
     found = bottlenecks(result)
     assert found["critical_path"]["total_s"] == pytest.approx(result.iteration_time_s,
@@ -96,12 +94,12 @@ def test_slow_pipeline_links_put_transfers_on_the_critical_path():
         assert "pp" in links[0]["bytes_by_traffic"]
 
 
-def test_utilisation_is_at_most_one_on_a_data_parallel_run():
+def test_utilisation_is_at_most_one_on_a_data_parallel_run(uniform):
     topo = build_cluster({"preset": "switch", "gpus": 4, "link_bandwidth": "10 GB/s",
                           "link_latency": "1 us"})
-    result = run(topo, ParallelConfig(dp=4, bucket_params=10**6),
-                 TrainingConfig(micro_batch=1, global_batch=8),
-                 comm=CommParams(protocol="simple", algorithm="ring"))
+    result = uniform.run(topo, ParallelConfig(dp=4, bucket_params=10**6),
+                         TrainingConfig(micro_batch=1, global_batch=8),
+                         comm=CommParams(protocol="simple", algorithm="ring"))
     links = bottlenecks(result)["top_links_by_utilisation"]
     assert links
     for link in links:
@@ -160,12 +158,10 @@ def test_stats_count_a_flow_still_in_flight_up_to_now():
 # ------------------------------------------------------------------ report and trace
 
 
-def test_report_json_summary_and_trace_carry_the_bottlenecks(tmp_path):
+def test_report_json_summary_and_trace_carry_the_bottlenecks(tmp_path, tiny, write_scenario):
     from distsim_gpu.scenarios.bottlenecks import CRITICAL_PATH_PROCESS, TOP_LINKS_PROCESS
     from distsim_gpu.scenarios.report import format_summary
     from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
-
-    from tests.scenarios.test_scenario_support import tiny, write_scenario
 
     path = write_scenario(tmp_path / "tiny.yaml", tiny(
         cluster={"preset": "switch", "gpus": 8, "link_bandwidth": "5 GB/s"}))
@@ -188,16 +184,16 @@ def test_report_json_summary_and_trace_carry_the_bottlenecks(tmp_path):
                                              "top_links_by_saturation") for link in data[key]}
 
 
-def test_batched_integration_matches_integrating_every_solve(monkeypatch):
+def test_batched_integration_matches_integrating_every_solve(monkeypatch, uniform):
     import distsim_gpu.simcore.network as network_module
 
     def stats(batch):
         monkeypatch.setattr(network_module, "_STATS_BATCH", batch)
         topo = build_cluster({"preset": "switch", "gpus": 4, "link_bandwidth": "2 GB/s",
                               "link_latency": "1 us"})
-        result = run(topo, ParallelConfig(pp=2, dp=2, bucket_params=10**6),
-                     TrainingConfig(micro_batch=1, global_batch=8),
-                     comm=CommParams(protocol="simple"))
+        result = uniform.run(topo, ParallelConfig(pp=2, dp=2, bucket_params=10**6),
+                             TrainingConfig(micro_batch=1, global_batch=8),
+                             comm=CommParams(protocol="simple"))
         return result.simulation.network.link_stat_arrays()
 
     every, batched = stats(1), stats(7)
