@@ -48,21 +48,26 @@ from distsim_gpu.workloads.models import (
     model_from_mapping,
 )
 from distsim_gpu.workloads.profile_layer import LayerTiming, profile_layer
+from distsim_gpu.workloads.runtime import Cluster, Gpu, KernelRecord, Stream
 
 __all__ = [
     "GPU_PRESETS",
     "MODEL_PRESETS",
     "PASSES",
+    "Cluster",
     "CostModel",
     "CostRow",
+    "Gpu",
     "GpuSpec",
     "Kernel",
+    "KernelRecord",
     "LayerTiming",
     "LayerWork",
     "MemoryBreakdown",
     "ModelSpec",
     "RooflineCosts",
     "StageParams",
+    "Stream",
     "TableCosts",
     "TableHeader",
     "activation_bytes_per_layer",
