@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 import simpy
-from distsim_gpu.collectives import CollectiveRecord, CommParams, Communicator
+from distsim_gpu.collectives import PROTOCOLS, CollectiveRecord, CommParams, Communicator
 from distsim_gpu.simcore.errors import ConfigError, closest
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
@@ -248,6 +248,9 @@ class Cluster:
             raise ConfigError(f"a send needs two different GPUs, got {pair[0].name!r} twice",
                               key="dst")
         size_bytes = _at_least_zero(size_bytes, "size_bytes")
+        if protocol is not None and protocol not in PROTOCOLS:
+            raise ConfigError(f"unknown protocol {protocol!r}", key="protocol",
+                              hint=closest(str(protocol), PROTOCOLS))
         return self._launch("send", pair, stream, tag, lambda: self.communicator.send(
             pair[0].name, pair[1].name, size_bytes, protocol=protocol, tag=tag))
 
@@ -304,6 +307,10 @@ class Cluster:
                 raise ConfigError(f"root {root_name!r} is not in the {op} group", key="root",
                                   hint="valid: " + ", ".join(gpu.name for gpu in members))
         names = [gpu.name for gpu in members]
+        # Plan now (cached for the call itself), so a bad op, algorithm or protocol is an
+        # error here, not later inside a process that waited for its streams.
+        self.communicator.choose(op, names, size_bytes, algorithm=algorithm,
+                                 protocol=protocol, root=root_name)
         return self._launch(op, members, stream, tag, lambda: self.communicator.collective(
             op, names, size_bytes, algorithm=algorithm, protocol=protocol, root=root_name,
             tag=tag))

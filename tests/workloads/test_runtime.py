@@ -250,6 +250,11 @@ def test_trace_records_kernels_and_calls_on_stream_tracks():
     (lambda c: c.send(c.gpus[1], "n0.gpu1", 1e6), "dst", "two different"),
     (lambda c: c.broadcast(c.gpus[:2], 1e6, root="n0.gpu3"), "root", "not in"),
     (lambda c: c.gpus[0].stream(""), "stream", "non-empty"),
+    (lambda c: c.all_reduce(c.gpus, 1e6, stream="comm", algorithm="rign"), "algorithm",
+     "did you mean 'ring'"),
+    (lambda c: c.send("n0.gpu0", "n0.gpu1", 1e6, stream="comm", protocol="LL"), "protocol",
+     "valid:"),
+    (lambda c: c.collective("allreduce", c.gpus, 1e6), None, "did you mean 'all_reduce'"),
     (lambda c: c.send(switch_cluster().gpus[0], "n0.gpu1", 1e6), "gpu", "another"),
 ])
 def test_bad_input_is_a_clear_distsim_error(call, key, words):
