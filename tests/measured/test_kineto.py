@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
 import tarfile
 from pathlib import Path
 
@@ -24,18 +23,7 @@ from distsim_gpu.measured.summary import (
 from distsim_gpu.scenarios.cli import main
 from distsim_gpu.simcore.errors import ParseError
 
-
-def _corpus() -> Path | None:
-    here = Path(__file__).resolve().parents[3] / "shared" / "data" / "traces"
-    if here.is_dir():
-        return here
-    env = os.environ.get("DISTSIM_SHARED_DATA")
-    if env and (Path(env) / "traces").is_dir():
-        return Path(env) / "traces"
-    return None
-
-
-CORPUS = _corpus()
+# Files of the trace corpus (the ``trace_corpus`` fixture), relative to its root.
 HTA = "HolisticTraceAnalysis/tests/data/"
 DLRM = "param/et_replay/tests/inputs/dlrm_kineto.tar.gz"
 
@@ -61,10 +49,8 @@ NCCL_DATA_BUCKETS = {6637568, 2431040, 2049000, 7875584, 6563840}
 
 
 @pytest.fixture(scope="module")
-def corpus() -> dict[str, list[RankTrace]]:
-    if CORPUS is None:
-        pytest.skip("trace corpus shared/data/traces not found (set DISTSIM_SHARED_DATA)")
-    return {name: load_traces([CORPUS / name]) for name in EXPECTED}
+def corpus(trace_corpus) -> dict[str, list[RankTrace]]:
+    return {name: load_traces([trace_corpus.root / name]) for name in EXPECTED}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -328,13 +314,12 @@ def test_missing_path(tmp_path):
 
 # --- command line --------------------------------------------------------------------------
 
-def test_cli_trace_summary_on_dlrm(corpus, capsys):
-    assert CORPUS is not None
-    assert main(["trace", "summary", str(CORPUS / DLRM)]) == 0
+def test_cli_trace_summary_on_dlrm(trace_corpus, capsys):
+    assert main(["trace", "summary", str(trace_corpus.dlrm)]) == 0
     out = capsys.readouterr().out
     assert "# 8 rank(s)" in out
     assert sum(1 for line in out.splitlines() if line.startswith("# rank ")) == 8
-    assert main(["trace", "summary", str(CORPUS / DLRM), "--json"]) == 0
+    assert main(["trace", "summary", str(trace_corpus.dlrm), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert len(data["ranks"]) == 8
     assert all(r["nccl_counts"] == {"all_reduce": 3, "sendrecv": 5} for r in data["ranks"])

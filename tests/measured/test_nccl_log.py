@@ -12,19 +12,11 @@ from distsim_gpu.simcore.errors import DistsimError, ParseError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import shared_data_dir
-
 GIB = 2**30
 MIB = 2**20
 
 
-def _corpus(name: str) -> Path:
-    data = shared_data_dir()
-    if data is None:
-        pytest.skip("shared/data is not present (set DISTSIM_SHARED_DATA to point at it)")
-    return data / "nccl" / name
-
-
+# Real logs in the ``nccl_logs`` fixture's folder.
 OCI = "oci_oke_a100_40gb_2node_roce_allreduce.txt"
 GCP = "gcp_a3mega_h100_2node_allreduce.txt"
 META = "meta_gcm_testfixture_a100_80gb_1node_and_2node.txt"
@@ -38,8 +30,8 @@ def _row(log: NcclLog, size_bytes: int) -> NcclRow:
 # --- the real logs ---------------------------------------------------------------------
 
 
-def test_oci_a100_roce_log() -> None:
-    log = parse_nccl_log(_corpus(OCI))
+def test_oci_a100_roce_log(nccl_logs: Path) -> None:
+    log = parse_nccl_log(nccl_logs / OCI)
     assert len(log.sections) == 1
     assert len(log.rows) == 31
     assert log.rows[0].size_bytes == 8
@@ -64,8 +56,8 @@ def test_oci_a100_roce_log() -> None:
     assert log.rows[0].out_of_place_time_s == pytest.approx(36.47e-6)  # ~35 us latency
 
 
-def test_gcp_h100_log_in_markdown() -> None:
-    log = parse_nccl_log(_corpus(GCP))
+def test_gcp_h100_log_in_markdown(nccl_logs: Path) -> None:
+    log = parse_nccl_log(nccl_logs / GCP)
     assert len(log.sections) == 1
     assert len(log.rows) == 31
     assert (log.rows[0].size_bytes, log.rows[-1].size_bytes) == (8, 8 * GIB)
@@ -84,8 +76,8 @@ def test_gcp_h100_log_in_markdown() -> None:
     assert first.in_place_time_s == pytest.approx(123.5e-6)
 
 
-def test_meta_file_holds_two_runs() -> None:
-    path = _corpus(META)
+def test_meta_file_holds_two_runs(nccl_logs: Path) -> None:
+    path = nccl_logs / META
     single, pairwise = split_nccl_runs(path)
 
     assert len(single.rows) == 6
@@ -117,9 +109,9 @@ def test_meta_file_holds_two_runs() -> None:
 
 
 @pytest.mark.parametrize("name", [OCI, GCP, META])
-def test_real_logs_are_self_consistent(name: str) -> None:
+def test_real_logs_are_self_consistent(name: str, nccl_logs: Path) -> None:
     """algbw = size/time and, for all_reduce, busbw = algbw * 2(n-1)/n (README)."""
-    for run in split_nccl_runs(_corpus(name)):
+    for run in split_nccl_runs(nccl_logs / name):
         assert run.num_ranks is not None
         factor = 2 * (run.num_ranks - 1) / run.num_ranks
         lines = [row.line for row in run.rows]
@@ -136,12 +128,12 @@ def test_real_logs_are_self_consistent(name: str) -> None:
                     assert busbw == pytest.approx(algbw * factor, rel=2e-3)
 
 
-def test_single_run_log_is_its_own_section() -> None:
-    log = parse_nccl_log(_corpus(OCI))
+def test_single_run_log_is_its_own_section(nccl_logs: Path) -> None:
+    log = parse_nccl_log(nccl_logs / OCI)
     (run,) = log.sections
     assert run.rows == log.rows
     assert run.sections == ()
-    assert split_nccl_runs(_corpus(OCI)) == [run]
+    assert split_nccl_runs(nccl_logs / OCI) == [run]
 
 
 # --- other nccl-tests versions -----------------------------------------------------------

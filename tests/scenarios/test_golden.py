@@ -15,13 +15,11 @@ from pathlib import Path
 import pytest
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 
-ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = ROOT / "tests" / "golden"
 QUICK_EXAMPLES = ["quickstart", "bert-large-dp-32-v100", "mixtral-8x7b-ep-64-h100"]
 
 
-def summary(name: str) -> dict:
-    report = run_scenario(load_scenario(ROOT / "scenarios" / "examples" / f"{name}.yaml"))
+def summary(example: Path) -> dict:
+    report = run_scenario(load_scenario(example))
     data = report.to_json_dict()
     keep = ("iteration_time_s", "samples_per_s", "tokens_per_s", "model_tflops_per_gpu",
             "mfu", "num_gpus")
@@ -34,9 +32,9 @@ def summary(name: str) -> dict:
 
 
 @pytest.mark.parametrize("name", QUICK_EXAMPLES)
-def test_example_matches_its_golden_summary(name):
-    path = GOLDEN / f"{name}.json"
-    got = summary(name)
+def test_example_matches_its_golden_summary(repo_root, examples_dir, name):
+    path = repo_root / "tests" / "golden" / f"{name}.json"
+    got = summary(examples_dir / f"{name}.yaml")
     if os.environ.get("DISTSIM_REGENERATE_GOLDEN"):
         path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
     expected = json.loads(path.read_text())

@@ -15,8 +15,6 @@ from distsim_gpu.topology import Route, Topology, build_cluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def _leaf_of(topo: Topology, nic: str) -> str:
     (leaf,) = [dst for (src, dst) in topo.graph.out_edges(nic)
@@ -110,19 +108,19 @@ def test_ecmp_spreads_pairs_over_spines_deterministically() -> None:
         assert topo.route(a, b) == topo.route(a, b) == fresh.route(a, b)
 
 
-def test_ecmp_does_not_depend_on_the_process_hash_seed() -> None:
+def test_ecmp_does_not_depend_on_the_process_hash_seed(tmp_path: Path) -> None:
     spec = {"preset": "dgx-a100", "nodes": 4,
             "fabric": {"kind": "fat-tree", "nics_per_leaf": 16}}
     script = (
         "import json, sys\n"
-        "from topology import build_cluster\n"
+        "from distsim_gpu.topology import build_cluster\n"
         "spec = json.loads(sys.argv[1])\n"
         "t = build_cluster(spec)\n"
         "print(json.dumps([t.route(f'n0.gpu{i}', f'n3.gpu{i}', rail=r).links"
         " for i in range(8) for r in range(2)]))\n"
     )
-    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", script, json.dumps(spec)], cwd=REPO, env=env,
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", script, json.dumps(spec)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, check=True).stdout
     topo = build_cluster(spec)
     here = [[list(link) for link in topo.route(f"n0.gpu{i}", f"n3.gpu{i}", rail=r).links]

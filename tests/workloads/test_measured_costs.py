@@ -14,8 +14,6 @@ from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.costs import TableCosts, read_cost_table
 from distsim_gpu.workloads.measured_costs import extract_costs
 
-from tests.measured.test_kineto import CORPUS, DLRM, HTA
-
 US = 1e-6
 
 
@@ -198,15 +196,15 @@ def test_unmatched_layer_pattern_lists_the_annotations(tmp_path):
     assert "'nn.Module: GPT2Block_0' ×2" in err.value.hint
 
 
-@pytest.mark.skipif(CORPUS is None, reason="trace corpus shared/data/traces not found")
 @pytest.mark.parametrize("name, annotation", [
-    (HTA + "nccl_parser_config/nccl_data.json.gz", "'nccl:all_reduce' ×15"),
-    (DLRM, "'nccl:all_to_all' ×40"),
+    ("HolisticTraceAnalysis/tests/data/nccl_parser_config/nccl_data.json.gz",
+     "'nccl:all_reduce' ×15"),
+    ("param/et_replay/tests/inputs/dlrm_kineto.tar.gz", "'nccl:all_to_all' ×40"),
 ])
-def test_corpus_traces_have_no_transformer_layer(tmp_path, capsys, name, annotation):
-    assert CORPUS is not None
+def test_corpus_traces_have_no_transformer_layer(tmp_path, capsys, trace_corpus, name,
+                                                 annotation):
     out = tmp_path / "costs.yaml"
-    status = main(["trace", "costs", str(CORPUS / name), "-o", str(out), "--model",
+    status = main(["trace", "costs", str(trace_corpus.root / name), "-o", str(out), "--model",
                    "gpt3-175b", "--micro-batch", "1", "--seq-len", "2048"])
     err = capsys.readouterr().err
     assert status == 2 and not out.exists()

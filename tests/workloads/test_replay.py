@@ -27,8 +27,6 @@ from distsim_gpu.workloads.replay import (
     replay_traces,
 )
 
-from tests.measured.test_kineto import CORPUS, DLRM, HTA
-
 S = 64 * 2**20  # all-reduce bytes
 B = 50e9
 L = 1e-6
@@ -267,10 +265,8 @@ def test_cli_errors_are_one_line_not_tracebacks(tmp_path, capsys):
 
 
 @pytest.fixture(scope="module")
-def dlrm():
-    if CORPUS is None:
-        pytest.skip("trace corpus not found")
-    return load_traces([CORPUS / DLRM])
+def dlrm(trace_corpus):
+    return load_traces([trace_corpus.dlrm])
 
 
 def test_dlrm_measured_replay_reproduces_every_rank(dlrm):
@@ -301,10 +297,8 @@ def test_dlrm_on_a_slow_network_is_slower(dlrm):
     assert result.predicted_s > result.measured_s + 20e-3
 
 
-def test_ddp_trace_replays_three_steps_with_a_mirrored_peer():
-    if CORPUS is None:
-        pytest.skip("trace corpus not found")
-    traces = load_traces([CORPUS / HTA / "nccl_parser_config/nccl_data.json.gz"])
+def test_ddp_trace_replays_three_steps_with_a_mirrored_peer(trace_corpus):
+    traces = load_traces([trace_corpus.hta / "nccl_parser_config/nccl_data.json.gz"])
     topo = build_cluster({"preset": "dgx-a100", "nodes": 2})
     result = replay_traces(traces, topo, ranks_per_node=1)
     assert [s.step for s in result.steps] == [4, 5, 6]
@@ -315,12 +309,10 @@ def test_ddp_trace_replays_three_steps_with_a_mirrored_peer():
         assert abs(step.error_pct) < 0.01
 
 
-def test_pipelined_steps_take_the_profiler_step_not_the_gpu_span():
+def test_pipelined_steps_take_the_profiler_step_not_the_gpu_span(trace_corpus):
     # TorchRec pipelines steps over streams: one step's GPU work ends ~160 ms into the
     # next. The step time is the ProfilerStep length (SOURCES.txt: 209.7-216.5 ms).
-    if CORPUS is None:
-        pytest.skip("trace corpus not found")
-    traces = load_traces([CORPUS / HTA / "negative_queue_length_values_check/rank0.json.gz"])
+    traces = load_traces([trace_corpus.hta / "negative_queue_length_values_check/rank0.json.gz"])
     topo = build_cluster({"preset": "dgx-a100", "nodes": 2})
     result = replay_traces(traces, topo, mode="measured")
     assert [round(s.measured_s * 1e3, 1) for s in result.steps] == [
