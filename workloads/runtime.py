@@ -28,8 +28,10 @@ Two kinds of shared thing, two SimPy idioms (see DESIGN.md, "How SimPy is used")
   :meth:`Cluster.all_reduce`, …) are flows in the simulation's
   :class:`~simcore.FlowNetwork`: concurrent calls slow each other down exactly where their
   links overlap.  Each returns a process that fires when the last byte lands; its value
-  is a :class:`~collectives.CollectiveRecord`.  With ``stream="comm"`` (or any stream
-  name) a call first holds that stream on every GPU it involves, as an NCCL kernel does.
+  is a :class:`~collectives.CollectiveRecord`.  A call first holds a stream on every
+  GPU it involves — ``comm`` unless told another (``stream="dp"``) — as an NCCL kernel
+  does, so calls on one stream run one after another, as a communicator's do; with
+  ``stream=None`` it holds none and runs at once beside anything else.
 
 Requests for streams are made when a kernel or call is *launched*, not when its process
 first runs, so a stream serves work in the order the user launched it (CUDA semantics),
@@ -237,11 +239,11 @@ class Cluster:
 
     # ------------------------------------------------------------------ communication
     def send(self, src: Gpu | str, dst: Gpu | str, size_bytes: float, *,
-             stream: str | None = None, protocol: str | None = None,
+             stream: str | None = COMM, protocol: str | None = None,
              tag: Any = None) -> simpy.Process:
         """Send ``size_bytes`` from ``src`` to ``dst`` over their route, now.
 
-        With ``stream`` the call first holds that stream on both GPUs.
+        The call first holds ``stream`` on both GPUs (None: no stream).
         """
         pair = [self._resolve(src), self._resolve(dst)]
         if pair[0] is pair[1]:
@@ -255,48 +257,50 @@ class Cluster:
             pair[0].name, pair[1].name, size_bytes, protocol=protocol, tag=tag))
 
     def all_reduce(self, group: Iterable[Gpu | str], size_bytes: float, *,
-                   stream: str | None = None, algorithm: str | None = None,
+                   stream: str | None = COMM, algorithm: str | None = None,
                    protocol: str | None = None, tag: Any = None) -> simpy.Process:
         """All-reduce a ``size_bytes`` buffer on every GPU of ``group``."""
         return self.collective("all_reduce", group, size_bytes, stream=stream,
                                algorithm=algorithm, protocol=protocol, tag=tag)
 
     def all_gather(self, group: Iterable[Gpu | str], size_bytes: float, *,
-                   stream: str | None = None, protocol: str | None = None,
+                   stream: str | None = COMM, protocol: str | None = None,
                    tag: Any = None) -> simpy.Process:
         """All-gather into a ``size_bytes`` buffer (the full, gathered size) on each GPU."""
         return self.collective("all_gather", group, size_bytes, stream=stream,
                                protocol=protocol, tag=tag)
 
     def reduce_scatter(self, group: Iterable[Gpu | str], size_bytes: float, *,
-                       stream: str | None = None, protocol: str | None = None,
+                       stream: str | None = COMM, protocol: str | None = None,
                        tag: Any = None) -> simpy.Process:
         """Reduce-scatter a ``size_bytes`` buffer (the full, unscattered size)."""
         return self.collective("reduce_scatter", group, size_bytes, stream=stream,
                                protocol=protocol, tag=tag)
 
     def all_to_all(self, group: Iterable[Gpu | str], size_bytes: float, *,
-                   stream: str | None = None, protocol: str | None = None,
+                   stream: str | None = COMM, protocol: str | None = None,
                    tag: Any = None) -> simpy.Process:
         """All-to-all of each GPU's ``size_bytes`` send buffer (1/n to every member)."""
         return self.collective("alltoall", group, size_bytes, stream=stream,
                                protocol=protocol, tag=tag)
 
     def broadcast(self, group: Iterable[Gpu | str], size_bytes: float, *,
-                  root: Gpu | str | None = None, stream: str | None = None,
+                  root: Gpu | str | None = None, stream: str | None = COMM,
                   protocol: str | None = None, tag: Any = None) -> simpy.Process:
         """Broadcast ``size_bytes`` from ``root`` (default: the group's first GPU)."""
         return self.collective("broadcast", group, size_bytes, root=root, stream=stream,
                                protocol=protocol, tag=tag)
 
     def collective(self, op: str, group: Iterable[Gpu | str], size_bytes: float, *,
-                   root: Gpu | str | None = None, stream: str | None = None,
+                   root: Gpu | str | None = None, stream: str | None = COMM,
                    algorithm: str | None = None, protocol: str | None = None,
                    tag: Any = None) -> simpy.Process:
         """Start collective ``op`` on ``group`` now (any of the communicator's operations).
 
-        ``size_bytes`` follows nccl-tests (see :meth:`Communicator.collective`).  With
-        ``stream`` the call first holds that stream on every member, in launch order.
+        ``size_bytes`` follows nccl-tests (see :meth:`Communicator.collective`).  The
+        call first holds ``stream`` on every member, in launch order: the ``comm`` stream
+        by default, so calls on it run one after another as NCCL runs a communicator's;
+        another name for a call that may overlap them, None for one that holds no stream.
         """
         members = self._group(group, what=op)
         size_bytes = _at_least_zero(size_bytes, "size_bytes")

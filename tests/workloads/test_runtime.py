@@ -74,10 +74,11 @@ def test_other_collectives_match_their_formulas(method, expected):
 
 def test_two_sends_over_one_shared_link_each_get_half_the_rate():
     # Both leave gpu0 over its one uplink: max-min gives each B/2 while both run; when
-    # the smaller lands, the larger has the link to itself.
+    # the smaller lands, the larger has the link to itself.  (stream=None: on gpu0's comm
+    # stream they would run one after the other.)
     cluster, small, large = switch_cluster(), 1e9, 3e9
-    first = cluster.send("n0.gpu0", "n0.gpu1", small)
-    second = cluster.send("n0.gpu0", "n0.gpu2", large)
+    first = cluster.send("n0.gpu0", "n0.gpu1", small, stream=None)
+    second = cluster.send("n0.gpu0", "n0.gpu2", large, stream=None)
     cluster.run()
     assert first.value.end_s == pytest.approx(ALPHA + 2 * small / B, rel=1e-12)
     assert second.value.end_s == pytest.approx(ALPHA + (small + large) / B, rel=1e-12)
@@ -85,7 +86,8 @@ def test_two_sends_over_one_shared_link_each_get_half_the_rate():
 
 def test_sends_into_one_gpu_share_its_downlink_and_disjoint_ones_do_not():
     cluster, size = switch_cluster(), 2e9
-    into_0 = [cluster.send(src, "n0.gpu0", size) for src in ("n0.gpu1", "n0.gpu2")]
+    into_0 = [cluster.send(src, "n0.gpu0", size, stream=f"from {src}")
+              for src in ("n0.gpu1", "n0.gpu2")]
     apart = cluster.send("n0.gpu3", "n0.gpu1", size)  # its links carry nothing else
     cluster.run()
     for call in into_0:
@@ -93,19 +95,20 @@ def test_sends_into_one_gpu_share_its_downlink_and_disjoint_ones_do_not():
     assert apart.value.duration_s == pytest.approx(ALPHA + size / B, rel=1e-12)
 
 
-def test_concurrent_all_reduces_share_links_unless_they_hold_one_stream():
+def test_all_reduces_on_the_comm_stream_queue_and_on_other_streams_share_links():
     n, size = 4, 2**30
     alone = 2 * (n - 1) / n * size / B
-    shared = switch_cluster(n, latency=0.0)
-    calls = [shared.all_reduce(shared.gpus, size) for _ in range(2)]
-    shared.run()
-    assert [c.value.end_s for c in calls] == pytest.approx([2 * alone, 2 * alone])
-
     queued = switch_cluster(n, latency=0.0)
-    calls = [queued.all_reduce(queued.gpus, size, stream="comm") for _ in range(2)]
+    calls = [queued.all_reduce(queued.gpus, size) for _ in range(2)]  # both on "comm"
     queued.run()
     assert [c.value.end_s for c in calls] == pytest.approx([alone, 2 * alone])
     assert calls[1].value.start_s == pytest.approx(alone)
+
+    for streams in (("dp", "tp"), (None, None)):
+        shared = switch_cluster(n, latency=0.0)
+        calls = [shared.all_reduce(shared.gpus, size, stream=s) for s in streams]
+        shared.run()
+        assert [c.value.end_s for c in calls] == pytest.approx([2 * alone, 2 * alone])
 
 
 def test_a_single_gpu_group_is_free():
