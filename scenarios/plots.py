@@ -7,25 +7,30 @@ canvas) — no pyplot, no global backend switch, nothing shown on screen.  Witho
 
 * ``timeline.png`` — one pipeline (data-parallel replica 0, one rank group per stage): each
   stage's spans by stream, colour-coded compute / TP comm / PP send / DP comm / EP comm.
-  Needs a traced run (``Report.tracer``).
+  Needs a traced run (``PlottedRun.tracer``).
 * ``breakdown.png`` — per stage, the mean GPU's iteration split into compute, exposed
   communication, bubble and idle (stacked; they add up to the iteration time), with the
   total communication time (overlapped or not) as a marker.
 * ``memory.png`` — per stage, peak memory split into weights, gradients, optimizer state
   and activations, against the GPU's capacity.
+
+The plots read a run through :class:`PlottedRun`, the few fields they draw; a
+``scenarios.report.Report`` is one.  So the report imports the plots and the plots know
+nothing of the report: the dependency points one way.
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from distsim_gpu.scenarios.report import Report
+from distsim_gpu.simcore.trace import Tracer
+from distsim_gpu.workloads.iteration import GpuTimes
 
-__all__ = ["STREAM_COLOURS", "PlotsUnavailable", "plot_breakdown", "plot_memory",
+__all__ = ["STREAM_COLOURS", "PlotsUnavailable", "PlottedRun", "plot_breakdown", "plot_memory",
            "plot_timeline", "write_plots"]
 
 # Trace thread -> colour (matplotlib's tab10).
@@ -52,6 +57,26 @@ class PlotsUnavailable(ImportError):
     """matplotlib is not installed."""
 
 
+class PlottedRun(Protocol):
+    """What the plots read of one simulated iteration (seconds, bytes)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def iteration_time_s(self) -> float: ...
+
+    @property
+    def gpu_memory_bytes(self) -> float: ...
+
+    @property
+    def per_gpu(self) -> Sequence[GpuTimes]: ...
+
+    @property
+    def tracer(self) -> Tracer | None:
+        """The run's spans; None when it did not trace (then there is no timeline)."""
+
+
 def _figure(width: float, height: float) -> Any:
     try:
         from matplotlib.figure import Figure
@@ -61,14 +86,14 @@ def _figure(width: float, height: float) -> Any:
     return Figure(figsize=(width, height), dpi=110, layout="constrained")
 
 
-def _stages(report: Report) -> dict[int, list[Any]]:
+def _stages(report: PlottedRun) -> dict[int, list[Any]]:
     by_stage: dict[int, list[Any]] = defaultdict(list)
     for g in report.per_gpu:
         by_stage[g.stage].append(g)
     return dict(sorted(by_stage.items()))
 
 
-def plot_timeline(report: Report, path: str | Path) -> None:
+def plot_timeline(report: PlottedRun, path: str | Path) -> None:
     """``timeline.png``: replica 0's rank group of every stage, spans by stream."""
     if report.tracer is None:
         raise ValueError("the timeline needs a traced run (run_scenario(..., trace=True))")
@@ -110,7 +135,7 @@ def plot_timeline(report: Report, path: str | Path) -> None:
     fig.savefig(path)
 
 
-def plot_breakdown(report: Report, path: str | Path) -> None:
+def plot_breakdown(report: PlottedRun, path: str | Path) -> None:
     """``breakdown.png``: per stage, the mean GPU's time split, stacked."""
     stages = _stages(report)
     fig = _figure(max(6.0, 0.5 * len(stages) + 3), 4.5)
@@ -135,7 +160,7 @@ def plot_breakdown(report: Report, path: str | Path) -> None:
     fig.savefig(path)
 
 
-def plot_memory(report: Report, path: str | Path) -> None:
+def plot_memory(report: PlottedRun, path: str | Path) -> None:
     """``memory.png``: per stage, the largest GPU's memory by kind, GiB."""
     stages = _stages(report)
     fig = _figure(max(6.0, 0.5 * len(stages) + 3), 4.5)
@@ -158,7 +183,7 @@ def plot_memory(report: Report, path: str | Path) -> None:
     fig.savefig(path)
 
 
-def write_plots(report: Report, directory: str | Path) -> list[str]:
+def write_plots(report: PlottedRun, directory: str | Path) -> list[str]:
     """Draw every plot that applies into ``directory``; returns the file names written.
 
     Raises :class:`PlotsUnavailable` (before writing anything) without matplotlib.

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 from distsim_gpu.scenarios.bottlenecks import add_to_trace, bottlenecks, format_bottlenecks
+from distsim_gpu.scenarios.plots import PlotsUnavailable, write_plots
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.trace import Tracer
 from distsim_gpu.simcore.units import format_duration
@@ -375,11 +376,9 @@ def write_output_dir(report: Report, directory: str | os.PathLike[str], *,
                 json.dump(report.tracer.to_chrome_trace(), handle, separators=(",", ":"))
             files.append("trace.json")
         if plots:
-            from distsim_gpu.scenarios import plots as plotting
-
             try:
-                files += plotting.write_plots(report, staging)
-            except plotting.PlotsUnavailable as missing:
+                files += write_plots(report, staging)
+            except PlotsUnavailable as missing:
                 notes.append(f"plots skipped: {missing}")
         _commit(staging, target)
     except BaseException as error:
