@@ -27,11 +27,13 @@ result is the pure bandwidth formula plus the topology's link latencies.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
-from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping
+from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import parse_duration, parse_size
 
 __all__ = [
@@ -158,18 +160,28 @@ class CommParams:
         }
 
 
-def _choice(value: Any, valid: tuple[str, ...], key: str, source: str | None) -> str:
-    text = str(value).lower()
-    if text not in valid:
-        raise ConfigError(f"{value!r} is not a valid choice", key=key, source=source,
-                          hint=closest(text, valid))
-    return text
+_COMM_KEYS = ("algorithm", "protocol", "fidelity", "max_channels", "link_efficiency",
+              "protocol_efficiency", "chunk_bytes", "base_latency", "hop_latency")
+_CHOICES = {"algorithm": ALGORITHMS, "protocol": PROTOCOLS, "fidelity": FIDELITIES}
+# What the keys of each per-name table are, for "unknown <what>" errors.
+_TABLE_KEYS = {"link_efficiency": "link kind", "protocol_efficiency": "protocol",
+               "chunk_bytes": "protocol"}
+
+T = TypeVar("T")
 
 
 def _fraction(value: Any, key: str, source: str | None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise ConfigError(f"must be a number in (0, 1], got {value!r}", key=key, source=source)
     return float(value)
+
+
+def _size(value: Any, key: str, source: str | None) -> float:
+    return parse_size(value, key=key, source=source)
+
+
+def _duration(value: Any, key: str, source: str | None) -> float:
+    return parse_duration(value, key=key, source=source)
 
 
 def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | None = None,
@@ -185,77 +197,50 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
     params = CommParams()
     if not data:
         return params
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"must be a mapping, got {type(data).__name__}", key=prefix,
-                          source=source)
-    valid = ("algorithm", "protocol", "fidelity", "max_channels", "link_efficiency",
-             "protocol_efficiency", "chunk_bytes", "base_latency", "hop_latency")
+    data = check_mapping(data, key=prefix, source=source)
+    check_keys(data, _COMM_KEYS, prefix=prefix, source=source)
     changes: dict[str, Any] = {}
     for key, value in data.items():
         path = f"{prefix}.{key}"
-        if key == "algorithm":
-            changes["algorithm"] = _choice(value, ALGORITHMS, path, source)
-        elif key == "protocol":
-            changes["protocol"] = _choice(value, PROTOCOLS, path, source)
-        elif key == "fidelity":
-            changes["fidelity"] = _choice(value, FIDELITIES, path, source)
+        if key in _CHOICES:
+            changes[key] = check_choice(value, _CHOICES[key], key=path, source=source,
+                                        fold_case=True)
         elif key == "max_channels":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"must be a whole number >= 0, got {value!r}", key=path,
                                   source=source)
             changes["max_channels"] = value
-        elif key in ("link_efficiency", "protocol_efficiency"):
-            table = dict(getattr(params, key))
-            for name, fraction in _mapping(value, path, source).items():
-                if name not in table:
-                    raise ConfigError("unknown entry", key=f"{path}.{name}", source=source,
-                                      hint=closest(name, table))
-                table[name] = _fraction(fraction, f"{path}.{name}", source)
-            changes[key] = table
-        elif key == "chunk_bytes":
-            table = dict(params.chunk_bytes)
-            for name, size in _mapping(value, path, source).items():
-                if name not in table:
-                    raise ConfigError("unknown protocol", key=f"{path}.{name}", source=source,
-                                      hint=closest(name, table))
-                table[name] = parse_size(size, key=f"{path}.{name}", source=source)
-            changes["chunk_bytes"] = table
+        elif key in _TABLE_KEYS:
+            read = _size if key == "chunk_bytes" else _fraction
+            changes[key] = _table(getattr(params, key), value, path, source, _TABLE_KEYS[key],
+                                  read)
         elif key == "base_latency":
-            table = {a: dict(r) for a, r in params.base_latency_s.items()}
-            for algo, row in _mapping(value, path, source).items():
-                if algo not in table:
-                    raise ConfigError("unknown algorithm", key=f"{path}.{algo}",
-                                      source=source, hint=closest(algo, table))
-                _update_row(table[algo], row, f"{path}.{algo}", source)
-            changes["base_latency_s"] = table
-        elif key == "hop_latency":
-            nested = {a: {t: dict(r) for t, r in b.items()}
-                      for a, b in params.hop_latency_s.items()}
-            for algo, by_transport in _mapping(value, path, source).items():
-                if algo not in nested:
-                    raise ConfigError("unknown algorithm", key=f"{path}.{algo}",
-                                      source=source, hint=closest(algo, nested))
-                for transport, row in _mapping(by_transport, f"{path}.{algo}", source).items():
-                    if transport not in nested[algo]:
-                        raise ConfigError("unknown transport", key=f"{path}.{algo}.{transport}",
-                                          source=source, hint=closest(transport, nested[algo]))
-                    _update_row(nested[algo][transport], row, f"{path}.{algo}.{transport}",
-                                source)
-            changes["hop_latency_s"] = nested
-        else:
-            raise ConfigError("unknown key", key=path, source=source, hint=closest(key, valid))
+            changes["base_latency_s"] = _latency_tables(params.base_latency_s, value, path,
+                                                        source, ("algorithm",))
+        else:  # hop_latency
+            changes["hop_latency_s"] = _latency_tables(params.hop_latency_s, value, path,
+                                                       source, ("algorithm", "transport"))
     return replace(params, **changes)
 
 
-def _mapping(value: Any, key: str, source: str | None) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"must be a mapping, got {value!r}", key=key, source=source)
-    return value
+def _table(defaults: Mapping[str, T], values: Any, path: str, source: str | None,
+           what: str, read: Callable[[Any, str, str | None], T]) -> dict[str, T]:
+    """``defaults`` with the entries ``values`` (at ``path``) gives, each read by ``read``."""
+    given = check_mapping(values, key=path, source=source)
+    check_keys(given, defaults, prefix=path, source=source, what=what)
+    return {**defaults, **{name: read(v, f"{path}.{name}", source) for name, v in given.items()}}
 
 
-def _update_row(row: dict[str, float], values: Any, key: str, source: str | None) -> None:
-    for protocol, latency in _mapping(values, key, source).items():
-        if protocol not in row:
-            raise ConfigError("unknown protocol", key=f"{key}.{protocol}", source=source,
-                              hint=closest(protocol, row))
-        row[protocol] = parse_duration(latency, key=f"{key}.{protocol}", source=source)
+def _latency_tables(defaults: Mapping[str, Any], values: Any, path: str, source: str | None,
+                    levels: tuple[str, ...]) -> dict[str, Any]:
+    """Latency rows by protocol, nested under ``levels`` (what each level's keys name:
+    algorithm, then transport): a copy of ``defaults`` with the given rows merged in."""
+    if not levels:
+        return _table(defaults, values, path, source, "protocol", _duration)
+    given = check_mapping(values, key=path, source=source)
+    check_keys(given, defaults, prefix=path, source=source, what=levels[0])
+    merged = copy.deepcopy(dict(defaults))
+    for name, row in given.items():
+        merged[name] = _latency_tables(defaults[name], row, f"{path}.{name}", source,
+                                       levels[1:])
+    return merged

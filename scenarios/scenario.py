@@ -44,15 +44,21 @@ from __future__ import annotations
 import copy
 import difflib
 import os
-import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from distsim_gpu.collectives import CommParams, comm_params_from_mapping
 from distsim_gpu.scenarios.report import Report, build_report
+from distsim_gpu.simcore.config import (
+    check_choice,
+    check_keys,
+    check_mapping,
+    path_key,
+    set_path,
+)
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, closest
 from distsim_gpu.simcore.units import parse_duration
 from distsim_gpu.simcore.yamlfile import line_of, read_yaml
@@ -109,6 +115,8 @@ _CLUSTER_GPUS = {"a100-sxm4-80gb": "a100-80gb", "a100-sxm4-40gb": "a100-40gb",
 # A group written as a bare string is shorthand for this key (for --set into it).
 _SHORTHAND = {"cluster": "preset", "cluster.fabric": "kind", "cluster.gpu": "model",
               "model": "preset", "compute.gpu": "preset"}
+# GPU names hold dots (n0.gpu3): everything after "stragglers." is one key.
+_DOTTED_NAMES = ("stragglers",)
 
 
 # --------------------------------------------------------------------------- the type
@@ -202,7 +210,7 @@ class _Locator:
                  overridden: Iterable[str] = ()) -> None:
         self.source = source
         self.lines = dict(lines)
-        self.overridden = tuple(overridden)
+        self.overridden = tuple(path_key(p) for p in overridden)
         self.cluster_source: str | None = None
         self.cluster_lines: dict[str, int] = {}
 
@@ -242,62 +250,6 @@ class _Locator:
         if error.source == self.source and error.line is None and key:
             error.line = line_of(key, self.lines)
         return error
-
-
-_PATH_PART = re.compile(r"^([^.\[\]=]+)((?:\[\d+\])*)$")
-
-
-def _path_tokens(path: str) -> list[str | int]:
-    tokens: list[str | int] = []
-    for part in path.split("."):
-        match = _PATH_PART.match(part.strip())
-        if not match:
-            raise ConfigError(f"cannot read key path {path!r}", source="--set",
-                              hint="write dotted keys, e.g. parallelism.tp or "
-                                   "cluster.nic.bandwidth")
-        tokens.append(match.group(1))
-        tokens.extend(int(i) for i in re.findall(r"\[(\d+)\]", match.group(2)))
-    return tokens
-
-
-def _apply_override(data: dict[str, Any], path: str, value: Any) -> None:
-    """``data[a][b]… = value`` for ``path = "a.b…"`` (``[i]`` indexes lists), creating
-    mappings on the way and expanding shorthand strings (``fabric: fat-tree``)."""
-    head, _, rest = path.partition(".")
-    if head.strip() == "stragglers" and rest:
-        # GPU names hold dots (n0.gpu3): everything after "stragglers." is one key.
-        stragglers = data.get("stragglers")
-        if not isinstance(stragglers, dict):
-            stragglers = data["stragglers"] = {}
-        stragglers[rest.strip()] = value
-        return
-    tokens = _path_tokens(path)
-    target: Any = data
-    here = ""
-    for depth, token in enumerate(tokens[:-1]):
-        here = f"{here}[{token}]" if isinstance(token, int) else (
-            f"{here}.{token}" if here else token)
-        nxt = tokens[depth + 1]
-        if isinstance(token, int):
-            if not isinstance(target, list) or token >= len(target):
-                raise ConfigError(f"no list item [{token}] to set", key=path, source="--set")
-            child = target[token]
-        else:
-            child = target.get(token)
-            if child is None:
-                child = [] if isinstance(nxt, int) else {}
-            elif isinstance(child, str) and here in _SHORTHAND:
-                child = {_SHORTHAND[here]: child}
-            target[token] = child
-        if isinstance(nxt, int) and not isinstance(child, list):
-            raise ConfigError(f"{here} is not a list", key=path, source="--set")
-        if isinstance(nxt, str) and not isinstance(child, dict):
-            raise ConfigError(f"{here} is {child!r}, not a mapping", key=path, source="--set")
-        target = child
-    last = tokens[-1]
-    if isinstance(last, int) and (not isinstance(target, list) or last >= len(target)):
-        raise ConfigError(f"no list item [{last}] to set", key=path, source="--set")
-    target[last] = value
 
 
 # --------------------------------------------------------------------------- loading
@@ -361,7 +313,8 @@ def scenario_from_mapping(data: Mapping[str, Any], *, source: str | None = None,
             locator.cluster_lines = cluster_lines
         for key, value in overrides:
             if key.strip() != "cluster":
-                _apply_override(spec, key, value)
+                set_path(spec, key, value, shorthand=_SHORTHAND,
+                         dotted_names_under=_DOTTED_NAMES)
         return _validate(spec, source, base, locator)
     except DistsimError as error:
         raise locator.locate(error) from None
@@ -381,27 +334,9 @@ def _resolve_file(name: str, base: Path, key: str, what: str, source: str | None
     return str(candidate.resolve())
 
 
-def _mapping(value: Any, key: str, source: str | None) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"must be a mapping, got {type(value).__name__} {value!r}", key=key,
-                          source=source)
-    return value
-
-
-def _check_keys(mapping: Mapping[str, Any], valid: Sequence[str], prefix: str,
-                source: str | None) -> None:
-    for raw in mapping:
-        name = str(raw)
-        if name not in valid:
-            raise ConfigError("unknown key", key=f"{prefix}.{name}" if prefix else name,
-                              source=source, hint=closest(name, valid))
-
-
 def _validate(spec: dict[str, Any], source: str | None, base: Path,
               locator: _Locator) -> Scenario:
-    _check_keys(spec, SCENARIO_KEYS, "", source)
+    check_keys(spec, SCENARIO_KEYS, source=source)
     for required in _REQUIRED:
         if spec.get(required) is None:
             raise ConfigError(f"a scenario needs '{required}'", key=required, source=source,
@@ -438,8 +373,8 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
     training = training_from_mapping(spec.get("training"), source=source, prefix="training")
 
     # compute
-    compute = _mapping(spec.get("compute"), "compute", source)
-    _check_keys(compute, COMPUTE_KEYS, "compute", source)
+    compute = check_mapping(spec.get("compute"), key="compute", source=source, optional=True)
+    check_keys(compute, COMPUTE_KEYS, prefix="compute", source=source)
     gpu = _gpu(compute.get("gpu"), topology, source)
     roofline = _roofline(compute, gpu, training.precision, source)
     costs_raw = compute.get("costs", "roofline")
@@ -453,12 +388,14 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
         costs = TableCosts.from_file(cost_table, gpu=gpu.name, fallback=roofline)
 
     # communication and simulation
-    communication = dict(_mapping(spec.get("communication"), "communication", source))
+    communication = dict(check_mapping(spec.get("communication"), key="communication",
+                                       source=source, optional=True))
     if "fidelity" in communication:
         raise ConfigError("fidelity is a simulation setting", key="communication.fidelity",
                           source=source, hint="write it as simulation.fidelity")
-    simulation = _mapping(spec.get("simulation"), "simulation", source)
-    _check_keys(simulation, SIMULATION_KEYS, "simulation", source)
+    simulation = check_mapping(spec.get("simulation"), key="simulation", source=source,
+                               optional=True)
+    check_keys(simulation, SIMULATION_KEYS, prefix="simulation", source=source)
     if "fidelity" in simulation:
         communication["fidelity"] = simulation["fidelity"]
     try:
@@ -517,10 +454,8 @@ def _roofline(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,
         elif knob == "gemm_tiles":
             value = _tiles(value, key, source)
         elif knob == "attention":
-            if value not in ATTENTION_IMPLEMENTATIONS:
-                raise ConfigError(f"unknown attention implementation {value!r}", key=key,
-                                  source=source,
-                                  hint="valid: " + ", ".join(ATTENTION_IMPLEMENTATIONS))
+            check_choice(value, ATTENTION_IMPLEMENTATIONS, key=key, source=source,
+                         what="attention implementation")
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"must be a number, got {value!r}", key=key, source=source)
         knobs[attr] = value
@@ -557,7 +492,7 @@ def _tiles(value: Any, key: str, source: str | None) -> tuple[tuple[int, int, fl
 
 
 def _stragglers(raw: Any, topology: Topology, source: str | None) -> dict[str, float]:
-    mapping = _mapping(raw, "stragglers", source)
+    mapping = check_mapping(raw, key="stragglers", source=source, optional=True)
     gpus = set(topology.gpus)
     result: dict[str, float] = {}
     for gpu, factor in mapping.items():

@@ -1,51 +1,135 @@
-"""``--set KEY=VALUE`` on the command line: dotted paths into a nested configuration.
+"""The configuration toolkit: one place that edits and checks nested configuration.
 
-The value is read as YAML (``2`` is a number, ``true`` a bool, ``[1, 2]`` a list) and
-kept as text otherwise (``200 Gbps`` stays a string for the unit parser).  Surrounding
-quotes are dropped, so ``--set nic.bandwidth="200 Gbps"`` works from any shell.
+Every YAML-shaped input (clusters, scenarios, communication parameters, cost knobs) is a
+tree of mappings and lists.  This module holds the few operations all of them need, so a
+wrong input reads the same wherever it is written:
+
+* ``--set KEY=VALUE`` overrides (:func:`parse_assignment`, :func:`set_path`): a dotted key
+  path (``nic.bandwidth``) into the tree; a list is indexed by position, written
+  ``links.3.bandwidth`` or ``links[3].bandwidth``.  The value is read as YAML (``2`` is a
+  number, ``true`` a bool, ``[1, 2]`` a list) and kept as text otherwise (``200 Gbps``
+  stays a string for the unit parser); surrounding quotes are dropped, so
+  ``--set nic.bandwidth="200 Gbps"`` works from any shell.
+* checks (:func:`check_mapping`, :func:`check_keys`, :func:`check_choice`) that raise
+  :class:`~simcore.errors.ConfigError` with the file, the dotted key, the line where the
+  caller knows it, and what would be valid (a did-you-mean hint from
+  :func:`~simcore.errors.closest`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+import reprlib
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import yaml
-from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.simcore.yamlfile import line_of
 
-__all__ = ["parse_assignment", "set_path", "split_overrides"]
+__all__ = [
+    "check_choice",
+    "check_keys",
+    "check_mapping",
+    "describe",
+    "parse_assignment",
+    "parse_path",
+    "path_key",
+    "set_path",
+    "split_overrides",
+]
+
+PathToken = str | int
+
+# One dotted part: a name, then any number of ``[i]`` list positions.
+_PATH_PART = re.compile(r"^([^.\[\]=]+)((?:\[\d+\])*)$")
+_PATH_HINT = "write dotted keys, e.g. nic.bandwidth or links.3.bandwidth (or links[3])"
+# Long values are cut in messages: a message names the value, it does not print the file.
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+
+
+def describe(value: object) -> str:
+    """``"int 2"``, ``"list [1, 2]"``: a value's type and a short repr, for messages."""
+    return f"{type(value).__name__} {_REPR.repr(value)}"
+
+
+# --------------------------------------------------------------------------- overrides
 
 
 def parse_assignment(text: str, *, source: str = "--set") -> tuple[str, Any]:
     """``"a.b=3"`` -> ``("a.b", 3)``; a clear error when there is no ``=`` or no key."""
     key, sep, raw = text.partition("=")
     key = key.strip()
-    if not sep or not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"cannot read {text!r}", source=source,
+    if not sep or not key:
+        raise ConfigError(f"{text!r} is not KEY=VALUE", source=source,
                           hint="write KEY=VALUE with a dotted key, e.g. nic.bandwidth=200Gbps")
+    parse_path(key, source=source)
     raw = raw.strip()
     if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
         return key, raw[1:-1]
     try:
         value = yaml.safe_load(raw) if raw else ""
     except yaml.YAMLError:
-        value = raw
+        value = raw  # not YAML: keep the text, the schema will judge it
     return key, value
 
 
-def set_path(data: dict[str, Any], key: str, value: Any, *, source: str = "--set") -> None:
-    """Set ``data[a][b]… = value`` for ``key = "a.b…"``, creating mappings on the way."""
-    parts = key.split(".")
-    node = data
-    for i, part in enumerate(parts[:-1]):
-        child = node.get(part)
+def parse_path(key: str, *, source: str | None = "--set") -> tuple[PathToken, ...]:
+    """``"links[3].kind"`` -> ``("links", 3, "kind")``; ``"links.3"`` -> ``("links", "3")``.
+
+    A bracketed position is an ``int`` (it must index a list); a dotted part stays a string
+    and indexes a list only when the tree holds a list there (see :func:`set_path`).
+    """
+    tokens: list[PathToken] = []
+    for part in key.split("."):
+        match = _PATH_PART.match(part.strip())
+        if not match:
+            raise ConfigError(f"cannot read key path {key!r}", source=source, hint=_PATH_HINT)
+        tokens.append(match.group(1).strip())
+        tokens.extend(int(i) for i in re.findall(r"\[(\d+)\]", match.group(2)))
+    return tuple(tokens)
+
+
+def path_key(key: str) -> str:
+    """``key`` as errors name it: list positions in brackets (``links.3.kind`` ->
+    ``links[3].kind``), so an error can be matched to the override that caused it.
+
+    A part that is all digits is taken for a list position: configuration mappings have
+    no all-digit keys.
+    """
+    parts = [part.strip() for part in key.split(".")]
+    return "".join(f"[{p}]" if p.isdigit() and i else (f".{p}" if i else p)
+                   for i, p in enumerate(parts))
+
+
+def set_path(data: dict[str, Any], key: str, value: Any, *, source: str = "--set",
+             shorthand: Mapping[str, str] | None = None,
+             dotted_names_under: Collection[str] = ()) -> None:
+    """Set ``data[a][b]… = value`` for ``key = "a.b…"``, in place.
+
+    Missing mappings on the way are created; a list on the way is indexed by position
+    (``links.3`` or ``links[3]``), which must exist.  ``shorthand`` maps the dotted path of a
+    group that may be written as a bare string to the key that string stands for
+    (``{"fabric": "kind"}``: ``fabric: fat-tree`` becomes ``{kind: fat-tree}`` before
+    ``fabric.spines`` is set in it).  Under a group named in ``dotted_names_under`` the
+    rest of the key is one name, dots and all (GPU names: ``stragglers.n0.gpu3``).
+    """
+    tokens = _tokens(key, source, dotted_names_under)
+    node: Any = data
+    for depth, token in enumerate(tokens[:-1]):
+        here = _render(tokens[:depth + 1])
+        child = _get(node, token, tokens[:depth], key, source)
         if child is None:
-            child = node[part] = {}
-        elif not isinstance(child, dict):
-            raise ConfigError(f"{'.'.join(parts[:i + 1])} is {child!r}, not a mapping",
-                              key=key, source=source)
+            if isinstance(tokens[depth + 1], int):
+                raise ConfigError(f"no list item [{tokens[depth + 1]}] to set: {here} is not "
+                                  "set", key=key, source=source)
+            child = {}
+        elif isinstance(child, str) and shorthand and here in shorthand:
+            child = {shorthand[here]: child}
+        _put(node, token, child, tokens[:depth], key, source)
         node = child
-    node[parts[-1]] = value
+    _put(node, tokens[-1], value, tokens[:-1], key, source)
 
 
 def split_overrides(assignments: Iterable[tuple[str, Any]],
@@ -62,3 +146,118 @@ def split_overrides(assignments: Iterable[tuple[str, Any]],
         else:
             rest.append((key, value))
     return rest, routed
+
+
+def _tokens(key: str, source: str, dotted_names_under: Collection[str]
+            ) -> tuple[PathToken, ...]:
+    for group in dotted_names_under:
+        head, dot, rest = key.partition(group + ".")
+        if dot and not head.strip() and rest.strip():
+            return (*parse_path(group, source=source), rest.strip())
+    return parse_path(key, source=source)
+
+
+def _render(tokens: Iterable[PathToken]) -> str:
+    """The dotted path of ``tokens`` as a user writes it (``links[3].kind``)."""
+    text = ""
+    for token in tokens:
+        if isinstance(token, int):
+            text += f"[{token}]"
+        else:
+            text = f"{text}.{token}" if text else token
+    return text
+
+
+def _position(node: list[Any], token: PathToken, at: tuple[PathToken, ...], key: str,
+              source: str) -> int:
+    """The list position ``token`` names in ``node`` (which sits at path ``at``)."""
+    where = _render(at) or "the top level"
+    if isinstance(token, str) and not token.isdigit():
+        raise ConfigError(f"{where} is a list; {token!r} is not a position in it", key=key,
+                          source=source, hint=f"index a list by a whole number, e.g. "
+                                              f"{_render((*at, '0'))}")
+    index = int(token)
+    if index >= len(node):
+        raise ConfigError(f"no list item [{index}] to set: {where} has {len(node)} item(s)",
+                          key=key, source=source,
+                          hint=f"valid positions: 0 to {len(node) - 1}" if node
+                          else "the list is empty")
+    return index
+
+
+def _check_container(node: Any, token: PathToken, at: tuple[PathToken, ...], key: str,
+                     source: str) -> None:
+    wanted = "a list" if isinstance(token, int) else "a mapping"
+    if not isinstance(node, list if isinstance(token, int) else (dict, list)):
+        raise ConfigError(f"{_render(at) or 'the top level'} is {describe(node)}, not "
+                          f"{wanted}", key=key, source=source)
+
+
+def _get(node: Any, token: PathToken, at: tuple[PathToken, ...], key: str,
+         source: str) -> Any:
+    _check_container(node, token, at, key, source)
+    if isinstance(node, list):
+        return node[_position(node, token, at, key, source)]
+    return node.get(token)
+
+
+def _put(node: Any, token: PathToken, value: Any, at: tuple[PathToken, ...], key: str,
+         source: str) -> None:
+    _check_container(node, token, at, key, source)
+    if isinstance(node, list):
+        node[_position(node, token, at, key, source)] = value
+    else:
+        node[token] = value
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _fail(message: str, key: str | None, source: str | None,
+          lines: Mapping[str, int] | None, hint: str | None = None) -> ConfigError:
+    line = line_of(key, lines) if key and lines else None
+    return ConfigError(message, key=key, source=source, line=line, hint=hint)
+
+
+def check_mapping(value: Any, *, key: str | None, source: str | None = None,
+                  lines: Mapping[str, int] | None = None,
+                  optional: bool = False) -> Mapping[Any, Any]:
+    """``value`` if it is a mapping (``{}`` for ``None`` when ``optional``), else an error
+    at ``key`` naming what it is instead."""
+    if value is None and optional:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _fail(f"expected a mapping, got {describe(value)}", key, source, lines)
+    return value
+
+
+def check_keys(mapping: Mapping[Any, Any], valid: Collection[str], *, prefix: str = "",
+               source: str | None = None, lines: Mapping[str, int] | None = None,
+               what: str = "key", context: str = "") -> None:
+    """Every key of ``mapping`` (found at dotted path ``prefix``) is one of ``valid``.
+
+    The first unknown key is named by its full dotted path, with the closest valid key as
+    a hint.  The message is ``unknown <what><context>``: ``what`` says what the keys name
+    (``"protocol"``), ``context`` why the set is what it is (``" for preset 'switch'"``).
+    """
+    for raw in mapping:
+        if isinstance(raw, str) and raw in valid:
+            continue
+        name = str(raw)
+        raise _fail(f"unknown {what}{context}", f"{prefix}.{name}" if prefix else name, source,
+                    lines, closest(name, valid))
+
+
+def check_choice(value: Any, valid: Collection[str], *, key: str, source: str | None = None,
+                 lines: Mapping[str, int] | None = None, what: str | None = None,
+                 fold_case: bool = False) -> str:
+    """``value`` if it is one of ``valid`` (lower-cased first when ``fold_case``).
+
+    The error says ``unknown <what> <value>``; ``what`` defaults to the last part of
+    ``key`` (``communication.algorithm`` -> ``algorithm``).
+    """
+    text = str(value).lower() if fold_case else value
+    if isinstance(text, str) and text in valid:
+        return text
+    what = what or key.rsplit(".", 1)[-1].split("[", 1)[0]
+    raise _fail(f"unknown {what} {value!r}", key, source, lines, closest(str(text), valid))

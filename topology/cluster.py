@@ -37,7 +37,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import yaml
+from distsim_gpu.simcore.config import (
+    check_choice,
+    check_keys,
+    check_mapping,
+    describe,
+    parse_assignment,
+    path_key,
+    set_path,
+)
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, TopologyError, closest
 from distsim_gpu.simcore.units import parse_bandwidth, parse_duration
 from distsim_gpu.simcore.yamlfile import line_of, read_yaml
@@ -85,29 +93,6 @@ def list_presets() -> dict[str, str]:
 # --------------------------------------------------------------------------- values
 
 
-def _join(prefix: str, key: str) -> str:
-    return f"{prefix}.{key}" if prefix else key
-
-
-def _describe(value: object) -> str:
-    return f"{type(value).__name__} {value!r}"
-
-
-def _mapping(value: object, key: str | None, source: str | None) -> Mapping[Any, Any]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"expected a mapping, got {_describe(value)}", key=key, source=source)
-    return value
-
-
-def _check_keys(mapping: Mapping[Any, Any], valid: Sequence[str], prefix: str,
-                source: str | None, context: str = "") -> None:
-    for raw in mapping:
-        name = str(raw)
-        if raw not in valid:
-            raise ConfigError(f"unknown key {name!r}{context}", key=_join(prefix, name),
-                              source=source, hint=closest(name, valid))
-
-
 def _int(value: object, key: str, source: str | None, *, minimum: int) -> int:
     leaf = key.rsplit(".", 1)[-1]
     if isinstance(value, float) and value.is_integer():
@@ -141,7 +126,7 @@ def _ratio(value: object, key: str, source: str | None) -> float:
 
 def _string(value: object, key: str, source: str | None) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"expected a non-empty string, got {_describe(value)}", key=key,
+        raise ConfigError(f"expected a non-empty string, got {describe(value)}", key=key,
                           source=source)
     return value
 
@@ -158,8 +143,8 @@ def _figure(value: object, default: LinkFigure, group: str,
             source: str | None) -> LinkFigure:
     if value is None:
         return default
-    mapping = _mapping(value, group, source)
-    _check_keys(mapping, _FIGURE_KEYS, group, source)
+    mapping = check_mapping(value, key=group, source=source)
+    check_keys(mapping, _FIGURE_KEYS, prefix=group, source=source)
     return LinkFigure(
         _bandwidth(mapping.get("bandwidth", default.bandwidth_bytes_per_s),
                    f"{group}.bandwidth", source),
@@ -181,14 +166,13 @@ def _fabric_spec(value: object, nic_bandwidth: float, preset: NodePreset,
         value = {"kind": value}
     else:
         key_of_kind = "fabric.kind"
-    mapping = _mapping(value, "fabric", source)
-    raw_kind = mapping.get("kind", DEFAULT_FABRIC)
-    kinds = (*FABRIC_KINDS, *FABRIC_ALIASES)
-    if not isinstance(raw_kind, str) or raw_kind not in kinds:
-        raise ConfigError(f"unknown fabric kind {raw_kind!r}", key=key_of_kind, source=source,
-                          hint=closest(str(raw_kind), kinds))
+    mapping = check_mapping(value, key="fabric", source=source)
+    raw_kind = check_choice(mapping.get("kind", DEFAULT_FABRIC),
+                            (*FABRIC_KINDS, *FABRIC_ALIASES), key=key_of_kind, source=source,
+                            what="fabric kind")
     kind = FABRIC_ALIASES.get(raw_kind, raw_kind)
-    _check_keys(mapping, _FABRIC_KEYS[kind], "fabric", source, f" for fabric {kind!r}")
+    check_keys(mapping, _FABRIC_KEYS[kind], prefix="fabric", source=source,
+               context=f" for fabric {kind!r}")
     link_bandwidth = _bandwidth(mapping.get("link_bandwidth", nic_bandwidth),
                                 "fabric.link_bandwidth", source)
     link_latency = _latency(mapping.get("link_latency", preset.cable_latency_s),
@@ -213,14 +197,14 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None) 
         raise ConfigError(f"preset {preset.name!r} has no NVLink to configure", key="nvlink",
                           source=source, hint="its GPUs talk over PCIe: set pcie.bandwidth")
     valid = tuple(k for k in _BOX_KEYS if k != "nvlink" or preset.nvlink is not None)
-    _check_keys(spec, valid, "", source, f" for preset {preset.name!r}")
+    check_keys(spec, valid, source=source, context=f" for preset {preset.name!r}")
     nodes = _int(spec.get("nodes", 1), "nodes", source, minimum=1)
 
     gpu = spec.get("gpu", {})
     if isinstance(gpu, str):
         gpu = {"model": gpu}
-    gpu = _mapping(gpu, "gpu", source)
-    _check_keys(gpu, _GPU_KEYS, "gpu", source)
+    gpu = check_mapping(gpu, key="gpu", source=source)
+    check_keys(gpu, _GPU_KEYS, prefix="gpu", source=source)
     gpu_model = _string(gpu.get("model", preset.gpu_model), "gpu.model", source)
 
     nvlink = (_figure(spec.get("nvlink"), preset.nvlink, "nvlink", source)
@@ -228,8 +212,8 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None) 
     pcie = _figure(spec.get("pcie"), preset.pcie, "pcie", source)
     cpu = _figure(spec.get("cpu"), preset.cpu, "cpu", source)
 
-    nic_spec = _mapping(spec.get("nic", {}), "nic", source)
-    _check_keys(nic_spec, _NIC_KEYS, "nic", source)
+    nic_spec = check_mapping(spec.get("nic", {}), key="nic", source=source)
+    check_keys(nic_spec, _NIC_KEYS, prefix="nic", source=source)
     nic_model = _string(nic_spec.get("model", preset.nic_model), "nic.model", source)
     nic_count = _int(nic_spec.get("count", preset.nic_counts[0]), "nic.count", source,
                      minimum=1)
@@ -282,7 +266,7 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None) 
 
 def _build_switch(spec: Mapping[Any, Any], preset: SwitchPreset,
                   source: str | None) -> Topology:
-    _check_keys(spec, _SWITCH_KEYS, "", source, f" for preset {preset.name!r}")
+    check_keys(spec, _SWITCH_KEYS, source=source, context=f" for preset {preset.name!r}")
     nodes = _int(spec.get("nodes", 1), "nodes", source, minimum=1)
     if nodes != 1:
         raise ConfigError(f"preset {preset.name!r} is a single node, got nodes={nodes}",
@@ -306,12 +290,12 @@ def _build_switch(spec: Mapping[Any, Any], preset: SwitchPreset,
 
 def _sequence(value: object, key: str, source: str | None) -> Sequence[Any]:
     if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"expected a list, got {_describe(value)}", key=key, source=source)
+        raise ConfigError(f"expected a list, got {describe(value)}", key=key, source=source)
     return value
 
 
 def _build_custom(spec: Mapping[Any, Any], source: str | None) -> Topology:
-    _check_keys(spec, _CUSTOM_KEYS, "", source, " for a custom cluster")
+    check_keys(spec, _CUSTOM_KEYS, source=source, context=" for a custom cluster")
     if "devices" not in spec:
         raise ConfigError("a custom cluster needs a 'devices' list", key="devices",
                           source=source)
@@ -324,16 +308,14 @@ def _build_custom(spec: Mapping[Any, Any], source: str | None) -> Topology:
     next_index: dict[tuple[int | None, str], int] = {}
     for i, raw in enumerate(raw_devices):
         at = f"devices[{i}]"
-        entry = _mapping(raw, at, source)
-        _check_keys(entry, _DEVICE_KEYS, at, source)
+        entry = check_mapping(raw, key=at, source=source)
+        check_keys(entry, _DEVICE_KEYS, prefix=at, source=source)
         for required in ("name", "kind"):
             if required not in entry:
                 raise ConfigError(f"device has no {required!r}", key=at, source=source)
         name = _string(entry["name"], f"{at}.name", source)
-        kind = entry["kind"]
-        if kind not in DEVICE_KINDS:
-            raise ConfigError(f"unknown device kind {kind!r}", key=f"{at}.kind",
-                              source=source, hint=closest(str(kind), DEVICE_KINDS))
+        kind = check_choice(entry["kind"], DEVICE_KINDS, key=f"{at}.kind", source=source,
+                            what="device kind")
         if name in first_at:
             raise TopologyError(f"duplicate device name {name!r} (first at "
                                 f"devices[{first_at[name]}])", key=f"{at}.name",
@@ -364,8 +346,8 @@ def _build_custom(spec: Mapping[Any, Any], source: str | None) -> Topology:
     link_at: dict[tuple[str, str], int] = {}
     for i, raw in enumerate(raw_links):
         at = f"links[{i}]"
-        entry = _mapping(raw, at, source)
-        _check_keys(entry, _LINK_KEYS, at, source)
+        entry = check_mapping(raw, key=at, source=source)
+        check_keys(entry, _LINK_KEYS, prefix=at, source=source)
         for required in ("src", "dst", "bandwidth", "kind"):
             if required not in entry:
                 raise ConfigError(f"link has no {required!r}", key=at, source=source)
@@ -379,10 +361,8 @@ def _build_custom(spec: Mapping[Any, Any], source: str | None) -> Topology:
         src, dst = ends
         if src == dst:
             raise ConfigError(f"link joins {src!r} to itself", key=at, source=source)
-        kind = entry["kind"]
-        if kind not in LINK_KINDS:
-            raise ConfigError(f"unknown link kind {kind!r}", key=f"{at}.kind", source=source,
-                              hint=closest(str(kind), LINK_KINDS))
+        kind = check_choice(entry["kind"], LINK_KINDS, key=f"{at}.kind", source=source,
+                            what="link kind")
         bandwidth = _bandwidth(entry["bandwidth"], f"{at}.bandwidth", source)
         latency = _latency(entry.get("latency", 0.0), f"{at}.latency", source)
         duplex = entry.get("duplex", True)
@@ -433,13 +413,10 @@ def build_cluster(spec: Mapping[str, Any], *, source: str | None = None) -> Topo
     TopologyError naming the dotted key that is wrong.
     """
     try:
-        mapping = _mapping(spec, None, source)
+        mapping = check_mapping(spec, key=None, source=source)
         if "preset" in mapping:
-            name = mapping["preset"]
-            if not isinstance(name, str) or name not in PRESETS:
-                raise ConfigError(f"unknown preset {name!r}", key="preset", source=source,
-                                  hint=closest(str(name), PRESETS))
-            preset = PRESETS[name]
+            preset = PRESETS[check_choice(mapping["preset"], PRESETS, key="preset",
+                                          source=source)]
             if isinstance(preset, SwitchPreset):
                 return _build_switch(mapping, preset, source)
             return _build_box(mapping, preset, source)
@@ -454,39 +431,13 @@ def build_cluster(spec: Mapping[str, Any], *, source: str | None = None) -> Topo
         raise
 
 
-_PATH_PART = re.compile(r"^([^.\[\]=]+)((?:\[\d+\])*)$")
-
-
-def _parse_path(path: str, source: str) -> list[str | int]:
-    tokens: list[str | int] = []
-    for part in path.split("."):
-        match = _PATH_PART.match(part.strip())
-        if not match:
-            raise ConfigError(f"cannot read key path {path!r}", source=source,
-                              hint="write dotted keys, e.g. fabric.oversubscription or "
-                                   "links[3].bandwidth")
-        tokens.append(match.group(1))
-        tokens.extend(int(i) for i in re.findall(r"\[(\d+)\]", match.group(2)))
-    return tokens
-
-
-def _parse_override(item: object, source: str) -> tuple[str, list[str | int], object]:
+def _parse_override(item: object, source: str) -> tuple[str, object]:
     if isinstance(item, str):
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} is not KEY=VALUE", source=source,
-                              hint="e.g. nic.bandwidth=200 Gbps")
-        path, text = item.split("=", 1)
-        try:
-            value: object = yaml.safe_load(text)
-        except yaml.YAMLError:
-            value = text.strip()  # not YAML: keep the string, the schema will judge it
-    elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str):
-        path, value = item
-    else:
-        raise ConfigError(f"override {item!r} is neither 'KEY=VALUE' nor (key, value)",
-                          source=source)
-    path = path.strip()
-    return path, _parse_path(path, source), value
+        return parse_assignment(item, source=source)
+    if isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str):
+        return item[0].strip(), item[1]
+    raise ConfigError(f"override {item!r} is neither 'KEY=VALUE' nor (key, value)",
+                      source=source)
 
 
 # A group written as a bare string is shorthand for its main key.
@@ -508,50 +459,24 @@ def apply_overrides(spec: Mapping[str, Any],
 
     Each override is ``"nic.bandwidth=200 Gbps"`` (the value read as YAML, so ``2`` is a
     number, ``true`` a bool, ``200 Gbps`` stays a string) or a ``(path, value)`` pair;
-    paths may index lists (``links[3].bandwidth``).  Values are validated when the result
-    is built (:func:`build_cluster`); only the paths are checked here.
+    paths may index lists (``links.3.bandwidth`` or ``links[3].bandwidth``).  Values are
+    validated when the result is built (:func:`build_cluster`); only the paths are checked
+    here (:func:`simcore.config.set_path`).
     """
     result = _plain(spec)
     if not isinstance(result, dict):
-        raise ConfigError(f"expected a mapping to override, got {_describe(spec)}",
+        raise ConfigError(f"expected a mapping to override, got {describe(spec)}",
                           source=source)
     for item in overrides:
-        path, tokens, value = _parse_override(item, source)
-        target: Any = result
-        for depth, token in enumerate(tokens[:-1]):
-            here = ".".join(str(t) for t in tokens[:depth + 1])
-            nxt = tokens[depth + 1]
-            if isinstance(token, int):
-                if not isinstance(target, list) or token >= len(target):
-                    raise ConfigError(f"no list item [{token}] to set", key=path,
-                                      source=source)
-                child = target[token]
-            else:
-                if not isinstance(target, dict):
-                    raise ConfigError(f"{here} is not a mapping", key=path, source=source)
-                child = target.get(token)
-                if child is None:
-                    child = [] if isinstance(nxt, int) else {}
-                elif isinstance(child, str) and token in _SHORTHAND:
-                    child = {_SHORTHAND[token]: child}
-                target[token] = child
-            if isinstance(nxt, int) and not isinstance(child, list):
-                raise ConfigError(f"{here} is not a list", key=path, source=source)
-            if isinstance(nxt, str) and not isinstance(child, dict):
-                raise ConfigError(f"{here} is {_describe(child)}, not a mapping", key=path,
-                                  source=source)
-            target = child
-        last = tokens[-1]
-        if isinstance(last, int) and (not isinstance(target, list) or last >= len(target)):
-            raise ConfigError(f"no list item [{last}] to set", key=path, source=source)
-        target[last] = value
+        path, value = _parse_override(item, source)
+        set_path(result, path, value, source=source, shorthand=_SHORTHAND)
     return result
 
 
 def _read_cluster_file(path: str) -> tuple[dict[str, Any], dict[str, int]]:
     data, lines = read_yaml(path, "cluster")
     if not isinstance(data, dict):
-        raise ConfigError(f"a cluster file holds a mapping, got {_describe(data)}", source=path,
+        raise ConfigError(f"a cluster file holds a mapping, got {describe(data)}", source=path,
                           hint="e.g. 'preset: dgx-a100' and 'nodes: 2', or 'devices:' and "
                                "'links:'")
     return data, lines
@@ -581,7 +506,7 @@ def load_cluster(preset_or_path: str | os.PathLike[str], *, nodes: int | None = 
                               key="nodes", source=source)
         spec["nodes"] = nodes
     overrides = list(overrides)
-    overridden = [_parse_override(item, "--set")[0] for item in overrides]
+    overridden = [path_key(_parse_override(item, "--set")[0]) for item in overrides]
     if overrides:
         spec = apply_overrides(spec, overrides)
     try:

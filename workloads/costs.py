@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import yaml
+from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError, ParseError, closest
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.units import parse_duration
@@ -159,9 +160,7 @@ def bytes_per_element(precision: str) -> tuple[int, int]:
     fp8 GEMMs read 1-byte operands but keep activations and outputs in 16 bits
     (Transformer Engine's recipe); other precisions use one size for both.
     """
-    if precision not in _BYTES:
-        raise ConfigError(f"unknown precision {precision!r}", key="precision",
-                          hint=closest(str(precision), _BYTES))
+    check_choice(precision, _BYTES, key="precision")
     operand = _BYTES[precision]
     return operand, 2 if precision == "fp8" else operand
 
@@ -257,7 +256,7 @@ class LayerWork:
         """What activation recomputation re-runs: everything, or only attention."""
         if self.pass_ != "fwd":
             raise ConfigError(f"recompute() needs forward work, this is {self.pass_!r}")
-        _choice(granularity, RECOMPUTE_GRANULARITIES, "recompute")
+        check_choice(granularity, RECOMPUTE_GRANULARITIES, key="recompute")
         kernels = self.kernels if granularity == "full" else tuple(
             k for k in self.kernels if k.name in CORE_ATTENTION_KERNELS)
         return LayerWork("recompute", kernels, self.operand_bytes, self.activation_bytes)
@@ -269,7 +268,7 @@ def forward_layer_work(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: 
                        attention: str = "flash") -> LayerWork:
     """The forward kernels of layer ``layer_index`` on one TP rank (module docstring)."""
     _check_shard(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, ep=ep)
-    _choice(attention, ATTENTION_IMPLEMENTATIONS, "attention")
+    check_choice(attention, ATTENTION_IMPLEMENTATIONS, key="attention")
     ob, ab = bytes_per_element(precision)
     h, f, b, s = model.hidden, model.ffn_hidden, micro_batch, seq_len
     tokens = b * s
@@ -347,7 +346,7 @@ def layer_work(pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int, 
                layer_index: int = 0, ep: int = 1, causal: bool = True,
                recompute: str = "full", attention: str = "flash") -> LayerWork:
     """The kernels of pass ``pass_`` (``fwd``, ``bwd``, ``recompute``) of one layer."""
-    _choice(pass_, PASSES, "pass")
+    check_choice(pass_, PASSES, key="pass")
     forward = forward_layer_work(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp,
                                  sequence_parallel=sequence_parallel, precision=precision,
                                  layer_index=layer_index, ep=ep, causal=causal,
@@ -439,7 +438,7 @@ class RooflineCosts:
     def __post_init__(self) -> None:
         self.gpu.peak_flops(self.precision)  # ConfigError if the GPU lacks the precision
         bytes_per_element(self.precision)
-        _choice(self.attention, ATTENTION_IMPLEMENTATIONS, "attention")
+        check_choice(self.attention, ATTENTION_IMPLEMENTATIONS, key="attention")
         for name in ("matmul_asymptotic_efficiency", "attention_efficiency",
                      "memory_efficiency"):
             value = getattr(self, name)
@@ -520,7 +519,7 @@ class RooflineCosts:
         learned positions add a read and an add (2·T·h), an embedding norm 2·T·h.
         Backward scatters the gradient: 2× the bytes.  Recompute: 0 (never recomputed).
         """
-        _choice(pass_, PASSES, "pass")
+        check_choice(pass_, PASSES, key="pass")
         _check_shard(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, ep=1)
         if pass_ == "recompute":
             return 0.0
@@ -541,7 +540,7 @@ class RooflineCosts:
         entropy (reads the logits, writes fp32 softmax: T·V/tp·(2 + 4) bytes; backward the
         reverse).  Backward also runs the GEMM's dgrad and wgrad.  Recompute: 0.
         """
-        _choice(pass_, PASSES, "pass")
+        check_choice(pass_, PASSES, key="pass")
         _check_shard(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, ep=1)
         if pass_ == "recompute":
             return 0.0
@@ -1001,8 +1000,8 @@ class TableCosts:
                      tp: int = 1, sequence_parallel: bool = False, layer_index: int = 0,
                      ep: int = 1, recompute: str = "full") -> float:
         """Looked-up seconds for one pass of layer ``layer_index`` (ep is not a key)."""
-        _choice(pass_, PASSES, "pass")
-        _choice(recompute, RECOMPUTE_GRANULARITIES, "recompute")
+        check_choice(pass_, PASSES, key="pass")
+        check_choice(recompute, RECOMPUTE_GRANULARITIES, key="recompute")
         kind = "moe_layer" if model.is_moe_layer(layer_index) else "transformer_layer"
         table_pass = pass_
         if pass_ == "recompute" and recompute == "selective":
@@ -1017,7 +1016,7 @@ class TableCosts:
 
     def _edge(self, kind: str, pass_: str, model: ModelSpec, micro_batch: int, seq_len: int,
               tp: int, sequence_parallel: bool) -> float:
-        _choice(pass_, PASSES, "pass")
+        check_choice(pass_, PASSES, key="pass")
         if pass_ == "recompute":
             return 0.0
         if not self._has_kind(kind) and self.fallback is not None:
@@ -1049,11 +1048,6 @@ class TableCosts:
 
 
 # ----------------------------------------------------------------------- helpers
-def _choice(value: str, valid: tuple[str, ...], key: str) -> None:
-    if value not in valid:
-        raise ConfigError(f"unknown {key} {value!r}", key=key, hint=closest(str(value), valid))
-
-
 def _check_shard(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int,
                  ep: int) -> None:
     for name, value in (("micro_batch", micro_batch), ("seq_len", seq_len), ("tp", tp),

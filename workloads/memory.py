@@ -60,7 +60,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.simcore.config import check_choice
+from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.models import RECOMPUTE_MODES, ModelSpec
 from distsim_gpu.workloads.parallel import layer_partition
 
@@ -195,7 +196,7 @@ def activation_bytes_per_layer(model: ModelSpec, *, micro_batch: int, seq_len: i
     _whole(micro_batch, "micro_batch")
     s = model.seq_len if seq_len is None else _whole(seq_len, "seq_len")
     _check_parallel(model, tp=tp, ep=1)
-    _choice(recompute, RECOMPUTE_MODES, "recompute")
+    check_choice(recompute, RECOMPUTE_MODES, key="recompute")
     e = _activation_element_bytes(precision)
     b, h, a = micro_batch, model.hidden, model.heads
     sbh = float(s) * b * h
@@ -225,7 +226,7 @@ def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatch
                            interleave: int = 1) -> float:
     """Micro-batches whose activations stage ``stage`` holds at its peak, in units of the
     stage's full set of layers (module docstring)."""
-    _choice(schedule, SCHEDULES, "schedule")
+    check_choice(schedule, SCHEDULES, key="schedule")
     _whole(pp, "pp")
     _whole(num_microbatches, "num_microbatches")
     _whole(interleave, "interleave")
@@ -264,16 +265,14 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
     if fsdp and zero_stage not in (0, 3):
         raise ConfigError(f"fsdp shards like ZeRO-3; zero_stage {zero_stage} contradicts it",
                           key="zero_stage", hint="use zero_stage 0 or 3 with fsdp")
-    _choice(schedule, SCHEDULES, "schedule")
+    check_choice(schedule, SCHEDULES, key="schedule")
     if schedule == "interleaved" and interleave < 2:
         raise ConfigError("the interleaved schedule needs interleave >= 2", key="interleave",
                           hint="or use schedule 1f1b")
     if schedule != "interleaved" and interleave != 1:
         raise ConfigError(f"interleave {interleave} needs schedule 'interleaved'",
                           key="interleave")
-    if precision not in PRECISION_BYTES:
-        raise ConfigError(f"unknown precision {precision!r}", key="precision",
-                          hint=closest(str(precision), PRECISION_BYTES))
+    check_choice(precision, PRECISION_BYTES, key="precision")
     _check_parallel(model, tp=tp, ep=ep)
     if dp % ep:
         raise ConfigError(f"ep {ep} does not divide dp {dp}", key="ep",
@@ -321,9 +320,7 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
 
 
 def _activation_element_bytes(precision: str) -> int:
-    if precision not in PRECISION_BYTES:
-        raise ConfigError(f"unknown precision {precision!r}", key="precision",
-                          hint=closest(str(precision), PRECISION_BYTES))
+    check_choice(precision, PRECISION_BYTES, key="precision")
     return 4 if precision == "fp32" else 2
 
 
@@ -331,11 +328,6 @@ def _whole(value: Any, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"must be a positive whole number, got {value!r}", key=key)
     return value
-
-
-def _choice(value: str, valid: tuple[str, ...], key: str) -> None:
-    if value not in valid:
-        raise ConfigError(f"unknown {key} {value!r}", key=key, hint=closest(str(value), valid))
 
 
 def _check_parallel(model: ModelSpec, *, tp: int, ep: int) -> None:
