@@ -174,9 +174,18 @@ def check_strategy(parallel: ParallelConfig, training: TrainingConfig, *, num_gp
                    source: str | None = None) -> int:
     """Validate a strategy against a model and a cluster; returns micro-batches per step.
 
-    Each violation is a :class:`ConfigError` naming the keys and the numbers involved.
+    Each violation is a :class:`ConfigError` naming the keys and the numbers involved; the
+    checks run in the order below, so the first one that fails is the one reported.
     """
-    p = parallel
+    _check_degrees(parallel, num_gpus=num_gpus, heads=heads, kv_heads=kv_heads, source=source)
+    _check_pipeline(parallel, layers=layers, source=source)
+    _check_sharding(parallel, experts=experts, source=source)
+    return _check_training(training, parallel, source=source)
+
+
+def _check_degrees(p: ParallelConfig, *, num_gpus: int, heads: int, kv_heads: int,
+                   source: str | None) -> None:
+    """Whole degrees whose product is the cluster, and heads that split over tp."""
     for key in ("tp", "pp", "dp", "ep", "interleave"):
         value = getattr(p, key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -196,6 +205,10 @@ def check_strategy(parallel: ParallelConfig, training: TrainingConfig, *, num_gp
     if kv_heads % p.tp and p.tp % kv_heads:
         raise ConfigError(f"{kv_heads} key/value heads do not split over tp = {p.tp}",
                           key="parallelism.tp", source=source)
+
+
+def _check_pipeline(p: ParallelConfig, *, layers: int, source: str | None) -> None:
+    """A known schedule and partition, and layers that split into the pipeline's chunks."""
     if p.schedule not in SCHEDULES:
         raise ConfigError(f"unknown schedule {p.schedule!r}", key="parallelism.schedule",
                           source=source, hint=closest(p.schedule, SCHEDULES))
@@ -223,6 +236,10 @@ def check_strategy(parallel: ParallelConfig, training: TrainingConfig, *, num_gp
         if any(stop <= first for first, stop in chunks):
             raise ConfigError(f"{layers} layers leave an empty chunk over pp·interleave = "
                               f"{p.pp * p.interleave}", key="parallelism.pp", source=source)
+
+
+def _check_sharding(p: ParallelConfig, *, experts: int, source: str | None) -> None:
+    """Experts, ZeRO/FSDP, sequence parallelism, gradient precision and placement order."""
     if p.dp % p.ep:
         raise ConfigError(f"ep = {p.ep} must divide dp = {p.dp} (experts are spread over "
                           "data-parallel replicas)", key="parallelism.ep", source=source)
@@ -251,7 +268,10 @@ def check_strategy(parallel: ParallelConfig, training: TrainingConfig, *, num_gp
     if p.order not in PLACEMENT_ORDERS:
         raise ConfigError(f"unknown placement order {p.order!r}", key="parallelism.order",
                           source=source, hint=closest(p.order, PLACEMENT_ORDERS))
-    t = training
+
+
+def _check_training(t: TrainingConfig, p: ParallelConfig, *, source: str | None) -> int:
+    """Batch sizes that split over dp and the pipeline; returns micro-batches per step."""
     for key in ("micro_batch", "global_batch"):
         value = getattr(t, key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
