@@ -28,7 +28,7 @@ prunes what cannot run or cannot win, simulates the rest and reports the best ``
 2. ``memory`` — :func:`~workloads.memory.memory_per_gpu` of some pipeline stage exceeds the
    GPU's memory;
 3. ``bound`` — branch and bound on a *lower bound* of the iteration time: the longest of
-   the chains of work the simulator runs one after another (details in ``_Bounds``) —
+   the chains of work the simulator runs one after another (see :mod:`workloads.bounds`) —
    for each stage ``s``, the forward passes of the first micro-batch through the model
    chunks before it and their pipeline sends, then its ``m`` micro-batches' passes, then
    the last gradient's backward passes and sends back through those chunks, then the
@@ -78,10 +78,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
-from distsim_gpu.collectives import Communicator
-from distsim_gpu.collectives.plan import CollectivePlan
 from distsim_gpu.scenarios.scenario import (
     Scenario,
     load_scenario,
@@ -91,16 +88,14 @@ from distsim_gpu.scenarios.scenario import (
 from distsim_gpu.simcore.config import parse_assignment
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.fileio import atomic_write_text
-from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import build_cluster
+from distsim_gpu.workloads.bounds import IterationBound, IterationBounds
 from distsim_gpu.workloads.costs import stores_attention_scores
-from distsim_gpu.workloads.memory import layer_params_local, memory_per_gpu, params_on_gpu
+from distsim_gpu.workloads.memory import memory_per_gpu
 from distsim_gpu.workloads.parallel import (
     ParallelConfig,
-    Placement,
     TrainingConfig,
     check_strategy,
-    layer_partition,
 )
 
 __all__ = [
@@ -131,11 +126,7 @@ _DEFAULT_SPACE: dict[str, tuple[Any, ...]] = {
     "sequence_parallel": (False, True),
     "order": ("tp-dp-pp", "dp-tp-pp"),
 }
-_GRAD_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-_ACTIVATION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
 _GIB = 2.0**30
-# Relative margin of the lower bound for the rounding of sums (see _Bounds).
-_BOUND_SLACK = 1e-6
 
 
 # --------------------------------------------------------------------------- types
@@ -389,433 +380,24 @@ def _stage_memory(scenario: Scenario, parallel: ParallelConfig, training: Traini
 
 
 class _Bounds:
-    """Lower bound and estimate of an iteration's time, with caches.
-
-    The **lower bound** follows chains of work that the simulator (workloads/iteration.py)
-    runs one after another, and adds up a lower bound of each link of a chain:
-
-    * *compute* — a layer pass, the embedding and the loss take their cost-model time,
-      scaled by the group's straggler factor, never below ``min(1, factors)``;
-    * *a transfer* — a collective or point-to-point call runs as flows that start after a
-      latency and move their bytes at their max-min fair rate; a flow's rate is at most
-      the capacity over the multiplicity of every link it holds, so a call takes at least
-      ``latency + wire bytes · max over links (weight / capacity)`` of its coflow form
-      (:func:`_transfer_lower_bound_s`), which is also at most its step-by-step closed
-      form (summing per-step maxima is at least the maximum of the sums): a lower bound
-      at both fidelities, whatever else shares the links, and exactly the time the
-      simulator gives a tensor-parallel call it folds into the compute.
-
-    The chains, for data-parallel replica 0 (every replica must end before the
-    gradient-norm meeting, so any one replica's chains bound the iteration):
-
-    1. a pass of a model chunk is its compute plus every blocking call inside it: the
-       tensor-parallel collectives after each attention and MLP block (also in the
-       recomputed forward with full recomputation), the expert all-to-alls of MoE layers,
-       and with ZeRO-3 each layer's parameter all-gather — the gathers run one after
-       another on their stream from the pass's start and layer ``k`` waits for gather
-       ``k``, so a pass takes at least ``max_k (Σ_{j≤k} gather_j + Σ_{j≥k} layer_j)``;
-    2. stage ``s`` cannot start before the first micro-batch's forward passed the virtual
-       stages before it (each pass, then its send to the next stage); from then on it runs
-       all its passes, ``m`` micro-batches of each of its chunks, in sequence.  Its last
-       pass, the backward of chunk 0 for the last micro-batch, also waits for the same
-       pass of stage ``s + 1`` and the gradient's send from there;
-    3. its data-parallel gradient buckets of that last pass are reduced in order on one
-       stream: bucket ``k`` starts no earlier than the part of the pass before it is done,
-       and the group reaches the gradient-norm meeting only after the last bucket is done
-       (so after ``max_k (start_k + Σ_{j≥k} bucket_j)``); the first and last stage also
-       all-reduce the tied embedding gradients first;
-    4. everyone meets for the gradient norm, then each group runs its optimizer step and,
-       with ZeRO-1/2, all-gathers its stage's updated parameters;
-    5. apart from these chains, a link moves at most its capacity: a flow at rate ``r``
-       holding it with weight ``w`` loads it with ``w·r`` and max-min sharing keeps the
-       sum within the capacity, so the iteration lasts at least the bytes that the calls
-       counted here put on a link over its capacity (counted: every data-parallel call,
-       every expert all-to-all, the pipeline sends of replica 0, and with ZeRO-3 every
-       tensor-parallel call — distinct flows, a subset of all, so their bytes on a link
-       are at most what it carries; a spine link shared by many tensor-parallel groups
-       that cross nodes shows here.  Without ZeRO-3 the simulator may fold
-       tensor-parallel calls into the compute as closed forms that load no link, so they
-       are left out).
-
-    A call the simulator runs as one collective per tensor-parallel lane (data-parallel,
-    expert and tied-embedding calls) launches its lanes together and ends when all are
-    done, so it also takes at least the bytes its lanes put together on one link over
-    that link's capacity.
-
-    The bound is the largest chain, less a relative 1e-6 for the rounding of sums and
-    of the flow network's finish tolerance (1e-9 of a flow's bytes).  It is never above
-    the simulated iteration, so pruning by it cannot drop a strategy of the true top K.
-    The **estimate** (the order in which candidates are simulated) adds the uncontended
-    data-parallel reduction to the compute-and-collectives critical path instead.
-    """
+    """The iteration bound and estimate (:mod:`workloads.bounds`) of strategies applied to
+    one scenario; the caches are shared between the strategies."""
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self.comm = Communicator(Simulation(0), scenario.topology, scenario.comm)
-        self._layer: dict[tuple[Any, ...], float] = {}
-        self._collective: dict[tuple[Any, ...], float] = {}
-        # Per call: its lower bound and its bytes per link as (link positions, bytes).
-        self._lower: dict[tuple[Any, ...], tuple[float, _Loads]] = {}
-        self._volumes: dict[tuple[Any, ...], _Loads] = {}
-        self._link_pos = {link: i for i, link in enumerate(self.comm.capacity)}
-        self._capacity = np.array(list(self.comm.capacity.values()), dtype=float)
-        factors = list(scenario.stragglers.values())
-        self.speedup_factor = min([1.0, *factors])
-
-    def _layer_time(self, pass_: str, layer: int, mb: int, tp: int, sp: bool, ep: int,
-                    recompute: str) -> float:
-        model = self.scenario.model
-        moe = model.is_moe_layer(layer)
-        key = (pass_, moe, mb, tp, sp, ep if moe else 1, recompute)
-        cached = self._layer.get(key)
-        if cached is None:
-            extra = {"recompute": recompute} if pass_ == "recompute" else {}
-            cached = self.scenario.costs.layer_time_s(
-                pass_, model, micro_batch=mb, seq_len=self.scenario.seq_len, tp=tp,
-                sequence_parallel=sp, layer_index=layer, ep=ep, **extra)
-            self._layer[key] = cached
-        return cached
-
-    def _estimate(self, op: str, ranks: Sequence[int], size: float) -> float:
-        if len(ranks) < 2 or size <= 0:
-            return 0.0
-        key = (op, tuple(ranks), size)
-        cached = self._collective.get(key)
-        if cached is None:
-            gpus = self.scenario.topology.gpus
-            cached = self.comm.estimate_s(op, [gpus[r] for r in ranks], size)
-            self._collective[key] = cached
-        return cached
-
-    def _call(self, op: str, lanes: tuple[tuple[int, ...], ...], size: float,
-              ) -> tuple[float, _Loads]:
-        """A call the simulator runs as one collective per lane (``lanes``: rank tuples,
-        one per tensor-parallel rank for data-parallel, expert and tied-embedding calls),
-        all launched together and done when all are: a lower bound of its time (class
-        doc) and the bytes it puts on each link."""
-        key = (op, lanes, size)
-        cached = self._lower.get(key)
-        if cached is None:
-            gpus = self.scenario.topology.gpus
-            lower = 0.0
-            loads: dict[Any, float] = {}
-            for ranks in lanes:
-                if len(ranks) < 2:
-                    continue
-                plan = self.comm.choose(op, [gpus[r] for r in ranks], size)
-                lane_lower, lane_loads = _transfer_lower_bound_s(self.comm, plan, size)
-                lower = max(lower, lane_lower)
-                for link, carried in lane_loads.items():
-                    loads[link] = loads.get(link, 0.0) + carried
-            capacity = self.comm.capacity
-            lower = max(lower, max((carried / capacity[link]
-                                    for link, carried in loads.items()), default=0.0))
-            cached = self._lower[key] = (lower, self._arrays(loads))
-        return cached
-
-    def _arrays(self, loads: Mapping[Any, float]) -> _Loads:
-        """Bytes per link as (link positions, bytes), for adding up with numpy."""
-        pos = self._link_pos
-        return (np.fromiter((pos[link] for link in loads), np.int64, len(loads)),
-                np.fromiter(loads.values(), float, len(loads)))
-
-    def _call_lower(self, op: str, lanes: tuple[tuple[int, ...], ...], size: float,
-                    ) -> float:
-        return self._call(op, lanes, size)[0]
-
-    def _everyone(self, op: str, groups: tuple[tuple[int, ...], ...], size: float,
-                  ) -> _Loads:
-        """The bytes per link of independent calls, one per group of ranks."""
-        key = ("everyone", op, groups, size)
-        cached = self._volumes.get(key)
-        if cached is None:
-            gpus = self.scenario.topology.gpus
-            loads: dict[Any, float] = {}
-            for group in groups:
-                if len(group) < 2:
-                    continue
-                plan = self.comm.choose(op, [gpus[r] for r in group], size)
-                for link, carried in _transfer_lower_bound_s(self.comm, plan, size)[1].items():
-                    loads[link] = loads.get(link, 0.0) + carried
-            cached = self._volumes[key] = self._arrays(loads)
-        return cached
-
-    def _send(self, src: Sequence[int], dst: Sequence[int], size: float,
-              ) -> tuple[float, _Loads]:
-        """A pipeline send between two rank groups, lane by lane: as :meth:`_call`."""
-        if tuple(src) == tuple(dst):
-            return 0.0, _NO_LOADS
-        key = ("pairs", tuple(src), tuple(dst), size)
-        cached = self._lower.get(key)
-        if cached is None:
-            gpus = self.scenario.topology.gpus
-            plan = self.comm.pairs_plan([(gpus[a], gpus[b]) for a, b in zip(src, dst)], size)
-            lower, loads = _transfer_lower_bound_s(self.comm, plan, size)
-            cached = self._lower[key] = (lower, self._arrays(loads))
-        return cached
+        self.iteration = IterationBounds(scenario.topology, scenario.model, scenario.costs,
+                                         comm=scenario.comm, stragglers=scenario.stragglers)
 
     def bounds(self, strategy: Strategy, microbatches: int, *, everyone: bool = True,
-               ) -> tuple[float, float]:
+               ) -> IterationBound:
         """``(lower_bound_s, estimate_s)`` of one iteration with ``strategy``.
 
         ``everyone=False`` leaves the calls of replicas other than 0 out of the link
-        volume (chain 5): a weaker bound, ~3x cheaper to compute for many replicas, for
-        ranking all candidates; the search refines it before it would simulate one.
+        volume: a weaker bound, ~3x cheaper to compute for many replicas, for ranking all
+        candidates; the search refines it before it would simulate one.
         """
-        scenario, model = self.scenario, self.scenario.model
-        parallel, training = _configs(scenario, strategy)
-        pp, v, m, dp = parallel.pp, parallel.interleave, microbatches, parallel.dp
-        mb, tp, sp, ep = training.micro_batch, parallel.tp, parallel.sequence_parallel, parallel.ep
-        recompute = training.recompute
-        seq = scenario.seq_len
-        costs = scenario.costs
-        placement = Placement(parallel)
-        f = self.speedup_factor
-        act = _ACTIVATION_BYTES[training.precision]
-        grad_bytes = _GRAD_BYTES[parallel.grad_reduce_precision]
-        tp_bytes = mb * seq * model.hidden * act
-        a2a_bytes = mb * seq * model.top_k * model.hidden * act / (tp if sp else 1)
-        sharded = parallel.zero == 3 or parallel.fsdp
-        grad_op = "reduce_scatter" if parallel.zero >= 1 else "all_reduce"
-        shard = {"micro_batch": mb, "seq_len": seq, "tp": tp, "sequence_parallel": sp}
-        chunks = layer_partition(model.layers, pp * v, parallel.partition)
-        nvs = pp * v
-        tp_ranks = [placement.tp_group(0, s) for s in range(pp)]
-        dp_ranks = [placement.dp_group(0, s) for s in range(pp)]  # (for the estimate)
-        dp_lanes = [tuple(placement.dp_group(t, s) for t in range(tp)) for s in range(pp)]
-        tp_lane = [(tp_ranks[s],) for s in range(pp)]
-        tp_kinds = (("all_gather", "reduce_scatter") if sp else ("all_reduce",)) if tp > 1 \
-            else ()
-        # Per virtual stage: forward and backward compute, their communication (for the
-        # estimate), and their lower bounds (compute scaled by f plus blocking calls).
-        fwd = [0.0] * nvs
-        bwd = [0.0] * nvs
-        fwd_comm = [0.0] * nvs
-        bwd_comm = [0.0] * nvs
-        fwd_lower = [0.0] * nvs
-        bwd_lower = [0.0] * nvs
-        # The last micro-batch's backward of chunk 0 of each stage: the lower bound of the
-        # part before each gradient bucket it launches, and the bucket's own bound.
-        buckets: list[list[tuple[float, float]]] = [[] for _ in range(pp)]
-        # Bytes that calls of the iteration put on each link (chain 5 of the class doc).
-        # Counted per distinct call, added up once at the end.
-        counted: dict[tuple[Any, ...], float] = {}
-
-        # The same for calls of every replica, counted where all of them are flows.
-        counted_all: dict[tuple[Any, ...], float] = {}
-
-        def call(op: str, lanes: tuple[tuple[int, ...], ...], size: float,
-                 times: float = 1.0) -> float:
-            key = (op, lanes, size)
-            counted[key] = counted.get(key, 0.0) + times
-            return self._call(op, lanes, size)[0]
-
-        def count_all(op: str, groups: tuple[tuple[int, ...], ...], size: float,
-                     times: float) -> None:
-            key = (op, groups, size)
-            counted_all[key] = counted_all.get(key, 0.0) + times
-
-        for vs, (first, stop) in enumerate(chunks):
-            stage = vs % pp
-            ep_ranks = placement.ep_groups(0, stage)[0]
-            ep_lanes = tuple(placement.ep_groups(t, stage)[0] for t in range(tp))
-            if everyone:
-                ep_all = tuple(g for t in range(tp) for g in placement.ep_groups(t, stage))
-                tp_all = tuple(placement.tp_group(d, stage) for d in range(dp))
-            else:
-                ep_all, tp_all = ep_lanes, (tp_ranks[stage],)
-            tp_call = sum(self._estimate(kind, tp_ranks[stage], tp_bytes) for kind in tp_kinds)
-            tp_low = sum(self._call_lower(kind, tp_lane[stage], tp_bytes) for kind in tp_kinds)
-            passes_b = 2 if recompute == "full" else 1
-            calls_per_layer = 2 * m * (1 + passes_b)  # each kind, every micro-batch
-            head_f = head_b = tail_f = tail_b = 0.0  # embedding and loss, per pass
-            if vs == 0:
-                head_f = costs.embedding_time_s("fwd", model, **shard)
-                tail_b = costs.embedding_time_s("bwd", model, **shard)
-            if vs == nvs - 1:
-                tail_f = costs.loss_time_s("fwd", model, **shard)
-                head_b = costs.loss_time_s("bwd", model, **shard)
-            fwd[vs] += head_f + tail_f
-            bwd[vs] += head_b + tail_b
-            layers_f: list[tuple[float, float]] = []  # (layer lower bound, its gather)
-            layers_b: list[tuple[float, float, float]] = []  # (+ its gradient bytes)
-            for layer in range(first, stop):
-                t_f = self._layer_time("fwd", layer, mb, tp, sp, ep, recompute)
-                t_b = self._layer_time("bwd", layer, mb, tp, sp, ep, recompute)
-                if recompute != "none":
-                    t_b += self._layer_time("recompute", layer, mb, tp, sp, ep, recompute)
-                fwd[vs] += t_f
-                bwd[vs] += t_b
-                calls, calls_low = 2 * tp_call, 2 * tp_low
-                if sharded and dp > 1:  # else the simulator may fold them (class doc)
-                    for kind in tp_kinds:
-                        count_all(kind, tp_all, tp_bytes, calls_per_layer)
-                if model.is_moe_layer(layer) and ep > 1:
-                    calls += 2 * self._estimate("alltoall", ep_ranks, a2a_bytes)
-                    calls_low += 2 * self._call_lower("alltoall", ep_lanes, a2a_bytes)
-                    count_all("alltoall", ep_all, a2a_bytes, calls_per_layer)
-                fwd_comm[vs] += calls
-                bwd_comm[vs] += calls * passes_b
-                dense, expert = layer_params_local(model, layer, tp, ep)
-                gather = gather_low = 0.0
-                if sharded and dp > 1:
-                    gather = self._estimate("all_gather", dp_ranks[stage], (dense + expert) * act)
-                    gather_low = call("all_gather", dp_lanes[stage], (dense + expert) * act,
-                                      2 * m)
-                    call("reduce_scatter", dp_lanes[stage], (dense + expert) * grad_bytes, m)
-                    fwd_comm[vs] += gather
-                    bwd_comm[vs] += gather + self._estimate(
-                        "reduce_scatter", dp_ranks[stage], (dense + expert) * grad_bytes)
-                layers_f.append((t_f * f + calls_low, gather_low))
-                layers_b.append((t_b * f + calls_low * passes_b, gather_low,
-                                 (dense + expert) * grad_bytes))
-            fwd_lower[vs] = (head_f + tail_f) * f + _gathered_pass(layers_f)
-            layers_b.reverse()
-            bwd_lower[vs] = (head_b + tail_b) * f + _gathered_pass(
-                [(t, g) for t, g, _ in layers_b])
-            if dp > 1:
-                # The last micro-batch's reductions: ZeRO-3 one per layer (counted above),
-                # else in buckets, as the simulator forms them.
-                done = head_b * f
-                bucket = 0.0
-                final: list[tuple[float, float]] = []
-                for t, _, grads in layers_b:
-                    done += t
-                    if sharded:
-                        final.append((done, self._call_lower("reduce_scatter",
-                                                             dp_lanes[stage], grads)))
-                        continue
-                    bucket += grads
-                    if bucket >= parallel.bucket_params * grad_bytes:
-                        final.append((done, call(grad_op, dp_lanes[stage], bucket)))
-                        bucket = 0.0
-                if vs == 0 and not sharded:
-                    bucket += model.vocab * model.hidden / tp * grad_bytes
-                if not sharded and bucket > 0:
-                    final.append((bwd_lower[vs], call(grad_op, dp_lanes[stage], bucket)))
-                if vs < pp:
-                    buckets[vs] = final
-
-        def stage_bound(with_comm: bool) -> float:
-            worst = 0.0
-            for s in range(pp):
-                own = range(s, nvs, pp)
-                work = sum(fwd[j] + bwd[j] for j in own)
-                ramp = sum(fwd[j] + bwd[j] for j in range(s))
-                if with_comm:
-                    work += sum(fwd_comm[j] + bwd_comm[j] for j in own)
-                    ramp += sum(fwd_comm[j] + bwd_comm[j] for j in range(s))
-                worst = max(worst, ramp + m * work)
-            return worst
-
-        # Chains 2 and 3: when each stage's last pass ends, and when it reaches the meeting.
-        p2p_bytes = tp_bytes / tp
-        send_f = [0.0] * nvs
-        for j in range(nvs - 1):
-            here, there = tp_ranks[j % pp], tp_ranks[(j + 1) % pp]
-            send_f[j] = self._send(here, there, p2p_bytes)[0]
-            self._send(there, here, p2p_bytes)  # the gradient's way back
-            for key in (("pairs", here, there, p2p_bytes), ("pairs", there, here, p2p_bytes)):
-                counted[key] = counted.get(key, 0.0) + m
-        first_start = [0.0] * pp
-        for s in range(1, pp):
-            first_start[s] = first_start[s - 1] + fwd_lower[s - 1] + send_f[s - 1]
-        last_end = [0.0] * pp
-        for s in reversed(range(pp)):
-            own = range(s, nvs, pp)
-            last_end[s] = first_start[s] + m * sum(fwd_lower[j] + bwd_lower[j] for j in own)
-            if s + 1 < pp:
-                gradient = self._send(tp_ranks[s + 1], tp_ranks[s], p2p_bytes)[0]
-                last_end[s] = max(last_end[s], last_end[s + 1] + gradient + bwd_lower[s])
-        arrive = []
-        for s in range(pp):
-            start = last_end[s] - bwd_lower[s]
-            reduced, tail = last_end[s], 0.0
-            for done, reduction in reversed(buckets[s]):
-                tail += reduction
-                reduced = max(reduced, start + done + tail)
-            arrive.append(reduced)
-        if pp > 1 and model.tied_embeddings:
-            size = model.vocab * model.hidden / tp * grad_bytes
-            tied = max(arrive[0], arrive[-1]) + call(
-                "all_reduce", tuple(zip(tp_ranks[0], tp_ranks[-1])), size)
-            arrive[0] = arrive[-1] = tied
-
-        # Chain 4: the optimizer step (and ZeRO-1/2's parameter gather) after the meeting.
-        optimizer = 0.0
-        finish = 0.0
-        dp_comm = 0.0
-        for s in range(pp):
-            params = params_on_gpu(model, tp=tp, pp=pp, ep=ep, stage=s, interleave=v,
-                                   partition=parallel.partition).total
-            updated = params / dp if parallel.zero >= 1 or parallel.fsdp else params
-            step = costs.optimizer_step_time_s(updated)
-            optimizer = max(optimizer, step)
-            gather_low = 0.0
-            if parallel.zero in (1, 2) and dp > 1:
-                gather_low = call("all_gather", dp_lanes[s], params * act)
-            finish = max(finish, step * f + gather_low)
-            if not sharded and dp > 1:
-                t = self._estimate(grad_op, dp_ranks[s], params * grad_bytes)
-                if parallel.zero >= 1:
-                    t += self._estimate("all_gather", dp_ranks[s], params * act)
-                dp_comm = max(dp_comm, t)
-        where: list[np.ndarray] = []
-        carried: list[np.ndarray] = []
-        for key, times in counted.items():
-            if key in self._lower:
-                links, loads = self._lower[key][1]
-                where.append(links)
-                carried.append(loads * times)
-        for (op, groups, size), times in counted_all.items():
-            links, loads = self._everyone(op, groups, size)
-            where.append(links)
-            carried.append(loads * times)
-        busiest = 0.0
-        if where:
-            volume = np.bincount(np.concatenate(where), weights=np.concatenate(carried),
-                                 minlength=self._capacity.size)
-            busiest = float((volume / self._capacity).max())
-        lower = max(max(arrive) + finish, busiest) * (1.0 - _BOUND_SLACK)
-        estimate = max(stage_bound(True) * f + optimizer + dp_comm, lower)
-        return lower, estimate
-
-
-_Loads = tuple[np.ndarray, np.ndarray]
-_NO_LOADS: _Loads = (np.zeros(0, np.int64), np.zeros(0))
-
-
-def _gathered_pass(layers: Sequence[tuple[float, float]]) -> float:
-    """A lower bound of a pass's layers, each ``(its own time, its parameter gather)``:
-    layer ``k`` waits for the gathers up to its own, which run one after another from
-    the pass's start (all zero without ZeRO-3: the sum of the layers)."""
-    own = sum(t for t, _ in layers)
-    if not any(g for _, g in layers):
-        return own
-    best, gathered, rest = own, 0.0, own
-    for t, g in layers:
-        gathered += g
-        best = max(best, gathered + rest)
-        rest -= t
-    return best
-
-
-def _transfer_lower_bound_s(comm: Communicator, plan: CollectivePlan, size: float,
-                            ) -> tuple[float, dict[Any, float]]:
-    """The least time a call of ``plan`` at ``size`` bytes can take under any sharing,
-    and the bytes it moves over each link.
-
-    As one coflow it moves ``W`` wire bytes after its latency, holding link ``l`` with
-    weight ``w_l``; its max-min rate never exceeds ``capacity_l / w_l``, so it takes at
-    least ``latency + W · max_l w_l / capacity_l``.  Step by step it is slower still (each
-    step's bottleneck is at least its share of that maximum).  For a one-step plan this
-    equals :meth:`~collectives.Communicator.time_s`.  Either way link ``l`` carries
-    ``W · w_l`` bytes.
-    """
-    total, weights = plan.coflow(size)
-    capacity = comm.capacity
-    slowest = max((w / capacity[link] for link, w in weights.items()), default=0.0)
-    return plan.latency_s + total * slowest, {link: total * w for link, w in weights.items()}
+        parallel, training = _configs(self.scenario, strategy)
+        return self.iteration.bound(parallel, training, microbatches, everyone=everyone)
 
 
 def iteration_bounds(scenario: Scenario) -> tuple[float, float]:
@@ -961,15 +543,41 @@ def search_strategies(scenario: Scenario, *, gpus: int | None = None, top: int =
     ``progress``: called with a line of text as candidates finish.
     """
     started = time.perf_counter()
+    workers = _check_options(top, workers)
+    if gpus is not None:
+        scenario = _restrict_gpus(scenario, gpus)
+    enumerated, alive, pruned = _candidates(scenario, space)
+    bounds = _Bounds(scenario)
+    _rank(alive, bounds)
+    baseline_strategy, baseline_kind = _baseline(scenario)
+    run = _Simulations(scenario, bounds, top=top, workers=workers, pruned=pruned,
+                       time_limit_s=time_limit_s, started_s=started, progress=progress)
+    run.run(_queue(alive, baseline_strategy), baseline_strategy)
+    run.results.sort(key=lambda r: (r.iteration_time_s, r.strategy.label()))
+    baseline, baseline_kind = _baseline_result(run, alive, baseline_strategy, baseline_kind)
+    result = _assemble(scenario, run, enumerated, baseline, baseline_kind, started)
+    if out_dir is not None:
+        files = write_search_output(result, out_dir)
+        result = dataclasses.replace(result, files=files,
+                                     wall_time_s=time.perf_counter() - started)
+    return result
+
+
+def _check_options(top: int, workers: int | None) -> int:
+    """Check ``top`` and ``workers``; the number of workers to use."""
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise ConfigError(f"must be a whole number >= 1, got {top!r}", key="--top")
     if workers is None:
         workers = os.cpu_count() or 1
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"must be a whole number >= 1, got {workers!r}", key="--workers")
-    if gpus is not None:
-        scenario = _restrict_gpus(scenario, gpus)
+    return workers
 
+
+def _candidates(scenario: Scenario, space: Mapping[str, Iterable[Any]] | None,
+                ) -> tuple[int, list[_Candidate], list[PrunedCandidate]]:
+    """Enumerate the strategies and check each: ``(how many were enumerated, those valid
+    that fit in memory, the others pruned with their reason)``."""
     strategies = enumerate_strategies(scenario, space=space)
     pruned: list[PrunedCandidate] = []
     alive: list[_Candidate] = []
@@ -980,110 +588,158 @@ def search_strategies(scenario: Scenario, *, gpus: int | None = None, top: int =
         else:
             assert candidate is not None
             alive.append(candidate)
-    bounds = _Bounds(scenario)
+    return len(strategies), alive, pruned
+
+
+def _rank(alive: list[_Candidate], bounds: _Bounds) -> None:
+    """Each candidate's estimate and ranking bound (only replica 0's calls on the link
+    volume); then sort by estimate, ties by bound."""
     for candidate in alive:
         candidate.lower_bound_s, candidate.estimate_s = bounds.bounds(
             candidate.strategy, candidate.microbatches, everyone=False)
     alive.sort(key=lambda c: (c.estimate_s, c.lower_bound_s))
-    baseline_strategy, baseline_kind = _baseline(scenario)
 
-    results: list[CandidateResult] = []
-    times: list[float] = []
-    candidates = {c.strategy: c for c in alive}
 
-    def record(candidate: _Candidate, outcome: tuple[float, float, float, float] | str,
-               ) -> None:
-        if isinstance(outcome, str):
-            pruned.append(PrunedCandidate(candidate.strategy, "error", outcome))
-            return
-        time_s, samples, mfu, peak = outcome
-        results.append(CandidateResult(candidate.strategy, candidate.lower_bound_s,
-                                       candidate.estimate_s, time_s, samples, mfu, peak))
-        times.append(time_s)
-        if progress is not None:
-            progress(f"[{len(results)}] {time_s * 1e3:.3f} ms  {candidate.strategy.label()}")
-
-    def bound_pruned(candidate: _Candidate, threshold: float) -> None:
-        pruned.append(PrunedCandidate(
-            candidate.strategy, "bound", f"lower bound {candidate.lower_bound_s:.6g} s >= "
-            f"{top}-th best simulated {threshold:.6g} s",
-            peak_memory_bytes=candidate.memory_bytes, lower_bound_s=candidate.lower_bound_s))
-
-    # The baseline runs first: as a candidate when it is one (simulated whatever its
-    # bound), else on its own; then the candidates in order of their estimate.
+def _queue(alive: list[_Candidate], baseline: Strategy | None,
+           ) -> list[tuple[_Candidate | None, bool]]:
+    """The order of simulation as ``(candidate, forced)``: the baseline first — as a
+    candidate when it is one (``forced``: simulated whatever its bound), else on its own
+    (``None``) — then the candidates in order of their estimate."""
     queue: list[tuple[_Candidate | None, bool]] = [(c, False) for c in alive]
-    baseline_outcome: tuple[float, float, float, float] | str | None = None
-    baseline_future: Future[Any] | None = None
-    if baseline_strategy is not None:
-        known = candidates.get(baseline_strategy)
+    if baseline is not None:
+        known = next((c for c in alive if c.strategy == baseline), None)
         if known is not None:
             queue.remove((known, False))
             queue.insert(0, (known, True))
         else:
             queue.insert(0, (None, True))
-    pool: ProcessPoolExecutor | _InProcess
-    if workers == 1:
-        pool = _InProcess(scenario)
-    else:
-        pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init,
-                                   initargs=(scenario.resolved(), scenario.source))
-    try:
-        running: dict[Future[Any], _Candidate | None] = {}
-        position = 0
-        while position < len(queue) or running:
-            while position < len(queue) and len(running) < workers:
-                candidate, forced = queue[position]
-                position += 1
-                if candidate is None:
-                    baseline_future = pool.submit(_simulate_in_worker, baseline_strategy)
-                    running[baseline_future] = None
-                    continue
-                threshold = _kth(times, top)
-                if (not forced and not candidate.refined
-                        and candidate.lower_bound_s < threshold < float("inf")):
-                    # About to simulate it: first the full bound (every replica's calls).
-                    candidate.lower_bound_s = max(candidate.lower_bound_s, bounds.bounds(
-                        candidate.strategy, candidate.microbatches)[0])
-                    candidate.refined = True
-                if not forced and candidate.lower_bound_s >= threshold:
-                    bound_pruned(candidate, threshold)
-                    continue
-                if (not forced and time_limit_s is not None
-                        and time.perf_counter() - started > time_limit_s):
-                    pruned.append(PrunedCandidate(
-                        candidate.strategy, "time limit",
-                        f"not simulated: the {time_limit_s:g} s time limit had passed",
-                        peak_memory_bytes=candidate.memory_bytes,
-                        lower_bound_s=candidate.lower_bound_s))
-                    continue
-                running[pool.submit(_simulate_in_worker, candidate.strategy)] = candidate
-            if not running:
-                break
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                owner = running.pop(future)
-                if owner is None:
-                    baseline_outcome = future.result()
-                else:
-                    record(owner, future.result())
-    finally:
-        pool.shutdown(cancel_futures=True)
+    return queue
 
-    results.sort(key=lambda r: (r.iteration_time_s, r.strategy.label()))
+
+_Outcome = tuple[float, float, float, float] | str
+
+
+class _Simulations:
+    """Simulates the queued candidates on ``workers`` processes with branch and bound:
+    a candidate starts only while its lower bound is below the ``top``-th best simulated
+    time so far (refined to every replica's calls first) and the time limit has not
+    passed; the others are pruned."""
+
+    def __init__(self, scenario: Scenario, bounds: _Bounds, *, top: int, workers: int,
+                 pruned: list[PrunedCandidate], time_limit_s: float | None,
+                 started_s: float, progress: Callable[[str], None] | None) -> None:
+        self.scenario = scenario
+        self.bounds = bounds
+        self.top = top
+        self.workers = workers
+        self.time_limit_s = time_limit_s
+        self.started_s = started_s
+        self.progress = progress
+        self.pruned = pruned
+        self.results: list[CandidateResult] = []
+        self.times: list[float] = []
+        self.baseline_outcome: _Outcome | None = None
+
+    def run(self, queue: list[tuple[_Candidate | None, bool]],
+            baseline: Strategy | None) -> None:
+        """Run ``queue`` in order (:func:`_queue`), up to ``workers`` at a time."""
+        pool: ProcessPoolExecutor | _InProcess
+        if self.workers == 1:
+            pool = _InProcess(self.scenario)
+        else:
+            pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_worker_init,
+                                       initargs=(self.scenario.resolved(),
+                                                 self.scenario.source))
+        try:
+            running: dict[Future[Any], _Candidate | None] = {}
+            position = 0
+            while position < len(queue) or running:
+                while position < len(queue) and len(running) < self.workers:
+                    candidate, forced = queue[position]
+                    position += 1
+                    if candidate is None:
+                        running[pool.submit(_simulate_in_worker, baseline)] = None
+                    elif forced or self._admit(candidate):
+                        running[pool.submit(_simulate_in_worker,
+                                            candidate.strategy)] = candidate
+                if not running:
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    owner = running.pop(future)
+                    if owner is None:
+                        self.baseline_outcome = future.result()
+                    else:
+                        self._record(owner, future.result())
+        finally:
+            pool.shutdown(cancel_futures=True)
+
+    def _admit(self, candidate: _Candidate) -> bool:
+        """Whether ``candidate`` starts now; if not, it is pruned (bound or time limit)."""
+        threshold = _kth(self.times, self.top)
+        if not candidate.refined and candidate.lower_bound_s < threshold < float("inf"):
+            # About to simulate it: first the full bound (every replica's calls).
+            candidate.lower_bound_s = max(candidate.lower_bound_s, self.bounds.bounds(
+                candidate.strategy, candidate.microbatches)[0])
+            candidate.refined = True
+        if candidate.lower_bound_s >= threshold:
+            self.pruned.append(PrunedCandidate(
+                candidate.strategy, "bound", f"lower bound {candidate.lower_bound_s:.6g} s "
+                f">= {self.top}-th best simulated {threshold:.6g} s",
+                peak_memory_bytes=candidate.memory_bytes,
+                lower_bound_s=candidate.lower_bound_s))
+            return False
+        limit = self.time_limit_s
+        if limit is not None and time.perf_counter() - self.started_s > limit:
+            self.pruned.append(PrunedCandidate(
+                candidate.strategy, "time limit",
+                f"not simulated: the {limit:g} s time limit had passed",
+                peak_memory_bytes=candidate.memory_bytes,
+                lower_bound_s=candidate.lower_bound_s))
+            return False
+        return True
+
+    def _record(self, candidate: _Candidate, outcome: _Outcome) -> None:
+        if isinstance(outcome, str):
+            self.pruned.append(PrunedCandidate(candidate.strategy, "error", outcome))
+            return
+        time_s, samples, mfu, peak = outcome
+        self.results.append(CandidateResult(candidate.strategy, candidate.lower_bound_s,
+                                            candidate.estimate_s, time_s, samples, mfu,
+                                            peak))
+        self.times.append(time_s)
+        if self.progress is not None:
+            self.progress(f"[{len(self.results)}] {time_s * 1e3:.3f} ms  "
+                          f"{candidate.strategy.label()}")
+
+
+def _baseline_result(run: _Simulations, alive: list[_Candidate], strategy: Strategy | None,
+                     kind: str) -> tuple[CandidateResult | None, str]:
+    """The baseline's result — among the candidates' or simulated on its own — and its
+    kind (with why it failed, if it did)."""
+    if strategy is None:
+        return None, kind
     baseline: CandidateResult | None = None
-    if baseline_strategy is not None:
-        for r in results:
-            if r.strategy == baseline_strategy:
-                baseline = r
-        if baseline is None and isinstance(baseline_outcome, tuple):
-            known = candidates.get(baseline_strategy)
-            microbatches = with_strategy(scenario, baseline_strategy).microbatches
-            lb, est = ((known.lower_bound_s, known.estimate_s) if known is not None
-                       else bounds.bounds(baseline_strategy, microbatches))
-            baseline = CandidateResult(baseline_strategy, lb, est, *baseline_outcome)
-        elif baseline is None and isinstance(baseline_outcome, str):
-            baseline_kind += f" (failed: {baseline_outcome})"
+    for r in run.results:
+        if r.strategy == strategy:
+            baseline = r
+    outcome = run.baseline_outcome
+    if baseline is None and isinstance(outcome, tuple):
+        known = next((c for c in alive if c.strategy == strategy), None)
+        microbatches = with_strategy(run.scenario, strategy).microbatches
+        lb, est = ((known.lower_bound_s, known.estimate_s) if known is not None
+                   else run.bounds.bounds(strategy, microbatches))
+        baseline = CandidateResult(strategy, lb, est, *outcome)
+    elif baseline is None and isinstance(outcome, str):
+        kind += f" (failed: {outcome})"
+    return baseline, kind
 
+
+def _assemble(scenario: Scenario, run: _Simulations, enumerated: int,
+              baseline: CandidateResult | None, baseline_kind: str,
+              started_s: float) -> SearchResult:
+    """The search's result: counts by reason, the best scenario resolved."""
+    results, pruned = run.results, run.pruned
     best_config: dict[str, Any] | None = None
     if results:
         best = with_strategy(scenario, results[0].strategy, name=f"{scenario.name}-best")
@@ -1094,18 +750,13 @@ def search_strategies(scenario: Scenario, *, gpus: int | None = None, top: int =
     pruned_counts = {reason: counts.get(reason, 0)
                      for reason in ("invalid", "memory", "bound", "time limit", "error")}
     invalid = Counter(p.detail.split(":", 1)[0] for p in pruned if p.reason == "invalid")
-    result = SearchResult(
+    return SearchResult(
         name=scenario.name, num_gpus=scenario.num_gpus,
-        global_batch=scenario.training.global_batch, k=top, enumerated=len(strategies),
+        global_batch=scenario.training.global_batch, k=run.top, enumerated=enumerated,
         pruned_counts=pruned_counts, invalid_reasons=dict(invalid.most_common()),
         results=tuple(results), pruned=tuple(pruned), best_config=best_config,
         baseline=baseline, baseline_kind=baseline_kind,
-        wall_time_s=time.perf_counter() - started)
-    if out_dir is not None:
-        files = write_search_output(result, out_dir)
-        result = dataclasses.replace(result, files=files,
-                                     wall_time_s=time.perf_counter() - started)
-    return result
+        wall_time_s=time.perf_counter() - started_s)
 
 
 class _InProcess:

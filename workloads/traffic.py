@@ -1,0 +1,240 @@
+"""Traffic of one training iteration: how many bytes each of its transfers carries.
+
+The simulated iteration (:mod:`workloads.iteration`) and its lower bound
+(:mod:`workloads.bounds`) move the same bytes; this module is the one place that counts
+them, as pure functions of the model, the parallel strategy and the training setup.
+
+* **Element sizes** — activations, and the parameters ZeRO gathers, travel at the training
+  precision (fp8 training keeps 16-bit activations and weights: 2 bytes); gradients at
+  ``grad_reduce_precision`` (Megatron-LM reduces them in fp32 by default).
+* **Tensor parallel** — after every attention and MLP block, an all-reduce of the block's
+  output, ``micro_batch·seq_len·hidden`` elements; with sequence parallelism an
+  all-gather and a reduce-scatter of the same size instead.
+* **Pipeline** — one activation (forward) or its gradient (backward) per micro-batch
+  between neighbouring stages, split over the tensor-parallel ranks: one TP message / tp
+  per rank.
+* **Expert parallel** — a MoE layer's dispatch and combine all-to-alls carry ``top_k``
+  copies of every token's hidden state (split over tp with sequence parallelism).
+* **Data parallel** — the last micro-batch's backward reduces the gradients in buckets of
+  ``bucket_params`` parameters as it produces them (all-reduce, reduce-scatter with
+  ZeRO ≥ 1), the first chunk's bucket also holding the word embedding's gradients;
+  ZeRO-3/FSDP all-gathers each layer's parameters before its passes and reduce-scatters
+  its gradients; ZeRO-1/2 all-gather the updated parameters after the optimizer step.
+* **Tied embeddings** — with pp > 1 the first and last stage all-reduce the word
+  embedding's gradients.
+
+Sizes are bytes per call (per GPU's buffer, as the collectives take them), plain floats
+or ints; counts of parameters are per GPU, after tensor and expert parallel splitting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.workloads.memory import layer_params_local, params_on_gpu
+from distsim_gpu.workloads.models import ModelSpec
+from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
+
+__all__ = [
+    "ACTIVATION_BYTES",
+    "GRAD_BYTES",
+    "GradientBucket",
+    "activation_bytes_per_element",
+    "alltoall_bytes",
+    "bucket_bytes",
+    "gathers_layer_params",
+    "grad_bytes_per_element",
+    "gradient_buckets",
+    "gradient_reduce_op",
+    "layer_grad_bytes",
+    "layer_param_bytes",
+    "layer_params",
+    "optimizer_params",
+    "pipeline_message_bytes",
+    "seq_len_of",
+    "stage_grad_bytes",
+    "stage_param_bytes",
+    "stage_params",
+    "tp_collective_kinds",
+    "tp_message_bytes",
+    "word_embedding_grad_bytes",
+]
+
+#: Bytes per activation (and gathered parameter) element, by training precision.
+ACTIVATION_BYTES: Mapping[str, int] = MappingProxyType(
+    {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4})
+#: Bytes per gradient element on the wire, by ``grad_reduce_precision``.
+GRAD_BYTES: Mapping[str, int] = MappingProxyType({"fp32": 4, "bf16": 2, "fp16": 2})
+
+
+# --------------------------------------------------------------------------- element sizes
+
+
+def _lookup(table: Mapping[str, int], precision: str, key: str) -> int:
+    size = table.get(precision)
+    if size is None:
+        raise ConfigError(f"unknown precision {precision!r}", key=key,
+                          hint=closest(str(precision), tuple(table)))
+    return size
+
+
+def activation_bytes_per_element(precision: str) -> int:
+    """Bytes of one activation or parameter element sent at training ``precision``."""
+    return _lookup(ACTIVATION_BYTES, precision, "training.precision")
+
+
+def grad_bytes_per_element(grad_reduce_precision: str) -> int:
+    """Bytes of one gradient element reduced at ``grad_reduce_precision``."""
+    return _lookup(GRAD_BYTES, grad_reduce_precision, "parallelism.grad_reduce_precision")
+
+
+# --------------------------------------------------------------------------- per layer pass
+
+
+def seq_len_of(model: ModelSpec, training: TrainingConfig) -> int:
+    """The sequence length trained on: ``training.seq_len``, else the model's."""
+    return training.seq_len or model.seq_len
+
+
+def tp_collective_kinds(parallel: ParallelConfig) -> tuple[str, ...]:
+    """The tensor-parallel collectives after each attention and MLP block, in order."""
+    if parallel.tp == 1:
+        return ()
+    return ("all_gather", "reduce_scatter") if parallel.sequence_parallel else ("all_reduce",)
+
+
+def tp_message_bytes(model: ModelSpec, training: TrainingConfig) -> int:
+    """Bytes of one tensor-parallel collective: a block's output,
+    ``micro_batch · seq_len · hidden`` activations."""
+    tokens = training.micro_batch * seq_len_of(model, training)
+    return tokens * model.hidden * activation_bytes_per_element(training.precision)
+
+
+def pipeline_message_bytes(model: ModelSpec, parallel: ParallelConfig,
+                           training: TrainingConfig) -> float:
+    """Bytes each tensor-parallel rank sends to the next (or previous) pipeline stage per
+    micro-batch and pass: its 1/tp share of the activation."""
+    return tp_message_bytes(model, training) / parallel.tp
+
+
+def alltoall_bytes(model: ModelSpec, parallel: ParallelConfig,
+                   training: TrainingConfig) -> float:
+    """Bytes of one expert all-to-all (dispatch or combine) of a MoE layer: ``top_k``
+    copies of each token's hidden state, split over tp with sequence parallelism."""
+    tokens = training.micro_batch * seq_len_of(model, training)
+    act = activation_bytes_per_element(training.precision)
+    return (tokens * model.top_k * model.hidden * act
+            / (parallel.tp if parallel.sequence_parallel else 1))
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def layer_params(model: ModelSpec, layer: int, parallel: ParallelConfig) -> float:
+    """Parameters of layer ``layer`` on one GPU, dense and expert together (a GPT layer
+    without tensor parallelism: ``12·h² + 13·h``)."""
+    dense, expert = layer_params_local(model, layer, parallel.tp, parallel.ep)
+    return dense + expert
+
+
+def layer_param_bytes(model: ModelSpec, layer: int, parallel: ParallelConfig,
+                      training: TrainingConfig) -> float:
+    """Bytes of layer ``layer``'s parameters that ZeRO-3/FSDP all-gathers before a pass."""
+    return layer_params(model, layer, parallel) * activation_bytes_per_element(
+        training.precision)
+
+
+def layer_grad_bytes(model: ModelSpec, layer: int, parallel: ParallelConfig) -> float:
+    """Bytes of layer ``layer``'s gradients as the data-parallel reduction moves them."""
+    return layer_params(model, layer, parallel) * grad_bytes_per_element(
+        parallel.grad_reduce_precision)
+
+
+def word_embedding_grad_bytes(model: ModelSpec, parallel: ParallelConfig) -> float:
+    """Bytes of one GPU's share (1/tp of the vocabulary) of the word embedding's
+    gradients: the first chunk's last bucket, and the tied-embedding all-reduce."""
+    return (model.vocab * model.hidden / parallel.tp
+            * grad_bytes_per_element(parallel.grad_reduce_precision))
+
+
+def stage_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> float:
+    """Parameters one GPU of pipeline stage ``stage`` holds (dense and expert)."""
+    return params_on_gpu(model, tp=parallel.tp, pp=parallel.pp, ep=parallel.ep, stage=stage,
+                         interleave=parallel.interleave, partition=parallel.partition).total
+
+
+def stage_param_bytes(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
+                      stage: int) -> float:
+    """Bytes of the parameters one GPU of ``stage`` holds, at training precision: what
+    ZeRO-1/2 all-gathers after the optimizer step."""
+    return stage_params(model, parallel, stage) * activation_bytes_per_element(
+        training.precision)
+
+
+def stage_grad_bytes(model: ModelSpec, parallel: ParallelConfig, stage: int) -> float:
+    """Bytes of all the gradients one GPU of ``stage`` reduces in an iteration."""
+    return stage_params(model, parallel, stage) * grad_bytes_per_element(
+        parallel.grad_reduce_precision)
+
+
+def optimizer_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> float:
+    """Parameters one GPU of ``stage`` updates in the optimizer step: its stage's, or
+    its 1/dp shard of them with ZeRO ≥ 1 or FSDP."""
+    params = stage_params(model, parallel, stage)
+    return params / parallel.dp if parallel.zero >= 1 or parallel.fsdp else params
+
+
+# --------------------------------------------------------------------------- data parallel
+
+
+def gathers_layer_params(parallel: ParallelConfig) -> bool:
+    """Whether parameters are sharded and gathered layer by layer (ZeRO-3 or FSDP)."""
+    return parallel.zero == 3 or parallel.fsdp
+
+
+def gradient_reduce_op(parallel: ParallelConfig) -> str:
+    """The collective that reduces gradient buckets: reduce-scatter once the optimizer
+    state is sharded (ZeRO ≥ 1: each GPU needs only its shard's sum), else all-reduce."""
+    return "reduce_scatter" if parallel.zero >= 1 else "all_reduce"
+
+
+def bucket_bytes(parallel: ParallelConfig) -> float:
+    """Gradient bytes a data-parallel bucket collects before it is reduced."""
+    return parallel.bucket_params * grad_bytes_per_element(parallel.grad_reduce_precision)
+
+
+@dataclass(frozen=True, slots=True)
+class GradientBucket:
+    """One data-parallel gradient reduction of a chunk's last backward pass.
+
+    ``after_layers``: launched once that many of the pass's layers (in backward order)
+    are done; None: at the end of the pass, after the embedding's backward.
+    """
+
+    size_bytes: float
+    after_layers: int | None
+
+
+def gradient_buckets(model: ModelSpec, parallel: ParallelConfig,
+                     backward_layers: Sequence[int], *, first_chunk: bool,
+                     ) -> tuple[GradientBucket, ...]:
+    """The gradient buckets a chunk's last backward pass reduces without ZeRO-3/FSDP:
+    gradients collect in backward order and a bucket goes once it holds at least
+    :func:`bucket_bytes`; what is left goes at the end of the pass, with the word
+    embedding's gradients on the first chunk (``first_chunk``)."""
+    threshold = bucket_bytes(parallel)
+    buckets: list[GradientBucket] = []
+    bucket = 0.0
+    for done, layer in enumerate(backward_layers, start=1):
+        bucket += layer_grad_bytes(model, layer, parallel)
+        if bucket >= threshold:
+            buckets.append(GradientBucket(bucket, done))
+            bucket = 0.0
+    if first_chunk:
+        bucket += word_embedding_grad_bytes(model, parallel)
+    if bucket > 0:
+        buckets.append(GradientBucket(bucket, None))
+    return tuple(buckets)
