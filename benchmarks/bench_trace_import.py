@@ -24,12 +24,12 @@ from pathlib import Path
 
 _READER = """
 import resource, sys, time
-from distsim_gpu.measured.kineto import load_traces
+from distsim_gpu.measured.traces import load_traces
 start = time.perf_counter()
 (trace,) = load_traces([sys.argv[1]])
 wall = time.perf_counter() - start
 peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(f"{wall:.1f} {peak_mib:.0f} {len(trace.kernels)} {len(trace.cpu_events)}")
+print(f"{wall:.1f} {peak_mib:.0f} {len(trace.gpu_events)} {len(trace.cpu_events)}")
 """
 
 
@@ -72,11 +72,11 @@ def main() -> None:
         size_mib = path.stat().st_size / 2**20
         out = subprocess.run([sys.executable, "-c", _READER, str(path)], check=True,
                              capture_output=True, text=True).stdout.split()
-    wall, peak, kernels, cpu = out
+    wall, peak, gpu, cpu = out
     print(f"# {platform.machine()}, Python {platform.python_version()}")
-    print("| events | file (MiB) | wall (s) | peak RSS (MiB) | kernels | CPU events |")
+    print("| events | file (MiB) | wall (s) | peak RSS (MiB) | GPU events | CPU events |")
     print("|---:|---:|---:|---:|---:|---:|")
-    print(f"| {3 * args.steps + 1} | {size_mib:.0f} | {wall} | {peak} | {kernels} | {cpu} |")
+    print(f"| {3 * args.steps + 1} | {size_mib:.0f} | {wall} | {peak} | {gpu} | {cpu} |")
 
 
 if __name__ == "__main__":

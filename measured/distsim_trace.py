@@ -1,4 +1,5 @@
-"""Read distsim's own ``trace.json`` back: one :class:`~measured.kineto.RankTrace` per GPU.
+"""Read distsim's own ``trace.json`` back: one :class:`~distsim_gpu.measured.records.RankTrace`
+per GPU.
 
 ``distsim run --out`` writes a Chrome trace (:mod:`simcore.trace`) whose ``otherData``
 says ``"generator": "distsim"`` and, under ``otherData.distsim``, what the run was: the
@@ -6,9 +7,10 @@ shape keys of a cost table (micro-batch, sequence length, hidden size, tensor
 parallelism, sequence parallelism, GPU), the iteration time and the *rank groups*.  A
 process of the trace is a rank group — the ``tp`` GPUs of one pipeline stage of one
 data-parallel replica, which run the same kernels in lockstep — so its spans are every
-member GPU's.  This module turns such a trace into the records the Kineto importer
-produces, so ``distsim trace summary`` and everything built on
-:func:`measured.kineto.load_traces` read a simulated run as they read a measured one:
+member GPU's.  This module turns such a trace into the records the Kineto reader
+produces (:mod:`distsim_gpu.measured.records`), so ``distsim trace summary`` and everything
+built on :func:`distsim_gpu.measured.traces.load_traces` read a simulated run as they read
+a measured one:
 
 * one :class:`RankTrace` per GPU: ``rank`` its global index, ``world_size`` the cluster's
   GPU count, ``gpu_model`` the simulated GPU, one ``ProfilerStep`` ``[0, iteration]``;
@@ -19,7 +21,10 @@ produces, so ``distsim trace summary`` and everything built on
   counts it).
 
 The raw spans, with their args (layer kind, pass), stay available as
-:class:`DistsimTrace` for cost extraction (:mod:`workloads.measured_costs`).
+:class:`DistsimTrace` for cost extraction (:mod:`distsim_gpu.workloads.measured_costs`).
+:class:`DistsimReader` takes the events one at a time, as the streaming loader
+(:mod:`distsim_gpu.measured.traces`) decodes them; the loader tells this format from
+Kineto's by :func:`is_distsim_trace`.
 """
 
 from __future__ import annotations
@@ -27,16 +32,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from distsim_gpu.measured.kineto import Kernel, ProfilerStep, RankTrace
+from distsim_gpu.measured.records import GpuEvent, ProfilerStep, RankTrace
 from distsim_gpu.simcore.errors import ParseError
 from distsim_gpu.simcore.trace import GENERATOR
 
 __all__ = [
     "COMPUTE_TRACK",
+    "DistsimReader",
     "DistsimTrace",
     "GroupInfo",
     "TraceSpan",
-    "distsim_rank_traces",
     "is_distsim_trace",
     "parse_distsim_trace",
 ]
@@ -44,7 +49,7 @@ __all__ = [
 _US = 1e-6  # Chrome trace times are microseconds.
 COMPUTE_TRACK = "compute"
 _COMM_TRACKS = frozenset({"tp comm", "dp comm", "ep comm", "pp send"})
-# The simulator's collective names as the Kineto importer spells collective kinds.
+# The simulator's collective names as the Kineto reader spells collective kinds.
 _KINDS = {"alltoall": "all_to_all"}
 
 
@@ -102,7 +107,7 @@ class DistsimTrace:
         gpu_model = gpu if isinstance(gpu, str) else None
         steps = (ProfilerStep(0, 0.0, self.iteration_time_s),)
         streams: dict[tuple[str, str], int] = {}
-        by_group: dict[str, list[Kernel]] = {g.name: [] for g in self.groups}
+        by_group: dict[str, list[GpuEvent]] = {g.name: [] for g in self.groups}
         for span in self.spans:
             if span.process not in by_group:
                 continue  # links, critical path: not a GPU's
@@ -118,22 +123,22 @@ class DistsimTrace:
                 else None
             if kind == "communication" and collective is None:
                 collective = "other"
-            by_group[span.process].append(Kernel(
+            by_group[span.process].append(GpuEvent(
                 name=span.name, kind=kind, start_s=span.start_s,
                 duration_s=span.duration_s, stream=stream, collective=collective))
             peer = span.args.get("to")
             if span.thread == "pp send" and isinstance(peer, str) and peer in by_group:
                 recv = streams.setdefault((peer, "pp recv"), len(streams) + 1)
-                by_group[peer].append(Kernel(
+                by_group[peer].append(GpuEvent(
                     name=span.name, kind="communication", start_s=span.start_s,
                     duration_s=span.duration_s, stream=recv, collective="recv"))
         traces: list[RankTrace] = []
         for group in self.groups:
-            kernels = tuple(sorted(by_group[group.name], key=lambda k: k.start_s))
+            events = tuple(sorted(by_group[group.name], key=lambda k: k.start_s))
             for gpu_name, rank in zip(group.gpus, group.ranks):
                 traces.append(RankTrace(
                     source=f"{self.source}:{gpu_name}", rank=rank, world_size=world_size,
-                    gpu_model=gpu_model, steps=steps, kernels=kernels))
+                    gpu_model=gpu_model, steps=steps, gpu_events=events))
         traces.sort(key=lambda t: t.rank if t.rank is not None else -1)
         return traces
 
@@ -185,6 +190,12 @@ def parse_distsim_trace(data: Any, source: str) -> DistsimTrace:
     events = data.get("traceEvents")
     if not isinstance(events, list):
         raise ParseError("no 'traceEvents' list", source=source, key="traceEvents")
+    return DistsimTrace(source, meta, groups, _spans(events))
+
+
+def _spans(events: list[Any]) -> tuple[TraceSpan, ...]:
+    """The complete events with numeric times, on the tracks the metadata events name
+    (a metadata event may come after the spans it names)."""
     processes: dict[Any, str] = {}
     threads: dict[tuple[Any, Any], str] = {}
     complete: list[dict[str, Any]] = []
@@ -215,9 +226,32 @@ def parse_distsim_trace(data: Any, source: str) -> DistsimTrace:
                                threads.get((pid, event.get("tid")), str(event.get("tid"))),
                                name, start, start + dur * _US,
                                args if isinstance(args, dict) else {}))
-    return DistsimTrace(source, meta, groups, tuple(spans))
+    return tuple(spans)
 
 
-def distsim_rank_traces(data: Any, source: str) -> list[RankTrace]:
-    """The per-GPU :class:`RankTrace` records of a decoded distsim trace document."""
-    return parse_distsim_trace(data, source).rank_traces()
+class DistsimReader:
+    """Keeps, of a document's events fed one at a time, those a distsim trace is made of.
+
+    Whether the document is distsim's is known only at its end (``otherData`` follows the
+    events), so the streaming loader feeds every event to this reader and to the Kineto
+    one alike.  This one keeps the complete spans without a category and the metadata
+    events that name processes and threads: all of a distsim trace, a handful of events
+    of a Kineto trace.
+    """
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.events: list[dict[str, Any]] = []
+
+    def add(self, index: int, event: Any) -> None:
+        """Keep ``event`` if a distsim trace could hold it (``index`` is unused: the
+        signature is the readers' common one)."""
+        if type(event) is dict and "cat" not in event and event.get("ph") in ("X", "M"):
+            self.events.append(event)
+
+    def finish(self, data: Any) -> DistsimTrace:
+        """The decoded trace: ``data``'s other members with the kept events (raises
+        :class:`ParseError` as :func:`parse_distsim_trace` does)."""
+        if not isinstance(data, dict):
+            return parse_distsim_trace(data, self.source)
+        return parse_distsim_trace({**data, "traceEvents": self.events}, self.source)

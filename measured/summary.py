@@ -1,4 +1,4 @@
-"""Per-rank, per-step breakdown of imported Kineto traces (see :mod:`measured.kineto`).
+"""Per-rank, per-step breakdown of imported traces (:mod:`distsim_gpu.measured.traces`).
 
 For every ``ProfilerStep#N`` window of every rank:
 
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from distsim_gpu.measured.kineto import RankTrace
+from distsim_gpu.measured.records import RankTrace
 
 __all__ = ["StepSummary", "format_summary_table", "summarise", "to_json"]
 
@@ -96,18 +96,18 @@ def intersection_length(a: Intervals, b: Intervals) -> float:
 
 def _summarise_rank(trace: RankTrace) -> list[StepSummary]:
     rows: list[StepSummary] = []
-    kernels = trace.kernels
+    events = trace.gpu_events
     for step in trace.steps:
         start, end = step.start_s, step.end_s
-        inside = [k for k in kernels if k.end_s > start and k.start_s < end]
+        inside = [e for e in events if e.end_s > start and e.start_s < end]
         by_class: dict[str, Intervals] = {"compute": [], "communication": [], "memcpy": []}
-        for kernel in inside:
-            by_class[_CLASS_OF_KIND.get(kernel.kind, "compute")].append(
-                (max(kernel.start_s, start), min(kernel.end_s, end)))
+        for event in inside:
+            by_class[_CLASS_OF_KIND.get(event.kind, "compute")].append(
+                (max(event.start_s, start), min(event.end_s, end)))
         unions = {name: union(spans) for name, spans in by_class.items()}
         busy = length(union(span for spans in unions.values() for span in spans))
         counts: dict[str, int] = {}
-        for kernel in kernels:
+        for kernel in events:
             if kernel.collective is None:
                 continue
             when = kernel.launch_s if kernel.launch_s is not None else kernel.start_s
@@ -147,7 +147,7 @@ def format_summary_table(traces: Sequence[RankTrace], summaries: Sequence[StepSu
         note = f"; skipped {len(trace.skipped)} note(s)" if trace.skipped else ""
         if not trace.steps:
             note += "; no ProfilerStep annotations"
-        lines.append(f"# {where}{world}: {trace.source} ({gpu}, {len(trace.kernels)} GPU "
+        lines.append(f"# {where}{world}: {trace.source} ({gpu}, {len(trace.gpu_events)} GPU "
                      f"events{note})")
     header = ("rank", "step", "step", "compute", "comm", "memcpy", "idle", "overlap", "nccl")
     table = [header]
@@ -173,7 +173,7 @@ def to_json(traces: Sequence[RankTrace], summaries: Sequence[StepSummary]) -> di
         "num_traces": len(traces),
         "ranks": [{
             "source": t.source, "rank": t.rank, "world_size": t.world_size,
-            "gpu_model": t.gpu_model, "num_gpu_events": len(t.kernels),
+            "gpu_model": t.gpu_model, "num_gpu_events": len(t.gpu_events),
             "nccl_counts": t.nccl_counts(), "skipped": list(t.skipped),
             "steps": by_source.get(t.source, []),
         } for t in traces],

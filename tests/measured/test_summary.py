@@ -1,0 +1,95 @@
+"""Per-rank, per-step breakdown of read traces: invariants on the real corpus, exact
+numbers on a small trace, the table and JSON forms and ``distsim trace summary``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from distsim_gpu.measured.kineto import parse_trace
+from distsim_gpu.measured.summary import (
+    format_summary_table,
+    intersection_length,
+    summarise,
+    to_json,
+    union,
+)
+from distsim_gpu.scenarios.cli import main
+
+
+def test_summary_invariants_on_every_real_file(kineto_corpus):
+    for name, traces in kineto_corpus.traces.items():
+        rows = summarise(traces)
+        assert len(rows) == sum(len(t.steps) for t in traces), name
+        for row in rows:
+            eps = 1e-9
+            for busy in (row.compute_s, row.communication_s, row.memcpy_s, row.busy_s):
+                assert 0.0 <= busy <= row.step_s + eps, (name, row)
+            assert row.idle_s >= 0.0
+            assert row.idle_s == pytest.approx(row.step_s - row.busy_s, abs=eps)
+            assert row.overlap_s <= min(row.compute_s, row.communication_s) + eps
+            assert row.busy_s <= row.compute_s + row.communication_s + row.memcpy_s + eps
+
+
+def test_nccl_counts_per_step_add_up_for_nccl_data(kineto_corpus):
+    rows = summarise(kineto_corpus.traces[kineto_corpus.nccl_data])
+    assert [dict(r.nccl_counts) for r in rows] == [{"all_reduce": 5, "broadcast": 2}] * 3
+
+
+def test_table_and_json_forms(kineto_corpus):
+    traces = kineto_corpus.traces[kineto_corpus.dlrm]
+    rows = summarise(traces)
+    table = format_summary_table(traces, rows)
+    assert table.startswith("# 8 rank(s), 8 profiler step(s); times in ms")
+    assert "all_reducex3 sendrecvx5" in table
+    data = json.loads(json.dumps(to_json(traces, rows)))
+    assert [r["rank"] for r in data["ranks"]] == list(range(8))
+    assert data["ranks"][0]["steps"][0]["step"] == 10
+
+
+def test_interval_helpers():
+    a = union([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0), (4.0, 4.0)])
+    assert a == [(0.0, 3.0), (5.0, 6.0)]
+    assert intersection_length(a, union([(2.5, 5.5)])) == pytest.approx(1.0)
+
+
+def test_small_trace_is_summarised_exactly(kineto_event):
+    events = [
+        kineto_event("ProfilerStep#1", 0.0, 1000.0, cat="user_annotation"),
+        kineto_event("gemm", 0.0, 400.0),
+        kineto_event("gemm2", 300.0, 200.0),  # overlaps gemm: compute union 0..500
+        kineto_event("ncclKernel_AllReduce_RING_LL_Sum_float", 450.0, 250.0, correlation=5),
+        kineto_event("Memcpy HtoD", 800.0, 100.0, cat="gpu_memcpy"),
+        kineto_event("late", 950.0, 200.0),  # clipped to the window: 50 µs
+        kineto_event("cudaLaunchKernel", 10.0, 5.0, cat="cuda_runtime", correlation=5),
+    ]
+    trace = parse_trace({"traceEvents": events}, "rank-1.json")
+    (row,) = summarise([trace])
+    assert row.rank == 1
+    assert row.step_s == pytest.approx(1e-3)
+    assert row.compute_s == pytest.approx(550e-6)
+    assert row.communication_s == pytest.approx(250e-6)
+    assert row.memcpy_s == pytest.approx(100e-6)
+    assert row.busy_s == pytest.approx(850e-6)
+    assert row.idle_s == pytest.approx(150e-6)
+    assert row.overlap_s == pytest.approx(50e-6)
+    assert dict(row.nccl_counts) == {"all_reduce": 1}
+
+
+# --- command line --------------------------------------------------------------------------
+
+def test_cli_trace_summary_on_dlrm(trace_corpus, capsys):
+    assert main(["trace", "summary", str(trace_corpus.dlrm)]) == 0
+    out = capsys.readouterr().out
+    assert "# 8 rank(s)" in out
+    assert sum(1 for line in out.splitlines() if line.startswith("# rank ")) == 8
+    assert main(["trace", "summary", str(trace_corpus.dlrm), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["ranks"]) == 8
+    assert all(r["nccl_counts"] == {"all_reduce": 3, "sendrecv": 5} for r in data["ranks"])
+
+
+def test_cli_trace_summary_error_exits_2(tmp_path, capsys):
+    assert main(["trace", "summary", str(tmp_path / "absent.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("distsim: error: ") and "absent.json" in err
