@@ -32,13 +32,10 @@ instances and their spread (min … max) are written in the table header's ``not
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import datetime as _dt
-import json
 import re
 import statistics
-import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
@@ -54,13 +51,14 @@ from distsim_gpu.workloads.models import get_model
 
 __all__ = [
     "DEFAULT_LAYER_REGEX",
+    "LAYER_KINDS",
     "ExtractedCosts",
     "Sample",
     "ShapeKeys",
-    "add_parser",
     "costs_from_distsim",
     "costs_from_kineto",
     "extract_costs",
+    "format_costs",
 ]
 
 #: Transformer-block module names of common implementations (Hugging Face GPT-2, GPT-J,
@@ -73,7 +71,8 @@ DEFAULT_LAYER_REGEX = (r"(?<![A-Za-z0-9])(?:[A-Za-z0-9]*(?:DecoderLayer|EncoderL
                        r"TransformerLayer|TransformerBlock)|GPT2Block|GPTJBlock|BloomBlock|"
                        r"GPTNeoXLayer|BertLayer|CLIPEncoderLayer)(?:_\d+)?(?![A-Za-z])")
 
-_LAYER_KINDS = ("transformer_layer", "moe_layer")
+#: The cost-table kinds a matched Kineto layer scope can be written as.
+LAYER_KINDS = ("transformer_layer", "moe_layer")
 # Categories whose events can be a layer scope.
 _SCOPE_CATEGORIES = frozenset({"python_function", "user_annotation", "cpu_op"})
 _TOP_NAMES = 12  # annotation names listed when no scope matched
@@ -358,9 +357,9 @@ def costs_from_kineto(traces: Sequence[RankTrace], *, shape: ShapeKeys,
         pattern = re.compile(layer)
     except re.error as error:
         raise ConfigError(f"not a regular expression: {error}", key="--layer") from None
-    if kind not in _LAYER_KINDS:
+    if kind not in LAYER_KINDS:
         raise ConfigError(f"unknown layer kind {kind!r}", key="--kind",
-                          hint="one of " + ", ".join(_LAYER_KINDS))
+                          hint="one of " + ", ".join(LAYER_KINDS))
     name = _trace_gpu(traces, gpu)
     times: dict[str, list[float]] = {"fwd": [], "bwd": [], "recompute": []}
     scopes_found = 0
@@ -488,8 +487,10 @@ def _positive(value: int | None, key: str) -> int:
     return value
 
 
-# ------------------------------------------------------------------ command line
-def _format(extracted: ExtractedCosts, output: str) -> str:
+# ------------------------------------------------------------------ the table in text
+def format_costs(extracted: ExtractedCosts, output: str) -> str:
+    """The terminal table of an extracted cost table written to ``output``: per row its
+    shape, median time, number of instances and spread (ms)."""
     lines = [f"# wrote {len(extracted.samples)} row(s) to {output} (gpu "
              f"{extracted.header.gpu}); times in ms, median over instances"]
     table = [("kind", "pass", "mb", "seq", "hidden", "tp", "sp", "time", "n", "min", "max")]
@@ -504,53 +505,3 @@ def _format(extracted: ExtractedCosts, output: str) -> str:
         lines.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w)
                                for i, (c, w) in enumerate(zip(r, widths))).rstrip())
     return "\n".join(lines) + "\n"
-
-
-def _cmd_trace_costs(args: argparse.Namespace) -> int:
-    extracted = extract_costs(
-        args.traces, layer=args.layer, kind=args.kind, micro_batch=args.micro_batch,
-        seq_len=args.seq_len, hidden=args.hidden, model=args.model, tp=args.tp,
-        sequence_parallel=args.sequence_parallel, gpu=args.gpu)
-    extracted.write(args.output)
-    for warning in extracted.warnings:
-        print(f"distsim: warning: {warning}", file=sys.stderr)
-    if args.json:
-        print(json.dumps({"output": args.output, **extracted.to_json()}, indent=2))
-    else:
-        sys.stdout.write(_format(extracted, args.output))
-    return 0
-
-
-def add_parser(trace_commands: Any) -> argparse.ArgumentParser:
-    """Register ``costs`` on the ``distsim trace`` sub-command set (what
-    ``add_subparsers`` returned); its handler is ``args.handler``."""
-    parser = trace_commands.add_parser(
-        "costs", help="a profiled cost table (compute: {costs: FILE}) from traces",
-        description="Measure per-layer compute times from distsim's own trace.json or from "
-        "PyTorch profiler (Kineto) traces of a real job and write them as a cost table "
-        "(median over layer instances; header records the source, GPU and spread).")
-    parser.add_argument("traces", nargs="+", metavar="TRACES",
-                        help="distsim trace.json, or Kineto .json / .json.gz files, .tar.gz "
-                        "archives or directories")
-    parser.add_argument("-o", "--output", required=True, metavar="FILE",
-                        help="the cost table to write (.yaml, .yml or .csv)")
-    parser.add_argument("--layer", default=DEFAULT_LAYER_REGEX, metavar="REGEX",
-                        help="Kineto: the annotation names of one layer (default: common "
-                        "transformer blocks, e.g. LlamaDecoderLayer, GPT2Block, BertLayer, "
-                        "ParallelTransformerLayer)")
-    parser.add_argument("--kind", default="transformer_layer", choices=_LAYER_KINDS,
-                        help="Kineto: the table kind of the matched layers")
-    parser.add_argument("--micro-batch", type=int, default=None, metavar="N")
-    parser.add_argument("--seq-len", type=int, default=None, metavar="N")
-    parser.add_argument("--hidden", type=int, default=None, metavar="N")
-    parser.add_argument("--model", default=None, metavar="PRESET",
-                        help="Kineto: the model preset (its hidden size, and the header)")
-    parser.add_argument("--tp", type=int, default=1, metavar="N",
-                        help="Kineto: tensor-parallel size the job ran with (default 1)")
-    parser.add_argument("--sequence-parallel", action="store_true",
-                        help="Kineto: the job used sequence parallelism")
-    parser.add_argument("--gpu", default=None, metavar="NAME",
-                        help="the GPU (default: as the trace records it)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(handler=_cmd_trace_costs)
-    return parser

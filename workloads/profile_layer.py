@@ -17,32 +17,30 @@ CUDA device the default measurement raises :class:`ConfigError` asking for the
 
 Command line::
 
-    python -m workloads.profile_layer --model llama3-8b --gpu h100-sxm \\
+    distsim profile layer --model llama3-8b --gpu h100-sxm \\
         --micro-batch 1 2 4 --seq-len 4096 --tp 1 2 --out h100-llama3-8b.yaml
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import importlib
 import os
 import statistics
-import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from distsim_gpu.simcore.errors import ConfigError, DistsimError
+from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.costs import CostRow, TableHeader, write_cost_table
 from distsim_gpu.workloads.gpus import canonical_gpu_name
-from distsim_gpu.workloads.models import ModelSpec, get_model
+from distsim_gpu.workloads.models import ModelSpec
 
 __all__ = [
     "INSTALL_HINT",
+    "PRECISIONS",
     "LayerTiming",
     "MeasureFn",
-    "main",
     "profile_layer",
     "torch_layer_timing",
 ]
@@ -52,6 +50,8 @@ INSTALL_HINT = ("install the 'profile' extra: pip install 'distsim[profile]' "
 
 _MS = 1e-3  # torch.cuda.Event.elapsed_time returns milliseconds
 _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+#: The precisions a layer can be profiled in.
+PRECISIONS = tuple(sorted(_TORCH_DTYPES))
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,33 +236,3 @@ def _build_layer(torch: Any, model: ModelSpec, tp: int) -> Any:
             return x + self.fc2(z)
 
     return Layer()
-
-
-def main(argv: Iterable[str] | None = None) -> int:
-    """Command-line entry: profile a preset's layer and write the table; 2 on bad input."""
-    parser = argparse.ArgumentParser(prog="python -m workloads.profile_layer",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="model preset, e.g. llama3-8b")
-    parser.add_argument("--gpu", required=True, help="GPU name recorded in the table")
-    parser.add_argument("--micro-batch", type=int, nargs="+", default=[1])
-    parser.add_argument("--seq-len", type=int, nargs="+", default=None)
-    parser.add_argument("--tp", type=int, nargs="+", default=[1])
-    parser.add_argument("--precision", default="bf16", choices=sorted(_TORCH_DTYPES))
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--out", required=True, help="output .yaml or .csv")
-    args = parser.parse_args(None if argv is None else list(argv))
-    try:
-        _, rows = profile_layer(get_model(args.model, key="--model"), gpu=args.gpu,
-                                micro_batches=args.micro_batch, seq_lens=args.seq_len,
-                                tps=args.tp, precision=args.precision, warmup=args.warmup,
-                                repeats=args.repeats, output=args.out)
-    except DistsimError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"wrote {len(rows)} rows to {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -25,19 +25,15 @@ scenario or ``--comm``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import statistics
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import yaml
 from distsim_gpu.collectives import CommParams, Communicator
-from distsim_gpu.measured.kineto import RankTrace, load_traces
+from distsim_gpu.measured.kineto import RankTrace
 from distsim_gpu.measured.summary import summarise
 from distsim_gpu.scenarios.fit.calibrate_nccl import (
     apply_calibration,
@@ -46,16 +42,14 @@ from distsim_gpu.scenarios.fit.calibrate_nccl import (
     nelder_mead,
     unbounded,
 )
-from distsim_gpu.scenarios.fit.validate_trace import add_trace_cluster_options, trace_cluster
 from distsim_gpu.simcore.config import parse_assignment
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
 from distsim_gpu.workloads.replay import CollectiveResult, place_ranks, replay_traces
 
-__all__ = ["ComputeFit", "TraceCalibration", "add_parser", "calibrate_trace",
-           "fit_compute_efficiency"]
+__all__ = ["ComputeFit", "TraceCalibration", "calibrate_trace", "fit_compute_efficiency",
+           "fit_to_json", "fitted_sections", "format_fit", "measured_compute_s"]
 
 _EFFICIENCY_BOUNDS = (0.2, 1.0)
 _LATENCY_BOUNDS = (0.1, 20.0)
@@ -216,82 +210,59 @@ def fit_compute_efficiency(scenario_path: str, measured_s: float, *,
     return ComputeFit(efficiency, measured_s, before, predicted(efficiency), at_bound)
 
 
-# --------------------------------------------------------------------------- CLI
+# --------------------------------------------------------------------------- results
 
 
-def _cmd_calibrate_trace(args: argparse.Namespace) -> int:
-    traces = load_traces(args.traces)
-    topology, params, cluster = trace_cluster(args, traces)
-    network = calibrate_trace(traces, topology, base=params,
-                              ranks_per_node=args.ranks_per_node)
-    compute = None
-    if args.scenario:
-        compute = fit_compute_efficiency(args.scenario, measured_compute_s(traces))
+def fitted_sections(network: TraceCalibration,
+                    compute: ComputeFit | None = None) -> dict[str, Any]:
+    """The fitted values as a scenario's sections: ``communication`` (for ``--comm`` too)
+    and, with a compute fit, ``compute``."""
     document: dict[str, Any] = {"communication": network.overrides()}
     if compute is not None:
         document["compute"] = {"matmul_efficiency": round(compute.matmul_efficiency, 4)}
-    summary = {
+    return document
+
+
+def fit_to_json(network: TraceCalibration, compute: ComputeFit | None = None, *,
+                cluster: str) -> dict[str, Any]:
+    """The fit as one JSON object; ``cluster`` says what the traces were replayed on."""
+    summary: dict[str, Any] = {
         "cluster": cluster,
         "samples": network.samples, "complete_groups": network.complete_groups,
         "link_efficiency": network.link_efficiency, "latency_scale": network.latency_scale,
         "median_error_before_pct": network.median_error_before_pct,
         "median_error_after_pct": network.median_error_after_pct,
         "cross_validation_error_pct": network.cross_validation_error_pct,
-        "overrides": document}
+        "overrides": fitted_sections(network, compute)}
     if compute is not None:
         summary["compute"] = {
             "matmul_efficiency": compute.matmul_efficiency,
             "measured_compute_s": compute.measured_compute_s,
             "predicted_before_s": compute.predicted_before_s,
             "predicted_after_s": compute.predicted_after_s, "at_bound": compute.at_bound}
-    if args.output:
-        header = (f"# distsim calibrate trace {' '.join(args.traces)} --cluster {args.cluster}"
-                  f" --nodes {topology.num_nodes}\n# {network.samples} collectives: median "
-                  f"|error| {network.median_error_before_pct:.1f} % before, "
-                  f"{network.median_error_after_pct:.1f} % after, cross-validated "
-                  f"{network.cross_validation_error_pct:.1f} %\n")
-        atomic_write_text(args.output, header + yaml.safe_dump(document, sort_keys=False))
-    if args.json:
-        print(json.dumps(summary, indent=2))
-        return 0
-    out = sys.stdout
-    out.write(f"# {network.samples} collectives from {len(traces)} trace(s) on "
-              f"{summary['cluster']}\n")
-    out.write(f"{'parameter':<28} {'default':>10} {'fitted':>10}\n")
+    return summary
+
+
+def format_fit(network: TraceCalibration, compute: ComputeFit | None = None, *,
+               base: CommParams, num_traces: int, cluster: str) -> str:
+    """The terminal table: each fitted parameter against its default in ``base``, the
+    errors before and after, and the compute fit."""
+    lines = [f"# {network.samples} collectives from {num_traces} trace(s) on {cluster}",
+             f"{'parameter':<28} {'default':>10} {'fitted':>10}"]
     for kind, value in network.link_efficiency.items():
-        out.write(f"{'link_efficiency.' + kind:<28} {params.efficiency_of(kind):>10.3f} "
-                  f"{value:>10.3f}\n")
-    out.write(f"{'latency scale':<28} {1.0:>10.3f} {network.latency_scale:>10.3f}\n")
-    out.write(f"median |error| of transfers before: {network.median_error_before_pct:.1f} %  "
-              f"after: {network.median_error_after_pct:.1f} %  cross-validated: "
-              f"{network.cross_validation_error_pct:.1f} %\n")
+        lines.append(f"{'link_efficiency.' + kind:<28} {base.efficiency_of(kind):>10.3f} "
+                     f"{value:>10.3f}")
+    lines.append(f"{'latency scale':<28} {1.0:>10.3f} {network.latency_scale:>10.3f}")
+    lines.append(f"median |error| of transfers before: {network.median_error_before_pct:.1f} %"
+                 f"  after: {network.median_error_after_pct:.1f} %  cross-validated: "
+                 f"{network.cross_validation_error_pct:.1f} %")
     if not network.complete_groups:
-        out.write("warning: some ranks of the sampled groups have no trace; their kernels "
-                  "include waiting for those ranks, so the fitted network reads slow\n")
+        lines.append("warning: some ranks of the sampled groups have no trace; their kernels "
+                     "include waiting for those ranks, so the fitted network reads slow")
     if compute is not None:
-        out.write(f"compute.matmul_efficiency: {compute.matmul_efficiency:.3f} (compute per "
-                  f"GPU and step: measured {compute.measured_compute_s * 1e3:.3f} ms, "
-                  f"scenario {compute.predicted_before_s * 1e3:.3f} ms before, "
-                  f"{compute.predicted_after_s * 1e3:.3f} ms after)"
-                  + (" — at its bound" if compute.at_bound else "") + "\n")
-    if args.output:
-        out.write(f"wrote {args.output} (use with --comm {args.output}, or as a scenario's "
-                  "sections)\n")
-    return 0
-
-
-def add_parser(kinds: Any) -> argparse.ArgumentParser:
-    """Register ``calibrate trace`` under the ``calibrate`` command's subparsers."""
-    parser = kinds.add_parser(
-        "trace", help="fit network (and compute) parameters to PyTorch profiler traces",
-        description="Fit link efficiencies and a latency scale to the collectives of a "
-                    "job's Kineto traces; with --scenario, also the GEMM efficiency that "
-                    "matches the traces' compute time.")
-    add_trace_cluster_options(parser)
-    parser.add_argument("--scenario", default=None, metavar="FILE",
-                        help="a scenario of the traced job: also fit compute.matmul_efficiency")
-    parser.add_argument("-o", "--output", default=None, metavar="FILE",
-                        help="write the fitted sections as YAML")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(handler=_cmd_calibrate_trace, algo=None, proto=None, fidelity=None)
-    return parser
+        lines.append(f"compute.matmul_efficiency: {compute.matmul_efficiency:.3f} (compute per "
+                     f"GPU and step: measured {compute.measured_compute_s * 1e3:.3f} ms, "
+                     f"scenario {compute.predicted_before_s * 1e3:.3f} ms before, "
+                     f"{compute.predicted_after_s * 1e3:.3f} ms after)"
+                     + (" — at its bound" if compute.at_bound else ""))
+    return "\n".join(lines) + "\n"

@@ -22,27 +22,26 @@ replayed timelines as separate Perfetto processes, for comparison by eye.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from distsim_gpu.collectives import CommParams
-from distsim_gpu.measured.kineto import RankTrace, load_traces
+from distsim_gpu.measured.kineto import RankTrace
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.trace import Tracer
 from distsim_gpu.simcore.units import format_bytes
-from distsim_gpu.topology import Topology
+from distsim_gpu.topology import Topology, load_cluster
 from distsim_gpu.topology.presets import NODE_PRESETS
 from distsim_gpu.workloads.gpus import canonical_gpu_name
 from distsim_gpu.workloads.replay import CollectiveResult, ReplayResult, replay_traces
 
-__all__ = ["WAITING_NOTE", "add_parser", "add_trace_cluster_options", "default_cluster",
-           "format_report", "report_json", "trace_cluster", "write_output"]
+__all__ = ["WAITING_NOTE", "TraceCluster", "default_cluster", "format_report", "report_json",
+           "trace_cluster", "validate_traces", "write_output"]
 
 WAITING_NOTE = (
     "A measured NCCL kernel lasts from its start until the collective completes, so it "
@@ -239,86 +238,44 @@ def write_output(directory: str | Path, data: dict[str, Any], result: ReplayResu
                       json.dumps(perfetto_trace(result), separators=(",", ":")))
 
 
-# --------------------------------------------------------------------------- CLI
+# --------------------------------------------------------------------------- the cluster
 
 
-def trace_cluster(args: argparse.Namespace,
-                  traces: Sequence[RankTrace]) -> tuple[Topology, CommParams, str]:
-    """The cluster and communication parameters of a trace command, and how it was chosen:
-    ``--cluster`` or the box of the traces' GPU model; for a node preset without
-    ``--nodes``, as many nodes as the ranks need at ``--ranks-per-node`` (default 8)."""
-    from distsim_gpu.scenarios.cli.main import (
-        _cluster_and_params,  # the shared cluster options (no cycle)
-    )
+@dataclass(frozen=True, slots=True)
+class TraceCluster:
+    """The cluster a job's traces are replayed on, and how it was chosen."""
 
-    why = args.cluster
-    if args.cluster is None:
-        args.cluster, why = default_cluster(traces)
-    if args.nodes is None and args.cluster in NODE_PRESETS:
+    topology: Topology
+    cluster: str  # the node preset or cluster file used
+    description: str  # e.g. "dgx-a100 (the box of the traces' A100), 2 node(s)"
+
+
+def trace_cluster(traces: Sequence[RankTrace], *, cluster: str | None = None,
+                  nodes: int | None = None, ranks_per_node: int | None = None,
+                  overrides: Sequence[tuple[str, Any]] = ()) -> TraceCluster:
+    """The cluster the traced job ran on: ``cluster`` (a preset or a cluster file), else
+    the box of the traces' GPU model; for a node preset without ``nodes``, as many nodes
+    as the ranks need at ``ranks_per_node`` (default: the node's GPUs).  ``overrides`` are
+    ``(dotted_key, value)`` pairs on the cluster's fields."""
+    why = cluster
+    if cluster is None:
+        cluster, why = default_cluster(traces)
+    if nodes is None and cluster in NODE_PRESETS:
+        # Traces do not record placement: the highest rank seen sizes the job.
         world = max([t.world_size or 0 for t in traces] + [(t.rank or 0) + 1 for t in traces])
-        per_node = args.ranks_per_node or NODE_PRESETS[args.cluster].gpus
-        args.nodes = max(1, -(-world // per_node))
-    topology, params = _cluster_and_params(args)
-    return topology, params, f"{why}, {topology.num_nodes} node(s)"
+        per_node = ranks_per_node or NODE_PRESETS[cluster].gpus
+        nodes = max(1, -(-world // per_node))
+    topology = load_cluster(cluster, nodes=nodes, overrides=list(overrides))
+    return TraceCluster(topology, cluster, f"{why}, {topology.num_nodes} node(s)")
 
 
-def _cmd_validate_trace(args: argparse.Namespace) -> int:
-    traces = load_traces(args.traces)
-    topology, params, cluster = trace_cluster(args, traces)
-    result = replay_traces(traces, topology, params, mode=args.mode,
-                           steps=args.step or None, ranks_per_node=args.ranks_per_node)
+def validate_traces(traces: Sequence[RankTrace], topology: Topology, params: CommParams, *,
+                    cluster: str, mode: str = "simulated", steps: Sequence[int] | None = None,
+                    ranks_per_node: int | None = None) -> tuple[dict[str, Any], ReplayResult]:
+    """Replay ``traces`` on ``topology`` (:func:`~workloads.replay.replay_traces`) and
+    return the report (:func:`report_json`; ``cluster`` says what it ran on) with the
+    replay itself, for :func:`write_output`."""
+    result = replay_traces(traces, topology, params, mode=mode, steps=steps or None,
+                           ranks_per_node=ranks_per_node)
     data = report_json(result, cluster=cluster, sources=[t.source for t in traces])
-    if args.out is not None:
-        write_output(args.out, data, result)
-    if args.json:
-        print(json.dumps(data, indent=2))
-    else:
-        sys.stdout.write(format_report(data))
-        if args.out is not None:
-            print(f"wrote {args.out}/report.json, summary.txt, trace.json")
-    return 0
-
-
-def add_trace_cluster_options(parser: argparse.ArgumentParser) -> None:
-    """The traces and the cluster they ran on: the arguments every trace command shares."""
-    parser.add_argument("traces", nargs="+", metavar="TRACES",
-                        help=".json / .json.gz files, a .tar.gz of them, or a directory")
-    parser.add_argument("--cluster", default=None, metavar="PRESET_OR_FILE",
-                        help="the cluster the job ran on (default: the box of the traces' "
-                             "GPU model, as many nodes as the ranks need)")
-    parser.add_argument("--nodes", type=int, default=None, metavar="N",
-                        help="number of nodes (default: as many as the ranks need)")
-    parser.add_argument("--ranks-per-node", type=int, default=None, metavar="N",
-                        help="ranks per node, placed in order (default: the node's GPUs)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        dest="overrides",
-                        help="override a cluster field or comm.* parameter (repeatable)")
-    parser.add_argument("--comm", default=None, metavar="FILE",
-                        help="communication parameters from a YAML file (e.g. from "
-                             "'distsim calibrate nccl -o' or 'calibrate trace -o')")
-
-
-def add_parser(kinds: Any) -> argparse.ArgumentParser:
-    """Register ``validate trace`` under the ``validate`` command's subparsers."""
-    parser = kinds.add_parser(
-        "trace", help="replay PyTorch profiler traces: predicted vs measured",
-        description="Replay a job's Kineto traces (one per rank) with compute as measured "
-                    "and collectives re-simulated on a cluster, and report predicted vs "
-                    "measured iteration, per-rank and per-collective times.")
-    add_trace_cluster_options(parser)
-    parser.add_argument("--algo", choices=("auto", "ring", "tree"), default=None,
-                        help="collective algorithm (default auto)")
-    parser.add_argument("--proto", choices=("auto", "ll", "ll128", "simple"), default=None,
-                        help="NCCL protocol (default auto)")
-    parser.add_argument("--mode", choices=("simulated", "measured"), default="simulated",
-                        help="simulated: collectives on the network model (default); "
-                             "measured: measured transfers (checks the replay itself)")
-    parser.add_argument("--step", type=int, action="append", default=[], metavar="N",
-                        help="replay profiler step N only (repeatable; default: every step "
-                             "all traces hold)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--out", default=None, metavar="DIR",
-                        help="write report.json, summary.txt and trace.json (Perfetto: "
-                             "measured and replayed side by side)")
-    parser.set_defaults(handler=_cmd_validate_trace, fidelity=None)
-    return parser
+    return data, result

@@ -13,14 +13,10 @@ the same ``--set`` overrides to each, runs them, and returns a :class:`Compariso
   (bytes by class: tp / pp / dp / ep).
 
 :func:`format_comparison` renders the table; :meth:`Comparison.to_json_dict` is ``--json``.
-:func:`add_parser` registers the sub-command on the ``distsim`` parser.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,8 +29,7 @@ from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.workloads.iteration import CRITICAL_KINDS
 
-__all__ = ["METRICS", "TIME_FIELDS", "Comparison", "add_parser", "compare_scenarios",
-           "format_comparison"]
+__all__ = ["METRICS", "TIME_FIELDS", "Comparison", "compare_scenarios", "format_comparison"]
 
 #: Headline metrics compared: (key, label, unit).
 METRICS = (
@@ -241,37 +236,3 @@ def format_comparison(comparison: Comparison) -> str:
         lines.append(f"  {r.name}:")
         lines += [f"    - {format_link(link)}" for link in links] or ["    (no link traffic)"]
     return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def _cmd_compare(args: argparse.Namespace) -> int:
-    overrides = [parse_assignment(text) for text in args.overrides]
-    comparison = compare_scenarios(args.scenarios, overrides, allow_oom=args.allow_oom)
-    if args.json:
-        print(json.dumps(comparison.to_json_dict(), indent=2))
-    else:
-        sys.stdout.write(format_comparison(comparison))
-    return 0
-
-
-def add_parser(commands: Any) -> argparse.ArgumentParser:
-    """Register ``compare`` on the ``distsim`` sub-command set ``commands`` (what
-    ``add_subparsers`` returned); its handler is ``args.handler``."""
-    parser = commands.add_parser(
-        "compare", help="run scenarios side by side: what changed and why",
-        description="Run two or more scenarios and print their metrics, per-stage time "
-        "breakdown and critical path side by side, with the delta of each against the "
-        "first, and each scenario's busiest links with the traffic that loads them.")
-    parser.add_argument("scenarios", nargs="+", metavar="SCENARIO",
-                        help="scenario YAML files (at least two; the first is the baseline)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        dest="overrides",
-                        help="override a field of every scenario by dotted path, e.g. "
-                        "training.global_batch=64 (repeatable)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--allow-oom", action="store_true",
-                        help="simulate even if a GPU's memory would not hold a configuration")
-    parser.set_defaults(handler=_cmd_compare)
-    return parser

@@ -63,13 +63,11 @@ candidate and why) and ``best.yaml`` (the best scenario, resolved: ``distsim run
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import io
 import itertools
 import os
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -81,11 +79,9 @@ from typing import Any
 import yaml
 from distsim_gpu.scenarios.scenario import (
     Scenario,
-    load_scenario,
     run_scenario,
     scenario_from_mapping,
 )
-from distsim_gpu.simcore.config import parse_assignment
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.topology import build_cluster
@@ -105,7 +101,6 @@ __all__ = [
     "PrunedCandidate",
     "SearchResult",
     "Strategy",
-    "add_parser",
     "enumerate_strategies",
     "format_search",
     "iteration_bounds",
@@ -852,53 +847,3 @@ def format_search(result: SearchResult) -> str:
     else:
         lines.append(f"baseline: {result.baseline_kind}")
     return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def _cmd_search(args: argparse.Namespace) -> int:
-    overrides = [parse_assignment(text) for text in args.overrides]
-    scenario = load_scenario(args.scenario, overrides)
-    if args.time_limit is not None and not args.time_limit > 0:
-        raise ConfigError(f"must be a number of seconds > 0, got {args.time_limit!r}",
-                          key="--time-limit")
-    result = search_strategies(
-        scenario, gpus=args.gpus, top=args.top, workers=args.workers, out_dir=args.out,
-        time_limit_s=args.time_limit,
-        progress=(lambda line: print(line, file=sys.stderr)) if args.verbose else None)
-    sys.stdout.write(format_search(result))
-    print(f"\nwrote {args.out}: {', '.join(result.files)}")
-    return 0
-
-
-def add_parser(commands: Any) -> argparse.ArgumentParser:
-    """Register ``distsim search`` on an ``add_subparsers()`` object; returns its parser."""
-    parser = commands.add_parser(
-        "search", help="find the fastest parallel strategies for a scenario",
-        description="Enumerate parallel strategies (tp, pp, dp, ep, micro-batch, schedule, "
-        "ZeRO, recompute, sequence parallelism, placement) for the scenario's model at its "
-        "global batch, prune invalid, out-of-memory and provably slower ones (a lower bound "
-        "from compute and the least time of each call on the critical path, against the "
-        "K-th best simulated time), simulate the rest in parallel "
-        "and print the best K with the speed-up over a naive baseline.")
-    parser.add_argument("scenario", help="a scenario YAML file (its model, cluster, batch)")
-    parser.add_argument("--gpus", type=int, default=None, metavar="N",
-                        help="search on the first N GPUs' worth of nodes (default: all)")
-    parser.add_argument("--top", type=int, default=10, metavar="K",
-                        help="how many of the best to report (default 10)")
-    parser.add_argument("--out", required=True, metavar="DIR",
-                        help="write results.csv, pruned.csv and best.yaml into DIR")
-    parser.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="simulation processes (default: the CPU count; 1: in-process)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        dest="overrides",
-                        help="override a scenario field by dotted path before searching "
-                        "(repeatable)")
-    parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
-                        help="start no simulation after SECONDS (those running finish); the "
-                        "result is then the best found, not necessarily the optimum")
-    parser.add_argument("--verbose", action="store_true",
-                        help="print each simulated candidate to stderr as it finishes")
-    parser.set_defaults(handler=_cmd_search)
-    return parser

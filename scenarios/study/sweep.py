@@ -31,7 +31,6 @@ whichever way the points ran (``wall_time_s`` aside).
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import csv
 import hashlib
@@ -55,7 +54,7 @@ __all__ = [
     "SUMMARY_METRICS",
     "PointResult",
     "SweepResult",
-    "add_parser",
+    "format_sweep",
     "parse_grid",
     "point_id",
     "run_sweep",
@@ -178,6 +177,17 @@ class SweepResult:
     @property
     def failed(self) -> int:
         return sum(1 for p in self.points if p.status != "ok")
+
+
+def format_sweep(result: SweepResult) -> str:
+    """The terminal summary: how many points ran, failed and were already done, and each
+    failed point with its error."""
+    total = len(result.points)
+    lines = [f"sweep: {total} point(s): {total - result.failed} ok, {result.failed} failed "
+             f"({result.ran} run now, {result.reused} already done)"]
+    lines += [f"  failed {_describe(point.overrides)}: {point.error}"
+              for point in result.points if point.status != "ok"]
+    return "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------- one point
@@ -544,57 +554,3 @@ def _plot(path: Path, grids: Sequence[tuple[str, Sequence[Any]]],
 
     atomic_write_bytes(path, buffer.getvalue())
     return True
-
-
-# --------------------------------------------------------------------------- the CLI
-
-
-def add_parser(commands: Any) -> argparse.ArgumentParser:
-    """Register ``distsim sweep`` on an argparse sub-parsers object; returns the parser.
-
-    Its handler (``args.handler(args)``) returns the exit status: 0 when the sweep ran to
-    the end, failed points included (they are results, listed in results.csv).
-    """
-    parser = commands.add_parser(
-        "sweep", help="run a scenario over a grid of overrides",
-        description="Run a scenario at every point of a grid of --set style overrides "
-        "(their product, or paired with --zip) and write results.csv, one summary.json per "
-        "point and sweep.png into DIR.  Restarted with the same arguments, a sweep runs "
-        "only the points not yet done.")
-    parser.add_argument("scenario", help="a scenario YAML file")
-    parser.add_argument("--grid", action="append", default=[], required=True,
-                        metavar="KEY=V1,V2,…", dest="grids",
-                        help="a dotted key and its values, comma-separated and read like "
-                        "--set values, e.g. parallelism.tp=1,2,4 or "
-                        "cluster.nic.bandwidth=\"100 Gbps,200 Gbps\" (repeatable)")
-    parser.add_argument("--zip", action="store_true", dest="zip_",
-                        help="pair the grids' values element-wise (same lengths) instead "
-                        "of running every combination")
-    parser.add_argument("--out", required=True, metavar="DIR",
-                        help="the sweep's directory: new, empty, or this sweep's to resume")
-    parser.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="local worker processes (default: the CPU count; 1 runs in "
-                        "this process)")
-    parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                        help="run on an existing Dask cluster, e.g. tcp://host:8786 "
-                        "(pip install 'distsim[dask]')")
-    parser.add_argument("--metric", default="iteration_time_s", metavar="NAME",
-                        help="the metric sweep.png plots (default iteration_time_s; one of "
-                        + ", ".join(SUMMARY_METRICS) + ")")
-    parser.set_defaults(handler=_cmd_sweep)
-    return parser
-
-
-def _cmd_sweep(args: argparse.Namespace) -> int:
-    result = run_sweep(args.scenario, args.grids, zip_=args.zip_, out_dir=args.out,
-                       workers=args.workers, scheduler=args.scheduler, metric=args.metric)
-    for note in result.notes:
-        print(f"distsim: note: {note}", file=sys.stderr)
-    total = len(result.points)
-    print(f"sweep: {total} point(s): {total - result.failed} ok, {result.failed} failed "
-          f"({result.ran} run now, {result.reused} already done)")
-    for point in result.points:
-        if point.status != "ok":
-            print(f"  failed {_describe(point.overrides)}: {point.error}")
-    print(f"wrote {args.out}: {', '.join(result.files)}")
-    return 0

@@ -34,19 +34,25 @@ VARIANTS = {
 }
 
 
-def traced_run(tmp_path: Path, name: str, tiny, write_scenario) -> tuple[Report, Path]:
-    """Run a variant with tracing; its trace.json as ``distsim run --out`` writes it."""
-    path = write_scenario(tmp_path / f"{name}.yaml", tiny(**VARIANTS[name]))
-    report = run_scenario(load_scenario(path), trace=True)
-    assert report.tracer is not None
-    trace = tmp_path / f"{name}.trace.json"
-    trace.write_text(json.dumps(report.tracer.to_chrome_trace()), encoding="utf-8")
-    return report, trace
+@pytest.fixture
+def traced_run(tmp_path: Path, tiny, write_scenario):
+    """``traced_run(name)``: run a variant with tracing; returns the report and its
+    trace.json as ``distsim run --out`` writes it."""
+
+    def run(name: str) -> tuple[Report, Path]:
+        path = write_scenario(tmp_path / f"{name}.yaml", tiny(**VARIANTS[name]))
+        report = run_scenario(load_scenario(path), trace=True)
+        assert report.tracer is not None
+        trace = tmp_path / f"{name}.trace.json"
+        trace.write_text(json.dumps(report.tracer.to_chrome_trace()), encoding="utf-8")
+        return report, trace
+
+    return run
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_per_gpu_busy_times_equal_the_simulators_accounting(tmp_path, name):
-    report, trace = traced_run(tmp_path, name)
+def test_per_gpu_busy_times_equal_the_simulators_accounting(tmp_path, name, traced_run):
+    report, trace = traced_run(name)
     traces = load_traces([trace])
     assert [t.rank for t in traces] == list(range(8))
     accounted = {g.rank: g for g in report.per_gpu}
@@ -62,21 +68,21 @@ def test_per_gpu_busy_times_equal_the_simulators_accounting(tmp_path, name):
         assert gpu.communication_s > 0 and step.memcpy_s == 0.0
 
 
-def test_collective_kinds_and_pipeline_transfers_on_both_ends(tmp_path):
+def test_collective_kinds_and_pipeline_transfers_on_both_ends(tmp_path, traced_run):
     # tiny: 4 layers over 2 stages, 4 micro-batches (global 8 / micro 1 / dp 2).  Stage 0
     # sends 4 activations and receives 4 gradients; stage 1 the other way round.  TP
     # all-reduces: 2 per layer pass (attention, MLP) × 2 layers × 4 micro-batches × (fwd,
     # bwd) = 32, plus one data-parallel bucket (the tiny model's gradients fit one) and
     # the tied-embedding all-reduce between the first and last stage.
-    _report, trace = traced_run(tmp_path, "tp-pp-dp")
+    _report, trace = traced_run("tp-pp-dp")
     for rank_trace in load_traces([trace]):
         assert rank_trace.nccl_counts() == {"all_reduce": 34, "recv": 4, "send": 4}
         tied = [k for k in rank_trace.kernels if k.name == "tied embedding grads"]
         assert len(tied) == 1 and tied[0].collective == "all_reduce"
 
 
-def test_trace_json_carries_the_marker_and_run_metadata(tmp_path):
-    report, trace = traced_run(tmp_path, "tp-pp-dp")
+def test_trace_json_carries_the_marker_and_run_metadata(tmp_path, traced_run):
+    report, trace = traced_run("tp-pp-dp")
     data = json.loads(trace.read_text())
     assert data["otherData"]["generator"] == "distsim" and is_distsim_trace(data)
     meta = data["otherData"]["distsim"]
@@ -101,8 +107,8 @@ def test_distsim_trace_without_run_metadata_is_a_clear_error(tmp_path):
     assert caught.value.source == str(path)
 
 
-def test_load_trace_file_points_a_many_gpu_trace_to_load_traces(tmp_path):
-    _report, trace = traced_run(tmp_path, "tp-pp-dp")
+def test_load_trace_file_points_a_many_gpu_trace_to_load_traces(tmp_path, traced_run):
+    _report, trace = traced_run("tp-pp-dp")
     with pytest.raises(ParseError, match=r"holds 8 GPUs") as caught:
         load_trace_file(trace)
     assert caught.value.hint == "read it with load_traces"

@@ -8,13 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from distsim_gpu.scenarios.cli import main
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.costs import TableCosts, read_cost_table
 from distsim_gpu.workloads.models import get_model
 from distsim_gpu.workloads.profile_layer import (
     INSTALL_HINT,
     LayerTiming,
-    main,
     profile_layer,
     torch_layer_timing,
 )
@@ -68,7 +68,8 @@ def test_profile_without_measure_and_without_torch(no_torch, tmp_path):
 
 
 def test_cli_reports_missing_torch(no_torch, tmp_path, capsys):
-    code = main(["--model", "llama3-8b", "--gpu", "h100", "--out", str(tmp_path / "t.csv")])
+    code = main(["profile", "layer", "--model", "llama3-8b", "--gpu", "h100",
+                 "--out", str(tmp_path / "t.csv")])
     assert code == 2
     assert "profile' extra" in capsys.readouterr().err
 

@@ -7,7 +7,8 @@ import argparse
 import json
 
 import pytest
-from distsim_gpu.scenarios.study.compare import add_parser, compare_scenarios, format_comparison
+from distsim_gpu.scenarios.cli.compare import add_parser
+from distsim_gpu.scenarios.study.compare import compare_scenarios, format_comparison
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 
 

@@ -7,10 +7,10 @@ import argparse
 import csv
 
 import pytest
+from distsim_gpu.scenarios.cli.search import add_parser
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
 from distsim_gpu.scenarios.study.search import (
     Strategy,
-    add_parser,
     enumerate_strategies,
     format_search,
     search_strategies,

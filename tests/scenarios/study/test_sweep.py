@@ -10,6 +10,7 @@ from typing import Any
 
 import distsim_gpu.scenarios.study.sweep as sweep
 import pytest
+from distsim_gpu.scenarios.cli import sweep as sweep_cli
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.scenarios.study.sweep import (
     SUMMARY_METRICS,
@@ -288,7 +289,7 @@ def test_dask_missing_is_a_clear_error(scenario: Path, tmp_path: Path,
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="distsim")
-    sweep.add_parser(parser.add_subparsers(dest="command", required=True))
+    sweep_cli.add_parser(parser.add_subparsers(dest="command", required=True))
     return parser
 
 

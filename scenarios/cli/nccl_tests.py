@@ -1,0 +1,64 @@
+"""``distsim nccl-tests``: NVIDIA's nccl-tests (``*_perf``), simulated on a cluster."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from distsim_gpu.collectives.nccl_tests import (
+    BENCH_OPS,
+    DTYPE_BYTES,
+    format_table,
+    run_benchmark,
+    size_series,
+)
+from distsim_gpu.scenarios.cli.options import add_cluster_options, cluster_and_params
+from distsim_gpu.simcore.units import parse_size
+
+__all__ = ["add_parser", "handle"]
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Register ``nccl-tests`` on the ``distsim`` sub-command set; its handler is
+    ``args.handler``."""
+    parser = commands.add_parser(
+        "nccl-tests", help="simulate NVIDIA nccl-tests (*_perf) on a cluster",
+        description="Time one collective over every GPU of the cluster at a series of "
+        "sizes and print nccl-tests' own table.")
+    add_cluster_options(parser)
+    parser.add_argument("--op", choices=tuple(BENCH_OPS), default="all_reduce")
+    parser.add_argument("-b", "--minbytes", default="8", help="smallest size (default 8)")
+    parser.add_argument("-e", "--maxbytes", default="128M", help="largest size (default 128M)")
+    parser.add_argument("-f", "--stepfactor", type=float, default=2.0,
+                        help="multiply the size by this factor (default 2)")
+    parser.add_argument("-d", "--datatype", choices=tuple(DTYPE_BYTES), default="float")
+    parser.set_defaults(handler=handle)
+    return parser
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Run the benchmark's sizes and print nccl-tests' table (or JSON)."""
+    topology, params = cluster_and_params(args)
+    sizes = size_series(parse_size(args.minbytes, key="-b"), parse_size(args.maxbytes, key="-e"),
+                        args.stepfactor)
+    rows = run_benchmark(topology, args.op, sizes, params=params, dtype=args.datatype)
+    if args.json:
+        print(json.dumps({
+            "op": args.op,
+            "num_ranks": len(topology.gpus),
+            "cluster": topology.config,
+            "comm": params.to_dict(),
+            "rows": [r.to_dict() for r in rows],
+            "avg_busbw_bytes_per_s": sum(r.busbw_bytes_per_s for r in rows) / len(rows),
+        }, indent=2))
+    else:
+        title = [
+            f"distsim nccl-tests (simulated): {args.op}_perf on {topology.name}",
+            f"{len(topology.gpus)} GPUs on {topology.num_nodes} node(s); fidelity "
+            f"{params.fidelity}; algorithm {params.algorithm}; protocol {params.protocol}",
+            f"minBytes {sizes[0]} maxBytes {sizes[-1]} step: {args.stepfactor:g}(factor)",
+        ]
+        sys.stdout.write(format_table(rows, title_lines=title))
+    return 0

@@ -1,0 +1,147 @@
+"""Argument blocks several commands share, and what turns their values into library inputs.
+
+A command module adds its options with the ``add_*`` functions here and hands the parsed
+values to :func:`overrides`, :func:`comm_params` and :func:`cluster_and_params`, which
+return what the library takes: ``(dotted_key, value)`` pairs, a
+:class:`~collectives.CommParams` and a :class:`~topology.Topology`.  Nothing below the CLI
+sees an ``argparse.Namespace``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from distsim_gpu.collectives import FIDELITIES, CommParams, comm_params_from_mapping
+from distsim_gpu.collectives.nccl_tests import BENCH_OPS
+from distsim_gpu.simcore.config import parse_assignment, set_path, split_overrides
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.yamlfile import read_yaml
+from distsim_gpu.topology import Topology, list_presets, load_cluster
+
+__all__ = [
+    "ALGORITHMS",
+    "PROTOCOLS",
+    "add_cluster_options",
+    "add_log_options",
+    "add_overrides_option",
+    "add_trace_cluster_options",
+    "cluster_and_params",
+    "comm_file",
+    "comm_params",
+    "overrides",
+    "split_cluster_overrides",
+]
+
+ALGORITHMS = ("auto", "ring", "tree")
+PROTOCOLS = ("auto", "ll", "ll128", "simple")
+
+
+# --------------------------------------------------------------------------- argument blocks
+
+
+def add_overrides_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """``--set KEY=VALUE`` (repeatable), collected in ``args.overrides``."""
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        dest="overrides", help=help_text)
+
+
+def add_cluster_options(parser: argparse.ArgumentParser) -> None:
+    """The cluster a command simulates and its communication parameters, and ``--json``."""
+    parser.add_argument("--cluster", required=True, metavar="PRESET_OR_FILE",
+                        help="a node preset (" + ", ".join(list_presets()) +
+                        ") or a cluster YAML file")
+    parser.add_argument("--nodes", type=int, default=None, metavar="N",
+                        help="number of nodes (default: the preset's or file's)")
+    add_overrides_option(parser, "override a cluster field by dotted path, e.g. "
+                         "nic.bandwidth=\"200 Gbps\"; comm.* sets communication parameters, "
+                         "e.g. comm.link_efficiency.nvlink=0.9 (repeatable)")
+    parser.add_argument("--comm", default=None, metavar="FILE",
+                        help="communication parameters from a YAML file: its "
+                        "'communication' section, as 'distsim calibrate nccl -o' writes it")
+    parser.add_argument("--algo", choices=ALGORITHMS, default=None,
+                        help="collective algorithm (default auto: as NCCL's tuner picks)")
+    parser.add_argument("--proto", choices=PROTOCOLS, default=None,
+                        help="NCCL protocol (default auto)")
+    parser.add_argument("--fidelity", choices=FIDELITIES, default=None,
+                        help="coflow: one flow per call; step: one flow per algorithm step")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_log_options(parser: argparse.ArgumentParser, verb: str) -> None:
+    """The arguments of a command that reads an nccl-tests log against a cluster."""
+    parser.add_argument("log", help="an nccl-tests output file")
+    add_cluster_options(parser)
+    parser.add_argument("--op", choices=tuple(BENCH_OPS), default=None,
+                        help="the operation (default: as the log says, else all_reduce)")
+    parser.add_argument("--run", type=int, default=None, metavar="K",
+                        help=f"for a log holding several runs: {verb} run K (1-based)")
+
+
+def add_trace_cluster_options(parser: argparse.ArgumentParser) -> None:
+    """The traces and the cluster they ran on: the arguments every trace command shares."""
+    parser.add_argument("traces", nargs="+", metavar="TRACES",
+                        help=".json / .json.gz files, a .tar.gz of them, or a directory")
+    parser.add_argument("--cluster", default=None, metavar="PRESET_OR_FILE",
+                        help="the cluster the job ran on (default: the box of the traces' "
+                             "GPU model, as many nodes as the ranks need)")
+    parser.add_argument("--nodes", type=int, default=None, metavar="N",
+                        help="number of nodes (default: as many as the ranks need)")
+    parser.add_argument("--ranks-per-node", type=int, default=None, metavar="N",
+                        help="ranks per node, placed in order (default: the node's GPUs)")
+    add_overrides_option(parser, "override a cluster field or comm.* parameter (repeatable)")
+    parser.add_argument("--comm", default=None, metavar="FILE",
+                        help="communication parameters from a YAML file (e.g. from "
+                             "'distsim calibrate nccl -o' or 'calibrate trace -o')")
+
+
+# --------------------------------------------------------------------------- values
+
+
+def overrides(texts: Sequence[str]) -> list[tuple[str, Any]]:
+    """``--set`` texts (``KEY=VALUE``) -> ``(dotted_key, value)`` pairs."""
+    return [parse_assignment(text) for text in texts]
+
+
+def split_cluster_overrides(texts: Sequence[str]
+                            ) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+    """``--set`` texts -> (cluster overrides, ``comm.*`` overrides with the prefix off)."""
+    cluster, routed = split_overrides(overrides(texts), ["comm"])
+    return cluster, routed["comm"]
+
+
+def comm_file(path: str) -> dict[str, Any]:
+    """The ``communication`` section of a YAML file (a scenario or calibration output)."""
+    data, _lines = read_yaml(path, "communication parameters")
+    section = data.get("communication") if isinstance(data, dict) else None
+    if not isinstance(section, dict):
+        raise ConfigError("no 'communication' mapping in this file", source=path,
+                          hint="write it with 'distsim calibrate nccl … -o FILE'")
+    return dict(section)
+
+
+def comm_params(comm_overrides: Sequence[tuple[str, Any]], *, path: str | None = None,
+                algo: str | None = None, proto: str | None = None,
+                fidelity: str | None = None) -> CommParams:
+    """Communication parameters: the ``--comm`` file's section (``path``), then the
+    ``comm.*`` overrides, then ``--algo``, ``--proto`` and ``--fidelity``, each over the
+    one before."""
+    comm: dict[str, Any] = comm_file(path) if path else {}
+    for key, value in comm_overrides:
+        set_path(comm, key, value, source="--set comm")
+    for key, value in (("algorithm", algo), ("protocol", proto), ("fidelity", fidelity)):
+        if value is not None:
+            comm[key] = value
+    return comm_params_from_mapping(comm, source="--set", prefix="comm")
+
+
+def cluster_and_params(args: argparse.Namespace) -> tuple[Topology, CommParams]:
+    """The topology and communication parameters of :func:`add_cluster_options`' values.
+
+    The communication parameters are checked first, then the cluster is built."""
+    cluster_overrides, comm_overrides = split_cluster_overrides(args.overrides)
+    params = comm_params(comm_overrides, path=args.comm, algo=args.algo, proto=args.proto,
+                         fidelity=args.fidelity)
+    topology = load_cluster(args.cluster, nodes=args.nodes, overrides=cluster_overrides)
+    return topology, params

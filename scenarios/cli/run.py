@@ -1,0 +1,80 @@
+"""``distsim run``: simulate one training iteration of a scenario file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from typing import Any
+
+from distsim_gpu.scenarios.cli.options import add_overrides_option, overrides
+from distsim_gpu.scenarios.report import OutputResult, format_summary, write_output_dir
+from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+from distsim_gpu.simcore.errors import ConfigError
+
+__all__ = ["add_parser", "handle"]
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Register ``run`` on the ``distsim`` sub-command set (what ``add_subparsers``
+    returned); its handler is ``args.handler``."""
+    parser = commands.add_parser(
+        "run", help="simulate one training iteration of a scenario file",
+        description="Load a scenario (cluster, model, parallelism, training, compute, "
+        "communication, simulation), simulate one training iteration and print its "
+        "iteration time, throughput, MFU and per-GPU breakdown.")
+    parser.add_argument("scenario", help="a scenario YAML file (see scenarios/examples/)")
+    add_overrides_option(parser, "override a scenario field by dotted path before "
+                         "validation, e.g. parallelism.tp=4, model.layers=48, "
+                         "cluster.nic.bandwidth=\"200 Gbps\" (repeatable)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (metrics, per-GPU breakdown, resolved "
+                        "config)")
+    parser.add_argument("--out", metavar="DIR", default=None,
+                        help="write summary.json, resolved.yaml, trace.json (Chrome/Perfetto) "
+                        "and PNG plots into DIR, a new or empty directory or a previous "
+                        "output")
+    parser.add_argument("--no-trace", action="store_true",
+                        help="with --out: do not trace (no trace.json or timeline.png; for "
+                        "runs too large to trace in memory)")
+    parser.add_argument("--allow-oom", action="store_true",
+                        help="simulate even if a GPU's memory would not hold the "
+                        "configuration")
+    parser.set_defaults(handler=handle)
+    return parser
+
+
+def _interrupt(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Run the scenario, print its summary (or JSON) and write ``--out``."""
+    assignments = overrides(args.overrides)
+    if args.no_trace and args.out is None:
+        raise ConfigError("--no-trace applies to --out", key="--no-trace",
+                          hint="without --out nothing is traced anyway")
+    scenario = load_scenario(args.scenario, assignments)
+    trace = args.out is not None and not args.no_trace
+    # SIGTERM (a job scheduler's kill) unwinds like Ctrl-C, so --out cleans up after itself.
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
+    output: OutputResult | None = None
+    try:
+        report = run_scenario(scenario, trace=trace, allow_oom=args.allow_oom)
+        if args.out is not None:
+            output = write_output_dir(report, args.out)
+            for note in output.notes:
+                print(f"distsim: note: {note}", file=sys.stderr)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+    if args.json:
+        print(json.dumps(report.to_json_dict(), indent=2))
+    else:
+        sys.stdout.write(format_summary(report))
+        if output is not None:
+            print(f"\nwrote {args.out}: {', '.join(output.files)}")
+    return 0

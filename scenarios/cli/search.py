@@ -1,0 +1,63 @@
+"""``distsim search``: the fastest parallel strategies for a scenario
+(:mod:`scenarios.study.search`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from distsim_gpu.scenarios.cli.options import add_overrides_option, overrides
+from distsim_gpu.scenarios.scenario import load_scenario
+from distsim_gpu.scenarios.study.search import format_search, search_strategies
+from distsim_gpu.simcore.errors import ConfigError
+
+__all__ = ["add_parser", "handle"]
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Register ``distsim search`` on an ``add_subparsers()`` object; returns its parser."""
+    parser = commands.add_parser(
+        "search", help="find the fastest parallel strategies for a scenario",
+        description="Enumerate parallel strategies (tp, pp, dp, ep, micro-batch, schedule, "
+        "ZeRO, recompute, sequence parallelism, placement) for the scenario's model at its "
+        "global batch, prune invalid, out-of-memory and provably slower ones (a lower bound "
+        "from compute and the least time of each call on the critical path, against the "
+        "K-th best simulated time), simulate the rest in parallel "
+        "and print the best K with the speed-up over a naive baseline.")
+    parser.add_argument("scenario", help="a scenario YAML file (its model, cluster, batch)")
+    parser.add_argument("--gpus", type=int, default=None, metavar="N",
+                        help="search on the first N GPUs' worth of nodes (default: all)")
+    parser.add_argument("--top", type=int, default=10, metavar="K",
+                        help="how many of the best to report (default 10)")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="write results.csv, pruned.csv and best.yaml into DIR")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="simulation processes (default: the CPU count; 1: in-process)")
+    add_overrides_option(parser, "override a scenario field by dotted path before "
+                         "searching (repeatable)")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                        help="start no simulation after SECONDS (those running finish); the "
+                        "result is then the best found, not necessarily the optimum")
+    parser.add_argument("--verbose", action="store_true",
+                        help="print each simulated candidate to stderr as it finishes")
+    parser.set_defaults(handler=handle)
+    return parser
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Search, print the best strategies and write ``--out``."""
+    scenario = load_scenario(args.scenario, overrides(args.overrides))
+    if args.time_limit is not None and not args.time_limit > 0:
+        raise ConfigError(f"must be a number of seconds > 0, got {args.time_limit!r}",
+                          key="--time-limit")
+    result = search_strategies(
+        scenario, gpus=args.gpus, top=args.top, workers=args.workers, out_dir=args.out,
+        time_limit_s=args.time_limit, progress=_progress if args.verbose else None)
+    sys.stdout.write(format_search(result))
+    print(f"\nwrote {args.out}: {', '.join(result.files)}")
+    return 0

@@ -1,0 +1,58 @@
+"""``distsim sweep``: run a scenario over a grid of overrides (:mod:`scenarios.study.sweep`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from distsim_gpu.scenarios.study.sweep import SUMMARY_METRICS, format_sweep, run_sweep
+
+__all__ = ["add_parser", "handle"]
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Register ``distsim sweep`` on an argparse sub-parsers object; returns the parser.
+
+    Its handler (``args.handler(args)``) returns the exit status: 0 when the sweep ran to
+    the end, failed points included (they are results, listed in results.csv).
+    """
+    parser = commands.add_parser(
+        "sweep", help="run a scenario over a grid of overrides",
+        description="Run a scenario at every point of a grid of --set style overrides "
+        "(their product, or paired with --zip) and write results.csv, one summary.json per "
+        "point and sweep.png into DIR.  Restarted with the same arguments, a sweep runs "
+        "only the points not yet done.")
+    parser.add_argument("scenario", help="a scenario YAML file")
+    parser.add_argument("--grid", action="append", default=[], required=True,
+                        metavar="KEY=V1,V2,…", dest="grids",
+                        help="a dotted key and its values, comma-separated and read like "
+                        "--set values, e.g. parallelism.tp=1,2,4 or "
+                        "cluster.nic.bandwidth=\"100 Gbps,200 Gbps\" (repeatable)")
+    parser.add_argument("--zip", action="store_true", dest="zip_",
+                        help="pair the grids' values element-wise (same lengths) instead "
+                        "of running every combination")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="the sweep's directory: new, empty, or this sweep's to resume")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="local worker processes (default: the CPU count; 1 runs in "
+                        "this process)")
+    parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                        help="run on an existing Dask cluster, e.g. tcp://host:8786 "
+                        "(pip install 'distsim[dask]')")
+    parser.add_argument("--metric", default="iteration_time_s", metavar="NAME",
+                        help="the metric sweep.png plots (default iteration_time_s; one of "
+                        + ", ".join(SUMMARY_METRICS) + ")")
+    parser.set_defaults(handler=handle)
+    return parser
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Run the sweep (resuming one in ``--out``) and print what ran and what failed."""
+    result = run_sweep(args.scenario, args.grids, zip_=args.zip_, out_dir=args.out,
+                       workers=args.workers, scheduler=args.scheduler, metric=args.metric)
+    for note in result.notes:
+        print(f"distsim: note: {note}", file=sys.stderr)
+    sys.stdout.write(format_sweep(result))
+    print(f"wrote {args.out}: {', '.join(result.files)}")
+    return 0
