@@ -1,10 +1,16 @@
-"""collectives — ring / tree / all-to-all / point-to-point algorithms as flows on a topology.
+"""collectives — how a group of GPUs moves a collective's bytes: algorithms as flows.
 
-Knows nothing of models: a call is (operation, group of GPUs, size in bytes).
+A call is (operation, group of GPUs, size in bytes); a :class:`Communicator` runs it on a
+:class:`~distsim_gpu.topology.Topology` the way NCCL would — ring or double binary tree,
+all-to-all, send/recv, with NCCL's channels and protocols (:class:`CommParams`) — as a
+:class:`CollectivePlan` of flows on the simulation's flow network.  The nccl-tests twin
+(:func:`run_benchmark`) times one collective over a series of sizes like NVIDIA's
+``*_perf`` tools.  Knows nothing of models; depends on ``simcore`` and ``topology``.
 """
 
 from distsim_gpu.collectives.algorithms import OPS, build_plan, ring_channels
 from distsim_gpu.collectives.communicator import CollectiveRecord, Communicator
+from distsim_gpu.collectives.nccl_tests import BenchRow, run_benchmark
 from distsim_gpu.collectives.params import (
     ALGORITHMS,
     FIDELITIES,
@@ -19,6 +25,7 @@ __all__ = [
     "FIDELITIES",
     "OPS",
     "PROTOCOLS",
+    "BenchRow",
     "CollectivePlan",
     "CollectiveRecord",
     "CommParams",
@@ -27,4 +34,5 @@ __all__ = [
     "build_plan",
     "comm_params_from_mapping",
     "ring_channels",
+    "run_benchmark",
 ]

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from distsim_gpu.collectives import CommParams, Communicator
+from distsim_gpu.collectives.communicator import Communicator
+from distsim_gpu.collectives.params import CommParams
 from distsim_gpu.simcore.errors import ConfigError, closest
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology

@@ -1,6 +1,13 @@
 """simcore — the engine: SimPy environment, max-min flow network, tracing, units, errors.
 
-Knows nothing of GPUs or DNNs; every layer above builds on it.
+* :class:`Simulation` owns the ``simpy.Environment``, the :class:`FlowNetwork` (links
+  shared by max-min fairness, :func:`solve_max_min`), the :class:`Tracer` and the seed.
+* :mod:`~distsim_gpu.simcore.units` reads ``"450 GB/s"``-style strings into SI floats and
+  formats them back; :mod:`~distsim_gpu.simcore.errors` is the :class:`DistsimError`
+  family; :mod:`~distsim_gpu.simcore.config` the configuration toolkit (dotted
+  ``--set`` overrides, mapping / key / choice checks with did-you-mean hints).
+
+Knows nothing of GPUs or DNNs; every layer above builds on it, and it imports none of them.
 """
 
 from distsim_gpu.simcore.errors import (
@@ -11,20 +18,39 @@ from distsim_gpu.simcore.errors import (
     TopologyError,
 )
 from distsim_gpu.simcore.maxmin import max_min_fair, solve_max_min
-from distsim_gpu.simcore.network import Flow, FlowNetwork
+from distsim_gpu.simcore.network import Flow, FlowNetwork, LinkStats
 from distsim_gpu.simcore.simulation import Simulation
-from distsim_gpu.simcore.trace import Tracer
+from distsim_gpu.simcore.trace import Counter, Span, Tracer
+from distsim_gpu.simcore.units import (
+    format_bandwidth,
+    format_bytes,
+    format_duration,
+    parse_bandwidth,
+    parse_duration,
+    parse_flops,
+    parse_size,
+)
 
 __all__ = [
     "ConfigError",
+    "Counter",
     "DistsimError",
     "Flow",
     "FlowNetwork",
+    "LinkStats",
     "ParseError",
     "Simulation",
     "SimulationError",
+    "Span",
     "TopologyError",
     "Tracer",
+    "format_bandwidth",
+    "format_bytes",
+    "format_duration",
     "max_min_fair",
+    "parse_bandwidth",
+    "parse_duration",
+    "parse_flops",
+    "parse_size",
     "solve_max_min",
 ]

@@ -193,10 +193,11 @@ def _module_graph(imports: list[Import]) -> nx.DiGraph:
     for i in imports:
         parts = i.target.split(".")
         # Importing a.b.c runs a/__init__ and a.b/__init__ first, unless the importer is
-        # inside them (then they are already being imported).
+        # inside them (then they are already being imported); a.b.c itself is always an edge,
+        # even a package's own __init__ named by one of its modules.
         for end in range(2, len(parts) + 1):
             target = ".".join(parts[:end])
-            inside = i.importer == target or i.importer.startswith(target + ".")
+            inside = i.importer.startswith(target + ".") and end < len(parts)
             if target in MODULES and not inside and target != i.importer:
                 graph.add_edge(i.importer, target, imports=graph.get_edge_data(
                     i.importer, target, {"imports": []})["imports"] + [i])

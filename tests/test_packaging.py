@@ -91,9 +91,12 @@ def test_the_console_script_points_at_an_importable_main(capsys):
 
 
 def test_the_installed_command_is_the_one_pyproject_names():
+    name = PYPROJECT["project"]["name"]
     try:
-        (script,) = importlib.metadata.entry_points(group="console_scripts", name="distsim")
-    except ValueError:
-        pytest.skip("distsim-gpu is not installed (pip install -e .)")
+        installed = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"{name} is not installed (pip install -e .)")
+    (script,) = [e for e in installed.entry_points
+                 if e.group == "console_scripts" and e.name == "distsim"]
     assert script.value == PYPROJECT["project"]["scripts"]["distsim"], (
         "the installed entry point is stale: pip install -e . again")

@@ -1,16 +1,20 @@
-"""topology — the physical cluster: GPUs, NVLink/NVSwitch, PCIe, NICs, IB switches, routes.
+"""topology — the physical cluster: GPUs, NVLink/NVSwitch, PCIe, NICs, switches, routes.
 
-A :class:`Topology` is a directed graph of devices and links with routes between GPUs;
-:func:`build_cluster` / :func:`load_cluster` make one from a node preset x node count x
-fabric (or a custom device list), :func:`apply_overrides` applies ``--set`` style edits.
-Knows nothing of collectives; depends only on :mod:`simcore`.
+A :class:`Topology` is a directed graph of :class:`Device` s and full-duplex
+:class:`Link` s (two directed edges per cable) with :class:`Route` s between GPUs, chosen
+the way NCCL and the fabric's switches would.  :func:`build_cluster` / :func:`load_cluster`
+make one from a node preset x node count x fabric (:class:`FabricSpec`: single switch,
+fat tree, rail-optimized) or from a custom device list; :func:`apply_overrides` applies
+``--set`` style edits.  Knows nothing of collectives; depends only on ``simcore``.
 """
 
 from distsim_gpu.topology.cluster import apply_overrides, build_cluster, list_presets, load_cluster
+from distsim_gpu.topology.fabrics import FabricSpec
 from distsim_gpu.topology.model import Device, Link, Route, Topology
 
 __all__ = [
     "Device",
+    "FabricSpec",
     "Link",
     "Route",
     "Topology",
