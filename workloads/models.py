@@ -251,13 +251,6 @@ class ModelSpec:
         return self.total_params() - idle
 
     # ----------------------------------------------------------------- FLOPs
-    def layer_matmul_params_per_token(self, index: int) -> int:
-        """Matmul weights one token meets in layer ``index`` (top_k experts + router)."""
-        if self.is_moe_layer(index):
-            return (self.attention_weight_params() + self.top_k * self.mlp_weight_params()
-                    + self.router_params())
-        return self.attention_weight_params() + self.mlp_weight_params()
-
     def flops_per_token_forward(self, seq_len: int | None = None) -> float:
         """Forward FLOP per token (Megatron convention, see the module docstring).
 
