@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 from distsim_gpu.collectives import CommParams
-from distsim_gpu.measured.kineto import load_traces
 from distsim_gpu.measured.nccl_log import parse_nccl_log
+from distsim_gpu.measured.traces import load_traces
 from distsim_gpu.scenarios.cli.options import (
     add_log_options,
     add_trace_cluster_options,

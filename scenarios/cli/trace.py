@@ -11,8 +11,8 @@ import json
 import sys
 from typing import Any
 
-from distsim_gpu.measured.kineto import load_traces
 from distsim_gpu.measured.summary import format_summary_table, summarise, to_json
+from distsim_gpu.measured.traces import load_traces
 from distsim_gpu.workloads.measured_costs import (
     DEFAULT_LAYER_REGEX,
     LAYER_KINDS,

@@ -11,8 +11,8 @@ import json
 import sys
 from typing import Any
 
-from distsim_gpu.measured.kineto import load_traces
 from distsim_gpu.measured.nccl_log import parse_nccl_log
+from distsim_gpu.measured.traces import load_traces
 from distsim_gpu.scenarios.cli.options import (
     ALGORITHMS,
     PROTOCOLS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from distsim_gpu.measured.kineto import RankTrace
+from distsim_gpu.measured.records import RankTrace
 from distsim_gpu.scenarios.cli.options import (
     add_cluster_options,
     add_trace_cluster_options,
