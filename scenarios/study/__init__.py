@@ -1,7 +1,7 @@
 """study — many runs of one scenario, side by side.
 
 * :func:`run_sweep` runs a scenario over a grid of ``--set`` overrides
-  (:class:`SweepResult`);
+  (:class:`SweepResult`, :func:`format_sweep`);
 * :func:`compare_scenarios` runs several scenarios and sets their metrics side by side
   (:class:`Comparison`, :func:`format_comparison`);
 * :func:`search_strategies` enumerates the parallel strategies that fit a cluster and a
@@ -18,7 +18,7 @@ from distsim_gpu.scenarios.study.search import (
     format_search,
     search_strategies,
 )
-from distsim_gpu.scenarios.study.sweep import SweepResult, run_sweep
+from distsim_gpu.scenarios.study.sweep import SweepResult, format_sweep, run_sweep
 
 __all__ = [
     "Comparison",
@@ -28,6 +28,7 @@ __all__ = [
     "compare_scenarios",
     "format_comparison",
     "format_search",
+    "format_sweep",
     "run_sweep",
     "search_strategies",
 ]
