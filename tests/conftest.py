@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 from distsim_gpu.collectives import CommParams
-from distsim_gpu.simcore import Simulation
 from distsim_gpu.topology import Topology, build_cluster
 from distsim_gpu.workloads.gpus import GpuSpec, get_gpu
 from distsim_gpu.workloads.models import ModelSpec, model_from_mapping
@@ -213,13 +212,7 @@ def uniform() -> UniformIterations:
     return UniformIterations(small, get_gpu("a100-80gb"))
 
 
-# ---------------------------------------------------------------------- simulations
-
-
-@pytest.fixture
-def sim() -> Simulation:
-    """A fresh simulation with seed 0."""
-    return Simulation(seed=0)
+# ---------------------------------------------------------------------- clusters
 
 
 @pytest.fixture(scope="session")
