@@ -151,12 +151,12 @@ def write_scenario() -> Callable[[Path, dict[str, Any] | str], Path]:
 # ---------------------------------------------------------------------- iterations
 
 
+@dataclass(frozen=True, slots=True)
 class UniformCosts:
     """Every layer takes ``fwd_s`` forward and ``bwd_s`` backward; nothing else costs time."""
 
-    def __init__(self, fwd_s: float, bwd_s: float) -> None:
-        self.fwd_s = fwd_s
-        self.bwd_s = bwd_s
+    fwd_s: float
+    bwd_s: float
 
     def layer_time_s(self, pass_: str, model: ModelSpec, **_shard: Any) -> float:
         return self.bwd_s if pass_ == "bwd" else self.fwd_s
