@@ -5,13 +5,13 @@ ranks as the replay matches them (:mod:`workloads.replay`), is one sample: its
 measured transfer time (the shortest kernel among the present ranks — the rank that
 arrived last hardly waited) against the closed-form time of the same call on the cluster
 (:meth:`collectives.Communicator.estimate_s`, the real group on the real routes).  As
-``calibrate nccl`` does (:mod:`scenarios.fit.calibrate_nccl`), the fit moves the efficiency of each
-link kind the samples cross, bounded to [0.2, 1], and one factor on every protocol
-latency, bounded to [0.1, 20], minimising the squared log ratio of predicted to measured
-time with Nelder–Mead; it reports the median error before and after, and a
-cross-validation (fit on every other sample by size, test on the rest).  Where ranks of a
-group have no trace, the measured kernels include waiting for them, so the fit would read
-a slow network: the result says so.
+``calibrate nccl`` does (the same fit, :mod:`scenarios.fit.fitting`), it moves the
+efficiency of each link kind the samples cross, bounded to [0.2, 1], and one factor on
+every protocol latency, bounded to [0.1, 20], minimising the squared log ratio of
+predicted to measured time with Nelder–Mead; it reports the median error before and
+after, and a cross-validation (fit on every other sample by size, test on the rest).
+Where ranks of a group have no trace, the measured kernels include waiting for them, so
+the fit would read a slow network: the result says so.
 
 **Compute** (with ``--scenario``, a scenario describing the traced job).  The roofline's
 GEMM efficiency (``compute.matmul_efficiency``) is set so that the scenario's mean
@@ -27,21 +27,20 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from distsim_gpu.collectives import CommParams, Communicator
-from distsim_gpu.measured.kineto import RankTrace
+from distsim_gpu.measured.records import RankTrace
 from distsim_gpu.measured.summary import summarise
 from distsim_gpu.scenarios.fit.calibrate_nccl import (
-    apply_calibration,
-    bounded,
+    Calibration,
+    calibrated_params,
     comm_overrides,
-    nelder_mead,
-    unbounded,
+    comm_parameters,
 )
+from distsim_gpu.scenarios.fit.fitting import fit_log_ratios
 from distsim_gpu.simcore.config import parse_assignment
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.simulation import Simulation
@@ -51,8 +50,6 @@ from distsim_gpu.workloads.replay import CollectiveResult, place_ranks, replay_t
 __all__ = ["ComputeFit", "TraceCalibration", "calibrate_trace", "fit_compute_efficiency",
            "fit_to_json", "fitted_sections", "format_fit", "measured_compute_s"]
 
-_EFFICIENCY_BOUNDS = (0.2, 1.0)
-_LATENCY_BOUNDS = (0.1, 20.0)
 _MATMUL_BOUNDS = (0.02, 1.0)
 
 
@@ -65,17 +62,10 @@ class _Sample:
 
 
 @dataclass(frozen=True, slots=True)
-class TraceCalibration:
+class TraceCalibration(Calibration):
     """Fitted network parameters and the error of the closed forms on the samples (%)."""
 
-    link_efficiency: dict[str, float]
-    latency_scale: float
-    params: CommParams
-    samples: int
-    complete_groups: bool  # every rank of every sampled group was traced
-    median_error_before_pct: float
-    median_error_after_pct: float
-    cross_validation_error_pct: float
+    complete_groups: bool = True  # every rank of every sampled group was traced
 
     def overrides(self) -> dict[str, Any]:
         """The fitted values as a scenario's ``communication`` section."""
@@ -131,40 +121,13 @@ def calibrate_trace(traces: Sequence[RankTrace], topology: Topology, *,
     samples.sort(key=lambda s: (s.size_bytes, s.op))
     kinds = _kinds_used(topology, samples)
 
-    def predict(efficiency: dict[str, float], scale: float,
-                subset: Sequence[_Sample]) -> list[float]:
-        comm = Communicator(Simulation(0), topology,
-                            apply_calibration(base, efficiency, scale))
+    def predict(values: Mapping[str, float], subset: Sequence[_Sample]) -> list[float]:
+        comm = Communicator(Simulation(0), topology, calibrated_params(base, values))
         return [comm.estimate_s(s.op, list(s.gpus), s.size_bytes) for s in subset]
 
-    def decode(z: np.ndarray) -> tuple[dict[str, float], float]:
-        efficiency = {k: bounded(z[i], *_EFFICIENCY_BOUNDS, log=False)
-                      for i, k in enumerate(kinds)}
-        return efficiency, bounded(z[-1], *_LATENCY_BOUNDS, log=True)
-
-    def fit(subset: Sequence[_Sample]) -> tuple[dict[str, float], float]:
-        def loss(z: np.ndarray) -> float:
-            efficiency, scale = decode(z)
-            return sum(math.log(p / s.measured_s) ** 2
-                       for s, p in zip(subset, predict(efficiency, scale, subset), strict=True))
-
-        start = np.array([unbounded(base.efficiency_of(k), *_EFFICIENCY_BOUNDS, log=False)
-                          for k in kinds] + [unbounded(1.0, *_LATENCY_BOUNDS, log=True)])
-        best, _, _ = nelder_mead(loss, start)
-        return decode(best)
-
-    def median_error(subset: Sequence[_Sample], predicted: Sequence[float]) -> float:
-        return statistics.median(abs(p - s.measured_s) / s.measured_s * 100.0
-                                 for s, p in zip(subset, predicted, strict=True))
-
-    before = median_error(samples, predict({}, 1.0, samples))
-    efficiency, scale = fit(samples)
-    after = median_error(samples, predict(efficiency, scale, samples))
-    train, test = samples[0::2], samples[1::2]
-    cv_efficiency, cv_scale = fit(train)
-    cross = median_error(test, predict(cv_efficiency, cv_scale, test))
-    return TraceCalibration(efficiency, scale, apply_calibration(base, efficiency, scale),
-                            len(samples), complete, before, after, cross)
+    fit = fit_log_ratios(comm_parameters(base, kinds), predict, samples,
+                         [s.measured_s for s in samples])
+    return TraceCalibration.from_fit(base, fit, complete_groups=complete)
 
 
 def measured_compute_s(traces: Sequence[RankTrace]) -> float:

@@ -1,29 +1,19 @@
-"""Calibration against an nccl-tests log: the optimiser, recovery of known parameters,
-the real OCI log, and the command line."""
+"""Calibration against an nccl-tests log: recovery of known parameters, the real OCI
+log, and the command line (the optimiser itself: test_fitting.py)."""
 
 from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import yaml
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.collectives.nccl_tests import format_table, run_benchmark, size_series
 from distsim_gpu.measured.nccl_log import parse_nccl_log
 from distsim_gpu.scenarios.cli import main
-from distsim_gpu.scenarios.fit.calibrate_nccl import apply_calibration, calibrate_nccl, nelder_mead
+from distsim_gpu.scenarios.fit.calibrate_nccl import apply_calibration, calibrate_nccl
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
-
-
-def test_nelder_mead_finds_a_quadratic_minimum():
-    target = np.array([1.5, -2.0, 0.25])
-    best, value, evaluations = nelder_mead(lambda z: float(np.sum((z - target) ** 2)),
-                                           np.zeros(3), iterations=500, tolerance=1e-14)
-    assert best == pytest.approx(target, abs=1e-4)
-    assert value < 1e-8
-    assert evaluations > 3
 
 
 def test_known_parameters_are_recovered_from_a_simulated_log(small_cluster, tmp_path):
