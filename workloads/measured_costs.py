@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from distsim_gpu.measured.distsim_trace import DistsimTrace
-from distsim_gpu.measured.kineto import CpuEvent, RankTrace, load_traces, read_trace_file
+from distsim_gpu.measured.records import CpuEvent, RankTrace
+from distsim_gpu.measured.traces import load_traces, read_trace_file
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.costs import CostRow, TableHeader, write_cost_table
 from distsim_gpu.workloads.gpus import canonical_gpu_name
@@ -254,7 +255,7 @@ class _RankIndex:
 
 def _index(trace: RankTrace) -> _RankIndex:
     gpu_time: dict[int, float] = {}
-    for kernel in trace.kernels:
+    for kernel in trace.gpu_events:
         if kernel.kind != "communication" and kernel.correlation is not None:
             gpu_time[kernel.correlation] = gpu_time.get(kernel.correlation, 0.0) \
                 + kernel.duration_s

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from distsim_gpu.collectives import CommParams
-from distsim_gpu.measured.kineto import RankTrace
+from distsim_gpu.measured.records import RankTrace
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.trace import Tracer

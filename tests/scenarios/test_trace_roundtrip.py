@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from distsim_gpu.measured.distsim_trace import is_distsim_trace, parse_distsim_trace
-from distsim_gpu.measured.kineto import load_trace_file, load_traces
 from distsim_gpu.measured.summary import summarise
+from distsim_gpu.measured.traces import load_trace_file, load_traces
 from distsim_gpu.scenarios.cli import main
 from distsim_gpu.scenarios.report import Report
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
@@ -77,7 +77,7 @@ def test_collective_kinds_and_pipeline_transfers_on_both_ends(tmp_path, traced_r
     _report, trace = traced_run("tp-pp-dp")
     for rank_trace in load_traces([trace]):
         assert rank_trace.nccl_counts() == {"all_reduce": 34, "recv": 4, "send": 4}
-        tied = [k for k in rank_trace.kernels if k.name == "tied embedding grads"]
+        tied = [k for k in rank_trace.gpu_events if k.name == "tied embedding grads"]
         assert len(tied) == 1 and tied[0].collective == "all_reduce"
 
 
