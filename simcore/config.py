@@ -220,14 +220,14 @@ def _fail(message: str, key: str | None, source: str | None,
 
 
 def check_mapping(value: Any, *, key: str | None, source: str | None = None,
-                  lines: Mapping[str, int] | None = None,
-                  optional: bool = False) -> Mapping[Any, Any]:
+                  lines: Mapping[str, int] | None = None, optional: bool = False,
+                  hint: str | None = None) -> Mapping[Any, Any]:
     """``value`` if it is a mapping (``{}`` for ``None`` when ``optional``), else an error
-    at ``key`` naming what it is instead."""
+    at ``key`` naming what it is instead (``hint``: what a valid one looks like)."""
     if value is None and optional:
         return {}
     if not isinstance(value, Mapping):
-        raise _fail(f"expected a mapping, got {describe(value)}", key, source, lines)
+        raise _fail(f"expected a mapping, got {describe(value)}", key, source, lines, hint)
     return value
 
 
@@ -248,16 +248,17 @@ def check_keys(mapping: Mapping[Any, Any], valid: Collection[str], *, prefix: st
                     lines, closest(name, valid))
 
 
-def check_choice(value: Any, valid: Collection[str], *, key: str, source: str | None = None,
-                 lines: Mapping[str, int] | None = None, what: str | None = None,
-                 fold_case: bool = False) -> str:
+def check_choice(value: Any, valid: Collection[str], *, key: str | None,
+                 source: str | None = None, lines: Mapping[str, int] | None = None,
+                 what: str | None = None, fold_case: bool = False) -> str:
     """``value`` if it is one of ``valid`` (lower-cased first when ``fold_case``).
 
     The error says ``unknown <what> <value>``; ``what`` defaults to the last part of
-    ``key`` (``communication.algorithm`` -> ``algorithm``).
+    ``key`` (``communication.algorithm`` -> ``algorithm``).  ``key`` is ``None`` where
+    the caller cannot say where the value was written (a library call's argument).
     """
     text = str(value).lower() if fold_case else value
     if isinstance(text, str) and text in valid:
         return text
-    what = what or key.rsplit(".", 1)[-1].split("[", 1)[0]
+    what = what or (key.rsplit(".", 1)[-1].split("[", 1)[0] if key else "value")
     raise _fail(f"unknown {what} {value!r}", key, source, lines, closest(str(text), valid))

@@ -326,3 +326,18 @@ def test_check_choice_error_names_what_and_where() -> None:
         check_choice(3, ("fwd", "bwd"), key="pass")
     with pytest.raises(ConfigError, match="unknown pass None"):
         check_choice(None, ("fwd", "bwd"), key="pass", fold_case=True)
+
+
+def test_check_mapping_carries_the_callers_hint() -> None:
+    with pytest.raises(ConfigError) as info:
+        check_mapping([1], key="model", hint="e.g. {preset: llama3-8b}")
+    assert str(info.value) == "model: expected a mapping, got list [1] (e.g. {preset: llama3-8b})"
+
+
+def test_check_choice_without_a_key() -> None:
+    with pytest.raises(ConfigError) as info:
+        check_choice("rign", ("ring",), key=None, what="algorithm")
+    assert str(info.value) == "unknown algorithm 'rign' (did you mean 'ring'? valid: ring)"
+    assert info.value.key is None
+    with pytest.raises(ConfigError, match="unknown value 'x'"):
+        check_choice("x", ("ring",), key=None)
