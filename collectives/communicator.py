@@ -19,7 +19,8 @@ import simpy
 from distsim_gpu.collectives.algorithms import OPS, build_plan, pairs_plan
 from distsim_gpu.collectives.params import ALGORITHMS, FIDELITIES, PROTOCOLS, CommParams
 from distsim_gpu.collectives.plan import CollectivePlan, StepShape
-from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.simcore.config import check_choice
+from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.network import LinkSet
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
@@ -98,10 +99,10 @@ class Communicator:
     def _choose(self, op: str, group: Sequence[str], size_bytes: float,
                 algorithm: str | None, protocol: str | None, root: str | None,
                 peer: str | None) -> CollectivePlan:
-        algorithm = _check(algorithm or self.params.algorithm, ALGORITHMS, "algorithm")
-        protocol = _check(protocol or self.params.protocol, PROTOCOLS, "protocol")
-        if op not in OPS:
-            raise ConfigError(f"unknown collective {op!r}", hint=closest(op, OPS))
+        algorithm = check_choice(algorithm or self.params.algorithm, ALGORITHMS,
+                                 key="algorithm")
+        protocol = check_choice(protocol or self.params.protocol, PROTOCOLS, key="protocol")
+        check_choice(op, OPS, key="op", what="collective")
         algorithms = [algorithm]
         if algorithm == "auto":
             algorithms = ["ring", "tree"] if op == "all_reduce" else ["ring"]
@@ -148,7 +149,7 @@ class Communicator:
         the full gathered buffer for all_gather/reduce_scatter, each rank's send buffer
         for alltoall, the message for broadcast/reduce/sendrecv.
         """
-        fidelity = _check(fidelity or self.params.fidelity, FIDELITIES, "fidelity")
+        fidelity = check_choice(fidelity or self.params.fidelity, FIDELITIES, key="fidelity")
         if not size_bytes >= 0:
             raise ConfigError(f"size must be >= 0 bytes, got {size_bytes!r}")
         plan = self.choose(op, group, size_bytes, algorithm=algorithm, protocol=protocol,
@@ -158,7 +159,7 @@ class Communicator:
     def send(self, src: str, dst: str, size_bytes: float, *, protocol: str | None = None,
              fidelity: str | None = None, tag: Any = None) -> simpy.Process:
         """Point-to-point transfer ``src`` → ``dst`` (pipeline activations, …)."""
-        fidelity = _check(fidelity or self.params.fidelity, FIDELITIES, "fidelity")
+        fidelity = check_choice(fidelity or self.params.fidelity, FIDELITIES, key="fidelity")
         plan = self.choose("p2p", [src], size_bytes, algorithm="ring", protocol=protocol,
                            peer=dst)
         return self.sim.env.process(self._run(plan, float(size_bytes), fidelity, tag))
@@ -174,7 +175,7 @@ class Communicator:
 
     def _pairs_plan(self, pairs: Sequence[tuple[str, str]], size_bytes: float,
                     protocol: str | None) -> CollectivePlan:
-        protocol = _check(protocol or self.params.protocol, PROTOCOLS, "protocol")
+        protocol = check_choice(protocol or self.params.protocol, PROTOCOLS, key="protocol")
         protocols = [protocol] if protocol != "auto" else ["ll", "ll128", "simple"]
         best: tuple[float, CollectivePlan] | None = None
         for proto in protocols:
@@ -196,7 +197,7 @@ class Communicator:
         Returns an event that fires when the call is done: the flow's own ``done`` for a
         one-step coflow (no process needed), else a process.
         """
-        fidelity = _check(fidelity or self.params.fidelity, FIDELITIES, "fidelity")
+        fidelity = check_choice(fidelity or self.params.fidelity, FIDELITIES, key="fidelity")
         if fidelity == "coflow" and len(plan.steps) == 1:
             return self.sim.network.transfer(self._link_set(plan.steps[0]),
                                              plan.coflow_bytes(size_bytes), plan.latency_s,
@@ -235,9 +236,3 @@ class Communicator:
                 yield env.timeout(pending_latency)
         return CollectiveRecord(plan.op, plan.algorithm, plan.protocol, fidelity,
                                 plan.num_ranks, plan.channels, size_bytes, start, env.now)
-
-
-def _check(value: str, valid: tuple[str, ...], what: str) -> str:
-    if value not in valid:
-        raise ConfigError(f"unknown {what} {value!r}", key=what, hint=closest(value, valid))
-    return value
