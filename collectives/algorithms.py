@@ -30,6 +30,7 @@ from collections.abc import Hashable, Sequence
 
 from distsim_gpu.collectives.params import CommParams
 from distsim_gpu.collectives.plan import CollectivePlan, StepShape
+from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError, TopologyError
 from distsim_gpu.topology import Route, Topology
 
@@ -168,8 +169,7 @@ def build_plan(
     ``ll``, ``ll128``, ``simple``.  ``root`` is the broadcast/reduce root (default: the
     first GPU of the group), ``peer`` the destination of a ``p2p`` send from ``group[0]``.
     """
-    if op not in OPS:
-        raise ConfigError(f"unknown collective {op!r}", hint="valid: " + ", ".join(OPS))
+    check_choice(op, OPS, key="op", what="collective")
     if algorithm == "tree" and op != "all_reduce":
         raise ConfigError(f"the tree algorithm implements all_reduce only, not {op}",
                           hint="use algorithm ring or auto")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from distsim_gpu.collectives import Communicator
+from distsim_gpu.collectives.algorithms import build_plan
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
@@ -40,3 +41,11 @@ def test_an_unknown_collective_names_the_op(comm) -> None:
     assert info.value.key == "op"
     assert str(info.value).startswith("op: unknown collective 'all_reduc' "
                                       "(did you mean 'all_reduce'?")
+
+
+def test_build_plan_names_an_unknown_collective(comm) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_plan(comm.topology, list(comm.topology.gpus), "allreduce", algorithm="ring",
+                   protocol="simple", params=comm.params)
+    assert str(info.value).startswith("op: unknown collective 'allreduce' (did you mean "
+                                      "'all_reduce'?")
