@@ -25,7 +25,8 @@ from typing import Any
 
 from distsim_gpu.collectives.communicator import Communicator
 from distsim_gpu.collectives.params import CommParams
-from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.simcore.config import check_choice
+from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
 
@@ -59,15 +60,13 @@ _PER_RANK_SPLIT = ("all_gather", "reduce_scatter", "alltoall")
 
 def bus_factor(op: str, num_ranks: int) -> float:
     """nccl-tests' bus-bandwidth factor of ``op`` on ``num_ranks`` ranks."""
+    check_choice(op, BENCH_OPS, key="op", what="nccl-tests operation")
     n = num_ranks
     if op == "all_reduce":
         return 2.0 * (n - 1) / n
     if op in _PER_RANK_SPLIT:
         return (n - 1) / n
-    if op in ("broadcast", "reduce", "sendrecv"):
-        return 1.0
-    raise ConfigError(f"unknown nccl-tests operation {op!r}", key="op",
-                      hint=closest(op, BENCH_OPS))
+    return 1.0  # broadcast, reduce, sendrecv: every byte crosses once
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,12 +124,8 @@ def run_benchmark(
     gpus: Sequence[str] | None = None,
 ) -> list[BenchRow]:
     """Simulate ``op`` over all GPUs of ``topology`` (or ``gpus``) at each size."""
-    if op not in BENCH_OPS:
-        raise ConfigError(f"unknown nccl-tests operation {op!r}", key="op",
-                          hint=closest(op, BENCH_OPS))
-    if dtype not in DTYPE_BYTES:
-        raise ConfigError(f"unknown data type {dtype!r}", key="dtype",
-                          hint=closest(dtype, DTYPE_BYTES))
+    check_choice(op, BENCH_OPS, key="op", what="nccl-tests operation")
+    check_choice(dtype, DTYPE_BYTES, key="dtype", what="data type")
     group = list(gpus) if gpus is not None else list(topology.gpus)
     n = len(group)
     sim = Simulation(seed)

@@ -16,7 +16,8 @@ from typing import Any
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.collectives.nccl_tests import BENCH_OPS, bus_factor, run_benchmark
 from distsim_gpu.measured.nccl_log import NcclLog
-from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.simcore.config import check_choice
+from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import Topology
 
 __all__ = [
@@ -107,9 +108,7 @@ def validate_nccl_log(log: NcclLog, topology: Topology, *, op: str | None = None
     """
     log = select_run(log, len(topology.gpus), run)
     chosen = op or log.op or "all_reduce"
-    if chosen not in BENCH_OPS:
-        raise ConfigError(f"unknown nccl-tests operation {chosen!r}", key="--op",
-                          hint=closest(chosen, BENCH_OPS))
+    check_choice(chosen, BENCH_OPS, key="--op", what="nccl-tests operation")
     if log.op and op and log.op != op:
         raise ConfigError(f"the log measured {log.op}, not {op}", source=log.source,
                           hint=f"drop --op or pass --op {log.op}")

@@ -97,3 +97,27 @@ def test_forced_ring_on_oci_log_stays_under_the_nic_ceiling(shared_data):
     report = validate_nccl_log(log, topo, params=CommParams(algorithm="ring"))
     ceiling = 8 * 25e9  # eight 200 Gb/s NICs
     assert max(r.predicted_busbw_bytes_per_s for r in report.rows) < ceiling
+
+
+@pytest.mark.parametrize(("call", "text"), [
+    (lambda topo: bus_factor("allreduce", 8),
+     "op: unknown nccl-tests operation 'allreduce' (did you mean 'all_reduce'?"),
+    (lambda topo: run_benchmark(topo, "all_reduc", [8]),
+     "op: unknown nccl-tests operation 'all_reduc' (did you mean 'all_reduce'?"),
+    (lambda topo: run_benchmark(topo, "all_reduce", [8], dtype="bf16"),
+     "dtype: unknown data type 'bf16' (did you mean 'bfloat16'?"),
+])
+def test_unknown_operation_or_data_type_names_the_argument(small_cluster, call, text):
+    with pytest.raises(ConfigError) as info:
+        call(small_cluster)
+    assert str(info.value).startswith(text)
+
+
+def test_validating_with_an_unknown_op_names_the_flag(small_cluster, tmp_path):
+    rows = run_benchmark(small_cluster, "all_reduce", [2**26])
+    path = tmp_path / "sim.txt"
+    path.write_text(format_table(rows))
+    with pytest.raises(ConfigError) as info:
+        validate_nccl_log(parse_nccl_log(path), small_cluster, op="all-reduce")
+    assert str(info.value).startswith("--op: unknown nccl-tests operation 'all-reduce' "
+                                      "(did you mean 'all_reduce'?")
