@@ -1,0 +1,159 @@
+"""Ops: the typed steps of a GPU's (or a rank group's) stream of work.
+
+A stream is a sequence of ops run in order.  The simulated iteration builds one per
+pipeline stage from the model and the parallel strategy (:mod:`workloads.streams`) and
+runs it for every rank group of that stage (:mod:`workloads.iteration`); the trace replay
+(:mod:`workloads.replay`) says with the same types what each measured GPU op *is*, and
+keeps its dependency-graph state in its own nodes around them.
+
+* :class:`Compute` — GPU work of a known duration (a layer block, an embedding, the
+  optimizer step; in a replay, a measured kernel).
+* :class:`Memcpy` — a measured memory copy or set (replay only).
+* :class:`Collective` — a collective among a group of GPUs, blocking or asynchronous.
+* :class:`Send` / :class:`Recv` — a pipeline stage hands a micro-batch's activation
+  (forward) or gradient (backward) to a neighbouring virtual stage.
+* :class:`Wait` — block until asynchronous collectives are done.
+* :class:`Barrier` — every rank group meets (the gradient-norm reduction of one scalar).
+* :class:`Fused` — a run of compute and closed-form collectives that nothing outside the
+  rank group can delay, simulated as one timeout.
+
+Ops are frozen and hashable: one op object is shared by every rank group (and every
+micro-batch) that runs it.  Times are seconds, sizes bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Barrier", "Collective", "Compute", "Fused", "Memcpy", "Op", "Peers", "Recv",
+           "Send", "Wait"]
+
+#: Who takes part in a collective.  In the iteration, a name relative to the rank group
+#: that runs it: ``"tp"`` its own GPUs, ``"ep"`` its stage's expert-parallel block of
+#: replicas, ``"dp"`` every replica of its stage, ``"embedding"`` the first and the last
+#: stage of its replica (they hold the tied word embedding).  In a replay, the ranks of
+#: the process group.
+Peers = str | tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Compute:
+    """``duration_s`` of GPU work (before a straggler's slowdown).
+
+    ``layer``, ``pass_name`` and ``layer_index`` say what a cost table calls it
+    (``"transformer_layer"``, ``"fwd"``, 3); they travel as the trace span's arguments,
+    which ``distsim trace costs`` reads back.
+    """
+
+    duration_s: float
+    label: str
+    layer: str | None = None
+    pass_name: str | None = None
+    layer_index: int | None = None
+
+    def trace_args(self) -> dict[str, Any]:
+        """The span arguments: the cost-table keys that are set, in table order."""
+        args: dict[str, Any] = {}
+        if self.layer is not None:
+            args["layer"] = self.layer
+        if self.pass_name is not None:
+            args["pass"] = self.pass_name
+        if self.layer_index is not None:
+            args["index"] = self.layer_index
+        return args
+
+
+@dataclass(frozen=True, slots=True)
+class Memcpy:
+    """A measured memory copy (``memset``: a fill) of ``duration_s`` on a GPU stream."""
+
+    duration_s: float
+    label: str
+    memset: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """A collective ``op`` (``"all_reduce"``, ``"alltoall"``…) of ``size_bytes`` per GPU
+    among ``group`` (see :data:`Peers`).
+
+    ``blocking``: the stream waits for it; else it runs on a communication stream, waited
+    for by a :class:`Wait` — for its ``handle``, or at the end without one.  ``exclusive``:
+    nothing else can use its links while it runs, so its closed form times it exactly (a
+    tensor-parallel call that :class:`Fused` may absorb).  A replay leaves ``op`` or
+    ``size_bytes`` ``None`` where the trace does not say them.
+    """
+
+    op: str | None
+    size_bytes: float | None
+    label: str
+    group: Peers = "tp"
+    blocking: bool = True
+    handle: str | None = None
+    exclusive: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Pipeline hand-off, asynchronous: this pass's output for ``microbatch`` (pass
+    ``"F"``: the activation; ``"B"``: its gradient) goes to ``virtual_stage``."""
+
+    pass_name: str
+    microbatch: int
+    virtual_stage: int
+    size_bytes: float
+
+
+@dataclass(frozen=True, slots=True)
+class Recv:
+    """Block until ``microbatch``'s activation (``"F"``) or gradient (``"B"``) for this
+    stream's ``virtual_stage`` has arrived."""
+
+    pass_name: str
+    microbatch: int
+    virtual_stage: int
+
+    @property
+    def label(self) -> str:
+        what = "activation" if self.pass_name == "F" else "gradient"
+        return f"{what} mb{self.microbatch} to virtual stage {self.virtual_stage}"
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Block until the asynchronous collective launched with ``handle`` is done; with
+    ``None``, every outstanding one launched without a handle, in launch order."""
+
+    handle: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    """Every rank group meets here; the meeting itself takes no time."""
+
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fused:
+    """``steps`` run back to back as one timeout: compute and ``exclusive`` collectives,
+    the ``i``-th taking ``durations_s[i]`` (a collective's from its closed form).
+
+    ``compute_s`` and ``comm_s`` are the two sums, in step order; a straggler's slowdown
+    scales the compute only.
+    """
+
+    steps: tuple[Compute | Collective, ...]
+    durations_s: tuple[float, ...]
+    compute_s: float
+    comm_s: float
+
+    @property
+    def label(self) -> str:
+        first, last = self.steps[0].label, self.steps[-1].label
+        return first if len(self.steps) == 1 else f"{first} … {last}"
+
+
+#: One step of a stream.
+Op = Compute | Memcpy | Collective | Send | Recv | Wait | Barrier | Fused

@@ -1,0 +1,316 @@
+"""The op streams of one training iteration: what each pipeline stage runs, in order.
+
+Every rank group of a stage (its ``tp`` GPUs of one data-parallel replica) runs the same
+stream of :mod:`workloads.ops`, built here from the model, the parallel strategy, the
+training setup and the compute costs:
+
+* per pass of the stage's schedule (:mod:`workloads.schedule`): receive the input from
+  the neighbouring virtual stage, run the chunk's layers, send the output on;
+* per layer and pass: attention and MLP compute, each followed by its tensor-parallel
+  collectives (all-reduce; all-gather + reduce-scatter with sequence parallelism) and, in
+  a MoE layer with expert parallelism, the dispatch / combine all-to-alls; the backward
+  pass re-runs the forward first when activations are recomputed;
+* data parallelism: the last micro-batch's backward launches the gradient buckets as it
+  produces them; ZeRO-3/FSDP gathers each layer's parameters ahead of its passes and
+  reduce-scatters its gradients every micro-batch;
+* the iteration's end: wait for the gradients, all-reduce the tied embedding between the
+  first and last stage, meet every rank for the gradient norm, step the optimizer, and
+  (ZeRO-1/2) gather the updated parameters.
+
+A tensor-parallel collective is marked ``exclusive`` when the caller says nothing else can
+use its links (:mod:`workloads.iteration` decides); given its closed-form time, runs of
+compute and exclusive collectives are fused into one :class:`~workloads.ops.Fused` op.
+A pass's ops are built once and shared by every micro-batch that runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from distsim_gpu.workloads.costs import CostModel
+from distsim_gpu.workloads.memory import layer_params_local, params_on_gpu
+from distsim_gpu.workloads.models import ModelSpec
+from distsim_gpu.workloads.ops import (
+    Barrier,
+    Collective,
+    Compute,
+    Fused,
+    Op,
+    Recv,
+    Send,
+    Wait,
+)
+from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig, layer_partition
+from distsim_gpu.workloads.schedule import stage_program, virtual_stage
+
+__all__ = ["StreamBuilder", "fuse"]
+
+_GRAD_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+_ACTIVATION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
+
+#: The closed-form time of a tensor-parallel collective: (op, size_bytes, stage) -> s.
+TpTime = Callable[[str, float, int], float]
+
+
+class StreamBuilder:
+    """Builds each stage's stream of ops for ``microbatches`` micro-batches.
+
+    ``tp_time_s`` (the closed form of an exclusive TP collective) makes the streams fused
+    (what the simulator runs); without it they are the plain ops.  ``exclusive_tp``: the
+    tensor-parallel collectives may be marked ``exclusive`` — in the passes before the
+    stage launches its first data-parallel collective, the only time they can be.
+    """
+
+    def __init__(self, model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
+                 costs: CostModel, *, microbatches: int, exclusive_tp: bool = False,
+                 tp_time_s: TpTime | None = None) -> None:
+        self.model, self.parallel, self.training, self.costs = (model, parallel, training,
+                                                                 costs)
+        self.microbatches = microbatches
+        self.exclusive_tp = exclusive_tp
+        self.tp_time_s = tp_time_s
+        self.seq_len = training.seq_len or model.seq_len
+        self.virtual_stages = parallel.pp * parallel.interleave
+        self.chunks = layer_partition(model.layers, self.virtual_stages, parallel.partition)
+        self.act_bytes = _ACTIVATION_BYTES[training.precision]
+        self.grad_bytes = _GRAD_BYTES[parallel.grad_reduce_precision]
+        tokens = training.micro_batch * self.seq_len
+        self.tp_bytes = tokens * model.hidden * self.act_bytes
+        self.p2p_bytes = self.tp_bytes / parallel.tp
+        self.a2a_bytes = (tokens * model.top_k * model.hidden * self.act_bytes
+                          / (parallel.tp if parallel.sequence_parallel else 1))
+        self._passes: dict[tuple[int, int, str, bool, bool], tuple[Op, ...]] = {}
+
+    # ----------------------------------------------------------------- a stage
+    def stage_stream(self, stage: int) -> list[Op]:
+        """Everything stage ``stage`` runs in one iteration, in order."""
+        par = self.parallel
+        last_mb = self.microbatches - 1
+        sharded = (par.fsdp or par.zero == 3) and par.dp > 1
+        launched_dp = False
+        stream: list[Op] = []
+        program = stage_program(par.schedule, pp=par.pp, stage=stage,
+                                microbatches=self.microbatches, interleave=par.interleave)
+        for pass_, mb, chunk in program:
+            vs = virtual_stage(stage, chunk, par.pp)
+            # Forward: input from the virtual stage before, output to the one after.
+            upstream, downstream = (vs - 1, vs + 1) if pass_ == "F" else (vs + 1, vs - 1)
+            if 0 <= upstream < self.virtual_stages:
+                stream.append(Recv(pass_, mb, vs))
+            last = mb == last_mb
+            # Exclusive TP only while no data-parallel collective of this stage can be in
+            # flight: before it launched one, and not in a pass that launches one.
+            fold = (self.exclusive_tp and not launched_dp and not sharded
+                    and not (last and pass_ == "B" and par.dp > 1))
+            ops = self.pass_ops(stage, chunk, pass_, last, fold)
+            launched_dp = launched_dp or any(
+                isinstance(op, Collective) and not op.blocking for op in ops)
+            stream.extend(ops)
+            if 0 <= downstream < self.virtual_stages:
+                stream.append(Send(pass_, mb, downstream, self.p2p_bytes))
+        stream.extend(self._fused(self._iteration_end(stage), stage))
+        return stream
+
+    def _iteration_end(self, stage: int) -> list[Op]:
+        """Gradients in, tied embedding, gradient norm, optimizer, ZeRO-1/2 gather."""
+        model, par = self.model, self.parallel
+        ops: list[Op] = [Wait()]
+        if par.pp > 1 and model.tied_embeddings and stage in (0, par.pp - 1):
+            size = model.vocab * model.hidden / par.tp * self.grad_bytes
+            ops.append(Collective("all_reduce", size, "tied embedding grads",
+                                  group="embedding"))
+        ops.append(Barrier("gradient norm"))
+        stage_params = params_on_gpu(model, tp=par.tp, pp=par.pp, ep=par.ep, stage=stage,
+                                     interleave=par.interleave, partition=par.partition)
+        params = stage_params.dense + stage_params.expert
+        sharded = params / par.dp if (par.zero >= 1 or par.fsdp) else params
+        ops.append(Compute(self.costs.optimizer_step_time_s(sharded), "optimizer step"))
+        if par.zero in (1, 2) and par.dp > 1:
+            ops.append(Collective("all_gather", params * self.act_bytes, "gather params",
+                                  group="dp"))
+        return ops
+
+    # ----------------------------------------------------------------- a pass
+    def pass_ops(self, stage: int, chunk: int, pass_: str, last: bool,
+                 fold: bool) -> tuple[Op, ...]:
+        """One pass (``"F"``/``"B"``) of one model chunk, without its receive and send
+        (cached); ``last``: the last micro-batch's; ``fold``: its tensor-parallel
+        collectives are exclusive."""
+        key = (stage, chunk, pass_, last, fold)
+        cached = self._passes.get(key)
+        if cached is None:
+            vs = virtual_stage(stage, chunk, self.parallel.pp)
+            ops = (self._forward(vs, fold) if pass_ == "F"
+                   else self._backward(vs, chunk, last, fold))
+            cached = self._passes[key] = self._fused(ops, stage)
+        return cached
+
+    def _forward(self, vs: int, fold: bool) -> list[Op]:
+        sharded = self.parallel.fsdp or self.parallel.zero == 3
+        ops: list[Op] = []
+        if vs == 0:
+            ops.append(self._edge("embedding", "fwd"))
+        order = list(range(*self.chunks[vs]))
+        for position, layer in enumerate(order):
+            if sharded:
+                self._gather_params(ops, order, position)
+            self._layer_pass(ops, "fwd", layer, fold)
+        if vs == self.virtual_stages - 1:
+            ops.append(self._edge("loss", "fwd"))
+        return ops
+
+    def _backward(self, vs: int, chunk: int, last: bool, fold: bool) -> list[Op]:
+        par, model = self.parallel, self.model
+        sharded = par.fsdp or par.zero == 3
+        ops: list[Op] = []
+        if vs == self.virtual_stages - 1:
+            ops.append(self._edge("loss", "bwd"))
+        bucket = 0.0
+        order = list(reversed(range(*self.chunks[vs])))
+        for position, layer in enumerate(order):
+            if sharded:
+                self._gather_params(ops, order, position)
+            self._layer_pass(ops, "recompute", layer, fold)
+            self._layer_pass(ops, "bwd", layer, fold)
+            grads = self._layer_grad_bytes(layer)
+            if sharded:
+                ops.append(self._async_dp("reduce_scatter", grads, f"L{layer} reduce grads"))
+            elif last and par.dp > 1:
+                bucket += grads
+                if bucket >= par.bucket_params * self.grad_bytes:
+                    ops.append(self._async_dp(self._grad_op(), bucket, f"grads to L{layer}"))
+                    bucket = 0.0
+        if vs == 0:
+            ops.append(self._edge("embedding", "bwd"))
+            if last and par.dp > 1 and not sharded:
+                bucket += model.vocab * model.hidden / par.tp * self.grad_bytes
+        if last and par.dp > 1 and not sharded and bucket > 0:
+            ops.append(self._async_dp(self._grad_op(), bucket, f"grads of chunk {chunk}"))
+        return ops
+
+    def _edge(self, layer: str, pass_: str) -> Compute:
+        """The embedding or the loss of a pass."""
+        par, train = self.parallel, self.training
+        timing = (self.costs.embedding_time_s if layer == "embedding"
+                  else self.costs.loss_time_s)
+        duration = timing(pass_, self.model, micro_batch=train.micro_batch,
+                          seq_len=self.seq_len, tp=par.tp,
+                          sequence_parallel=par.sequence_parallel)
+        return Compute(duration, f"{layer} {pass_}", layer=layer, pass_name=pass_)
+
+    @staticmethod
+    def _async_dp(op: str, size_bytes: float, label: str, handle: str | None = None,
+                  ) -> Collective:
+        return Collective(op, size_bytes, label, group="dp", blocking=False, handle=handle)
+
+    def _layer_pass(self, ops: list[Op], pass_: str, layer: int, fold: bool) -> None:
+        """One layer's compute and in-layer communication for ``fwd``/``bwd``/recompute."""
+        model, par, train = self.model, self.parallel, self.training
+        if pass_ == "recompute" and train.recompute == "none":
+            return
+        cost_pass = "recompute" if pass_ == "recompute" else pass_
+        extra = {"recompute": train.recompute} if pass_ == "recompute" else {}
+        duration = self.costs.layer_time_s(
+            cost_pass, model, micro_batch=train.micro_batch, seq_len=self.seq_len,
+            tp=par.tp, sequence_parallel=par.sequence_parallel, layer_index=layer,
+            ep=par.ep, **extra)
+        label = f"L{layer} {pass_}"
+        # What a cost table calls this layer pass (trace args, read by ``trace costs``).
+        kind = "moe_layer" if model.is_moe_layer(layer) else "transformer_layer"
+        table_pass = ("recompute_selective" if extra.get("recompute") == "selective"
+                      else cost_pass)
+        moe = model.is_moe_layer(layer) and par.ep > 1
+        with_comm = pass_ != "recompute" or train.recompute == "full"
+        ops.append(Compute(duration / 2, f"{label} attention", kind, table_pass, layer))
+        if with_comm:
+            self._tp_ops(ops, f"{label} attention", fold)
+        if moe and with_comm:
+            ops.append(Collective("alltoall", self.a2a_bytes, f"{label} dispatch", group="ep"))
+        ops.append(Compute(duration / 2, f"{label} mlp", kind, table_pass, layer))
+        if moe and with_comm:
+            ops.append(Collective("alltoall", self.a2a_bytes, f"{label} combine", group="ep"))
+        if with_comm:
+            self._tp_ops(ops, f"{label} mlp", fold)
+
+    def _tp_ops(self, ops: list[Op], label: str, fold: bool) -> None:
+        """The TP collectives after an attention or MLP block (forward or backward)."""
+        par = self.parallel
+        if par.tp == 1:
+            return
+        kinds = (("all_gather", "reduce_scatter") if par.sequence_parallel
+                 else ("all_reduce",))
+        for kind in kinds:
+            ops.append(Collective(kind, self.tp_bytes, f"{label} {kind}", exclusive=fold))
+
+    def _gather_params(self, ops: list[Op], order: list[int], position: int) -> None:
+        """ZeRO-3/FSDP: the first layer's all-gather, the next one's as prefetch, then wait.
+
+        The gather of layer ``order[position + 1]`` is launched before layer
+        ``order[position]`` computes, so it overlaps that compute (FSDP's forward and
+        backward prefetch).
+        """
+        if self.parallel.dp == 1:
+            return
+        layer = order[position]
+        if position == 0:
+            ops.append(self._async_dp("all_gather", self._layer_param_bytes(layer),
+                                      f"L{layer} gather params", f"L{layer}"))
+        if position + 1 < len(order):
+            ahead = order[position + 1]
+            ops.append(self._async_dp("all_gather", self._layer_param_bytes(ahead),
+                                      f"L{ahead} gather params", f"L{ahead}"))
+        ops.append(Wait(f"L{layer}"))
+
+    # ----------------------------------------------------------------- bytes
+    def _grad_op(self) -> str:
+        return "reduce_scatter" if self.parallel.zero >= 1 else "all_reduce"
+
+    def _layer_param_bytes(self, layer: int) -> float:
+        dense, expert = layer_params_local(self.model, layer, self.parallel.tp,
+                                           self.parallel.ep)
+        return (dense + expert) * self.act_bytes
+
+    def _layer_grad_bytes(self, layer: int) -> float:
+        dense, expert = layer_params_local(self.model, layer, self.parallel.tp,
+                                           self.parallel.ep)
+        return (dense + expert) * self.grad_bytes
+
+    # ----------------------------------------------------------------- fusing
+    def _fused(self, ops: Sequence[Op], stage: int) -> tuple[Op, ...]:
+        if self.tp_time_s is None:
+            return tuple(ops)
+        tp_time_s = self.tp_time_s
+        return fuse(ops, lambda op: tp_time_s(op.op or "", op.size_bytes or 0.0, stage))
+
+
+def fuse(ops: Sequence[Op], closed_form_s: Callable[[Collective], float]) -> tuple[Op, ...]:
+    """``ops`` with each run of compute and exclusive collectives merged into one
+    :class:`Fused` op (``closed_form_s`` times the collectives); other ops stay."""
+    out: list[Op] = []
+    run: list[Compute | Collective] = []
+    durations: list[float] = []
+    compute = comm = 0.0
+
+    def flush() -> None:
+        nonlocal compute, comm
+        if run:
+            out.append(Fused(tuple(run), tuple(durations), compute, comm))
+        run.clear()
+        durations.clear()
+        compute = comm = 0.0
+
+    for op in ops:
+        if isinstance(op, Compute):
+            duration = op.duration_s
+            compute += duration
+        elif isinstance(op, Collective) and op.exclusive:
+            duration = closed_form_s(op)
+            comm += duration
+        else:
+            flush()
+            out.append(op)
+            continue
+        run.append(op)
+        durations.append(duration)
+    flush()
+    return tuple(out)
