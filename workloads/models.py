@@ -42,7 +42,8 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
-from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping
+from distsim_gpu.simcore.errors import ConfigError
 
 __all__ = [
     "MODEL_PRESETS",
@@ -135,12 +136,8 @@ class ModelSpec:
         if self.experts > 1 and self.moe_every > self.layers:
             raise ConfigError(f"moe_every {self.moe_every} exceeds layers {self.layers}",
                               key="moe_every", hint="the model would have no MoE layer")
-        if self.position not in POSITIONS:
-            raise ConfigError(f"unknown position encoding {self.position!r}", key="position",
-                              hint=closest(str(self.position), POSITIONS))
-        if self.norm not in NORMS:
-            raise ConfigError(f"unknown norm {self.norm!r}", key="norm",
-                              hint=closest(str(self.norm), NORMS))
+        check_choice(self.position, POSITIONS, key="position", what="position encoding")
+        check_choice(self.norm, NORMS, key="norm")
 
     # ----------------------------------------------------------------- shapes
     @property
@@ -292,9 +289,7 @@ class ModelSpec:
         Narayanan's ``96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))`` for GPT; ``selective``
         (Korthikanti et al. 2022 §5) adds one more forward of the attention scores only.
         """
-        if recompute not in RECOMPUTE_MODES:
-            raise ConfigError(f"unknown recompute mode {recompute!r}", key="recompute",
-                              hint=closest(str(recompute), RECOMPUTE_MODES))
+        check_choice(recompute, RECOMPUTE_MODES, key="recompute", what="recompute mode")
         s = self._seq(seq_len)
         tokens = float(global_batch) * s
         base = self.model_flops_per_iteration(global_batch, s)
@@ -398,11 +393,8 @@ def list_models() -> list[str]:
 
 def get_model(name: str, *, key: str | None = None, source: str | None = None) -> ModelSpec:
     """The preset called ``name`` (case-insensitive); ConfigError with a suggestion if none."""
-    spec = MODEL_PRESETS.get(str(name).strip().lower())
-    if spec is None:
-        raise ConfigError(f"unknown model preset {name!r}", key=key, source=source,
-                          hint=closest(str(name).strip().lower(), MODEL_PRESETS))
-    return spec
+    return MODEL_PRESETS[check_choice(str(name).strip(), MODEL_PRESETS, key=key, source=source,
+                                      what="model preset", fold_case=True)]
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(ModelSpec))
@@ -418,17 +410,10 @@ def model_from_mapping(data: Mapping[str, Any], *, source: str | None = None,
     wrong types and inconsistent values raise :class:`ConfigError` with the key path
     ``<prefix>.<key>`` and, for unknown names, a did-you-mean hint.
     """
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"must be a mapping, got {type(data).__name__}", key=prefix,
-                          source=source, hint="e.g. {preset: llama3-8b} or layers/hidden/...")
-    valid = ("preset", *_FIELD_NAMES)
-    written: dict[str, Any] = {}
-    for raw_key, value in data.items():
-        key = str(raw_key)
-        if key not in valid:
-            raise ConfigError("unknown key", key=f"{prefix}.{key}", source=source,
-                              hint=closest(key, valid))
-        written[key] = value
+    data = check_mapping(data, key=prefix, source=source,
+                         hint="e.g. {preset: llama3-8b} or layers/hidden/...")
+    check_keys(data, ("preset", *_FIELD_NAMES), prefix=prefix, source=source)
+    written: dict[str, Any] = dict(data)
     preset_name = written.pop("preset", None)
     if preset_name is not None:
         preset = get_model(str(preset_name), key=f"{prefix}.preset", source=source)

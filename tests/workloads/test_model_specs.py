@@ -220,8 +220,21 @@ def test_bad_values(data, needle):
 
 
 def test_not_a_mapping():
-    with pytest.raises(ConfigError, match="must be a mapping"):
-        model_from_mapping(["gpt3"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as info:
+        model_from_mapping(["gpt3"], source="s.yaml")  # type: ignore[arg-type]
+    assert str(info.value) == ("s.yaml: model: expected a mapping, got list ['gpt3'] "
+                               "(e.g. {preset: llama3-8b} or layers/hidden/...)")
+
+
+def test_get_model_ignores_case_and_spaces():
+    assert get_model(" GPT3-175B ") is get_model("gpt3-175b")
+
+
+def test_unknown_recompute_mode():
+    with pytest.raises(ConfigError) as info:
+        get_model("gpt3-175b").hardware_flops_per_iteration(8, recompute="ful")
+    assert str(info.value).startswith("recompute: unknown recompute mode 'ful' "
+                                      "(did you mean 'full'?")
 
 
 def test_layer_index_checked():
