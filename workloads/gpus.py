@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from distsim_gpu.simcore.config import check_choice, check_keys
 from distsim_gpu.simcore.errors import ConfigError, closest
 from distsim_gpu.simcore.units import parse_bandwidth, parse_flops, parse_size
 
@@ -70,10 +71,8 @@ class GpuSpec:
             raise ConfigError("needs at least one precision", key="peak_flops",
                               hint=f"valid: {', '.join(PRECISIONS)}")
         for precision, rate in peaks.items():
-            if precision not in PRECISIONS:
-                raise ConfigError(f"unknown precision {precision!r}",
-                                  key=f"peak_flops.{precision}",
-                                  hint=closest(str(precision), PRECISIONS))
+            check_choice(precision, PRECISIONS, key=f"peak_flops.{precision}",
+                         what="precision")
             if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
                 raise ConfigError(f"must be a positive rate, got {rate!r}",
                                   key=f"peak_flops.{precision}")
@@ -174,12 +173,9 @@ def canonical_gpu_name(name: str) -> str:
 
 def get_gpu(name: str, *, key: str | None = None, source: str | None = None) -> GpuSpec:
     """The preset (or alias) called ``name``, case-insensitive; ConfigError if unknown."""
-    spec = GPU_PRESETS.get(canonical_gpu_name(name))
-    if spec is None:
-        raise ConfigError(f"unknown GPU {name!r}", key=key, source=source,
-                          hint=closest(str(name).strip().lower(),
-                                       [*GPU_PRESETS, *GPU_ALIASES]))
-    return spec
+    check_choice(str(name).strip(), (*GPU_PRESETS, *GPU_ALIASES), key=key, source=source,
+                 what="GPU", fold_case=True)
+    return GPU_PRESETS[canonical_gpu_name(name)]
 
 
 def gpu_from_mapping(data: Mapping[str, Any] | str, *, source: str | None = None,
@@ -197,10 +193,7 @@ def gpu_from_mapping(data: Mapping[str, Any] | str, *, source: str | None = None
         raise ConfigError(f"must be a GPU name or a mapping, got {type(data).__name__}",
                           key=prefix, source=source)
     valid = ("preset", "name", "peak_flops", "memory", "memory_bandwidth", "sm_count")
-    for raw_key in data:
-        if str(raw_key) not in valid:
-            raise ConfigError("unknown key", key=f"{prefix}.{raw_key}", source=source,
-                              hint=closest(str(raw_key), valid))
+    check_keys(data, valid, prefix=prefix, source=source)
     base: GpuSpec | None = None
     if "preset" in data:
         base = get_gpu(str(data["preset"]), key=f"{prefix}.preset", source=source)
@@ -214,9 +207,7 @@ def gpu_from_mapping(data: Mapping[str, Any] | str, *, source: str | None = None
                           source=source, hint='e.g. {bf16: "989 TFLOP/s"}')
     for precision, rate in raw_peaks.items():
         path = f"{prefix}.peak_flops.{precision}"
-        if precision not in PRECISIONS:
-            raise ConfigError("unknown precision", key=path, source=source,
-                              hint=closest(str(precision), PRECISIONS))
+        check_choice(precision, PRECISIONS, key=path, source=source, what="precision")
         peaks[str(precision)] = parse_flops(rate, key=path, source=source)
     memory = base.memory_bytes if base else 0.0
     if "memory" in data:

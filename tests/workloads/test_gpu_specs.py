@@ -88,8 +88,10 @@ def test_gpu_from_mapping_custom_and_errors():
         gpu_from_mapping({"peak_flops": {"bf16": 1e15}, "memory": "8 GiB"})
     with pytest.raises(ConfigError, match="did you mean 'memory_bandwidth'"):
         gpu_from_mapping({"preset": "h100", "memory_bandwith": "1 TB/s"})
-    with pytest.raises(ConfigError, match=r"gpu\.peak_flops\.bf61: unknown precision"):
-        gpu_from_mapping({"preset": "h100", "peak_flops": {"bf61": 1}})
+    with pytest.raises(ConfigError) as info:
+        gpu_from_mapping({"preset": "h100", "peak_flops": {"bf61": 1}}, source="c.yaml")
+    assert str(info.value).startswith("c.yaml: gpu.peak_flops.bf61: unknown precision 'bf61' "
+                                      "(did you mean 'bf16'?")
     assert gpu_from_mapping("a100-40gb") is GPU_PRESETS["a100-40gb"]
 
 
@@ -98,6 +100,9 @@ def test_spec_validation():
         GpuSpec("x", {"bf16": 1.0}, 1.0, 1.0, 0)
     with pytest.raises(ConfigError, match="memory_bandwidth_bytes_per_s: must be positive"):
         GpuSpec("x", {"bf16": 1.0}, 1.0, -1.0, 1)
+    with pytest.raises(ConfigError) as info:
+        GpuSpec("x", {"fp9": 1.0}, 1.0, 1.0, 1)
+    assert str(info.value).startswith("peak_flops.fp9: unknown precision 'fp9' (did you mean")
 
 
 def test_spec_is_frozen_and_hashable():
