@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from itertools import permutations
 from typing import Any
 
-from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping
+from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import parse_size
 
 __all__ = [
@@ -44,6 +45,8 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 PLACEMENT_ORDERS = tuple("-".join(p) for p in permutations(("tp", "dp", "pp")))
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+# What a gradient all-reduce may carry on the wire (traffic.GRAD_BYTES sizes each).
+GRAD_REDUCE_PRECISIONS = ("fp32", "bf16", "fp16")
 PARTITIONS = ("uniform", "embedding")
 
 
@@ -131,10 +134,8 @@ class Placement:
     """Global rank ↔ (tp, dp, pp) coordinates for an axis ``order``, innermost first."""
 
     def __init__(self, parallel: ParallelConfig) -> None:
-        if parallel.order not in PLACEMENT_ORDERS:
-            raise ConfigError(f"unknown placement order {parallel.order!r}",
-                              key="parallelism.order", hint=closest(parallel.order,
-                                                                   PLACEMENT_ORDERS))
+        check_choice(parallel.order, PLACEMENT_ORDERS, key="parallelism.order",
+                     what="placement order")
         self.parallel = parallel
         self.axes = tuple(parallel.order.split("-"))
         self.sizes = {"tp": parallel.tp, "dp": parallel.dp, "pp": parallel.pp}
@@ -209,9 +210,7 @@ def _check_degrees(p: ParallelConfig, *, num_gpus: int, heads: int, kv_heads: in
 
 def _check_pipeline(p: ParallelConfig, *, layers: int, source: str | None) -> None:
     """A known schedule and partition, and layers that split into the pipeline's chunks."""
-    if p.schedule not in SCHEDULES:
-        raise ConfigError(f"unknown schedule {p.schedule!r}", key="parallelism.schedule",
-                          source=source, hint=closest(p.schedule, SCHEDULES))
+    check_choice(p.schedule, SCHEDULES, key="parallelism.schedule", source=source)
     if p.schedule == "interleaved":
         if p.interleave < 2:
             raise ConfigError("the interleaved schedule needs interleave >= 2",
@@ -222,9 +221,7 @@ def _check_pipeline(p: ParallelConfig, *, layers: int, source: str | None) -> No
     elif p.interleave != 1:
         raise ConfigError(f"interleave {p.interleave} needs schedule: interleaved",
                           key="parallelism.interleave", source=source)
-    if p.partition not in PARTITIONS:
-        raise ConfigError(f"unknown partition {p.partition!r}", key="parallelism.partition",
-                          source=source, hint=closest(p.partition, PARTITIONS))
+    check_choice(p.partition, PARTITIONS, key="parallelism.partition", source=source)
     if p.partition == "uniform" and layers % (p.pp * p.interleave):
         raise ConfigError(
             f"{layers} layers do not split into pp·interleave = {p.pp * p.interleave} "
@@ -261,13 +258,11 @@ def _check_sharding(p: ParallelConfig, *, experts: int, source: str | None) -> N
     if p.sequence_parallel and p.tp == 1:
         raise ConfigError("sequence_parallel needs tp > 1", key="parallelism.sequence_parallel",
                           source=source)
-    if p.grad_reduce_precision not in ("fp32", "bf16", "fp16"):
-        raise ConfigError(f"unknown gradient precision {p.grad_reduce_precision!r}",
-                          key="parallelism.grad_reduce_precision", source=source,
-                          hint="valid: fp32, bf16, fp16")
-    if p.order not in PLACEMENT_ORDERS:
-        raise ConfigError(f"unknown placement order {p.order!r}", key="parallelism.order",
-                          source=source, hint=closest(p.order, PLACEMENT_ORDERS))
+    check_choice(p.grad_reduce_precision, GRAD_REDUCE_PRECISIONS,
+                 key="parallelism.grad_reduce_precision", source=source,
+                 what="gradient precision")
+    check_choice(p.order, PLACEMENT_ORDERS, key="parallelism.order", source=source,
+                 what="placement order")
 
 
 def _check_training(t: TrainingConfig, p: ParallelConfig, *, source: str | None) -> int:
@@ -287,16 +282,13 @@ def _check_training(t: TrainingConfig, p: ParallelConfig, *, source: str | None)
         raise ConfigError(
             f"the interleaved schedule needs the {microbatches} micro-batches per pipeline "
             f"to be a multiple of pp = {p.pp}", key="training.global_batch", source=source)
-    if t.recompute not in RECOMPUTE:
-        raise ConfigError(f"unknown recompute mode {t.recompute!r}", key="training.recompute",
-                          source=source, hint=closest(t.recompute, RECOMPUTE))
+    check_choice(t.recompute, RECOMPUTE, key="training.recompute", source=source,
+                 what="recompute mode")
     if t.seq_len is not None and (isinstance(t.seq_len, bool) or not isinstance(t.seq_len, int)
                                   or t.seq_len < 1):
         raise ConfigError(f"must be a whole number >= 1, got {t.seq_len!r}",
                           key="training.seq_len", source=source)
-    if t.precision not in PRECISIONS:
-        raise ConfigError(f"unknown precision {t.precision!r}", key="training.precision",
-                          source=source, hint=closest(t.precision, PRECISIONS))
+    check_choice(t.precision, PRECISIONS, key="training.precision", source=source)
     return microbatches
 
 
@@ -314,16 +306,10 @@ def training_from_mapping(data: Mapping[str, Any] | None, *, source: str | None 
 
 def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
                   prefix: str) -> Any:
-    if data is None:
-        return cls()
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"must be a mapping, got {data!r}", key=prefix, source=source)
-    names = tuple(cls.__dataclass_fields__)
+    data = check_mapping(data, key=prefix, source=source, optional=True)
+    check_keys(data, tuple(cls.__dataclass_fields__), prefix=prefix, source=source)
     values: dict[str, Any] = {}
     for key, value in data.items():
-        if key not in names:
-            raise ConfigError("unknown key", key=f"{prefix}.{key}", source=source,
-                              hint=closest(str(key), names))
         default = getattr(cls(), key)
         if isinstance(default, bool):
             if not isinstance(value, bool):

@@ -257,7 +257,7 @@ def test_trace_records_kernels_and_calls_on_stream_tracks():
      "did you mean 'ring'"),
     (lambda c: c.send("n0.gpu0", "n0.gpu1", 1e6, stream="comm", protocol="LL"), "protocol",
      "valid:"),
-    (lambda c: c.collective("allreduce", c.gpus, 1e6), None, "did you mean 'all_reduce'"),
+    (lambda c: c.collective("allreduce", c.gpus, 1e6), "op", "did you mean 'all_reduce'"),
     (lambda c: c.send(switch_cluster().gpus[0], "n0.gpu1", 1e6), "gpu", "another"),
 ])
 def test_bad_input_is_a_clear_distsim_error(call, key, words):

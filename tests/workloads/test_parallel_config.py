@@ -1,0 +1,86 @@
+"""Reading and checking a parallel strategy: every named choice (schedule, partition,
+gradient precision, placement order, recompute mode, precision) is checked with the
+key it was written at and what would be valid; mappings reject unknown keys."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads import traffic
+from distsim_gpu.workloads.parallel import (
+    GRAD_REDUCE_PRECISIONS,
+    ParallelConfig,
+    Placement,
+    TrainingConfig,
+    check_strategy,
+    parallel_from_mapping,
+    training_from_mapping,
+)
+
+_MODEL = {"num_gpus": 8, "layers": 8, "heads": 8, "kv_heads": 8, "experts": 1}
+
+
+def _check(parallel: ParallelConfig, training: TrainingConfig | None = None) -> int:
+    training = training or TrainingConfig(micro_batch=1, global_batch=8)
+    return check_strategy(parallel, training, source="s.yaml", **_MODEL)
+
+
+def test_a_valid_strategy_passes() -> None:
+    assert _check(ParallelConfig(tp=2, pp=2, dp=2)) == 4
+
+
+@pytest.mark.parametrize(("change", "text"), [
+    ({"schedule": "1f1"}, "s.yaml: parallelism.schedule: unknown schedule '1f1' "
+                          "(did you mean '1f1b'? valid: 1f1b, gpipe, interleaved)"),
+    ({"partition": "even"}, "s.yaml: parallelism.partition: unknown partition 'even' "
+                            "(valid: embedding, uniform)"),
+    ({"grad_reduce_precision": "fp8"}, "s.yaml: parallelism.grad_reduce_precision: unknown "
+                                       "gradient precision 'fp8' (valid: bf16, fp16, fp32)"),
+    ({"order": "tp-pp"}, "s.yaml: parallelism.order: unknown placement order 'tp-pp' "
+                         "(did you mean"),
+])
+def test_an_unknown_parallel_choice_names_its_key(change, text) -> None:
+    with pytest.raises(ConfigError) as info:
+        _check(replace(ParallelConfig(dp=8), **change))
+    assert str(info.value).startswith(text)
+
+
+@pytest.mark.parametrize(("change", "text"), [
+    ({"recompute": "ful"}, "s.yaml: training.recompute: unknown recompute mode 'ful' "
+                           "(did you mean 'full'? valid: full, none, selective)"),
+    ({"precision": "bf61"}, "s.yaml: training.precision: unknown precision 'bf61' "
+                            "(did you mean 'bf16'?"),
+])
+def test_an_unknown_training_choice_names_its_key(change, text) -> None:
+    with pytest.raises(ConfigError) as info:
+        _check(ParallelConfig(dp=8), TrainingConfig(micro_batch=1, global_batch=8, **change))
+    assert str(info.value).startswith(text)
+
+
+def test_placement_checks_its_order() -> None:
+    with pytest.raises(ConfigError) as info:
+        Placement(ParallelConfig(order="dp-tp"))
+    assert str(info.value).startswith("parallelism.order: unknown placement order 'dp-tp'")
+
+
+def test_gradient_precisions_are_the_ones_traffic_can_size() -> None:
+    assert set(GRAD_REDUCE_PRECISIONS) == set(traffic.GRAD_BYTES)
+
+
+def test_from_mapping_reads_known_keys() -> None:
+    assert parallel_from_mapping(None) == ParallelConfig()
+    assert parallel_from_mapping({"tp": 2, "schedule": "GPipe"}) == ParallelConfig(
+        tp=2, schedule="gpipe")
+    assert training_from_mapping({"global_batch": 16}).global_batch == 16
+
+
+def test_from_mapping_rejects_unknown_keys_and_non_mappings() -> None:
+    with pytest.raises(ConfigError) as info:
+        parallel_from_mapping({"tpp": 2}, source="s.yaml")
+    assert str(info.value).startswith("s.yaml: parallelism.tpp: unknown key (did you mean "
+                                      "'tp'?")
+    with pytest.raises(ConfigError) as info:
+        training_from_mapping([1], source="s.yaml")  # type: ignore[arg-type]
+    assert str(info.value) == "s.yaml: training: expected a mapping, got list [1]"
