@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.workloads.memory import layer_params_local, params_on_gpu
 from distsim_gpu.workloads.models import ModelSpec
 from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
@@ -73,22 +73,16 @@ GRAD_BYTES: Mapping[str, int] = MappingProxyType({"fp32": 4, "bf16": 2, "fp16": 
 # --------------------------------------------------------------------------- element sizes
 
 
-def _lookup(table: Mapping[str, int], precision: str, key: str) -> int:
-    size = table.get(precision)
-    if size is None:
-        raise ConfigError(f"unknown precision {precision!r}", key=key,
-                          hint=closest(str(precision), tuple(table)))
-    return size
-
-
 def activation_bytes_per_element(precision: str) -> int:
     """Bytes of one activation or parameter element sent at training ``precision``."""
-    return _lookup(ACTIVATION_BYTES, precision, "training.precision")
+    return ACTIVATION_BYTES[check_choice(precision, ACTIVATION_BYTES, key="training.precision")]
 
 
 def grad_bytes_per_element(grad_reduce_precision: str) -> int:
     """Bytes of one gradient element reduced at ``grad_reduce_precision``."""
-    return _lookup(GRAD_BYTES, grad_reduce_precision, "parallelism.grad_reduce_precision")
+    return GRAD_BYTES[check_choice(grad_reduce_precision, GRAD_BYTES,
+                                   key="parallelism.grad_reduce_precision",
+                                   what="gradient precision")]
 
 
 # --------------------------------------------------------------------------- per layer pass

@@ -144,12 +144,14 @@ def test_buckets_carry_every_gradient_once(bucket_params, layers, first, precisi
     assert all(b.size_bytes >= threshold for b in buckets if b.after_layers is not None)
 
 
-@pytest.mark.parametrize(("call", "key"), [
-    (lambda: traffic.activation_bytes_per_element("fp4"), "training.precision"),
-    (lambda: traffic.grad_bytes_per_element("fp8"), "parallelism.grad_reduce_precision"),
+@pytest.mark.parametrize(("call", "key", "words"), [
+    (lambda: traffic.activation_bytes_per_element("fp4"), "training.precision",
+     "unknown precision 'fp4'"),
+    (lambda: traffic.grad_bytes_per_element("fp8"), "parallelism.grad_reduce_precision",
+     "unknown gradient precision 'fp8'"),
 ])
-def test_unknown_precision_names_the_key_and_the_valid_ones(call, key):
+def test_unknown_precision_names_the_key_and_the_valid_ones(call, key, words):
     with pytest.raises(ConfigError) as error:
         call()
     assert error.value.key == key
-    assert "fp32" in str(error.value)
+    assert words in str(error.value) and "fp32" in str(error.value)
