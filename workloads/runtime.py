@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 import simpy
 from distsim_gpu.collectives import PROTOCOLS, CollectiveRecord, CommParams, Communicator
+from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError, closest
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
@@ -250,9 +251,8 @@ class Cluster:
             raise ConfigError(f"a send needs two different GPUs, got {pair[0].name!r} twice",
                               key="dst")
         size_bytes = _at_least_zero(size_bytes, "size_bytes")
-        if protocol is not None and protocol not in PROTOCOLS:
-            raise ConfigError(f"unknown protocol {protocol!r}", key="protocol",
-                              hint=closest(str(protocol), PROTOCOLS))
+        if protocol is not None:
+            check_choice(protocol, PROTOCOLS, key="protocol")
         return self._launch("send", pair, stream, tag, lambda: self.communicator.send(
             pair[0].name, pair[1].name, size_bytes, protocol=protocol, tag=tag))
 
