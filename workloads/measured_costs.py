@@ -45,6 +45,7 @@ from typing import Any
 from distsim_gpu.measured.distsim_trace import DistsimTrace
 from distsim_gpu.measured.records import CpuEvent, RankTrace
 from distsim_gpu.measured.traces import load_traces, read_trace_file
+from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.costs import CostRow, TableHeader, write_cost_table
 from distsim_gpu.workloads.gpus import canonical_gpu_name
@@ -358,9 +359,7 @@ def costs_from_kineto(traces: Sequence[RankTrace], *, shape: ShapeKeys,
         pattern = re.compile(layer)
     except re.error as error:
         raise ConfigError(f"not a regular expression: {error}", key="--layer") from None
-    if kind not in LAYER_KINDS:
-        raise ConfigError(f"unknown layer kind {kind!r}", key="--kind",
-                          hint="one of " + ", ".join(LAYER_KINDS))
+    check_choice(kind, LAYER_KINDS, key="--kind", what="layer kind")
     name = _trace_gpu(traces, gpu)
     times: dict[str, list[float]] = {"fwd": [], "bwd": [], "recompute": []}
     scopes_found = 0

@@ -188,6 +188,14 @@ def test_missing_shape_options_are_named(tmp_path, capsys):
     assert "does not say its shape" in capsys.readouterr().err and not out.exists()
 
 
+def test_unknown_layer_kind_is_named(tmp_path):
+    trace = two_layer_trace(tmp_path / "rank0.json")
+    with pytest.raises(ConfigError) as err:
+        extract_costs([trace], kind="transformer", **SHAPE)
+    assert str(err.value).startswith("--kind: unknown layer kind 'transformer' (did you mean "
+                                     "'transformer_layer'? valid: moe_layer, transformer_layer)")
+
+
 def test_unmatched_layer_pattern_lists_the_annotations(tmp_path):
     trace = two_layer_trace(tmp_path / "rank0.json")
     with pytest.raises(ConfigError, match=r"no layer scope matches --layer 'MyBlock'") as err:
