@@ -82,6 +82,7 @@ from distsim_gpu.scenarios.scenario import (
     run_scenario,
     scenario_from_mapping,
 )
+from distsim_gpu.simcore.config import check_keys
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.topology import build_cluster
@@ -271,10 +272,8 @@ def gpus_per_node(scenario: Scenario) -> int:
 def _space(space: Mapping[str, Iterable[Any]] | None) -> dict[str, tuple[Any, ...] | None]:
     result: dict[str, tuple[Any, ...] | None] = {key: _DEFAULT_SPACE.get(key)
                                                  for key in SPACE_KEYS}
+    check_keys(space or {}, SPACE_KEYS, prefix="space", what="search axis")
     for key, values in (space or {}).items():
-        if key not in SPACE_KEYS:
-            raise ConfigError("unknown search axis", key=f"space.{key}",
-                              hint="axes: " + ", ".join(SPACE_KEYS))
         if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
             values = [values]
         result[key] = tuple(values)

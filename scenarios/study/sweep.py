@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
-from distsim_gpu.simcore.config import parse_assignment
-from distsim_gpu.simcore.errors import ConfigError, DistsimError, closest
+from distsim_gpu.simcore.config import check_choice, parse_assignment
+from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.units import parse_bandwidth, parse_duration, parse_flops, parse_size
 
@@ -412,9 +412,7 @@ def run_sweep(scenario_path: str | os.PathLike[str],
     for key, values in parsed:
         if not values:
             raise ConfigError("no values", key=key, source="--grid")
-    if metric not in SUMMARY_METRICS:
-        raise ConfigError(f"unknown metric {metric!r}", key="--metric",
-                          hint=closest(metric, SUMMARY_METRICS))
+    check_choice(metric, SUMMARY_METRICS, key="--metric")
     if scheduler is not None and workers is not None:
         raise ConfigError("--workers sizes the local pool; with --scheduler the Dask "
                           "cluster has its own workers", key="--workers")
