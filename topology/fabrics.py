@@ -31,6 +31,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology.model import Device, Link
 
@@ -68,6 +69,8 @@ class Fabric:
 def build_fabric(spec: FabricSpec, nics: Sequence[Sequence[str]], *,
                  nic_bandwidth_bytes_per_s: float, nic_latency_s: float) -> Fabric:
     """Switches and links joining ``nics`` (per node, in rail order) as ``spec`` says."""
+    # The loader checks kinds; this guards programmatic use.
+    check_choice(spec.kind, FABRIC_KINDS, key="fabric.kind", what="fabric kind")
     if spec.kind == "single-switch":
         leaf_of = {nic: 0 for node in nics for nic in node}
         leaves = 1 if leaf_of else 0
@@ -75,13 +78,11 @@ def build_fabric(spec: FabricSpec, nics: Sequence[Sequence[str]], *,
         ordered = [nic for node in nics for nic in node]
         leaf_of = {nic: k // spec.nics_per_leaf for k, nic in enumerate(ordered)}
         leaves = math.ceil(len(ordered) / spec.nics_per_leaf)
-    elif spec.kind == "rail-optimized":
+    else:  # rail-optimized
         rails = max((len(node) for node in nics), default=0)
         leaf_of = {nic: (n // spec.nics_per_leaf) * rails + rail
                    for n, node in enumerate(nics) for rail, nic in enumerate(node)}
         leaves = max(leaf_of.values(), default=-1) + 1
-    else:  # the loader checks kinds; this guards programmatic use
-        raise ConfigError(f"unknown fabric kind {spec.kind!r}", key="fabric.kind")
 
     devices = [Device(f"leaf{k}", "switch", None, k) for k in range(leaves)]
     links: list[Link] = []

@@ -12,6 +12,7 @@ import networkx as nx
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import Route, Topology, build_cluster
+from distsim_gpu.topology.fabrics import FabricSpec, build_fabric
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -225,3 +226,11 @@ def test_routes_are_well_formed(preset: str, nodes: int, kind: str, nics_per_lea
                                 f"n{topo.node_of(dst)}.nic{rail % rails}"]
         else:
             assert route.transport == ("nvlink" if preset != "pcie-8gpu" else "pcie")
+
+
+def test_build_fabric_names_an_unknown_kind():
+    spec = FabricSpec("torus", 1e9, 1e-6, 1e-6)
+    with pytest.raises(ConfigError) as info:
+        build_fabric(spec, [["n0.nic0"]], nic_bandwidth_bytes_per_s=1e9, nic_latency_s=1e-6)
+    assert str(info.value).startswith("fabric.kind: unknown fabric kind 'torus' (valid: "
+                                      "fat-tree, rail-optimized, single-switch)")
