@@ -11,7 +11,8 @@ wrong input reads the same wherever it is written:
   stays a string for the unit parser); surrounding quotes are dropped, so
   ``--set nic.bandwidth="200 Gbps"`` works from any shell.
 * checks (:func:`check_mapping`, :func:`check_keys`, :func:`check_choice`) that raise
-  :class:`~simcore.errors.ConfigError` with the file, the dotted key, the line where the
+  :class:`~simcore.errors.ConfigError` (or, for a data file's content,
+  :class:`~simcore.errors.ParseError`) with the file, the dotted key, the line where the
   caller knows it, and what would be valid (a did-you-mean hint from
   :func:`~simcore.errors.closest`).
 """
@@ -24,7 +25,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import yaml
-from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.simcore.errors import ConfigError, DistsimError, closest
 from distsim_gpu.simcore.yamlfile import line_of
 
 __all__ = [
@@ -214,9 +215,12 @@ def _put(node: Any, token: PathToken, value: Any, at: tuple[PathToken, ...], key
 
 
 def _fail(message: str, key: str | None, source: str | None,
-          lines: Mapping[str, int] | None, hint: str | None = None) -> ConfigError:
-    line = line_of(key, lines) if key and lines else None
-    return ConfigError(message, key=key, source=source, line=line, hint=hint)
+          lines: Mapping[str, int] | None, hint: str | None = None, *,
+          line: int | None = None, error: type[DistsimError] = ConfigError) -> DistsimError:
+    """``error`` at ``key``; its line from ``lines`` where they hold the key, else ``line``."""
+    found = line_of(key, lines) if key and lines else None
+    return error(message, key=key, source=source, line=line if found is None else found,
+                 hint=hint)
 
 
 def check_mapping(value: Any, *, key: str | None, source: str | None = None,
@@ -233,32 +237,38 @@ def check_mapping(value: Any, *, key: str | None, source: str | None = None,
 
 def check_keys(mapping: Mapping[Any, Any], valid: Collection[str], *, prefix: str = "",
                source: str | None = None, lines: Mapping[str, int] | None = None,
-               what: str = "key", context: str = "") -> None:
+               what: str = "key", context: str = "", line: int | None = None,
+               error: type[DistsimError] = ConfigError) -> None:
     """Every key of ``mapping`` (found at dotted path ``prefix``) is one of ``valid``.
 
     The first unknown key is named by its full dotted path, with the closest valid key as
     a hint.  The message is ``unknown <what><context>``: ``what`` says what the keys name
     (``"protocol"``), ``context`` why the set is what it is (``" for preset 'switch'"``).
+    ``line`` is the line when the caller knows it but has no ``lines`` map (a CSV row);
+    ``error`` the class raised (:class:`ParseError` for a data file's content).
     """
     for raw in mapping:
         if isinstance(raw, str) and raw in valid:
             continue
         name = str(raw)
         raise _fail(f"unknown {what}{context}", f"{prefix}.{name}" if prefix else name, source,
-                    lines, closest(name, valid))
+                    lines, closest(name, valid), line=line, error=error)
 
 
 def check_choice(value: Any, valid: Collection[str], *, key: str | None,
                  source: str | None = None, lines: Mapping[str, int] | None = None,
-                 what: str | None = None, fold_case: bool = False) -> str:
+                 what: str | None = None, fold_case: bool = False, line: int | None = None,
+                 error: type[DistsimError] = ConfigError) -> str:
     """``value`` if it is one of ``valid`` (lower-cased first when ``fold_case``).
 
     The error says ``unknown <what> <value>``; ``what`` defaults to the last part of
     ``key`` (``communication.algorithm`` -> ``algorithm``).  ``key`` is ``None`` where
     the caller cannot say where the value was written (a library call's argument).
+    ``line`` and ``error`` as for :func:`check_keys`.
     """
     text = str(value).lower() if fold_case else value
     if isinstance(text, str) and text in valid:
         return text
     what = what or (key.rsplit(".", 1)[-1].split("[", 1)[0] if key else "value")
-    raise _fail(f"unknown {what} {value!r}", key, source, lines, closest(str(text), valid))
+    raise _fail(f"unknown {what} {value!r}", key, source, lines, closest(str(text), valid),
+                line=line, error=error)

@@ -18,7 +18,7 @@ from distsim_gpu.simcore.config import (
     set_path,
     split_overrides,
 )
-from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.errors import ConfigError, ParseError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -341,3 +341,25 @@ def test_check_choice_without_a_key() -> None:
     assert info.value.key is None
     with pytest.raises(ConfigError, match="unknown value 'x'"):
         check_choice("x", ("ring",), key=None)
+
+
+def test_checks_raise_the_callers_error_class_at_a_known_line() -> None:
+    with pytest.raises(ParseError) as info:
+        check_keys({"seqlen": 8}, ("seq_len", "hidden"), prefix="rows[0]", source="t.yaml",
+                   what="column", line=6, error=ParseError)
+    assert str(info.value) == ("t.yaml:6: rows[0].seqlen: unknown column (did you mean "
+                               "'seq_len'? valid: hidden, seq_len)")
+    with pytest.raises(ParseError) as info:
+        check_choice("Forward", ("fwd", "bwd"), key=None, source="t.csv", what="pass",
+                     fold_case=True, line=3, error=ParseError)
+    assert str(info.value) == ("t.csv:3: unknown pass 'Forward' (did you mean 'fwd'? "
+                               "valid: bwd, fwd)")
+
+
+def test_a_lines_map_wins_over_the_fallback_line() -> None:
+    with pytest.raises(ConfigError) as info:
+        check_choice("x", ("a",), key="k", lines={"k": 4}, line=9)
+    assert info.value.line == 4
+    with pytest.raises(ConfigError) as info:
+        check_choice("x", ("a",), key="k", lines={"other": 4}, line=9)
+    assert info.value.line == 9
