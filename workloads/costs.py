@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import yaml
-from distsim_gpu.simcore.config import check_choice
+from distsim_gpu.simcore.config import check_choice, check_keys
 from distsim_gpu.simcore.errors import ConfigError, ParseError, closest
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.units import parse_duration
@@ -636,13 +636,9 @@ def read_cost_table(path: str | os.PathLike[str]) -> tuple[TableHeader, tuple[Co
     except OSError as error:
         raise ConfigError(f"cannot read cost table: {error.strerror or error}",
                           source=name) from None
-    suffix = Path(name).suffix.lower()
-    if suffix in (".yaml", ".yml"):
-        return _read_yaml(text, name)
-    if suffix == ".csv":
+    if _table_format(name) == ".csv":
         return _read_csv(text, name)
-    raise ConfigError(f"unknown cost table format {suffix!r}", source=name,
-                      hint="use .yaml, .yml or .csv")
+    return _read_yaml(text, name)
 
 
 def write_cost_table(path: str | os.PathLike[str], header: TableHeader,
@@ -652,7 +648,7 @@ def write_cost_table(path: str | os.PathLike[str], header: TableHeader,
     Written atomically; times are written with ``repr`` so they read back exactly.
     """
     name = os.fspath(path)
-    suffix = Path(name).suffix.lower()
+    suffix = _table_format(name)
     rows = tuple(rows)
     if suffix in (".yaml", ".yml"):
         doc: dict[str, Any] = {f: getattr(header, f) for f in _HEADER_FIELDS
@@ -660,7 +656,7 @@ def write_cost_table(path: str | os.PathLike[str], header: TableHeader,
         doc["rows"] = [_row_dict(r) for r in rows]
         atomic_write_text(name, yaml.safe_dump(doc, sort_keys=False, default_flow_style=None,
                                                width=200))
-    elif suffix == ".csv":
+    else:
         buffer = io.StringIO()
         buffer.write("# distsim cost table\n")
         for f in _HEADER_FIELDS:
@@ -673,9 +669,12 @@ def write_cost_table(path: str | os.PathLike[str], header: TableHeader,
             d = _row_dict(r)
             writer.writerow([d[c] for c in _COLUMNS])
         atomic_write_text(name, buffer.getvalue())
-    else:
-        raise ConfigError(f"unknown cost table format {suffix!r}", source=name,
-                          hint="use .yaml, .yml or .csv")
+
+
+def _table_format(name: str) -> str:
+    """The file's suffix, lower-cased, when it is one a cost table is written in."""
+    return check_choice(Path(name).suffix, (".yaml", ".yml", ".csv"), key=None, source=name,
+                        what="cost table format", fold_case=True)
 
 
 def _one_line(value: str) -> str:
@@ -705,20 +704,15 @@ def _read_yaml(text: str, name: str) -> tuple[TableHeader, tuple[CostRow, ...]]:
     if not isinstance(data, Mapping) or node is None:
         raise ParseError("a cost table must be a mapping with header fields and 'rows'",
                          source=name, line=1)
-    lines = {str(k.value): (k.start_mark.line + 1, v) for k, v in node.value}
-    valid = (*_HEADER_FIELDS, "rows")
-    for key in data:
-        if str(key) not in valid:
-            raise ParseError("unknown key", source=name, key=str(key),
-                             line=lines.get(str(key), (None, None))[0],
-                             hint=closest(str(key), valid))
-    header = _header({k: v for k, v in data.items() if k != "rows"}, name,
-                     {k: ln for k, (ln, _) in lines.items()})
+    lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
+    values = {str(k.value): v for k, v in node.value}
+    check_keys(data, (*_HEADER_FIELDS, "rows"), source=name, lines=lines, error=ParseError)
+    header = _header({k: v for k, v in data.items() if k != "rows"}, name, lines)
     raw_rows = data.get("rows")
     if not isinstance(raw_rows, list) or not raw_rows:
         raise ParseError("'rows' must be a non-empty list of measurements", source=name,
-                         key="rows", line=lines.get("rows", (1, None))[0])
-    row_nodes = lines["rows"][1].value
+                         key="rows", line=lines.get("rows", 1))
+    row_nodes = values["rows"].value
     rows = []
     for index, (raw, row_node) in enumerate(zip(raw_rows, row_nodes)):
         line = row_node.start_mark.line + 1
@@ -744,10 +738,8 @@ def _read_csv(text: str, name: str) -> tuple[TableHeader, tuple[CostRow, ...]]:
             body = line[1:].strip()
             key, sep, value = body.partition(":")
             if columns is None and sep and key.strip().isidentifier():
-                key = key.strip()
-                if key not in _HEADER_FIELDS:
-                    raise ParseError("unknown header field", source=name, line=number,
-                                     key=key, hint=closest(key, _HEADER_FIELDS))
+                key = check_choice(key.strip(), _HEADER_FIELDS, key=None, source=name,
+                                   what="header field", line=number, error=ParseError)
                 header_data[key] = value.strip()
                 header_lines[key] = number
             continue
@@ -755,9 +747,8 @@ def _read_csv(text: str, name: str) -> tuple[TableHeader, tuple[CostRow, ...]]:
         cells = [c.strip() for c in cells]
         if columns is None:
             for column in cells:
-                if column not in _COLUMNS:
-                    raise ParseError(f"unknown column {column!r}", source=name, line=number,
-                                     hint=closest(column, _COLUMNS))
+                check_choice(column, _COLUMNS, key=None, source=name, what="column",
+                             line=number, error=ParseError)
             missing = [c for c in _REQUIRED_COLUMNS if c not in cells]
             if missing:
                 raise ParseError(f"missing column(s) {', '.join(missing)}", source=name,
@@ -805,9 +796,8 @@ def _row(data: Mapping[str, Any], header: TableHeader, name: str, line: int,
         where = f"{key}.{column}" if key else column
         return ParseError(message, source=name, line=line, key=where, hint=hint)
 
-    for column in data:
-        if column not in _COLUMNS:
-            raise fail("unknown column", column, closest(column, _COLUMNS))
+    check_keys(data, _COLUMNS, prefix=key or "", source=name, what="column", line=line,
+               error=ParseError)
     for column in _REQUIRED_COLUMNS:
         if column not in data or data[column] in (None, ""):
             raise fail("missing value", column)
@@ -817,9 +807,8 @@ def _row(data: Mapping[str, Any], header: TableHeader, name: str, line: int,
     kind = str(data["kind"]).strip()
     if not kind:
         raise fail("empty kind", "kind")
-    pass_ = str(data["pass"]).strip().lower()
-    if pass_ not in TABLE_PASSES:
-        raise fail(f"unknown pass {pass_!r}", "pass", closest(pass_, TABLE_PASSES))
+    pass_ = check_choice(str(data["pass"]).strip(), TABLE_PASSES, source=name, line=line,
+                         key=f"{key}.pass" if key else "pass", fold_case=True, error=ParseError)
     ints: dict[str, int] = {}
     for column in _INT_COLUMNS:
         value = data[column]

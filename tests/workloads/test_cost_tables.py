@@ -217,5 +217,41 @@ def test_missing_file_and_unknown_format(tmp_path):
         read_cost_table(tmp_path / "absent.yaml")
     other = tmp_path / "t.json"
     other.write_text("{}")
-    with pytest.raises(ConfigError, match=r"use \.yaml, \.yml or \.csv"):
+    with pytest.raises(ConfigError) as info:
         read_cost_table(other)
+    assert str(info.value) == (f"{other}: unknown cost table format '.json' "
+                               "(valid: .csv, .yaml, .yml)")
+    with pytest.raises(ConfigError, match=r"unknown cost table format '\.txt'"):
+        write_cost_table(tmp_path / "t.txt", TableHeader(software="x", date="d", source="s",
+                                                         gpu="h100"), [])
+    assert not (tmp_path / "t.txt").exists()
+
+
+@pytest.mark.parametrize(("text", "key", "line", "message"), [
+    (YAML_HEAD + "  - {kind: loss, pass: Forward, micro_batch: 1, seq_len: 8, hidden: 8, "
+     "tp: 1, time_s: 1}\n", "rows[0].pass", 6,
+     "unknown pass 'Forward' (did you mean 'fwd'?"),
+    (YAML_HEAD + "  - {kind: loss, pass: fwd, micro_batch: 1, seqlen: 8, hidden: 8, "
+     "tp: 1, time_s: 1}\n", "rows[0].seqlen", 6, "unknown column (did you mean 'seq_len'?"),
+    ("software: x\ndate: d\nsource: s\ngpus: h100\nrows:\n" + GOOD_ROW, "gpus", 4,
+     "unknown key (did you mean 'gpu'?"),
+])
+def test_unknown_names_in_a_yaml_table_name_key_and_line(tmp_path, text, key, line, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ParseError) as info:
+        read_cost_table(path)
+    assert str(info.value).startswith(f"{path}:{line}: {key}: {message}")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (CSV_HEAD + "kind,pass,micro_batch,seq_len,hidden,tp,time\n",
+     ":5: unknown column 'time' (did you mean 'time_s'?"),
+    ("# software: x\n# dat: d\n", ":2: unknown header field 'dat' (did you mean 'date'?"),
+])
+def test_unknown_names_in_a_csv_table_name_the_line(tmp_path, text, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(ParseError) as info:
+        read_cost_table(path)
+    assert str(info.value).startswith(f"{path}{message}")
