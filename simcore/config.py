@@ -10,7 +10,8 @@ wrong input reads the same wherever it is written:
   number, ``true`` a bool, ``[1, 2]`` a list) and kept as text otherwise (``200 Gbps``
   stays a string for the unit parser); surrounding quotes are dropped, so
   ``--set nic.bandwidth="200 Gbps"`` works from any shell.
-* checks (:func:`check_mapping`, :func:`check_keys`, :func:`check_choice`) that raise
+* checks (:func:`check_mapping`, :func:`check_keys`, :func:`check_choice`,
+  :func:`check_whole`) that raise
   :class:`~simcore.errors.ConfigError` (or, for a data file's content,
   :class:`~simcore.errors.ParseError`) with the file, the dotted key, the line where the
   caller knows it, and what would be valid (a did-you-mean hint from
@@ -32,6 +33,7 @@ __all__ = [
     "check_choice",
     "check_keys",
     "check_mapping",
+    "check_whole",
     "describe",
     "parse_assignment",
     "parse_path",
@@ -232,6 +234,19 @@ def check_mapping(value: Any, *, key: str | None, source: str | None = None,
         return {}
     if not isinstance(value, Mapping):
         raise _fail(f"expected a mapping, got {describe(value)}", key, source, lines, hint)
+    return value
+
+
+def check_whole(value: Any, *, key: str | None, minimum: int = 1, source: str | None = None,
+                lines: Mapping[str, int] | None = None, line: int | None = None,
+                hint: str | None = None, error: type[DistsimError] = ConfigError) -> int:
+    """``value`` if it is a whole number (an ``int``, not a ``bool``) of at least
+    ``minimum``; else ``must be a whole number >= <minimum>, got <value>`` at ``key``.
+    ``line`` and ``error`` as for :func:`check_keys`; ``hint`` says what a value means
+    (``"0 takes the default"``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _fail(f"must be a whole number >= {minimum}, got {value!r}", key, source, lines,
+                    hint, line=line, error=error)
     return value
 
 

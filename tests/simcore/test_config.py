@@ -11,6 +11,7 @@ from distsim_gpu.simcore.config import (
     check_choice,
     check_keys,
     check_mapping,
+    check_whole,
     describe,
     parse_assignment,
     parse_path,
@@ -363,3 +364,30 @@ def test_a_lines_map_wins_over_the_fallback_line() -> None:
     with pytest.raises(ConfigError) as info:
         check_choice("x", ("a",), key="k", lines={"other": 4}, line=9)
     assert info.value.line == 9
+
+
+@pytest.mark.parametrize(("value", "minimum"), [(1, 1), (0, 0), (2**40, 1), (-3, -5)])
+def test_check_whole_accepts_whole_numbers_from_the_minimum(value: int, minimum: int) -> None:
+    assert check_whole(value, key="tp", minimum=minimum) == value
+
+
+@pytest.mark.parametrize(("value", "minimum", "text"), [
+    (0, 1, "s.yaml: tp: must be a whole number >= 1, got 0"),
+    (-1, 0, "s.yaml: tp: must be a whole number >= 0, got -1"),
+    (2.0, 1, "s.yaml: tp: must be a whole number >= 1, got 2.0"),
+    ("2", 1, "s.yaml: tp: must be a whole number >= 1, got '2'"),
+    (True, 0, "s.yaml: tp: must be a whole number >= 0, got True"),
+    (None, 1, "s.yaml: tp: must be a whole number >= 1, got None"),
+])
+def test_check_whole_rejects_what_is_not(value: Any, minimum: int, text: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_whole(value, key="tp", minimum=minimum, source="s.yaml")
+    assert str(info.value) == text
+
+
+def test_check_whole_with_line_hint_and_error_class() -> None:
+    with pytest.raises(ParseError) as info:
+        check_whole(0, key="rows[0].tp", source="t.yaml", line=6, hint="a tp degree",
+                    error=ParseError)
+    assert str(info.value) == "t.yaml:6: rows[0].tp: must be a whole number >= 1, got 0 " \
+                              "(a tp degree)"
