@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping
+from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import parse_duration, parse_size
 
@@ -206,10 +206,7 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
             changes[key] = check_choice(value, _CHOICES[key], key=path, source=source,
                                         fold_case=True)
         elif key == "max_channels":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"must be a whole number >= 0, got {value!r}", key=path,
-                                  source=source)
-            changes["max_channels"] = value
+            changes["max_channels"] = check_whole(value, key=path, minimum=0, source=source)
         elif key in _TABLE_KEYS:
             read = _size if key == "chunk_bytes" else _fraction
             changes[key] = _table(getattr(params, key), value, path, source, _TABLE_KEYS[key],

@@ -56,6 +56,7 @@ from distsim_gpu.simcore.config import (
     check_choice,
     check_keys,
     check_mapping,
+    check_whole,
     path_key,
     set_path,
 )
@@ -404,10 +405,8 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
         if error.key == "communication.fidelity":
             error.key = "simulation.fidelity"
         raise
-    seed = simulation.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"must be a whole number >= 0, got {seed!r}", key="simulation.seed",
-                          source=source)
+    seed = check_whole(simulation.get("seed", 0), key="simulation.seed", minimum=0,
+                       source=source)
 
     stragglers = _stragglers(spec.get("stragglers"), topology, source)
     microbatches = check_strategy(parallel, training, num_gpus=len(topology.gpus),

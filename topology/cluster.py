@@ -41,6 +41,7 @@ from distsim_gpu.simcore.config import (
     check_choice,
     check_keys,
     check_mapping,
+    check_whole,
     describe,
     parse_assignment,
     path_key,
@@ -94,13 +95,9 @@ def list_presets() -> dict[str, str]:
 
 
 def _int(value: object, key: str, source: str | None, *, minimum: int) -> int:
-    leaf = key.rsplit(".", 1)[-1]
     if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{leaf} must be an integer >= {minimum}, got {value!r}", key=key,
-                          source=source)
-    return value
+        value = int(value)  # YAML's 4.0 is the count 4
+    return check_whole(value, key=key, minimum=minimum, source=source)
 
 
 _RATIO = re.compile(r"^\s*([0-9.eE+-]+)\s*:\s*([0-9.eE+-]+)\s*$")

@@ -218,10 +218,11 @@ def test_key_valid_elsewhere_is_rejected_where_it_means_nothing() -> None:
         ({"fabric": {"link_bandwidth": "0 Gbps"}}, "fabric.link_bandwidth", "positive"),
         ({"pcie": {"latency": "-1 us"}}, "pcie.latency", "duration must be zero or positive"),
         ({"cpu": {"bandwidth": "fast"}}, "cpu.bandwidth", "cannot read 'fast'"),
-        ({"nodes": 0}, "nodes", "nodes must be an integer >= 1, got 0"),
-        ({"nodes": -3}, "nodes", "nodes must be an integer >= 1, got -3"),
-        ({"nodes": 2.5}, "nodes", "must be an integer"),
-        ({"nodes": True}, "nodes", "must be an integer"),
+        ({"nodes": 0}, "nodes", "nodes: must be a whole number >= 1, got 0"),
+        ({"nodes": -3}, "nodes", "nodes: must be a whole number >= 1, got -3"),
+        ({"nodes": 2.5}, "nodes", "must be a whole number >= 1, got 2.5"),
+        ({"nodes": True}, "nodes", "must be a whole number >= 1, got True"),
+        ({"fabric": {"spines": -1}}, "fabric.spines", "must be a whole number >= 0, got -1"),
         ({"fabric": {"oversubscription": 0.5}}, "fabric.oversubscription", "ratio >= 1"),
         ({"fabric": {"nics_per_leaf": 0}}, "fabric.nics_per_leaf", ">= 1"),
         ({"fabric": "fat-three"}, "fabric", "did you mean 'fat-tree'"),
@@ -269,7 +270,7 @@ def test_spec_without_preset_or_devices() -> None:
 
 
 def test_load_cluster_nodes_below_one() -> None:
-    with pytest.raises(ConfigError, match="nodes must be an integer >= 1, got 0"):
+    with pytest.raises(ConfigError, match="nodes: must be a whole number >= 1, got 0"):
         load_cluster("dgx-a100", nodes=0)
 
 
