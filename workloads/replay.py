@@ -1,7 +1,7 @@
 """Replay a measured job from its profiler traces, with collectives re-simulated.
 
 The job each rank ran is rebuilt as a dependency graph from its Kineto trace
-(:mod:`measured.kineto`), one profiler step at a time:
+(:mod:`distsim_gpu.measured.kineto`), one profiler step at a time:
 
 * **CPU threads**: the CUDA runtime calls of each thread, in order, separated by the CPU
   time measured between them (Python, framework, data loading — kept as measured).  A call
@@ -21,7 +21,11 @@ The job each rank ran is rebuilt as a dependency graph from its Kineto trace
   of these calls, so both are inferences.  What is left unexplained of a measured start is
   kept as a fixed delay, so a replay with the measured durations reproduces the measured
   timeline.
-* **Compute ops** take their measured durations.
+* **What each GPU op is** is a typed op (:mod:`workloads.ops`), as in the simulated
+  iteration: a kernel is :class:`~workloads.ops.Compute` and a copy or a set
+  :class:`~workloads.ops.Memcpy`, both taking their measured durations; an NCCL kernel is a
+  :class:`~workloads.ops.Collective` of its process group.  The graph's state (launch,
+  stream predecessor, dependencies, replayed times) lives in a node around the op.
 * **Collectives** (NCCL kernels) are matched across ranks by process group and order.  A
   rank's kernel starts as above and then *waits* until every rank of the group has arrived;
   the *transfer* then runs on the cluster's network model (:mod:`collectives`, contention-
@@ -51,11 +55,12 @@ from typing import Any
 
 import simpy
 from distsim_gpu.collectives import CommParams, Communicator
-from distsim_gpu.measured.kineto import CpuEvent, Kernel, ProfilerStep, RankTrace
+from distsim_gpu.measured.records import CpuEvent, GpuEvent, ProfilerStep, RankTrace
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.simcore.trace import Span
 from distsim_gpu.topology import Topology
+from distsim_gpu.workloads.ops import Collective, Compute, Memcpy, Op
 
 __all__ = [
     "CollectiveResult",
@@ -88,18 +93,18 @@ _COMM_OPS = {
 }
 
 
-def communicator_op(kernel: Kernel) -> str | None:
+def communicator_op(kernel: GpuEvent) -> str | None:
     """The distsim collective an NCCL kernel ran, or ``None`` where it cannot be told.
 
     The ``nccl:<op>`` annotation wins over the kernel name (``SendRecv`` kernels implement
     all_to_all); PyTorch's internal variants (``_allgather_base``,
     ``all_gather_into_tensor_coalesced``) are the same collective.
 
-    >>> from measured.kineto import Kernel
-    >>> communicator_op(Kernel("ncclKernel_SendRecv", "communication", 0, 1,
-    ...                        collective="sendrecv", comm_op="all_to_all"))
+    >>> from distsim_gpu.measured.records import GpuEvent
+    >>> communicator_op(GpuEvent("ncclKernel_SendRecv", "communication", 0, 1,
+    ...                          collective="sendrecv", comm_op="all_to_all"))
     'alltoall'
-    >>> communicator_op(Kernel("k", "communication", 0, 1, comm_op="_allgather_base"))
+    >>> communicator_op(GpuEvent("k", "communication", 0, 1, comm_op="_allgather_base"))
     'all_gather'
     """
     for name in (kernel.comm_op, kernel.collective):
@@ -211,18 +216,23 @@ def _error_pct(predicted: float, measured: float) -> float:
 
 
 @dataclass(eq=False, slots=True)
-class _Op:
+class _Node:
+    """One GPU op of a rank's step in the replay graph: what it is (``op``), what the trace
+    measured (``kernel``; ``start_s``/``end_s`` aligned, from the base), what it waits for
+    and, once replayed, when it ran."""
+
     rank: int
-    kernel: Kernel
+    kernel: GpuEvent
+    op: Op
     stream: int
     start_s: float  # measured, aligned, from the base
     end_s: float
     launch: _Call | None = None
-    prev: _Op | None = None  # previous replayed op on the stream
+    prev: _Node | None = None  # previous replayed op on the stream
     prev_fixed_end_s: float | None = None  # ... or the end of one that is not replayed
-    deps: list[_Op] = field(default_factory=list)
+    deps: list[_Node] = field(default_factory=list)
     delay_s: float = 0.0
-    collective: _Rendezvous | None = None
+    rendezvous: _Rendezvous | None = None  # a collective's call, matched across ranks
     launched: simpy.Event | None = None
     done: simpy.Event | None = None
     launch_s: float = 0.0  # replayed
@@ -236,8 +246,8 @@ class _Call:
     event: CpuEvent
     start_s: float  # measured, aligned, from the base
     end_s: float
-    launches: list[_Op] = field(default_factory=list)
-    awaited: _Op | None = None
+    launches: list[_Node] = field(default_factory=list)
+    awaited: _Node | None = None
     post_s: float = 0.0
     sim_start_s: float = math.nan
     sim_end_s: float = math.nan
@@ -245,11 +255,13 @@ class _Call:
 
 @dataclass(eq=False, slots=True)
 class _Rendezvous:
-    op: str | None
+    """One collective call (the ``index``-th of ``group`` in the step), as the first rank's
+    trace gives it, and its ranks' nodes."""
+
+    call: Collective
     group: tuple[int, ...]
     index: int
-    size_bytes: int | None
-    members: dict[int, _Op] = field(default_factory=dict)
+    members: dict[int, _Node] = field(default_factory=dict)
     arrived: int = 0
     finished: simpy.Event | None = None
     transfer_start_s: float = math.nan
@@ -257,11 +269,12 @@ class _Rendezvous:
 
     @property
     def measured_transfer_s(self) -> float:
-        return min(op.kernel.duration_s for op in self.members.values())
+        return min(node.kernel.duration_s for node in self.members.values())
 
     @property
     def simulable(self) -> bool:
-        return self.op is not None and self.size_bytes is not None and len(self.group) > 1
+        return (self.call.op is not None and self.call.size_bytes is not None
+                and len(self.group) > 1)
 
 
 @dataclass(slots=True)
@@ -270,7 +283,7 @@ class _RankStep:
     step: ProfilerStep
     offset_s: float
     base_s: float
-    ops: list[_Op] = field(default_factory=list)
+    ops: list[_Node] = field(default_factory=list)  # the GPU ops launched in the step
     calls_by_thread: dict[Any, list[_Call]] = field(default_factory=dict)
     launch_latency_s: float = 0.0
 
@@ -279,16 +292,28 @@ class _RankStep:
         return trace_time_s - self.offset_s - self.base_s
 
 
-def _group_of(kernel: Kernel, world_size: int) -> tuple[int, ...]:
+def _group_of(kernel: GpuEvent, world_size: int) -> tuple[int, ...]:
     if kernel.group_ranks:
         return tuple(kernel.group_ranks)
     return tuple(range(world_size))
 
 
+def _op_of(kernel: GpuEvent, world_size: int) -> Op:
+    """What a measured GPU event is, as the replay runs it: an NCCL kernel a collective of
+    its process group (kind and size where the trace says them), a copy or a set its
+    measured time, any other kernel compute of its measured duration."""
+    if kernel.kind == "communication":
+        return Collective(communicator_op(kernel), kernel.message_bytes, kernel.name,
+                          group=_group_of(kernel, world_size))
+    if kernel.kind in ("memcpy", "memset"):
+        return Memcpy(kernel.duration_s, kernel.name, memset=kernel.kind == "memset")
+    return Compute(kernel.duration_s, kernel.name)
+
+
 def _comm_sequence(trace: RankTrace, step: ProfilerStep,
-                   world_size: int) -> list[tuple[tuple[int, ...], int, Kernel]]:
+                   world_size: int) -> list[tuple[tuple[int, ...], int, GpuEvent]]:
     """The step's NCCL kernels as ``(group, index within group, kernel)`` in launch order."""
-    kernels = [k for k in trace.kernels if k.kind == "communication" and _in_step(k, step)]
+    kernels = [k for k in trace.gpu_events if k.kind == "communication" and _in_step(k, step)]
     kernels.sort(key=lambda k: (k.launch_s if k.launch_s is not None else k.start_s))
     counts: dict[tuple[int, ...], int] = {}
     result = []
@@ -300,7 +325,7 @@ def _comm_sequence(trace: RankTrace, step: ProfilerStep,
     return result
 
 
-def _in_step(kernel: Kernel, step: ProfilerStep) -> bool:
+def _in_step(kernel: GpuEvent, step: ProfilerStep) -> bool:
     """Whether ``kernel`` belongs to ``step``: launched in its window (or, without a launch
     record, started in it)."""
     t = kernel.launch_s if kernel.launch_s is not None else kernel.start_s
@@ -331,12 +356,26 @@ def _blocking(call: CpuEvent) -> bool:
     return any(marker in call.name for marker in _BLOCKING_MARKERS)
 
 
-def _build_rank_step(trace: RankTrace, step: ProfilerStep, offset_s: float,
-                     base_s: float) -> _RankStep:
-    """The replay graph of one rank's step (every time aligned and from the base)."""
+def _build_rank_step(trace: RankTrace, step: ProfilerStep, offset_s: float, base_s: float,
+                     world_size: int | None = None) -> _RankStep:
+    """The replay graph of one rank's step (every time aligned and from the base);
+    ``world_size``: the job's (default: as the trace says, at least its rank + 1)."""
     rs = _RankStep(trace, step, offset_s, base_s)
+    if world_size is None:
+        world_size = max(trace.world_size or 0, (trace.rank or 0) + 1)
+    _add_nodes(rs, _runtime_calls(rs), world_size)
+    ends = sorted(rs.ops, key=lambda o: o.end_s)
+    _tie_blocking_calls(rs, ends)
+    _explicit_waits(rs)
+    _inferred_waits(rs, ends)
+    return rs
+
+
+def _runtime_calls(rs: _RankStep) -> dict[int, _Call]:
+    """The step's CUDA runtime calls, per thread into ``rs``; returned by correlation."""
+    step = rs.step
     calls: dict[int, _Call] = {}
-    for event in trace.cpu_events:
+    for event in rs.trace.cpu_events:
         if event.category not in ("cuda_runtime", "cuda_driver"):
             continue
         if not step.start_s <= event.start_s < step.end_s:
@@ -345,15 +384,19 @@ def _build_rank_step(trace: RankTrace, step: ProfilerStep, offset_s: float,
         rs.calls_by_thread.setdefault(event.tid, []).append(call)
         if event.correlation is not None:
             calls[event.correlation] = call
+    return calls
 
-    # Ops launched in the step; every GPU op of the trace stays a stream-order constraint.
-    by_stream: dict[int, list[Kernel]] = {}
-    for kernel in trace.kernels:
+
+def _add_nodes(rs: _RankStep, calls: dict[int, _Call], world_size: int) -> None:
+    """The ops launched in the step, in stream order, and the rank's launch latency; every
+    GPU op of the trace stays a stream-order constraint."""
+    by_stream: dict[int, list[GpuEvent]] = {}
+    for kernel in rs.trace.gpu_events:
         by_stream.setdefault(kernel.stream if kernel.stream is not None else -1,
                              []).append(kernel)
     latencies = []
     for stream, kernels in by_stream.items():
-        previous: _Op | None = None
+        previous: _Node | None = None
         previous_end: float | None = None
         for kernel in kernels:
             call = calls.get(kernel.correlation) if kernel.correlation is not None else None
@@ -363,20 +406,21 @@ def _build_rank_step(trace: RankTrace, step: ProfilerStep, offset_s: float,
                     previous_end = rs.t(kernel.end_s)
                 previous = None
                 continue
-            op = _Op(trace.rank or 0, kernel, stream, rs.t(kernel.start_s), rs.t(kernel.end_s),
-                     launch=call, prev=previous,
-                     prev_fixed_end_s=previous_end if previous is None else None)
-            call.launches.append(op)
-            latencies.append(op.start_s - call.start_s)
-            rs.ops.append(op)
-            previous, previous_end = op, op.end_s
+            node = _Node(rs.trace.rank or 0, kernel, _op_of(kernel, world_size), stream,
+                         rs.t(kernel.start_s), rs.t(kernel.end_s), launch=call, prev=previous,
+                         prev_fixed_end_s=previous_end if previous is None else None)
+            call.launches.append(node)
+            latencies.append(node.start_s - call.start_s)
+            rs.ops.append(node)
+            previous, previous_end = node, node.end_s
     rs.launch_latency_s = max(0.0, min(latencies)) if latencies else 0.0
 
-    # Which op each blocking call waited for: the latest-ending op launched no later than
-    # the call whose end falls inside the call.  A copy call blocks only on its own copy
-    # (a device-to-pageable copy returns when done; an asynchronous one spanning some
-    # other op's end by chance must not be tied to it).
-    ends = sorted(rs.ops, key=lambda o: o.end_s)
+
+def _tie_blocking_calls(rs: _RankStep, ends: list[_Node]) -> None:
+    """Which op each blocking call waited for: the latest-ending op launched no later than
+    the call whose end falls inside the call.  A copy call blocks only on its own copy
+    (a device-to-pageable copy returns when done; an asynchronous one spanning some
+    other op's end by chance must not be tied to it).  ``ends``: the ops by end."""
     end_times = [o.end_s for o in ends]
     for thread_calls in rs.calls_by_thread.values():
         for call in thread_calls:
@@ -385,41 +429,43 @@ def _build_rank_step(trace: RankTrace, step: ProfilerStep, offset_s: float,
             own_only = "Synchronize" not in call.event.name
             hi = bisect.bisect_right(end_times, call.end_s + _CLOCK_SLACK_S)
             lo = bisect.bisect_left(end_times, call.start_s)
-            for op in reversed(ends[lo:hi]):
-                if own_only and op.launch is not call:
+            for node in reversed(ends[lo:hi]):
+                if own_only and node.launch is not call:
                     continue
-                if op.launch is not None and op.launch.start_s <= call.start_s:
-                    call.awaited = op
-                    call.post_s = max(0.0, call.end_s - op.end_s)
+                if node.launch is not None and node.launch.start_s <= call.start_s:
+                    call.awaited = node
+                    call.post_s = max(0.0, call.end_s - node.end_s)
                     break
 
-    _explicit_waits(rs)
-    # Cross-stream waits, inferred where a start is otherwise unexplained.
-    for op in rs.ops:
-        ready = _measured_ready(op, rs.launch_latency_s)
-        for dep in op.deps:
+
+def _inferred_waits(rs: _RankStep, ends: list[_Node]) -> None:
+    """Cross-stream waits, inferred where a start is otherwise unexplained; what is still
+    unexplained is the op's fixed delay.  ``ends``: the ops by end."""
+    end_times = [o.end_s for o in ends]
+    for node in rs.ops:
+        ready = _measured_ready(node, rs.launch_latency_s)
+        for dep in node.deps:
             ready = max(ready, dep.end_s)
-        if op.start_s - ready > _WAIT_THRESHOLD_S:
-            lo = bisect.bisect_left(end_times, op.start_s - _WAIT_WINDOW_S)
-            hi = bisect.bisect_right(end_times, op.start_s + _CLOCK_SLACK_S)
+        if node.start_s - ready > _WAIT_THRESHOLD_S:
+            lo = bisect.bisect_left(end_times, node.start_s - _WAIT_WINDOW_S)
+            hi = bisect.bisect_right(end_times, node.start_s + _CLOCK_SLACK_S)
             for other in reversed(ends[lo:hi]):
-                if (other.stream != op.stream and other.launch is not None
-                        and op.launch is not None
-                        and other.launch.start_s <= op.launch.start_s):
-                    op.deps.append(other)
+                if (other.stream != node.stream and other.launch is not None
+                        and node.launch is not None
+                        and other.launch.start_s <= node.launch.start_s):
+                    node.deps.append(other)
                     ready = max(ready, other.end_s)
                     break
-        op.delay_s = max(0.0, op.start_s - ready)
-    return rs
+        node.delay_s = max(0.0, node.start_s - ready)
 
 
 def _explicit_waits(rs: _RankStep) -> None:
     """Cross-stream dependencies from ``cudaEventRecord`` / ``cudaStreamWaitEvent`` pairs
     on one thread (module docstring); each kept only if the measured times satisfy it."""
     for calls in rs.calls_by_thread.values():
-        last_launched: _Op | None = None
-        recorded: _Op | None = None
-        waiting: list[_Op] = []
+        last_launched: _Node | None = None
+        recorded: _Node | None = None
+        waiting: list[_Node] = []
         for call in calls:
             name = call.event.name
             if name.startswith("cudaEventRecord"):
@@ -428,21 +474,21 @@ def _explicit_waits(rs: _RankStep) -> None:
                 if recorded is not None:
                     waiting.append(recorded)
                 recorded = None
-            for op in call.launches:
+            for node in call.launches:
                 for dep in waiting:
-                    if (dep.stream != op.stream and dep.end_s <= op.start_s + _CLOCK_SLACK_S
-                            and dep not in op.deps):
-                        op.deps.append(dep)
+                    if (dep.stream != node.stream and dep.end_s <= node.start_s + _CLOCK_SLACK_S
+                            and dep not in node.deps):
+                        node.deps.append(dep)
                 waiting = []
-                last_launched = op
+                last_launched = node
 
 
-def _measured_ready(op: _Op, launch_latency_s: float) -> float:
-    ready = op.launch.start_s + launch_latency_s if op.launch is not None else op.start_s
-    if op.prev is not None:
-        ready = max(ready, op.prev.end_s)
-    elif op.prev_fixed_end_s is not None:
-        ready = max(ready, op.prev_fixed_end_s)
+def _measured_ready(node: _Node, launch_latency_s: float) -> float:
+    ready = node.launch.start_s + launch_latency_s if node.launch is not None else node.start_s
+    if node.prev is not None:
+        ready = max(ready, node.prev.end_s)
+    elif node.prev_fixed_end_s is not None:
+        ready = max(ready, node.prev_fixed_end_s)
     return ready
 
 
@@ -463,9 +509,9 @@ class _Replay:
         self.rank_steps = rank_steps
         self.rendezvous = rendezvous
         for rs in rank_steps:
-            for op in rs.ops:
-                op.launched = self.env.event()
-                op.done = self.env.event()
+            for node in rs.ops:
+                node.launched = self.env.event()
+                node.done = self.env.event()
         for rv in rendezvous:
             rv.finished = self.env.event()
 
@@ -473,18 +519,18 @@ class _Replay:
         for rs in self.rank_steps:
             for calls in rs.calls_by_thread.values():
                 self.env.process(self._thread(calls))
-            streams: dict[int, list[_Op]] = {}
-            for op in rs.ops:
-                streams.setdefault(op.stream, []).append(op)
-            for ops in streams.values():
-                self.env.process(self._stream(ops, rs.launch_latency_s))
+            streams: dict[int, list[_Node]] = {}
+            for node in rs.ops:
+                streams.setdefault(node.stream, []).append(node)
+            for nodes in streams.values():
+                self.env.process(self._stream(nodes, rs.launch_latency_s))
         self.sim.run()
-        stuck = [op for rs in self.rank_steps for op in rs.ops if math.isnan(op.sim_end_s)]
+        stuck = [node for rs in self.rank_steps for node in rs.ops if math.isnan(node.sim_end_s)]
         if stuck:
-            op = stuck[0]
+            node = stuck[0]
             raise ConfigError(
-                f"replay stalled: {len(stuck)} GPU ops never ran, e.g. rank {op.rank}'s "
-                f"{op.kernel.name[:60]!r}",
+                f"replay stalled: {len(stuck)} GPU ops never ran, e.g. rank {node.rank}'s "
+                f"{node.kernel.name[:60]!r}",
                 hint="a collective's peers did not all reach it; are the traces of one job "
                      "and one step?")
 
@@ -497,10 +543,10 @@ class _Replay:
             if target > env.now:
                 yield env.timeout(target - env.now)
             call.sim_start_s = env.now
-            for op in call.launches:
-                op.launch_s = env.now
-                assert op.launched is not None
-                op.launched.succeed()
+            for node in call.launches:
+                node.launch_s = env.now
+                assert node.launched is not None
+                node.launched.succeed()
             awaited = call.awaited
             if awaited is not None:
                 assert awaited.done is not None
@@ -512,32 +558,34 @@ class _Replay:
             call.sim_end_s = env.now
             previous = call
 
-    def _stream(self, ops: Sequence[_Op], launch_latency_s: float) -> Any:
+    def _stream(self, nodes: Sequence[_Node], launch_latency_s: float) -> Any:
         env = self.env
-        for op in ops:
-            assert op.launched is not None and op.done is not None
-            if not op.launched.processed:
-                yield op.launched
-            ready = op.launch_s + launch_latency_s
-            if op.prev is None and op.prev_fixed_end_s is not None:
-                ready = max(ready, op.prev_fixed_end_s)
-            for dep in op.deps:
+        for node in nodes:
+            assert node.launched is not None and node.done is not None
+            if not node.launched.processed:
+                yield node.launched
+            ready = node.launch_s + launch_latency_s
+            if node.prev is None and node.prev_fixed_end_s is not None:
+                ready = max(ready, node.prev_fixed_end_s)
+            for dep in node.deps:
                 assert dep.done is not None
                 if not dep.done.processed:
                     yield dep.done
                 ready = max(ready, dep.sim_end_s)
-            ready = max(ready, env.now) + op.delay_s
+            ready = max(ready, env.now) + node.delay_s
             if ready > env.now:
                 yield env.timeout(ready - env.now)
-            op.sim_start_s = env.now
-            if op.collective is None:
-                yield env.timeout(op.kernel.duration_s)
+            node.sim_start_s = env.now
+            if node.rendezvous is not None:
+                yield from self._collective(node, node.rendezvous)
             else:
-                yield from self._collective(op, op.collective)
-            op.sim_end_s = env.now
-            op.done.succeed()
+                # Compute and copies take their measured time, as does a collective
+                # whose peers' calls were not matched.
+                yield env.timeout(node.kernel.duration_s)
+            node.sim_end_s = env.now
+            node.done.succeed()
 
-    def _collective(self, op: _Op, rv: _Rendezvous) -> Any:
+    def _collective(self, node: _Node, rv: _Rendezvous) -> Any:
         env = self.env
         assert rv.finished is not None
         rv.arrived += 1
@@ -545,15 +593,16 @@ class _Replay:
             rv.transfer_start_s = env.now
             env.process(self._transfer(rv))
         yield rv.finished
-        op.sim_wait_s = rv.transfer_start_s - op.sim_start_s
+        node.sim_wait_s = rv.transfer_start_s - node.sim_start_s
 
     def _transfer(self, rv: _Rendezvous) -> Any:
         assert rv.finished is not None
+        call = rv.call
         if self.comm is not None and rv.simulable:
-            assert rv.op is not None and rv.size_bytes is not None
+            assert call.op is not None and call.size_bytes is not None
             group = [self.gpus[r] for r in rv.group]
-            yield self.comm.collective(rv.op, group, rv.size_bytes,
-                                       root=group[0] if rv.op in ("broadcast", "reduce")
+            yield self.comm.collective(call.op, group, call.size_bytes,
+                                       root=group[0] if call.op in ("broadcast", "reduce")
                                        else None)
         else:
             yield self.env.timeout(rv.measured_transfer_s)
@@ -591,32 +640,32 @@ def predicted_step_s(measured_s: float, cpu_shift_s: float, gpu_shift_s: float) 
 def _rank_result(rs: _RankStep, number: int, step_end_sim_s: float) -> RankStepResult:
     start, end = rs.t(rs.step.start_s), rs.t(rs.step.end_s)
     measured = rs.step.duration_s
-    gpu_shift = (max(op.sim_end_s for op in rs.ops) - max(op.end_s for op in rs.ops)
+    gpu_shift = (max(node.sim_end_s for node in rs.ops) - max(node.end_s for node in rs.ops)
                  if rs.ops else 0.0)
     predicted = predicted_step_s(measured, step_end_sim_s - end, gpu_shift)
 
-    def busy(kind: str | None, replayed: bool) -> float:
+    def busy(kind: type | None, replayed: bool) -> float:
         """Busy time of ``kind`` ops within the step's window (measured or replayed)."""
         stop = start + (predicted if replayed else measured)
-        spans = [(op.sim_start_s, op.sim_end_s) if replayed else (op.start_s, op.end_s)
-                 for op in rs.ops if kind is None or op.kernel.kind == kind]
+        spans = [(node.sim_start_s, node.sim_end_s) if replayed else (node.start_s, node.end_s)
+                 for node in rs.ops if kind is None or isinstance(node.op, kind)]
         return _union_length([(max(a, start), min(b, stop)) for a, b in spans
                               if b > start and a < stop])
 
     measured_wait = 0.0
-    for op in rs.ops:
-        if op.collective is not None:
-            measured_wait += op.kernel.duration_s - op.collective.measured_transfer_s
+    for node in rs.ops:
+        if node.rendezvous is not None:
+            measured_wait += node.kernel.duration_s - node.rendezvous.measured_transfer_s
     return RankStepResult(
         rank=rs.trace.rank or 0, step=number,
         measured_s=measured, predicted_s=predicted,
-        measured_compute_s=busy("compute", False), predicted_compute_s=busy("compute", True),
-        measured_communication_s=busy("communication", False),
-        predicted_communication_s=busy("communication", True),
+        measured_compute_s=busy(Compute, False), predicted_compute_s=busy(Compute, True),
+        measured_communication_s=busy(Collective, False),
+        predicted_communication_s=busy(Collective, True),
         measured_idle_s=max(0.0, measured - busy(None, False)),
         predicted_idle_s=max(0.0, predicted - busy(None, True)),
         measured_comm_wait_s=measured_wait,
-        predicted_comm_wait_s=sum(op.sim_wait_s for op in rs.ops if op.collective))
+        predicted_comm_wait_s=sum(node.sim_wait_s for node in rs.ops if node.rendezvous))
 
 
 def _step_end_sim(rs: _RankStep) -> float:
@@ -668,19 +717,8 @@ def replay_traces(traces: Sequence[RankTrace], topology: Topology,
         raise ConfigError(f"unknown replay mode {mode!r}", key="mode",
                           hint="valid: simulated, measured")
     params = params or CommParams()
-    if not traces:
-        raise ConfigError("no traces to replay")
     notes: list[str] = []
-    by_rank: dict[int, RankTrace] = {}
-    for trace in traces:
-        if trace.rank is None:
-            raise ConfigError("the trace does not say its rank", source=trace.source,
-                              hint="Kineto writes distributedInfo.rank; or name the file "
-                                   "rank<N>.json / worker<N>.json")
-        if trace.rank in by_rank:
-            raise ConfigError(f"two traces of rank {trace.rank}", source=trace.source,
-                              hint=f"the other is {by_rank[trace.rank].source}")
-        by_rank[trace.rank] = trace
+    by_rank = _traces_by_rank(traces)
     ordered = [by_rank[r] for r in sorted(by_rank)]
     world_size = max([t.world_size or 0 for t in ordered] + [max(by_rank) + 1])
     rank_gpus = place_ranks(topology, world_size, ranks_per_node)
@@ -695,8 +733,55 @@ def replay_traces(traces: Sequence[RankTrace], topology: Topology,
                               source=trace.source,
                               hint="profile with torch.profiler.profile(schedule=...) and "
                                    "call prof.step() each iteration")
-
     step_maps = {t.rank or 0: {s.number: s for s in t.steps} for t in ordered}
+    common = _common_steps(step_maps, steps)
+    offsets = _clock_offsets(ordered, step_maps, world_size)
+
+    results: list[StepResult] = []
+    measured_spans: dict[int, list[Span]] = {}
+    predicted_spans: dict[int, list[Span]] = {}
+    for number in common:
+        base = min(step_maps[r][number].start_s - offsets[r] for r in step_maps)
+        rank_steps = [_build_rank_step(t, step_maps[t.rank or 0][number], offsets[t.rank or 0],
+                                       base, world_size) for t in ordered]
+        rendezvous = _match_collectives(rank_steps, world_size, number, notes)
+        _Replay(rank_steps, rendezvous, topology, params, mode, rank_gpus).run()
+        ranks = tuple(_rank_result(rs, number, _step_end_sim(rs)) for rs in rank_steps)
+        collectives = tuple(_collective_result(rv, number) for rv in rendezvous)
+        results.append(StepResult(number, max(r.measured_s for r in ranks),
+                                  max(r.predicted_s for r in ranks), ranks, collectives))
+        shift = base - min(step_maps[r][common[0]].start_s - offsets[r] for r in step_maps)
+        _add_spans(rank_steps, shift, measured_spans, predicted_spans)
+    unsized = sum(1 for s in results for c in s.collectives if not c.simulated)
+    if unsized and mode == "simulated":
+        notes.append(f"{unsized} collectives without a size or known kind in the trace kept "
+                     "their measured transfer time")
+    return ReplayResult(mode, tuple(sorted(by_rank)), world_size, tuple(results),
+                        {r: offsets[r] for r in sorted(offsets)}, tuple(dict.fromkeys(notes)),
+                        _by_rank(measured_spans), _by_rank(predicted_spans))
+
+
+def _traces_by_rank(traces: Sequence[RankTrace]) -> dict[int, RankTrace]:
+    """Each trace by the rank it says it is; every rank once."""
+    if not traces:
+        raise ConfigError("no traces to replay")
+    by_rank: dict[int, RankTrace] = {}
+    for trace in traces:
+        if trace.rank is None:
+            raise ConfigError("the trace does not say its rank", source=trace.source,
+                              hint="Kineto writes distributedInfo.rank; or name the file "
+                                   "rank<N>.json / worker<N>.json")
+        if trace.rank in by_rank:
+            raise ConfigError(f"two traces of rank {trace.rank}", source=trace.source,
+                              hint=f"the other is {by_rank[trace.rank].source}")
+        by_rank[trace.rank] = trace
+    return by_rank
+
+
+def _common_steps(step_maps: dict[int, dict[int, ProfilerStep]],
+                  steps: Sequence[int] | None) -> list[int]:
+    """The step numbers to replay: those asked for, which every trace must hold, or else
+    every one they all hold."""
     common = sorted(set.intersection(*(set(m) for m in step_maps.values())))
     if steps is not None:
         unknown = sorted(set(steps) - set(common))
@@ -707,40 +792,24 @@ def replay_traces(traces: Sequence[RankTrace], topology: Topology,
     if not common:
         raise ConfigError("the traces share no ProfilerStep number",
                           hint="; ".join(f"rank {r}: {sorted(m)}" for r, m in step_maps.items()))
-    offsets = _clock_offsets(ordered, step_maps, world_size)
+    return common
 
-    results: list[StepResult] = []
-    measured_spans: dict[int, list[Span]] = {}
-    predicted_spans: dict[int, list[Span]] = {}
-    for number in common:
-        base = min(step_maps[r][number].start_s - offsets[r] for r in step_maps)
-        rank_steps = [_build_rank_step(t, step_maps[t.rank or 0][number], offsets[t.rank or 0],
-                                       base) for t in ordered]
-        rendezvous = _match_collectives(rank_steps, world_size, number, notes)
-        _Replay(rank_steps, rendezvous, topology, params, mode, rank_gpus).run()
-        ranks = tuple(_rank_result(rs, number, _step_end_sim(rs)) for rs in rank_steps)
-        collectives = tuple(_collective_result(rv, number) for rv in rendezvous)
-        results.append(StepResult(number, max(r.measured_s for r in ranks),
-                                  max(r.predicted_s for r in ranks), ranks, collectives))
-        shift = base - min(step_maps[r][common[0]].start_s - offsets[r] for r in step_maps)
-        for rs in rank_steps:
-            for op in rs.ops:
-                name = op.kernel.name.split("(", 1)[0]
-                track = f"stream {op.stream}"
-                measured_spans.setdefault(op.rank, []).append(Span(
-                    f"rank {op.rank} · measured", track, name, op.start_s + shift,
-                    op.end_s + shift))
-                args = {"wait_us": op.sim_wait_s * 1e6} if op.collective else {}
-                predicted_spans.setdefault(op.rank, []).append(Span(
-                    f"rank {op.rank} · replayed", track, name, op.sim_start_s + shift,
-                    op.sim_end_s + shift, args))
-    unsized = sum(1 for s in results for c in s.collectives if not c.simulated)
-    if unsized and mode == "simulated":
-        notes.append(f"{unsized} collectives without a size or known kind in the trace kept "
-                     "their measured transfer time")
-    return ReplayResult(mode, tuple(sorted(by_rank)), world_size, tuple(results),
-                        {r: offsets[r] for r in sorted(offsets)}, tuple(dict.fromkeys(notes)),
-                        _by_rank(measured_spans), _by_rank(predicted_spans))
+
+def _add_spans(rank_steps: Sequence[_RankStep], shift_s: float,
+               measured: dict[int, list[Span]], predicted: dict[int, list[Span]]) -> None:
+    """Every op of the step as measured and as replayed, ``shift_s`` later (from the first
+    step's base), per rank."""
+    for rs in rank_steps:
+        for node in rs.ops:
+            name = node.op.label.split("(", 1)[0]
+            track = f"stream {node.stream}"
+            measured.setdefault(node.rank, []).append(Span(
+                f"rank {node.rank} · measured", track, name, node.start_s + shift_s,
+                node.end_s + shift_s))
+            args = {"wait_us": node.sim_wait_s * 1e6} if node.rendezvous else {}
+            predicted.setdefault(node.rank, []).append(Span(
+                f"rank {node.rank} · replayed", track, name, node.sim_start_s + shift_s,
+                node.sim_end_s + shift_s, args))
 
 
 def _by_rank(spans: dict[int, list[Span]]) -> tuple[Span, ...]:
@@ -753,17 +822,16 @@ def _match_collectives(rank_steps: Sequence[_RankStep], world_size: int, number:
     table: dict[tuple[tuple[int, ...], int], _Rendezvous] = {}
     present = {rs.trace.rank for rs in rank_steps}
     for rs in rank_steps:
-        ops = {id(op.kernel): op for op in rs.ops}
+        nodes = {id(node.kernel): node for node in rs.ops}
         for group, index, kernel in _comm_sequence(rs.trace, rs.step, world_size):
-            op = ops.get(id(kernel))
-            if op is None:
+            node = nodes.get(id(kernel))
+            if node is None or not isinstance(node.op, Collective):
                 continue
             rv = table.get((group, index))
             if rv is None:
-                rv = _Rendezvous(communicator_op(kernel), group, index, kernel.message_bytes)
-                table[(group, index)] = rv
-            rv.members[rs.trace.rank or 0] = op
-            op.collective = rv
+                rv = table[(group, index)] = _Rendezvous(node.op, group, index)
+            rv.members[rs.trace.rank or 0] = node
+            node.rendezvous = rv
     result = []
     for rv in table.values():
         expected = present & set(rv.group)
@@ -778,9 +846,9 @@ def _match_collectives(rank_steps: Sequence[_RankStep], world_size: int, number:
 def _collective_result(rv: _Rendezvous, number: int) -> CollectiveResult:
     transfer = rv.measured_transfer_s
     return CollectiveResult(
-        step=number, op=rv.op or "unknown", group=rv.group, index=rv.index,
-        size_bytes=rv.size_bytes, simulated=rv.simulable,
+        step=number, op=rv.call.op or "unknown", group=rv.group, index=rv.index,
+        size_bytes=rv.call.size_bytes, simulated=rv.simulable,
         measured_transfer_s=transfer,
         predicted_transfer_s=rv.transfer_end_s - rv.transfer_start_s,
-        measured_wait_s={r: op.kernel.duration_s - transfer for r, op in rv.members.items()},
-        predicted_wait_s={r: op.sim_wait_s for r, op in rv.members.items()})
+        measured_wait_s={r: node.kernel.duration_s - transfer for r, node in rv.members.items()},
+        predicted_wait_s={r: node.sim_wait_s for r, node in rv.members.items()})

@@ -360,3 +360,25 @@ def test_tp_is_exclusive_until_the_stage_launches_data_parallel_work():
     alone = builder(4, pp=2, dp=1, exclusive_tp=True).stage_stream(0)
     assert all(op.exclusive for op in flat(alone)
                if isinstance(op, Collective) and op.group == "tp")
+
+
+# --------------------------------------------------------------------------- the replay
+
+
+def test_the_replay_says_what_each_measured_gpu_op_is():
+    from distsim_gpu.measured.records import GpuEvent
+    from distsim_gpu.workloads.replay import _op_of
+
+    gemm = GpuEvent("ampere_sgemm_128x64_tn", "compute", 1.0, 2e-4, stream=7)
+    assert _op_of(gemm, 4) == Compute(2e-4, "ampere_sgemm_128x64_tn")
+    copy = GpuEvent("Memcpy HtoD (Pageable -> Device)", "memcpy", 1.0, 3e-6)
+    assert _op_of(copy, 4) == Memcpy(3e-6, copy.name)
+    fill = GpuEvent("Memset (Device)", "memset", 1.0, 1e-6)
+    assert _op_of(fill, 4) == Memcpy(1e-6, fill.name, memset=True)
+    nccl = GpuEvent("ncclKernel_AllReduce_RING_LL_Sum_float", "communication", 1.0, 4e-5,
+                    collective="all_reduce", message_bytes=1 << 20, group_ranks=(0, 2))
+    assert _op_of(nccl, 4) == Collective("all_reduce", 1 << 20, nccl.name, group=(0, 2))
+    # Without the process group's ranks: the whole job; without a size: None (the replay
+    # keeps its measured transfer).
+    bare = GpuEvent("ncclDevKernel_Generic", "communication", 1.0, 4e-5)
+    assert _op_of(bare, 4) == Collective(None, None, bare.name, group=(0, 1, 2, 3))
