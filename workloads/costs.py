@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import yaml
-from distsim_gpu.simcore.config import check_choice, check_keys
+from distsim_gpu.simcore.config import check_choice, check_keys, check_whole
 from distsim_gpu.simcore.errors import ConfigError, ParseError, closest
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.units import parse_duration
@@ -371,8 +371,7 @@ def matmul_efficiency(m: int, n: int, k: int, *, sm_count: int,
     ~asymptotic for large GEMMs and falls for small or skinny ones.
     """
     for name, value in (("m", m), ("n", n), ("k", k), ("sm_count", sm_count)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"must be a positive whole number, got {value!r}", key=name)
+        check_whole(value, key=name)
     best = 0.0
     for tile_m, tile_n, relative in tiles:
         tiles_m, tiles_n = -(-m // tile_m), -(-n // tile_n)
@@ -792,9 +791,11 @@ def _header(data: Mapping[str, Any], name: str, lines: Mapping[str, int]) -> Tab
 
 def _row(data: Mapping[str, Any], header: TableHeader, name: str, line: int,
          key: str | None) -> CostRow:
+    def where(column: str) -> str:
+        return f"{key}.{column}" if key else column
+
     def fail(message: str, column: str, hint: str | None = None) -> ParseError:
-        where = f"{key}.{column}" if key else column
-        return ParseError(message, source=name, line=line, key=where, hint=hint)
+        return ParseError(message, source=name, line=line, key=where(column), hint=hint)
 
     check_keys(data, _COLUMNS, prefix=key or "", source=name, what="column", line=line,
                error=ParseError)
@@ -807,16 +808,15 @@ def _row(data: Mapping[str, Any], header: TableHeader, name: str, line: int,
     kind = str(data["kind"]).strip()
     if not kind:
         raise fail("empty kind", "kind")
-    pass_ = check_choice(str(data["pass"]).strip(), TABLE_PASSES, source=name, line=line,
-                         key=f"{key}.pass" if key else "pass", fold_case=True, error=ParseError)
+    pass_ = check_choice(str(data["pass"]).strip(), TABLE_PASSES, key=where("pass"),
+                         source=name, line=line, fold_case=True, error=ParseError)
     ints: dict[str, int] = {}
     for column in _INT_COLUMNS:
         value = data[column]
         if isinstance(value, str) and value.strip().isdigit():
             value = int(value.strip())
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise fail(f"must be a positive whole number, got {data[column]!r}", column)
-        ints[column] = value
+        ints[column] = check_whole(value, key=where(column), source=name, line=line,
+                                   error=ParseError)
     sp_raw = data.get("sequence_parallel", False)
     if isinstance(sp_raw, str):
         text = sp_raw.strip().lower()
@@ -1041,8 +1041,7 @@ def _check_shard(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int,
                  ep: int) -> None:
     for name, value in (("micro_batch", micro_batch), ("seq_len", seq_len), ("tp", tp),
                         ("ep", ep)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"must be a positive whole number, got {value!r}", key=name)
+        check_whole(value, key=name)
     if model.heads % tp:
         raise ConfigError(f"heads {model.heads} is not divisible by tp {tp}", key="tp",
                           hint="tensor parallelism splits whole attention heads")

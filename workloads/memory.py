@@ -58,9 +58,8 @@ interleaving factor.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from distsim_gpu.simcore.config import check_choice
+from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.models import RECOMPUTE_MODES, ModelSpec
 from distsim_gpu.workloads.parallel import layer_partition
@@ -133,8 +132,8 @@ def stage_layers(model: ModelSpec, *, pp: int = 1, stage: int = 0,
 
     ``partition`` as :func:`workloads.parallel.layer_partition`.
     """
-    _whole(pp, "pp")
-    _whole(interleave, "interleave")
+    check_whole(pp, key="pp")
+    check_whole(interleave, key="interleave")
     if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
         raise ConfigError(f"stage {stage!r} is outside 0..{pp - 1}", key="stage")
     if partition == "uniform" and model.layers % (pp * interleave):
@@ -193,8 +192,8 @@ def activation_bytes_per_layer(model: ModelSpec, *, micro_batch: int, seq_len: i
                                recompute: str = "none", flash_attention: bool = False,
                                precision: str = "bf16", layer_index: int = 0) -> float:
     """Activation bytes one layer keeps for backward, per micro-batch (module docstring)."""
-    _whole(micro_batch, "micro_batch")
-    s = model.seq_len if seq_len is None else _whole(seq_len, "seq_len")
+    check_whole(micro_batch, key="micro_batch")
+    s = model.seq_len if seq_len is None else check_whole(seq_len, key="seq_len")
     _check_parallel(model, tp=tp, ep=1)
     check_choice(recompute, RECOMPUTE_MODES, key="recompute")
     e = _activation_element_bytes(precision)
@@ -227,9 +226,9 @@ def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatch
     """Micro-batches whose activations stage ``stage`` holds at its peak, in units of the
     stage's full set of layers (module docstring)."""
     check_choice(schedule, SCHEDULES, key="schedule")
-    _whole(pp, "pp")
-    _whole(num_microbatches, "num_microbatches")
-    _whole(interleave, "interleave")
+    check_whole(pp, key="pp")
+    check_whole(num_microbatches, key="num_microbatches")
+    check_whole(interleave, key="interleave")
     if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
         raise ConfigError(f"stage {stage!r} is outside 0..{pp - 1}", key="stage")
     if schedule == "gpipe":
@@ -255,8 +254,8 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
     ``interleave`` ≥ 2, the others ``interleave`` 1.  ``seq_len`` defaults to the model's.
     """
     for name, value in (("dp", dp), ("micro_batch", micro_batch)):
-        _whole(value, name)
-    s = model.seq_len if seq_len is None else _whole(seq_len, "seq_len")
+        check_whole(value, key=name)
+    s = model.seq_len if seq_len is None else check_whole(seq_len, key="seq_len")
     if isinstance(zero_stage, bool) or zero_stage not in (0, 1, 2, 3):
         raise ConfigError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}",
                           key="zero_stage")
@@ -324,15 +323,9 @@ def _activation_element_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
-def _whole(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"must be a positive whole number, got {value!r}", key=key)
-    return value
-
-
 def _check_parallel(model: ModelSpec, *, tp: int, ep: int) -> None:
-    _whole(tp, "tp")
-    _whole(ep, "ep")
+    check_whole(tp, key="tp")
+    check_whole(ep, key="ep")
     if model.heads % tp:
         raise ConfigError(f"heads {model.heads} is not divisible by tp {tp}", key="tp",
                           hint="tensor parallelism splits whole attention heads")

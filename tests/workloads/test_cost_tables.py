@@ -160,7 +160,7 @@ YAML_HEAD = "software: x\ndate: d\nsource: s\ngpu: h100\nrows:\n"
     (YAML_HEAD + GOOD_ROW + "  - {kind: loss, pass: forward, micro_batch: 1, seq_len: 8, "
      "hidden: 8, tp: 1, time_s: 1}\n", 7, "unknown pass 'forward'"),
     (YAML_HEAD + "  - {kind: loss, pass: fwd, micro_batch: 0, seq_len: 8, hidden: 8, "
-     "tp: 1, time_s: 1}\n", 6, "rows[0].micro_batch: must be a positive whole number"),
+     "tp: 1, time_s: 1}\n", 6, "rows[0].micro_batch: must be a whole number >= 1, got 0"),
     (YAML_HEAD + "  - {kind: loss, pass: fwd, micro_batch: 1, seq_len: 8, hidden: 8, "
      "tp: 1}\n", 6, "rows[0].time_s: missing value"),
     (YAML_HEAD + "  - {kind: loss, pass: fwd, micro_batch: 1, seqlen: 8, hidden: 8, "
@@ -191,7 +191,7 @@ CSV_COLUMNS = "kind,pass,micro_batch,seq_len,hidden,tp,time_s\n"
 
 @pytest.mark.parametrize(("text", "line", "needle"), [
     (CSV_HEAD + CSV_COLUMNS + "loss,fwd,1,8,8,1,0.1\nloss,fwd,1,8,8,one,0.1\n", 7,
-     "tp: must be a positive whole number"),
+     "tp: must be a whole number >= 1, got 'one'"),
     (CSV_HEAD + CSV_COLUMNS + "loss,fwd,1,8,8,1\n", 6, "expected 7 cells, found 6"),
     (CSV_HEAD + CSV_COLUMNS + "loss,fwd,1,8,8,1,fast\n", 6, "cannot read 'fast'"),
     (CSV_HEAD + "kind,pass,micro_batch,seq_len,hidden,tp,time\n", 5,

@@ -234,7 +234,7 @@ def test_interleaved_stage_layers():
     ({"stage": 2, "pp": 2}, "stage 2 is outside 0..1"),
     ({"ep": 2, "dp": 2}, "ep 2 needs a model with experts"),
     ({"precision": "int8"}, "unknown precision 'int8'"),
-    ({"micro_batch": 0}, "micro_batch: must be a positive whole number"),
+    ({"micro_batch": 0}, "micro_batch: must be a whole number >= 1, got 0"),
 ])
 def test_bad_inputs(kwargs, needle):
     with pytest.raises(ConfigError) as info:

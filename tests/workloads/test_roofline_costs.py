@@ -125,7 +125,7 @@ def test_bad_shapes():
         forward_layer_work(get_model("mixtral-8x7b"), micro_batch=1, seq_len=8, ep=3)
     with pytest.raises(ConfigError, match="did you mean 'bwd'"):
         layer_work("bw", m, micro_batch=1, seq_len=8)
-    with pytest.raises(ConfigError, match="micro_batch: must be a positive whole number"):
+    with pytest.raises(ConfigError, match="micro_batch: must be a whole number >= 1, got 0"):
         forward_layer_work(m, micro_batch=0, seq_len=8)
 
 
