@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from distsim_gpu.simcore.config import check_choice, check_keys
+from distsim_gpu.simcore.config import check_choice, check_keys, check_whole
 from distsim_gpu.simcore.errors import ConfigError, closest
 from distsim_gpu.simcore.units import parse_bandwidth, parse_flops, parse_size
 
@@ -83,10 +83,7 @@ class GpuSpec:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"must be positive, got {value!r}", key=name)
             object.__setattr__(self, name, float(value))
-        if isinstance(self.sm_count, bool) or not isinstance(self.sm_count, int) or (
-                self.sm_count < 1):
-            raise ConfigError(f"must be a positive whole number, got {self.sm_count!r}",
-                              key="sm_count")
+        check_whole(self.sm_count, key="sm_count")
 
     def peak_flops(self, precision: str) -> float:
         """Dense peak FLOP/s at ``precision``; ConfigError naming the supported ones."""
@@ -217,10 +214,8 @@ def gpu_from_mapping(data: Mapping[str, Any] | str, *, source: str | None = None
     if "memory_bandwidth" in data:
         bandwidth = parse_bandwidth(data["memory_bandwidth"],
                                     key=f"{prefix}.memory_bandwidth", source=source)
-    sm_count = data.get("sm_count", base.sm_count if base else 0)
-    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 1:
-        raise ConfigError(f"must be a positive whole number, got {sm_count!r}",
-                          key=f"{prefix}.sm_count", source=source)
+    sm_count = check_whole(data.get("sm_count", base.sm_count if base else 0),
+                           key=f"{prefix}.sm_count", source=source)
     name = str(data.get("name", base.name if base else "custom"))
     return GpuSpec(name, peaks, memory, bandwidth, sm_count,
                    source=(base.source if base else "") + (" (overridden)" if base else ""))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from itertools import permutations
 from typing import Any
 
-from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping
+from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import parse_size
 
@@ -188,10 +188,7 @@ def _check_degrees(p: ParallelConfig, *, num_gpus: int, heads: int, kv_heads: in
                    source: str | None) -> None:
     """Whole degrees whose product is the cluster, and heads that split over tp."""
     for key in ("tp", "pp", "dp", "ep", "interleave"):
-        value = getattr(p, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"must be a whole number >= 1, got {value!r}",
-                              key=f"parallelism.{key}", source=source)
+        check_whole(getattr(p, key), key=f"parallelism.{key}", source=source)
     if p.tp * p.pp * p.dp != num_gpus:
         raise ConfigError(
             f"tp·pp·dp = {p.tp}·{p.pp}·{p.dp} = {p.tp * p.pp * p.dp} but the cluster has "
@@ -268,10 +265,7 @@ def _check_sharding(p: ParallelConfig, *, experts: int, source: str | None) -> N
 def _check_training(t: TrainingConfig, p: ParallelConfig, *, source: str | None) -> int:
     """Batch sizes that split over dp and the pipeline; returns micro-batches per step."""
     for key in ("micro_batch", "global_batch"):
-        value = getattr(t, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"must be a whole number >= 1, got {value!r}",
-                              key=f"training.{key}", source=source)
+        check_whole(getattr(t, key), key=f"training.{key}", source=source)
     if t.global_batch % (t.micro_batch * p.dp):
         raise ConfigError(
             f"global_batch {t.global_batch} is not a multiple of micro_batch·dp = "
@@ -284,10 +278,8 @@ def _check_training(t: TrainingConfig, p: ParallelConfig, *, source: str | None)
             f"to be a multiple of pp = {p.pp}", key="training.global_batch", source=source)
     check_choice(t.recompute, RECOMPUTE, key="training.recompute", source=source,
                  what="recompute mode")
-    if t.seq_len is not None and (isinstance(t.seq_len, bool) or not isinstance(t.seq_len, int)
-                                  or t.seq_len < 1):
-        raise ConfigError(f"must be a whole number >= 1, got {t.seq_len!r}",
-                          key="training.seq_len", source=source)
+    if t.seq_len is not None:
+        check_whole(t.seq_len, key="training.seq_len", source=source)
     check_choice(t.precision, PRECISIONS, key="training.precision", source=source)
     return microbatches
 

@@ -84,3 +84,17 @@ def test_from_mapping_rejects_unknown_keys_and_non_mappings() -> None:
     with pytest.raises(ConfigError) as info:
         training_from_mapping([1], source="s.yaml")  # type: ignore[arg-type]
     assert str(info.value) == "s.yaml: training: expected a mapping, got list [1]"
+
+
+@pytest.mark.parametrize(("parallel", "training", "text"), [
+    (ParallelConfig(tp=0, dp=8), None, "s.yaml: parallelism.tp: must be a whole number >= 1, "
+                                       "got 0"),
+    (ParallelConfig(dp=8, interleave=True), None, "parallelism.interleave: must be a whole "
+                                                  "number >= 1, got True"),
+    (ParallelConfig(dp=8), TrainingConfig(micro_batch=1, global_batch=8, seq_len=0),
+     "s.yaml: training.seq_len: must be a whole number >= 1, got 0"),
+])
+def test_degrees_and_batch_sizes_are_whole_numbers(parallel, training, text) -> None:
+    with pytest.raises(ConfigError) as info:
+        _check(parallel, training)
+    assert str(info.value).startswith(text)
