@@ -89,8 +89,8 @@ def test_from_mapping_rejects_unknown_keys_and_non_mappings() -> None:
 @pytest.mark.parametrize(("parallel", "training", "text"), [
     (ParallelConfig(tp=0, dp=8), None, "s.yaml: parallelism.tp: must be a whole number >= 1, "
                                        "got 0"),
-    (ParallelConfig(dp=8, interleave=True), None, "parallelism.interleave: must be a whole "
-                                                  "number >= 1, got True"),
+    (ParallelConfig(dp=8, interleave=True), None, "s.yaml: parallelism.interleave: must be "
+                                                  "a whole number >= 1, got True"),
     (ParallelConfig(dp=8), TrainingConfig(micro_batch=1, global_batch=8, seq_len=0),
      "s.yaml: training.seq_len: must be a whole number >= 1, got 0"),
 ])
