@@ -45,7 +45,7 @@ from typing import Any
 from distsim_gpu.measured.distsim_trace import DistsimTrace
 from distsim_gpu.measured.records import CpuEvent, RankTrace
 from distsim_gpu.measured.traces import load_traces, read_trace_file
-from distsim_gpu.simcore.config import check_choice
+from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.costs import CostRow, TableHeader, write_cost_table
 from distsim_gpu.workloads.gpus import canonical_gpu_name
@@ -475,16 +475,11 @@ def extract_costs(paths: Sequence[str | Path], *, layer: str = DEFAULT_LAYER_REG
                           + ", ".join(missing), key=missing[0],
                           hint="the micro-batch, sequence length and hidden size the job "
                                "ran with (and --tp if tensor-parallel)")
-    shape = ShapeKeys(_positive(micro_batch, "--micro-batch"), _positive(seq_len, "--seq-len"),
-                      _positive(hidden, "--hidden"), _positive(tp, "--tp"), sequence_parallel)
+    shape = ShapeKeys(check_whole(micro_batch, key="--micro-batch"),
+                      check_whole(seq_len, key="--seq-len"), check_whole(hidden, key="--hidden"),
+                      check_whole(tp, key="--tp"), sequence_parallel)
     return costs_from_kineto(kineto, shape=shape, layer=layer, kind=kind, gpu=gpu,
                              model=model or "")
-
-
-def _positive(value: int | None, key: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"must be a positive whole number, got {value!r}", key=key)
-    return value
 
 
 # ------------------------------------------------------------------ the table in text

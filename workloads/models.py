@@ -42,7 +42,7 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
-from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping
+from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 
 __all__ = [
@@ -106,13 +106,9 @@ class ModelSpec:
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"must be a non-empty string, got {self.name!r}", key="name")
         for name in _INT_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"must be a whole number, got {value!r}", key=name)
             floor = 0 if name in ("ffn_hidden", "kv_heads") else 1
-            if value < floor:
-                what = "positive (or 0 for the default)" if floor == 0 else "positive"
-                raise ConfigError(f"must be {what}, got {value}", key=name)
+            check_whole(getattr(self, name), key=name, minimum=floor,
+                        hint="0 takes the default" if floor == 0 else None)
         for name in _BOOL_FIELDS:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"must be true or false, got {getattr(self, name)!r}",
@@ -278,7 +274,7 @@ class ModelSpec:
         (Chowdhery et al. 2022, App. B) is the same count when N is the matmul weights.
         """
         s = self._seq(seq_len)
-        _positive(global_batch, "global_batch")
+        check_whole(global_batch, key="global_batch")
         return 3.0 * self.flops_per_token_forward(s) * global_batch * s
 
     def hardware_flops_per_iteration(self, global_batch: int, *, recompute: str = "none",
@@ -309,7 +305,7 @@ class ModelSpec:
     def _seq(self, seq_len: int | None) -> int:
         if seq_len is None:
             return self.seq_len
-        _positive(seq_len, "seq_len")
+        check_whole(seq_len, key="seq_len")
         return seq_len
 
     def _check_index(self, index: int) -> None:
@@ -317,11 +313,6 @@ class ModelSpec:
                 0 <= index < self.layers):
             raise ConfigError(f"layer index {index!r} is outside 0..{self.layers - 1}",
                               key="layer_index")
-
-
-def _positive(value: object, key: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"must be a positive whole number, got {value!r}", key=key)
 
 
 def _divisors(n: int) -> list[int]:

@@ -196,7 +196,11 @@ def test_heads_not_divisible_by_kv_heads():
 def test_negative_layers():
     with pytest.raises(ConfigError) as info:
         model_from_mapping({"preset": "gpt3-175b", "layers": -2})
-    assert str(info.value) == "model.layers: must be positive, got -2"
+    assert str(info.value) == "model.layers: must be a whole number >= 1, got -2"
+    with pytest.raises(ConfigError) as info:
+        model_from_mapping({"preset": "gpt3-175b", "kv_heads": -1})
+    assert str(info.value) == ("model.kv_heads: must be a whole number >= 0, got -1 "
+                               "(0 takes the default)")
 
 
 def test_top_k_above_experts():
