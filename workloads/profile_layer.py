@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from distsim_gpu.simcore.config import check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.costs import CostRow, TableHeader, write_cost_table
 from distsim_gpu.workloads.gpus import canonical_gpu_name
@@ -89,10 +90,8 @@ def profile_layer(model: ModelSpec, *, gpu: str, micro_batches: Sequence[int] = 
         if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1
                              for v in values):
             raise ConfigError(f"must be positive whole numbers, got {values!r}", key=name)
-    for name, value in (("warmup", warmup), ("repeats", repeats)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (
-                0 if name == "warmup" else 1):
-            raise ConfigError(f"invalid {name} {value!r}", key=name)
+    check_whole(warmup, key="warmup", minimum=0)
+    check_whole(repeats, key="repeats")
     if precision not in _TORCH_DTYPES:
         raise ConfigError(f"cannot profile precision {precision!r}", key="precision",
                           hint="valid: " + ", ".join(_TORCH_DTYPES))

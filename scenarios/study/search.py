@@ -82,7 +82,7 @@ from distsim_gpu.scenarios.scenario import (
     run_scenario,
     scenario_from_mapping,
 )
-from distsim_gpu.simcore.config import check_keys
+from distsim_gpu.simcore.config import check_keys, check_whole
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.topology import build_cluster
@@ -461,8 +461,7 @@ def _kth(times: list[float], k: int) -> float:
 
 def _restrict_gpus(scenario: Scenario, gpus: int) -> Scenario:
     """``scenario`` on the first ``gpus`` GPUs' worth of nodes (its strategy unchecked)."""
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise ConfigError(f"must be a whole number >= 1, got {gpus!r}", key="--gpus")
+    check_whole(gpus, key="--gpus")
     per_node = gpus_per_node(scenario)
     if gpus % per_node:
         raise ConfigError(f"{gpus} GPUs are not whole nodes of {per_node} GPUs",
@@ -559,13 +558,8 @@ def search_strategies(scenario: Scenario, *, gpus: int | None = None, top: int =
 
 def _check_options(top: int, workers: int | None) -> int:
     """Check ``top`` and ``workers``; the number of workers to use."""
-    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-        raise ConfigError(f"must be a whole number >= 1, got {top!r}", key="--top")
-    if workers is None:
-        workers = os.cpu_count() or 1
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ConfigError(f"must be a whole number >= 1, got {workers!r}", key="--workers")
-    return workers
+    check_whole(top, key="--top")
+    return check_whole((os.cpu_count() or 1) if workers is None else workers, key="--workers")
 
 
 def _candidates(scenario: Scenario, space: Mapping[str, Iterable[Any]] | None,

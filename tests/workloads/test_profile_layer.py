@@ -104,6 +104,10 @@ def test_profiler_rejects_bad_requests():
         profile_layer(model, gpu="h100", micro_batches=(0,), measure=fake_measure)
     with pytest.raises(ConfigError, match="cannot profile precision 'fp8'"):
         profile_layer(model, gpu="h100", precision="fp8", measure=fake_measure)
+    with pytest.raises(ConfigError, match="warmup: must be a whole number >= 0, got -1"):
+        profile_layer(model, gpu="h100", warmup=-1, measure=fake_measure)
+    with pytest.raises(ConfigError, match="repeats: must be a whole number >= 1, got 0"):
+        profile_layer(model, gpu="h100", repeats=0, measure=fake_measure)
 
     def broken(model, **kwargs):
         return LayerTiming(0.0, 1.0)

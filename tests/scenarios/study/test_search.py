@@ -194,6 +194,17 @@ def test_bad_space_axis_is_named():
                                       "'schedule'? valid: ")
 
 
+@pytest.mark.parametrize(("options", "text"), [
+    ({"top": 0}, "--top: must be a whole number >= 1, got 0"),
+    ({"workers": True}, "--workers: must be a whole number >= 1, got True"),
+    ({"gpus": 0}, "--gpus: must be a whole number >= 1, got 0"),
+])
+def test_bad_counts_are_named(options, text):
+    with pytest.raises(ConfigError) as info:
+        search_strategies(scenario_from_mapping(mapping()), **options)
+    assert str(info.value) == text
+
+
 def test_cli_handler_prints_the_table_and_writes_the_files(tmp_path, capsys):
     import yaml
     path = tmp_path / "s.yaml"
