@@ -178,12 +178,9 @@ def _sorted_samples(buckets: dict[tuple[Any, ...], list[float]]) -> tuple[Sample
 
 # ------------------------------------------------------------------ distsim traces
 def _meta_int(meta: dict[str, Any], key: str, source: str) -> int:
-    value = meta.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"the trace's run metadata has no positive whole {key!r} "
-                          f"(found {value!r})", source=source, key=f"otherData.distsim.{key}",
-                          hint="write the trace with 'distsim run --out DIR' of this version")
-    return value
+    return check_whole(meta.get(key), key=f"otherData.distsim.{key}", source=source,
+                       hint="the trace's run metadata; write the trace with 'distsim run "
+                            "--out DIR' of this version")
 
 
 def costs_from_distsim(traces: Sequence[DistsimTrace], *,

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from distsim_gpu.measured.distsim_trace import DistsimTrace
 from distsim_gpu.scenarios.cli import main
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.costs import TableCosts, read_cost_table
-from distsim_gpu.workloads.measured_costs import extract_costs
+from distsim_gpu.workloads.measured_costs import costs_from_distsim, extract_costs
 
 US = 1e-6
 
@@ -294,3 +295,12 @@ def test_a_distsim_trace_records_its_own_shape(tmp_path, tiny, write_scenario):
         ("transformer_layer", "fwd", 32), ("transformer_layer", "bwd", 32),
         ("embedding", "fwd", 8), ("embedding", "bwd", 8), ("loss", "fwd", 8),
         ("loss", "bwd", 8)]
+
+
+def test_a_distsim_trace_without_a_whole_shape_names_the_metadata_key():
+    meta = {"micro_batch": 2, "seq_len": 8, "hidden": 16, "tp": 0, "microbatches": 1}
+    trace = DistsimTrace("run.json", meta, (), ())
+    with pytest.raises(ConfigError) as err:
+        costs_from_distsim([trace])
+    assert str(err.value).startswith("run.json: otherData.distsim.tp: must be a whole number "
+                                     ">= 1, got 0 (the trace's run metadata;")
