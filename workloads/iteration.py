@@ -68,6 +68,7 @@ from distsim_gpu.workloads.streams import StreamBuilder
 from distsim_gpu.workloads.timeline import (
     CRITICAL_KINDS,
     Meeting,
+    Meetings,
     PathEntry,
     RankGroup,
     critical_path,
@@ -171,7 +172,7 @@ class _IterationSimulator:
                        for s in range(par.pp)]
         if not spec.allow_oom:
             _check_memory(spec, self.memory, self.groups)
-        self._meetings: dict[Any, Meeting] = {}
+        self.meetings = Meetings(self.env)
         self._p2p: dict[Any, simpy.Event] = {}
         self._p2p_sent: dict[Any, tuple[float, tuple[RankGroup, int]]] = {}
         self._tp_time: dict[tuple[str, int], float] = {}
@@ -204,7 +205,7 @@ class _IterationSimulator:
             for group in stage_groups:
                 self.env.process(self._rank_group(group, self.streams[stage]))
         self.sim.run()
-        if any(m.arrived for m in self._meetings.values()) or self._p2p:
+        if self.meetings.unfinished() or self._p2p:
             raise SimulationError("the iteration deadlocked: some rank groups wait for "
                                   "peers that never came (a bug in the schedule)",
                                   source=self.spec.source)
@@ -271,10 +272,10 @@ class _IterationSimulator:
         kind = _COMM_KIND[op.group]
         tag = "ep" if op.group == "ep" else "dp"
         start = env.now
-        meeting = self._meet(key, group, members, lambda: self._run_plans(
+        meeting = self.meetings.meet(key, group, members, lambda: self._run_plans(
             self._lanes(members), op.op, op.size_bytes, tag))
         # Between the first and the last stage, waiting for the other is the flush.
-        yield from self._wait(group, meeting, kind=kind, label=op.label,
+        yield from self.meetings.wait(group, meeting, kind=kind, label=op.label,
                               flush=op.group == "embedding")
         # The span is the collective itself, as the GPU's communication time counts it;
         # waiting for late peers before it is idle time.
@@ -302,7 +303,7 @@ class _IterationSimulator:
     def _launch_async(self, group: RankGroup, op: Collective) -> None:
         """A data-parallel collective on a communication stream; the main stream goes on."""
         key, members = self._peers(group, "dp")
-        meeting = self._meeting(key)
+        meeting = self.meetings.get(key)
         meeting.label = op.label
         launch = partial(self._run_plans, self._lanes(members), op.op, op.size_bytes, "dp")
         # One NCCL stream per kind: a collective starts after the previous one of its
@@ -312,11 +313,11 @@ class _IterationSimulator:
         previous = group.streams.get(stream)
         group.streams[stream] = meeting
         if previous is None or previous.done.triggered:
-            self._arrive(meeting, key, group, members, launch)
+            self.meetings.arrive(meeting, key, group, members, launch)
         else:
             previous.done.callbacks.append(
                 lambda _e, m=meeting, k=key, ms=members, f=launch, p=previous:
-                self._arrive(m, k, group, ms, f, cause=p))
+                self.meetings.arrive(m, k, group, ms, f, cause=p))
         if op.handle is None:
             group.pending.append(meeting)
         else:
@@ -335,19 +336,19 @@ class _IterationSimulator:
     def _run_wait(self, group: RankGroup, op: Wait) -> Generator[simpy.Event, Any, None]:
         if op.handle is not None:
             meeting = group.handles.pop(op.handle)
-            return self._wait(group, meeting, kind="dp comm", label=meeting.label)
+            return self.meetings.wait(group, meeting, kind="dp comm", label=meeting.label)
         return self._wait_pending(group)
 
     def _wait_pending(self, group: RankGroup) -> Generator[simpy.Event, Any, None]:
         while group.pending:
             pending = group.pending.pop(0)
-            yield from self._wait(group, pending, kind="dp comm", label=pending.label)
+            yield from self.meetings.wait(group, pending, kind="dp comm", label=pending.label)
 
     def _barrier(self, group: RankGroup, op: Barrier) -> Generator[simpy.Event, Any, None]:
         """Every rank meets (the gradient norm); a late stage is the pipeline's flush."""
         env = self.env
         began = env.now
-        meeting = self._meet(("barrier", op.label), group, self.everyone,
+        meeting = self.meetings.meet(("barrier", op.label), group, self.everyone,
                              lambda: env.timeout(0))
         if not meeting.done.triggered:
             yield meeting.done
@@ -355,7 +356,7 @@ class _IterationSimulator:
             group.bubble_s += env.now - began
         else:
             group.idle_s += env.now - began
-        self._record_wait(group, meeting, began, "bubble wait", op.label)
+        self.meetings.record_wait(group, meeting, began, "bubble wait", op.label)
 
     # ----------------------------------------------------------------- pipeline
     def _receive(self, group: RankGroup, op: Recv) -> Generator[simpy.Event, Any, None]:
@@ -404,71 +405,6 @@ class _IterationSimulator:
             event.succeed()
 
         process.callbacks.append(arrive)
-
-    # ----------------------------------------------------------------- meetings
-    def _meet(self, key: Any, group: RankGroup, members: list[RankGroup],
-              launch: Callable[[], simpy.Event]) -> Meeting:
-        """``group`` arrives at the collective ``key`` now; the last arrival launches it."""
-        meeting = self._meeting(key)
-        self._arrive(meeting, key, group, members, launch)
-        return meeting
-
-    def _meeting(self, key: Any) -> Meeting:
-        meeting = self._meetings.get(key)
-        if meeting is None:
-            meeting = self._meetings[key] = Meeting(self.env)
-        return meeting
-
-    def _arrive(self, meeting: Meeting, key: Any, group: RankGroup, members: list[RankGroup],
-                launch: Callable[[], simpy.Event], cause: Any = None) -> None:
-        """``cause``: what held the arrival back (a previous collective of its stream);
-        None: the group's main stream, arriving now."""
-        meeting.arrived += 1
-        meeting.arrivals[group] = self.env.now
-        if meeting.arrived < len(members):
-            return
-        del self._meetings[key]
-        meeting.start_s = self.env.now
-        meeting.cause = cause if cause is not None else (group, len(group.path))
-        done = launch()
-
-        def finish(_event: simpy.Event) -> None:
-            meeting.end_s = self.env.now
-            for member in members:
-                member.comm_intervals.append((meeting.start_s, self.env.now))
-            meeting.done.succeed()
-
-        done.callbacks.append(finish)
-
-    def _wait(self, group: RankGroup, meeting: Meeting, *, kind: str, label: str,
-              flush: bool = False) -> Generator[simpy.Event, Any, None]:
-        """Wait for a collective.  Waiting for late peers is idle — or bubble when it is
-        the pipeline's ``flush``; the rest (the transfer, and earlier collectives on the
-        same stream) is exposed communication."""
-        began = self.env.now
-        if not meeting.done.triggered:
-            yield meeting.done
-        ready = max(began, meeting.arrivals.get(group, began))
-        start = meeting.start_s if meeting.start_s is not None else ready
-        late = max(start - ready, 0.0)
-        if flush:
-            group.bubble_s += late
-        else:
-            group.idle_s += late
-        group.exposed_s += self.env.now - began - late
-        self._record_wait(group, meeting, began, kind, label)
-
-    def _record_wait(self, group: RankGroup, meeting: Meeting, began: float, kind: str,
-                     label: str) -> None:
-        """A wait for a collective on the critical path: from its start, following what
-        its last arrival waited for — or, when it had started before the wait began,
-        from then on, following the group's own stream."""
-        now = self.env.now
-        start = meeting.start_s
-        if start is not None and start > began:
-            group.path.append((start, now, kind, label, meeting.cause))
-        elif now > began:
-            group.path.append((began, now, kind, label, None))
 
     def _run_plans(self, lanes: list[list[str]], op: str, size: float,
                    tag: str) -> simpy.Event:

@@ -6,7 +6,8 @@ communication**, **bubble** and **idle** (the split is explained in
 and its main stream's *segments*: contiguous stretches from time 0, each saying what it
 was spent on and what it waited for when it began.  A :class:`Meeting` is a collective
 among rank groups: it starts when the last member arrives and remembers what that last
-arrival had waited for.
+arrival had waited for; :class:`Meetings` holds the open ones and books the time a group
+spends waiting for one.
 
 :func:`critical_path` walks those links back from the group that finished last — to the
 sender of a late activation, to the last arrival at a collective, to the previous
@@ -16,14 +17,15 @@ length.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
 import simpy
 from distsim_gpu.workloads.ops import Fused, Recv
 
-__all__ = ["CRITICAL_KINDS", "Meeting", "PathEntry", "RankGroup", "critical_path",
-           "union_length"]
+__all__ = ["CRITICAL_KINDS", "Meeting", "Meetings", "PathEntry", "RankGroup", "critical_path",
+           "started", "union_length"]
 
 #: What a stretch of the critical path is spent on.
 CRITICAL_KINDS = ("compute", "tp comm", "pp transfer", "dp comm", "ep comm", "bubble wait")
@@ -101,6 +103,87 @@ class Meeting:
         # What the last arrival waited for (a path ``dep``, see RankGroup.path).
         self.cause: Any = None
         self.label = ""
+
+
+class Meetings:
+    """The collectives among rank groups still waiting for members, and the accounting of
+    the groups that wait for them.  ``key`` names a call: the n-th of its kind among the
+    same members (they run the same stream)."""
+
+    __slots__ = ("_open", "env")
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self._open: dict[Any, Meeting] = {}
+
+    def unfinished(self) -> bool:
+        """Whether some collective has members that never came (a deadlock)."""
+        return any(m.arrived for m in self._open.values())
+
+    def meet(self, key: Any, group: RankGroup, members: list[RankGroup],
+             launch: Callable[[], simpy.Event]) -> Meeting:
+        """``group`` arrives at the collective ``key`` now; the last arrival launches it."""
+        meeting = self.get(key)
+        self.arrive(meeting, key, group, members, launch)
+        return meeting
+
+    def get(self, key: Any) -> Meeting:
+        """The open collective ``key`` (new if nobody arrived yet)."""
+        meeting = self._open.get(key)
+        if meeting is None:
+            meeting = self._open[key] = Meeting(self.env)
+        return meeting
+
+    def arrive(self, meeting: Meeting, key: Any, group: RankGroup, members: list[RankGroup],
+               launch: Callable[[], simpy.Event], cause: Any = None) -> None:
+        """``cause``: what held the arrival back (a previous collective of its stream);
+        None: the group's main stream, arriving now."""
+        meeting.arrived += 1
+        meeting.arrivals[group] = self.env.now
+        if meeting.arrived < len(members):
+            return
+        del self._open[key]
+        meeting.start_s = self.env.now
+        meeting.cause = cause if cause is not None else (group, len(group.path))
+        done = launch()
+
+        def finish(_event: simpy.Event) -> None:
+            meeting.end_s = self.env.now
+            for member in members:
+                member.comm_intervals.append((meeting.start_s, self.env.now))
+            meeting.done.succeed()
+
+        done.callbacks.append(finish)
+
+    def wait(self, group: RankGroup, meeting: Meeting, *, kind: str, label: str,
+             flush: bool = False) -> Generator[simpy.Event, Any, None]:
+        """Wait for a collective.  Waiting for late peers is idle — or bubble when it is
+        the pipeline's ``flush``; the rest (the transfer, and earlier collectives on the
+        same stream) is exposed communication."""
+        began = self.env.now
+        if not meeting.done.triggered:
+            yield meeting.done
+        ready = max(began, meeting.arrivals.get(group, began))
+        start = meeting.start_s if meeting.start_s is not None else ready
+        late = max(start - ready, 0.0)
+        if flush:
+            group.bubble_s += late
+        else:
+            group.idle_s += late
+        group.exposed_s += self.env.now - began - late
+        self.record_wait(group, meeting, began, kind, label)
+
+    def record_wait(self, group: RankGroup, meeting: Meeting, began: float, kind: str,
+                    label: str) -> None:
+        """A wait for a collective on the critical path: from its start, following what
+        its last arrival waited for — or, when it had started before the wait began,
+        from then on, following the group's own stream."""
+        now = self.env.now
+        start = meeting.start_s
+        if start is not None and start > began:
+            group.path.append((start, now, kind, label, meeting.cause))
+        elif now > began:
+            group.path.append((began, now, kind, label, None))
 
 
 def started(meeting: Meeting, default: float) -> float:
