@@ -11,7 +11,7 @@ wrong input reads the same wherever it is written:
   stays a string for the unit parser); surrounding quotes are dropped, so
   ``--set nic.bandwidth="200 Gbps"`` works from any shell.
 * checks (:func:`check_mapping`, :func:`check_keys`, :func:`check_choice`,
-  :func:`check_whole`) that raise
+  :func:`check_whole`, :func:`check_number`) that raise
   :class:`~simcore.errors.ConfigError` (or, for a data file's content,
   :class:`~simcore.errors.ParseError`) with the file, the dotted key, the line where the
   caller knows it, and what would be valid (a did-you-mean hint from
@@ -20,6 +20,8 @@ wrong input reads the same wherever it is written:
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 import reprlib
 from collections.abc import Collection, Iterable, Mapping
@@ -33,6 +35,7 @@ __all__ = [
     "check_choice",
     "check_keys",
     "check_mapping",
+    "check_number",
     "check_whole",
     "describe",
     "parse_assignment",
@@ -248,6 +251,27 @@ def check_whole(value: Any, *, key: str | None, minimum: int = 1, source: str | 
         raise _fail(f"must be a whole number >= {minimum}, got {value!r}", key, source, lines,
                     hint, line=line, error=error)
     return value
+
+
+def check_number(value: Any, *, key: str | None, minimum: float = 0.0, above: bool = False,
+                 maximum: float | None = None, source: str | None = None,
+                 lines: Mapping[str, int] | None = None, line: int | None = None,
+                 hint: str | None = None, error: type[DistsimError] = ConfigError) -> float:
+    """``value`` as a float if it is a finite real number (not a bool) of at least
+    ``minimum`` (above it when ``above``) and at most ``maximum``; else ``must be a finite
+    number >= 0`` / ``> 0`` / ``a number in (0, 1]``, ``got <value>``, at ``key``.
+    ``line``, ``hint`` and ``error`` as for :func:`check_whole`."""
+    ok = (not isinstance(value, bool) and isinstance(value, numbers.Real)
+          and math.isfinite(value)
+          and (value > minimum if above else value >= minimum)
+          and (maximum is None or value <= maximum))
+    if ok:
+        return float(value)
+    low = f"({minimum:g}" if above else f"[{minimum:g}"
+    bound = (f"a finite number {'>' if above else '>='} {minimum:g}" if maximum is None
+             else f"a number in {low}, {maximum:g}]")
+    raise _fail(f"must be {bound}, got {value!r}", key, source, lines, hint, line=line,
+                error=error)
 
 
 def check_keys(mapping: Mapping[Any, Any], valid: Collection[str], *, prefix: str = "",

@@ -11,6 +11,7 @@ from distsim_gpu.simcore.config import (
     check_choice,
     check_keys,
     check_mapping,
+    check_number,
     check_whole,
     describe,
     parse_assignment,
@@ -391,3 +392,38 @@ def test_check_whole_with_line_hint_and_error_class() -> None:
                     error=ParseError)
     assert str(info.value) == "t.yaml:6: rows[0].tp: must be a whole number >= 1, got 0 " \
                               "(a tp degree)"
+
+
+@pytest.mark.parametrize(("value", "bounds", "expected"), [
+    (0, {}, 0.0), (2, {"above": True}, 2.0), (1, {"above": True, "maximum": 1}, 1.0),
+    (0.5, {"minimum": 0.5}, 0.5), (-1.5, {"minimum": -2}, -1.5),
+])
+def test_check_number_accepts_finite_numbers_in_bounds(value: Any, bounds: dict[str, Any],
+                                                      expected: float) -> None:
+    result = check_number(value, key="x", **bounds)
+    assert result == expected and type(result) is float
+
+
+@pytest.mark.parametrize(("value", "bounds", "text"), [
+    (-1, {}, "x: must be a finite number >= 0, got -1"),
+    (0, {"above": True}, "x: must be a finite number > 0, got 0"),
+    (float("inf"), {}, "x: must be a finite number >= 0, got inf"),
+    (float("nan"), {"above": True, "maximum": 1}, "x: must be a number in (0, 1], got nan"),
+    (1.5, {"above": True, "maximum": 1}, "x: must be a number in (0, 1], got 1.5"),
+    (-0.1, {"maximum": 1}, "x: must be a number in [0, 1], got -0.1"),
+    (True, {}, "x: must be a finite number >= 0, got True"),
+    ("1", {}, "x: must be a finite number >= 0, got '1'"),
+])
+def test_check_number_rejects_what_is_out_of_bounds(value: Any, bounds: dict[str, Any],
+                                                    text: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_number(value, key="x", **bounds)
+    assert str(info.value) == text
+
+
+def test_check_number_with_source_hint_and_error_class() -> None:
+    with pytest.raises(ParseError) as info:
+        check_number(0, key="groups.g0.slowdown", above=True, source="t.json", hint="e.g. 1.2",
+                     error=ParseError)
+    assert str(info.value) == ("t.json: groups.g0.slowdown: must be a finite number > 0, "
+                               "got 0 (e.g. 1.2)")
