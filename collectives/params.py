@@ -32,8 +32,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping, check_whole
-from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.config import (
+    check_choice,
+    check_keys,
+    check_mapping,
+    check_number,
+    check_whole,
+)
 from distsim_gpu.simcore.units import parse_duration, parse_size
 
 __all__ = [
@@ -171,9 +176,7 @@ T = TypeVar("T")
 
 
 def _fraction(value: Any, key: str, source: str | None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ConfigError(f"must be a number in (0, 1], got {value!r}", key=key, source=source)
-    return float(value)
+    return check_number(value, key=key, above=True, maximum=1, source=source)
 
 
 def _size(value: Any, key: str, source: str | None) -> float:

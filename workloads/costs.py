@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import yaml
-from distsim_gpu.simcore.config import check_choice, check_keys, check_whole
+from distsim_gpu.simcore.config import check_choice, check_keys, check_number, check_whole
 from distsim_gpu.simcore.errors import ConfigError, ParseError, closest
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.units import parse_duration
@@ -440,14 +440,9 @@ class RooflineCosts:
         check_choice(self.attention, ATTENTION_IMPLEMENTATIONS, key="attention")
         for name in ("matmul_asymptotic_efficiency", "attention_efficiency",
                      "memory_efficiency"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                    0 < value <= 1):
-                raise ConfigError(f"must be in (0, 1], got {value!r}", key=name)
+            check_number(getattr(self, name), key=name, above=True, maximum=1)
         for name in ("launch_overhead_s", "gemm_k_half", "optimizer_bytes_per_param"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ConfigError(f"must be zero or positive, got {value!r}", key=name)
+            check_number(getattr(self, name), key=name)
         if not self.gemm_tiles:
             raise ConfigError("needs at least one tile", key="gemm_tiles")
 
@@ -561,10 +556,7 @@ class RooflineCosts:
         Pass the parameters this GPU updates (its ZeRO shard when the optimizer state is
         sharded).  0 parameters take 0 s.
         """
-        if isinstance(params_on_gpu, bool) or not isinstance(params_on_gpu, (int, float)) or (
-                params_on_gpu < 0 or not math.isfinite(params_on_gpu)):
-            raise ConfigError(f"must be zero or positive, got {params_on_gpu!r}",
-                              key="params_on_gpu")
+        check_number(params_on_gpu, key="params_on_gpu")
         if params_on_gpu == 0:
             return 0.0
         return self.kernel_time_s(_elementwise(

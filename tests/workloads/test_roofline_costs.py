@@ -308,9 +308,11 @@ def test_selective_recompute_reruns_the_unfused_core_attention():
 def test_roofline_rejects_bad_settings():
     with pytest.raises(ConfigError, match="v100-32gb has no 'bf16' rate"):
         RooflineCosts(get_gpu("v100"))
-    with pytest.raises(ConfigError, match="memory_efficiency: must be in"):
+    with pytest.raises(ConfigError, match=r"memory_efficiency: must be a number in \(0, 1\], "
+                                          "got 1.5"):
         RooflineCosts(A100, memory_efficiency=1.5)
-    with pytest.raises(ConfigError, match="launch_overhead_s"):
+    with pytest.raises(ConfigError, match=r"launch_overhead_s: must be a finite number >= 0, "
+                                          r"got -1\.0"):
         RooflineCosts(A100, launch_overhead_s=-1.0)
     with pytest.raises(ConfigError, match="unknown attention 'paged'"):
         RooflineCosts(A100, attention="paged")
