@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from distsim_gpu.measured.records import GpuEvent, ProfilerStep, RankTrace
+from distsim_gpu.simcore.config import check_number
 from distsim_gpu.simcore.errors import ParseError
 from distsim_gpu.simcore.trace import GENERATOR
 
@@ -161,14 +162,12 @@ def _group(name: str, raw: Any, source: str) -> GroupInfo:
             or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks)):
         raise ParseError("needs 'gpus' (names) and 'ranks' (integers) of equal length",
                          source=source, key=key)
-    slowdown = raw.get("slowdown", 1.0)
-    if isinstance(slowdown, bool) or not isinstance(slowdown, int | float) or slowdown <= 0:
-        raise ParseError(f"'slowdown' must be a positive number, got {slowdown!r}",
-                         source=source, key=key)
+    slowdown = check_number(raw.get("slowdown", 1.0), key=f"{key}.slowdown", above=True,
+                            source=source, error=ParseError)
     stage, replica = raw.get("stage", 0), raw.get("replica", 0)
     return GroupInfo(name, stage if isinstance(stage, int) else 0,
                      replica if isinstance(replica, int) else 0,
-                     tuple(gpus), tuple(ranks), float(slowdown))
+                     tuple(gpus), tuple(ranks), slowdown)
 
 
 def parse_distsim_trace(data: Any, source: str) -> DistsimTrace:

@@ -56,6 +56,7 @@ from distsim_gpu.simcore.config import (
     check_choice,
     check_keys,
     check_mapping,
+    check_number,
     check_whole,
     path_key,
     set_path,
@@ -502,10 +503,8 @@ def _stragglers(raw: Any, topology: Topology, source: str | None) -> dict[str, f
             raise ConfigError(f"no GPU {gpu!r} in the cluster", key=key, source=source,
                               hint=f"did you mean {near[0]!r}? GPUs: {shown}" if near
                               else f"GPUs: {shown}")
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
-            raise ConfigError(f"a slowdown factor must be a number > 0, got {factor!r}",
-                              key=key, source=source, hint="e.g. 1.2: compute 20 % slower")
-        result[str(gpu)] = float(factor)
+        result[str(gpu)] = check_number(factor, key=key, above=True, source=source,
+                                        hint="a slowdown factor, e.g. 1.2: compute 20 % slower")
     return result
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from distsim_gpu.simcore.config import check_choice, check_keys, check_whole
+from distsim_gpu.simcore.config import check_choice, check_keys, check_number, check_whole
 from distsim_gpu.simcore.errors import ConfigError, closest
 from distsim_gpu.simcore.units import parse_bandwidth, parse_flops, parse_size
 
@@ -73,16 +73,11 @@ class GpuSpec:
         for precision, rate in peaks.items():
             check_choice(precision, PRECISIONS, key=f"peak_flops.{precision}",
                          what="precision")
-            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
-                raise ConfigError(f"must be a positive rate, got {rate!r}",
-                                  key=f"peak_flops.{precision}")
-        object.__setattr__(self, "peak_flops_per_s",
-                           MappingProxyType({p: float(r) for p, r in peaks.items()}))
+            peaks[precision] = check_number(rate, key=f"peak_flops.{precision}", above=True)
+        object.__setattr__(self, "peak_flops_per_s", MappingProxyType(peaks))
         for name in ("memory_bytes", "memory_bandwidth_bytes_per_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigError(f"must be positive, got {value!r}", key=name)
-            object.__setattr__(self, name, float(value))
+            object.__setattr__(self, name, check_number(getattr(self, name), key=name,
+                                                        above=True))
         check_whole(self.sm_count, key="sm_count")
 
     def peak_flops(self, precision: str) -> float:

@@ -42,8 +42,6 @@ them from deadlocking one another.  The built-in training iteration
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +49,7 @@ from typing import Any
 import numpy as np
 import simpy
 from distsim_gpu.collectives import PROTOCOLS, CollectiveRecord, CommParams, Communicator
-from distsim_gpu.simcore.config import check_choice
+from distsim_gpu.simcore.config import check_choice, check_number
 from distsim_gpu.simcore.errors import ConfigError, closest
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
@@ -112,9 +110,9 @@ class Stream(simpy.Resource):
             raise ConfigError("give a kernel either duration_s or flops, not both or neither",
                               key="duration_s")
         if duration_s is None:
-            duration_s = self.gpu.kernel_time_s(_at_least_zero(flops, "flops"),
+            duration_s = self.gpu.kernel_time_s(check_number(flops, key="flops"),
                                                 efficiency=efficiency, precision=precision)
-        duration_s = _at_least_zero(duration_s, "duration_s")
+        duration_s = check_number(duration_s, key="duration_s")
         request = self.request()  # now, so the stream serves kernels in launch order
         return self._env.process(self._kernel(request, duration_s, name))
 
@@ -167,9 +165,7 @@ class Gpu:
             raise ConfigError(f"{self.name}: a kernel given in flops needs the GPU's spec",
                               key="gpu", hint="build the Cluster with gpu='h100' (or any "
                               "GPU preset, or a GpuSpec), or give duration_s")
-        if isinstance(efficiency, bool) or not isinstance(efficiency, (int, float)) or not (
-                0 < efficiency <= 1):
-            raise ConfigError(f"must be in (0, 1], got {efficiency!r}", key="efficiency")
+        check_number(efficiency, key="efficiency", above=True, maximum=1)
         return flops / (self.spec.peak_flops(precision) * efficiency)
 
 
@@ -250,7 +246,7 @@ class Cluster:
         if pair[0] is pair[1]:
             raise ConfigError(f"a send needs two different GPUs, got {pair[0].name!r} twice",
                               key="dst")
-        size_bytes = _at_least_zero(size_bytes, "size_bytes")
+        size_bytes = check_number(size_bytes, key="size_bytes")
         if protocol is not None:
             check_choice(protocol, PROTOCOLS, key="protocol")
         return self._launch("send", pair, stream, tag, lambda: self.communicator.send(
@@ -303,7 +299,7 @@ class Cluster:
         another name for a call that may overlap them, None for one that holds no stream.
         """
         members = self._group(group, what=op)
-        size_bytes = _at_least_zero(size_bytes, "size_bytes")
+        size_bytes = check_number(size_bytes, key="size_bytes")
         root_name = None
         if root is not None:
             root_name = self._resolve(root).name
@@ -371,9 +367,3 @@ class Cluster:
         return members
 
 
-def _at_least_zero(value: Any, key: str) -> float:
-    """``value`` as a finite float >= 0, else a ConfigError naming ``key``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-            math.isfinite(value) and value >= 0):
-        raise ConfigError(f"must be a finite number >= 0, got {value!r}", key=key)
-    return float(value)

@@ -186,3 +186,13 @@ def test_archives_and_folders_without_traces(tmp_path, write_tar):
 def test_missing_path(tmp_path):
     message = _error([tmp_path / "absent.json"])
     assert "absent.json" in message and "no such file" in message
+
+
+@pytest.mark.parametrize("slowdown", [0, -1.5, "fast", True])
+def test_a_rank_groups_slowdown_must_be_a_positive_number(distsim_document, slowdown):
+    document = distsim_document()
+    document["otherData"]["distsim"]["groups"]["stage 0"]["slowdown"] = slowdown
+    with pytest.raises(ParseError) as info:
+        parse_distsim_trace(document, "trace.json")
+    assert str(info.value) == ("trace.json: otherData.distsim.groups.stage 0.slowdown: must be "
+                               f"a finite number > 0, got {slowdown!r}")

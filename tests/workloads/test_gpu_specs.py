@@ -98,8 +98,12 @@ def test_gpu_from_mapping_custom_and_errors():
 def test_spec_validation():
     with pytest.raises(ConfigError, match="sm_count"):
         GpuSpec("x", {"bf16": 1.0}, 1.0, 1.0, 0)
-    with pytest.raises(ConfigError, match="memory_bandwidth_bytes_per_s: must be positive"):
+    with pytest.raises(ConfigError, match="memory_bandwidth_bytes_per_s: must be a finite "
+                                          r"number > 0, got -1\.0"):
         GpuSpec("x", {"bf16": 1.0}, 1.0, -1.0, 1)
+    with pytest.raises(ConfigError, match=r"peak_flops\.bf16: must be a finite number > 0, "
+                                          "got inf"):
+        GpuSpec("x", {"bf16": float("inf")}, 1.0, 1.0, 1)
     with pytest.raises(ConfigError) as info:
         GpuSpec("x", {"fp9": 1.0}, 1.0, 1.0, 1)
     assert str(info.value).startswith("peak_flops.fp9: unknown precision 'fp9' (did you mean")

@@ -269,7 +269,7 @@ def test_bad_input_is_a_clear_distsim_error(call, key, words):
 
 def test_bad_efficiency_precision_and_gpu_name():
     cluster = switch_cluster(gpu="h100")
-    with pytest.raises(ConfigError, match=r"efficiency: must be in \(0, 1\]"):
+    with pytest.raises(ConfigError, match=r"efficiency: must be a number in \(0, 1\], got 1\.5"):
         cluster.gpus[0].compute(flops=1e12, efficiency=1.5)
     with pytest.raises(ConfigError, match="no 'fp4' rate"):
         cluster.gpus[0].compute(flops=1e12, precision="fp4")
