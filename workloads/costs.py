@@ -70,6 +70,7 @@ from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.units import parse_duration
 from distsim_gpu.workloads.gpus import GpuSpec, canonical_gpu_name
 from distsim_gpu.workloads.models import ModelSpec
+from distsim_gpu.workloads.parallel import check_ep_split, check_tp_split
 
 __all__ = [
     "ADAM_BYTES_PER_PARAM",
@@ -1034,17 +1035,9 @@ def _check_shard(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int,
     for name, value in (("micro_batch", micro_batch), ("seq_len", seq_len), ("tp", tp),
                         ("ep", ep)):
         check_whole(value, key=name)
-    if model.heads % tp:
-        raise ConfigError(f"heads {model.heads} is not divisible by tp {tp}", key="tp",
-                          hint="tensor parallelism splits whole attention heads")
-    if model.kv_heads % tp and tp % model.kv_heads:
-        raise ConfigError(f"kv_heads {model.kv_heads} and tp {tp}: neither divides the other",
-                          key="tp", hint="KV heads are split over tp, or replicated when "
-                                         "fewer than tp")
+    check_tp_split(heads=model.heads, kv_heads=model.kv_heads, tp=tp)
     if model.ffn_hidden % tp:
         raise ConfigError(f"ffn_hidden {model.ffn_hidden} is not divisible by tp {tp}",
                           key="tp")
-    if model.experts % ep:
-        raise ConfigError(f"experts {model.experts} is not divisible by ep {ep}", key="ep",
-                          hint="expert parallelism places whole experts on each rank")
+    check_ep_split(experts=model.experts, ep=ep)
 

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.models import RECOMPUTE_MODES, ModelSpec
-from distsim_gpu.workloads.parallel import layer_partition
+from distsim_gpu.workloads.parallel import check_ep_split, check_tp_split, layer_partition
 
 __all__ = [
     "PRECISION_BYTES",
@@ -326,15 +326,5 @@ def _activation_element_bytes(precision: str) -> int:
 def _check_parallel(model: ModelSpec, *, tp: int, ep: int) -> None:
     check_whole(tp, key="tp")
     check_whole(ep, key="ep")
-    if model.heads % tp:
-        raise ConfigError(f"heads {model.heads} is not divisible by tp {tp}", key="tp",
-                          hint="tensor parallelism splits whole attention heads")
-    if model.kv_heads % tp and tp % model.kv_heads:
-        raise ConfigError(f"kv_heads {model.kv_heads} and tp {tp}: neither divides the other",
-                          key="tp")
-    if ep > 1 and not model.is_moe:
-        raise ConfigError(f"ep {ep} needs a model with experts", key="ep",
-                          hint="set ep to 1 for a dense model")
-    if model.experts % ep:
-        raise ConfigError(f"experts {model.experts} is not divisible by ep {ep}", key="ep",
-                          hint="expert parallelism places whole experts on each rank")
+    check_tp_split(heads=model.heads, kv_heads=model.kv_heads, tp=tp)
+    check_ep_split(experts=model.experts, ep=ep)

@@ -29,13 +29,16 @@ from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import parse_size
 
 __all__ = [
+    "GRAD_REDUCE_PRECISIONS",
     "PLACEMENT_ORDERS",
     "SCHEDULES",
     "Coordinates",
     "ParallelConfig",
     "Placement",
     "TrainingConfig",
+    "check_ep_split",
     "check_strategy",
+    "check_tp_split",
     "layer_partition",
     "parallel_from_mapping",
     "training_from_mapping",
@@ -196,13 +199,34 @@ def _check_degrees(p: ParallelConfig, *, num_gpus: int, heads: int, kv_heads: in
             hint=f"choose degrees whose product is {num_gpus}, e.g. dp = "
             f"{num_gpus // (p.tp * p.pp)} if tp·pp divides it" if num_gpus % (p.tp * p.pp) == 0
             else f"choose degrees whose product is {num_gpus}")
-    if heads % p.tp:
-        raise ConfigError(f"{heads} attention heads do not split over tp = {p.tp}",
-                          key="parallelism.tp", source=source,
-                          hint=f"tp must divide {heads}")
-    if kv_heads % p.tp and p.tp % kv_heads:
-        raise ConfigError(f"{kv_heads} key/value heads do not split over tp = {p.tp}",
-                          key="parallelism.tp", source=source)
+    check_tp_split(heads=heads, kv_heads=kv_heads, tp=p.tp, key="parallelism.tp",
+                   source=source)
+
+
+def check_tp_split(*, heads: int, kv_heads: int, tp: int, key: str = "tp",
+                   source: str | None = None) -> None:
+    """Attention heads that split over ``tp`` (written at ``key``), and key/value heads
+    that split over it or, fewer than tp, are replicated."""
+    if heads % tp:
+        raise ConfigError(f"{heads} attention heads do not split over tp = {tp}", key=key,
+                          source=source, hint=f"tp must divide {heads}: tensor parallelism "
+                                              "splits whole attention heads")
+    if kv_heads % tp and tp % kv_heads:
+        raise ConfigError(f"{kv_heads} key/value heads do not split over tp = {tp}", key=key,
+                          source=source, hint="key/value heads are split over tp, or "
+                                              "replicated when fewer than tp")
+
+
+def check_ep_split(*, experts: int, ep: int, key: str = "ep",
+                   source: str | None = None) -> None:
+    """Experts that split over ``ep`` (written at ``key``), which needs a MoE model."""
+    if ep > 1 and experts == 1:
+        raise ConfigError(f"ep = {ep} needs a MoE model, one with experts > 1", key=key,
+                          source=source, hint="set ep to 1 for a dense model")
+    if experts % ep:
+        raise ConfigError(f"{experts} experts do not split over ep = {ep}", key=key,
+                          source=source, hint="expert parallelism places whole experts on "
+                                              "each rank")
 
 
 def _check_pipeline(p: ParallelConfig, *, layers: int, source: str | None) -> None:
@@ -237,12 +261,7 @@ def _check_sharding(p: ParallelConfig, *, experts: int, source: str | None) -> N
     if p.dp % p.ep:
         raise ConfigError(f"ep = {p.ep} must divide dp = {p.dp} (experts are spread over "
                           "data-parallel replicas)", key="parallelism.ep", source=source)
-    if p.ep > 1 and experts == 1:
-        raise ConfigError("expert parallelism needs a MoE model (experts > 1)",
-                          key="parallelism.ep", source=source)
-    if p.ep > 1 and experts % p.ep:
-        raise ConfigError(f"{experts} experts do not split over ep = {p.ep}",
-                          key="parallelism.ep", source=source)
+    check_ep_split(experts=experts, ep=p.ep, key="parallelism.ep", source=source)
     if isinstance(p.zero, bool) or p.zero not in (0, 1, 2, 3):
         raise ConfigError(f"must be 0, 1, 2 or 3, got {p.zero!r}", key="parallelism.zero",
                           source=source)

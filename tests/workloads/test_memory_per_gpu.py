@@ -224,7 +224,7 @@ def test_interleaved_stage_layers():
 # ------------------------------------------------------------------- bad inputs
 @pytest.mark.parametrize(("kwargs", "needle"), [
     ({"pp": 5}, "layers 96 is not divisible by pp·interleave 5"),
-    ({"tp": 5}, "heads 96 is not divisible by tp 5"),
+    ({"tp": 5}, "tp: 96 attention heads do not split over tp = 5"),
     ({"zero_stage": 4}, "zero_stage must be 0, 1, 2 or 3"),
     ({"fsdp": True, "zero_stage": 1}, "fsdp shards like ZeRO-3"),
     ({"schedule": "interleaved"}, "needs interleave >= 2"),
@@ -232,7 +232,7 @@ def test_interleaved_stage_layers():
     ({"schedule": "1f1b1"}, "did you mean '1f1b'"),
     ({"recompute": "partial"}, "unknown recompute 'partial'"),
     ({"stage": 2, "pp": 2}, "stage 2 is outside 0..1"),
-    ({"ep": 2, "dp": 2}, "ep 2 needs a model with experts"),
+    ({"ep": 2, "dp": 2}, "ep: ep = 2 needs a MoE model, one with experts > 1 (set ep to 1"),
     ({"precision": "int8"}, "unknown precision 'int8'"),
     ({"micro_batch": 0}, "micro_batch: must be a whole number >= 1, got 0"),
 ])

@@ -119,9 +119,9 @@ def test_moe_routing_tokens_per_expert():
 
 def test_bad_shapes():
     m = get_model("gpt3-175b")
-    with pytest.raises(ConfigError, match="heads 96 is not divisible by tp 5"):
+    with pytest.raises(ConfigError, match="tp: 96 attention heads do not split over tp = 5"):
         forward_layer_work(m, micro_batch=1, seq_len=8, tp=5)
-    with pytest.raises(ConfigError, match="experts 8 is not divisible by ep 3"):
+    with pytest.raises(ConfigError, match="ep: 8 experts do not split over ep = 3"):
         forward_layer_work(get_model("mixtral-8x7b"), micro_batch=1, seq_len=8, ep=3)
     with pytest.raises(ConfigError, match="did you mean 'bwd'"):
         layer_work("bw", m, micro_batch=1, seq_len=8)
