@@ -62,7 +62,14 @@ from dataclasses import dataclass
 from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.models import RECOMPUTE_MODES, ModelSpec
-from distsim_gpu.workloads.parallel import check_ep_split, check_tp_split, layer_partition
+from distsim_gpu.workloads.parallel import (
+    check_ep_split,
+    check_interleave,
+    check_tp_split,
+    check_uniform_split,
+    check_zero,
+    layer_partition,
+)
 
 __all__ = [
     "PRECISION_BYTES",
@@ -136,10 +143,8 @@ def stage_layers(model: ModelSpec, *, pp: int = 1, stage: int = 0,
     check_whole(interleave, key="interleave")
     if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
         raise ConfigError(f"stage {stage!r} is outside 0..{pp - 1}", key="stage")
-    if partition == "uniform" and model.layers % (pp * interleave):
-        raise ConfigError(f"layers {model.layers} is not divisible by pp·interleave "
-                          f"{pp * interleave}", key="pp",
-                          hint="every pipeline chunk must hold the same number of layers")
+    if partition == "uniform":
+        check_uniform_split(model.layers, pp * interleave)
     chunks = layer_partition(model.layers, pp * interleave, partition)
     return tuple(i for chunk in range(interleave)
                  for i in range(*chunks[chunk * pp + stage]))
@@ -256,21 +261,11 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
     for name, value in (("dp", dp), ("micro_batch", micro_batch)):
         check_whole(value, key=name)
     s = model.seq_len if seq_len is None else check_whole(seq_len, key="seq_len")
-    if isinstance(zero_stage, bool) or zero_stage not in (0, 1, 2, 3):
-        raise ConfigError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}",
-                          key="zero_stage")
     if not isinstance(fsdp, bool):
         raise ConfigError(f"must be true or false, got {fsdp!r}", key="fsdp")
-    if fsdp and zero_stage not in (0, 3):
-        raise ConfigError(f"fsdp shards like ZeRO-3; zero_stage {zero_stage} contradicts it",
-                          key="zero_stage", hint="use zero_stage 0 or 3 with fsdp")
+    check_zero(zero_stage, fsdp, key="zero_stage")
     check_choice(schedule, SCHEDULES, key="schedule")
-    if schedule == "interleaved" and interleave < 2:
-        raise ConfigError("the interleaved schedule needs interleave >= 2", key="interleave",
-                          hint="or use schedule 1f1b")
-    if schedule != "interleaved" and interleave != 1:
-        raise ConfigError(f"interleave {interleave} needs schedule 'interleaved'",
-                          key="interleave")
+    check_interleave(schedule, interleave)
     check_choice(precision, PRECISION_BYTES, key="precision")
     _check_parallel(model, tp=tp, ep=ep)
     if dp % ep:

@@ -37,8 +37,11 @@ __all__ = [
     "Placement",
     "TrainingConfig",
     "check_ep_split",
+    "check_interleave",
     "check_strategy",
     "check_tp_split",
+    "check_uniform_split",
+    "check_zero",
     "layer_partition",
     "parallel_from_mapping",
     "training_from_mapping",
@@ -232,28 +235,49 @@ def check_ep_split(*, experts: int, ep: int, key: str = "ep",
 def _check_pipeline(p: ParallelConfig, *, layers: int, source: str | None) -> None:
     """A known schedule and partition, and layers that split into the pipeline's chunks."""
     check_choice(p.schedule, SCHEDULES, key="parallelism.schedule", source=source)
-    if p.schedule == "interleaved":
-        if p.interleave < 2:
-            raise ConfigError("the interleaved schedule needs interleave >= 2",
-                              key="parallelism.interleave", source=source)
-        if p.pp < 2:
-            raise ConfigError("the interleaved schedule needs pp >= 2",
-                              key="parallelism.pp", source=source)
-    elif p.interleave != 1:
-        raise ConfigError(f"interleave {p.interleave} needs schedule: interleaved",
-                          key="parallelism.interleave", source=source)
+    check_interleave(p.schedule, p.interleave, key="parallelism.interleave", source=source)
+    if p.schedule == "interleaved" and p.pp < 2:
+        raise ConfigError("the interleaved schedule needs pp >= 2", key="parallelism.pp",
+                          source=source)
     check_choice(p.partition, PARTITIONS, key="parallelism.partition", source=source)
-    if p.partition == "uniform" and layers % (p.pp * p.interleave):
-        raise ConfigError(
-            f"{layers} layers do not split into pp·interleave = {p.pp * p.interleave} "
-            "equal chunks", key="parallelism.pp", source=source,
-            hint="pp·interleave must divide the number of layers (or use partition: "
-            "embedding, Megatron-DeepSpeed's balanced split)")
+    if p.partition == "uniform":
+        check_uniform_split(layers, p.pp * p.interleave, key="parallelism.pp", source=source)
     if p.partition == "embedding":
         chunks = layer_partition(layers, p.pp * p.interleave, "embedding")
         if any(stop <= first for first, stop in chunks):
             raise ConfigError(f"{layers} layers leave an empty chunk over pp·interleave = "
                               f"{p.pp * p.interleave}", key="parallelism.pp", source=source)
+
+
+def check_interleave(schedule: str, interleave: int, *, key: str = "interleave",
+                     source: str | None = None) -> None:
+    """``interleave`` (written at ``key``) >= 2 for the interleaved schedule, 1 otherwise."""
+    if schedule == "interleaved" and interleave < 2:
+        raise ConfigError("the interleaved schedule needs interleave >= 2", key=key,
+                          source=source, hint="or use schedule 1f1b")
+    if schedule != "interleaved" and interleave != 1:
+        raise ConfigError(f"interleave {interleave} needs schedule: interleaved", key=key,
+                          source=source)
+
+
+def check_uniform_split(layers: int, chunks: int, *, key: str = "pp",
+                        source: str | None = None) -> None:
+    """``layers`` that split into ``chunks`` (pp·interleave) equal pipeline chunks."""
+    if layers % chunks:
+        raise ConfigError(
+            f"{layers} layers do not split into pp·interleave = {chunks} equal chunks",
+            key=key, source=source, hint="pp·interleave must divide the number of layers; "
+            "or use partition: embedding, Megatron-DeepSpeed's balanced split")
+
+
+def check_zero(zero: int, fsdp: bool, *, key: str = "zero", source: str | None = None) -> None:
+    """A ZeRO stage (written at ``key``) of 0-3, and 0 or 3 with fsdp (which shards like 3)."""
+    if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
+        raise ConfigError(f"must be 0, 1, 2 or 3, got {zero!r}", key=key, source=source)
+    if fsdp and zero not in (0, 3):
+        leaf = key.rsplit(".", 1)[-1]
+        raise ConfigError(f"fsdp shards like ZeRO-3; {leaf} {zero} contradicts it", key=key,
+                          source=source, hint=f"use {leaf} 0 or 3 with fsdp")
 
 
 def _check_sharding(p: ParallelConfig, *, experts: int, source: str | None) -> None:
@@ -262,12 +286,7 @@ def _check_sharding(p: ParallelConfig, *, experts: int, source: str | None) -> N
         raise ConfigError(f"ep = {p.ep} must divide dp = {p.dp} (experts are spread over "
                           "data-parallel replicas)", key="parallelism.ep", source=source)
     check_ep_split(experts=experts, ep=p.ep, key="parallelism.ep", source=source)
-    if isinstance(p.zero, bool) or p.zero not in (0, 1, 2, 3):
-        raise ConfigError(f"must be 0, 1, 2 or 3, got {p.zero!r}", key="parallelism.zero",
-                          source=source)
-    if p.fsdp and p.zero not in (0, 3):
-        raise ConfigError("fsdp shards like ZeRO-3", key="parallelism.zero", source=source,
-                          hint="use zero: 0 or 3 with fsdp: true")
+    check_zero(p.zero, p.fsdp, key="parallelism.zero", source=source)
     if (p.fsdp or p.zero == 3) and p.pp > 1:
         raise ConfigError("ZeRO-3/FSDP with pipeline parallelism is not modelled",
                           key="parallelism", source=source, hint="use pp: 1 or zero <= 2")

@@ -223,12 +223,13 @@ def test_interleaved_stage_layers():
 
 # ------------------------------------------------------------------- bad inputs
 @pytest.mark.parametrize(("kwargs", "needle"), [
-    ({"pp": 5}, "layers 96 is not divisible by pp·interleave 5"),
+    ({"pp": 5}, "pp: 96 layers do not split into pp·interleave = 5 equal chunks"),
     ({"tp": 5}, "tp: 96 attention heads do not split over tp = 5"),
-    ({"zero_stage": 4}, "zero_stage must be 0, 1, 2 or 3"),
-    ({"fsdp": True, "zero_stage": 1}, "fsdp shards like ZeRO-3"),
+    ({"zero_stage": 4}, "zero_stage: must be 0, 1, 2 or 3, got 4"),
+    ({"fsdp": True, "zero_stage": 1}, "fsdp shards like ZeRO-3; zero_stage 1 contradicts it "
+                                      "(use zero_stage 0 or 3 with fsdp)"),
     ({"schedule": "interleaved"}, "needs interleave >= 2"),
-    ({"interleave": 2}, "needs schedule 'interleaved'"),
+    ({"interleave": 2}, "interleave: interleave 2 needs schedule: interleaved"),
     ({"schedule": "1f1b1"}, "did you mean '1f1b'"),
     ({"recompute": "partial"}, "unknown recompute 'partial'"),
     ({"stage": 2, "pp": 2}, "stage 2 is outside 0..1"),

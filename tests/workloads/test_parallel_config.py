@@ -14,7 +14,9 @@ from distsim_gpu.workloads.parallel import (
     ParallelConfig,
     Placement,
     TrainingConfig,
+    check_ep_split,
     check_strategy,
+    check_tp_split,
     parallel_from_mapping,
     training_from_mapping,
 )
@@ -98,3 +100,36 @@ def test_degrees_and_batch_sizes_are_whole_numbers(parallel, training, text) -> 
     with pytest.raises(ConfigError) as info:
         _check(parallel, training)
     assert str(info.value).startswith(text)
+
+
+@pytest.mark.parametrize(("parallel", "text"), [
+    (ParallelConfig(dp=8, zero=4), "s.yaml: parallelism.zero: must be 0, 1, 2 or 3, got 4"),
+    (ParallelConfig(dp=8, zero=1, fsdp=True), "s.yaml: parallelism.zero: fsdp shards like "
+                                              "ZeRO-3; zero 1 contradicts it (use zero 0 or 3 "
+                                              "with fsdp)"),
+    (ParallelConfig(dp=8, interleave=2), "s.yaml: parallelism.interleave: interleave 2 needs "
+                                         "schedule: interleaved"),
+    (ParallelConfig(pp=2, dp=4, schedule="interleaved"), "s.yaml: parallelism.interleave: the "
+                                                         "interleaved schedule needs "
+                                                         "interleave >= 2"),
+    (ParallelConfig(pp=8, dp=1, interleave=2, schedule="interleaved"),
+     "s.yaml: parallelism.pp: 8 layers do not split into pp·interleave = 16 equal chunks"),
+    (ParallelConfig(dp=8, ep=2), "s.yaml: parallelism.ep: ep = 2 needs a MoE model"),
+])
+def test_sharding_and_pipeline_checks_name_the_key(parallel, text) -> None:
+    with pytest.raises(ConfigError) as info:
+        _check(parallel)
+    assert str(info.value).startswith(text)
+
+
+def test_tp_and_ep_splits() -> None:
+    check_tp_split(heads=32, kv_heads=4, tp=8)  # fewer KV heads than tp: replicated
+    check_ep_split(experts=8, ep=4)
+    with pytest.raises(ConfigError) as info:
+        check_tp_split(heads=32, kv_heads=8, tp=3)
+    assert str(info.value) == ("tp: 32 attention heads do not split over tp = 3 (tp must "
+                               "divide 32: tensor parallelism splits whole attention heads)")
+    with pytest.raises(ConfigError, match="tp: 6 key/value heads do not split over tp = 4"):
+        check_tp_split(heads=32, kv_heads=6, tp=4)
+    with pytest.raises(ConfigError, match="ep: 8 experts do not split over ep = 3"):
+        check_ep_split(experts=8, ep=3)
