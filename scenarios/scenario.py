@@ -53,6 +53,7 @@ from typing import Any
 from distsim_gpu.collectives import CommParams, comm_params_from_mapping
 from distsim_gpu.scenarios.report import Report, build_report
 from distsim_gpu.simcore.config import (
+    check_bool,
     check_choice,
     check_keys,
     check_mapping,
@@ -448,9 +449,7 @@ def _roofline(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,
         if knob == "launch_overhead":
             value = parse_duration(value, key=key, source=source)
         elif knob == "causal":
-            if not isinstance(value, bool):
-                raise ConfigError(f"must be true or false, got {value!r}", key=key,
-                                  source=source)
+            check_bool(value, key=key, source=source)
         elif knob == "gemm_tiles":
             value = _tiles(value, key, source)
         elif knob == "attention":

@@ -11,7 +11,7 @@ wrong input reads the same wherever it is written:
   stays a string for the unit parser); surrounding quotes are dropped, so
   ``--set nic.bandwidth="200 Gbps"`` works from any shell.
 * checks (:func:`check_mapping`, :func:`check_keys`, :func:`check_choice`,
-  :func:`check_whole`, :func:`check_number`) that raise
+  :func:`check_bool`, :func:`check_whole`, :func:`check_number`) that raise
   :class:`~simcore.errors.ConfigError` (or, for a data file's content,
   :class:`~simcore.errors.ParseError`) with the file, the dotted key, the line where the
   caller knows it, and what would be valid (a did-you-mean hint from
@@ -32,6 +32,7 @@ from distsim_gpu.simcore.errors import ConfigError, DistsimError, closest
 from distsim_gpu.simcore.yamlfile import line_of
 
 __all__ = [
+    "check_bool",
     "check_choice",
     "check_keys",
     "check_mapping",
@@ -237,6 +238,17 @@ def check_mapping(value: Any, *, key: str | None, source: str | None = None,
         return {}
     if not isinstance(value, Mapping):
         raise _fail(f"expected a mapping, got {describe(value)}", key, source, lines, hint)
+    return value
+
+
+def check_bool(value: Any, *, key: str | None, source: str | None = None,
+               lines: Mapping[str, int] | None = None, line: int | None = None,
+               error: type[DistsimError] = ConfigError) -> bool:
+    """``value`` if it is a bool (YAML ``true``/``false``, not ``1`` or ``"yes"``); else
+    ``must be true or false, got <value>`` at ``key``."""
+    if not isinstance(value, bool):
+        raise _fail(f"must be true or false, got {value!r}", key, source, lines, line=line,
+                    error=error)
     return value
 
 

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from distsim_gpu.simcore.config import (
+    check_bool,
     check_choice,
     check_keys,
     check_mapping,
@@ -362,10 +363,7 @@ def _build_custom(spec: Mapping[Any, Any], source: str | None) -> Topology:
                             what="link kind")
         bandwidth = _bandwidth(entry["bandwidth"], f"{at}.bandwidth", source)
         latency = _latency(entry.get("latency", 0.0), f"{at}.latency", source)
-        duplex = entry.get("duplex", True)
-        if not isinstance(duplex, bool):
-            raise ConfigError(f"duplex must be true or false, got {duplex!r}",
-                              key=f"{at}.duplex", source=source)
+        duplex = check_bool(entry.get("duplex", True), key=f"{at}.duplex", source=source)
         for a, b in ((src, dst), (dst, src)) if duplex else ((src, dst),):
             if (a, b) in link_at:
                 raise ConfigError(f"link {a} -> {b} is already given by links[{link_at[a, b]}]",

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distsim_gpu.simcore.config import check_choice, check_whole
+from distsim_gpu.simcore.config import check_bool, check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.models import RECOMPUTE_MODES, ModelSpec
 from distsim_gpu.workloads.parallel import (
@@ -261,8 +261,7 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
     for name, value in (("dp", dp), ("micro_batch", micro_batch)):
         check_whole(value, key=name)
     s = model.seq_len if seq_len is None else check_whole(seq_len, key="seq_len")
-    if not isinstance(fsdp, bool):
-        raise ConfigError(f"must be true or false, got {fsdp!r}", key="fsdp")
+    check_bool(fsdp, key="fsdp")
     check_zero(zero_stage, fsdp, key="zero_stage")
     check_choice(schedule, SCHEDULES, key="schedule")
     check_interleave(schedule, interleave)

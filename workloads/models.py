@@ -42,7 +42,13 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
-from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping, check_whole
+from distsim_gpu.simcore.config import (
+    check_bool,
+    check_choice,
+    check_keys,
+    check_mapping,
+    check_whole,
+)
 from distsim_gpu.simcore.errors import ConfigError
 
 __all__ = [
@@ -110,9 +116,7 @@ class ModelSpec:
             check_whole(getattr(self, name), key=name, minimum=floor,
                         hint="0 takes the default" if floor == 0 else None)
         for name in _BOOL_FIELDS:
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"must be true or false, got {getattr(self, name)!r}",
-                                  key=name)
+            check_bool(getattr(self, name), key=name)
         if self.ffn_hidden == 0:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
         if self.kv_heads == 0:
@@ -436,10 +440,7 @@ def _coerce(name: str, value: Any, path: str, source: str | None) -> Any:
                               source=source)
         return value
     if name in _BOOL_FIELDS:
-        if not isinstance(value, bool):
-            raise ConfigError(f"must be true or false, got {value!r}", key=path,
-                              source=source)
-        return value
+        return check_bool(value, key=path, source=source)
     if not isinstance(value, str):
         raise ConfigError(f"must be a string, got {value!r}", key=path, source=source)
     return value.strip().lower() if name in ("position", "norm") else value

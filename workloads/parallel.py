@@ -24,7 +24,13 @@ from dataclasses import dataclass
 from itertools import permutations
 from typing import Any
 
-from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping, check_whole
+from distsim_gpu.simcore.config import (
+    check_bool,
+    check_choice,
+    check_keys,
+    check_mapping,
+    check_whole,
+)
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import parse_size
 
@@ -342,9 +348,7 @@ def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
     for key, value in data.items():
         default = getattr(cls(), key)
         if isinstance(default, bool):
-            if not isinstance(value, bool):
-                raise ConfigError(f"must be true or false, got {value!r}",
-                                  key=f"{prefix}.{key}", source=source)
+            check_bool(value, key=f"{prefix}.{key}", source=source)
         elif key == "bucket_params":
             value = int(parse_size(value, key=f"{prefix}.{key}", source=source,
                                    allow_zero=False))

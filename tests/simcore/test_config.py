@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from distsim_gpu.simcore.config import (
+    check_bool,
     check_choice,
     check_keys,
     check_mapping,
@@ -427,3 +428,13 @@ def test_check_number_with_source_hint_and_error_class() -> None:
                      error=ParseError)
     assert str(info.value) == ("t.json: groups.g0.slowdown: must be a finite number > 0, "
                                "got 0 (e.g. 1.2)")
+
+
+def test_check_bool() -> None:
+    assert check_bool(True, key="duplex") is True
+    assert check_bool(False, key="duplex") is False
+    for value in (1, 0, "yes", None):
+        with pytest.raises(ConfigError) as info:
+            check_bool(value, key="links[2].duplex", source="c.yaml", lines={"links[2]": 9})
+        assert str(info.value) == f"c.yaml:9: links[2].duplex: must be true or false, got " \
+                                  f"{value!r}"

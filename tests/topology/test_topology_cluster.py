@@ -178,6 +178,10 @@ def test_custom_cluster_simplex_links() -> None:
                           "duplex": False})
     topo = build_cluster(spec)
     assert topo.link("y", "x").bandwidth_bytes_per_s == 2
+    spec["links"][1]["duplex"] = "no"
+    with pytest.raises(ConfigError) as info:
+        build_cluster(spec)
+    assert str(info.value) == "links[1].duplex: must be true or false, got 'no'"
 
 
 # --------------------------------------------------------------------------- errors
