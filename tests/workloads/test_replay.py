@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from distsim_gpu.collectives import CommParams, Communicator
-from distsim_gpu.measured.kineto import load_traces, parse_trace
+from distsim_gpu.measured.kineto import parse_trace
+from distsim_gpu.measured.traces import load_traces
 from distsim_gpu.scenarios.cli import main
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
@@ -173,10 +174,10 @@ def test_stream_wait_event_ties_the_nccl_kernel_to_the_gemm():
 
 
 def test_communicator_op_names():
-    from distsim_gpu.measured.kineto import Kernel
+    from distsim_gpu.measured.records import GpuEvent
 
     def kernel(**kw):
-        return Kernel("ncclKernel", "communication", 0.0, 1.0, **kw)
+        return GpuEvent("ncclKernel", "communication", 0.0, 1.0, **kw)
 
     assert communicator_op(kernel(collective="all_gather", comm_op="_allgather_base")) \
         == "all_gather"
