@@ -141,8 +141,7 @@ def stage_layers(model: ModelSpec, *, pp: int = 1, stage: int = 0,
     """
     check_whole(pp, key="pp")
     check_whole(interleave, key="interleave")
-    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
-        raise ConfigError(f"stage {stage!r} is outside 0..{pp - 1}", key="stage")
+    _check_stage(stage, pp)
     if partition == "uniform":
         check_uniform_split(model.layers, pp * interleave)
     chunks = layer_partition(model.layers, pp * interleave, partition)
@@ -234,8 +233,7 @@ def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatch
     check_whole(pp, key="pp")
     check_whole(num_microbatches, key="num_microbatches")
     check_whole(interleave, key="interleave")
-    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
-        raise ConfigError(f"stage {stage!r} is outside 0..{pp - 1}", key="stage")
+    _check_stage(stage, pp)
     if schedule == "gpipe":
         return float(num_microbatches)
     if schedule == "1f1b":
@@ -315,6 +313,11 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
 def _activation_element_bytes(precision: str) -> int:
     check_choice(precision, PRECISION_BYTES, key="precision")
     return 4 if precision == "fp32" else 2
+
+
+def _check_stage(stage: int, pp: int) -> None:
+    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
+        raise ConfigError(f"stage {stage!r} is outside 0..{pp - 1}", key="stage")
 
 
 def _check_parallel(model: ModelSpec, *, tp: int, ep: int) -> None:
