@@ -81,7 +81,7 @@ def _figure(width: float, height: float) -> Any:
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise PlotsUnavailable("matplotlib is not installed (pip install 'distsim[plot]')"
+        raise PlotsUnavailable("matplotlib is not installed (pip install 'distsim-gpu[plot]')"
                                ) from None
     return Figure(figsize=(width, height), dpi=110, layout="constrained")
 

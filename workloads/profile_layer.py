@@ -13,7 +13,7 @@ table must.
 PyTorch is imported only inside :func:`torch_layer_timing`; this module imports, and its
 writer is usable with any measuring function, without it.  Without PyTorch or without a
 CUDA device the default measurement raises :class:`ConfigError` asking for the
-``profile`` extra (``pip install 'distsim[profile]'``, i.e. PyTorch with CUDA).
+``profile`` extra (``pip install 'distsim-gpu[profile]'``, i.e. PyTorch with CUDA).
 
 Command line::
 
@@ -46,7 +46,7 @@ __all__ = [
     "torch_layer_timing",
 ]
 
-INSTALL_HINT = ("install the 'profile' extra: pip install 'distsim[profile]' "
+INSTALL_HINT = ("install the 'profile' extra: pip install 'distsim-gpu[profile]' "
                 "(PyTorch built with CUDA, on a machine with an NVIDIA GPU)")
 
 _MS = 1e-3  # torch.cuda.Event.elapsed_time returns milliseconds

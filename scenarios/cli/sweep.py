@@ -39,7 +39,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                         "this process)")
     parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
                         help="run on an existing Dask cluster, e.g. tcp://host:8786 "
-                        "(pip install 'distsim[dask]')")
+                        "(pip install 'distsim-gpu[dask]')")
     parser.add_argument("--metric", default="iteration_time_s", metavar="NAME",
                         help="the metric sweep.png plots (default iteration_time_s; one of "
                         + ", ".join(SUMMARY_METRICS) + ")")

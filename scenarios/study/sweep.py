@@ -23,7 +23,7 @@ run again, and ``results.csv`` is rewritten from the point files after every poi
 sweep restarted into the same ``DIR`` must have the same definition.
 
 Points run in a local process pool (``workers``; 1 runs in this process) or on an existing
-Dask cluster (``scheduler``, needs ``pip install 'distsim[dask]'``).  A point's job carries
+Dask cluster (``scheduler``, needs ``pip install 'distsim-gpu[dask]'``).  A point's job carries
 its resolved configuration (:meth:`Scenario.resolved`), not a path, so Dask workers need no
 access to the scenario file.  The simulation is deterministic: results are the same
 whichever way the points ran (``wall_time_s`` aside).
@@ -370,7 +370,7 @@ def _run_dask(jobs: Sequence[tuple[str, dict[str, Any], str]], address: str
     except ImportError:
         raise ConfigError("running on a Dask cluster needs dask.distributed",
                           key="--scheduler",
-                          hint="pip install 'distsim[dask]'") from None
+                          hint="pip install 'distsim-gpu[dask]'") from None
     try:
         client = Client(address)
     except (OSError, TimeoutError, ValueError) as error:
@@ -485,7 +485,7 @@ def run_sweep(scenario_path: str | os.PathLike[str],
             notes.append(f"plot skipped: no point has a value of {metric}")
     except ImportError:
         notes.append("plot skipped: matplotlib is not installed (pip install "
-                      "'distsim[plot]')")
+                      "'distsim-gpu[plot]')")
     return SweepResult(directory, done, len(jobs), reused, tuple(files), tuple(notes))
 
 

@@ -62,7 +62,7 @@ def test_no_torch_asks_for_the_profile_extra(no_torch):
 
 
 def test_profile_without_measure_and_without_torch(no_torch, tmp_path):
-    with pytest.raises(ConfigError, match="distsim\\[profile\\]"):
+    with pytest.raises(ConfigError, match="distsim-gpu\\[profile\\]"):
         profile_layer(get_model("llama3-8b"), gpu="h100", output=tmp_path / "t.yaml")
     assert not (tmp_path / "t.yaml").exists()
 

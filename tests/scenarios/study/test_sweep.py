@@ -279,7 +279,7 @@ def test_dask_missing_is_a_clear_error(scenario: Path, tmp_path: Path,
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_dask)
-    with pytest.raises(ConfigError, match=r"distsim\[dask\]"):
+    with pytest.raises(ConfigError, match=r"distsim-gpu\[dask\]"):
         run_sweep(scenario, ["model.layers=2,4"], out_dir=tmp_path / "out",
                   scheduler="tcp://127.0.0.1:1", progress=False)
 
