@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from distsim_gpu.measured.records import RankTrace
+from distsim_gpu.simcore.intervals import Intervals, intersection_length, length, union
 
 __all__ = ["StepSummary", "format_summary_table", "summarise", "to_json"]
 
 _CLASS_OF_KIND = {"compute": "compute", "communication": "communication",
                   "memcpy": "memcpy", "memset": "memcpy"}
 
-Intervals = list[tuple[float, float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,41 +57,6 @@ class StepSummary:
             "busy_s": self.busy_s, "idle_s": self.idle_s, "overlap_s": self.overlap_s,
             "nccl_counts": dict(self.nccl_counts),
         }
-
-
-def union(intervals: Iterable[tuple[float, float]]) -> Intervals:
-    """Merge ``(start, end)`` intervals into sorted, disjoint ones."""
-    merged: Intervals = []
-    for start, end in sorted(intervals):
-        if end <= start:
-            continue
-        if merged and start <= merged[-1][1]:
-            if end > merged[-1][1]:
-                merged[-1] = (merged[-1][0], end)
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def length(intervals: Intervals) -> float:
-    """Total length of disjoint intervals."""
-    return sum(end - start for start, end in intervals)
-
-
-def intersection_length(a: Intervals, b: Intervals) -> float:
-    """Length of the intersection of two sorted, disjoint interval lists."""
-    total = 0.0
-    i = j = 0
-    while i < len(a) and j < len(b):
-        low = max(a[i][0], b[j][0])
-        high = min(a[i][1], b[j][1])
-        if high > low:
-            total += high - low
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
 
 
 def _summarise_rank(trace: RankTrace) -> list[StepSummary]:

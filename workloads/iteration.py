@@ -51,6 +51,7 @@ import simpy
 from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.collectives.plan import CollectivePlan
 from distsim_gpu.simcore.errors import ConfigError, SimulationError, closest
+from distsim_gpu.simcore.intervals import union_length
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
 from distsim_gpu.workloads.costs import CostModel, stores_attention_scores
@@ -73,7 +74,6 @@ from distsim_gpu.workloads.timeline import (
     RankGroup,
     critical_path,
     started,
-    union_length,
 )
 
 __all__ = ["CRITICAL_KINDS", "GpuTimes", "IterationResult", "IterationSpec", "PathEntry",

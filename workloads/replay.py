@@ -57,6 +57,7 @@ import simpy
 from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.measured.records import CpuEvent, GpuEvent, ProfilerStep, RankTrace
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.intervals import union_length
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.simcore.trace import Span
 from distsim_gpu.topology import Topology
@@ -613,16 +614,6 @@ class _Replay:
 # --------------------------------------------------------------------------- driver
 
 
-def _union_length(intervals: list[tuple[float, float]]) -> float:
-    total, end = 0.0, -math.inf
-    for a, b in sorted(intervals):
-        if b <= end:
-            continue
-        total += b - max(a, end)
-        end = b
-    return total
-
-
 def predicted_step_s(measured_s: float, cpu_shift_s: float, gpu_shift_s: float) -> float:
     """A rank's replayed step time from its measured ``ProfilerStep`` length.
 
@@ -649,7 +640,7 @@ def _rank_result(rs: _RankStep, number: int, step_end_sim_s: float) -> RankStepR
         stop = start + (predicted if replayed else measured)
         spans = [(node.sim_start_s, node.sim_end_s) if replayed else (node.start_s, node.end_s)
                  for node in rs.ops if kind is None or isinstance(node.op, kind)]
-        return _union_length([(max(a, start), min(b, stop)) for a, b in spans
+        return union_length([(max(a, start), min(b, stop)) for a, b in spans
                               if b > start and a < stop])
 
     measured_wait = 0.0

@@ -25,7 +25,7 @@ import simpy
 from distsim_gpu.workloads.ops import Fused, Recv
 
 __all__ = ["CRITICAL_KINDS", "Meeting", "Meetings", "PathEntry", "RankGroup", "critical_path",
-           "started", "union_length"]
+           "started"]
 
 #: What a stretch of the critical path is spent on.
 CRITICAL_KINDS = ("compute", "tp comm", "pp transfer", "dp comm", "ep comm", "bubble wait")
@@ -248,15 +248,3 @@ def _path_label(info: Any) -> str:
     if isinstance(info, (Fused, Recv)):
         return info.label
     return str(info)
-
-
-def union_length(intervals: list[tuple[float, float]]) -> float:
-    """Total length covered by a set of intervals."""
-    total = 0.0
-    end = float("-inf")
-    for start, stop in sorted(intervals):
-        if stop <= end:
-            continue
-        total += stop - max(start, end)
-        end = stop
-    return total

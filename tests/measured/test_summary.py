@@ -7,13 +7,7 @@ import json
 
 import pytest
 from distsim_gpu.measured.kineto import parse_trace
-from distsim_gpu.measured.summary import (
-    format_summary_table,
-    intersection_length,
-    summarise,
-    to_json,
-    union,
-)
+from distsim_gpu.measured.summary import format_summary_table, summarise, to_json
 from distsim_gpu.scenarios.cli import main
 
 
@@ -45,12 +39,6 @@ def test_table_and_json_forms(kineto_corpus):
     data = json.loads(json.dumps(to_json(traces, rows)))
     assert [r["rank"] for r in data["ranks"]] == list(range(8))
     assert data["ranks"][0]["steps"][0]["step"] == 10
-
-
-def test_interval_helpers():
-    a = union([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0), (4.0, 4.0)])
-    assert a == [(0.0, 3.0), (5.0, 6.0)]
-    assert intersection_length(a, union([(2.5, 5.5)])) == pytest.approx(1.0)
 
 
 def test_small_trace_is_summarised_exactly(kineto_event):
