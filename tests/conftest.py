@@ -184,6 +184,11 @@ class UniformIterations:
     t_fwd_s: float = 1e-3
     t_bwd_s: float = 2e-3
 
+    @property
+    def costs(self) -> UniformCosts:
+        """The uniform layer costs these iterations run with."""
+        return UniformCosts(self.t_fwd_s, self.t_bwd_s)
+
     @staticmethod
     def fast_switch(gpus: int) -> Topology:
         """Links so fast and latency-free that point-to-point transfers take ~no time."""

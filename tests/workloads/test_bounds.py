@@ -140,40 +140,21 @@ def test_ranking_bound_is_below_the_refined_bound():
     assert all(0 < cheap <= full for cheap, full in pairs)
 
 
-class _UniformCosts:
-    """Every layer takes 1 ms forward and 2 ms backward; nothing else costs time."""
-
-    def layer_time_s(self, pass_: str, model: ModelSpec, **_shard: Any) -> float:
-        return 2e-3 if pass_ == "bwd" else 1e-3
-
-    def embedding_time_s(self, pass_: str, model: ModelSpec, **_shard: Any) -> float:
-        return 0.0
-
-    def loss_time_s(self, pass_: str, model: ModelSpec, **_shard: Any) -> float:
-        return 0.0
-
-    def optimizer_step_time_s(self, params_on_gpu: float) -> float:
-        return 0.0
-
-
 @pytest.mark.parametrize(("schedule", "v", "pp", "dp", "m"), [
     ("1f1b", 1, 1, 1, 4), ("1f1b", 1, 4, 1, 8), ("gpipe", 1, 2, 2, 4), ("1f1b", 1, 8, 1, 3),
     ("interleaved", 2, 2, 1, 4), ("interleaved", 2, 4, 2, 8), ("interleaved", 4, 2, 1, 2)])
-def test_without_a_network_the_bound_is_the_pipeline_closed_form(schedule, v, pp, dp, m):
+def test_without_a_network_the_bound_is_the_pipeline_closed_form(uniform, schedule, v, pp,
+                                                                dp, m):
     # Uniform stages of t = (layers/pp)·(t_fwd + t_bwd) per micro-batch and transfers of
     # ~no time: (m + pp − 1)·t for 1F1B and GPipe, (m + (pp − 1)/v)·t interleaved — the
     # simulated iteration too, so the bound is tight.
-    model = model_from_mapping({"name": "small", "layers": 8, "hidden": 1024, "heads": 16,
-                                "seq_len": 512, "vocab": 32000})
-    topology = build_cluster({"preset": "switch", "gpus": pp * dp, "link_bandwidth": 1e18,
-                              "link_latency": 0})
+    model, costs, topology = uniform.model, uniform.costs, uniform.fast_switch(pp * dp)
     comm = CommParams(protocol="simple").ideal()
     parallel = ParallelConfig(pp=pp, dp=dp, schedule=schedule, interleave=v)
     training = TrainingConfig(micro_batch=1, global_batch=m * dp)
-    costs = _UniformCosts()
     lower, estimate = IterationBounds(topology, model, costs, comm=comm).bound(
         parallel, training, m)
-    t = model.layers / pp * 3e-3
+    t = model.layers / pp * (uniform.t_fwd_s + uniform.t_bwd_s)
     closed_form = (m + (pp - 1) / v) * t
     assert lower == pytest.approx(closed_form, rel=2e-6)
     assert lower <= closed_form
