@@ -75,6 +75,7 @@ from distsim_gpu.workloads.timeline import (
     critical_path,
     started,
 )
+from distsim_gpu.workloads.traffic import seq_len_of
 
 __all__ = ["CRITICAL_KINDS", "GpuTimes", "IterationResult", "IterationSpec", "PathEntry",
            "simulate_iteration"]
@@ -159,7 +160,7 @@ class _IterationSimulator:
         self.microbatches = check_strategy(
             par, train, num_gpus=len(topo.gpus), layers=model.layers, heads=model.heads,
             kv_heads=model.kv_heads, experts=model.experts, source=spec.source)
-        self.seq_len = train.seq_len or model.seq_len
+        self.seq_len = seq_len_of(model, train)
         _check_stragglers(spec)
         self.sim = Simulation(spec.seed, trace=spec.trace)
         self.env = self.sim.env

@@ -21,6 +21,9 @@ A tensor-parallel collective is marked ``exclusive`` when the caller says nothin
 use its links (:mod:`workloads.iteration` decides); given its closed-form time, runs of
 compute and exclusive collectives are fused into one :class:`~workloads.ops.Fused` op.
 A pass's ops are built once and shared by every micro-batch that runs it.
+
+The bytes every transfer carries come from :mod:`workloads.traffic`, which the
+iteration's lower bound (:mod:`workloads.bounds`) counts with too.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from distsim_gpu.workloads.costs import CostModel
-from distsim_gpu.workloads.memory import layer_params_local, params_on_gpu
 from distsim_gpu.workloads.models import ModelSpec
 from distsim_gpu.workloads.ops import (
     Barrier,
@@ -42,11 +44,23 @@ from distsim_gpu.workloads.ops import (
 )
 from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig, layer_partition
 from distsim_gpu.workloads.schedule import stage_program, virtual_stage
+from distsim_gpu.workloads.traffic import (
+    alltoall_bytes,
+    gathers_layer_params,
+    gradient_buckets,
+    gradient_reduce_op,
+    layer_grad_bytes,
+    layer_param_bytes,
+    optimizer_params,
+    pipeline_message_bytes,
+    seq_len_of,
+    stage_param_bytes,
+    tp_collective_kinds,
+    tp_message_bytes,
+    word_embedding_grad_bytes,
+)
 
 __all__ = ["StreamBuilder", "fuse"]
-
-_GRAD_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-_ACTIVATION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
 
 #: The closed-form time of a tensor-parallel collective: (op, size_bytes, stage) -> s.
 TpTime = Callable[[str, float, int], float]
@@ -69,16 +83,14 @@ class StreamBuilder:
         self.microbatches = microbatches
         self.exclusive_tp = exclusive_tp
         self.tp_time_s = tp_time_s
-        self.seq_len = training.seq_len or model.seq_len
+        self.seq_len = seq_len_of(model, training)
         self.virtual_stages = parallel.pp * parallel.interleave
         self.chunks = layer_partition(model.layers, self.virtual_stages, parallel.partition)
-        self.act_bytes = _ACTIVATION_BYTES[training.precision]
-        self.grad_bytes = _GRAD_BYTES[parallel.grad_reduce_precision]
-        tokens = training.micro_batch * self.seq_len
-        self.tp_bytes = tokens * model.hidden * self.act_bytes
-        self.p2p_bytes = self.tp_bytes / parallel.tp
-        self.a2a_bytes = (tokens * model.top_k * model.hidden * self.act_bytes
-                          / (parallel.tp if parallel.sequence_parallel else 1))
+        # Every layer and micro-batch sends messages of the same sizes: count them once.
+        self.tp_kinds = tp_collective_kinds(parallel)
+        self.tp_bytes = tp_message_bytes(model, training)
+        self.p2p_bytes = pipeline_message_bytes(model, parallel, training)
+        self.a2a_bytes = alltoall_bytes(model, parallel, training)
         self._passes: dict[tuple[int, int, str, bool, bool], tuple[Op, ...]] = {}
 
     # ----------------------------------------------------------------- a stage
@@ -86,7 +98,7 @@ class StreamBuilder:
         """Everything stage ``stage`` runs in one iteration, in order."""
         par = self.parallel
         last_mb = self.microbatches - 1
-        sharded = (par.fsdp or par.zero == 3) and par.dp > 1
+        sharded = gathers_layer_params(par) and par.dp > 1
         launched_dp = False
         stream: list[Op] = []
         program = stage_program(par.schedule, pp=par.pp, stage=stage,
@@ -116,18 +128,15 @@ class StreamBuilder:
         model, par = self.model, self.parallel
         ops: list[Op] = [Wait()]
         if par.pp > 1 and model.tied_embeddings and stage in (0, par.pp - 1):
-            size = model.vocab * model.hidden / par.tp * self.grad_bytes
-            ops.append(Collective("all_reduce", size, "tied embedding grads",
-                                  group="embedding"))
+            ops.append(Collective("all_reduce", word_embedding_grad_bytes(model, par),
+                                  "tied embedding grads", group="embedding"))
         ops.append(Barrier("gradient norm"))
-        stage_params = params_on_gpu(model, tp=par.tp, pp=par.pp, ep=par.ep, stage=stage,
-                                     interleave=par.interleave, partition=par.partition)
-        params = stage_params.dense + stage_params.expert
-        sharded = params / par.dp if (par.zero >= 1 or par.fsdp) else params
-        ops.append(Compute(self.costs.optimizer_step_time_s(sharded), "optimizer step"))
+        step_s = self.costs.optimizer_step_time_s(optimizer_params(model, par, stage))
+        ops.append(Compute(step_s, "optimizer step"))
         if par.zero in (1, 2) and par.dp > 1:
-            ops.append(Collective("all_gather", params * self.act_bytes, "gather params",
-                                  group="dp"))
+            ops.append(Collective("all_gather",
+                                  stage_param_bytes(model, par, self.training, stage),
+                                  "gather params", group="dp"))
         return ops
 
     # ----------------------------------------------------------------- a pass
@@ -146,7 +155,7 @@ class StreamBuilder:
         return cached
 
     def _forward(self, vs: int, fold: bool) -> list[Op]:
-        sharded = self.parallel.fsdp or self.parallel.zero == 3
+        sharded = gathers_layer_params(self.parallel)
         ops: list[Op] = []
         if vs == 0:
             ops.append(self._edge("embedding", "fwd"))
@@ -160,32 +169,35 @@ class StreamBuilder:
         return ops
 
     def _backward(self, vs: int, chunk: int, last: bool, fold: bool) -> list[Op]:
-        par, model = self.parallel, self.model
-        sharded = par.fsdp or par.zero == 3
+        par = self.parallel
+        sharded = gathers_layer_params(par)
         ops: list[Op] = []
         if vs == self.virtual_stages - 1:
             ops.append(self._edge("loss", "bwd"))
-        bucket = 0.0
         order = list(reversed(range(*self.chunks[vs])))
+        # Without ZeRO-3/FSDP the last micro-batch reduces the gradients in buckets, each
+        # launched after the layer that fills it (by backward position); with it, every
+        # micro-batch reduce-scatters each layer's.
+        buckets = ({b.after_layers: b.size_bytes
+                    for b in gradient_buckets(self.model, par, order, first_chunk=vs == 0)}
+                   if last and par.dp > 1 and not sharded else {})
         for position, layer in enumerate(order):
             if sharded:
                 self._gather_params(ops, order, position)
             self._layer_pass(ops, "recompute", layer, fold)
             self._layer_pass(ops, "bwd", layer, fold)
-            grads = self._layer_grad_bytes(layer)
             if sharded:
-                ops.append(self._async_dp("reduce_scatter", grads, f"L{layer} reduce grads"))
-            elif last and par.dp > 1:
-                bucket += grads
-                if bucket >= par.bucket_params * self.grad_bytes:
-                    ops.append(self._async_dp(self._grad_op(), bucket, f"grads to L{layer}"))
-                    bucket = 0.0
+                ops.append(self._async_dp("reduce_scatter",
+                                          layer_grad_bytes(self.model, layer, par),
+                                          f"L{layer} reduce grads"))
+            elif position + 1 in buckets:
+                ops.append(self._async_dp(gradient_reduce_op(par), buckets[position + 1],
+                                          f"grads to L{layer}"))
         if vs == 0:
             ops.append(self._edge("embedding", "bwd"))
-            if last and par.dp > 1 and not sharded:
-                bucket += model.vocab * model.hidden / par.tp * self.grad_bytes
-        if last and par.dp > 1 and not sharded and bucket > 0:
-            ops.append(self._async_dp(self._grad_op(), bucket, f"grads of chunk {chunk}"))
+        if None in buckets:
+            ops.append(self._async_dp(gradient_reduce_op(par), buckets[None],
+                                      f"grads of chunk {chunk}"))
         return ops
 
     def _edge(self, layer: str, pass_: str) -> Compute:
@@ -234,12 +246,7 @@ class StreamBuilder:
 
     def _tp_ops(self, ops: list[Op], label: str, fold: bool) -> None:
         """The TP collectives after an attention or MLP block (forward or backward)."""
-        par = self.parallel
-        if par.tp == 1:
-            return
-        kinds = (("all_gather", "reduce_scatter") if par.sequence_parallel
-                 else ("all_reduce",))
-        for kind in kinds:
+        for kind in self.tp_kinds:
             ops.append(Collective(kind, self.tp_bytes, f"{label} {kind}", exclusive=fold))
 
     def _gather_params(self, ops: list[Op], order: list[int], position: int) -> None:
@@ -253,27 +260,16 @@ class StreamBuilder:
             return
         layer = order[position]
         if position == 0:
-            ops.append(self._async_dp("all_gather", self._layer_param_bytes(layer),
+            ops.append(self._async_dp("all_gather", self._param_bytes(layer),
                                       f"L{layer} gather params", f"L{layer}"))
         if position + 1 < len(order):
             ahead = order[position + 1]
-            ops.append(self._async_dp("all_gather", self._layer_param_bytes(ahead),
+            ops.append(self._async_dp("all_gather", self._param_bytes(ahead),
                                       f"L{ahead} gather params", f"L{ahead}"))
         ops.append(Wait(f"L{layer}"))
 
-    # ----------------------------------------------------------------- bytes
-    def _grad_op(self) -> str:
-        return "reduce_scatter" if self.parallel.zero >= 1 else "all_reduce"
-
-    def _layer_param_bytes(self, layer: int) -> float:
-        dense, expert = layer_params_local(self.model, layer, self.parallel.tp,
-                                           self.parallel.ep)
-        return (dense + expert) * self.act_bytes
-
-    def _layer_grad_bytes(self, layer: int) -> float:
-        dense, expert = layer_params_local(self.model, layer, self.parallel.tp,
-                                           self.parallel.ep)
-        return (dense + expert) * self.grad_bytes
+    def _param_bytes(self, layer: int) -> float:
+        return layer_param_bytes(self.model, layer, self.parallel, self.training)
 
     # ----------------------------------------------------------------- fusing
     def _fused(self, ops: Sequence[Op], stage: int) -> tuple[Op, ...]:
