@@ -82,6 +82,7 @@ from distsim_gpu.workloads.parallel import (
     parallel_from_mapping,
     training_from_mapping,
 )
+from distsim_gpu.workloads.traffic import seq_len_of
 
 __all__ = [
     "COMPUTE_KEYS",
@@ -159,7 +160,7 @@ class Scenario:
     @property
     def seq_len(self) -> int:
         """The sequence length trained on (``training.seq_len`` or the model's)."""
-        return self.training.seq_len or self.model.seq_len
+        return seq_len_of(self.model, self.training)
 
     def resolved(self) -> dict[str, Any]:
         """The full configuration, every default filled in, SI units, in scenario schema.

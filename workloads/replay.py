@@ -56,6 +56,7 @@ from typing import Any
 import simpy
 from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.measured.records import CpuEvent, GpuEvent, ProfilerStep, RankTrace
+from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.intervals import union_length
 from distsim_gpu.simcore.simulation import Simulation
@@ -704,9 +705,7 @@ def replay_traces(traces: Sequence[RankTrace], topology: Topology,
     ``r % ranks_per_node`` of node ``r // ranks_per_node`` (default: the node's GPU count,
     i.e. ranks fill nodes in order, as torchrun places them).
     """
-    if mode not in ("simulated", "measured"):
-        raise ConfigError(f"unknown replay mode {mode!r}", key="mode",
-                          hint="valid: simulated, measured")
+    check_choice(mode, ("simulated", "measured"), key="mode", what="replay mode")
     params = params or CommParams()
     notes: list[str] = []
     by_rank = _traces_by_rank(traces)

@@ -17,6 +17,8 @@ stage ``v − 1`` and a backward pass its gradient from ``v + 1``.
 
 from __future__ import annotations
 
+from distsim_gpu.simcore.errors import ConfigError
+
 __all__ = ["Step", "stage_program", "virtual_stage"]
 
 Step = tuple[str, int, int]
@@ -68,4 +70,5 @@ def stage_program(schedule: str, *, pp: int, stage: int, microbatches: int,
             mb, chunk = _interleaved_unit(k, pp=pp, chunks=v, forward=False)
             program.append(("B", mb, chunk))
         return program
-    raise ValueError(f"unknown schedule {schedule!r}")
+    raise ConfigError(f"unknown schedule {schedule!r}", key="parallelism.schedule",
+                      hint="valid: gpipe, 1f1b, interleaved")

@@ -6,6 +6,7 @@ import dataclasses
 from collections import Counter
 
 import pytest
+from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.memory import layer_params_local, params_on_gpu
 from distsim_gpu.workloads.models import model_from_mapping
 from distsim_gpu.workloads.ops import (
@@ -19,6 +20,7 @@ from distsim_gpu.workloads.ops import (
     Wait,
 )
 from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
+from distsim_gpu.workloads.schedule import stage_program
 from distsim_gpu.workloads.streams import StreamBuilder, fuse
 
 MODEL = model_from_mapping({"name": "small", "layers": 8, "hidden": 1024, "heads": 16,
@@ -382,3 +384,9 @@ def test_the_replay_says_what_each_measured_gpu_op_is():
     # keeps its measured transfer).
     bare = GpuEvent("ncclDevKernel_Generic", "communication", 1.0, 4e-5)
     assert _op_of(bare, 4) == Collective(None, None, bare.name, group=(0, 1, 2, 3))
+
+
+def test_an_unknown_schedule_is_a_config_error_naming_the_valid_ones():
+    with pytest.raises(ConfigError, match="unknown schedule 'zb'") as info:
+        stage_program("zb", pp=2, stage=0, microbatches=4)
+    assert "gpipe, 1f1b, interleaved" in str(info.value)
