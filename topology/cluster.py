@@ -16,6 +16,15 @@ Two spec forms, as Python mappings or YAML files (read with ``yaml.safe_load`` o
   oversubscription, nics_per_leaf, spines, link_bandwidth, link_latency, switch_latency};
   the ``switch`` preset takes ``gpus``, ``link_bandwidth``, ``link_latency`` instead.
 
+  Fabric kinds and the keys each takes besides kind, link_bandwidth, link_latency,
+  switch_latency (see :mod:`topology.fabrics`): ``single-switch``; ``fat-tree`` and
+  ``rail-optimized`` {oversubscription, nics_per_leaf, spines}; ``three-tier``
+  {nics_per_leaf, leaf_oversubscription, spine_oversubscription, leaves_per_pod,
+  spines_per_pod, cores_per_plane}; ``multi-plane`` {planes, and per plane the
+  rail-optimized keys}; ``superpod`` {generation: a100 or h100, by default the preset's};
+  ``dragonfly`` {groups, routers_per_group, nics_per_router, global_links_per_router,
+  local_link_bandwidth, global_link_bandwidth}.
+
 * custom form: ``devices`` (list of {name, kind, node?, index?}) and ``links`` (list of
   {src, dst, bandwidth, latency?, kind, duplex?}; ``duplex`` defaults to true, one cable =
   two directed links).
@@ -51,7 +60,17 @@ from distsim_gpu.simcore.config import (
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, TopologyError, closest
 from distsim_gpu.simcore.units import parse_bandwidth, parse_duration
 from distsim_gpu.simcore.yamlfile import line_of, read_yaml
-from distsim_gpu.topology.fabrics import FABRIC_ALIASES, FABRIC_KINDS, FabricSpec, build_fabric
+from distsim_gpu.topology.fabric_superpod import GENERATIONS, PRESET_GENERATION
+from distsim_gpu.topology.fabrics import (
+    FABRIC_ALIASES,
+    FABRIC_KINDS,
+    DragonflyShape,
+    FabricSpec,
+    MultiPlaneShape,
+    SuperPodShape,
+    ThreeTierShape,
+    build_fabric,
+)
 from distsim_gpu.topology.model import DEVICE_KINDS, LINK_KINDS, Device, Link, Topology
 from distsim_gpu.topology.presets import (
     PRESETS,
@@ -78,8 +97,17 @@ _GPU_KEYS = ("model",)
 _NIC_KEYS = ("model", "count", "bandwidth", "latency")
 _FABRIC_COMMON = ("kind", "link_bandwidth", "link_latency", "switch_latency")
 _FABRIC_TIERED = (*_FABRIC_COMMON, "oversubscription", "nics_per_leaf", "spines")
-_FABRIC_KEYS = {"single-switch": _FABRIC_COMMON, "fat-tree": _FABRIC_TIERED,
-                "rail-optimized": _FABRIC_TIERED}
+_FABRIC_KEYS = {
+    "single-switch": _FABRIC_COMMON, "fat-tree": _FABRIC_TIERED,
+    "rail-optimized": _FABRIC_TIERED,
+    "three-tier": (*_FABRIC_COMMON, "nics_per_leaf", "leaf_oversubscription",
+                   "spine_oversubscription", "leaves_per_pod", "spines_per_pod",
+                   "cores_per_plane"),
+    "multi-plane": (*_FABRIC_TIERED, "planes"),
+    "superpod": (*_FABRIC_COMMON, "generation"),
+    "dragonfly": (*_FABRIC_COMMON, "groups", "routers_per_group", "nics_per_router",
+                  "global_links_per_router", "local_link_bandwidth", "global_link_bandwidth"),
+}
 _DEVICE_KEYS = ("name", "kind", "node", "index")
 _LINK_KEYS = ("src", "dst", "bandwidth", "latency", "kind", "duplex")
 # Custom clusters up to this many GPUs are checked pair by pair; larger ones GPU by GPU
@@ -171,23 +199,88 @@ def _fabric_spec(value: object, nic_bandwidth: float, preset: NodePreset,
     kind = FABRIC_ALIASES.get(raw_kind, raw_kind)
     check_keys(mapping, _FABRIC_KEYS[kind], prefix="fabric", source=source,
                context=f" for fabric {kind!r}")
-    link_bandwidth = _bandwidth(mapping.get("link_bandwidth", nic_bandwidth),
+    shape = _fabric_shape(kind, mapping, preset, source)
+    link_bandwidth = _bandwidth(mapping.get("link_bandwidth", _port_default(shape, nic_bandwidth)),
                                 "fabric.link_bandwidth", source)
     link_latency = _latency(mapping.get("link_latency", preset.cable_latency_s),
                             "fabric.link_latency", source)
     switch_latency = _latency(mapping.get("switch_latency", preset.switch_latency_s),
                               "fabric.switch_latency", source)
-    if kind == "single-switch":
-        return FabricSpec(kind, link_bandwidth, link_latency, switch_latency)
-    spines = mapping.get("spines")
+    if kind in ("single-switch", "superpod", "dragonfly"):
+        return FabricSpec(kind, link_bandwidth, link_latency, switch_latency, shape=shape)
+    # The leaf tier's ratio: "oversubscription" in two-tier kinds, named per tier in three.
+    ratio_key = "leaf_oversubscription" if kind == "three-tier" else "oversubscription"
     return FabricSpec(
         kind, link_bandwidth, link_latency, switch_latency,
-        oversubscription=_ratio(mapping.get("oversubscription", 1.0),
-                                "fabric.oversubscription", source),
+        oversubscription=_ratio(mapping.get(ratio_key, 1.0), f"fabric.{ratio_key}", source),
         nics_per_leaf=_int(mapping.get("nics_per_leaf", DEFAULT_NICS_PER_LEAF),
                            "fabric.nics_per_leaf", source, minimum=1),
-        spines=None if spines is None else _int(spines, "fabric.spines", source, minimum=0),
+        spines=_optional_int(mapping, "spines", source, minimum=0),
+        shape=shape,
     )
+
+
+def _optional_int(mapping: Mapping[Any, Any], name: str, source: str | None, *,
+                  minimum: int) -> int | None:
+    value = mapping.get(name)
+    return None if value is None else _int(value, f"fabric.{name}", source, minimum=minimum)
+
+
+def _fabric_shape(kind: str, mapping: Mapping[Any, Any], preset: NodePreset,
+                  source: str | None
+                  ) -> ThreeTierShape | MultiPlaneShape | SuperPodShape | DragonflyShape | None:
+    """The figures of the kinds that need more than the leaf tier's (fabric_spec)."""
+    if kind == "three-tier":
+        return ThreeTierShape(
+            _ratio(mapping.get("spine_oversubscription", 1.0), "fabric.spine_oversubscription",
+                   source),
+            leaves_per_pod=_optional_int(mapping, "leaves_per_pod", source, minimum=1),
+            spines_per_pod=_optional_int(mapping, "spines_per_pod", source, minimum=0),
+            cores_per_plane=_optional_int(mapping, "cores_per_plane", source, minimum=0))
+    if kind == "multi-plane":
+        return MultiPlaneShape(_int(mapping.get("planes", 2), "fabric.planes", source,
+                                    minimum=1))
+    if kind == "superpod":
+        generation = mapping.get("generation", PRESET_GENERATION.get(preset.name))
+        if generation is None:
+            raise ConfigError(f"preset {preset.name!r} has no DGX SuperPOD design: say which "
+                              "one", key="fabric.generation", source=source,
+                              hint="valid: " + ", ".join(GENERATIONS))
+        return SuperPodShape(check_choice(generation, GENERATIONS, key="fabric.generation",
+                                          source=source, what="SuperPOD generation"))
+    if kind == "dragonfly":
+        return _dragonfly_shape(mapping, source)
+    return None
+
+
+def _dragonfly_shape(mapping: Mapping[Any, Any], source: str | None) -> DragonflyShape:
+    default = DragonflyShape()
+
+    def bandwidth(name: str) -> float | None:
+        value = mapping.get(name)
+        return None if value is None else _bandwidth(value, f"fabric.{name}", source)
+
+    return DragonflyShape(
+        groups=_optional_int(mapping, "groups", source, minimum=1),
+        routers_per_group=_int(mapping.get("routers_per_group", default.routers_per_group),
+                               "fabric.routers_per_group", source, minimum=1),
+        nics_per_router=_int(mapping.get("nics_per_router", default.nics_per_router),
+                             "fabric.nics_per_router", source, minimum=1),
+        global_links_per_router=_int(
+            mapping.get("global_links_per_router", default.global_links_per_router),
+            "fabric.global_links_per_router", source, minimum=0),
+        local_link_bandwidth_bytes_per_s=bandwidth("local_link_bandwidth"),
+        global_link_bandwidth_bytes_per_s=bandwidth("global_link_bandwidth"))
+
+
+def _port_default(shape: object, nic_bandwidth: float) -> float:
+    """A fabric port's bandwidth unless given: the NIC's, split over the planes of a
+    multi-plane fabric, the published port speed of a SuperPOD generation."""
+    if isinstance(shape, MultiPlaneShape):
+        return nic_bandwidth / shape.planes
+    if isinstance(shape, SuperPodShape):
+        return GENERATIONS[shape.generation].port_bytes_per_s
+    return nic_bandwidth
 
 
 def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None) -> Topology:
@@ -247,9 +340,7 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None) 
         "link_latency": fabric.link_latency_s,
         "switch_latency": fabric.switch_latency_s,
     }
-    if fabric.kind != "single-switch":
-        fabric_config.update(oversubscription=fabric.oversubscription,
-                             nics_per_leaf=fabric.nics_per_leaf, spines=built.spines)
+    fabric_config.update(built.config)  # the kind's own figures, derived ones resolved
     name = _string(spec.get("name", f"{preset.name} x{nodes} {fabric.kind}"), "name", source)
     config: dict[str, Any] = {"name": name, "preset": preset.name, "nodes": nodes,
                               "gpu": {"model": gpu_model}}

@@ -232,5 +232,6 @@ def test_build_fabric_names_an_unknown_kind():
     spec = FabricSpec("torus", 1e9, 1e-6, 1e-6)
     with pytest.raises(ConfigError) as info:
         build_fabric(spec, [["n0.nic0"]], nic_bandwidth_bytes_per_s=1e9, nic_latency_s=1e-6)
-    assert str(info.value).startswith("fabric.kind: unknown fabric kind 'torus' (valid: "
-                                      "fat-tree, rail-optimized, single-switch)")
+    assert str(info.value).startswith(
+        "fabric.kind: unknown fabric kind 'torus' (valid: dragonfly, fat-tree, multi-plane, "
+        "rail-optimized, single-switch, superpod, three-tier)")

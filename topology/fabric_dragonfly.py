@@ -1,0 +1,123 @@
+"""Dragonfly fabrics: groups of routers, all-to-all inside a group, global cables between groups.
+
+The topology of Kim, Dally, Scott and Abts ("Technology-Driven, Highly-Scalable Dragonfly
+Topology", ISCA 2008) and of HPE Slingshot systems.  ``groups`` groups of
+``routers_per_group`` routers (``g3.r7`` is router 7 of group 3); each router has
+``nics_per_router`` endpoint ports, one cable to every other router of its group (local
+links, ``local_link_bandwidth``) and ``global_links_per_router`` cables to other groups
+(``global_link_bandwidth``).
+
+NICs fill routers in order, node-major (node 0's NICs by rail, then node 1's, …), like the
+leaves of a fat tree.  A group's ``routers_per_group * global_links_per_router`` global
+ports are shared evenly among the other ``groups - 1`` groups: every pair of groups is
+joined by ``floor(a * h / (groups - 1))`` cables (ports left over stay unused).  The
+``m``-th cable from group *g* to its ``i``-th peer (peers in group order) uses *g*'s port
+``t = m * (groups - 1) + i``, on router ``t // h``: consecutive ports go to different
+peers, so the cables to one peer are spread over the group's routers.  Cables between the
+same two routers form one bundle.  Without ``groups``, the fabric has as many groups as
+its NICs fill; with it, every group is built (empty ones carry traffic only for
+non-minimal routing) and more NICs than ``groups * a * p`` is an error.
+
+Minimal routing — local hop, global hop, local hop — is the shortest path, so every
+routing policy of :mod:`topology.routing` applies to it unchanged.
+
+Defaults are HPE Slingshot's Rosetta switch in its largest dragonfly: 64 ports of 200 Gb/s,
+16 to endpoints, 31 local (one to each other switch of a 32-switch group), 17 global
+(Rosetta as described by De Sensi et al., "An In-Depth Analysis of the Slingshot
+Interconnect", SC 2020; 32-switch groups as in HPE Cray EX cabinets, e.g. NERSC's
+Perlmutter documentation: "32 switch blades" per group, all-to-all inside it).  CSCS Alps
+runs 4 GH200 per node with one 200 Gb/s Slingshot NIC each, so a 32-router group holds 128
+nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.topology.fabric_spec import (
+    DragonflyShape,
+    Fabric,
+    FabricSpec,
+    attach_nic,
+    cable,
+    switches,
+)
+from distsim_gpu.topology.model import Link
+
+__all__ = ["build_dragonfly", "global_cables"]
+
+
+def _groups(shape: DragonflyShape, nic_count: int) -> int:
+    per_group = shape.routers_per_group * shape.nics_per_router
+    groups = shape.groups if shape.groups is not None else max(1, math.ceil(nic_count / per_group))
+    if groups < 1:
+        raise ConfigError(f"a dragonfly needs at least one group, got groups={groups}",
+                          key="fabric.groups", hint="leave it out to fit the nodes")
+    if nic_count > groups * per_group:
+        raise ConfigError(
+            f"{nic_count} NICs do not fit in {groups} groups x {shape.routers_per_group} "
+            f"routers x {shape.nics_per_router} NIC ports = {groups * per_group}",
+            key="fabric.groups", hint=f"at least {math.ceil(nic_count / per_group)} groups "
+                                      "hold them (or leave groups out)")
+    ports = shape.routers_per_group * shape.global_links_per_router
+    if groups > 1 and ports < groups - 1:
+        raise ConfigError(
+            f"{groups} groups need {groups - 1} global ports per group to join every pair, "
+            f"but a group has routers_per_group x global_links_per_router = {ports}",
+            key="fabric.global_links_per_router",
+            hint=f"at least {math.ceil((groups - 1) / shape.routers_per_group)} per router")
+    return groups
+
+
+def global_cables(groups: int, routers_per_group: int,
+                  global_links_per_router: int) -> dict[tuple[int, int, int, int], int]:
+    """``(g, router in g, j, router in j) -> cables``, each group pair listed once (g < j)."""
+    if groups < 2:
+        return {}
+    peers = groups - 1
+    per_pair = routers_per_group * global_links_per_router // peers
+    cables: dict[tuple[int, int, int, int], int] = {}
+    for g in range(groups):
+        for j in range(g + 1, groups):
+            # j is g's (j - 1)-th peer; g is j's g-th peer (peers skip the group itself).
+            for m in range(per_pair):
+                rg = (m * peers + j - 1) // global_links_per_router
+                rj = (m * peers + g) // global_links_per_router
+                key = (g, rg, j, rj)
+                cables[key] = cables.get(key, 0) + 1
+    return cables
+
+
+def build_dragonfly(spec: FabricSpec, nics: Sequence[Sequence[str]], *,
+                    nic_bandwidth_bytes_per_s: float, nic_latency_s: float) -> Fabric:
+    """Routers, local and global cables, and NICs filling routers node-major."""
+    shape = spec.shape if isinstance(spec.shape, DragonflyShape) else DragonflyShape()
+    ordered = [nic for node in nics for nic in node]
+    a, p = shape.routers_per_group, shape.nics_per_router
+    groups = _groups(shape, len(ordered))
+    port = spec.link_bandwidth_bytes_per_s
+    local = shape.local_link_bandwidth_bytes_per_s or port
+    global_ = shape.global_link_bandwidth_bytes_per_s or port
+
+    def router(g: int, r: int) -> str:
+        return f"g{g}.r{r}"
+
+    devices = switches(router(g, r) for g in range(groups) for r in range(a))
+    links: list[Link] = []
+    nic_port = min(nic_bandwidth_bytes_per_s, port)
+    for k, nic in enumerate(ordered):
+        g, r = divmod(k // p, a)
+        links.extend(attach_nic(nic, router(g, r), nic_port, nic_latency_s, spec))
+    for g in range(groups):
+        for r in range(a):
+            for s in range(r + 1, a):
+                links.extend(cable(router(g, r), router(g, s), local, spec))
+    cables = global_cables(groups, a, shape.global_links_per_router)
+    for (g, rg, j, rj), count in cables.items():
+        links.extend(cable(router(g, rg), router(j, rj), count * global_, spec))
+    config = {"groups": groups, "routers_per_group": a, "nics_per_router": p,
+              "global_links_per_router": shape.global_links_per_router,
+              "local_link_bandwidth": local, "global_link_bandwidth": global_}
+    return Fabric(tuple(devices), tuple(links), config)
