@@ -1,16 +1,21 @@
 """Node presets: what is inside one box, with the vendor figures it is built from.
 
-A preset fixes a node's *shape* — how many GPUs, whether they share an NVSwitch, which PCIe
-switch each GPU and NIC hangs from, which CPU socket each PCIe switch hangs from — and the
-*default figures* of its links.  Figures can be overridden per cluster (``nvlink.bandwidth``,
-``nic.bandwidth``, …, see :mod:`topology.cluster`); the shape cannot, except where a preset
-offers choices (``pcie-8gpu`` takes one or two NICs).
+A preset fixes a node's *shape* — how many GPUs, whether they share an NVSwitch or are cabled
+to each other directly (a mesh), which PCIe switch each GPU and NIC hangs from, which CPU
+socket each PCIe switch hangs from — and the *default figures* of its links.  Figures can
+be overridden per cluster (``nvlink.bandwidth``, ``nic.bandwidth``, …, see
+:mod:`topology.cluster`); the shape cannot, except where a preset offers choices
+(``pcie-8gpu`` takes one or two NICs).
 
 Conventions of the figures below:
 
 * bandwidths are nominal, **one direction**, in bytes per second (a full-duplex cable is
   two directed links, each with this figure);
-* latencies are per directed link, in seconds; a route's latency is the sum over its links.
+* latencies are per directed link, in seconds; a route's latency is the sum over its links;
+* in a mesh node (``gpu_links``: the DGX-1's hybrid cube-mesh, the MI300X's xGMI full
+  mesh) the ``nvlink`` figure is *one* GPU-to-GPU link (one NVLink, one xGMI link); a pair
+  cabled with several links gets one directed link per direction with their sum.  xGMI
+  links are of kind ``nvlink``: RCCL, like NCCL, treats them as its NVLink class.
 
 Latencies are set so that routes reproduce NCCL's own per-hop latency model (NCCL
 ``src/graph/tuning.cc``, table ``hwLat``, LL protocol: NVLink 0.6 us, PCI 1.0 us, NET
@@ -60,6 +65,9 @@ NVLINK_HOP_LATENCY_S = 0.3e-6
 # latency.  The switch silicon alone is ~0.1 us port to port; the rest is DMA and PCIe
 # transaction overhead, which a transfer pays too.  Estimate.
 PCIE_HOP_LATENCY_S = 0.5e-6
+# A direct GPU-to-GPU link (a mesh node) is one hop, as GPU -> NVSwitch -> GPU is to NCCL
+# (hwLat has one NVLink figure, whatever the cabling): 0.6 us.  Estimate, as above.
+NVLINK_DIRECT_LATENCY_S = 2 * NVLINK_HOP_LATENCY_S
 # Inter-socket hop (xGMI / UPI): remote-NUMA accesses cost ~0.1 us more than local ones in
 # Intel Memory Latency Checker measurements on two-socket servers.  Estimate.
 INTER_SOCKET_LATENCY_S = 0.1e-6
@@ -88,7 +96,9 @@ class NodePreset:
     ``gpu_pcie_switch[i]`` is the PCIe switch of GPU i; ``nic_layouts`` the allowed NIC
     placements (each a tuple giving the PCIe switch of NIC j; the first is the default);
     ``pcie_switch_cpu[k]`` the CPU socket of PCIe switch k.  ``nvlink`` is None for a
-    node without NVLink.
+    node without NVLink.  ``gpu_links`` is empty for a node whose GPUs meet at an NVSwitch;
+    for a mesh it lists each cabled GPU pair ``(a, b, links)`` with its number of links,
+    and ``nvlink`` is the figure of one link.
     """
 
     name: str
@@ -105,10 +115,22 @@ class NodePreset:
     nic: LinkFigure
     switch_latency_s: float = IB_SWITCH_LATENCY_S
     cable_latency_s: float = CABLE_LATENCY_S
+    gpu_links: tuple[tuple[int, int, int], ...] = ()
+    # What the NICs speak, which sets the fabric's default routing (topology.routing):
+    # InfiniBand ConnectX adapters unless a preset says "ethernet" (RoCE).
+    fabric_technology: str = "infiniband"
+    # Whether the NVSwitch reduces in the switch (NVLink SHARP, "NVLS": third-generation
+    # NVSwitch of HGX H100/H200 boards); the NVLS collectives need it.
+    nvswitch_sharp: bool = False
 
     @property
     def gpus(self) -> int:
         return len(self.gpu_pcie_switch)
+
+    @property
+    def mesh(self) -> bool:
+        """Whether the GPUs are cabled to each other directly (no NVSwitch)."""
+        return bool(self.gpu_links)
 
     @property
     def nic_counts(self) -> tuple[int, ...]:
@@ -194,33 +216,76 @@ DGX_H100 = NodePreset(
     cpu=LinkFigure(4 * 16e9 * 2, INTER_SOCKET_LATENCY_S),
     # InfiniBand NDR: 400 Gb/s = 50 GB/s per direction (ConnectX-7 datasheet).
     nic=LinkFigure(400e9 / 8, NIC_LATENCY_S),
+    # NVIDIA H100 architecture white paper: third-generation NVSwitch with NVLink SHARP
+    # (in-switch all-reduce/multicast), which NCCL >= 2.17 uses as its NVLS algorithm.
+    nvswitch_sharp=True,
 )
 
 # NVIDIA DGX-1 with Tesla V100 (DGX-1 System Architecture white paper, WP-08437-002):
 # 8x V100-SXM2 in a hybrid cube-mesh of NVLink 2.0 -- six links of 25 GB/s per direction
-# per GPU, each GPU wired directly to four others; four PLX PCIe Gen3 switches, each
-# holding two GPUs and one of the four EDR 100 Gb/s InfiniBand NICs; 2x Xeon E5-2698 v4
-# joined by QPI.  distsim has no direct GPU-GPU links yet, so the mesh stands as one
-# switch with each GPU's aggregate 150 GB/s: exact for rings (NCCL's rings run over the
-# mesh at the aggregate rate), optimistic for all-to-all between GPUs that the mesh does
-# not join directly (they relay through a neighbour or PCIe).
+# per GPU; the GPUs sit on the corners of a cube whose twelve edges are cabled, two faces
+# also have their diagonals, and some edges carry two links ("three interwoven rings of
+# single NVLink connections").  So GPUs 0-3 and 4-7 are each fully connected and GPU i is
+# cabled to i+4; which pairs are doubled is read from `nvidia-smi topo -m` on V100-SXM2
+# 8-GPU servers of this design (NV2 entries): 0-3, 0-4, 1-2, 1-5, 2-3, 4-7, 5-6, 6-7.
+# The doubled pairs form one Hamiltonian cycle (0-3-2-1-5-6-7-4) and the single ones
+# another (0-1-3-7-5-4-6-2).  Four PLX PCIe Gen3 switches, each holding two GPUs and one of
+# the four EDR 100 Gb/s InfiniBand NICs; 2x Xeon E5-2698 v4 joined by QPI.
+_DGX1_NVLINKS = ((0, 1, 1), (0, 2, 1), (0, 3, 2), (0, 4, 2), (1, 2, 2), (1, 3, 1), (1, 5, 2),
+                 (2, 3, 2), (2, 6, 1), (3, 7, 1), (4, 5, 1), (4, 6, 1), (4, 7, 2), (5, 6, 2),
+                 (5, 7, 1), (6, 7, 2))
 DGX1_V100 = NodePreset(
     name="dgx1-v100",
-    description="NVIDIA DGX-1 (V100): 8x V100 SXM2, NVLink 2.0 hybrid cube-mesh taken as "
-                "150 GB/s per GPU per direction, 4x EDR 100 Gb/s, 4 PCIe Gen3 switches",
+    description="NVIDIA DGX-1 (V100): 8x V100 SXM2 in an NVLink 2.0 hybrid cube-mesh "
+                "(6 links of 25 GB/s per direction per GPU), 4x EDR 100 Gb/s, "
+                "4 PCIe Gen3 switches",
     gpu_model="V100-SXM2-32GB",
     nic_model="ConnectX-4 EDR 100Gb/s",
     gpu_pcie_switch=(0, 0, 1, 1, 2, 2, 3, 3),
     nic_layouts=((0, 1, 2, 3),),
     pcie_switch_cpu=(0, 0, 1, 1),
     cpus=2,
-    nvlink=LinkFigure(6 * 25e9, NVLINK_HOP_LATENCY_S),
+    # NVIDIA V100 datasheet: NVLink 2.0, 300 GB/s bidirectional = 6 links x 25 GB/s per
+    # direction.  One figure per link; a doubled pair gets 50 GB/s each way.
+    nvlink=LinkFigure(25e9, NVLINK_DIRECT_LATENCY_S),
+    gpu_links=_DGX1_NVLINKS,
     pcie=LinkFigure(PCIE_GEN3_X16_BYTES_PER_S, PCIE_HOP_LATENCY_S),
     # Intel Xeon E5-2600 v4 datasheet: two QPI links at 9.6 GT/s, 2 bytes per transfer
     # -> 19.2 GB/s each, 38.4 GB/s per direction.
     cpu=LinkFigure(2 * 9.6e9 * 2, INTER_SOCKET_LATENCY_S),
     # InfiniBand EDR: 100 Gb/s = 12.5 GB/s per direction (ConnectX-4 datasheet).
     nic=LinkFigure(100e9 / 8, NIC_LATENCY_S),
+)
+
+# AMD Instinct MI300X platform (the 8-GPU OAM universal baseboard of AMD's reference design,
+# as in the Dell PowerEdge XE9680, Supermicro AS-8125GS and cloud MI300X shapes): 8x MI300X,
+# each with seven 16-lane 4th-gen Infinity Fabric (xGMI) links, one to every other GPU -- a
+# full mesh.  AMD MI300X data sheet: 128 GB/s bidirectional per link, i.e. 64 GB/s per
+# direction, 896 GB/s aggregate peer-to-peer per GPU (448 GB/s each way).  Each GPU's
+# PCIe Gen5 x16 host link goes to a PCIe switch it shares with one 400 Gb/s NIC (one NIC
+# per GPU, as these servers are cabled for scale-out); switches 0-3 under CPU 0, 4-7 under
+# CPU 1.  2x AMD EPYC 9004 ("Genoa").
+MI300X = NodePreset(
+    name="mi300x",
+    description="AMD Instinct MI300X platform: 8x MI300X OAM in an xGMI full mesh "
+                "(7 links of 64 GB/s per direction per GPU), 8x 400 Gb/s, one PCIe Gen5 "
+                "switch per GPU-NIC pair, 2 sockets",
+    gpu_model="MI300X",
+    nic_model="400Gb/s RDMA NIC",
+    gpu_pcie_switch=(0, 1, 2, 3, 4, 5, 6, 7),
+    nic_layouts=((0, 1, 2, 3, 4, 5, 6, 7),),
+    pcie_switch_cpu=(0, 0, 0, 0, 1, 1, 1, 1),
+    cpus=2,
+    # One xGMI link: x16 at 32 Gb/s per lane = 64 GB/s per direction (data sheet figure).
+    nvlink=LinkFigure(64e9, NVLINK_DIRECT_LATENCY_S),
+    gpu_links=tuple((a, b, 1) for a in range(8) for b in range(a + 1, 8)),
+    pcie=LinkFigure(PCIE_GEN5_X16_BYTES_PER_S, PCIE_HOP_LATENCY_S),
+    # AMD EPYC 9004 ("Genoa"): sockets joined by up to four x16 xGMI links at up to 32 Gb/s
+    # per lane -> 64 GB/s each; we assume all four (256 GB/s per direction).  Servers may
+    # trade one for PCIe lanes; an estimate (override with cpu.bandwidth).
+    cpu=LinkFigure(4 * 64e9, INTER_SOCKET_LATENCY_S),
+    # 400 Gb/s = 50 GB/s per direction (ConnectX-7 / Broadcom Thor2 / AMD Pollara 400).
+    nic=LinkFigure(400e9 / 8, NIC_LATENCY_S),
 )
 
 # A generic 8-GPU PCIe server (e.g. 8x A100 PCIe behind two Gen4 PCIe switches, as in
@@ -255,7 +320,7 @@ SWITCH = SwitchPreset(
 
 #: The presets made of real boxes, by name (read-only).
 NODE_PRESETS: Mapping[str, NodePreset] = MappingProxyType(
-    {p.name: p for p in (DGX_A100, DGX_H100, DGX1_V100, PCIE_8GPU)})
+    {p.name: p for p in (DGX_A100, DGX_H100, DGX1_V100, MI300X, PCIE_8GPU)})
 #: Every preset by name, the synthetic ``switch`` included (read-only).
 PRESETS: Mapping[str, NodePreset | SwitchPreset] = MappingProxyType(
     {**NODE_PRESETS, SWITCH.name: SWITCH})
@@ -266,8 +331,9 @@ def build_node(node: int, preset: NodePreset, *, nic_layout: tuple[int, ...],
                cpu: LinkFigure) -> tuple[list[Device], list[Link]]:
     """The devices and links of node ``node`` of a preset's shape, with the given figures.
 
-    Names: ``n{node}.gpu{i}``, ``n{node}.nvswitch``, ``n{node}.pcie{k}``, ``n{node}.cpu{c}``,
-    ``n{node}.nic{j}``.  NICs are not linked to the fabric here (see :mod:`topology.fabrics`).
+    Names: ``n{node}.gpu{i}``, ``n{node}.nvswitch`` (not in a mesh node), ``n{node}.pcie{k}``,
+    ``n{node}.cpu{c}``, ``n{node}.nic{j}``.  NICs are not linked to the fabric here (see
+    :mod:`topology.fabrics`).
     """
     p = f"n{node}."
     devices: list[Device] = []
@@ -277,8 +343,11 @@ def build_node(node: int, preset: NodePreset, *, nic_layout: tuple[int, ...],
                    for k in range(len(preset.pcie_switch_cpu)))
     devices.extend(Device(f"{p}gpu{i}", "gpu", node, i) for i in range(preset.gpus))
     devices.extend(Device(f"{p}nic{j}", "nic", node, j) for j in range(len(nic_layout)))
-    if nvlink is not None:
-        devices.append(Device(f"{p}nvswitch", "nvswitch", node, 0))
+    if nvlink is not None and preset.mesh:
+        links.extend(_mesh_links(p, preset.gpu_links, nvlink))
+    elif nvlink is not None:
+        devices.append(Device(f"{p}nvswitch", "nvswitch", node, 0,
+                              sharp=preset.nvswitch_sharp))
         for i in range(preset.gpus):
             links.extend(full_duplex(f"{p}gpu{i}", f"{p}nvswitch", nvlink.bandwidth_bytes_per_s,
                                      nvlink.latency_s, "nvlink"))
@@ -296,6 +365,19 @@ def build_node(node: int, preset: NodePreset, *, nic_layout: tuple[int, ...],
             links.extend(full_duplex(f"{p}cpu{a}", f"{p}cpu{b}", cpu.bandwidth_bytes_per_s,
                                      cpu.latency_s, "cpu"))
     return devices, links
+
+
+def _mesh_links(prefix: str, gpu_links: tuple[tuple[int, int, int], ...],
+                nvlink: LinkFigure) -> list[Link]:
+    """A mesh's GPU-to-GPU cables: one full-duplex link per cabled pair, ``count`` links'
+    bandwidth each way (the flow engine shares the sum; rings are counted per link by
+    :mod:`collectives.meshrings`)."""
+    links: list[Link] = []
+    for a, b, count in gpu_links:
+        links.extend(full_duplex(f"{prefix}gpu{a}", f"{prefix}gpu{b}",
+                                 count * nvlink.bandwidth_bytes_per_s, nvlink.latency_s,
+                                 "nvlink"))
+    return links
 
 
 def build_switch_node(gpus: int, link: LinkFigure) -> tuple[list[Device], list[Link]]:

@@ -21,6 +21,10 @@ Sources:
  * H200 SXM: NVIDIA H200 datasheet: same GH100 compute as H100 SXM (datasheet 1979 /
    3958 TFLOP/s bf16 / fp8 *with sparsity*, i.e. 989 / 1979 dense), 141 GB HBM3e at
    4.8 TB/s; 132 SMs.
+ * MI300X: AMD Instinct MI300X data sheet (OAM, 2100 MHz peak engine clock): 1307.4
+   TFLOP/s bf16/fp16 dense matrix, 2614.9 fp8 dense, 653.7 tf32, 163.4 fp32; 192 GB HBM3
+   (eight 24 GB stacks, binary GB as for NVIDIA) at 5.3 TB/s; 304 compute units, counted
+   as ``sm_count``.
 """
 
 from __future__ import annotations
@@ -108,6 +112,7 @@ _V100_SRC = "NVIDIA Tesla V100 datasheet (SXM2)"
 _A100_SRC = "NVIDIA A100 datasheet (SXM), dense tensor rates"
 _H100_SRC = "NVIDIA H100 architecture whitepaper Table 3 (SXM5, dense); H100 datasheet"
 _H200_SRC = "NVIDIA H200 datasheet (SXM); compute as H100 SXM5, dense"
+_MI300X_SRC = "AMD Instinct MI300X data sheet (OAM), dense matrix rates"
 
 _HOPPER_PEAKS = _peaks(fp32=66.9, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9)
 
@@ -122,6 +127,9 @@ GPU_PRESETS: Mapping[str, GpuSpec] = MappingProxyType({
                          80 * _GiB, 2039 * _GBPS, 108, _A100_SRC),
     "h100-sxm": GpuSpec("h100-sxm", _HOPPER_PEAKS, 80 * _GiB, 3350 * _GBPS, 132, _H100_SRC),
     "h200": GpuSpec("h200", _HOPPER_PEAKS, 141 * _GiB, 4800 * _GBPS, 132, _H200_SRC),
+    "mi300x": GpuSpec("mi300x", _peaks(fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4,
+                                       fp8=2614.9),
+                      192 * _GiB, 5300 * _GBPS, 304, _MI300X_SRC),
 })
 """Preset name -> :class:`GpuSpec` (read-only)."""
 
@@ -149,6 +157,10 @@ GPU_ALIASES: Mapping[str, str] = MappingProxyType({
     "nvidia a100-sxm4-40gb": "a100-40gb",
     "nvidia a100-sxm4-80gb": "a100-80gb",
     "nvidia h100 80gb hbm3": "h100-sxm",
+    "mi300x-oam": "mi300x",
+    # PyTorch on ROCm records the marketing name; SR-IOV guests (cloud VMs) add " VF".
+    "amd instinct mi300x": "mi300x",
+    "amd instinct mi300x vf": "mi300x",
 })
 
 

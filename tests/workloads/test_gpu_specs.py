@@ -10,7 +10,8 @@ GiB = 2**30
 T = 1e12
 
 # name: (bf16 or fp16 tensor TFLOP/s dense, fp32 TFLOP/s, memory GiB, bandwidth GB/s, SMs)
-# V100 SXM2 datasheet; A100 datasheet; H100 whitepaper Table 3 (SXM5); H200 datasheet.
+# V100 SXM2 datasheet; A100 datasheet; H100 whitepaper Table 3 (SXM5); H200 datasheet;
+# AMD Instinct MI300X data sheet (304 compute units in the SM column).
 DATASHEET = {
     "v100-16gb": (125.0, 15.7, 16, 900, 80),
     "v100-32gb": (125.0, 15.7, 32, 900, 80),
@@ -18,6 +19,7 @@ DATASHEET = {
     "a100-80gb": (312.0, 19.5, 80, 2039, 108),
     "h100-sxm": (989.4, 66.9, 80, 3350, 132),
     "h200": (989.4, 66.9, 141, 4800, 132),
+    "mi300x": (1307.4, 163.4, 192, 5300, 304),
 }
 
 
@@ -58,6 +60,7 @@ def test_v100_has_no_bf16():
 @pytest.mark.parametrize(("alias", "name"), [
     ("a100", "a100-80gb"), ("A100", "a100-80gb"), ("h100", "h100-sxm"),
     ("H100-SXM5", "h100-sxm"), ("v100", "v100-32gb"), (" h200 ", "h200"),
+    ("AMD Instinct MI300X", "mi300x"), ("MI300X", "mi300x"),
 ])
 def test_aliases(alias, name):
     assert get_gpu(alias) is GPU_PRESETS[name]
