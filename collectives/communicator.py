@@ -21,7 +21,7 @@ from distsim_gpu.collectives.params import ALGORITHMS, FIDELITIES, PROTOCOLS, Co
 from distsim_gpu.collectives.plan import CollectivePlan, StepShape
 from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.simcore.network import LinkSet
+from distsim_gpu.simcore.network import LinkSet, LinkUsage
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
 
@@ -207,6 +207,37 @@ class Communicator:
     def plan_links(self, plan: CollectivePlan) -> set[LinkId]:
         """Every link a plan's streams cross."""
         return {link for step in plan.steps for link in step.link_streams}
+
+    def solo_usages(self, plan: CollectivePlan, size_bytes: float, *,
+                    fidelity: str | None = None, tag: Any = None,
+                    ) -> tuple[tuple[float, LinkUsage], ...]:
+        """The flows :meth:`run_plan` would start for ``plan``, had they the network to
+        themselves: per flow, when its bytes start moving (seconds after the call began,
+        its latency paid) and what it does to its links (:meth:`FlowNetwork.solo_usage`).
+
+        For the link statistics of a call timed by its closed form instead of run
+        (:meth:`FlowNetwork.record_usage`); mirrors :meth:`_run` step for step.
+        """
+        fidelity = check_choice(fidelity or self.params.fidelity, FIDELITIES, key="fidelity")
+        network = self.sim.network
+        if fidelity == "coflow":
+            if len(plan.steps) == 1:
+                usage = network.solo_usage(self._link_set(plan.steps[0]),
+                                           plan.coflow_bytes(size_bytes), tag)
+            else:
+                usage = network.solo_usage(*plan.coflow(size_bytes), tag)
+            return ((plan.latency_s, usage),)
+        flows: list[tuple[float, LinkUsage]] = []
+        at = plan.base_latency_s
+        wire = size_bytes / plan.protocol_efficiency
+        for step in plan.steps:
+            usage = network.solo_usage(self._link_set(step),
+                                       step.stream_bytes(wire, plan.chunk_bytes), tag)
+            for _ in range(step.repeat):
+                at += step.latency_s
+                flows.append((at, usage))
+                at += usage.duration_s
+        return tuple(flows)
 
     def _run(self, plan: CollectivePlan, size_bytes: float, fidelity: str,
              tag: Any) -> Generator[simpy.Event, Any, CollectiveRecord]:

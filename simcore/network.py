@@ -14,6 +14,13 @@ simulated time are batched into a single solve.  The solve covers only the conne
 part of the network (flows and links reachable from the touched links).  One timer event
 waits for the earliest finish; a flow is finished when its remaining bytes are within a
 relative tolerance of zero and is then set to exactly zero.
+
+Link statistics (:class:`LinkStats`) count every byte a link carried, also for transfers
+that were never flows: a caller that times a transfer by its closed form because nothing
+else can use its links meanwhile (the iteration's folded tensor-parallel collectives)
+records what that transfer did to them as a :class:`LinkUsage` — computed by the same
+arithmetic as a flow alone on its links (:meth:`FlowNetwork.solo_usage`) — so the bytes,
+busy and saturated seconds come out as if it had run as a flow.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from distsim_gpu.simcore.errors import SimulationError
 from distsim_gpu.simcore.maxmin import solve_max_min
 from simpy.events import NORMAL, Event
 
-__all__ = ["Flow", "FlowNetwork", "LinkSet", "LinkStats"]
+__all__ = ["Flow", "FlowNetwork", "LinkSet", "LinkStats", "LinkUsage"]
 
 LinkId = Hashable
 
@@ -46,14 +53,58 @@ _STATS_BATCH = 4096
 @dataclass(frozen=True, slots=True)
 class LinkStats:
     """What one link did over a run: ``bytes`` carried by finished flows (size ×
-    multiplicity), ``busy_s`` with any load on it, ``saturated_s`` with its load at its
-    capacity (within 1e-9), and ``bytes_by_tag``: the bytes split by the flows' tags (only
-    flows with a ``str`` tag are counted there)."""
+    multiplicity) and recorded usages (:class:`LinkUsage`), ``busy_s`` with any load on
+    it, ``saturated_s`` with its load at its capacity (within 1e-9), and ``bytes_by_tag``:
+    the bytes split by the flows' tags (only flows with a ``str`` tag are counted there)."""
 
     bytes: float
     busy_s: float
     saturated_s: float
     bytes_by_tag: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LinkUsage:
+    """What transfers that had their links to themselves did to them, in the terms of
+    :class:`LinkStats`: per link (``indices``: network link indices, each once) the bytes
+    carried, busy and saturated seconds, and the bytes per ``str`` tag.
+
+    Made by :meth:`FlowNetwork.solo_usage` — one transfer alone on its links, which also
+    knows the constant ``loads`` (bytes/s per link) it put on them for ``duration_s`` —
+    or by :meth:`total`, a weighted sum of usages (``loads`` None).  Counted into the
+    statistics by :meth:`FlowNetwork.record_usage`.  Compared by identity: one usage
+    recorded many times is one dictionary entry.
+    """
+
+    indices: np.ndarray
+    bytes: np.ndarray
+    busy_s: np.ndarray
+    saturated_s: np.ndarray
+    bytes_by_tag: Mapping[str, np.ndarray] = field(default_factory=dict)
+    loads: np.ndarray | None = None
+    duration_s: float = 0.0
+
+    @staticmethod
+    def total(parts: Iterable[tuple[LinkUsage, float]]) -> LinkUsage:
+        """The sum of ``(usage, times)`` pairs: what ``times`` runs of each did together
+        (their busy seconds add up: the transfers ran one after another)."""
+        pairs = [(usage, float(times)) for usage, times in parts]
+        if not pairs:
+            empty = np.zeros(0)
+            return LinkUsage(np.zeros(0, np.int64), empty, empty, empty)
+        links, inverse = np.unique(np.concatenate([u.indices for u, _ in pairs]),
+                                   return_inverse=True)
+
+        def summed(values: list[np.ndarray]) -> np.ndarray:
+            weighted = np.concatenate([v * times for v, (_, times) in zip(values, pairs)])
+            return np.bincount(inverse, weights=weighted, minlength=links.size)
+
+        tags = dict.fromkeys(tag for usage, _ in pairs for tag in usage.bytes_by_tag)
+        by_tag = {tag: summed([u.bytes_by_tag.get(tag, np.zeros(u.indices.size))
+                               for u, _ in pairs]) for tag in tags}
+        return LinkUsage(links, summed([u.bytes for u, _ in pairs]),
+                         summed([u.busy_s for u, _ in pairs]),
+                         summed([u.saturated_s for u, _ in pairs]), by_tag)
 
 
 class _LateEvent(Event):
@@ -185,6 +236,8 @@ class FlowNetwork:
         self._link_saturated = np.zeros(0)
         self._saturation_at = np.zeros(0)  # load at which a link counts as saturated
         self._tag_bytes: dict[str, np.ndarray] = {}  # bytes per link, per str tag
+        # Recorded usages not yet added to the statistics, with how often each ran.
+        self._pending_usage: dict[LinkUsage, float] = {}
         # Load changes not yet integrated: (time, link indices, new loads or None for 0).
         self._stats_log: list[tuple[float, Any, np.ndarray | None]] = []
         # What the next solve starts from: flows that began transferring, and the links
@@ -239,8 +292,9 @@ class FlowNetwork:
                    for f in self._flows_on(idx))
 
     def link_bytes(self, link_id: LinkId) -> float:
-        """Bytes carried by a link by finished flows (size × multiplicity, summed)."""
-        self._ensure_arrays()
+        """Bytes carried by a link by finished flows (size × multiplicity, summed) and
+        recorded usages."""
+        self._flush_usage()
         return float(self._link_bytes[self._index[link_id]])
 
     def flows_on(self, link_id: LinkId) -> list[Flow]:
@@ -265,7 +319,7 @@ class FlowNetwork:
                                         np.ndarray, np.ndarray]:
         """The statistics of :meth:`link_stats` as arrays parallel to :attr:`link_ids`:
         ``(ids, capacity B/s, bytes, busy_s, saturated_s)`` — for ranking many links."""
-        self._ensure_arrays()
+        self._flush_usage()
         self._integrate()
         dt = self.env.now - self._link_since
         load = self._link_load
@@ -275,14 +329,86 @@ class FlowNetwork:
                 saturated)
 
     def link_bytes_by_tag(self, link_id: LinkId) -> dict[str, float]:
-        """Bytes a link carried for finished flows, per ``str`` tag (untagged: absent)."""
-        self._ensure_arrays()
+        """Bytes a link carried for finished flows and recorded usages, per ``str`` tag
+        (untagged: absent)."""
+        self._flush_usage()
         idx = self._index[link_id]
         return {tag: float(arr[idx]) for tag, arr in self._tag_bytes.items() if arr[idx] > 0}
 
     def add_listener(self, listener: RateListener) -> None:
         """Call ``listener(now, link_indices, loads)`` after every solve (for tracing)."""
         self._listeners.append(listener)
+
+    # ------------------------------------------------------------------ usages
+    def solo_usage(self, links: LinkSet | Mapping[LinkId, float] | Iterable[LinkId],
+                   size_bytes: float, tag: Any = None) -> LinkUsage:
+        """What a flow of ``size_bytes`` over ``links`` (as :meth:`transfer` takes them)
+        does to its links when it has them to itself: it moves at its bottleneck rate
+        ``r = min capacity/multiplicity``, for ``size_bytes / r`` seconds, loading each
+        link with ``multiplicity × r`` — the arithmetic of a solve with one flow, so a
+        recorded usage counts exactly as the flow would have (its latency comes before
+        and loads nothing)."""
+        if not size_bytes >= 0 or size_bytes == float("inf"):
+            raise SimulationError(f"flow size must be finite and >= 0, got {size_bytes!r}")
+        if not isinstance(links, LinkSet):
+            links = self.link_set(links)
+        self._ensure_arrays()
+        index, mult = links.index_array, links.mult_array
+        carried = float(size_bytes) * mult
+        by_tag = {tag: carried} if isinstance(tag, str) else {}
+        if size_bytes == 0 or not links:
+            zeros = np.zeros(index.size)
+            return LinkUsage(index, carried, zeros, zeros, by_tag, zeros, 0.0)
+        rate = (self._capacity_array[index] / mult).min()
+        duration = 0.0 if rate == float("inf") else float(size_bytes) / rate
+        loads = mult * rate
+        busy = np.full(index.size, duration)
+        saturated = np.where(loads >= self._saturation_at[index], duration, 0.0)
+        return LinkUsage(index, carried, busy, saturated, by_tag, loads, duration)
+
+    def record_usage(self, usage: LinkUsage, times: float = 1.0) -> None:
+        """Count ``usage`` (``times`` over) into the link statistics, as if its transfers
+        had run as flows.  The caller vouches that nothing else loaded those links while
+        they ran: their busy and saturated seconds are added, not merged.  Cheap (one
+        dictionary update); the sums are formed when statistics are read."""
+        pending = self._pending_usage
+        pending[usage] = pending.get(usage, 0.0) + times
+
+    def show_usage(self, usage: LinkUsage, start_s: float) -> None:
+        """Tell the listeners (:meth:`add_listener`) that a solo usage loaded its links
+        from ``start_s`` for its ``duration_s``, then nothing (trace counter tracks)."""
+        if usage.loads is None:
+            raise SimulationError("only a solo usage (FlowNetwork.solo_usage) has loads "
+                                  "over time to show")
+        if not self._listeners or usage.duration_s == 0:
+            return
+        links = usage.indices.tolist()
+        idle = np.zeros(len(links))
+        for listener in self._listeners:
+            listener(start_s, links, usage.loads)
+            listener(start_s + usage.duration_s, links, idle)
+
+    def _flush_usage(self) -> None:
+        """Add the recorded usages to the per-link statistics."""
+        self._ensure_arrays()
+        pending = self._pending_usage
+        if not pending:
+            return
+        self._pending_usage = {}
+        for usage, times in pending.items():
+            index = usage.indices  # each link once: fancy-index += is exact
+            self._link_bytes[index] += usage.bytes * times
+            self._link_busy[index] += usage.busy_s * times
+            self._link_saturated[index] += usage.saturated_s * times
+            for tag, carried in usage.bytes_by_tag.items():
+                self._tag_array(tag)[index] += carried * times
+
+    def _tag_array(self, tag: str) -> np.ndarray:
+        """The bytes per link of one tag (created at zero)."""
+        per_tag = self._tag_bytes.get(tag)
+        if per_tag is None:
+            per_tag = self._tag_bytes[tag] = np.zeros(self._link_bytes.size)
+        return per_tag
 
     # ------------------------------------------------------------------ flows
     def link_set(self, links: Mapping[LinkId, float] | Iterable[LinkId]) -> LinkSet:
@@ -369,10 +495,7 @@ class FlowNetwork:
         self._link_bytes[flow._link_array] += carried
         tag = flow.tag
         if isinstance(tag, str):
-            per_tag = self._tag_bytes.get(tag)
-            if per_tag is None:
-                per_tag = self._tag_bytes[tag] = np.zeros(self._link_bytes.size)
-            per_tag[flow._link_array] += carried
+            self._tag_array(tag)[flow._link_array] += carried
         self.completed_flows += 1
         flow.done.succeed(flow)
 

@@ -30,7 +30,9 @@ folded with the surrounding compute into one event, when nothing else can be on 
 links meanwhile: no pipeline send can cross them, and its stage's data-parallel
 collectives cannot have started yet (they start only after every replica launched them,
 and from its first launch on a group runs its TP collectives as flows).  Exact, and it
-keeps a 1024-GPU GPT-3 iteration to a few hundred thousand events.
+keeps a 1024-GPU GPT-3 iteration to a few hundred thousand events.  The link statistics
+still count a folded collective's bytes, busy and saturated seconds on its links, as the
+flows it stands for would have (:meth:`~collectives.Communicator.solo_usages`).
 
 Time on a rank group's main stream is split into **compute**, **exposed communication**
 (blocked in a collective or waiting for an asynchronous one, or for activations already
@@ -52,6 +54,7 @@ from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.collectives.plan import CollectivePlan
 from distsim_gpu.simcore.errors import ConfigError, SimulationError, closest
 from distsim_gpu.simcore.intervals import union_length
+from distsim_gpu.simcore.network import LinkUsage
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
 from distsim_gpu.workloads.costs import CostModel, stores_attention_scores
@@ -86,6 +89,9 @@ _COMM_KIND = {"tp": "tp comm", "ep": "ep comm", "dp": "dp comm", "embedding": "d
 # What runs an op on a rank group's main stream: a generator to wait on, or None when the
 # op only launches something (a send, an asynchronous collective).
 _Handler = Callable[[RankGroup, Any], Generator[simpy.Event, Any, None] | None]
+
+# The flows one collective call stands for: (start after the call began, link usage) each.
+_SoloFlows = tuple[tuple[float, LinkUsage], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +184,11 @@ class _IterationSimulator:
         self._p2p_sent: dict[Any, tuple[float, tuple[RankGroup, int]]] = {}
         self._tp_time: dict[tuple[str, int], float] = {}
         self._send_plans: dict[tuple[RankGroup, RankGroup], CollectivePlan] = {}
+        # What a folded op's TP collectives do to the group's links: per (group, id of
+        # the Fused op) their total (None: it has none), and per (plan id, size) the
+        # flows one call stands for (see _fold_flows_of).
+        self._fold_usage: dict[tuple[RankGroup, int], LinkUsage | None] = {}
+        self._fold_flows: dict[tuple[int, float], tuple[CollectivePlan, _SoloFlows]] = {}
         exclusive = spec.fold_exclusive_tp and _exclusive_tp(self.comm, self.groups, par)
         builder = StreamBuilder(model, par, train, spec.costs, microbatches=self.microbatches,
                                 exclusive_tp=exclusive, tp_time_s=self._tp_analytic_s)
@@ -231,6 +242,14 @@ class _IterationSimulator:
         group.path.append((start, env.now, "compute", op, None))
         group.compute_s += op.compute_s * scale
         group.exposed_s += op.comm_s
+        key = (group, id(op))  # the op object lives as long as the streams
+        try:
+            usage = self._fold_usage[key]
+        except KeyError:
+            usage = self._fold_usage[key] = self._folded_usage(group, op)
+        if usage is not None:
+            # Its collectives' bytes and busy time count on their links, as flows' would.
+            self.sim.network.record_usage(usage)
         if not (op.comm_s or tracer.enabled):
             return  # no communication interval to record, no span to draw
         offset = 0.0
@@ -239,11 +258,35 @@ class _IterationSimulator:
             length = duration if is_comm else duration * scale
             if is_comm:
                 group.comm_intervals.append((start + offset, start + offset + length))
+                if tracer.enabled:
+                    for at, flow in self._fold_flows_of(group, step):
+                        self.sim.network.show_usage(flow, start + offset + at)
             if tracer.enabled:
                 args = {"collective": step.op} if is_comm else step.trace_args()
                 tracer.span(group.name, "tp comm" if is_comm else "compute", step.label,
                             start + offset, start + offset + length, **args)
             offset += length
+
+    def _folded_usage(self, group: RankGroup, op: Fused) -> LinkUsage | None:
+        """The total link usage of ``op``'s collectives on ``group``'s links (None: it
+        has none)."""
+        times: dict[LinkUsage, float] = {}
+        for step in op.steps:
+            if isinstance(step, Collective):
+                for _at, flow in self._fold_flows_of(group, step):
+                    times[flow] = times.get(flow, 0.0) + 1.0
+        return LinkUsage.total(times.items()) if times else None
+
+    def _fold_flows_of(self, group: RankGroup, op: Collective) -> _SoloFlows:
+        """The flows a folded collective stands for on ``group``'s own links: the plan
+        that would have run it (as :meth:`_tp_flows` would choose it), alone on them."""
+        size = op.size_bytes or 0.0
+        plan = self.comm.choose(op.op or "", list(group.gpus), size)
+        cached = self._fold_flows.get((id(plan), size))
+        if cached is None or cached[0] is not plan:
+            cached = (plan, self.comm.solo_usages(plan, size, tag="tp"))
+            self._fold_flows[(id(plan), size)] = cached
+        return cached[1]
 
     def _run_collective(self, group: RankGroup, op: Collective,
                         ) -> Generator[simpy.Event, Any, None] | None:
