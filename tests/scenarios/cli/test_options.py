@@ -112,6 +112,11 @@ def test_trace_cluster_defaults_to_the_box_of_the_gpu_with_enough_nodes():
     assert chosen.description.endswith(", 2 node(s)")
 
 
+def test_trace_cluster_of_rocm_traces_is_the_mi300x_platform():
+    chosen = trace_cluster(traces("AMD Instinct MI300X", 8, 8))
+    assert (chosen.cluster, chosen.topology.num_nodes) == ("mi300x", 1)
+
+
 def test_trace_cluster_sizes_nodes_by_ranks_per_node_and_highest_rank():
     # No world size recorded: the highest rank seen (11) sizes the job: 12 ranks.
     chosen = trace_cluster(traces("NVIDIA H100 80GB HBM3", None, 12), ranks_per_node=4)
