@@ -148,8 +148,9 @@ class _Builder:
 
     @staticmethod
     def add(streams: dict[LinkId, float], route: Route, count: float = 1.0) -> None:
-        for link in route.links:
-            streams[link] = streams.get(link, 0.0) + count
+        # A multipath route puts a fraction of each stream on each of its paths' links.
+        for link, weight in zip(route.links, route.weights, strict=True):
+            streams[link] = streams.get(link, 0.0) + count * weight
 
 
 def build_plan(

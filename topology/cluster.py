@@ -23,11 +23,15 @@ Two spec forms, as Python mappings or YAML files (read with ``yaml.safe_load`` o
   spines_per_pod, cores_per_plane}; ``multi-plane`` {planes, and per plane the
   rail-optimized keys}; ``superpod`` {generation: a100 or h100, by default the preset's};
   ``dragonfly`` {groups, routers_per_group, nics_per_router, global_links_per_router,
-  local_link_bandwidth, global_link_bandwidth}.
+  local_link_bandwidth, global_link_bandwidth}.  Every kind also takes how it routes
+  (:mod:`topology.routing`): ``technology`` (infiniband, the presets' default, or
+  ethernet), ``routing`` (dmodk, adaptive, ecmp or spray; by default dmodk on InfiniBand,
+  ecmp on Ethernet), ``qps_per_connection`` and ``hash_seed`` (ECMP's knobs).
 
 * custom form: ``devices`` (list of {name, kind, node?, index?}) and ``links`` (list of
   {src, dst, bandwidth, latency?, kind, duplex?}; ``duplex`` defaults to true, one cable =
-  two directed links).
+  two directed links); ``routing`` (a policy name, or {policy, qps_per_connection,
+  hash_seed}; default ecmp over whatever shortest paths the links offer).
 
 Every key is checked against this schema and a wrong one is named by its dotted path
 (``fabric.oversubscription``, ``links[3].dst``) with the closest valid key; YAML files add
@@ -80,6 +84,7 @@ from distsim_gpu.topology.presets import (
     build_node,
     build_switch_node,
 )
+from distsim_gpu.topology.routing import DEFAULT_POLICY, POLICIES, TECHNOLOGIES, RoutingSpec
 
 __all__ = ["apply_overrides", "build_cluster", "list_presets", "load_cluster"]
 
@@ -91,11 +96,14 @@ DEFAULT_NICS_PER_LEAF = 32
 
 _BOX_KEYS = ("preset", "name", "nodes", "gpu", "nvlink", "pcie", "cpu", "nic", "fabric")
 _SWITCH_KEYS = ("preset", "name", "nodes", "gpus", "link_bandwidth", "link_latency")
-_CUSTOM_KEYS = ("name", "devices", "links")
+_CUSTOM_KEYS = ("name", "devices", "links", "routing")
 _FIGURE_KEYS = ("bandwidth", "latency")
 _GPU_KEYS = ("model",)
 _NIC_KEYS = ("model", "count", "bandwidth", "latency")
-_FABRIC_COMMON = ("kind", "link_bandwidth", "link_latency", "switch_latency")
+# How the fabric routes (topology.routing): every fabric kind takes these.
+_ROUTING_KEYS = ("technology", "routing", "qps_per_connection", "hash_seed")
+_CUSTOM_ROUTING_KEYS = ("policy", "qps_per_connection", "hash_seed")
+_FABRIC_COMMON = ("kind", "link_bandwidth", "link_latency", "switch_latency", *_ROUTING_KEYS)
 _FABRIC_TIERED = (*_FABRIC_COMMON, "oversubscription", "nics_per_leaf", "spines")
 _FABRIC_KEYS = {
     "single-switch": _FABRIC_COMMON, "fat-tree": _FABRIC_TIERED,
@@ -180,6 +188,47 @@ def _figure(value: object, default: LinkFigure, group: str,
 
 def _figure_config(figure: LinkFigure) -> dict[str, float]:
     return {"bandwidth": figure.bandwidth_bytes_per_s, "latency": figure.latency_s}
+
+
+# --------------------------------------------------------------------------- routing
+
+
+def _routing_spec(mapping: Mapping[Any, Any], technology: str, prefix: str,
+                  source: str | None, *, policy_key: str = "routing") -> RoutingSpec:
+    """The routing a fabric mapping asks for; the policy defaults by ``technology``."""
+    policy = check_choice(mapping.get(policy_key, DEFAULT_POLICY[technology]), POLICIES,
+                          key=f"{prefix}.{policy_key}", source=source, what="routing policy")
+    return RoutingSpec(
+        policy,
+        qps_per_connection=_int(mapping.get("qps_per_connection", 1),
+                                f"{prefix}.qps_per_connection", source, minimum=1),
+        hash_seed=_int(mapping.get("hash_seed", 0), f"{prefix}.hash_seed", source, minimum=0),
+    )
+
+
+def _fabric_routing(value: object, preset: NodePreset,
+                    source: str | None) -> tuple[str, RoutingSpec]:
+    """The technology and routing of a preset cluster's ``fabric`` (a kind or a mapping)."""
+    mapping = value if isinstance(value, Mapping) else {}
+    technology = check_choice(mapping.get("technology", preset.fabric_technology),
+                              TECHNOLOGIES, key="fabric.technology", source=source,
+                              what="fabric technology")
+    return technology, _routing_spec(mapping, technology, "fabric", source)
+
+
+def _custom_routing(value: object, source: str | None) -> RoutingSpec:
+    """A custom cluster's ``routing``: a policy name or {policy, qps_per_connection,
+    hash_seed}; ECMP over whatever shortest paths exist unless stated."""
+    if isinstance(value, str):
+        value = {"policy": value}
+    mapping = check_mapping(value, key="routing", source=source)
+    check_keys(mapping, _CUSTOM_ROUTING_KEYS, prefix="routing", source=source)
+    return _routing_spec(mapping, "ethernet", "routing", source, policy_key="policy")
+
+
+def _routing_config(spec: RoutingSpec) -> dict[str, Any]:
+    return {"routing": spec.policy, "qps_per_connection": spec.qps_per_connection,
+            "hash_seed": spec.hash_seed}
 
 
 # --------------------------------------------------------------------------- presets
@@ -320,6 +369,7 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None) 
     )
     fabric = _fabric_spec(spec.get("fabric", DEFAULT_FABRIC), nic.bandwidth_bytes_per_s,
                           preset, source)
+    technology, routing = _fabric_routing(spec.get("fabric"), preset, source)
 
     devices: list[Device] = []
     links: list[Link] = []
@@ -341,6 +391,7 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None) 
         "switch_latency": fabric.switch_latency_s,
     }
     fabric_config.update(built.config)  # the kind's own figures, derived ones resolved
+    fabric_config.update(technology=technology, **_routing_config(routing))
     name = _string(spec.get("name", f"{preset.name} x{nodes} {fabric.kind}"), "name", source)
     config: dict[str, Any] = {"name": name, "preset": preset.name, "nodes": nodes,
                               "gpu": {"model": gpu_model}}
@@ -350,7 +401,7 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None) 
     config["cpu"] = _figure_config(cpu)
     config["nic"] = {"model": nic_model, "count": nic_count, **_figure_config(nic)}
     config["fabric"] = fabric_config
-    return Topology(name, devices, links, config=config)
+    return Topology(name, devices, links, config=config, routing=routing)
 
 
 def _build_switch(spec: Mapping[Any, Any], preset: SwitchPreset,
@@ -465,13 +516,16 @@ def _build_custom(spec: Mapping[Any, Any], source: str | None) -> Topology:
                             "latency": latency, "kind": kind, "duplex": duplex})
 
     name = _string(spec.get("name", "custom"), "name", source)
+    routing = _custom_routing(spec.get("routing", "ecmp"), source)
     config = {
         "name": name,
         "devices": [{"name": d.name, "kind": d.kind, "node": d.node, "index": d.index}
                     for d in devices],
         "links": link_config,
+        "routing": {"policy": routing.policy, "qps_per_connection": routing.qps_per_connection,
+                    "hash_seed": routing.hash_seed},
     }
-    topology = Topology(name, devices, links, config=config)
+    topology = Topology(name, devices, links, config=config, routing=routing)
     if not topology.gpus:
         raise TopologyError("a cluster needs at least one GPU", key="devices", source=source)
     _check_reachable(topology)
@@ -527,7 +581,7 @@ def _parse_override(item: object, source: str) -> tuple[str, object]:
 
 
 # A group written as a bare string is shorthand for its main key.
-_SHORTHAND = {"fabric": "kind", "gpu": "model"}
+_SHORTHAND = {"fabric": "kind", "gpu": "model", "routing": "policy"}
 
 
 def _plain(value: object) -> object:

@@ -5,16 +5,18 @@ A :class:`Topology` is a :class:`networkx.DiGraph` whose nodes are :class:`Devic
 ``link``).  Links are full duplex in hardware, so a cable is two directed edges, each with
 the nominal one-direction bandwidth: the flow engine shares each direction separately.
 
-A :class:`Route` is the path one GPU's bytes take to another GPU, as the directed link ids
-it crosses.  Routing follows what NCCL does on real machines:
+A :class:`Route` is how one GPU's bytes reach another GPU: the directed link ids they
+cross and the fraction of the bytes on each (1.0 along a single path; fractions where the
+fabric splits them over several paths).  Routing follows what NCCL does on real machines:
 
 * same GPU: nothing to cross (transport ``"local"``);
 * same node: over NVLink/NVSwitch when there is an NVLink path, else up the PCIe tree
   (through the CPU root complex and the inter-socket link when the tree requires it);
 * different nodes: GPU -> PCIe switch -> NIC (GPUDirect RDMA) -> fabric -> NIC -> PCIe
   switch -> GPU.  Where the fabric offers several shortest paths (the spines of a fat
-  tree) one is chosen by a stable hash of ``(src, dst, rail)`` — ECMP, as switches hash
-  flows — so that different pairs spread over spines and a run is reproducible.
+  tree) the fabric's routing policy (:mod:`topology.routing`, :attr:`Topology.routing`)
+  decides: one path by destination (InfiniBand D-mod-K), one hashed path per queue pair
+  (Ethernet ECMP), or an even split over all of them (adaptive routing, packet spraying).
 
 Routes are found by breadth-first search restricted to the devices that may carry them
 (in-node devices inside a node, fabric switches between nodes; GPUs and NICs are never
@@ -24,10 +26,9 @@ transit hops) and are cached, so the thousands of routes a collective asks for o
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 from operator import index as as_index
@@ -35,6 +36,7 @@ from typing import Any
 
 import networkx as nx
 from distsim_gpu.simcore.errors import ConfigError, TopologyError, closest
+from distsim_gpu.topology.routing import Connection, RoutingSpec, Weighted, spread
 
 __all__ = [
     "DEVICE_KINDS",
@@ -110,10 +112,17 @@ class Link:
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """The directed links from ``src`` to ``dst`` in path order, and their total latency.
+    """The directed links from ``src`` to ``dst`` in hop order, the fraction of the bytes
+    on each, and the latency of the last byte.
 
-    ``transport`` is NCCL's transport class: ``"local"`` (same GPU), ``"net"`` if the path
-    leaves the node, else ``"nvlink"`` if every link is NVLink, else ``"pcie"``.
+    ``weights[i]`` is the fraction of the route's bytes that crosses ``links[i]``: 1.0 on a
+    single path (the default), fractions where the fabric splits the bytes over several
+    paths (a multipath route; the fractions of one hop add up to 1).  A consumer that loads
+    links must weigh each by its fraction.  ``latency_s`` is the slowest path's latency
+    (the last byte waits for it; equal-cost paths have equal hop counts anyway), the plain
+    sum along a single path.  ``transport`` is NCCL's transport class: ``"local"`` (same
+    GPU), ``"net"`` if the route leaves the node, else ``"nvlink"`` if every link is
+    NVLink, else ``"pcie"``.
     """
 
     src: str
@@ -121,13 +130,27 @@ class Route:
     links: tuple[tuple[str, str], ...]
     latency_s: float
     transport: str
+    weights: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.weights:
+            object.__setattr__(self, "weights", (1.0,) * len(self.links))
+        elif len(self.weights) != len(self.links):
+            raise TopologyError(f"route {self.src} -> {self.dst}: {len(self.weights)} weights "
+                                f"for {len(self.links)} links")
+
+    @property
+    def multipath(self) -> bool:
+        """Whether the bytes split over several paths (some link carries a fraction)."""
+        return any(w != 1.0 for w in self.weights)
 
     @property
     def devices(self) -> tuple[str, ...]:
-        """The devices along the route, ``src`` and ``dst`` included."""
+        """The devices along the route, ``src`` and ``dst`` included, in hop order (a
+        multipath route lists each device once, level by level)."""
         if not self.links:
             return (self.src,)
-        return (self.links[0][0], *(dst for _, dst in self.links))
+        return tuple(dict.fromkeys((self.links[0][0], *(dst for _, dst in self.links))))
 
 
 def full_duplex(a: str, b: str, bandwidth_bytes_per_s: float, latency_s: float,
@@ -135,18 +158,6 @@ def full_duplex(a: str, b: str, bandwidth_bytes_per_s: float, latency_s: float,
     """A full-duplex cable as its two directed links, each with the full bandwidth."""
     return (Link(a, b, bandwidth_bytes_per_s, latency_s, kind),
             Link(b, a, bandwidth_bytes_per_s, latency_s, kind))
-
-
-def _stable_hash(seed: bytes, hop: int) -> int:
-    """A well-mixed 64-bit hash of ``seed`` and ``hop``, the same in every process.
-
-    Not hash(): Python salts str hashes per process (PYTHONHASHSEED), and routes must be
-    identical in every run.  Not a bare CRC either: CRC is linear, so names differing in
-    one character (``rail 0`` vs ``rail 1``) can land on the same spine modulo a power of
-    two.  BLAKE2b mixes fully and costs ~1 us, paid once per route (routes are cached).
-    """
-    digest = hashlib.blake2b(seed + hop.to_bytes(4, "little"), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
 
 
 def _check_rail(rail: object) -> int:
@@ -168,13 +179,16 @@ class Topology:
     Built once, then read-only: the graph is frozen (``nx.freeze``) because routes are
     cached against it.  ``gpus`` is the global rank order (node 0's GPUs by index, then
     node 1's, …); ``config`` the fully resolved, JSON-serialisable configuration the
-    cluster was built from, so a report can reproduce the run.
+    cluster was built from, so a report can reproduce the run; ``routing`` the fabric's
+    routing policy (default: ECMP with one queue pair, as an unmanaged Ethernet fabric).
     """
 
     def __init__(self, name: str, devices: Iterable[Device], links: Iterable[Link], *,
-                 config: Mapping[str, Any] | None = None) -> None:
+                 config: Mapping[str, Any] | None = None,
+                 routing: RoutingSpec | None = None) -> None:
         self.name = name
         self.config: dict[str, Any] = dict(config) if config is not None else {}
+        self.routing: RoutingSpec = routing if routing is not None else RoutingSpec()
         graph = nx.DiGraph(name=name)
         devs: dict[str, Device] = {}
         for device in devices:
@@ -225,6 +239,11 @@ class Topology:
         self._nics_by_node = {k: tuple(v) for k, v in nics_by_node.items()}
         self._nic_by_index = {(devs[n].node, devs[n].index): n
                               for nics in self._nics_by_node.values() for n in nics}
+        # Destination indices in fabric order for D-mod-K: NICs node-major by rail, GPUs
+        # by rank (custom clusters whose fabric joins GPUs directly).
+        self._dest_index = {n: i for i, n in enumerate(
+            n for nics in self._nics_by_node.values() for n in nics)}
+        self._dest_index.update(self._rank)
         self.num_nodes: int = len({d.node for d in devs.values() if d.node is not None})
 
         # Caches (per instance: a Topology owns its routes, nothing is module-global).
@@ -234,6 +253,7 @@ class Topology:
         self._dist_maps: dict[tuple[str, bool], dict[str, int]] = {}
         self._hops: dict[tuple[str, str, bool], tuple[str, ...]] = {}
         self._preds_in_fabric: dict[str, tuple[str, ...]] = {}
+        self._sprays: dict[tuple[str, str, bool], Weighted | None] = {}
 
     # ------------------------------------------------------------------ look-ups
 
@@ -343,39 +363,56 @@ class Topology:
             return Route(src, dst, (), 0.0, "local")
         src_node = self._devices[src].node
         dst_node = self._devices[dst].node
-        path: list[str] | None = None
+        hops: Weighted | None = None
         if src_node is not None and src_node == dst_node:
             # NVLink first: an all-NVLink path beats a PCIe path of the same hop count.
             found = (self._in_node_path(src, dst, nvlink_only=True)
                      or self._in_node_path(src, dst, nvlink_only=False))
-            path = list(found) if found else None
+            hops = dict.fromkeys(pairwise(found), 1.0) if found else None
         elif (src_node is not None and dst_node is not None
               and self.nics_on_node(src_node) and self.nics_on_node(dst_node)):
-            path = self._inter_node_path(src, dst, src_node, dst_node, rail)
-        if path is None:
-            # Custom clusters that are not shaped like nodes-with-NICs: any shortest path
-            # that does not transit a GPU.
-            path = self._walk(src, dst, self._hash_seed(src, dst, rail), fabric_only=False)
-        if path is None:
+            hops = self._inter_node_hops(src, dst, src_node, dst_node, rail)
+        if hops is None:
+            # Custom clusters that are not shaped like nodes-with-NICs: the routing policy
+            # over any shortest paths that do not transit a GPU.
+            hops = self._across(src, dst, self._connection(src, dst, rail, dst),
+                                fabric_only=False)
+        if hops is None:
             raise TopologyError(f"GPU {src!r} cannot reach GPU {dst!r} in {self.name!r}",
                                 hint="check that every GPU is linked to the rest of the cluster")
-        return self._make_route(src, dst, path)
+        return self._make_route(src, dst, hops)
 
-    def _make_route(self, src: str, dst: str, path: list[str]) -> Route:
-        ids = tuple(pairwise(path))
+    def _make_route(self, src: str, dst: str, hops: Weighted) -> Route:
+        ids = tuple(hops)
+        weights = tuple(hops.values())
         links = [self._links[i] for i in ids]
-        latency = sum(link.latency_s for link in links)
+        if all(w == 1.0 for w in weights):
+            latency = sum(link.latency_s for link in links)
+        else:
+            # The last byte waits for the slowest path: the longest path through the
+            # split, found in one pass because the links come in hop order.
+            arrival = {src: 0.0}
+            for link in links:
+                at = arrival[link.src] + link.latency_s
+                if at > arrival.get(link.dst, -1.0):
+                    arrival[link.dst] = at
+            latency = arrival[dst]
         src_node = self._devices[src].node
-        if any(self._devices[d].node != src_node for d in path):
+        if any(self._devices[d].node != src_node for _, d in ids):
             transport = "net"
         elif all(link.kind == "nvlink" for link in links):
             transport = "nvlink"
         else:
             transport = "pcie"
-        return Route(src, dst, ids, latency, transport)
+        return Route(src, dst, ids, latency, transport, weights)
 
-    def _inter_node_path(self, src: str, dst: str, src_node: int, dst_node: int,
-                         rail: int | None) -> list[str] | None:
+    def _connection(self, src: str, dst: str, rail: int | None, dest: str) -> Connection:
+        """The connection ``src -> dst`` on ``rail`` as the routing sees it; ``dest`` is the
+        device whose fabric index D-mod-K divides (the destination NIC, or GPU)."""
+        return Connection(src, dst, rail, self._dest_index.get(dest, 0))
+
+    def _inter_node_hops(self, src: str, dst: str, src_node: int, dst_node: int,
+                         rail: int | None) -> Weighted | None:
         src_nics = self.nics_on_node(src_node)
         dst_nics = self.nics_on_node(dst_node)
         if rail is not None:
@@ -396,15 +433,45 @@ class Topology:
         down = self._in_node_path(dst_nic, dst, nvlink_only=False)
         if up is None or down is None:
             return None
-        across = self._walk(src_nic, dst_nic, self._hash_seed(src, dst, rail), fabric_only=True)
+        across = self._across(src_nic, dst_nic, self._connection(src, dst, rail, dst_nic),
+                              fabric_only=True)
         if across is None:
             return None
-        return [*up, *across[1:], *down[1:]]
+        return {**dict.fromkeys(pairwise(up), 1.0), **across,
+                **dict.fromkeys(pairwise(down), 1.0)}
 
-    @staticmethod
-    def _hash_seed(src: str, dst: str, rail: int | None) -> bytes:
-        """The bytes an ECMP choice for this (src, dst, rail) is hashed from."""
-        return f"{src}|{dst}|{'-' if rail is None else rail}".encode()
+    def _across(self, start: str, target: str, conn: Connection, *,
+                fabric_only: bool) -> Weighted | None:
+        """The weighted links ``start -> target`` under the fabric's routing policy.
+
+        With ``fabric_only`` (NIC to NIC) transit hops are fabric switches only.
+        """
+        last: Weighted = {}
+        if fabric_only:
+            if (start, target) in self._links:
+                return {(start, target): 1.0}  # NICs cabled back to back
+            preds = self._fabric_preds(target)
+            if len(preds) == 1:
+                # Every path to a single-homed NIC ends at its switch: route to the switch.
+                # Next hops are then cached per (device, switch) — tens of switches rather
+                # than thousands of NICs — which keeps 1024-GPU fabrics fast.
+                last = {(preds[0], target): 1.0}
+                target = preds[0]
+        policy = self.routing.policy
+        if policy in ("adaptive", "spray"):
+            # An even split depends on the two ends only: cache it per (start, target).
+            key = (start, target, fabric_only)
+            if key not in self._sprays:
+                self._sprays[key] = spread(self.routing, self._hop_function(target, fabric_only),
+                                           start, target, conn)
+            found = self._sprays[key]
+        else:
+            found = spread(self.routing, self._hop_function(target, fabric_only), start,
+                           target, conn)
+        return None if found is None else {**found, **last}
+
+    def _hop_function(self, target: str, fabric_only: bool) -> Callable[[str], tuple[str, ...]]:
+        return lambda x: self._next_hops(x, target, fabric_only=fabric_only)
 
     def _in_node_hops(self, start: str, node: int) -> dict[str, int]:
         """Hop counts from ``start`` to the devices of ``node`` (no transit through GPUs/NICs)."""
@@ -521,36 +588,9 @@ class Topology:
                 best, candidates = d, [y]
             elif d == best and d < math.inf:
                 candidates.append(y)
-        result = tuple(candidates)
+        # Port order: by the devices' index in their tier (then name), the same at every
+        # switch, which D-mod-K needs to send consecutive destinations up distinct ports.
+        devs = self._devices
+        result = tuple(sorted(candidates, key=lambda n: (devs[n].index, n)))
         self._hops[key] = result
         return result
-
-    def _walk(self, src: str, dst: str, seed: bytes, *, fabric_only: bool) -> list[str] | None:
-        """A shortest path ``src -> dst``; ties between next hops broken by a stable hash.
-
-        With ``fabric_only`` (NIC to NIC) transit hops are fabric switches only.
-        """
-        last: list[str] = []
-        if fabric_only:
-            if (src, dst) in self._links:
-                return [src, dst]  # NICs cabled back to back
-            preds = self._fabric_preds(dst)
-            if len(preds) == 1:
-                # Every path to a single-homed NIC ends at its switch: walk to the switch.
-                # Next hops are then cached per (device, switch) — tens of switches rather
-                # than thousands of NICs — which keeps 1024-GPU fabrics fast.
-                dst, last = preds[0], [dst]
-        path = [src]
-        x = src
-        hop = 0
-        while x != dst:
-            candidates = self._next_hops(x, dst, fabric_only=fabric_only)
-            if not candidates:
-                return None
-            if len(candidates) > 1:
-                x = candidates[_stable_hash(seed, hop) % len(candidates)]
-            else:
-                x = candidates[0]
-            path.append(x)
-            hop += 1
-        return path + last

@@ -121,7 +121,10 @@ def test_oversubscribed_fat_tree_slows_a_cross_leaf_ring():
     flat = build_cluster(spec)
     spec["fabric"]["oversubscription"] = 4
     thin = build_cluster(spec)
-    assert busbw_gb(thin, algorithm="ring") < 0.5 * busbw_gb(flat, algorithm="ring")
+    # One ring hop per rail leaves each 16-NIC leaf (every other node pair crosses): 8
+    # flows over 4 uplinks of a NIC's speed each, which D-mod-K fills two by two: half speed.
+    assert busbw_gb(thin, algorithm="ring") == pytest.approx(
+        0.5 * busbw_gb(flat, algorithm="ring"), rel=0.02)
 
 
 def test_faster_nics_speed_up_inter_node_rings():

@@ -1,0 +1,218 @@
+"""Routing policies: how a fabric spreads one connection's bytes over its equal-cost paths.
+
+Routing is a property of the fabric, as in real networks.  Between two NICs a fabric of
+switches usually offers several shortest paths (a fat tree: one per spine); the policy says
+which of them a connection's bytes take, and in what fractions:
+
+* ``dmodk`` — destination-based static routing, as InfiniBand subnet managers program it
+  (OpenSM's ``ftree`` and ``updn`` engines, D-mod-K up-port selection).  At every hop with
+  ``k`` equal-cost next hops the route takes choice ``(d // divisor) % k``, where ``d`` is
+  the destination's index in fabric order and ``divisor`` starts at 1 and is multiplied by
+  ``k`` at each such hop (so the second tier of up-ports uses the next digit of ``d``).
+  Consecutive destinations leave a switch on consecutive ports, which makes shift
+  permutations — ring neighbours — contention-free on a non-blocking tree
+  (Zahavi, "D-Mod-K routing providing non-blocking traffic for shift permutations on real
+  life fat trees", 2010).
+* ``adaptive`` — InfiniBand adaptive routing (NVIDIA Quantum AR): packets of one flow are
+  spread over every equal-cost next hop, so at each branching the flow's bytes split evenly.
+* ``ecmp`` — Ethernet/RoCE equal-cost multipath: each switch hashes a queue pair's header
+  onto one next hop, so a queue pair's bytes follow one path and different queue pairs
+  collide at random.  NCCL opens ``qps_per_connection`` queue pairs per connection
+  (``NCCL_IB_QPS_PER_CONNECTION``, default 1) and stripes each channel's bytes over them:
+  each carries ``1/q`` of the bytes on its own hashed path.  ``hash_seed`` changes every
+  hash, as a different switch hash seed (or different UDP source ports) would.
+* ``spray`` — packet-spraying Ethernet (NVIDIA Spectrum-X, Slingshot-class adaptive
+  routing): the even split of ``adaptive``.
+
+A policy turns one connection into *weighted links*: the directed links its bytes cross and
+the fraction of the bytes on each (1.0 where there is one path, fractions where it splits),
+in hop order.  Under max-min sharing a flow split over paths with fixed fractions that
+finish together is exactly a coflow whose multiplicities are those fractions, so the flow
+network needs nothing more.  Policies see the fabric only through ``next_hops(x)``: the
+neighbours of ``x`` one hop closer to the target, in a fixed order — so they work on any
+fabric made of switches (multi-tier trees, rail groups, dragonflies) without knowing its
+shape.
+
+The default policy follows the fabric's technology: ``infiniband`` -> ``dmodk``,
+``ethernet`` -> ``ecmp``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+from distsim_gpu.simcore.config import check_choice, check_whole
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "POLICIES",
+    "TECHNOLOGIES",
+    "Connection",
+    "RoutingSpec",
+    "spread",
+]
+
+#: Routing policies, by name.
+POLICIES = ("dmodk", "adaptive", "ecmp", "spray")
+#: Fabric technologies and the routing each uses unless told otherwise.
+TECHNOLOGIES = ("infiniband", "ethernet")
+DEFAULT_POLICY = {"infiniband": "dmodk", "ethernet": "ecmp"}
+
+LinkId = tuple[str, str]
+#: The next hops from a device towards the (fixed) target, on shortest paths, in port order.
+NextHops = Callable[[str], Sequence[str]]
+#: Links in hop order with the fraction of the connection's bytes on each.
+Weighted = dict[LinkId, float]
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingSpec:
+    """A fabric's routing: the policy and its knobs (``qps_per_connection`` and
+    ``hash_seed`` matter to ``ecmp`` only; static and adaptive routing ignore them, as an
+    InfiniBand fabric sends every queue pair of a destination the same way)."""
+
+    policy: str = "ecmp"
+    qps_per_connection: int = 1
+    hash_seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_choice(self.policy, POLICIES, key="fabric.routing", what="routing policy")
+        check_whole(self.qps_per_connection, key="fabric.qps_per_connection", minimum=1)
+        check_whole(self.hash_seed, key="fabric.hash_seed", minimum=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """What identifies one connection to the routing: the GPU pair and rail (the header
+    ECMP hashes) and ``dest_index``, the destination's index in fabric order (what D-mod-K
+    divides)."""
+
+    src: str
+    dst: str
+    rail: int | None
+    dest_index: int
+
+
+def stable_hash(seed: bytes, hop: int) -> int:
+    """A well-mixed 64-bit hash of ``seed`` and ``hop``, the same in every process.
+
+    Not hash(): Python salts str hashes per process (PYTHONHASHSEED), and routes must be
+    identical in every run.  Not a bare CRC either: CRC is linear, so names differing in
+    one character (``rail 0`` vs ``rail 1``) can land on the same spine modulo a power of
+    two.  BLAKE2b mixes fully and costs ~1 us, paid once per route (routes are cached).
+    """
+    digest = hashlib.blake2b(seed + hop.to_bytes(4, "little"), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def _hash_key(spec: RoutingSpec, conn: Connection, qp: int) -> bytes:
+    """The header bytes queue pair ``qp`` of ``conn`` is hashed from.  Queue pair 0 with
+    seed 0 hashes exactly what distsim hashed before policies existed, so ECMP routes of
+    earlier runs are reproduced."""
+    key = f"{conn.src}|{conn.dst}|{'-' if conn.rail is None else conn.rail}"
+    if qp:
+        key += f"|qp{qp}"
+    if spec.hash_seed:
+        key += f"|seed{spec.hash_seed}"
+    return key.encode()
+
+
+def _walk(next_hops: NextHops, start: str, target: str,
+          choose: Callable[[int, int], int]) -> list[str] | None:
+    """One path ``start -> target``; ``choose(branching, k)`` picks among ``k`` next hops
+    at the ``branching``-th hop that offers a choice (counted from 0)."""
+    path = [start]
+    x = start
+    hop = 0
+    while x != target:
+        candidates = next_hops(x)
+        if not candidates:
+            return None
+        x = candidates[choose(hop, len(candidates)) if len(candidates) > 1 else 0]
+        path.append(x)
+        hop += 1
+    return path
+
+
+def _dmodk(next_hops: NextHops, start: str, target: str, conn: Connection) -> Weighted | None:
+    divisor = 1
+
+    def choose(_hop: int, k: int) -> int:
+        nonlocal divisor
+        choice = (conn.dest_index // divisor) % k
+        divisor *= k
+        return choice
+
+    path = _walk(next_hops, start, target, choose)
+    return None if path is None else dict.fromkeys(pairwise(path), 1.0)
+
+
+def _ecmp(next_hops: NextHops, start: str, target: str, conn: Connection,
+          spec: RoutingSpec) -> Weighted | None:
+    q = spec.qps_per_connection
+    paths: list[list[str]] = []
+    for qp in range(q):
+        key = _hash_key(spec, conn, qp)
+        # The hop counter is the path position, as the switches at each position hash.
+        path = _walk_hashed(next_hops, start, target, key)
+        if path is None:
+            return None
+        paths.append(path)
+    # Shortest paths have equal lengths: merging position by position keeps hop order.
+    weighted: Weighted = {}
+    for position in range(len(paths[0]) - 1):
+        for path in paths:
+            link = (path[position], path[position + 1])
+            weighted[link] = weighted.get(link, 0.0) + 1.0 / q
+    return weighted
+
+
+def _walk_hashed(next_hops: NextHops, start: str, target: str, key: bytes) -> list[str] | None:
+    path = [start]
+    x = start
+    while x != target:
+        candidates = next_hops(x)
+        if not candidates:
+            return None
+        if len(candidates) > 1:
+            x = candidates[stable_hash(key, len(path) - 1) % len(candidates)]
+        else:
+            x = candidates[0]
+        path.append(x)
+    return path
+
+
+def _spray(next_hops: NextHops, start: str, target: str) -> Weighted | None:
+    """Even split at every branching, level by level (every device of a level is the same
+    number of hops from the target, so the levels meet at the target together)."""
+    share = {start: 1.0}
+    weighted: Weighted = {}
+    while target not in share:
+        following: dict[str, float] = {}
+        for x, fraction in share.items():
+            candidates = next_hops(x)
+            if not candidates:
+                return None
+            part = fraction / len(candidates)
+            for y in candidates:
+                weighted[(x, y)] = weighted.get((x, y), 0.0) + part
+                following[y] = following.get(y, 0.0) + part
+        share = following
+    return weighted
+
+
+def spread(spec: RoutingSpec, next_hops: NextHops, start: str, target: str,
+           conn: Connection) -> Weighted | None:
+    """The weighted links ``start -> target`` of ``conn`` under ``spec``'s policy, in hop
+    order; None if ``target`` cannot be reached."""
+    if start == target:
+        return {}
+    policy = spec.policy
+    if policy == "dmodk":
+        return _dmodk(next_hops, start, target, conn)
+    if policy == "ecmp":
+        return _ecmp(next_hops, start, target, conn, spec)
+    return _spray(next_hops, start, target)  # adaptive, spray: the same even split
