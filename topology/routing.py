@@ -29,9 +29,9 @@ the fraction of the bytes on each (1.0 where there is one path, fractions where 
 in hop order.  Under max-min sharing a flow split over paths with fixed fractions that
 finish together is exactly a coflow whose multiplicities are those fractions, so the flow
 network needs nothing more.  Policies see the fabric only through ``next_hops(x)``: the
-neighbours of ``x`` one hop closer to the target, in a fixed order — so they work on any
-fabric made of switches (multi-tier trees, rail groups, dragonflies) without knowing its
-shape.
+neighbours of ``x`` on a shortest (least-cost) path to the target, in a fixed port order —
+so they work on any fabric made of switches (multi-tier trees, rail groups, planes,
+dragonflies) without knowing its shape.
 
 The default policy follows the fabric's technology: ``infiniband`` -> ``dmodk``,
 ``ethernet`` -> ``ecmp``.
@@ -153,24 +153,18 @@ def _dmodk(next_hops: NextHops, start: str, target: str, conn: Connection) -> We
 def _ecmp(next_hops: NextHops, start: str, target: str, conn: Connection,
           spec: RoutingSpec) -> Weighted | None:
     q = spec.qps_per_connection
-    paths: list[list[str]] = []
+    weighted: Weighted = {}
     for qp in range(q):
-        key = _hash_key(spec, conn, qp)
-        # The hop counter is the path position, as the switches at each position hash.
-        path = _walk_hashed(next_hops, start, target, key)
+        path = _walk_hashed(next_hops, start, target, _hash_key(spec, conn, qp))
         if path is None:
             return None
-        paths.append(path)
-    # Shortest paths have equal lengths: merging position by position keeps hop order.
-    weighted: Weighted = {}
-    for position in range(len(paths[0]) - 1):
-        for path in paths:
-            link = (path[position], path[position + 1])
+        for link in pairwise(path):
             weighted[link] = weighted.get(link, 0.0) + 1.0 / q
-    return weighted
+    return weighted if q == 1 else _in_hop_order(weighted, start)
 
 
 def _walk_hashed(next_hops: NextHops, start: str, target: str, key: bytes) -> list[str] | None:
+    """One path; at hop ``h`` with several next hops the switch hashes ``(key, h)``."""
     path = [start]
     x = start
     while x != target:
@@ -186,22 +180,53 @@ def _walk_hashed(next_hops: NextHops, start: str, target: str, key: bytes) -> li
 
 
 def _spray(next_hops: NextHops, start: str, target: str) -> Weighted | None:
-    """Even split at every branching, level by level (every device of a level is the same
-    number of hops from the target, so the levels meet at the target together)."""
-    share = {start: 1.0}
+    """Even split at every branching of the shortest-path graph from ``start``."""
+    fanout: dict[str, Sequence[str]] = {}
+    stack = [start]
+    while stack:
+        x = stack.pop()
+        if x == target or x in fanout:
+            continue
+        candidates = next_hops(x)
+        if not candidates:
+            return None
+        fanout[x] = candidates
+        stack.extend(candidates)
     weighted: Weighted = {}
-    while target not in share:
-        following: dict[str, float] = {}
-        for x, fraction in share.items():
-            candidates = next_hops(x)
-            if not candidates:
-                return None
-            part = fraction / len(candidates)
-            for y in candidates:
-                weighted[(x, y)] = weighted.get((x, y), 0.0) + part
-                following[y] = following.get(y, 0.0) + part
-        share = following
+    share = {start: 1.0}
+    for x in _topological(fanout, start):
+        candidates = fanout.get(x, ())
+        part = share[x] / len(candidates) if candidates else 0.0
+        for y in candidates:
+            weighted[(x, y)] = part
+            share[y] = share.get(y, 0.0) + part
     return weighted
+
+
+def _topological(fanout: dict[str, Sequence[str]], start: str) -> list[str]:
+    """The devices of a path graph in an order where every device follows all devices
+    with a link into it (Kahn), breadth first — so a tree's tiers come one after another."""
+    waiting: dict[str, int] = {}
+    for candidates in fanout.values():
+        for y in candidates:
+            waiting[y] = waiting.get(y, 0) + 1
+    order = [start]
+    for x in order:  # grows while it is read
+        for y in fanout.get(x, ()):
+            waiting[y] -= 1
+            if waiting[y] == 0:
+                order.append(y)
+    return order
+
+
+def _in_hop_order(weighted: Weighted, start: str) -> Weighted:
+    """``weighted`` reordered so that every link comes after the links into its source
+    (merged paths of unequal hop counts may interleave otherwise)."""
+    fanout: dict[str, list[str]] = {}
+    for x, y in weighted:
+        fanout.setdefault(x, []).append(y)
+    return {(x, y): weighted[(x, y)] for x in _topological(fanout, start)
+            for y in fanout.get(x, ())}
 
 
 def spread(spec: RoutingSpec, next_hops: NextHops, start: str, target: str,

@@ -27,7 +27,7 @@ from distsim_gpu.simcore.maxmin import max_min_fair
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Route, Topology, build_cluster, load_cluster
 from distsim_gpu.topology.model import Device, Link, full_duplex
-from distsim_gpu.topology.routing import RoutingSpec
+from distsim_gpu.topology.routing import Connection, RoutingSpec, spread
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -422,3 +422,44 @@ def test_bad_custom_routing_is_named() -> None:
     assert info.value.key == "routing.qps"
     with pytest.raises(ConfigError, match="unknown routing policy"):
         RoutingSpec("ospf")
+
+
+# --------------------------------------------------------------------------- the policies alone
+
+
+def _dag(graph: dict[str, list[str]]):
+    return lambda x: graph.get(x, [])
+
+
+@pytest.mark.parametrize("d", range(6))
+def test_dmodk_takes_one_digit_of_the_destination_per_choice(d: int) -> None:
+    # Two choices then three: port (d mod 2), then ((d div 2) mod 3) — each of the six
+    # destinations its own pair of ports.
+    graph = {"s": ["a0", "a1"], "a0": ["b0", "b1", "b2"], "a1": ["b0", "b1", "b2"],
+             "b0": ["t"], "b1": ["t"], "b2": ["t"]}
+    got = spread(RoutingSpec("dmodk"), _dag(graph), "s", "t", Connection("x", "y", None, d))
+    assert got == {("s", f"a{d % 2}"): 1.0, (f"a{d % 2}", f"b{d // 2 % 3}"): 1.0,
+                   (f"b{d // 2 % 3}", "t"): 1.0}
+
+
+def test_spray_splits_at_each_branching_whatever_the_path_lengths() -> None:
+    # Least-cost paths need not have equal hop counts (a costed link): s-a-t and s-b-c-t.
+    graph = {"s": ["a", "b"], "a": ["t"], "b": ["c", "t"], "c": ["t"]}
+    got = spread(RoutingSpec("spray"), _dag(graph), "s", "t", Connection("x", "y", None, 0))
+    assert got == {("s", "a"): 0.5, ("s", "b"): 0.5, ("a", "t"): 0.5, ("b", "c"): 0.25,
+                   ("b", "t"): 0.25, ("c", "t"): 0.25}
+    order = list(got)
+    for x, y in got:  # every link after the links into its source
+        assert all(order.index((u, v)) < order.index((x, y)) for u, v in got if v == x)
+
+
+def test_ecmp_queue_pairs_merge_in_hop_order() -> None:
+    graph = {"s": ["a", "b"], "a": ["t"], "b": ["c"], "c": ["t"]}
+    spec = RoutingSpec("ecmp", qps_per_connection=8)
+    got = spread(spec, _dag(graph), "s", "t", Connection("x", "y", 0, 0))
+    assert sum(w for (x, _), w in got.items() if x == "s") == pytest.approx(1.0)
+    assert got[("s", "a")] + got.get(("s", "b"), 0.0) == pytest.approx(1.0)
+    assert 0 < got[("s", "a")] < 1  # eight hashes over two ports: both used (fixed hashes)
+    order = list(got)
+    assert order.index(("b", "c")) < order.index(("c", "t"))
+    assert order.index(("s", "b")) < order.index(("b", "c"))
