@@ -18,8 +18,13 @@ same two routers form one bundle.  Without ``groups``, the fabric has as many gr
 its NICs fill; with it, every group is built (empty ones carry traffic only for
 non-minimal routing) and more NICs than ``groups * a * p`` is an error.
 
-Minimal routing — local hop, global hop, local hop — is the shortest path, so every
-routing policy of :mod:`topology.routing` applies to it unchanged.
+Minimal routing — a local hop, a global hop, a local hop — is the least-cost path once a
+global cable counts as 3 hops (``Link.cost``): by hop count alone a path hopping through a
+third group (global, global; or global, local, global) is as short or shorter, which a
+dragonfly's minimal routing never takes.  With global cost ``c`` a minimal path costs at
+most ``2 + c`` and any path with two global hops at least ``2c``, so any ``c > 2`` makes
+least-cost routing minimal; every routing policy of :mod:`topology.routing` then applies
+unchanged, spreading over the routers that hold cables to the destination group.
 
 Defaults are HPE Slingshot's Rosetta switch in its largest dragonfly: 64 ports of 200 Gb/s,
 16 to endpoints, 31 local (one to each other switch of a 32-switch group), 17 global
@@ -46,7 +51,10 @@ from distsim_gpu.topology.fabric_spec import (
 )
 from distsim_gpu.topology.model import Link
 
-__all__ = ["build_dragonfly", "global_cables"]
+__all__ = ["GLOBAL_CABLE_COST", "build_dragonfly", "global_cables"]
+
+#: The hops a shortest-path search counts for a global cable (any value > 2 works).
+GLOBAL_CABLE_COST = 3
 
 
 def _groups(shape: DragonflyShape, nic_count: int) -> int:
@@ -116,7 +124,8 @@ def build_dragonfly(spec: FabricSpec, nics: Sequence[Sequence[str]], *,
                 links.extend(cable(router(g, r), router(g, s), local, spec))
     cables = global_cables(groups, a, shape.global_links_per_router)
     for (g, rg, j, rj), count in cables.items():
-        links.extend(cable(router(g, rg), router(j, rj), count * global_, spec))
+        links.extend(cable(router(g, rg), router(j, rj), count * global_, spec,
+                           cost=GLOBAL_CABLE_COST))
     config = {"groups": groups, "routers_per_group": a, "nics_per_router": p,
               "global_links_per_router": shape.global_links_per_router,
               "local_link_bandwidth": local, "global_link_bandwidth": global_}

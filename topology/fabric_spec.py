@@ -120,11 +120,13 @@ def switches(names: Iterable[str]) -> list[Device]:
     return [Device(name, "switch", None, i) for i, name in enumerate(names)]
 
 
-def cable(a: str, b: str, bandwidth_bytes_per_s: float, spec: FabricSpec) -> tuple[Link, Link]:
-    """A switch-to-switch cable (or bundle): both directions enter a switch."""
+def cable(a: str, b: str, bandwidth_bytes_per_s: float, spec: FabricSpec, *,
+          cost: int = 1) -> tuple[Link, Link]:
+    """A switch-to-switch cable (or bundle): both directions enter a switch.  ``cost`` is
+    the hops a shortest-path search counts for it (:class:`~topology.model.Link`)."""
     latency = spec.link_latency_s + spec.switch_latency_s
-    return (Link(a, b, bandwidth_bytes_per_s, latency, "network"),
-            Link(b, a, bandwidth_bytes_per_s, latency, "network"))
+    return (Link(a, b, bandwidth_bytes_per_s, latency, "network", cost),
+            Link(b, a, bandwidth_bytes_per_s, latency, "network", cost))
 
 
 def attach_nic(nic: str, switch: str, bandwidth_bytes_per_s: float, nic_latency_s: float,

@@ -20,12 +20,14 @@ fabric splits them over several paths).  Routing follows what NCCL does on real 
 
 Routes are found by breadth-first search restricted to the devices that may carry them
 (in-node devices inside a node, fabric switches between nodes; GPUs and NICs are never
-transit hops) and are cached, so the thousands of routes a collective asks for on a
+transit hops), counting each link's routing cost where a fabric sets one (``Link.cost``:
+a dragonfly's global cables), and are cached, so the thousands of routes a collective asks for on a
 1024-GPU cluster cost a few dictionary look-ups each after the first.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -82,13 +84,20 @@ class Device:
 
 @dataclass(frozen=True, slots=True)
 class Link:
-    """One direction of a link: ``bandwidth_bytes_per_s`` nominal, ``latency_s`` per crossing."""
+    """One direction of a link: ``bandwidth_bytes_per_s`` nominal, ``latency_s`` per crossing.
+
+    ``cost`` is what a shortest-path search counts for the link (1: one hop).  A fabric
+    raises it where fewest hops is not what its routing calls minimal: a dragonfly's global
+    cables count 3, so that a minimal route takes one of them at most (local, global,
+    local) rather than hopping through a third group in as many hops.
+    """
 
     src: str
     dst: str
     bandwidth_bytes_per_s: float
     latency_s: float
     kind: str
+    cost: int = 1
 
     def __post_init__(self) -> None:
         where = f"link {self.src} -> {self.dst}"
@@ -103,6 +112,9 @@ class Link:
         if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
             raise TopologyError(f"{where}: latency must be zero or positive and finite, "
                                 f"got {self.latency_s!r} s")
+        if type(self.cost) is not int or self.cost < 1:
+            raise TopologyError(f"{where}: routing cost must be a whole number >= 1, "
+                                f"got {self.cost!r}")
 
     @property
     def id(self) -> tuple[str, str]:
@@ -213,6 +225,8 @@ class Topology:
         self.graph: nx.DiGraph = nx.freeze(graph)
         self._devices = devs
         self._links = by_id
+        # Some link counts more than one hop (a dragonfly's global cables): weighted search.
+        self._costed = any(link.cost != 1 for link in by_id.values())
         # Sorted adjacency: the search order, hence every tie-break, is independent of the
         # order the builder happened to add links in.
         self._succ = {k: tuple(sorted(v, key=lambda e: e[0])) for k, v in succ.items()}
@@ -523,7 +537,8 @@ class Topology:
         return result
 
     def _dist_map(self, target: str, *, fabric_only: bool) -> dict[str, int]:
-        """Hops from each transit-capable device to ``target`` (reverse BFS, cached).
+        """Hops from each transit-capable device to ``target`` (reverse BFS, cached; a
+        Dijkstra search over link costs where some link costs more than one hop).
 
         With ``fabric_only`` only fabric devices (node None) may be transit hops.
         """
@@ -531,6 +546,10 @@ class Topology:
         cached = self._dist_maps.get(key)
         if cached is not None:
             return cached
+        if self._costed:
+            dist = self._cost_map(target, fabric_only=fabric_only)
+            self._dist_maps[key] = dist
+            return dist
         dist = {target: 0}
         queue = deque([target])
         while queue:
@@ -544,6 +563,23 @@ class Topology:
                 dist[u] = dist[v] + 1
                 queue.append(u)
         self._dist_maps[key] = dist
+        return dist
+
+    def _cost_map(self, target: str, *, fabric_only: bool) -> dict[str, int]:
+        """:meth:`_dist_map` by Dijkstra: the least summed link cost to ``target``."""
+        dist = {target: 0}
+        heap = [(0, target)]
+        while heap:
+            d, v = heapq.heappop(heap)
+            if d > dist[v]:
+                continue
+            for u, link in self._pred[v]:
+                du = self._devices[u]
+                if du.kind in _ENDPOINT_KINDS or (fabric_only and du.node is not None):
+                    continue
+                if d + link.cost < dist.get(u, math.inf):
+                    dist[u] = d + link.cost
+                    heapq.heappush(heap, (d + link.cost, u))
         return dist
 
     def _distance(self, y: str, dst: str, *, fabric_only: bool) -> float:
@@ -560,8 +596,8 @@ class Topology:
             best = math.inf
             for w in self._fabric_preds(dst):
                 d = self._dist_map(w, fabric_only=True).get(y)
-                if d is not None and d + 1 < best:
-                    best = d + 1
+                if d is not None and d + self._links[(w, dst)].cost < best:
+                    best = d + self._links[(w, dst)].cost
             return best
         d = self._dist_map(dst, fabric_only=False).get(y)
         return math.inf if d is None else d
@@ -582,8 +618,8 @@ class Topology:
             return cached
         best = math.inf
         candidates: list[str] = []
-        for y, _ in self._succ[x]:
-            d = self._distance(y, dst, fabric_only=fabric_only)
+        for y, link in self._succ[x]:
+            d = self._distance(y, dst, fabric_only=fabric_only) + link.cost
             if d < best:
                 best, candidates = d, [y]
             elif d == best and d < math.inf:

@@ -1,0 +1,139 @@
+"""Dragonfly fabrics: router and cable counts in closed form, minimal routes, bad shapes."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+from distsim_gpu.simcore.errors import DistsimError
+from distsim_gpu.topology import Link, Topology, build_cluster
+from distsim_gpu.topology.fabric_dragonfly import global_cables
+
+NDR = 400e9 / 8
+_ROUTER = re.compile(r"^g(\d+)\.r(\d+)$")
+
+
+def _dragonfly(nodes: int, **fabric: object) -> Topology:
+    spec = {"kind": "dragonfly", "routers_per_group": 4, "nics_per_router": 4,
+            "global_links_per_router": 2, **fabric}
+    return build_cluster({"preset": "dgx-h100", "nodes": nodes, "fabric": spec})
+
+
+def _group(name: str) -> int | None:
+    match = _ROUTER.match(name)
+    return int(match.group(1)) if match else None
+
+
+Bandwidths = dict[tuple[str, str], float]
+
+
+def _router_links(topo: Topology) -> tuple[Bandwidths, Bandwidths]:
+    """Directed router-to-router links split into (local, global), with bandwidths."""
+    local: Bandwidths = {}
+    global_: Bandwidths = {}
+    for link in topo.links():
+        a, b = _group(link.src), _group(link.dst)
+        if a is not None and b is not None:
+            (local if a == b else global_)[link.id] = link.bandwidth_bytes_per_s
+    return local, global_
+
+
+@pytest.mark.parametrize(("groups", "a", "h"), [(2, 4, 2), (3, 4, 2), (5, 4, 2), (9, 4, 2),
+                                                (4, 3, 3), (7, 6, 1)])
+def test_cable_counts_follow_the_closed_form(groups: int, a: int, h: int) -> None:
+    topo = _dragonfly(2, groups=groups, routers_per_group=a, global_links_per_router=h,
+                      global_link_bandwidth="100 Gbps", local_link_bandwidth="800 Gbps")
+    routers = [d for d in topo.devices() if _ROUTER.match(d.name)]
+    assert len(routers) == groups * a
+    local, global_ = _router_links(topo)
+    assert len(local) == groups * a * (a - 1)  # all-to-all inside each group, both ways
+    assert set(local.values()) == {800e9 / 8}
+    per_pair = a * h // (groups - 1)
+    for g, j in itertools.permutations(range(groups), 2):
+        cables = sum(bw for (x, y), bw in global_.items()
+                     if _group(x) == g and _group(y) == j) / (100e9 / 8)
+        assert cables == pytest.approx(per_pair)
+    # No router has more global cables than it has global ports.
+    for router in routers:
+        out = sum(bw for (x, _), bw in global_.items() if x == router.name) / (100e9 / 8)
+        assert out <= h + 1e-9
+
+
+def test_global_cables_are_spread_over_routers() -> None:
+    cables = global_cables(groups=3, routers_per_group=4, global_links_per_router=2)
+    # 8 ports per group, 2 peers: 4 cables per pair; group 0's ports alternate peers.
+    assert sum(n for (g, _, j, _), n in cables.items() if (g, j) == (0, 1)) == 4
+    routers_of_0 = {rg for (g, rg, _, _) in cables if g == 0}
+    assert routers_of_0 == {0, 1, 2, 3}
+
+
+def test_nics_fill_routers_node_major_and_groups_follow() -> None:
+    topo = _dragonfly(5)  # 40 NICs, 4 per router, 16 per group -> 3 groups
+    assert topo.config["fabric"]["groups"] == 3
+    assert topo.link("n0.nic3", "g0.r0").bandwidth_bytes_per_s == NDR
+    assert topo.link("n0.nic4", "g0.r1")
+    assert topo.link("n2.nic0", "g1.r0")  # NIC 16 -> router 4 = group 1, router 0
+    assert topo.link("n4.nic7", "g2.r1")  # NIC 39 -> router 9
+
+
+@pytest.mark.parametrize("routing", ["dmodk", "ecmp", "adaptive"])
+def test_minimal_routes_take_one_global_cable_at_most(routing: str) -> None:
+    # By hop count alone, g -> third group -> j is as short as local-global-local (and
+    # shorter where one router of the third group has cables to both): least cost is not.
+    topo = _dragonfly(16, groups=8, routing=routing)  # 128 NICs fill all 8 groups
+    _, global_ = _router_links(topo)
+    for i, j in [(0, 15), (3, 9), (5, 6), (0, 1), (0, 0)]:
+        for rail in range(8):
+            route = topo.route(f"n{i}.gpu0", f"n{j}.gpu1", rail=rail)
+            routers = [d for d in route.devices if _ROUTER.match(d)]
+            if i == j:
+                assert routers == []
+                continue
+            ends = {_group(routers[0]), _group(routers[-1])}
+            assert {_group(r) for r in routers} == ends  # no third group
+            crossing = sum(w for link, w in zip(route.links, route.weights, strict=True)
+                           if link in global_)
+            assert crossing == pytest.approx(1.0 if len(ends) == 2 else 0.0)
+            assert all(len(ends) == 2 or link not in global_ for link in route.links)
+
+
+def test_explicit_groups_are_all_built() -> None:
+    topo = _dragonfly(1, groups=6)
+    assert topo.config["fabric"]["groups"] == 6
+    assert topo.device("g5.r3").kind == "switch"
+
+
+@pytest.mark.parametrize(("fabric", "key", "message"), [
+    ({"groups": 0}, "fabric.groups", ">= 1"),
+    ({"groups": 2}, "fabric.groups", r"40 NICs do not fit in 2 groups x 4 routers x 4 NIC "
+                                     r"ports = 32"),
+    ({"groups": 10}, "fabric.global_links_per_router",
+     "10 groups need 9 global ports per group"),
+    ({"routers_per_group": 0}, "fabric.routers_per_group", ">= 1"),
+    ({"nics_per_router": 0}, "fabric.nics_per_router", ">= 1"),
+    ({"global_link_bandwidth": "fast"}, "fabric.global_link_bandwidth", "as a bandwidth"),
+    ({"spines": 2}, "fabric.spines", "unknown key"),
+])
+def test_bad_dragonfly_shapes_name_their_key(fabric: dict[str, object], key: str,
+                                             message: str) -> None:
+    with pytest.raises(DistsimError, match=message) as info:
+        _dragonfly(5, **fabric)
+    assert info.value.key == key
+
+
+def test_defaults_are_slingshot_groups_of_32_routers() -> None:
+    topo = build_cluster({"preset": "dgx-h100", "nodes": 80, "fabric": "dragonfly"})
+    config = topo.config["fabric"]
+    assert (config["routers_per_group"], config["nics_per_router"],
+            config["global_links_per_router"]) == (32, 16, 17)
+    assert config["groups"] == 2  # 640 NICs, 512 per group
+    _, global_ = _router_links(topo)
+    # 32 x 17 = 544 global ports per group, all to the one other group.
+    assert sum(global_.values()) == pytest.approx(2 * 544 * NDR)
+
+
+def test_link_cost_must_be_a_whole_number_of_hops() -> None:
+    with pytest.raises(DistsimError, match="routing cost must be a whole number >= 1"):
+        Link("a", "b", 1e9, 0.0, "network", 0)
+    assert Link("a", "b", 1e9, 0.0, "network").cost == 1
