@@ -13,7 +13,8 @@ Two spec forms, as Python mappings or YAML files (read with ``yaml.safe_load`` o
 
   groups ``gpu`` {model}, ``nvlink`` / ``pcie`` / ``cpu`` {bandwidth, latency} (``cpu`` is
   the inter-socket link), ``nic`` {model, count, bandwidth, latency}, ``fabric`` {kind,
-  oversubscription, nics_per_leaf, spines, link_bandwidth, link_latency, switch_latency};
+  oversubscription, nics_per_leaf, spines, link_bandwidth, link_latency, switch_latency,
+  sharp} (``sharp: true``: the switches aggregate in the network, InfiniBand SHARP);
   the ``switch`` preset takes ``gpus``, ``link_bandwidth``, ``link_latency`` instead.
 
   Fabric kinds and the keys each takes besides kind, link_bandwidth, link_latency,
@@ -28,7 +29,8 @@ Two spec forms, as Python mappings or YAML files (read with ``yaml.safe_load`` o
   ethernet), ``routing`` (dmodk, adaptive, ecmp or spray; by default dmodk on InfiniBand,
   ecmp on Ethernet), ``qps_per_connection`` and ``hash_seed`` (ECMP's knobs).
 
-* custom form: ``devices`` (list of {name, kind, node?, index?}) and ``links`` (list of
+* custom form: ``devices`` (list of {name, kind, node?, index?, sharp?}; ``sharp`` marks a
+  switch that reduces in the network) and ``links`` (list of
   {src, dst, bandwidth, latency?, kind, duplex?}; ``duplex`` defaults to true, one cable =
   two directed links); ``routing`` (a policy name, or {policy, qps_per_connection,
   hash_seed}; default ecmp over whatever shortest paths the links offer).
@@ -48,6 +50,7 @@ import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from distsim_gpu.simcore.config import (
@@ -103,7 +106,8 @@ _NIC_KEYS = ("model", "count", "bandwidth", "latency")
 # How the fabric routes (topology.routing): every fabric kind takes these.
 _ROUTING_KEYS = ("technology", "routing", "qps_per_connection", "hash_seed")
 _CUSTOM_ROUTING_KEYS = ("policy", "qps_per_connection", "hash_seed")
-_FABRIC_COMMON = ("kind", "link_bandwidth", "link_latency", "switch_latency", *_ROUTING_KEYS)
+_FABRIC_COMMON = ("kind", "link_bandwidth", "link_latency", "switch_latency", *_ROUTING_KEYS,
+                  "sharp")
 _FABRIC_TIERED = (*_FABRIC_COMMON, "oversubscription", "nics_per_leaf", "spines")
 _FABRIC_KEYS = {
     "single-switch": _FABRIC_COMMON, "fat-tree": _FABRIC_TIERED,
@@ -116,7 +120,7 @@ _FABRIC_KEYS = {
     "dragonfly": (*_FABRIC_COMMON, "groups", "routers_per_group", "nics_per_router",
                   "global_links_per_router", "local_link_bandwidth", "global_link_bandwidth"),
 }
-_DEVICE_KEYS = ("name", "kind", "node", "index")
+_DEVICE_KEYS = ("name", "kind", "node", "index", "sharp")
 _LINK_KEYS = ("src", "dst", "bandwidth", "latency", "kind", "duplex")
 # Custom clusters up to this many GPUs are checked pair by pair; larger ones GPU by GPU
 # against the first GPU (both directions), which keeps loading linear.
@@ -229,6 +233,18 @@ def _custom_routing(value: object, source: str | None) -> RoutingSpec:
 def _routing_config(spec: RoutingSpec) -> dict[str, Any]:
     return {"routing": spec.policy, "qps_per_connection": spec.qps_per_connection,
             "hash_seed": spec.hash_seed}
+
+
+def _fabric_sharp(value: object, source: str | None) -> bool:
+    """``fabric.sharp``: whether the fabric's switches aggregate (InfiniBand SHARP), which
+    the CollNet collectives need (NCCL with the SHARP plugin, NCCL_COLLNET_ENABLE=1)."""
+    mapping = value if isinstance(value, Mapping) else {}
+    return check_bool(mapping.get("sharp", False), key="fabric.sharp", source=source)
+
+
+def _sharp_switches(devices: Iterable[Device]) -> list[Device]:
+    """The fabric's devices with every switch marked as reducing in the network."""
+    return [replace(d, sharp=True) if d.kind == "switch" else d for d in devices]
 
 
 # --------------------------------------------------------------------------- presets
@@ -370,6 +386,7 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None) 
     fabric = _fabric_spec(spec.get("fabric", DEFAULT_FABRIC), nic.bandwidth_bytes_per_s,
                           preset, source)
     technology, routing = _fabric_routing(spec.get("fabric"), preset, source)
+    sharp = _fabric_sharp(spec.get("fabric"), source)
 
     devices: list[Device] = []
     links: list[Link] = []
@@ -381,7 +398,7 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None) 
     nics = [[f"n{node}.nic{j}" for j in range(len(layout))] for node in range(nodes)]
     built = build_fabric(fabric, nics, nic_bandwidth_bytes_per_s=nic.bandwidth_bytes_per_s,
                          nic_latency_s=nic.latency_s)
-    devices.extend(built.devices)
+    devices.extend(_sharp_switches(built.devices) if sharp else built.devices)
     links.extend(built.links)
 
     fabric_config: dict[str, Any] = {
@@ -391,7 +408,7 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None) 
         "switch_latency": fabric.switch_latency_s,
     }
     fabric_config.update(built.config)  # the kind's own figures, derived ones resolved
-    fabric_config.update(technology=technology, **_routing_config(routing))
+    fabric_config.update(technology=technology, **_routing_config(routing), sharp=sharp)
     name = _string(spec.get("name", f"{preset.name} x{nodes} {fabric.kind}"), "name", source)
     config: dict[str, Any] = {"name": name, "preset": preset.name, "nodes": nodes,
                               "gpu": {"model": gpu_model}}
@@ -479,7 +496,11 @@ def _build_custom(spec: Mapping[Any, Any], source: str | None) -> Topology:
             raise ConfigError(f"{kind} index {index} on node {node} is taken by "
                               f"devices[{slot_at[slot]}]", key=f"{at}.index", source=source)
         slot_at[slot] = i
-        devices.append(Device(name, kind, node, index))
+        sharp = check_bool(entry.get("sharp", False), key=f"{at}.sharp", source=source)
+        if sharp and kind not in ("nvswitch", "switch"):
+            raise ConfigError(f"a {kind} cannot reduce in the network", key=f"{at}.sharp",
+                              source=source, hint="sharp applies to kinds nvswitch and switch")
+        devices.append(Device(name, kind, node, index, sharp))
 
     links: list[Link] = []
     link_config: list[dict[str, Any]] = []
@@ -519,8 +540,8 @@ def _build_custom(spec: Mapping[Any, Any], source: str | None) -> Topology:
     routing = _custom_routing(spec.get("routing", "ecmp"), source)
     config = {
         "name": name,
-        "devices": [{"name": d.name, "kind": d.kind, "node": d.node, "index": d.index}
-                    for d in devices],
+        "devices": [{"name": d.name, "kind": d.kind, "node": d.node, "index": d.index,
+                     **({"sharp": True} if d.sharp else {})} for d in devices],
         "links": link_config,
         "routing": {"policy": routing.policy, "qps_per_connection": routing.qps_per_connection,
                     "hash_seed": routing.hash_seed},
