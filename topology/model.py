@@ -69,26 +69,26 @@ class Device:
     ``name`` is unique (``"n0.gpu3"``, ``"n1.nic2"``, ``"leaf0"``); ``node`` is the node
     index of an in-node device and ``None`` for a fabric switch; ``index`` numbers the
     device within its node and kind (GPU 0..7, NIC 0..7 = rail) or within its fabric tier.
-    """
-
     ``sharp`` marks a switch that reduces data in flight (NVIDIA SHARP): an NVSwitch with
     NVLink SHARP (multimem, HGX H100/H200) or an InfiniBand switch with SHARP aggregation;
     collectives use it for the NVLS and CollNet algorithms.
+    """
+
     name: str
     kind: str
     node: int | None
     index: int
+    sharp: bool = False
 
     def __post_init__(self) -> None:
-    sharp: bool = False
         if self.kind not in DEVICE_KINDS:
             raise TopologyError(f"device {self.name!r} has unknown kind {self.kind!r}",
                                 hint=closest(self.kind, DEVICE_KINDS))
-
-
         if self.sharp and self.kind not in ("nvswitch", "switch"):
             raise TopologyError(f"device {self.name!r} is a {self.kind}: only switches "
                                 f"(nvswitch, switch) can reduce in the network (sharp)")
+
+
 @dataclass(frozen=True, slots=True)
 class Link:
     """One direction of a link: ``bandwidth_bytes_per_s`` nominal, ``latency_s`` per crossing.
