@@ -17,8 +17,12 @@ fraction of the size, in which steps, with which latency — the way NCCL runs i
   two complementary binary trees each carrying half the data, reduce up and broadcast down
   pipelined, so each node's NICs move ``S`` in each direction instead of the ring's
   ``2(n-1)/n·S``.
-* **all-to-all**: every rank sends ``S/n`` to every other rank at once; **sendrecv**: every
+* **all-to-all**: every rank sends ``S/n`` to every other rank at once, its latency growing
+  with the rank's network peers (:func:`alltoall_peer_latency_s`); **sendrecv**: every
   rank sends ``S`` to the next; **p2p**: one send.
+
+NVLS, NVLS-tree, CollNet and PXN plans live in their own modules; :mod:`collectives.catalog`
+builds any algorithm's plan and says which ones ``auto`` weighs.
 
 Latency per call is NCCL's base latency plus, per step, the hop latency of the hop's
 transport and protocol and the route's physical latency (see :mod:`collectives.params`).
@@ -36,6 +40,7 @@ from distsim_gpu.topology import Route, Topology
 
 __all__ = [
     "OPS",
+    "alltoall_peer_latency_s",
     "build_plan",
     "gpu_rail",
     "pairs_plan",
@@ -171,6 +176,8 @@ def build_plan(
     first GPU of the group), ``peer`` the destination of a ``p2p`` send from ``group[0]``.
     """
     check_choice(op, OPS, key="op", what="collective")
+    # NVLS, CollNet and PXN plans are built by collectives.catalog (its build_plan).
+    check_choice(algorithm, ("ring", "tree"), key="algorithm")
     if algorithm == "tree" and op != "all_reduce":
         raise ConfigError(f"the tree algorithm implements all_reduce only, not {op}",
                           hint="use algorithm ring or auto")
@@ -285,7 +292,34 @@ def _alltoall_step(b: _Builder, gpus: list[str]) -> StepShape:
                 route = b.route(src, dst, None)
                 b.add(streams, route)
                 latency = max(latency, b.hop_latency_s(route))
-    return StepShape(streams, 1.0 / len(gpus), latency)
+    return StepShape(streams, 1.0 / len(gpus), latency + alltoall_peer_latency_s(b, gpus))
+
+
+def alltoall_peer_latency_s(b: _Builder, gpus: Sequence[str]) -> float:
+    """What an all-to-all's peers add to one send's latency, for its busiest rank.
+
+    NCCL's all-to-all is ``n-1`` grouped sends and receives; each peer costs
+    ``params.peer_latency_s[transport][protocol]`` (network peers: the proxy's post
+    overhead, paid one after another), the costliest one already being in the step's hop
+    latency: ``sum_t k_t·c_t - max_t c_t`` over the transports ``t`` a rank has ``k_t``
+    peers on.  With NCCL's figures only network peers count: ``(k_net - 1)·c_net``.
+    """
+    topo = b.topo
+    table = b.params.peer_latency_s
+    worst = 0.0
+    for src in gpus:
+        counts: dict[str, int] = {}
+        node = topo.node_of(src)
+        for dst in gpus:
+            if dst != src:
+                transport = ("net" if topo.node_of(dst) != node
+                             else topo.route(src, dst).transport)
+                counts[transport] = counts.get(transport, 0) + 1
+        costs = {t: table[t][b.protocol] for t in counts if t in table}
+        if costs:
+            extra = sum(counts[t] * c for t, c in costs.items()) - max(costs.values())
+            worst = max(worst, extra)
+    return worst
 
 
 def _tree_plan(b: _Builder, gpus: list[str], params: CommParams, plan) -> CollectivePlan:

@@ -3,9 +3,10 @@
 A :class:`Communicator` ties a :class:`~simcore.Simulation` to a
 :class:`~topology.Topology`: it registers every topology link in the flow network with its
 achievable capacity (nominal bandwidth × link efficiency), builds plans
-(:mod:`collectives.algorithms`) and caches them, resolves ``auto`` algorithm/protocol the
-way NCCL's tuner does — the candidate with the least predicted time for this size on
-this topology — and runs a call as one flow (``coflow``) or a flow per step (``step``).
+(:mod:`collectives.catalog`: ring, tree, NVLS, NVLS-tree, CollNet, PXN) and caches them,
+resolves ``auto`` algorithm/protocol the way NCCL's tuner does — among the algorithms the
+hardware offers, the candidate with the least predicted time for this size on this
+topology — and runs a call as one flow (``coflow``) or a flow per step (``step``).
 A call is a SimPy process whose value is a :class:`CollectiveRecord`.
 """
 
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import simpy
-from distsim_gpu.collectives.algorithms import OPS, build_plan, pairs_plan
+from distsim_gpu.collectives.algorithms import OPS, pairs_plan
+from distsim_gpu.collectives.catalog import ALGORITHM_PROTOCOLS, build_plan, candidates
 from distsim_gpu.collectives.params import ALGORITHMS, FIDELITIES, PROTOCOLS, CommParams
 from distsim_gpu.collectives.plan import CollectivePlan, StepShape
 from distsim_gpu.simcore.config import check_choice
@@ -72,6 +74,7 @@ class Communicator:
         # What ``choose`` and ``pairs_plan`` picked per call shape: a training iteration
         # repeats the same few calls many thousand times.
         self._chosen: dict[tuple[Any, ...], CollectivePlan] = {}
+        self._candidates: dict[tuple[Any, ...], tuple[str, ...]] = {}
 
     # ------------------------------------------------------------------ planning
     def plan(self, op: str, group: Sequence[str], *, algorithm: str, protocol: str,
@@ -105,10 +108,13 @@ class Communicator:
         check_choice(op, OPS, key="op", what="collective")
         algorithms = [algorithm]
         if algorithm == "auto":
-            algorithms = ["ring", "tree"] if op == "all_reduce" else ["ring"]
-        protocols = [protocol] if protocol != "auto" else ["ll", "ll128", "simple"]
+            algorithms = list(self.candidates(op, group, peer=peer))
+            if protocol != "auto":
+                # An algorithm that cannot run the protocol asked for is no candidate.
+                algorithms = [a for a in algorithms if protocol in ALGORITHM_PROTOCOLS[a]]
         best: tuple[float, CollectivePlan] | None = None
         for algo in algorithms:
+            protocols = [protocol] if protocol != "auto" else ALGORITHM_PROTOCOLS[algo]
             for proto in protocols:
                 candidate = self.plan(op, group, algorithm=algo, protocol=proto, root=root,
                                       peer=peer)
@@ -117,6 +123,17 @@ class Communicator:
                     best = (time_s, candidate)
         assert best is not None  # algorithms and protocols are never empty
         return best[1]
+
+    def candidates(self, op: str, group: Sequence[str], *,
+                   peer: str | None = None) -> tuple[str, ...]:
+        """The algorithms ``auto`` weighs for ``op`` over ``group`` (cached; see
+        :func:`collectives.catalog.candidates`)."""
+        key = ("candidates", op, tuple(group), peer)
+        found = self._candidates.get(key)
+        if found is None:
+            found = self._candidates[key] = candidates(self.topology, group, op, self.params,
+                                                       peer=peer)
+        return found
 
     def estimate_s(self, op: str, group: Sequence[str], size_bytes: float,
                    **choices: Any) -> float:
@@ -160,7 +177,8 @@ class Communicator:
              fidelity: str | None = None, tag: Any = None) -> simpy.Process:
         """Point-to-point transfer ``src`` → ``dst`` (pipeline activations, …)."""
         fidelity = check_choice(fidelity or self.params.fidelity, FIDELITIES, key="fidelity")
-        plan = self.choose("p2p", [src], size_bytes, algorithm="ring", protocol=protocol,
+        # Not the configured algorithm (an all-reduce's): a send goes straight or by PXN.
+        plan = self.choose("p2p", [src], size_bytes, algorithm="auto", protocol=protocol,
                            peer=dst)
         return self.sim.env.process(self._run(plan, float(size_bytes), fidelity, tag))
 

@@ -12,8 +12,23 @@ datasheet numbers, and each is a documented, overridable parameter here:
   ``simple`` (bulk copies with fences: full bandwidth, highest latency);
 * **latency** — a per-call base latency plus a per-hop latency by transport (NVLink,
   PCIe, network), from NCCL's own tuning model (``src/graph/tuning.cc``, tables
-  ``baseLat`` and ``hwLat``, NCCL 2.1x), to which the physical route latency of the
-  topology is added.
+  ``baseLat`` and ``hwLat``, NCCL 2.1x-2.2x), to which the physical route latency of the
+  topology is added.  The algorithms NCCL uses at scale have their own rows there:
+  ``nvls`` and ``nvls_tree`` (NVLink SHARP: 25 us per NVLink pass, 18 / 20.9 us per
+  network hop, no base latency) and ``collnet`` (InfiniBand SHARP, CollNet Direct: 3.7 us
+  inside the node, 31 us through the network).  They run the Simple protocol only.
+* **peer latency** — an all-to-all is ``n-1`` sends and receives grouped into one call;
+  NCCL's proxy thread posts each network peer's operations one after another, so every
+  network peer beyond the first adds NCCL's network post overhead (``tuning.cc``
+  ``getNetOverhead``: 1 us on x86 Intel hosts, 2 us on AMD, three times that for
+  Simple — the figure NCCL's ring model charges per network step).  Peers over NVLink or
+  PCIe are driven by the kernel itself, concurrently over the channels (up to 8 peers per
+  channel, ``NCCL_MAX_DEV_WORK_P2P_PER_BATCH``), so they add nothing.
+* **NVLS efficiency** — NVLink SHARP's multimem loads and stores reach 85 % of the
+  NVLink rate on Hopper (``tuning.cc`` ``nvlsEfficiency``; 74 % on Blackwell).
+* **PXN** — on by default, as in NCCL >= 2.12 (``NCCL_PXN_DISABLE=0``): a send to a
+  GPU of another node whose NIC is on another rail goes over NVLink to the local GPU on
+  that rail first (see :mod:`collectives.pxn`).
 
 * **chunk** — pipelined algorithms (tree, the broadcast/reduce chain) move a stream in
   chunks of one FIFO step: NCCL's default buffers (``NCCL_BUFFSIZE`` 4 MiB for Simple,
@@ -33,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from distsim_gpu.simcore.config import (
+    check_bool,
     check_choice,
     check_keys,
     check_mapping,
@@ -49,7 +65,7 @@ __all__ = [
     "comm_params_from_mapping",
 ]
 
-ALGORITHMS = ("auto", "ring", "tree")
+ALGORITHMS = ("auto", "ring", "tree", "nvls", "nvls_tree", "collnet", "pxn")
 FIDELITIES = ("coflow", "step")
 PROTOCOLS = ("auto", "ll", "ll128", "simple")
 
@@ -60,10 +76,14 @@ _PROTOCOL_EFFICIENCY = {"ll": 0.5, "ll128": 120.0 / 128.0, "simple": 1.0}
 # Data bytes per FIFO step of each protocol with NCCL's default buffer sizes (see above).
 _CHUNK_BYTES = {"ll": 32 * 2.0**10, "ll128": 576 * 2.0**10, "simple": 512 * 2.0**10}
 
-# NCCL tuning.cc (2.1x): baseLat for ring/tree and hwLat per transport, microseconds.
+# NCCL tuning.cc (2.1x-2.2x): baseLat per algorithm and hwLat per transport, microseconds.
+# NVLS, NVLS-tree and CollNet run the Simple protocol only, and have no base latency.
 _BASE_LATENCY_US = {
     "ring": {"ll": 6.6, "ll128": 14.0, "simple": 8.4},
     "tree": {"ll": 6.8, "ll128": 14.0, "simple": 8.4},
+    "nvls": {"simple": 0.0},
+    "nvls_tree": {"simple": 0.0},
+    "collnet": {"simple": 0.0},
 }
 _HOP_LATENCY_US = {
     "ring": {
@@ -76,7 +96,20 @@ _HOP_LATENCY_US = {
         "pcie": {"ll": 1.0, "ll128": 1.9, "simple": 6.0},
         "net": {"ll": 5.0, "ll128": 8.5, "simple": 14.0},
     },
+    "nvls": {"nvlink": {"simple": 25.0}, "net": {"simple": 18.0}},
+    "nvls_tree": {"nvlink": {"simple": 25.0}, "net": {"simple": 20.9}},
+    # CollNet Direct's row (CollNet Chain's is 2.8 / 30 us).
+    "collnet": {"nvlink": {"simple": 3.7}, "pcie": {"simple": 3.7}, "net": {"simple": 31.0}},
 }
+# Per network peer of an all-to-all beyond the first (NCCL's network post overhead on x86
+# Intel; 1 us, x3 for Simple); NVLink and PCIe peers run concurrently in the kernel.
+_PEER_LATENCY_US = {
+    "nvlink": {"ll": 0.0, "ll128": 0.0, "simple": 0.0},
+    "pcie": {"ll": 0.0, "ll128": 0.0, "simple": 0.0},
+    "net": {"ll": 1.0, "ll128": 1.0, "simple": 3.0},
+}
+# NVLink SHARP's achieved fraction of the NVLink rate on Hopper (tuning.cc nvlsEfficiency).
+_NVLS_EFFICIENCY = 0.85
 
 # Achievable payload fraction of each link kind's nominal one-direction rate.
 #  nvlink  0.82: NVLink packets carry a 16 B header per <=256 B payload plus data-link
@@ -113,13 +146,20 @@ def _default_hop_latency() -> dict[str, dict[str, dict[str, float]]]:
     }
 
 
+def _default_peer_latency() -> dict[str, dict[str, float]]:
+    return {t: {p: us * 1e-6 for p, us in row.items()} for t, row in _PEER_LATENCY_US.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class CommParams:
     """How collectives run: algorithm, protocol, fidelity, efficiencies and latencies (SI).
 
     ``base_latency_s[algorithm][protocol]`` is paid once per call;
     ``hop_latency_s[algorithm][transport][protocol]`` once per algorithm step over a hop of
-    that transport (``nvlink``, ``pcie``, ``net``).
+    that transport (``nvlink``, ``pcie``, ``net``); ``peer_latency_s[transport][protocol]``
+    once per all-to-all peer beyond the first over that transport.  ``nvls_efficiency`` is
+    the fraction of the NVLink rate NVLink SHARP reaches; ``pxn`` whether sends to another
+    rail go through the local GPU on that rail (NCCL's PXN, on by default).
     """
 
     algorithm: str = "auto"
@@ -132,6 +172,9 @@ class CommParams:
     base_latency_s: dict[str, dict[str, float]] = field(default_factory=_default_base_latency)
     hop_latency_s: dict[str, dict[str, dict[str, float]]] = field(
         default_factory=_default_hop_latency)
+    peer_latency_s: dict[str, dict[str, float]] = field(default_factory=_default_peer_latency)
+    nvls_efficiency: float = _NVLS_EFFICIENCY
+    pxn: bool = True
 
     def efficiency_of(self, link_kind: str) -> float:
         """Payload fraction of a link kind (1.0 for kinds not listed)."""
@@ -143,6 +186,8 @@ class CommParams:
             self,
             link_efficiency={k: 1.0 for k in self.link_efficiency},
             protocol_efficiency={k: 1.0 for k in self.protocol_efficiency},
+            nvls_efficiency=1.0,
+            peer_latency_s={t: dict.fromkeys(r, 0.0) for t, r in self.peer_latency_s.items()},
             chunk_bytes=dict.fromkeys(self.chunk_bytes, 0.0),
             base_latency_s={a: dict.fromkeys(r, 0.0) for a, r in self.base_latency_s.items()},
             hop_latency_s={a: {t: dict.fromkeys(r, 0.0) for t, r in by_t.items()}
@@ -162,11 +207,15 @@ class CommParams:
             "base_latency_s": {a: dict(r) for a, r in self.base_latency_s.items()},
             "hop_latency_s": {a: {t: dict(r) for t, r in b.items()}
                               for a, b in self.hop_latency_s.items()},
+            "peer_latency_s": {t: dict(r) for t, r in self.peer_latency_s.items()},
+            "nvls_efficiency": self.nvls_efficiency,
+            "pxn": self.pxn,
         }
 
 
 _COMM_KEYS = ("algorithm", "protocol", "fidelity", "max_channels", "link_efficiency",
-              "protocol_efficiency", "chunk_bytes", "base_latency", "hop_latency")
+              "protocol_efficiency", "chunk_bytes", "base_latency", "hop_latency",
+              "peer_latency", "nvls_efficiency", "pxn")
 _CHOICES = {"algorithm": ALGORITHMS, "protocol": PROTOCOLS, "fidelity": FIDELITIES}
 # What the keys of each per-name table are, for "unknown <what>" errors.
 _TABLE_KEYS = {"link_efficiency": "link kind", "protocol_efficiency": "protocol",
@@ -195,7 +244,9 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
     ``link_efficiency: {nvlink, pcie, network, cpu}``,
     ``protocol_efficiency: {ll, ll128, simple}``, ``chunk_bytes: {ll, ll128, simple}``,
     ``base_latency: {ring|tree: {ll|ll128|simple: "8.4 us"}}``,
-    ``hop_latency: {ring|tree: {nvlink|pcie|net: {ll|ll128|simple: "3.4 us"}}}``.
+    ``hop_latency: {ring|tree|nvls|…: {nvlink|pcie|net: {ll|ll128|simple: "3.4 us"}}}``,
+    ``peer_latency: {nvlink|pcie|net: {ll|ll128|simple: "1 us"}}``,
+    ``nvls_efficiency`` (a fraction), ``pxn`` (true or false).
     """
     params = CommParams()
     if not data:
@@ -210,6 +261,13 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
                                         fold_case=True)
         elif key == "max_channels":
             changes["max_channels"] = check_whole(value, key=path, minimum=0, source=source)
+        elif key == "nvls_efficiency":
+            changes[key] = _fraction(value, path, source)
+        elif key == "pxn":
+            changes[key] = check_bool(value, key=path, source=source)
+        elif key == "peer_latency":
+            changes["peer_latency_s"] = _latency_tables(params.peer_latency_s, value, path,
+                                                        source, ("transport",))
         elif key in _TABLE_KEYS:
             read = _size if key == "chunk_bytes" else _fraction
             changes[key] = _table(getattr(params, key), value, path, source, _TABLE_KEYS[key],

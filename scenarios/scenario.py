@@ -183,6 +183,7 @@ class Scenario:
         fidelity = comm.pop("fidelity")
         comm["base_latency"] = comm.pop("base_latency_s")
         comm["hop_latency"] = comm.pop("hop_latency_s")
+        comm["peer_latency"] = comm.pop("peer_latency_s")
         training = self.training.to_dict()
         training["seq_len"] = self.seq_len
         data: dict[str, Any] = {"name": self.name}

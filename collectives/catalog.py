@@ -1,0 +1,157 @@
+"""Every collective algorithm, what it implements, where it can run, and what ``auto`` weighs.
+
+============  ======================================  ==========================================
+algorithm     operations                              runs where
+============  ======================================  ==========================================
+ring          every operation                         anywhere
+tree          all_reduce                              anywhere
+nvls          all_reduce                              NVSwitches that reduce (NVLink SHARP); across
+                                                      nodes also fabric switches that do (SHARP)
+nvls_tree     all_reduce                              two or more such nodes
+collnet       all_reduce                              two or more nodes, fabric switches with SHARP
+pxn           alltoall, sendrecv, p2p                 sends between rails of different nodes
+============  ======================================  ==========================================
+
+``auto`` follows NCCL's tuner (``src/graph/tuning.cc``, ``src/enqueue.cc``): for an
+all-reduce every algorithm the hardware offers is a candidate — NVLS only on one node
+unless the fabric aggregates too (NCCL enables NVLS across nodes with CollNet only),
+NVLS-tree only across nodes — with every protocol it runs (Simple only for NVLS,
+NVLS-tree and CollNet), and the one with the least predicted time wins.  PXN is not a
+tuner choice in NCCL but a transport that is on by default (``NCCL_PXN_DISABLE=0``): an
+all-to-all, send/recv or p2p uses it whenever one of its sends crosses rails between
+nodes, unless ``pxn: false``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import MappingProxyType
+
+from distsim_gpu.collectives import algorithms
+from distsim_gpu.collectives.algorithms import OPS, _Builder
+from distsim_gpu.collectives.nvls import nvls_heads, nvls_plan, nvls_switches, nvls_tree_plan
+from distsim_gpu.collectives.params import ALGORITHMS, PROTOCOLS, CommParams
+from distsim_gpu.collectives.plan import CollectivePlan
+from distsim_gpu.collectives.pxn import pxn_applies, pxn_step
+from distsim_gpu.collectives.sharp import collnet_plan, fabric_reduces, head_slots
+from distsim_gpu.simcore.config import check_choice
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.topology import Topology
+
+__all__ = ["ALGORITHM_OPS", "ALGORITHM_PROTOCOLS", "build_plan", "candidates"]
+
+_CONCRETE = tuple(a for a in ALGORITHMS if a != "auto")
+_ALL_PROTOCOLS = tuple(p for p in PROTOCOLS if p != "auto")
+
+#: The operations each algorithm implements.
+ALGORITHM_OPS = MappingProxyType({
+    "ring": OPS, "tree": ("all_reduce",), "nvls": ("all_reduce",),
+    "nvls_tree": ("all_reduce",), "collnet": ("all_reduce",),
+    "pxn": ("alltoall", "sendrecv", "p2p"),
+})
+#: The NCCL protocols each algorithm runs with.
+ALGORITHM_PROTOCOLS = MappingProxyType({
+    "ring": _ALL_PROTOCOLS, "tree": _ALL_PROTOCOLS, "nvls": ("simple",),
+    "nvls_tree": ("simple",), "collnet": ("simple",), "pxn": _ALL_PROTOCOLS,
+})
+
+
+def _check_group(topo: Topology, group: Sequence[str]) -> list[str]:
+    gpus = list(dict.fromkeys(group))
+    if len(gpus) != len(group):
+        raise ConfigError("a collective group names a GPU twice", hint=f"group: {list(group)}")
+    for gpu in gpus:
+        topo.node_of(gpu)  # raises for an unknown GPU
+    return gpus
+
+
+def build_plan(topo: Topology, group: Sequence[str], op: str, *, algorithm: str,
+               protocol: str, params: CommParams, root: str | None = None,
+               peer: str | None = None) -> CollectivePlan:
+    """The plan of ``op`` over ``group`` with a concrete algorithm and protocol.
+
+    Ring and tree plans come from :func:`collectives.algorithms.build_plan`; the others
+    from their modules.  ConfigError names an operation or protocol the algorithm does not
+    run, or hardware it needs and the cluster lacks.
+    """
+    check_choice(op, OPS, key="op", what="collective")
+    check_choice(algorithm, _CONCRETE, key="algorithm")
+    if op not in ALGORITHM_OPS[algorithm]:
+        raise ConfigError(f"the {algorithm} algorithm implements "
+                          f"{', '.join(ALGORITHM_OPS[algorithm])} only, not {op}",
+                          hint="use algorithm ring or auto")
+    if algorithm in ("ring", "tree"):
+        return algorithms.build_plan(topo, group, op, algorithm=algorithm, protocol=protocol,
+                                     params=params, root=root, peer=peer)
+    if protocol not in ALGORITHM_PROTOCOLS[algorithm]:
+        raise ConfigError(f"the {algorithm} algorithm runs the "
+                          f"{'/'.join(ALGORITHM_PROTOCOLS[algorithm])} protocol only, "
+                          f"not {protocol}", hint="use protocol simple or auto")
+    gpus = _check_group(topo, group)
+    # A PXN send is a ring-class send to NCCL: the ring's latency tables.
+    b = _Builder(topo, params, "ring" if algorithm == "pxn" else algorithm, protocol)
+    if algorithm == "pxn":
+        return _pxn_plan(b, gpus, op, peer)
+    if len(gpus) == 1:
+        return CollectivePlan(op, algorithm, protocol, 1, 1, (), 0.0,
+                              params.protocol_efficiency[protocol],
+                              params.chunk_bytes[protocol])
+    if algorithm == "nvls":
+        return nvls_plan(b, gpus, op, params)
+    if algorithm == "nvls_tree":
+        return nvls_tree_plan(b, gpus, op, params)
+    return collnet_plan(b, gpus, op, params)
+
+
+def _pxn_plan(b: _Builder, gpus: list[str], op: str, peer: str | None) -> CollectivePlan:
+    """PXN sends at the ring's base latency (a send is a ring-class operation to NCCL)."""
+    params, protocol = b.params, b.protocol
+    n = len(gpus)
+    if op == "p2p":
+        if peer is None:
+            raise ConfigError("a p2p transfer needs a peer")
+        steps = (pxn_step(b, op, gpus, peer),)
+    else:
+        steps = (pxn_step(b, op, gpus),) if n > 1 else ()
+    base = params.base_latency_s["ring"][protocol] if steps else 0.0
+    return CollectivePlan(op, "pxn", protocol, n, 1, steps, base,
+                          params.protocol_efficiency[protocol], params.chunk_bytes[protocol])
+
+
+def candidates(topo: Topology, group: Sequence[str], op: str, params: CommParams, *,
+               peer: str | None = None) -> tuple[str, ...]:
+    """The algorithms ``auto`` weighs for ``op`` over ``group`` on this cluster."""
+    check_choice(op, OPS, key="op", what="collective")
+    gpus = list(group)
+    if op in ALGORITHM_OPS["pxn"]:
+        if params.pxn and _pxn_possible(topo, gpus, op, peer):
+            return ("pxn",)
+        return ("ring",)
+    if op != "all_reduce":
+        return ("ring",)
+    found = ["ring", "tree"]
+    if len(gpus) < 2:
+        return tuple(found)
+    nodes = {topo.node_of(g) for g in gpus}
+    if nvls_switches(topo, gpus) is not None:
+        if len(nodes) == 1:
+            found.append("nvls")
+        elif nvls_heads(topo, gpus) is not None:
+            found.append("nvls_tree")
+            if fabric_reduces(topo):
+                found.append("nvls")
+    slots = head_slots(topo, gpus)
+    if len(nodes) > 1 and slots is not None and fabric_reduces(topo):
+        found.append("collnet")
+    return tuple(found)
+
+
+def _pxn_possible(topo: Topology, gpus: list[str], op: str, peer: str | None) -> bool:
+    if op == "p2p":
+        return peer is not None and pxn_applies(topo, [(gpus[0], peer)])
+    if len({topo.node_of(g) for g in gpus}) < 2:
+        return False
+    if op == "sendrecv":
+        ordered = sorted(gpus, key=topo.rank_of)
+        return pxn_applies(topo, list(zip(ordered, ordered[1:] + ordered[:1])))
+    return pxn_applies(topo, [(s, d) for s in gpus for d in gpus if s != d])
