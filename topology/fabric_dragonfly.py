@@ -68,7 +68,7 @@ def _groups(shape: DragonflyShape, nic_count: int) -> int:
             f"{nic_count} NICs do not fit in {groups} groups x {shape.routers_per_group} "
             f"routers x {shape.nics_per_router} NIC ports = {groups * per_group}",
             key="fabric.groups", hint=f"at least {math.ceil(nic_count / per_group)} groups "
-                                      "hold them (or leave groups out)")
+                                      "hold them, or leave groups out")
     ports = shape.routers_per_group * shape.global_links_per_router
     if groups > 1 and ports < groups - 1:
         raise ConfigError(

@@ -38,7 +38,14 @@ from typing import Any
 
 import networkx as nx
 from distsim_gpu.simcore.errors import ConfigError, TopologyError, closest
-from distsim_gpu.topology.routing import Connection, RoutingSpec, Weighted, spread
+from distsim_gpu.topology.routing import (
+    END_TO_END_POLICIES,
+    Connection,
+    RoutingSpec,
+    SwitchGroups,
+    Weighted,
+    spread,
+)
 
 __all__ = [
     "DEVICE_KINDS",
@@ -275,6 +282,7 @@ class Topology:
         self._hops: dict[tuple[str, str, bool], tuple[str, ...]] = {}
         self._preds_in_fabric: dict[str, tuple[str, ...]] = {}
         self._sprays: dict[tuple[str, str, bool], Weighted | None] = {}
+        self._groups: tuple[SwitchGroups | None] | None = None  # built at first use
 
     # ------------------------------------------------------------------ look-ups
 
@@ -479,17 +487,30 @@ class Topology:
                 last = {(preds[0], target): 1.0}
                 target = preds[0]
         policy = self.routing.policy
-        if policy in ("adaptive", "spray"):
+        if policy in END_TO_END_POLICIES:
             # An even split depends on the two ends only: cache it per (start, target).
             key = (start, target, fabric_only)
             if key not in self._sprays:
+                groups = self._switch_groups() if fabric_only else None
                 self._sprays[key] = spread(self.routing, self._hop_function(target, fabric_only),
-                                           start, target, conn)
+                                           start, target, conn, groups)
             found = self._sprays[key]
         else:
             found = spread(self.routing, self._hop_function(target, fabric_only), start,
                            target, conn)
         return None if found is None else {**found, **last}
+
+    def _switch_groups(self) -> SwitchGroups | None:
+        """The fabric's groups for the non-minimal policies: only a fabric with costed links
+        (a dragonfly) has more than one (None otherwise); built at first use."""
+        if self._groups is None:
+            switches = [n for n, d in self._devices.items() if d.kind == "switch"]
+            links = [(link.src, link.dst, link.bandwidth_bytes_per_s, link.cost)
+                     for link in self._links.values()
+                     if self._devices[link.src].kind in ("switch", "nic")
+                     and self._devices[link.dst].kind == "switch"]
+            self._groups = (SwitchGroups(switches, links) if self._costed else None,)
+        return self._groups[0]
 
     def _hop_function(self, target: str, fabric_only: bool) -> Callable[[str], tuple[str, ...]]:
         return lambda x: self._next_hops(x, target, fabric_only=fabric_only)

@@ -23,6 +23,23 @@ which of them a connection's bytes take, and in what fractions:
   hash, as a different switch hash seed (or different UDP source ports) would.
 * ``spray`` — packet-spraying Ethernet (NVIDIA Spectrum-X, Slingshot-class adaptive
   routing): the even split of ``adaptive``.
+* ``valiant`` — non-minimal routing for fabrics made of groups (a dragonfly): each packet
+  goes minimally to a random intermediate group, then minimally to its destination
+  (Valiant and Brebner, 1981; the dragonfly's "VAL" in Kim et al., ISCA 2008).  As a flow
+  its bytes split evenly over every group but the two ends, each share sprayed over that
+  detour's least-cost paths.  It doubles the global cables a byte crosses and in return
+  spreads any group-to-group pattern over all of them.
+* ``ugal`` — UGAL-like adaptive routing (Kim et al.; Slingshot's adaptive routing is of
+  this family): a packet takes the minimal path unless its queues are longer than a
+  detour's.  With no queues in a flow model, the policy takes the split such routing
+  settles to when the connections have the group pair's cables to themselves and load
+  them to saturation: every group-level path — the direct cables and the detour through
+  each other group — in proportion to its bottleneck capacity.  That is right for few
+  heavy connections between groups (a ring's neighbours); for traffic already spread over
+  all group pairs UGAL stays minimal — use ``adaptive`` or ``spray`` there.
+
+On a fabric without groups (switches joined by unit-cost links only) ``valiant`` and
+``ugal`` are the even split of ``adaptive``, as is a connection inside one group.
 
 A policy turns one connection into *weighted links*: the directed links its bytes cross and
 the fraction of the bytes on each (1.0 where there is one path, fractions where it splits),
@@ -40,6 +57,7 @@ The default policy follows the fabric's technology: ``infiniband`` -> ``dmodk``,
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -48,15 +66,19 @@ from distsim_gpu.simcore.config import check_choice, check_whole
 
 __all__ = [
     "DEFAULT_POLICY",
+    "END_TO_END_POLICIES",
     "POLICIES",
     "TECHNOLOGIES",
     "Connection",
     "RoutingSpec",
+    "SwitchGroups",
     "spread",
 ]
 
 #: Routing policies, by name.
-POLICIES = ("dmodk", "adaptive", "ecmp", "spray")
+POLICIES = ("dmodk", "adaptive", "ecmp", "spray", "valiant", "ugal")
+#: Policies whose split depends on the connection's two ends only (a route can be cached).
+END_TO_END_POLICIES = ("adaptive", "spray", "valiant", "ugal")
 #: Fabric technologies and the routing each uses unless told otherwise.
 TECHNOLOGIES = ("infiniband", "ethernet")
 DEFAULT_POLICY = {"infiniband": "dmodk", "ethernet": "ecmp"}
@@ -229,10 +251,130 @@ def _in_hop_order(weighted: Weighted, start: str) -> Weighted:
             for y in fanout.get(x, ())}
 
 
+class SwitchGroups:
+    """The groups of a fabric whose groups are joined by costlier links (a dragonfly's
+    global cables): switches joined by unit-cost links form one group.
+
+    Built from plain data — the fabric's switches, and every directed link leaving a switch
+    or a NIC as ``(src, dst, bandwidth, cost)`` — so that it knows no device types.  It
+    answers the group of a switch or of a NIC (its switch's), the summed bandwidth of the
+    cables from one group to another, and the next hops from a device towards the nearest
+    switch of a group (least cost, switches only as transit), cached per group.
+    """
+
+    def __init__(self, switches: Sequence[str],
+                 links: Sequence[tuple[str, str, float, int]]) -> None:
+        self._succ: dict[str, list[tuple[str, int]]] = {}
+        for src, dst, _, cost in links:
+            self._succ.setdefault(src, []).append((dst, cost))
+        switch_set = set(switches)
+        self._switches = switch_set
+        self._of: dict[str, int] = {}
+        for first in switches:
+            if first not in self._of:
+                self._fill(first, len(set(self._of.values())), switch_set)
+        self.count = len(set(self._of.values()))
+        self._capacity: dict[tuple[int, int], float] = {}
+        for src, dst, bandwidth, _ in links:
+            a, b = self._of.get(src), self._of.get(dst)
+            if a is not None and b is not None and a != b:
+                self._capacity[(a, b)] = self._capacity.get((a, b), 0.0) + bandwidth
+            elif a is None and b is not None:
+                self._of.setdefault(src, b)  # a NIC belongs to its switch's group
+        self._pred: dict[str, list[tuple[str, int]]] = {}
+        for src, dst, _, cost in links:
+            if src in switch_set and dst in switch_set:
+                self._pred.setdefault(dst, []).append((src, cost))
+        self._dist: dict[int, dict[str, int]] = {}
+        self._hops: dict[tuple[str, int], tuple[str, ...]] = {}
+
+    def _fill(self, first: str, group: int, switches: set[str]) -> None:
+        self._of[first] = group
+        stack = [first]
+        while stack:
+            for y, cost in self._succ.get(stack.pop(), ()):
+                if cost == 1 and y in switches and y not in self._of:
+                    self._of[y] = group
+                    stack.append(y)
+
+    def group(self, device: str) -> int | None:
+        """The group of a switch, or of a NIC cabled to one; None otherwise."""
+        return self._of.get(device)
+
+    def capacity(self, a: int, b: int) -> float:
+        """The summed bandwidth of the cables from group ``a`` to group ``b``."""
+        return self._capacity.get((a, b), 0.0)
+
+    def towards(self, group: int) -> NextHops:
+        """Next hops on least-cost paths to the nearest switch of ``group``."""
+        return lambda x: self._next(x, group)
+
+    def _next(self, x: str, group: int) -> tuple[str, ...]:
+        key = (x, group)
+        if key not in self._hops:
+            dist = self._distances(group)
+            costs = [(cost + dist[y], y) for y, cost in self._succ.get(x, ()) if y in dist]
+            best = min((c for c, _ in costs), default=None)
+            self._hops[key] = tuple(sorted(y for c, y in costs if c == best))
+        return self._hops[key]
+
+    def _distances(self, group: int) -> dict[str, int]:
+        """Least cost from every switch to the group (multi-source Dijkstra, cached)."""
+        if group not in self._dist:
+            dist = {s: 0 for s in self._switches if self._of[s] == group}
+            heap = [(0, s) for s in dist]
+            while heap:
+                d, v = heapq.heappop(heap)
+                if d > dist[v]:
+                    continue
+                for u, cost in self._pred.get(v, ()):
+                    if d + cost < dist.get(u, d + cost + 1):
+                        dist[u] = d + cost
+                        heapq.heappush(heap, (d + cost, u))
+            self._dist[group] = dist
+        return self._dist[group]
+
+
+def _nonminimal(spec: RoutingSpec, next_hops: NextHops, start: str, target: str,
+                groups: SwitchGroups | None) -> Weighted | None:
+    """``valiant`` and ``ugal``: minimal and detour paths at the group level, each share
+    sprayed over its least-cost paths (see the module docstring)."""
+    src, dst = (None, None) if groups is None else (groups.group(start), groups.group(target))
+    if groups is None or src is None or dst is None or src == dst or groups.count < 3:
+        return _spray(next_hops, start, target)
+    shares: list[tuple[float, NextHops]] = []
+    if spec.policy == "ugal":
+        shares.append((groups.capacity(src, dst), next_hops))
+    for via in range(groups.count):
+        if via not in (src, dst):
+            weight = (1.0 if spec.policy == "valiant"
+                      else min(groups.capacity(src, via), groups.capacity(via, dst)))
+            shares.append((weight, _detour(groups, next_hops, src, via)))
+    total = sum(weight for weight, _ in shares)
+    weighted: Weighted = {}
+    for weight, hops in shares:
+        if weight <= 0:
+            continue
+        part = _spray(hops, start, target)
+        if part is None:
+            return None
+        for link, fraction in part.items():
+            weighted[link] = weighted.get(link, 0.0) + fraction * weight / total
+    return _in_hop_order(weighted, start)
+
+
+def _detour(groups: SwitchGroups, next_hops: NextHops, src: int, via: int) -> NextHops:
+    """Next hops of the detour through group ``via``: towards it while in group ``src``,
+    then minimal to the target."""
+    to_via = groups.towards(via)
+    return lambda x: to_via(x) if groups.group(x) == src else next_hops(x)
+
+
 def spread(spec: RoutingSpec, next_hops: NextHops, start: str, target: str,
-           conn: Connection) -> Weighted | None:
+           conn: Connection, groups: SwitchGroups | None = None) -> Weighted | None:
     """The weighted links ``start -> target`` of ``conn`` under ``spec``'s policy, in hop
-    order; None if ``target`` cannot be reached."""
+    order; None if ``target`` cannot be reached.  ``groups`` are the fabric's groups, for
+    the non-minimal policies (None: a fabric without groups)."""
     if start == target:
         return {}
     policy = spec.policy
@@ -240,4 +382,6 @@ def spread(spec: RoutingSpec, next_hops: NextHops, start: str, target: str,
         return _dmodk(next_hops, start, target, conn)
     if policy == "ecmp":
         return _ecmp(next_hops, start, target, conn, spec)
+    if policy in ("valiant", "ugal"):
+        return _nonminimal(spec, next_hops, start, target, groups)
     return _spray(next_hops, start, target)  # adaptive, spray: the same even split

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from typing import Any
 
 import pytest
 from distsim_gpu.simcore.errors import DistsimError
@@ -137,3 +138,49 @@ def test_link_cost_must_be_a_whole_number_of_hops() -> None:
     with pytest.raises(DistsimError, match="routing cost must be a whole number >= 1"):
         Link("a", "b", 1e9, 0.0, "network", 0)
     assert Link("a", "b", 1e9, 0.0, "network").cost == 1
+
+
+def _global_shares(topo: Topology, route_links: Any, weights: Any) -> dict[tuple[int, int], float]:
+    """Fraction of the route's bytes crossing from group to group, per (from, to) pair."""
+    shares: dict[tuple[int, int], float] = {}
+    for (a, b), w in zip(route_links, weights, strict=True):
+        ga, gb = _group(a), _group(b)
+        if ga is not None and gb is not None and ga != gb:
+            shares[(ga, gb)] = shares.get((ga, gb), 0.0) + w
+    return shares
+
+
+def test_valiant_detours_evenly_through_every_other_group() -> None:
+    topo = _dragonfly(8, groups=6, routing="valiant")  # groups 0..3 hold NICs, 4..5 empty
+    route = topo.route("n0.gpu0", "n5.gpu0", rail=0)  # group 0 -> group 2
+    shares = _global_shares(topo, route.links, route.weights)
+    assert sum(shares.values()) == pytest.approx(2.0)  # two global cables per byte
+    assert set(shares) == {(0, v) for v in (1, 3, 4, 5)} | {(v, 2) for v in (1, 3, 4, 5)}
+    assert all(share == pytest.approx(1 / 4) for share in shares.values())
+    # Inside one group there is nothing to detour through: the minimal even split.
+    inside = topo.route("n0.gpu0", "n1.gpu0", rail=0)
+    assert _global_shares(topo, inside.links, inside.weights) == {}
+
+
+def test_ugal_splits_by_bottleneck_capacity() -> None:
+    # 6 groups x 4 routers x 2 global ports: 8 ports over 5 peers, one cable per pair, so
+    # the direct path and each of the 4 detours carry one cable's worth: 1/5 each.
+    topo = _dragonfly(8, groups=6, routing="ugal")
+    route = topo.route("n0.gpu0", "n5.gpu0", rail=0)
+    shares = _global_shares(topo, route.links, route.weights)
+    assert shares[(0, 2)] == pytest.approx(1 / 5)
+    assert all(shares[(0, v)] == pytest.approx(1 / 5) for v in (1, 3, 4, 5))
+    assert sum(shares.values()) == pytest.approx(1 / 5 + 2 * 4 / 5)
+
+
+def test_non_minimal_policies_are_the_even_split_without_groups() -> None:
+    for kind in ("fat-tree", "rail-optimized"):
+        spec = {"preset": "dgx-h100", "nodes": 8, "fabric": {"kind": kind, "nics_per_leaf": 4}}
+        adaptive = build_cluster({**spec, "fabric": {**spec["fabric"], "routing": "adaptive"}})
+        for policy in ("valiant", "ugal"):
+            other = build_cluster({**spec, "fabric": {**spec["fabric"], "routing": policy}})
+            for a, b in [("n0.gpu0", "n7.gpu0"), ("n1.gpu3", "n4.gpu3")]:
+                assert other.route(a, b) == adaptive.route(a, b)
+    three = _dragonfly(5, routing="valiant", groups=3, global_links_per_router=1)
+    route = three.route("n0.gpu0", "n4.gpu0", rail=0)  # group 0 -> 2: all through group 1
+    assert _global_shares(three, route.links, route.weights) == {(0, 1): 1.0, (1, 2): 1.0}

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 @st.composite
 def fabrics(draw: st.DrawFn) -> dict[str, Any]:
     kind = draw(st.sampled_from(FABRIC_KINDS))
-    fabric: dict[str, Any] = {"kind": kind,
-                              "routing": draw(st.sampled_from(["dmodk", "ecmp", "adaptive"]))}
+    policy = draw(st.sampled_from(["dmodk", "ecmp", "adaptive", "valiant", "ugal"]))
+    fabric: dict[str, Any] = {"kind": kind, "routing": policy}
     ratio = st.sampled_from([1, 1.5, 2, 4])
     if kind in ("fat-tree", "rail-optimized", "multi-plane"):
         fabric.update(nics_per_leaf=draw(st.integers(1, 12)), oversubscription=draw(ratio))
