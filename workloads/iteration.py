@@ -542,7 +542,8 @@ def _exclusive_tp(comm: Communicator, groups: list[list[RankGroup]],
             links: set[Any] = set()
             gpus = list(group.gpus)
             for op in ("all_reduce", "all_gather", "reduce_scatter"):
-                for algo in ("ring", "tree") if op == "all_reduce" else ("ring",):
+                # Every algorithm auto may pick for it (NVLS, CollNet… where offered).
+                for algo in comm.candidates(op, gpus):
                     links |= comm.plan_links(comm.plan(op, gpus, algorithm=algo,
                                                        protocol="simple"))
             if links & other or links & seen:

@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from distsim_gpu.collectives import FIDELITIES, CommParams, comm_params_from_mapping
+from distsim_gpu.collectives import ALGORITHMS, FIDELITIES, CommParams, comm_params_from_mapping
 from distsim_gpu.collectives.nccl_tests import BENCH_OPS
 from distsim_gpu.simcore.config import parse_assignment, set_path, split_overrides
 from distsim_gpu.simcore.errors import ConfigError
@@ -34,7 +34,6 @@ __all__ = [
     "split_cluster_overrides",
 ]
 
-ALGORITHMS = ("auto", "ring", "tree")
 PROTOCOLS = ("auto", "ll", "ll128", "simple")
 
 
@@ -61,7 +60,8 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
                         help="communication parameters from a YAML file: its "
                         "'communication' section, as 'distsim calibrate nccl -o' writes it")
     parser.add_argument("--algo", choices=ALGORITHMS, default=None,
-                        help="collective algorithm (default auto: as NCCL's tuner picks)")
+                        help="collective algorithm (default auto: as NCCL's tuner picks, "
+                        "among those the cluster offers)")
     parser.add_argument("--proto", choices=PROTOCOLS, default=None,
                         help="NCCL protocol (default auto)")
     parser.add_argument("--fidelity", choices=FIDELITIES, default=None,
