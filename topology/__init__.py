@@ -4,7 +4,8 @@ A :class:`Topology` is a directed graph of :class:`Device` s and full-duplex
 :class:`Link` s (two directed edges per cable) with :class:`Route` s between GPUs, chosen
 the way NCCL and the fabric's switches would.  :func:`build_cluster` / :func:`load_cluster`
 make one from a node preset x node count x fabric (:class:`FabricSpec`: single switch,
-fat tree, rail-optimized) or from a custom device list; :func:`apply_overrides` applies
+two- and three-tier fat trees, rail-optimized, multi-plane, DGX SuperPOD, dragonfly; see
+:mod:`topology.fabrics`) or from a custom device list; :func:`apply_overrides` applies
 ``--set`` style edits.  Knows nothing of collectives; depends only on ``simcore``.
 """
 
