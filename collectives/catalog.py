@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import MappingProxyType
 
-from distsim_gpu.collectives import algorithms
 from distsim_gpu.collectives.algorithms import OPS, _Builder
+from distsim_gpu.collectives.algorithms import build_plan as _ring_or_tree_plan
 from distsim_gpu.collectives.nvls import nvls_heads, nvls_plan, nvls_switches, nvls_tree_plan
 from distsim_gpu.collectives.params import ALGORITHMS, PROTOCOLS, CommParams
 from distsim_gpu.collectives.plan import CollectivePlan
@@ -81,8 +81,8 @@ def build_plan(topo: Topology, group: Sequence[str], op: str, *, algorithm: str,
                           f"{', '.join(ALGORITHM_OPS[algorithm])} only, not {op}",
                           hint="use algorithm ring or auto")
     if algorithm in ("ring", "tree"):
-        return algorithms.build_plan(topo, group, op, algorithm=algorithm, protocol=protocol,
-                                     params=params, root=root, peer=peer)
+        return _ring_or_tree_plan(topo, group, op, algorithm=algorithm, protocol=protocol,
+                                  params=params, root=root, peer=peer)
     if protocol not in ALGORITHM_PROTOCOLS[algorithm]:
         raise ConfigError(f"the {algorithm} algorithm runs the "
                           f"{'/'.join(ALGORITHM_PROTOCOLS[algorithm])} protocol only, "
@@ -119,8 +119,12 @@ def _pxn_plan(b: _Builder, gpus: list[str], op: str, peer: str | None) -> Collec
 
 
 def candidates(topo: Topology, group: Sequence[str], op: str, params: CommParams, *,
-               peer: str | None = None) -> tuple[str, ...]:
-    """The algorithms ``auto`` weighs for ``op`` over ``group`` on this cluster."""
+               peer: str | None = None, fabric_sharp: bool | None = None) -> tuple[str, ...]:
+    """The algorithms ``auto`` weighs for ``op`` over ``group`` on this cluster.
+
+    ``fabric_sharp`` is :func:`collectives.sharp.fabric_reduces` of the cluster if the
+    caller has it (it looks at every switch), else it is found here.
+    """
     check_choice(op, OPS, key="op", what="collective")
     gpus = list(group)
     if op in ALGORITHM_OPS["pxn"]:
@@ -133,15 +137,16 @@ def candidates(topo: Topology, group: Sequence[str], op: str, params: CommParams
     if len(gpus) < 2:
         return tuple(found)
     nodes = {topo.node_of(g) for g in gpus}
+    if len(nodes) > 1 and fabric_sharp is None:
+        fabric_sharp = fabric_reduces(topo)
     if nvls_switches(topo, gpus) is not None:
         if len(nodes) == 1:
             found.append("nvls")
         elif nvls_heads(topo, gpus) is not None:
             found.append("nvls_tree")
-            if fabric_reduces(topo):
+            if fabric_sharp:
                 found.append("nvls")
-    slots = head_slots(topo, gpus)
-    if len(nodes) > 1 and slots is not None and fabric_reduces(topo):
+    if len(nodes) > 1 and fabric_sharp and head_slots(topo, gpus) is not None:
         found.append("collnet")
     return tuple(found)
 

@@ -21,6 +21,7 @@ from distsim_gpu.collectives.algorithms import OPS, pairs_plan
 from distsim_gpu.collectives.catalog import ALGORITHM_PROTOCOLS, build_plan, candidates
 from distsim_gpu.collectives.params import ALGORITHMS, FIDELITIES, PROTOCOLS, CommParams
 from distsim_gpu.collectives.plan import CollectivePlan, StepShape
+from distsim_gpu.collectives.sharp import fabric_reduces
 from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.network import LinkSet, LinkUsage
@@ -75,6 +76,7 @@ class Communicator:
         # repeats the same few calls many thousand times.
         self._chosen: dict[tuple[Any, ...], CollectivePlan] = {}
         self._candidates: dict[tuple[Any, ...], tuple[str, ...]] = {}
+        self._fabric_sharp: bool | None = None  # every fabric switch aggregates (SHARP)
 
     # ------------------------------------------------------------------ planning
     def plan(self, op: str, group: Sequence[str], *, algorithm: str, protocol: str,
@@ -131,8 +133,11 @@ class Communicator:
         key = ("candidates", op, tuple(group), peer)
         found = self._candidates.get(key)
         if found is None:
+            if self._fabric_sharp is None:
+                self._fabric_sharp = fabric_reduces(self.topology)
             found = self._candidates[key] = candidates(self.topology, group, op, self.params,
-                                                       peer=peer)
+                                                       peer=peer,
+                                                       fabric_sharp=self._fabric_sharp)
         return found
 
     def estimate_s(self, op: str, group: Sequence[str], size_bytes: float,
