@@ -24,10 +24,11 @@ Two spec forms, as Python mappings or YAML files (read with ``yaml.safe_load`` o
   spines_per_pod, cores_per_plane}; ``multi-plane`` {planes, and per plane the
   rail-optimized keys}; ``superpod`` {generation: a100 or h100, by default the preset's};
   ``dragonfly`` {groups, routers_per_group, nics_per_router, global_links_per_router,
-  local_link_bandwidth, global_link_bandwidth}.  Every kind also takes how it routes
-  (:mod:`topology.routing`): ``technology`` (infiniband, the presets' default, or
-  ethernet), ``routing`` (dmodk, adaptive, ecmp or spray; by default dmodk on InfiniBand,
-  ecmp on Ethernet), ``qps_per_connection`` and ``hash_seed`` (ECMP's knobs).
+  local_link_bandwidth, global_link_bandwidth, nic_placement: rails or nodes}. Every kind
+  also takes how it routes (:mod:`topology.routing`): ``technology`` (infiniband, the
+  presets' default, or ethernet), ``routing`` (dmodk, adaptive, ecmp, spray, valiant or
+  ugal; by default dmodk on InfiniBand, ecmp on Ethernet), ``qps_per_connection`` and
+  ``hash_seed`` (ECMP's knobs).
 
 * custom form: ``devices`` (list of {name, kind, node?, index?, sharp?}; ``sharp`` marks a
   switch that reduces in the network) and ``links`` (list of
@@ -67,6 +68,7 @@ from distsim_gpu.simcore.config import (
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, TopologyError, closest
 from distsim_gpu.simcore.units import parse_bandwidth, parse_duration
 from distsim_gpu.simcore.yamlfile import line_of, read_yaml
+from distsim_gpu.topology.fabric_dragonfly import NIC_PLACEMENTS
 from distsim_gpu.topology.fabric_superpod import GENERATIONS, PRESET_GENERATION
 from distsim_gpu.topology.fabrics import (
     FABRIC_ALIASES,
@@ -118,7 +120,8 @@ _FABRIC_KEYS = {
     "multi-plane": (*_FABRIC_TIERED, "planes"),
     "superpod": (*_FABRIC_COMMON, "generation"),
     "dragonfly": (*_FABRIC_COMMON, "groups", "routers_per_group", "nics_per_router",
-                  "global_links_per_router", "local_link_bandwidth", "global_link_bandwidth"),
+                  "global_links_per_router", "local_link_bandwidth", "global_link_bandwidth",
+                  "nic_placement"),
 }
 _DEVICE_KEYS = ("name", "kind", "node", "index", "sharp")
 _LINK_KEYS = ("src", "dst", "bandwidth", "latency", "kind", "duplex")
@@ -335,7 +338,10 @@ def _dragonfly_shape(mapping: Mapping[Any, Any], source: str | None) -> Dragonfl
             mapping.get("global_links_per_router", default.global_links_per_router),
             "fabric.global_links_per_router", source, minimum=0),
         local_link_bandwidth_bytes_per_s=bandwidth("local_link_bandwidth"),
-        global_link_bandwidth_bytes_per_s=bandwidth("global_link_bandwidth"))
+        global_link_bandwidth_bytes_per_s=bandwidth("global_link_bandwidth"),
+        nic_placement=check_choice(mapping.get("nic_placement", default.nic_placement),
+                                   NIC_PLACEMENTS, key="fabric.nic_placement", source=source,
+                                   what="NIC placement"))
 
 
 def _port_default(shape: object, nic_bandwidth: float) -> float:

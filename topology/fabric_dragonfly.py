@@ -7,16 +7,23 @@ Topology", ISCA 2008) and of HPE Slingshot systems.  ``groups`` groups of
 links, ``local_link_bandwidth``) and ``global_links_per_router`` cables to other groups
 (``global_link_bandwidth``).
 
-NICs fill routers in order, node-major (node 0's NICs by rail, then node 1's, …), like the
-leaves of a fat tree.  A group's ``routers_per_group * global_links_per_router`` global
-ports are shared evenly among the other ``groups - 1`` groups: every pair of groups is
-joined by ``floor(a * h / (groups - 1))`` cables (ports left over stay unused).  The
-``m``-th cable from group *g* to its ``i``-th peer (peers in group order) uses *g*'s port
-``t = m * (groups - 1) + i``, on router ``t // h``: consecutive ports go to different
-peers, so the cables to one peer are spread over the group's routers.  Cables between the
-same two routers form one bundle.  Without ``groups``, the fabric has as many groups as
-its NICs fill; with it, every group is built (empty ones carry traffic only for
-non-minimal routing) and more NICs than ``groups * a * p`` is an error.
+Where NICs plug in (``nic_placement``): ``rails`` (the default) puts NIC *i* of each block
+of ``nics_per_router`` nodes on one router, as a rail-optimized fabric fills its leaves —
+a node's NICs on as many different routers, as an HPE Cray EX chassis cables its blades'
+NICs to its switch blades (dual or quad injection: each NIC its own injection point; an
+EX4000 chassis holds 16 nodes and 4 switch blades, so a 4-NIC node has one NIC on each, an
+assumption where HPE's cabling is not published); ``nodes`` fills routers node-major (node
+0's NICs by rail, then node 1's, …), like the leaves of a fat tree.
+
+A group's ``routers_per_group * global_links_per_router`` global ports are shared evenly
+among the other ``groups - 1`` groups: every pair of groups is joined by ``floor(a * h /
+(groups - 1))`` cables (ports left over stay unused). The ``m``-th cable from group *g* to
+its ``i``-th peer (peers in group order) uses *g*'s port ``t = m * (groups - 1) + i``, on
+router ``t // h``: consecutive ports go to different peers, so the cables to one peer are
+spread over the group's routers. Cables between the same two routers form one bundle.
+Without ``groups``, the fabric has as many groups as its NICs fill; with it, every group
+is built (empty ones carry traffic only for non-minimal routing) and more routers than
+``groups * routers_per_group`` is an error.
 
 Minimal routing — a local hop, a global hop, a local hop — is the least-cost path once a
 global cable counts as 3 hops (``Link.cost``): by hop count alone a path hopping through a
@@ -41,6 +48,7 @@ import math
 from collections.abc import Sequence
 
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.topology.fabric_clos import node_major_leaves, rail_leaves
 from distsim_gpu.topology.fabric_spec import (
     DragonflyShape,
     Fabric,
@@ -51,24 +59,28 @@ from distsim_gpu.topology.fabric_spec import (
 )
 from distsim_gpu.topology.model import Link
 
-__all__ = ["GLOBAL_CABLE_COST", "build_dragonfly", "global_cables"]
+__all__ = ["GLOBAL_CABLE_COST", "NIC_PLACEMENTS", "build_dragonfly", "global_cables"]
+
+#: Where a dragonfly's NICs plug in (see the module docstring).
+NIC_PLACEMENTS = ("rails", "nodes")
 
 #: The hops a shortest-path search counts for a global cable (any value > 2 works).
 GLOBAL_CABLE_COST = 3
 
 
-def _groups(shape: DragonflyShape, nic_count: int) -> int:
-    per_group = shape.routers_per_group * shape.nics_per_router
-    groups = shape.groups if shape.groups is not None else max(1, math.ceil(nic_count / per_group))
+def _groups(shape: DragonflyShape, nic_count: int, routers: int) -> int:
+    """The group count: given, or as many as ``routers`` (the routers the NICs fill) need."""
+    a = shape.routers_per_group
+    groups = shape.groups if shape.groups is not None else max(1, math.ceil(routers / a))
     if groups < 1:
         raise ConfigError(f"a dragonfly needs at least one group, got groups={groups}",
                           key="fabric.groups", hint="leave it out to fit the nodes")
-    if nic_count > groups * per_group:
+    if routers > groups * a:
         raise ConfigError(
-            f"{nic_count} NICs do not fit in {groups} groups x {shape.routers_per_group} "
-            f"routers x {shape.nics_per_router} NIC ports = {groups * per_group}",
-            key="fabric.groups", hint=f"at least {math.ceil(nic_count / per_group)} groups "
-                                      "hold them, or leave groups out")
+            f"{nic_count} NICs need {routers} routers of {shape.nics_per_router} NIC ports "
+            f"(nic_placement {shape.nic_placement}), more than {groups} groups x {a} routers",
+            key="fabric.groups", hint=f"at least {math.ceil(routers / a)} groups hold them, "
+                                      "or leave groups out")
     ports = shape.routers_per_group * shape.global_links_per_router
     if groups > 1 and ports < groups - 1:
         raise ConfigError(
@@ -102,9 +114,10 @@ def build_dragonfly(spec: FabricSpec, nics: Sequence[Sequence[str]], *,
                     nic_bandwidth_bytes_per_s: float, nic_latency_s: float) -> Fabric:
     """Routers, local and global cables, and NICs filling routers node-major."""
     shape = spec.shape if isinstance(spec.shape, DragonflyShape) else DragonflyShape()
-    ordered = [nic for node in nics for nic in node]
     a, p = shape.routers_per_group, shape.nics_per_router
-    groups = _groups(shape, len(ordered))
+    router_of = (rail_leaves(nics, p) if shape.nic_placement == "rails"
+                 else node_major_leaves(nics, p))
+    groups = _groups(shape, len(router_of), max(router_of.values(), default=-1) + 1)
     port = spec.link_bandwidth_bytes_per_s
     local = shape.local_link_bandwidth_bytes_per_s or port
     global_ = shape.global_link_bandwidth_bytes_per_s or port
@@ -115,9 +128,8 @@ def build_dragonfly(spec: FabricSpec, nics: Sequence[Sequence[str]], *,
     devices = switches(router(g, r) for g in range(groups) for r in range(a))
     links: list[Link] = []
     nic_port = min(nic_bandwidth_bytes_per_s, port)
-    for k, nic in enumerate(ordered):
-        g, r = divmod(k // p, a)
-        links.extend(attach_nic(nic, router(g, r), nic_port, nic_latency_s, spec))
+    for nic, k in router_of.items():
+        links.extend(attach_nic(nic, router(*divmod(k, a)), nic_port, nic_latency_s, spec))
     for g in range(groups):
         for r in range(a):
             for s in range(r + 1, a):
@@ -127,6 +139,7 @@ def build_dragonfly(spec: FabricSpec, nics: Sequence[Sequence[str]], *,
         links.extend(cable(router(g, rg), router(j, rj), count * global_, spec,
                            cost=GLOBAL_CABLE_COST))
     config = {"groups": groups, "routers_per_group": a, "nics_per_router": p,
+              "nic_placement": shape.nic_placement,
               "global_links_per_router": shape.global_links_per_router,
               "local_link_bandwidth": local, "global_link_bandwidth": global_}
     return Fabric(tuple(devices), tuple(links), config)

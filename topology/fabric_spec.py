@@ -75,7 +75,8 @@ class DragonflyShape:
     """Groups of routers, all-to-all inside a group, global cables between groups.
 
     ``groups`` None means "as many as the NICs need"; link bandwidths None mean the
-    fabric's port bandwidth.
+    fabric's port bandwidth; ``nic_placement`` is ``rails`` or ``nodes``
+    (:mod:`topology.fabric_dragonfly`).
     """
 
     groups: int | None = None
@@ -84,6 +85,7 @@ class DragonflyShape:
     global_links_per_router: int = 17
     local_link_bandwidth_bytes_per_s: float | None = None
     global_link_bandwidth_bytes_per_s: float | None = None
+    nic_placement: str = "rails"
 
 
 @dataclass(frozen=True, slots=True)

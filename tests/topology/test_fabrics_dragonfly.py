@@ -16,8 +16,9 @@ _ROUTER = re.compile(r"^g(\d+)\.r(\d+)$")
 
 
 def _dragonfly(nodes: int, **fabric: object) -> Topology:
+    """A small dragonfly, NICs filling routers node-major unless told otherwise."""
     spec = {"kind": "dragonfly", "routers_per_group": 4, "nics_per_router": 4,
-            "global_links_per_router": 2, **fabric}
+            "global_links_per_router": 2, "nic_placement": "nodes", **fabric}
     return build_cluster({"preset": "dgx-h100", "nodes": nodes, "fabric": spec})
 
 
@@ -78,6 +79,21 @@ def test_nics_fill_routers_node_major_and_groups_follow() -> None:
     assert topo.link("n4.nic7", "g2.r1")  # NIC 39 -> router 9
 
 
+def test_rail_placement_puts_a_nodes_nics_on_different_routers() -> None:
+    # 8 rails, 4 NIC ports per router: NIC i of nodes 4b..4b+3 on router 8b + i.
+    topo = _dragonfly(6, nic_placement="rails")
+    assert topo.config["fabric"]["groups"] == 4  # 2 blocks of 4 nodes x 8 rails = 16 routers
+    for node in range(6):
+        for rail, nic in enumerate(topo.nics_on_node(node)):
+            assert topo.link(nic, "g{}.r{}".format(*divmod((node // 4) * 8 + rail, 4)))
+    # A ring's neighbours on one rail share a router, or cross one cable of their own.
+    assert [d for d in topo.route("n0.gpu0", "n3.gpu0", rail=5).devices
+            if _ROUTER.match(d)] == ["g1.r1"]
+    crossings = {tuple(d for d in topo.route(f"n{n}.gpu0", f"n{n + 1}.gpu0", rail=r).devices
+                       if _ROUTER.match(d)) for n in (3,) for r in range(8)}
+    assert len(crossings) == 8  # each rail on its own routers
+
+
 @pytest.mark.parametrize("routing", ["dmodk", "ecmp", "adaptive"])
 def test_minimal_routes_take_one_global_cable_at_most(routing: str) -> None:
     # By hop count alone, g -> third group -> j is as short as local-global-local (and
@@ -107,8 +123,9 @@ def test_explicit_groups_are_all_built() -> None:
 
 @pytest.mark.parametrize(("fabric", "key", "message"), [
     ({"groups": 0}, "fabric.groups", ">= 1"),
-    ({"groups": 2}, "fabric.groups", r"40 NICs do not fit in 2 groups x 4 routers x 4 NIC "
-                                     r"ports = 32"),
+    ({"groups": 2}, "fabric.groups", r"40 NICs need 10 routers of 4 NIC ports \(nic_placement "
+                                     r"nodes\), more than 2 groups x 4 routers"),
+    ({"nic_placement": "racks"}, "fabric.nic_placement", "unknown NIC placement 'racks'"),
     ({"groups": 10}, "fabric.global_links_per_router",
      "10 groups need 9 global ports per group"),
     ({"routers_per_group": 0}, "fabric.routers_per_group", ">= 1"),
