@@ -19,9 +19,9 @@
   every NIC splits its bandwidth into one port per plane, as in NVIDIA's multi-plane
   designs (the DGX SuperPOD B300 reference architecture's "twin-planar" Spectrum-X fabric:
   each GPU has 2 x 400 GbE through two planes; ConnectX-8 SuperNICs split 800 Gb/s into
-  planes).  A connection reaches its peer through any plane; how its bytes are spread
-  over the planes is the routing policy's choice (spraying and adaptive routing split them
-  evenly; a static or hashed route keeps one connection on one plane).
+  planes).  A connection's bytes split evenly over the planes, as a multi-plane NIC
+  sprays its packets over them in hardware, and each plane routes its share by the
+  fabric's policy (:meth:`topology.model.Topology.route`).
 
 Capacities.  A leaf has ``nics_per_leaf`` downlink ports of the fabric's port bandwidth
 (``link_bandwidth``; default the NIC's, per plane for ``multi-plane``).  Its uplink

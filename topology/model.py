@@ -496,9 +496,27 @@ class Topology:
                                            start, target, conn, groups)
             found = self._sprays[key]
         else:
-            found = spread(self.routing, self._hop_function(target, fabric_only), start,
-                           target, conn)
+            found = self._per_port(start, target, conn, fabric_only=fabric_only)
         return None if found is None else {**found, **last}
+
+    def _per_port(self, start: str, target: str, conn: Connection, *,
+                  fabric_only: bool) -> Weighted | None:
+        """A static or hashed route; from a NIC cabled to several switches (a multi-plane
+        NIC: one port per plane) the bytes split evenly over its ports, as such a NIC
+        spreads its packets over the planes in hardware, and each plane routes its share
+        by the policy (each plane its own subnet, its own D-mod-K or hash)."""
+        hops = self._hop_function(target, fabric_only)
+        ports = hops(start) if fabric_only and self._devices[start].kind == "nic" else ()
+        if len(ports) < 2:
+            return spread(self.routing, hops, start, target, conn)
+        weighted: Weighted = {(start, port): 1.0 / len(ports) for port in ports}
+        for port in ports:
+            part = spread(self.routing, hops, port, target, conn)
+            if part is None:
+                return None
+            for link, fraction in part.items():
+                weighted[link] = weighted.get(link, 0.0) + fraction / len(ports)
+        return weighted
 
     def _switch_groups(self) -> SwitchGroups | None:
         """The fabric's groups for the non-minimal policies: only a fabric with costed links

@@ -261,12 +261,19 @@ def test_dual_plane_splits_every_nic_over_two_disjoint_planes() -> None:
     assert _bisection(full, range(32)) == pytest.approx(32 * 8 * NDR)
 
 
-def test_adaptive_routing_spreads_a_connection_over_both_planes() -> None:
-    topo = build_cluster({"preset": "dgx-h100", "nodes": 2,
-                          "fabric": {"kind": "dual-plane", "routing": "adaptive"}})
-    route = topo.route("n0.gpu2", "n1.gpu2")
+@pytest.mark.parametrize("routing", ["dmodk", "ecmp", "adaptive"])
+def test_a_connection_spreads_over_both_planes_under_any_routing(routing: str) -> None:
+    # The NIC sprays its packets over its planes; each plane routes its half.
+    topo = build_cluster({"preset": "dgx-h100", "nodes": 40,
+                          "fabric": {"kind": "dual-plane", "routing": routing}})
+    route = topo.route("n0.gpu2", "n39.gpu2")
     shares = dict(zip(route.links, route.weights, strict=True))
     assert shares[("n0.nic2", "plane0.leaf2")] == shares[("n0.nic2", "plane1.leaf2")] == 0.5
+    assert shares[("plane0.leaf10", "n39.nic2")] == shares[("plane1.leaf10", "n39.nic2")] == 0.5
+    for plane in ("plane0", "plane1"):
+        up = sum(w for (a, b), w in shares.items()
+                 if a == f"{plane}.leaf2" and b.startswith(f"{plane}.spine"))
+        assert up == pytest.approx(0.5)
 
 
 def test_multi_plane_ports_follow_planes_and_overrides() -> None:
