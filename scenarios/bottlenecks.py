@@ -9,7 +9,9 @@ Two views, computed for every run from what the simulation records anyway:
   its longest entries;
 * the **links** (:meth:`simcore.network.FlowNetwork.link_stats`): per link the bytes it
   carried, the time it was busy and saturated, and its utilisation — bytes over capacity ×
-  iteration time — with the bytes split by traffic class (tp / pp / dp / ep).
+  iteration time — with the bytes split by traffic class (tp / pp / dp / ep).  Every byte
+  counts: tensor-parallel collectives folded into compute (timed by their closed form, not
+  run as flows) are recorded on their links as the flows they stand for.
 
 :func:`bottlenecks` returns both as one JSON-ready object (the report's ``bottlenecks``);
 :func:`format_bottlenecks` the terminal lines; :func:`add_to_trace` the trace tracks.
