@@ -267,10 +267,19 @@ class Topology:
         self._nics_by_node = {k: tuple(v) for k, v in nics_by_node.items()}
         self._nic_by_index = {(devs[n].node, devs[n].index): n
                               for nics in self._nics_by_node.values() for n in nics}
-        # Destination indices in fabric order for D-mod-K: NICs node-major by rail, GPUs
-        # by rank (custom clusters whose fabric joins GPUs directly).
-        self._dest_index = {n: i for i, n in enumerate(
-            n for nics in self._nics_by_node.values() for n in nics)}
+        # Destination indices for D-mod-K, in fabric order as a subnet manager numbers
+        # them: edge switch by edge switch in the order the fabric was built, each one's
+        # NICs node-major (a fat tree: node-major; rail-optimized: a rail leaf's nodes
+        # consecutive).  GPUs by rank (custom clusters whose fabric joins GPUs directly).
+        built = {n: i for i, n in enumerate(devs)}
+
+        def edge_switch(nic: str) -> int:
+            return min((built[w] for w, _ in pred[nic] if devs[w].node is None),
+                       default=len(built))
+
+        fabric_order = sorted((n for nics in self._nics_by_node.values() for n in nics),
+                              key=lambda n: (edge_switch(n), order(n)))
+        self._dest_index = {n: i for i, n in enumerate(fabric_order)}
         self._dest_index.update(self._rank)
         self.num_nodes: int = len({d.node for d in devs.values() if d.node is not None})
 
