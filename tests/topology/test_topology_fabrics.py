@@ -96,7 +96,7 @@ def test_explicit_spines_split_the_uplink_evenly() -> None:
 
 def test_ecmp_spreads_pairs_over_spines_deterministically() -> None:
     spec = {"preset": "dgx-a100", "nodes": 4,
-            "fabric": {"kind": "fat-tree", "nics_per_leaf": 16}}
+            "fabric": {"kind": "fat-tree", "nics_per_leaf": 16, "routing": "ecmp"}}
     topo = build_cluster(spec)
     pairs = [(f"n0.gpu{i}", f"n{n}.gpu{j}") for i in range(8) for n in (2, 3)
              for j in range(8)]
@@ -111,7 +111,7 @@ def test_ecmp_spreads_pairs_over_spines_deterministically() -> None:
 
 def test_ecmp_does_not_depend_on_the_process_hash_seed(tmp_path: Path) -> None:
     spec = {"preset": "dgx-a100", "nodes": 4,
-            "fabric": {"kind": "fat-tree", "nics_per_leaf": 16}}
+            "fabric": {"kind": "fat-tree", "nics_per_leaf": 16, "routing": "ecmp"}}
     script = (
         "import json, sys\n"
         "from distsim_gpu.topology import build_cluster\n"
