@@ -74,6 +74,22 @@ def test_every_algorithm_and_fidelity_counts_alike(algorithm, protocol, fidelity
     assert_same_link_stats(folded, flows)
 
 
+@pytest.mark.parametrize("fidelity", ["coflow", "step"])
+def test_nvlink_sharp_all_reduces_count_alike(fidelity, uniform):
+    """NVLS on H100 nodes: the NVSwitch reduces, so each NVLink port carries less than a
+    ring's bytes — counted the same folded or not."""
+    topo = build_cluster({"preset": "dgx-h100", "nodes": 1})
+    comm = CommParams(algorithm="nvls", fidelity=fidelity)
+    size = uniform.model.seq_len * uniform.model.hidden * 2
+    chosen = Communicator(Simulation(0), topo, comm).choose("all_reduce", topo.gpus, size)
+    assert chosen.algorithm == "nvls"
+    parallel = ParallelConfig(tp=8)
+    training = TrainingConfig(micro_batch=1, global_batch=4, recompute="full")
+    folded = uniform.run(topo, parallel, training, comm=comm)
+    flows = uniform.run(topo, parallel, training, comm=comm, fold_exclusive_tp=False)
+    assert_same_link_stats(folded, flows)
+
+
 def test_a_straggler_shifts_folded_collectives_but_not_what_they_carry(uniform, dgx2):
     parallel = ParallelConfig(tp=4, pp=2, dp=2, bucket_params=2_000_000)
     training = TrainingConfig(micro_batch=1, global_batch=8)
