@@ -23,20 +23,21 @@
   sprays its packets over them in hardware, and each plane routes its share by the
   fabric's policy (:meth:`topology.model.Topology.route`).
 
-Capacities.  A leaf has ``nics_per_leaf`` downlink ports of the fabric's port bandwidth
-(``link_bandwidth``; default the NIC's, per plane for ``multi-plane``).  Its uplink
+Capacities. A leaf has ``nics_per_leaf`` downlink ports of the fabric's port bandwidth
+(``link_bandwidth``; default the NIC's, per plane for ``multi-plane``). Its uplink
 capacity is ``nics_per_leaf * port / oversubscription`` (for ``three-tier``,
 ``leaf_oversubscription``), spread evenly over its spines as one bundle per leaf-spine
-pair.  Default spines (per pod) = the leaf's uplink ports, ``ceil(nics_per_leaf /
-oversubscription)``: one port per pair.  A three-tier spine has ``leaves_per_pod`` bundles
-down, and ``1 / spine_oversubscription`` of that capacity up, spread over the cores of its
-plane; default cores per plane = the spine's uplink ports.  Ports are sized by design
-(``nics_per_leaf``, ``leaves_per_pod``), not by how many NICs a partly filled leaf or pod
-holds: that is how a real fabric is cabled (NVIDIA's SuperPOD guides: build the full
-scalable unit's switches and cables and leave the missing nodes' ports empty).  A NIC's
-link runs at the slower of the NIC and the switch port.  So a non-blocking tree carries
-every NIC at full speed across its bisection, and an oversubscribed tier divides the
-cross-tier capacity by its ratio.
+pair (with more spines than uplink ports, one whole port to each of as many spines, the
+leaves taking turns round them). Default spines (per pod) = the leaf's uplink ports,
+``ceil(nics_per_leaf / oversubscription)``: one port per pair. A three-tier spine has
+``leaves_per_pod`` bundles down, and ``1 / spine_oversubscription`` of that capacity up,
+spread over the cores of its plane; default cores per plane = the spine's uplink ports.
+Ports are sized by design (``nics_per_leaf``, ``leaves_per_pod``), not by how many NICs a
+partly filled leaf or pod holds: that is how a real fabric is cabled (NVIDIA's SuperPOD
+guides: build the full scalable unit's switches and cables and leave the missing nodes'
+ports empty). A NIC's link runs at the slower of the NIC and the switch port. So a
+non-blocking tree carries every NIC at full speed across its bisection, and an
+oversubscribed tier divides the cross-tier capacity by its ratio.
 """
 
 from __future__ import annotations
@@ -120,17 +121,34 @@ def build_tree(plan: TreePlan, spec: FabricSpec) -> Tree:
         raise ConfigError(f"{min(plan.leaves, pod_leaves)} {what} need at least one spine to "
                           f"join them, got spines={spines}", key=plan.spines_key,
                           hint="leave it out to derive it from nics_per_leaf")
-    per_leaf_spine = up_ports * plan.port_bytes_per_s / spines
     spine_names = [f"{p}spine{q * spines + s}" for q in range(pods) for s in range(spines)]
     devices.extend(Device(name, "switch", None, i) for i, name in enumerate(spine_names))
     for k in range(plan.leaves):
         q = k // pod_leaves
-        for s in range(spines):
-            links.extend(cable(f"{p}leaf{k}", spine_names[q * spines + s], per_leaf_spine, spec))
+        for s, bandwidth in _leaf_uplinks(k, up_ports, spines, plan.port_bytes_per_s):
+            links.extend(cable(f"{p}leaf{k}", spine_names[q * spines + s], bandwidth, spec))
     if pods == 1:
         return Tree(devices, links, 1, spines, 0)
     cores = _core_tier(plan, spec, spine_names, pods, spines, up_ports, devices, links)
     return Tree(devices, links, pods, spines, cores)
+
+
+def _leaf_uplinks(leaf: int, up_ports: float, spines: int,
+                  port: float) -> list[tuple[int, float]]:
+    """``(spine, bandwidth)`` of one leaf's uplink bundles.
+
+    The uplink capacity spreads evenly over every spine, as one bundle per pair — unless
+    there are more spines than the leaf has uplink ports: then each port is one cable to
+    its own spine (a bundle of less than a port would cap a single flow below the port
+    speed), the leaves taking turns round the spines so that every spine gets as many
+    ports as the next (NVIDIA's A100 SuperPOD at 6-7 SUs: 20 uplinks, 24-28 spines).  Only
+    where any two leaves still share a spine (2 x ports > spines); otherwise the even
+    spread stands.
+    """
+    whole = int(up_ports)
+    if spines <= up_ports or whole != up_ports or 2 * whole <= spines:
+        return [(s, up_ports * port / spines) for s in range(spines)]
+    return sorted(((leaf * whole + j) % spines, port) for j in range(whole))
 
 
 def _core_tier(plan: TreePlan, spec: FabricSpec, spine_names: Sequence[str], pods: int,

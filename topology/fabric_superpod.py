@@ -18,9 +18,11 @@ Figures and where they come from:
   200 Gb/s; the reference design stops at 7 SUs (140 nodes).  Switches: NVIDIA Quantum
   QM8790, 40 HDR ports (datasheet), so a leaf has 20 ports down and 20 up.  The RA groups
   the spine switches in spine groups; taken here as a non-blocking two-tier tree of
-  40-port spines, 4 per SU (28 at 140 nodes): the leaf uplinks divided by the spine radix.
-  An assumption where the RA's exact cabling is not reproduced: with bundles spread
-  evenly it has the same capacities.
+  40-port spines, 4 per SU (28 at 140 nodes): the leaf uplinks divided by the spine radix;
+  from 6 SUs on there are more spines than a leaf's 20 uplinks, and each leaf cables one
+  port to each of 20 spines, the leaves taking turns round them (every spine's 40 ports
+  used).  An assumption where the RA's exact cabling is not reproduced: it has the RA's
+  switch and port counts and a non-blocking bisection.
 * ``h100`` — NVIDIA DGX SuperPOD reference architecture with DGX H100 (RA-11333-001) and
   its "larger SuperPOD component counts" table (repeated in the DGX B200 RA): 32 DGX H100
   per SU, 8 NDR leaf switches per SU (NVIDIA Quantum-2 QM9700, 64 NDR 400 Gb/s ports:

@@ -3,6 +3,7 @@ switch counts, port capacities and bisection bandwidth against their closed form
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import networkx as nx
@@ -191,6 +192,22 @@ def test_superpod_su_has_eight_rail_leaves_with_a_port_per_node(preset: str, su_
     assert _switch_path(topo, "n0.gpu3", f"n{su_nodes - 1}.gpu3", rail=3) == ["leaf3"]
     across = _switch_path(topo, "n0.gpu3", f"n{su_nodes}.gpu3", rail=3)
     assert across[0] == "leaf3" and across[2] == "leaf11" and across[1].startswith("spine")
+
+
+def test_more_spines_than_uplinks_take_whole_ports() -> None:
+    # A100 SuperPOD at 7 SUs: 56 leaves with 20 HDR uplinks each, 28 spines of 40 ports.
+    fabric = _superpod_fabric("a100", 140)
+    up: dict[str, list[float]] = {}
+    down: dict[str, int] = {}
+    for link in fabric.links:
+        if link.src.startswith("leaf") and link.dst.startswith("spine"):
+            up.setdefault(link.src, []).append(link.bandwidth_bytes_per_s)
+            down[link.dst] = down.get(link.dst, 0) + 1
+    assert all(ports == [HDR] * 20 for ports in up.values()) and len(up) == 56
+    assert set(down.values()) == {40} and len(down) == 28  # every spine port used once
+    reach = {leaf: {link.dst for link in fabric.links if link.src == leaf
+                    and link.dst.startswith("spine")} for leaf in up}
+    assert all(reach[a] & reach[b] for a, b in itertools.combinations(reach, 2))
 
 
 def test_superpod_three_tier_crosses_the_core_only_between_sus() -> None:
