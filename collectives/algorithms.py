@@ -9,7 +9,10 @@ fraction of the size, in which steps, with which latency — the way NCCL runs i
   that shares a PCIe switch with that NIC and leaving from another such GPU, so that a
   two-node DGX ring uses all eight NICs and no GPU's PCIe link carries two channels.
   Inside one node every channel would cross the same NVLink/NVSwitch links, which a flow
-  model cannot tell apart from one channel, so one channel is used there.
+  model cannot tell apart from one channel, so one channel is used there — except in a
+  mesh node (GPUs cabled to each other, no NVSwitch), where NCCL's rings follow the direct
+  links and as many open as the links carry (:mod:`collectives.meshrings`), and a node's
+  part of a ring across nodes is a path over direct links too.
 * **ring** all-reduce = reduce-scatter + all-gather: ``2(n-1)`` steps, each moving ``S/n``
   per channel-share over every ring hop; reduce-scatter and all-gather take ``n-1`` steps;
   broadcast and reduce pipeline ``S`` along the ring as a chain from/to the root.
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
+from distsim_gpu.collectives.meshrings import mesh_path, mesh_rings
 from distsim_gpu.collectives.params import CommParams
 from distsim_gpu.collectives.plan import CollectivePlan, StepShape
 from distsim_gpu.simcore.config import check_choice
@@ -85,11 +89,13 @@ def _node_order(topo: Topology, group: Sequence[str]) -> dict[int, list[str]]:
 
 
 def ring_channels(topo: Topology, group: Sequence[str], max_channels: int = 0) -> list[Channel]:
-    """The rings NCCL would build for ``group``: one per NIC rail across nodes, else one."""
+    """The rings NCCL would build for ``group``: one per NIC rail across nodes; inside one
+    node one, or in a mesh node as many as its direct links carry."""
     per_node = _node_order(topo, group)
     if len(per_node) == 1:
         (gpus,) = per_node.values()
-        return [(tuple(gpus), (None,) * len(gpus))]
+        rings = mesh_rings(topo, gpus)[:max_channels or None] or [tuple(gpus)]
+        return [(ring, (None,) * len(ring)) for ring in rings]
     first = next(iter(per_node.values()))
     rails = sorted({rail for gpu in first for rail in _nic_rails(topo, gpu)})
     if not rails:
@@ -126,6 +132,10 @@ def _node_segment(topo: Topology, gpus: list[str], rail: int) -> list[str]:
         exit_gpu = near[(turn + 1) % len(near)]
     else:
         exit_gpu = gpus[(gpus.index(entry) + 1) % len(gpus)]
+    # In a mesh node the ring crosses the node over direct links where it can.
+    through_mesh = mesh_path(topo, gpus, entry, exit_gpu)
+    if through_mesh is not None:
+        return through_mesh
     middle = [g for g in gpus if g not in (entry, exit_gpu)]
     return [entry, *middle, exit_gpu]
 
@@ -329,8 +339,10 @@ def _tree_plan(b: _Builder, gpus: list[str], params: CommParams, plan) -> Collec
     nodes = list(per_node)
     streams: dict[LinkId, float] = {}
     if len(nodes) == 1:
-        # One node: a chain, reduced up and broadcast down, pipelined.
-        chain = per_node[nodes[0]]
+        # One node: a chain, reduced up and broadcast down, pipelined; in a mesh node along
+        # direct links (the first ring's order), as NCCL's tree search keeps to NVLink.
+        rings = mesh_rings(topo, per_node[nodes[0]])
+        chain = list(rings[0]) if rings else per_node[nodes[0]]
         latency = 0.0
         for up, down in zip(chain[1:], chain[:-1]):
             for src, dst in ((up, down), (down, up)):

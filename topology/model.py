@@ -11,7 +11,9 @@ fabric splits them over several paths).  Routing follows what NCCL does on real 
 
 * same GPU: nothing to cross (transport ``"local"``);
 * same node: over NVLink/NVSwitch when there is an NVLink path, else up the PCIe tree
-  (through the CPU root complex and the inter-socket link when the tree requires it);
+  (through the CPU root complex and the inter-socket link when the tree requires it); in a
+  mesh node (GPUs cabled to each other, no NVSwitch) over the direct link, else through one
+  intermediate GPU over NVLink, as NCCL's P2P does, and only then over PCIe;
 * different nodes: GPU -> PCIe switch -> NIC (GPUDirect RDMA) -> fabric -> NIC -> PCIe
   switch -> GPU.  Where the fabric offers several shortest paths (the spines of a fat
   tree) the fabric's routing policy (:mod:`topology.routing`, :attr:`Topology.routing`)
@@ -405,6 +407,7 @@ class Topology:
         if src_node is not None and src_node == dst_node:
             # NVLink first: an all-NVLink path beats a PCIe path of the same hop count.
             found = (self._in_node_path(src, dst, nvlink_only=True)
+                     or self._nvlink_relay_path(src, dst)
                      or self._in_node_path(src, dst, nvlink_only=False))
             hops = dict.fromkeys(pairwise(found), 1.0) if found else None
         elif (src_node is not None and dst_node is not None
@@ -590,6 +593,34 @@ class Topology:
             result = tuple(reversed(path))
         self._in_node_paths[key] = result
         return result
+
+    def gpu_peers(self, gpu: str) -> tuple[tuple[str, float], ...]:
+        """The GPUs cabled to ``gpu`` by a direct NVLink (a mesh node: DGX-1 cube-mesh,
+        MI300X xGMI), each with that link's bandwidth from ``gpu``, in rank order; empty on
+        a node whose GPUs meet at an NVSwitch or talk over PCIe only."""
+        self._require_gpu(gpu)
+        peers = [(y, link.bandwidth_bytes_per_s) for y, link in self._succ[gpu]
+                 if link.kind == "nvlink" and self._devices[y].kind == "gpu"]
+        return tuple(sorted(peers, key=lambda peer: self._rank[peer[0]]))
+
+    def _nvlink_relay_path(self, a: str, b: str) -> tuple[str, ...] | None:
+        """``a -> g -> b`` over NVLink through one intermediate GPU ``g``, or None.
+
+        NCCL's path search lets a path transit a GPU only over NVLink and only once (its
+        ``PATH_NVB``, "NVLink through an intermediate GPU"; ``src/graph/paths.cc``) and
+        prefers that to PCIe; its P2P transport then stages the bytes in the intermediate
+        GPU's memory.  Among several intermediates the one with the widest bottleneck is
+        taken (NCCL keeps the path of highest bandwidth), ties to the lowest rank.
+        """
+        best: tuple[float, int, str] | None = None
+        for g, bw_ag in self.gpu_peers(a):
+            link_gb = self._links.get((g, b))
+            if link_gb is None or link_gb.kind != "nvlink":
+                continue
+            candidate = (-min(bw_ag, link_gb.bandwidth_bytes_per_s), self._rank[g], g)
+            if best is None or candidate < best:
+                best = candidate
+        return None if best is None else (a, best[2], b)
 
     def _dist_map(self, target: str, *, fabric_only: bool) -> dict[str, int]:
         """Hops from each transit-capable device to ``target`` (reverse BFS, cached; a

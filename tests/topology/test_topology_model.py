@@ -122,15 +122,22 @@ def test_route_prefers_nvlink_over_an_equally_short_pcie_path() -> None:
     assert route.transport == "nvlink"
 
 
-def test_route_never_transits_a_gpu() -> None:
-    # g0 - g1 - g2 in a chain: g0 cannot reach g2, because GPUs do not forward.
-    devices = [Device(f"g{i}", "gpu", 0, i) for i in range(3)]
+def test_route_transits_at_most_one_gpu_and_only_over_nvlink() -> None:
+    # g0 - g1 - g2 - g3 in an NVLink chain: g0 reaches g2 through g1 (NCCL's NVLink P2P
+    # through an intermediate GPU) but not g3, which needs two GPUs to forward.
+    devices = [Device(f"g{i}", "gpu", 0, i) for i in range(4)]
     links = [*full_duplex("g0", "g1", 1.0, 0.0, "nvlink"),
-             *full_duplex("g1", "g2", 1.0, 0.0, "nvlink")]
+             *full_duplex("g1", "g2", 1.0, 0.0, "nvlink"),
+             *full_duplex("g2", "g3", 1.0, 0.0, "nvlink")]
     topo = Topology("chain", devices, links)
     assert topo.route("g0", "g1").transport == "nvlink"
+    assert topo.route("g0", "g2").devices == ("g0", "g1", "g2")
+    with pytest.raises(TopologyError, match="GPU 'g0' cannot reach GPU 'g3'"):
+        topo.route("g0", "g3")
+    # Over PCIe a GPU forwards nothing.
+    pcie = [*full_duplex("g0", "g1", 1.0, 0.0, "pcie"), *full_duplex("g1", "g2", 1.0, 0.0, "pcie")]
     with pytest.raises(TopologyError, match="GPU 'g0' cannot reach GPU 'g2'"):
-        topo.route("g0", "g2")
+        Topology("pcie chain", devices[:3], pcie).route("g0", "g2")
 
 
 def test_route_arguments_are_checked() -> None:
