@@ -5,19 +5,22 @@ A :class:`Topology` is a directed graph of :class:`Device` s and full-duplex
 the way NCCL and the fabric's switches would.  :func:`build_cluster` / :func:`load_cluster`
 make one from a node preset x node count x fabric (:class:`FabricSpec`: single switch,
 two- and three-tier fat trees, rail-optimized, multi-plane, DGX SuperPOD, dragonfly; see
-:mod:`topology.fabrics`) or from a custom device list; :func:`apply_overrides` applies
+:mod:`topology.fabrics`) routed by a :class:`RoutingSpec` (D-mod-K, adaptive, ECMP,
+spraying; see :mod:`topology.routing`) or from a custom device list; :func:`apply_overrides` applies
 ``--set`` style edits.  Knows nothing of collectives; depends only on ``simcore``.
 """
 
 from distsim_gpu.topology.cluster import apply_overrides, build_cluster, list_presets, load_cluster
 from distsim_gpu.topology.fabrics import FabricSpec
 from distsim_gpu.topology.model import Device, Link, Route, Topology
+from distsim_gpu.topology.routing import RoutingSpec
 
 __all__ = [
     "Device",
     "FabricSpec",
     "Link",
     "Route",
+    "RoutingSpec",
     "Topology",
     "apply_overrides",
     "build_cluster",

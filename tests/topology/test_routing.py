@@ -463,3 +463,17 @@ def test_ecmp_queue_pairs_merge_in_hop_order() -> None:
     order = list(got)
     assert order.index(("b", "c")) < order.index(("c", "t"))
     assert order.index(("s", "b")) < order.index(("b", "c"))
+
+
+def test_a_plan_weighs_each_link_by_the_fraction_its_route_puts_there() -> None:
+    # A p2p send across leaves under adaptive routing: 1/32 of its one stream on each of
+    # leaf0's 32 uplinks, the whole stream on the NIC links.
+    topo = build_cluster({"preset": "dgx-h100", "nodes": 8,
+                          "fabric": {"kind": "fat-tree", "routing": "adaptive"}})
+    plan = build_plan(topo, ["n0.gpu0"], "p2p", algorithm="ring", protocol="simple",
+                      params=CommParams(), peer="n7.gpu0")
+    (step,) = plan.steps
+    up = [m for (a, b), m in step.link_streams.items() if a == "leaf0"]
+    assert up == [pytest.approx(1 / 32)] * 32
+    assert step.link_streams[("n0.nic0", "leaf0")] == 1.0
+    assert step.link_streams[("leaf1", "n7.nic0")] == 1.0
