@@ -165,8 +165,9 @@ def format_bottlenecks(summary: dict[str, Any], iteration_time_s: float,
              "  critical path  " + (" · ".join(kinds) or "empty")]
     for i, e in enumerate(path["top_entries"][:entries]):
         head = "  longest        " if i == 0 else "                 "
-        lines.append(f"{head}- {format_duration(e['duration_s'])} {e['kind']}: {e['label']} "
-                     f"({e['group']})")
+        # The start time tells apart entries of equal length and label (micro-batches).
+        lines.append(f"{head}- {format_duration(e['duration_s'])} {e['kind']} from "
+                     f"{format_duration(e['start_s'])}: {e['label']} ({e['group']})")
     for i, link in enumerate(summary.get("top_links_by_utilisation", [])[:links]):
         head = "  busiest links  " if i == 0 else "                 "
         lines.append(head + "- " + format_link(link))

@@ -8,7 +8,11 @@ import itertools
 import pytest
 import simpy
 from distsim_gpu.collectives import CommParams, Communicator
-from distsim_gpu.scenarios.bottlenecks import bottlenecks, critical_path_summary
+from distsim_gpu.scenarios.bottlenecks import (
+    bottlenecks,
+    critical_path_summary,
+    format_bottlenecks,
+)
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.network import FlowNetwork
 from distsim_gpu.topology import build_cluster
@@ -200,3 +204,13 @@ def test_batched_integration_matches_integrating_every_solve(monkeypatch, unifor
     for a, b in zip(every[2:], batched[2:], strict=True):
         assert a == pytest.approx(b, rel=1e-12, abs=1e-15)
     assert every[3].max() > 0 and every[4].max() > 0
+
+
+def test_entries_of_equal_length_and_label_are_told_apart_by_their_start():
+    entry = {"duration_s": 0.02, "kind": "compute", "label": "L3 bwd", "group": "stage 1"}
+    summary = {"critical_path": {
+        "by_kind": {"compute": {"seconds": 0.04, "percent": 100.0}},
+        "top_entries": [{**entry, "start_s": 0.0}, {**entry, "start_s": 0.03}]}}
+    lines = format_bottlenecks(summary, 0.05)
+    assert "20 ms compute from 0 s: L3 bwd (stage 1)" in lines[2]
+    assert "20 ms compute from 30 ms: L3 bwd (stage 1)" in lines[3]
