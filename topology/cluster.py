@@ -5,7 +5,7 @@ Two spec forms, as Python mappings or YAML files (read with ``yaml.safe_load`` o
 
 * preset form::
 
-      preset: dgx-h100          # dgx-a100, dgx-h100, pcie-8gpu, switch
+      preset: dgx-h100          # a node preset (topology.list_presets() names them all)
       nodes: 4
       fabric: {kind: fat-tree, oversubscription: 2}   # or just "rail-optimized"
       nic: {bandwidth: 200 Gbps}
