@@ -14,7 +14,12 @@ whose only link is doubled runs one ring at twice the width, which moves the sam
   (a complete directed graph on 8 vertices decomposes into Hamiltonian cycles; Tillson,
   1980), so a ring all-reduce runs at 7 links' bandwidth — the whole 448 GB/s a GPU has;
 * DGX-1, 6 NVLinks per GPU: the doubled pairs form one Hamiltonian cycle and the single
-  ones another ("three interwoven rings"), so 6 rings, 150 GB/s per GPU.
+  ones another ("three interwoven rings"), so 6 rings, 150 GB/s per GPU;
+* quad GH200, 4 GPUs, 6 NVLinks per pair: at a whole pair's width only 2 rings fit (the
+  complete digraph on 4 vertices has no Hamiltonian decomposition), so, as NCCL's search
+  goes on at lower speeds, the pair is split in two units and 6 rings use every link.
+  Where packing at one unit leaves links idle, half units are tried and kept if they
+  move more bytes.
 
 The search is NCCL's in shape: depth first, rings one after another, backtracking across
 rings, preferring the widest link and then the next GPU in order, and bounded by a step
@@ -69,7 +74,24 @@ def mesh_rings(topo: Topology, gpus: Sequence[str]) -> list[tuple[str, ...]]:
     units = _link_units(topo, gpus)
     if units is None:
         return []
-    return [tuple(gpus[i] for i in ring) for ring in _pack_rings(units)]
+    rings = _pack_rings(units)
+    if len(rings) < _ring_bound(units):
+        # Links left idle: NCCL's search goes on at lower speeds down to about half the
+        # first one (search.cc keeps trying while the next speed is > 0.49 of the found
+        # one's), so two rings may share a link unit.  The complete digraph on 4 or 6 GPUs
+        # has no decomposition into Hamiltonian cycles (Tillson), its double has: a quad
+        # GH200 (6 NVLinks per pair) runs 6 rings at half a pair's width, not 2 at a whole.
+        halves = _pack_rings(tuple(tuple(2 * u for u in row) for row in units))
+        if len(halves) > 2 * len(rings):
+            rings = halves
+    return [tuple(gpus[i] for i in ring) for ring in rings]
+
+
+def _ring_bound(units: Units) -> int:
+    """The most rings the units could carry: no GPU sends or receives on more."""
+    n = len(units)
+    return min(min(sum(row) for row in units),
+               min(sum(units[a][b] for a in range(n)) for b in range(n)), MAX_MESH_RINGS)
 
 
 def mesh_path(topo: Topology, gpus: Sequence[str], entry: str,
@@ -102,8 +124,7 @@ def _pack_rings(units: Units) -> tuple[tuple[int, ...], ...]:
     link units carry, each unit crossed by at most one ring; the search budget bounds it."""
     n = len(units)
     left = [list(row) for row in units]
-    upper = min(min(sum(row) for row in units),
-                min(sum(units[a][b] for a in range(n)) for b in range(n)), MAX_MESH_RINGS)
+    upper = _ring_bound(units)
     best: list[tuple[int, ...]] = []
     rings: list[tuple[int, ...]] = []
     steps = [0]
