@@ -13,8 +13,9 @@ Conventions of the figures below:
   two directed links, each with this figure);
 * latencies are per directed link, in seconds; a route's latency is the sum over its links;
 * in a mesh node (``gpu_links``: the DGX-1's hybrid cube-mesh, the MI300X's xGMI full
-  mesh) the ``nvlink`` figure is *one* GPU-to-GPU link (one NVLink, one xGMI link); a pair
-  cabled with several links gets one directed link per direction with their sum.  xGMI
+  mesh, the quad GH200's NVLink mesh) the ``nvlink`` figure is *one* GPU-to-GPU link (one
+  NVLink, one xGMI link); a pair cabled with several links gets one directed link per
+  direction with their sum.  xGMI
   links are of kind ``nvlink``: RCCL, like NCCL, treats them as its NVLink class.
 
 Latencies are set so that routes reproduce NCCL's own per-hop latency model (NCCL
@@ -288,6 +289,79 @@ MI300X = NodePreset(
     nic=LinkFigure(400e9 / 8, NIC_LATENCY_S),
 )
 
+# HPE Cray EX254n node, as in CSCS Alps (docs.cscs.ch "Alps hardware": 2,688 nodes of four
+# NVIDIA GH200 Grace Hopper superchips, "four Grace-Hopper modules and four corresponding
+# network interface cards"): each superchip a Grace CPU joined by NVLink-C2C to an H100-class
+# Hopper GPU with 96 GB HBM3, and its own HPE Slingshot-11 200 Gb/s NIC (Cassini).  The four
+# Hopper GPUs are cabled to each other directly, no NVSwitch: a Hopper has 18 NVLink4 links
+# and spends 6 on each of its three peers (Fusco et al., "Understanding Data Movement in
+# Tightly Coupled Heterogeneous Systems: A Case Study with the Grace Hopper Superchip",
+# arXiv 2408.11556, on Alps' nodes: 150 GB/s per direction between every GPU pair).  Each
+# superchip is its own NUMA domain: ``pcie{k}`` stands for Grace k's I/O, holding GPU k (over
+# NVLink-C2C, 450 GB/s per direction, far above anything the NIC path needs) and NIC k.
+_QUAD_GH200_NVLINKS = tuple((a, b, 6) for a in range(4) for b in range(a + 1, 4))
+QUAD_GH200 = NodePreset(
+    name="quad-gh200",
+    description="HPE Cray EX254n (CSCS Alps): 4x GH200 (H100 96 GB) in an NVLink4 full mesh "
+                "(6 links of 25 GB/s per pair and direction), 4x Slingshot-11 200 Gb/s, "
+                "one per superchip",
+    gpu_model="GH200-96GB",
+    nic_model="HPE Slingshot-11 Cassini 200Gb/s",
+    gpu_pcie_switch=(0, 1, 2, 3),
+    nic_layouts=((0, 1, 2, 3),),
+    pcie_switch_cpu=(0, 1, 2, 3),
+    cpus=4,
+    # One NVLink4 link: 25 GB/s per direction (H100 architecture white paper); a pair has 6.
+    nvlink=LinkFigure(25e9, NVLINK_DIRECT_LATENCY_S),
+    gpu_links=_QUAD_GH200_NVLINKS,
+    # The Cassini NIC's host interface is PCIe Gen4 x16 (HPE Slingshot NIC data sheet); the
+    # GPU's side of ``pcie{k}`` is NVLink-C2C, which only NIC traffic crosses here, so the
+    # whole GPU -> NIC path is given the Gen4 x16 figure (above the NIC's 25 GB/s either way).
+    pcie=LinkFigure(PCIE_GEN4_X16_BYTES_PER_S, PCIE_HOP_LATENCY_S),
+    # Grace to Grace inside the node: no published figure found; an estimate that no
+    # collective crosses (GPUs talk over their NVLinks, each through its own NIC).
+    cpu=LinkFigure(100e9, INTER_SOCKET_LATENCY_S),
+    # Slingshot-11: 200 Gb/s = 25 GB/s per direction per NIC.
+    nic=LinkFigure(200e9 / 8, NIC_LATENCY_S),
+    # Rosetta switch: "< 350 ns" port to port (HPE's figure, as quoted by De Sensi et al.,
+    # "An In-Depth Analysis of the Slingshot Interconnect", SC 2020).
+    switch_latency_s=350e-9,
+    # Slingshot speaks (HPE-optimised) Ethernet: ECMP unless a cluster says adaptive.
+    fabric_technology="ethernet",
+)
+
+# Google Cloud A4 (a4-highgpu-8g; Google Cloud "Networking and GPU machines": 8x NVIDIA B200,
+# eight ConnectX-7 NICs for GPU-to-GPU RDMA over Converged Ethernet (RoCE) in a rail-aligned
+# topology, 3,200 Gb/s of the VM's 3,600 Gb/s), an HGX B200 board: two fifth-generation
+# NVSwitch chips, each B200 with 18 NVLink5 links of 50 GB/s per direction (NVIDIA B200
+# datasheet: NVLink 1.8 TB/s bidirectional per GPU) -> 900 GB/s per direction, with NVLink
+# SHARP.  Each GPU has a dedicated NIC ("8 RDMA RoCE NICs per node, gpuXrdma0" in the
+# nccl-tests log of misc/gcp_a4_b200_roce_allgather_2nodes_16gpus.txt); the PCIe layout
+# below, one Gen5 switch per GPU-NIC pair as on the DGX H100, is an assumption (Google does
+# not publish it).  2x 5th Gen Intel Xeon Scalable (Emerald Rapids).
+GCP_A4 = NodePreset(
+    name="gcp-a4",
+    description="Google Cloud A4: 8x B200 on NVSwitch (NVLink5, 900 GB/s per direction), "
+                "8x ConnectX-7 400 Gb/s RoCE, one PCIe Gen5 switch per GPU-NIC pair, "
+                "2 sockets",
+    gpu_model="B200-180GB",
+    nic_model="ConnectX-7 400Gb/s RoCE",
+    gpu_pcie_switch=(0, 1, 2, 3, 4, 5, 6, 7),
+    nic_layouts=((0, 1, 2, 3, 4, 5, 6, 7),),
+    pcie_switch_cpu=(0, 0, 0, 0, 1, 1, 1, 1),
+    cpus=2,
+    nvlink=LinkFigure(18 * 50e9, NVLINK_HOP_LATENCY_S),
+    pcie=LinkFigure(PCIE_GEN5_X16_BYTES_PER_S, PCIE_HOP_LATENCY_S),
+    # 5th Gen Xeon Scalable product brief: up to four UPI 2.0 links at 20 GT/s, 2 bytes per
+    # transfer each way -> 40 GB/s each, 160 GB/s per direction.
+    cpu=LinkFigure(4 * 20e9 * 2, INTER_SOCKET_LATENCY_S),
+    # 400 Gb/s = 50 GB/s per direction (ConnectX-7 datasheet).
+    nic=LinkFigure(400e9 / 8, NIC_LATENCY_S),
+    fabric_technology="ethernet",
+    # Fifth-generation NVSwitch keeps NVLink SHARP (NVIDIA Blackwell architecture brief).
+    nvswitch_sharp=True,
+)
+
 # A generic 8-GPU PCIe server (e.g. 8x A100 PCIe behind two Gen4 PCIe switches, as in
 # many OEM 4U boxes): no NVLink; GPUs 0-3 on switch 0 under CPU 0, GPUs 4-7 on switch 1
 # under CPU 1; NIC j (if present) on switch j.  Traffic between the halves goes up to the
@@ -320,7 +394,8 @@ SWITCH = SwitchPreset(
 
 #: The presets made of real boxes, by name (read-only).
 NODE_PRESETS: Mapping[str, NodePreset] = MappingProxyType(
-    {p.name: p for p in (DGX_A100, DGX_H100, DGX1_V100, MI300X, PCIE_8GPU)})
+    {p.name: p for p in (DGX_A100, DGX_H100, DGX1_V100, MI300X, PCIE_8GPU, QUAD_GH200,
+                         GCP_A4)})
 #: Every preset by name, the synthetic ``switch`` included (read-only).
 PRESETS: Mapping[str, NodePreset | SwitchPreset] = MappingProxyType(
     {**NODE_PRESETS, SWITCH.name: SWITCH})
@@ -359,7 +434,7 @@ def build_node(node: int, preset: NodePreset, *, nic_layout: tuple[int, ...],
     # Each switch's upstream port is itself an x16 link into its CPU's root complex.
     for k, c in enumerate(preset.pcie_switch_cpu):
         links.extend(full_duplex(f"{p}pcie{k}", f"{p}cpu{c}", bw, lat, "pcie"))
-    # Sockets are fully connected (two in every preset here: one link).
+    # Sockets are fully connected (one link for two; six for quad-gh200's four Graces).
     for a in range(preset.cpus):
         for b in range(a + 1, preset.cpus):
             links.extend(full_duplex(f"{p}cpu{a}", f"{p}cpu{b}", cpu.bandwidth_bytes_per_s,

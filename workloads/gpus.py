@@ -21,6 +21,13 @@ Sources:
  * H200 SXM: NVIDIA H200 datasheet: same GH100 compute as H100 SXM (datasheet 1979 /
    3958 TFLOP/s bf16 / fp8 *with sparsity*, i.e. 989 / 1979 dense), 141 GB HBM3e at
    4.8 TB/s; 132 SMs.
+ * GH200: NVIDIA GH200 Grace Hopper Superchip datasheet: the Hopper GPU's compute as H100
+   SXM5 (3958 / 1979 TFLOP/s fp8 / bf16 *with sparsity*, i.e. 1979 / 989 dense; 67 fp32),
+   96 GB HBM3 at 4 TB/s (the part CSCS Alps runs; nvidia-smi names it "NVIDIA GH200
+   120GB"); 132 SMs.
+ * B200: NVIDIA Blackwell architecture technical brief, HGX B200 at 1000 W: 2250 TFLOP/s
+   bf16/fp16 dense, 4500 fp8 dense, 1100 tf32 dense, 80 fp32; NVIDIA DGX B200 datasheet:
+   1,440 GB HBM3e at 64 TB/s for 8 GPUs, i.e. 180 GB at 8 TB/s each; 148 SMs.
  * MI300X: AMD Instinct MI300X data sheet (OAM, 2100 MHz peak engine clock): 1307.4
    TFLOP/s bf16/fp16 dense matrix, 2614.9 fp8 dense, 653.7 tf32, 163.4 fp32; 192 GB HBM3
    (eight 24 GB stacks, binary GB as for NVIDIA) at 5.3 TB/s; 304 compute units, counted
@@ -113,6 +120,9 @@ _A100_SRC = "NVIDIA A100 datasheet (SXM), dense tensor rates"
 _H100_SRC = "NVIDIA H100 architecture whitepaper Table 3 (SXM5, dense); H100 datasheet"
 _H200_SRC = "NVIDIA H200 datasheet (SXM); compute as H100 SXM5, dense"
 _MI300X_SRC = "AMD Instinct MI300X data sheet (OAM), dense matrix rates"
+_GH200_SRC = "NVIDIA GH200 Grace Hopper Superchip datasheet (96 GB HBM3); compute as H100 SXM5"
+_B200_SRC = ("NVIDIA Blackwell architecture technical brief (HGX B200, 1000 W), dense; "
+             "DGX B200 datasheet (memory)")
 
 _HOPPER_PEAKS = _peaks(fp32=66.9, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9)
 
@@ -127,6 +137,10 @@ GPU_PRESETS: Mapping[str, GpuSpec] = MappingProxyType({
                          80 * _GiB, 2039 * _GBPS, 108, _A100_SRC),
     "h100-sxm": GpuSpec("h100-sxm", _HOPPER_PEAKS, 80 * _GiB, 3350 * _GBPS, 132, _H100_SRC),
     "h200": GpuSpec("h200", _HOPPER_PEAKS, 141 * _GiB, 4800 * _GBPS, 132, _H200_SRC),
+    "gh200": GpuSpec("gh200", _HOPPER_PEAKS, 96 * _GiB, 4000 * _GBPS, 132, _GH200_SRC),
+    "b200": GpuSpec("b200", _peaks(fp32=80.0, tf32=1100.0, bf16=2250.0, fp16=2250.0,
+                                   fp8=4500.0),
+                    180 * _GiB, 8000 * _GBPS, 148, _B200_SRC),
     "mi300x": GpuSpec("mi300x", _peaks(fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4,
                                        fp8=2614.9),
                       192 * _GiB, 5300 * _GBPS, 304, _MI300X_SRC),
@@ -157,6 +171,10 @@ GPU_ALIASES: Mapping[str, str] = MappingProxyType({
     "nvidia a100-sxm4-40gb": "a100-40gb",
     "nvidia a100-sxm4-80gb": "a100-80gb",
     "nvidia h100 80gb hbm3": "h100-sxm",
+    "gh200-96gb": "gh200",
+    "nvidia gh200 120gb": "gh200",  # what nvidia-smi and nccl-tests call Alps' part
+    "b200-180gb": "b200",
+    "nvidia b200": "b200",
     "mi300x-oam": "mi300x",
     # PyTorch on ROCm records the marketing name; SR-IOV guests (cloud VMs) add " VF".
     "amd instinct mi300x": "mi300x",

@@ -256,13 +256,15 @@ def test_unknown_preset_lists_the_presets() -> None:
     with pytest.raises(ConfigError) as info:
         build_cluster({"preset": "dgx-b200"})
     assert "unknown preset 'dgx-b200'" in _error(info)
-    assert "dgx-a100, dgx-h100, dgx1-v100, mi300x, pcie-8gpu, switch" in _error(info)
+    assert ("dgx-a100, dgx-h100, dgx1-v100, gcp-a4, mi300x, pcie-8gpu, quad-gh200, switch"
+            in _error(info))
     with pytest.raises(ConfigError) as info:
         load_cluster("dgx-a10")
     text = _error(info)
     assert "no preset or cluster file named 'dgx-a10'" in text
     assert "did you mean 'dgx-a100'?" in text
-    assert "valid: dgx-a100, dgx-h100, dgx1-v100, mi300x, pcie-8gpu, switch" in text
+    assert ("valid: dgx-a100, dgx-h100, dgx1-v100, gcp-a4, mi300x, pcie-8gpu, quad-gh200, "
+            "switch" in text)
 
 
 def test_spec_without_preset_or_devices() -> None:

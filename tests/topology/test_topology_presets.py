@@ -34,7 +34,7 @@ def h100x2() -> Topology:
 def test_list_presets_names_every_preset() -> None:
     presets = list_presets()
     assert list(presets) == ["dgx-a100", "dgx-h100", "dgx1-v100", "mi300x", "pcie-8gpu",
-                             "switch"]
+                             "quad-gh200", "gcp-a4", "switch"]
     assert all(isinstance(text, str) and text for text in presets.values())
 
 

@@ -11,7 +11,8 @@ T = 1e12
 
 # name: (bf16 or fp16 tensor TFLOP/s dense, fp32 TFLOP/s, memory GiB, bandwidth GB/s, SMs)
 # V100 SXM2 datasheet; A100 datasheet; H100 whitepaper Table 3 (SXM5); H200 datasheet;
-# AMD Instinct MI300X data sheet (304 compute units in the SM column).
+# AMD Instinct MI300X data sheet (304 compute units in the SM column); GH200 datasheet
+# (96 GB HBM3); Blackwell technical brief (HGX B200, 1000 W) and DGX B200 datasheet.
 DATASHEET = {
     "v100-16gb": (125.0, 15.7, 16, 900, 80),
     "v100-32gb": (125.0, 15.7, 32, 900, 80),
@@ -20,6 +21,8 @@ DATASHEET = {
     "h100-sxm": (989.4, 66.9, 80, 3350, 132),
     "h200": (989.4, 66.9, 141, 4800, 132),
     "mi300x": (1307.4, 163.4, 192, 5300, 304),
+    "gh200": (989.4, 66.9, 96, 4000, 132),
+    "b200": (2250.0, 80.0, 180, 8000, 148),
 }
 
 
@@ -40,7 +43,7 @@ def test_datasheet_figures(name, figures):
 
 
 def test_hopper_fp8_is_twice_bf16_dense():
-    for name in ("h100-sxm", "h200"):
+    for name in ("h100-sxm", "h200", "gh200"):
         gpu = get_gpu(name)
         assert gpu.peak_flops("fp8") == pytest.approx(2 * gpu.peak_flops("bf16"), rel=1e-3)
         assert gpu.peak_flops("tf32") == pytest.approx(gpu.peak_flops("bf16") / 2, rel=1e-3)
@@ -61,6 +64,7 @@ def test_v100_has_no_bf16():
     ("a100", "a100-80gb"), ("A100", "a100-80gb"), ("h100", "h100-sxm"),
     ("H100-SXM5", "h100-sxm"), ("v100", "v100-32gb"), (" h200 ", "h200"),
     ("AMD Instinct MI300X", "mi300x"), ("MI300X", "mi300x"),
+    ("NVIDIA GH200 120GB", "gh200"), ("NVIDIA B200", "b200"),
 ])
 def test_aliases(alias, name):
     assert get_gpu(alias) is GPU_PRESETS[name]
