@@ -76,11 +76,13 @@ _ROW_EXAMPLE = (
 # Leading decoration: whitespace, markdown quoting, terminal colour codes.
 _LEAD = re.compile(r"^(?:[\s>]|\x1b\[[0-9;]*[A-Za-z])+")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-# Per-line tags that launchers prepend: mpirun --tag-output, kubectl --prefix, pdsh/clush.
+# Per-line tags that launchers prepend: mpirun --tag-output, kubectl --prefix, pdsh/clush,
+# srun --label.
 _TAG = re.compile(
     r"^(?:\[\d+,\d+\]<\w+>:"              # [1,0]<stdout>:
     r"|\[[A-Za-z][\w./-]*\]\s"            # [pod/worker-0/nccl]
-    r"|[A-Za-z{][\w.{}-]*:\s)"            # node001:  (hostname then whitespace)
+    r"|[A-Za-z{][\w.{}-]*:\s"             # node001:  (hostname then whitespace)
+    r"|\d+:\s)"                           # 0:  (srun --label: the task number)
 )
 _FENCE = re.compile(r"^(```|~~~)")
 _INT = re.compile(r"^[-+]?\d+$")

@@ -311,6 +311,22 @@ def test_ranks_from_mpirun_when_no_device_lines() -> None:
     assert log.num_ranks == 8  # 4 processes x 2 GPUs; "-n 100" (iterations) is not -np
 
 
+def test_srun_label_prefixes_are_stripped() -> None:
+    # srun --label (srun -l) prepends each line with its task number, as Alps' logs do.
+    text = (
+        " 0: #  Rank  0 Group  0 Pid  51455 on  nid005896 device  0 [0x01] NVIDIA GH200 120GB\n"
+        " 0: #  Rank  1 Group  0 Pid  51456 on  nid005896 device  0 [0x01] NVIDIA GH200 120GB\n"
+        " 0:            8             2     float     sum      -1    30.94    0.00    0.00"
+        "      0    30.68    0.00    0.00      0\n"
+        "12:         1024           256     float     sum      -1    39.05    0.03    0.05"
+        "      0    38.44    0.03    0.05      0\n"
+    )
+    log = parse_nccl_log(text)
+    assert [row.size_bytes for row in log.rows] == [8, 1024]
+    assert log.rows[1].in_place_time_s == pytest.approx(38.44e-6)
+    assert log.num_ranks == 2 and log.gpu_model == "NVIDIA GH200 120GB"
+
+
 def test_runs_split_on_new_headers() -> None:
     row = ("        1024           256     float     sum      -1    {t}    0.05    0.09"
            "      0    {t}    0.05    0.09      0\n")
