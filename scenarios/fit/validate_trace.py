@@ -14,8 +14,9 @@ collectives re-simulated on a cluster, and the report sets predicted against mea
   size and group, and the waiting each side attributes.
 
 The cluster defaults to the box the trace's GPU model comes in (``dgx1-v100``,
-``dgx-a100``, ``dgx-h100``, ``mi300x``) with as many nodes as the ranks need; traces do not record
-placement, so ``--cluster``, ``--nodes`` and ``--ranks-per-node`` say what the job ran on.
+``dgx-a100``, ``dgx-h100``, ``quad-gh200``, ``gcp-a4``, ``mi300x``) with as many nodes as
+the ranks need; traces do not record placement, so ``--cluster``, ``--nodes`` and
+``--ranks-per-node`` say what the job ran on.
 ``--out DIR`` writes ``report.json``, ``summary.txt`` and ``trace.json`` — measured and
 replayed timelines as separate Perfetto processes, for comparison by eye.
 """
@@ -52,7 +53,8 @@ WAITING_NOTE = (
 
 # GPU family (canonical name prefix) -> the node preset it ships in.
 _BOX_OF_GPU = (("v100", "dgx1-v100"), ("a100", "dgx-a100"), ("h100", "dgx-h100"),
-               ("h200", "dgx-h100"), ("mi300x", "mi300x"))
+               ("h200", "dgx-h100"), ("gh200", "quad-gh200"), ("b200", "gcp-a4"),
+               ("mi300x", "mi300x"))
 
 
 def default_cluster(traces: Sequence[RankTrace]) -> tuple[str, str]:

@@ -117,6 +117,14 @@ def test_trace_cluster_of_rocm_traces_is_the_mi300x_platform():
     assert (chosen.cluster, chosen.topology.num_nodes) == ("mi300x", 1)
 
 
+@pytest.mark.parametrize(("gpu", "box", "nodes"), [
+    ("NVIDIA GH200 120GB", "quad-gh200", 2),  # 4 superchips per node
+    ("NVIDIA B200", "gcp-a4", 1)])
+def test_trace_cluster_of_gh200_and_b200_traces(gpu, box, nodes):
+    chosen = trace_cluster(traces(gpu, 8, 8))
+    assert (chosen.cluster, chosen.topology.num_nodes) == (box, nodes)
+
+
 def test_trace_cluster_sizes_nodes_by_ranks_per_node_and_highest_rank():
     # No world size recorded: the highest rank seen (11) sizes the job: 12 ranks.
     chosen = trace_cluster(traces("NVIDIA H100 80GB HBM3", None, 12), ranks_per_node=4)
