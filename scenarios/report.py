@@ -137,6 +137,7 @@ class Report:
     source: str | None = None
     tracer: Tracer | None = field(default=None, repr=False, compare=False)
     bottlenecks: dict[str, Any] = field(default_factory=dict, repr=False)
+    folding: str = ""  # which simulation ran (workloads.iteration.IterationResult.folding)
 
     def groups(self, tolerance: float = GROUP_TOLERANCE) -> list[GpuGroup]:
         """GPUs with (nearly) equal timings and memory, per pipeline stage (see
@@ -162,6 +163,7 @@ class Report:
             "wall_time_s": self.wall_time_s,
             "events": self.events,
             "flows": self.flows,
+            "folding": self.folding,
             "gpu_memory_bytes": self.gpu_memory_bytes,
             "per_gpu": [_gpu_dict(g) for g in self.per_gpu],
             "bottlenecks": self.bottlenecks,
@@ -200,7 +202,8 @@ def build_report(*, name: str, source: str | None, result: IterationResult,
         num_gpus=num_gpus, microbatches=result.microbatches, pipeline_stages=pp,
         wall_time_s=wall_time_s, events=result.events, flows=result.flows,
         gpu_memory_bytes=gpu_memory_bytes, per_gpu=result.per_gpu, config=config,
-        source=source, tracer=tracer if tracer.enabled else None, bottlenecks=found)
+        source=source, tracer=tracer if tracer.enabled else None, bottlenecks=found,
+        folding=result.folding)
 
 
 # --------------------------------------------------------------------------- summary
@@ -274,7 +277,8 @@ def format_summary(report: Report) -> str:
         f"{report.mfu * 100:.1f} % of {report.peak_flops_per_s / 1e12:.4g} TFLOP/s peak "
         f"({train.get('precision')})",
         f"  simulated    {report.events:,} events, {report.flows:,} flows in "
-        f"{report.wall_time_s:.3g} s host time",
+        f"{report.wall_time_s:.3g} s host time" + (
+            f" ({report.folding})" if report.folding else ""),
         "",
         "Time per GPU, identical GPUs grouped (% of the iteration; communication may overlap "
         "compute, exposed communication does not):",

@@ -34,6 +34,43 @@ keeps a 1024-GPU GPT-3 iteration to a few hundred thousand events.  The link sta
 still count a folded collective's bytes, busy and saturated seconds on its links, as the
 flows it stands for would have (:meth:`~collectives.Communicator.solo_usages`).
 
+**Symmetry folding.**  Data-parallel replicas that run the same schedule on the same view
+of the fabric are simulated once.  With expert parallelism the unit of folding is an
+expert-parallel block of ``ep`` consecutive replicas (its all-to-alls stay inside it); else
+it is one replica.  The first unit is *simulated*; every other unit is its *image*, shifted
+by a whole number of units.  Folding is exact when the images see what the simulated unit
+sees, which is checked constructively before the run (:func:`_fold_check`):
+
+* same schedule and costs — no straggler anywhere (a slow GPU breaks the symmetry), and
+  no trace asked for (its spans are per rank group);
+* same fabric — the routing depends on the two ends only (D-mod-K, adaptive, spraying), not
+  on a hash of the queue pair (ECMP), and for every flow class that is folded (each rank
+  group's tensor-parallel collectives, by every algorithm ``auto`` may pick, and each
+  pipeline send between neighbouring stages, both ways) every replica sees the same links:
+  as many, of the same capacities, crossed by the same streams, each shared with as many
+  replicas — pairwise disjoint (typical of D-mod-K on non-blocking trees and of rail-
+  optimized fabrics), or shared evenly (adaptive spraying over spines) — and the same
+  latency; a shared link carries the same streams from every replica that crosses it.
+
+Then every image's flow meets the same capacities and the same sharing as the simulated
+one's, so under max-min fairness all move at one rate.  The traffic that spans replicas
+(below) is not checked link by link: it runs in full, and its rings and all-to-alls treat
+the replicas alike on these fabrics — the tests compare against the full simulation on each
+strategy and fabric to hold that.  A folded flow is entered *with its images*: a pipeline
+send is one flow over all replicas' pairs (a shared link's multiplicity is the sum of the
+replicas' streams, so it is loaded as by their separate flows at their common rate; its
+protocol is the one a replica alone would take), a tensor-parallel
+collective run as flows starts its images' flows beside it, and a collective timed by its
+closed form records its images' link usage too.  So contention with replica-spanning
+traffic, and the link statistics, count every replica's bytes.  Collectives that span
+replicas — the data-parallel all-reduce / reduce-scatter / all-gather, the expert
+all-to-alls of every block, the tied-embedding all-reduce of every replica, the gradient
+norm — run in full, over every replica's lanes; a meeting of folded groups completes when
+the simulated members arrive (their images arrive at the same instant by symmetry).  At the
+end the images' GPUs get their simulated group's accounting.  Otherwise the full simulation
+runs; :attr:`IterationResult.folding` says which ran and why.  ``tests/workloads/
+test_folding.py`` compares folded and full runs across strategies and fabrics to 1e-9.
+
 Time on a rank group's main stream is split into **compute**, **exposed communication**
 (blocked in a collective or waiting for an asynchronous one, or for activations already
 in flight), **bubble** (waiting for a pipeline neighbour that has not sent yet, and for
@@ -113,6 +150,9 @@ class IterationSpec:
     # Time tensor-parallel collectives on links nobody else can use by their closed form
     # (exact; off only to check that it is).
     fold_exclusive_tp: bool = True
+    # Simulate symmetric data-parallel replicas once (exact where it applies; off only to
+    # check that it is, or to see every replica's process).
+    fold_replicas: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +194,8 @@ class IterationResult:
     simulation: Simulation
     critical_path: tuple[PathEntry, ...] = ()
     topology: Topology | None = field(default=None, repr=False, compare=False)
+    # Which simulation ran: "folded 8 data-parallel replicas into 1" or "full: <why>".
+    folding: str = ""
 
 
 class _IterationSimulator:
@@ -175,6 +217,13 @@ class _IterationSimulator:
         self.groups = [[_make_group(spec, placement, s, d) for d in range(par.dp)]
                        for s in range(par.pp)]
         self.everyone = [g for stage_groups in self.groups for g in stage_groups]
+        # Folding: replicas [0, unit) are simulated, each standing for ``copies`` replicas
+        # (itself and its images, ``unit`` apart); copies == 1 is the full simulation.
+        self.unit = par.ep if par.ep > 1 else 1
+        self.copies, self.folding = _fold_check(spec, self.comm, self.groups, self.unit)
+        if self.copies == 1:
+            self.unit = par.dp
+        self.active = [g for stage_groups in self.groups for g in stage_groups[:self.unit]]
         self.memory = [_stage_memory(spec, s, self.seq_len, self.microbatches)
                        for s in range(par.pp)]
         if not spec.allow_oom:
@@ -214,7 +263,7 @@ class _IterationSimulator:
     # ----------------------------------------------------------------- running
     def run(self) -> IterationResult:
         for stage, stage_groups in enumerate(self.groups):
-            for group in stage_groups:
+            for group in stage_groups[:self.unit]:
                 self.env.process(self._rank_group(group, self.streams[stage]))
         self.sim.run()
         if self.meetings.unfinished() or self._p2p:
@@ -271,10 +320,11 @@ class _IterationSimulator:
         """The total link usage of ``op``'s collectives on ``group``'s links (None: it
         has none)."""
         times: dict[LinkUsage, float] = {}
-        for step in op.steps:
-            if isinstance(step, Collective):
-                for _at, flow in self._fold_flows_of(group, step):
-                    times[flow] = times.get(flow, 0.0) + 1.0
+        for image in self._images(group):  # a folded replica's on its images' links too
+            for step in op.steps:
+                if isinstance(step, Collective):
+                    for _at, flow in self._fold_flows_of(image, step):
+                        times[flow] = times.get(flow, 0.0) + 1.0
         return LinkUsage.total(times.items()) if times else None
 
     def _fold_flows_of(self, group: RankGroup, op: Collective) -> _SoloFlows:
@@ -301,7 +351,13 @@ class _IterationSimulator:
         """A tensor-parallel collective that may share links: simulated as flows."""
         env = self.env
         start = env.now
-        yield self.comm.collective(op.op, list(group.gpus), op.size_bytes, tag="tp")
+        done = self.comm.collective(op.op, list(group.gpus), op.size_bytes, tag="tp")
+        for image in self._images(group)[1:]:
+            # The images' flows run beside it; by symmetry they end when it does.
+            self.comm.run_plan(self.comm.choose(op.op or "", list(image.gpus),
+                                                op.size_bytes or 0.0),
+                               op.size_bytes or 0.0, tag="tp")
+        yield done
         group.path.append((start, env.now, "tp comm", op.label, None))
         group.exposed_s += env.now - start
         group.comm_intervals.append((start, env.now))
@@ -316,8 +372,14 @@ class _IterationSimulator:
         kind = _COMM_KIND[op.group]
         tag = "ep" if op.group == "ep" else "dp"
         start = env.now
+        if op.group == "dp":  # over every replica, folded or not
+            lanes, wait = self._lanes(self.groups[group.stage]), None
+        else:  # every image's call beside the simulated one's, done when that is
+            lanes = [lane for image in self._image_members(members)
+                     for lane in self._lanes(image)]
+            wait = self.spec.parallel.tp
         meeting = self.meetings.meet(key, group, members, lambda: self._run_plans(
-            self._lanes(members), op.op, op.size_bytes, tag))
+            lanes, op.op, op.size_bytes, tag, wait=wait))
         # Between the first and the last stage, waiting for the other is the flush.
         yield from self.meetings.wait(group, meeting, kind=kind, label=op.label,
                               flush=op.group == "embedding")
@@ -341,7 +403,7 @@ class _IterationSimulator:
         if peers == "dp":
             key = ("dp", group.stage, group.dp_calls)
             group.dp_calls += 1
-            return key, stage_groups
+            return key, stage_groups[:self.unit]
         raise SimulationError(f"no collective among {peers!r} in an iteration")
 
     def _launch_async(self, group: RankGroup, op: Collective) -> None:
@@ -349,7 +411,9 @@ class _IterationSimulator:
         key, members = self._peers(group, "dp")
         meeting = self.meetings.get(key)
         meeting.label = op.label
-        launch = partial(self._run_plans, self._lanes(members), op.op, op.size_bytes, "dp")
+        # Over every replica, folded or not: the simulated members stand for the rest.
+        launch = partial(self._run_plans, self._lanes(self.groups[group.stage]), op.op,
+                         op.size_bytes, "dp")
         # One NCCL stream per kind: a collective starts after the previous one of its
         # stream (DDP's bucket all-reduces, FSDP's gathers and its reductions each run in
         # order).
@@ -392,7 +456,7 @@ class _IterationSimulator:
         """Every rank meets (the gradient norm); a late stage is the pipeline's flush."""
         env = self.env
         began = env.now
-        meeting = self.meetings.meet(("barrier", op.label), group, self.everyone,
+        meeting = self.meetings.meet(("barrier", op.label), group, self.active,
                              lambda: env.timeout(0))
         if not meeting.done.triggered:
             yield meeting.done
@@ -435,9 +499,8 @@ class _IterationSimulator:
             return
         plan = self._send_plans.get((group, target))
         if plan is None:
-            pairs = list(zip(group.gpus, target.gpus))
-            plan = self._send_plans[(group, target)] = self.comm.pairs_plan(pairs,
-                                                                            op.size_bytes)
+            plan = self._send_plans[(group, target)] = self._send_plan(group, target,
+                                                                       op.size_bytes)
         process = self.comm.run_plan(plan, op.size_bytes, tag="pp")
 
         def arrive(_event: simpy.Event) -> None:
@@ -451,10 +514,45 @@ class _IterationSimulator:
         process.callbacks.append(arrive)
 
     def _run_plans(self, lanes: list[list[str]], op: str, size: float,
-                   tag: str) -> simpy.Event:
+                   tag: str, wait: int | None = None) -> simpy.Event:
+        """Run ``op`` on every lane; done when the first ``wait`` lanes are (all: None)."""
         events = [self.comm.run_plan(self.comm.choose(op, gpus, size), size, tag=tag)
-                  for gpus in lanes]
+                  for gpus in lanes][:wait]
         return events[0] if len(events) == 1 else simpy.AllOf(self.env, events)
+
+    def _send_plan(self, group: RankGroup, target: RankGroup, size: float) -> CollectivePlan:
+        """The sends ``group`` → ``target``, folded: with their images', as one flow.  Its
+        protocol is the one a replica's sends alone would take (images that share links
+        would make the joint estimate slower than any replica's)."""
+        own = self.comm.pairs_plan(list(zip(group.gpus, target.gpus)), size)
+        if self.copies == 1:
+            return own
+        pairs = [pair for source, sink in zip(self._images(group), self._images(target))
+                 for pair in zip(source.gpus, sink.gpus)]
+        return self.comm.pairs_plan(pairs, size, protocol=own.protocol)
+
+    # ----------------------------------------------------------------- folding
+    def _images(self, group: RankGroup) -> list[RankGroup]:
+        """The rank groups ``group`` stands for: itself first, then its images."""
+        if self.copies == 1:
+            return [group]
+        row = self.groups[group.stage]
+        return [row[group.replica + j * self.unit] for j in range(self.copies)]
+
+    def _image_members(self, members: list[RankGroup]) -> list[list[RankGroup]]:
+        """A collective's members and, folded, their images' (simulated ones first)."""
+        if self.copies == 1:
+            return [members]
+        return [[self._images(m)[j] for m in members] for j in range(self.copies)]
+
+    def _unfold(self) -> None:
+        """Give every image its simulated group's accounting (they ran alike)."""
+        for group in self.active:
+            for image in self._images(group)[1:]:
+                image.compute_s, image.exposed_s = group.compute_s, group.exposed_s
+                image.bubble_s, image.idle_s = group.bubble_s, group.idle_s
+                image.end_s = group.end_s
+                image.comm_intervals = list(group.comm_intervals)
 
 
 # --------------------------------------------------------------------------- set-up
@@ -512,6 +610,97 @@ def _check_memory(spec: IterationSpec, memory: list[MemoryBreakdown],
                 "micro-batch, or --allow-oom to simulate anyway")
 
 
+# Routing policies whose routes depend on a connection's ends only, so a replica's routes
+# and its image's are alike where the fabric is (ECMP hashes each queue pair; Valiant and
+# UGAL pick intermediate groups by load or at random: not folded).
+_FOLDABLE_ROUTING = ("dmodk", "adaptive", "spray")
+
+
+def _fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
+                unit: int) -> tuple[int, str]:
+    """How many replicas each simulated one stands for (1: the full simulation runs), and
+    the sentence that says so (see the module docstring, *Symmetry folding*)."""
+    dp = spec.parallel.dp
+    if dp // unit <= 1:
+        return 1, "full: one data-parallel replica" + (
+            "" if unit == 1 else " block (expert parallelism spans them all)")
+    slow = sorted(g for g, factor in spec.stragglers.items() if factor != 1)
+    # What breaks the symmetry first; a trace (spans per rank group) last, so that a
+    # traced run names the same reason as an untraced one where it has one.
+    why = ("full: folding off" if not spec.fold_replicas
+           else f"full: stragglers on {', '.join(slow)}" if slow
+           else f"full: {spec.topology.routing.policy} routing may route replicas unalike"
+           if spec.topology.routing.policy not in _FOLDABLE_ROUTING
+           else _asymmetry(spec, comm, groups)
+           or ("full: a trace was asked for (spans per rank group)" if spec.trace else ""))
+    if why:
+        return 1, why
+    what = "data-parallel replicas" if unit == 1 else f"expert-parallel blocks of {unit}"
+    return dp // unit, f"folded {dp // unit} {what} into 1"
+
+
+def _asymmetry(spec: IterationSpec, comm: Communicator,
+               groups: list[list[RankGroup]]) -> str:
+    """Why replicas' own traffic is not alike on the fabric ("" when it is): per flow
+    class, their link sets must be pairwise disjoint, of the same capacities and latency."""
+    par = spec.parallel
+    for stage, row in enumerate(groups):
+        classes: list[list[CollectivePlan]] = []
+        if par.tp > 1:
+            gpus = [list(g.gpus) for g in row]
+            for op in ("all_reduce", "all_gather", "reduce_scatter"):
+                for algo in comm.candidates(op, gpus[0]):
+                    classes.append([comm.plan(op, g, algorithm=algo, protocol="simple")
+                                    for g in gpus])
+        if par.pp > 1 and (stage + 1 < par.pp or par.interleave > 1):
+            ahead = groups[(stage + 1) % par.pp]
+            for forward in (True, False):  # activations, and gradients coming back
+                classes.append([comm.pairs_plan(
+                    list(zip(a.gpus, b.gpus) if forward else zip(b.gpus, a.gpus)), 1.0,
+                    protocol="simple") for a, b in zip(row, ahead)])
+        for plans in classes:
+            why = _unalike(comm, plans)
+            if why:
+                return f"full: stage {stage} {why}"
+    return ""
+
+
+def _unalike(comm: Communicator, plans: list[CollectivePlan]) -> str:
+    """Why one flow class's plans, one per replica, are not images of each other ("" when
+    they are).  Each replica must see the same links: as many, of the same capacities,
+    crossed by as many streams in each step, each shared with as many replicas, and the
+    same latency; a shared link must carry the same streams from each replica that
+    shares it (entered as one flow with their multiplicities summed, it is loaded as by
+    their separate flows at the rate they share by symmetry)."""
+    profiles = [_link_profile(plan) for plan in plans]
+    users: dict[Any, set[tuple[float, ...]]] = {}
+    count: dict[Any, int] = {}
+    for profile in profiles:
+        for link, streams in profile.items():
+            users.setdefault(link, set()).add(streams)
+            count[link] = count.get(link, 0) + 1
+    shape: tuple[Any, ...] | None = None
+    for replica, (plan, profile) in enumerate(zip(plans, profiles)):
+        if any(len(users[link]) > 1 for link in profile):
+            return f"replica {replica} shares links unevenly with others ({plan.op})"
+        mine = (sorted((comm.capacity[link], streams, count[link])
+                       for link, streams in profile.items()), plan.latency_s)
+        if shape is None:
+            shape = mine
+        elif mine != shape:
+            return f"replica {replica}'s {plan.op} links differ from replica 0's"
+    return ""
+
+
+def _link_profile(plan: CollectivePlan) -> dict[Any, tuple[float, ...]]:
+    """Per link a plan crosses, its streams in each step."""
+    profile: dict[Any, list[float]] = {}
+    for i, step in enumerate(plan.steps):
+        for link, streams in step.link_streams.items():
+            profile.setdefault(link, [0.0] * len(plan.steps))[i] = streams
+    return {link: tuple(streams) for link, streams in profile.items()}
+
+
 def _exclusive_tp(comm: Communicator, groups: list[list[RankGroup]],
                   par: ParallelConfig) -> bool:
     """Whether TP collectives may be timed by their closed form before data parallelism.
@@ -557,6 +746,7 @@ def _exclusive_tp(comm: Communicator, groups: list[list[RankGroup]],
 
 def _result(simulator: _IterationSimulator) -> IterationResult:
     spec = simulator.spec
+    simulator._unfold()
     groups = simulator.everyone
     iteration = max(g.end_s for g in groups)
     per_gpu = _per_gpu_times(groups, simulator.memory, iteration, spec.parallel.pp,
@@ -566,7 +756,8 @@ def _result(simulator: _IterationSimulator) -> IterationResult:
     return IterationResult(iteration, simulator.microbatches, per_gpu, flops,
                            simulator.env.events_processed,
                            simulator.sim.network.completed_flows, simulator.sim,
-                           critical_path(groups, iteration), spec.topology)
+                           critical_path(simulator.active, iteration), spec.topology,
+                           simulator.folding)
 
 
 def _per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], iteration: float,
