@@ -233,6 +233,7 @@ class _IterationSimulator:
         self._p2p_sent: dict[Any, tuple[float, tuple[RankGroup, int]]] = {}
         self._tp_time: dict[tuple[str, int], float] = {}
         self._send_plans: dict[tuple[RankGroup, RankGroup], CollectivePlan] = {}
+        self._tp_joint: dict[tuple[RankGroup, str, float], Any] = {}
         # What a folded op's TP collectives do to the group's links: per (group, id of
         # the Fused op) their total (None: it has none), and per (plan id, size) the
         # flows one call stands for (see _fold_flows_of).
@@ -351,18 +352,45 @@ class _IterationSimulator:
         """A tensor-parallel collective that may share links: simulated as flows."""
         env = self.env
         start = env.now
-        done = self.comm.collective(op.op, list(group.gpus), op.size_bytes, tag="tp")
-        for image in self._images(group)[1:]:
-            # The images' flows run beside it; by symmetry they end when it does.
-            self.comm.run_plan(self.comm.choose(op.op or "", list(image.gpus),
-                                                op.size_bytes or 0.0),
-                               op.size_bytes or 0.0, tag="tp")
-        yield done
+        yield self._tp_call(group, op.op or "", op.size_bytes or 0.0)
         group.path.append((start, env.now, "tp comm", op.label, None))
         group.exposed_s += env.now - start
         group.comm_intervals.append((start, env.now))
         self.sim.tracer.span(group.name, "tp comm", op.label, start, env.now,
                              collective=op.op)
+
+    def _tp_call(self, group: RankGroup, op: str, size: float) -> simpy.Event:
+        """Start a TP collective of ``group`` and, folded, its images' (they end when it
+        does, by symmetry): one coflow over all of them where the call is one coflow."""
+        if self.copies == 1:
+            return self.comm.collective(op, list(group.gpus), size, tag="tp")
+        key = (group, op, size)
+        joint = self._tp_joint.get(key, False)
+        if joint is False:
+            joint = self._tp_joint[key] = self._joint_coflow(group, op, size)
+        if joint is not None:
+            links, wire_bytes, latency_s = joint
+            return self.sim.network.transfer(links, wire_bytes, latency_s, "tp").done
+        events = [self.comm.run_plan(self.comm.choose(op, list(image.gpus), size), size,
+                                     tag="tp") for image in self._images(group)]
+        return events[0]
+
+    def _joint_coflow(self, group: RankGroup, op: str, size: float) -> Any:
+        """The coflow of ``group``'s call and its images' (multiplicities summed), as
+        ``(links, wire bytes, latency)``; None where the calls do not run as one coflow
+        each, or differ in bytes or latency."""
+        if self.comm.params.fidelity != "coflow":
+            return None
+        plans = [self.comm.choose(op, list(image.gpus), size) for image in self._images(group)]
+        parts = [plan.coflow(size) for plan in plans]
+        if (len({wire for wire, _links in parts}) > 1
+                or len({plan.latency_s for plan in plans}) > 1):
+            return None
+        links: dict[Any, float] = {}
+        for _wire, weights in parts:
+            for link, weight in weights.items():
+                links[link] = links.get(link, 0.0) + weight
+        return self.sim.network.link_set(links), parts[0][0], plans[0].latency_s
 
     def _join(self, group: RankGroup, op: Collective) -> Generator[simpy.Event, Any, None]:
         """A blocking collective among rank groups (expert all-to-all, tied embedding,
@@ -552,7 +580,7 @@ class _IterationSimulator:
                 image.compute_s, image.exposed_s = group.compute_s, group.exposed_s
                 image.bubble_s, image.idle_s = group.bubble_s, group.idle_s
                 image.end_s = group.end_s
-                image.comm_intervals = list(group.comm_intervals)
+                image.comm_intervals = group.comm_intervals  # shared: the run is over
 
 
 # --------------------------------------------------------------------------- set-up
@@ -765,8 +793,12 @@ def _per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], itera
     """Every GPU's breakdown: its group's, with the wait for the slowest group at the end
     (bubble with a pipeline, else idle) and what no category holds as idle."""
     per_gpu: list[GpuTimes] = []
+    unions: dict[int, float] = {}  # folded images share their group's intervals
     for group in groups:
-        communication = union_length(group.comm_intervals)
+        communication = unions.get(id(group.comm_intervals))
+        if communication is None:
+            communication = unions[id(group.comm_intervals)] = union_length(
+                group.comm_intervals)
         tail = iteration - group.end_s
         if pp > 1:
             group.bubble_s += tail

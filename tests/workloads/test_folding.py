@@ -94,6 +94,19 @@ def test_folding_counts_contention_of_replicas_on_an_oversubscribed_tree(uniform
     assert_same_iteration(*both(uniform, topology, parallel, training))
 
 
+@pytest.mark.parametrize("fidelity", ["coflow", "step"])
+def test_folding_is_exact_at_either_fidelity(uniform, fidelity):
+    """Coflow: a folded TP call is one coflow over every image; step: each image's flows."""
+    topology = cluster("rail-optimized", "adaptive")
+    parallel = ParallelConfig(tp=4, pp=2, dp=4, bucket_params=2_000_000)
+    training = TrainingConfig(micro_batch=1, global_batch=16)
+    comm = CommParams(fidelity=fidelity)
+    folded = uniform.run(topology, parallel, training, comm=comm)
+    full = uniform.run(topology, parallel, training, comm=comm, fold_replicas=False)
+    assert_same_iteration(folded, full)
+    assert folded.flows < full.flows
+
+
 def test_folded_expert_parallel_blocks_equal_the_full_simulation(uniform):
     moe = model_from_mapping({"name": "small-moe", "layers": 4, "hidden": 1024, "heads": 16,
                               "seq_len": 512, "vocab": 32000, "experts": 8, "top_k": 2})
