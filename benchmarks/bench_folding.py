@@ -1,0 +1,86 @@
+"""Benchmark: symmetry folding of data-parallel replicas, folded against full.
+
+Run from the repository root:
+
+    python benchmarks/bench_folding.py                      # examples + 64 … 4096 GPUs
+    python benchmarks/bench_folding.py --max-gpus 1024 --full-up-to 1024
+
+Each case runs twice in this process, folded (the default) and full
+(``IterationSpec.fold_replicas=False``), and prints Markdown tables: host wall time,
+events, flows, which simulation ran, and the largest relative difference between the two
+runs over the iteration time and every GPU's breakdown (0 where folding is exact).  The
+scaling series is bench_iteration.py's: GPT-3 175B, tp 8 · pp 8, 16 micro-batches per
+pipeline, data parallelism growing with the GPUs; beyond ``--full-up-to`` GPUs only the
+folded run is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from pathlib import Path
+
+from bench_iteration import scaling_scenario
+from distsim_gpu.scenarios.scenario import Scenario, load_scenario, scenario_from_mapping
+from distsim_gpu.workloads.iteration import IterationResult, IterationSpec, simulate_iteration
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "scenarios" / "examples"
+FIELDS = ("compute_s", "communication_s", "exposed_communication_s", "bubble_s", "idle_s")
+
+
+def timed(scenario: Scenario, fold: bool) -> tuple[float, IterationResult]:
+    spec = IterationSpec(
+        topology=scenario.topology, model=scenario.model, parallel=scenario.parallel,
+        training=scenario.training, costs=scenario.costs, gpu=scenario.gpu,
+        comm=scenario.comm, seed=scenario.seed, stragglers=dict(scenario.stragglers),
+        source=scenario.source, fold_replicas=fold)
+    started = time.perf_counter()
+    result = simulate_iteration(spec)
+    return time.perf_counter() - started, result
+
+
+def difference(a: IterationResult, b: IterationResult) -> float:
+    """The largest relative difference of the iteration time and the GPUs' times."""
+    pairs = [(a.iteration_time_s, b.iteration_time_s)]
+    pairs += [(getattr(x, f), getattr(y, f)) for x, y in zip(a.per_gpu, b.per_gpu)
+              for f in FIELDS]
+    floor = 1e-12 * b.iteration_time_s
+    return max((abs(u - v) / max(abs(v), floor) for u, v in pairs), default=0.0)
+
+
+def row(name: str, gpus: int, scenario: Scenario, full: bool) -> str:
+    wall, folded = timed(scenario, True)
+    cells = f"| {name} | {gpus} | {folded.folding} | {wall:.2f} | {folded.events:,} | " \
+            f"{folded.flows:,} |"
+    if not full:
+        return cells + " – | – | – | – |"
+    wall_full, unfolded = timed(scenario, False)
+    return cells + (f" {wall_full:.2f} | {unfolded.events:,} | {unfolded.flows:,} | "
+                    f"{difference(folded, unfolded):.1e} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-gpus", type=int, default=4096)
+    parser.add_argument("--full-up-to", type=int, default=2048,
+                        help="run the full simulation too up to this many GPUs")
+    parser.add_argument("--skip-examples", action="store_true")
+    args = parser.parse_args()
+    print(f"# {platform.machine()}, Python {platform.python_version()}")
+    print("| case | GPUs | simulation | folded wall (s) | events | flows | "
+          "full wall (s) | events | flows | max rel. diff |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    if not args.skip_examples:
+        for path in sorted(EXAMPLES.glob("*.yaml")):
+            scenario = load_scenario(path)
+            print(row(path.name, len(scenario.topology.gpus), scenario, True), flush=True)
+    gpus = 64
+    while gpus <= args.max_gpus:
+        scenario = scenario_from_mapping(scaling_scenario(gpus), source="scaling")
+        print(row("scaling series", gpus, scenario, gpus <= args.full_up_to), flush=True)
+        gpus *= 2
+
+
+if __name__ == "__main__":
+    main()
