@@ -41,9 +41,22 @@ def solve_max_min(
     bytes/s (``inf`` for an ideal link).  A flow with no entries, or whose links are all
     ideal, gets ``inf``.
     """
+    return _fill(entry_flow, entry_link, entry_mult, capacity, num_flows)[0]
+
+
+def _fill(
+    entry_flow: np.ndarray,
+    entry_link: np.ndarray,
+    entry_mult: np.ndarray,
+    capacity: np.ndarray,
+    num_flows: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Progressive filling: the rates of :func:`solve_max_min` and, per flow, the link
+    that froze it (its bottleneck; -1 where none: no entries or only ideal links)."""
     rates = np.full(num_flows, np.inf)
+    bottleneck = np.full(num_flows, -1, np.int64)
     if num_flows == 0 or entry_flow.size == 0:
-        return rates
+        return rates, bottleneck
     num_links = capacity.size
     residual = capacity.astype(float, copy=True)
     # Only the entries of flows not yet frozen are kept; each round drops the entries of
@@ -60,9 +73,11 @@ def solve_max_min(
         best = max(best, 0.0)
         saturated = level <= best * (1.0 + _TIE_RTOL) + 1e-300
         # Freeze every flow crossing a saturated link at the current level.
+        on_saturated = saturated[links]
         frozen_now = np.zeros(num_flows, dtype=bool)
-        frozen_now[flows[saturated[links]]] = True
+        frozen_now[flows[on_saturated]] = True
         rates[frozen_now] = best
+        bottleneck[flows[on_saturated]] = links[on_saturated]
         leaving = frozen_now[flows]
         # Their load comes off every link they cross.
         residual -= np.bincount(links[leaving], weights=mults[leaving] * best,
@@ -70,7 +85,7 @@ def solve_max_min(
         np.maximum(residual, 0.0, out=residual)
         keep = ~leaving
         flows, links, mults = flows[keep], links[keep], mults[keep]
-    return rates
+    return rates, bottleneck
 
 
 def max_min_fair(

@@ -34,6 +34,7 @@ import numpy as np
 import simpy
 from distsim_gpu.simcore.errors import SimulationError
 from distsim_gpu.simcore.maxmin import solve_max_min
+from distsim_gpu.simcore.maxmin_incremental import IncrementalMaxMin
 from simpy.events import NORMAL, Event
 
 __all__ = ["Flow", "FlowNetwork", "LinkSet", "LinkStats", "LinkUsage"]
@@ -48,6 +49,9 @@ _DONE_RTOL = 1e-9
 _SATURATED = 1.0 - 1e-9
 # Load changes logged before they are integrated into the link statistics in one batch.
 _STATS_BATCH = 4096
+# From this many transferring flows on, solves are incremental (IncrementalMaxMin): below
+# it a component solved afresh is cheap, and the examples' arithmetic stays as it was.
+_INCREMENTAL_FROM = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +166,7 @@ class Flow:
 
     __slots__ = (
         "_finish_s",
+        "_handle",
         "_link_array",
         "_mask",
         "_mult_array",
@@ -204,6 +209,7 @@ class Flow:
         self._updated_s = start_s
         self._version = 0
         self._finish_s = float("inf")
+        self._handle = -1  # its slot in the incremental solver, if one runs
 
     def __repr__(self) -> str:
         return (f"Flow(id={self.id}, size_bytes={self.size_bytes:g}, "
@@ -260,6 +266,9 @@ class FlowNetwork:
         self.completed_flows = 0
         self.solves = 0
         self._listeners: list[RateListener] = []
+        # While many flows transfer: the incremental solver and its flows by handle.
+        self._incremental: IncrementalMaxMin | None = None
+        self._by_handle: dict[int, Flow] = {}
 
     # ------------------------------------------------------------------ links
     def add_link(self, link_id: LinkId, capacity_bytes_per_s: float) -> int:
@@ -474,7 +483,14 @@ class FlowNetwork:
         self._link_count[flow._link_array] += 1
         self._seed_flows[flow] = None
         self._transferring[flow] = None
+        if self._incremental is not None:
+            self._track(flow)
         self._request_resolve()
+
+    def _track(self, flow: Flow) -> None:
+        handle = self._incremental.add(flow._link_array, flow._mult_array)
+        flow._handle = handle
+        self._by_handle[handle] = flow
 
     def _retire(self, flow: Flow) -> None:
         """Take a finishing flow off its links; the links still shared seed the next solve."""
@@ -484,6 +500,10 @@ class FlowNetwork:
         self._seed_links.append(flow._link_array)
         self._freed_mask |= flow._mask
         del self._transferring[flow]
+        if flow._handle >= 0:
+            self._incremental.remove(flow._handle)
+            del self._by_handle[flow._handle]
+            flow._handle = -1
 
     def _complete(self, flow: Flow) -> None:
         flow.remaining_bytes = 0.0
@@ -518,6 +538,8 @@ class FlowNetwork:
             self._saturation_at = np.where(np.isfinite(cap), cap * _SATURATED, np.nan)
             for tag, arr in self._tag_bytes.items():
                 self._tag_bytes[tag] = np.concatenate([arr, zeros])
+            if self._incremental is not None:
+                self._incremental.set_capacity(cap)
 
     def _request_resolve(self) -> None:
         if not self._resolve_pending:
@@ -566,6 +588,13 @@ class FlowNetwork:
     def _resolve(self, _event: Event) -> None:
         self._resolve_pending = False
         if not self._seed_flows and not self._seed_links:
+            return
+        if self._incremental is None and self.active_flows >= _INCREMENTAL_FROM:
+            self._incremental = IncrementalMaxMin(self._capacity_array)
+            for flow in self._transferring:
+                self._track(flow)
+        if self._incremental is not None:
+            self._resolve_incremental()
             return
         now = self.env.now
         flows, freed = self._component()
@@ -625,6 +654,39 @@ class FlowNetwork:
         if self._listeners:
             touched = list(dict.fromkeys([*component_links.tolist(), *freed.tolist()]))
             self._notify(now, touched, loads, component_links.tolist())
+        self._arm_timer()
+
+    def _resolve_incremental(self) -> None:
+        """Solve with :class:`IncrementalMaxMin`: only flows whose rate may change are
+        re-solved and rescheduled; the others keep their rates and finish times."""
+        now = self.env.now
+        self._seed_flows.clear()
+        self._seed_links.clear()
+        self._freed_mask = 0
+        self.solves += 1
+        handles, rates, links, loads = self._incremental.solve()
+        by_handle, heap = self._by_handle, self._heap
+        for handle, rate in zip(handles.tolist(), rates.tolist()):
+            flow = by_handle[handle]
+            if rate == flow.rate_bytes_per_s and flow._finish_s < float("inf"):
+                continue  # unchanged: its finish event stands
+            if now > flow._updated_s:
+                flow.remaining_bytes -= flow.rate_bytes_per_s * (now - flow._updated_s)
+                flow._updated_s = now
+            flow.rate_bytes_per_s = rate
+            flow._version += 1
+            remaining = flow.remaining_bytes if flow.remaining_bytes > 0 else 0.0
+            finish = now if rate == float("inf") else now + remaining / rate
+            flow._finish_s = finish
+            self._heap_seq += 1
+            heapq.heappush(heap, (finish, self._heap_seq, flow._version, flow))
+        if links.size:
+            self._account(now, links, loads)
+        if self._listeners:
+            self._notify(now, links.tolist(), loads, links.tolist())
+        if not self.active_flows:
+            self._incremental = None  # quiet again: small solves from scratch
+            self._by_handle.clear()
         self._arm_timer()
 
     def _account(self, now: float, links: Any, loads: np.ndarray | None) -> None:
