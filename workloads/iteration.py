@@ -45,18 +45,20 @@ sees, which is checked constructively before the run (:func:`_fold_check`):
   no trace asked for (its spans are per rank group);
 * same fabric — the routing depends on the two ends only (D-mod-K, adaptive, spraying), not
   on a hash of the queue pair (ECMP), and for every flow class that is folded (each rank
-  group's tensor-parallel collectives, by every algorithm ``auto`` may pick, and each
-  pipeline send between neighbouring stages, both ways) every replica sees the same links:
-  as many, of the same capacities, crossed by the same streams, each shared with as many
-  replicas — pairwise disjoint (typical of D-mod-K on non-blocking trees and of rail-
-  optimized fabrics), or shared evenly (adaptive spraying over spines) — and the same
-  latency; a shared link carries the same streams from every replica that crosses it.
+  group's tensor-parallel collectives, by every algorithm ``auto`` may pick, each pipeline
+  send between neighbouring stages, both ways, the tied-embedding all-reduces and, per
+  block, the expert all-to-alls) every replica sees the same links: as many, of the same
+  capacities, crossed by the same streams, each shared with as many replicas — pairwise
+  disjoint (typical of D-mod-K on non-blocking trees and of rail-optimized fabrics), or
+  shared evenly (adaptive spraying over spines) — each loaded alike by the data-parallel
+  collectives that will run (the plans of the stream's own calls, over every replica),
+  and the same latency; a shared link carries the same streams from every replica on it.
 
-Then every image's flow meets the same capacities and the same sharing as the simulated
-one's, so under max-min fairness all move at one rate.  The traffic that spans replicas
-(below) is not checked link by link: it runs in full, and its rings and all-to-alls treat
-the replicas alike on these fabrics — the tests compare against the full simulation on each
-strategy and fabric to hold that.  A folded flow is entered *with its images*: a pipeline
+Then every image's flow meets the same capacities, the same sharing and the same
+replica-spanning load as the simulated one's, so under max-min fairness all move at one
+rate.  This is a necessary condition checked link by link, not a proof over the whole
+max-min solution; the tests compare against the full simulation on many strategies and
+fabrics (random ones too) to hold it.  A folded flow is entered *with its images*: a pipeline
 send is one flow over all replicas' pairs (a shared link's multiplicity is the sum of the
 replicas' streams, so it is loaded as by their separate flows at their common rate; its
 protocol is the one a replica alone would take), a tensor-parallel
@@ -219,11 +221,6 @@ class _IterationSimulator:
         self.everyone = [g for stage_groups in self.groups for g in stage_groups]
         # Folding: replicas [0, unit) are simulated, each standing for ``copies`` replicas
         # (itself and its images, ``unit`` apart); copies == 1 is the full simulation.
-        self.unit = par.ep if par.ep > 1 else 1
-        self.copies, self.folding = _fold_check(spec, self.comm, self.groups, self.unit)
-        if self.copies == 1:
-            self.unit = par.dp
-        self.active = [g for stage_groups in self.groups for g in stage_groups[:self.unit]]
         self.memory = [_stage_memory(spec, s, self.seq_len, self.microbatches)
                        for s in range(par.pp)]
         if not spec.allow_oom:
@@ -243,6 +240,14 @@ class _IterationSimulator:
         builder = StreamBuilder(model, par, train, spec.costs, microbatches=self.microbatches,
                                 exclusive_tp=exclusive, tp_time_s=self._tp_analytic_s)
         self.streams = [builder.stage_stream(s) for s in range(par.pp)]
+        # Folding: replicas [0, unit) are simulated, each standing for ``copies`` replicas
+        # (itself and its images, ``unit`` apart); copies == 1 is the full simulation.
+        self.unit = par.ep if par.ep > 1 else 1
+        self.copies, self.folding = _fold_check(spec, self.comm, self.groups, self.streams,
+                                                self.unit)
+        if self.copies == 1:
+            self.unit = par.dp
+        self.active = [g for stage_groups in self.groups for g in stage_groups[:self.unit]]
         self._handlers: dict[type, _Handler] = {
             Fused: self._run_fused, Collective: self._run_collective, Send: self._send,
             Recv: self._receive, Wait: self._run_wait, Barrier: self._barrier}
@@ -645,7 +650,7 @@ _FOLDABLE_ROUTING = ("dmodk", "adaptive", "spray")
 
 
 def _fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
-                unit: int) -> tuple[int, str]:
+                streams: list[list[Op]], unit: int) -> tuple[int, str]:
     """How many replicas each simulated one stands for (1: the full simulation runs), and
     the sentence that says so (see the module docstring, *Symmetry folding*)."""
     dp = spec.parallel.dp
@@ -659,7 +664,7 @@ def _fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankG
            else f"full: stragglers on {', '.join(slow)}" if slow
            else f"full: {spec.topology.routing.policy} routing may route replicas unalike"
            if spec.topology.routing.policy not in _FOLDABLE_ROUTING
-           else _asymmetry(spec, comm, groups)
+           else _asymmetry(spec, comm, groups, streams, unit)
            or ("full: a trace was asked for (spans per rank group)" if spec.trace else ""))
     if why:
         return 1, why
@@ -667,40 +672,94 @@ def _fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankG
     return dp // unit, f"folded {dp // unit} {what} into 1"
 
 
-def _asymmetry(spec: IterationSpec, comm: Communicator,
-               groups: list[list[RankGroup]]) -> str:
-    """Why replicas' own traffic is not alike on the fabric ("" when it is): per flow
-    class, their link sets must be pairwise disjoint, of the same capacities and latency."""
-    par = spec.parallel
-    for stage, row in enumerate(groups):
-        classes: list[list[CollectivePlan]] = []
-        if par.tp > 1:
-            gpus = [list(g.gpus) for g in row]
-            for op in ("all_reduce", "all_gather", "reduce_scatter"):
-                for algo in comm.candidates(op, gpus[0]):
-                    classes.append([comm.plan(op, g, algorithm=algo, protocol="simple")
-                                    for g in gpus])
-        if par.pp > 1 and (stage + 1 < par.pp or par.interleave > 1):
-            ahead = groups[(stage + 1) % par.pp]
-            for forward in (True, False):  # activations, and gradients coming back
-                classes.append([comm.pairs_plan(
-                    list(zip(a.gpus, b.gpus) if forward else zip(b.gpus, a.gpus)), 1.0,
-                    protocol="simple") for a, b in zip(row, ahead)])
-        for plans in classes:
-            why = _unalike(comm, plans)
+# Per flow class, per replica (or expert-parallel block), the plans it runs.
+_Classes = list[tuple[str, list[list[CollectivePlan]]]]
+
+
+def _asymmetry(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
+               streams: list[list[Op]], unit: int) -> str:
+    """Why replicas' traffic is not alike on the fabric ("" when it is): see
+    :func:`_unalike`, per flow class, with the load of the data-parallel collectives."""
+    calls = [_calls(stream) for stream in streams]
+    load = _spanning_load(comm, groups, calls, spec.parallel.tp)
+    for stage in range(len(groups)):
+        for label, per_replica in _flow_classes(comm, groups, stage, calls[stage], unit,
+                                                wrap=spec.parallel.interleave > 1):
+            why = _unalike(comm, label, per_replica, load)
             if why:
                 return f"full: stage {stage} {why}"
     return ""
 
 
-def _unalike(comm: Communicator, plans: list[CollectivePlan]) -> str:
-    """Why one flow class's plans, one per replica, are not images of each other ("" when
+def _calls(stream: list[Op]) -> set[tuple[str, str, float]]:
+    """The distinct (peers, op, size) of a stream's collectives among rank groups."""
+    return {(op.group, op.op, op.size_bytes) for op in stream
+            if isinstance(op, Collective) and op.group != "tp" and op.op is not None
+            and op.size_bytes is not None}
+
+
+def _flow_classes(comm: Communicator, groups: list[list[RankGroup]], stage: int,
+                  calls: set[tuple[str, str, float]], unit: int, wrap: bool) -> _Classes:
+    """The traffic of one stage that folding enters with its images: TP collectives (by
+    every algorithm ``auto`` may pick), pipeline sends both ways (from the last stage to
+    the first too when ``wrap``: interleaved), tied-embedding all-reduces, expert
+    all-to-alls (per block)."""
+    row, pp = groups[stage], len(groups)
+    tp = len(row[0].gpus)
+    classes: _Classes = []
+    if tp > 1:
+        for op in ("all_reduce", "all_gather", "reduce_scatter"):
+            for algo in comm.candidates(op, list(row[0].gpus)):
+                classes.append((op, [[comm.plan(op, list(g.gpus), algorithm=algo,
+                                                protocol="simple")] for g in row]))
+    if pp > 1 and (stage + 1 < pp or wrap):
+        ahead = groups[(stage + 1) % pp]
+        for forward in (True, False):  # activations, and gradients coming back
+            classes.append(("p2p", [[comm.pairs_plan(
+                list(zip(a.gpus, b.gpus) if forward else zip(b.gpus, a.gpus)), 1.0,
+                protocol="simple")] for a, b in zip(row, ahead)]))
+    for peers, op, size in sorted(calls):
+        if peers == "embedding":
+            lanes = [[[a, b] for a, b in zip(first.gpus, last.gpus)]
+                     for first, last in zip(groups[0], groups[-1])]
+        elif peers == "ep":
+            lanes = [[[g.gpus[t] for g in row[b:b + unit]] for t in range(tp)]
+                     for b in range(0, len(row), unit)]
+        else:
+            continue
+        classes.append((op, [[comm.choose(op, lane, size) for lane in mine]
+                             for mine in lanes]))
+    return classes
+
+
+def _spanning_load(comm: Communicator, groups: list[list[RankGroup]],
+                   calls: list[set[tuple[str, str, float]]], tp: int,
+                   ) -> dict[Any, tuple[Any, ...]]:
+    """Per link, the streams the data-parallel collectives put on it, per call shape."""
+    load: dict[Any, dict[Any, float]] = {}
+    for stage, row in enumerate(groups):
+        lanes = [[g.gpus[t] for g in row] for t in range(tp)]
+        for peers, op, size in calls[stage]:
+            if peers != "dp":
+                continue
+            for lane in lanes:
+                for step in comm.choose(op, lane, size).steps:
+                    for link, streams in step.link_streams.items():
+                        mine = load.setdefault(link, {})
+                        mine[op, size] = mine.get((op, size), 0.0) + streams * step.repeat
+    return {link: tuple(sorted(by_call.items())) for link, by_call in load.items()}
+
+
+def _unalike(comm: Communicator, label: str, per_replica: list[list[CollectivePlan]],
+             load: dict[Any, tuple[Any, ...]]) -> str:
+    """Why one flow class's plans, per replica, are not images of each other ("" when
     they are).  Each replica must see the same links: as many, of the same capacities,
-    crossed by as many streams in each step, each shared with as many replicas, and the
-    same latency; a shared link must carry the same streams from each replica that
-    shares it (entered as one flow with their multiplicities summed, it is loaded as by
-    their separate flows at the rate they share by symmetry)."""
-    profiles = [_link_profile(plan) for plan in plans]
+    crossed by as many streams in each step, each shared with as many replicas and
+    loaded alike by the data-parallel collectives, and the same latency; a shared link
+    must carry the same streams from each replica that shares it (entered as one flow
+    with their multiplicities summed, it is loaded as by their separate flows at the
+    rate they share by symmetry)."""
+    profiles = [_link_profile(plans) for plans in per_replica]
     users: dict[Any, set[tuple[float, ...]]] = {}
     count: dict[Any, int] = {}
     for profile in profiles:
@@ -708,24 +767,29 @@ def _unalike(comm: Communicator, plans: list[CollectivePlan]) -> str:
             users.setdefault(link, set()).add(streams)
             count[link] = count.get(link, 0) + 1
     shape: tuple[Any, ...] | None = None
-    for replica, (plan, profile) in enumerate(zip(plans, profiles)):
+    for replica, (plans, profile) in enumerate(zip(per_replica, profiles)):
         if any(len(users[link]) > 1 for link in profile):
-            return f"replica {replica} shares links unevenly with others ({plan.op})"
-        mine = (sorted((comm.capacity[link], streams, count[link])
-                       for link, streams in profile.items()), plan.latency_s)
+            return f"replica {replica} shares links unevenly with others ({label})"
+        mine = (sorted((comm.capacity[link], streams, count[link], load.get(link, ()))
+                       for link, streams in profile.items()),
+                [plan.latency_s for plan in plans])
         if shape is None:
             shape = mine
         elif mine != shape:
-            return f"replica {replica}'s {plan.op} links differ from replica 0's"
+            return f"replica {replica}'s {label} links differ from replica 0's"
     return ""
 
 
-def _link_profile(plan: CollectivePlan) -> dict[Any, tuple[float, ...]]:
-    """Per link a plan crosses, its streams in each step."""
+def _link_profile(plans: list[CollectivePlan]) -> dict[Any, tuple[float, ...]]:
+    """Per link some plans cross, its streams in each step of each plan."""
+    width = sum(len(plan.steps) for plan in plans)
     profile: dict[Any, list[float]] = {}
-    for i, step in enumerate(plan.steps):
-        for link, streams in step.link_streams.items():
-            profile.setdefault(link, [0.0] * len(plan.steps))[i] = streams
+    i = 0
+    for plan in plans:
+        for step in plan.steps:
+            for link, streams in step.link_streams.items():
+                profile.setdefault(link, [0.0] * width)[i] = streams
+            i += 1
     return {link: tuple(streams) for link, streams in profile.items()}
 
 
