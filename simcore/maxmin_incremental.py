@@ -42,6 +42,7 @@ __all__ = ["IncrementalMaxMin"]
 _CHECK_RTOL = 4 * _TIE_RTOL
 # Entries of ended flows are compacted away once they are this many and half of all.
 _COMPACT_MIN = 4096
+_LOOKAHEAD = 8  # hops of look-ahead per growth step (see _look_ahead)
 
 
 class IncrementalMaxMin:
@@ -57,6 +58,8 @@ class IncrementalMaxMin:
         self._capacity = np.zeros(0)
         # Per link, the slots of the flows crossing it (so a change looks only near it).
         self._on_link: list[set[int]] = []
+        self._on_link_array: list[np.ndarray | None] = []  # the same as arrays, when known
+        self._slot_mark = np.zeros(0, bool)  # scratch, all False between uses
         self.set_capacity(capacity)
         # Per slot (slot 0 is the blank that ended flows' entries point at).
         self._rate = np.zeros(1)
@@ -80,7 +83,9 @@ class IncrementalMaxMin:
         """Link capacities; one more (ideal) link at the end stands for blank entries."""
         self._capacity = np.append(np.asarray(capacity, float), np.inf)
         self._sentinel = self._capacity.size - 1
-        self._on_link.extend(set() for _ in range(self._capacity.size - len(self._on_link)))
+        grow = self._capacity.size - len(self._on_link)
+        self._on_link.extend(set() for _ in range(grow))
+        self._on_link_array.extend(None for _ in range(grow))
         if getattr(self, "_used", 0):
             used = slice(0, self._used)
             blank = self._e_flow[used] == 0
@@ -107,9 +112,10 @@ class IncrementalMaxMin:
         self._e_link[at:at + n] = links
         self._e_mult[at:at + n] = mults
         self._used += n
-        on_link = self._on_link
+        on_link, cached = self._on_link, self._on_link_array
         for link in links.tolist():
             on_link[link].add(slot)
+            cached[link] = None
         self._start[slot], self._count[slot] = at, n
         self._live[slot] = True
         self._rate[slot] = np.nan
@@ -121,9 +127,10 @@ class IncrementalMaxMin:
         """End a flow: its links are freed at the next :meth:`solve`."""
         at, n = self._start[handle], self._count[handle]
         span = slice(at, at + n)
-        on_link = self._on_link
+        on_link, cached = self._on_link, self._on_link_array
         for link in self._e_link[span].tolist():
             on_link[link].discard(handle)
+            cached[link] = None
         if handle in self._new:
             del self._new[handle]  # never solved: its links carried nothing yet
         else:
@@ -189,6 +196,8 @@ class IncrementalMaxMin:
         while True:
             self.rounds += 1
             self._pull_in(in_s, floor, bottlenecked=first)
+            if first:
+                self._look_ahead(in_s, in_s & ~np.isnan(self._rate))
             first = False
             changed = self._changed_links(in_s, ended_links)
             entries = self._entries_on(changed)
@@ -202,9 +211,12 @@ class IncrementalMaxMin:
             np.minimum.at(floor, self._e_link[entries], self._violator_rates(entries,
                                                                               violators))
             floor[load < self._capacity * (1.0 - _CHECK_RTOL)] = np.inf
-            before = int(in_s.sum())
+            before = in_s.copy()
             in_s[violators] = True
             self._pull_in(in_s, floor)
+            if _LOOKAHEAD:
+                self._look_ahead(in_s, in_s & ~before)
+            before = int(before.sum())
             if int(in_s.sum()) == before or in_s.sum() >= self._live.sum():
                 self._solve_all()  # the subset would not grow: solve everything
                 in_s = self._live.copy()
@@ -215,6 +227,21 @@ class IncrementalMaxMin:
         links = np.flatnonzero(changed)
         return handles, self._rate[handles], links, load[links]
 
+    def _look_ahead(self, in_s: np.ndarray, moved: np.ndarray) -> None:
+        """Pull in the flows that the flows ``moved`` (slots mask) will slow down once
+        they speed up: those held at or above their rates on their links, where that
+        link is their bottleneck (saves a round of checking in most cascades)."""
+        for _ in range(_LOOKAHEAD):
+            mine = self._entries_of(np.flatnonzero(moved))
+            ahead = np.full(self._capacity.size, np.inf)
+            np.minimum.at(ahead, self._e_link[mine], self._rate[self._e_flow[mine]])
+            ahead[self._sentinel] = np.inf
+            before = in_s.copy()
+            self._pull_in(in_s, ahead, bottlenecked=True)
+            moved = in_s & ~before
+            if not moved.any():
+                break
+
     def _entries_of(self, slots: np.ndarray) -> np.ndarray:
         """The entry indices of flows ``slots`` (each flow's entries are contiguous)."""
         starts, counts = self._start[slots], self._count[slots]
@@ -224,11 +251,24 @@ class IncrementalMaxMin:
 
     def _slots_on(self, links: np.ndarray) -> np.ndarray:
         """Slots of the flows crossing any of ``links``."""
-        on_link = self._on_link
-        slots: set[int] = set()
+        on_link, cached = self._on_link, self._on_link_array
+        parts = []
         for link in links.tolist():
-            slots |= on_link[link]
-        return np.fromiter(slots, np.int64, len(slots))
+            part = cached[link]
+            if part is None:
+                slots = on_link[link]
+                part = cached[link] = np.fromiter(slots, np.int64, len(slots))
+            parts.append(part)
+        if not parts:
+            return np.zeros(0, np.int64)
+        mark = self._slot_mark
+        if mark.size < self._rate.size:
+            mark = self._slot_mark = np.zeros(self._rate.size, bool)
+        every = np.concatenate(parts)
+        mark[every] = True
+        found = np.flatnonzero(mark)
+        mark[found] = False
+        return found
 
     def _entries_on(self, mask: np.ndarray) -> np.ndarray:
         """Every entry on a link of ``mask``."""
