@@ -50,9 +50,10 @@ sees, which is checked constructively before the run (:func:`_fold_check`):
   block, the expert all-to-alls) every replica sees the same links: as many, of the same
   capacities, crossed by the same streams, each shared with as many replicas — pairwise
   disjoint (typical of D-mod-K on non-blocking trees and of rail-optimized fabrics), or
-  shared evenly (adaptive spraying over spines) — each loaded alike by the data-parallel
-  collectives that will run (the plans of the stream's own calls, over every replica),
-  and the same latency; a shared link carries the same streams from every replica on it.
+  shared evenly (adaptive spraying over spines) — and the same latency; a shared link
+  carries the same streams from every replica on it; and with the streams of the
+  data-parallel collectives that will run added (the plans of the stream's own calls,
+  over every replica), each replica's most loaded link per step is as loaded.
 
 Then every image's flow meets the same capacities, the same sharing and the same
 replica-spanning load as the simulated one's, so under max-min fairness all move at one
@@ -734,9 +735,9 @@ def _flow_classes(comm: Communicator, groups: list[list[RankGroup]], stage: int,
 
 def _spanning_load(comm: Communicator, groups: list[list[RankGroup]],
                    calls: list[set[tuple[str, str, float]]], tp: int,
-                   ) -> dict[Any, tuple[Any, ...]]:
-    """Per link, the streams the data-parallel collectives put on it, per call shape."""
-    load: dict[Any, dict[Any, float]] = {}
+                   ) -> dict[Any, float]:
+    """Per link, the streams the data-parallel collectives put on it (every call's)."""
+    load: dict[Any, float] = {}
     for stage, row in enumerate(groups):
         lanes = [[g.gpus[t] for g in row] for t in range(tp)]
         for peers, op, size in calls[stage]:
@@ -745,20 +746,22 @@ def _spanning_load(comm: Communicator, groups: list[list[RankGroup]],
             for lane in lanes:
                 for step in comm.choose(op, lane, size).steps:
                     for link, streams in step.link_streams.items():
-                        mine = load.setdefault(link, {})
-                        mine[op, size] = mine.get((op, size), 0.0) + streams * step.repeat
-    return {link: tuple(sorted(by_call.items())) for link, by_call in load.items()}
+                        load[link] = load.get(link, 0.0) + streams * step.repeat
+    return load
 
 
 def _unalike(comm: Communicator, label: str, per_replica: list[list[CollectivePlan]],
-             load: dict[Any, tuple[Any, ...]]) -> str:
+             load: dict[Any, float]) -> str:
     """Why one flow class's plans, per replica, are not images of each other ("" when
     they are).  Each replica must see the same links: as many, of the same capacities,
-    crossed by as many streams in each step, each shared with as many replicas and
-    loaded alike by the data-parallel collectives, and the same latency; a shared link
-    must carry the same streams from each replica that shares it (entered as one flow
-    with their multiplicities summed, it is loaded as by their separate flows at the
-    rate they share by symmetry)."""
+    crossed by as many streams in each step, each shared with as many replicas, and the
+    same latency; a shared link must carry the same streams from each replica that
+    shares it (entered as one flow with their multiplicities summed, it is loaded as by
+    their separate flows at the rate they share by symmetry).  With the data-parallel
+    collectives' streams added, the most loaded link (streams per byte/s) of each step
+    must be as loaded for every replica: a ring that crosses between leaves beside some
+    replicas only adds to links that do not limit them; one that loads some replicas'
+    bottleneck more makes them slower."""
     profiles = [_link_profile(plans) for plans in per_replica]
     users: dict[Any, set[tuple[float, ...]]] = {}
     count: dict[Any, int] = {}
@@ -770,14 +773,28 @@ def _unalike(comm: Communicator, label: str, per_replica: list[list[CollectivePl
     for replica, (plans, profile) in enumerate(zip(per_replica, profiles)):
         if any(len(users[link]) > 1 for link in profile):
             return f"replica {replica} shares links unevenly with others ({label})"
-        mine = (sorted((comm.capacity[link], streams, count[link], load.get(link, ()))
+        mine = (sorted((comm.capacity[link], streams, count[link])
                        for link, streams in profile.items()),
-                [plan.latency_s for plan in plans])
+                [plan.latency_s for plan in plans], _pressure(comm, profile, count, load))
         if shape is None:
             shape = mine
         elif mine != shape:
             return f"replica {replica}'s {label} links differ from replica 0's"
     return ""
+
+
+def _pressure(comm: Communicator, profile: dict[Any, tuple[float, ...]],
+              count: dict[Any, int], load: dict[Any, float]) -> tuple[float, ...]:
+    """Per step, the most streams per byte/s on a link: the class's (times the replicas
+    sharing it) and the data-parallel collectives' (rounded to 12 digits)."""
+    width = len(next(iter(profile.values()), ()))
+    worst = [0.0] * width
+    for link, streams in profile.items():
+        extra, capacity = load.get(link, 0.0), comm.capacity[link]
+        for i, mine in enumerate(streams):
+            if mine:
+                worst[i] = max(worst[i], (mine * count[link] + extra) / capacity)
+    return tuple(float(f"{w:.12g}") for w in worst)
 
 
 def _link_profile(plans: list[CollectivePlan]) -> dict[Any, tuple[float, ...]]:
