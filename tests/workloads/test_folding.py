@@ -166,6 +166,20 @@ def test_folding_is_exact_at_either_fidelity(uniform, fidelity):
     assert folded.flows < full.flows
 
 
+def test_a_superpod_folds_exactly(uniform):
+    """64 DGX H100 on a SuperPOD fabric (rail-optimized scalable units), interleaved
+    pipeline over 16 nodes: 4 replicas, each stage's spanning 4 nodes of an SU."""
+    deep = model_from_mapping({"name": "deep", "layers": 32, "hidden": 4096, "heads": 32,
+                               "seq_len": 2048, "vocab": 32000})
+    topology = build_cluster({"preset": "dgx-h100", "nodes": 64,
+                              "fabric": {"kind": "superpod", "generation": "h100"}})
+    parallel = ParallelConfig(tp=8, pp=16, dp=4, schedule="interleaved", interleave=2)
+    training = TrainingConfig(micro_batch=1, global_batch=64)
+    folded, full = both(uniform, topology, parallel, training, model=deep, allow_oom=True)
+    assert folded.folding == "folded 4 data-parallel replicas into 1"
+    assert_same_iteration(folded, full)
+
+
 def test_folded_expert_parallel_blocks_equal_the_full_simulation(uniform):
     moe = model_from_mapping({"name": "small-moe", "layers": 4, "hidden": 1024, "heads": 16,
                               "seq_len": 512, "vocab": 32000, "experts": 8, "top_k": 2})
