@@ -57,15 +57,16 @@ sees, which is checked constructively before the run (:func:`_fold_check`):
 
 Then every image's flow meets the same capacities, the same sharing and the same
 replica-spanning load as the simulated one's, so under max-min fairness all move at one
-rate.  This is a necessary condition checked link by link, not a proof over the whole
+rate.  These are necessary conditions read off the plans, not a proof over the whole
 max-min solution; the tests compare against the full simulation on many strategies and
-fabrics (random ones too) to hold it.  A folded flow is entered *with its images*: a pipeline
-send is one flow over all replicas' pairs (a shared link's multiplicity is the sum of the
-replicas' streams, so it is loaded as by their separate flows at their common rate; its
-protocol is the one a replica alone would take), a tensor-parallel
-collective run as flows starts its images' flows beside it, and a collective timed by its
-closed form records its images' link usage too.  So contention with replica-spanning
-traffic, and the link statistics, count every replica's bytes.  Collectives that span
+fabrics (random ones too) to hold them.  A folded flow is entered *with its images*: a
+pipeline send is one flow over all replicas' pairs (a shared link's multiplicity is the
+sum of the replicas' streams, so it is loaded as by their separate flows at their common
+rate; its protocol is the one a replica alone would take), a tensor-parallel collective
+run as flows is one coflow with its images' (at step fidelity their flows run beside it),
+and a collective timed by its closed form records its images' link usage too.  So
+contention with replica-spanning traffic, and the link statistics, count every replica's
+bytes.  Collectives that span
 replicas — the data-parallel all-reduce / reduce-scatter / all-gather, the expert
 all-to-alls of every block, the tied-embedding all-reduce of every replica, the gradient
 norm — run in full, over every replica's lanes; a meeting of folded groups completes when
@@ -220,8 +221,6 @@ class _IterationSimulator:
         self.groups = [[_make_group(spec, placement, s, d) for d in range(par.dp)]
                        for s in range(par.pp)]
         self.everyone = [g for stage_groups in self.groups for g in stage_groups]
-        # Folding: replicas [0, unit) are simulated, each standing for ``copies`` replicas
-        # (itself and its images, ``unit`` apart); copies == 1 is the full simulation.
         self.memory = [_stage_memory(spec, s, self.seq_len, self.microbatches)
                        for s in range(par.pp)]
         if not spec.allow_oom:
