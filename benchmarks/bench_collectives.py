@@ -45,7 +45,11 @@ def bench_sweep(gpus: int, fidelity: str, sizes: list[int]) -> dict[str, float]:
             "flows": sim.network.completed_flows}
 
 
-def bench_solver(num_flows: int, gpus: int, seed: int = 0) -> dict[str, float]:
+def bench_solver(num_flows: int, gpus: int, seed: int = 0,
+                 window_s: float = 0.0) -> dict[str, float]:
+    """Random point-to-point sends of 1-100 MB between random GPU pairs on a two-tier
+    fat-tree with 2:1 oversubscription, issued at time 0 (``window_s`` 0) or at uniform
+    random times in ``[0, window_s]``.  Wall and CPU time from the first send on."""
     topo = build_cluster({"preset": "dgx-h100", "nodes": gpus // 8,
                           "fabric": {"kind": "fat-tree", "oversubscription": 2}})
     rng = np.random.default_rng(seed)
@@ -53,15 +57,26 @@ def bench_solver(num_flows: int, gpus: int, seed: int = 0) -> dict[str, float]:
     comm = Communicator(sim, topo, CommParams(protocol="simple"))
     pairs = rng.integers(0, len(topo.gpus), size=(num_flows, 2))
     sizes = rng.uniform(1e6, 1e8, size=num_flows)
-    start = time.perf_counter()
-    for (a, b), size in zip(pairs, sizes):
+    delays = rng.uniform(0.0, window_s, size=num_flows) if window_s else None
+    start, cpu = time.perf_counter(), time.process_time()
+    for i, ((a, b), size) in enumerate(zip(pairs, sizes)):
         if a == b:
             b = (b + 1) % len(topo.gpus)
-        comm.send(topo.gpus[a], topo.gpus[b], float(size))
+        if delays is None:
+            comm.send(topo.gpus[a], topo.gpus[b], float(size))
+        else:
+            sim.env.process(_send_later(sim, comm, float(delays[i]), topo.gpus[a],
+                                        topo.gpus[b], float(size)))
     sim.run()
     done = time.perf_counter()
-    return {"wall_s": done - start, "events": sim.env.events_processed,
-            "solves": sim.network.solves}
+    return {"wall_s": done - start, "cpu_s": time.process_time() - cpu,
+            "events": sim.env.events_processed, "solves": sim.network.solves}
+
+
+def _send_later(sim: Simulation, comm: Communicator, delay_s: float, src: str, dst: str,
+                size_bytes: float):
+    yield sim.env.timeout(delay_s)
+    yield comm.send(src, dst, size_bytes)
 
 
 def main() -> None:
@@ -69,9 +84,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="8 and 64 GPUs only")
     parser.add_argument("--step-sizes", type=int, default=len(SIZES),
                         help="largest sizes simulated at step fidelity on 512+ GPUs")
-    parser.add_argument("--solver-flows", type=int, nargs="+", default=[1_000, 2_000],
+    parser.add_argument("--solver-flows", type=int, nargs="+",
+                        default=[1_000, 2_000, 4_000, 10_000],
                         help="concurrent-flow counts for the solver case on a 1024-GPU "
-                        "fat-tree (10000 takes hours: see benchmarks/README.md)")
+                        "fat-tree")
+    parser.add_argument("--solver-window", type=float, default=0.0,
+                        help="start the solver case's sends at random times in "
+                        "[0, WINDOW] seconds instead of all at 0")
     args = parser.parse_args()
     print(f"# {platform.processor() or platform.machine()}, Python {platform.python_version()}")
     print("| GPUs | fidelity | sizes | build (s) | sweep (s) | events | events/s | flows |")
@@ -87,15 +106,16 @@ def main() -> None:
                   f"{r['sweep_s']:.2f} | {r['events']} | {r['events'] / r['sweep_s']:,.0f} | "
                   f"{r['flows']} |", flush=True)
     print()
-    print("| concurrent flows | GPUs (fat-tree 2:1) | wall (s) | events | solves |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| concurrent flows | GPUs (fat-tree 2:1) | window (s) | wall (s) | CPU (s) | "
+          "events | solves |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for flows in args.solver_flows:
         gpus = 256 if args.quick else 1024
         if args.quick and flows > 1_000:
             continue
-        r = bench_solver(flows, gpus)
-        print(f"| {flows} | {gpus} | {r['wall_s']:.2f} | {r['events']} | {r['solves']} |",
-              flush=True)
+        r = bench_solver(flows, gpus, window_s=args.solver_window)
+        print(f"| {flows} | {gpus} | {args.solver_window:g} | {r['wall_s']:.2f} | "
+              f"{r['cpu_s']:.2f} | {r['events']} | {r['solves']} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,9 @@ class IncrementalMaxMin:
         self._on_link: list[set[int]] = []
         self._on_link_array: list[np.ndarray | None] = []  # the same as arrays, when known
         self._slot_mark = np.zeros(0, bool)  # scratch, all False between uses
+        # Load per link as last checked (a link no check saw reads 0): only to skip
+        # links that cannot be a bottleneck when looking ahead.
+        self._load = np.zeros(0)
         self.set_capacity(capacity)
         # Per slot (slot 0 is the blank that ended flows' entries point at).
         self._rate = np.zeros(1)
@@ -86,6 +89,7 @@ class IncrementalMaxMin:
         grow = self._capacity.size - len(self._on_link)
         self._on_link.extend(set() for _ in range(grow))
         self._on_link_array.extend(None for _ in range(grow))
+        self._load = np.append(self._load, np.zeros(grow))
         if getattr(self, "_used", 0):
             used = slice(0, self._used)
             blank = self._e_flow[used] == 0
@@ -191,13 +195,15 @@ class IncrementalMaxMin:
             ended_links = np.concatenate([links for links, _ in self._ended])
             rates = np.concatenate([np.full(links.size, rate) for links, rate in self._ended])
             np.minimum.at(floor, ended_links, rates)
+            # Only a saturated link is anyone's bottleneck.
+            floor[self._load < self._capacity * (1.0 - _CHECK_RTOL)] = np.inf
             self._ended.clear()
         first = True
         while True:
             self.rounds += 1
             self._pull_in(in_s, floor, bottlenecked=first)
             if first:
-                self._look_ahead(in_s, in_s & ~np.isnan(self._rate))
+                self._look_ahead(in_s, in_s.copy())
             first = False
             changed = self._changed_links(in_s, ended_links)
             entries = self._entries_on(changed)
@@ -222,6 +228,7 @@ class IncrementalMaxMin:
                 in_s = self._live.copy()
                 changed = self._changed_links(in_s, ended_links)
                 load = self._loads(self._entries_on(changed))
+                self._load[changed] = load[changed]
                 break
         handles = np.flatnonzero(in_s & self._live)
         links = np.flatnonzero(changed)
@@ -229,13 +236,17 @@ class IncrementalMaxMin:
 
     def _look_ahead(self, in_s: np.ndarray, moved: np.ndarray) -> None:
         """Pull in the flows that the flows ``moved`` (slots mask) will slow down once
-        they speed up: those held at or above their rates on their links, where that
-        link is their bottleneck (saves a round of checking in most cascades)."""
+        they speed up: those held at or above their rates on their saturated links,
+        where that link is their bottleneck; and so on, hop by hop (saves rounds of
+        checking in most cascades)."""
         for _ in range(_LOOKAHEAD):
             mine = self._entries_of(np.flatnonzero(moved))
             ahead = np.full(self._capacity.size, np.inf)
-            np.minimum.at(ahead, self._e_link[mine], self._rate[self._e_flow[mine]])
-            ahead[self._sentinel] = np.inf
+            # A new flow (no rate yet) may take a share of any flow bottlenecked on
+            # its links.
+            rate = np.nan_to_num(self._rate[self._e_flow[mine]], nan=0.0)
+            np.minimum.at(ahead, self._e_link[mine], rate)
+            ahead[self._load < self._capacity * (1.0 - _CHECK_RTOL)] = np.inf
             before = in_s.copy()
             self._pull_in(in_s, ahead, bottlenecked=True)
             moved = in_s & ~before
@@ -252,15 +263,13 @@ class IncrementalMaxMin:
     def _slots_on(self, links: np.ndarray) -> np.ndarray:
         """Slots of the flows crossing any of ``links``."""
         on_link, cached = self._on_link, self._on_link_array
-        parts = []
-        for link in links.tolist():
-            part = cached[link]
-            if part is None:
-                slots = on_link[link]
-                part = cached[link] = np.fromiter(slots, np.int64, len(slots))
-            parts.append(part)
-        if not parts:
+        wanted = links.tolist()
+        if not wanted:
             return np.zeros(0, np.int64)
+        for link in [link for link in wanted if cached[link] is None]:
+            slots = on_link[link]
+            cached[link] = np.fromiter(slots, np.int64, len(slots))
+        parts = [cached[link] for link in wanted]
         mark = self._slot_mark
         if mark.size < self._rate.size:
             mark = self._slot_mark = np.zeros(self._rate.size, bool)
@@ -337,6 +346,7 @@ class IncrementalMaxMin:
         rate = self._rate[flow]
         load = self._loads(entries)
         saturated = load >= self._capacity * (1.0 - _CHECK_RTOL)
+        self._load[changed] = load[changed]
         fastest = np.zeros(self._capacity.size)
         np.maximum.at(fastest, link, rate)
         good = saturated[link] & (rate >= fastest[link] * (1.0 - _CHECK_RTOL))
