@@ -269,6 +269,10 @@ class FlowNetwork:
         # While many flows transfer: the incremental solver and its flows by handle.
         self._incremental: IncrementalMaxMin | None = None
         self._by_handle: dict[int, Flow] = {}
+        # Their finish times by handle (inf: none, or still on the heap from before the
+        # incremental solver took over): the next finish is one min, not a heap of
+        # hundreds of thousands of stale entries.
+        self._finish_at = np.zeros(0)
 
     # ------------------------------------------------------------------ links
     def add_link(self, link_id: LinkId, capacity_bytes_per_s: float) -> int:
@@ -491,6 +495,11 @@ class FlowNetwork:
         handle = self._incremental.add(flow._link_array, flow._mult_array)
         flow._handle = handle
         self._by_handle[handle] = flow
+        if handle >= self._finish_at.size:
+            grown = np.full(max(2 * self._finish_at.size, handle + 1, 64), np.inf)
+            grown[:self._finish_at.size] = self._finish_at
+            self._finish_at = grown
+        self._finish_at[handle] = np.inf
 
     def _retire(self, flow: Flow) -> None:
         """Take a finishing flow off its links; the links still shared seed the next solve."""
@@ -501,6 +510,7 @@ class FlowNetwork:
         self._freed_mask |= flow._mask
         del self._transferring[flow]
         if flow._handle >= 0:
+            self._finish_at[flow._handle] = np.inf
             self._incremental.remove(flow._handle)
             del self._by_handle[flow._handle]
             flow._handle = -1
@@ -665,21 +675,20 @@ class FlowNetwork:
         self._freed_mask = 0
         self.solves += 1
         handles, rates, links, loads = self._incremental.solve()
-        by_handle, heap = self._by_handle, self._heap
+        by_handle, finish_at = self._by_handle, self._finish_at
         for handle, rate in zip(handles.tolist(), rates.tolist()):
             flow = by_handle[handle]
             if rate == flow.rate_bytes_per_s and flow._finish_s < float("inf"):
-                continue  # unchanged: its finish event stands
+                continue  # unchanged: its finish time stands
             if now > flow._updated_s:
                 flow.remaining_bytes -= flow.rate_bytes_per_s * (now - flow._updated_s)
                 flow._updated_s = now
             flow.rate_bytes_per_s = rate
-            flow._version += 1
+            flow._version += 1  # any heap entry from before is stale now
             remaining = flow.remaining_bytes if flow.remaining_bytes > 0 else 0.0
             finish = now if rate == float("inf") else now + remaining / rate
             flow._finish_s = finish
-            self._heap_seq += 1
-            heapq.heappush(heap, (finish, self._heap_seq, flow._version, flow))
+            finish_at[handle] = finish
         if links.size:
             self._account(now, links, loads)
         if self._listeners:
@@ -687,6 +696,7 @@ class FlowNetwork:
         if not self.active_flows:
             self._incremental = None  # quiet again: small solves from scratch
             self._by_handle.clear()
+            self._finish_at = np.zeros(0)
         self._arm_timer()
 
     def _account(self, now: float, links: Any, loads: np.ndarray | None) -> None:
@@ -745,9 +755,9 @@ class FlowNetwork:
         heap = self._heap
         while heap and heap[0][2] != heap[0][3]._version:
             heapq.heappop(heap)  # stale entry: the flow's rate changed since
-        if not heap:
-            return
-        first = heap[0][0]
+        first = heap[0][0] if heap else float("inf")
+        if self._incremental is not None and self._finish_at.size:
+            first = min(first, float(self._finish_at.min()))
         if first < self._timer_at:
             self._timer_at = first
             timer = self.env.timeout(max(first - self.env.now, 0.0))
@@ -767,27 +777,56 @@ class FlowNetwork:
             _, _, version, flow = heapq.heappop(heap)
             if version != flow._version:
                 continue
-            rate = flow.rate_bytes_per_s
-            if rate == float("inf"):
-                remaining = 0.0  # only ideal links: the bytes arrive with no delay
-            else:
-                remaining = flow.remaining_bytes - rate * (now - flow._updated_s)
-            # Done when the bytes left are rounding, or would take no representable time.
-            if remaining <= _DONE_RTOL * flow.size_bytes or now + remaining / rate <= due:
-                self._retire(flow)
-                self._complete(flow)
+            if self._finish_or_settle(flow, now, due):
                 finished = True
+            elif flow._handle >= 0:
+                self._finish_at[flow._handle] = flow._finish_s
             else:
-                # Rounding left real bytes: settle and wait for them.
-                flow.remaining_bytes = remaining
-                flow._updated_s = now
-                flow._version += 1
-                flow._finish_s = now + remaining / flow.rate_bytes_per_s
                 self._heap_seq += 1
                 heapq.heappush(heap, (flow._finish_s, self._heap_seq, flow._version, flow))
+        if self._incremental is not None:
+            finished |= self._on_due_handles(now, due)
         if finished:
             self._request_resolve()
         self._arm_timer()
+
+
+    def _finish_or_settle(self, flow: Flow, now: float, due: float) -> bool:
+        """A flow whose finish time came: complete it (True), or, where rounding left
+        real bytes, settle them and set its new ``_finish_s`` (False)."""
+        rate = flow.rate_bytes_per_s
+        if rate == float("inf"):
+            remaining = 0.0  # only ideal links: the bytes arrive with no delay
+        else:
+            remaining = flow.remaining_bytes - rate * (now - flow._updated_s)
+        # Done when the bytes left are rounding, or would take no representable time.
+        if remaining <= _DONE_RTOL * flow.size_bytes or now + remaining / rate <= due:
+            self._retire(flow)
+            self._complete(flow)
+            return True
+        flow.remaining_bytes = remaining
+        flow._updated_s = now
+        flow._version += 1
+        flow._finish_s = now + remaining / flow.rate_bytes_per_s
+        return False
+
+    def _on_due_handles(self, now: float, due: float) -> bool:
+        """The flows of the incremental solver whose finish time came, in order of
+        finish time (then handle); True if any completed."""
+        finish_at = self._finish_at
+        handles = np.flatnonzero(finish_at <= due)
+        if not handles.size:
+            return False
+        handles = handles[np.argsort(finish_at[handles], kind="stable")]
+        finished = False
+        by_handle = self._by_handle
+        for handle in handles.tolist():
+            flow = by_handle[handle]
+            if self._finish_or_settle(flow, now, due):
+                finished = True
+            else:
+                finish_at[handle] = flow._finish_s
+        return finished
 
 
 def _flow_id(flow: Flow) -> int:
