@@ -349,6 +349,11 @@ _PRESET_FIELDS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     # FFN 28672, vocab 128256, context 8192.  Published 70.6B.
     "llama3-70b": {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8,
                    "ffn_hidden": 28672, "seq_len": 8192, "vocab": 128256, **_LLAMA},
+    # Meta Llama 3.1 model card; Llama Team 2024, "The Llama 3 Herd of Models", Table 3:
+    # 126 layers, 16384, 128 heads, 8 KV heads (GQA), FFN 53248 SwiGLU, vocab 128256,
+    # RMSNorm, RoPE, untied output; pre-trained at sequence 8192.  Published 405B.
+    "llama3.1-405b": {"layers": 126, "hidden": 16384, "heads": 128, "kv_heads": 8,
+                      "ffn_hidden": 53248, "seq_len": 8192, "vocab": 128256, **_LLAMA},
     # Devlin et al. 2019 (BERT-large: L 24, H 1024, A 16, 340M); WordPiece vocab 30522,
     # 512 learned positions.  Token-type embeddings, the pooler and the MLM head are not
     # modelled (≈1.1M); HF BertModel counts 335,141,888.

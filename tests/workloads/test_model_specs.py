@@ -18,6 +18,7 @@ PUBLISHED_TOTALS = [
     ("llama2-70b", 70e9, "Touvron et al. 2023 (Llama 2), Table 1"),
     ("llama3-8b", 8.03e9, "Meta Llama 3 model card"),
     ("llama3-70b", 70.6e9, "Meta Llama 3 model card"),
+    ("llama3.1-405b", 405e9, "Llama Team 2024, The Llama 3 Herd of Models, Table 3"),
     ("bert-large", 340e6, "Devlin et al. 2019, §3 (BERT-large 340M)"),
     ("mixtral-8x7b", 46.7e9, "Jiang et al. 2024 (Mixtral of Experts)"),
     ("megatron-1t", 1008e9, "Narayanan et al. 2021, Table 1 (1008.0 billion)"),
@@ -48,6 +49,17 @@ def test_total_params_match_published(preset, published, source):
 @pytest.mark.parametrize(("preset", "count"), sorted(EXACT_CHECKPOINT_COUNTS.items()))
 def test_total_params_match_checkpoints_exactly(preset, count):
     assert get_model(preset).total_params() == count
+
+
+def test_llama31_405b_closed_form():
+    # Per layer: Q and O (h·h each), K and V (h·kv_heads·head_dim each, head_dim 128),
+    # three SwiGLU matrices (h·ffn), two RMSNorm scales (h); then untied input and output
+    # embeddings (vocab·h each) and the final norm (h).
+    h, ffn, layers, vocab, kv_width = 16384, 53248, 126, 128256, 8 * 128
+    per_layer = 2 * h * h + 2 * h * kv_width + 3 * h * ffn + 2 * h
+    closed = layers * per_layer + 2 * vocab * h + h
+    assert closed == 405_853_388_800
+    assert get_model("llama3.1-405b").total_params() == closed
 
 
 def test_bert_large_matches_hf_bertmodel_within_half_percent():
