@@ -127,7 +127,8 @@ def test_every_example_loads_and_validates(path):
 def test_the_examples_are_there():
     assert {p.name for p in EXAMPLES.glob("*.yaml")} >= {
         "quickstart.yaml", "gpt3-175b-1024-a100.yaml", "llama2-70b-fsdp-64-h100.yaml",
-        "mixtral-8x7b-ep-64-h100.yaml", "bert-large-dp-32-v100.yaml"}
+        "mixtral-8x7b-ep-64-h100.yaml", "bert-large-dp-32-v100.yaml",
+        "llama3.1-405b-16k-h100.yaml"}
 
 
 def test_quickstart_runs_from_the_console_entry_point(tmp_path):
