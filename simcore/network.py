@@ -11,8 +11,10 @@ Starting or finishing a flow marks the links it crosses as touched and asks for 
 re-solve at the current instant; that request is an event scheduled with a priority
 *after* every normal event of the instant, so all flows that start or end at the same
 simulated time are batched into a single solve.  The solve covers only the connected
-part of the network (flows and links reachable from the touched links).  One timer event
-waits for the earliest finish; a flow is finished when its remaining bytes are within a
+part of the network (flows and links reachable from the touched links); from
+``_INCREMENTAL_FROM`` transferring flows on, :class:`~simcore.maxmin_incremental.IncrementalMaxMin`
+re-solves only the flows whose rates the change can move, with the same result.  One
+timer event waits for the earliest finish; a flow is finished when its remaining bytes are within a
 relative tolerance of zero and is then set to exactly zero.
 
 Link statistics (:class:`LinkStats`) count every byte a link carried, also for transfers
