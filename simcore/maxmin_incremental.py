@@ -289,15 +289,21 @@ class IncrementalMaxMin:
         ``floor[l]`` (less a tolerance): the flows a change at that level may move.
         ``bottlenecked``: only those whose recorded bottleneck is ``l`` (the flows an
         ended flow's freed capacity goes to first; the check finds the others)."""
+        if bottlenecked:
+            # One pass over the slots: a flow's recorded bottleneck is one of its links
+            # (-1, none, reads the blank link's floor: inf).
+            rate = self._rate[:in_s.size]
+            with np.errstate(invalid="ignore"):  # nan: a new flow, in S already
+                fast = rate >= floor[self._bottleneck[:in_s.size]] * (1.0 - _CHECK_RTOL)
+            in_s |= fast & self._live[:in_s.size]
+            in_s[0] = False
+            return
         marked = np.isfinite(floor)
         if not marked.any():
             return
         entries = self._entries_on(marked)
         flow = self._e_flow[entries]
-        link = self._e_link[entries]
-        fast = self._rate[flow] >= floor[link] * (1.0 - _CHECK_RTOL)
-        if bottlenecked:
-            fast &= self._bottleneck[flow] == link
+        fast = self._rate[flow] >= floor[self._e_link[entries]] * (1.0 - _CHECK_RTOL)
         in_s[flow[fast]] = True
         in_s[0] = False
 
