@@ -292,6 +292,7 @@ class Topology:
         self._dist_maps: dict[tuple[str, bool], dict[str, int]] = {}
         self._hops: dict[tuple[str, str, bool], tuple[str, ...]] = {}
         self._preds_in_fabric: dict[str, tuple[str, ...]] = {}
+        self._transit_pred_maps: dict[bool, dict[str, tuple[str, ...]]] = {}
         self._sprays: dict[tuple[str, str, bool], Weighted | None] = {}
         self._groups: tuple[SwitchGroups | None] | None = None  # built at first use
 
@@ -636,20 +637,32 @@ class Topology:
             dist = self._cost_map(target, fabric_only=fabric_only)
             self._dist_maps[key] = dist
             return dist
+        preds = self._transit_preds(fabric_only)
         dist = {target: 0}
         queue = deque([target])
         while queue:
             v = queue.popleft()
-            for u, _ in self._pred[v]:
-                if u in dist:
-                    continue
-                du = self._devices[u]
-                if du.kind in _ENDPOINT_KINDS or (fabric_only and du.node is not None):
-                    continue
-                dist[u] = dist[v] + 1
-                queue.append(u)
+            for u in preds.get(v, ()):
+                if u not in dist:
+                    dist[u] = dist[v] + 1
+                    queue.append(u)
         self._dist_maps[key] = dist
         return dist
+
+    def _transit_preds(self, fabric_only: bool) -> dict[str, tuple[str, ...]]:
+        """Per device, its predecessors that may be transit hops (built once per flag).
+
+        A reverse BFS runs per destination switch; on a 2,048-node SuperPOD a leaf has as
+        many NICs below it as switches above, so filtering the NICs out once, not in every
+        BFS, halves the work of the 512 leaf maps (about 9 s of the 16k-GPU example)."""
+        cached = self._transit_pred_maps.get(fabric_only)
+        if cached is None:
+            devs = self._devices
+            cached = {v: tuple(u for u, _ in edges if devs[u].kind not in _ENDPOINT_KINDS
+                               and not (fabric_only and devs[u].node is not None))
+                      for v, edges in self._pred.items()}
+            self._transit_pred_maps[fabric_only] = cached
+        return cached
 
     def _cost_map(self, target: str, *, fabric_only: bool) -> dict[str, int]:
         """:meth:`_dist_map` by Dijkstra: the least summed link cost to ``target``."""
