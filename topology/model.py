@@ -701,6 +701,19 @@ class Topology:
         d = self._dist_map(dst, fabric_only=False).get(y)
         return math.inf if d is None else d
 
+    def _distance_to(self, dst: str, fabric_only: bool) -> Callable[[str], float]:
+        """:meth:`_distance` to ``dst`` as a function of the first device, with the distance
+        map looked up once: a D-mod-K walk over a 2,048-node fabric asks it millions of
+        times, one successor of a switch at a time."""
+        devs = self._devices
+        if fabric_only and devs[dst].node is not None:  # a NIC target: the general rule
+            return lambda y: self._distance(y, dst, fabric_only=True)
+        dist = self._dist_map(dst, fabric_only=fabric_only)
+        inf = math.inf
+        if fabric_only:
+            return lambda y: inf if devs[y].node is not None else dist.get(y, inf)
+        return lambda y: dist.get(y, inf)
+
     def _fabric_preds(self, target: str) -> tuple[str, ...]:
         """The fabric devices with a link into ``target`` (cached)."""
         preds = self._preds_in_fabric.get(target)
@@ -717,8 +730,9 @@ class Topology:
             return cached
         best = math.inf
         candidates: list[str] = []
+        distance = self._distance_to(dst, fabric_only)
         for y, link in self._succ[x]:
-            d = self._distance(y, dst, fabric_only=fabric_only) + link.cost
+            d = distance(y) + link.cost
             if d < best:
                 best, candidates = d, [y]
             elif d == best and d < math.inf:
