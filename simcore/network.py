@@ -49,8 +49,11 @@ _LATE = NORMAL + 1
 _DONE_RTOL = 1e-9
 # A link is saturated while its load is at least this fraction of its capacity.
 _SATURATED = 1.0 - 1e-9
-# Load changes logged before they are integrated into the link statistics in one batch.
+# Load changes logged before they are integrated into the link statistics in one batch:
+# at most this many solves, and at most this many (link, load) entries in all — on a large
+# fabric one solve logs thousands of links, and the batch's arrays are what peak memory is.
 _STATS_BATCH = 4096
+_STATS_BATCH_ENTRIES = 1 << 19
 # From this many transferring flows on, solves are incremental (IncrementalMaxMin): below
 # it a component solved afresh is cheap, and the examples' arithmetic stays as it was.
 _INCREMENTAL_FROM = 256
@@ -248,6 +251,7 @@ class FlowNetwork:
         self._pending_usage: dict[LinkUsage, float] = {}
         # Load changes not yet integrated: (time, link indices, new loads or None for 0).
         self._stats_log: list[tuple[float, Any, np.ndarray | None]] = []
+        self._stats_entries = 0  # (link, load) entries in the log
         # What the next solve starts from: flows that began transferring, and the links
         # of flows that finished.
         self._seed_flows: dict[Flow, None] = {}
@@ -708,7 +712,8 @@ class FlowNetwork:
         its links, and links no solve touched cost nothing."""
         log = self._stats_log
         log.append((now, links, loads))
-        if len(log) >= _STATS_BATCH:
+        self._stats_entries += len(links)
+        if len(log) >= _STATS_BATCH or self._stats_entries >= _STATS_BATCH_ENTRIES:
             self._integrate()
 
     def _integrate(self) -> None:
@@ -718,6 +723,7 @@ class FlowNetwork:
         if not log:
             return
         self._stats_log = []
+        self._stats_entries = 0
         counts = np.fromiter((len(links) for _, links, _ in log), np.int64, len(log))
         idx = np.concatenate([np.asarray(links, np.int64) for _, links, _ in log])
         value = np.concatenate([np.zeros(len(links)) if loads is None else loads
