@@ -6,6 +6,7 @@ import math
 
 import pytest
 import simpy
+from distsim_gpu.simcore import network
 from distsim_gpu.simcore.errors import SimulationError
 from distsim_gpu.simcore.network import FlowNetwork
 
@@ -398,3 +399,28 @@ def test_duplicate_link_is_a_simulation_error():
     with pytest.raises(SimulationError, match="already"):
         net.add_link("a", 2.0)
     assert net.capacity("a") == 1.0
+
+
+@pytest.mark.parametrize(("solves", "entries"), [(1, 1 << 19), (4096, 1), (4096, 3)])
+def test_link_statistics_do_not_depend_on_how_the_log_is_batched(monkeypatch, solves,
+                                                                  entries):
+    # Busy and saturated seconds are integrated from a log flushed in batches (by solves
+    # and by logged links); any batching gives the same statistics.
+    def run():
+        env, net = make_network(a=10.0, b=4.0, c=6.0)
+        for k, (links, size) in enumerate([(["a"], 30.0), (["a", "b"], 8.0),
+                                           (["b", "c"], 12.0), (["c"], 5.0), (["a"], 7.0)]):
+            start_at(env, net, 0.5 * k, links, size, 0.0)
+        env.run()
+        return net.link_stats()
+
+    reference = run()
+    monkeypatch.setattr(network, "_STATS_BATCH", solves)
+    monkeypatch.setattr(network, "_STATS_BATCH_ENTRIES", entries)
+    batched = run()
+    assert batched.keys() == reference.keys()
+    for link, stats in reference.items():
+        assert batched[link].busy_s == pytest.approx(stats.busy_s, rel=1e-12)
+        assert batched[link].saturated_s == pytest.approx(stats.saturated_s, rel=1e-12)
+        assert batched[link].bytes == pytest.approx(stats.bytes, rel=1e-12)
+    assert reference["a"].busy_s > 0 and reference["b"].saturated_s > 0
