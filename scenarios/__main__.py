@@ -2,6 +2,6 @@
 
 import sys
 
-from distsim_gpu.scenarios.cli import main
+from distsim_gpu.scenarios.cli.main import main
 
 sys.exit(main())

@@ -110,9 +110,13 @@ def _imported_names(node: ast.Import | ast.ImportFrom, importer: str) -> list[st
         for _ in range(node.level - 1):
             package = package.rpartition(".")[0]
         base = f"{package}.{base}" if base else package
-    # ``from pkg import name``: name is a submodule where one exists, else an attribute.
-    return [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
-            for alias in node.names]
+    # ``from pkg import name``: name is a submodule where one exists, else an attribute;
+    # either way the statement names ``pkg`` itself, whose ``__init__`` runs first — even
+    # for a module inside ``pkg`` (cli.main importing ``from cli import run`` while
+    # cli/__init__ imports cli.main is a loop, if one Python tolerates).
+    names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+             for alias in node.names]
+    return list(dict.fromkeys([base, *names]))
 
 
 def _own_module(name: str) -> str | None:
@@ -236,6 +240,17 @@ def test_the_cycle_rule_sees_a_loop_behind_a_deferred_import_and_a_package_init(
     cycles = {frozenset(c) for c in nx.simple_cycles(_module_graph(through_init))}
     assert frozenset({"distsim_gpu.scenarios.fit", "distsim_gpu.scenarios.cli",
                       "distsim_gpu.scenarios.cli.main"}) in cycles
+
+
+def test_the_cycle_rule_sees_a_module_that_names_its_own_package_in_a_from_import():
+    # cli/__init__ imports cli.main, and cli.main writes ``from cli import run``.
+    here = Path(__file__)
+    init, main = "distsim_gpu.scenarios.cli", "distsim_gpu.scenarios.cli.main"
+    source = ast.parse("from distsim_gpu.scenarios.cli import run")
+    assert init in _imported_names(source.body[0], main)
+    loop = [Import(init, main, here, 1, deferred=False, type_only=False),
+            Import(main, init, here, 2, deferred=False, type_only=False)]
+    assert [set(c) for c in nx.simple_cycles(_module_graph(loop))] == [{init, main}]
 
 
 def test_imports_are_absolute_and_name_the_one_package():

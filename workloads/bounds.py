@@ -64,12 +64,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import distsim_gpu.workloads.traffic as traffic
 import numpy as np
 from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.collectives.plan import CollectivePlan
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
-from distsim_gpu.workloads import traffic
 from distsim_gpu.workloads.costs import CostModel
 from distsim_gpu.workloads.models import ModelSpec
 from distsim_gpu.workloads.parallel import (

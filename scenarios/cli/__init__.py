@@ -1,5 +1,6 @@
-"""The ``distsim`` command line: one module per command, one options module."""
+"""The ``distsim`` command line: one module per command, one options module.
 
-from distsim_gpu.scenarios.cli.main import main
-
-__all__ = ["main"]
+:func:`distsim_gpu.scenarios.cli.main.main` is the entry point.  This ``__init__`` imports
+nothing, so that ``main`` can import its sibling command modules through the package
+without closing a loop.
+"""

@@ -8,7 +8,7 @@ import json
 import pytest
 from distsim_gpu.measured.kineto import parse_trace
 from distsim_gpu.measured.summary import format_summary_table, summarise, to_json
-from distsim_gpu.scenarios.cli import main
+from distsim_gpu.scenarios.cli.main import main
 
 
 def test_summary_invariants_on_every_real_file(kineto_corpus):

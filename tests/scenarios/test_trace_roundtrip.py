@@ -12,7 +12,7 @@ import pytest
 from distsim_gpu.measured.distsim_trace import is_distsim_trace, parse_distsim_trace
 from distsim_gpu.measured.summary import summarise
 from distsim_gpu.measured.traces import load_trace_file, load_traces
-from distsim_gpu.scenarios.cli import main
+from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.report import Report
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.errors import ParseError

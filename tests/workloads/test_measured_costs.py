@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from distsim_gpu.measured.distsim_trace import DistsimTrace
-from distsim_gpu.scenarios.cli import main
+from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.costs import TableCosts, read_cost_table

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from distsim_gpu.scenarios.cli import main
+from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.costs import TableCosts, read_cost_table
 from distsim_gpu.workloads.models import get_model

@@ -17,7 +17,7 @@ import pytest
 from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.measured.kineto import parse_trace
 from distsim_gpu.measured.traces import load_traces
-from distsim_gpu.scenarios.cli import main
+from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster

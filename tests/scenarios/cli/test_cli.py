@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from distsim_gpu.scenarios.cli import main
+from distsim_gpu.scenarios.cli.main import main
 
 
 def run_cli(capsys, *argv):

@@ -7,7 +7,7 @@ import importlib
 import sys
 
 import pytest
-from distsim_gpu.scenarios.cli import main
+from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.workloads.costs import read_cost_table
 from distsim_gpu.workloads.profile_layer import LayerTiming
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from distsim_gpu.scenarios.cli import main
+from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.scenario import load_scenario
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "scenarios" / "examples"

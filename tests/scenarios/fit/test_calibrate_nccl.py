@@ -10,7 +10,7 @@ import yaml
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.collectives.nccl_tests import format_table, run_benchmark, size_series
 from distsim_gpu.measured.nccl_log import parse_nccl_log
-from distsim_gpu.scenarios.cli import main
+from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.fit.calibrate_nccl import apply_calibration, calibrate_nccl
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster

@@ -15,7 +15,7 @@ import pytest
 from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.measured.kineto import parse_trace
 from distsim_gpu.measured.traces import load_traces
-from distsim_gpu.scenarios.cli import main
+from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.fit.calibrate_trace import (
     calibrate_trace,
     fit_compute_efficiency,
