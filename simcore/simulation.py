@@ -8,10 +8,11 @@ one process or many.
 from __future__ import annotations
 
 import itertools
+import numbers
 
 import numpy as np
 import simpy
-from distsim_gpu.simcore.errors import DistsimError
+from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.network import FlowNetwork
 from distsim_gpu.simcore.trace import Tracer
 
@@ -34,6 +35,8 @@ class Simulation:
     """Owns ``env`` (simpy), ``network`` (:class:`FlowNetwork`), ``tracer`` and ``rng``."""
 
     def __init__(self, seed: int = 0, *, trace: bool = False) -> None:
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+            raise ConfigError(f"a seed must be a whole number >= 0, got {seed!r}", key="seed")
         self.seed = int(seed)
         self.env = CountingEnvironment()
         self.network = FlowNetwork(self.env)
@@ -57,6 +60,10 @@ class Simulation:
         itself: simpy re-raises a process's exception as a fresh copy built from its
         message alone, which would lose the file, key and hint.
         """
+        if until is not None and not isinstance(until, simpy.Event) and not _after(until,
+                                                                                 self.env.now):
+            raise ConfigError(f"must be an event or a time after now ({self.env.now:g} s), "
+                              f"got {until!r}", key="until")
         try:
             self.env.run(until=until)
         except DistsimError as error:
@@ -65,3 +72,9 @@ class Simulation:
                 raise cause from None
             raise
         return self.env.now
+
+
+def _after(until: object, now: float) -> bool:
+    """Whether ``until`` is a number later than ``now`` (simpy refuses any other)."""
+    return (not isinstance(until, bool) and isinstance(until, numbers.Real)
+            and until > now)

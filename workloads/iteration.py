@@ -253,7 +253,7 @@ class _IterationSimulator:
             Recv: self._receive, Wait: self._run_wait, Barrier: self._barrier}
 
     def _tp_analytic_s(self, kind: str, size: float, stage: int) -> float:
-        key = (kind, stage)
+        key = (kind, size, stage)
         cached = self._tp_time.get(key)
         if cached is None:
             gpus = list(self.groups[stage][0].gpus)

@@ -356,6 +356,9 @@ class Cluster:
         if isinstance(group, (str, Gpu)):
             raise ConfigError(f"a {what} group must be a list of GPUs, got one GPU {group!r}",
                               key="group")
+        if not isinstance(group, Iterable):
+            raise ConfigError(f"a {what} group must be a list of GPUs, got {group!r}",
+                              key="group")
         members = [self._resolve(ref) for ref in group]
         if not members:
             raise ConfigError(f"a {what} needs at least one GPU, got none", key="group")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from distsim_gpu.simcore import FlowNetwork, Simulation, Tracer
+from distsim_gpu.simcore.errors import ConfigError
 
 
 def test_same_seed_same_draws():
@@ -67,3 +68,21 @@ def test_environment_counts_processed_events():
     sim.env.timeout(2.0)
     sim.run()
     assert sim.env.events_processed == 2
+
+
+@pytest.mark.parametrize("seed", ["a", -1, 1.5, True, None])
+def test_a_seed_that_is_not_a_whole_number_is_a_clear_error(seed):
+    with pytest.raises(ConfigError, match="seed must be a whole number >= 0") as error:
+        Simulation(seed)
+    assert error.value.key == "seed"
+
+
+def test_numpy_integer_seeds_are_accepted():
+    assert Simulation(np.int64(7)).seed == 7
+
+
+@pytest.mark.parametrize("until", [0.0, -1.0, float("nan"), "1 s"])
+def test_run_until_must_be_an_event_or_a_later_time(until):
+    with pytest.raises(ConfigError, match="after now") as error:
+        Simulation().run(until)
+    assert error.value.key == "until"

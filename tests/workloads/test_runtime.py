@@ -259,6 +259,9 @@ def test_trace_records_kernels_and_calls_on_stream_tracks():
      "valid:"),
     (lambda c: c.collective("allreduce", c.gpus, 1e6), "op", "did you mean 'all_reduce'"),
     (lambda c: c.send(switch_cluster().gpus[0], "n0.gpu1", 1e6), "gpu", "another"),
+    (lambda c: c.all_reduce(None, 1e6), "group", "list of GPUs"),
+    (lambda c: c.run(until=-1), "until", "after now"),
+    (lambda c: c.run(until=float("nan")), "until", "after now"),
 ])
 def test_bad_input_is_a_clear_distsim_error(call, key, words):
     with pytest.raises(ConfigError) as error:
