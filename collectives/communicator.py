@@ -244,12 +244,8 @@ class Communicator:
         fidelity = check_choice(fidelity or self.params.fidelity, FIDELITIES, key="fidelity")
         network = self.sim.network
         if fidelity == "coflow":
-            if len(plan.steps) == 1:
-                usage = network.solo_usage(self._link_set(plan.steps[0]),
-                                           plan.coflow_bytes(size_bytes), tag)
-            else:
-                usage = network.solo_usage(*plan.coflow(size_bytes), tag)
-            return ((plan.latency_s, usage),)
+            links, wire_bytes = self._coflow(plan, size_bytes)
+            return ((plan.latency_s, network.solo_usage(links, wire_bytes, tag)),)
         flows: list[tuple[float, LinkUsage]] = []
         at = plan.base_latency_s
         wire = size_bytes / plan.protocol_efficiency
@@ -262,18 +258,22 @@ class Communicator:
                 at += usage.duration_s
         return tuple(flows)
 
+    def _coflow(self, plan: CollectivePlan, size_bytes: float
+                ) -> tuple[LinkSet | dict[LinkId, float], float]:
+        """The single flow of a call at coflow fidelity: its weighted links and wire bytes."""
+        if len(plan.steps) == 1:
+            # One step: the coflow crosses exactly that step's links, resolved once.
+            return self._link_set(plan.steps[0]), plan.coflow_bytes(size_bytes)
+        wire_bytes, links = plan.coflow(size_bytes)
+        return links, wire_bytes
+
     def _run(self, plan: CollectivePlan, size_bytes: float, fidelity: str,
              tag: Any) -> Generator[simpy.Event, Any, CollectiveRecord]:
         env = self.sim.env
         network = self.sim.network
         start = env.now
         if fidelity == "coflow":
-            if len(plan.steps) == 1:
-                # One step: the coflow crosses exactly that step's links, resolved once.
-                wire_bytes = plan.coflow_bytes(size_bytes)
-                links: LinkSet | dict[LinkId, float] = self._link_set(plan.steps[0])
-            else:
-                wire_bytes, links = plan.coflow(size_bytes)
+            links, wire_bytes = self._coflow(plan, size_bytes)
             yield network.transfer(links, wire_bytes, plan.latency_s, tag).done
         else:
             pending_latency = plan.base_latency_s
