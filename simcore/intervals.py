@@ -40,7 +40,7 @@ def union_length(intervals: Iterable[tuple[float, float]]) -> float:
     total = 0.0
     end = float("-inf")
     for start, stop in sorted(intervals):
-        if stop <= end:
+        if stop <= end or stop <= start:  # inside what is counted, or empty
             continue
         total += stop - max(start, end)
         end = stop

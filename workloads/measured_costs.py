@@ -37,7 +37,7 @@ import datetime as _dt
 import re
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from distsim_gpu.measured.records import CpuEvent, RankTrace
 from distsim_gpu.measured.traces import load_traces, read_trace_file
 from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.intervals import union
 from distsim_gpu.workloads.costs import CostRow, TableHeader, write_cost_table
 from distsim_gpu.workloads.gpus import canonical_gpu_name
 from distsim_gpu.workloads.models import get_model
@@ -275,18 +276,8 @@ def _index(trace: RankTrace) -> _RankIndex:
         else:
             backward.setdefault(event.sequence, []).append(event)
             spans.setdefault(event.tid, []).append((event.start_s, event.end_s))
-    merged = {tid: _merge(intervals) for tid, intervals in spans.items()}
+    merged = {tid: union(intervals) for tid, intervals in spans.items()}
     return _RankIndex(launches, gpu_time, forward, backward, merged)
-
-
-def _merge(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for start, end in sorted(intervals):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out
 
 
 def _inside(spans: list[tuple[float, float]], start: float, end: float) -> bool:
@@ -387,7 +378,7 @@ def costs_from_kineto(traces: Sequence[RankTrace], *, shape: ShapeKeys,
             claimed = set(own)
             backward_s = 0.0
             for tid, spans in intervals.items():
-                for start, end in _merge(spans):
+                for start, end in union(spans):
                     for corr in _launched(index, tid, start, end):
                         if corr not in claimed:  # a nested recompute's kernels are its own
                             claimed.add(corr)
