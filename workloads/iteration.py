@@ -100,7 +100,7 @@ from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
 from distsim_gpu.workloads.costs import CostModel, stores_attention_scores
 from distsim_gpu.workloads.gpus import GpuSpec
-from distsim_gpu.workloads.memory import MemoryBreakdown, memory_per_gpu
+from distsim_gpu.workloads.memory import MemoryBreakdown, memory_of_strategy
 from distsim_gpu.workloads.models import ModelSpec
 from distsim_gpu.workloads.ops import Barrier, Collective, Fused, Op, Recv, Send, Wait
 from distsim_gpu.workloads.parallel import (
@@ -615,14 +615,9 @@ def _make_group(spec: IterationSpec, placement: Placement, stage: int,
 
 def _stage_memory(spec: IterationSpec, stage: int, seq_len: int,
                   microbatches: int) -> MemoryBreakdown:
-    par, train = spec.parallel, spec.training
-    return memory_per_gpu(
-        spec.model, tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep,
-        sequence_parallel=par.sequence_parallel, zero_stage=par.zero, fsdp=par.fsdp,
-        micro_batch=train.micro_batch, seq_len=seq_len, recompute=train.recompute,
-        schedule=par.schedule, interleave=par.interleave,
-        num_microbatches=microbatches, precision=train.precision, stage=stage,
-        flash_attention=not stores_attention_scores(spec.costs), partition=par.partition)
+    return memory_of_strategy(spec.model, spec.parallel, spec.training, seq_len=seq_len,
+                              microbatches=microbatches, stage=stage,
+                              flash_attention=not stores_attention_scores(spec.costs))
 
 
 def _check_memory(spec: IterationSpec, memory: list[MemoryBreakdown],

@@ -63,6 +63,8 @@ from distsim_gpu.simcore.config import check_bool, check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.models import RECOMPUTE_MODES, ModelSpec
 from distsim_gpu.workloads.parallel import (
+    ParallelConfig,
+    TrainingConfig,
     check_ep_split,
     check_interleave,
     check_tp_split,
@@ -78,6 +80,7 @@ __all__ = [
     "StageParams",
     "activation_bytes_per_layer",
     "layer_params_local",
+    "memory_of_strategy",
     "memory_per_gpu",
     "microbatches_in_flight",
     "params_on_gpu",
@@ -309,6 +312,21 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
         activations += (2 * e * sbh / sp_shard + logits) * in_flight
     return MemoryBreakdown.of(weights, gradients, optimizer, activations)
 
+
+
+def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
+                       *, seq_len: int, microbatches: int, stage: int,
+                       flash_attention: bool) -> MemoryBreakdown:
+    """:func:`memory_per_gpu` of pipeline stage ``stage`` under a strategy, as the simulated
+    iteration and the strategy search both count it."""
+    return memory_per_gpu(
+        model, tp=parallel.tp, pp=parallel.pp, dp=parallel.dp, ep=parallel.ep,
+        sequence_parallel=parallel.sequence_parallel, zero_stage=parallel.zero,
+        fsdp=parallel.fsdp, micro_batch=training.micro_batch, seq_len=seq_len,
+        recompute=training.recompute, schedule=parallel.schedule,
+        interleave=parallel.interleave, num_microbatches=microbatches,
+        precision=training.precision, stage=stage, flash_attention=flash_attention,
+        partition=parallel.partition)
 
 def _activation_element_bytes(precision: str) -> int:
     check_choice(precision, PRECISION_BYTES, key="precision")

@@ -88,7 +88,7 @@ from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.bounds import IterationBound, IterationBounds
 from distsim_gpu.workloads.costs import stores_attention_scores
-from distsim_gpu.workloads.memory import memory_per_gpu
+from distsim_gpu.workloads.memory import memory_of_strategy
 from distsim_gpu.workloads.parallel import (
     ParallelConfig,
     TrainingConfig,
@@ -359,15 +359,11 @@ def with_strategy(scenario: Scenario, strategy: Strategy, *, name: str | None = 
 def _stage_memory(scenario: Scenario, parallel: ParallelConfig, training: TrainingConfig,
                   microbatches: int) -> float:
     """The largest bytes per GPU over the pipeline stages (as the simulator counts it)."""
-    return max(memory_per_gpu(
-        scenario.model, tp=parallel.tp, pp=parallel.pp, dp=parallel.dp, ep=parallel.ep,
-        sequence_parallel=parallel.sequence_parallel, zero_stage=parallel.zero,
-        fsdp=parallel.fsdp, micro_batch=training.micro_batch, seq_len=scenario.seq_len,
-        recompute=training.recompute, schedule=parallel.schedule,
-        interleave=parallel.interleave, num_microbatches=microbatches,
-        precision=training.precision, stage=stage,
-        flash_attention=not stores_attention_scores(scenario.costs),
-        partition=parallel.partition).total_bytes for stage in range(parallel.pp))
+    flash = not stores_attention_scores(scenario.costs)
+    return max(memory_of_strategy(scenario.model, parallel, training, seq_len=scenario.seq_len,
+                                  microbatches=microbatches, stage=stage,
+                                  flash_attention=flash).total_bytes
+               for stage in range(parallel.pp))
 
 
 # --------------------------------------------------------------------------- bounds

@@ -6,12 +6,14 @@ import pytest
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.memory import (
     activation_bytes_per_layer,
+    memory_of_strategy,
     memory_per_gpu,
     microbatches_in_flight,
     params_on_gpu,
     stage_layers,
 )
 from distsim_gpu.workloads.models import ModelSpec, get_model
+from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
 
 GPT3 = get_model("gpt3-175b")
 S, B, H, A, L, V = 2048, 1, 12288, 96, 96, 50257
@@ -246,3 +248,17 @@ def test_bad_inputs(kwargs, needle):
 def test_ep_must_divide_dp():
     with pytest.raises(ConfigError, match="ep 8 does not divide dp 4"):
         memory_per_gpu(get_model("mixtral-8x7b"), ep=8, dp=4)
+
+
+def test_memory_of_a_strategy_passes_every_field_through():
+    model = get_model("gpt3-175b")
+    parallel = ParallelConfig(tp=4, pp=8, dp=2, sequence_parallel=True, zero=1,
+                              schedule="interleaved", interleave=2)
+    training = TrainingConfig(micro_batch=2, global_batch=64, recompute="selective",
+                              precision="fp16")
+    for stage in (0, 7):
+        assert memory_of_strategy(model, parallel, training, seq_len=1024, microbatches=16,
+                                  stage=stage, flash_attention=False) == memory_per_gpu(
+            model, tp=4, pp=8, dp=2, sequence_parallel=True, zero_stage=1, micro_batch=2,
+            seq_len=1024, recompute="selective", schedule="interleaved", interleave=2,
+            num_microbatches=16, precision="fp16", stage=stage, flash_attention=False)
