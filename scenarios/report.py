@@ -42,6 +42,7 @@ __all__ = [
     "Report",
     "build_report",
     "format_summary",
+    "format_table",
     "group_gpus",
     "write_output_dir",
 ]
@@ -210,7 +211,12 @@ def build_report(*, name: str, source: str | None, result: IterationResult,
 
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]],
+                 right: set[int] | None = None) -> list[str]:
+    """Aligned text columns, two spaces indented; the columns in ``right`` (default: all
+    but the first) right-aligned."""
+    if right is None:
+        right = set(range(1, len(header)))
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
@@ -294,9 +300,9 @@ def format_summary(report: Report) -> str:
          cell(grp.communication_s), cell(grp.exposed_communication_s), cell(grp.bubble_s),
          cell(grp.idle_s)]
         for i, grp in enumerate(groups)]
-    lines += _table(["group", "stage", "GPUs", "first GPU", "compute", "communication",
-                     "exposed comm", "bubble", "idle"], time_rows,
-                    right={0, 1, 2, 4, 5, 6, 7, 8})
+    lines += format_table(["group", "stage", "GPUs", "first GPU", "compute", "communication",
+                           "exposed comm", "bubble", "idle"], time_rows,
+                          right={0, 1, 2, 4, 5, 6, 7, 8})
     spread = max((grp.spread_s for grp in groups), default=0.0)
     if t > 0 and spread > 1e-6 * t:
         lines.append(f"  (times are group means; members differ by at most "
@@ -310,8 +316,8 @@ def format_summary(report: Report) -> str:
                          f"{m.weights_bytes / _GiB:.2f}", f"{m.gradients_bytes / _GiB:.2f}",
                          f"{m.optimizer_bytes / _GiB:.2f}",
                          f"{m.activations_bytes / _GiB:.2f}"])
-    lines += _table(["group", "peak", "of capacity", "weights", "gradients", "optimizer",
-                     "activations"], mem_rows, right=set(range(7)))
+    lines += format_table(["group", "peak", "of capacity", "weights", "gradients", "optimizer",
+                           "activations"], mem_rows, right=set(range(7)))
     extra = format_bottlenecks(report.bottlenecks, t)
     if extra:
         lines += ["", *extra]

@@ -32,6 +32,7 @@ from typing import Any
 
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.measured.records import RankTrace
+from distsim_gpu.scenarios.report import format_table
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.trace import Tracer
@@ -160,16 +161,6 @@ def _err(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f} %"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
-    lines = []
-    for cells in (header, *rows):
-        lines.append("  " + "  ".join(
-            str(c).ljust(w) if i == 0 else str(c).rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))))
-    return lines
-
-
 def format_report(data: dict[str, Any]) -> str:
     """The report as text (from :func:`report_json`'s object)."""
     it = data["iteration"]
@@ -184,7 +175,7 @@ def format_report(data: dict[str, Any]) -> str:
     rows = [[f"step {s['step']}", _ms(s["measured_s"]), _ms(s["predicted_s"]),
              _err(s["error_pct"])] for s in data["steps"]]
     rows.append(["mean", _ms(it["measured_s"]), _ms(it["predicted_s"]), _err(it["error_pct"])])
-    lines += _table(["", "measured", "predicted", "error"], rows)
+    lines += format_table(["", "measured", "predicted", "error"], rows)
     lines += ["", "Per rank (mean over steps; ms, measured / predicted)"]
     rows = []
     for r in data["ranks"]:
@@ -193,8 +184,8 @@ def format_report(data: dict[str, Any]) -> str:
         rows.append([str(r["rank"]), _ms(r["measured_s"]), _ms(r["predicted_s"]),
                      _err(r["error_pct"]), mp("compute"), mp("communication"),
                      mp("comm_wait"), mp("idle")])
-    lines += _table(["rank", "measured", "predicted", "error", "compute", "communication",
-                     "of which waiting", "idle"], rows)
+    lines += format_table(["rank", "measured", "predicted", "error", "compute",
+                           "communication", "of which waiting", "idle"], rows)
     lines += ["", "Collectives (median per call; transfer and mean waiting in µs)"]
     rows = []
     for c in data["collectives"]:
@@ -204,8 +195,8 @@ def format_report(data: dict[str, Any]) -> str:
                      f"{c['predicted_transfer_s'] * 1e6:.1f}" + ("" if c["simulated"] else "*"),
                      _err(c["error_pct"]) if c["simulated"] else "-",
                      f"{c['measured_wait_s'] * 1e6:.1f}", f"{c['predicted_wait_s'] * 1e6:.1f}"])
-    lines += _table(["op", "size", "ranks", "calls", "transfer meas", "transfer pred", "error",
-                     "wait meas", "wait pred"], rows)
+    lines += format_table(["op", "size", "ranks", "calls", "transfer meas", "transfer pred",
+                           "error", "wait meas", "wait pred"], rows)
     summary = data["collective_transfer_error_pct"]
     if summary["median_abs"] is not None:
         lines.append(f"  median |error| of simulated transfers: {summary['median_abs']:.1f} % "

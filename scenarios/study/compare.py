@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from distsim_gpu.scenarios.bottlenecks import format_link
-from distsim_gpu.scenarios.report import Report
+from distsim_gpu.scenarios.report import Report, format_table
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.config import parse_assignment
 from distsim_gpu.simcore.errors import ConfigError
@@ -192,13 +192,6 @@ def _delta(delta: float | None, percent: float | None, unit: str) -> str:
     return f"{text} ({percent:+.1f}%)" if percent is not None else text
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    return ["  " + "  ".join(str(c).rjust(w) if i else str(c).ljust(w)
-                             for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-            for cells in [header, *rows]]
-
-
 def _cells(entry: dict[str, Any], unit: str) -> list[str]:
     cells = []
     for i, value in enumerate(entry["values"]):
@@ -218,19 +211,19 @@ def format_comparison(comparison: Comparison) -> str:
     for path, r in zip(comparison.paths, comparison.reports):
         lines.append(f"  {r.name}: {path}, {r.num_gpus} GPUs")
     lines += ["", "Metrics:"]
-    lines += _table(["metric", *names],
-                    [[row["label"], *_cells(row, row["unit"])] for row in comparison.metrics()])
+    metric_rows = [[row["label"], *_cells(row, row["unit"])] for row in comparison.metrics()]
+    lines += format_table(["metric", *names], metric_rows)
     lines += ["", "Mean time per GPU, by pipeline stage:"]
     rows = []
     for row in comparison.breakdown():
         for f, label in zip(TIME_FIELDS, _TIME_LABELS):
             stage = "all GPUs" if row["stage"] == "all" else f"stage {row['stage']}"
             rows.append([f"{stage} {label}", *_cells(row["times"][f], "s")])
-    lines += _table(["stage / time", *names], rows)
+    lines += format_table(["stage / time", *names], rows)
     lines += ["", "Critical path by kind:"]
     rows = [[kind, *_cells(entry, "s")] for kind, entry in comparison.critical_path().items()
             if any(v for v in entry["values"] if v)]
-    lines += _table(["kind", *names], rows)
+    lines += format_table(["kind", *names], rows)
     lines += ["", "Busiest links (what loads them):"]
     for r, links in zip(comparison.reports, comparison.links()):
         lines.append(f"  {r.name}:")
