@@ -217,13 +217,11 @@ class IncrementalMaxMin:
             np.minimum.at(floor, self._e_link[entries], self._violator_rates(entries,
                                                                               violators))
             floor[load < self._capacity * (1.0 - _CHECK_RTOL)] = np.inf
-            before = in_s.copy()
+            was_in = in_s.copy()
             in_s[violators] = True
             self._pull_in(in_s, floor)
-            if _LOOKAHEAD:
-                self._look_ahead(in_s, in_s & ~before)
-            before = int(before.sum())
-            if int(in_s.sum()) == before or in_s.sum() >= self._live.sum():
+            self._look_ahead(in_s, in_s & ~was_in)
+            if int(in_s.sum()) == int(was_in.sum()) or in_s.sum() >= self._live.sum():
                 self._solve_all()  # the subset would not grow: solve everything
                 in_s = self._live.copy()
                 changed = self._changed_links(in_s, ended_links)
