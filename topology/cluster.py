@@ -144,6 +144,9 @@ def _int(value: object, key: str, source: str | None, *, minimum: int) -> int:
     return check_whole(value, key=key, minimum=minimum, source=source)
 
 
+#: Planes a multi-plane fabric may have: NICs split into at most this many ports.
+MAX_PLANES = 16
+
 _RATIO = re.compile(r"^\s*([0-9.eE+-]+)\s*:\s*([0-9.eE+-]+)\s*$")
 
 
@@ -306,8 +309,12 @@ def _fabric_shape(kind: str, mapping: Mapping[Any, Any], preset: NodePreset,
             spines_per_pod=_optional_int(mapping, "spines_per_pod", source, minimum=0),
             cores_per_plane=_optional_int(mapping, "cores_per_plane", source, minimum=0))
     if kind == "multi-plane":
-        return MultiPlaneShape(_int(mapping.get("planes", 2), "fabric.planes", source,
-                                    minimum=1))
+        planes = _int(mapping.get("planes", 2), "fabric.planes", source, minimum=1)
+        if planes > MAX_PLANES:  # each plane is a whole fabric: bound what a file can ask
+            raise ConfigError(f"{planes} planes is more than a NIC has ports for "
+                              f"(at most {MAX_PLANES})", key="fabric.planes", source=source,
+                              hint="multi-plane designs use 2 to 8 planes")
+        return MultiPlaneShape(planes)
     if kind == "superpod":
         generation = mapping.get("generation", PRESET_GENERATION.get(preset.name))
         if generation is None:

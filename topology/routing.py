@@ -144,8 +144,8 @@ def _hash_key(spec: RoutingSpec, conn: Connection, qp: int) -> bytes:
 
 def _walk(next_hops: NextHops, start: str, target: str,
           choose: Callable[[int, int], int]) -> list[str] | None:
-    """One path ``start -> target``; ``choose(branching, k)`` picks among ``k`` next hops
-    at the ``branching``-th hop that offers a choice (counted from 0)."""
+    """One path ``start -> target``; ``choose(hop, k)`` picks among ``k`` next hops at a
+    hop that offers a choice, ``hop`` counting every hop from ``start`` (from 0)."""
     path = [start]
     x = start
     hop = 0
@@ -177,28 +177,13 @@ def _ecmp(next_hops: NextHops, start: str, target: str, conn: Connection,
     q = spec.qps_per_connection
     weighted: Weighted = {}
     for qp in range(q):
-        path = _walk_hashed(next_hops, start, target, _hash_key(spec, conn, qp))
+        key = _hash_key(spec, conn, qp)
+        path = _walk(next_hops, start, target, lambda hop, k, key=key: stable_hash(key, hop) % k)
         if path is None:
             return None
         for link in pairwise(path):
             weighted[link] = weighted.get(link, 0.0) + 1.0 / q
     return weighted if q == 1 else _in_hop_order(weighted, start)
-
-
-def _walk_hashed(next_hops: NextHops, start: str, target: str, key: bytes) -> list[str] | None:
-    """One path; at hop ``h`` with several next hops the switch hashes ``(key, h)``."""
-    path = [start]
-    x = start
-    while x != target:
-        candidates = next_hops(x)
-        if not candidates:
-            return None
-        if len(candidates) > 1:
-            x = candidates[stable_hash(key, len(path) - 1) % len(candidates)]
-        else:
-            x = candidates[0]
-        path.append(x)
-    return path
 
 
 def _spray(next_hops: NextHops, start: str, target: str) -> Weighted | None:

@@ -379,3 +379,11 @@ def test_topology_config_is_json_serialisable() -> None:
     assert json.loads(json.dumps(topo.config)) == topo.config
     assert set(topo.config) == {"name", "preset", "nodes", "gpu", "nvlink", "pcie", "cpu",
                                 "nic", "fabric"}
+
+
+def test_a_multi_plane_fabric_has_a_bounded_number_of_planes():
+    # Each plane is a whole fabric: a file must not be able to ask for 100,000 of them.
+    with pytest.raises(ConfigError, match="100000 planes") as error:
+        build_cluster({"preset": "dgx-h100", "nodes": 2,
+                       "fabric": {"kind": "multi-plane", "planes": 100000}})
+    assert error.value.key == "fabric.planes"
