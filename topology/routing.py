@@ -255,10 +255,12 @@ class SwitchGroups:
         switch_set = set(switches)
         self._switches = switch_set
         self._of: dict[str, int] = {}
+        groups = 0
         for first in switches:
             if first not in self._of:
-                self._fill(first, len(set(self._of.values())), switch_set)
-        self.count = len(set(self._of.values()))
+                self._fill(first, groups, switch_set)
+                groups += 1
+        self.count = groups
         self._capacity: dict[tuple[int, int], float] = {}
         for src, dst, bandwidth, _ in links:
             a, b = self._of.get(src), self._of.get(dst)
