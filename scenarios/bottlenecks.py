@@ -57,17 +57,32 @@ def critical_path_summary(entries: Sequence[PathEntry], iteration_time_s: float,
         seconds[entry.kind] = (seconds.get(entry.kind, 0.0) + entry.duration_s
                                - entry.tp_comm_s)
         seconds["tp comm"] += entry.tp_comm_s
-    longest = sorted(entries, key=lambda e: e.duration_s, reverse=True)[:top]
     return {
         "total_s": sum(e.duration_s for e in entries),
         "entries": len(entries),
         "by_kind": {kind: {"seconds": s, "percent": _percent(s, iteration_time_s)}
                     for kind, s in seconds.items()},
-        "top_entries": [{
-            "start_s": e.start_s, "end_s": e.end_s, "duration_s": e.duration_s,
-            "kind": e.kind, "label": e.label, "group": e.group, "gpu": e.gpu,
-            "tp_comm_s": e.tp_comm_s} for e in longest],
+        "top_entries": _longest(entries, iteration_time_s, top),
     }
+
+
+def _longest(entries: Sequence[PathEntry], iteration_time_s: float,
+             top: int) -> list[dict[str, Any]]:
+    """The ``top`` longest entries, each *repeat* once: the same op chain of the same group
+    taking the same time (one per micro-batch, say) is one entry with ``count`` and every
+    start in ``starts_s`` (``start_s``/``end_s``: the first).  Listing each repeat would
+    fill the list with one line many times."""
+    tolerance_s = 1e-9 * max(iteration_time_s, 1e-300)
+    repeats: dict[tuple[str, str, str, int], list[PathEntry]] = {}
+    for e in entries:
+        key = (e.kind, e.label, e.group, round(e.duration_s / tolerance_s))
+        repeats.setdefault(key, []).append(e)
+    longest = sorted(repeats.values(), key=lambda same: same[0].duration_s, reverse=True)
+    return [{
+        "start_s": e.start_s, "end_s": e.end_s, "duration_s": e.duration_s,
+        "kind": e.kind, "label": e.label, "group": e.group, "gpu": e.gpu,
+        "tp_comm_s": e.tp_comm_s, "count": len(same),
+        "starts_s": [x.start_s for x in same]} for same in longest[:top] for e in same[:1]]
 
 
 def _link_name(link_id: Any) -> str:
@@ -144,6 +159,15 @@ def _traffic(link: dict[str, Any]) -> str:
     return ", ".join(f"{tag} {b / total * 100:.0f}%" for tag, b in parts)
 
 
+def _starts(entry: dict[str, Any], shown: int = 2) -> str:
+    """When an entry ran: "from 24.1 ms", or for a repeat "×8 from 24.1 ms, 59.2 ms, …"."""
+    starts = entry.get("starts_s") or [entry["start_s"]]
+    text = ", ".join(format_duration(s) for s in starts[:shown])
+    if len(starts) > shown:
+        text += ", …"
+    return f"×{len(starts)} from {text}" if len(starts) > 1 else f"from {text}"
+
+
 def format_link(link: dict[str, Any]) -> str:
     """One link in words: name, kind, traffic mix, utilisation, saturated time."""
     what = ", ".join(x for x in (link.get("kind") or "", _traffic(link)) if x)
@@ -165,9 +189,8 @@ def format_bottlenecks(summary: dict[str, Any], iteration_time_s: float,
              "  critical path  " + (" · ".join(kinds) or "empty")]
     for i, e in enumerate(path["top_entries"][:entries]):
         head = "  longest        " if i == 0 else "                 "
-        # The start time tells apart entries of equal length and label (micro-batches).
-        lines.append(f"{head}- {format_duration(e['duration_s'])} {e['kind']} from "
-                     f"{format_duration(e['start_s'])}: {e['label']} ({e['group']})")
+        lines.append(f"{head}- {format_duration(e['duration_s'])} {e['kind']} "
+                     f"{_starts(e)}: {e['label']} ({e['group']})")
     for i, link in enumerate(summary.get("top_links_by_utilisation", [])[:links]):
         head = "  busiest links  " if i == 0 else "                 "
         lines.append(head + "- " + format_link(link))

@@ -16,6 +16,7 @@ from distsim_gpu.scenarios.bottlenecks import (
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.network import FlowNetwork
 from distsim_gpu.topology import build_cluster
+from distsim_gpu.workloads.iteration import PathEntry
 from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
 
 
@@ -214,3 +215,21 @@ def test_entries_of_equal_length_and_label_are_told_apart_by_their_start():
     lines = format_bottlenecks(summary, 0.05)
     assert "20 ms compute from 0 s: L3 bwd (stage 1)" in lines[2]
     assert "20 ms compute from 30 ms: L3 bwd (stage 1)" in lines[3]
+
+
+def test_a_repeated_entry_is_listed_once_with_its_count_and_starts():
+    # Four micro-batches run the same 20 ms chain; a 30 ms one runs once; a 20 ms chain of
+    # another group is a different entry.  The repeat is one entry (count 4), not four.
+    same = [PathEntry(0.05 * i, 0.05 * i + 0.02, "compute", "L3 bwd", "stage 1", "g0")
+            for i in range(4)]
+    other = [PathEntry(0.2, 0.23, "compute", "L0 fwd", "stage 0", "g1"),
+             PathEntry(0.23, 0.25, "compute", "L3 bwd", "stage 0", "g1")]
+    summary = critical_path_summary([*same, *other], 0.25, top=10)
+    top = summary["top_entries"]
+    assert [(e["label"], e["group"], e["count"]) for e in top] == [
+        ("L0 fwd", "stage 0", 1), ("L3 bwd", "stage 1", 4), ("L3 bwd", "stage 0", 1)]
+    assert top[1]["starts_s"] == pytest.approx([0.0, 0.05, 0.1, 0.15])
+    assert summary["entries"] == 6  # the path itself keeps every entry
+    lines = format_bottlenecks({"critical_path": summary}, 0.25)
+    assert "20 ms compute ×4 from 0 s, 50 ms, …: L3 bwd (stage 1)" in lines[3]
+    assert sum("L3 bwd (stage 1)" in line for line in lines) == 1
