@@ -300,6 +300,33 @@ class FlowNetwork:
         """Capacity of a link in bytes/s."""
         return self._capacity[self._index[link_id]]
 
+    def set_capacity(self, link_id: LinkId, capacity_bytes_per_s: float) -> None:
+        """Change a link's capacity now (a fault or a repair, :mod:`topology.faults`): the
+        flows crossing it settle their bytes at the old rates and are re-solved at this
+        instant with everything that shares links with them."""
+        idx = self._index.get(link_id)
+        if idx is None:
+            raise SimulationError(f"no link {link_id!r} in the network")
+        if not capacity_bytes_per_s > 0:
+            raise SimulationError(
+                f"link {link_id!r}: capacity must be positive, got {capacity_bytes_per_s!r}")
+        self._ensure_arrays()
+        self._capacity[idx] = float(capacity_bytes_per_s)
+        cap = self._capacity_array = np.asarray(self._capacity, dtype=float)
+        self._saturation_at = np.where(np.isfinite(cap), cap * _SATURATED, np.nan)
+        if self._incremental is not None:
+            self._incremental.set_capacity(cap)
+            for flow in self._flows_on(idx):
+                # Re-entered flows are solved afresh; an infinite finish makes the new
+                # rate stick even where it equals the old one.
+                self._incremental.remove(flow._handle)
+                del self._by_handle[flow._handle]
+                self._track(flow)
+                flow._finish_s = float("inf")
+        self._seed_links.append(np.array([idx], np.int64))
+        self._freed_mask |= 1 << idx
+        self._request_resolve()
+
     @property
     def link_ids(self) -> tuple[LinkId, ...]:
         return tuple(self._link_ids)

@@ -69,6 +69,9 @@ TRANSPORTS = ("local", "nvlink", "pcie", "net")
 
 # Devices that terminate traffic; a route never passes *through* one of them.
 _ENDPOINT_KINDS = frozenset({"gpu", "nic"})
+# Routing cost of one hop where degraded links are avoided: above any path's count of
+# degraded links, so fewer hops always wins and degraded links only break ties.
+_AVOID_SCALE = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +216,11 @@ class Topology:
 
     def __init__(self, name: str, devices: Iterable[Device], links: Iterable[Link], *,
                  config: Mapping[str, Any] | None = None,
-                 routing: RoutingSpec | None = None) -> None:
+                 routing: RoutingSpec | None = None,
+                 avoid: Iterable[tuple[str, str]] = (),
+                 lost_nics: Mapping[int, int] | None = None,
+                 fault_note: str = "",
+                 destination_indices: Mapping[str, int] | None = None) -> None:
         self.name = name
         self.config: dict[str, Any] = dict(config) if config is not None else {}
         self.routing: RoutingSpec = routing if routing is not None else RoutingSpec()
@@ -243,6 +250,8 @@ class Topology:
         self._links = by_id
         # Some link counts more than one hop (a dragonfly's global cables): weighted search.
         self._costed = any(link.cost != 1 for link in by_id.values())
+        self._grouped = self._costed  # costlier links join groups (a dragonfly)
+        self._fault_state(avoid, lost_nics, fault_note)
         # Sorted adjacency: the search order, hence every tie-break, is independent of the
         # order the builder happened to add links in.
         self._succ = {k: tuple(sorted(v, key=lambda e: e[0])) for k, v in succ.items()}
@@ -283,6 +292,9 @@ class Topology:
                               key=lambda n: (edge_switch(n), order(n)))
         self._dest_index = {n: i for i, n in enumerate(fabric_order)}
         self._dest_index.update(self._rank)
+        if destination_indices is not None:
+            # A fabric that lost devices keeps its numbering (addresses do not move).
+            self._dest_index = {n: i for n, i in destination_indices.items() if n in devs}
         self.num_nodes: int = len({d.node for d in devs.values() if d.node is not None})
 
         # Caches (per instance: a Topology owns its routes, nothing is module-global).
@@ -295,6 +307,27 @@ class Topology:
         self._transit_pred_maps: dict[bool, dict[str, tuple[str, ...]]] = {}
         self._sprays: dict[tuple[str, str, bool], Weighted | None] = {}
         self._groups: tuple[SwitchGroups | None] | None = None  # built at first use
+
+    def _fault_state(self, avoid: Iterable[tuple[str, str]], lost_nics: Mapping[int, int] | None,
+                     fault_note: str) -> None:
+        """What faults left (:mod:`topology.faults`): links an adaptive policy steers around
+        where an equal-cost path without them exists (degraded links), NICs lost per node
+        (their rails re-map), and a line naming the faults for route errors."""
+        self.avoided: frozenset[tuple[str, str]] = frozenset(avoid)
+        self._lost_nics: dict[int, int] = dict(lost_nics or {})
+        self.fault_note = fault_note
+        # Converged adaptive routing avoids a degraded port when it has an equal choice:
+        # routing costs become (hops, degraded links crossed) compared in that order.
+        self._route_costs: dict[tuple[str, str], int] | None = None
+        if self.avoided and self.routing.policy in END_TO_END_POLICIES:
+            self._route_costs = {i: link.cost * _AVOID_SCALE + (i in self.avoided)
+                                 for i, link in self._links.items()}
+            self._costed = True
+
+    @property
+    def destination_indices(self) -> Mapping[str, int]:
+        """Each NIC's (and GPU's) index in fabric order, what D-mod-K divides."""
+        return self._dest_index
 
     # ------------------------------------------------------------------ look-ups
 
@@ -420,7 +453,8 @@ class Topology:
             hops = self._across(src, dst, self._connection(src, dst, rail, dst),
                                 fabric_only=False)
         if hops is None:
-            raise TopologyError(f"GPU {src!r} cannot reach GPU {dst!r} in {self.name!r}",
+            raise TopologyError(f"GPU {src!r} cannot reach GPU {dst!r} in {self.name!r}"
+                                + (f": {self.fault_note}" if self.fault_note else ""),
                                 hint="check that every GPU is linked to the rest of the cluster")
         return self._make_route(src, dst, hops)
 
@@ -455,11 +489,9 @@ class Topology:
 
     def _inter_node_hops(self, src: str, dst: str, src_node: int, dst_node: int,
                          rail: int | None) -> Weighted | None:
-        src_nics = self.nics_on_node(src_node)
-        dst_nics = self.nics_on_node(dst_node)
         if rail is not None:
-            src_nic = src_nics[rail % len(src_nics)]
-            dst_nic = dst_nics[rail % len(dst_nics)]
+            src_nic = self._rail_nic(src, src_node, rail)
+            dst_nic = self._rail_nic(dst, dst_node, rail)
         else:
             local = self.local_nics(src)
             if not local:
@@ -481,6 +513,20 @@ class Topology:
             return None
         return {**dict.fromkeys(pairwise(up), 1.0), **across,
                 **dict.fromkeys(pairwise(down), 1.0)}
+
+    def _rail_nic(self, gpu: str, node: int, rail: int) -> str:
+        """The NIC of ``node`` that carries ``rail``: NIC ``rail % count``; where that NIC
+        was lost (a fault), the GPU's nearest surviving NIC, as NCCL re-maps a channel
+        whose NIC is gone to the next NIC by PCI distance."""
+        nics = self.nics_on_node(node)
+        lost = self._lost_nics.get(node, 0)
+        if not lost:
+            return nics[rail % len(nics)]
+        nic = self._nic_by_index.get((node, rail % (len(nics) + lost)))
+        if nic is None:
+            local = self.local_nics(gpu)
+            nic = local[0] if local else nics[rail % len(nics)]
+        return nic
 
     def _across(self, start: str, target: str, conn: Connection, *,
                 fabric_only: bool) -> Weighted | None:
@@ -540,7 +586,7 @@ class Topology:
                      for link in self._links.values()
                      if self._devices[link.src].kind in ("switch", "nic")
                      and self._devices[link.dst].kind == "switch"]
-            self._groups = (SwitchGroups(switches, links) if self._costed else None,)
+            self._groups = (SwitchGroups(switches, links) if self._grouped else None,)
         return self._groups[0]
 
     def _hop_function(self, target: str, fabric_only: bool) -> Callable[[str], tuple[str, ...]]:
@@ -668,6 +714,7 @@ class Topology:
         """:meth:`_dist_map` by Dijkstra: the least summed link cost to ``target``."""
         dist = {target: 0}
         heap = [(0, target)]
+        costs = self._route_costs
         while heap:
             d, v = heapq.heappop(heap)
             if d > dist[v]:
@@ -676,9 +723,10 @@ class Topology:
                 du = self._devices[u]
                 if du.kind in _ENDPOINT_KINDS or (fabric_only and du.node is not None):
                     continue
-                if d + link.cost < dist.get(u, math.inf):
-                    dist[u] = d + link.cost
-                    heapq.heappush(heap, (d + link.cost, u))
+                cost = link.cost if costs is None else costs[link.id]
+                if d + cost < dist.get(u, math.inf):
+                    dist[u] = d + cost
+                    heapq.heappush(heap, (d + cost, u))
         return dist
 
     def _distance(self, y: str, dst: str, *, fabric_only: bool) -> float:
@@ -695,8 +743,9 @@ class Topology:
             best = math.inf
             for w in self._fabric_preds(dst):
                 d = self._dist_map(w, fabric_only=True).get(y)
-                if d is not None and d + self._links[(w, dst)].cost < best:
-                    best = d + self._links[(w, dst)].cost
+                cost = self._link_cost(self._links[(w, dst)])
+                if d is not None and d + cost < best:
+                    best = d + cost
             return best
         d = self._dist_map(dst, fabric_only=False).get(y)
         return math.inf if d is None else d
@@ -713,6 +762,10 @@ class Topology:
         if fabric_only:
             return lambda y: inf if devs[y].node is not None else dist.get(y, inf)
         return lambda y: dist.get(y, inf)
+
+    def _link_cost(self, link: Link) -> int:
+        """What a shortest-path search counts for ``link`` (see ``_route_costs``)."""
+        return link.cost if self._route_costs is None else self._route_costs[link.id]
 
     def _fabric_preds(self, target: str) -> tuple[str, ...]:
         """The fabric devices with a link into ``target`` (cached)."""
@@ -731,8 +784,9 @@ class Topology:
         best = math.inf
         candidates: list[str] = []
         distance = self._distance_to(dst, fabric_only)
+        costs = self._route_costs
         for y, link in self._succ[x]:
-            d = distance(y) + link.cost
+            d = distance(y) + (link.cost if costs is None else costs[link.id])
             if d < best:
                 best, candidates = d, [y]
             elif d == best and d < math.inf:
