@@ -26,6 +26,9 @@ A scenario file (read with ``yaml.safe_load`` only)::
                                                 #   gemm_tiles, gemm_k_half, causal,
                                                 #   optimizer_bytes_per_param, attention
                                                 #   (flash | unfused: pre-FlashAttention)
+      stack: megatron-core                      # software stack: megatron-core,
+                                                #   megatron-lm-2021, megatron-deepspeed,
+                                                #   transformer-engine, torch-compile
     communication: {algorithm: auto, protocol: auto}   # collectives.comm_params_from_mapping
     simulation: {fidelity: coflow, seed: 0}     # fidelity: coflow | step
     stragglers: {n0.gpu3: 1.2}                  # compute slowdown factor per GPU
@@ -71,6 +74,7 @@ from distsim_gpu.workloads.costs import (
     CostModel,
     RooflineCosts,
     TableCosts,
+    get_stack,
 )
 from distsim_gpu.workloads.gpus import GpuSpec, get_gpu, gpu_from_mapping
 from distsim_gpu.workloads.iteration import IterationSpec, simulate_iteration
@@ -108,7 +112,7 @@ _ROOFLINE_KNOBS = {
     "optimizer_bytes_per_param": "optimizer_bytes_per_param",
     "attention": "attention",
 }
-COMPUTE_KEYS = ("gpu", "costs", *_ROOFLINE_KNOBS)
+COMPUTE_KEYS = ("gpu", "costs", "stack", *_ROOFLINE_KNOBS)
 SIMULATION_KEYS = ("fidelity", "seed")
 _REQUIRED = ("cluster", "model")
 
@@ -179,6 +183,8 @@ class Scenario:
         for knob, attr in _ROOFLINE_KNOBS.items():
             value = getattr(self.roofline, attr)
             compute[knob] = [list(t) for t in value] if knob == "gemm_tiles" else value
+        compute["attention"] = self.roofline.resolved_stack.attention
+        compute["stack"] = self.roofline.stack.name
         comm = self.comm.to_dict()
         fidelity = comm.pop("fidelity")
         comm["base_latency"] = comm.pop("base_latency_s")
@@ -416,7 +422,7 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
     microbatches = check_strategy(parallel, training, num_gpus=len(topology.gpus),
                                   layers=model.layers, heads=model.heads,
                                   kv_heads=model.kv_heads, experts=model.experts,
-                                  source=source)
+                                  source=source, seq_len=training.seq_len or model.seq_len)
     return Scenario(name=name.strip(), topology=topology, model=model, parallel=parallel,
                     training=training, gpu=gpu, roofline=roofline, costs=costs, comm=comm,
                     seed=seed, microbatches=microbatches, stragglers=stragglers,
@@ -460,6 +466,8 @@ def _roofline(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"must be a number, got {value!r}", key=key, source=source)
         knobs[attr] = value
+    if "stack" in compute:
+        knobs["stack"] = get_stack(compute["stack"], key="compute.stack", source=source)
     try:
         return RooflineCosts(gpu, precision=precision, **knobs)
     except ConfigError as error:

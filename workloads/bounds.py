@@ -157,14 +157,17 @@ class _Shape:
            microbatches: int) -> _Shape:
         pp, tp = parallel.pp, parallel.tp
         placement = Placement(parallel)
+        # A context-parallel rank's s/cp tokens: its layers and messages.  Its ring and
+        # the cp - 1 further attention blocks are left out, which keeps a lower bound.
+        local = traffic.rank_training(model, parallel, training)
         return cls(
             parallel=parallel, training=training, microbatches=microbatches,
-            seq_len=traffic.seq_len_of(model, training), placement=placement,
+            seq_len=traffic.seq_len_of(model, local), placement=placement,
             chunks=layer_partition(model.layers, pp * parallel.interleave,
                                    parallel.partition),
-            tp_bytes=traffic.tp_message_bytes(model, training),
-            p2p_bytes=traffic.pipeline_message_bytes(model, parallel, training),
-            a2a_bytes=traffic.alltoall_bytes(model, parallel, training),
+            tp_bytes=traffic.tp_message_bytes(model, local),
+            p2p_bytes=traffic.pipeline_message_bytes(model, parallel, local),
+            a2a_bytes=traffic.alltoall_bytes(model, parallel, local),
             grad_op=traffic.gradient_reduce_op(parallel),
             tp_kinds=traffic.tp_collective_kinds(parallel),
             tp_ranks=[placement.tp_group(0, s) for s in range(pp)],
@@ -402,7 +405,7 @@ class IterationBounds:
             chunk.bwd_s += layer.bwd_s
             chunk.fwd_comm_s += layer.calls_s
             chunk.bwd_comm_s += layer.calls_s * shape.backward_passes
-            if shape.sharded and shape.parallel.dp > 1:
+            if shape.sharded and shape.parallel.dp_cp > 1:
                 chunk.fwd_comm_s += layer.gather_s
                 chunk.bwd_comm_s += layer.gather_s + layer.reduce_s
         passes_b = shape.backward_passes
@@ -411,7 +414,7 @@ class IterationBounds:
         chunk.fwd_lower_s = (head_f + tail_f) * f + gathered_pass_s(
             [(layer.fwd_s * f + layer.calls_low_s, layer.gather_low_s) for layer in layers])
         chunk.bwd_lower_s = (head_b + tail_b) * f + gathered_pass_s(backward)
-        if shape.parallel.dp > 1:
+        if shape.parallel.dp_cp > 1:
             chunk.buckets = self._last_reductions(shape, vs, backward, head_b * f,
                                                   chunk.bwd_lower_s, tally)
         return chunk
@@ -425,14 +428,14 @@ class IterationBounds:
         ep_lanes = tuple(placement.ep_groups(t, stage)[0] for t in range(tp))
         if everyone:
             ep_all = tuple(g for t in range(tp) for g in placement.ep_groups(t, stage))
-            tp_all = tuple(placement.tp_group(d, stage) for d in range(parallel.dp))
+            tp_all = tuple(placement.tp_group(d, stage) for d in range(parallel.dp_cp))
         else:
             ep_all, tp_all = ep_lanes, (tp_ranks,)
         tp_call = sum(self._estimate(kind, tp_ranks, shape.tp_bytes) for kind in shape.tp_kinds)
         tp_low = sum(self._call(kind, tp_lane, shape.tp_bytes)[0] for kind in shape.tp_kinds)
         # Each kind runs after every block, in each pass of every micro-batch.
         calls_per_layer = 2 * m * (1 + shape.backward_passes)
-        gathered = shape.sharded and parallel.dp > 1
+        gathered = shape.sharded and parallel.dp_cp > 1
         layers = []
         for layer in range(*shape.chunks[vs]):
             calls, calls_low = 2 * tp_call, 2 * tp_low
@@ -552,7 +555,7 @@ class IterationBounds:
         of the longest step and ZeRO-1/2 gather after the meeting, and the uncontended
         data-parallel reduction of a whole stage (for the estimate)."""
         model, parallel, training = self.model, shape.parallel, shape.training
-        dp, f = parallel.dp, self.speedup_factor
+        dp, f = parallel.dp_cp, self.speedup_factor
         optimizer = finish = dp_comm = 0.0
         for s in range(parallel.pp):
             step = self.costs.optimizer_step_time_s(traffic.optimizer_params(model, parallel, s))

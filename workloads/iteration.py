@@ -125,7 +125,8 @@ __all__ = ["CRITICAL_KINDS", "GpuTimes", "IterationResult", "IterationSpec", "Pa
            "simulate_iteration"]
 
 # The critical-path kind of a collective's time, by who takes part (see ops.Peers).
-_COMM_KIND = {"tp": "tp comm", "ep": "ep comm", "dp": "dp comm", "embedding": "dp comm"}
+_COMM_KIND = {"tp": "tp comm", "ep": "ep comm", "dp": "dp comm", "embedding": "dp comm",
+              "cp": "cp comm"}
 
 # What runs an op on a rank group's main stream: a generator to wait on, or None when the
 # op only launches something (a send, an asynchronous collective).
@@ -200,6 +201,10 @@ class IterationResult:
     topology: Topology | None = field(default=None, repr=False, compare=False)
     # Which simulation ran: "folded 8 data-parallel replicas into 1" or "full: <why>".
     folding: str = ""
+    # Each simulated rank group with the groups it stands for (itself first, then its
+    # folded images): its main-stream segments (RankGroup.path) draw report timelines.
+    schedules: tuple[tuple[RankGroup, tuple[RankGroup, ...]], ...] = field(
+        default=(), repr=False, compare=False)
 
 
 class _IterationSimulator:
@@ -211,14 +216,17 @@ class _IterationSimulator:
         topo = spec.topology
         self.microbatches = check_strategy(
             par, train, num_gpus=len(topo.gpus), layers=model.layers, heads=model.heads,
-            kv_heads=model.kv_heads, experts=model.experts, source=spec.source)
+            kv_heads=model.kv_heads, experts=model.experts, source=spec.source,
+            seq_len=seq_len_of(model, train))
         self.seq_len = seq_len_of(model, train)
         _check_stragglers(spec)
         self.sim = Simulation(spec.seed, trace=spec.trace)
         self.env = self.sim.env
         self.comm = Communicator(self.sim, topo, spec.comm)
         placement = Placement(par)
-        self.groups = [[_make_group(spec, placement, s, d) for d in range(par.dp)]
+        # A replica is one (cp, dp) pair: the dp·cp rank groups of a stage reduce
+        # gradients together (workloads.parallel).
+        self.groups = [[_make_group(spec, placement, s, d) for d in range(par.dp_cp)]
                        for s in range(par.pp)]
         self.everyone = [g for stage_groups in self.groups for g in stage_groups]
         self.memory = [_stage_memory(spec, s, self.seq_len, self.microbatches)
@@ -231,6 +239,9 @@ class _IterationSimulator:
         self._tp_time: dict[tuple[str, int], float] = {}
         self._send_plans: dict[tuple[RankGroup, RankGroup], CollectivePlan] = {}
         self._tp_joint: dict[tuple[RankGroup, str, float], Any] = {}
+        # Context parallelism: per group the ring steps it joined, per ring its plan.
+        self._cp_calls: dict[RankGroup, int] = {}
+        self._cp_plans: dict[tuple[int, int, float], CollectivePlan] = {}
         # What a folded op's TP collectives do to the group's links: per (group, id of
         # the Fused op) their total (None: it has none), and per (plan id, size) the
         # flows one call stands for (see _fold_flows_of).
@@ -242,11 +253,12 @@ class _IterationSimulator:
         self.streams = [builder.stage_stream(s) for s in range(par.pp)]
         # Folding: replicas [0, unit) are simulated, each standing for ``copies`` replicas
         # (itself and its images, ``unit`` apart); copies == 1 is the full simulation.
-        self.unit = par.ep if par.ep > 1 else 1
+        # (a context-parallel ring of cp replicas is a unit too: its sends stay inside it)
+        self.unit = par.ep if par.ep > 1 else par.cp
         self.copies, self.folding = _fold_check(spec, self.comm, self.groups, self.streams,
                                                 self.unit)
         if self.copies == 1:
-            self.unit = par.dp
+            self.unit = par.dp_cp
         self.active = [g for stage_groups in self.groups for g in stage_groups[:self.unit]]
         self._handlers: dict[type, _Handler] = {
             Fused: self._run_fused, Collective: self._run_collective, Send: self._send,
@@ -437,10 +449,17 @@ class _IterationSimulator:
             key = ("dp", group.stage, group.dp_calls)
             group.dp_calls += 1
             return key, stage_groups[:self.unit]
+        if peers == "cp":  # the ring of cp consecutive replicas (workloads.parallel)
+            block = group.replica // par.cp * par.cp
+            calls = self._cp_calls[group] = self._cp_calls.get(group, -1) + 1
+            return ("cp", group.stage, block, calls), stage_groups[block:block + par.cp]
         raise SimulationError(f"no collective among {peers!r} in an iteration")
 
     def _launch_async(self, group: RankGroup, op: Collective) -> None:
         """A data-parallel collective on a communication stream; the main stream goes on."""
+        if op.group == "cp":
+            self._launch_cp(group, op)
+            return
         key, members = self._peers(group, "dp")
         meeting = self.meetings.get(key)
         meeting.label = op.label
@@ -466,10 +485,32 @@ class _IterationSimulator:
         if self.sim.tracer.enabled:
             self._trace_async(group, meeting, op.label, op.op or "")
 
-    def _trace_async(self, group: RankGroup, meeting: Meeting, label: str, op: str) -> None:
+    def _launch_cp(self, group: RankGroup, op: Collective) -> None:
+        """One step of the context-parallel ring (workloads.context_parallel): every CP
+        rank sends its block to the next, on every tensor lane — and, folded, the images'
+        rings beside it, as one plan; it starts when the whole ring has arrived."""
+        key, members = self._peers(group, "cp")
+        meeting = self.meetings.get(key)
+        meeting.label = op.label
+        size = op.size_bytes or 0.0
+        ring = (group.stage, key[2], size)
+        plan = self._cp_plans.get(ring)
+        if plan is None:
+            pairs = [(lane[i], lane[(i + 1) % len(lane)])
+                     for image in self._image_members(members) for lane in self._lanes(image)
+                     for i in range(len(lane))]
+            plan = self._cp_plans[ring] = self.comm.pairs_plan(pairs, size)
+        self.meetings.arrive(meeting, key, group, members,
+                             lambda: self.comm.run_plan(plan, size, tag="cp"))
+        group.handles[op.handle or op.label] = meeting
+        if self.sim.tracer.enabled:
+            self._trace_async(group, meeting, op.label, op.op or "", kind="cp comm")
+
+    def _trace_async(self, group: RankGroup, meeting: Meeting, label: str, op: str,
+                     kind: str = "dp comm") -> None:
         def record(_event: simpy.Event) -> None:
             start = meeting.start_s if meeting.start_s is not None else self.env.now
-            self.sim.tracer.span(group.name, "dp comm", label, start, self.env.now,
+            self.sim.tracer.span(group.name, kind, label, start, self.env.now,
                                  collective=op)
 
         meeting.done.callbacks.append(record)
@@ -477,7 +518,9 @@ class _IterationSimulator:
     def _run_wait(self, group: RankGroup, op: Wait) -> Generator[simpy.Event, Any, None]:
         if op.handle is not None:
             meeting = group.handles.pop(op.handle)
-            return self.meetings.wait(group, meeting, kind="dp comm", label=meeting.label)
+            # A context-parallel ring step's handle starts "cp:" (workloads.streams).
+            kind = _COMM_KIND["cp"] if op.handle.startswith("cp:") else "dp comm"
+            return self.meetings.wait(group, meeting, kind=kind, label=meeting.label)
         return self._wait_pending(group)
 
     def _wait_pending(self, group: RankGroup) -> Generator[simpy.Event, Any, None]:
@@ -648,10 +691,12 @@ def _fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankG
                 streams: list[list[Op]], unit: int) -> tuple[int, str]:
     """How many replicas each simulated one stands for (1: the full simulation runs), and
     the sentence that says so (see the module docstring, *Symmetry folding*)."""
-    dp = spec.parallel.dp
+    dp = spec.parallel.dp_cp
+    ring = spec.parallel.cp > 1  # else a unit > 1 is an expert-parallel block
     if dp // unit <= 1:
         return 1, "full: one data-parallel replica" + (
-            "" if unit == 1 else " block (expert parallelism spans them all)")
+            "" if unit == 1 else " ring (context parallelism spans them all)" if ring
+            else " block (expert parallelism spans them all)")
     slow = sorted(g for g, factor in spec.stragglers.items() if factor != 1)
     # What breaks the symmetry first; a trace (spans per rank group) last, so that a
     # traced run names the same reason as an untraced one where it has one.
@@ -663,7 +708,8 @@ def _fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankG
            or ("full: a trace was asked for (spans per rank group)" if spec.trace else ""))
     if why:
         return 1, why
-    what = "data-parallel replicas" if unit == 1 else f"expert-parallel blocks of {unit}"
+    what = ("data-parallel replicas" if unit == 1 else f"context-parallel rings of {unit}"
+            if ring else f"expert-parallel blocks of {unit}")
     return dp // unit, f"folded {dp // unit} {what} into 1"
 
 
@@ -698,7 +744,7 @@ def _flow_classes(comm: Communicator, groups: list[list[RankGroup]], stage: int,
     """The traffic of one stage that folding enters with its images: TP collectives (by
     every algorithm ``auto`` may pick), pipeline sends both ways (from the last stage to
     the first too when ``wrap``: interleaved), tied-embedding all-reduces, expert
-    all-to-alls (per block)."""
+    all-to-alls (per block), context-parallel ring sends (per ring)."""
     row, pp = groups[stage], len(groups)
     tp = len(row[0].gpus)
     classes: _Classes = []
@@ -720,6 +766,12 @@ def _flow_classes(comm: Communicator, groups: list[list[RankGroup]], stage: int,
         elif peers == "ep":
             lanes = [[[g.gpus[t] for g in row[b:b + unit]] for t in range(tp)]
                      for b in range(0, len(row), unit)]
+        elif peers == "cp":  # per ring (unit = cp), every lane's sends to the next rank
+            classes.append(("cp ring", [[comm.pairs_plan(
+                [(g.gpus[t], row[b + (i + 1) % unit].gpus[t]) for t in range(tp)
+                 for i, g in enumerate(row[b:b + unit])], 1.0, protocol="simple")]
+                for b in range(0, len(row), unit)]))
+            continue
         else:
             continue
         classes.append((op, [[comm.choose(op, lane, size) for lane in mine]
@@ -819,8 +871,13 @@ def _exclusive_tp(comm: Communicator, groups: list[list[RankGroup]],
         return True
     other: set[Any] = set()
     for stage in range(par.pp):
-        for replica in range(par.dp):
+        for replica in range(par.dp_cp):
             here = groups[stage][replica].gpus
+            if par.cp > 1:  # the context-parallel ring's sends run while groups compute
+                there = groups[stage][replica // par.cp * par.cp
+                                      + (replica + 1) % par.cp].gpus
+                other |= comm.plan_links(comm.pairs_plan(list(zip(here, there)), 1.0,
+                                                         protocol="simple"))
             for neighbour in (stage - 1, stage + 1):
                 if 0 <= neighbour < par.pp or par.interleave > 1:
                     there = groups[neighbour % par.pp][replica].gpus
@@ -860,7 +917,8 @@ def _result(simulator: _IterationSimulator) -> IterationResult:
                            simulator.env.events_processed,
                            simulator.sim.network.completed_flows, simulator.sim,
                            critical_path(simulator.active, iteration), spec.topology,
-                           simulator.folding)
+                           simulator.folding,
+                           tuple((g, tuple(simulator._images(g))) for g in simulator.active))
 
 
 def _per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], iteration: float,

@@ -42,6 +42,14 @@ the s² term for a 4-byte log-sum-exp per head and token.  With full recompute t
 being recomputed holds its full activations once more during backward (added once per
 stage).
 
+**Context parallelism** (``cp`` ranks share each sequence, :mod:`workloads.context_parallel`):
+every activation above is counted at the rank's ``s/cp`` tokens (Transformer Engine's
+ring attention saves only the local Q, K, V, output and log-sum-exp; the K/V blocks of
+other ranks come round again in backward).  While one layer runs, the ring holds
+double-buffered K/V blocks and, in backward, their gradients: ``4`` K/V blocks of
+``2·(s/cp)·b·kv_heads/t·d_head`` elements (:func:`cp_kv_block_bytes`), added once per
+stage like the recomputed layer.
+
 First stage extra: the embedding dropout mask, ``s·b·h`` bytes (/t with s.p.); last stage
 extra: final-norm input, output-layer input and fp32 logits, ``4·s·b·h·(1 + V/h)/t`` with
 s.p. (Korthikanti et al. 2022 §4.3), each per micro-batch in flight.
@@ -65,6 +73,7 @@ from distsim_gpu.workloads.models import RECOMPUTE_MODES, ModelSpec
 from distsim_gpu.workloads.parallel import (
     ParallelConfig,
     TrainingConfig,
+    check_cp_split,
     check_ep_split,
     check_interleave,
     check_tp_split,
@@ -79,6 +88,7 @@ __all__ = [
     "MemoryBreakdown",
     "StageParams",
     "activation_bytes_per_layer",
+    "cp_kv_block_bytes",
     "layer_params_local",
     "memory_of_strategy",
     "memory_per_gpu",
@@ -228,6 +238,16 @@ def activation_bytes_per_layer(model: ModelSpec, *, micro_batch: int, seq_len: i
     return replicated / shard + (split + squared) / tp
 
 
+def cp_kv_block_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int, cp: int,
+                      precision: str = "bf16") -> float:
+    """Bytes of the K and V one CP rank holds for its ``seq_len/cp`` tokens on one tensor
+    rank: ``2·(s/cp)·b·kv_heads/t·d_head`` elements (key/value heads replicated when fewer
+    than ``t``) — what each step of the ring passes on (:mod:`workloads.context_parallel`)."""
+    kv_local = max(1, model.kv_heads // tp)
+    tokens = seq_len / cp * micro_batch
+    return 2.0 * tokens * kv_local * model.head_dim * _activation_element_bytes(precision)
+
+
 def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatches: int,
                            interleave: int = 1) -> float:
     """Micro-batches whose activations stage ``stage`` holds at its peak, in units of the
@@ -251,17 +271,21 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
                    micro_batch: int = 1, seq_len: int | None = None, recompute: str = "none",
                    schedule: str = "1f1b", interleave: int = 1, num_microbatches: int = 1,
                    precision: str = "bf16", stage: int = 0,
-                   flash_attention: bool = False, partition: str = "uniform",
+                   flash_attention: bool = False, partition: str = "uniform", cp: int = 1,
                    ) -> MemoryBreakdown:
     """Bytes one GPU of pipeline stage ``stage`` needs (module docstring for formulas).
 
     ``zero_stage`` 0-3 (ZeRO-1: optimizer state sharded over dp; 2: + gradients;
     3: + weights); ``fsdp=True`` shards like ZeRO-3.  ``schedule`` ``interleaved`` needs
     ``interleave`` ≥ 2, the others ``interleave`` 1.  ``seq_len`` defaults to the model's.
+    ``cp``: context-parallel ranks sharing each sequence (``dp`` is then the group ZeRO
+    shards over, ``dp·cp`` in a Megatron run).
     """
-    for name, value in (("dp", dp), ("micro_batch", micro_batch)):
+    for name, value in (("dp", dp), ("micro_batch", micro_batch), ("cp", cp)):
         check_whole(value, key=name)
-    s = model.seq_len if seq_len is None else check_whole(seq_len, key="seq_len")
+    full = model.seq_len if seq_len is None else check_whole(seq_len, key="seq_len")
+    check_cp_split(full, cp, key="cp")
+    s = full // cp  # the tokens of each sequence this rank holds
     check_bool(fsdp, key="fsdp")
     check_zero(zero_stage, fsdp, key="zero_stage")
     check_choice(schedule, SCHEDULES, key="schedule")
@@ -302,6 +326,9 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
     activations = stored * in_flight
     if recompute == "full":
         activations += max(per_layer(i, "none") for i in layers)
+    if cp > 1:  # the ring's K/V and dK/dV double buffers, one layer at a time
+        activations += 4 * cp_kv_block_bytes(model, micro_batch=micro_batch, seq_len=full,
+                                             tp=tp, cp=cp, precision=precision)
     e = _activation_element_bytes(precision)
     sbh = float(s) * micro_batch * model.hidden
     sp_shard = tp if sequence_parallel else 1
@@ -320,13 +347,13 @@ def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: Tra
     """:func:`memory_per_gpu` of pipeline stage ``stage`` under a strategy, as the simulated
     iteration and the strategy search both count it."""
     return memory_per_gpu(
-        model, tp=parallel.tp, pp=parallel.pp, dp=parallel.dp, ep=parallel.ep,
+        model, tp=parallel.tp, pp=parallel.pp, dp=parallel.dp_cp, ep=parallel.ep,
         sequence_parallel=parallel.sequence_parallel, zero_stage=parallel.zero,
         fsdp=parallel.fsdp, micro_batch=training.micro_batch, seq_len=seq_len,
         recompute=training.recompute, schedule=parallel.schedule,
         interleave=parallel.interleave, num_microbatches=microbatches,
         precision=training.precision, stage=stage, flash_attention=flash_attention,
-        partition=parallel.partition)
+        partition=parallel.partition, cp=parallel.cp)
 
 def _activation_element_bytes(precision: str) -> int:
     check_choice(precision, PRECISION_BYTES, key="precision")

@@ -8,13 +8,25 @@ Megatron-LM's 3D parallelism plus what PyTorch adds:
   interleaved with ``interleave`` model chunks per stage),
 * ``dp`` data parallel (``zero`` stage 0-3 of ZeRO sharding, or ``fsdp``),
 * ``ep`` expert parallel for MoE layers, carved out of data parallelism (``ep`` divides
-  ``dp``, as Megatron-Core does).
+  ``dp``, as Megatron-Core does),
+* ``cp`` context parallel (Megatron-Core with Transformer Engine's ring attention): each
+  sequence is cut into ``2·cp`` chunks and CP rank ``i`` keeps chunks ``i`` and
+  ``2·cp − 1 − i`` (so every rank has the same share of a causal mask's work); attention
+  passes key/value blocks around the CP ring (:mod:`workloads.context_parallel`).  CP
+  ranks hold the same parameters, so gradients are reduced over ``dp·cp`` ranks
+  (Megatron's data-parallel group "with context parallel"), and ZeRO shards over them.
 
-**Placement** maps a GPU's global rank to its (tp, dp, pp) coordinates.  ``order`` names
-the axes from innermost (fastest-varying rank) to outermost; Megatron's default
+**Placement** maps a GPU's global rank to its (tp, cp, dp, pp) coordinates.  ``order``
+names the axes from innermost (fastest-varying rank) to outermost; Megatron's default
 ``tp-dp-pp`` keeps a tensor-parallel group on consecutive ranks — inside one node when
 ``tp`` ≤ GPUs per node — which is what a user wants, and any other order shows what a
-bad placement costs.
+bad placement costs.  An order without ``cp`` puts it right after ``tp``, as
+Megatron-Core's default ``tp-cp-ep-dp-pp`` does (``parallel_state.initialize_model_parallel``);
+``tp-cp-dp-pp`` and the other permutations of the four axes name it explicitly.
+
+A **replica** (the simulator's unit beside the tensor-parallel group) is one (cp, dp)
+coordinate: replica ``r`` is CP rank ``r mod cp`` of data-parallel rank ``r div cp``, so
+the ``cp`` replicas of one CP ring are consecutive.
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ __all__ = [
     "ParallelConfig",
     "Placement",
     "TrainingConfig",
+    "check_cp_split",
     "check_ep_split",
     "check_interleave",
     "check_strategy",
@@ -50,11 +63,13 @@ __all__ = [
     "check_zero",
     "layer_partition",
     "parallel_from_mapping",
+    "placement_axes",
     "training_from_mapping",
 ]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
-PLACEMENT_ORDERS = tuple("-".join(p) for p in permutations(("tp", "dp", "pp")))
+PLACEMENT_ORDERS = (tuple("-".join(p) for p in permutations(("tp", "dp", "pp")))
+                    + tuple("-".join(p) for p in permutations(("tp", "cp", "dp", "pp"))))
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 # What a gradient all-reduce may carry on the wire (traffic.GRAD_BYTES sizes each).
@@ -99,6 +114,7 @@ class ParallelConfig:
     pp: int = 1
     dp: int = 1
     ep: int = 1
+    cp: int = 1
     sequence_parallel: bool = False
     schedule: str = "1f1b"
     interleave: int = 1
@@ -113,7 +129,13 @@ class ParallelConfig:
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def dp_cp(self) -> int:
+        """Ranks that hold the same parameters and reduce gradients together: ``dp·cp``
+        (the simulator's replicas of a stage, see the module docstring)."""
+        return self.dp * self.cp
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -135,26 +157,41 @@ class TrainingConfig:
 
 @dataclass(frozen=True, slots=True)
 class Coordinates:
-    """Where a rank sits in the 3D grid."""
+    """Where a rank sits in the 4D grid (``cp`` 0 without context parallelism)."""
 
     tp: int
     dp: int
     pp: int
+    cp: int = 0
+
+
+def placement_axes(order: str) -> tuple[str, ...]:
+    """The axes of a placement ``order``, innermost first; ``cp`` right after ``tp`` when
+    the order does not name it (Megatron-Core's default, see the module docstring)."""
+    axes = order.split("-")
+    if "cp" not in axes:
+        axes.insert(axes.index("tp") + 1, "cp")
+    return tuple(axes)
 
 
 class Placement:
-    """Global rank ↔ (tp, dp, pp) coordinates for an axis ``order``, innermost first."""
+    """Global rank ↔ (tp, cp, dp, pp) coordinates for an axis ``order``, innermost first.
+
+    ``replica`` arguments count (cp, dp) pairs, CP innermost (module docstring); without
+    context parallelism a replica is a data-parallel rank.
+    """
 
     def __init__(self, parallel: ParallelConfig) -> None:
         check_choice(parallel.order, PLACEMENT_ORDERS, key="parallelism.order",
                      what="placement order")
         self.parallel = parallel
-        self.axes = tuple(parallel.order.split("-"))
-        self.sizes = {"tp": parallel.tp, "dp": parallel.dp, "pp": parallel.pp}
+        self.axes = placement_axes(parallel.order)
+        self.sizes = {"tp": parallel.tp, "cp": parallel.cp, "dp": parallel.dp,
+                      "pp": parallel.pp}
 
-    def rank(self, tp: int, dp: int, pp: int) -> int:
+    def rank(self, tp: int, dp: int, pp: int, cp: int = 0) -> int:
         """Global rank of the GPU at these coordinates."""
-        coords = {"tp": tp, "dp": dp, "pp": pp}
+        coords = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
         rank, stride = 0, 1
         for axis in self.axes:
             rank += coords[axis] * stride
@@ -167,13 +204,26 @@ class Placement:
         for axis in self.axes:
             values[axis] = rank % self.sizes[axis]
             rank //= self.sizes[axis]
-        return Coordinates(values["tp"], values["dp"], values["pp"])
+        return Coordinates(values["tp"], values["dp"], values["pp"], values["cp"])
 
-    def tp_group(self, dp: int, pp: int) -> tuple[int, ...]:
-        return tuple(self.rank(t, dp, pp) for t in range(self.parallel.tp))
+    def replica_rank(self, tp: int, replica: int, pp: int) -> int:
+        """Global rank of tensor rank ``tp`` of ``replica`` (a (cp, dp) pair) at stage ``pp``."""
+        cp = self.parallel.cp
+        return self.rank(tp, replica // cp, pp, replica % cp)
+
+    def tp_group(self, replica: int, pp: int) -> tuple[int, ...]:
+        """The tensor-parallel group of ``replica`` at stage ``pp``."""
+        return tuple(self.replica_rank(t, replica, pp) for t in range(self.parallel.tp))
 
     def dp_group(self, tp: int, pp: int) -> tuple[int, ...]:
-        return tuple(self.rank(tp, d, pp) for d in range(self.parallel.dp))
+        """The ranks that reduce tensor rank ``tp``'s gradients at stage ``pp``: every
+        replica's (``dp·cp`` of them, CP innermost)."""
+        return tuple(self.replica_rank(tp, r, pp) for r in range(self.parallel.dp_cp))
+
+    def cp_group(self, tp: int, dp: int, pp: int) -> tuple[int, ...]:
+        """The context-parallel ring of tensor rank ``tp``, data-parallel rank ``dp``, in
+        ring order."""
+        return tuple(self.rank(tp, dp, pp, c) for c in range(self.parallel.cp))
 
     def ep_groups(self, tp: int, pp: int) -> list[tuple[int, ...]]:
         """Expert-parallel groups: consecutive blocks of ``ep`` data-parallel replicas."""
@@ -184,29 +234,49 @@ class Placement:
 
 def check_strategy(parallel: ParallelConfig, training: TrainingConfig, *, num_gpus: int,
                    layers: int, heads: int, kv_heads: int, experts: int,
-                   source: str | None = None) -> int:
+                   source: str | None = None, seq_len: int | None = None) -> int:
     """Validate a strategy against a model and a cluster; returns micro-batches per step.
 
-    Each violation is a :class:`ConfigError` naming the keys and the numbers involved; the
-    checks run in the order below, so the first one that fails is the one reported.
+    ``seq_len``: the sequence trained on (``training.seq_len`` wins), which context
+    parallelism must split into ``2·cp`` chunks.  Each violation is a
+    :class:`ConfigError` naming the keys and the numbers involved; the checks run in the
+    order below, so the first one that fails is the one reported.
     """
     _check_degrees(parallel, num_gpus=num_gpus, heads=heads, kv_heads=kv_heads, source=source)
     _check_pipeline(parallel, layers=layers, source=source)
     _check_sharding(parallel, experts=experts, source=source)
-    return _check_training(training, parallel, source=source)
+    microbatches = _check_training(training, parallel, source=source)
+    check_cp_split(training.seq_len or seq_len, parallel.cp, key="parallelism.cp",
+                   source=source)
+    return microbatches
+
+
+def check_cp_split(seq_len: int | None, cp: int, *, key: str = "cp",
+                   source: str | None = None) -> None:
+    """A sequence that splits into ``2·cp`` equal chunks (written at ``key``): the load
+    balancing of causal attention gives each CP rank two of them.  ``None``: unknown."""
+    if cp > 1 and seq_len is not None and seq_len % (2 * cp):
+        raise ConfigError(f"sequence length {seq_len} does not split into 2·cp = {2 * cp} "
+                          "equal chunks", key=key, source=source,
+                          hint="context parallelism gives each CP rank two chunks of the "
+                          "sequence (for causal load balance): choose cp with 2·cp "
+                          f"dividing {seq_len}")
 
 
 def _check_degrees(p: ParallelConfig, *, num_gpus: int, heads: int, kv_heads: int,
                    source: str | None) -> None:
     """Whole degrees whose product is the cluster, and heads that split over tp."""
-    for key in ("tp", "pp", "dp", "ep", "interleave"):
+    for key in ("tp", "pp", "dp", "ep", "cp", "interleave"):
         check_whole(getattr(p, key), key=f"parallelism.{key}", source=source)
-    if p.tp * p.pp * p.dp != num_gpus:
+    if p.num_gpus != num_gpus:
+        names, values = ("tp·cp·pp·dp", f"{p.tp}·{p.cp}·{p.pp}·{p.dp}") if p.cp > 1 else (
+            "tp·pp·dp", f"{p.tp}·{p.pp}·{p.dp}")
+        fixed = p.tp * p.cp * p.pp
         raise ConfigError(
-            f"tp·pp·dp = {p.tp}·{p.pp}·{p.dp} = {p.tp * p.pp * p.dp} but the cluster has "
+            f"{names} = {values} = {p.num_gpus} but the cluster has "
             f"{num_gpus} GPUs", key="parallelism", source=source,
             hint=f"choose degrees whose product is {num_gpus}, e.g. dp = "
-            f"{num_gpus // (p.tp * p.pp)} if tp·pp divides it" if num_gpus % (p.tp * p.pp) == 0
+            f"{num_gpus // fixed} if {names[:-3]} divides it" if num_gpus % fixed == 0
             else f"choose degrees whose product is {num_gpus}")
     check_tp_split(heads=heads, kv_heads=kv_heads, tp=p.tp, key="parallelism.tp",
                    source=source)
@@ -291,6 +361,9 @@ def _check_sharding(p: ParallelConfig, *, experts: int, source: str | None) -> N
     if p.dp % p.ep:
         raise ConfigError(f"ep = {p.ep} must divide dp = {p.dp} (experts are spread over "
                           "data-parallel replicas)", key="parallelism.ep", source=source)
+    if p.cp > 1 and p.ep > 1:
+        raise ConfigError("context parallelism with expert parallelism is not modelled",
+                          key="parallelism.cp", source=source, hint="use cp: 1 or ep: 1")
     check_ep_split(experts=experts, ep=p.ep, key="parallelism.ep", source=source)
     check_zero(p.zero, p.fsdp, key="parallelism.zero", source=source)
     if (p.fsdp or p.zero == 3) and p.pp > 1:

@@ -10,6 +10,9 @@ training setup and the compute costs:
   collectives (all-reduce; all-gather + reduce-scatter with sequence parallelism) and, in
   a MoE layer with expert parallelism, the dispatch / combine all-to-alls; the backward
   pass re-runs the forward first when activations are recomputed;
+* context parallelism (``cp`` > 1): a rank runs the layer at its ``s/cp`` tokens, and
+  its core attention as ``cp`` blocks around the CP ring, each block's compute overlapped
+  with the asynchronous send of the next K/V block (:mod:`workloads.context_parallel`);
 * data parallelism: the last micro-batch's backward launches the gradient buckets as it
   produces them; ZeRO-3/FSDP gathers each layer's parameters ahead of its passes and
   reduce-scatters its gradients every micro-batch;
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from distsim_gpu.workloads.context_parallel import core_attention_time_s, ring_step_blocks
 from distsim_gpu.workloads.costs import CostModel
 from distsim_gpu.workloads.models import ModelSpec
 from distsim_gpu.workloads.ops import (
@@ -46,6 +50,7 @@ from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig, layer
 from distsim_gpu.workloads.schedule import stage_program, virtual_stage
 from distsim_gpu.workloads.traffic import (
     alltoall_bytes,
+    cp_message_bytes,
     gathers_layer_params,
     gradient_buckets,
     gradient_reduce_op,
@@ -53,6 +58,7 @@ from distsim_gpu.workloads.traffic import (
     layer_param_bytes,
     optimizer_params,
     pipeline_message_bytes,
+    rank_training,
     seq_len_of,
     stage_param_bytes,
     tp_collective_kinds,
@@ -83,14 +89,17 @@ class StreamBuilder:
         self.microbatches = microbatches
         self.exclusive_tp = exclusive_tp
         self.tp_time_s = tp_time_s
-        self.seq_len = seq_len_of(model, training)
+        # A context-parallel rank computes and sends its s/cp tokens of each sequence.
+        local = rank_training(model, parallel, training)
+        self.seq_len = seq_len_of(model, local)
         self.virtual_stages = parallel.pp * parallel.interleave
         self.chunks = layer_partition(model.layers, self.virtual_stages, parallel.partition)
         # Every layer and micro-batch sends messages of the same sizes: count them once.
         self.tp_kinds = tp_collective_kinds(parallel)
-        self.tp_bytes = tp_message_bytes(model, training)
-        self.p2p_bytes = pipeline_message_bytes(model, parallel, training)
-        self.a2a_bytes = alltoall_bytes(model, parallel, training)
+        self.tp_bytes = tp_message_bytes(model, local)
+        self.p2p_bytes = pipeline_message_bytes(model, parallel, local)
+        self.a2a_bytes = alltoall_bytes(model, parallel, local)
+        self.cp_bytes = cp_message_bytes(model, parallel, training)
         self._passes: dict[tuple[int, int, str, bool, bool], tuple[Op, ...]] = {}
 
     # ----------------------------------------------------------------- a stage
@@ -98,7 +107,7 @@ class StreamBuilder:
         """Everything stage ``stage`` runs in one iteration, in order."""
         par = self.parallel
         last_mb = self.microbatches - 1
-        sharded = gathers_layer_params(par) and par.dp > 1
+        sharded = gathers_layer_params(par) and par.dp_cp > 1
         launched_dp = False
         stream: list[Op] = []
         program = stage_program(par.schedule, pp=par.pp, stage=stage,
@@ -113,7 +122,7 @@ class StreamBuilder:
             # Exclusive TP only while no data-parallel collective of this stage can be in
             # flight: before it launched one, and not in a pass that launches one.
             fold = (self.exclusive_tp and not launched_dp and not sharded
-                    and not (last and pass_ == "B" and par.dp > 1))
+                    and not (last and pass_ == "B" and par.dp_cp > 1))
             ops = self.pass_ops(stage, chunk, pass_, last, fold)
             launched_dp = launched_dp or any(
                 isinstance(op, Collective) and not op.blocking for op in ops)
@@ -133,7 +142,7 @@ class StreamBuilder:
         ops.append(Barrier("gradient norm"))
         step_s = self.costs.optimizer_step_time_s(optimizer_params(model, par, stage))
         ops.append(Compute(step_s, "optimizer step"))
-        if par.zero in (1, 2) and par.dp > 1:
+        if par.zero in (1, 2) and par.dp_cp > 1:
             ops.append(Collective("all_gather",
                                   stage_param_bytes(model, par, self.training, stage),
                                   "gather params", group="dp"))
@@ -180,7 +189,7 @@ class StreamBuilder:
         # micro-batch reduce-scatters each layer's.
         buckets = ({b.after_layers: b.size_bytes
                     for b in gradient_buckets(self.model, par, order, first_chunk=vs == 0)}
-                   if last and par.dp > 1 and not sharded else {})
+                   if last and par.dp_cp > 1 and not sharded else {})
         for position, layer in enumerate(order):
             if sharded:
                 self._gather_params(ops, order, position)
@@ -233,16 +242,49 @@ class StreamBuilder:
                       else cost_pass)
         moe = model.is_moe_layer(layer) and par.ep > 1
         with_comm = pass_ != "recompute" or train.recompute == "full"
-        ops.append(Compute(duration / 2, f"{label} attention", kind, table_pass, layer))
+        args = (kind, table_pass, layer)
+        half = duration / 2
+        if par.cp > 1:
+            half = self._cp_attention(ops, cost_pass, duration, label, args,
+                                      extra.get("recompute", "full"))
+        else:
+            ops.append(Compute(half, f"{label} attention", *args))
         if with_comm:
             self._tp_ops(ops, f"{label} attention", fold)
         if moe and with_comm:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} dispatch", group="ep"))
-        ops.append(Compute(duration / 2, f"{label} mlp", kind, table_pass, layer))
+        ops.append(Compute(half, f"{label} mlp", *args))
         if moe and with_comm:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} combine", group="ep"))
         if with_comm:
             self._tp_ops(ops, f"{label} mlp", fold)
+
+    def _cp_attention(self, ops: list[Op], cost_pass: str, duration: float, label: str,
+                      args: tuple[str, str, int], recompute: str) -> float:
+        """Context parallelism: the attention's linear part, then its core attention as
+        ``cp`` blocks around the ring, each overlapped with the send of the blocks the
+        next step needs (:mod:`workloads.context_parallel`).  Returns the time of the
+        MLP's half of the rest of the layer."""
+        par, train = self.parallel, self.training
+        core = core_attention_time_s(
+            self.costs, cost_pass, self.model, micro_batch=train.micro_batch,
+            seq_len=self.seq_len, tp=par.tp, sequence_parallel=par.sequence_parallel,
+            layer_index=args[2], recompute=recompute)
+        # The layer at s/cp tokens holds one block's core attention; the rest is split
+        # between the attention's and the MLP's side as without CP.
+        half = max(duration - core, 0.0) / 2
+        if half:
+            ops.append(Compute(half, f"{label} attention", *args))
+        for step, blocks in enumerate(ring_step_blocks(cost_pass, par.cp)):
+            handle = f"cp:{label} {step}"
+            if blocks:
+                ops.append(Collective("sendrecv", blocks * self.cp_bytes,
+                                      f"{label} cp ring {step}", group="cp", blocking=False,
+                                      handle=handle))
+            ops.append(Compute(core, f"{label} attention block {step}", *args))
+            if blocks:
+                ops.append(Wait(handle))
+        return half
 
     def _tp_ops(self, ops: list[Op], label: str, fold: bool) -> None:
         """The TP collectives after an attention or MLP block (forward or backward)."""
@@ -256,7 +298,7 @@ class StreamBuilder:
         ``order[position]`` computes, so it overlaps that compute (FSDP's forward and
         backward prefetch).
         """
-        if self.parallel.dp == 1:
+        if self.parallel.dp_cp == 1:
             return
         layer = order[position]
         if position == 0:

@@ -20,6 +20,12 @@ them, as pure functions of the model, the parallel strategy and the training set
   ZeRO ≥ 1), the first chunk's bucket also holding the word embedding's gradients;
   ZeRO-3/FSDP all-gathers each layer's parameters before its passes and reduce-scatters
   its gradients; ZeRO-1/2 all-gather the updated parameters after the optimizer step.
+* **Context parallel** — a CP rank holds ``s/cp`` tokens of each sequence, so every
+  activation message above is counted at ``s/cp`` (:func:`rank_training`); each step of
+  the attention ring passes the K and V of those tokens to the next CP rank,
+  ``2·(s/cp)·b·kv_heads/tp·d_head`` elements (:func:`cp_message_bytes`; backward passes
+  their gradients too, :mod:`workloads.context_parallel`).  Gradients are reduced, and
+  ZeRO shards, over the ``dp·cp`` ranks that hold the same parameters.
 * **Tied embeddings** — with pp > 1 the first and last stage all-reduce the word
   embedding's gradients.
 
@@ -30,11 +36,11 @@ or ints; counts of parameters are per GPU, after tensor and expert parallel spli
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from distsim_gpu.simcore.config import check_choice
-from distsim_gpu.workloads.memory import layer_params_local, params_on_gpu
+from distsim_gpu.workloads.memory import cp_kv_block_bytes, layer_params_local, params_on_gpu
 from distsim_gpu.workloads.models import ModelSpec
 from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
 
@@ -45,6 +51,7 @@ __all__ = [
     "activation_bytes_per_element",
     "alltoall_bytes",
     "bucket_bytes",
+    "cp_message_bytes",
     "gathers_layer_params",
     "grad_bytes_per_element",
     "gradient_buckets",
@@ -54,6 +61,7 @@ __all__ = [
     "layer_params",
     "optimizer_params",
     "pipeline_message_bytes",
+    "rank_training",
     "seq_len_of",
     "stage_grad_bytes",
     "stage_param_bytes",
@@ -91,6 +99,24 @@ def grad_bytes_per_element(grad_reduce_precision: str) -> int:
 def seq_len_of(model: ModelSpec, training: TrainingConfig) -> int:
     """The sequence length trained on: ``training.seq_len``, else the model's."""
     return training.seq_len or model.seq_len
+
+
+def rank_training(model: ModelSpec, parallel: ParallelConfig,
+                  training: TrainingConfig) -> TrainingConfig:
+    """The training setup as one context-parallel rank sees it: sequences of
+    ``seq_len/cp`` tokens (``training`` itself without context parallelism)."""
+    if parallel.cp == 1:
+        return training
+    return replace(training, seq_len=seq_len_of(model, training) // parallel.cp)
+
+
+def cp_message_bytes(model: ModelSpec, parallel: ParallelConfig,
+                     training: TrainingConfig) -> float:
+    """Bytes one GPU sends in one step of the context-parallel ring: the K and V of its
+    ``s/cp`` tokens on its tensor rank, ``2·(s/cp)·b·kv_heads/tp·d_head`` elements."""
+    return cp_kv_block_bytes(model, micro_batch=training.micro_batch,
+                             seq_len=seq_len_of(model, training), tp=parallel.tp,
+                             cp=parallel.cp, precision=training.precision)
 
 
 def tp_collective_kinds(parallel: ParallelConfig) -> tuple[str, ...]:
@@ -176,9 +202,9 @@ def stage_grad_bytes(model: ModelSpec, parallel: ParallelConfig, stage: int) -> 
 
 def optimizer_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> float:
     """Parameters one GPU of ``stage`` updates in the optimizer step: its stage's, or
-    its 1/dp shard of them with ZeRO ≥ 1 or FSDP."""
+    its 1/(dp·cp) shard of them with ZeRO ≥ 1 or FSDP."""
     params = stage_params(model, parallel, stage)
-    return params / parallel.dp if parallel.zero >= 1 or parallel.fsdp else params
+    return params / parallel.dp_cp if parallel.zero >= 1 or parallel.fsdp else params
 
 
 # --------------------------------------------------------------------------- data parallel

@@ -109,11 +109,14 @@ __all__ = [
     "with_strategy",
 ]
 
-STRATEGY_KEYS = ("tp", "pp", "dp", "ep", "micro_batch", "schedule", "interleave", "zero",
-                 "recompute", "sequence_parallel", "order")
-SPACE_KEYS = ("tp", "pp", "ep", "micro_batch", "schedule", "interleave", "zero", "recompute",
-              "sequence_parallel", "order")
+STRATEGY_KEYS = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "schedule", "interleave",
+                 "zero", "recompute", "sequence_parallel", "order")
+SPACE_KEYS = ("tp", "pp", "ep", "cp", "micro_batch", "schedule", "interleave", "zero",
+              "recompute", "sequence_parallel", "order")
 _DEFAULT_SPACE: dict[str, tuple[Any, ...]] = {
+    # Context parallelism only when asked for (space: {cp: [1, 2, 4]}): it pays off for
+    # long sequences only, and multiplies the candidates.
+    "cp": (1,),
     "micro_batch": (1, 2, 4, 8),
     "schedule": ("1f1b", "gpipe", "interleaved"),
     "interleave": (2, 4),
@@ -136,6 +139,7 @@ class Strategy:
     pp: int
     dp: int
     ep: int = 1
+    cp: int = 1
     micro_batch: int = 1
     schedule: str = "1f1b"
     interleave: int = 1
@@ -150,7 +154,7 @@ class Strategy:
     def overrides(self) -> dict[str, Any]:
         """The scenario keys (dotted) this strategy sets."""
         data = {f"parallelism.{key}": getattr(self, key)
-                for key in ("tp", "pp", "dp", "ep", "schedule", "interleave", "zero",
+                for key in ("tp", "pp", "dp", "ep", "cp", "schedule", "interleave", "zero",
                             "sequence_parallel", "order")}
         data["parallelism.fsdp"] = False
         data["training.micro_batch"] = self.micro_batch
@@ -161,6 +165,8 @@ class Strategy:
         parts = [f"tp{self.tp} pp{self.pp} dp{self.dp}"]
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
         parts.append(f"mb{self.micro_batch}")
         parts.append(f"interleaved×{self.interleave}" if self.schedule == "interleaved"
                      else self.schedule)
@@ -305,13 +311,15 @@ def enumerate_strategies(scenario: Scenario, *,
         else:
             schedules.append((str(name), 1))
     out: list[Strategy] = []
-    for tp in tps:
+    seq_len = scenario.training.seq_len or model.seq_len
+    cps = [c for c in axes["cp"] or () if c == 1 or seq_len % (2 * c) == 0]
+    for tp, cp in itertools.product(tps, cps):
         for pp in pps:
-            if n % (tp * pp) or not allowed("pp", pp):
+            if n % (tp * pp * cp) or not allowed("pp", pp):
                 continue
-            dp = n // (tp * pp)
+            dp = n // (tp * pp * cp)
             eps = ([e for e in _divisors(model.experts) if dp % e == 0]
-                   if model.experts > 1 else [1])
+                   if model.experts > 1 and cp == 1 else [1])
             for ep, mb, (schedule, interleave), zero, recompute, sp, order in itertools.product(
                     [e for e in eps if allowed("ep", e)], axes["micro_batch"] or (),
                     schedules, axes["zero"] or (), axes["recompute"] or (),
@@ -326,7 +334,7 @@ def enumerate_strategies(scenario: Scenario, *,
                     continue
                 if order != "tp-dp-pp" and (tp == 1 or dp == 1):
                     continue
-                out.append(Strategy(tp=tp, pp=pp, dp=dp, ep=ep, micro_batch=mb,
+                out.append(Strategy(tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, micro_batch=mb,
                                     schedule=schedule, interleave=interleave, zero=zero,
                                     recompute=recompute, sequence_parallel=bool(sp),
                                     order=order))
@@ -336,8 +344,9 @@ def enumerate_strategies(scenario: Scenario, *,
 def _configs(scenario: Scenario, strategy: Strategy) -> tuple[ParallelConfig, TrainingConfig]:
     parallel = dataclasses.replace(
         scenario.parallel, tp=strategy.tp, pp=strategy.pp, dp=strategy.dp, ep=strategy.ep,
-        schedule=strategy.schedule, interleave=strategy.interleave, zero=strategy.zero,
-        fsdp=False, sequence_parallel=strategy.sequence_parallel, order=strategy.order)
+        cp=strategy.cp, schedule=strategy.schedule, interleave=strategy.interleave,
+        zero=strategy.zero, fsdp=False, sequence_parallel=strategy.sequence_parallel,
+        order=strategy.order)
     training = dataclasses.replace(scenario.training, micro_batch=strategy.micro_batch,
                                    recompute=strategy.recompute)
     return parallel, training
@@ -393,7 +402,7 @@ class _Bounds:
 def iteration_bounds(scenario: Scenario) -> tuple[float, float]:
     """``(lower_bound_s, estimate_s)`` of ``scenario``'s own strategy (module docstring)."""
     par, train = scenario.parallel, scenario.training
-    strategy = Strategy(tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep,
+    strategy = Strategy(tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, cp=par.cp,
                         micro_batch=train.micro_batch, schedule=par.schedule,
                         interleave=par.interleave, zero=3 if par.fsdp else par.zero,
                         recompute=train.recompute, sequence_parallel=par.sequence_parallel,
