@@ -63,8 +63,12 @@ class Communicator:
         self.capacity: dict[LinkId, float] = {}
         network = sim.network
         for link in topology.links():
-            capacity = link.bandwidth_bytes_per_s * self.params.efficiency_of(link.kind)
-            network.add_link(link.id, capacity)
+            if network.has_link(link.id):
+                # Another job's communicator on the same fabric (workloads.jobs) put it in.
+                capacity = network.capacity(link.id)
+            else:
+                capacity = link.bandwidth_bytes_per_s * self.params.efficiency_of(link.kind)
+                network.add_link(link.id, capacity)
             self.capacity[link.id] = capacity
         self._plans: dict[tuple[Any, ...], CollectivePlan] = {}
         # Network link sets of plan steps, resolved once (keyed by the step object, which

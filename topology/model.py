@@ -29,10 +29,11 @@ a dragonfly's global cables), and are cached, so the thousands of routes a colle
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from operator import index as as_index
@@ -264,6 +265,7 @@ class Topology:
         gpus = sorted((n for n, d in devs.items() if d.kind == "gpu"), key=order)
         self.gpus: tuple[str, ...] = tuple(gpus)
         self._rank = {gpu: rank for rank, gpu in enumerate(gpus)}
+        self._cluster_rank = self._rank  # routing tie-breaks: the same in a job's view
         gpus_by_node: dict[int, list[str]] = {}
         nics_by_node: dict[int, list[str]] = {}
         for n in gpus:
@@ -323,6 +325,19 @@ class Topology:
             self._route_costs = {i: link.cost * _AVOID_SCALE + (i in self.avoided)
                                  for i, link in self._links.items()}
             self._costed = True
+
+    def job_view(self, gpus: Sequence[str]) -> Topology:
+        """The cluster as a job that owns ``gpus`` sees it: the same devices, links, routes
+        (and route caches: a view costs nothing), with :attr:`gpus` and :meth:`rank_of`
+        the job's — its GPUs in cluster order, ranked from 0 — so several jobs can share
+        one fabric (:mod:`workloads.jobs`)."""
+        for gpu in gpus:
+            self._require_gpu(gpu)
+        ordered = sorted(dict.fromkeys(gpus), key=self._cluster_rank.__getitem__)
+        view = copy.copy(self)
+        view.gpus = tuple(ordered)
+        view._rank = {gpu: rank for rank, gpu in enumerate(ordered)}
+        return view
 
     @property
     def destination_indices(self) -> Mapping[str, int]:
@@ -648,7 +663,7 @@ class Topology:
         self._require_gpu(gpu)
         peers = [(y, link.bandwidth_bytes_per_s) for y, link in self._succ[gpu]
                  if link.kind == "nvlink" and self._devices[y].kind == "gpu"]
-        return tuple(sorted(peers, key=lambda peer: self._rank[peer[0]]))
+        return tuple(sorted(peers, key=lambda peer: self._cluster_rank[peer[0]]))
 
     def _nvlink_relay_path(self, a: str, b: str) -> tuple[str, ...] | None:
         """``a -> g -> b`` over NVLink through one intermediate GPU ``g``, or None.
@@ -664,7 +679,7 @@ class Topology:
             link_gb = self._links.get((g, b))
             if link_gb is None or link_gb.kind != "nvlink":
                 continue
-            candidate = (-min(bw_ag, link_gb.bandwidth_bytes_per_s), self._rank[g], g)
+            candidate = (-min(bw_ag, link_gb.bandwidth_bytes_per_s), self._cluster_rank[g], g)
             if best is None or candidate < best:
                 best = candidate
         return None if best is None else (a, best[2], b)
@@ -781,6 +796,12 @@ class Topology:
         cached = self._hops.get(key)
         if cached is not None:
             return cached
+        if not self._costed and (x, dst) in self._links:
+            # Every hop costs 1: the direct link (1) beats any other successor (≥ 2), so a
+            # spine need not scan its hundreds of ports to reach a leaf below it (on a
+            # 2,048-node fabric that scan grew as spines × leaves × ports).
+            self._hops[key] = (dst,)
+            return (dst,)
         best = math.inf
         candidates: list[str] = []
         distance = self._distance_to(dst, fabric_only)
