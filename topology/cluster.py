@@ -30,6 +30,10 @@ Two spec forms, as Python mappings or YAML files (read with ``yaml.safe_load`` o
   ugal; by default dmodk on InfiniBand, ecmp on Ethernet), ``qps_per_connection`` and
   ``hash_seed`` (ECMP's knobs).
 
+* node form: the preset form with ``node:`` (the shape written out, see
+  :mod:`topology.node_shape`) in place of ``preset:``, as ``distsim topology import``
+  writes it from a machine's ``nvidia-smi topo -m`` or NCCL topology dump.
+
 * custom form: ``devices`` (list of {name, kind, node?, index?, sharp?}; ``sharp`` marks a
   switch that reduces in the network) and ``links`` (list of
   {src, dst, bandwidth, latency?, kind, duplex?}; ``duplex`` defaults to true, one cable =
@@ -81,6 +85,7 @@ from distsim_gpu.topology.fabrics import (
     build_fabric,
 )
 from distsim_gpu.topology.model import DEVICE_KINDS, LINK_KINDS, Device, Link, Topology
+from distsim_gpu.topology.node_shape import node_config, parse_node
 from distsim_gpu.topology.presets import (
     PRESETS,
     LinkFigure,
@@ -361,11 +366,14 @@ def _port_default(shape: object, nic_bandwidth: float) -> float:
     return nic_bandwidth
 
 
-def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None) -> Topology:
+def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None, *,
+               written_out: bool = False) -> Topology:
+    """A preset cluster; ``written_out``: the node is the file's ``node:``, not a preset."""
     if preset.nvlink is None and "nvlink" in spec:
         raise ConfigError(f"preset {preset.name!r} has no NVLink to configure", key="nvlink",
                           source=source, hint="its GPUs talk over PCIe: set pcie.bandwidth")
-    valid = tuple(k for k in _BOX_KEYS if k != "nvlink" or preset.nvlink is not None)
+    valid = tuple("node" if k == "preset" and written_out else k for k in _BOX_KEYS
+                  if k != "nvlink" or preset.nvlink is not None)
     check_keys(spec, valid, source=source, context=f" for preset {preset.name!r}")
     nodes = _int(spec.get("nodes", 1), "nodes", source, minimum=1)
 
@@ -423,7 +431,8 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None) 
     fabric_config.update(built.config)  # the kind's own figures, derived ones resolved
     fabric_config.update(technology=technology, **_routing_config(routing), sharp=sharp)
     name = _string(spec.get("name", f"{preset.name} x{nodes} {fabric.kind}"), "name", source)
-    config: dict[str, Any] = {"name": name, "preset": preset.name, "nodes": nodes,
+    shape = {"node": node_config(preset)} if written_out else {"preset": preset.name}
+    config: dict[str, Any] = {"name": name, **shape, "nodes": nodes,
                               "gpu": {"model": gpu_model}}
     if nvlink is not None:
         config["nvlink"] = _figure_config(nvlink)
@@ -594,6 +603,9 @@ def build_cluster(spec: Mapping[str, Any], *, source: str | None = None) -> Topo
             if isinstance(preset, SwitchPreset):
                 return _build_switch(mapping, preset, source)
             return _build_box(mapping, preset, source)
+        if "node" in mapping:  # a node written out (topology.node_shape), not a preset
+            return _build_box(mapping, parse_node(mapping["node"], source=source), source,
+                              written_out=True)
         if "devices" in mapping or "links" in mapping:
             return _build_custom(mapping, source)
         raise ConfigError(
@@ -675,7 +687,7 @@ def load_cluster(preset_or_path: str | os.PathLike[str], *, nodes: int | None = 
         raise ConfigError(f"no preset or cluster file named {name!r}",
                           hint=closest(name, PRESETS) + "; or give the path of a YAML file")
     if nodes is not None:
-        if "preset" not in spec:
+        if "preset" not in spec and "node" not in spec:
             raise ConfigError("nodes applies to preset clusters, not custom ones",
                               key="nodes", source=source)
         spec["nodes"] = nodes

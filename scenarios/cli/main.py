@@ -22,6 +22,7 @@ from distsim_gpu.scenarios.cli import (
     run,
     search,
     sweep,
+    topology,
     trace,
     validate,
 )
@@ -30,7 +31,8 @@ from distsim_gpu.simcore.errors import DistsimError
 __all__ = ["build_parser", "main"]
 
 # In the order ``distsim --help`` lists them.
-_COMMANDS = (nccl_tests, run, validate, trace, sweep, search, compare, calibrate, profile)
+_COMMANDS = (nccl_tests, run, validate, trace, sweep, search, compare, calibrate, profile,
+             topology)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,149 @@
+"""A cluster at a glance: a summary table and a drawing of its devices and links.
+
+The summary counts GPUs, nodes and devices by kind, and the links by class (kind and
+speed: the cables of one class are interchangeable), both directions of a cable counted
+once.  The drawing (matplotlib, the ``plot`` extra) places each node's devices in layers —
+NVSwitch below its GPUs, PCIe switches, CPUs and NICs above — side by side, and the
+fabric's switches above them by tier (hops from the NICs); a link's colour is its class
+and its width grows with its speed.  Clusters of many nodes draw the first
+``MAX_DRAWN_NODES`` and the fabric switches they reach, and say so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from distsim_gpu.scenarios.plots import PlotsUnavailable
+from distsim_gpu.simcore.units import format_bandwidth
+from distsim_gpu.topology import Topology
+
+__all__ = ["LinkClass", "TopologySummary", "draw_topology", "format_summary", "summarise"]
+
+MAX_DRAWN_NODES = 8
+_LAYER = {"nvswitch": -1.0, "gpu": 0.0, "pcie_switch": 1.0, "cpu": 2.0, "nic": 3.0}
+_COLOURS = {"nvlink": "#76b900", "pcie": "#1f77b4", "cpu": "#9467bd", "network": "#d62728"}
+
+
+@dataclass(frozen=True, slots=True)
+class LinkClass:
+    """Links of one kind and speed: ``cables`` full-duplex pairs, ``one_way`` the rest."""
+
+    kind: str
+    bandwidth_bytes_per_s: float
+    cables: int
+    one_way: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySummary:
+    name: str
+    gpus: int
+    nodes: int
+    devices: dict[str, int]
+    links: tuple[LinkClass, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "gpus": self.gpus, "nodes": self.nodes,
+                "devices": self.devices,
+                "links": [{"kind": c.kind, "bandwidth_bytes_per_s": c.bandwidth_bytes_per_s,
+                           "cables": c.cables, "one_way": c.one_way} for c in self.links]}
+
+
+def summarise(topology: Topology) -> TopologySummary:
+    """Counts of the cluster's devices by kind and links by class."""
+    links = {(link.src, link.dst): link for link in topology.links()}
+    classes: Counter[tuple[str, float, bool]] = Counter()
+    for (src, dst), link in links.items():
+        back = links.get((dst, src))
+        duplex = back is not None and back.bandwidth_bytes_per_s == link.bandwidth_bytes_per_s
+        if duplex and src > dst:
+            continue  # the cable is counted from its other end
+        classes[(link.kind, link.bandwidth_bytes_per_s, duplex)] += 1
+    merged: dict[tuple[str, float], list[int]] = {}
+    for (kind, bandwidth, duplex), count in classes.items():
+        merged.setdefault((kind, bandwidth), [0, 0])[0 if duplex else 1] += count
+    return TopologySummary(
+        topology.name, len(topology.gpus), topology.num_nodes,
+        dict(sorted(Counter(d.kind for d in topology.devices()).items())),
+        tuple(LinkClass(k, b, c, o) for (k, b), (c, o) in sorted(merged.items())))
+
+
+def format_summary(summary: TopologySummary) -> str:
+    lines = [f"cluster {summary.name}: {summary.gpus} GPUs on {summary.nodes} node(s)",
+             "devices: " + ", ".join(f"{n} {k}" for k, n in summary.devices.items()),
+             "", f"{'link class':<10} {'speed (one way)':>16} {'cables':>8} {'one-way':>8}"]
+    for c in summary.links:
+        lines.append(f"{c.kind:<10} {format_bandwidth(c.bandwidth_bytes_per_s):>16} "
+                     f"{c.cables:>8} {c.one_way:>8}")
+    return "\n".join(lines) + "\n"
+
+
+def _positions(topology: Topology, nodes: int) -> dict[str, tuple[float, float]]:
+    """x, y of every drawn device: nodes side by side, fabric tiers above."""
+    width = 1.0 + max((d.index for d in topology.devices() if d.node is not None),
+                      default=0)
+    pos: dict[str, tuple[float, float]] = {}
+    for d in topology.devices():
+        if d.node is not None and d.node < nodes:
+            count = sum(1 for e in topology.devices() if e.node == d.node and e.kind == d.kind)
+            x = d.node * (width + 1) + (d.index + 0.5) * width / max(count, 1)
+            pos[d.name] = (x, _LAYER.get(d.kind, 0.0))
+    tier = {n: 0 for n in pos if topology.device(n).kind == "nic"}
+    frontier = list(tier)
+    links = list(topology.links())
+    while frontier:
+        nxt = []
+        for link in links:
+            if link.src in frontier and link.dst not in tier and link.dst not in pos:
+                tier[link.dst] = tier[link.src] + 1
+                nxt.append(link.dst)
+        frontier = nxt
+    by_tier: dict[int, list[str]] = {}
+    for name, t in tier.items():
+        if t > 0:
+            by_tier.setdefault(t, []).append(name)
+    span = nodes * (width + 1)
+    for t, names in by_tier.items():
+        for i, name in enumerate(sorted(names)):
+            pos[name] = ((i + 0.5) * span / len(names), _LAYER["nic"] + 1.5 * t)
+    return pos
+
+
+def draw_topology(topology: Topology, path: str | Path) -> None:
+    """Draw the cluster to ``path`` (.png or .svg, by its suffix)."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise PlotsUnavailable("matplotlib is not installed (pip install 'distsim-gpu[plot]')"
+                               ) from None
+    nodes = min(topology.num_nodes, MAX_DRAWN_NODES)
+    pos = _positions(topology, nodes)
+    figure = Figure(figsize=(min(4 + 3 * nodes, 30), 6), dpi=110, layout="constrained")
+    axes = figure.add_subplot()
+    seen: set[tuple[str, float]] = set()
+    for link in topology.links():
+        if link.src not in pos or link.dst not in pos or link.src > link.dst:
+            continue
+        (x0, y0), (x1, y1) = pos[link.src], pos[link.dst]
+        key = (link.kind, link.bandwidth_bytes_per_s)
+        axes.plot([x0, x1], [y0, y1], color=_COLOURS.get(link.kind, "grey"),
+                  linewidth=0.5 + math.log10(max(link.bandwidth_bytes_per_s, 1e9) / 1e9),
+                  label=None if key in seen else
+                  f"{link.kind} {format_bandwidth(link.bandwidth_bytes_per_s)}", zorder=1)
+        seen.add(key)
+    for name, (x, y) in pos.items():
+        kind = topology.device(name).kind
+        axes.scatter([x], [y], s=60 if kind == "gpu" else 35, zorder=2,
+                     marker="s" if kind == "gpu" else "o", color="black")
+    title = f"{topology.name}: {len(topology.gpus)} GPUs, {topology.num_nodes} node(s)"
+    if nodes < topology.num_nodes:
+        title += f" (first {nodes} drawn)"
+    axes.set_title(title)
+    axes.set_yticks([*_LAYER.values()], [*_LAYER.keys()])
+    axes.set_xticks([])
+    axes.legend(loc="upper right", fontsize="small")
+    figure.savefig(str(path))

@@ -1,0 +1,169 @@
+"""Topology import: hand-written dumps of published machines give the preset's cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from distsim_gpu.collectives import CommParams
+from distsim_gpu.collectives.nccl_tests import run_benchmark, size_series
+from distsim_gpu.scenarios.cli.main import main
+from distsim_gpu.simcore.errors import ConfigError, DistsimError, ParseError
+from distsim_gpu.topology import build_cluster, load_cluster
+from distsim_gpu.topology.importers import cluster_spec, read_node_dump
+from distsim_gpu.topology.importers.ibnetdiscover import (
+    fabric_cluster_spec,
+    parse_ibnetdiscover,
+)
+from distsim_gpu.topology.importers.nccl_xml import parse_nccl_xml
+from distsim_gpu.topology.importers.nvidia_smi import parse_topo_matrix
+from distsim_gpu.topology.presets import PRESETS
+
+DUMPS = Path(__file__).parent / "dumps"
+SIZES = size_series(8, 1 << 27, 32.0)
+
+
+def _table(topology):
+    return [r.to_dict() for r in run_benchmark(topology, "all_reduce", SIZES,
+                                               params=CommParams())]
+
+
+@pytest.mark.parametrize("machine", ["dgx-a100", "dgx-h100", "pcie-8gpu"])
+@pytest.mark.parametrize("fmt", ["txt", "xml"])
+def test_imported_node_has_the_presets_shape_and_nccl_tests_table(machine, fmt):
+    layout = read_node_dump(DUMPS / f"{machine}.topo.{fmt}")
+    preset = PRESETS[machine]
+    assert layout.gpu_pcie_switch == preset.gpu_pcie_switch
+    assert layout.nic_pcie_switch == preset.nic_layouts[0]
+    assert layout.pcie_switch_cpu == preset.pcie_switch_cpu
+    assert layout.has_nvlink == (preset.nvlink is not None)
+    nodes = 2 if fmt == "xml" else 1  # the XML states NIC speeds: check the network too
+    imported = build_cluster(cluster_spec(layout, nodes=nodes))
+    assert _table(imported) == _table(build_cluster({"preset": machine, "nodes": nodes}))
+
+
+def test_nvlink_counts_tell_nvswitch_from_mesh():
+    a100 = read_node_dump(DUMPS / "dgx-a100.topo.txt")
+    assert a100.nvswitch and a100.links_per_gpu == 12 and a100.sm == 80
+    # Four GPUs with NV6 to each other: 18 links each, no more than a GPU has: a mesh.
+    text = "\tGPU0\tGPU1\tGPU2\tGPU3\n" + "".join(
+        f"GPU{i}\t" + "\t".join("X" if i == j else "NV6" for j in range(4)) + "\n"
+        for i in range(4))
+    mesh = parse_topo_matrix(text, source="quad.txt")
+    assert not mesh.nvswitch and len(mesh.nvlink_pairs) == 6 and mesh.sm == 90
+
+
+def test_written_file_builds_the_cluster_it_states(tmp_path):
+    out = tmp_path / "cluster.yaml"
+    assert main(["topology", "import", str(DUMPS / "dgx-h100.topo.xml"), "-o", str(out),
+                 "--nodes", "2"]) == 0
+    text = out.read_text()
+    assert "stated by the dump" in text and "default" in text  # figures say their source
+    loaded = load_cluster(out)
+    expected = build_cluster(cluster_spec(read_node_dump(DUMPS / "dgx-h100.topo.xml"),
+                                          nodes=2))
+    assert loaded.config == expected.config
+    assert build_cluster(loaded.config).config == loaded.config  # config round-trips
+
+
+def test_ibnetdiscover_fabric_matches_the_single_switch_preset(tmp_path):
+    fabric = parse_ibnetdiscover((DUMPS / "two-dgx-a100.ibnetdiscover").read_text(),
+                                 source="ib")
+    assert len(fabric.switches) == 1 and len(fabric.cables) == 16
+    assert {h: len(c) for h, c in fabric.hosts().items()} == {"dgx01": 8, "dgx02": 8}
+    imported = build_cluster(fabric_cluster_spec(fabric, build_cluster({"preset": "dgx-a100"})))
+    preset = build_cluster({"preset": "dgx-a100", "nodes": 2, "fabric": "single-switch"})
+    assert _table(imported) == _table(preset)
+    out = tmp_path / "ib.yaml"
+    assert main(["topology", "import", str(DUMPS / "two-dgx-a100.ibnetdiscover"), "-o",
+                 str(out), "--node", str(DUMPS / "dgx-a100.topo.txt")]) == 0
+    assert len(load_cluster(out).gpus) == 16
+
+
+def test_show_summarises_and_draws(tmp_path, capsys):
+    out = tmp_path / "c.png"
+    assert main(["topology", "show", "dgx-h100", "--nodes", "2", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "16 GPUs on 2 node(s)" in text and "450 GB/s" in text
+    # 16 NVLink cables (GPU to NVSwitch), 16 NIC cables to the fabric's one switch.
+    assert [line.split()[-2] for line in text.splitlines() if line.startswith(
+        ("nvlink", "network"))] == ["16", "16"]
+    assert out.stat().st_size > 1000
+
+
+_GOOD = (DUMPS / "pcie-8gpu.topo.txt").read_text()
+
+
+@pytest.mark.parametrize(("text", "line", "words"), [
+    (_GOOD.replace("GPU3\tPIX", "GPU3\tPXQ", 1), 5, "unknown connection"),
+    (_GOOD.replace("GPU1\tPIX", "GPU1\tSYS", 1), 3, "symmetric"),
+    ("\n".join(_GOOD.splitlines()[:5]), 1, "no row for GPU4"),
+    ("\n".join(line if not line.startswith("GPU2") else "GPU2\tPIX"
+               for line in _GOOD.splitlines()), 4, "cells"),
+])
+def test_malformed_topo_matrix_names_the_line(text, line, words):
+    with pytest.raises(ParseError, match=words) as caught:
+        parse_topo_matrix(text, source="topo.txt")
+    assert caught.value.source == "topo.txt" and caught.value.line == line
+
+
+_XML = (DUMPS / "pcie-8gpu.topo.xml").read_text()
+
+
+def _line_of(text: str, needle: str) -> int:
+    return text[:text.index(needle)].count("\n") + 1
+
+
+@pytest.mark.parametrize(("text", "line", "words"), [
+    (_XML.replace("</cpu>", "</cpux>", 1), _line_of(_XML, "</cpu>"), "malformed XML"),
+    (_XML.replace(' sm="80"', "", 1), _line_of(_XML, "<gpu "), "no 'sm'"),
+    (_XML.replace('speed="200000"', 'speed="fast"'), _line_of(_XML, "<net "),
+     "not a number"),
+    ('<!DOCTYPE x [<!ENTITY a "b">]><system/>', 1, "DTD"),
+    ("<topology/>", 1, "expected <system>"),
+])
+def test_malformed_nccl_xml_names_the_line(text, line, words):
+    with pytest.raises(ParseError, match=words) as caught:
+        parse_nccl_xml(text, source="topo.xml")
+    assert caught.value.line == line
+
+
+_IB = (DUMPS / "two-dgx-a100.ibnetdiscover").read_text()
+
+
+@pytest.mark.parametrize(("text", "line", "words"), [
+    (_IB.replace("lid 11 4xHDR", "lid 11 4xWOW", 1), 12, "width and speed"),
+    (_IB.replace('"H-0c42a10300c80000"[1]', '"H-ffff"[1]', 1), 12, "not listed"),
+    (_IB.replace('"S-0c42a10300aa0000"[1]\t', '"S-0c42a10300aa0000"[2]\t', 1), 12,
+     "but"),
+    (_IB + "garbage line\n", _IB.count("\n") + 1, "cannot read"),
+])
+def test_malformed_ibnetdiscover_names_the_line(text, line, words):
+    with pytest.raises(ParseError, match=words) as caught:
+        parse_ibnetdiscover(text, source="ib")
+    assert caught.value.line == line
+
+
+@pytest.mark.parametrize(("node", "key"), [
+    ({"gpu_pcie_switch": [0, 2], "pcie_switch_cpu": [0, 0]}, "node.gpu_pcie_switch[1]"),
+    ({"gpu_pcie_switch": [0], "pcie_switch_cpu": [0], "nvswitch": True,
+      "nvlink_pairs": [[0, 0, 1]]}, "node.nvlink_pairs[0]"),
+    ({"gpu_pcie_switch": [0]}, "node"),
+    ({"gpu_pcie_switch": [0], "pcie_switch_cpu": [0], "nvswitchh": True}, "node.nvswitchh"),
+])
+def test_node_form_errors_name_the_key(node, key):
+    with pytest.raises(ConfigError) as caught:
+        build_cluster({"node": node})
+    assert caught.value.key == key
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("hello\n")
+    assert main(["topology", "import", str(bad), "-o", str(tmp_path / "c.yaml")]) == 2
+    assert "not a topology dump" in capsys.readouterr().err
+    assert main(["topology", "import", str(DUMPS / "two-dgx-a100.ibnetdiscover"), "-o",
+                 str(tmp_path / "c.yaml")]) == 2
+    assert "--node" in capsys.readouterr().err
+    with pytest.raises(DistsimError):
+        read_node_dump(tmp_path / "missing.txt")

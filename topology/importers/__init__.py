@@ -1,0 +1,50 @@
+"""Topology importers: the files a machine's own tools write, read as a distsim cluster.
+
+* ``nvidia-smi topo -m`` printouts (:mod:`.nvidia_smi`) and NCCL's topology dump
+  (``NCCL_TOPO_DUMP_FILE``, :mod:`.nccl_xml`) describe one node: read into a
+  :class:`NodeLayout`, written as a cluster file by :mod:`.writer`;
+* ``ibnetdiscover`` output (:mod:`.ibnetdiscover`) describes the InfiniBand fabric: its
+  switches, HCAs and cables, joined to a node shape per host.
+
+``distsim topology import`` is the command; :func:`read_node_dump` tells the two node
+formats apart by their content.
+"""
+
+from __future__ import annotations
+
+import os
+
+from distsim_gpu.simcore.errors import ParseError
+from distsim_gpu.topology.importers.layout import NodeLayout
+from distsim_gpu.topology.importers.nccl_xml import looks_like_nccl_xml, parse_nccl_xml
+from distsim_gpu.topology.importers.nvidia_smi import looks_like_topo_matrix, parse_topo_matrix
+from distsim_gpu.topology.importers.writer import cluster_spec, cluster_yaml
+
+__all__ = ["NodeLayout", "cluster_spec", "cluster_yaml", "read_node_dump", "read_text"]
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """A dump's text; unreadable or binary files are a ParseError naming the file."""
+    name = os.fspath(path)
+    try:
+        with open(name, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as error:
+        raise ParseError(f"cannot read: {error.strerror}", source=name) from None
+    except UnicodeDecodeError:
+        raise ParseError("not a text file", source=name,
+                         hint="give nvidia-smi topo -m output, an NCCL topology XML or "
+                              "ibnetdiscover output") from None
+
+
+def read_node_dump(path: str | os.PathLike[str]) -> NodeLayout:
+    """One node's layout from ``nvidia-smi topo -m`` output or an NCCL topology XML."""
+    name = os.fspath(path)
+    text = read_text(name)
+    if looks_like_nccl_xml(text):
+        return parse_nccl_xml(text, source=name)
+    if looks_like_topo_matrix(text):
+        return parse_topo_matrix(text, source=name)
+    raise ParseError("not a topology dump distsim reads", source=name,
+                     hint="nvidia-smi topo -m output, an NCCL_TOPO_DUMP_FILE XML, or "
+                          "ibnetdiscover output (with --node)")
