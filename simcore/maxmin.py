@@ -88,6 +88,61 @@ def _fill(
     return rates, bottleneck
 
 
+def _fill_local_minima(
+    entry_flow: np.ndarray,
+    entry_link: np.ndarray,
+    entry_mult: np.ndarray,
+    capacity: np.ndarray,
+    num_flows: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The allocation of :func:`_fill` in fewer rounds: each round freezes every link
+    whose fill level is the lowest among the links it shares an unfrozen flow with, not
+    only the globally lowest.
+
+    Why that is exact: a link's level (residual over the weight of its unfrozen flows)
+    only rises when a flow crossing it freezes below it, and flows freeze at levels no
+    higher than their links' levels; a link no neighbour undercuts therefore keeps its
+    level until progressive filling reaches it, and freezes there.  A flow is frozen at
+    the lowest level among its links (within the tie tolerance of the link that froze
+    it), so no link is ever loaded above its capacity.  On a fat-tree the levels of
+    unrelated parts of the fabric freeze together: the incremental solver's subsets
+    need about a third of the rounds (measured on the 10,000-flow benchmark).
+    """
+    rates = np.full(num_flows, np.inf)
+    bottleneck = np.full(num_flows, -1, np.int64)
+    if num_flows == 0 or entry_flow.size == 0:
+        return rates, bottleneck
+    num_links = capacity.size
+    residual = capacity.astype(float, copy=True)
+    flows, links, mults = entry_flow, entry_link, entry_mult.astype(float, copy=False)
+    lowest_of_flow = np.empty(num_flows)
+    lowest_near_link = np.empty(num_links)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        while flows.size:
+            # Every link in ``links`` has weight > 0; the others' levels are not read.
+            level = residual / np.bincount(links, weights=mults, minlength=num_links)
+            entry_level = level[links]
+            lowest_of_flow.fill(np.inf)
+            np.minimum.at(lowest_of_flow, flows, entry_level)
+            lowest_near_link.fill(np.inf)
+            np.minimum.at(lowest_near_link, links, lowest_of_flow[flows])
+            hit = entry_level <= lowest_near_link[links] * (1.0 + _TIE_RTOL)
+            hit &= entry_level < np.inf  # ideal links freeze nobody
+            if not hit.any():
+                break  # every remaining flow crosses only ideal links
+            frozen = flows[hit]
+            rates[frozen] = np.maximum(lowest_of_flow[frozen], 0.0)
+            bottleneck[frozen] = links[hit]
+            leaving = rates[flows] < np.inf
+            residual -= np.bincount(links[leaving],
+                                    weights=mults[leaving] * rates[flows[leaving]],
+                                    minlength=num_links)
+            np.maximum(residual, 0.0, out=residual)
+            keep = ~leaving
+            flows, links, mults = flows[keep], links[keep], mults[keep]
+    return rates, bottleneck
+
+
 def max_min_fair(
     flows: Sequence[Mapping[Hashable, float]],
     capacities: Mapping[Hashable, float],

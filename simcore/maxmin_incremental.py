@@ -32,7 +32,7 @@ flows transfer at once.
 from __future__ import annotations
 
 import numpy as np
-from distsim_gpu.simcore.maxmin import _TIE_RTOL, _fill
+from distsim_gpu.simcore.maxmin import _TIE_RTOL, _fill, _fill_local_minima
 
 __all__ = ["IncrementalMaxMin"]
 
@@ -43,6 +43,9 @@ _CHECK_RTOL = 4 * _TIE_RTOL
 # Entries of ended flows are compacted away once they are this many and half of all.
 _COMPACT_MIN = 4096
 _LOOKAHEAD = 8  # hops of look-ahead per growth step (see _look_ahead)
+# Entries added since the link index was built are scanned one by one; the index is
+# rebuilt (a sort of all entries) once they are this many and an eighth of all.
+_UNINDEXED_MAX = 2048
 
 
 class IncrementalMaxMin:
@@ -56,13 +59,16 @@ class IncrementalMaxMin:
 
     def __init__(self, capacity: np.ndarray) -> None:
         self._capacity = np.zeros(0)
-        # Per link, the slots of the flows crossing it (so a change looks only near it).
-        self._on_link: list[set[int]] = []
-        self._on_link_array: list[np.ndarray | None] = []  # the same as arrays, when known
-        self._slot_mark = np.zeros(0, bool)  # scratch, all False between uses
         # Load per link as last checked (a link no check saw reads 0): only to skip
         # links that cannot be a bottleneck when looking ahead.
         self._load = np.zeros(0)
+        # The link index (so a change looks only near it): the entries below
+        # ``_indexed`` sorted by link, link l's at ``_by_link[_link_start[l]:
+        # _link_start[l + 1]]``.  Entries blanked since are skipped when read; later
+        # entries are scanned.
+        self._by_link = np.zeros(0, np.int64)
+        self._link_start = np.zeros(1, np.int64)
+        self._indexed = 0
         self.set_capacity(capacity)
         # Per slot (slot 0 is the blank that ended flows' entries point at).
         self._rate = np.zeros(1)
@@ -86,10 +92,9 @@ class IncrementalMaxMin:
         """Link capacities; one more (ideal) link at the end stands for blank entries."""
         self._capacity = np.append(np.asarray(capacity, float), np.inf)
         self._sentinel = self._capacity.size - 1
-        grow = self._capacity.size - len(self._on_link)
-        self._on_link.extend(set() for _ in range(grow))
-        self._on_link_array.extend(None for _ in range(grow))
+        grow = self._capacity.size - self._load.size
         self._load = np.append(self._load, np.zeros(grow))
+        self._indexed = 0  # the index has a row per link: rebuilt before its next use
         if getattr(self, "_used", 0):
             used = slice(0, self._used)
             blank = self._e_flow[used] == 0
@@ -116,10 +121,6 @@ class IncrementalMaxMin:
         self._e_link[at:at + n] = links
         self._e_mult[at:at + n] = mults
         self._used += n
-        on_link, cached = self._on_link, self._on_link_array
-        for link in links.tolist():
-            on_link[link].add(slot)
-            cached[link] = None
         self._start[slot], self._count[slot] = at, n
         self._live[slot] = True
         self._rate[slot] = np.nan
@@ -131,10 +132,6 @@ class IncrementalMaxMin:
         """End a flow: its links are freed at the next :meth:`solve`."""
         at, n = self._start[handle], self._count[handle]
         span = slice(at, at + n)
-        on_link, cached = self._on_link, self._on_link_array
-        for link in self._e_link[span].tolist():
-            on_link[link].discard(handle)
-            cached[link] = None
         if handle in self._new:
             del self._new[handle]  # never solved: its links carried nothing yet
         else:
@@ -174,6 +171,7 @@ class IncrementalMaxMin:
             arr[:n] = kept
         self._used = n
         self._blank = 0
+        self._indexed = 0  # entries moved: the index is rebuilt before its next use
 
     # ------------------------------------------------------------------ solving
     def solve(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -253,34 +251,35 @@ class IncrementalMaxMin:
 
     def _entries_of(self, slots: np.ndarray) -> np.ndarray:
         """The entry indices of flows ``slots`` (each flow's entries are contiguous)."""
-        starts, counts = self._start[slots], self._count[slots]
-        ends = np.cumsum(counts)
-        return np.arange(ends[-1] if ends.size else 0) + np.repeat(starts - ends + counts,
-                                                                   counts)
+        return _ranges(self._start[slots], self._count[slots])
 
-    def _slots_on(self, links: np.ndarray) -> np.ndarray:
-        """Slots of the flows crossing any of ``links``."""
-        on_link, cached = self._on_link, self._on_link_array
-        wanted = links.tolist()
-        if not wanted:
-            return np.zeros(0, np.int64)
-        for link in [link for link in wanted if cached[link] is None]:
-            slots = on_link[link]
-            cached[link] = np.fromiter(slots, np.int64, len(slots))
-        parts = [cached[link] for link in wanted]
-        mark = self._slot_mark
-        if mark.size < self._rate.size:
-            mark = self._slot_mark = np.zeros(self._rate.size, bool)
-        every = np.concatenate(parts)
-        mark[every] = True
-        found = np.flatnonzero(mark)
-        mark[found] = False
-        return found
+    def _index_links(self) -> None:
+        """Sort the entries by link (see ``_by_link``) when many are not indexed."""
+        used = self._used
+        if used - self._indexed <= max(_UNINDEXED_MAX, used // 8):
+            return
+        links = self._e_link[:used]
+        self._by_link = np.argsort(links, kind="stable")
+        start = np.zeros(self._capacity.size + 1, np.int64)
+        np.cumsum(np.bincount(links, minlength=self._capacity.size), out=start[1:])
+        self._link_start = start
+        self._indexed = used
 
     def _entries_on(self, mask: np.ndarray) -> np.ndarray:
-        """Every entry on a link of ``mask``."""
-        entries = self._entries_of(self._slots_on(np.flatnonzero(mask)))
-        return entries[mask[self._e_link[entries]]]
+        """Every entry on a link of ``mask`` (grouped by link, then the unindexed)."""
+        self._index_links()
+        e_link = self._e_link
+        links = np.flatnonzero(mask)
+        if self._indexed:
+            starts = self._link_start[links]
+            entries = self._by_link[_ranges(starts, self._link_start[links + 1] - starts)]
+        else:
+            entries = np.zeros(0, np.int64)
+        if self._indexed < self._used:
+            late = np.arange(self._indexed, self._used)
+            entries = np.concatenate([entries, late])
+        # Blanked entries now point at the sentinel link, never in ``mask``.
+        return entries[mask[e_link[entries]]]
 
     def _pull_in(self, in_s: np.ndarray, floor: np.ndarray, bottlenecked: bool = False) -> None:
         """Add to ``S`` every flow crossing a link ``l`` at a rate of at least
@@ -328,11 +327,12 @@ class IncrementalMaxMin:
         slots = np.flatnonzero(in_s)
         local = np.zeros(self._rate.size, np.int64)
         local[slots] = np.arange(slots.size)
-        links = np.unique(s_link)
         position = np.zeros(self._capacity.size, np.int64)
+        position[s_link] = 1
+        links = np.flatnonzero(position)  # S's links, sorted, without sorting
         position[links] = np.arange(links.size)
-        rates, bottleneck = _fill(local[s_flow], position[s_link], s_mult,
-                                  residual[links], slots.size)
+        rates, bottleneck = _fill_local_minima(local[s_flow], position[s_link], s_mult,
+                                               residual[links], slots.size)
         self._rate[slots] = rates
         self._bottleneck[slots] = np.where(bottleneck >= 0, links[bottleneck], -1)
 
@@ -384,3 +384,9 @@ class IncrementalMaxMin:
         self._rate[slots] = rates
         self._bottleneck[slots] = bottleneck
 
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The integers ``start .. start + count - 1`` of each pair, concatenated."""
+    ends = np.cumsum(counts)
+    return np.arange(ends[-1] if ends.size else 0) + np.repeat(starts - ends + counts, counts)
