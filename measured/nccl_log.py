@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from distsim_gpu.simcore.errors import ParseError
+from distsim_gpu.simcore.fileio import read_input_bytes
 
 __all__ = ["NcclLog", "NcclRow", "parse_nccl_log", "split_nccl_runs"]
 
@@ -605,17 +606,10 @@ def _read_text(path_or_text: str | os.PathLike[str], source: str | None) -> tupl
         return path_or_text, source or "<text>"
     path = Path(path_or_text)
     name = source or str(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ParseError(f"nccl-tests log {str(path)!r} does not exist", source=name,
-                         hint="give the path of a saved nccl-tests output") from None
-    except IsADirectoryError:
-        raise ParseError(f"nccl-tests log {str(path)!r} is a directory, not a file",
-                         source=name) from None
-    except OSError as error:
-        raise ParseError(f"cannot read nccl-tests log {str(path)!r}: {error.strerror}",
-                         source=name) from None
+    # A regular file of at most 256 MiB (a log of a thousand runs is a few MB): a device
+    # such as /dev/zero would be read without end.
+    data = read_input_bytes(path, "nccl-tests log", error=ParseError,
+                            hint="give the path of a saved nccl-tests output")
     return data.decode("utf-8-sig", errors="replace"), name
 
 

@@ -27,9 +27,8 @@ import reprlib
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-import yaml
-from distsim_gpu.simcore.errors import ConfigError, DistsimError, closest
-from distsim_gpu.simcore.yamlfile import line_of
+from distsim_gpu.simcore.errors import ConfigError, DistsimError, ParseError, closest
+from distsim_gpu.simcore.yamlfile import YamlSyntaxError, line_of, load_yaml_text
 
 __all__ = [
     "check_bool",
@@ -76,9 +75,12 @@ def parse_assignment(text: str, *, source: str = "--set") -> tuple[str, Any]:
     if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
         return key, raw[1:-1]
     try:
-        value = yaml.safe_load(raw) if raw else ""
-    except yaml.YAMLError:
+        value = load_yaml_text(raw, source)[0] if raw else ""
+    except YamlSyntaxError:
         value = raw  # not YAML: keep the text, the schema will judge it
+    except ParseError as error:  # YAML past a bound (depth, digits) or a bad tag (!!float x)
+        error.key, error.line = key, None
+        raise
     return key, value
 
 
@@ -252,16 +254,25 @@ def check_bool(value: Any, *, key: str | None, source: str | None = None,
     return value
 
 
-def check_whole(value: Any, *, key: str | None, minimum: int = 1, source: str | None = None,
-                lines: Mapping[str, int] | None = None, line: int | None = None,
-                hint: str | None = None, error: type[DistsimError] = ConfigError) -> int:
+def check_whole(value: Any, *, key: str | None, minimum: int = 1, maximum: int | None = None,
+                source: str | None = None, lines: Mapping[str, int] | None = None,
+                line: int | None = None, hint: str | None = None,
+                error: type[DistsimError] = ConfigError,
+                too_big: str = "larger than any job distsim is meant to simulate") -> int:
     """``value`` if it is a whole number (an ``int``, not a ``bool``) of at least
-    ``minimum``; else ``must be a whole number >= <minimum>, got <value>`` at ``key``.
-    ``line`` and ``error`` as for :func:`check_keys`; ``hint`` says what a value means
-    (``"0 takes the default"``)."""
+    ``minimum`` and at most ``maximum``; else ``must be a whole number >= <minimum>, got
+    <value>`` (or ``must be at most <maximum>``, with ``too_big`` saying why the bound is
+    there) at ``key``.  ``line`` and ``error`` as for :func:`check_keys`; ``hint`` says
+    what a value means (``"0 takes the default"``).  Bounds keep a typo (``1e30`` layers)
+    from allocating without end; see each caller for its own."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _fail(f"must be a whole number >= {minimum}, got {value!r}", key, source, lines,
-                    hint, line=line, error=error)
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum:,}]"
+        raise _fail(f"must be a whole number {bound}, got {_REPR.repr(value)}", key, source,
+                    lines, hint, line=line, error=error)
+    if maximum is not None and value > maximum:
+        raise _fail(f"must be at most {maximum:,}, got {_REPR.repr(value)}", key, source,
+                    lines, hint or f"{too_big}; values above {maximum:,} are refused",
+                    line=line, error=error)
     return value
 
 
@@ -274,7 +285,7 @@ def check_number(value: Any, *, key: str | None, minimum: float = 0.0, above: bo
     number >= 0`` / ``> 0`` / ``a number in (0, 1]``, ``got <value>``, at ``key``.
     ``line``, ``hint`` and ``error`` as for :func:`check_whole`."""
     ok = (not isinstance(value, bool) and isinstance(value, numbers.Real)
-          and math.isfinite(value)
+          and _finite(value)
           and (value > minimum if above else value >= minimum)
           and (maximum is None or value <= maximum))
     if ok:
@@ -282,8 +293,16 @@ def check_number(value: Any, *, key: str | None, minimum: float = 0.0, above: bo
     low = f"({minimum:g}" if above else f"[{minimum:g}"
     bound = (f"a finite number {'>' if above else '>='} {minimum:g}" if maximum is None
              else f"a number in {low}, {maximum:g}]")
-    raise _fail(f"must be {bound}, got {value!r}", key, source, lines, hint, line=line,
-                error=error)
+    raise _fail(f"must be {bound}, got {_REPR.repr(value)}", key, source, lines, hint,
+                line=line, error=error)
+
+
+def _finite(value: numbers.Real) -> bool:
+    """Finite as a float: a whole number of 400 digits is not (it overflows a float)."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def check_keys(mapping: Mapping[Any, Any], valid: Collection[str], *, prefix: str = "",

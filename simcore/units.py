@@ -32,8 +32,11 @@ __all__ = [
     "parse_size",
 ]
 
-_NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
-_QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-zµμ/]*)\s*$")
+# ASCII digits only: Python's ``\d`` and ``float`` also take full-width and other scripts'
+# digits ("２００ Gbps"), which no one types on purpose; the exponent has at most four digits.
+_NUMBER = r"([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?)"
+_QUANTITY = re.compile(rf"^[ \t]*{_NUMBER}[ \t]*([A-Za-zµμ/]*)[ \t]*$")
+_MAX_DIGITS = 400  # more digits than any quantity needs; float() of them is slow or inf
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
@@ -85,28 +88,42 @@ def _parse(
         raise ParseError(f"expected a {what}, got {value!r}", key=key, source=source,
                          hint=f"e.g. {example}")
     if isinstance(value, (int, float)):
-        number, factor = float(value), 1.0
+        number, factor = _float(value), 1.0
     elif isinstance(value, str):
-        match = _QUANTITY.match(value)
+        match = _QUANTITY.match(value) if len(value) <= _MAX_DIGITS else None
         if not match or match.group(2) not in table:
             units = sorted(u for u in table if u)
             raise ParseError(
-                f"cannot read {value!r} as a {what}", key=key, source=source,
+                f"cannot read {_short(value)} as a {what}", key=key, source=source,
                 hint=f"write a number and a unit, e.g. {example}; units: {', '.join(units)}",
             )
         number, factor = float(match.group(1)), table[match.group(2)]
     else:
-        raise ParseError(f"expected a {what}, got {type(value).__name__} {value!r}",
+        raise ParseError(f"expected a {what}, got {type(value).__name__} {_short(value)}",
                          key=key, source=source, hint=f"e.g. {example}")
     result = number * factor
     if not math.isfinite(result):
-        raise ParseError(f"{what} {value!r} is not finite", key=key, source=source,
+        raise ParseError(f"{what} {_short(value)} is not finite", key=key, source=source,
                          hint=f"e.g. {example}")
     if result < 0 or (result == 0 and not allow_zero):
         bound = "zero or positive" if allow_zero else "positive"
-        raise ParseError(f"{what} must be {bound}, got {value!r}", key=key, source=source,
+        raise ParseError(f"{what} must be {bound}, got {_short(value)}", key=key, source=source,
                          hint=f"e.g. {example}")
     return result
+
+
+def _float(value: int | float) -> float:
+    """A number as a float; a whole number too large for one is infinite (and refused)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def _short(value: object) -> str:
+    """``repr(value)``, cut in the middle past 60 characters: messages name, not print."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}...{text[-12:]} ({len(text)} chars)"
 
 
 def parse_size(value: object, *, key: str | None = None, source: str | None = None,

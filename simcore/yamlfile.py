@@ -1,46 +1,210 @@
-"""YAML files read safely, with the line of every key kept for error messages.
+"""YAML read safely and within bounds, with the line of every key kept for error messages.
 
-Configuration files (clusters, scenarios) are read with ``yaml.safe_load`` only.  A
-syntax error becomes a :class:`~simcore.errors.ParseError` with the file and line; a
-later validation error about key ``a.b[2]`` can name its line with :func:`line_of`.
+Configuration files (clusters, scenarios, cost tables) and ``--set`` values are read with
+:class:`BoundedLoader`, PyYAML's ``SafeLoader`` (no Python objects) with limits that keep
+a hostile or broken file from taking the process down:
+
+* nesting deeper than :data:`MAX_DEPTH` (100) is refused before PyYAML's recursive
+  composer overflows the stack (a real configuration nests under ten deep);
+* anchors and aliases are allowed, but the document they expand to may hold at most
+  :data:`MAX_NODES` (2,000,000) nodes and nest at most :data:`MAX_DEPTH` deep — a
+  "billion laughs" file of nine nested aliases would otherwise expand to 10⁹ values
+  downstream — and an alias may not refer to a node that contains it;
+* a whole number written with more than :data:`MAX_INT_DIGITS` (400) digits is refused
+  (no quantity distsim reads needs more than twenty; Python refuses to convert past 4,300);
+* a value that its tag cannot construct (``!!float x``) is a syntax error at its line.
+
+Any of these, and any YAML syntax error, becomes a :class:`~simcore.errors.ParseError` with
+the file and line; a later validation error about key ``a.b[2]`` can name its line with
+:func:`line_of`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml
-from distsim_gpu.simcore.errors import ConfigError, ParseError
+from distsim_gpu.simcore.errors import ParseError
+from distsim_gpu.simcore.fileio import read_input_text
 
-__all__ = ["key_lines", "line_of", "read_yaml"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
+    "MAX_NODES",
+    "BoundedLoader",
+    "YamlSyntaxError",
+    "key_lines",
+    "line_of",
+    "load_yaml_text",
+    "read_yaml",
+]
+
+MAX_DEPTH = 100
+MAX_NODES = 2_000_000
+MAX_INT_DIGITS = 400
+# A configuration file is kilobytes; a written-out cluster of 100k links a few tens of MB.
+MAX_YAML_BYTES = 64 * 2**20
+
+
+class YamlSyntaxError(ParseError):
+    """The text is not YAML at all (a scanner or parser error), as opposed to YAML that
+    breaks a bound or a tag; ``--set`` keeps such a value as plain text."""
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """``SafeLoader`` that refuses deep nesting, over-long integers and values its tag
+    cannot build, as YAML errors with a position (see the module docstring)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested more than {MAX_DEPTH} levels deep",
+                    self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError) as error:  # int("x"), float("x") of a tag
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {_short(node.value)} as {node.tag.split(':')[-1]}"
+                f" ({error.__class__.__name__})", node.start_mark) from None
+
+    def construct_yaml_int(self, node: Any) -> int:
+        digits = sum(c.isdigit() for c in str(node.value))
+        if digits > MAX_INT_DIGITS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a whole number of {digits} digits is too long (at most "
+                f"{MAX_INT_DIGITS})", node.start_mark)
+        return super().construct_yaml_int(node)
+
+
+BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:36]}...{text[-4:]}"
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuse a composed document whose aliases expand past the bounds or into a cycle.
+
+    Iterative, memoised by node: shared (aliased) nodes are measured once, so a billion
+    laughs costs as many steps as it has distinct nodes."""
+    measured: dict[int, tuple[int, int]] = {}  # id -> (expanded nodes, expanded depth)
+    open_nodes: set[int] = set()  # started, not finished: the ancestors of the current one
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            kids = [measured[id(k)] for k in _children(node)]
+            size = 1 + sum(s for s, _ in kids)
+            depth = 1 + max((d for _, d in kids), default=0)
+            open_nodes.discard(key)
+            if size > MAX_NODES or depth > MAX_DEPTH:
+                what = (f"more than {MAX_NODES:,} values" if size > MAX_NODES
+                        else f"more than {MAX_DEPTH} levels deep")
+                raise yaml.composer.ComposerError(
+                    None, None, f"aliases expand this to {what}", node.start_mark)
+            measured[key] = (size, depth)
+            continue
+        if key in measured:
+            continue
+        if key in open_nodes:
+            raise yaml.composer.ComposerError(None, None, "an alias refers to a node that "
+                                              "contains it", node.start_mark)
+        open_nodes.add(key)
+        stack.append((node, True))
+        stack.extend((k, False) for k in _children(node) if id(k) not in measured)
+
+
+def _compose(text: str, source: str) -> tuple[BoundedLoader, yaml.Node | None]:
+    loader = BoundedLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            _check_expansion(node)
+    except yaml.YAMLError as error:
+        loader.dispose()
+        raise _parse_error(error, source) from None
+    return loader, node
+
+
+def _parse_error(error: yaml.YAMLError, source: str) -> ParseError:
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    syntax = isinstance(error, (yaml.scanner.ScannerError, yaml.parser.ParserError,
+                                yaml.reader.ReaderError))
+    return (YamlSyntaxError if syntax else ParseError)(
+        f"invalid YAML: {problem}", source=source,
+        line=None if mark is None else mark.line + 1)
+
+
+def load_yaml_text(text: str, source: str) -> tuple[Any, dict[str, int]]:
+    """The YAML document in ``text`` and the line of each key (see :func:`key_lines`);
+    :class:`ParseError` naming ``source`` (a file, ``"--set"``) for a syntax error or a
+    document past the bounds."""
+    loader, node = _compose(text, source)
+    try:
+        data = None if node is None else loader.construct_document(node)
+    except yaml.YAMLError as error:
+        raise _parse_error(error, source) from None
+    finally:
+        loader.dispose()
+    return data, {} if node is None else _node_lines(node)
 
 
 def key_lines(text: str) -> dict[str, int]:
-    """1-based line of every dotted key path of a YAML text (``a.b``, ``a.c[2]``)."""
+    """1-based line of every dotted key path of a YAML text (``a.b``, ``a.c[2]``); ``{}``
+    when the text does not read."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
+        loader, node = _compose(text, "<text>")
+    except ParseError:
         return {}
+    loader.dispose()
+    return {} if node is None else _node_lines(node)
+
+
+def _node_lines(root: yaml.Node) -> dict[str, int]:
+    """The line of each key path under ``root``; an aliased node is walked once, where it
+    is first met (its later uses take the line of the key holding the alias)."""
     lines: dict[str, int] = {}
-
-    def walk(node: yaml.Node, path: str, depth: int) -> None:
-        if depth > 32:  # aliases can nest a node in itself
-            return
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
         if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
+            for key_node, value_node in reversed(node.value):
                 key = f"{path}.{key_node.value}" if path else str(key_node.value)
-                lines.setdefault(key, key_node.start_mark.line + 1)
-                walk(value_node, key, depth + 1)
+                lines[key] = key_node.start_mark.line + 1
+                stack.append((value_node, key))
         elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
+            for i, item in reversed(list(enumerate(node.value))):
                 key = f"{path}[{i}]"
-                lines.setdefault(key, item.start_mark.line + 1)
-                walk(item, key, depth + 1)
-
-    if root is not None:
-        walk(root, "", 0)
+                lines[key] = item.start_mark.line + 1
+                stack.append((item, key))
     return lines
 
 
@@ -57,25 +221,9 @@ def line_of(key: str, lines: Mapping[str, int]) -> int | None:
 def read_yaml(path: str, what: str) -> tuple[Any, dict[str, int]]:
     """The YAML document in ``path`` and the line of each key; clear errors otherwise.
 
-    ``what`` names the kind of file in messages ("cluster", "scenario").
+    ``what`` names the kind of file in messages ("cluster", "scenario").  The file is
+    read through :func:`~simcore.fileio.read_input_text` (a regular file, at most 64 MiB,
+    UTF-8) and parsed by :func:`load_yaml_text`.
     """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"no {what} file here", source=path) from None
-    except IsADirectoryError:
-        raise ConfigError(f"a {what} is a YAML file, this is a directory",
-                          source=path) from None
-    except OSError as error:
-        raise ConfigError(f"cannot read {what} file: {error.strerror or error}",
-                          source=path) from None
-    except UnicodeDecodeError:
-        raise ParseError(f"{what} file is not UTF-8 text", source=path) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise ParseError(f"invalid YAML: {problem}", source=path,
-                         line=None if mark is None else mark.line + 1) from None
-    return data, key_lines(text)
+    text = read_input_text(path, what, limit_bytes=MAX_YAML_BYTES)
+    return load_yaml_text(text, path)
