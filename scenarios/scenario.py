@@ -45,6 +45,7 @@ in SI units, *in this same schema*: written back as a scenario file it reproduce
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import os
 import time
@@ -388,6 +389,7 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
     check_keys(compute, COMPUTE_KEYS, prefix="compute", source=source)
     gpu = _gpu(compute.get("gpu"), topology, source)
     roofline = _roofline(compute, gpu, training.precision, source)
+    parallel = _stack_defaults(parallel, spec.get("parallelism"), roofline, training)
     costs_raw = compute.get("costs", "roofline")
     costs: CostModel = roofline
     cost_table: str | None = None
@@ -479,6 +481,21 @@ def _roofline(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,
             error.key = f"compute.{inverse.get(error.key or '', error.key)}"
         error.source = source
         raise
+
+
+def _stack_defaults(parallel: ParallelConfig, raw: Any, roofline: RooflineCosts,
+                    training: TrainingConfig) -> ParallelConfig:
+    """The software stack's defaults for the gradient reduction the scenario left unsaid:
+    its precision, and one bucket after the backward pass when the stack does not overlap
+    the reduction with it (workloads.compute.stacks)."""
+    given = raw if isinstance(raw, Mapping) else {}
+    stack = roofline.stack
+    changes: dict[str, Any] = {}
+    if "grad_reduce_precision" not in given:
+        changes["grad_reduce_precision"] = stack.grad_reduce_precision(training.precision)
+    if "bucket_params" not in given and not stack.overlap_grad_reduce:
+        changes["bucket_params"] = 10**15  # more than any model: one bucket, at the end
+    return dataclasses.replace(parallel, **changes) if changes else parallel
 
 
 def _tiles(value: Any, key: str, source: str | None) -> tuple[tuple[int, int, float], ...]:

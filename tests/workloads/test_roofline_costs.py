@@ -15,6 +15,7 @@ from distsim_gpu.workloads.costs import (
     RooflineCosts,
     TableCosts,
     forward_layer_work,
+    get_stack,
     layer_work,
     matmul_efficiency,
 )
@@ -36,7 +37,8 @@ def test_gpt_layer_forward_flops_match_megatron_count():
     m = get_model("gpt3-175b")
     b, s, h = 2, 2048, m.hidden
     work = forward_layer_work(m, micro_batch=b, seq_len=s, causal=False)
-    assert work.flops == pytest.approx(24 * b * s * h * h + 4 * b * s * s * h, rel=1e-12)
+    assert work.matmul_flops == pytest.approx(24 * b * s * h * h + 4 * b * s * s * h,
+                                              rel=1e-12)
     assert work.kernel("attention").flops == 4 * b * s * s * h
 
 
@@ -45,7 +47,7 @@ def test_tensor_parallel_divides_layer_flops(tp):
     m = get_model("gpt3-175b")
     one = forward_layer_work(m, micro_batch=1, seq_len=2048, causal=False)
     shard = forward_layer_work(m, micro_batch=1, seq_len=2048, tp=tp, causal=False)
-    assert shard.flops == pytest.approx(one.flops / tp, rel=1e-12)
+    assert shard.matmul_flops == pytest.approx(one.matmul_flops / tp, rel=1e-12)
     assert shard.kernel("attention").flops == 4 * 2048 * 2048 * m.hidden / tp
 
 
@@ -82,9 +84,10 @@ def test_backward_doubles_gemm_flops_and_attention_is_2_5x():
     qkv = fwd.kernel("qkv")
     assert (dgrad.m, dgrad.n, dgrad.k) == (qkv.m, qkv.k, qkv.n)
     assert (wgrad.m, wgrad.n, wgrad.k) == (qkv.k, qkv.n, qkv.m)
-    ew = sum(k.total_bytes for k in fwd.kernels if k.kind == "elementwise")
-    ew_b = sum(k.total_bytes for k in bwd.kernels if k.kind == "elementwise")
-    assert ew_b == pytest.approx(2 * ew)
+    for item in fwd.kernels:
+        if item.kind == "elementwise":
+            assert bwd.kernel(f"{item.name}.bwd").bytes_moved == pytest.approx(
+                item.bwd_bytes_factor * item.bytes_moved)
 
 
 def test_recompute_granularity():
@@ -244,19 +247,32 @@ def test_loss_embedding_optimizer():
     assert costs.loss_time_s("bwd", m, **args) > 1.5 * loss_f
     assert costs.embedding_time_s("bwd", m, **args) == pytest.approx(
         2 * costs.embedding_time_s("fwd", m, **args))
+    # Adam's 30 B plus clipping's read of the fp32 gradients (4 B); fp16 adds unscaling.
     assert costs.optimizer_step_time_s(1e9) == pytest.approx(
-        1e9 * ADAM_BYTES_PER_PARAM / (2039e9 * costs.memory_efficiency))
+        1e9 * (ADAM_BYTES_PER_PARAM + 4) / (2039e9 * costs.memory_efficiency))
+    fp16 = RooflineCosts(A100, precision="fp16", launch_overhead_s=0.0)
+    assert fp16.optimizer_step_time_s(1e9) == pytest.approx(
+        1e9 * (ADAM_BYTES_PER_PARAM + 4 + 8) / (2039e9 * costs.memory_efficiency))
     assert costs.optimizer_step_time_s(0) == 0.0
     with pytest.raises(ConfigError, match="params_on_gpu"):
         costs.optimizer_step_time_s(-1)
 
 
-def test_fp8_doubles_compute_rate_on_hopper():
+def test_fp8_gemm_rate_is_1_5x_bf16_and_the_layer_gains_less():
+    # FP8 GEMMs reach 0.6 of the 2x FP8 peak, BF16 ones 0.8 of theirs: 1.5x per large GEMM;
+    # the casts, the 16-bit attention and the element-wise ops keep a layer below that.
     m = get_model("gpt3-175b")
-    k = forward_layer_work(m, micro_batch=8, seq_len=2048, tp=8).kernel("mlp_fc1")
-    bf16 = RooflineCosts(H100, launch_overhead_s=0.0)
-    fp8 = RooflineCosts(H100, precision="fp8", launch_overhead_s=0.0)
-    assert bf16.kernel_time_s(k) / fp8.kernel_time_s(k) == pytest.approx(2.0, rel=0.01)
+    te = get_stack("transformer-engine")
+    args = {"micro_batch": 8, "seq_len": 2048, "tp": 8}
+    bf16 = RooflineCosts(H100, launch_overhead_s=0.0, stack=te)
+    fp8 = RooflineCosts(H100, precision="fp8", launch_overhead_s=0.0, stack=te)
+    k16 = bf16.layer_work("fwd", m, **args).kernel("mlp_fc1")
+    k8 = fp8.layer_work("fwd", m, **args).kernel("mlp_fc1")
+    assert k8.fp8 and not k16.fp8
+    assert bf16.kernel_time_s(k16) / fp8.kernel_time_s(k8) == pytest.approx(1.5, rel=0.01)
+    for pass_ in ("fwd", "bwd"):
+        speedup = bf16.layer_time_s(pass_, m, **args) / fp8.layer_time_s(pass_, m, **args)
+        assert 1.0 < speedup < 1.5
 
 
 # --------------------------------------------------------------------- unfused attention

@@ -1,0 +1,208 @@
+"""Software stacks: which kernels a framework version runs for a transformer layer, which of
+them it fuses, and the few physical efficiency figures its kernels reach.
+
+The same model on the same GPU runs a different list of kernels under Megatron-LM of 2021
+(attention as two batched GEMMs around a fused softmax, dropout everywhere, eager PyTorch)
+and under Transformer Engine (FlashAttention, fused norms, FP8 casts).  A :class:`Stack`
+names those choices; :mod:`~distsim_gpu.workloads.compute.operators` turns a stack and a
+model into operators, :mod:`~distsim_gpu.workloads.compute.roofline` times them.
+
+Every figure is physical — achieved fraction of GEMM peak, achieved fraction of memory
+bandwidth, launch gap and host dispatch time per kernel — not a fit to measured iterations.
+
+Stacks (``compute.stack``):
+
+``megatron-core`` (the default)
+    Current Megatron-Core / NeMo with cuDNN FlashAttention, fused bias-GeLU/SwiGLU, fused
+    bias-dropout-add, fused (apex/TE) norms, fp32 main-grad accumulation fused into the
+    weight-gradient GEMM (``--gradient-accumulation-fusion``).  Dropout off, as in current
+    LLM pre-training recipes (Llama, Nemotron).  Its operator list is the one distsim used
+    before stacks existed.  ``precision: fp8`` runs the linear GEMMs in FP8 with each cast
+    a kernel of its own (Transformer Engine's ``Linear`` without the norm fusions).
+``megatron-lm-2021``
+    Megatron-LM as published for GPT-3-scale training (Narayanan et al. 2021, SC'21;
+    github.com/NVIDIA/Megatron-LM v2.x, ``megatron/model/transformer.py``): unfused
+    attention — ``torch.baddbmm`` for Q·Kᵀ, the fused ``scaled_upper_triang_masked_softmax``
+    CUDA kernel, ``torch.nn.Dropout`` on the attention probabilities (p = 0.1), ``torch.bmm``
+    for P·V and a ``permute().contiguous()`` copy of the context; TorchScript-fused
+    ``bias_gelu`` and ``bias_dropout_add`` (hidden dropout 0.1); apex ``FusedLayerNorm``;
+    vocabulary-parallel cross entropy in eager fp32 PyTorch; fp32 main grads accumulated
+    by the weight-gradient GEMM.
+``megatron-deepspeed``
+    Microsoft's Megatron-DeepSpeed (the code BLOOM and vTrain's measurements ran): the
+    2021 Megatron layer under DeepSpeed's engine, whose fp16/bf16 gradients accumulate in
+    the parameters' ``.grad`` through a separate autograd add per weight and micro-batch,
+    and are all-reduced after the backward pass rather than during it (DeepSpeed's
+    ``allreduce_gradients`` after ``loss.backward()``; its pipeline engine's
+    ``ReduceGrads`` step after the last micro-batch) — in fp16 with the FP16 optimizer.
+``transformer-engine``
+    Megatron-Core with Transformer Engine layers (``--transformer-impl
+    transformer_engine``): FlashAttention (cuDNN), LayerNorm fused into the following
+    linear layer (``LayerNormLinear``, ``LayerNormMLP``), and with ``precision: fp8`` the
+    linear GEMMs in FP8 (E4M3 forward, E5M2 gradients) with their casts and delayed
+    scaling bookkeeping; attention core, embedding and logits stay in 16 bits (TE's
+    ``fp8_autocast`` covers only TE linear modules).
+``torch-compile``
+    torchtitan-style eager model under ``torch.compile`` with FSDP2: SDPA FlashAttention,
+    element-wise chains (residual add + RMSNorm, SwiGLU) fused by Inductor, no dropout,
+    gradients reduced in the parameters' dtype; ``precision: fp8`` as torchao's float8
+    linear layers (casts as kernels of their own).
+
+Sources of the efficiency figures are in :mod:`~distsim_gpu.workloads.compute.roofline`
+(``MATMUL_EFFICIENCY``, ``MEMORY_EFFICIENCY``, ``LAUNCH_OVERHEAD_S``) and here
+(``EAGER_HOST_OVERHEAD_S``, ``FP8_MATMUL_EFFICIENCY``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from distsim_gpu.simcore.config import check_bool, check_choice, check_number
+from distsim_gpu.simcore.errors import ConfigError
+
+__all__ = [
+    "ATTENTION_IMPLEMENTATIONS",
+    "DEFAULT_STACK",
+    "EAGER_HOST_OVERHEAD_S",
+    "FP8_MATMUL_EFFICIENCY",
+    "STACKS",
+    "Stack",
+    "get_stack",
+]
+
+ATTENTION_IMPLEMENTATIONS = ("flash", "unfused")
+# CPU time eager PyTorch spends dispatching one operator (Python, autograd, the CUDA
+# launch): ~10 µs on current server CPUs (PyTorch's own "Performance Tuning Guide" and the
+# CUDA Graphs blog post put eager per-op overhead at several to tens of µs).  It binds only
+# when kernels are shorter than that.  Compiled stacks (CUDA graphs, Inductor) pay less.
+EAGER_HOST_OVERHEAD_S = 10e-6
+COMPILED_HOST_OVERHEAD_S = 4e-6
+# Fraction of the FP8 dense peak a well-shaped FP8 GEMM reaches.  An H100 measurement of a
+# 13B GPT under Megatron + Transformer Engine gained 1.42x end to end from FP8
+# (github.com/NVIDIA/Megatron-LM issue 396: 0.34 -> 0.24 s/step; NVIDIA's answer: 2x is
+# the arithmetic peak, not the achieved rate); Transformer Engine's "GEMM Speedups Across
+# Precisions" page shows the per-GEMM gain below 2x and shape dependent.  0.6 of the FP8
+# peak is 1.5x the 0.8 of the BF16 peak BF16 GEMMs reach.
+FP8_MATMUL_EFFICIENCY = 0.6
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    """What one framework version runs: its fusions, and its kernels' efficiency figures.
+
+    Operators switched by a flag (names as :mod:`~distsim_gpu.workloads.compute.operators`
+    gives them):
+
+    * ``attention``: ``flash`` (one fused kernel) or ``unfused`` (``attn_scores``,
+      ``attn_softmax``, ``attn_context`` batched GEMMs and softmax over the s×s scores);
+    * ``fused_softmax``: unfused attention's scale, mask and softmax in one kernel (else
+      three kernels, each reading and writing the scores);
+    * ``attention_dropout``: unfused attention's ``attn_dropout`` over the probabilities;
+    * ``context_copy``: ``attn_context_copy``, the permute-and-copy of the context;
+    * ``hidden_dropout``: the residual operators write a dropout mask;
+    * ``fused_bias_dropout_add``: the residual operators are one kernel (else bias add,
+      dropout and add: three kernels and their bytes);
+    * ``fused_bias_activation``: ``mlp_act`` includes the bias (else a separate bias add);
+    * ``fused_norm``: norms are one kernel (else PyTorch's composite: four kernels);
+    * ``fused_cross_entropy``: the loss reads the logits once (else eager fp32 PyTorch);
+    * ``fp32_grad_accumulation``: weight-gradient GEMMs accumulate into fp32 main grads
+      in their epilogue (else ``grad_bytes``-wide ``.grad``);
+    * ``separate_grad_accumulation``: an extra ``<gemm>.grad_accum`` add per weight gradient;
+    * ``fp8_linear``: with ``precision: fp8`` the linear GEMMs run in FP8 with casts (only
+      stacks with FP8 kernels; others refuse fp8).
+
+    Outside the layer: ``overlap_grad_reduce`` (gradient buckets reduced during the last
+    backward; DeepSpeed's engine reduces them all after it) and
+    ``fp16_grads_reduced_in_fp16`` (:meth:`grad_reduce_precision`) are the defaults of
+    ``parallelism.bucket_params`` and ``parallelism.grad_reduce_precision``.
+    """
+
+    name: str
+    source: str
+    attention: str = "flash"
+    fused_softmax: bool = True
+    attention_dropout: bool = False
+    context_copy: bool = False
+    hidden_dropout: bool = False
+    fused_bias_dropout_add: bool = True
+    fused_bias_activation: bool = True
+    fused_norm: bool = True
+    fused_cross_entropy: bool = True
+    fp32_grad_accumulation: bool = True
+    separate_grad_accumulation: bool = False
+    fp8_linear: bool = False
+    host_overhead_s: float = 0.0
+    fp8_matmul_efficiency: float = FP8_MATMUL_EFFICIENCY
+    overlap_grad_reduce: bool = True
+    fp16_grads_reduced_in_fp16: bool = False
+
+    def grad_reduce_precision(self, precision: str) -> str:
+        """The precision data-parallel gradients travel in by this stack's default:
+        fp32 main grads (Megatron's ``accumulate_allreduce_grads_in_fp32``, DeepSpeed's
+        BF16 optimizer, FSDP2's float32 ``reduce_dtype`` in torchtitan), except DeepSpeed's
+        FP16 optimizer, which all-reduces the fp16 ``.grad`` itself."""
+        if precision == "fp16" and self.fp16_grads_reduced_in_fp16:
+            return "fp16"
+        return "fp32"
+
+    def __post_init__(self) -> None:
+        check_choice(self.attention, ATTENTION_IMPLEMENTATIONS, key="attention")
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.type == "bool":
+                check_bool(value, key=item.name)
+        check_number(self.host_overhead_s, key="host_overhead_s")
+        check_number(self.fp8_matmul_efficiency, key="fp8_matmul_efficiency", above=True,
+                     maximum=1)
+
+    def with_attention(self, attention: str | None) -> Stack:
+        """This stack with another attention implementation (``compute.attention``)."""
+        if attention is None or attention == self.attention:
+            return self
+        return replace(self, attention=attention)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field (JSON/YAML-ready)."""
+        return {item.name: getattr(self, item.name) for item in fields(self)}
+
+
+STACKS: dict[str, Stack] = {
+    "megatron-core": Stack(
+        "megatron-core", "Megatron-Core (github.com/NVIDIA/Megatron-LM, core_r0.x) with "
+        "cuDNN/Dao FlashAttention, fused bias-GeLU/SwiGLU and bias-dropout-add, "
+        "--gradient-accumulation-fusion; dropout 0; FP8 GEMMs through Transformer "
+        "Engine with casts in kernels of their own", fp8_linear=True),
+    "megatron-lm-2021": Stack(
+        "megatron-lm-2021", "Megatron-LM v2.x megatron/model/transformer.py (2021): "
+        "baddbmm + scaled_upper_triang_masked_softmax + Dropout(0.1) + bmm; jit "
+        "bias_gelu, bias_dropout_add; apex FusedLayerNorm",
+        attention="unfused", attention_dropout=True, context_copy=True,
+        hidden_dropout=True, fused_cross_entropy=False,
+        host_overhead_s=EAGER_HOST_OVERHEAD_S),
+    "megatron-deepspeed": Stack(
+        "megatron-deepspeed", "microsoft/Megatron-DeepSpeed (2021-2022, BLOOM, vTrain): "
+        "the 2021 Megatron layer under DeepSpeed's engine; gradients accumulate in .grad",
+        attention="unfused", attention_dropout=True, context_copy=True,
+        hidden_dropout=True, fused_cross_entropy=False, fp32_grad_accumulation=False,
+        separate_grad_accumulation=True, host_overhead_s=EAGER_HOST_OVERHEAD_S,
+        overlap_grad_reduce=False, fp16_grads_reduced_in_fp16=True),
+    "transformer-engine": Stack(
+        "transformer-engine", "NVIDIA Transformer Engine 1.x layers in Megatron-Core "
+        "(LayerNormLinear, LayerNormMLP, DotProductAttention); FP8 delayed scaling",
+        fp8_linear=True),
+    "torch-compile": Stack(
+        "torch-compile", "torchtitan (github.com/pytorch/torchtitan) with torch.compile "
+        "and FSDP2: SDPA flash attention, Inductor-fused element-wise chains; FP8 "
+        "through torchao float8 linears", fp32_grad_accumulation=False, fp8_linear=True,
+        host_overhead_s=COMPILED_HOST_OVERHEAD_S),
+}
+DEFAULT_STACK = "megatron-core"
+
+
+def get_stack(name: str, *, key: str = "compute.stack", source: str | None = None) -> Stack:
+    """The stack called ``name``; a :class:`ConfigError` listing the stacks otherwise."""
+    if not isinstance(name, str):
+        raise ConfigError(f"must be a stack name, got {name!r}", key=key, source=source,
+                          hint="valid: " + ", ".join(STACKS))
+    return STACKS[check_choice(name, STACKS, key=key, source=source, what="stack")]
