@@ -10,7 +10,9 @@ a sliding text buffer that grows only when a single value spans it.
 
 Every way a file can be unusable raises :class:`~simcore.errors.ParseError` naming the
 source: empty, not UTF-8, not gzip, truncated (the data ends inside a value, or a gzip
-stream ends early), or not valid JSON (with the line).
+stream ends early), or not valid JSON (with the line), nested deeper than Python's
+stack allows.  Whole numbers longer than 64 digits are read as floats (see
+``_parse_int``), so a reader checking that a number is finite refuses what is not.
 """
 
 from __future__ import annotations
@@ -29,7 +31,17 @@ __all__ = ["CHUNK_CHARS", "scan_document"]
 
 CHUNK_CHARS = 1 << 20
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
+# Whole numbers of more than this many digits are read as floats (so one of 400 digits is
+# infinite, and refused by the reader that wanted a finite number): Python will not
+# convert more than 4,300 digits to an int, and no trace field needs more than twenty.
+_MAX_INT_DIGITS = 64
+
+
+def _parse_int(text: str) -> int | float:
+    return int(text) if len(text) <= _MAX_INT_DIGITS else float(text)
+
+
+_DECODER = json.JSONDecoder(parse_int=_parse_int)
 _NUMBER_CHARS = frozenset("0123456789+-.eE")
 _HINT = "expected a PyTorch profiler (Kineto) Chrome trace"
 
@@ -79,6 +91,10 @@ class _Buffer:
                 if self.fill():
                     continue
                 raise self.error(error) from None
+            except RecursionError:  # the decoder recurses per level: arrays 100,000 deep
+                line = self.lines_before + self.text.count("\n", 0, self.pos) + 1
+                raise ParseError("not valid JSON for a trace: nested too deeply",
+                                 source=self.source, line=line, hint=_HINT) from None
             if self._may_continue(value, end) and self.fill():
                 continue  # the value may go on in the next chunk: decode it again whole
             self.pos = end

@@ -68,7 +68,14 @@ _GPU_CATEGORIES = {"kernel": None, "gpu_memcpy": "memcpy", "gpu_memset": "memset
 _CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function", "cuda_runtime",
                              "cuda_driver", "cpu_instant_event"})
 
-_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+# Step numbers and ids of up to 18 ASCII digits (any more is not a counter: 5,000 digits
+# would pass Python's int-conversion limit); numbers of 10^300 and more are not readings.
+_STEP_NAME = re.compile(r"^ProfilerStep#([0-9]{1,18})$")
+_DIGITS = re.compile(r"-?[0-9]{1,18}")
+_HUGE = 10**300
+# More ranks than any job has run with (the largest, 10^5 GPUs); a world_size past it is a
+# corrupt file, and would have distsim build a cluster to match.
+MAX_WORLD_SIZE = 2**20
 _RANK_IN_NAME = re.compile(r"(?:worker|rank)[-_]?(\d+)", re.IGNORECASE)
 _MAX_SKIP_NOTES = 20
 
@@ -95,7 +102,7 @@ def _number(value: Any) -> float | None:
     kind = type(value)  # exact types: bool is not a number here
     if kind is float:
         return value if math.isfinite(value) else None
-    if kind is int:
+    if kind is int and abs(value) < _HUGE:
         return float(value)
     return None
 
@@ -109,7 +116,7 @@ def _int(value: Any) -> int | None:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
         return int(value)
     return None
 
@@ -291,7 +298,13 @@ def _identity(data: dict[str, Any], source: str) -> tuple[int | None, int | None
     if isinstance(devices, list) and devices and isinstance(devices[0], dict):
         model = devices[0].get("name")
         gpu_model = model if isinstance(model, str) else None
-    return rank, _int(dist.get("world_size")), gpu_model
+    world_size = _int(dist.get("world_size"))
+    for name, value in (("rank", rank), ("world_size", world_size)):
+        if value is not None and not 0 <= value < MAX_WORLD_SIZE + (name == "world_size"):
+            raise ParseError(f"{name} {value:.6g} is not a rank count distsim reads",
+                             source=source, key=f"distributedInfo.{name}",
+                             hint=f"at most {MAX_WORLD_SIZE:,} ranks")
+    return rank, world_size, gpu_model
 
 
 def check_document(data: Any, source: str) -> None:
