@@ -11,7 +11,7 @@ used, so it can be reproduced from its own output.
 Outputs: :meth:`Report.to_json_dict` (``--json``, ``summary.json``), :func:`format_summary`
 (the terminal table, ending with the bottlenecks: critical path and busiest links, see
 :mod:`scenarios.bottlenecks`) and :func:`write_output_dir` (``--out DIR``: summary.json,
-resolved.yaml, trace.json and PNG plots, written whole or not at all).
+resolved.yaml, trace.json, PNG plots and report.html, written whole or not at all).
 """
 
 from __future__ import annotations
@@ -27,11 +27,14 @@ from typing import Any
 
 import yaml
 from distsim_gpu.scenarios.bottlenecks import add_to_trace, bottlenecks, format_bottlenecks
+from distsim_gpu.scenarios.html_report import HtmlUnavailable, run_report_html
+from distsim_gpu.scenarios.linkmap import LinkMap, link_map
 from distsim_gpu.scenarios.plots import PlotsUnavailable, write_plots
+from distsim_gpu.scenarios.timelines import Timeline, timelines_of
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.trace import Tracer
 from distsim_gpu.simcore.units import format_duration
-from distsim_gpu.workloads.iteration import GpuTimes, IterationResult
+from distsim_gpu.workloads.iteration import GpuTimes, IterationResult, PathEntry
 from distsim_gpu.workloads.memory import MemoryBreakdown
 
 __all__ = [
@@ -52,7 +55,7 @@ _GiB = 2.0**30
 # Every name ``--out`` may write; a directory holding only these (and a summary.json) is a
 # previous distsim output and may be replaced.
 OUTPUT_FILES = ("summary.json", "resolved.yaml", "trace.json", "timeline.png",
-                "breakdown.png", "memory.png")
+                "breakdown.png", "memory.png", "report.html")
 
 
 # GPUs of a stage whose times agree within this fraction of the iteration (and whose
@@ -139,6 +142,10 @@ class Report:
     tracer: Tracer | None = field(default=None, repr=False, compare=False)
     bottlenecks: dict[str, Any] = field(default_factory=dict, repr=False)
     folding: str = ""  # which simulation ran (workloads.iteration.IterationResult.folding)
+    # For report.html: each simulated schedule, and link utilisation by class and place.
+    timelines: tuple[Timeline, ...] = field(default=(), repr=False, compare=False)
+    link_map: LinkMap | None = field(default=None, repr=False, compare=False)
+    critical_path: tuple[PathEntry, ...] = field(default=(), repr=False, compare=False)
 
     def groups(self, tolerance: float = GROUP_TOLERANCE) -> list[GpuGroup]:
         """GPUs with (nearly) equal timings and memory, per pipeline stage (see
@@ -204,7 +211,8 @@ def build_report(*, name: str, source: str | None, result: IterationResult,
         wall_time_s=wall_time_s, events=result.events, flows=result.flows,
         gpu_memory_bytes=gpu_memory_bytes, per_gpu=result.per_gpu, config=config,
         source=source, tracer=tracer if tracer.enabled else None, bottlenecks=found,
-        folding=result.folding)
+        folding=result.folding, timelines=timelines_of(result), link_map=link_map(result),
+        critical_path=result.critical_path)
 
 
 # --------------------------------------------------------------------------- summary
@@ -343,9 +351,11 @@ def _is_previous_output(directory: Path) -> bool:
 
 
 def write_output_dir(report: Report, directory: str | os.PathLike[str], *,
-                     plots: bool = True) -> OutputResult:
-    """Write ``summary.json``, ``resolved.yaml``, ``trace.json`` (when the run traced) and
-    PNG plots (when ``plots`` and matplotlib is installed) into ``directory``.
+                     plots: bool = True, html: bool = True) -> OutputResult:
+    """Write ``summary.json``, ``resolved.yaml``, ``trace.json`` (when the run traced),
+    PNG plots (when ``plots`` and matplotlib is installed) and ``report.html`` (when
+    ``html`` and Plotly is installed, see :mod:`scenarios.html_report`) into
+    ``directory``; what was skipped, and why, is in the result's notes.
 
     The directory appears whole or not at all: the files are written into a temporary
     sibling directory that is renamed into place at the end; any failure removes it and
@@ -390,6 +400,14 @@ def write_output_dir(report: Report, directory: str | os.PathLike[str], *,
                 files += write_plots(report, staging)
             except PlotsUnavailable as missing:
                 notes.append(f"plots skipped: {missing}")
+        if html:
+            try:
+                page = run_report_html(report, format_summary(report))
+            except HtmlUnavailable as missing:
+                notes.append(f"report.html skipped: {missing}")
+            else:
+                (staging / "report.html").write_text(page, encoding="utf-8")
+                files.append("report.html")
         _commit(staging, target)
     except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)

@@ -133,7 +133,7 @@ def test_failure_midway_leaves_nothing(tmp_path, traced, monkeypatch):
 
 def test_failure_midway_keeps_a_previous_output_intact(tmp_path, traced, monkeypatch):
     out = tmp_path / "out"
-    write_output_dir(traced, out, plots=False)
+    write_output_dir(traced, out, plots=False, html=False)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     monkeypatch.setattr(plots, "plot_memory",
                         lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space left")))
@@ -145,7 +145,7 @@ def test_failure_midway_keeps_a_previous_output_intact(tmp_path, traced, monkeyp
 
 def test_previous_output_is_replaced_and_foreign_directories_refused(tmp_path, traced):
     out = tmp_path / "out"
-    write_output_dir(traced, out, plots=False)
+    write_output_dir(traced, out, plots=False, html=False)
     assert {p.name for p in out.iterdir()} == {"summary.json", "resolved.yaml", "trace.json"}
     write_output_dir(traced, out)  # a previous distsim output: replaced whole
     assert {p.name for p in out.iterdir()} == set(OUTPUT_FILES)
@@ -167,7 +167,7 @@ def test_previous_output_is_replaced_and_foreign_directories_refused(tmp_path, t
 def test_without_matplotlib_plots_are_skipped_with_a_note(tmp_path, traced, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)
     monkeypatch.setitem(__import__("sys").modules, "matplotlib.figure", None)
-    result = write_output_dir(traced, tmp_path / "out")
+    result = write_output_dir(traced, tmp_path / "out", html=False)
     assert set(result.files) == {"summary.json", "resolved.yaml", "trace.json"}
     assert len(result.notes) == 1 and "matplotlib" in result.notes[0]
     assert sorted(os.listdir(tmp_path / "out")) == ["resolved.yaml", "summary.json",

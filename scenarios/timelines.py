@@ -1,0 +1,115 @@
+"""What each GPU did over the iteration, in the few rows a person can read.
+
+A :class:`Timeline` is one *schedule*: the main stream of one simulated rank group — the
+contiguous segments :class:`~distsim_gpu.workloads.timeline.RankGroup` records anyway
+(compute, exposed tp / pp / dp / ep communication, bubble waits), traced or not — and the
+intervals when one of its collectives was in flight, with every GPU that ran it: the
+group's tensor-parallel members and, when data-parallel replicas were folded, its images'.
+
+Drawing thousands of GPUs as thousands of rows shows nothing a person can see, so
+:func:`schedule_rows` picks the rows: one per GPU for small clusters, else one per group
+of GPUs whose times agree (:func:`scenarios.report.group_gpus`), labelled with the GPUs it
+stands for.  :func:`merge_segments` joins neighbouring segments of one kind closer than a
+pixel, for the same reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from distsim_gpu.workloads.iteration import IterationResult
+
+__all__ = ["MAX_GPU_ROWS", "Row", "Timeline", "compress_names", "merge_segments",
+           "schedule_rows", "timelines_of"]
+
+#: Up to this many GPUs, a timeline draws one row per GPU; beyond, one per distinct
+#: schedule (a person cannot read more rows than this in one figure).
+MAX_GPU_ROWS = 32
+
+Segment = tuple[float, float, str, str]  # start_s, end_s, kind, label
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """One simulated rank group's schedule: ``segments`` of its main stream (contiguous
+    from 0), ``collectives`` the intervals with a collective of it in flight, ``gpus``
+    every GPU that ran it (its own, then its folded images')."""
+
+    name: str
+    stage: int
+    gpus: tuple[str, ...]
+    segments: tuple[Segment, ...]
+    collectives: tuple[tuple[float, float], ...]
+
+
+def _label(info: Any) -> str:
+    return str(getattr(info, "label", info))
+
+
+def timelines_of(result: IterationResult) -> tuple[Timeline, ...]:
+    """One :class:`Timeline` per simulated rank group of ``result``."""
+    out = []
+    for group, images in result.schedules:
+        gpus = tuple(g for image in images for g in image.gpus)
+        segments = tuple((start, end, kind, _label(info))
+                         for start, end, kind, info, _dep in group.path if end > start)
+        out.append(Timeline(group.name, group.stage, gpus, segments,
+                            tuple(sorted(group.comm_intervals))))
+    return tuple(out)
+
+
+def merge_segments(segments: Sequence[Segment], resolution_s: float) -> list[Segment]:
+    """Join each segment to the previous one of its kind when the gap between them is at
+    most ``resolution_s``; a joined segment's label names its first and last parts."""
+    merged: list[list[Any]] = []
+    last_of_kind: dict[str, list[Any]] = {}
+    for start, end, kind, label in sorted(segments):
+        previous = last_of_kind.get(kind)
+        if previous is not None and start - previous[1] <= resolution_s:
+            previous[1] = max(previous[1], end)
+            previous[4] = label
+            previous[5] += 1
+            continue
+        item = [start, end, kind, label, label, 1]
+        merged.append(item)
+        last_of_kind[kind] = item
+    return [(s, e, k, first if n == 1 else f"{first} … {last} ({n} ops)")
+            for s, e, k, first, last, n in merged]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One row of a drawn timeline: its label, the GPUs it stands for and their
+    schedule."""
+
+    label: str
+    gpus: tuple[str, ...]
+    timeline: Timeline
+
+
+def compress_names(names: Sequence[str], shown: int = 6) -> str:
+    """``n0.gpu0, n0.gpu1, … (16 GPUs)``: the first names and the count."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return ", ".join(names[:shown]) + f", … ({len(names)} GPUs)"
+
+
+def schedule_rows(timelines: Sequence[Timeline], gpu_groups: Sequence[Any],
+                  gpu_order: Sequence[str], max_rows: int = MAX_GPU_ROWS) -> list[Row]:
+    """The rows to draw: one per GPU (in ``gpu_order``, every GPU of the cluster) when
+    there are at most ``max_rows``, else one per group of ``gpu_groups`` (objects with
+    ``stage`` and ``gpus``, as :func:`scenarios.report.group_gpus` makes), each drawn with
+    the schedule of its first GPU.  A GPU no timeline ran is left out (there is none)."""
+    by_gpu = {gpu: t for t in timelines for gpu in t.gpus}
+    if len(gpu_order) <= max_rows:
+        return [Row(gpu, (gpu,), by_gpu[gpu]) for gpu in gpu_order if gpu in by_gpu]
+    rows = []
+    for i, grp in enumerate(gpu_groups):
+        timeline = by_gpu.get(grp.gpus[0])
+        if timeline is not None:
+            count = f"{len(grp.gpus)} GPU" + ("s" if len(grp.gpus) > 1 else "")
+            rows.append(Row(f"group {i + 1}: stage {grp.stage}, {count}", tuple(grp.gpus),
+                            timeline))
+    return rows
