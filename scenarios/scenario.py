@@ -31,7 +31,13 @@ A scenario file (read with ``yaml.safe_load`` only)::
                                                 #   transformer-engine, torch-compile
     communication: {algorithm: auto, protocol: auto}   # collectives.comm_params_from_mapping
     simulation: {fidelity: coflow, seed: 0}     # fidelity: coflow | step
-    stragglers: {n0.gpu3: 1.2}                  # compute slowdown factor per GPU
+    stragglers: {n0.gpu3: 1.2}                  # compute slowdown factor per GPU; also
+                                                # jitter: {distribution: lognormal, sigma: 0.05},
+                                                # slow_nodes: {rate: 0.01, factor: 1.3}
+    faults: [{target: nic, name: n0.nic3, kind: down, at_s: 0}]   # topology.faults
+    jobs: [{name: a, model: …, parallelism: …, training: …, placement: packed}]
+    goodput: {mtbf: {gpu: "50000 h"}, restart: "10 min", storage_bandwidth: "100 GB/s"}
+                                                # the last three: scenarios.disruptions
 
 Every key is checked; a wrong one is named by its dotted path (``parallelism.tp``,
 ``cluster.nic.bandwidth``) with the file, its line and the closest valid key.
@@ -50,11 +56,18 @@ import difflib
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from distsim_gpu.collectives import CommParams, comm_params_from_mapping
+from distsim_gpu.scenarios.disruptions import (
+    GoodputSpec,
+    goodput_from_mapping,
+    jobs_from_list,
+    simulate,
+    spec_of,
+)
 from distsim_gpu.scenarios.report import Report, build_report
 from distsim_gpu.simcore.config import (
     check_bool,
@@ -70,6 +83,7 @@ from distsim_gpu.simcore.errors import ConfigError, DistsimError, closest
 from distsim_gpu.simcore.units import parse_duration
 from distsim_gpu.simcore.yamlfile import line_of, read_yaml
 from distsim_gpu.topology import Topology, build_cluster, list_presets
+from distsim_gpu.topology.faults import Fault, apply_faults, faults_from_list
 from distsim_gpu.workloads.costs import (
     ATTENTION_IMPLEMENTATIONS,
     CostModel,
@@ -78,7 +92,6 @@ from distsim_gpu.workloads.costs import (
     get_stack,
 )
 from distsim_gpu.workloads.gpus import GpuSpec, get_gpu, gpu_from_mapping
-from distsim_gpu.workloads.iteration import IterationSpec, simulate_iteration
 from distsim_gpu.workloads.models import ModelSpec, model_from_mapping
 from distsim_gpu.workloads.parallel import (
     ParallelConfig,
@@ -87,6 +100,7 @@ from distsim_gpu.workloads.parallel import (
     parallel_from_mapping,
     training_from_mapping,
 )
+from distsim_gpu.workloads.stragglers import StragglerModel, straggler_model_from_mapping
 from distsim_gpu.workloads.traffic import seq_len_of
 
 __all__ = [
@@ -100,7 +114,8 @@ __all__ = [
 ]
 
 SCENARIO_KEYS = ("name", "description", "cluster", "model", "parallelism", "training",
-                 "compute", "communication", "simulation", "stragglers")
+                 "compute", "communication", "simulation", "stragglers", "faults", "jobs",
+                 "goodput")
 # compute key -> RooflineCosts field.
 _ROOFLINE_KNOBS = {
     "matmul_efficiency": "matmul_asymptotic_efficiency",
@@ -154,6 +169,12 @@ class Scenario:
     microbatches: int
     stragglers: Mapping[str, float] = field(default_factory=dict)
     description: str = ""
+    # Issue 15's keys (scenarios.disruptions): faults, the straggler model the factors were
+    # drawn from, the jobs sharing the cluster (name, scenario), goodput.
+    faults: tuple[Fault, ...] = ()
+    straggler_model: StragglerModel | None = None
+    jobs: tuple[tuple[str, Scenario], ...] = ()
+    goodput: GoodputSpec | None = None
     cost_table: str | None = None
     source: str | None = None
     _locator: _Locator | None = field(default=None, repr=False, compare=False)
@@ -206,7 +227,29 @@ class Scenario:
             "simulation": {"fidelity": fidelity, "seed": self.seed},
             "stragglers": dict(self.stragglers),
         })
+        self._resolve_disruptions(data)
         return data
+
+    def _resolve_disruptions(self, data: dict[str, Any]) -> None:
+        """Issue 15's keys, where the scenario has them (``resolved`` is unchanged else)."""
+        if self.straggler_model is not None and self.straggler_model.random:
+            data["stragglers"] = self.straggler_model.to_dict()
+        if self.faults:
+            data["faults"] = [{"target": f.target, "name": f.name, "kind": f.kind,
+                               "at_s": f.at_s, "bandwidth_factor": f.bandwidth_factor,
+                               "added_latency_s": f.added_latency_s,
+                               "subnet_manager_delay_s": f.subnet_manager_delay_s}
+                              for f in self.faults]
+        if self.jobs:
+            for key in ("model", "parallelism", "training", "stragglers"):
+                data.pop(key, None)
+            data["jobs"] = [{"name": name, "model": job.model.to_dict(),
+                             "parallelism": job.parallel.to_dict(),
+                             "training": job.training.to_dict(),
+                             "placement": list(job.topology.gpus)}
+                            for name, job in self.jobs]
+        if self.goodput is not None:
+            data["goodput"] = self.goodput.to_dict()
 
 
 # --------------------------------------------------------------------------- errors
@@ -350,7 +393,7 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
               locator: _Locator) -> Scenario:
     check_keys(spec, SCENARIO_KEYS, source=source)
     for required in _REQUIRED:
-        if spec.get(required) is None:
+        if spec.get(required) is None and not (required == "model" and "jobs" in spec):
             raise ConfigError(f"a scenario needs '{required}'", key=required, source=source,
                               hint="e.g. cluster: {preset: dgx-a100, nodes: 2}"
                               if required == "cluster" else "e.g. model: {preset: gpt3-175b}")
@@ -364,15 +407,21 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
 
     # cluster
     cluster = spec["cluster"]
+    if isinstance(cluster, Topology):  # a job's view of a shared cluster (``jobs``)
+        cluster = {"view": cluster}
     if isinstance(cluster, str):
         cluster = {"preset": cluster}
     if not isinstance(cluster, Mapping):
         raise ConfigError(f"must be a cluster mapping, a preset or a file, got {cluster!r}",
                           key="cluster", source=source)
     try:
-        topology = build_cluster(cluster)
+        topology = cluster["view"] if "view" in cluster else build_cluster(cluster)
     except DistsimError as error:
         raise locator.locate(error, cluster=True) from None
+    if "jobs" in spec:
+        return _jobs_scenario(spec, topology, source, base, locator)
+    faults = faults_from_list(spec.get("faults"), topology, source=source)
+    topology = apply_faults(topology, faults)
 
     # model
     model_raw = spec["model"]
@@ -420,7 +469,8 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
     seed = check_whole(simulation.get("seed", 0), key="simulation.seed", minimum=0,
                        source=source)
 
-    stragglers = _stragglers(spec.get("stragglers"), topology, source)
+    stragglers, straggler_model = _straggler_factors(spec.get("stragglers"), topology, seed,
+                                                     source)
     microbatches = check_strategy(parallel, training, num_gpus=len(topology.gpus),
                                   layers=model.layers, heads=model.heads,
                                   kv_heads=model.kv_heads, experts=model.experts,
@@ -429,7 +479,33 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
                     training=training, gpu=gpu, roofline=roofline, costs=costs, comm=comm,
                     seed=seed, microbatches=microbatches, stragglers=stragglers,
                     description=description, cost_table=cost_table, source=source,
-                    _locator=locator)
+                    _locator=locator, faults=faults, straggler_model=straggler_model,
+                    goodput=goodput_from_mapping(spec.get("goodput"), source=source))
+
+
+def _jobs_scenario(spec: dict[str, Any], topology: Topology, source: str | None, base: Path,
+                   locator: _Locator) -> Scenario:
+    """A ``jobs:`` scenario: each job a scenario on its view of the (faulted) cluster; the
+    scenario itself is the first job's, holding them all (scenarios.disruptions)."""
+    for key in ("model", "parallelism", "training", "stragglers"):
+        if key in spec:
+            raise ConfigError(f"with 'jobs', '{key}' belongs to each job", key=key,
+                              source=source, hint="move it into the jobs' entries")
+    faults = faults_from_list(spec.get("faults"), topology, source=source)
+    topology = apply_faults(topology, faults)
+
+    def validate(mapping: dict[str, Any], prefix: str) -> Scenario:
+        try:
+            return _validate(mapping, source, base, locator)
+        except DistsimError as error:
+            error.key = f"{prefix}.{error.key}" if error.key else prefix
+            raise
+
+    jobs = jobs_from_list(spec["jobs"], spec, topology, validate, source=source)
+    return replace(jobs[0][1], name=str(spec.get("name", "scenario")).strip(), jobs=jobs,
+                   faults=faults, goodput=goodput_from_mapping(spec.get("goodput"),
+                                                               source=source),
+                   source=source, _locator=locator)
 
 
 def _gpu(raw: Any, topology: Topology, source: str | None) -> GpuSpec:
@@ -517,6 +593,22 @@ def _tiles(value: Any, key: str, source: str | None) -> tuple[tuple[int, int, fl
     return tuple(tiles)
 
 
+def _straggler_factors(raw: Any, topology: Topology, seed: int, source: str | None,
+                       ) -> tuple[dict[str, float], StragglerModel | None]:
+    """Per-GPU factors as written, or drawn from ``seed`` when ``stragglers`` holds
+    ``jitter`` or ``slow_nodes`` (workloads.stragglers); the model they came from."""
+    mapping = check_mapping(raw, key="stragglers", source=source, optional=True)
+    if not any(key in mapping for key in ("jitter", "slow_nodes", "attribute")):
+        return _stragglers(raw, topology, source), None
+
+    def unknown(name: str, key: str) -> None:
+        _stragglers({name: 1.0}, topology, source)  # raises naming the closest GPU
+
+    model = straggler_model_from_mapping(mapping, topology.gpus, source=source,
+                                         check_gpu=unknown)
+    return model.draw(topology.gpus, topology.node_of, seed), model
+
+
 def _stragglers(raw: Any, topology: Topology, source: str | None) -> dict[str, float]:
     mapping = check_mapping(raw, key="stragglers", source=source, optional=True)
     gpus = set(topology.gpus)
@@ -545,14 +637,10 @@ def run_scenario(scenario: Scenario, *, trace: bool = False, allow_oom: bool = F
     of raising :class:`ConfigError`.  ``Report.wall_time_s`` is the host time the
     simulation took.
     """
-    spec = IterationSpec(
-        topology=scenario.topology, model=scenario.model, parallel=scenario.parallel,
-        training=scenario.training, costs=scenario.costs, gpu=scenario.gpu,
-        comm=scenario.comm, seed=scenario.seed, trace=trace,
-        stragglers=dict(scenario.stragglers), allow_oom=allow_oom, source=scenario.source)
+    spec = spec_of(scenario, trace=trace, allow_oom=allow_oom)
     started = time.perf_counter()
     try:
-        result = simulate_iteration(spec)
+        result = simulate(scenario, spec)
     except DistsimError as error:
         # Name the scenario file (and the line of the key) on errors from the run.
         if scenario._locator is not None:

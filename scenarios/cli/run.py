@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 from distsim_gpu.scenarios.cli.options import add_overrides_option, overrides
+from distsim_gpu.scenarios.disruptions import analyse, format_incidents
 from distsim_gpu.scenarios.report import OutputResult, format_summary, write_output_dir
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.errors import ConfigError
@@ -64,6 +65,8 @@ def handle(args: argparse.Namespace) -> int:
     output: OutputResult | None = None
     try:
         report = run_scenario(scenario, trace=trace, allow_oom=args.allow_oom)
+        # Faults, stragglers' cost, jobs, goodput (scenarios.disruptions); None without.
+        incidents = analyse(scenario, report)
         if args.out is not None:
             output = write_output_dir(report, args.out)
             for note in output.notes:
@@ -72,9 +75,14 @@ def handle(args: argparse.Namespace) -> int:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
     if args.json:
-        print(json.dumps(report.to_json_dict(), indent=2))
+        data = report.to_json_dict()
+        if incidents is not None:
+            data["incidents"] = incidents.to_dict()
+        print(json.dumps(data, indent=2))
     else:
         sys.stdout.write(format_summary(report))
+        if incidents is not None:
+            sys.stdout.write(format_incidents(incidents))
         if output is not None:
             print(f"\nwrote {args.out}: {', '.join(output.files)}")
     return 0

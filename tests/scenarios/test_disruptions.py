@@ -1,0 +1,136 @@
+"""Scenario keys of issue 15: faults, stragglers as distributions, jobs, goodput — parsing,
+errors naming the key, reproducible resolved configurations, the report section."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from distsim_gpu.scenarios.cli.main import main
+from distsim_gpu.scenarios.disruptions import analyse, format_incidents
+from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
+from distsim_gpu.simcore.errors import ConfigError, SimulationError
+
+MODEL = {"name": "gpt-tiny", "layers": 4, "hidden": 1024, "heads": 16, "seq_len": 1024,
+         "vocab": 32000}
+
+
+def base(**extra):
+    data = {"name": "t", "cluster": {"preset": "dgx-a100", "nodes": 2, "fabric": "fat-tree"},
+            "model": MODEL, "parallelism": {"tp": 4, "pp": 2, "dp": 2},
+            "training": {"micro_batch": 1, "global_batch": 8},
+            "compute": {"gpu": "a100-80gb"}}
+    data.update(extra)
+    return data
+
+
+def test_a_nic_down_from_the_start_costs_time_and_the_resolved_config_reproduces_it():
+    healthy = run_scenario(scenario_from_mapping(base()))
+    scenario = scenario_from_mapping(base(faults=[{"target": "nic", "name": "n0.nic0"}]))
+    faulted = run_scenario(scenario)
+    assert faulted.iteration_time_s >= healthy.iteration_time_s
+    again = scenario_from_mapping(scenario.resolved())
+    assert run_scenario(again).iteration_time_s == faulted.iteration_time_s
+    incidents = analyse(scenario, faulted)
+    assert incidents is not None and "nic n0.nic0 down" in format_incidents(incidents)
+
+
+def test_no_new_keys_no_section_and_the_same_resolved_config():
+    scenario = scenario_from_mapping(base())
+    assert analyse(scenario, run_scenario(scenario)) is None
+    assert "faults" not in scenario.resolved() and "jobs" not in scenario.resolved()
+
+
+@pytest.mark.parametrize(("extra", "key"), [
+    ({"faults": [{"target": "link", "name": "leaf0 -> spine42"}]}, "faults[0].name"),
+    ({"faults": [{"target": "nic", "name": "n0.nic0", "kind": "degraded",
+                  "bandwidth_factor": 0}]}, "faults[0].bandwidth_factor"),
+    ({"stragglers": {"jitter": {"sigma": "wide"}}}, "stragglers.jitter.sigma"),
+    ({"stragglers": {"jitter": {"sigma": 0.1}, "n9.gpu0": 1.2}}, "stragglers.n9.gpu0"),
+    ({"goodput": {"mtbf": {"gpu": "0 h"}}}, "goodput.mtbf.gpu"),
+    ({"goodput": {"mtbf": {"rack": "100 h"}}}, "goodput.mtbf.rack"),
+    ({"goodput": {"restart": "1 min"}}, "goodput.mtbf"),
+])
+def test_bad_specs_name_their_key(extra, key):
+    with pytest.raises(ConfigError) as info:
+        scenario_from_mapping(base(**extra), source="bad.yaml")
+    assert info.value.key == key
+    assert info.value.source == "bad.yaml"
+
+
+def test_a_fault_after_the_run_and_a_lost_gpu_are_errors():
+    late = base(faults=[{"target": "link", "name": "leaf0 -> n1.nic0", "at_s": 1e6}])
+    with pytest.raises(ConfigError, match="after the run") as info:
+        run_scenario(scenario_from_mapping(late))
+    assert info.value.key == "faults[0].at_s"
+    lost = base(faults=[{"target": "node", "name": "n1"}])
+    with pytest.raises(SimulationError, match=r"n1\.gpu0"):
+        run_scenario(scenario_from_mapping(lost))
+
+
+def test_straggler_distributions_follow_the_seed():
+    stragglers = {"jitter": {"distribution": "lognormal", "sigma": 0.05},
+                  "slow_nodes": {"rate": 0.5, "factor": 1.3}, "attribute": False}
+    one = scenario_from_mapping(base(stragglers=stragglers, simulation={"seed": 1}))
+    same = scenario_from_mapping(base(stragglers=stragglers, simulation={"seed": 1}))
+    other = scenario_from_mapping(base(stragglers=stragglers, simulation={"seed": 2}))
+    assert one.stragglers == same.stragglers != other.stragglers
+    assert len(one.stragglers) == 16
+    assert run_scenario(one).iteration_time_s == run_scenario(same).iteration_time_s
+    assert scenario_from_mapping(one.resolved()).stragglers == one.stragglers
+
+
+def jobs_mapping(placement_b="packed", **extra):
+    job = {"model": MODEL, "parallelism": {"tp": 8, "dp": 2},
+           "training": {"micro_batch": 1, "global_batch": 4}}
+    data = {"name": "two", "compute": {"gpu": "a100-80gb"},
+            "cluster": {"preset": "dgx-a100", "nodes": 4,
+                        "fabric": {"kind": "fat-tree", "nics_per_leaf": 16,
+                                   "oversubscription": 2}},
+            "jobs": [{"name": "a", **job}, {"name": "b", **job, "placement": placement_b}]}
+    data.update(extra)
+    return data
+
+
+def test_jobs_scenario_reports_each_job_and_reproduces():
+    scenario = scenario_from_mapping(jobs_mapping())
+    assert [name for name, _ in scenario.jobs] == ["a", "b"]
+    assert scenario.jobs[1][1].topology.gpus[0] == "n2.gpu0"
+    report = run_scenario(scenario)
+    incidents = analyse(scenario, report)
+    assert incidents is not None and incidents.jobs is not None
+    assert [j.slowdown for j in incidents.jobs.jobs] == pytest.approx([1.0, 1.0], rel=1e-12)
+    text = format_incidents(incidents)
+    assert "a: 16 GPUs" in text and "slowdown 1.000x" in text
+    again = scenario_from_mapping(scenario.resolved())
+    assert [job.topology.gpus for _, job in again.jobs] == [
+        job.topology.gpus for _, job in scenario.jobs]
+
+
+@pytest.mark.parametrize(("data", "key"), [
+    (jobs_mapping(placement_b="random"), "jobs[1].placement"),
+    (jobs_mapping(model=MODEL), "model"),
+    ({**jobs_mapping(), "jobs": []}, "jobs"),
+    ({**jobs_mapping(), "jobs": [{"name": "a", "model": MODEL,
+                                  "parallelism": {"tp": 8, "dp": 8}}]}, "jobs[0]"),
+    ({**jobs_mapping(), "jobs": [{"name": "a", "model": MODEL, "parallelism": {"tp": 8},
+                                  "training": {"micro_batch": 0}}]},
+     "jobs[0].training.micro_batch"),
+])
+def test_bad_jobs_name_their_key(data, key):
+    with pytest.raises(ConfigError) as info:
+        scenario_from_mapping(data)
+    assert info.value.key == key
+
+
+def test_cli_run_prints_and_writes_the_section(tmp_path, capsys):
+    path = tmp_path / "f.yaml"
+    path.write_text(json.dumps(base(faults=[{"target": "nic", "name": "n1.nic3"}],
+                                    goodput={"mtbf": {"gpu": "50000 h"}})))
+    assert main(["run", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "faults: nic n1.nic3 down" in out and "Young" in out
+    assert main(["run", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["incidents"]["faults"] == ["nic n1.nic3 down"]
+    assert data["incidents"]["goodput"]["young_interval_s"] > 0
