@@ -31,6 +31,8 @@ flows transfer at once.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from distsim_gpu.simcore.maxmin import _TIE_RTOL, _fill, _fill_local_minima
 
@@ -48,6 +50,16 @@ _LOOKAHEAD = 8  # hops of look-ahead per growth step (see _look_ahead)
 _UNINDEXED_MAX = 2048
 
 
+class _Near(NamedTuple):
+    """A round's view of the links whose load may change: the entries on them."""
+
+    entries: np.ndarray
+    flow: np.ndarray  # per entry: its flow's slot
+    mult: np.ndarray  # per entry: its multiplicity
+    links: np.ndarray  # the changed links (ids, sorted)
+    link: np.ndarray  # per entry: its link's position in ``links``
+
+
 class IncrementalMaxMin:
     """Flows (weighted link sets) added and removed over time; :meth:`solve` brings their
     max-min fair rates up to date and says which rates it set.
@@ -59,6 +71,10 @@ class IncrementalMaxMin:
 
     def __init__(self, capacity: np.ndarray) -> None:
         self._capacity = np.zeros(0)
+        self._saturated_at = np.zeros(0)  # load from which a link counts as saturated
+        # Per-link scratch, back to all False / inf between uses.
+        self._link_mark = np.zeros(0, bool)
+        self._link_floor = np.zeros(0)
         # Load per link as last checked (a link no check saw reads 0): only to skip
         # links that cannot be a bottleneck when looking ahead.
         self._load = np.zeros(0)
@@ -77,6 +93,11 @@ class IncrementalMaxMin:
         self._start = np.zeros(1, np.int64)
         self._count = np.zeros(1, np.int64)
         self._free: list[int] = []
+        # Per-slot scratch: membership of the subset being solved, a flag (all False
+        # between uses) and a slot's position in the subset.
+        self._in_s = np.zeros(1, bool)
+        self._flag = np.zeros(1, bool)
+        self._slot_pos = np.zeros(1, np.int64)
         # Entries: slot, link, multiplicity; the first ``_used`` are in use.
         self._e_flow = np.zeros(64, np.int64)
         self._e_link = np.zeros(64, np.int64)
@@ -92,8 +113,11 @@ class IncrementalMaxMin:
         """Link capacities; one more (ideal) link at the end stands for blank entries."""
         self._capacity = np.append(np.asarray(capacity, float), np.inf)
         self._sentinel = self._capacity.size - 1
+        self._saturated_at = self._capacity * (1.0 - _CHECK_RTOL)
         grow = self._capacity.size - self._load.size
         self._load = np.append(self._load, np.zeros(grow))
+        self._link_mark = np.append(self._link_mark, np.zeros(grow, bool))
+        self._link_floor = np.append(self._link_floor, np.full(grow, np.inf))
         self._indexed = 0  # the index has a row per link: rebuilt before its next use
         if getattr(self, "_used", 0):
             used = slice(0, self._used)
@@ -154,6 +178,9 @@ class IncrementalMaxMin:
         self._live = np.append(self._live, np.zeros(grow, bool))
         self._start = np.append(self._start, np.zeros(grow, np.int64))
         self._count = np.append(self._count, np.zeros(grow, np.int64))
+        self._in_s = np.append(self._in_s, np.zeros(grow, bool))
+        self._flag = np.append(self._flag, np.zeros(grow, bool))
+        self._slot_pos = np.append(self._slot_pos, np.zeros(grow, np.int64))
         self._free.extend(range(slot + grow - 1, slot, -1))
         return slot
 
@@ -184,70 +211,89 @@ class IncrementalMaxMin:
         if not self._new and not self._ended:
             empty = np.zeros(0, np.int64)
             return empty, np.zeros(0), empty, np.zeros(0)
-        in_s = np.zeros(self._rate.size, bool)
-        in_s[list(self._new)] = True
+        in_s = self._in_s  # S, the subset solved; cleared before returning
+        new = np.fromiter(self._new, np.int64, len(self._new))
         self._new.clear()
+        in_s[new] = True
         ended_links = np.zeros(0, np.int64)
-        floor = np.full(self._capacity.size, np.inf)
+        moved = new
         if self._ended:
             ended_links = np.concatenate([links for links, _ in self._ended])
             rates = np.concatenate([np.full(links.size, rate) for links, rate in self._ended])
-            np.minimum.at(floor, ended_links, rates)
-            # Only a saturated link is anyone's bottleneck.
-            floor[self._load < self._capacity * (1.0 - _CHECK_RTOL)] = np.inf
             self._ended.clear()
-        first = True
+            # Only a saturated link is anyone's bottleneck.
+            saturated = self._load[ended_links] >= self._saturated_at[ended_links]
+            pulled = self._add(in_s, self._bottlenecked_on(ended_links[saturated],
+                                                           rates[saturated]))
+            moved = np.concatenate([new, pulled])
+        size = moved.size + self._look_ahead(in_s, moved)
         while True:
             self.rounds += 1
-            self._pull_in(in_s, floor, bottlenecked=first)
-            if first:
-                self._look_ahead(in_s, in_s.copy())
-            first = False
-            changed = self._changed_links(in_s, ended_links)
+            members = np.flatnonzero(in_s)
+            changed = self._changed_links(members, ended_links)
             entries = self._entries_on(changed)
-            self._solve_subset(in_s, entries)
-            violators, load = self._check(in_s, changed, entries)
+            near = _Near(entries, self._e_flow[entries], self._e_mult[entries], changed,
+                         self._local_links(changed, self._e_link[entries]))
+            self._solve_subset(in_s, members, near)
+            load, saturated = self._check_loads(near)
+            violators = self._violators(in_s, near, saturated)
             if not violators.size:
                 break
-            # A flow without a bottleneck moves, and with it the flows at least as fast
-            # on its saturated links.
-            floor = np.full(self._capacity.size, np.inf)
-            np.minimum.at(floor, self._e_link[entries], self._violator_rates(entries,
-                                                                              violators))
-            floor[load < self._capacity * (1.0 - _CHECK_RTOL)] = np.inf
-            was_in = in_s.copy()
-            in_s[violators] = True
-            self._pull_in(in_s, floor)
-            self._look_ahead(in_s, in_s & ~was_in)
-            if int(in_s.sum()) == int(was_in.sum()) or in_s.sum() >= self._live.sum():
-                self._solve_all()  # the subset would not grow: solve everything
-                in_s = self._live.copy()
-                changed = self._changed_links(in_s, ended_links)
-                load = self._loads(self._entries_on(changed))
-                self._load[changed] = load[changed]
-                break
-        handles = np.flatnonzero(in_s & self._live)
-        links = np.flatnonzero(changed)
-        return handles, self._rate[handles], links, load[links]
+            grown = self._grow(in_s, violators, near, saturated)
+            size += grown.size
+            if grown.size:
+                size += self._look_ahead(in_s, grown)
+            if not grown.size or size >= len(self):
+                # The subset would not grow, or holds every flow: solve everything.
+                in_s.fill(False)
+                return self._solve_all(ended_links)
+        in_s[members] = False
+        return members, self._rate[members], changed, load
 
-    def _look_ahead(self, in_s: np.ndarray, moved: np.ndarray) -> None:
-        """Pull in the flows that the flows ``moved`` (slots mask) will slow down once
-        they speed up: those held at or above their rates on their saturated links,
-        where that link is their bottleneck; and so on, hop by hop (saves rounds of
-        checking in most cascades)."""
+    def _add(self, in_s: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """Put ``slots`` in S; returns those that were not in it yet (each once)."""
+        fresh = slots[~in_s[slots]]
+        if fresh.size > 1:
+            fresh = np.unique(fresh)
+        in_s[fresh] = True
+        return fresh
+
+    def _look_ahead(self, in_s: np.ndarray, moved: np.ndarray) -> int:
+        """Pull in the flows that the flows ``moved`` (slots) will slow down once they
+        speed up: those held at or above their rates on their saturated links, where
+        that link is their bottleneck; and so on, hop by hop (saves rounds of checking
+        in most cascades).  Returns how many flows joined S."""
+        joined = 0
         for _ in range(_LOOKAHEAD):
-            mine = self._entries_of(np.flatnonzero(moved))
-            ahead = np.full(self._capacity.size, np.inf)
-            # A new flow (no rate yet) may take a share of any flow bottlenecked on
-            # its links.
-            rate = np.nan_to_num(self._rate[self._e_flow[mine]], nan=0.0)
-            np.minimum.at(ahead, self._e_link[mine], rate)
-            ahead[self._load < self._capacity * (1.0 - _CHECK_RTOL)] = np.inf
-            before = in_s.copy()
-            self._pull_in(in_s, ahead, bottlenecked=True)
-            moved = in_s & ~before
-            if not moved.any():
+            if not moved.size:
                 break
+            mine = self._entries_of(moved)
+            link = self._e_link[mine]
+            saturated = self._load[link] >= self._saturated_at[link]
+            if not saturated.any():
+                break
+            # A new flow (no rate yet, nan) may take a share of any flow bottlenecked on
+            # its links.
+            rate = np.fmax(self._rate[self._e_flow[mine[saturated]]], 0.0)
+            moved = self._add(in_s, self._bottlenecked_on(link[saturated], rate))
+            joined += moved.size
+        return joined
+
+    def _bottlenecked_on(self, links: np.ndarray, floors: np.ndarray) -> np.ndarray:
+        """The flows whose recorded bottleneck is one of ``links`` (repeats allowed) and
+        whose rate is at least that link's lowest ``floors`` value, less a tolerance:
+        the flows a change at that level may move first (a check finds the others)."""
+        if not links.size:
+            return links
+        floor = self._link_floor
+        np.minimum.at(floor, links, floors)
+        distinct = np.unique(links)
+        entries = self._entries_on(distinct)
+        flow, link = self._e_flow[entries], self._e_link[entries]
+        # nan (a new flow's rate) compares False: it is in S already.
+        fast = self._rate[flow] >= floor[link] * (1.0 - _CHECK_RTOL)
+        floor[distinct] = np.inf
+        return flow[fast & (self._bottleneck[flow] == link)]
 
     def _entries_of(self, slots: np.ndarray) -> np.ndarray:
         """The entry indices of flows ``slots`` (each flow's entries are contiguous)."""
@@ -265,125 +311,132 @@ class IncrementalMaxMin:
         self._link_start = start
         self._indexed = used
 
-    def _entries_on(self, mask: np.ndarray) -> np.ndarray:
-        """Every entry on a link of ``mask`` (grouped by link, then the unindexed)."""
+    def _entries_on(self, links: np.ndarray) -> np.ndarray:
+        """Every entry on one of ``links`` (distinct link ids): grouped by link, then
+        the unindexed ones."""
         self._index_links()
-        e_link = self._e_link
-        links = np.flatnonzero(mask)
         if self._indexed:
             starts = self._link_start[links]
             entries = self._by_link[_ranges(starts, self._link_start[links + 1] - starts)]
         else:
             entries = np.zeros(0, np.int64)
         if self._indexed < self._used:
-            late = np.arange(self._indexed, self._used)
-            entries = np.concatenate([entries, late])
-        # Blanked entries now point at the sentinel link, never in ``mask``.
-        return entries[mask[e_link[entries]]]
+            entries = np.concatenate([entries, np.arange(self._indexed, self._used)])
+        else:
+            return entries[self._e_flow[entries] != 0]  # blanked since indexed
+        # Blanked entries point at the sentinel link, never among ``links``.
+        mark = self._link_mark
+        mark[links] = True
+        entries = entries[mark[self._e_link[entries]]]
+        mark[links] = False
+        return entries
 
-    def _pull_in(self, in_s: np.ndarray, floor: np.ndarray, bottlenecked: bool = False) -> None:
-        """Add to ``S`` every flow crossing a link ``l`` at a rate of at least
-        ``floor[l]`` (less a tolerance): the flows a change at that level may move.
-        ``bottlenecked``: only those whose recorded bottleneck is ``l`` (the flows an
-        ended flow's freed capacity goes to first; the check finds the others)."""
-        if bottlenecked:
-            # One pass over the slots: a flow's recorded bottleneck is one of its links
-            # (-1, none, reads the blank link's floor: inf).
-            rate = self._rate[:in_s.size]
-            with np.errstate(invalid="ignore"):  # nan: a new flow, in S already
-                fast = rate >= floor[self._bottleneck[:in_s.size]] * (1.0 - _CHECK_RTOL)
-            in_s |= fast & self._live[:in_s.size]
-            in_s[0] = False
-            return
-        marked = np.isfinite(floor)
-        if not marked.any():
-            return
-        entries = self._entries_on(marked)
-        flow = self._e_flow[entries]
-        fast = self._rate[flow] >= floor[self._e_link[entries]] * (1.0 - _CHECK_RTOL)
-        in_s[flow[fast]] = True
-        in_s[0] = False
-
-    def _changed_links(self, in_s: np.ndarray, ended_links: np.ndarray) -> np.ndarray:
-        """Mask of the links whose load may change: those of ``S`` and of ended flows."""
-        changed = np.zeros(self._capacity.size, bool)
-        changed[self._e_link[self._entries_of(np.flatnonzero(in_s))]] = True
-        changed[ended_links] = True
-        changed[self._sentinel] = False
+    def _changed_links(self, members: np.ndarray, ended_links: np.ndarray) -> np.ndarray:
+        """The links whose load may change (sorted): those of S and of ended flows."""
+        mark = self._link_mark
+        mark[self._e_link[self._entries_of(members)]] = True
+        mark[ended_links] = True
+        mark[self._sentinel] = False
+        changed = np.flatnonzero(mark)
+        mark[changed] = False
         return changed
 
-    def _solve_subset(self, in_s: np.ndarray, entries: np.ndarray) -> None:
-        """Fill ``S`` on what the held flows leave of its links' capacity.  ``entries``:
-        every entry on a changed link (which holds all of ``S``'s entries)."""
-        flow, link = self._e_flow[entries], self._e_link[entries]
-        mult = self._e_mult[entries]
-        mine = in_s[flow]
-        held = np.bincount(link[~mine], weights=mult[~mine] * self._rate[flow[~mine]],
-                           minlength=self._capacity.size)
-        with np.errstate(invalid="ignore"):  # inf - inf on ideal links: they stay ideal
-            residual = np.maximum(self._capacity - held, 0.0)
-        residual[np.isinf(self._capacity)] = np.inf
-        s_flow, s_link, s_mult = flow[mine], link[mine], mult[mine]
-        slots = np.flatnonzero(in_s)
-        local = np.zeros(self._rate.size, np.int64)
-        local[slots] = np.arange(slots.size)
+    def _local_links(self, changed: np.ndarray, links: np.ndarray) -> np.ndarray:
+        """``links`` (all among ``changed``) as positions in ``changed``."""
         position = np.zeros(self._capacity.size, np.int64)
-        position[s_link] = 1
-        links = np.flatnonzero(position)  # S's links, sorted, without sorting
-        position[links] = np.arange(links.size)
-        rates, bottleneck = _fill_local_minima(local[s_flow], position[s_link], s_mult,
-                                               residual[links], slots.size)
-        self._rate[slots] = rates
-        self._bottleneck[slots] = np.where(bottleneck >= 0, links[bottleneck], -1)
+        position[changed] = np.arange(changed.size)
+        return position[links]
 
-    def _loads(self, entries: np.ndarray) -> np.ndarray:
-        flow = self._e_flow[entries]
-        return np.bincount(self._e_link[entries],
-                           weights=self._e_mult[entries] * self._rate[flow],
-                           minlength=self._capacity.size)
+    def _solve_subset(self, in_s: np.ndarray, members: np.ndarray, near: _Near) -> None:
+        """Fill S (``members``) on what the held flows leave of its links' capacity."""
+        flow, link, mult = near.flow, near.link, near.mult
+        mine = in_s[flow]
+        held = ~mine
+        capacity = self._capacity[near.links]
+        load = np.bincount(link[held], weights=mult[held] * self._rate[flow[held]],
+                           minlength=near.links.size)
+        ideal = capacity == np.inf
+        load[ideal] = 0.0  # an ideal link stays ideal (and inf - inf is no number)
+        residual = np.maximum(capacity - load, 0.0)
+        local = self._slot_pos
+        local[members] = np.arange(members.size)
+        rates, bottleneck = _fill_local_minima(local[flow[mine]], link[mine], mult[mine],
+                                               residual, members.size)
+        self._rate[members] = rates
+        self._bottleneck[members] = np.where(bottleneck >= 0, near.links[bottleneck], -1)
 
-    def _check(self, in_s: np.ndarray, changed: np.ndarray,
-               entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Flows crossing a changed link that lack a bottleneck (slots), and the loads
-        per link.  A held flow whose recorded bottleneck did not change passes."""
-        flow, link = self._e_flow[entries], self._e_link[entries]
+    def _check_loads(self, near: _Near) -> tuple[np.ndarray, np.ndarray]:
+        """The loads of the changed links now (recorded), and which are saturated."""
+        load = np.bincount(near.link, weights=near.mult * self._rate[near.flow],
+                           minlength=near.links.size)
+        self._load[near.links] = load
+        return load, load >= self._saturated_at[near.links]
+
+    def _violators(self, in_s: np.ndarray, near: _Near,
+                   saturated: np.ndarray) -> np.ndarray:
+        """Flows crossing a changed link that lack a bottleneck (slots, distinct): no
+        saturated link on which no flow is faster.  A held flow whose recorded
+        bottleneck did not change passes."""
+        flow, link = near.flow, near.link
         rate = self._rate[flow]
-        load = self._loads(entries)
-        saturated = load >= self._capacity * (1.0 - _CHECK_RTOL)
-        self._load[changed] = load[changed]
-        fastest = np.zeros(self._capacity.size)
+        fastest = np.zeros(near.links.size)
         np.maximum.at(fastest, link, rate)
         good = saturated[link] & (rate >= fastest[link] * (1.0 - _CHECK_RTOL))
-        ok = np.zeros(self._rate.size, bool)
+        ok = self._flag
         ok[flow[good]] = True
-        self._bottleneck[flow[good]] = link[good]
-        crossing = np.zeros(self._rate.size, bool)
-        crossing[flow] = True
-        recorded = self._bottleneck
-        kept = ~in_s & (recorded >= 0) & ~changed[recorded]
-        bad = crossing & ~ok & ~kept & np.isfinite(self._rate)
-        bad[0] = False
-        return np.flatnonzero(bad), load
+        self._bottleneck[flow[good]] = near.links[link[good]]
+        lacking = ~ok[flow] & np.isfinite(rate)
+        ok[flow[good]] = False
+        mine = in_s[flow]
+        bad = flow[lacking & mine]
+        suspect = flow[lacking & ~mine]  # held: fine while its bottleneck did not change
+        if suspect.size:
+            recorded = self._bottleneck[suspect]
+            mark = self._link_mark
+            mark[near.links] = True
+            suspect = suspect[(recorded < 0) | mark[recorded]]
+            mark[near.links] = False
+            bad = np.concatenate([bad, suspect])
+        return np.unique(bad)
 
-    def _violator_rates(self, entries: np.ndarray, violators: np.ndarray) -> np.ndarray:
-        """Per changed-link entry: its flow's rate if a violator, else inf."""
-        is_bad = np.zeros(self._rate.size, bool)
+    def _grow(self, in_s: np.ndarray, violators: np.ndarray, near: _Near,
+              saturated: np.ndarray) -> np.ndarray:
+        """A flow without a bottleneck moves, and with it the flows at least as fast on
+        its saturated links: put them in S; returns those that were not in it."""
+        flow, link = near.flow, near.link
+        rate = self._rate[flow]
+        is_bad = self._flag
         is_bad[violators] = True
-        flow = self._e_flow[entries]
-        return np.where(is_bad[flow], self._rate[flow], np.inf)
+        on = is_bad[flow] & saturated[link]
+        is_bad[violators] = False
+        floor = np.full(near.links.size, np.inf)
+        np.minimum.at(floor, link[on], rate[on])
+        fast = rate >= floor[link] * (1.0 - _CHECK_RTOL)
+        return self._add(in_s, np.concatenate([violators, flow[fast]]))
 
-    def _solve_all(self) -> None:
+    def _solve_all(self, ended_links: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                          np.ndarray, np.ndarray]:
+        """Solve every flow from scratch; returns what :meth:`solve` does."""
         used = self._used
-        flow, link = self._e_flow[:used], self._e_link[:used]
+        flow, link, mult = self._e_flow[:used], self._e_link[:used], self._e_mult[:used]
         live = flow != 0
+        flow, link, mult = flow[live], link[live], mult[live]
         slots = np.flatnonzero(self._live)
-        local = np.zeros(self._rate.size, np.int64)
+        local = self._slot_pos
         local[slots] = np.arange(slots.size)
-        rates, bottleneck = _fill(local[flow[live]], link[live], self._e_mult[:used][live],
-                                  self._capacity, slots.size)
+        rates, bottleneck = _fill(local[flow], link, mult, self._capacity, slots.size)
         self._rate[slots] = rates
         self._bottleneck[slots] = bottleneck
-
+        load = np.bincount(link, weights=mult * self._rate[flow],
+                           minlength=self._capacity.size)
+        mark = self._link_mark
+        mark[link] = True
+        mark[ended_links] = True
+        mark[self._sentinel] = False
+        changed = np.flatnonzero(mark)
+        mark[changed] = False
+        self._load[changed] = load[changed]
+        return slots, self._rate[slots], changed, load[changed]
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
