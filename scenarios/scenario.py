@@ -379,7 +379,7 @@ def _resolve_file(name: str, base: Path, key: str, what: str, source: str | None
     candidate = Path(name).expanduser()
     if not candidate.is_absolute():
         candidate = base / candidate
-    if not candidate.is_file():
+    if not os.path.isfile(candidate):  # (False for a name the OS refuses, 255+ chars)
         hint = None
         if what == "cluster":
             hint = closest(name, list_presets()) + "; or the path of a cluster YAML file"

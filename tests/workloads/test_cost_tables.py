@@ -213,7 +213,7 @@ def test_malformed_csv_names_file_and_line(tmp_path, text, line, needle):
 
 
 def test_missing_file_and_unknown_format(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read cost table"):
+    with pytest.raises(ConfigError, match="no cost table file here"):
         read_cost_table(tmp_path / "absent.yaml")
     other = tmp_path / "t.json"
     other.write_text("{}")

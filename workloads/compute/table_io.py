@@ -23,9 +23,10 @@ from typing import Any
 
 import yaml
 from distsim_gpu.simcore.config import check_choice, check_keys, check_whole
-from distsim_gpu.simcore.errors import ConfigError, ParseError
-from distsim_gpu.simcore.fileio import atomic_write_text
+from distsim_gpu.simcore.errors import ParseError
+from distsim_gpu.simcore.fileio import atomic_write_text, read_input_text
 from distsim_gpu.simcore.units import parse_duration
+from distsim_gpu.simcore.yamlfile import BoundedLoader
 from distsim_gpu.workloads.gpus import canonical_gpu_name
 
 __all__ = ["TABLE_PASSES", "CostRow", "TableHeader", "read_cost_table", "write_cost_table"]
@@ -89,14 +90,10 @@ def read_cost_table(path: str | os.PathLike[str]) -> tuple[TableHeader, tuple[Co
     ``hidden``, ``tp``, ``time_s`` (a number of seconds or a duration such as
     ``"1.2 ms"``), optional ``gpu`` (default: the header's) and ``sequence_parallel``
     (default false).  Malformed content raises :class:`ParseError` with the file and line;
-    an unreadable file :class:`ConfigError`.
+    an unreadable file :class:`ConfigError` (a file not UTF-8: :class:`ParseError`).
     """
     name = os.fspath(path)
-    try:
-        text = Path(name).read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError(f"cannot read cost table: {error.strerror or error}",
-                          source=name) from None
+    text = read_input_text(name, "cost table")  # bounded, UTF-8 or a clear error
     if _table_format(name) == ".csv":
         return _read_csv(text, name)
     return _read_yaml(text, name)
@@ -150,7 +147,7 @@ def _row_dict(row: CostRow) -> dict[str, Any]:
 
 
 def _read_yaml(text: str, name: str) -> tuple[TableHeader, tuple[CostRow, ...]]:
-    loader = yaml.SafeLoader(text)
+    loader = BoundedLoader(text)  # nesting, aliases and integers bounded
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
