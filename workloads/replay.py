@@ -66,15 +66,20 @@ from distsim_gpu.workloads.ops import Collective, Compute, Memcpy, Op
 
 __all__ = [
     "CollectiveResult",
+    "GraphNode",
+    "GraphResult",
     "RankStepResult",
     "ReplayResult",
     "StepResult",
     "communicator_op",
     "place_ranks",
     "predicted_step_s",
+    "replay_graph",
     "replay_traces",
 ]
 
+# The op of a dependency graph's point-to-point transfer (replay_graph), group (src, dst).
+SEND = "send"
 # A runtime call whose name says it may block the CPU until GPU work is done.
 _BLOCKING_MARKERS = ("Synchronize", "cudaMemcpy")
 # The measured end of an awaited op may trail the call's end by timer jitter.
@@ -514,6 +519,8 @@ class _Replay:
             for node in rs.ops:
                 node.launched = self.env.event()
                 node.done = self.env.event()
+                if node.launch is None:  # a graph node (replay_graph): no CPU call to wait
+                    node.launched.succeed()
         for rv in rendezvous:
             rv.finished = self.env.event()
 
@@ -603,9 +610,12 @@ class _Replay:
         if self.comm is not None and rv.simulable:
             assert call.op is not None and call.size_bytes is not None
             group = [self.gpus[r] for r in rv.group]
-            yield self.comm.collective(call.op, group, call.size_bytes,
-                                       root=group[0] if call.op in ("broadcast", "reduce")
-                                       else None)
+            if call.op == SEND:  # a graph's point-to-point pair: group is (src, dst)
+                yield self.comm.send(group[0], group[1], call.size_bytes)
+            else:
+                yield self.comm.collective(call.op, group, call.size_bytes,
+                                           root=group[0] if call.op in ("broadcast", "reduce")
+                                           else None)
         else:
             yield self.env.timeout(rv.measured_transfer_s)
         rv.transfer_end_s = self.env.now
@@ -842,3 +852,92 @@ def _collective_result(rv: _Rendezvous, number: int) -> CollectiveResult:
         predicted_transfer_s=rv.transfer_end_s - rv.transfer_start_s,
         measured_wait_s={r: node.kernel.duration_s - transfer for r, node in rv.members.items()},
         predicted_wait_s={r: node.sim_wait_s for r, node in rv.members.items()})
+
+
+# --------------------------------------------------------------------------- dependency graphs
+
+
+@dataclass(frozen=True, slots=True)
+class GraphNode:
+    """One op of a rank's dependency graph (an execution trace's node), for
+    :func:`replay_graph`.
+
+    ``op`` is :class:`~workloads.ops.Compute` (or ``Memcpy``) of its duration, or a
+    :class:`~workloads.ops.Collective` whose ``group`` holds global ranks (``op`` ``"send"``:
+    a point-to-point transfer, group ``(src, dst)``; ``op`` or ``size_bytes`` ``None``: it
+    takes ``duration_s``).  ``deps``: positions in the rank's list of the nodes it waits
+    for.  Nodes of one ``stream`` run one at a time in list order.  ``key`` ties a
+    communication node to the same call on its peers: equal keys are one rendezvous.
+    """
+
+    op: Op
+    stream: int
+    deps: tuple[int, ...] = ()
+    duration_s: float = 0.0
+    key: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class GraphResult:
+    """A graph replay: each rank's finish and busy times, and every node's span."""
+
+    end_s: dict[int, float]
+    compute_s: dict[int, float]
+    communication_s: dict[int, float]
+    spans: tuple[Span, ...]
+
+    @property
+    def time_s(self) -> float:
+        """When the last rank finished (the iteration's time)."""
+        return max(self.end_s.values(), default=0.0)
+
+
+def _graph_rank_step(rank: int, nodes: Sequence[GraphNode], world_size: int,
+                     table: dict[Any, _Rendezvous]) -> _RankStep:
+    trace = RankTrace(f"rank {rank}", rank, world_size, None, (), ())
+    rs = _RankStep(trace, ProfilerStep(0, 0.0, 0.0), 0.0, 0.0)
+    last: dict[int, _Node] = {}
+    for graph_node in nodes:
+        kind = "communication" if isinstance(graph_node.op, Collective) else "compute"
+        kernel = GpuEvent(graph_node.op.label, kind, 0.0, graph_node.duration_s)
+        node = _Node(rank, kernel, graph_node.op, graph_node.stream, 0.0,
+                     graph_node.duration_s, prev=last.get(graph_node.stream))
+        node.deps = [rs.ops[d] for d in graph_node.deps]
+        last[graph_node.stream] = node
+        rs.ops.append(node)
+        if graph_node.key is not None:
+            assert isinstance(graph_node.op, Collective)
+            rv = table.get(graph_node.key)
+            if rv is None:
+                group = graph_node.op.group
+                assert isinstance(group, tuple)
+                rv = table[graph_node.key] = _Rendezvous(graph_node.op, group, len(table))
+            rv.members[rank] = node
+            node.rendezvous = rv
+    return rs
+
+
+def replay_graph(graphs: dict[int, Sequence[GraphNode]], topology: Topology,
+                 params: CommParams | None = None, *, world_size: int | None = None,
+                 ranks_per_node: int | None = None) -> GraphResult:
+    """Run each rank's dependency graph on ``topology``: compute for its duration,
+    communication on the network model, matched across ranks by key (see
+    :class:`GraphNode`).  Rank ``r`` runs on the GPU :func:`place_ranks` gives it;
+    ``world_size`` (default: the highest rank + 1) counts ranks without a graph too."""
+    world_size = max(world_size or 0, max(graphs, default=-1) + 1)
+    rank_gpus = place_ranks(topology, world_size, ranks_per_node)
+    table: dict[Any, _Rendezvous] = {}
+    steps = [_graph_rank_step(rank, graphs[rank], world_size, table) for rank in sorted(graphs)]
+    _Replay(steps, list(table.values()), topology, params or CommParams(), "simulated",
+            rank_gpus).run()
+    spans, end, compute, comm = [], {}, {}, {}
+    for rs in steps:
+        rank = rs.trace.rank or 0
+        end[rank] = max((n.sim_end_s for n in rs.ops), default=0.0)
+        compute[rank] = union_length([(n.sim_start_s, n.sim_end_s) for n in rs.ops
+                                      if not isinstance(n.op, Collective)])
+        comm[rank] = union_length([(n.sim_start_s, n.sim_end_s) for n in rs.ops
+                                   if isinstance(n.op, Collective)])
+        spans.extend(Span(f"rank {rank}", f"stream {n.stream}", n.op.label, n.sim_start_s,
+                          n.sim_end_s) for n in rs.ops)
+    return GraphResult(end, compute, comm, tuple(spans))

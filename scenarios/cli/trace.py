@@ -1,7 +1,8 @@
-"""``distsim trace summary|costs``: read measured PyTorch profiler traces.
+"""``distsim trace summary|costs|chakra``: read measured traces.
 
 ``summary`` breaks each rank's profiler steps down into compute, communication and idle
-time; ``costs`` measures per-layer compute times and writes them as a cost table.
+time; ``costs`` measures per-layer compute times and writes them as a cost table;
+``chakra`` runs MLCommons Chakra execution traces (:mod:`scenarios.cli.chakra`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from distsim_gpu.measured.summary import format_summary_table, summarise, to_json
 from distsim_gpu.measured.traces import load_traces
+from distsim_gpu.scenarios.cli import chakra
 from distsim_gpu.workloads.measured_costs import (
     DEFAULT_LAYER_REGEX,
     LAYER_KINDS,
@@ -39,6 +41,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     summary.add_argument("--json", action="store_true", help="print one JSON object")
     summary.set_defaults(handler=handle_summary)
     _add_costs_parser(kinds)
+    chakra.add_parser(kinds)
     return parser
 
 

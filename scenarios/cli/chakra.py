@@ -1,0 +1,85 @@
+"""``distsim trace chakra``: run MLCommons Chakra execution traces on a simulated cluster.
+
+Each rank's ET (``.et`` protobuf or its JSON form; a directory of them) runs as a dependency
+graph (:mod:`workloads.chakra`): compute as recorded, collectives and point-to-point
+transfers on the cluster's network.  ``--export DIR`` writes the graphs that ran back out
+as ETs, one per rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from distsim_gpu.measured.chakra import load_chakra
+from distsim_gpu.scenarios.cli.options import add_cluster_options, cluster_and_params
+from distsim_gpu.simcore.config import check_number
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.units import format_duration
+from distsim_gpu.workloads.chakra import chakra_graphs, export_chakra, run_chakra
+
+__all__ = ["add_parser", "handle"]
+
+
+def add_parser(kinds: Any) -> argparse.ArgumentParser:
+    """Register ``chakra`` under ``distsim trace``."""
+    parser = kinds.add_parser(
+        "chakra", help="run Chakra execution traces (.et / JSON, one per rank) on a cluster",
+        description="Run MLCommons Chakra ETs as a workload: compute nodes take their "
+        "recorded time (or FLOPs at --flops), communication nodes run on the cluster's "
+        "network; print the iteration time per rank.")
+    parser.add_argument("traces", nargs="+", metavar="ET",
+                        help="<name>.<rank>.et or .json files, or directories of them")
+    add_cluster_options(parser)
+    parser.add_argument("--world-size", type=int, default=None, metavar="N",
+                        help="ranks of the job (default: as many as the traces); ranks "
+                        "without a trace reach collectives with the last present rank")
+    parser.add_argument("--ranks-per-node", type=int, default=None, metavar="N")
+    parser.add_argument("--ctrl-deps", action="store_true",
+                        help="also wait for control dependencies (default: data only, as "
+                        "Chakra's ET feeder)")
+    parser.add_argument("--flops", default=None, metavar="FLOP/S", type=float,
+                        help="speed for compute nodes that give FLOPs (num_ops) only")
+    parser.add_argument("--export", default=None, metavar="DIR",
+                        help="write the graphs that ran as Chakra ETs, one per rank")
+    parser.set_defaults(handler=handle)
+    return parser
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Run the traces and print the result (or JSON)."""
+    if args.world_size is not None and args.world_size < 1:
+        raise ConfigError(f"must be >= 1, got {args.world_size}", key="--world-size")
+    flops = (check_number(args.flops, key="--flops", above=True)
+             if args.flops is not None else None)
+    topology, params = cluster_and_params(args)
+    traces = load_chakra(args.traces)
+    run = run_chakra(traces, topology, params, world_size=args.world_size, flops_per_s=flops,
+                     ctrl_deps=args.ctrl_deps, ranks_per_node=args.ranks_per_node)
+    written = []
+    if args.export:
+        graphs, _world, _notes = chakra_graphs(traces, world_size=args.world_size,
+                                               flops_per_s=flops, ctrl_deps=args.ctrl_deps)
+        written = export_chakra(graphs, args.export)
+    result = run.result
+    if args.json:
+        print(json.dumps({"cluster": topology.name, "world_size": run.world_size,
+                          "ranks": list(run.ranks), "nodes": run.nodes,
+                          "iteration_time_s": run.time_s, "end_s": result.end_s,
+                          "compute_s": result.compute_s,
+                          "communication_s": result.communication_s,
+                          "notes": list(run.notes), "exported": written}, indent=2))
+        return 0
+    lines = [f"Chakra ETs: {len(run.ranks)} rank(s) of {run.world_size}, {run.nodes} nodes, "
+             f"on {topology.name}",
+             f"iteration time: {format_duration(run.time_s)}", "",
+             f"{'rank':>6} {'end':>12} {'compute':>12} {'comm':>12}"]
+    lines += [f"{r:>6} {format_duration(result.end_s[r]):>12} "
+              f"{format_duration(result.compute_s[r]):>12} "
+              f"{format_duration(result.communication_s[r]):>12}" for r in run.ranks]
+    lines += [f"note: {note}" for note in run.notes]
+    lines += [f"wrote {path}" for path in written]
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0

@@ -1,0 +1,149 @@
+"""Chakra ETs as a workload: closed forms on the ideal switch, round trips, bad graphs."""
+
+from __future__ import annotations
+
+import tarfile
+
+import pytest
+from distsim_gpu.collectives import CommParams
+from distsim_gpu.measured.chakra import ChakraNode, ChakraTrace, load_chakra
+from distsim_gpu.simcore.errors import ConfigError, DistsimError, ParseError
+from distsim_gpu.topology import build_cluster
+from distsim_gpu.workloads.chakra import chakra_graphs, export_chakra, run_chakra
+
+B, L = 50e9, 1e-6  # the switch's links: bytes/s each way, seconds per link
+ALPHA = 2 * L  # GPU -> switch -> GPU
+PARAMS = CommParams(algorithm="ring", protocol="simple").ideal()
+
+
+def _switch(n: int):
+    return build_cluster({"preset": "switch", "gpus": n, "link_bandwidth": B,
+                          "link_latency": L})
+
+
+def comp(i, us, deps=(), cpu=False):
+    return ChakraNode(i, f"k{i}", 4, data_deps=deps, duration_micros=us,
+                      attrs={"is_cpu_op": cpu})
+
+
+def coll(i, size, deps=(), kind=0, group=None):
+    attrs = {"comm_type": kind, "comm_size": size}
+    if group is not None:
+        attrs["pg_ranks"] = group
+    return ChakraNode(i, f"c{i}", 7, data_deps=deps, attrs=attrs)
+
+
+def p2p(i, send, peer, size, deps=()):
+    return ChakraNode(i, f"p{i}", 5 if send else 6, data_deps=deps,
+                      attrs={"comm_dst" if send else "comm_src": peer, "comm_size": size})
+
+
+def trace(rank, *nodes):
+    return ChakraTrace(f"t.{rank}.et", rank, "1.0.1", {}, nodes)
+
+
+def test_compute_then_all_reduce_is_the_slowest_rank_plus_the_ring_formula():
+    size = 64 * 2**20
+    traces = [trace(r, comp(0, us), coll(1, size, (0,)), comp(2, 5, (1,)))
+              for r, us in ((0, 10), (1, 30), (2, 20), (3, 0))]
+    run = run_chakra(traces, _switch(4), PARAMS)
+    ring = 2 * 3 / 4 * size / B + 2 * 3 * ALPHA
+    assert run.time_s == pytest.approx(30e-6 + ring + 5e-6, rel=1e-12)
+    assert run.result.end_s[0] == pytest.approx(run.time_s, rel=1e-12)  # all leave together
+
+
+def test_send_waits_for_its_receiver_then_moves_the_bytes_once():
+    size = 10e9
+    traces = [trace(0, p2p(0, True, 1, int(size))),
+              trace(1, comp(0, 20), p2p(1, False, 0, int(size), (0,)))]
+    run = run_chakra(traces, _switch(2), PARAMS)
+    assert run.time_s == pytest.approx(20e-6 + size / B + ALPHA, rel=1e-12)
+
+
+def test_streams_serialise_gpu_work_and_overlap_cpu_work():
+    # Two independent GPU kernels share the compute stream; a CPU op runs beside them.
+    run = run_chakra([trace(0, comp(0, 10), comp(1, 15), comp(2, 40, cpu=True))],
+                     _switch(1), PARAMS)
+    assert run.time_s == pytest.approx(40e-6)
+    assert run.result.compute_s[0] == pytest.approx(40e-6)
+    run = run_chakra([trace(0, comp(0, 10), comp(1, 15), comp(2, 4, (1,), cpu=True))],
+                     _switch(1), PARAMS)
+    assert run.time_s == pytest.approx(29e-6)  # 10 + 15 serial, then the CPU op
+
+
+def test_flops_only_nodes_take_them_at_the_given_speed():
+    node = ChakraNode(0, "gemm", 4, attrs={"num_ops": 2 * 10**12})
+    assert run_chakra([trace(0, node)], _switch(1), flops_per_s=1e15).time_s == \
+        pytest.approx(2e-3)
+    with pytest.raises(ConfigError, match="FLOPs"):
+        run_chakra([trace(0, node)], _switch(1))
+
+
+def test_export_import_run_gives_the_same_time(tmp_path):
+    size = 3 * 2**20 + 7
+    traces = [trace(r, comp(0, 11 + r), coll(1, size, (0,), group=[0, 1, 2, 3]),
+                    comp(2, 3, (1,), cpu=True),
+                    p2p(3, r % 2 == 0, r + 1 if r % 2 == 0 else r - 1, 1 << 20, (0,)),
+                    coll(4, size // 3, (3,), kind=2, group=[r - r % 2, r - r % 2 + 1]),
+                    ChakraNode(5, "barrier", 7, data_deps=(4,), attrs={"comm_type": 9}),
+                    comp(6, 2, (5, 2)))
+              for r in range(4)]
+    topology = build_cluster({"preset": "dgx-a100", "nodes": 2})
+    first = run_chakra(traces, topology, CommParams())
+    graphs, _world, _notes = chakra_graphs(traces)
+    paths = export_chakra(graphs, tmp_path / "et")
+    assert [p.rsplit("/", 1)[-1] for p in paths] == [f"distsim.{r}.et" for r in range(4)]
+    again = run_chakra(load_chakra([tmp_path / "et"]), topology, CommParams())
+    assert again.time_s == pytest.approx(first.time_s, rel=1e-9, abs=0)
+    assert again.result.end_s == first.result.end_s
+
+
+@pytest.mark.parametrize(("nodes", "words"), [
+    ((comp(0, 1, (7,)),), "depends on node 7"),
+    ((comp(0, 1, (0,)),), "its own data"),
+    ((comp(0, 1, (1,)), comp(1, 1, (0,))), "cycle"),
+    ((p2p(0, True, 5, 10),), "comm_dst"),
+    ((ChakraNode(0, "?", 0),), "INVALID_NODE"),
+    ((coll(0, 10, group=[1, 2]),), "not in its group"),
+    ((coll(0, 10, kind=42),), "comm_type"),
+])
+def test_bad_graphs_are_clear_errors(nodes, words):
+    with pytest.raises(ParseError, match=words) as caught:
+        run_chakra([trace(0, *nodes), trace(1)], _switch(2))
+    assert caught.value.source == "t.0.et"
+
+
+def test_the_chakra_samples_run(shared_data, tmp_path):
+    chakra = shared_data / "chakra"
+    if not chakra.is_dir():
+        pytest.skip("shared/data/chakra is not present")
+    with tarfile.open(chakra / "feeder_tests_trace.tar.gz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    traces = load_chakra([next(tmp_path.rglob("chakra.0.et"))])
+    topology = build_cluster({"preset": "dgx-a100"})
+    run = run_chakra(traces, topology, world_size=8)
+    gpu_kernels = sum(n.duration_s for n in traces[0].nodes if n.type == 4 and not n.is_cpu_op)
+    # The GPU's kernels run one at a time: the iteration is at least their sum.
+    assert run.time_s >= gpu_kernels > 0.1
+    assert run.result.communication_s[0] > 0 and run.world_size == 8
+    graphs, _world, _notes = chakra_graphs(traces, world_size=8)
+    export_chakra(graphs, tmp_path / "out")
+    again = run_chakra(load_chakra([tmp_path / "out"]), topology, world_size=8)
+    assert again.time_s == pytest.approx(run.time_s, rel=1e-9, abs=0)
+
+
+def test_cli_runs_and_exports(tmp_path, capsys):
+    from distsim_gpu.scenarios.cli.main import main
+
+    graphs, _world, _notes = chakra_graphs([trace(0, comp(0, 10), coll(1, 1 << 20, (0,))),
+                                            trace(1, comp(0, 5), coll(1, 1 << 20, (0,)))])
+    export_chakra(graphs, tmp_path / "in")
+    assert main(["trace", "chakra", str(tmp_path / "in"), "--cluster", "dgx-a100",
+                 "--export", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "2 rank(s) of 2" in out and "wrote" in out
+    assert main(["trace", "chakra", str(tmp_path / "missing"), "--cluster", "dgx-a100"]) == 2
+    assert main(["trace", "chakra", str(tmp_path / "in"), "--cluster", "dgx-a100",
+                 "--flops", "-1"]) == 2
+    with pytest.raises(DistsimError):
+        load_chakra([tmp_path / "empty-dir-that-is-missing"])
