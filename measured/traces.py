@@ -24,7 +24,9 @@ naming the file (and tar member).
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tarfile
 import zlib
 from collections.abc import Iterable, Iterator
@@ -138,7 +140,11 @@ def _is_tar_name(name: str) -> bool:
 def _read_file(path: Path) -> TraceFile:
     source = str(path)
     try:
-        if path.stat().st_size == 0:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):  # /dev/zero would never end, a FIFO block
+            raise ParseError("not a regular file (a device, pipe or socket)", source=source,
+                             hint=_EXPECTED)
+        if info.st_size == 0:
             raise ParseError("empty file", source=source, hint=_EXPECTED)
         with path.open("rb") as stream:
             return _read_stream(stream, source, _is_gz(path.name))
@@ -147,7 +153,7 @@ def _read_file(path: Path) -> TraceFile:
 
 
 def _iter_path(path: Path) -> Iterator[TraceFile]:
-    if not path.exists():
+    if not os.path.exists(path):  # (False too for a name the OS refuses: 255+ chars)
         raise ParseError("no such file or directory", source=str(path),
                          hint="give a .json, .json.gz, .tar.gz or a directory of them")
     if path.is_dir():
