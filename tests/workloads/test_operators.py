@@ -1,0 +1,235 @@
+"""Per-operator compute costs: hand counts of one layer, what each stack's fusions change,
+FP8 as Transformer Engine runs it, the host floor, and cost tables filled per operator."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.compute import (
+    STACKS,
+    CostRow,
+    RooflineCosts,
+    TableCosts,
+    TableHeader,
+    forward_layer_work,
+    get_stack,
+)
+from distsim_gpu.workloads.gpus import get_gpu
+from distsim_gpu.workloads.models import ModelSpec
+
+A100 = get_gpu("a100-80gb")
+H100 = get_gpu("h100-sxm")
+# A small GPT layer: h 1024, 16 heads of 64, FFN 4096, on TP 2, b 2, s 512 (fp16: 2 B).
+MODEL = ModelSpec("gpt-small", layers=4, hidden=1024, heads=16, seq_len=512, vocab=50304)
+B, S, TP, H, F, D = 2, 512, 2, 1024, 4096, 64
+T = B * S          # tokens
+HEADS = 16 // TP   # heads on this rank
+BATCH = B * HEADS  # batched-GEMM batch of the unfused attention
+SCORES = BATCH * S * S
+
+
+def work(stack: str = "megatron-lm-2021", **kwargs):
+    return forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, precision="fp16",
+                              stack=get_stack(stack), **kwargs)
+
+
+def test_megatron_2021_layer_hand_counts():
+    w = work()
+    assert w.names() == (
+        "input_norm", "qkv", "attn_scores", "attn_softmax", "attn_dropout", "attn_context",
+        "attn_context_copy", "attn_out", "attn_residual", "post_attn_norm", "mlp_fc1",
+        "mlp_act", "mlp_fc2", "mlp_residual")
+    k = w.kernel
+    # Norm: read and write T·h at 2 B; 8 FLOP per element for LayerNorm.
+    assert k("input_norm").bytes_moved == 2 * T * H * 2
+    assert k("input_norm").flops == 8 * T * H
+    # QKV GEMM: m = T, k = h, n = 3h/t; operands and output at 2 B.
+    qkv = k("qkv")
+    assert (qkv.m, qkv.n, qkv.k) == (T, 3 * H // TP, H)
+    assert qkv.flops == 2 * T * H * 3 * H // TP
+    assert qkv.bytes_moved == (T * H + H * 3 * H // TP) * 2 + T * 3 * H // TP * 2
+    # Scores: 2·B·s²·d FLOP, read Q and K, write the s×s scores of every head.
+    assert k("attn_scores").flops == 2 * BATCH * S * S * D
+    assert k("attn_scores").bytes_moved == BATCH * 2 * S * D * 2 + SCORES * 2
+    assert k("attn_softmax").bytes_moved == 2 * SCORES * 2       # fused: read + write
+    assert k("attn_dropout").bytes_moved == SCORES * (2 * 2 + 1)  # read, write, 1-B mask
+    assert k("attn_context").flops == 2 * BATCH * S * S * D
+    assert k("attn_context").bytes_moved == SCORES * 2 + 2 * BATCH * S * D * 2
+    assert k("attn_context_copy").bytes_moved == 2 * T * H // TP * 2
+    assert k("attn_out").flops == 2 * T * H * H // TP
+    # Bias + dropout + residual add: read x and the residual, write the sum and a mask.
+    assert k("attn_residual").bytes_moved == T * H * (3 * 2 + 1)
+    assert k("mlp_fc1").flops == 2 * T * H * F // TP
+    assert k("mlp_act").bytes_moved == 2 * T * F // TP * 2       # bias-GeLU: read + write
+    assert k("mlp_act").flops == 8 * T * F // TP
+    assert k("mlp_fc2").flops == 2 * T * F // TP * H
+    # The matmul FLOP are Megatron's count on this rank (attention not halved: the
+    # unfused kernels compute the whole s×s matrix).
+    assert w.matmul_flops == pytest.approx(
+        (24 * T * H * H + 4 * B * S * S * H) / TP, rel=1e-12)
+
+
+def test_loss_hand_counts():
+    costs = RooflineCosts(A100, precision="fp16", stack=get_stack("megatron-lm-2021"))
+    loss = costs.loss_work(MODEL, micro_batch=B, seq_len=S, tp=TP)
+    logits = loss.kernel("logits")
+    assert (logits.m, logits.n, logits.k) == (T, 50304 // TP, H)
+    # Eager fp32 cross entropy: cast (2 + 4 B), max, subtract, exp, sum, divide: 38 B.
+    assert loss.kernel("cross_entropy").bytes_moved == T * 50304 // TP * 38
+    fused = RooflineCosts(A100, precision="fp16").loss_work(MODEL, micro_batch=B,
+                                                            seq_len=S, tp=TP)
+    assert fused.kernel("cross_entropy").bytes_moved == T * 50304 // TP * 6
+
+
+def test_backward_hand_counts():
+    w = work()
+    bwd = w.backward()
+    # Weight GEMMs: data and weight gradient; DeepSpeed adds the .grad accumulation.
+    ds = work("megatron-deepspeed").backward()
+    assert ds.kernel("qkv.grad_accum").bytes_moved == 3 * H * (3 * H // TP) * 2
+    # Megatron accumulates the weight gradient into fp32 main grads: read + write 4 B.
+    wgrad = bwd.kernel("qkv.wgrad")
+    assert (wgrad.m, wgrad.n, wgrad.k) == (H, 3 * H // TP, T)
+    assert wgrad.bytes_moved == (H * T + T * 3 * H // TP) * 2 + H * 3 * H // TP * 8
+    assert "qkv.grad_accum" not in bwd.names()
+    # Batched attention GEMMs: two data gradients of the forward's shape, no weights.
+    assert bwd.kernel("attn_scores.dgrad").flops == w.kernel("attn_scores").flops
+    assert bwd.kernel("attn_scores.dgrad2").flops == w.kernel("attn_scores").flops
+    assert "attn_scores.wgrad" not in bwd.names()
+    # Dropout backward reads the gradient and the mask and writes one gradient: the
+    # forward's bytes; softmax backward reads output and gradient, writes one: 1.5x.
+    assert bwd.kernel("attn_dropout.bwd").bytes_moved == SCORES * 5
+    assert bwd.kernel("attn_softmax.bwd").bytes_moved == 1.5 * 2 * SCORES * 2
+
+
+# What each fusion flag changes: exactly the operators it names, nothing else.
+FLAG_OPERATORS = {
+    "fused_softmax": {"attn_softmax"},
+    "attention_dropout": {"attn_dropout"},
+    "context_copy": {"attn_context_copy"},
+    "hidden_dropout": {"attn_residual", "mlp_residual"},
+    "fused_bias_dropout_add": {"attn_residual", "mlp_residual"},
+    "fused_bias_activation": {"mlp_act"},
+    "fused_norm": {"input_norm", "post_attn_norm"},
+}
+
+
+@pytest.mark.parametrize("flag", sorted(FLAG_OPERATORS))
+@pytest.mark.parametrize("base", ["megatron-lm-2021", "megatron-core"])
+def test_a_fusion_changes_exactly_the_operators_it_names(flag, base):
+    stack = get_stack(base)
+    if flag in ("fused_softmax", "attention_dropout", "context_copy"):
+        stack = stack.with_attention("unfused")
+    flipped = dataclasses.replace(stack, **{flag: not getattr(stack, flag)})
+    one = forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, stack=stack)
+    two = forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, stack=flipped)
+    before = {k.name: k for k in one.kernels}
+    after = {k.name: k for k in two.kernels}
+    changed = {name for name in before.keys() | after.keys()
+               if before.get(name) != after.get(name)}
+    assert changed == FLAG_OPERATORS[flag]
+
+
+def test_unfused_operators_move_more_and_launch_more():
+    fused = get_stack("megatron-lm-2021")
+    plain = dataclasses.replace(fused, fused_norm=False, fused_softmax=False,
+                                fused_bias_dropout_add=False, fused_bias_activation=False)
+    one = forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, stack=fused)
+    two = forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, stack=plain)
+    for name in ("input_norm", "attn_softmax", "attn_residual", "mlp_act"):
+        assert two.kernel(name).bytes_moved > one.kernel(name).bytes_moved
+        assert two.kernel(name).launches > one.kernel(name).launches
+
+
+def test_flash_stacks_have_one_attention_operator():
+    for name in ("megatron-core", "transformer-engine", "torch-compile"):
+        names = work(name).names()
+        assert "attention" in names and "attn_scores" not in names
+    assert work("megatron-core", attention="unfused").kernel("attn_scores")
+
+
+# --------------------------------------------------------------------------- FP8
+def te_costs(precision):
+    return RooflineCosts(H100, precision=precision, stack=get_stack("transformer-engine"))
+
+
+def test_fp8_runs_the_linear_gemms_in_fp8_and_keeps_attention_and_logits_16_bit():
+    w = forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, precision="fp8",
+                           stack=get_stack("transformer-engine"))
+    fp8 = {k.name for k in w.kernels if k.fp8}
+    assert fp8 == {"qkv", "attn_out", "mlp_fc1", "mlp_fc2"}
+    assert not w.kernel("attention").fp8
+    # TE fuses the cast into the norm and the activation (they write FP8 and its
+    # transpose: 2 B per element); attn_out's input is cast on its own.
+    assert w.names().count("cast_attn_out") == 1 and "cast_qkv" not in w.names()
+    assert w.kernel("input_norm").bytes_moved == T * H * (2 + 2)
+    assert w.kernel("cast_attn_out").bytes_moved == T * H // TP * (2 + 2)
+    assert w.kernel("qkv").bytes_moved == (T * H + H * 3 * H // TP) * 1 + T * 3 * H // TP * 2
+    assert "fp8_scale_update" in w.names()
+    bwd = w.backward()
+    assert bwd.kernel("qkv.grad_cast").bytes_moved == T * 3 * H // TP * (2 + 2)
+    loss = te_costs("fp8").loss_work(MODEL, micro_batch=B, seq_len=S, tp=TP)
+    assert not loss.kernel("logits").fp8
+    # megatron-core casts every FP8 GEMM's input in a kernel of its own.
+    core = forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, precision="fp8")
+    assert {"cast_qkv", "cast_attn_out", "cast_mlp_fc1", "cast_mlp_fc2"} <= set(core.names())
+
+
+@pytest.mark.parametrize("micro_batch", [1, 4])
+def test_fp8_layer_speedup_is_between_one_and_two(micro_batch):
+    m = ModelSpec("llama-ish", layers=2, hidden=8192, heads=64, kv_heads=8, seq_len=8192,
+                  vocab=128256, ffn_hidden=28672, gated_mlp=True, norm="rmsnorm",
+                  position="rotary", attention_bias=False, mlp_bias=False)
+    args = {"micro_batch": micro_batch, "seq_len": 8192, "tp": 8}
+    for pass_ in ("fwd", "bwd"):
+        speedup = (te_costs("bf16").layer_time_s(pass_, m, **args)
+                   / te_costs("fp8").layer_time_s(pass_, m, **args))
+        assert 1.0 < speedup < 2.0
+
+
+def test_fp8_needs_a_stack_with_fp8_kernels():
+    with pytest.raises(ConfigError, match="stack 'megatron-deepspeed' has no FP8 kernels"):
+        RooflineCosts(H100, precision="fp8", stack=get_stack("megatron-deepspeed"))
+    with pytest.raises(ConfigError, match="unknown stack 'megatron'"):
+        get_stack("megatron")
+
+
+# --------------------------------------------------------------------- host floor
+def test_host_dispatch_binds_only_small_kernels():
+    stack = get_stack("megatron-lm-2021")
+    costs = RooflineCosts(A100, precision="fp16", stack=stack)
+    tiny = ModelSpec("tiny", layers=2, hidden=256, heads=4, seq_len=64, vocab=1000)
+    small = costs.layer_work("fwd", tiny, micro_batch=1, seq_len=64)
+    assert costs.work_time_s(small) == pytest.approx(small.launches * stack.host_overhead_s)
+    big = costs.layer_work("fwd", MODEL, micro_batch=8, seq_len=2048)
+    device = sum(costs.kernel_time_s(k) for k in big.kernels)
+    assert costs.work_time_s(big) == device > big.launches * stack.host_overhead_s
+
+
+# ------------------------------------------------------------ per-operator tables
+def test_a_table_fills_the_operators_it_measured_and_the_roofline_the_rest():
+    costs = RooflineCosts(A100, precision="fp16", stack=get_stack("megatron-lm-2021"))
+    header = TableHeader(software="test", date="2026-01-01", source="hand-written")
+    rows = [CostRow("a100-80gb", "attn_softmax", "fwd", B, S, H, TP, 1e-3),
+            CostRow("a100-80gb", "mlp_fc1", "bwd", B, S, H, TP, 2e-3)]
+    table = TableCosts(header, rows, fallback=costs)
+    args = {"micro_batch": B, "seq_len": S, "tp": TP}
+    fwd = costs.layer_work("fwd", MODEL, **args)
+    roof = costs.operator_times_s(fwd)
+    assert table.layer_time_s("fwd", MODEL, **args) == pytest.approx(
+        sum(roof.values()) - roof["attn_softmax"] + 1e-3)
+    times = table.operator_times_s("bwd", MODEL, **args)
+    assert times["mlp_fc1"] == (2e-3, "table")
+    assert times["qkv"][1] == "roofline"
+    # The recompute pass re-runs the measured forward.
+    assert table.operator_times_s("recompute", MODEL, **args)["attn_softmax"] == (
+        1e-3, "table")
+
+
+def test_every_stack_builds_every_pass():
+    for stack in STACKS.values():
+        costs = RooflineCosts(A100, stack=stack)
+        for pass_ in ("fwd", "bwd", "recompute"):
+            assert costs.layer_time_s(pass_, MODEL, micro_batch=B, seq_len=S, tp=TP) > 0
