@@ -1,7 +1,8 @@
-"""``distsim validate nccl|trace``: predictions set against measurements.
+"""``distsim validate nccl|trace|runs``: predictions set against measurements.
 
 ``nccl`` simulates every size of a measured nccl-tests log; ``trace`` replays a job's
-PyTorch profiler traces with the collectives re-simulated.
+PyTorch profiler traces with the collectives re-simulated; ``runs`` simulates every row of
+a table of measured training runs (:mod:`scenarios.fit.validate_runs`).
 """
 
 from __future__ import annotations
@@ -11,26 +12,37 @@ import json
 import sys
 from typing import Any
 
+import yaml
 from distsim_gpu.measured.nccl_log import parse_nccl_log
 from distsim_gpu.measured.traces import load_traces
 from distsim_gpu.scenarios.cli.options import (
     ALGORITHMS,
     PROTOCOLS,
     add_log_options,
+    add_overrides_option,
     add_trace_cluster_options,
     cluster_and_params,
     comm_params,
+    overrides,
     split_cluster_overrides,
 )
 from distsim_gpu.scenarios.fit.validate_nccl import format_validation, validate_nccl_log
+from distsim_gpu.scenarios.fit.validate_runs import (
+    fit_fragment,
+    format_runs_report,
+    summarise,
+    validate_runs,
+)
 from distsim_gpu.scenarios.fit.validate_trace import (
     format_report,
     trace_cluster,
     validate_traces,
     write_output,
 )
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.fileio import atomic_write_text
 
-__all__ = ["add_parser", "handle_nccl", "handle_trace"]
+__all__ = ["add_parser", "handle_nccl", "handle_runs", "handle_trace"]
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -44,7 +56,64 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     add_log_options(nccl, "compare")
     nccl.set_defaults(handler=handle_nccl)
     _add_trace_parser(kinds)
+    _add_runs_parser(kinds)
     return parser
+
+
+def _add_runs_parser(kinds: Any) -> None:
+    parser = kinds.add_parser(
+        "runs", help="a table of measured training runs: every row simulated",
+        description="Simulate every row of a CSV of measured training runs, as a YAML map "
+        "turns its columns into scenario keys, and print predicted vs measured with the "
+        "error per row, mean and max |error| and Spearman rank correlation within groups; "
+        "with --fit, fit the compute model's few physical knobs (cross-validated) and "
+        "write them as a scenario fragment.  The map's format: "
+        "scenarios/fit/validate_runs.py; an example: "
+        "scenarios/examples/validation/vtrain-multi.yaml.")
+    parser.add_argument("table", help="a CSV file, one measured run per row")
+    parser.add_argument("--map", required=True, metavar="MAP.yaml", dest="map_path",
+                        help="how the table's columns become scenario keys")
+    parser.add_argument("--fit", action="store_true",
+                        help="fit the map's knobs (default: GEMM and memory efficiency, "
+                        "launch floor) and cross-validate")
+    parser.add_argument("--folds", type=int, default=5, metavar="K",
+                        help="folds of the cross-validation (default 5)")
+    parser.add_argument("--every", type=int, default=1, metavar="N",
+                        help="simulate every N-th row only (a quick look)")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="worker processes (default: the CPU count; 1 runs in this "
+                        "process)")
+    parser.add_argument("--out", default=None, metavar="FRAGMENT.yaml",
+                        help="with --fit: write the fitted knobs as a scenario fragment")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_overrides_option(parser, "a scenario key set on every row (repeatable), e.g. "
+                         "compute.stack=megatron-deepspeed")
+    parser.set_defaults(handler=handle_runs)
+
+
+def handle_runs(args: argparse.Namespace) -> int:
+    """Simulate the table's rows; print the error table (or JSON); write ``--out``."""
+    if args.out is not None and not args.fit:
+        raise ConfigError("--out writes the fitted knobs: it needs --fit", key="--out")
+    if args.folds < 2:
+        raise ConfigError(f"must be a whole number >= 2, got {args.folds}", key="--folds")
+    report = validate_runs(args.table, args.map_path, fit=args.fit, folds=args.folds,
+                           workers=args.workers, every=args.every,
+                           overrides=overrides(args.overrides))
+    if args.out is not None and report.fit is not None:
+        crossed = summarise(report.fit.cross_validated)["mean_abs_error_pct"]
+        header = (f"# Fitted by distsim validate runs {args.table} --map {args.map_path} "
+                  f"({len(report.fit.fitted)} runs; {report.fit.folds}-fold cross-validated "
+                  f"mean |error| {crossed:.1f} %)\n")
+        atomic_write_text(args.out, header + yaml.safe_dump(fit_fragment(report.fit),
+                                                            sort_keys=False))
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        sys.stdout.write(format_runs_report(report))
+        if args.out is not None:
+            print(f"wrote {args.out}")
+    return 0
 
 
 def _add_trace_parser(kinds: Any) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "bounded",
     "cross_validation_split",
     "fit_log_ratios",
+    "k_folds",
     "log_ratio_loss",
     "median_abs_error_pct",
     "minimise",
@@ -161,6 +162,19 @@ def median_abs_error_pct(predicted_s: Sequence[float], measured_s: Sequence[floa
 def cross_validation_split(samples: Sequence[S]) -> tuple[Sequence[S], Sequence[S]]:
     """(train, test): the samples at even positions and those at odd positions."""
     return samples[0::2], samples[1::2]
+
+
+def k_folds(samples: Sequence[S], k: int) -> list[tuple[list[S], list[S]]]:
+    """``k`` (train, test) splits for k-fold cross-validation: sample ``i`` (in the order
+    given) is tested in fold ``i mod k`` and trains every other fold's fit."""
+    if not 1 <= k <= max(len(samples), 1):
+        raise ValueError(f"k = {k} folds for {len(samples)} samples")
+    folds = []
+    for fold in range(k):
+        test = [s for i, s in enumerate(samples) if i % k == fold]
+        train = [s for i, s in enumerate(samples) if i % k != fold]
+        folds.append((train, test))
+    return folds
 
 
 def minimise(parameters: Sequence[Parameter], predict: Predict[S], samples: Sequence[S],
