@@ -72,6 +72,9 @@ _GiB = 2.0**30
 _MAX_GPU_BARS = 64
 # A timeline is drawn at about this many pixels across: finer detail is joined.
 _PIXELS = 3000
+# A legend in one line above a short figure, right-aligned (the title is on the left).
+_LEGEND_ABOVE = {"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right",
+                 "x": 1.0}
 
 
 class HtmlUnavailable(ImportError):
@@ -388,7 +391,8 @@ def critical_path_figure(report: HtmlRun) -> Any | str:
     fig.update_yaxes(tickvals=list(range(len(groups))), ticktext=groups,
                      autorange="reversed", showgrid=False)
     fig.update_xaxes(title_text="time (s)", range=[0, report.iteration_time_s])
-    fig.update_layout(height=180 + 28 * len(groups), hovermode="closest")
+    fig.update_layout(height=200 + 28 * len(groups), hovermode="closest",
+                      legend=_LEGEND_ABOVE)
     return fig
 
 
@@ -406,7 +410,7 @@ def critical_kinds_figure(names: Sequence[str], reports: Sequence[HtmlRun]) -> A
                         marker_color=KIND_COLOURS.get(kind, _OTHER),
                         hovertemplate=kind + " %{x:.4g} s<extra></extra>")
     fig.update_layout(barmode="stack", xaxis_title="seconds on the critical path",
-                      height=160 + 40 * len(reports))
+                      height=180 + 40 * len(reports), legend=_LEGEND_ABOVE)
     fig.update_yaxes(autorange="reversed")
     return fig
 
@@ -417,11 +421,11 @@ def critical_kinds_figure(names: Sequence[str], reports: Sequence[HtmlRun]) -> A
 def sweep_report_html(title: str, x_key: str, x_labels: Sequence[str],
                       x_values: Sequence[float] | None,
                       curves: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
-                      intro: str = "") -> str:
+                      intro: str = "", x_unit: str = "") -> str:
     """A sweep's page: per metric (``curves``' keys) one figure of it against the first
     swept key, one curve per combination of the other keys (``{label: [(index of the x
     value, value), …]}``).  ``x_values`` are the x values as numbers, or None for a
-    categorical axis labelled ``x_labels``."""
+    categorical axis labelled ``x_labels``; ``x_unit`` their unit (SI, e.g. ``B/s``)."""
     go = _go()
     sections = []
     for metric, lines in curves.items():
@@ -431,7 +435,8 @@ def sweep_report_html(title: str, x_key: str, x_labels: Sequence[str],
             xs = [x_values[i] if x_values else x_labels[i] for i, _ in pairs]
             fig.add_scatter(x=xs, y=[v for _, v in pairs], mode="lines+markers",
                             name=label or metric)
-        fig.update_layout(xaxis_title=x_key, yaxis_title=metric, height=420,
+        fig.update_layout(xaxis_title=f"{x_key} ({x_unit})" if x_unit else x_key,
+                          yaxis_title=metric, height=420,
                           showlegend=len(lines) > 1)
         if x_values is None:
             fig.update_xaxes(type="category", categoryorder="array",

@@ -8,7 +8,11 @@ import sys
 from typing import Any
 
 from distsim_gpu.scenarios.cli.options import add_overrides_option, overrides
-from distsim_gpu.scenarios.study.compare import compare_scenarios, format_comparison
+from distsim_gpu.scenarios.study.compare import (
+    compare_scenarios,
+    format_comparison,
+    write_comparison,
+)
 
 __all__ = ["add_parser", "handle"]
 
@@ -26,6 +30,10 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     add_overrides_option(parser, "override a field of every scenario by dotted path, e.g. "
                          "training.global_batch=64 (repeatable)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--out", metavar="DIR", default=None,
+                        help="also write comparison.json and report.html (the scenarios "
+                        "side by side) into DIR, a new or empty directory or a previous "
+                        "comparison's")
     parser.add_argument("--allow-oom", action="store_true",
                         help="simulate even if a GPU's memory would not hold a configuration")
     parser.set_defaults(handler=handle)
@@ -36,8 +44,15 @@ def handle(args: argparse.Namespace) -> int:
     """Run the scenarios and print the comparison (or JSON)."""
     comparison = compare_scenarios(args.scenarios, overrides(args.overrides),
                                    allow_oom=args.allow_oom)
+    files: list[str] = []
+    if args.out is not None:
+        files, notes = write_comparison(comparison, args.out)
+        for note in notes:
+            print(f"distsim: note: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(comparison.to_json_dict(), indent=2))
     else:
         sys.stdout.write(format_comparison(comparison))
+        if files:
+            print(f"\nwrote {args.out}: {', '.join(files)}")
     return 0

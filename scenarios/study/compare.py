@@ -12,24 +12,31 @@ the same ``--set`` overrides to each, runs them, and returns a :class:`Compariso
 * per scenario its most utilised links, with the link kind and the traffic that loads them
   (bytes by class: tp / pp / dp / ep).
 
-:func:`format_comparison` renders the table; :meth:`Comparison.to_json_dict` is ``--json``.
+:func:`format_comparison` renders the table; :meth:`Comparison.to_json_dict` is ``--json``;
+:func:`write_comparison` writes both, the table as a page (``report.html``), for ``--out``.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from distsim_gpu.scenarios.bottlenecks import format_link
+from distsim_gpu.scenarios.html_report import HtmlUnavailable, compare_report_html
 from distsim_gpu.scenarios.report import Report, format_table
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.config import parse_assignment
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.workloads.iteration import CRITICAL_KINDS
 
-__all__ = ["METRICS", "TIME_FIELDS", "Comparison", "compare_scenarios", "format_comparison"]
+__all__ = ["COMPARE_FILES", "METRICS", "TIME_FIELDS", "Comparison", "compare_scenarios",
+           "format_comparison", "names_of", "write_comparison"]
 
 #: Headline metrics compared: (key, label, unit).
 METRICS = (
@@ -162,6 +169,49 @@ def compare_scenarios(paths: Sequence[str], overrides: Iterable[tuple[str, Any] 
     scenarios = [load_scenario(path, pairs) for path in paths]
     reports = tuple(run_scenario(s, allow_oom=allow_oom) for s in scenarios)
     return Comparison(tuple(paths), reports)
+
+
+def names_of(comparison: Comparison) -> list[str]:
+    """The scenarios' names, each made unique by its file where two are alike."""
+    names = [r.name for r in comparison.reports]
+    return [name if names.count(name) == 1 else f"{name} ({path})"
+            for name, path in zip(names, comparison.paths)]
+
+
+#: What ``distsim compare --out DIR`` writes.
+COMPARE_FILES = ("comparison.json", "report.html")
+
+
+def write_comparison(comparison: Comparison, directory: str | os.PathLike[str]
+                     ) -> tuple[list[str], list[str]]:
+    """Write ``comparison.json`` (:meth:`Comparison.to_json_dict`) and ``report.html``
+    (the scenarios side by side, when Plotly is installed) into ``directory``, each file
+    atomically; returns the files written and notes (what was skipped, and why).
+    ``directory`` may be new, empty or a previous comparison's; else ConfigError."""
+    target = Path(directory)
+    label = os.fspath(directory)
+    if target.exists() and (not target.is_dir() or not {
+            p.name for p in target.iterdir()} <= set(COMPARE_FILES)):
+        raise ConfigError("exists and is not an empty directory or a comparison's",
+                          key="--out", source=label,
+                          hint="give a new or empty directory (a previous comparison's, "
+                               "holding only " + ", ".join(COMPARE_FILES) + ", is replaced)")
+    files, notes = ["comparison.json"], []
+    try:
+        atomic_write_text(target / "comparison.json",
+                          json.dumps(comparison.to_json_dict(), indent=2) + "\n")
+        try:
+            page = compare_report_html(names_of(comparison), comparison.reports,
+                                       format_comparison(comparison))
+        except HtmlUnavailable as missing:
+            notes.append(f"report.html skipped: {missing}")
+        else:
+            atomic_write_text(target / "report.html", page)
+            files.append("report.html")
+    except OSError as error:
+        raise ConfigError(f"cannot write the comparison: {error.strerror or error}",
+                          key="--out", source=label) from None
+    return files, notes
 
 
 # --------------------------------------------------------------------------- table

@@ -11,7 +11,9 @@ element-wise pairing — and writes into ``DIR``:
 * ``results.csv`` — one row per point: its id, every swept key, status (``ok`` /
   ``failed``), the error, and every numeric summary metric;
 * ``sweep.png`` — ``--metric`` against the first swept key, one line per combination of
-  the other keys (needs matplotlib).
+  the other keys (needs matplotlib);
+* ``report.html`` — the same curves for ``--metric`` and the headline metrics, in one
+  self-contained page (needs Plotly, :mod:`scenarios.html_report`).
 
 Grid values are read like ``--set`` values (YAML scalars; units stay strings for the unit
 parsers) after splitting on commas, so a list value cannot be swept.  Every point is
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from distsim_gpu.scenarios.html_report import HtmlUnavailable, sweep_report_html
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.config import check_choice, parse_assignment
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
@@ -69,6 +72,9 @@ SUMMARY_METRICS = ("iteration_time_s", "samples_per_s", "tokens_per_s", "model_f
 _DEFINITION = "sweep.json"
 _RESULTS = "results.csv"
 _PLOT = "sweep.png"
+_HTML = "report.html"
+# The metrics report.html draws (``--metric`` first).
+_HTML_METRICS = ("iteration_time_s", "samples_per_s", "model_tflops_per_gpu", "mfu")
 _POINTS = "points"
 _SUMMARY = "summary.json"
 _FAILED = "failed.json"
@@ -486,10 +492,34 @@ def run_sweep(scenario_path: str | os.PathLike[str],
     except ImportError:
         notes.append("plot skipped: matplotlib is not installed (pip install "
                       "'distsim-gpu[plot]')")
+    try:
+        _write_html(directory / _HTML, directory.name, parsed, done, metric)
+        files.append(_HTML)
+    except HtmlUnavailable as missing:
+        notes.append(f"report.html skipped: {missing}")
     return SweepResult(directory, done, len(jobs), reused, tuple(files), tuple(notes))
 
 
 # --------------------------------------------------------------------------- the plot
+
+
+def _write_html(path: Path, name: str, grids: Sequence[tuple[str, Sequence[Any]]],
+                results: Sequence[PointResult], metric: str) -> None:
+    """report.html (atomically): every point's metrics against the first key
+    (:func:`scenarios.html_report.sweep_report_html`).  Raises HtmlUnavailable."""
+    first, xs = grids[0]
+    numeric = _numeric_axis(xs)
+    curves = {m: {", ".join(label): pairs
+                  for label, pairs in _curves(grids, results, m).items()}
+              for m in dict.fromkeys((metric, *_HTML_METRICS))}
+    failed = sum(1 for r in results if r.status != "ok")
+    intro = (f"<p>{len(results)} point(s), {failed} failed; results.csv has every "
+             "point's metrics.</p>")
+    page = sweep_report_html(f"distsim sweep: {name}", first, [str(v) for v in xs],
+                             numeric[0] if numeric else None,
+                             {m: c for m, c in curves.items() if c}, intro,
+                             numeric[1] if numeric else "")
+    atomic_write_text(path, page)
 
 _UNIT_PARSERS: tuple[tuple[Callable[..., float], str], ...] = (
     (parse_bandwidth, "B/s"), (parse_duration, "s"), (parse_size, "B"), (parse_flops, "FLOP/s"))
@@ -508,10 +538,11 @@ def _numeric_axis(values: Sequence[Any]) -> tuple[list[float], str] | None:
     return None
 
 
-def _plot(path: Path, grids: Sequence[tuple[str, Sequence[Any]]],
-          results: Sequence[PointResult], metric: str) -> bool:
-    """Draw ``metric`` against the first key into ``path`` (atomically); False when no
-    point has the metric.  Raises ImportError without matplotlib."""
+def _curves(grids: Sequence[tuple[str, Sequence[Any]]], results: Sequence[PointResult],
+            metric: str) -> dict[tuple[str, ...], list[tuple[int, float]]]:
+    """``metric`` against the first key: per combination of the other keys (its
+    ``key=value`` labels), the (index of the first key's value, metric) of every point
+    that has it."""
     first, xs = grids[0]
     others = [key for key, _ in grids[1:]]
     lines: dict[tuple[str, ...], list[tuple[int, float]]] = {}
@@ -523,6 +554,16 @@ def _plot(path: Path, grids: Sequence[tuple[str, Sequence[Any]]],
         point = dict(result.overrides)
         label = tuple(f"{key}={point[key]}" for key in others)
         lines.setdefault(label, []).append((index[_canonical(point[first])], float(value)))
+    return lines
+
+
+def _plot(path: Path, grids: Sequence[tuple[str, Sequence[Any]]],
+          results: Sequence[PointResult], metric: str) -> bool:
+    """Draw ``metric`` against the first key into ``path`` (atomically); False when no
+    point has the metric.  Raises ImportError without matplotlib."""
+    first, xs = grids[0]
+    others = [key for key, _ in grids[1:]]
+    lines = _curves(grids, results, metric)
     if not lines:
         return False
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -180,3 +180,39 @@ def test_a_report_of_many_schedules_stays_small(tiny_report):
     segments = [(i * 1e-6, i * 1e-6 + 0.5e-6, "compute", f"op {i}") for i in range(100_000)]
     assert len(merge_segments(segments, resolution_s=1e-3)) == 1
     assert math.isclose(merge_segments(segments, 1e-3)[0][1], 99_999e-6 + 0.5e-6)
+
+
+def test_a_sweep_writes_its_curves_into_report_html(tmp_path, tiny, write_scenario):
+    from distsim_gpu.scenarios.study.sweep import run_sweep
+
+    path = write_scenario(tmp_path / "t.yaml", tiny())
+    result = run_sweep(path, ["cluster.link_bandwidth=50 GB/s,200 GB/s",
+                              "training.micro_batch=1,2"], out_dir=tmp_path / "sweep",
+                       workers=1, progress=False)
+    assert "report.html" in result.files
+    page = (tmp_path / "sweep" / "report.html").read_text(encoding="utf-8")
+    compact = page.replace(": ", ":")
+    for metric in ("iteration_time_s", "samples_per_s", "model_tflops_per_gpu", "mfu"):
+        assert f'"text":"{metric} against cluster.link_bandwidth"' in compact
+    # One curve per micro-batch, two points each, at the bandwidths in B/s.
+    assert compact.count('"name":"training.micro_batch=1"') == 4
+    assert "cluster.link_bandwidth (B\\u002fs)" in page  # Plotly's JSON escapes "/"
+
+
+def test_compare_out_writes_the_scenarios_side_by_side(tmp_path, tiny, write_scenario,
+                                                       capsys):
+    a = write_scenario(tmp_path / "a.yaml", tiny())
+    b = write_scenario(tmp_path / "b.yaml", tiny(training={"micro_batch": 2}))
+    out = tmp_path / "cmp"
+    assert main(["compare", str(a), str(b), "--out", str(out)]) == 0
+    assert f"wrote {out}: comparison.json, report.html" in capsys.readouterr().out
+    page = (out / "report.html").read_text(encoding="utf-8").replace(": ", ":")
+    for title in ("Iteration time", "Time per stage", "Memory per stage",
+                  "Critical path by kind"):
+        assert f'"text":"{title}"' in page
+    # Both scenarios are named "tiny": each is told apart by its file.
+    assert f"tiny ({a})" in page and f"tiny ({b})" in page
+    assert main(["compare", str(a), str(b), "--out", str(out)]) == 0  # replaced
+    (out / "mine.txt").write_text("keep")
+    assert main(["compare", str(a), str(b), "--out", str(out)]) == 2
+    assert "--out" in capsys.readouterr().err
