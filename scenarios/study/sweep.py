@@ -481,11 +481,19 @@ def run_sweep(scenario_path: str | os.PathLike[str],
     finally:
         bar.close()
 
-    files = [_DEFINITION, _RESULTS, _POINTS + "/"]
-    notes: list[str] = []
     done = tuple(r for r in (results[i] for i in ids) if r is not None)
+    files, notes = _figures(directory, parsed, done, metric)
+    return SweepResult(directory, done, len(jobs), reused,
+                       (_DEFINITION, _RESULTS, _POINTS + "/", *files), tuple(notes))
+
+
+def _figures(directory: Path, grids: Sequence[tuple[str, Sequence[Any]]],
+             done: Sequence[PointResult], metric: str) -> tuple[list[str], list[str]]:
+    """Draw sweep.png and report.html; the files written, and notes for those skipped."""
+    files: list[str] = []
+    notes: list[str] = []
     try:
-        if _plot(directory / _PLOT, parsed, done, metric):
+        if _plot(directory / _PLOT, grids, done, metric):
             files.append(_PLOT)
         else:
             notes.append(f"plot skipped: no point has a value of {metric}")
@@ -493,11 +501,11 @@ def run_sweep(scenario_path: str | os.PathLike[str],
         notes.append("plot skipped: matplotlib is not installed (pip install "
                       "'distsim-gpu[plot]')")
     try:
-        _write_html(directory / _HTML, directory.name, parsed, done, metric)
+        _write_html(directory / _HTML, directory.name, grids, done, metric)
         files.append(_HTML)
     except HtmlUnavailable as missing:
         notes.append(f"report.html skipped: {missing}")
-    return SweepResult(directory, done, len(jobs), reused, tuple(files), tuple(notes))
+    return files, notes
 
 
 # --------------------------------------------------------------------------- the plot
