@@ -220,8 +220,9 @@ def format_incidents(incidents: Incidents) -> str:
 def _straggler_lines(cost: StragglerCost) -> list[str]:
     share = cost.total_s / cost.iteration_s if cost.iteration_s else 0.0
     return [
-        f"stragglers: {cost.slow_gpus} GPUs slower than nominal (slowest "
-        f"{cost.slowest_factor:.3g}x) cost {format_duration(cost.total_s)} "
+        f"stragglers: {cost.slow_gpus} GPUs off nominal speed (factors "
+        f"{cost.fastest_factor:.3g}-{cost.slowest_factor:.3g}x) cost "
+        f"{format_duration(cost.total_s)} "
         f"({share:.1%} of the iteration; {format_duration(cost.without_s)} without)",
         f"  through TP lockstep {format_duration(cost.tp_lockstep_s)}, DP barrier "
         f"{format_duration(cost.dp_barrier_s)}, pipeline {format_duration(cost.pipeline_s)},"
@@ -298,9 +299,11 @@ def analyse(scenario: Any, report: Any) -> Incidents | None:
         sweep = goodput_sweep(scenario.goodput, scenario.topology, scenario.topology.gpus,
                               float(scenario.model.total_params()), report.iteration_time_s,
                               scenario.seed)
-    notes = ()
+    notes: tuple[str, ...] = ()
+    if model is not None and model.random and not scenario.stragglers:
+        notes = ("the straggler model drew no slow GPU with this seed",)
     if any(f.at_s > 0 for f in scenario.faults):
-        notes = ("a fault at a time changes capacities while the run goes on; after a down "
+        notes += ("a fault at a time changes capacities while the run goes on; after a down "
                  "link's re-route the flows in flight keep its rate (a spare path of equal "
                  "bandwidth); the steady state after it is the run with the fault at_s: 0",)
     return Incidents(tuple(f.describe() for f in scenario.faults), cost, jobs, sweep, notes)

@@ -162,7 +162,8 @@ class StragglerCost:
     pipeline_s: float
     average_slowdown_s: float
     slowest_factor: float
-    slow_gpus: int
+    slow_gpus: int  # GPUs whose factor is not 1 (jitter makes some faster than nominal)
+    fastest_factor: float = 1.0
 
     @property
     def total_s(self) -> float:
@@ -173,7 +174,8 @@ class StragglerCost:
                 "total_s": self.total_s, "tp_lockstep_s": self.tp_lockstep_s,
                 "dp_barrier_s": self.dp_barrier_s, "pipeline_s": self.pipeline_s,
                 "average_slowdown_s": self.average_slowdown_s,
-                "slowest_factor": self.slowest_factor, "slow_gpus": self.slow_gpus}
+                "slowest_factor": self.slowest_factor, "fastest_factor": self.fastest_factor,
+                "off_nominal_gpus": self.slow_gpus}
 
 
 def straggler_cost(spec: Any, result: Any,
@@ -205,4 +207,5 @@ def straggler_cost(spec: Any, result: Any,
     t_0 = run({})
     return StragglerCost(t, t_0, t - t_tp, t_tp - t_dp, t_dp - t_mean, t_mean - t_0,
                          max(factors.values(), default=1.0),
-                         sum(1 for f in factors.values() if f != 1.0))
+                         sum(1 for f in factors.values() if f != 1.0),
+                         min(factors.values(), default=1.0))
