@@ -19,6 +19,7 @@ ranks run one call per size; the simulation runs the sizes one after another.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -88,13 +89,24 @@ class BenchRow:
         return asdict(self)
 
 
+#: Sizes one benchmark may time: -b 1 -e 1T -f 1.01 is about 2,800; each is a simulation.
+MAX_SIZES = 4096
+
+
 def size_series(min_bytes: float, max_bytes: float, factor: float) -> list[int]:
     """Sizes from ``min_bytes`` to ``max_bytes`` multiplying by ``factor`` (nccl-tests -f)."""
     if min_bytes <= 0 or max_bytes < min_bytes:
         raise ConfigError(f"need 0 < min ({min_bytes:g} B) <= max ({max_bytes:g} B)",
                           key="-b/-e")
-    if factor <= 1 and min_bytes != max_bytes:
-        raise ConfigError(f"the step factor must be > 1, got {factor:g}", key="-f")
+    if not math.isfinite(factor) or (factor <= 1 and min_bytes != max_bytes):
+        raise ConfigError(f"the step factor must be a finite number > 1, got {factor:g}",
+                          key="-f", hint="e.g. -f 2 (nccl-tests' default)")
+    if min_bytes != max_bytes:
+        count = math.floor(math.log(max_bytes / min_bytes) / math.log(factor) + 1e-9) + 1
+        if count > MAX_SIZES:
+            raise ConfigError(f"-b {min_bytes:g} to -e {max_bytes:g} by -f {factor:.10g} is "
+                              f"{count:,} sizes, more than {MAX_SIZES:,}", key="-f",
+                              hint="use a larger step factor (-f 2 doubles)")
     sizes = []
     size = float(min_bytes)
     while size <= max_bytes * (1 + 1e-12):

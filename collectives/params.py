@@ -229,7 +229,9 @@ def _fraction(value: Any, key: str, source: str | None) -> float:
 
 
 def _size(value: Any, key: str, source: str | None) -> float:
-    return parse_size(value, key=key, source=source)
+    # A chunk is what NCCL moves per pipeline step: 0 bytes would never move (ideal() sets
+    # 0 internally to mean "no pipeline fill"; a user's 0 is a mistake, not that).
+    return parse_size(value, key=key, source=source, allow_zero=False)
 
 
 def _duration(value: Any, key: str, source: str | None) -> float:

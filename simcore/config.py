@@ -271,7 +271,7 @@ def check_whole(value: Any, *, key: str | None, minimum: int = 1, maximum: int |
                     lines, hint, line=line, error=error)
     if maximum is not None and value > maximum:
         raise _fail(f"must be at most {maximum:,}, got {_REPR.repr(value)}", key, source,
-                    lines, hint or f"{too_big}; values above {maximum:,} are refused",
+                    lines, hint or too_big,
                     line=line, error=error)
     return value
 

@@ -143,10 +143,20 @@ def list_presets() -> dict[str, str]:
 # --------------------------------------------------------------------------- values
 
 
-def _int(value: object, key: str, source: str | None, *, minimum: int) -> int:
+#: Nodes a cluster may have: 16,384 (131,072 GPUs in 8-GPU boxes), past the largest
+#: training clusters built (about 100,000 GPUs).  The bound is there so that a typo
+#: (``nodes: 1.0e+30``, ``--nodes 100000``) is an error instead of an endless build.
+MAX_NODES = 16_384
+#: Any other count in a cluster spec (GPUs of a switch node, spines, NICs per leaf, ...).
+MAX_COUNT = 2**20
+
+
+def _int(value: object, key: str, source: str | None, *, minimum: int,
+         maximum: int = MAX_COUNT) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)  # YAML's 4.0 is the count 4
-    return check_whole(value, key=key, minimum=minimum, source=source)
+    return check_whole(value, key=key, minimum=minimum, maximum=maximum, source=source,
+                       too_big="more than distsim builds")
 
 
 #: Planes a multi-plane fabric may have: NICs split into at most this many ports.
@@ -217,7 +227,8 @@ def _routing_spec(mapping: Mapping[Any, Any], technology: str, prefix: str,
         policy,
         qps_per_connection=_int(mapping.get("qps_per_connection", 1),
                                 f"{prefix}.qps_per_connection", source, minimum=1),
-        hash_seed=_int(mapping.get("hash_seed", 0), f"{prefix}.hash_seed", source, minimum=0),
+        hash_seed=_int(mapping.get("hash_seed", 0), f"{prefix}.hash_seed", source, minimum=0,
+                       maximum=2**63 - 1),
     )
 
 
@@ -375,7 +386,7 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None, 
     valid = tuple("node" if k == "preset" and written_out else k for k in _BOX_KEYS
                   if k != "nvlink" or preset.nvlink is not None)
     check_keys(spec, valid, source=source, context=f" for preset {preset.name!r}")
-    nodes = _int(spec.get("nodes", 1), "nodes", source, minimum=1)
+    nodes = _int(spec.get("nodes", 1), "nodes", source, minimum=1, maximum=MAX_NODES)
 
     gpu = spec.get("gpu", {})
     if isinstance(gpu, str):

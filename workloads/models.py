@@ -48,6 +48,7 @@ from distsim_gpu.simcore.config import (
     check_keys,
     check_mapping,
     check_whole,
+    describe,
 )
 from distsim_gpu.simcore.errors import ConfigError
 
@@ -68,6 +69,12 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 
 _INT_FIELDS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads",
                "experts", "top_k", "moe_every")
+# Upper bounds, far past any model built (the largest have ~200 layers, hidden 2^15,
+# 10^6-token contexts, a 256k vocabulary, 256 experts): a value above one is a typo, and
+# would have distsim allocate per layer or per token without end.
+_MAXIMA = {"layers": 100_000, "hidden": 2**20, "heads": 2**16, "seq_len": 2**24,
+           "vocab": 2**24, "ffn_hidden": 2**22, "kv_heads": 2**16, "experts": 2**16,
+           "top_k": 2**16, "moe_every": 100_000}
 _BOOL_FIELDS = ("gated_mlp", "tied_embeddings", "attention_bias", "mlp_bias",
                 "embedding_norm")
 
@@ -113,8 +120,9 @@ class ModelSpec:
             raise ConfigError(f"must be a non-empty string, got {self.name!r}", key="name")
         for name in _INT_FIELDS:
             floor = 0 if name in ("ffn_hidden", "kv_heads") else 1
-            check_whole(getattr(self, name), key=name, minimum=floor,
-                        hint="0 takes the default" if floor == 0 else None)
+            check_whole(getattr(self, name), key=name, minimum=floor, maximum=_MAXIMA[name],
+                        hint="0 takes the default" if floor == 0 else None,
+                        too_big="larger than any model built")
         for name in _BOOL_FIELDS:
             check_bool(getattr(self, name), key=name)
         if self.ffn_hidden == 0:
@@ -441,8 +449,12 @@ def _coerce(name: str, value: Any, path: str, source: str | None) -> Any:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"must be a whole number, got {value!r}", key=path,
+            raise ConfigError(f"must be a whole number, got {describe(value)}", key=path,
                               source=source)
+        if value == 0 and name in ("ffn_hidden", "kv_heads"):  # written 0 is not "unset"
+            raise ConfigError("must be a whole number >= 1, got 0", key=path, source=source,
+                              hint=f"leave {name} out for the default "
+                                   f"({'4·hidden' if name == 'ffn_hidden' else 'heads'})")
         return value
     if name in _BOOL_FIELDS:
         return check_bool(value, key=path, source=source)

@@ -379,16 +379,27 @@ def _check_sharding(p: ParallelConfig, *, experts: int, source: str | None) -> N
                  what="placement order")
 
 
+#: Micro-batches per pipeline in one iteration (global_batch / (micro_batch·dp)): each is
+#: simulated, about 15 kB and 1 ms of host time apiece; real jobs use tens to hundreds.
+MAX_MICROBATCHES = 2**16
+
+
 def _check_training(t: TrainingConfig, p: ParallelConfig, *, source: str | None) -> int:
     """Batch sizes that split over dp and the pipeline; returns micro-batches per step."""
-    for key in ("micro_batch", "global_batch"):
-        check_whole(getattr(t, key), key=f"training.{key}", source=source)
+    for key in ("micro_batch", "global_batch"):  # 2^40 sequences: past any batch trained
+        check_whole(getattr(t, key), key=f"training.{key}", source=source, maximum=2**40,
+                    too_big="larger than any batch trained")
     if t.global_batch % (t.micro_batch * p.dp):
         raise ConfigError(
             f"global_batch {t.global_batch} is not a multiple of micro_batch·dp = "
             f"{t.micro_batch}·{p.dp} = {t.micro_batch * p.dp}", key="training.global_batch",
             source=source, hint=f"use a multiple of {t.micro_batch * p.dp}")
     microbatches = t.global_batch // (t.micro_batch * p.dp)
+    if microbatches > MAX_MICROBATCHES:  # each is simulated: bound what the schedule holds
+        raise ConfigError(
+            f"{microbatches:,} micro-batches per pipeline per iteration, more than distsim "
+            f"simulates ({MAX_MICROBATCHES:,})", key="training.global_batch", source=source,
+            hint="raise training.micro_batch or parallelism.dp, or lower global_batch")
     if p.schedule == "interleaved" and microbatches % p.pp:
         raise ConfigError(
             f"the interleaved schedule needs the {microbatches} micro-batches per pipeline "
