@@ -166,7 +166,9 @@ class Flow:
 
     Hot object, so ``__slots__`` and plain attributes.  ``links`` are internal link
     indices of the owning network, ``multiplicities`` parallel to them; ``link_ids`` the
-    ids they were given by.
+    ids they were given by.  ``rate_bytes_per_s`` and ``remaining_bytes`` (the bytes left
+    when its rate last changed) are read through: while the incremental solver runs, the
+    network keeps them in arrays by solver handle and updates many at once.
     """
 
     __slots__ = (
@@ -175,6 +177,9 @@ class Flow:
         "_link_array",
         "_mask",
         "_mult_array",
+        "_net",
+        "_rate",
+        "_remaining",
         "_updated_s",
         "_version",
         "done",
@@ -184,8 +189,6 @@ class Flow:
         "link_ids",
         "links",
         "multiplicities",
-        "rate_bytes_per_s",
-        "remaining_bytes",
         "size_bytes",
         "start_s",
         "tag",
@@ -193,8 +196,9 @@ class Flow:
     )
 
     def __init__(self, flow_id: int, links: LinkSet, size_bytes: float, latency_s: float,
-                 start_s: float, done: Event, tag: Any) -> None:
+                 start_s: float, done: Event, tag: Any, net: FlowNetwork) -> None:
         self.id = flow_id
+        self._net = net
         self.link_ids = links.ids
         self.links = links.indices
         self.multiplicities = links.multiplicities
@@ -203,18 +207,32 @@ class Flow:
         self._mult_array = links.mult_array
         self._mask = links.mask
         self.size_bytes = size_bytes
-        self.remaining_bytes = size_bytes
+        self._remaining = size_bytes
         self.latency_s = latency_s
         self.start_s = start_s
         self.transfer_start_s: float | None = None
         self.finish_s: float | None = None
-        self.rate_bytes_per_s = 0.0
+        self._rate = 0.0
         self.done = done
         self.tag = tag
         self._updated_s = start_s
         self._version = 0
         self._finish_s = float("inf")
         self._handle = -1  # its slot in the incremental solver, if one runs
+
+    @property
+    def rate_bytes_per_s(self) -> float:
+        """Its max-min fair rate now (0 before it transfers and once it finished)."""
+        if self._handle >= 0:
+            return float(self._net._h_rate[self._handle])
+        return self._rate
+
+    @property
+    def remaining_bytes(self) -> float:
+        """Bytes left when its rate last changed (0 once it finished)."""
+        if self._handle >= 0:
+            return float(self._net._h_remaining[self._handle])
+        return self._remaining
 
     def __repr__(self) -> str:
         return (f"Flow(id={self.id}, size_bytes={self.size_bytes:g}, "
@@ -275,10 +293,14 @@ class FlowNetwork:
         # While many flows transfer: the incremental solver and its flows by handle.
         self._incremental: IncrementalMaxMin | None = None
         self._by_handle: dict[int, Flow] = {}
-        # Their finish times by handle (inf: none, or still on the heap from before the
-        # incremental solver took over): the next finish is one min, not a heap of
-        # hundreds of thousands of stale entries.
+        # Their finish times, rates, bytes left and when those were settled, by handle
+        # (the Flow objects' own fields are stale meanwhile): the next finish is one min,
+        # not a heap of hundreds of thousands of stale entries, and a solve reschedules
+        # the flows it moved in a few array operations.
         self._finish_at = np.zeros(0)
+        self._h_rate = np.zeros(0)
+        self._h_remaining = np.zeros(0)
+        self._h_updated = np.zeros(0)
 
     # ------------------------------------------------------------------ links
     def add_link(self, link_id: LinkId, capacity_bytes_per_s: float) -> int:
@@ -499,7 +521,7 @@ class FlowNetwork:
             links = self.link_set(links)
         env = self.env
         flow = Flow(self._next_flow_id, links, float(size_bytes), float(latency_s), env.now,
-                    Event(env), tag)
+                    Event(env), tag, self)
         self._next_flow_id += 1
         if latency_s > 0:
             env.timeout(latency_s).callbacks.append(lambda _event: self._activate(flow))
@@ -525,14 +547,33 @@ class FlowNetwork:
         self._request_resolve()
 
     def _track(self, flow: Flow) -> None:
+        """Hand a flow to the incremental solver; its state moves into the arrays by
+        handle, and its finish time stands until its rate changes."""
+        if flow._handle >= 0:
+            self._untrack(flow)  # entered again (set_capacity): from its old handle
         handle = self._incremental.add(flow._link_array, flow._mult_array)
         flow._handle = handle
         self._by_handle[handle] = flow
         if handle >= self._finish_at.size:
-            grown = np.full(max(2 * self._finish_at.size, handle + 1, 64), np.inf)
-            grown[:self._finish_at.size] = self._finish_at
-            self._finish_at = grown
-        self._finish_at[handle] = np.inf
+            size = max(2 * self._finish_at.size, handle + 1, 64)
+            for name in ("_finish_at", "_h_rate", "_h_remaining", "_h_updated"):
+                old = getattr(self, name)
+                grown = np.full(size, np.inf)
+                grown[:old.size] = old
+                setattr(self, name, grown)
+        self._finish_at[handle] = flow._finish_s
+        self._h_rate[handle] = flow._rate
+        self._h_remaining[handle] = flow._remaining
+        self._h_updated[handle] = flow._updated_s
+        flow._version += 1  # its heap entry, if any, is stale: the array holds its finish
+
+    def _untrack(self, flow: Flow) -> None:
+        """Copy a tracked flow's state back into the Flow (it keeps its handle)."""
+        handle = flow._handle
+        flow._finish_s = float(self._finish_at[handle])
+        flow._rate = float(self._h_rate[handle])
+        flow._remaining = float(self._h_remaining[handle])
+        flow._updated_s = float(self._h_updated[handle])
 
     def _retire(self, flow: Flow) -> None:
         """Take a finishing flow off its links; the links still shared seed the next solve."""
@@ -543,14 +584,15 @@ class FlowNetwork:
         self._freed_mask |= flow._mask
         del self._transferring[flow]
         if flow._handle >= 0:
+            self._untrack(flow)
             self._finish_at[flow._handle] = np.inf
             self._incremental.remove(flow._handle)
             del self._by_handle[flow._handle]
             flow._handle = -1
 
     def _complete(self, flow: Flow) -> None:
-        flow.remaining_bytes = 0.0
-        flow.rate_bytes_per_s = 0.0
+        flow._remaining = 0.0
+        flow._rate = 0.0
         flow.finish_s = self.env.now
         flow._version += 1
         self._ensure_arrays()
@@ -654,7 +696,7 @@ class FlowNetwork:
         for flow in flows:
             # Settle bytes moved at the old rate before the rate changes.
             if now > flow._updated_s:
-                flow.remaining_bytes -= flow.rate_bytes_per_s * (now - flow._updated_s)
+                flow._remaining -= flow._rate * (now - flow._updated_s)
                 flow._updated_s = now
         if len(flows) == 1:
             # Alone on its links (the common case): its bottleneck, no filling needed.
@@ -687,9 +729,9 @@ class FlowNetwork:
         self._account(now, component_links, loads)
         heap = self._heap
         for flow, rate in zip(flows, rates.tolist()):
-            flow.rate_bytes_per_s = rate
+            flow._rate = rate
             flow._version += 1
-            remaining = flow.remaining_bytes if flow.remaining_bytes > 0 else 0.0
+            remaining = flow._remaining if flow._remaining > 0 else 0.0
             finish = now if rate == float("inf") else now + remaining / rate
             flow._finish_s = finish
             self._heap_seq += 1
@@ -708,20 +750,8 @@ class FlowNetwork:
         self._freed_mask = 0
         self.solves += 1
         handles, rates, links, loads = self._incremental.solve()
-        by_handle, finish_at = self._by_handle, self._finish_at
-        for handle, rate in zip(handles.tolist(), rates.tolist()):
-            flow = by_handle[handle]
-            if rate == flow.rate_bytes_per_s and flow._finish_s < float("inf"):
-                continue  # unchanged: its finish time stands
-            if now > flow._updated_s:
-                flow.remaining_bytes -= flow.rate_bytes_per_s * (now - flow._updated_s)
-                flow._updated_s = now
-            flow.rate_bytes_per_s = rate
-            flow._version += 1  # any heap entry from before is stale now
-            remaining = flow.remaining_bytes if flow.remaining_bytes > 0 else 0.0
-            finish = now if rate == float("inf") else now + remaining / rate
-            flow._finish_s = finish
-            finish_at[handle] = finish
+        if handles.size:
+            self._reschedule(now, handles, rates)
         if links.size:
             self._account(now, links, loads)
         if self._listeners:
@@ -729,8 +759,28 @@ class FlowNetwork:
         if not self.active_flows:
             self._incremental = None  # quiet again: small solves from scratch
             self._by_handle.clear()
-            self._finish_at = np.zeros(0)
+            self._finish_at = self._h_rate = np.zeros(0)
+            self._h_remaining = self._h_updated = np.zeros(0)
         self._arm_timer()
+
+    def _reschedule(self, now: float, handles: np.ndarray, rates: np.ndarray) -> None:
+        """New rates for tracked flows: settle the bytes each moved at its old rate, then
+        its finish time at the new one — the arithmetic of the scalar path, elementwise.
+        A flow whose rate did not change keeps its finish time."""
+        old = self._h_rate[handles]
+        moved = (rates != old) | (self._finish_at[handles] == np.inf)
+        if not moved.all():
+            handles, rates, old = handles[moved], rates[moved], old[moved]
+        elapsed = now - self._h_updated[handles]
+        later = elapsed > 0
+        remaining = self._h_remaining[handles]
+        # Only where time passed (an infinite old rate times no time is no number).
+        remaining[later] -= old[later] * elapsed[later]
+        self._h_remaining[handles] = remaining
+        self._h_updated[handles] = now
+        self._h_rate[handles] = rates
+        # A rate of inf (ideal links only) finishes now: bytes / inf is 0.
+        self._finish_at[handles] = now + np.maximum(remaining, 0.0) / rates
 
     def _account(self, now: float, links: Any, loads: np.ndarray | None) -> None:
         """Log that ``links`` carry ``loads`` (None: nothing) from ``now`` on.  Loads are
@@ -814,8 +864,6 @@ class FlowNetwork:
                 continue
             if self._finish_or_settle(flow, now, due):
                 finished = True
-            elif flow._handle >= 0:
-                self._finish_at[flow._handle] = flow._finish_s
             else:
                 self._heap_seq += 1
                 heapq.heappush(heap, (flow._finish_s, self._heap_seq, flow._version, flow))
@@ -829,20 +877,20 @@ class FlowNetwork:
     def _finish_or_settle(self, flow: Flow, now: float, due: float) -> bool:
         """A flow whose finish time came: complete it (True), or, where rounding left
         real bytes, settle them and set its new ``_finish_s`` (False)."""
-        rate = flow.rate_bytes_per_s
+        rate = flow._rate
         if rate == float("inf"):
             remaining = 0.0  # only ideal links: the bytes arrive with no delay
         else:
-            remaining = flow.remaining_bytes - rate * (now - flow._updated_s)
+            remaining = flow._remaining - rate * (now - flow._updated_s)
         # Done when the bytes left are rounding, or would take no representable time.
         if remaining <= _DONE_RTOL * flow.size_bytes or now + remaining / rate <= due:
             self._retire(flow)
             self._complete(flow)
             return True
-        flow.remaining_bytes = remaining
+        flow._remaining = remaining
         flow._updated_s = now
         flow._version += 1
-        flow._finish_s = now + remaining / flow.rate_bytes_per_s
+        flow._finish_s = now + remaining / rate
         return False
 
     def _on_due_handles(self, now: float, due: float) -> bool:
@@ -857,10 +905,13 @@ class FlowNetwork:
         by_handle = self._by_handle
         for handle in handles.tolist():
             flow = by_handle[handle]
+            self._untrack(flow)  # its state into the Flow for the shared arithmetic
             if self._finish_or_settle(flow, now, due):
                 finished = True
             else:
                 finish_at[handle] = flow._finish_s
+                self._h_remaining[handle] = flow._remaining
+                self._h_updated[handle] = now
         return finished
 
 
