@@ -29,6 +29,7 @@ import yaml
 from distsim_gpu.scenarios.bottlenecks import add_to_trace, bottlenecks, format_bottlenecks
 from distsim_gpu.scenarios.html_report import HtmlUnavailable, run_report_html
 from distsim_gpu.scenarios.linkmap import LinkMap, link_map
+from distsim_gpu.scenarios.perfetto import per_gpu_chrome_trace
 from distsim_gpu.scenarios.plots import PlotsUnavailable, write_plots
 from distsim_gpu.scenarios.timelines import Timeline, timelines_of
 from distsim_gpu.simcore.errors import ConfigError
@@ -391,10 +392,14 @@ def write_output_dir(report: Report, directory: str | os.PathLike[str], *,
             header + yaml.safe_dump(report.config, sort_keys=False, allow_unicode=True),
             encoding="utf-8")
         if report.tracer is not None:
+            trace, note = per_gpu_chrome_trace(report.tracer)
             with open(staging / "trace.json", "w", encoding="utf-8") as handle:
                 # json.dump streams the encoding: no second copy of a large trace as text.
-                json.dump(report.tracer.to_chrome_trace(), handle, separators=(",", ":"))
+                json.dump(trace, handle, separators=(",", ":"))
+            del trace
             files.append("trace.json")
+            if note:
+                notes.append(note)
         if plots:
             try:
                 files += write_plots(report, staging)

@@ -4,7 +4,8 @@ A :class:`Tracer` collects *spans* (a named interval on a track: a GPU stream, a
 collective) and *counters* (a value over time on a track: a link's utilisation).  Tracks
 are grouped by *process* (e.g. ``"n0.gpu3"``) and named by *thread* (e.g. ``"compute"``),
 which is how the Chrome trace event format and Perfetto lay them out.  A disabled tracer
-records nothing and costs one attribute check per call.
+records nothing and costs one attribute check per call.  A process recorded once for
+several (a rank group for its GPUs) may be written as the several (``expand``).
 
 The exported object carries ``otherData`` (the trace-event format's free metadata field):
 ``{"generator": "distsim", ...}`` plus whatever the simulation put in
@@ -14,6 +15,7 @@ The exported object carries ``otherData`` (the trace-event format's free metadat
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,8 +73,18 @@ class Tracer:
             self._last_value[(process, name)] = value
             self.counters.append(Counter(process, name, time_s, value))
 
-    def to_chrome_trace(self) -> dict[str, Any]:
-        """The trace as a Chrome trace-event JSON object (``traceEvents``, µs times)."""
+    def to_chrome_trace(self, expand: Mapping[str, Sequence[str]] | None = None
+                        ) -> dict[str, Any]:
+        """The trace as a Chrome trace-event JSON object (``traceEvents``, µs times).
+
+        ``expand`` writes a process as several: the spans of process ``p`` once on each
+        process of ``expand[p]`` (a track that stands for many — a rank group for its
+        GPUs — shown as the many), those processes first and in the order given.  A
+        span argument that names an expanded process follows the copy: on the ``i``-th
+        copy it names the ``i``-th process of that one's expansion (or its last, when
+        it has fewer).
+        """
+        expand = expand or {}
         pids: dict[str, int] = {}
         tids: dict[tuple[str, str], int] = {}
         events: list[dict[str, Any]] = []
@@ -94,10 +106,16 @@ class Tracer:
                                "tid": tids[key], "args": {"name": thread}})
             return tids[key]
 
+        for targets in expand.values():
+            for target in targets:
+                pid_of(target)
         for s in self.spans:
-            events.append({"ph": "X", "name": s.name, "pid": pid_of(s.process),
-                           "tid": tid_of(s.process, s.thread), "ts": s.start_s * 1e6,
-                           "dur": (s.end_s - s.start_s) * 1e6, "args": s.args})
+            targets = expand.get(s.process) or (s.process,)
+            for i, target in enumerate(targets):
+                args = _follow(s.args, expand, i) if expand and s.args else s.args
+                events.append({"ph": "X", "name": s.name, "pid": pid_of(target),
+                               "tid": tid_of(target, s.thread), "ts": s.start_s * 1e6,
+                               "dur": (s.end_s - s.start_s) * 1e6, "args": args})
         for c in self.counters:
             events.append({"ph": "C", "name": c.name, "pid": pid_of(c.process), "tid": 0,
                            "ts": c.time_s * 1e6, "args": {c.name: c.value}})
@@ -106,3 +124,16 @@ class Tracer:
 
     def to_json(self) -> str:
         return json.dumps(self.to_chrome_trace(), separators=(",", ":"))
+
+
+def _follow(args: dict[str, Any], expand: Mapping[str, Sequence[str]],
+            i: int) -> dict[str, Any]:
+    """``args`` with each value naming an expanded process replaced by its ``i``-th copy."""
+    out = args
+    for key, value in args.items():
+        if isinstance(value, str) and value in expand and expand[value]:
+            if out is args:
+                out = dict(args)
+            copies = expand[value]
+            out[key] = copies[min(i, len(copies) - 1)]
+    return out

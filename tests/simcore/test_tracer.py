@@ -92,3 +92,26 @@ def test_json_round_trips_to_the_same_trace():
     trace = json.loads(tracer.to_json())
     assert trace == tracer.to_chrome_trace()
     assert "traceEvents" in trace
+
+
+def test_an_expanded_process_is_written_once_per_copy_with_its_peer_following():
+    tracer = Tracer()
+    tracer.span("group b", "compute", "k", 0.0, 1e-6)
+    tracer.span("group a", "pp send", "F mb0", 1e-6, 3e-6, to="group b", kind="send")
+    tracer.span("critical path", "critical path", "k", 0.0, 3e-6, to="nobody")
+    tracer.counter("links", "x->y", 0.0, 0.5)
+    expand = {"group a": ["g0", "g1"], "group b": ["g2", "g3"]}
+    trace = tracer.to_chrome_trace(expand=expand)
+    names = {e["pid"]: e["args"]["name"] for e in events_of(trace, "M")
+             if e["name"] == "process_name"}
+    # The copies first, in the order given; the rest as they come.
+    assert list(names.values()) == ["g0", "g1", "g2", "g3", "critical path", "links"]
+    spans = [(names[e["pid"]], e["name"], e["args"]) for e in events_of(trace, "X")]
+    assert spans == [("g2", "k", {}), ("g3", "k", {}),
+                     ("g0", "F mb0", {"to": "g2", "kind": "send"}),
+                     ("g1", "F mb0", {"to": "g3", "kind": "send"}),
+                     ("critical path", "k", {"to": "nobody"})]
+    assert len(events_of(trace, "C")) == 1
+    # The tracer itself is unchanged: the arguments were copied, not edited.
+    assert tracer.spans[1].args == {"to": "group b", "kind": "send"}
+    assert tracer.to_chrome_trace(expand={}) == tracer.to_chrome_trace()

@@ -1,0 +1,85 @@
+"""trace.json per GPU: a track per GPU and stream (each rank group's spans on each of its
+GPUs), pipeline peers by GPU, and the file read back per GPU to the simulator's accounting;
+past the cap, one track per rank group with a note."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from distsim_gpu.measured.summary import summarise
+from distsim_gpu.measured.traces import load_traces
+from distsim_gpu.scenarios.perfetto import per_gpu_chrome_trace
+from distsim_gpu.scenarios.report import write_output_dir
+from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory, tiny, write_scenario):
+    # tiny: 8 GPUs, tp 2 · pp 2 · dp 2 (4 rank groups of 2 GPUs), a straggler on n0.gpu3.
+    path = write_scenario(tmp_path_factory.mktemp("perfetto") / "tiny.yaml",
+                          tiny(stragglers={"n0.gpu3": 1.25}))
+    return run_scenario(load_scenario(path), trace=True)
+
+
+def _processes(trace):
+    return {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+            if e["ph"] == "M" and e["name"] == "process_name"}
+
+
+def test_every_gpu_is_a_process_with_its_groups_spans_on_its_streams(traced):
+    trace, note = per_gpu_chrome_trace(traced.tracer)
+    assert note == ""
+    names = _processes(trace)
+    gpus = [g.gpu for g in sorted(traced.per_gpu, key=lambda g: g.rank)]
+    assert list(names.values())[:8] == gpus  # GPUs first, in rank order
+    groups = traced.tracer.metadata["distsim"]["groups"]
+    per_group = Counter(s.process for s in traced.tracer.spans)
+    per_gpu = Counter(names[e["pid"]] for e in trace["traceEvents"] if e["ph"] == "X")
+    for name, group in groups.items():
+        for gpu in group["gpus"]:
+            assert per_gpu[gpu] == per_group[name]  # the same spans, once per GPU
+    threads = {(names[e["pid"]], e["args"]["name"]) for e in trace["traceEvents"]
+               if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {("n0.gpu0", "compute"), ("n0.gpu0", "tp comm"), ("n0.gpu0", "pp send"),
+            ("n0.gpu1", "dp comm")} <= threads
+    # A send names the receiving GPU of the same tensor-parallel index.
+    rank = {g.gpu: g for g in traced.per_gpu}
+    for event in trace["traceEvents"]:
+        if event["ph"] == "X" and "to" in event["args"]:
+            sender, receiver = rank[names[event["pid"]]], rank[event["args"]["to"]]
+            assert receiver.tp_rank == sender.tp_rank
+            assert receiver.stage != sender.stage and receiver.replica == sender.replica
+
+
+def test_the_per_gpu_file_reads_back_to_the_simulators_accounting(traced, tmp_path):
+    result = write_output_dir(traced, tmp_path / "out", plots=False, html=False)
+    assert result.notes == ()
+    data = json.loads((tmp_path / "out" / "trace.json").read_text())
+    assert data["otherData"]["distsim"]["tracks"] == "per GPU"
+    traces = load_traces([tmp_path / "out" / "trace.json"])
+    assert [t.rank for t in traces] == list(range(8))
+    accounted = {g.rank: g for g in traced.per_gpu}
+    for step in summarise(traces):
+        gpu = accounted[step.rank]
+        assert step.compute_s == pytest.approx(gpu.compute_s, rel=1e-9)
+        assert step.communication_s == pytest.approx(gpu.communication_s, rel=1e-9)
+    for rank_trace in traces:  # sends and their receives land on both ends' GPUs
+        assert rank_trace.nccl_counts()["send"] == 4 == rank_trace.nccl_counts()["recv"]
+
+
+def test_past_the_cap_the_trace_keeps_one_track_per_rank_group(traced):
+    spans = len(traced.tracer.spans)
+    groups = traced.tracer.metadata["distsim"]["groups"]
+    # Expanded: each rank group's span twice (tp 2), the critical path's once.
+    expanded = sum(len(groups[s.process]["gpus"]) if s.process in groups else 1
+                   for s in traced.tracer.spans)
+    assert spans < expanded < 2 * spans
+    assert per_gpu_chrome_trace(traced.tracer, max_events=expanded)[1] == ""
+    trace, note = per_gpu_chrome_trace(traced.tracer, max_events=expanded - 1)
+    assert note == (f"trace.json has one track per rank group: one per GPU would hold "
+                    f"{expanded:,} spans (over {expanded - 1:,})")
+    assert trace["otherData"]["distsim"]["tracks"] == "per rank group"
+    assert set(_processes(trace).values()) == {s.process for s in traced.tracer.spans} | {
+        "links", "top links"}
