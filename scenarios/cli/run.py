@@ -34,9 +34,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                         help="print one JSON object (metrics, per-GPU breakdown, resolved "
                         "config)")
     parser.add_argument("--out", metavar="DIR", default=None,
-                        help="write summary.json, resolved.yaml, trace.json (Chrome/Perfetto) "
-                        "and PNG plots into DIR, a new or empty directory or a previous "
-                        "output")
+                        help="write summary.json, resolved.yaml, trace.json (Chrome/Perfetto), "
+                        "PNG plots and report.html (one self-contained page) into DIR, a "
+                        "new or empty directory or a previous output")
     parser.add_argument("--no-trace", action="store_true",
                         help="with --out: do not trace (no trace.json or timeline.png; for "
                         "runs too large to trace in memory)")
