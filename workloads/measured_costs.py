@@ -62,6 +62,7 @@ __all__ = [
     "costs_from_kineto",
     "extract_costs",
     "format_costs",
+    "scope_gpu_times",
 ]
 
 #: Transformer-block module names of common implementations (Hugging Face GPT-2, GPT-J,
@@ -409,6 +410,40 @@ def costs_from_kineto(traces: Sequence[RankTrace], *, shape: ShapeKeys,
                "autograd ops with the sequence numbers of its forward ops",
         gpu=name, model=model, notes=_notes(samples, "; ".join(warnings)))
     return ExtractedCosts(header, samples, tuple(warnings))
+
+
+def scope_gpu_times(traces: Sequence[RankTrace], pattern: str, *,
+                    exclude: str | None = None) -> dict[str, list[tuple[float, float]]]:
+    """Per annotation name matching ``pattern`` (outermost scopes), one
+    ``(compute_s, excluded_s)`` per instance: the GPU time of the non-NCCL kernels
+    launched inside it — by its thread, or by any thread when its own launched none (an
+    autograd backward runs on the engine's thread) — split by ``exclude`` (a kernel-name
+    regex, e.g. a communication library's kernels that are not NCCL's)."""
+    try:
+        matcher, skip = re.compile(pattern), re.compile(exclude) if exclude else None
+    except re.error as error:
+        raise ConfigError(f"not a regular expression: {error}", key="pattern") from None
+    out: dict[str, list[tuple[float, float]]] = {}
+    for trace in traces:
+        scopes = _scopes(trace, matcher)
+        if not scopes:
+            continue
+        index = _index(trace)
+        names = {k.correlation: k.name for k in trace.gpu_events
+                 if k.correlation is not None}
+        for scope in scopes:
+            compute = excluded = 0.0
+            launched = _launched(index, scope.tid, scope.start_s, scope.end_s) or [
+                c for tid in index.launches
+                for c in _launched(index, tid, scope.start_s, scope.end_s)]
+            for corr in launched:
+                seconds = index.gpu_time.get(corr, 0.0)
+                if skip is not None and skip.search(names.get(corr, "")):
+                    excluded += seconds
+                else:
+                    compute += seconds
+            out.setdefault(scope.name, []).append((compute, excluded))
+    return out
 
 
 # ------------------------------------------------------------------ reading inputs

@@ -27,6 +27,10 @@ from distsim_gpu.scenarios.cli.options import (
     split_cluster_overrides,
 )
 from distsim_gpu.scenarios.fit.validate_nccl import format_validation, validate_nccl_log
+from distsim_gpu.scenarios.fit.validate_operators import (
+    format_operator_report,
+    validate_operators,
+)
 from distsim_gpu.scenarios.fit.validate_runs import (
     fit_fragment,
     format_runs_report,
@@ -39,6 +43,7 @@ from distsim_gpu.scenarios.fit.validate_trace import (
     validate_traces,
     write_output,
 )
+from distsim_gpu.scenarios.scenario import load_scenario
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.fileio import atomic_write_text
 
@@ -137,6 +142,10 @@ def _add_trace_parser(kinds: Any) -> None:
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="write report.json, summary.txt and trace.json (Perfetto: "
                              "measured and replayed side by side)")
+    parser.add_argument("--operators", default=None, metavar="SCENARIO",
+                        help="instead of replaying: predict each annotated operator scope "
+                             "(attn(F), mlp(B), dispatch(W), ...) from SCENARIO's cost "
+                             "model and report predicted vs measured per operator")
     parser.set_defaults(handler=handle_trace)
 
 
@@ -158,6 +167,8 @@ def handle_nccl(args: argparse.Namespace) -> int:
 def handle_trace(args: argparse.Namespace) -> int:
     """Replay the traces; print the report (or JSON) and write ``--out``."""
     traces = load_traces(args.traces)
+    if args.operators is not None:
+        return _handle_operators(args, traces)
     cluster_overrides, comm_overrides = split_cluster_overrides(args.overrides)
     params = comm_params(comm_overrides, path=args.comm, algo=args.algo, proto=args.proto)
     chosen = trace_cluster(traces, cluster=args.cluster, nodes=args.nodes,
@@ -173,4 +184,15 @@ def handle_trace(args: argparse.Namespace) -> int:
         sys.stdout.write(format_report(data))
         if args.out is not None:
             print(f"wrote {args.out}/report.json, summary.txt, trace.json")
+    return 0
+
+
+def _handle_operators(args: argparse.Namespace, traces: Any) -> int:
+    """``validate trace --operators SCENARIO``: per-operator predicted vs measured."""
+    scenario = load_scenario(args.operators)
+    data = validate_operators(traces, scenario)
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        sys.stdout.write(format_operator_report(data))
     return 0

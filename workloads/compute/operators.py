@@ -242,6 +242,8 @@ def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
                         bytes_moved=item.bytes_moved * 2.0)]
     if item.kind == "elementwise":
         factor = item.bwd_bytes_factor
+        if factor == 0:  # a cast: its backward is the gradient cast of the GEMM it feeds
+            return []
         return [replace(item, name=f"{name}.bwd", flops=item.flops * factor,
                         bytes_moved=item.bytes_moved * factor)]
     operand = 1 if item.fp8 else ab  # 16-bit GEMMs stay 16-bit under fp8

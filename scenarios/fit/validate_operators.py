@@ -1,0 +1,146 @@
+"""``distsim validate trace --operators SCENARIO``: each annotated operator of a profiler
+trace, predicted from the scenario's cost model and set against its measured GPU time.
+
+The trace's ``record_function`` scopes name blocks of a layer and the pass they run —
+``attn(F)``, ``mlp(B)``, ``dispatch(W)``: a block name, then ``F`` (forward), ``B``
+(backward for inputs: data gradients) or ``W`` (backward for weights), as DualPipe and
+zero-bubble schedules split the backward; a scope without the suffix is a forward.
+*Measured* is the median over the scope's instances of the GPU time of the kernels
+launched inside it (:func:`~distsim_gpu.workloads.measured_costs.scope_gpu_times`);
+kernels of a communication library (``--comm-kernels``, default NCCL and DeepEP) are left
+out and shown apart: the network model, not the cost model, predicts them.
+*Predicted* is the roofline time of the operators the block names (:data:`BLOCKS`) in the
+scenario's stack, for one micro-batch of one layer on one rank — not the trace's own
+durations.  The roofline is used even when the scenario names a cost table: the point is
+to check the model.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from distsim_gpu.measured.records import RankTrace
+from distsim_gpu.scenarios.report import format_table
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.compute import LayerWork, RooflineCosts
+from distsim_gpu.workloads.measured_costs import scope_gpu_times
+
+__all__ = ["BLOCKS", "COMM_KERNELS", "OperatorRow", "format_operator_report",
+           "operator_rows", "validate_operators"]
+
+# Block names (lower case, as traces annotate them) -> the forward operators they hold.
+_ATTENTION = ("input_norm", "cast_qkv", "qkv", "attention", "attn_scores", "attn_softmax",
+              "attn_dropout", "attn_context", "attn_context_copy", "cast_attn_out",
+              "attn_out", "attn_residual")
+_MLP = ("post_attn_norm", "router", "cast_expert_fc1", "expert_fc1", "expert_act",
+        "cast_expert_fc2", "expert_fc2", "cast_mlp_fc1", "mlp_fc1", "mlp_act",
+        "cast_mlp_fc2", "mlp_fc2", "mlp_residual")
+BLOCKS: dict[str, tuple[str, ...]] = {
+    "attn": _ATTENTION, "attention": _ATTENTION, "self_attn": _ATTENTION,
+    "mlp": _MLP, "moe": _MLP, "ffn": _MLP, "experts": _MLP,
+    "dispatch": ("moe_dispatch",), "combine": ("moe_combine",),
+}
+COMM_KERNELS = r"(?i)nccl|dpsk::ep|deep_?ep"
+_SCOPE = re.compile(r"^(?P<block>[A-Za-z_]+)(?:\((?P<pass>[FBW])\))?$")
+_WEIGHT_SUFFIXES = (".wgrad", ".grad_accum")
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorRow:
+    """One annotated block and pass: measured and predicted seconds."""
+
+    scope: str
+    instances: int
+    measured_s: float
+    excluded_s: float
+    predicted_s: float
+    operators: tuple[str, ...]
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted_s - self.measured_s) / self.measured_s \
+            if self.measured_s > 0 else float("nan")
+
+
+def _pass_operators(work: dict[str, LayerWork], names: tuple[str, ...],
+                    pass_: str) -> list[Any]:
+    """The operators of block ``names`` in pass F, B or W."""
+    if pass_ == "F":
+        return [k for k in work["fwd"].kernels if k.name in names]
+    weight = [k for k in work["bwd"].kernels if k.base_name in names]
+    if pass_ == "W":
+        return [k for k in weight if k.name.endswith(_WEIGHT_SUFFIXES)]
+    return [k for k in weight if not k.name.endswith(_WEIGHT_SUFFIXES)]
+
+
+def operator_rows(measured: dict[str, list[tuple[float, float]]], costs: RooflineCosts,
+                  work: dict[str, LayerWork]) -> list[OperatorRow]:
+    """Rows for every measured scope whose block :data:`BLOCKS` knows."""
+    rows = []
+    for scope, instances in sorted(measured.items()):
+        match = _SCOPE.match(scope)
+        names = BLOCKS.get(match.group("block").lower()) if match else None
+        if names is None:
+            continue
+        kernels = _pass_operators(work, names, (match.group("pass") or "F"))
+        rows.append(OperatorRow(
+            scope, len(instances), statistics.median(c for c, _ in instances),
+            statistics.median(e for _, e in instances),
+            sum(costs.kernel_time_s(k) for k in kernels),
+            tuple(k.name for k in kernels)))
+    return rows
+
+
+def validate_operators(traces: Sequence[RankTrace], scenario: Any, *,
+                       comm_kernels: str = COMM_KERNELS) -> dict[str, Any]:
+    """Per-operator report (JSON-ready) of ``traces`` against ``scenario``'s roofline."""
+    pattern = r"^(?:" + "|".join(BLOCKS) + r")(?:\([FBW]\))?$"
+    measured = scope_gpu_times(traces, f"(?i){pattern}", exclude=comm_kernels)
+    if not measured:
+        raise ConfigError("no annotated operator scope in the traces", key="--operators",
+                          hint="scopes named attn(F), mlp(B), dispatch(W), ... (block "
+                               "names: " + ", ".join(BLOCKS) + ")")
+    model, costs = scenario.model, scenario.roofline
+    layer = next((i for i in range(model.layers) if model.is_moe_layer(i)), 0)
+    shape = {"micro_batch": scenario.training.micro_batch, "seq_len": scenario.seq_len,
+             "tp": scenario.parallel.tp, "ep": scenario.parallel.ep,
+             "sequence_parallel": scenario.parallel.sequence_parallel,
+             "layer_index": layer}
+    work = {p: costs.layer_work(p, model, **shape) for p in ("fwd", "bwd")}
+    rows = operator_rows(measured, costs, work)
+    errors = [abs(r.error_pct) for r in rows if r.measured_s > 0]
+    return {"scenario": scenario.name, "stack": costs.stack.name,
+            "precision": costs.precision, "gpu": costs.gpu.name, "shape": shape,
+            "comm_kernels": comm_kernels,
+            "rows": [{"scope": r.scope, "instances": r.instances,
+                      "measured_s": r.measured_s, "excluded_s": r.excluded_s,
+                      "predicted_s": r.predicted_s, "error_pct": r.error_pct,
+                      "operators": list(r.operators)} for r in rows],
+            "mean_abs_error_pct": statistics.fmean(errors) if errors else None}
+
+
+def format_operator_report(data: dict[str, Any]) -> str:
+    """The report as a text table."""
+    header = ["scope", "n", "measured (ms)", "predicted (ms)", "error", "comm (ms)",
+              "operators"]
+    body = [[r["scope"], str(r["instances"]), f"{r['measured_s'] * 1e3:.3f}",
+             f"{r['predicted_s'] * 1e3:.3f}",
+             "n/a" if r["measured_s"] <= 0 else f"{r['error_pct']:+.1f} %",
+             f"{r['excluded_s'] * 1e3:.3f}", ", ".join(r["operators"]) or "-"]
+            for r in data["rows"]]
+    shape = data["shape"]
+    lines = [f"{data['scenario']}: stack {data['stack']}, {data['precision']}, "
+             f"{data['gpu']}, micro-batch {shape['micro_batch']} x {shape['seq_len']}, "
+             f"tp {shape['tp']}, ep {shape['ep']}",
+             *format_table(header, body)]
+    if data["mean_abs_error_pct"] is not None:
+        lines.append(f"mean |error| over scopes with compute: "
+                     f"{data['mean_abs_error_pct']:.1f} %")
+    lines.append("measured = median GPU time of the scope's kernels, communication "
+                 f"kernels (/{data['comm_kernels']}/) apart; predicted = the scenario's "
+                 "roofline for one micro-batch of one layer")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,92 @@
+"""``validate trace --operators``: annotated scopes measured from a trace and predicted from
+a scenario's roofline, operator by operator."""
+
+from __future__ import annotations
+
+import pytest
+from distsim_gpu.measured.traces import load_traces
+from distsim_gpu.scenarios.cli.main import main
+from distsim_gpu.scenarios.fit.validate_operators import validate_operators
+from distsim_gpu.scenarios.scenario import scenario_from_mapping
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.measured_costs import scope_gpu_times
+
+from tests.workloads.test_measured_costs import KinetoBuilder
+
+US = 1e-6
+SCENARIO = {
+    "name": "moe", "cluster": {"preset": "dgx-a100", "nodes": 1},
+    "model": {"name": "m", "layers": 2, "hidden": 1024, "heads": 16, "seq_len": 512,
+              "vocab": 1000, "experts": 8, "top_k": 2},
+    "parallelism": {"tp": 1, "dp": 8, "ep": 8},
+    "training": {"micro_batch": 1, "global_batch": 8},
+    "compute": {"gpu": "a100-80gb"},
+}
+
+
+def dualpipe_trace(path):
+    """attn(F) twice (20 and 40 µs of kernels), mlp(W) once (10 µs), dispatch(F) with a
+    DeepEP kernel (30 µs, communication) and a 4 µs copy; attn(B) launched by the autograd
+    thread (16 µs) while the main thread's scope launches nothing."""
+    t = KinetoBuilder()
+    t.cpu("attn(F)", "user_annotation", 0, 50, 1)
+    t.launch(5, 1, 20)
+    t.cpu("attn(F)", "user_annotation", 100, 50, 1)
+    t.launch(105, 1, 40)
+    t.cpu("mlp(W)", "user_annotation", 200, 50, 1)
+    t.launch(205, 1, 10)
+    t.cpu("dispatch(F)", "user_annotation", 300, 50, 1)
+    t.launch(305, 1, 30, name="void dpsk::ep::internode::dispatch<8>(int)")
+    t.launch(310, 1, 4)
+    t.cpu("attn(B)", "user_annotation", 400, 50, 1)
+    t.launch(405, 2, 16)
+    t.cpu("unrelated", "user_annotation", 500, 50, 1)
+    t.launch(505, 1, 1000)
+    return t.write(path)
+
+
+def test_scope_times_split_communication_kernels(tmp_path):
+    traces = load_traces([dualpipe_trace(tmp_path / "r0.json")])
+    times = scope_gpu_times(traces, r"^(attn|mlp|dispatch)\(.\)$", exclude="dpsk::ep")
+    assert times["attn(F)"] == [(20 * US, 0.0), (40 * US, 0.0)]
+    assert times["mlp(W)"] == [(10 * US, 0.0)]
+    assert times["dispatch(F)"] == [(pytest.approx(4 * US), pytest.approx(30 * US))]
+    assert times["attn(B)"] == [(pytest.approx(16 * US), 0.0)]  # the autograd thread's
+    assert "unrelated" not in times
+
+
+def test_each_scope_predicted_from_its_operators(tmp_path):
+    traces = load_traces([dualpipe_trace(tmp_path / "r0.json")])
+    scenario = scenario_from_mapping(SCENARIO)
+    data = validate_operators(traces, scenario)
+    rows = {r["scope"]: r for r in data["rows"]}
+    assert rows["attn(F)"]["measured_s"] == pytest.approx(30 * US)  # median of 20, 40
+    assert rows["attn(F)"]["operators"] == ["input_norm", "qkv", "attention", "attn_out",
+                                            "attn_residual"]
+    # W is the weight gradients only; B everything else of the backward.
+    assert rows["mlp(W)"]["operators"] == ["expert_fc2.wgrad", "expert_fc1.wgrad",
+                                           "router.wgrad"]
+    assert not any(name.endswith(".wgrad") for name in rows["attn(B)"]["operators"])
+    costs = scenario.roofline
+    fwd = costs.layer_work("fwd", scenario.model, micro_batch=1, seq_len=512, ep=8)
+    expected = sum(costs.kernel_time_s(fwd.kernel(n)) for n in rows["attn(F)"]["operators"])
+    assert rows["attn(F)"]["predicted_s"] == pytest.approx(expected, rel=1e-12)
+    assert rows["attn(F)"]["error_pct"] == pytest.approx(
+        100 * (expected - 30 * US) / (30 * US))
+    assert rows["dispatch(F)"]["excluded_s"] == pytest.approx(30 * US)
+
+
+def test_cli_and_a_trace_without_scopes(tmp_path, capsys):
+    trace = dualpipe_trace(tmp_path / "r0.json")
+    scenario = tmp_path / "s.yaml"
+    import yaml
+    scenario.write_text(yaml.safe_dump(SCENARIO))
+    assert main(["validate", "trace", str(trace), "--operators", str(scenario)]) == 0
+    out = capsys.readouterr().out
+    assert "attn(F)" in out and "mean |error|" in out
+    empty = KinetoBuilder()
+    empty.cpu("forward", "user_annotation", 0, 10, 1)
+    empty.launch(1, 1, 5)
+    with pytest.raises(ConfigError, match="no annotated operator scope"):
+        validate_operators(load_traces([empty.write(tmp_path / "e.json")]),
+                           scenario_from_mapping(SCENARIO))
