@@ -22,8 +22,11 @@ replay runs (:func:`workloads.replay.replay_graph`, the engine that replays prof
   missing node or on the node itself, and a cycle, are errors.
 
 Resources, as ASTRA-sim's hardware model has them: a rank runs one CPU op, one GPU compute
-op and one communication op at a time (three streams); each stream takes its ready nodes
-in one fixed topological order (smallest id first among those whose dependencies are in).
+op and one communication op at a time (three streams); a node with a ``stream`` attribute
+(distsim writes one on every node) runs on that stream instead.  Each stream takes its
+ready nodes in one fixed topological order (smallest id first among those whose
+dependencies are in).  A send starts when its sender reaches it (eager, as ASTRA-sim's
+network layer has it); the receive completes when the bytes are in.
 
 :func:`export_chakra` writes graphs back as ETs (one per rank, ``name.<rank>.et``), with
 the exact durations as a ``duration_s`` attribute, so export -> import -> run reproduces a
@@ -35,7 +38,7 @@ from __future__ import annotations
 import heapq
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.measured.chakra import (
@@ -155,6 +158,11 @@ class _Builder:
         return flops / self.flops_per_s
 
     def node(self, node: ChakraNode, deps: tuple[int, ...]) -> GraphNode:
+        graph_node = self._node(node, deps)
+        stream = _int_attr(node, "stream", self.trace.source)
+        return graph_node if stream is None else replace(graph_node, stream=stream)
+
+    def _node(self, node: ChakraNode, deps: tuple[int, ...]) -> GraphNode:
         source = self.trace.source
         if node.type == _COMP or node.type in _OTHER or (node.is_cpu_op and node.type in (
                 _SEND, _RECV, _COLL)):
@@ -248,7 +256,7 @@ def run_chakra(traces: Sequence[ChakraTrace], topology: Topology,
 
 
 def _export_node(index: int, node: GraphNode, rank: int) -> ChakraNode:
-    attrs: dict[str, object] = {"duration_s": node.duration_s}
+    attrs: dict[str, object] = {"duration_s": node.duration_s, "stream": node.stream}
     op = node.op
     if isinstance(op, Collective):
         assert isinstance(op.group, tuple)

@@ -598,11 +598,18 @@ class _Replay:
         env = self.env
         assert rv.finished is not None
         rv.arrived += 1
-        if rv.arrived == len(rv.members):
+        if rv.call.op == SEND and rv.group[0] in rv.members:
+            # A graph's send goes when its sender gets there (eager, as ASTRA-sim's
+            # network layer and the iteration's pipeline sends); the receiver waits for it.
+            starts = node.rank == rv.group[0]
+        else:
+            starts = rv.arrived == len(rv.members)
+        if starts:
             rv.transfer_start_s = env.now
             env.process(self._transfer(rv))
-        yield rv.finished
-        node.sim_wait_s = rv.transfer_start_s - node.sim_start_s
+        if not rv.finished.processed:
+            yield rv.finished
+        node.sim_wait_s = max(0.0, rv.transfer_start_s - node.sim_start_s)
 
     def _transfer(self, rv: _Rendezvous) -> Any:
         assert rv.finished is not None
@@ -611,7 +618,9 @@ class _Replay:
             assert call.op is not None and call.size_bytes is not None
             group = [self.gpus[r] for r in rv.group]
             if call.op == SEND:  # a graph's point-to-point pair: group is (src, dst)
-                yield self.comm.send(group[0], group[1], call.size_bytes)
+                # Planned as the iteration plans its pipeline sends (Communicator.pairs_plan).
+                plan = self.comm.pairs_plan([(group[0], group[1])], call.size_bytes)
+                yield self.comm.run_plan(plan, call.size_bytes)
             else:
                 yield self.comm.collective(call.op, group, call.size_bytes,
                                            root=group[0] if call.op in ("broadcast", "reduce")

@@ -1,9 +1,11 @@
-"""``distsim trace chakra``: run MLCommons Chakra execution traces on a simulated cluster.
+"""``distsim trace chakra`` and ``distsim trace export-chakra``: Chakra traces in and out.
 
-Each rank's ET (``.et`` protobuf or its JSON form; a directory of them) runs as a dependency
-graph (:mod:`workloads.chakra`): compute as recorded, collectives and point-to-point
-transfers on the cluster's network.  ``--export DIR`` writes the graphs that ran back out
-as ETs, one per rank.
+``chakra`` runs MLCommons Chakra execution traces on a simulated cluster: each rank's ET
+(``.et`` protobuf or its JSON form; a directory of them) runs as a dependency graph
+(:mod:`workloads.chakra`): compute as recorded, collectives and point-to-point transfers on
+the cluster's network.  ``--export DIR`` writes the graphs that ran back out as ETs.
+``export-chakra`` writes a scenario's simulated iteration as ETs, one per rank
+(:mod:`workloads.chakra_export`).
 """
 
 from __future__ import annotations
@@ -14,13 +16,22 @@ import sys
 from typing import Any
 
 from distsim_gpu.measured.chakra import load_chakra
-from distsim_gpu.scenarios.cli.options import add_cluster_options, cluster_and_params
+from distsim_gpu.scenarios.cli.options import (
+    add_cluster_options,
+    add_overrides_option,
+    cluster_and_params,
+    overrides,
+)
+from distsim_gpu.scenarios.scenario import load_scenario, spec_of
 from distsim_gpu.simcore.config import check_number
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.workloads.chakra import chakra_graphs, export_chakra, run_chakra
+from distsim_gpu.workloads.chakra_export import iteration_graphs
+from distsim_gpu.workloads.iteration import simulate_iteration
+from distsim_gpu.workloads.replay import replay_graph
 
-__all__ = ["add_parser", "handle"]
+__all__ = ["add_parser", "handle", "handle_export"]
 
 
 def add_parser(kinds: Any) -> argparse.ArgumentParser:
@@ -45,7 +56,34 @@ def add_parser(kinds: Any) -> argparse.ArgumentParser:
     parser.add_argument("--export", default=None, metavar="DIR",
                         help="write the graphs that ran as Chakra ETs, one per rank")
     parser.set_defaults(handler=handle)
+    export = kinds.add_parser(
+        "export-chakra", help="write a scenario's simulated iteration as Chakra ETs",
+        description="Write the iteration a scenario simulates as Chakra execution traces, "
+        "one <name>.<rank>.et per GPU, that `distsim trace chakra` runs back.")
+    export.add_argument("scenario", metavar="SCENARIO")
+    export.add_argument("-o", "--output", required=True, metavar="DIR")
+    add_overrides_option(export, "override a scenario field by dotted path (repeatable)")
+    export.add_argument("--check", action="store_true",
+                        help="also simulate the iteration and run the graphs, and print "
+                        "both times")
+    export.set_defaults(handler=handle_export)
     return parser
+
+
+def handle_export(args: argparse.Namespace) -> int:
+    """Write the ETs (and, with --check, compare the two runs)."""
+    spec = spec_of(load_scenario(args.scenario, overrides(args.overrides)))
+    graphs, world = iteration_graphs(spec)
+    paths = export_chakra(graphs, args.output, name=spec.model.name)
+    nodes = sum(map(len, graphs.values()))
+    print(f"wrote {len(paths)} Chakra ETs ({nodes} nodes) to {args.output}")
+    if args.check:
+        simulated = simulate_iteration(spec).iteration_time_s
+        replayed = replay_graph(graphs, spec.topology, spec.comm, world_size=world).time_s
+        print(f"iteration time: simulated {format_duration(simulated)}, "
+              f"the exported graphs {format_duration(replayed)} "
+              f"(relative difference {(replayed - simulated) / simulated:.1e})")
+    return 0
 
 
 def handle(args: argparse.Namespace) -> int:

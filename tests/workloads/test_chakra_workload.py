@@ -52,12 +52,16 @@ def test_compute_then_all_reduce_is_the_slowest_rank_plus_the_ring_formula():
     assert run.result.end_s[0] == pytest.approx(run.time_s, rel=1e-12)  # all leave together
 
 
-def test_send_waits_for_its_receiver_then_moves_the_bytes_once():
+def test_a_send_goes_when_its_sender_gets_there_and_the_receiver_waits_for_it():
     size = 10e9
-    traces = [trace(0, p2p(0, True, 1, int(size))),
-              trace(1, comp(0, 20), p2p(1, False, 0, int(size), (0,)))]
-    run = run_chakra(traces, _switch(2), PARAMS)
-    assert run.time_s == pytest.approx(20e-6 + size / B + ALPHA, rel=1e-12)
+    transfer = size / B + ALPHA
+    for sender_us, receiver_us in ((0, 20), (30, 0), (0, 10**6)):
+        traces = [trace(0, comp(0, sender_us), p2p(1, True, 1, int(size), (0,))),
+                  trace(1, comp(0, receiver_us), p2p(1, False, 0, int(size), (0,)))]
+        run = run_chakra(traces, _switch(2), PARAMS)
+        # The receiver finishes when it has reached its receive and the bytes are in.
+        assert run.result.end_s[1] == pytest.approx(
+            max(sender_us * 1e-6 + transfer, receiver_us * 1e-6), rel=1e-12)
 
 
 def test_streams_serialise_gpu_work_and_overlap_cpu_work():
