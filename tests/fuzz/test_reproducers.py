@@ -1,0 +1,176 @@
+"""Every reproducer of issue 13 (hostile and huge input) ends in a clear error.
+
+Each runs the ``distsim`` command in-process and asserts exit status 2, a
+``distsim: error:`` line naming the file or key at fault, and no traceback.  The bounds
+(nodes <= 16,384, layers <= 100,000, ...) are asserted in the message, so a change of a
+bound is a change of this file.
+"""
+
+from __future__ import annotations
+
+
+import pytest
+from distsim_gpu.collectives.nccl_tests import MAX_SIZES, size_series
+from distsim_gpu.simcore.errors import ConfigError, ParseError
+from distsim_gpu.simcore.units import parse_bandwidth, parse_size
+from distsim_gpu.simcore.yamlfile import MAX_DEPTH, load_yaml_text
+
+from tests.fuzz.conftest import QUICKSTART
+
+BIG = "9" * 5000
+
+
+# ------------------------------------------------------------------ --set values
+
+
+@pytest.mark.parametrize("assignment, key, says", [
+    ("model.position=!!float x", "model.position", "cannot read 'x' as float"),
+    (f"model.layers={BIG}", "model.layers", "5000 digits is too long"),
+    ("model.layers=" + "9" * 400, "model.layers", "at most 100,000"),
+    ("model.layers=1000000000000000000000000000000", "model.layers", "at most 100,000"),
+    ("model.layers=9223372036854775808", "model.layers", "at most 100,000"),
+    ("training.global_batch=1000000000000000000000000000000", "training.global_batch",
+     "at most 1,099,511,627,776"),
+    ("training.global_batch=268435456", "training.global_batch", "67,108,864 micro-batches"),
+    ("cluster.nodes=1.0e+30", "cluster.nodes", "at most 16,384"),
+    ("model.ffn_hidden=0", "model.ffn_hidden", "leave ffn_hidden out"),
+    ("communication.chunk_bytes.simple=0", "communication.chunk_bytes.simple",
+     "must be positive"),
+    ("cluster.nic.bandwidth=２００ Gbps", "cluster.nic.bandwidth", "cannot read"),
+    ("cluster.nic.bandwidth=" + "9" * 400, "cluster.nic.bandwidth", "not finite"),
+    ("cluster.nic.bandwidth=" + "9" * 401 + " GB/s", "cluster.nic.bandwidth", "cannot read"),
+])
+def test_set_value(rejects, assignment, key, says):
+    err = rejects("run", QUICKSTART, "--set", assignment, names=f"--set: {key}")
+    assert says in err
+    assert len(err) < 700  # a long value is cut in the message, not printed whole
+
+
+def test_units_read_ascii_digits_only():
+    assert parse_size("200 MB") == 2e8
+    for text in ("２００ MB", "٢٠٠ MB", "2e99999 B"):
+        with pytest.raises(ParseError, match="cannot read"):
+            parse_size(text)
+    with pytest.raises(ParseError, match="not finite"):
+        parse_bandwidth(10**400)
+
+
+# ------------------------------------------------------------------ YAML files
+
+
+def _deep(depth: int) -> str:
+    return "a: " + "[" * depth + "]" * depth + "\n"
+
+
+def _laughs(levels: int) -> str:
+    text = 'l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
+    for i in range(1, levels):
+        text += f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]\n"
+    return text
+
+
+@pytest.mark.parametrize("text, line, says", [
+    (_deep(10_000), 1, f"nested more than {MAX_DEPTH} levels deep"),
+    (_laughs(9), 7, "aliases expand this to more than 2,000,000 values"),
+    ("a: &x [1, *x]\n", 1, "an alias refers to a node that contains it"),
+    ("layers: !!int 12x\n", 1, "cannot read '12x' as int"),
+    (f"layers: {BIG}\n", 1, "5000 digits"),
+])
+def test_scenario_and_cluster_files(rejects, tmp_path, text, line, says):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    assert says in rejects("run", str(path), names=f"{path}:{line}: invalid YAML")
+    assert says in rejects("nccl-tests", "--cluster", str(path), names=f"{path}:{line}:")
+
+
+def test_shallow_aliases_still_read():
+    data, lines = load_yaml_text("a: &x {b: 1}\nc: *x\nd: [*x, *x]\n", "t.yaml")
+    assert data == {"a": {"b": 1}, "c": {"b": 1}, "d": [{"b": 1}, {"b": 1}]}
+    assert lines["a.b"] == 1 and lines["c"] == 2
+    data, _ = load_yaml_text(_deep(MAX_DEPTH - 2), "t.yaml")
+    assert isinstance(data["a"], list)
+
+
+def test_cluster_file_name_too_long(rejects, tmp_path):
+    long_name = str(tmp_path / ("x" * 300 + ".yaml"))
+    rejects("nccl-tests", "--cluster", long_name, names="no preset or cluster file")
+    rejects("run", QUICKSTART, "--set", f"cluster={long_name}", names="--set: cluster")
+    rejects("run", long_name, names="File name too long")
+
+
+def test_cost_table_not_utf8(rejects, tmp_path):
+    table = tmp_path / "costs.csv"
+    table.write_bytes(b"# software: x\n\xff\xfe kind,pass\n")
+    rejects("run", QUICKSTART, "--set", f"compute.costs={table}",
+            names=f"{table}:2: cost table file is not UTF-8")
+
+
+# ------------------------------------------------------------------ logs and traces
+
+
+def test_nccl_log_device_and_fifo(rejects, tmp_path):
+    rejects("validate", "nccl", "/dev/zero", "--cluster", "dgx-a100",
+            names="/dev/zero: expected a nccl-tests log file, found a device")
+    fifo = tmp_path / "log"
+    import os
+    os.mkfifo(fifo)  # opening a FIFO without a writer would block: it is never opened
+    rejects("validate", "nccl", str(fifo), "--cluster", "dgx-a100", names=str(fifo))
+
+
+def _trace(tmp_path, *, dur="5", step="1", world_size="2", tail=""):
+    text = ('{"distributedInfo": {"rank": 0, "world_size": %s}, "traceEvents": ['
+            '{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": %s, "pid": 0, '
+            '"tid": 7, "args": {"device": 0, "stream": 7}}, {"ph": "X", "cat": '
+            '"user_annotation", "name": "ProfilerStep#%s", "ts": 0, "dur": 100, "pid": 1, '
+            '"tid": 1}%s]}') % (world_size, dur, step, tail)
+    path = tmp_path / "rank0.json"
+    path.write_text(text)
+    return str(path)
+
+
+def test_trace_deep_arrays(rejects, tmp_path):
+    path = _trace(tmp_path, tail=", " + "[" * 100_000 + "]" * 100_000)
+    rejects("trace", "summary", path, names=f"{path}:1: not valid JSON for a trace")
+
+
+def test_trace_world_size_too_large(rejects, tmp_path):
+    path = _trace(tmp_path, world_size="1000000000000")
+    rejects("trace", "summary", path, names="distributedInfo.world_size")
+
+
+@pytest.mark.parametrize("field", ["dur", "step"])
+@pytest.mark.parametrize("digits", [400, 5000])
+def test_trace_huge_numbers_are_skipped_not_crashes(capsys, tmp_path, field, digits):
+    from distsim_gpu.scenarios.cli.main import main
+    path = _trace(tmp_path, **{field: "9" * digits})
+    assert main(["trace", "summary", path]) == 0
+    out = capsys.readouterr().out
+    # A 400+ digit duration is not finite: the kernel is skipped with a note; a step number
+    # past 18 digits is not a ProfilerStep counter.
+    assert ("skipped 1 note" in out) if field == "dur" else ("no ProfilerStep" in out)
+
+
+# ------------------------------------------------------------------ nccl-tests options
+
+
+@pytest.mark.parametrize("factor, says", [
+    ("nan", "finite number > 1, got nan"), ("inf", "finite number > 1, got inf"),
+    ("1", "finite number > 1, got 1"), ("1.0000001", "166,355,332 sizes"),
+])
+def test_nccl_tests_step_factor(rejects, factor, says):
+    assert says in rejects("nccl-tests", "--cluster", "dgx-a100", "-f", factor, names="-f:")
+
+
+def test_nccl_tests_size_count_closed_form():
+    # -b 1 -e 2^k -f 2 gives k + 1 sizes; the bound counts the same way.
+    assert len(size_series(1, 2**20, 2.0)) == 21
+    assert len(size_series(8, 8, 2.0)) == 1
+    factor = 2 ** (1 / (MAX_SIZES - 1))
+    assert len(size_series(1, 2.0 - 1e-9, factor)) <= MAX_SIZES
+    with pytest.raises(ConfigError, match="sizes, more than"):
+        size_series(1, 2**40, 1.001)
+
+
+def test_nodes_bound(rejects):
+    rejects("nccl-tests", "--cluster", "dgx-a100", "--nodes", "100000",
+            names="must be at most 16,384, got 100000")
