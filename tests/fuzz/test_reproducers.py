@@ -8,7 +8,6 @@ bound is a change of this file.
 
 from __future__ import annotations
 
-
 import pytest
 from distsim_gpu.collectives.nccl_tests import MAX_SIZES, size_series
 from distsim_gpu.simcore.errors import ConfigError, ParseError
@@ -118,11 +117,14 @@ def test_nccl_log_device_and_fifo(rejects, tmp_path):
 
 
 def _trace(tmp_path, *, dur="5", step="1", world_size="2", tail=""):
-    text = ('{"distributedInfo": {"rank": 0, "world_size": %s}, "traceEvents": ['
-            '{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": %s, "pid": 0, '
+    # Numbers go in as raw digits (json.dumps of a 5,000-digit int would itself fail).
+    text = ('{"distributedInfo": {"rank": 0, "world_size": WS}, "traceEvents": ['
+            '{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": DUR, "pid": 0, '
             '"tid": 7, "args": {"device": 0, "stream": 7}}, {"ph": "X", "cat": '
-            '"user_annotation", "name": "ProfilerStep#%s", "ts": 0, "dur": 100, "pid": 1, '
-            '"tid": 1}%s]}') % (world_size, dur, step, tail)
+            '"user_annotation", "name": "ProfilerStep#STEP", "ts": 0, "dur": 100, "pid": 1, '
+            '"tid": 1}TAIL]}')
+    for name, value in (("WS", world_size), ("DUR", dur), ("STEP", step), ("TAIL", tail)):
+        text = text.replace(name, value, 1)
     path = tmp_path / "rank0.json"
     path.write_text(text)
     return str(path)
