@@ -28,8 +28,9 @@ def _table(topology):
                                                params=CommParams())]
 
 
-@pytest.mark.parametrize("machine", ["dgx-a100", "dgx-h100", "pcie-8gpu"])
-@pytest.mark.parametrize("fmt", ["txt", "xml"])
+@pytest.mark.parametrize(("machine", "fmt"), [
+    (m, f) for m in ("dgx-a100", "dgx-h100", "pcie-8gpu") for f in ("txt", "xml")
+] + [("dgx1-v100", "txt")])  # the DGX-1 as older nvidia-smi prints it (mlx5_N, SOC)
 def test_imported_node_has_the_presets_shape_and_nccl_tests_table(machine, fmt):
     layout = read_node_dump(DUMPS / f"{machine}.topo.{fmt}")
     preset = PRESETS[machine]
@@ -37,6 +38,7 @@ def test_imported_node_has_the_presets_shape_and_nccl_tests_table(machine, fmt):
     assert layout.nic_pcie_switch == preset.nic_layouts[0]
     assert layout.pcie_switch_cpu == preset.pcie_switch_cpu
     assert layout.has_nvlink == (preset.nvlink is not None)
+    assert sorted(layout.nvlink_pairs) == sorted(preset.gpu_links)  # a mesh's cables
     nodes = 2 if fmt == "xml" else 1  # the XML states NIC speeds: check the network too
     imported = build_cluster(cluster_spec(layout, nodes=nodes))
     assert _table(imported) == _table(build_cluster({"preset": machine, "nodes": nodes}))
