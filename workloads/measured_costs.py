@@ -62,6 +62,7 @@ __all__ = [
     "costs_from_kineto",
     "extract_costs",
     "format_costs",
+    "operator_costs_from_kineto",
     "scope_gpu_times",
 ]
 
@@ -446,6 +447,49 @@ def scope_gpu_times(traces: Sequence[RankTrace], pattern: str, *,
     return out
 
 
+_OPERATOR_SCOPE = re.compile(r"^(?P<kind>[A-Za-z_][A-Za-z0-9_.]*?)(?:\((?P<pass>[FBW])\))?$")
+
+
+def operator_costs_from_kineto(traces: Sequence[RankTrace], *, shape: ShapeKeys,
+                               operators: str, gpu: str | None = None, model: str = "",
+                               exclude: str | None = None) -> ExtractedCosts:
+    """A per-operator cost table from Kineto traces: every scope matching ``operators``
+    (a regex over annotation names such as ``qkv``, ``attn_softmax(F)``, ``mlp_fc1(B)``)
+    is a row of kind = its name without the pass suffix, lower-cased.  Pass ``fwd`` for
+    ``(F)`` or no suffix; ``bwd`` for ``(B)`` and ``(W)`` — the data and weight gradients
+    of one instance added (paired in order) when the trace splits them.  A scenario whose
+    cost table holds these rows takes them for those operators and the roofline for the
+    rest (:class:`~distsim_gpu.workloads.compute.table_costs.TableCosts`)."""
+    sources = _describe([t.source for t in traces])
+    name = _trace_gpu(traces, gpu)
+    measured = scope_gpu_times(traces, operators, exclude=exclude)
+    parts: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for scope, instances in measured.items():
+        match = _OPERATOR_SCOPE.match(scope.strip())
+        if match is None:
+            continue
+        split = match.group("pass") or "F"
+        pass_ = "fwd" if split == "F" else "bwd"
+        times = parts.setdefault((match.group("kind").lower(), pass_), {})
+        times.setdefault(split, []).extend(c for c, _ in instances)
+    if not parts:
+        raise ConfigError(f"no operator scope matches {operators!r}", source=sources,
+                          key="--operators", hint=_annotation_names(traces))
+    buckets: dict[tuple[Any, ...], list[float]] = {}
+    for (kind, pass_), by_split in parts.items():
+        lists = list(by_split.values())
+        values = [sum(v) for v in zip(*lists)] if len(lists) > 1 else lists[0]
+        if any(v > 0 for v in values):
+            buckets[(name, kind, pass_, shape)] = values
+    samples = _sorted_samples(buckets)
+    header = TableHeader(
+        software="PyTorch profiler (Kineto) trace", date=_today(),
+        source=f"distsim trace costs from {sources}: operator scopes matching "
+               f"/{operators}/; each row the GPU time of the kernels launched in the scope",
+        gpu=name, model=model, notes=_notes(samples))
+    return ExtractedCosts(header, samples)
+
+
 # ------------------------------------------------------------------ reading inputs
 def _is_json_file(path: Path) -> bool:
     return path.is_file() and path.name.lower().endswith((".json", ".json.gz"))
@@ -455,10 +499,12 @@ def extract_costs(paths: Sequence[str | Path], *, layer: str = DEFAULT_LAYER_REG
                   kind: str = "transformer_layer", micro_batch: int | None = None,
                   seq_len: int | None = None, hidden: int | None = None,
                   model: str | None = None, tp: int = 1, sequence_parallel: bool = False,
-                  gpu: str | None = None) -> ExtractedCosts:
+                  gpu: str | None = None, operators: str | None = None) -> ExtractedCosts:
     """Read ``paths`` (distsim trace.json files, or Kineto files, archives, directories)
     and extract a cost table.  Shape options apply to Kineto traces (a distsim trace
-    records its own); ``hidden`` defaults to the ``model`` preset's."""
+    records its own); ``hidden`` defaults to the ``model`` preset's.  ``operators`` (a
+    regex over scope names) measures per-operator rows instead of whole layers
+    (:func:`operator_costs_from_kineto`)."""
     distsim: list[DistsimTrace] = []
     kineto: list[RankTrace] = []
     files: list[Path] = []
@@ -501,6 +547,9 @@ def extract_costs(paths: Sequence[str | Path], *, layer: str = DEFAULT_LAYER_REG
     shape = ShapeKeys(check_whole(micro_batch, key="--micro-batch"),
                       check_whole(seq_len, key="--seq-len"), check_whole(hidden, key="--hidden"),
                       check_whole(tp, key="--tp"), sequence_parallel)
+    if operators is not None:
+        return operator_costs_from_kineto(kineto, shape=shape, operators=operators, gpu=gpu,
+                                          model=model or "")
     return costs_from_kineto(kineto, shape=shape, layer=layer, kind=kind, gpu=gpu,
                              model=model or "")
 

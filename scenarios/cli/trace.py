@@ -62,6 +62,11 @@ def _add_costs_parser(kinds: Any) -> None:
                         "ParallelTransformerLayer)")
     parser.add_argument("--kind", default="transformer_layer", choices=LAYER_KINDS,
                         help="Kineto: the table kind of the matched layers")
+    parser.add_argument("--operators", default=None, metavar="REGEX",
+                        help="Kineto: per-operator rows instead of layers, from the scopes "
+                        "this matches (qkv, attn_softmax(F), mlp_fc1(B)...; kind = the name, "
+                        "F/none = fwd, B and W = bwd): a scenario takes them for those "
+                        "operators and the roofline for the rest")
     parser.add_argument("--micro-batch", type=int, default=None, metavar="N")
     parser.add_argument("--seq-len", type=int, default=None, metavar="N")
     parser.add_argument("--hidden", type=int, default=None, metavar="N")
@@ -93,7 +98,7 @@ def handle_costs(args: argparse.Namespace) -> int:
     extracted = extract_costs(
         args.traces, layer=args.layer, kind=args.kind, micro_batch=args.micro_batch,
         seq_len=args.seq_len, hidden=args.hidden, model=args.model, tp=args.tp,
-        sequence_parallel=args.sequence_parallel, gpu=args.gpu)
+        sequence_parallel=args.sequence_parallel, gpu=args.gpu, operators=args.operators)
     extracted.write(args.output)
     for warning in extracted.warnings:
         print(f"distsim: warning: {warning}", file=sys.stderr)

@@ -90,3 +90,32 @@ def test_cli_and_a_trace_without_scopes(tmp_path, capsys):
     with pytest.raises(ConfigError, match="no annotated operator scope"):
         validate_operators(load_traces([empty.write(tmp_path / "e.json")]),
                            scenario_from_mapping(SCENARIO))
+
+
+def test_trace_costs_per_operator_fill_a_table_the_roofline_completes(tmp_path):
+    from distsim_gpu.workloads.compute import RooflineCosts, TableCosts, read_cost_table
+    from distsim_gpu.workloads.gpus import get_gpu
+    from distsim_gpu.workloads.models import ModelSpec
+
+    t = KinetoBuilder()
+    for start, (scope, gpu_us) in enumerate((("qkv(F)", 20), ("qkv(B)", 10), ("qkv(W)", 5),
+                                             ("qkv(F)", 40), ("qkv(B)", 12), ("qkv(W)", 7),
+                                             ("attn_softmax", 3))):
+        t.cpu(scope, "user_annotation", 100 * start, 50, 1)
+        t.launch(100 * start + 5, 1, gpu_us)
+    out = tmp_path / "ops.yaml"
+    assert main(["trace", "costs", str(t.write(tmp_path / "r0.json")), "-o", str(out),
+                 "--operators", r"^(qkv|attn_softmax)", "--micro-batch", "1",
+                 "--seq-len", "512", "--hidden", "1024"]) == 0
+    header, rows = read_cost_table(out)
+    times = {(r.kind, r.pass_): r.time_s for r in rows}
+    assert times == {("qkv", "fwd"): pytest.approx(30 * US),       # median of 20, 40
+                     ("qkv", "bwd"): pytest.approx(17 * US),       # B + W: 15 and 19
+                     ("attn_softmax", "fwd"): pytest.approx(3 * US)}
+    model = ModelSpec("m", layers=2, hidden=1024, heads=16, seq_len=512, vocab=1000)
+    roofline = RooflineCosts(get_gpu("a100-80gb"), attention="unfused")
+    table = TableCosts(header, rows, fallback=roofline)
+    args = {"micro_batch": 1, "seq_len": 512}
+    roof = roofline.operator_times_s(roofline.layer_work("fwd", model, **args))
+    assert table.layer_time_s("fwd", model, **args) == pytest.approx(
+        sum(roof.values()) - roof["qkv"] - roof["attn_softmax"] + 33 * US)
