@@ -502,8 +502,34 @@ class Topology:
         device whose fabric index D-mod-K divides (the destination NIC, or GPU)."""
         return Connection(src, dst, rail, self._dest_index.get(dest, 0))
 
-    def _inter_node_hops(self, src: str, dst: str, src_node: int, dst_node: int,
-                         rail: int | None) -> Weighted | None:
+    def node_legs(self, src_gpu: str, dst_gpu: str, *,
+                  rail: int | None = None) -> tuple[tuple[str, str], ...] | None:
+        """The links of :meth:`route` ``src_gpu -> dst_gpu`` that lie inside nodes (both
+        ends in one node), found without walking the fabric: the whole route inside one
+        node, else the legs GPU -> NIC and NIC -> GPU.  None where the route is not shaped
+        like that (a cluster without nodes or NICs: ask :meth:`route`).  A question asked
+        for every GPU pair of a 16,384-GPU job, where the fabric walk is the cost."""
+        self._require_gpu(src_gpu)
+        self._require_gpu(dst_gpu)
+        src_node, dst_node = self._devices[src_gpu].node, self._devices[dst_gpu].node
+        if src_gpu == dst_gpu or (src_node is not None and src_node == dst_node):
+            return tuple(link for link in self.route(src_gpu, dst_gpu, rail=rail).links
+                         if self.in_node(link))
+        if (src_node is None or dst_node is None or not self.nics_on_node(src_node)
+                or not self.nics_on_node(dst_node)):
+            return None
+        legs = self._node_legs(src_gpu, dst_gpu, src_node, dst_node, rail)
+        return None if legs is None else (*pairwise(legs[0]), *pairwise(legs[2]))
+
+    def in_node(self, link: tuple[str, str]) -> bool:
+        """Whether both ends of ``link`` lie in one node (NVLink, PCIe, GPU -> NIC)."""
+        node = self._devices[link[0]].node
+        return node is not None and self._devices[link[1]].node == node
+
+    def _node_legs(self, src: str, dst: str, src_node: int, dst_node: int,
+                   rail: int | None) -> tuple[tuple[str, ...], str, tuple[str, ...], str] | None:
+        """An inter-node route's paths GPU -> NIC and NIC -> GPU and its two NICs (source
+        then destination: ``(up, src_nic, down, dst_nic)``), or None."""
         if rail is not None:
             src_nic = self._rail_nic(src, src_node, rail)
             dst_nic = self._rail_nic(dst, dst_node, rail)
@@ -522,6 +548,14 @@ class Topology:
         down = self._in_node_path(dst_nic, dst, nvlink_only=False)
         if up is None or down is None:
             return None
+        return up, src_nic, down, dst_nic
+
+    def _inter_node_hops(self, src: str, dst: str, src_node: int, dst_node: int,
+                         rail: int | None) -> Weighted | None:
+        legs = self._node_legs(src, dst, src_node, dst_node, rail)
+        if legs is None:
+            return None
+        up, src_nic, down, dst_nic = legs
         across = self._across(src_nic, dst_nic, self._connection(src, dst, rail, dst_nic),
                               fabric_only=True)
         if across is None:

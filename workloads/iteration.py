@@ -41,8 +41,12 @@ it is one replica.  The first unit is *simulated*; every other unit is its *imag
 by a whole number of units.  Folding is exact when the images see what the simulated unit
 sees, which is checked constructively before the run (:func:`_fold_check`):
 
-* same schedule and costs — no straggler anywhere (a slow GPU breaks the symmetry), and
-  no trace asked for (its spans are per rank group);
+* same schedule and costs — no trace asked for (its spans are per rank group); a unit
+  holding a straggler (a rank group that runs slower) is unlike the rest, so it is
+  simulated on its own, beside one unit standing for all the units without one — which
+  are still images of each other, provided the straggler's unit shares no link of a
+  folded flow class with them (its traffic runs at other times); its lateness reaches
+  them only through the collectives that span replicas, which run in full;
 * same fabric — the routing depends on the two ends only (D-mod-K, adaptive, spraying), not
   on a hash of the queue pair (ECMP), and for every flow class that is folded (each rank
   group's tensor-parallel collectives, by every algorithm ``auto`` may pick, each pipeline
@@ -92,6 +96,7 @@ from typing import Any
 
 import simpy
 from distsim_gpu.collectives import CommParams, Communicator
+from distsim_gpu.collectives.algorithms import gpu_rail
 from distsim_gpu.collectives.plan import CollectivePlan
 from distsim_gpu.simcore.errors import ConfigError, SimulationError, closest
 from distsim_gpu.simcore.intervals import union_length
@@ -251,15 +256,20 @@ class _IterationSimulator:
         builder = StreamBuilder(model, par, train, spec.costs, microbatches=self.microbatches,
                                 exclusive_tp=exclusive, tp_time_s=self._tp_analytic_s)
         self.streams = [builder.stage_stream(s) for s in range(par.pp)]
-        # Folding: replicas [0, unit) are simulated, each standing for ``copies`` replicas
-        # (itself and its images, ``unit`` apart); copies == 1 is the full simulation.
-        # (a context-parallel ring of cp replicas is a unit too: its sends stay inside it)
+        # Folding: the replicas are cut into units of ``unit`` (an expert-parallel block,
+        # a context-parallel ring: their traffic stays inside; else one replica).  Each
+        # simulated unit stands for the units ``stands_for`` maps it to (itself first, its
+        # images after); the full simulation is one unit of every replica standing for
+        # itself.
         self.unit = par.ep if par.ep > 1 else par.cp
-        self.copies, self.folding = _fold_check(spec, self.comm, self.groups, self.streams,
-                                                self.unit)
-        if self.copies == 1:
-            self.unit = par.dp_cp
-        self.active = [g for stage_groups in self.groups for g in stage_groups[:self.unit]]
+        self.stands_for, self.folding = _fold_check(spec, self.comm, self.groups,
+                                                    self.streams, self.unit)
+        self.folded = bool(self.stands_for)
+        if not self.folded:
+            self.unit, self.stands_for = par.dp_cp, {0: (0,)}
+        # Per stage, the rank groups that run (simulated units, in replica order).
+        self.rows = _unit_rows(self.groups, sorted(self.stands_for), self.unit)
+        self.active = [g for row in self.rows for g in row]
         self._handlers: dict[type, _Handler] = {
             Fused: self._run_fused, Collective: self._run_collective, Send: self._send,
             Recv: self._receive, Wait: self._run_wait, Barrier: self._barrier}
@@ -280,8 +290,8 @@ class _IterationSimulator:
 
     # ----------------------------------------------------------------- running
     def run(self) -> IterationResult:
-        for stage, stage_groups in enumerate(self.groups):
-            for group in stage_groups[:self.unit]:
+        for stage, row in enumerate(self.rows):
+            for group in row:
                 self.env.process(self._rank_group(group, self.streams[stage]))
         self.sim.run()
         if self.meetings.unfinished() or self._p2p:
@@ -379,7 +389,7 @@ class _IterationSimulator:
     def _tp_call(self, group: RankGroup, op: str, size: float) -> simpy.Event:
         """Start a TP collective of ``group`` and, folded, its images' (they end when it
         does, by symmetry): one coflow over all of them where the call is one coflow."""
-        if self.copies == 1:
+        if len(self._images(group)) == 1:
             return self.comm.collective(op, list(group.gpus), size, tag="tp")
         key = (group, op, size)
         joint = self._tp_joint.get(key, False)
@@ -448,7 +458,7 @@ class _IterationSimulator:
         if peers == "dp":
             key = ("dp", group.stage, group.dp_calls)
             group.dp_calls += 1
-            return key, stage_groups[:self.unit]
+            return key, self.rows[group.stage]
         if peers == "cp":  # the ring of cp consecutive replicas (workloads.parallel)
             block = group.replica // par.cp * par.cp
             calls = self._cp_calls[group] = self._cp_calls.get(group, -1) + 1
@@ -601,7 +611,7 @@ class _IterationSimulator:
         protocol is the one a replica's sends alone would take (images that share links
         would make the joint estimate slower than any replica's)."""
         own = self.comm.pairs_plan(list(zip(group.gpus, target.gpus)), size)
-        if self.copies == 1:
+        if len(self._images(group)) == 1:
             return own
         pairs = [pair for source, sink in zip(self._images(group), self._images(target))
                  for pair in zip(source.gpus, sink.gpus)]
@@ -610,16 +620,16 @@ class _IterationSimulator:
     # ----------------------------------------------------------------- folding
     def _images(self, group: RankGroup) -> list[RankGroup]:
         """The rank groups ``group`` stands for: itself first, then its images."""
-        if self.copies == 1:
+        if not self.folded:
             return [group]
         row = self.groups[group.stage]
-        return [row[group.replica + j * self.unit] for j in range(self.copies)]
+        simulated, offset = divmod(group.replica, self.unit)
+        return [row[u * self.unit + offset] for u in self.stands_for[simulated]]
 
     def _image_members(self, members: list[RankGroup]) -> list[list[RankGroup]]:
         """A collective's members and, folded, their images' (simulated ones first)."""
-        if self.copies == 1:
-            return [members]
-        return [[self._images(m)[j] for m in members] for j in range(self.copies)]
+        images = [self._images(m) for m in members]  # as many each: one unit's groups
+        return [list(column) for column in zip(*images, strict=True)]
 
     def _unfold(self) -> None:
         """Give every image its simulated group's accounting (they ran alike)."""
@@ -688,29 +698,44 @@ _FOLDABLE_ROUTING = ("dmodk", "adaptive", "spray")
 
 
 def _fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
-                streams: list[list[Op]], unit: int) -> tuple[int, str]:
-    """How many replicas each simulated one stands for (1: the full simulation runs), and
-    the sentence that says so (see the module docstring, *Symmetry folding*)."""
+                streams: list[list[Op]], unit: int) -> tuple[dict[int, tuple[int, ...]], str]:
+    """Which units (replicas, or blocks of ``unit`` replicas) are simulated, each with the
+    units it stands for (itself first; empty: the full simulation runs), and the sentence
+    that says so (see the module docstring, *Symmetry folding*).  Units holding a
+    straggler run on their own, beside one unit standing for all the others."""
     dp = spec.parallel.dp_cp
     ring = spec.parallel.cp > 1  # else a unit > 1 is an expert-parallel block
-    if dp // unit <= 1:
-        return 1, "full: one data-parallel replica" + (
+    units = dp // unit
+    if units <= 1:
+        return {}, "full: one data-parallel replica" + (
             "" if unit == 1 else " ring (context parallelism spans them all)" if ring
             else " block (expert parallelism spans them all)")
     slow = sorted(g for g, factor in spec.stragglers.items() if factor != 1)
+    # A unit is unlike the others where one of its rank groups runs slower (a faster GPU
+    # in a TP group waits for its peers: the group's pace is unchanged).
+    odd = sorted({g.replica // unit for row in groups for g in row if g.slowdown != 1})
+    healthy = [u for u in range(units) if u not in odd]
     # What breaks the symmetry first; a trace (spans per rank group) last, so that a
     # traced run names the same reason as an untraced one where it has one.
     why = ("full: folding off" if not spec.fold_replicas
-           else f"full: stragglers on {', '.join(slow)}" if slow
+           else f"full: stragglers on {', '.join(slow)}" if len(healthy) < 2
            else f"full: {spec.topology.routing.policy} routing may route replicas unalike"
            if spec.topology.routing.policy not in _FOLDABLE_ROUTING
-           else _asymmetry(spec, comm, groups, streams, unit)
+           else _asymmetry(spec, comm, groups, streams, unit, healthy if odd else None)
            or ("full: a trace was asked for (spans per rank group)" if spec.trace else ""))
     if why:
-        return 1, why
+        return {}, why
     what = ("data-parallel replicas" if unit == 1 else f"context-parallel rings of {unit}"
             if ring else f"expert-parallel blocks of {unit}")
-    return dp // unit, f"folded {dp // unit} {what} into 1"
+    stands_for = {healthy[0]: tuple(healthy), **{u: (u,) for u in odd}}
+    if not odd:
+        return stands_for, f"folded {units} {what} into 1"
+    alone = ", ".join(str(u * unit) for u in odd)
+    return stands_for, (f"folded {len(healthy)} {what} without a straggler into 1; "
+                        f"{'replica' if unit == 1 else 'the unit of replica'}"
+                        f"{'s' if len(odd) > 1 else ''} {alone} (stragglers on "
+                        f"{', '.join(slow)}) simulated on {'their' if len(odd) > 1 else 'its'}"
+                        " own")
 
 
 # Per flow class, per replica (or expert-parallel block), the plans it runs.
@@ -718,17 +743,52 @@ _Classes = list[tuple[str, list[list[CollectivePlan]]]]
 
 
 def _asymmetry(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
-               streams: list[list[Op]], unit: int) -> str:
+               streams: list[list[Op]], unit: int, healthy: list[int] | None = None) -> str:
     """Why replicas' traffic is not alike on the fabric ("" when it is): see
-    :func:`_unalike`, per flow class, with the load of the data-parallel collectives."""
+    :func:`_unalike`, per flow class, with the load of the data-parallel collectives.
+    With ``healthy`` (the units without a straggler) only those must be alike, and the
+    rest (simulated on their own, at their own pace) must share no link of a folded
+    class with them."""
     calls = [_calls(stream) for stream in streams]
     load = _spanning_load(comm, groups, calls, spec.parallel.tp)
+    alike = groups if healthy is None else _unit_rows(groups, healthy, unit)
+    odd = None if healthy is None else _unit_rows(
+        groups, [u for u in range(len(groups[0]) // unit) if u not in healthy], unit)
+    wrap = spec.parallel.interleave > 1
     for stage in range(len(groups)):
-        for label, per_replica in _flow_classes(comm, groups, stage, calls[stage], unit,
-                                                wrap=spec.parallel.interleave > 1):
-            why = _unalike(comm, label, per_replica, load)
-            if why:
-                return f"full: stage {stage} {why}"
+        why = _tp_candidates_differ(comm, groups[stage])
+        classes = [] if why else _flow_classes(comm, alike, stage, calls[stage], unit, wrap)
+        if not why and odd is not None:
+            theirs = _flow_classes(comm, odd, stage, calls[stage], unit, wrap)
+            if not _class_links(classes).isdisjoint(_class_links(theirs)):
+                why = "a straggler's replica shares links with the others"
+        for label, per_replica in classes:
+            why = why or _unalike(comm, label, per_replica, load)
+        if why:
+            return f"full: stage {stage} {why}"
+    return ""
+
+
+def _unit_rows(groups: list[list[RankGroup]], units: list[int],
+               unit: int) -> list[list[RankGroup]]:
+    """Each stage's rank groups of the given units, in order."""
+    return [[row[u * unit + k] for u in units for k in range(unit)] for row in groups]
+
+
+def _class_links(classes: _Classes) -> set[Any]:
+    return {link for _label, per_replica in classes for plans in per_replica
+            for plan in plans for step in plan.steps for link in step.link_streams}
+
+
+def _tp_candidates_differ(comm: Communicator, row: list[RankGroup]) -> str:
+    """Why a stage's TP groups are not alike already in the algorithms ``auto`` weighs
+    for them (CollNet where one group's switches reduce in the network and another's
+    do not): "" when every group has the same candidates."""
+    if len(row[0].gpus) == 1:
+        return ""
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        if len({comm.candidates(op, list(g.gpus)) for g in row}) > 1:
+            return f"tensor-parallel groups may pick different {op} algorithms"
     return ""
 
 
@@ -869,22 +929,6 @@ def _exclusive_tp(comm: Communicator, groups: list[list[RankGroup]],
     """
     if par.tp == 1:
         return True
-    other: set[Any] = set()
-    for stage in range(par.pp):
-        for replica in range(par.dp_cp):
-            here = groups[stage][replica].gpus
-            if par.cp > 1:  # the context-parallel ring's sends run while groups compute
-                there = groups[stage][replica // par.cp * par.cp
-                                      + (replica + 1) % par.cp].gpus
-                other |= comm.plan_links(comm.pairs_plan(list(zip(here, there)), 1.0,
-                                                         protocol="simple"))
-            for neighbour in (stage - 1, stage + 1):
-                if 0 <= neighbour < par.pp or par.interleave > 1:
-                    there = groups[neighbour % par.pp][replica].gpus
-                    if there != here:
-                        plan = comm.pairs_plan(list(zip(here, there)), 1.0,
-                                               protocol="simple")
-                        other |= comm.plan_links(plan)
     seen: set[Any] = set()
     for stage_groups in groups:
         for group in stage_groups:
@@ -895,10 +939,54 @@ def _exclusive_tp(comm: Communicator, groups: list[list[RankGroup]],
                 for algo in comm.candidates(op, gpus):
                     links |= comm.plan_links(comm.plan(op, gpus, algorithm=algo,
                                                        protocol="simple"))
-            if links & other or links & seen:
+            if links & seen:
                 return False
             seen |= links
+    topo = comm.topology
+    # TP links all inside nodes (the usual case): only the sends' legs inside nodes can
+    # meet them, and those need no walk over the fabric (Topology.node_legs) — at 16,384
+    # GPUs that walk, for every send of every replica, was most of this check.
+    in_node = all(topo.in_node(link) for link in seen)
+    for pairs in _async_send_pairs(groups, par):
+        legs = _node_legs(topo, pairs) if in_node else None
+        if legs is None:
+            legs = comm.plan_links(comm.pairs_plan(pairs, 1.0, protocol="simple"))
+        if not seen.isdisjoint(legs):
+            return False
     return True
+
+
+def _async_send_pairs(groups: list[list[RankGroup]], par: ParallelConfig,
+                      ) -> Generator[list[tuple[str, str]], None, None]:
+    """The GPU pairs of every asynchronous send between rank groups, one list per group
+    and destination: pipeline neighbours (both ways; around the ring when interleaved)
+    and the next rank group of a context-parallel ring."""
+    for stage in range(par.pp):
+        for replica in range(par.dp_cp):
+            here = groups[stage][replica].gpus
+            if par.cp > 1:  # the context-parallel ring's sends run while groups compute
+                there = groups[stage][replica // par.cp * par.cp
+                                      + (replica + 1) % par.cp].gpus
+                yield list(zip(here, there))
+            for neighbour in (stage - 1, stage + 1):
+                if 0 <= neighbour < par.pp or par.interleave > 1:
+                    there = groups[neighbour % par.pp][replica].gpus
+                    if there != here:
+                        yield list(zip(here, there))
+
+
+def _node_legs(topo: Topology, pairs: list[tuple[str, str]]) -> set[Any] | None:
+    """The links inside nodes of the routes the sends ``pairs`` take (each on its
+    sender's rail across nodes, as :func:`collectives.algorithms.pairs_plan` routes
+    them); None where some route is not shaped for :meth:`Topology.node_legs`."""
+    legs: set[Any] = set()
+    for src, dst in pairs:
+        rail = gpu_rail(topo, src) if topo.node_of(src) != topo.node_of(dst) else None
+        found = topo.node_legs(src, dst, rail=rail)
+        if found is None:
+            return None
+        legs.update(found)
+    return legs
 
 
 # --------------------------------------------------------------------------- results

@@ -238,3 +238,75 @@ def test_the_report_says_which_simulation_ran(uniform):
                           wall_time_s=0.1, pp=1)
     assert report.folding == "folded 2 data-parallel replicas into 1"
     assert report.to_json_dict()["folding"] == report.folding
+
+
+STRAGGLER_CASES = {
+    # strategy, cluster (kind, routing), straggler GPU, its slowdown
+    "tp8-dp4 rail dmodk": (ParallelConfig(tp=8, dp=4), ("rail-optimized", "dmodk"),
+                           "n2.gpu3", 1.5),
+    "tp4-pp2-dp4-zero1 fat-tree adaptive": (
+        ParallelConfig(tp=4, pp=2, dp=4, zero=1, bucket_params=2_000_000),
+        ("fat-tree", "adaptive"), "n0.gpu0", 1.3),
+    "tp2-pp4-dp4-interleaved rail adaptive": (
+        ParallelConfig(tp=2, pp=4, dp=4, schedule="interleaved", interleave=2),
+        ("rail-optimized", "adaptive"), "n2.gpu6", 2.0),
+    "tp1-dp32 fat-tree dmodk": (ParallelConfig(dp=32, bucket_params=3_000_000),
+                                ("fat-tree", "dmodk"), "n3.gpu7", 1.2),
+    "tp2-dp16-fsdp rail dmodk": (ParallelConfig(tp=2, dp=16, fsdp=True),
+                                 ("rail-optimized", "dmodk"), "n1.gpu2", 1.4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STRAGGLER_CASES))
+def test_a_straggler_runs_on_its_own_beside_the_folded_healthy_replicas(uniform, name):
+    """The replicas without a straggler are images of each other still: one of them is
+    simulated for all, the straggler's replica on its own, and the run equals the full one
+    (the straggler's lateness reaches the others through the data-parallel collectives)."""
+    parallel, (kind, routing), gpu, factor = STRAGGLER_CASES[name]
+    training = TrainingConfig(micro_batch=1, global_batch=4 * parallel.dp)
+    folded, full = both(uniform, cluster(kind, routing), parallel, training,
+                        stragglers={gpu: factor})
+    assert folded.folding.startswith(f"folded {parallel.dp - 1} data-parallel replicas "
+                                     "without a straggler into 1; replica "), folded.folding
+    assert folded.folding.endswith(f"(stragglers on {gpu}) simulated on its own")
+    assert_same_iteration(folded, full)
+    slow = next(g for g in full.per_gpu if g.gpu == gpu)
+    fast = next(g for g in full.per_gpu if g.replica != slow.replica and g.stage == slow.stage)
+    assert slow.compute_s == pytest.approx(factor * fast.compute_s, rel=1e-9)
+
+
+def test_stragglers_in_two_replicas_run_each_on_its_own(uniform):
+    parallel = ParallelConfig(tp=4, pp=2, dp=4)
+    training = TrainingConfig(micro_batch=1, global_batch=16)
+    stragglers = {"n0.gpu1": 1.5, "n3.gpu5": 1.25}
+    folded, full = both(uniform, cluster("rail-optimized", "dmodk"), parallel, training,
+                        stragglers=stragglers)
+    assert "folded 2 data-parallel replicas without a straggler into 1; replicas " in \
+        folded.folding
+    assert folded.folding.endswith("simulated on their own")
+    assert_same_iteration(folded, full)
+
+
+def test_a_faster_gpu_in_a_tensor_parallel_group_changes_nothing_to_fold(uniform):
+    """A TP group moves at its slowest member's pace: one GPU at 0.8 leaves it alike."""
+    topology = cluster("rail-optimized", "dmodk")
+    parallel = ParallelConfig(tp=8, pp=2, dp=2)
+    training = TrainingConfig(micro_batch=1, global_batch=8)
+    folded, full = both(uniform, topology, parallel, training, stragglers={"n1.gpu0": 0.8})
+    assert folded.folding == "folded 2 data-parallel replicas into 1"
+    assert_same_iteration(folded, full)
+
+
+def test_a_straggler_sharing_spine_links_with_other_replicas_falls_back(uniform):
+    """Adaptive spraying at 2:1: replicas' pipeline sends share spine links in pairs, so
+    the straggler's late sends would load its partner's links at other times than their
+    own: the full simulation runs, and says why."""
+    topology = cluster("fat-tree", "adaptive", oversubscription=2, nics_per_leaf=8)
+    parallel = ParallelConfig(tp=4, pp=2, dp=4, order="tp-dp-pp")
+    training = TrainingConfig(micro_batch=1, global_batch=16)
+    healthy = uniform.run(topology, parallel, training, comm=CommParams())
+    slow = uniform.run(topology, parallel, training, comm=CommParams(),
+                       stragglers={"n1.gpu1": 1.5})
+    assert healthy.folding == "folded 4 data-parallel replicas into 1"
+    assert slow.folding == ("full: stage 0 a straggler's replica shares links with the "
+                            "others")
