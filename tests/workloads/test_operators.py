@@ -233,3 +233,14 @@ def test_every_stack_builds_every_pass():
         costs = RooflineCosts(A100, stack=stack)
         for pass_ in ("fwd", "bwd", "recompute"):
             assert costs.layer_time_s(pass_, MODEL, micro_batch=B, seq_len=S, tp=TP) > 0
+
+
+def test_bias_gradients_are_their_own_kernels_only_where_the_stack_does_not_fuse_them():
+    eager = work("megatron-lm-2021").backward()
+    assert eager.kernel("mlp_fc1.bias_grad").bytes_moved == T * F // TP * 2  # reads dY
+    assert eager.kernel("qkv.bias_grad").bytes_moved == T * 3 * H // TP * 2
+    assert not any(n.endswith(".bias_grad") for n in work("megatron-core").backward().names())
+    no_bias = dataclasses.replace(MODEL, attention_bias=False, mlp_bias=False)
+    bwd = forward_layer_work(no_bias, micro_batch=B, seq_len=S, tp=TP,
+                             stack=get_stack("megatron-lm-2021")).backward()
+    assert not any(n.endswith(".bias_grad") for n in bwd.names())

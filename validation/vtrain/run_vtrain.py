@@ -62,9 +62,11 @@ def scenario_for(row: dict[str, Any], stack: str | None) -> dict[str, Any]:
     """The base scenario with a row's model shape and strategy."""
     data = base_scenario()
     data["name"] = f"vtrain-line{row['line']}"
-    data["cluster"]["nodes"] = max(1, row["gpus"] // 8)
-    if row["gpus"] < 8:
-        data["cluster"]["gpus_per_node"] = row["gpus"]
+    if row["gpus"] >= 8:
+        data["cluster"]["nodes"] = row["gpus"] // 8
+    else:  # 2 or 4 GPUs of one node: NVSwitch ports, 300 GB/s per GPU and direction
+        data["cluster"] = {"preset": "switch", "gpus": row["gpus"],
+                           "link_bandwidth": "300 GB/s"}
     data["model"].update(layers=row["layers"], hidden=row["hidden"], heads=row["heads"],
                          seq_len=row["seq"])
     data["parallelism"].update(tp=row["tp"], pp=row["pp"], dp=row["dp"])

@@ -121,6 +121,8 @@ class Operator:
     activations, shape of the whole batch), ``attention`` (fused flash-style) or
     ``elementwise`` (memory-bound).  ``fp8``: a GEMM reading FP8 operands.
     ``bwd_bytes_factor``: an element-wise op's backward bytes over its forward bytes.
+    ``bias``: a weight GEMM whose layer adds a bias (its gradient is a reduction over the
+    tokens, in the GEMM's epilogue or a kernel of its own as the stack does).
     """
 
     name: str
@@ -134,6 +136,7 @@ class Operator:
     launches: int = 1
     fp8: bool = False
     bwd_bytes_factor: float = 2.0
+    bias: bool = False
 
     @property
     def total_flops(self) -> float:
@@ -155,10 +158,12 @@ Kernel = Operator  # the name the cost model used before operators had launches
 
 
 def gemm(name: str, m: int, n: int, k: int, operand_bytes: int, out_bytes: float,
-         count: int = 1, *, kind: str = "gemm", fp8: bool = False) -> Operator:
+         count: int = 1, *, kind: str = "gemm", fp8: bool = False,
+         bias: bool = False) -> Operator:
     """A GEMM reading ``m×k`` and ``k×n`` operands and writing ``m×n`` outputs."""
     moved = (m * k + k * n) * operand_bytes + m * n * out_bytes
-    return Operator(name, kind, 2.0 * m * n * k, float(moved), m, n, k, count, fp8=fp8)
+    return Operator(name, kind, 2.0 * m * n * k, float(moved), m, n, k, count, fp8=fp8,
+                    bias=bias)
 
 
 def elementwise(name: str, bytes_moved: float, count: int = 1, *, flops: float = 0.0,
@@ -260,6 +265,9 @@ def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
     wgrad_out = 2.0 * _FP32 if stack.fp32_grad_accumulation else ab
     out.append(gemm(f"{name}.wgrad", item.k, item.n, item.m, operand, wgrad_out,
                     item.count, fp8=item.fp8))
+    if item.bias and not stack.fused_bias_grad:  # autograd's sum of dY over the tokens
+        out.append(elementwise(f"{name}.bias_grad", item.m * item.n * ab, item.count,
+                               flops=item.m * item.n, bwd_bytes_factor=0.0))
     if stack.separate_grad_accumulation:
         out.append(elementwise(f"{name}.grad_accum", 3.0 * item.k * item.n * ab,
                                item.count, flops=item.k * item.n, bwd_bytes_factor=0.0))
@@ -283,19 +291,21 @@ def forward_layer_work(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: 
     shape = _Shape(model, micro_batch, seq_len, tp, sequence_parallel, ab, stack, fp8)
     kernels: list[Operator] = [shape.norm("input_norm", shape.qkv_fused_cast)]
     kernels += shape.linear("qkv", shape.tokens, shape.q_width + 2 * shape.kv_width,
-                            model.hidden, fused_cast=shape.qkv_fused_cast)
+                            model.hidden, bias=model.attention_bias,
+                            fused_cast=shape.qkv_fused_cast)
     kernels += shape.core_attention(causal)
-    kernels += shape.linear("attn_out", shape.tokens, model.hidden, shape.q_width)
+    kernels += shape.linear("attn_out", shape.tokens, model.hidden, shape.q_width,
+                            bias=model.attention_bias)
     kernels += [shape.residual("attn_residual"),
                 shape.norm("post_attn_norm", shape.qkv_fused_cast)]
     if model.is_moe_layer(layer_index):
         kernels += shape.moe(ep)
     else:
         kernels += shape.linear("mlp_fc1", shape.tokens, shape.up_width, model.hidden,
-                                fused_cast=shape.qkv_fused_cast)
+                                bias=model.mlp_bias, fused_cast=shape.qkv_fused_cast)
         kernels.append(shape.activation("mlp_act", shape.tokens))
         kernels += shape.linear("mlp_fc2", shape.tokens, model.hidden, shape.f_local,
-                                fused_cast=shape.qkv_fused_cast)
+                                bias=model.mlp_bias, fused_cast=shape.qkv_fused_cast)
     kernels.append(shape.residual("mlp_residual"))
     if fp8:  # delayed scaling: amax histories rolled and scales updated once per pass
         kernels.append(elementwise("fp8_scale_update", 0.0, bwd_bytes_factor=1.0))
@@ -343,14 +353,14 @@ class _Shape:
         return elementwise(name, 5 * elements * self.ab, flops=flops, launches=4,
                            bwd_bytes_factor=1.5)
 
-    def linear(self, name: str, m: int, n: int, k: int, *,
+    def linear(self, name: str, m: int, n: int, k: int, *, bias: bool,
                fused_cast: bool = False, count: int = 1) -> list[Operator]:
         """A weight GEMM, in FP8 with its input cast when the stack runs FP8."""
         if not self.fp8:
-            return [gemm(name, m, n, k, self.ab, self.ab, count)]
+            return [gemm(name, m, n, k, self.ab, self.ab, count, bias=bias)]
         out = [] if fused_cast else [elementwise(f"cast_{name}", m * k * (self.ab + 2),
                                                  count, bwd_bytes_factor=0.0)]
-        return [*out, gemm(name, m, n, k, 1, self.ab, count, fp8=True)]
+        return [*out, gemm(name, m, n, k, 1, self.ab, count, fp8=True, bias=bias)]
 
     def core_attention(self, causal: bool) -> list[Operator]:
         """Flash attention, or the unfused scores / softmax / dropout / context."""
@@ -418,9 +428,11 @@ class _Shape:
             gemm("router", tokens, model.experts, h, ab, ab),
             elementwise("moe_dispatch", (tokens + tokens * model.top_k) * h * ab,
                         bwd_bytes_factor=1.0),
-            *self.linear("expert_fc1", per_expert, self.up_width, h, count=local_experts),
+            *self.linear("expert_fc1", per_expert, self.up_width, h, bias=model.mlp_bias,
+                         count=local_experts),
             self.activation("expert_act", per_expert, local_experts),
-            *self.linear("expert_fc2", per_expert, h, self.f_local, count=local_experts),
+            *self.linear("expert_fc2", per_expert, h, self.f_local, bias=model.mlp_bias,
+                         count=local_experts),
             elementwise("moe_combine", (tokens * model.top_k + tokens) * h * ab,
                         bwd_bytes_factor=1.0),
         ]

@@ -109,6 +109,9 @@ class Stack:
     * ``fp32_grad_accumulation``: weight-gradient GEMMs accumulate into fp32 main grads
       in their epilogue (else ``grad_bytes``-wide ``.grad``);
     * ``separate_grad_accumulation``: an extra ``<gemm>.grad_accum`` add per weight gradient;
+    * ``fused_bias_grad``: a bias's gradient comes from the GEMM's epilogue (cuBLASLt's
+      BGRAD, TE's ``cast_transpose_dbias``); else autograd's ``<gemm>.bias_grad`` sum
+      over the tokens, a kernel of its own reading the output gradient;
     * ``fp8_linear``: with ``precision: fp8`` the linear GEMMs run in FP8 with casts (only
       stacks with FP8 kernels; others refuse fp8).
 
@@ -132,6 +135,7 @@ class Stack:
     fp32_grad_accumulation: bool = True
     separate_grad_accumulation: bool = False
     fp8_linear: bool = False
+    fused_bias_grad: bool = True
     host_overhead_s: float = 0.0
     fp8_matmul_efficiency: float = FP8_MATMUL_EFFICIENCY
     overlap_grad_reduce: bool = True
@@ -178,15 +182,16 @@ STACKS: dict[str, Stack] = {
         "baddbmm + scaled_upper_triang_masked_softmax + Dropout(0.1) + bmm; jit "
         "bias_gelu, bias_dropout_add; apex FusedLayerNorm",
         attention="unfused", attention_dropout=True, context_copy=True,
-        hidden_dropout=True, fused_cross_entropy=False,
+        hidden_dropout=True, fused_cross_entropy=False, fused_bias_grad=False,
         host_overhead_s=EAGER_HOST_OVERHEAD_S),
     "megatron-deepspeed": Stack(
         "megatron-deepspeed", "microsoft/Megatron-DeepSpeed (2021-2022, BLOOM, vTrain): "
         "the 2021 Megatron layer under DeepSpeed's engine; gradients accumulate in .grad",
         attention="unfused", attention_dropout=True, context_copy=True,
         hidden_dropout=True, fused_cross_entropy=False, fp32_grad_accumulation=False,
-        separate_grad_accumulation=True, host_overhead_s=EAGER_HOST_OVERHEAD_S,
-        overlap_grad_reduce=False, fp16_grads_reduced_in_fp16=True),
+        separate_grad_accumulation=True, fused_bias_grad=False,
+        host_overhead_s=EAGER_HOST_OVERHEAD_S, overlap_grad_reduce=False,
+        fp16_grads_reduced_in_fp16=True),
     "transformer-engine": Stack(
         "transformer-engine", "NVIDIA Transformer Engine 1.x layers in Megatron-Core "
         "(LayerNormLinear, LayerNormMLP, DotProductAttention); FP8 delayed scaling",
