@@ -242,6 +242,8 @@ def _strategy(config: dict[str, Any]) -> str:
     parts = [f"tp {par.get('tp')} · pp {par.get('pp')} · dp {par.get('dp')}"]
     if par.get("ep", 1) > 1:
         parts[0] += f" · ep {par['ep']}"
+    if par.get("cp", 1) > 1:
+        parts[0] += f" · cp {par['cp']}"
     if par.get("pp", 1) > 1:
         schedule = f"{par.get('schedule')} schedule"
         if par.get("schedule") == "interleaved":
