@@ -22,7 +22,12 @@ while it runs (out of memory, say) is recorded and the sweep goes on.
 
 A sweep is resumable: every file is written atomically, a point with a result file is not
 run again, and ``results.csv`` is rewritten from the point files after every point.  A
-sweep restarted into the same ``DIR`` must have the same definition.
+sweep restarted into the same ``DIR`` must have the same definition.  A running sweep
+holds ``DIR`` (a ``flock`` on ``DIR/.sweep.lock``, dropped by the kernel however the sweep
+ends): a different sweep started into it is refused at once, an identical one waits for
+it and then reuses its points instead of running them again.  Pool workers die with the
+sweep (``PR_SET_PDEATHSIG`` on Linux, and a watch on the parent's pid everywhere), so a
+killed sweep leaves no simulation running.
 
 Points run in a local process pool (``workers``; 1 runs in this process) or on an existing
 Dask cluster (``scheduler``, needs ``pip install 'distsim-gpu[dask]'``).  A point's job carries
@@ -40,11 +45,14 @@ import io
 import itertools
 import json
 import os
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from distsim_gpu.scenarios.html_report import HtmlUnavailable, sweep_report_html
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
@@ -78,6 +86,7 @@ _HTML_METRICS = ("iteration_time_s", "samples_per_s", "model_tflops_per_gpu", "m
 _POINTS = "points"
 _SUMMARY = "summary.json"
 _FAILED = "failed.json"
+_LOCK = ".sweep.lock"
 _POINT = "point.json"
 
 Point = tuple[tuple[str, Any], ...]
@@ -296,14 +305,16 @@ def _definition(scenario_path: Path, grids: Sequence[tuple[str, Sequence[Any]]],
     return json.loads(json.dumps(data, default=str))
 
 
-def _check_definition(directory: Path, definition: Mapping[str, Any]) -> None:
-    """Refuse a directory holding another sweep (naming the difference) or other files."""
+def _check_definition(directory: Path, definition: Mapping[str, Any], *,
+                      running: bool = False) -> None:
+    """Refuse a directory holding another sweep (naming the difference) or other files;
+    ``running``: that sweep is running now (it holds the lock)."""
     label = os.fspath(directory)
     if directory.exists() and not directory.is_dir():
         raise ConfigError("exists and is not a directory", key="--out", source=label)
     stored_path = directory / _DEFINITION
     if not stored_path.exists():
-        if directory.exists() and any(directory.iterdir()):
+        if directory.exists() and any(p.name != _LOCK for p in directory.iterdir()):
             raise ConfigError("exists and holds files that are not a sweep's", key="--out",
                               source=label, hint="give a new or empty directory, or the "
                                                  "directory of the sweep to resume")
@@ -332,9 +343,73 @@ def _check_definition(directory: Path, definition: Mapping[str, Any]) -> None:
     if bool(stored.get("zip")) != definition["zip"]:
         differences.append("--zip " + ("added" if definition["zip"] else "dropped"))
     if differences:
-        raise ConfigError("holds a different sweep: " + "; ".join(differences), key="--out",
+        what = "a different sweep is running into it" if running else "holds a different sweep"
+        raise ConfigError(f"{what}: " + "; ".join(differences), key="--out",
                           source=label, hint="resume with the same arguments, or give "
                                              "another directory")
+
+
+def _claim(directory: Path, definition: Mapping[str, Any]) -> IO[bytes]:
+    """Hold ``directory`` for this sweep: an exclusive lock on its ``.sweep.lock`` (the
+    kernel's ``flock``, released however the process ends), then its definition checked
+    and written under the lock.  A different sweep already running there is refused at
+    once; an identical one is waited for, and its finished points are then reused.
+    Returns the open lock file (closing it releases the claim)."""
+    label = os.fspath(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        handle = open(directory / _LOCK, "ab")  # noqa: SIM115 (held open: it is the lock)
+    except OSError as error:
+        raise ConfigError(f"cannot write the sweep: {error.strerror or error}",
+                          key="--out", source=label) from None
+    try:
+        _lock(handle, directory, definition)
+        _check_definition(directory, definition)
+        atomic_write_text(directory / _DEFINITION, json.dumps(definition, indent=2) + "\n")
+    except OSError as error:
+        handle.close()
+        raise ConfigError(f"cannot write the sweep: {error.strerror or error}",
+                          key="--out", source=label) from None
+    except BaseException:
+        handle.close()
+        raise
+    return handle
+
+
+def _running(directory: Path) -> bool:
+    """Whether a sweep holds ``directory`` now (its lock is taken)."""
+    try:
+        import fcntl
+        with open(directory / _LOCK, "rb") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            return False
+    except (ImportError, OSError):
+        return False
+
+
+def _lock(handle: IO[bytes], directory: Path, definition: Mapping[str, Any]) -> None:
+    """Take the lock; while another sweep holds it, refuse (different) or wait (same)."""
+    try:
+        import fcntl
+    except ImportError:  # (not POSIX: no lock; a second sweep is not detected)
+        return
+    waiting = False
+    while True:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        if (directory / _DEFINITION).exists():  # the holder writes it as it takes the lock
+            _check_definition(directory, definition, running=True)
+            if not waiting:
+                print(f"distsim: note: an identical sweep is running into {directory}; "
+                      "waiting for it, then reusing its points", file=sys.stderr)
+                waiting = True
+        time.sleep(0.2)
 
 
 def _values(values: Sequence[Any]) -> str:
@@ -350,7 +425,9 @@ def _run_local(jobs: Sequence[tuple[str, dict[str, Any], str]], workers: int
         for pid, config, source in jobs:
             yield pid, _run_point(config, source)
         return
-    pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(jobs)))
+    pool = concurrent.futures.ProcessPoolExecutor(
+        max_workers=min(workers, len(jobs)), initializer=_die_with_parent,
+        initargs=(os.getpid(),))
     try:
         futures = {pool.submit(_run_point, config, source): pid
                    for pid, config, source in jobs}
@@ -358,6 +435,29 @@ def _run_local(jobs: Sequence[tuple[str, dict[str, Any], str]], workers: int
             yield futures[future], _outcome(future.result)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """In a pool worker: exit when the sweep that started it is gone, even by SIGKILL
+    (which runs no clean-up in the parent).  Linux: the kernel sends SIGKILL on the
+    parent's death (``prctl(PR_SET_PDEATHSIG)``); everywhere, a daemon thread also checks
+    twice a second that the parent is still ours (an orphan is re-parented)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass  # (no libc prctl: the thread below still notices)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="distsim-parent-watch", daemon=True).start()
 
 
 def _outcome(result: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -430,7 +530,7 @@ def run_sweep(scenario_path: str | os.PathLike[str],
     path = Path(scenario_path)
     directory = Path(out_dir)
     definition = _definition(path, parsed, zip_)
-    _check_definition(directory, definition)
+    _check_definition(directory, definition, running=_running(directory))
 
     # Validate every point before running any.
     configs: dict[str, dict[str, Any]] = {}
@@ -446,12 +546,19 @@ def run_sweep(scenario_path: str | os.PathLike[str],
                               hint=error.hint) from None
         configs[point_id(point)] = json.loads(json.dumps(scenario.resolved()))
 
+    lock = _claim(directory, definition)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(directory / _DEFINITION, json.dumps(definition, indent=2) + "\n")
-    except OSError as error:
-        raise ConfigError(f"cannot write the sweep: {error.strerror or error}",
-                          key="--out", source=os.fspath(directory)) from None
+        return _run_claimed(directory, parsed, points, configs, source, workers=workers,
+                            scheduler=scheduler, metric=metric, progress=progress)
+    finally:
+        lock.close()  # (the kernel drops the lock with the file, or with the process)
+
+
+def _run_claimed(directory: Path, parsed: Sequence[tuple[str, Sequence[Any]]],
+                 points: Sequence[Point], configs: Mapping[str, dict[str, Any]], source: str,
+                 *, workers: int, scheduler: str | None, metric: str,
+                 progress: bool) -> SweepResult:
+    """The sweep, once this process holds ``directory``: run the points not done yet."""
     keys = [key for key, _ in parsed]
     ids = [point_id(point) for point in points]
     results: dict[str, PointResult | None] = {
