@@ -233,3 +233,25 @@ def test_cp_on_a_fast_network_is_compute_bound(uniform) -> None:
     assert gpu.compute_s == pytest.approx(2 * layers + edges
                                           + costs.optimizer_step_time_s(
                                               optimizer_params(model, parallel, 0)))
+
+
+def test_the_search_enumerates_cp_when_asked(tiny) -> None:
+    from distsim_gpu.scenarios.scenario import scenario_from_mapping
+    from distsim_gpu.scenarios.study.search import enumerate_strategies
+    scenario = scenario_from_mapping(tiny())
+    assert {s.cp for s in enumerate_strategies(scenario)} == {1}
+    found = enumerate_strategies(scenario, space={"cp": [1, 2], "micro_batch": [1]})
+    with_cp = [s for s in found if s.cp == 2]
+    assert with_cp and all(s.tp * s.cp * s.pp * s.dp == 8 and s.ep == 1 for s in with_cp)
+    assert "cp2" in with_cp[0].label()
+
+
+def test_the_lower_bound_stays_below_a_cp_iteration(tiny) -> None:
+    from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
+    from distsim_gpu.scenarios.study.search import iteration_bounds
+    data = tiny(parallelism={"tp": 2, "cp": 2, "pp": 2, "dp": 1},
+                training={"global_batch": 4})
+    scenario = scenario_from_mapping(data)
+    bound = iteration_bounds(scenario)
+    simulated = run_scenario(scenario).iteration_time_s
+    assert 0 < bound.lower_bound_s <= simulated
