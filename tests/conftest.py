@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +98,20 @@ def trace_corpus() -> TraceCorpus:
     if data is None:
         pytest.skip(_ABSENT.format("traces"))
     return TraceCorpus(data / "traces")
+
+
+@pytest.fixture(scope="session")
+def chakra_samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Chakra sample traces of ``shared/data/chakra``, unpacked once (``chakra.0.et``,
+    ``chakra.0.json``, ``small_chakra.0.json`` somewhere below); skipped where absent."""
+    data = _shared_data_dir("chakra")
+    if data is None:
+        pytest.skip(_ABSENT.format("chakra"))
+    folder = tmp_path_factory.mktemp("chakra")
+    for name in ("feeder_tests_trace.tar.gz", "json_trace.tar.gz"):
+        with tarfile.open(data / "chakra" / name) as archive:
+            archive.extractall(folder, filter="data")
+    return folder
 
 
 # ---------------------------------------------------------------------- small scenarios

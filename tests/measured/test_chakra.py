@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import tarfile
+import contextlib
 
 import pytest
 from distsim_gpu.measured.chakra import (
@@ -21,7 +21,7 @@ from distsim_gpu.measured.protowire import (
     encode_varint_field,
 )
 from distsim_gpu.simcore.errors import ParseError
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
@@ -113,13 +113,8 @@ def test_malformed_json_is_a_clear_error(text, words):
         parse_json(text, source="bad.json")
 
 
-def test_the_chakra_samples_read(shared_data, tmp_path):
-    chakra = shared_data / "chakra"
-    if not chakra.is_dir():
-        pytest.skip("shared/data/chakra is not present")
-    for name in ("feeder_tests_trace.tar.gz", "json_trace.tar.gz"):
-        with tarfile.open(chakra / name) as archive:
-            archive.extractall(tmp_path, filter="data")
+def test_the_chakra_samples_read(chakra_samples):
+    tmp_path = chakra_samples
     (binary,) = load_chakra([next(tmp_path.rglob("chakra.0.et"))])
     assert binary.version == "1.0.1" and len(binary.nodes) == 3664
     assert sum(n.type == 7 for n in binary.nodes) == 21
@@ -128,3 +123,19 @@ def test_the_chakra_samples_read(shared_data, tmp_path):
     assert parse_et(encode_et(binary), source="again").nodes == binary.nodes
     (json_form,) = load_chakra([next(tmp_path.rglob("chakra.0.json"))])
     assert len(json_form.nodes) == 3664
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_any_bytes_read_or_fail_cleanly(data):
+    with contextlib.suppress(ParseError):
+        parse_et(data, source="fuzz.et")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=60), st.integers(0, 400))
+def test_a_damaged_trace_reads_or_fails_cleanly(noise, at):
+    data = encode_et(_trace())
+    at = min(at, len(data))
+    with contextlib.suppress(ParseError):
+        parse_et(data[:at] + noise + data[at + len(noise):], source="damaged.et")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,8 @@ from distsim_gpu.topology.importers.ibnetdiscover import (
 from distsim_gpu.topology.importers.nccl_xml import parse_nccl_xml
 from distsim_gpu.topology.importers.nvidia_smi import parse_topo_matrix
 from distsim_gpu.topology.presets import PRESETS
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 DUMPS = Path(__file__).parent / "dumps"
 SIZES = size_series(8, 1 << 27, 32.0)
@@ -169,3 +172,13 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert "--node" in capsys.readouterr().err
     with pytest.raises(DistsimError):
         read_node_dump(tmp_path / "missing.txt")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=300), st.integers(0, 3000))
+def test_damaged_dumps_read_or_fail_cleanly(noise, at):
+    for good, parse in ((_GOOD, parse_topo_matrix), (_XML, parse_nccl_xml),
+                        (_IB, parse_ibnetdiscover)):
+        at = min(at, len(good))
+        with contextlib.suppress(ParseError):
+            parse(good[:at] + noise + good[at + len(noise):], source="fuzz")
