@@ -28,7 +28,8 @@ __all__ = ["CRITICAL_KINDS", "Meeting", "Meetings", "PathEntry", "RankGroup", "c
            "started"]
 
 #: What a stretch of the critical path is spent on.
-CRITICAL_KINDS = ("compute", "tp comm", "pp transfer", "dp comm", "ep comm", "bubble wait")
+CRITICAL_KINDS = ("compute", "tp comm", "pp transfer", "dp comm", "ep comm", "cp comm",
+                  "bubble wait")
 
 
 @dataclass(frozen=True, slots=True)
