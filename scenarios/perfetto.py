@@ -3,9 +3,11 @@
 The iteration traces a *rank group* — the tensor-parallel GPUs of one pipeline stage of one
 replica, which run the same kernels in lockstep — once, as one process.  A person looking
 for ``n3.gpu5`` wants it by name: :func:`per_gpu_chrome_trace` writes each rank group's
-spans once per member GPU (:meth:`simcore.trace.Tracer.to_chrome_trace` with ``expand``),
-GPUs in rank order, each with its streams (compute, tp comm, pp send, dp comm, …) as
-threads; a pipeline send's ``to`` names the peer GPU of the same tensor-parallel index.
+spans once per GPU it stands for — its members and, where data-parallel replicas were
+folded, its images' members, which ran the same events — with
+:meth:`simcore.trace.Tracer.to_chrome_trace`'s ``expand``: GPUs in rank order, each with
+its streams (compute, tp comm, pp send, dp comm, …) as threads; a pipeline send's ``to``
+names the peer GPU of the same place in its group.
 The run metadata follows: ``otherData.distsim.groups`` names one group per GPU (with the
 rank group it belongs to under ``rank_group``), so ``distsim trace summary`` and ``trace
 costs`` read the file back per GPU as before (:mod:`measured.distsim_trace`).
@@ -20,9 +22,12 @@ per rank group, as the simulation traced it, with the reason in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from distsim_gpu.scenarios.timelines import Timeline
 from distsim_gpu.simcore.trace import Tracer
+from distsim_gpu.workloads.iteration import GpuTimes
 
 __all__ = ["MAX_TRACE_EVENTS", "per_gpu_chrome_trace"]
 
@@ -31,16 +36,22 @@ __all__ = ["MAX_TRACE_EVENTS", "per_gpu_chrome_trace"]
 MAX_TRACE_EVENTS = 5_000_000
 
 
-def per_gpu_chrome_trace(tracer: Tracer, max_events: int = MAX_TRACE_EVENTS
+def per_gpu_chrome_trace(tracer: Tracer, timelines: Sequence[Timeline],
+                         per_gpu: Sequence[GpuTimes], max_events: int = MAX_TRACE_EVENTS
                          ) -> tuple[dict[str, Any], str]:
     """The Chrome trace of ``tracer`` with a track per GPU and stream, and a note ("" when
-    none): why it stayed per rank group."""
+    none): why it stayed per rank group.  ``timelines`` say which GPUs each traced rank
+    group stands for — its own and, folded, its images' (:mod:`scenarios.timelines`);
+    ``per_gpu`` each GPU's rank, stage and replica."""
     meta = tracer.metadata.get("distsim")
     groups = meta.get("groups") if isinstance(meta, dict) else None
-    if not isinstance(groups, dict) or not groups:
+    if not isinstance(groups, dict):
         return tracer.to_chrome_trace(), ""
-    expand = {name: list(g["gpus"]) for name, g in sorted(
-        groups.items(), key=lambda item: min(item[1]["ranks"]))}
+    expand = {t.name: list(t.gpus) for t in timelines if t.name in groups}
+    if not expand:
+        return tracer.to_chrome_trace(), ""
+    rank = {g.gpu: g.rank for g in per_gpu}
+    expand = dict(sorted(expand.items(), key=lambda item: min(rank[g] for g in item[1])))
     spans = sum(len(expand.get(s.process, (0,))) for s in tracer.spans)
     if spans > max_events:
         note = (f"trace.json has one track per rank group: one per GPU would hold {spans:,} "
@@ -49,9 +60,11 @@ def per_gpu_chrome_trace(tracer: Tracer, max_events: int = MAX_TRACE_EVENTS
         trace["otherData"]["distsim"] = {**meta, "tracks": "per rank group"}
         return trace, note
     trace = tracer.to_chrome_trace(expand=expand)
-    per_gpu = {gpu: {"stage": g["stage"], "replica": g["replica"], "gpus": [gpu],
-                     "ranks": [rank], "slowdown": g.get("slowdown", 1.0),
-                     "rank_group": name}
-               for name, g in groups.items() for gpu, rank in zip(g["gpus"], g["ranks"])}
-    trace["otherData"]["distsim"] = {**meta, "groups": per_gpu, "tracks": "per GPU"}
+    gpus = {g.gpu: g for g in per_gpu}
+    per_gpu_groups = {
+        gpu: {"stage": gpus[gpu].stage, "replica": gpus[gpu].replica, "gpus": [gpu],
+              "ranks": [gpus[gpu].rank], "slowdown": groups.get(name, {}).get("slowdown", 1.0),
+              "rank_group": name}
+        for name, members in expand.items() for gpu in members}
+    trace["otherData"]["distsim"] = {**meta, "groups": per_gpu_groups, "tracks": "per GPU"}
     return trace, ""

@@ -242,8 +242,6 @@ def _strategy(config: dict[str, Any]) -> str:
     parts = [f"tp {par.get('tp')} · pp {par.get('pp')} · dp {par.get('dp')}"]
     if par.get("ep", 1) > 1:
         parts[0] += f" · ep {par['ep']}"
-    if par.get("cp", 1) > 1:
-        parts[0] += f" · cp {par['cp']}"
     if par.get("pp", 1) > 1:
         schedule = f"{par.get('schedule')} schedule"
         if par.get("schedule") == "interleaved":
@@ -394,7 +392,8 @@ def write_output_dir(report: Report, directory: str | os.PathLike[str], *,
             header + yaml.safe_dump(report.config, sort_keys=False, allow_unicode=True),
             encoding="utf-8")
         if report.tracer is not None:
-            trace, note = per_gpu_chrome_trace(report.tracer)
+            trace, note = per_gpu_chrome_trace(report.tracer, report.timelines,
+                                               report.per_gpu)
             with open(staging / "trace.json", "w", encoding="utf-8") as handle:
                 # json.dump streams the encoding: no second copy of a large trace as text.
                 json.dump(trace, handle, separators=(",", ":"))

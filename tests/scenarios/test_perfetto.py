@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 from distsim_gpu.measured.summary import summarise
@@ -13,6 +14,8 @@ from distsim_gpu.measured.traces import load_traces
 from distsim_gpu.scenarios.perfetto import per_gpu_chrome_trace
 from distsim_gpu.scenarios.report import write_output_dir
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+from distsim_gpu.scenarios.timelines import Timeline
+from distsim_gpu.simcore.trace import Tracer
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +32,7 @@ def _processes(trace):
 
 
 def test_every_gpu_is_a_process_with_its_groups_spans_on_its_streams(traced):
-    trace, note = per_gpu_chrome_trace(traced.tracer)
+    trace, note = per_gpu_chrome_trace(traced.tracer, traced.timelines, traced.per_gpu)
     assert note == ""
     names = _processes(trace)
     gpus = [g.gpu for g in sorted(traced.per_gpu, key=lambda g: g.rank)]
@@ -76,10 +79,37 @@ def test_past_the_cap_the_trace_keeps_one_track_per_rank_group(traced):
     expanded = sum(len(groups[s.process]["gpus"]) if s.process in groups else 1
                    for s in traced.tracer.spans)
     assert spans < expanded < 2 * spans
-    assert per_gpu_chrome_trace(traced.tracer, max_events=expanded)[1] == ""
-    trace, note = per_gpu_chrome_trace(traced.tracer, max_events=expanded - 1)
+    assert per_gpu_chrome_trace(traced.tracer, traced.timelines, traced.per_gpu,
+                                max_events=expanded)[1] == ""
+    trace, note = per_gpu_chrome_trace(traced.tracer, traced.timelines, traced.per_gpu,
+                                max_events=expanded - 1)
     assert note == (f"trace.json has one track per rank group: one per GPU would hold "
                     f"{expanded:,} spans (over {expanded - 1:,})")
     assert trace["otherData"]["distsim"]["tracks"] == "per rank group"
     assert set(_processes(trace).values()) == {s.process for s in traced.tracer.spans} | {
         "links", "top links"}
+
+
+def test_a_folded_groups_spans_are_written_on_its_images_gpus_too():
+    # Rank group A (g0, g1) stands for its image (g4, g5); B (g2, g3) for (g6, g7).  A
+    # sends to B: on each copy the peer is B's GPU of the same place.
+    tracer = Tracer()
+    tracer.span("A", "compute", "fwd", 0.0, 1e-3)
+    tracer.span("A", "pp send", "F mb0", 1e-3, 2e-3, to="B")
+    tracer.metadata["distsim"] = {"groups": {
+        name: {"stage": s, "replica": 0, "gpus": list(g), "ranks": [int(x[1]) for x in g]}
+        for name, s, g in (("A", 0, ("g0", "g1")), ("B", 1, ("g2", "g3")))}}
+    timelines = [Timeline("A", 0, ("g0", "g1", "g4", "g5"), (), ()),
+                 Timeline("B", 1, ("g2", "g3", "g6", "g7"), (), ())]
+    per_gpu = [SimpleNamespace(gpu=f"g{r}", rank=r, stage=(r // 2) % 2, replica=r // 4)
+               for r in range(8)]
+    trace, note = per_gpu_chrome_trace(tracer, timelines, per_gpu)
+    names = _processes(trace)
+    assert note == "" and list(names.values()) == ["g0", "g1", "g4", "g5", "g2", "g3",
+                                                   "g6", "g7"]
+    sends = {names[e["pid"]]: e["args"]["to"] for e in trace["traceEvents"]
+             if e["ph"] == "X" and e["name"] == "F mb0"}
+    assert sends == {"g0": "g2", "g1": "g3", "g4": "g6", "g5": "g7"}
+    groups = trace["otherData"]["distsim"]["groups"]
+    assert groups["g5"] == {"stage": 0, "replica": 1, "gpus": ["g5"], "ranks": [5],
+                            "slowdown": 1.0, "rank_group": "A"}
