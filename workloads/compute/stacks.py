@@ -47,6 +47,9 @@ Stacks (``compute.stack``):
     element-wise chains (residual add + RMSNorm, SwiGLU) fused by Inductor, no dropout,
     gradients reduced in the parameters' dtype; ``precision: fp8`` as torchao's float8
     linear layers (casts as kernels of their own).
+``torch-eager``
+    The same model without ``torch.compile``: RMSNorm as PyTorch's composite of four
+    kernels, residual adds as kernels of their own, eager host dispatch.
 
 Sources of the efficiency figures are in :mod:`~distsim_gpu.workloads.compute.roofline`
 (``MATMUL_EFFICIENCY``, ``MEMORY_EFFICIENCY``, ``LAUNCH_OVERHEAD_S``) and here
@@ -201,6 +204,11 @@ STACKS: dict[str, Stack] = {
         "and FSDP2: SDPA flash attention, Inductor-fused element-wise chains; FP8 "
         "through torchao float8 linears", fp32_grad_accumulation=False, fp8_linear=True,
         host_overhead_s=COMPILED_HOST_OVERHEAD_S),
+    "torch-eager": Stack(
+        "torch-eager", "torchtitan without torch.compile: SDPA flash attention, PyTorch's "
+        "composite RMSNorm, SwiGLU and residual adds as separate eager kernels",
+        fused_norm=False, fused_bias_dropout_add=False, fp32_grad_accumulation=False,
+        host_overhead_s=EAGER_HOST_OVERHEAD_S),
 }
 DEFAULT_STACK = "megatron-core"
 

@@ -1,0 +1,91 @@
+"""Predict torchtitan's published Llama 3.1 throughput on H100 and compare.
+
+Reads ``torchtitan_llama3_h100_202412.csv`` from ../shared/data/training/torchtitan
+(never edited), turns each row into a scenario (``grand-teton-h100.yaml`` beside this file
+with the row's model, strategy, sequence and batch; the stack by the row's technique:
+``FSDP`` = ``torch-eager``, ``+torch.compile`` = ``torch-compile``, ``+Float8`` = fp8 linear
+layers), simulates one iteration and prints measured and predicted tokens/s per GPU.
+
+    python validation/torchtitan/run_torchtitan.py [--tables 1,3,4]
+
+Nothing is fitted.  Rows with context parallelism need ``parallelism.cp``; async TP is
+not modelled (its rows are simulated as plain TP and say so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_DATA = HERE.parents[2] / "shared" / "data" / "training" / "torchtitan"
+MODELS = {"Llama3.1-8B": "llama3-8b", "Llama3.1-70B": "llama3-70b",
+          "Llama3.1-405B": "llama3.1-405b"}
+RECOMPUTE = {"selective": "selective", "full": "full"}
+
+
+def scenario_for(row: dict[str, str]) -> dict[str, Any]:
+    """The base scenario with a row's model, strategy and technique."""
+    data = yaml.safe_load((HERE / "grand-teton-h100.yaml").read_text(encoding="utf-8"))
+    gpus, tp, pp, cp = (int(row[k]) for k in ("gpus", "tp", "pp", "cp"))
+    fsdp = int(row["fsdp"])
+    technique = row["technique"]
+    data["name"] = f"{row['source_table']} {technique}"
+    data["cluster"]["nodes"] = max(1, gpus // 8)
+    data["model"] = {"preset": MODELS[row["model"]]}
+    data["parallelism"] = {"tp": tp, "pp": pp, "dp": fsdp, "zero": 3, "fsdp": True,
+                           "sequence_parallel": tp > 1}
+    if cp > 1:
+        data["parallelism"]["cp"] = cp
+    if pp > 1:
+        interleaved = row["pp_schedule"].lower().startswith("interleaved")
+        data["parallelism"]["schedule"] = "interleaved" if interleaved else "1f1b"
+        if interleaved:
+            data["parallelism"]["interleave"] = 2
+    local = int(row["local_batch_size"])
+    data["training"] = {"micro_batch": 1 if pp > 1 else local,
+                        "global_batch": local * fsdp, "seq_len": int(row["seq_len"]),
+                        "recompute": RECOMPUTE[row["activation_checkpointing"]],
+                        "precision": "fp8" if "Float8" in technique else "bf16"}
+    data["compute"]["stack"] = "torch-compile" if "compile" in technique else "torch-eager"
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--tables", default="1,3,4", help="source tables to simulate")
+    args = parser.parse_args(argv)
+    tables = {f"Table{t.strip()}" for t in args.tables.split(",")}
+    print("| table | model | GPUs | fsdp·tp·pp·cp | technique | measured tok/s/GPU | "
+          "predicted | error |\n|---|---|---:|---|---|---:|---:|---:|")
+    errors = []
+    with open(args.data / "torchtitan_llama3_h100_202412.csv", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            if row["source_table"] not in tables:
+                continue
+            scenario = scenario_from_mapping(scenario_for(row), source=row["source_table"],
+                                             base_dir=HERE)
+            report = run_scenario(scenario, allow_oom=True)
+            predicted = report.tokens_per_s / report.num_gpus
+            measured = float(row["tps_per_gpu"])
+            error = 100 * (predicted / measured - 1)
+            errors.append(abs(error))
+            print(f"| {row['source_table']} | {row['model']} | {row['gpus']} | "
+                  f"{row['fsdp']}·{row['tp']}·{row['pp']}·{row['cp']} | {row['technique']} | "
+                  f"{measured:.0f} | {predicted:.0f} | {error:+.1f} % |", flush=True)
+    if errors:
+        print(f"\nmean |error| {statistics.fmean(errors):.1f} %, max {max(errors):.1f} % "
+              f"over {len(errors)} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
