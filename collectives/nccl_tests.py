@@ -26,6 +26,7 @@ from typing import Any
 
 from distsim_gpu.collectives.communicator import Communicator
 from distsim_gpu.collectives.params import CommParams
+from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.simulation import Simulation
@@ -146,7 +147,10 @@ def run_benchmark(
     redop = "sum" if op in ("all_reduce", "reduce_scatter", "reduce") else "none"
     root = 0 if op in ("broadcast", "reduce") else -1
     rows: list[BenchRow] = []
-    for requested in sizes:
+    reporter = progress.current()  # (a terminal's progress line, if the caller opened one)
+    for done, requested in enumerate(sizes):
+        if reporter is not None:
+            reporter.stage(done, len(sizes), "sizes")
         size, count = _aligned(int(requested), op, n, dtype_bytes)
         process = comm.collective(BENCH_OPS[op], group, size)
         sim.run(until=process)

@@ -12,23 +12,32 @@ import numbers
 
 import numpy as np
 import simpy
+import distsim_gpu.simcore.progress as progress_
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.network import FlowNetwork
 from distsim_gpu.simcore.trace import Tracer
 
 __all__ = ["CountingEnvironment", "Simulation"]
 
+_TICK_MASK = progress_.TICK_EVENTS - 1
+
 
 class CountingEnvironment(simpy.Environment):
-    """A simpy environment that counts the events it processes (for benchmarks)."""
+    """A simpy environment that counts the events it processes (for benchmarks), and
+    ticks ``progress`` (a :class:`~simcore.progress.Reporter`, if any) every
+    :data:`~simcore.progress.TICK_EVENTS` of them."""
 
-    def __init__(self, initial_time: float = 0) -> None:
+    def __init__(self, initial_time: float = 0, *,
+                 progress: progress_.Reporter | None = None) -> None:
         super().__init__(initial_time)
         self.events_processed = 0
+        self.progress = progress
 
     def step(self) -> None:
         super().step()  # raises EmptySchedule when there is nothing to process
         self.events_processed += 1
+        if not self.events_processed & _TICK_MASK and self.progress is not None:
+            self.progress.tick(self._now)
 
 
 class Simulation:
@@ -38,7 +47,7 @@ class Simulation:
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
             raise ConfigError(f"a seed must be a whole number >= 0, got {seed!r}", key="seed")
         self.seed = int(seed)
-        self.env = CountingEnvironment()
+        self.env = CountingEnvironment(progress=progress_.current())
         self.network = FlowNetwork(self.env)
         self.tracer = Tracer(enabled=trace)
         self.rng = np.random.default_rng(self.seed)

@@ -14,7 +14,12 @@ from distsim_gpu.collectives.nccl_tests import (
     run_benchmark,
     size_series,
 )
-from distsim_gpu.scenarios.cli.options import add_cluster_options, cluster_and_params
+from distsim_gpu.scenarios.cli.options import (
+    add_cluster_options,
+    add_quiet_option,
+    cluster_and_params,
+)
+from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.units import parse_size
 
 __all__ = ["add_parser", "handle"]
@@ -34,6 +39,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("-f", "--stepfactor", type=float, default=2.0,
                         help="multiply the size by this factor (default 2)")
     parser.add_argument("-d", "--datatype", choices=tuple(DTYPE_BYTES), default="float")
+    add_quiet_option(parser)
     parser.set_defaults(handler=handle)
     return parser
 
@@ -43,7 +49,8 @@ def handle(args: argparse.Namespace) -> int:
     topology, params = cluster_and_params(args)
     sizes = size_series(parse_size(args.minbytes, key="-b"), parse_size(args.maxbytes, key="-e"),
                         args.stepfactor)
-    rows = run_benchmark(topology, args.op, sizes, params=params, dtype=args.datatype)
+    with progress.reporting("nccl-tests", enabled=not args.quiet):
+        rows = run_benchmark(topology, args.op, sizes, params=params, dtype=args.datatype)
     if args.json:
         print(json.dumps({
             "op": args.op,

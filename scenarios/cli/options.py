@@ -26,6 +26,7 @@ __all__ = [
     "add_cluster_options",
     "add_log_options",
     "add_overrides_option",
+    "add_quiet_option",
     "add_trace_cluster_options",
     "cluster_and_params",
     "comm_file",
@@ -44,6 +45,13 @@ def add_overrides_option(parser: argparse.ArgumentParser, help_text: str) -> Non
     """``--set KEY=VALUE`` (repeatable), collected in ``args.overrides``."""
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         dest="overrides", help=help_text)
+
+
+def add_quiet_option(parser: argparse.ArgumentParser) -> None:
+    """``--quiet``: no progress line on a terminal (:mod:`simcore.progress`)."""
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress line (shown on a terminal for runs over a second: "
+                             "simulated time, events, an estimate of what is left)")
 
 
 def add_cluster_options(parser: argparse.ArgumentParser) -> None:

@@ -9,10 +9,12 @@ import sys
 import threading
 from typing import Any
 
-from distsim_gpu.scenarios.cli.options import add_overrides_option, overrides
+from distsim_gpu.scenarios.cli.options import add_overrides_option, add_quiet_option, overrides
 from distsim_gpu.scenarios.disruptions import analyse, format_incidents
 from distsim_gpu.scenarios.report import OutputResult, format_summary, write_output_dir
-from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+from distsim_gpu.scenarios.scenario import Scenario, load_scenario, run_scenario
+from distsim_gpu.scenarios.study.search import iteration_bounds
+from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.errors import ConfigError
 
 __all__ = ["add_parser", "handle"]
@@ -43,12 +45,21 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--allow-oom", action="store_true",
                         help="simulate even if a GPU's memory would not hold the "
                         "configuration")
+    add_quiet_option(parser)
     parser.set_defaults(handler=handle)
     return parser
 
 
 def _interrupt(_signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt
+
+
+def _estimate_s(scenario: Scenario) -> float | None:
+    """The iteration time :mod:`workloads.bounds` estimates, for the progress line only."""
+    try:
+        return iteration_bounds(scenario)[1]
+    except Exception:  # (an estimate is optional: never fail a run over it)
+        return None
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -64,7 +75,10 @@ def handle(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
     output: OutputResult | None = None
     try:
-        report = run_scenario(scenario, trace=trace, allow_oom=args.allow_oom)
+        with progress.reporting("run", enabled=not args.quiet) as reporter:
+            if reporter is not None:
+                reporter.expect(lambda: _estimate_s(scenario))
+            report = run_scenario(scenario, trace=trace, allow_oom=args.allow_oom)
         # Faults, stragglers' cost, jobs, goodput (scenarios.disruptions); None without.
         incidents = analyse(scenario, report)
         if args.out is not None:
