@@ -255,3 +255,32 @@ def test_the_lower_bound_stays_below_a_cp_iteration(tiny) -> None:
     bound = iteration_bounds(scenario)
     simulated = run_scenario(scenario).iteration_time_s
     assert 0 < bound.lower_bound_s <= simulated
+
+
+def test_a_slow_ring_is_exposed_by_what_the_blocks_do_not_hide(uniform) -> None:
+    """On a slow link each ring step's transfer outlasts its attention block: the main
+    stream waits (transfer − block) per step — one step forward, two backward (K/V, then
+    dK/dV) — and the critical path holds exactly those waits as cp comm."""
+    from distsim_gpu.collectives import CommParams, Communicator
+    from distsim_gpu.simcore.simulation import Simulation
+    model = model_from_mapping({"name": "one", "layers": 1, "hidden": 1024, "heads": 16,
+                                "seq_len": 2048, "vocab": 32000})
+    costs = RooflineCosts(uniform.gpu)
+    topology = build_cluster({"preset": "switch", "gpus": 2, "link_bandwidth": 2e9,
+                              "link_latency": 0})
+    parallel, training = ParallelConfig(cp=2), TrainingConfig(micro_batch=1, global_batch=1)
+    comm = CommParams(protocol="simple").ideal()
+    result = uniform.run(topology, parallel, training, model=model, costs=costs, comm=comm)
+    block = cp_message_bytes(model, parallel, training)
+    ring = Communicator(Simulation(0), topology, comm)
+    plan = ring.pairs_plan([("n0.gpu0", "n0.gpu1"), ("n0.gpu1", "n0.gpu0")], block)
+    transfer_s = ring.time_s(plan, block)
+    shard = {"micro_batch": 1, "seq_len": 1024, "tp": 1}
+    hidden_f = core_attention_time_s(costs, "fwd", model, **shard)
+    hidden_b = core_attention_time_s(costs, "bwd", model, **shard)
+    assert transfer_s > hidden_b > hidden_f  # the ring is the slow part here
+    unhidden = (transfer_s - hidden_f) + 2 * (transfer_s - hidden_b)
+    waits = [entry.duration_s for entry in result.critical_path if entry.kind == "cp comm"]
+    assert len(waits) == 3
+    assert sum(waits) == pytest.approx(unhidden, rel=1e-9)
+    assert result.per_gpu[0].exposed_communication_s >= unhidden
