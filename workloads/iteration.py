@@ -576,12 +576,12 @@ class _IterationSimulator:
         key = (op.pass_name, group.replica, op.microbatch, op.virtual_stage)
         target = self.groups[op.virtual_stage % self.spec.parallel.pp][group.replica]
         self._p2p_sent[key] = (self.env.now, (group, len(group.path)))
-        event = self._p2p.get(key)
-        if event is None:
-            event = self._p2p[key] = self.env.event()
+        waiting = self._p2p.get(key)  # the receiver's event, where it is there already
         start = self.env.now
-        if target is group:
-            event.succeed()  # the next chunk lives on this stage: nothing to move
+        if target is group:  # the next chunk lives on this stage: nothing to move
+            if waiting is None:
+                waiting = self._p2p[key] = self.env.event()
+            waiting.succeed()
             return
         plan = self._send_plans.get((group, target))
         if plan is None:
@@ -595,9 +595,14 @@ class _IterationSimulator:
             # ``to``: the receiver's GPUs are busy with the transfer too.
             self.sim.tracer.span(group.name, "pp send", f"{op.pass_name} mb{op.microbatch}",
                                  start, self.env.now, collective="send", to=target.name)
-            event.succeed()
+            if waiting is not None:
+                waiting.succeed()
 
         process.callbacks.append(arrive)
+        if waiting is None:
+            # The receiver is not there yet: it will wait on the transfer itself, after
+            # the accounting above (the callback before its own): one event fewer.
+            self._p2p[key] = process
 
     def _run_plans(self, lanes: list[list[str]], op: str, size: float,
                    tag: str, wait: int | None = None) -> simpy.Event:
