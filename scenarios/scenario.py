@@ -53,6 +53,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import hashlib
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -415,7 +416,8 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
         raise ConfigError(f"must be a cluster mapping, a preset or a file, got {cluster!r}",
                           key="cluster", source=source)
     try:
-        topology = cluster["view"] if "view" in cluster else build_cluster(cluster)
+        topology = (cluster["view"] if "view" in cluster
+                    else _seed_hashing(build_cluster(cluster), spec.get("simulation")))
     except DistsimError as error:
         raise locator.locate(error, cluster=True) from None
     if "jobs" in spec:
@@ -591,6 +593,21 @@ def _tiles(value: Any, key: str, source: str | None) -> tuple[tuple[int, int, fl
                               hint="whole tile sizes > 0 and an efficiency in (0, 1]")
         tiles.append((int(tile[0]), int(tile[1]), float(tile[2])))
     return tuple(tiles)
+
+
+def _seed_hashing(topology: Topology, simulation: Any) -> Topology:
+    """``topology`` (just built, no route taken yet) with ECMP's hashes drawn again for a
+    non-zero ``simulation.seed``: the seed is mixed into ``fabric.hash_seed``, as another
+    switch hash seed would be, so seed 0 keeps the fabric's own routes.  Static and
+    adaptive routing hash nothing.  (The seed itself is checked with the other keys.)"""
+    seed = simulation.get("seed", 0) if isinstance(simulation, Mapping) else 0
+    if (isinstance(seed, bool) or not isinstance(seed, int) or seed <= 0
+            or topology.routing.policy != "ecmp"):
+        return topology
+    digest = hashlib.blake2b(f"{topology.routing.hash_seed}|{seed}".encode(), digest_size=8)
+    topology.routing = replace(topology.routing,
+                               hash_seed=int.from_bytes(digest.digest(), "little") >> 1)
+    return topology
 
 
 def _straggler_factors(raw: Any, topology: Topology, seed: int, source: str | None,
