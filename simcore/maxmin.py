@@ -114,24 +114,28 @@ def _fill_local_minima(
         return rates, bottleneck
     num_links = capacity.size
     residual = capacity.astype(float, copy=True)
-    flows, links, mults = entry_flow, entry_link, entry_mult.astype(float, copy=False)
+    # Ideal links freeze nobody: leave their entries out (a flow with only those keeps inf).
+    finite = np.isfinite(residual[entry_link])
+    flows, links = entry_flow[finite], entry_link[finite]
+    mults = entry_mult[finite].astype(float, copy=False)
     lowest_of_flow = np.empty(num_flows)
     lowest_near_link = np.empty(num_links)
     with np.errstate(divide="ignore", invalid="ignore"):
         while flows.size:
             # Every link in ``links`` has weight > 0; the others' levels are not read.
+            # Residuals are clipped at 0, so levels are >= 0.
             level = residual / np.bincount(links, weights=mults, minlength=num_links)
             entry_level = level[links]
             lowest_of_flow.fill(np.inf)
             np.minimum.at(lowest_of_flow, flows, entry_level)
             lowest_near_link.fill(np.inf)
             np.minimum.at(lowest_near_link, links, lowest_of_flow[flows])
-            hit = entry_level <= lowest_near_link[links] * (1.0 + _TIE_RTOL)
-            hit &= entry_level < np.inf  # ideal links freeze nobody
-            if not hit.any():
-                break  # every remaining flow crosses only ideal links
+            lowest_near_link *= 1.0 + _TIE_RTOL
+            hit = entry_level <= lowest_near_link[links]
             frozen = flows[hit]
-            rates[frozen] = np.maximum(lowest_of_flow[frozen], 0.0)
+            if not frozen.size:
+                break  # cannot happen (the lowest level is a local minimum) but for nan
+            rates[frozen] = lowest_of_flow[frozen]
             bottleneck[frozen] = links[hit]
             leaving = rates[flows] < np.inf
             residual -= np.bincount(links[leaving],

@@ -75,6 +75,7 @@ class IncrementalMaxMin:
         # Per-link scratch, back to all False / inf between uses.
         self._link_mark = np.zeros(0, bool)
         self._link_floor = np.zeros(0)
+        self._link_pos = np.zeros(0, np.int64)  # read only where just written
         # Load per link as last checked (a link no check saw reads 0): only to skip
         # links that cannot be a bottleneck when looking ahead.
         self._load = np.zeros(0)
@@ -118,6 +119,7 @@ class IncrementalMaxMin:
         self._load = np.append(self._load, np.zeros(grow))
         self._link_mark = np.append(self._link_mark, np.zeros(grow, bool))
         self._link_floor = np.append(self._link_floor, np.full(grow, np.inf))
+        self._link_pos = np.append(self._link_pos, np.zeros(grow, np.int64))
         self._indexed = 0  # the index has a row per link: rebuilt before its next use
         if getattr(self, "_used", 0):
             used = slice(0, self._used)
@@ -254,7 +256,7 @@ class IncrementalMaxMin:
         """Put ``slots`` in S; returns those that were not in it yet (each once)."""
         fresh = slots[~in_s[slots]]
         if fresh.size > 1:
-            fresh = np.unique(fresh)
+            fresh = _distinct(fresh, self._slot_pos)
         in_s[fresh] = True
         return fresh
 
@@ -287,7 +289,7 @@ class IncrementalMaxMin:
             return links
         floor = self._link_floor
         np.minimum.at(floor, links, floors)
-        distinct = np.unique(links)
+        distinct = _distinct(links, self._link_pos)
         entries = self._entries_on(distinct)
         flow, link = self._e_flow[entries], self._e_link[entries]
         # nan (a new flow's rate) compares False: it is in S already.
@@ -343,7 +345,7 @@ class IncrementalMaxMin:
 
     def _local_links(self, changed: np.ndarray, links: np.ndarray) -> np.ndarray:
         """``links`` (all among ``changed``) as positions in ``changed``."""
-        position = np.zeros(self._capacity.size, np.int64)
+        position = self._link_pos
         position[changed] = np.arange(changed.size)
         return position[links]
 
@@ -443,3 +445,11 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The integers ``start .. start + count - 1`` of each pair, concatenated."""
     ends = np.cumsum(counts)
     return np.arange(ends[-1] if ends.size else 0) + np.repeat(starts - ends + counts, counts)
+
+
+def _distinct(values: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """``values`` (indices into ``scratch``) each once, without sorting: the last
+    occurrence of each keeps its place.  ``scratch`` is overwritten where indexed."""
+    order = np.arange(values.size)
+    scratch[values] = order
+    return values[scratch[values] == order]
