@@ -4,11 +4,12 @@ errors naming the key, reproducible resolved configurations, the report section.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.disruptions import analyse, format_incidents
-from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
+from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.errors import ConfigError, SimulationError
 
 MODEL = {"name": "gpt-tiny", "layers": 4, "hidden": 1024, "heads": 16, "seq_len": 1024,
@@ -134,3 +135,13 @@ def test_cli_run_prints_and_writes_the_section(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["incidents"]["faults"] == ["nic n1.nic3 down"]
     assert data["incidents"]["goodput"]["young_interval_s"] > 0
+
+
+FAULT_EXAMPLES = Path(__file__).resolve().parents[2] / "scenarios" / "examples" / "faults"
+
+
+def test_the_fault_examples_load():
+    nic = load_scenario(FAULT_EXAMPLES / "gpt3-one-nic-down.yaml")
+    assert "n5.nic3" not in {d.name for d in nic.topology.devices()}
+    jobs = load_scenario(FAULT_EXAMPLES / "two-jobs-oversubscribed.yaml")
+    assert [len(job.topology.gpus) for _, job in jobs.jobs] == [64, 64]
