@@ -188,7 +188,7 @@ def simulate_on_fabric(specs: Sequence[IterationSpec], faults: Iterable[Fault] =
     if alone:
         results = [simulate_iteration(specs[0])]
     else:
-        sim = Simulation(seed)
+        sim = Simulation(seed, trace=any(spec.trace for spec in specs))
         simulators = [_share(_IterationSimulator(
             replace(spec, fold_replicas=False, fold_exclusive_tp=False)), sim)
             for spec in specs]

@@ -15,6 +15,8 @@ from distsim_gpu.topology.faults import (
     fault_links,
     faults_from_list,
 )
+from distsim_gpu.workloads.iteration import IterationSpec, simulate_iteration
+from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -189,17 +191,33 @@ def test_fault_links_of_a_nic_are_its_network_port():
     assert sorted(links) == [("leaf0", "n1.nic2"), ("n1.nic2", "leaf0")]
 
 
-_TREE = tree("adaptive", nodes=4)
-_FABRIC_LINKS = sorted({tuple(sorted(link.id)) for link in _TREE.links()
+_TREES = {routing: tree(routing, nodes=4) for routing in ("adaptive", "dmodk", "ecmp")}
+_FABRIC_LINKS = sorted({tuple(sorted(link.id)) for link in _TREES["dmodk"].links()
                         if link.kind == "network"})
-_HEALTHY_S = all_reduce_s(_TREE)
+_HEALTHY_S = {routing: all_reduce_s(topo) for routing, topo in _TREES.items()}
 
 
-@settings(max_examples=12, deadline=None)
-@given(cut=st.sampled_from(_FABRIC_LINKS), kind=st.sampled_from(["down", "degraded"]),
-       factor=st.floats(0.05, 1.0))
-def test_removing_or_degrading_a_link_never_makes_a_job_faster(cut, kind, factor):
+@settings(max_examples=15, deadline=None)
+@given(routing=st.sampled_from(sorted(_TREES)), cut=st.sampled_from(_FABRIC_LINKS),
+       kind=st.sampled_from(["down", "degraded"]), factor=st.floats(0.05, 1.0))
+def test_removing_or_degrading_a_link_never_makes_a_ring_faster(routing, cut, kind, factor):
     spec = {"target": "link", "name": f"{cut[0]} -> {cut[1]}", "kind": kind}
     if kind == "degraded":
         spec["bandwidth_factor"] = factor
-    assert all_reduce_s(faulted(_TREE, spec)) >= _HEALTHY_S * (1 - 1e-9)
+    assert all_reduce_s(faulted(_TREES[routing], spec)) >= _HEALTHY_S[routing] * (1 - 1e-9)
+
+
+def iteration_s(topo, uniform):
+    """A 3D-parallel iteration over the whole tree: TP in nodes, PP and DP across."""
+    spec = IterationSpec(topo, uniform.model, ParallelConfig(tp=8, pp=2, dp=2),
+                         TrainingConfig(micro_batch=1, global_batch=8), uniform.costs,
+                         uniform.gpu, comm=CommParams(protocol="simple"))
+    return simulate_iteration(spec).iteration_time_s
+
+
+@settings(max_examples=6, deadline=None)
+@given(cut=st.sampled_from(_FABRIC_LINKS), routing=st.sampled_from(["adaptive", "dmodk"]))
+def test_removing_a_link_never_makes_an_iteration_faster(cut, routing, uniform):
+    healthy = iteration_s(_TREES[routing], uniform)
+    after = faulted(_TREES[routing], {"target": "link", "name": f"{cut[0]} -> {cut[1]}"})
+    assert iteration_s(after, uniform) >= healthy * (1 - 1e-9)
