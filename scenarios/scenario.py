@@ -101,7 +101,11 @@ from distsim_gpu.workloads.parallel import (
     parallel_from_mapping,
     training_from_mapping,
 )
-from distsim_gpu.workloads.stragglers import StragglerModel, straggler_model_from_mapping
+from distsim_gpu.workloads.stragglers import (
+    STRAGGLER_KEYS,
+    StragglerModel,
+    straggler_model_from_mapping,
+)
 from distsim_gpu.workloads.traffic import seq_len_of
 
 __all__ = [
@@ -491,8 +495,10 @@ def _jobs_scenario(spec: dict[str, Any], topology: Topology, source: str | None,
     scenario itself is the first job's, holding them all (scenarios.disruptions)."""
     for key in ("model", "parallelism", "training", "stragglers"):
         if key in spec:
-            raise ConfigError(f"with 'jobs', '{key}' belongs to each job", key=key,
-                              source=source, hint="move it into the jobs' entries")
+            raise ConfigError(f"with 'jobs', '{key}' belongs to each job" if key != "stragglers"
+                              else "stragglers are not modelled with 'jobs' yet", key=key,
+                              source=source, hint="move it into the jobs' entries"
+                              if key != "stragglers" else "run each job on its own")
     faults = faults_from_list(spec.get("faults"), topology, source=source)
     topology = apply_faults(topology, faults)
 
@@ -615,7 +621,7 @@ def _straggler_factors(raw: Any, topology: Topology, seed: int, source: str | No
     """Per-GPU factors as written, or drawn from ``seed`` when ``stragglers`` holds
     ``jitter`` or ``slow_nodes`` (workloads.stragglers); the model they came from."""
     mapping = check_mapping(raw, key="stragglers", source=source, optional=True)
-    if not any(key in mapping for key in ("jitter", "slow_nodes", "attribute")):
+    if not any(str(key).partition(".")[0] in STRAGGLER_KEYS for key in mapping):
         return _stragglers(raw, topology, source), None
 
     def unknown(name: str, key: str) -> None:

@@ -25,7 +25,9 @@ and routing is what the fabric has settled to:
 * a GPU or a node lost stops the job: :func:`check_job_survives` raises, naming it.
 
 **At a time** (:func:`inject_faults`) a fault changes the flow network while the job runs:
-a degraded link's capacity drops at ``at_s`` (flows re-solved then); a down link or
+a degraded link's capacity drops at ``at_s`` (flows re-solved then), whatever the routing
+policy — the flows in flight keep their paths, so adaptive routing's steering around a
+degraded link is modelled for faults from the start only; a down link or
 switch stalls the flows crossing it for the time the fabric takes to re-route
 (``subnet_manager_delay_s`` with static routing, 0 with adaptive routing), after which the
 flows in flight finish at the link's former rate — the approximation that a spare path of

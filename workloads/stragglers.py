@@ -117,7 +117,7 @@ def straggler_model_from_mapping(raw: Any, gpus: Iterable[str], *, source: str |
                                  ) -> StragglerModel:
     """A ``stragglers:`` mapping: GPU names with factors, and ``jitter``, ``slow_nodes``,
     ``attribute``.  ``check_gpu(name, key)`` raises for a name that is no GPU."""
-    mapping = check_mapping(raw, key=prefix, source=source, optional=True)
+    mapping = _nested(check_mapping(raw, key=prefix, source=source, optional=True))
     known = set(gpus)
     fixed: dict[str, float] = {}
     values: dict[str, Any] = {}
@@ -148,6 +148,24 @@ def straggler_model_from_mapping(raw: Any, gpus: Iterable[str], *, source: str |
             fixed[str(name)] = check_number(value, key=key, above=True, source=source,
                                             hint="a slowdown factor, e.g. 1.2: 20 % slower")
     return StragglerModel(fixed=fixed, **values)
+
+
+def _nested(mapping: Mapping[Any, Any]) -> dict[Any, Any]:
+    """``--set stragglers.jitter.sigma=0.1`` arrives as the key ``jitter.sigma`` (GPU names
+    hold dots, so everything after ``stragglers.`` is one key): nest it back."""
+    nested: dict[Any, Any] = {}
+    for name, value in mapping.items():
+        head, dot, rest = str(name).partition(".")
+        if dot and head in ("jitter", "slow_nodes"):
+            inner = nested.setdefault(head, {})
+            if isinstance(inner, dict):
+                inner[rest] = value
+                continue
+        if isinstance(value, Mapping) and isinstance(nested.get(name), dict):
+            nested[name] = {**value, **nested[name]}
+        else:
+            nested[name] = value
+    return nested
 
 
 @dataclass(frozen=True, slots=True)

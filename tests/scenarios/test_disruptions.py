@@ -145,3 +145,14 @@ def test_the_fault_examples_load():
     assert "n5.nic3" not in {d.name for d in nic.topology.devices()}
     jobs = load_scenario(FAULT_EXAMPLES / "two-jobs-oversubscribed.yaml")
     assert [len(job.topology.gpus) for _, job in jobs.jobs] == [64, 64]
+
+
+def test_straggler_distributions_by_set_and_not_with_jobs():
+    by_set = scenario_from_mapping(base(), overrides=[("stragglers.jitter.sigma", 0.05),
+                                                      ("simulation.seed", 4)])
+    written = scenario_from_mapping(base(stragglers={"jitter": {"sigma": 0.05}},
+                                         simulation={"seed": 4}))
+    assert by_set.stragglers == written.stragglers and len(by_set.stragglers) == 16
+    with pytest.raises(ConfigError, match="not modelled") as info:
+        scenario_from_mapping(jobs_mapping(stragglers={"jitter": {"sigma": 0.1}}))
+    assert info.value.key == "stragglers"
