@@ -138,7 +138,10 @@ def _check_expansion(root: yaml.Node) -> None:
 
 
 def _compose(text: str, source: str) -> tuple[BoundedLoader, yaml.Node | None]:
-    loader = BoundedLoader(text)
+    try:
+        loader = BoundedLoader(text)  # (the reader checks the characters here already)
+    except yaml.YAMLError as error:
+        raise _parse_error(error, source) from None
     try:
         node = loader.get_single_node()
         if node is not None:

@@ -47,8 +47,8 @@ def test_different_sweep_into_a_running_ones_folder_is_refused(scenario, tmp_pat
     run_sweep(scenario, [GRID], out_dir=out, workers=1, progress=False)
     held = _hold(out)
     try:
-        with pytest.raises(ConfigError, match="a different sweep is running into it: "
-                                              "--grid cluster.link_bandwidth"):
+        with pytest.raises(ConfigError, match=r"a different sweep is running into it: "
+                                              r"--grid cluster\.link_bandwidth"):
             run_sweep(scenario, ["cluster.link_bandwidth=50 GB/s,400 GB/s"], out_dir=out,
                       workers=1, progress=False)
     finally:

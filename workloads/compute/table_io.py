@@ -201,7 +201,11 @@ def _read_csv(text: str, name: str) -> tuple[TableHeader, tuple[CostRow, ...]]:
                 header_data[key] = value.strip()
                 header_lines[key] = number
             continue
-        cells = next(csv.reader([raw_line]))
+        try:
+            cells = next(csv.reader([raw_line]))
+        except csv.Error as error:  # (a field past csv's 128 KiB limit, a NUL byte)
+            raise ParseError(f"cannot read this CSV line: {error}", source=name,
+                             line=number) from None
         cells = [c.strip() for c in cells]
         if columns is None:
             for column in cells:
@@ -272,8 +276,8 @@ def _row(data: Mapping[str, Any], header: TableHeader, name: str, line: int,
     ints: dict[str, int] = {}
     for column in _INT_COLUMNS:
         value = data[column]
-        if isinstance(value, str) and value.strip().isdigit():
-            value = int(value.strip())
+        if isinstance(value, str) and re.fullmatch(r"[0-9]{1,18}", value.strip()):
+            value = int(value.strip())  # (ASCII digits only; 5,000 would pass int()'s limit)
         ints[column] = check_whole(value, key=where(column), source=name, line=line,
                                    error=ParseError)
     sp_raw = data.get("sequence_parallel", False)
