@@ -36,6 +36,7 @@ from distsim_gpu.topology.faults import check_job_survives
 from distsim_gpu.workloads.goodput import (
     CHECKPOINT_BYTES_PER_PARAM,
     CheckpointSweep,
+    checkpoint_flows_s,
     checkpoint_sweep,
     checkpoint_time_s,
     system_mtbf_s,
@@ -60,7 +61,8 @@ __all__ = [
 ]
 
 JOB_KEYS = ("name", "model", "parallelism", "training", "placement")
-GOODPUT_KEYS = ("mtbf", "restart", "storage_bandwidth", "horizon", "checkpoint_bytes_per_param")
+GOODPUT_KEYS = ("mtbf", "restart", "storage_bandwidth", "horizon", "checkpoint_bytes_per_param",
+                "storage_nodes")
 MTBF_KINDS = ("gpu", "node", "nic", "switch")
 # The scenario keys every job of a ``jobs:`` scenario shares.
 _SHARED_KEYS = ("compute", "communication", "simulation", "description")
@@ -75,9 +77,11 @@ class GoodputSpec:
     storage_bandwidth_bytes_per_s: float = 100e9
     horizon_s: float = 365 * 24 * 3600.0
     checkpoint_bytes_per_param: float = CHECKPOINT_BYTES_PER_PARAM
+    storage_nodes: tuple[int, ...] = ()  # nodes of the cluster the checkpoint is sent to
 
     def to_dict(self) -> dict[str, Any]:
         return {"mtbf": dict(self.mtbf_s), "restart": self.restart_s,
+                "storage_nodes": list(self.storage_nodes),
                 "storage_bandwidth": self.storage_bandwidth_bytes_per_s,
                 "horizon": self.horizon_s,
                 "checkpoint_bytes_per_param": self.checkpoint_bytes_per_param}
@@ -108,11 +112,28 @@ def goodput_from_mapping(raw: Any, *, source: str | None = None) -> GoodputSpec 
         values["horizon_s"] = check_number(
             parse_duration(spec["horizon"], key="goodput.horizon", source=source),
             key="goodput.horizon", above=True, source=source)
+    if "storage_nodes" in spec:
+        values["storage_nodes"] = _nodes(spec["storage_nodes"], source)
     if "checkpoint_bytes_per_param" in spec:
         values["checkpoint_bytes_per_param"] = check_number(
             spec["checkpoint_bytes_per_param"], key="goodput.checkpoint_bytes_per_param",
             above=True, source=source)
     return GoodputSpec(**values)
+
+
+def _nodes(raw: Any, source: str | None) -> tuple[int, ...]:
+    """``[3, n4]``: node indices, written bare or as ``n<index>``."""
+    if not isinstance(raw, list):
+        raise ConfigError("must be a list of nodes", key="goodput.storage_nodes",
+                          source=source, hint="e.g. [n14, n15]")
+    nodes = []
+    for i, item in enumerate(raw):
+        text = str(item).removeprefix("n")
+        if isinstance(item, bool) or not text.isdigit():
+            raise ConfigError(f"not a node: {item!r}", key=f"goodput.storage_nodes[{i}]",
+                              source=source, hint="a node index, e.g. 15 or n15")
+        nodes.append(int(text))
+    return tuple(nodes)
 
 
 def jobs_from_list(raw: Any, spec: Mapping[str, Any], topology: Topology,
@@ -187,11 +208,29 @@ def goodput_sweep(goodput: GoodputSpec, topology: Topology, gpus: Sequence[str],
     mtbf = system_mtbf_s({kind: (counts[kind], m) for kind, m in goodput.mtbf_s.items()})
     writers = [sum(topology.link(*_uplink(topology, nic)).bandwidth_bytes_per_s
                    for nic in topology.nics_on_node(node)) for node in nodes]
-    delta = checkpoint_time_s(params * goodput.checkpoint_bytes_per_param,
-                              goodput.storage_bandwidth_bytes_per_s,
+    size = params * goodput.checkpoint_bytes_per_param
+    delta = checkpoint_time_s(size, goodput.storage_bandwidth_bytes_per_s,
                               [w for w in writers if w > 0])
+    if goodput.storage_nodes:
+        delta = max(delta, checkpoint_flows_s(topology, gpus,
+                                              _storage_gpus(topology, goodput, nodes), size))
     return checkpoint_sweep(iteration_s, delta, goodput.restart_s, mtbf,
                             max(goodput.horizon_s, 100 * mtbf), seed=seed)
+
+
+def _storage_gpus(topology: Topology, goodput: GoodputSpec, job_nodes: Sequence[int],
+                  ) -> list[str]:
+    """The GPUs standing for the storage nodes' memory: the endpoints of the writes."""
+    gpus: list[str] = []
+    for i, node in enumerate(goodput.storage_nodes):
+        key = f"goodput.storage_nodes[{i}]"
+        if node in job_nodes:
+            raise ConfigError(f"node {node} runs the job; storage nodes are other nodes",
+                              key=key, hint="with jobs: a node no job is placed on")
+        if not topology.gpus_on_node(node):
+            raise ConfigError(f"no node {node} in the cluster", key=key)
+        gpus.extend(topology.gpus_on_node(node))
+    return gpus
 
 
 def _uplink(topology: Topology, nic: str) -> tuple[str, str]:

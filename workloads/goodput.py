@@ -1,7 +1,9 @@
 """Goodput over a whole job: failures, checkpoints, restarts, lost work.
 
 A long training job runs iterations of a simulated length ``T``; every ``k`` iterations it
-writes a checkpoint, which stops training for ``δ`` (:func:`checkpoint_time_s`).  A
+writes a checkpoint, which stops training for ``δ``: its bytes through the storage's
+bandwidth (:func:`checkpoint_time_s`), and, where the cluster has storage nodes, as flows
+from every GPU of the job to them over the fabric (:func:`checkpoint_flows_s`).  A
 component fails now and then — each kind (GPU, node, NIC, switch) with its own mean time
 between failures, failures independent and memoryless, so the job as a whole fails at the
 summed rate ``1/M = Σ count_i / MTBF_i`` (:func:`system_mtbf_s`).  A failure throws away
@@ -33,12 +35,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.simcore.config import check_number, check_whole
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.simulation import Simulation
+from distsim_gpu.topology import Topology
 
 __all__ = [
     "CHECKPOINT_BYTES_PER_PARAM",
     "CheckpointSweep",
     "GoodputResult",
+    "checkpoint_flows_s",
     "checkpoint_sweep",
     "checkpoint_time_s",
     "daly_interval_s",
@@ -75,6 +82,33 @@ def checkpoint_time_s(checkpoint_bytes: float, storage_bandwidth_bytes_per_s: fl
         share = checkpoint_bytes / len(writer_bandwidths_bytes_per_s)
         time_s = max(time_s, max(share / b for b in writer_bandwidths_bytes_per_s))
     return time_s
+
+
+def checkpoint_flows_s(topology: Topology, writers: Sequence[str],
+                       storage_gpus: Sequence[str], checkpoint_bytes: float,
+                       comm: CommParams | None = None) -> float:
+    """How long writing a checkpoint takes as flows: every writer GPU sends its equal share
+    of ``checkpoint_bytes`` (a fully sharded save, as Megatron-Core's distributed
+    checkpointing spreads it over the data-parallel ranks) at once to a storage node's GPU
+    of the same local index (its NIC's rail: round robin over the storage nodes), sharing
+    the fabric max-min fairly; the time the last byte lands."""
+    if not writers or not storage_gpus:
+        raise ConfigError("a checkpoint write needs writers and storage nodes",
+                          key="goodput.storage_nodes")
+    by_index: dict[int, list[str]] = {}
+    for gpu in storage_gpus:
+        by_index.setdefault(topology.device(gpu).index, []).append(gpu)
+    sim = Simulation()
+    communicator = Communicator(sim, topology, comm)
+    share = checkpoint_bytes / len(writers)
+    used: dict[int, int] = {}
+    for writer in writers:
+        index = topology.device(writer).index
+        targets = by_index.get(index) or list(storage_gpus)
+        turn = used[index] = used.get(index, -1) + 1
+        communicator.send(writer, targets[turn % len(targets)], share)
+    sim.run()
+    return sim.now
 
 
 def young_interval_s(checkpoint_s: float, mtbf_s: float) -> float:

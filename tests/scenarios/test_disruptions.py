@@ -156,3 +156,23 @@ def test_straggler_distributions_by_set_and_not_with_jobs():
     with pytest.raises(ConfigError, match="not modelled") as info:
         scenario_from_mapping(jobs_mapping(stragglers={"jitter": {"sigma": 0.1}}))
     assert info.value.key == "stragglers"
+
+
+def test_goodput_with_storage_nodes_beside_a_job():
+    data = jobs_mapping()
+    data["jobs"] = data["jobs"][:1]
+    data["goodput"] = {"mtbf": {"gpu": "50000 h"}, "storage_nodes": ["n3"],
+                       "storage_bandwidth": "10 TB/s"}
+    scenario = scenario_from_mapping(data)
+    incidents = analyse(scenario, run_scenario(scenario))
+    params = scenario.model.total_params()
+    nic_s = params * 14 / (8 * 25e9)  # the storage node's eight 200 Gb/s NICs
+    assert incidents.goodput.checkpoint_s == pytest.approx(nic_s, rel=0.1)
+    data["goodput"]["storage_nodes"] = [0]
+    scenario = scenario_from_mapping(data)
+    with pytest.raises(ConfigError, match="runs the job") as info:
+        analyse(scenario, run_scenario(scenario))
+    assert info.value.key == "goodput.storage_nodes[0]"
+    data["goodput"]["storage_nodes"] = "n3"
+    with pytest.raises(ConfigError, match="list"):
+        scenario_from_mapping(data)

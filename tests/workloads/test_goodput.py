@@ -80,3 +80,26 @@ def test_closed_forms_and_inputs():
         checkpoint_time_s(1e12, 0.0)
     with pytest.raises(ConfigError):
         goodput(1.0, 0, 10.0, 10.0, HOUR, 10 * HOUR)
+
+
+def test_checkpoint_as_flows_is_bound_by_the_storage_nodes_nics():
+    from distsim_gpu.collectives import CommParams
+    from distsim_gpu.topology import build_cluster
+    from distsim_gpu.workloads.goodput import checkpoint_flows_s
+
+    topo = build_cluster({"preset": "dgx-a100", "nodes": 4, "fabric": "fat-tree"})
+    writers = [g for g in topo.gpus if topo.node_of(g) < 3]
+    storage = list(topo.gpus_on_node(3))
+    size = 24 * 2**30
+    nic = topo.link("leaf0", "n3.nic0").bandwidth_bytes_per_s
+    ideal = CommParams(protocol="simple").ideal()
+    # 24 writers, 3 per rail into one storage node: its 8 NICs take all the bytes.
+    t = checkpoint_flows_s(topo, writers, storage, size, ideal)
+    assert t == pytest.approx(size / (8 * nic), rel=1e-3)
+    # Two storage nodes take it twice as fast (the writers' NICs are not the limit).
+    two = list(topo.gpus_on_node(2)) + storage
+    t2 = checkpoint_flows_s(topo, [g for g in topo.gpus if topo.node_of(g) < 2], two, size,
+                            ideal)
+    assert t2 == pytest.approx(size / (16 * nic), rel=1e-3)
+    with pytest.raises(ConfigError):
+        checkpoint_flows_s(topo, writers, [], size)
