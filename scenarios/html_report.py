@@ -71,7 +71,7 @@ _GiB = 2.0**30
 # Bars per GPU up to this many GPUs; beyond, per group of GPUs with the same times.
 _MAX_GPU_BARS = 64
 # A timeline is drawn at about this many pixels across: finer detail is joined.
-_PIXELS = 3000
+_PIXELS = 2000
 # A legend in one line above a short figure, right-aligned (the title is on the left).
 _LEGEND_ABOVE = {"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right",
                  "x": 1.0}
