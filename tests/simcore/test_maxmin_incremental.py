@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+from distsim_gpu.simcore import maxmin_incremental
 from distsim_gpu.simcore.maxmin import solve_max_min
 from distsim_gpu.simcore.maxmin_incremental import IncrementalMaxMin
 from hypothesis import given, settings
@@ -146,3 +147,79 @@ def test_links_added_later_take_part():
     b = add(solver, {0: 1.0, 1: 1.0})
     solver.solve()
     assert (solver.rate(a), solver.rate(b)) == (0.75, 0.25)
+
+
+@st.composite
+def hard_histories(draw):
+    """As :func:`histories`, with links of capacity 0 and flows that end in the step
+    after they start, so arrivals and departures interleave."""
+    caps, steps = draw(histories())
+    zero = draw(st.lists(st.booleans(), min_size=caps.size, max_size=caps.size))
+    caps = np.where(np.array(zero) & (np.arange(caps.size) % 3 == 0), 0.0, caps)
+    return caps, steps
+
+
+def assert_max_min(caps: np.ndarray, flows: list[dict[int, float]], rates: np.ndarray):
+    """No link above its capacity; every flow of finite rate has a saturated link on
+    which no flow is faster (the max-min characterisation), within 1e-9."""
+    load = np.zeros(caps.size)
+    for flow, rate in zip(flows, rates):
+        if np.isfinite(rate):
+            for link, mult in flow.items():
+                load[link] += mult * rate
+    assert np.all(load <= caps * (1 + 1e-9) + 1e-300)
+    for flow, rate in zip(flows, rates):
+        if not np.isfinite(rate):
+            assert all(np.isinf(caps[link]) for link in flow)
+            continue
+        assert any(np.isfinite(caps[link]) and load[link] >= caps[link] * (1 - 1e-9)
+                   and all(rate >= other * (1 - 1e-9) for g, other in zip(flows, rates)
+                           if link in g)
+                   for link in flow), (flow, rate)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hard_histories())
+def test_every_step_is_feasible_and_max_min_fair_also_with_zero_capacity(history):
+    caps, steps = history
+    solver = IncrementalMaxMin(caps)
+    alive: dict[int, dict[int, float]] = {}
+    for starts, ends in steps:
+        for handle, end in zip(list(alive), ends):
+            if end:
+                solver.remove(handle)
+                del alive[handle]
+        for flow in starts:
+            alive[add(solver, flow)] = flow
+        solver.solve()
+        if alive:
+            rates = np.array([solver.rate(h) for h in alive])
+            assert_max_min(caps, list(alive.values()), rates)
+            assert_same(rates, scratch(caps, list(alive.values())))
+
+
+@pytest.mark.parametrize("small", [False, True])
+def test_many_flows_on_a_two_level_tree_equal_a_solve_from_scratch(small, monkeypatch):
+    # Ties (equal capacities), flows ending in batches; ``small``: the link index is
+    # rebuilt and the entries compacted every few steps.
+    if small:
+        monkeypatch.setattr(maxmin_incremental, "_UNINDEXED_MAX", 8)
+        monkeypatch.setattr(maxmin_incremental, "_COMPACT_MIN", 16)
+    rng = np.random.default_rng(3)
+    caps = np.concatenate([rng.choice([1.0, 2.0, 3.5], size=64), np.full(8, 6.0), [10.0]])
+    solver = IncrementalMaxMin(caps)
+    alive: dict[int, dict[int, float]] = {}
+    for _step in range(60):
+        for _ in range(int(rng.integers(0, 80))):
+            a, b = rng.choice(32, size=2, replace=False)
+            flow = {int(a): 1.0, 32 + int(b): 1.0}
+            if a // 8 != b // 8:
+                flow.update({64 + int(a) // 8: 1.0, 64 + int(b) // 8: 2.0, 72: 1.0})
+            alive[add(solver, flow)] = flow
+        for handle in [h for h in alive if rng.random() < 0.3]:
+            solver.remove(handle)
+            del alive[handle]
+        solver.solve()
+        rates = np.array([solver.rate(h) for h in alive])
+        assert_same(rates, scratch(caps, list(alive.values())))
+    assert solver.rounds >= 60

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from distsim_gpu.simcore.maxmin import max_min_fair, solve_max_min
+from distsim_gpu.simcore.maxmin import _fill, _fill_local_minima, max_min_fair, solve_max_min
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -141,3 +141,52 @@ def test_array_form_agrees_with_convenience_form(instance):
         len(flows),
     )
     assert rates.tolist() == max_min_fair(flows, caps)
+
+
+def _arrays(flows, caps):
+    entries = [(f, link, float(m)) for f, flow in enumerate(flows) for link, m in flow.items()]
+    return (np.array([e[0] for e in entries], dtype=np.int64),
+            np.array([e[1] for e in entries], dtype=np.int64),
+            np.array([e[2] for e in entries]),
+            np.array([caps[i] for i in range(len(caps))]))
+
+
+zero_or_capacities = st.one_of(capacities, st.just(0.0))
+
+
+@st.composite
+def instances_with_zero_links(draw):
+    """As :func:`instances`, some links of capacity 0 (a flow over one gets rate 0)."""
+    num_links = draw(st.integers(1, 12))
+    caps = draw(st.lists(zero_or_capacities, min_size=num_links, max_size=num_links))
+    flows = draw(st.lists(
+        st.dictionaries(st.integers(0, num_links - 1), multiplicities, min_size=1),
+        min_size=1, max_size=30))
+    return flows, dict(enumerate(caps))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(instances(), instances_with_zero_links()))
+def test_filling_by_local_minima_equals_progressive_filling(instance):
+    # The incremental solver fills its subsets by local minima (many links per round);
+    # the rates must be those of progressive filling (one level per round).
+    flows, caps = instance
+    arrays = _arrays(flows, caps)
+    want, _ = _fill(*arrays, len(flows))
+    got, bottleneck = _fill_local_minima(*arrays, len(flows))
+    assert np.array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-12, atol=0)
+    # Each finite rate names a bottleneck among its flow's links.
+    for f, flow in enumerate(flows):
+        assert (bottleneck[f] in flow) == bool(np.isfinite(got[f]))
+
+
+def test_local_minima_by_hand():
+    # Three separate links at three levels (they freeze in one round), and a chain: link
+    # 3 (3 B/s over two flows) freezes first at 1.5, then flow 5 takes what link 4 has
+    # left, 5 - 1.5.
+    caps = {0: 1.0, 1: 2.0, 2: 4.0, 3: 3.0, 4: 5.0}
+    flows = [{0: 1}, {1: 1}, {2: 1}, {3: 1, 4: 1}, {3: 1}, {4: 1}]
+    rates, _ = _fill_local_minima(*_arrays(flows, caps), len(flows))
+    assert rates.tolist() == [1.0, 2.0, 4.0, 1.5, 1.5, 3.5]
