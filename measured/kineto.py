@@ -203,6 +203,8 @@ class KinetoReader:
             self.skips.add(_bad_event_note(index, event, ts, dur))
             return
         category = event.get("cat")
+        if type(category) is not str:  # (a list or object here is not a category)
+            category = None
         args = event.get("args")
         if type(args) is not dict:
             args = {}

@@ -176,3 +176,20 @@ def test_nccl_tests_size_count_closed_form():
 def test_nodes_bound(rejects):
     rejects("nccl-tests", "--cluster", "dgx-a100", "--nodes", "100000",
             names="must be at most 16,384, got 100000")
+
+
+@pytest.mark.parametrize("field, value", [
+    ("cat", '{"a": 1}'), ("cat", "[1]"), ("name", "[1]"), ("tid", "[1]"), ("args", "[1]"),
+    ("ts", '"1"'), ("dur", "-1"), ("ph", '{"X": 1}'),
+])
+def test_trace_events_with_fields_of_the_wrong_type_are_skipped(capsys, tmp_path, field,
+                                                                  value):
+    # (found by the fuzz suite: a 'cat' object was looked up in a set: unhashable)
+    from distsim_gpu.scenarios.cli.main import main
+    text = ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 5, '
+            '"pid": 0, "tid": 7, "args": {"device": 0, "stream": 7}}]}')
+    text = text.replace(f'"{field}": ', f'"{field}": {value}, "was": ', 1)
+    path = tmp_path / "rank0.json"
+    path.write_text(text)
+    assert main(["trace", "summary", str(path)]) in (0, 2)
+    assert "Traceback" not in capsys.readouterr().err
