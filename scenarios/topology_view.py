@@ -2,7 +2,10 @@
 
 The summary counts GPUs, nodes and devices by kind, and the links by class (kind and
 speed: the cables of one class are interchangeable), both directions of a cable counted
-once.  The drawing (matplotlib, the ``plot`` extra) places each node's devices in layers —
+once; for a cluster of several nodes it gives the bisection bandwidth between its first
+and its second half of nodes: the maximum flow, one way, from the first half's GPUs to the
+second's (networkx's max-flow, on clusters of up to ``MAX_BISECTION_NODES`` nodes).
+The drawing (matplotlib, the ``plot`` extra) places each node's devices in layers —
 NVSwitch below its GPUs, PCIe switches, CPUs and NICs above — side by side, and the
 fabric's switches above them by tier (hops from the NICs); a link's colour is its class
 and its width grows with its speed.  Clusters of many nodes draw the first
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 from distsim_gpu.scenarios.plots import PlotsUnavailable
 from distsim_gpu.simcore.units import format_bandwidth
 from distsim_gpu.topology import Topology
@@ -24,6 +28,7 @@ from distsim_gpu.topology import Topology
 __all__ = ["LinkClass", "TopologySummary", "draw_topology", "format_summary", "summarise"]
 
 MAX_DRAWN_NODES = 8
+MAX_BISECTION_NODES = 128
 _LAYER = {"nvswitch": -1.0, "gpu": 0.0, "pcie_switch": 1.0, "cpu": 2.0, "nic": 3.0}
 _COLOURS = {"nvlink": "#76b900", "pcie": "#1f77b4", "cpu": "#9467bd", "network": "#d62728"}
 
@@ -45,10 +50,11 @@ class TopologySummary:
     nodes: int
     devices: dict[str, int]
     links: tuple[LinkClass, ...]
+    bisection_bytes_per_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "gpus": self.gpus, "nodes": self.nodes,
-                "devices": self.devices,
+                "devices": self.devices, "bisection_bytes_per_s": self.bisection_bytes_per_s,
                 "links": [{"kind": c.kind, "bandwidth_bytes_per_s": c.bandwidth_bytes_per_s,
                            "cables": c.cables, "one_way": c.one_way} for c in self.links]}
 
@@ -69,13 +75,34 @@ def summarise(topology: Topology) -> TopologySummary:
     return TopologySummary(
         topology.name, len(topology.gpus), topology.num_nodes,
         dict(sorted(Counter(d.kind for d in topology.devices()).items())),
-        tuple(LinkClass(k, b, c, o) for (k, b), (c, o) in sorted(merged.items())))
+        tuple(LinkClass(k, b, c, o) for (k, b), (c, o) in sorted(merged.items())),
+        bisection_bytes_per_s(topology))
+
+
+def bisection_bytes_per_s(topology: Topology) -> float | None:
+    """The most bytes per second the first half of the nodes' GPUs can send to the second
+    half's at once (a max-flow over the links' capacities); None for one node or more than
+    MAX_BISECTION_NODES."""
+    nodes = topology.num_nodes
+    if not 2 <= nodes <= MAX_BISECTION_NODES:
+        return None
+    graph = nx.DiGraph()
+    for link in topology.links():
+        graph.add_edge(link.src, link.dst, capacity=link.bandwidth_bytes_per_s)
+    for gpu in topology.gpus:  # a source and a sink of unlimited capacity
+        side = ("source", gpu) if topology.node_of(gpu) < nodes // 2 else (gpu, "sink")
+        graph.add_edge(*side)
+    value, _flows = nx.maximum_flow(graph, "source", "sink")
+    return float(value)
 
 
 def format_summary(summary: TopologySummary) -> str:
     lines = [f"cluster {summary.name}: {summary.gpus} GPUs on {summary.nodes} node(s)",
-             "devices: " + ", ".join(f"{n} {k}" for k, n in summary.devices.items()),
-             "", f"{'link class':<10} {'speed (one way)':>16} {'cables':>8} {'one-way':>8}"]
+             "devices: " + ", ".join(f"{n} {k}" for k, n in summary.devices.items())]
+    if summary.bisection_bytes_per_s is not None:
+        lines.append("bisection (first half of the nodes to the second, one way): "
+                     + format_bandwidth(summary.bisection_bytes_per_s))
+    lines += ["", f"{'link class':<10} {'speed (one way)':>16} {'cables':>8} {'one-way':>8}"]
     for c in summary.links:
         lines.append(f"{c.kind:<10} {format_bandwidth(c.bandwidth_bytes_per_s):>16} "
                      f"{c.cables:>8} {c.one_way:>8}")

@@ -9,6 +9,7 @@ import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.collectives.nccl_tests import run_benchmark, size_series
 from distsim_gpu.scenarios.cli.main import main
+from distsim_gpu.scenarios.topology_view import summarise
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, ParseError
 from distsim_gpu.topology import build_cluster, load_cluster
 from distsim_gpu.topology.importers import cluster_spec, read_node_dump
@@ -182,3 +183,13 @@ def test_damaged_dumps_read_or_fail_cleanly(noise, at):
         at = min(at, len(good))
         with contextlib.suppress(ParseError):
             parse(good[:at] + noise + good[at + len(noise):], source="fuzz")
+
+
+@pytest.mark.parametrize(("ratio", "expected"), [(1, 2 * 8 * 50e9), (2, 2 * 8 * 50e9 / 2)])
+def test_bisection_is_the_half_clusters_nics_over_the_leaf_ratio(ratio, expected):
+    # Four DGX H100 nodes, one leaf of 8 NDR ports each: the two first nodes' 16 NICs send
+    # to the other two through their leaves' uplinks, 1/ratio of their ports.
+    topology = build_cluster({"preset": "dgx-h100", "nodes": 4, "fabric": {
+        "kind": "fat-tree", "nics_per_leaf": 8, "oversubscription": ratio}})
+    assert summarise(topology).bisection_bytes_per_s == pytest.approx(expected, rel=1e-12)
+    assert summarise(build_cluster({"preset": "dgx-h100"})).bisection_bytes_per_s is None
