@@ -25,6 +25,8 @@ from distsim_gpu.scenarios.cli.options import (
 from distsim_gpu.scenarios.scenario import load_scenario, spec_of
 from distsim_gpu.simcore.config import check_number
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.fileio import atomic_write_text
+from distsim_gpu.simcore.trace import Tracer
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.workloads.chakra import chakra_graphs, export_chakra, run_chakra
 from distsim_gpu.workloads.chakra_export import iteration_graphs
@@ -55,6 +57,9 @@ def add_parser(kinds: Any) -> argparse.ArgumentParser:
                         help="speed for compute nodes that give FLOPs (num_ops) only")
     parser.add_argument("--export", default=None, metavar="DIR",
                         help="write the graphs that ran as Chakra ETs, one per rank")
+    parser.add_argument("--trace", default=None, metavar="FILE.json",
+                        help="write the run as a Chrome/Perfetto trace (a track per rank and "
+                        "stream)")
     parser.set_defaults(handler=handle)
     export = kinds.add_parser(
         "export-chakra", help="write a scenario's simulated iteration as Chakra ETs",
@@ -102,6 +107,12 @@ def handle(args: argparse.Namespace) -> int:
                                                flops_per_s=flops, ctrl_deps=args.ctrl_deps)
         written = export_chakra(graphs, args.export)
     result = run.result
+    if args.trace:
+        tracer = Tracer()
+        tracer.spans.extend(result.spans)
+        atomic_write_text(args.trace, json.dumps(tracer.to_chrome_trace(),
+                                                 separators=(",", ":")))
+        written.append(args.trace)
     if args.json:
         print(json.dumps({"cluster": topology.name, "world_size": run.world_size,
                           "ranks": list(run.ranks), "nodes": run.nodes,

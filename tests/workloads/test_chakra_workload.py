@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.measured.chakra import ChakraNode, ChakraTrace, load_chakra
@@ -135,9 +137,11 @@ def test_cli_runs_and_exports(tmp_path, capsys):
                                             trace(1, comp(0, 5), coll(1, 1 << 20, (0,)))])
     export_chakra(graphs, tmp_path / "in")
     assert main(["trace", "chakra", str(tmp_path / "in"), "--cluster", "dgx-a100",
-                 "--export", str(tmp_path / "out")]) == 0
+                 "--export", str(tmp_path / "out"), "--trace", str(tmp_path / "t.json")]) == 0
     out = capsys.readouterr().out
     assert "2 rank(s) of 2" in out and "wrote" in out
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert {e["name"] for e in events if e.get("ph") == "X"} == {"k0", "c1"}
     assert main(["trace", "chakra", str(tmp_path / "missing"), "--cluster", "dgx-a100"]) == 2
     assert main(["trace", "chakra", str(tmp_path / "in"), "--cluster", "dgx-a100",
                  "--flops", "-1"]) == 2
