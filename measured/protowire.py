@@ -22,6 +22,10 @@ from dataclasses import dataclass
 from distsim_gpu.simcore.errors import ParseError
 
 __all__ = [
+    "FIXED32",
+    "FIXED64",
+    "LENGTH",
+    "VARINT",
     "Field",
     "decode_delimited",
     "decode_fields",

@@ -22,7 +22,6 @@ the defaults below, each a published figure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from distsim_gpu.simcore.config import check_bool, check_choice, check_keys, check_mapping
@@ -149,7 +148,3 @@ def node_config(preset: NodePreset) -> dict[str, Any]:
     config["technology"] = preset.fabric_technology
     return config
 
-
-def is_node_spec(mapping: Mapping[Any, Any]) -> bool:
-    """Whether a cluster mapping writes its node out (``node:``) rather than naming one."""
-    return "node" in mapping and "preset" not in mapping

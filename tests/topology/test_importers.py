@@ -70,6 +70,7 @@ def test_written_file_builds_the_cluster_it_states(tmp_path):
                                           nodes=2))
     assert loaded.config == expected.config
     assert build_cluster(loaded.config).config == loaded.config  # config round-trips
+    assert len(load_cluster(out, nodes=3).gpus) == 24  # --nodes works on the node form
 
 
 def test_ibnetdiscover_fabric_matches_the_single_switch_preset(tmp_path):

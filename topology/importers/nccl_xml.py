@@ -18,6 +18,7 @@ GPUs' ``sm``, the NICs' speed and the GPUs' PCIe link (GT/s x width, 128b/130b f
 from __future__ import annotations
 
 import xml.parsers.expat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from distsim_gpu.simcore.errors import ParseError
@@ -76,7 +77,7 @@ def _parse_tree(text: str, source: str) -> _Element:
     return root[0]
 
 
-def _no_dtd(source: str, parser: xml.parsers.expat.XMLParserType):  # type: ignore[no-untyped-def]
+def _no_dtd(source: str, parser: xml.parsers.expat.XMLParserType) -> Callable[..., None]:
     def refuse(*_args: object) -> None:
         raise ParseError("a DTD or entity declaration: not an NCCL topology dump",
                          source=source, line=parser.CurrentLineNumber)
