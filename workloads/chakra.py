@@ -21,9 +21,12 @@ replay runs (:func:`workloads.replay.replay_graph`, the engine that replays prof
   those on absent nodes or the node itself (counted in the notes).  A data dependency on a
   missing node or on the node itself, and a cycle, are errors.
 
-Resources, as ASTRA-sim's hardware model has them: a rank runs one CPU op, one GPU compute
-op and one communication op at a time (three streams); a node with a ``stream`` attribute
-(distsim writes one on every node) runs on that stream instead.  Each stream takes its
+Resources: where the trace records a node's CPU thread or GPU stream (the ``tid``
+attribute of Chakra's PyTorch converter: the forward and autograd threads, the compute
+and NCCL streams), each thread and each stream runs its ops one at a time; otherwise, as
+ASTRA-sim's hardware model has it, a rank runs one CPU op, one GPU compute op and one
+communication op at a time (three streams).  A node with a ``stream`` attribute (distsim
+writes one on every node) runs on that stream.  Each stream takes its
 ready nodes in one fixed topological order (smallest id first among those whose
 dependencies are in).  A send starts when its sender reaches it (eager, as ASTRA-sim's
 network layer has it); the receive completes when the bytes are in.
@@ -55,6 +58,8 @@ from distsim_gpu.workloads.replay import SEND, GraphNode, GraphResult, replay_gr
 __all__ = ["ChakraRun", "chakra_graphs", "export_chakra", "run_chakra"]
 
 CPU_STREAM, COMPUTE_STREAM, COMM_STREAM = 0, 1, 2
+# Streams of recorded threads and GPU streams (``tid``) are numbered from here.
+_FIRST_TID_STREAM = 1000
 _COMP, _SEND, _RECV, _COLL = 4, 5, 6, 7
 _OTHER = (1, 2, 3)  # METADATA, MEM_LOAD, MEM_STORE
 _COMM_TYPE_OF = {op: number for number, op in reversed(COLLECTIVES.items()) if op}
@@ -141,6 +146,7 @@ class _Builder:
         self.trace, self.rank, self.world = trace, rank, world_size
         self.flops_per_s = flops_per_s
         self.calls: dict[object, int] = {}
+        self.streams: dict[tuple[bool, int], int] = {}  # (CPU op?, tid) -> stream
 
     def _index(self, key: object) -> int:
         index = self.calls.get(key, 0)
@@ -160,6 +166,10 @@ class _Builder:
     def node(self, node: ChakraNode, deps: tuple[int, ...]) -> GraphNode:
         graph_node = self._node(node, deps)
         stream = _int_attr(node, "stream", self.trace.source)
+        tid = _int_attr(node, "tid", self.trace.source)
+        if stream is None and tid is not None:  # the recorded CPU thread or GPU stream
+            stream = self.streams.setdefault((node.is_cpu_op, tid),
+                                             _FIRST_TID_STREAM + len(self.streams))
         return graph_node if stream is None else replace(graph_node, stream=stream)
 
     def _node(self, node: ChakraNode, deps: tuple[int, ...]) -> GraphNode:

@@ -75,6 +75,22 @@ def test_streams_serialise_gpu_work_and_overlap_cpu_work():
     assert run.time_s == pytest.approx(29e-6)  # 10 + 15 serial, then the CPU op
 
 
+def test_recorded_threads_and_streams_each_run_one_op_at_a_time():
+    def on(node, tid):
+        return ChakraNode(node.id, node.name, node.type, node.ctrl_deps, node.data_deps,
+                          node.duration_micros, attrs={**node.attrs, "tid": tid})
+
+    # Kernels on streams 7 and 14 overlap; two on stream 7 do not; CPU threads 1 and 2 run
+    # side by side.
+    run = run_chakra([trace(0, on(comp(0, 10), 7), on(comp(1, 15), 14), on(comp(2, 4), 7),
+                            on(comp(3, 30, cpu=True), 1), on(comp(4, 20, cpu=True), 2))],
+                     _switch(1), PARAMS)
+    assert run.time_s == pytest.approx(30e-6)
+    run = run_chakra([trace(0, on(comp(0, 10), 7), on(comp(1, 15), 7), on(comp(2, 4), 7))],
+                     _switch(1), PARAMS)
+    assert run.time_s == pytest.approx(29e-6)
+
+
 def test_flops_only_nodes_take_them_at_the_given_speed():
     node = ChakraNode(0, "gemm", 4, attrs={"num_ops": 2 * 10**12})
     assert run_chakra([trace(0, node)], _switch(1), flops_per_s=1e15).time_s == \
