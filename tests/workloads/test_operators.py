@@ -220,11 +220,11 @@ def test_a_table_fills_the_operators_it_measured_and_the_roofline_the_rest():
     roof = costs.operator_times_s(fwd)
     assert table.layer_time_s("fwd", MODEL, **args) == pytest.approx(
         sum(roof.values()) - roof["attn_softmax"] + 1e-3)
-    times = table.operator_times_s("bwd", MODEL, **args)
+    times = table.operator_breakdown_s("bwd", MODEL, **args)
     assert times["mlp_fc1"] == (2e-3, "table")
     assert times["qkv"][1] == "roofline"
     # The recompute pass re-runs the measured forward.
-    assert table.operator_times_s("recompute", MODEL, **args)["attn_softmax"] == (
+    assert table.operator_breakdown_s("recompute", MODEL, **args)["attn_softmax"] == (
         1e-3, "table")
 
 
@@ -244,3 +244,15 @@ def test_bias_gradients_are_their_own_kernels_only_where_the_stack_does_not_fuse
     bwd = forward_layer_work(no_bias, micro_batch=B, seq_len=S, tp=TP,
                              stack=get_stack("megatron-lm-2021")).backward()
     assert not any(n.endswith(".bias_grad") for n in bwd.names())
+
+
+def test_a_table_without_operator_rows_leaves_the_roofline_layer_as_it_is():
+    stack = get_stack("megatron-lm-2021")
+    costs = RooflineCosts(A100, precision="fp16", stack=stack)
+    header = TableHeader(software="test", date="2026-01-01", source="hand-written")
+    table = TableCosts(header, [CostRow("a100-80gb", "embedding", "fwd", 1, 64, 256, 1, 1e-3)],
+                       fallback=costs)
+    tiny = ModelSpec("tiny", layers=2, hidden=256, heads=4, seq_len=64, vocab=1000)
+    for pass_ in ("fwd", "bwd", "recompute"):  # host-bound: the floor survives the table
+        assert table.layer_time_s(pass_, tiny, micro_batch=1, seq_len=64) == \
+            costs.layer_time_s(pass_, tiny, micro_batch=1, seq_len=64)

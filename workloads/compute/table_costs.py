@@ -187,7 +187,7 @@ class TableCosts:
         return self.lookup(kind, table_pass, micro_batch=micro_batch, seq_len=seq_len,
                            hidden=model.hidden, tp=tp, sequence_parallel=sequence_parallel)
 
-    def operator_times_s(self, pass_: str, model: ModelSpec, *, micro_batch: int,
+    def operator_breakdown_s(self, pass_: str, model: ModelSpec, *, micro_batch: int,
                          seq_len: int, tp: int = 1, sequence_parallel: bool = False,
                          layer_index: int = 0, ep: int = 1,
                          recompute: str = "full") -> dict[str, tuple[float, str]]:
@@ -216,9 +216,16 @@ class TableCosts:
 
     def _by_operator(self, pass_: str, model: ModelSpec, shape: dict[str, Any], *,
                      layer_index: int, ep: int, recompute: str) -> float:
-        times = self.operator_times_s(pass_, model, **shape, layer_index=layer_index,
-                                      ep=ep, recompute=recompute)
-        return sum(seconds for seconds, _ in times.values())
+        """The measured operators' times and the roofline's for the rest, in sequence; the
+        host's dispatch floor as the roofline applies it."""
+        fallback: Any = self.fallback
+        args = {**shape, "layer_index": layer_index, "ep": ep, "recompute": recompute}
+        times = self.operator_breakdown_s(pass_, model, **args)
+        work = fallback.layer_work(pass_, model, **args)
+        if all(source == "roofline" for _, source in times.values()):
+            return fallback.work_time_s(work)
+        device_s = sum(seconds for seconds, _ in times.values())
+        return max(device_s, work.launches * work.stack.host_overhead_s)
 
     def _edge(self, kind: str, pass_: str, model: ModelSpec, micro_batch: int, seq_len: int,
               tp: int, sequence_parallel: bool) -> float:
