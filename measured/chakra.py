@@ -57,7 +57,7 @@ from distsim_gpu.measured.protowire import (
     packed_varints,
 )
 from distsim_gpu.simcore.errors import ParseError
-from distsim_gpu.simcore.fileio import atomic_write_bytes
+from distsim_gpu.simcore.fileio import atomic_write_bytes, read_input_bytes
 
 __all__ = [
     "COLLECTIVES",
@@ -370,10 +370,8 @@ def parse_json(text: str, *, source: str) -> ChakraTrace:
 def read_chakra(path: str | os.PathLike[str]) -> ChakraTrace:
     """One ET file, binary (``.et``) or JSON (``.json``)."""
     name = os.fspath(path)
-    try:
-        data = Path(name).read_bytes()
-    except OSError as error:
-        raise ParseError(f"cannot read: {error.strerror}", source=name) from None
+    data = read_input_bytes(name, "Chakra ET", error=ParseError,
+                            hint="a <name>.<rank>.et file or its JSON form")
     if name.endswith(".json"):
         return parse_json(data.decode("utf-8", errors="replace"), source=name)
     return parse_et(data, source=name)

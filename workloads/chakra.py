@@ -296,12 +296,15 @@ def export_chakra(graphs: Mapping[int, Sequence[GraphNode]], directory: str | os
 
     Node ids are positions, so a graph in topological order reads back in the same order.
     """
-    os.makedirs(directory, exist_ok=True)
     paths = []
     for rank, nodes in sorted(graphs.items()):
         path = os.path.join(os.fspath(directory), f"{name}.{rank}.et")
         trace = ChakraTrace(path, rank, "1.0.1", {"schema": "1.0.1", "generator": "distsim"},
                             tuple(_export_node(i, n, rank) for i, n in enumerate(nodes)))
-        write_et(trace, path)
+        try:
+            write_et(trace, path)
+        except OSError as error:
+            raise ConfigError(f"cannot write: {error.strerror or error}", source=path,
+                              hint="give a directory distsim can write to") from None
         paths.append(path)
     return paths

@@ -72,7 +72,7 @@ def _node_topology(node: str | None) -> Any:
 def handle_import(args: argparse.Namespace) -> int:
     """Write the cluster file and say what it holds."""
     if args.nodes < 1:
-        raise ConfigError(f"--nodes must be >= 1, got {args.nodes}", key="--nodes")
+        raise ConfigError(f"must be >= 1, got {args.nodes}", key="--nodes")
     text = read_text(args.file)
     if looks_like_ibnetdiscover(text):
         fabric = parse_ibnetdiscover(text, source=args.file)

@@ -50,3 +50,6 @@ def test_cli_exports_and_checks(tiny, write_scenario, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "wrote 8 Chakra ETs" in out and "relative difference" in out
     assert len(list((tmp_path / "et").glob("tiny-gpt.*.et"))) == 8
+    (tmp_path / "a-file").write_text("")
+    assert main(["trace", "export-chakra", str(scenario), "-o", str(tmp_path / "a-file")]) == 2
+    assert "cannot write" in capsys.readouterr().err

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from distsim_gpu.simcore.errors import ParseError
+from distsim_gpu.simcore.fileio import read_input_text
 from distsim_gpu.topology.importers.layout import NodeLayout
 from distsim_gpu.topology.importers.nccl_xml import looks_like_nccl_xml, parse_nccl_xml
 from distsim_gpu.topology.importers.nvidia_smi import looks_like_topo_matrix, parse_topo_matrix
@@ -24,17 +25,9 @@ __all__ = ["NodeLayout", "cluster_spec", "cluster_yaml", "read_node_dump", "read
 
 
 def read_text(path: str | os.PathLike[str]) -> str:
-    """A dump's text; unreadable or binary files are a ParseError naming the file."""
-    name = os.fspath(path)
-    try:
-        with open(name, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError as error:
-        raise ParseError(f"cannot read: {error.strerror}", source=name) from None
-    except UnicodeDecodeError:
-        raise ParseError("not a text file", source=name,
-                         hint="give nvidia-smi topo -m output, an NCCL topology XML or "
-                              "ibnetdiscover output") from None
+    """A dump's text, read by the one bounded reader of input files (a ParseError naming
+    the file if it is missing, not a regular file, too large or not UTF-8)."""
+    return read_input_text(path, "topology dump", error=ParseError)
 
 
 def read_node_dump(path: str | os.PathLike[str]) -> NodeLayout:
