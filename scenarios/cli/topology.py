@@ -25,6 +25,7 @@ from distsim_gpu.topology.importers.ibnetdiscover import (
     looks_like_ibnetdiscover,
     parse_ibnetdiscover,
 )
+from distsim_gpu.topology.importers.layout import without_nics
 from distsim_gpu.topology.presets import PRESETS
 
 __all__ = ["add_parser", "handle_import", "handle_show"]
@@ -44,6 +45,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     imp.add_argument("-o", "--output", required=True, metavar="CLUSTER.yaml")
     imp.add_argument("--nodes", type=int, default=1, metavar="N",
                      help="node dumps: how many such nodes the cluster has (default 1)")
+    imp.add_argument("--exclude-nic", action="append", default=[], metavar="NAME",
+                     help="node dumps: leave out this NIC (e.g. a storage NIC; repeatable)")
     imp.add_argument("--node", default=None, metavar="PRESET_OR_DUMP",
                      help="ibnetdiscover: the shape of every host (a preset, or a "
                      "nvidia-smi / NCCL XML dump)")
@@ -83,8 +86,9 @@ def handle_import(args: argparse.Namespace) -> int:
                "50 ns, switch 130 ns, NIC 0.3 us).  Routing: InfiniBand D-mod-K.\n"
                + yaml.safe_dump(spec, sort_keys=False, width=100))
     else:
-        spec = cluster_spec(read_node_dump(args.file), nodes=args.nodes)
-        out = cluster_yaml(read_node_dump(args.file), nodes=args.nodes)
+        layout = without_nics(read_node_dump(args.file), args.exclude_nic)
+        spec = cluster_spec(layout, nodes=args.nodes)
+        out = cluster_yaml(layout, nodes=args.nodes)
     topology = build_cluster(spec, source=args.file)  # refuse to write what cannot build
     atomic_write_text(args.output, out)
     print(f"wrote {args.output}: {len(topology.gpus)} GPUs on {topology.num_nodes} node(s)")

@@ -17,6 +17,7 @@ from distsim_gpu.topology.importers.ibnetdiscover import (
     fabric_cluster_spec,
     parse_ibnetdiscover,
 )
+from distsim_gpu.topology.importers.layout import without_nics
 from distsim_gpu.topology.importers.nccl_xml import parse_nccl_xml
 from distsim_gpu.topology.importers.nvidia_smi import parse_topo_matrix
 from distsim_gpu.topology.presets import PRESETS
@@ -194,3 +195,15 @@ def test_bisection_is_the_half_clusters_nics_over_the_leaf_ratio(ratio, expected
         "kind": "fat-tree", "nics_per_leaf": 8, "oversubscription": ratio}})
     assert summarise(topology).bisection_bytes_per_s == pytest.approx(expected, rel=1e-12)
     assert summarise(build_cluster({"preset": "dgx-h100"})).bisection_bytes_per_s is None
+
+
+def test_left_out_nics_leave_the_cluster(tmp_path, capsys):
+    layout = without_nics(read_node_dump(DUMPS / "dgx-a100.topo.xml"), ["mlx5_1", "mlx5_6"])
+    assert layout.nic_names == ("mlx5_0", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_7")
+    assert layout.nic_pcie_switch == (0, 1, 1, 2, 2, 3)
+    assert len(build_cluster(cluster_spec(layout)).nics_on_node(0)) == 6
+    with pytest.raises(ConfigError, match="no NIC 'mlx5_8'"):
+        without_nics(layout, ["mlx5_8"])
+    assert main(["topology", "import", str(DUMPS / "dgx-a100.topo.xml"), "-o",
+                 str(tmp_path / "c.yaml"), "--exclude-nic", "mlx5_9"]) == 2
+    assert "--exclude-nic" in capsys.readouterr().err

@@ -9,9 +9,12 @@ dump does not state are defaults the writer names in comments.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 
-__all__ = ["NodeLayout", "UnionFind"]
+from distsim_gpu.simcore.errors import ConfigError, closest
+
+__all__ = ["NodeLayout", "UnionFind", "without_nics"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,20 @@ class NodeLayout:
     @property
     def has_nvlink(self) -> bool:
         return self.nvswitch or bool(self.nvlink_pairs)
+
+
+def without_nics(layout: NodeLayout, names: Iterable[str]) -> NodeLayout:
+    """``layout`` without the named NICs (a storage or management NIC that collectives do
+    not use); an unknown name is an error listing the NICs there are."""
+    drop = set(names)
+    for name in drop:
+        if name not in layout.nic_names:
+            raise ConfigError(f"the dump has no NIC {name!r}", key="--exclude-nic",
+                              source=layout.source, hint=closest(name, layout.nic_names))
+    kept = [i for i, name in enumerate(layout.nic_names) if name not in drop]
+    return replace(layout, nic_names=tuple(layout.nic_names[i] for i in kept),
+                   nic_pcie_switch=tuple(layout.nic_pcie_switch[i] for i in kept),
+                   notes=(*layout.notes, *(f"NIC {n} left out" for n in sorted(drop))))
 
 
 class UnionFind:
