@@ -21,8 +21,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "sweep", help="run a scenario over a grid of overrides",
         description="Run a scenario at every point of a grid of --set style overrides "
         "(their product, or paired with --zip) and write results.csv, one summary.json per "
-        "point and sweep.png into DIR.  Restarted with the same arguments, a sweep runs "
-        "only the points not yet done.")
+        "point, sweep.png and report.html into DIR.  Restarted with the same arguments, a "
+        "sweep runs only the points not yet done.")
     parser.add_argument("scenario", help="a scenario YAML file")
     parser.add_argument("--grid", action="append", default=[], required=True,
                         metavar="KEY=V1,V2,…", dest="grids",
