@@ -79,6 +79,8 @@ class IncrementalMaxMin:
         # Load per link as last checked (a link no check saw reads 0): only to skip
         # links that cannot be a bottleneck when looking ahead.
         self._load = np.zeros(0)
+        # Multiplicity of the flows on each link, summed (only for the new flows' guess).
+        self._weight = np.zeros(0)
         # The link index (so a change looks only near it): the entries below
         # ``_indexed`` sorted by link, link l's at ``_by_link[_link_start[l]:
         # _link_start[l + 1]]``.  Entries blanked since are skipped when read; later
@@ -117,6 +119,7 @@ class IncrementalMaxMin:
         self._saturated_at = self._capacity * (1.0 - _CHECK_RTOL)
         grow = self._capacity.size - self._load.size
         self._load = np.append(self._load, np.zeros(grow))
+        self._weight = np.append(self._weight, np.zeros(grow))
         self._link_mark = np.append(self._link_mark, np.zeros(grow, bool))
         self._link_floor = np.append(self._link_floor, np.full(grow, np.inf))
         self._link_pos = np.append(self._link_pos, np.zeros(grow, np.int64))
@@ -146,6 +149,7 @@ class IncrementalMaxMin:
         self._e_flow[at:at + n] = slot
         self._e_link[at:at + n] = links
         self._e_mult[at:at + n] = mults
+        self._weight[links] += mults
         self._used += n
         self._start[slot], self._count[slot] = at, n
         self._live[slot] = True
@@ -158,6 +162,7 @@ class IncrementalMaxMin:
         """End a flow: its links are freed at the next :meth:`solve`."""
         at, n = self._start[handle], self._count[handle]
         span = slice(at, at + n)
+        self._weight[self._e_link[span]] -= self._e_mult[span]
         if handle in self._new:
             del self._new[handle]  # never solved: its links carried nothing yet
         else:
@@ -218,7 +223,8 @@ class IncrementalMaxMin:
         self._new.clear()
         in_s[new] = True
         ended_links = np.zeros(0, np.int64)
-        moved = new
+        moved = np.concatenate([new, self._add(in_s, self._slowed_by(new))]) if new.size \
+            else new
         if self._ended:
             ended_links = np.concatenate([links for links, _ in self._ended])
             rates = np.concatenate([np.full(links.size, rate) for links, rate in self._ended])
@@ -227,7 +233,7 @@ class IncrementalMaxMin:
             saturated = self._load[ended_links] >= self._saturated_at[ended_links]
             pulled = self._add(in_s, self._bottlenecked_on(ended_links[saturated],
                                                            rates[saturated]))
-            moved = np.concatenate([new, pulled])
+            moved = np.concatenate([moved, pulled])
         size = moved.size + self._look_ahead(in_s, moved)
         while True:
             self.rounds += 1
@@ -281,10 +287,32 @@ class IncrementalMaxMin:
             joined += moved.size
         return joined
 
-    def _bottlenecked_on(self, links: np.ndarray, floors: np.ndarray) -> np.ndarray:
+    def _slowed_by(self, new: np.ndarray) -> np.ndarray:
+        """The flows that new flows will likely slow down (a guess: the check finds the
+        others).  A new flow's rate is at least its share of each link it crosses were
+        all the link's flows equal (its bottleneck is saturated and it is the fastest
+        there), and at least what a link has spare; a link whose spare capacity that
+        rate fills will cut the flows on it that are faster than the new one."""
+        mine = self._entries_of(new)
+        link, mult = self._e_link[mine], self._e_mult[mine]
+        capacity = self._capacity[link]
+        spare = np.maximum(capacity - self._load[link], 0.0)
+        share = np.maximum(spare, capacity * mult / self._weight[link]) / mult
+        local = self._slot_pos
+        local[new] = np.arange(new.size)
+        slot = local[self._e_flow[mine]]
+        guess = np.full(new.size, np.inf)
+        np.minimum.at(guess, slot, share)
+        rate = guess[slot]
+        fills = spare <= mult * rate * (1.0 + _CHECK_RTOL)  # never true on ideal links
+        return self._bottlenecked_on(link[fills], rate[fills], any_bottleneck=True)
+
+    def _bottlenecked_on(self, links: np.ndarray, floors: np.ndarray,
+                         any_bottleneck: bool = False) -> np.ndarray:
         """The flows whose recorded bottleneck is one of ``links`` (repeats allowed) and
         whose rate is at least that link's lowest ``floors`` value, less a tolerance:
-        the flows a change at that level may move first (a check finds the others)."""
+        the flows a change at that level may move first (a check finds the others).
+        ``any_bottleneck``: every flow crossing the link at that rate."""
         if not links.size:
             return links
         floor = self._link_floor
@@ -295,6 +323,8 @@ class IncrementalMaxMin:
         # nan (a new flow's rate) compares False: it is in S already.
         fast = self._rate[flow] >= floor[link] * (1.0 - _CHECK_RTOL)
         floor[distinct] = np.inf
+        if any_bottleneck:
+            return flow[fast]
         return flow[fast & (self._bottleneck[flow] == link)]
 
     def _entries_of(self, slots: np.ndarray) -> np.ndarray:
