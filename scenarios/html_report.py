@@ -40,8 +40,11 @@ import numpy as np
 from distsim_gpu.scenarios.linkmap import LinkMap
 from distsim_gpu.scenarios.timelines import (
     Row,
+    Segment,
     Timeline,
+    bin_segments,
     compress_names,
+    fine_segments,
     merge_segments,
     schedule_rows,
 )
@@ -204,10 +207,15 @@ def timeline_figure(report: HtmlRun) -> Any:
     by_kind_y: dict[str, list[float]] = {}
     comm: list[tuple[float, float, str]] = []
     comm_y: list[float] = []
+    fine: dict[str, list[Segment]] = {}  # per schedule: rows of a group share it
     for y, row in enumerate(rows):
-        segments = [*row.timeline.segments,
-                    *_gaps(row.timeline.segments, report.iteration_time_s, resolution)]
-        for start, end, kind, label in merge_segments(segments, resolution):
+        segments = fine.get(row.timeline.name)
+        if segments is None:
+            own = fine_segments(row.timeline)
+            segments = fine[row.timeline.name] = bin_segments(
+                [*own, *_gaps(own, report.iteration_time_s, 0.0)],
+                report.iteration_time_s, _PIXELS)
+        for start, end, kind, label in segments:
             by_kind.setdefault(kind, []).append((start, end,
                                                  _segment_text(kind, start, end, label)))
             by_kind_y.setdefault(kind, []).append(y)
@@ -375,17 +383,15 @@ def critical_path_figure(report: HtmlRun) -> Any | str:
     if not path:
         return "<p class=\"note\">The run recorded no critical path.</p>"
     groups = list(dict.fromkeys(e.group for e in path))
-    row = {g: i for i, g in enumerate(groups)}
-    resolution = report.iteration_time_s / _PIXELS
+    by_kind: dict[str, tuple[list[tuple[float, float, str]], list[float]]] = {}
+    for y, group in enumerate(groups):
+        mine = [(e.start_s, e.end_s, e.kind, e.label) for e in path if e.group == group]
+        for s, e, k, label in bin_segments(mine, report.iteration_time_s, _PIXELS):
+            segments, ys = by_kind.setdefault(k, ([], []))
+            segments.append((s, e, _segment_text(k, s, e, label)))
+            ys.append(y)
     fig = go.Figure()
-    for kind in dict.fromkeys(e.kind for e in path):
-        segments, ys = [], []
-        for group in groups:
-            mine = [(e.start_s, e.end_s, e.kind, e.label) for e in path
-                    if e.group == group and e.kind == kind]
-            for s, e, k, label in merge_segments(mine, resolution):
-                segments.append((s, e, _segment_text(k, s, e, label)))
-                ys.append(row[group])
+    for kind, (segments, ys) in by_kind.items():
         fig.add_traces(_polyline(go, segments, ys, kind, KIND_COLOURS.get(kind, _OTHER),
                                  max(6.0, min(16.0, 300.0 / len(groups)))))
     fig.update_yaxes(tickvals=list(range(len(groups))), ticktext=groups,

@@ -15,14 +15,17 @@ pixel, for the same reason.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from distsim_gpu.workloads.iteration import IterationResult
+from distsim_gpu.workloads.ops import Collective, Fused
 
-__all__ = ["MAX_GPU_ROWS", "Row", "Timeline", "compress_names", "merge_segments",
-           "schedule_rows", "timelines_of"]
+__all__ = ["MAX_GPU_ROWS", "Row", "Segment", "Timeline", "bin_segments", "compress_names",
+           "fine_segments", "merge_segments", "schedule_rows", "timelines_of"]
 
 #: Up to this many GPUs, a timeline draws one row per GPU; beyond, one per distinct
 #: schedule (a person cannot read more rows than this in one figure).
@@ -42,6 +45,9 @@ class Timeline:
     gpus: tuple[str, ...]
     segments: tuple[Segment, ...]
     collectives: tuple[tuple[float, float], ...]
+    # What each segment ran: a Fused op (compute with closed-form TP collectives inside,
+    # see fine_segments) or None.  The ops are the streams' own objects, shared, not copies.
+    fused: tuple[Fused | None, ...] = ()
 
 
 def _label(info: Any) -> str:
@@ -53,11 +59,36 @@ def timelines_of(result: IterationResult) -> tuple[Timeline, ...]:
     out = []
     for group, images in result.schedules:
         gpus = tuple(g for image in images for g in image.gpus)
+        path = [entry for entry in group.path if entry[1] > entry[0]]
         segments = tuple((start, end, kind, _label(info))
-                         for start, end, kind, info, _dep in group.path if end > start)
+                         for start, end, kind, info, _dep in path)
+        fused = tuple(info if isinstance(info, Fused) else None for *_, info, _dep in path)
         out.append(Timeline(group.name, group.stage, gpus, segments,
-                            tuple(sorted(group.comm_intervals))))
+                            tuple(sorted(group.comm_intervals)), fused))
     return tuple(out)
+
+
+def fine_segments(timeline: Timeline) -> list[Segment]:
+    """The timeline's segments with each Fused one split into its steps: compute, and the
+    tensor-parallel collectives timed by their closed form inside it (``tp comm``), each
+    as long as it ran (compute stretched by the group's slowdown, as the run did), so the
+    picture shows the exposed TP time the per-GPU breakdown counts."""
+    out: list[Segment] = []
+    fused = timeline.fused or (None,) * len(timeline.segments)
+    for (start, end, kind, label), op in zip(timeline.segments, fused):
+        if op is None or not op.comm_s or len(op.steps) != len(op.durations_s):
+            out.append((start, end, kind, label))
+            continue
+        scale = (end - start - op.comm_s) / op.compute_s if op.compute_s > 0 else 1.0
+        cursor = start
+        for step, duration in zip(op.steps, op.durations_s):
+            is_comm = isinstance(step, Collective)
+            length = duration if is_comm else duration * scale
+            if length > 0:
+                out.append((cursor, cursor + length, "tp comm" if is_comm else kind,
+                            step.label))
+            cursor += length
+    return out
 
 
 def merge_segments(segments: Sequence[Segment], resolution_s: float) -> list[Segment]:
@@ -77,6 +108,60 @@ def merge_segments(segments: Sequence[Segment], resolution_s: float) -> list[Seg
         last_of_kind[kind] = item
     return [(s, e, k, first if n == 1 else f"{first} … {last} ({n} ops)")
             for s, e, k, first, last, n in merged]
+
+
+def bin_segments(segments: Sequence[Segment], end_s: float, bins: int) -> list[Segment]:
+    """What a row ``bins`` pixels wide can show of non-overlapping ``segments`` over
+    ``[0, end_s]``: each bin takes the kind that filled most of it (none when segments
+    fill less than half of it), and runs of bins of one kind become one segment, labelled
+    by the segments of that kind it covers (``first … last (n ops)``).  Kinds that
+    alternate faster than a bin are shown by the one that took the time, not drawn over
+    each other."""
+    if end_s <= 0 or bins <= 0 or not segments:
+        return []
+    width = end_s / bins
+    fill = np.zeros((bins, 0))
+    kinds: dict[str, int] = {}
+    ordered = sorted(segments)
+    for start, end, kind, _ in ordered:
+        if kind not in kinds:
+            kinds[kind] = len(kinds)
+            fill = np.hstack([fill, np.zeros((bins, 1))])
+        first, last = int(start / width), min(int(end / width), bins - 1)
+        column = fill[:, kinds[kind]]
+        if first == last:
+            column[first] += end - start
+            continue
+        column[first] += (first + 1) * width - start
+        column[first + 1:last] += width
+        column[last] += end - last * width
+    names = list(kinds)
+    best = fill.argmax(axis=1)
+    shown = fill.max(axis=1) >= 0.5 * width
+    starts = [seg[0] for seg in ordered]
+    ends = [seg[1] for seg in ordered]
+    out: list[Segment] = []
+    i = 0
+    while i < bins:
+        j = i + 1
+        while j < bins and shown[j] == shown[i] and best[j] == best[i]:
+            j += 1
+        if shown[i]:
+            start, end = i * width, min(j * width, end_s)
+            # The segments overlapping the run (sorted and disjoint: by bisection).
+            near = ordered[bisect.bisect_right(ends, start):bisect.bisect_left(starts, end)]
+            out.append(_run(near, names[best[i]], start, end))
+        i = j
+    return out
+
+
+def _run(near: Sequence[Segment], kind: str, start: float, end: float) -> Segment:
+    """One drawn run: ``kind`` over ``[start, end]``, labelled by what of that kind it
+    covers."""
+    labels = [label for _, _, k, label in near if k == kind]
+    if len(labels) <= 1:
+        return (start, end, kind, labels[0] if labels else kind)
+    return (start, end, kind, f"{labels[0]} … {labels[-1]} ({len(labels)} ops)")
 
 
 @dataclass(frozen=True, slots=True)

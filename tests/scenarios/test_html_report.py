@@ -14,8 +14,15 @@ from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.linkmap import bin_links, link_class
 from distsim_gpu.scenarios.report import OUTPUT_FILES, write_output_dir
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
-from distsim_gpu.scenarios.timelines import Timeline, merge_segments, schedule_rows
+from distsim_gpu.scenarios.timelines import (
+    Timeline,
+    bin_segments,
+    fine_segments,
+    merge_segments,
+    schedule_rows,
+)
 from distsim_gpu.simcore.units import format_duration
+from distsim_gpu.workloads.ops import Collective, Compute, Fused
 
 TITLES = ("Iteration timeline per GPU", "Time per GPU", "Memory per GPU", "Link utilisation",
           "Critical path", "Critical path by kind")
@@ -40,6 +47,23 @@ def test_joined_segments_keep_kinds_apart_and_name_their_ends():
     assert merge_segments(segments, resolution_s=0.0) == segments
 
 
+def test_a_bin_shows_the_kind_that_filled_most_of_it():
+    # Ten bins of 1 s.  Bin 2 holds 0.9 s of a and 0.1 s of b: a.  Bin 4 holds 0.4 s of
+    # b: less than half, nothing.  Kinds never overlap in the result.
+    segments = [(0.0, 2.5, "a", "a1"), (2.5, 2.6, "b", "b1"), (2.6, 4.0, "a", "a2"),
+                (4.6, 10.0, "b", "b2")]
+    assert bin_segments(segments, 10.0, 10) == [(0.0, 4.0, "a", "a1 … a2 (2 ops)"),
+                                                (5.0, 10.0, "b", "b2")]
+    # Fine enough bins draw every segment at its bins' edges.
+    fine = bin_segments(segments, 10.0, 100)
+    assert [(round(s, 9), round(e, 9), k) for s, e, k, _ in fine] == [
+        (0.0, 2.5, "a"), (2.5, 2.6, "b"), (2.6, 4.0, "a"), (4.6, 10.0, "b")]
+    # Alternating faster than a bin: the kind that took the time, one run.
+    blink = [(i * 0.1, i * 0.1 + 0.1, "compute" if i % 3 else "tp comm", str(i))
+             for i in range(100)]
+    assert [k for _, _, k, _ in bin_segments(blink, 10.0, 10)] == ["compute"]
+
+
 class _Group:
     def __init__(self, stage, gpus):
         self.stage, self.gpus = stage, gpus
@@ -62,14 +86,36 @@ def test_rows_are_gpus_when_few_and_groups_of_gpus_when_many():
         ("group 3: stage 1, 2 GPUs", ("g6", "g7"), "stage 1")]
 
 
+def test_a_fused_segment_splits_into_its_compute_and_tp_collectives():
+    # 1 ms, a 0.5 ms TP all-reduce, 2 ms; on a straggler 1.5x slower the compute takes
+    # 4.5 ms and the collective its 0.5: the segment is 5 ms long.
+    steps = (Compute(1e-3, "qkv"), Collective("all_reduce", 1e6, "ar", exclusive=True),
+             Compute(2e-3, "mlp"))
+    op = Fused(steps, (1e-3, 0.5e-3, 2e-3), compute_s=3e-3, comm_s=0.5e-3)
+    timeline = Timeline("g", 0, ("g0",), ((1.0, 1.005, "compute", op.label),
+                                          (1.005, 1.006, "pp transfer", "recv")), (),
+                        (op, None))
+    got = fine_segments(timeline)
+    assert [(k, label) for _, _, k, label in got] == [
+        ("compute", "qkv"), ("tp comm", "ar"), ("compute", "mlp"), ("pp transfer", "recv")]
+    ends = [x for s, e, _, _ in got for x in (s, e)]
+    assert ends == pytest.approx([1.0, 1.0015, 1.0015, 1.002, 1.002, 1.005, 1.005, 1.006],
+                                 abs=1e-12)
+
+
 def test_every_gpu_has_a_schedule_that_covers_its_busy_time(tiny_report):
     gpus = {g.gpu: g for g in tiny_report.per_gpu}
     drawn = [gpu for t in tiny_report.timelines for gpu in t.gpus]
     assert sorted(drawn) == sorted(gpus)  # each GPU in exactly one schedule
     for timeline in tiny_report.timelines:
         gpu = gpus[timeline.gpus[0]]
-        compute = sum(e - s for s, e, kind, _ in timeline.segments if kind == "compute")
+        fine = fine_segments(timeline)
+        compute = sum(e - s for s, e, kind, _ in fine if kind == "compute")
         assert compute == pytest.approx(gpu.compute_s, rel=1e-9)
+        # Split or not, the segments cover the same time.
+        assert sum(e - s for s, e, _, _ in fine) == pytest.approx(
+            sum(e - s for s, e, _, _ in timeline.segments), rel=1e-12)
+        assert any(kind == "tp comm" for _, _, kind, _ in fine)
         for (_, end, _, _), (start, _, _, _) in zip(timeline.segments,
                                                    timeline.segments[1:]):
             assert start >= end - 1e-15  # the main stream's segments do not overlap
