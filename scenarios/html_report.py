@@ -12,8 +12,8 @@ A run's page (:func:`run_report_html`) holds its headline figures and
   what it did (compute, exposed tp / pp / dp / ep / cp communication, bubble), with a thin
   lane below for the time a collective of it was in flight (overlapped or not).  Up to
   :data:`~scenarios.timelines.MAX_GPU_ROWS` GPUs one row each, beyond that one row per
-  group of GPUs with the same times, labelled with the GPUs it stands for; segments closer
-  than a pixel are joined (:mod:`scenarios.timelines`);
+  group of GPUs with the same times, labelled with the GPUs it stands for; each of
+  2,000 bins across shows the kind that filled most of it (:mod:`scenarios.timelines`);
 * **Time per GPU** — compute, exposed communication, bubble and idle, stacked to the
   iteration time, with the communication time (overlapped or not) as a marker;
 * **Memory per GPU** — weights, gradients, optimizer state and activations against the

@@ -9,8 +9,11 @@ group's tensor-parallel members and, when data-parallel replicas were folded, it
 Drawing thousands of GPUs as thousands of rows shows nothing a person can see, so
 :func:`schedule_rows` picks the rows: one per GPU for small clusters, else one per group
 of GPUs whose times agree (:func:`scenarios.report.group_gpus`), labelled with the GPUs it
-stands for.  :func:`merge_segments` joins neighbouring segments of one kind closer than a
-pixel, for the same reason.
+stands for.  For the same reason a row is drawn at the resolution it is seen at:
+:func:`fine_segments` splits a fused run of ops into its compute and its closed-form
+tensor-parallel collectives, and :func:`bin_segments` gives each pixel-wide bin the kind
+that took most of it, so that kinds alternating faster than a pixel do not draw over each
+other; :func:`merge_segments` joins the neighbouring intervals of one lane.
 """
 
 from __future__ import annotations
