@@ -294,6 +294,7 @@ class IncrementalMaxMin:
         there), and at least what a link has spare; a link whose spare capacity that
         rate fills will cut the flows on it that are faster than the new one."""
         mine = self._entries_of(new)
+        mine = mine[self._capacity[self._e_link[mine]] < np.inf]  # ideal links never fill
         link, mult = self._e_link[mine], self._e_mult[mine]
         capacity = self._capacity[link]
         spare = np.maximum(capacity - self._load[link], 0.0)
@@ -304,7 +305,7 @@ class IncrementalMaxMin:
         guess = np.full(new.size, np.inf)
         np.minimum.at(guess, slot, share)
         rate = guess[slot]
-        fills = spare <= mult * rate * (1.0 + _CHECK_RTOL)  # never true on ideal links
+        fills = spare <= mult * rate * (1.0 + _CHECK_RTOL)
         return self._bottlenecked_on(link[fills], rate[fills], any_bottleneck=True)
 
     def _bottlenecked_on(self, links: np.ndarray, floors: np.ndarray,
