@@ -62,7 +62,7 @@ Channel = tuple[tuple[str, ...], tuple[int | None, ...]]
 
 
 def _nic_rails(topo: Topology, gpu: str) -> tuple[int, ...]:
-    return tuple(topo.device(nic).index for nic in topo.local_nics(gpu))
+    return topo.local_rails(gpu)
 
 
 def gpu_rail(topo: Topology, gpu: str) -> int | None:

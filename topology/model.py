@@ -303,6 +303,7 @@ class Topology:
         self._routes: dict[tuple[str, str, int | None], Route] = {}
         self._in_node_paths: dict[tuple[str, str, bool], tuple[str, ...] | None] = {}
         self._local_nics: dict[str, tuple[str, ...]] = {}
+        self._local_rails: dict[str, tuple[int, ...]] = {}
         self._dist_maps: dict[tuple[str, bool], dict[str, int]] = {}
         self._hops: dict[tuple[str, str, bool], tuple[str, ...]] = {}
         self._preds_in_fabric: dict[str, tuple[str, ...]] = {}
@@ -420,6 +421,15 @@ class Topology:
                                       key=lambda n: (self._devices[n].index, n)))
         self._local_nics[gpu] = result
         return result
+
+    def local_rails(self, gpu: str) -> tuple[int, ...]:
+        """The indices (rails) of :meth:`local_nics` (cached: collectives ask for them at
+        every hop of every ring, over a million times for a 16,384-GPU iteration)."""
+        cached = self._local_rails.get(gpu)
+        if cached is None:
+            cached = self._local_rails[gpu] = tuple(self._devices[nic].index
+                                                    for nic in self.local_nics(gpu))
+        return cached
 
     # ------------------------------------------------------------------ routing
 
