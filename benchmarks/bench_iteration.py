@@ -4,6 +4,10 @@ Run from the repository root:
 
     python benchmarks/bench_iteration.py                 # examples + 64 … 8192 GPUs
     python benchmarks/bench_iteration.py --max-gpus 1024 # a shorter series
+    python benchmarks/bench_iteration.py --skip-examples --min-gpus 1024 --max-gpus 16384
+
+Prints host wall time and CPU time (``time.process_time``: on a shared machine the figure
+to compare), simulated events and events per CPU second.
 
 Prints Markdown tables: host wall time, simulated events and events per second.  The
 scaling series keeps the work per pipeline fixed (GPT-3 175B, tp 8 · pp 8, 16
@@ -35,15 +39,18 @@ def scaling_scenario(gpus: int) -> dict:
     }
 
 
-def timed(scenario) -> tuple[float, object]:
-    started = time.perf_counter()
+def timed(scenario) -> tuple[float, float, object]:
+    """Wall and CPU seconds of one ``run_scenario``, and its report."""
+    started, cpu = time.perf_counter(), time.process_time()
     report = run_scenario(scenario)
-    return time.perf_counter() - started, report
+    return time.perf_counter() - started, time.process_time() - cpu, report
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-gpus", type=int, default=8192)
+    parser.add_argument("--min-gpus", type=int, default=64,
+                        help="first point of the scaling series (a power of two ≥ 64)")
     parser.add_argument("--skip-examples", action="store_true")
     args = parser.parse_args()
     print(f"# {platform.machine()}, Python {platform.python_version()}")
@@ -51,21 +58,21 @@ def main() -> None:
         print("| example | GPUs | iteration (s) | MFU | wall (s) | events | events/s | flows |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for path in sorted(EXAMPLES.glob("*.yaml")):
-            wall, report = timed(load_scenario(path))
+            wall, _cpu, report = timed(load_scenario(path))
             print(f"| {path.name} | {report.num_gpus} | {report.iteration_time_s:.3f} | "
                   f"{100 * report.mfu:.1f} % | {wall:.1f} | {report.events:,} | "
                   f"{report.events / wall:,.0f} | {report.flows:,} |", flush=True)
         print()
-    print("| GPUs | micro-batches/pipeline | iteration (s) | wall (s) | events | events/s | "
-          "wall per (GPU × micro-batch) (ms) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    gpus = 64
+    print("| GPUs | micro-batches/pipeline | iteration (s) | wall (s) | CPU (s) | events | "
+          "events per CPU s | CPU per (GPU × micro-batch) (ms) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    gpus = max(64, args.min_gpus)
     while gpus <= args.max_gpus:
         scenario = scenario_from_mapping(scaling_scenario(gpus), source="scaling")
-        wall, report = timed(scenario)
-        print(f"| {gpus} | 16 | {report.iteration_time_s:.3f} | {wall:.1f} | "
-              f"{report.events:,} | {report.events / wall:,.0f} | "
-              f"{1000 * wall / (gpus * 16):.3f} |", flush=True)
+        wall, cpu, report = timed(scenario)
+        print(f"| {gpus} | 16 | {report.iteration_time_s:.3f} | {wall:.1f} | {cpu:.2f} | "
+              f"{report.events:,} | {report.events / cpu:,.0f} | "
+              f"{1000 * cpu / (gpus * 16):.3f} |", flush=True)
         gpus *= 2
 
 
