@@ -42,11 +42,14 @@ trap can start a sweep sooner, so this is the slow end.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import networkx as nx
+import simpy
 from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping, check_number
 from distsim_gpu.simcore.errors import ConfigError, SimulationError
 from distsim_gpu.simcore.units import parse_duration
@@ -280,24 +283,34 @@ def _scaled(link: Link, change: tuple[float, float] | None) -> Link:
 
 
 def inject_faults(env: Any, network: Any, topology: Topology, faults: Iterable[Fault],
-                  gpus: Sequence[str], source: str | None = None) -> None:
+                  gpus: Sequence[str], source: str | None = None,
+                  until: simpy.Event | None = None) -> None:
     """Start a SimPy process per fault with ``at_s > 0``: at that time it changes the
-    flow network's capacities (see the module docstring) or stops the job."""
+    flow network's capacities (see the module docstring) or stops the job.  ``until``:
+    the event of the job's end, after which a fault still to come does nothing (it is
+    reported as after the run by :func:`check_faults_in_run`)."""
     adaptive = topology.routing.policy in END_TO_END_POLICIES
-    for fault in faults:
-        if fault.at_s > 0:
-            env.process(_strike(env, network, topology, fault, set(gpus), adaptive, source))
+    strikes = [env.process(_strike(env, network, topology, fault, set(gpus), adaptive,
+                                   source))
+               for fault in faults if fault.at_s > 0]
+    if until is not None and strikes:
+        until.callbacks.append(lambda _event: [p.interrupt() for p in strikes if p.is_alive])
 
 
 def _strike(env: Any, network: Any, topology: Topology, fault: Fault, gpus: set[str],
             adaptive: bool, source: str | None) -> Generator[Any, Any, None]:
-    yield env.timeout(fault.at_s)
+    try:
+        yield env.timeout(fault.at_s)
+    except simpy.Interrupt:
+        return  # the job ended first
     if fault.target == "nic" and fault.kind == "down":
         raise SimulationError(f"{fault.describe()}: NCCL cannot move a live communicator "
                               f"off a lost NIC; the job stops", source=source,
                               hint="at_s: 0 runs the restarted job on the remaining NICs")
     if _lost_gpus(fault, topology) & gpus:
         check_job_survives([fault], sorted(gpus), topology, before_s=env.now, source=source)
+    if fault.kind == "down":
+        _check_not_cut(topology, fault, sorted(gpus), source)
     links = [i for i in fault_links(topology, fault) if network.has_link(i)]
     before = {i: network.capacity(i) for i in links}
     if fault.kind == "degraded":
@@ -308,9 +321,32 @@ def _strike(env: Any, network: Any, topology: Topology, fault: Fault, gpus: set[
         network.set_capacity(i, before[i] * _STALLED)
     delay = 0.0 if adaptive else fault.subnet_manager_delay_s
     if delay > 0:
-        yield env.timeout(delay)
+        # The job may end while the fabric re-routes: the capacity comes back then.
+        with contextlib.suppress(simpy.Interrupt):
+            yield env.timeout(delay)
     for i in links:  # re-routed: a spare path of the same bandwidth carries the flows
         network.set_capacity(i, before[i])
+
+
+def _check_not_cut(topology: Topology, fault: Fault, gpus: Sequence[str],
+                   source: str | None) -> None:
+    """SimulationError if taking ``fault``'s links away leaves two of ``gpus`` with no path
+    between them (GPUs are no transit: what joins them is NICs, switches, PCIe, NVSwitch)."""
+    graph = nx.Graph(topology.graph)
+    graph.remove_edges_from(fault_links(topology, fault))
+    if fault.target == "switch":
+        graph.remove_node(fault.name)
+    graph.remove_nodes_from(topology.gpus)
+    component = {n: i for i, part in enumerate(nx.connected_components(graph)) for n in part}
+    reach = [(gpu, {component[n] for n in topology.graph.successors(gpu) if n in component})
+             for gpu in gpus]
+    common = set.intersection(*(parts for _, parts in reach)) if reach else set()
+    if reach and not common:
+        first, parts = reach[0]
+        cut = next(gpu for gpu, other in reach if not other & parts)
+        raise SimulationError(f"{fault.describe()} cuts {first} off from {cut}: the fabric "
+                              f"is partitioned and the job stops", source=source,
+                              hint="a partition cannot be re-routed around")
 
 
 def check_faults_in_run(faults: Iterable[Fault], end_s: float,

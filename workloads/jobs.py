@@ -192,10 +192,10 @@ def simulate_on_fabric(specs: Sequence[IterationSpec], faults: Iterable[Fault] =
         simulators = [_share(_IterationSimulator(
             replace(spec, fold_replicas=False, fold_exclusive_tp=False)), sim)
             for spec in specs]
-        for simulator in simulators:
-            _start(simulator)
+        processes = [p for simulator in simulators for p in _start(simulator)]
         gpus = [g for spec in specs for g in spec.topology.gpus]
-        inject_faults(sim.env, sim.network, cluster, faults, gpus, source)
+        inject_faults(sim.env, sim.network, cluster, faults, gpus, source,
+                      until=sim.env.all_of(processes))
         sim.run()
         results = [_finish(simulator) for simulator in simulators]
     check_faults_in_run(faults, max(r.iteration_time_s for r in results), source)
@@ -211,10 +211,11 @@ def _share(simulator: _IterationSimulator, sim: Simulation) -> _IterationSimulat
     return simulator
 
 
-def _start(simulator: _IterationSimulator) -> None:
-    for stage, stage_groups in enumerate(simulator.groups):
-        for group in stage_groups[:simulator.unit]:
-            simulator.env.process(simulator._rank_group(group, simulator.streams[stage]))
+def _start(simulator: _IterationSimulator) -> list[Any]:
+    """Start every simulated rank group's process; the processes."""
+    return [simulator.env.process(simulator._rank_group(group, simulator.streams[stage]))
+            for stage, stage_groups in enumerate(simulator.groups)
+            for group in stage_groups[:simulator.unit]]
 
 
 def _finish(simulator: _IterationSimulator) -> IterationResult:

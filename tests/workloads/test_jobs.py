@@ -111,14 +111,28 @@ def test_timed_degraded_link_slows_the_run_and_late_faults_are_errors(uniform):
 
 
 def test_timed_down_link_stalls_for_the_subnet_manager_delay(uniform):
-    topo = fabric(oversubscription=16, spines=1)
+    topo = fabric(oversubscription=8, spines=2)
     spec = dp_job(topo, ["n0.gpu0", "n2.gpu0"], uniform)
     (healthy,) = simulate_on_fabric([spec])
     t = healthy.iteration_time_s
-    faults = faults_from_list([{"target": "link", "name": "leaf0 -> spine0", "at_s": t / 2,
-                                "subnet_manager_delay_s": 0.1}], topo)
+    up = next(i for i in topo.route("n0.gpu0", "n2.gpu0", rail=0).links if i[0] == "leaf0")
+    faults = faults_from_list([{"target": "link", "name": f"{up[0]} -> {up[1]}",
+                                "at_s": t / 2, "subnet_manager_delay_s": 0.1}], topo)
     (stalled,) = simulate_on_fabric([spec], faults)
     assert stalled.iteration_time_s == pytest.approx(t + 0.1, rel=1e-6)
+
+
+def test_timed_fault_that_partitions_the_fabric_stops_the_job(uniform):
+    topo = fabric(oversubscription=16, spines=1)  # one spine: its cables are cuts
+    spec = dp_job(topo, ["n0.gpu0", "n2.gpu0"], uniform)
+    faults = faults_from_list([{"target": "link", "name": "leaf0 -> spine0", "at_s": 1e-3}],
+                              topo)
+    with pytest.raises(SimulationError, match=r"cuts n0\.gpu0 off from n2\.gpu0"):
+        simulate_on_fabric([spec], faults)
+    # Not a cut for a job inside leaf 0.
+    inside = dp_job(topo, ["n0.gpu0", "n1.gpu0"], uniform)
+    simulate_on_fabric([inside], faults_from_list(
+        [{"target": "link", "name": "leaf0 -> spine0", "at_s": 1e-6}], topo))
 
 
 def test_a_gpu_lost_during_the_run_stops_it(uniform):
