@@ -339,12 +339,13 @@ class FlowNetwork:
         if self._incremental is not None:
             self._incremental.set_capacity(cap)
             for flow in self._flows_on(idx):
-                # Re-entered flows are solved afresh; an infinite finish makes the new
-                # rate stick even where it equals the old one.
-                self._incremental.remove(flow._handle)
-                del self._by_handle[flow._handle]
+                # Entered again, a flow is solved afresh; _track carries its state over to
+                # the new handle, and the old one goes as a finished flow's does.
+                old = flow._handle
                 self._track(flow)
-                flow._finish_s = float("inf")
+                self._finish_at[old] = np.inf
+                self._incremental.remove(old)
+                del self._by_handle[old]
         self._seed_links.append(np.array([idx], np.int64))
         self._freed_mask |= 1 << idx
         self._request_resolve()

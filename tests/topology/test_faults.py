@@ -221,3 +221,29 @@ def test_removing_a_link_never_makes_an_iteration_faster(cut, routing, uniform):
     healthy = iteration_s(_TREES[routing], uniform)
     after = faulted(_TREES[routing], {"target": "link", "name": f"{cut[0]} -> {cut[1]}"})
     assert iteration_s(after, uniform) >= healthy * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("flows", [2, 300])
+def test_capacity_down_and_back_with_a_bystander(flows):
+    """Halved at t1, restored at t2: the flows on the link lose (t2 - t1)·r/2 bytes of
+    progress; a flow on another link does not notice."""
+    sim = Simulation()
+    net = sim.network
+    capacity, size, t1, t2 = 1e9, 1e9, 0.5, 1.5
+    net.add_link("a", capacity)
+    net.add_link("b", capacity)
+    on_a = [net.transfer(["a"], size) for _ in range(flows)]
+    bystander = net.transfer(["b"], size)
+
+    def fault():
+        yield sim.env.timeout(t1)
+        net.set_capacity("a", capacity / 2)
+        yield sim.env.timeout(t2 - t1)
+        net.set_capacity("a", capacity)
+
+    sim.env.process(fault())
+    sim.run()
+    rate = capacity / flows
+    left = size - rate * t1 - rate / 2 * (t2 - t1)
+    assert all(f.finish_s == pytest.approx(t2 + left / rate, rel=1e-9) for f in on_a)
+    assert bystander.finish_s == pytest.approx(size / capacity, rel=1e-12)
