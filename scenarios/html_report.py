@@ -13,7 +13,7 @@ A run's page (:func:`run_report_html`) holds its headline figures and
   lane below for the time a collective of it was in flight (overlapped or not).  Up to
   :data:`~scenarios.timelines.MAX_GPU_ROWS` GPUs one row each, beyond that one row per
   group of GPUs with the same times, labelled with the GPUs it stands for; each of
-  2,000 bins across shows the kind that filled most of it (:mod:`scenarios.timelines`);
+  1,000 bins across shows the kind that filled most of it (:mod:`scenarios.timelines`);
 * **Time per GPU** — compute, exposed communication, bubble and idle, stacked to the
   iteration time, with the communication time (overlapped or not) as a marker;
 * **Memory per GPU** — weights, gradients, optimizer state and activations against the
@@ -73,8 +73,9 @@ _BREAKDOWN = (("compute", "compute_s"), ("exposed comm", "exposed_communication_
 _GiB = 2.0**30
 # Bars per GPU up to this many GPUs; beyond, per group of GPUs with the same times.
 _MAX_GPU_BARS = 64
-# A timeline is drawn at about this many pixels across: finer detail is joined.
-_PIXELS = 2000
+# A timeline row is drawn in this many bins across, about a pixel each (the plot area is
+# about 1,100 px wide on the page): finer detail is binned.
+_PIXELS = 1000
 # A legend in one line above a short figure, right-aligned (the title is on the left).
 _LEGEND_ABOVE = {"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right",
                  "x": 1.0}
