@@ -15,6 +15,12 @@
   from its profiler traces with the collectives re-simulated, and
   :mod:`~distsim_gpu.workloads.measured_costs` measures a cost table from traces.
 * :mod:`~distsim_gpu.workloads.runtime` is the SimPy API for writing a workload by hand.
+* When things go wrong and jobs share (issue 15), also from their modules:
+  :mod:`~distsim_gpu.workloads.jobs` runs several jobs on one flow network (and one job
+  under faults timed during its run), :mod:`~distsim_gpu.workloads.stragglers` draws slow
+  GPUs from distributions and measures their cost by dimension, and
+  :mod:`~distsim_gpu.workloads.goodput` samples failures over a whole job against the
+  checkpoint interval.
 
 Depends on ``simcore``, ``topology`` and ``collectives``; the replay and the measured cost
 tables also on ``measured``.
