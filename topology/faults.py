@@ -25,9 +25,10 @@ and routing is what the fabric has settled to:
 * a GPU or a node lost stops the job: :func:`check_job_survives` raises, naming it.
 
 **At a time** (:func:`inject_faults`) a fault changes the flow network while the job runs:
-a degraded link's capacity drops at ``at_s`` (flows re-solved then), whatever the routing
-policy — the flows in flight keep their paths, so adaptive routing's steering around a
-degraded link is modelled for faults from the start only; a down link or
+a degraded link's capacity drops at ``at_s`` (flows re-solved then) under static and hashed
+routing; under adaptive routing a degraded link between switches that the job can be
+routed around costs nothing (converged routing moves its bytes to spare paths — as for a
+down link, the approximation that those have the bandwidth to take them); a down link or
 switch stalls the flows crossing it for the time the fabric takes to re-route
 (``subnet_manager_delay_s`` with static routing, 0 with adaptive routing), after which the
 flows in flight finish at the link's former rate — the approximation that a spare path of
@@ -45,7 +46,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 from collections.abc import Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import networkx as nx
@@ -314,6 +315,8 @@ def _strike(env: Any, network: Any, topology: Topology, fault: Fault, gpus: set[
     links = [i for i in fault_links(topology, fault) if network.has_link(i)]
     before = {i: network.capacity(i) for i in links}
     if fault.kind == "degraded":
+        if adaptive and _has_spare_path(topology, fault, sorted(gpus)):
+            return  # converged adaptive routing steers around it (see the docstring)
         for i in links:
             network.set_capacity(i, before[i] * fault.bandwidth_factor)
         return
@@ -326,6 +329,19 @@ def _strike(env: Any, network: Any, topology: Topology, fault: Fault, gpus: set[
             yield env.timeout(delay)
     for i in links:  # re-routed: a spare path of the same bandwidth carries the flows
         network.set_capacity(i, before[i])
+
+
+def _has_spare_path(topology: Topology, fault: Fault, gpus: Sequence[str]) -> bool:
+    """Whether a degraded fabric link or switch can be routed around: it joins switches
+    only, and the job's GPUs stay connected without it."""
+    links = fault_links(topology, fault)
+    if any(topology.device(end).kind != "switch" for link in links for end in link):
+        return False  # a NIC's port: NCCL's channels stay on their NIC
+    try:
+        _check_not_cut(topology, replace(fault, kind="down"), gpus, None)
+    except SimulationError:
+        return False
+    return True
 
 
 def _check_not_cut(topology: Topology, fault: Fault, gpus: Sequence[str],

@@ -141,3 +141,22 @@ def test_a_gpu_lost_during_the_run_stops_it(uniform):
     faults = faults_from_list([{"target": "gpu", "name": "n2.gpu0", "at_s": 1e-3}], topo)
     with pytest.raises(SimulationError, match=r"n2\.gpu0"):
         simulate_on_fabric([spec], faults)
+
+
+def test_timed_degraded_link_costs_nothing_under_adaptive_routing_with_a_spare_path(uniform):
+    spec_tree = {"kind": "fat-tree", "nics_per_leaf": 16, "spines": 2, "oversubscription": 8}
+    for routing, slower in (("adaptive", False), ("dmodk", True)):
+        topo = build_cluster({"preset": "dgx-a100", "nodes": 4,
+                              "fabric": {**spec_tree, "routing": routing}})
+        spec = dp_job(topo, ["n0.gpu0", "n2.gpu0"], uniform)
+        (healthy,) = simulate_on_fabric([spec])
+        t = healthy.iteration_time_s
+        up = next(i for i in topo.route("n0.gpu0", "n2.gpu0", rail=0).links
+                  if i[0] == "leaf0")
+        faults = faults_from_list([{"target": "link", "name": f"{up[0]} -> {up[1]}",
+                                    "kind": "degraded", "bandwidth_factor": 0.1,
+                                    "at_s": t / 2}], topo)
+        (after,) = simulate_on_fabric([spec], faults)
+        assert (after.iteration_time_s > t * 1.5) is slower
+        if not slower:
+            assert after.iteration_time_s == pytest.approx(t, rel=1e-9)
