@@ -31,6 +31,7 @@ microseconds) and the protobuf JSON mapping (``id``, ``name``, ``type``, ``ctrlD
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -405,8 +406,13 @@ def load_chakra(paths: Iterable[str | os.PathLike[str]]) -> list[ChakraTrace]:
 # --------------------------------------------------------------------------- writing
 
 
+@functools.lru_cache(maxsize=1024)
+def _attribute_name(name: str) -> bytes:
+    return encode_bytes(1, name)
+
+
 def _encode_attribute(name: str, value: Any) -> bytes:
-    body = encode_bytes(1, name)
+    body = _attribute_name(name)
     if isinstance(value, bool):
         body += encode_varint_field(27, int(value))
     elif isinstance(value, int):

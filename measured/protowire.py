@@ -15,6 +15,7 @@ what is wrong, and nothing is added to the install.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -148,8 +149,14 @@ def double_of(field: Field, *, source: str) -> float:
 # --------------------------------------------------------------------------- writing
 
 
+# One-byte varints, made once: most tags, lengths and ids are small.
+_SMALL_VARINTS = tuple(bytes((i,)) for i in range(128))
+
+
 def encode_varint(value: int) -> bytes:
     """``value`` (0 <= value < 2**64; negatives as two's complement) as a varint."""
+    if 0 <= value < 128:
+        return _SMALL_VARINTS[value]
     value &= (1 << 64) - 1
     out = bytearray()
     while True:
@@ -162,6 +169,7 @@ def encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
+@functools.lru_cache(maxsize=256)
 def _tag(number: int, wire: int) -> bytes:
     return encode_varint(number << 3 | wire)
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import heapq
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from distsim_gpu.collectives import CommParams
@@ -290,14 +290,17 @@ def _export_node(index: int, node: GraphNode, rank: int) -> ChakraNode:
                       duration_micros=round(node.duration_s * 1e6), attrs=attrs)
 
 
-def export_chakra(graphs: Mapping[int, Sequence[GraphNode]], directory: str | os.PathLike[str],
-                  *, name: str = "distsim") -> list[str]:
-    """Write each rank's graph as ``<directory>/<name>.<rank>.et``; the paths written.
+def export_chakra(graphs: Mapping[int, Sequence[GraphNode]]
+                  | Iterable[tuple[int, Sequence[GraphNode]]],
+                  directory: str | os.PathLike[str], *, name: str = "distsim") -> list[str]:
+    """Write each rank's graph (a mapping, or ``(rank, graph)`` pairs written as they
+    come) as ``<directory>/<name>.<rank>.et``; the paths written.
 
     Node ids are positions, so a graph in topological order reads back in the same order.
     """
     paths = []
-    for rank, nodes in sorted(graphs.items()):
+    pairs = sorted(graphs.items()) if isinstance(graphs, Mapping) else graphs
+    for rank, nodes in pairs:
         path = os.path.join(os.fspath(directory), f"{name}.{rank}.et")
         trace = ChakraTrace(path, rank, "1.0.1", {"schema": "1.0.1", "generator": "distsim"},
                             tuple(_export_node(i, n, rank) for i, n in enumerate(nodes)))

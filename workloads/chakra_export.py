@@ -29,7 +29,7 @@ one as together — true on symmetric clusters.  Context parallelism is not expo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from distsim_gpu.simcore.errors import ConfigError
@@ -38,7 +38,7 @@ from distsim_gpu.workloads.ops import Barrier, Collective, Compute, Fused, Op, R
 from distsim_gpu.workloads.replay import SEND, GraphNode, place_ranks
 from distsim_gpu.workloads.timeline import RankGroup
 
-__all__ = ["MAIN_STREAM", "iteration_graphs"]
+__all__ = ["MAIN_STREAM", "iter_rank_graphs", "iteration_graphs"]
 
 MAIN_STREAM, REDUCE_STREAM, GATHER_STREAM, FIRST_SEND_STREAM = 1, 3, 4, 16
 
@@ -81,6 +81,15 @@ class _Exporter:
         return [tuple(self.rank_of[m.gpus[t]] for m in members)
                 for t in range(self.sim.spec.parallel.tp)]
 
+    def done(self, group: RankGroup) -> list[tuple[int, list[GraphNode]]]:
+        """The graphs of ``group``'s GPUs, complete once its stream is through: handed
+        over and forgotten, so only one rank group's graphs are held at a time."""
+        ranks = self._ranks(group)
+        for rank in ranks:
+            self.main.pop(rank, None)
+            self.pending.pop(rank, None)
+        return [(rank, self.graphs.pop(rank)) for rank in ranks]
+
     def group(self, group: RankGroup, stream: list[Op]) -> None:
         for op in stream:
             if isinstance(op, Fused):
@@ -94,7 +103,7 @@ class _Exporter:
             elif isinstance(op, Wait):
                 self._wait(group, op)
             elif isinstance(op, Barrier):
-                everyone = tuple(sorted(self.graphs))
+                everyone = tuple(sorted(self.rank_of.values()))
                 for rank in self._ranks(group):
                     self._call(rank, everyone, Collective(None, None, op.label), MAIN_STREAM)
             else:  # the iteration's own handlers are the complete list
@@ -183,13 +192,18 @@ def _senders(sim: _IterationSimulator) -> dict[tuple[str, int, int], tuple[int, 
     return senders
 
 
-def iteration_graphs(spec: IterationSpec) -> tuple[dict[int, list[GraphNode]], int]:
-    """Each rank's graph of one iteration (module docstring) and the world size; rank
-    ``r`` is the GPU :func:`~workloads.replay.place_ranks` puts rank ``r`` on."""
+def iter_rank_graphs(spec: IterationSpec) -> Iterator[tuple[int, list[GraphNode]]]:
+    """Each rank's graph of one iteration (module docstring), rank group by rank group;
+    rank ``r`` is the GPU :func:`~workloads.replay.place_ranks` puts rank ``r`` on."""
     sim = _IterationSimulator(spec)  # the rank groups and streams the iteration runs
     gpus = place_ranks(spec.topology, len(spec.topology.gpus))
     exporter = _Exporter(sim, {gpu: rank for rank, gpu in enumerate(gpus)})
     for stage, stage_groups in enumerate(sim.groups):
         for group in stage_groups:
             exporter.group(group, sim.streams[stage])
-    return {r: g for r, g in exporter.graphs.items() if g}, len(gpus)
+            yield from exporter.done(group)
+
+
+def iteration_graphs(spec: IterationSpec) -> tuple[dict[int, list[GraphNode]], int]:
+    """Every rank's graph (:func:`iter_rank_graphs`) at once, and the world size."""
+    return dict(iter_rank_graphs(spec)), len(spec.topology.gpus)
