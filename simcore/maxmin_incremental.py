@@ -15,15 +15,23 @@ was; choosing ``S`` well only saves work:
 * a flow that ends frees its links only for flows as fast as it or faster: progressive
   filling freezes every flow below its rate before any of its links could saturate, so
   those flows keep their rates;
-* a new flow is solved with its links' other flows held; the check pulls in the ones it
-  slows down.
+* a new flow is solved with the flows it will likely slow: on each of its links whose
+  spare capacity its guaranteed share (the link's capacity split evenly) would fill, those
+  faster than that share; the check pulls in any others.
+
+Before a subset is solved, a look-ahead follows the cascade hop by hop: the flows that
+join ``S`` will speed up or slow down the flows bottlenecked on their saturated links.
 
 Only the links whose load changed (those of ``S`` and of ended flows) can leave a flow
 without its bottleneck, so a check looks at the flows crossing them, and a held flow whose
 recorded bottleneck is elsewhere passes without looking.  The incidence lives in
 persistent arrays with one slot per flow (entries of ended flows are blanked and
-compacted from time to time), so a change costs numpy passes over the entries, not Python
-loops over the flows.
+compacted from time to time) and a link index (the entries sorted by link, rebuilt when
+many were added since), and a round works on the entries of the changed links only, with
+positions local to them.  Subsets are filled by local minima
+(:func:`~simcore.maxmin._fill_local_minima`: every link no neighbour undercuts freezes in
+the same round), which gives progressive filling's rates in fewer rounds.  So a change
+costs numpy passes over the entries near it, not Python loops over the flows.
 
 Pure arrays, no SimPy: :class:`~simcore.network.FlowNetwork` switches to it when many
 flows transfer at once.

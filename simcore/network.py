@@ -13,9 +13,11 @@ re-solve at the current instant; that request is an event scheduled with a prior
 simulated time are batched into a single solve.  The solve covers only the connected
 part of the network (flows and links reachable from the touched links); from
 ``_INCREMENTAL_FROM`` transferring flows on, :class:`~simcore.maxmin_incremental.IncrementalMaxMin`
-re-solves only the flows whose rates the change can move, with the same result.  One
-timer event waits for the earliest finish; a flow is finished when its remaining bytes are within a
-relative tolerance of zero and is then set to exactly zero.
+re-solves only the flows whose rates the change can move, with the same result; meanwhile
+the flows' rates, bytes left and finish times live in arrays by solver handle, so a solve
+reschedules the flows it moved in a few array operations.  One timer event waits for the
+earliest finish; a flow is finished when its remaining bytes are within a relative
+tolerance of zero and is then set to exactly zero.
 
 Link statistics (:class:`LinkStats`) count every byte a link carried, also for transfers
 that were never flows: a caller that times a transfer by its closed form because nothing
@@ -760,8 +762,8 @@ class FlowNetwork:
         if not self.active_flows:
             self._incremental = None  # quiet again: small solves from scratch
             self._by_handle.clear()
-            self._finish_at = self._h_rate = np.zeros(0)
-            self._h_remaining = self._h_updated = np.zeros(0)
+            for name in ("_finish_at", "_h_rate", "_h_remaining", "_h_updated"):
+                setattr(self, name, np.zeros(0))
         self._arm_timer()
 
     def _reschedule(self, now: float, handles: np.ndarray, rates: np.ndarray) -> None:
