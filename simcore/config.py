@@ -266,9 +266,8 @@ def check_whole(value: Any, *, key: str | None, minimum: int = 1, maximum: int |
     what a value means (``"0 takes the default"``).  Bounds keep a typo (``1e30`` layers)
     from allocating without end; see each caller for its own."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum:,}]"
-        raise _fail(f"must be a whole number {bound}, got {_REPR.repr(value)}", key, source,
-                    lines, hint, line=line, error=error)
+        raise _fail(f"must be a whole number >= {minimum}, got {_REPR.repr(value)}", key,
+                    source, lines, hint, line=line, error=error)
     if maximum is not None and value > maximum:
         raise _fail(f"must be at most {maximum:,}, got {_REPR.repr(value)}", key, source,
                     lines, hint or too_big,
