@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,19 @@ def test_written_file_builds_the_cluster_it_states(tmp_path):
     assert loaded.config == expected.config
     assert build_cluster(loaded.config).config == loaded.config  # config round-trips
     assert len(load_cluster(out, nodes=3).gpus) == 24  # --nodes works on the node form
+
+
+def test_nccl_tests_command_prints_the_presets_rows_for_the_imported_file(tmp_path, capsys):
+    out = tmp_path / "a100.yaml"
+    assert main(["topology", "import", str(DUMPS / "dgx-a100.topo.txt"), "-o", str(out),
+                 "--nodes", "2"]) == 0
+    capsys.readouterr()
+    rows = []
+    for cluster in (str(out), "dgx-a100"):
+        assert main(["nccl-tests", "--cluster", cluster, "--nodes", "2", "-b", "1K", "-e",
+                     "64M", "-f", "8", "--json"]) == 0
+        rows.append(json.loads(capsys.readouterr().out)["rows"])
+    assert rows[0] == rows[1] and len(rows[0]) == 6
 
 
 def test_ibnetdiscover_fabric_matches_the_single_switch_preset(tmp_path):
