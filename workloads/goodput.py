@@ -185,10 +185,16 @@ class CheckpointSweep:
     def best(self) -> GoodputResult:
         return max(self.results, key=lambda r: r.goodput)
 
+    @property
+    def at_young(self) -> GoodputResult:
+        """The swept interval nearest Young's."""
+        return min(self.results, key=lambda r: abs(r.interval_s - self.young_s))
+
     def to_dict(self) -> dict[str, object]:
         return {"mtbf_s": self.mtbf_s, "checkpoint_s": self.checkpoint_s,
                 "young_interval_s": self.young_s, "daly_interval_s": self.daly_s,
                 "best_interval_s": self.best.interval_s, "best_goodput": self.best.goodput,
+                "goodput_at_young": self.at_young.goodput,
                 "sweep": [{"interval_s": r.interval_s, "iterations": r.interval_iterations,
                            "goodput": r.goodput, "failures": r.failures}
                           for r in self.results]}
