@@ -25,8 +25,9 @@ and routing is what the fabric has settled to:
 * a GPU or a node lost stops the job: :func:`check_job_survives` raises, naming it.
 
 **At a time** (:func:`inject_faults`) a fault changes the flow network while the job runs:
-a degraded link's capacity drops at ``at_s`` (flows re-solved then) under static and hashed
-routing; under adaptive routing a degraded link between switches that the job can be
+a degraded link's capacity drops at ``at_s`` (flows re-solved then; its added latency
+counts for faults from the start only, as routes' latencies are fixed when the plans are
+made) under static and hashed routing; under adaptive routing a degraded link between switches that the job can be
 routed around costs nothing (converged routing moves its bytes to spare paths — as for a
 down link, the approximation that those have the bandwidth to take them); a down link or
 switch stalls the flows crossing it for the time the fabric takes to re-route
