@@ -4,6 +4,7 @@ Run from the repository root:
 
     python benchmarks/bench_folding.py                      # examples + 64 … 4096 GPUs
     python benchmarks/bench_folding.py --max-gpus 1024 --full-up-to 1024
+    python benchmarks/bench_folding.py --straggler n5.gpu3=1.2 --skip-examples --max-gpus 0
 
 Each case runs twice in this process, folded (the default) and full
 (``IterationSpec.fold_replicas=False``), and prints Markdown tables: host wall time,
@@ -11,7 +12,8 @@ events, flows, which simulation ran, and the largest relative difference between
 runs over the iteration time and every GPU's breakdown (0 where folding is exact).  The
 scaling series is bench_iteration.py's: GPT-3 175B, tp 8 · pp 8, 16 micro-batches per
 pipeline, data parallelism growing with the GPUs; beyond ``--full-up-to`` GPUs only the
-folded run is timed.
+folded run is timed.  ``--straggler GPU=FACTOR`` adds a row: the 1024-GPU GPT-3 example
+with that GPU slowed, whose replicas without a straggler still fold.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ def main() -> None:
     parser.add_argument("--full-up-to", type=int, default=2048,
                         help="run the full simulation too up to this many GPUs")
     parser.add_argument("--skip-examples", action="store_true")
+    parser.add_argument("--straggler", default="",
+                        help="GPU=FACTOR: the GPT-3 1024-GPU example with this straggler")
     args = parser.parse_args()
     print(f"# {platform.machine()}, Python {platform.python_version()}")
     print("| case | GPUs | simulation | folded wall (s) | events | flows | "
@@ -75,6 +79,12 @@ def main() -> None:
         for path in sorted(EXAMPLES.glob("*.yaml")):
             scenario = load_scenario(path)
             print(row(path.name, len(scenario.topology.gpus), scenario, True), flush=True)
+    if args.straggler:
+        gpu, factor = args.straggler.split("=")
+        path = EXAMPLES / "gpt3-175b-1024-a100.yaml"
+        scenario = load_scenario(path, overrides=[(f"stragglers.{gpu}", float(factor))])
+        print(row(f"{path.name}, straggler {gpu} ×{factor}", 1024, scenario, True),
+              flush=True)
     gpus = 64
     while gpus <= args.max_gpus:
         scenario = scenario_from_mapping(scaling_scenario(gpus), source="scaling")

@@ -89,7 +89,9 @@ was in flight, overlapped or not.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+import gc
+from collections.abc import Callable, Generator, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -1056,13 +1058,32 @@ def _per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], itera
 
 def simulate_iteration(spec: IterationSpec) -> IterationResult:
     """Simulate one training iteration of ``spec``; see the module docstring."""
-    simulator = _IterationSimulator(spec)
-    if spec.trace:
-        _record_link_counters(simulator.sim)
-    result = simulator.run()
+    with _young_collections_batched():
+        simulator = _IterationSimulator(spec)
+        if spec.trace:
+            _record_link_counters(simulator.sim)
+        result = simulator.run()
     if spec.trace:
         simulator.sim.tracer.metadata["distsim"] = _trace_metadata(simulator, result)
     return result
+
+
+# Objects allocated between two young-generation collections while an iteration runs
+# (CPython's default is 700).  A 16,384-GPU iteration allocates tens of millions of
+# short-lived tuples and dicts (routes, plans, events); collecting every 700 of them cost
+# about 9 % of its CPU (4,096 GPUs: 3.55 -> 3.25 s, three runs each).  Nothing is
+# left uncollected: the threshold is restored after the run.
+_YOUNG_BATCH = 100_000
+
+
+@contextmanager
+def _young_collections_batched() -> Iterator[None]:
+    thresholds = gc.get_threshold()
+    gc.set_threshold(max(thresholds[0], _YOUNG_BATCH), *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
 
 
 def _trace_metadata(simulator: _IterationSimulator, result: IterationResult) -> dict[str, Any]:
