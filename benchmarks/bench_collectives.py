@@ -19,6 +19,7 @@ import numpy as np
 from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.collectives.nccl_tests import size_series
 from distsim_gpu.simcore import Simulation
+from distsim_gpu.simcore.maxmin import solve_max_min
 from distsim_gpu.topology import build_cluster
 
 SIZES = size_series(8, 8 * 2**30, 2)  # 8 B – 8 GiB, ×2: 31 sizes
@@ -45,11 +46,16 @@ def bench_sweep(gpus: int, fidelity: str, sizes: list[int]) -> dict[str, float]:
             "flows": sim.network.completed_flows}
 
 
-def bench_solver(num_flows: int, gpus: int, seed: int = 0,
-                 window_s: float = 0.0) -> dict[str, float]:
+def bench_solver(num_flows: int, gpus: int, seed: int = 0, window_s: float = 0.0,
+                 check_every: int = 0) -> dict[str, float]:
     """Random point-to-point sends of 1-100 MB between random GPU pairs on a two-tier
     fat-tree with 2:1 oversubscription, issued at time 0 (``window_s`` 0) or at uniform
-    random times in ``[0, window_s]``.  Wall and CPU time from the first send on."""
+    random times in ``[0, window_s]``.  Wall and CPU time from the first send on.
+
+    ``check_every`` N > 0: after every Nth solve, every transferring flow's rate is
+    compared with a full progressive-filling solve of all of them (:func:`solve_max_min`);
+    ``worst_rel_diff`` is the largest relative difference seen (the times then include
+    the checks)."""
     topo = build_cluster({"preset": "dgx-h100", "nodes": gpus // 8,
                           "fabric": {"kind": "fat-tree", "oversubscription": 2}})
     rng = np.random.default_rng(seed)
@@ -58,6 +64,9 @@ def bench_solver(num_flows: int, gpus: int, seed: int = 0,
     pairs = rng.integers(0, len(topo.gpus), size=(num_flows, 2))
     sizes = rng.uniform(1e6, 1e8, size=num_flows)
     delays = rng.uniform(0.0, window_s, size=num_flows) if window_s else None
+    worst = [0.0]
+    if check_every:
+        sim.network.add_listener(lambda *_: _check_rates(sim.network, check_every, worst))
     start, cpu = time.perf_counter(), time.process_time()
     for i, ((a, b), size) in enumerate(zip(pairs, sizes)):
         if a == b:
@@ -69,8 +78,25 @@ def bench_solver(num_flows: int, gpus: int, seed: int = 0,
                                         topo.gpus[b], float(size)))
     sim.run()
     done = time.perf_counter()
-    return {"wall_s": done - start, "cpu_s": time.process_time() - cpu,
-            "events": sim.env.events_processed, "solves": sim.network.solves}
+    result = {"wall_s": done - start, "cpu_s": time.process_time() - cpu,
+              "events": sim.env.events_processed, "solves": sim.network.solves}
+    if check_every:
+        result["worst_rel_diff"] = worst[0]
+    return result
+
+
+def _check_rates(network, every: int, worst: list[float]) -> None:
+    """Compare the transferring flows' rates with a solve from scratch (every Nth solve)."""
+    flows = list(network._transferring)
+    if network.solves % every or not flows:
+        return
+    counts = np.array([len(flow.links) for flow in flows])
+    want = solve_max_min(np.repeat(np.arange(len(flows)), counts),
+                         np.concatenate([flow._link_array for flow in flows]),
+                         np.concatenate([flow._mult_array for flow in flows]),
+                         network._capacity_array, len(flows))
+    got = np.array([flow.rate_bytes_per_s for flow in flows])
+    worst[0] = max(worst[0], float(np.max(np.abs(got - want) / want)))
 
 
 def _send_later(sim: Simulation, comm: Communicator, delay_s: float, src: str, dst: str,
@@ -91,6 +117,9 @@ def main() -> None:
     parser.add_argument("--solver-window", type=float, default=0.0,
                         help="start the solver case's sends at random times in "
                         "[0, WINDOW] seconds instead of all at 0")
+    parser.add_argument("--solver-check", type=int, default=0, metavar="N",
+                        help="after every Nth solve, compare all rates with a full "
+                        "progressive-filling solve; prints the worst relative difference")
     args = parser.parse_args()
     print(f"# {platform.processor() or platform.machine()}, Python {platform.python_version()}")
     print("| GPUs | fidelity | sizes | build (s) | sweep (s) | events | events/s | flows |")
@@ -106,16 +135,19 @@ def main() -> None:
                   f"{r['sweep_s']:.2f} | {r['events']} | {r['events'] / r['sweep_s']:,.0f} | "
                   f"{r['flows']} |", flush=True)
     print()
+    check = (" worst rel. diff |", "---:|") if args.solver_check else ("", "")
     print("| concurrent flows | GPUs (fat-tree 2:1) | window (s) | wall (s) | CPU (s) | "
-          "events | solves |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+          f"events | solves |{check[0]}")
+    print(f"|---:|---:|---:|---:|---:|---:|---:|{check[1]}")
     for flows in args.solver_flows:
         gpus = 256 if args.quick else 1024
         if args.quick and flows > 1_000:
             continue
-        r = bench_solver(flows, gpus, window_s=args.solver_window)
+        r = bench_solver(flows, gpus, window_s=args.solver_window,
+                         check_every=args.solver_check)
+        diff = f" {r['worst_rel_diff']:.1e} |" if args.solver_check else ""
         print(f"| {flows} | {gpus} | {args.solver_window:g} | {r['wall_s']:.2f} | "
-              f"{r['cpu_s']:.2f} | {r['events']} | {r['solves']} |", flush=True)
+              f"{r['cpu_s']:.2f} | {r['events']} | {r['solves']} |{diff}", flush=True)
 
 
 if __name__ == "__main__":
