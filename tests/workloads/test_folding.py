@@ -310,3 +310,24 @@ def test_a_straggler_sharing_spine_links_with_other_replicas_falls_back(uniform)
     assert healthy.folding == "folded 4 data-parallel replicas into 1"
     assert slow.folding == ("full: stage 0 a straggler's replica shares links with the "
                             "others")
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(folding_cases(), st.data())
+def test_with_a_straggler_anywhere_folding_is_exact_or_says_why_not(uniform, case, data):
+    """A random straggler on a random tree and strategy: the healthy replicas fold and the
+    run equals the full one, or the full simulation runs and names the reason."""
+    cluster_spec, parallel = case
+    topology = build_cluster(cluster_spec)
+    gpu = data.draw(st.sampled_from(topology.gpus))
+    stragglers = {gpu: data.draw(st.sampled_from([1.1, 1.5, 3.0]))}
+    training = TrainingConfig(micro_batch=1, global_batch=2 * parallel.dp)
+    folded, full = both(uniform, topology, parallel, training, stragglers=stragglers)
+    event(folded.folding.split(" ")[0])
+    if folded.folding.startswith("full"):
+        assert folded.folding.startswith(("full: stage ", "full: stragglers on ")), \
+            folded.folding
+        assert folded.events == full.events
+    else:
+        assert f"(stragglers on {gpu}) simulated on its own" in folded.folding
+        assert_same_iteration(folded, full)
