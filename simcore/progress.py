@@ -4,11 +4,13 @@ A command that may run for minutes (``distsim run`` on 16,384 GPUs, ``distsim nc
 opens a :func:`reporting` block around its work.  Inside it, every
 :class:`~simcore.simulation.Simulation` hands its environment the block's
 :class:`Reporter`, which the environment ticks once every :data:`TICK_EVENTS` events (one
-integer test per event, so the cost is nothing next to SimPy's own step).  The reporter
-redraws one line on stderr at most :data:`REFRESH_S` apart, and only once the run has
-lasted :data:`DELAY_S` (a quick run prints nothing):
+integer test per event; a tick only adds to counters, so the cost is nothing next to
+SimPy's own step).  A daemon thread redraws one line on stderr every :data:`REFRESH_S`
+once the block has lasted :data:`DELAY_S` (a quick run prints nothing), so the line moves
+even while the work is not simulating (building a 16k-GPU cluster, planning its
+collectives), naming the phase the caller set (:meth:`Reporter.phase`):
 
-``distsim run: simulated 1.23 s of ~3.1 s · 2.4M events (310k/s) · 0:08 · ~0:12 left``
+``distsim run: simulating · simulated 1.23 s of ~3.1 s · 2.4M events (310k/s) · 0:08 · ~0:12 left``
 
 What is left comes from what the caller knows: a count of stages (``nccl-tests``' sizes,
 :meth:`Reporter.stage`), else an expected simulated end time (:meth:`Reporter.expect`,
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TextIO
@@ -60,11 +63,23 @@ def reporting(label: str, *, enabled: bool = True, stream: TextIO | None = None
         return
     reporter = Reporter(label, out)
     token = _CURRENT.set(reporter)
+    stop = threading.Event()
+    drawer = threading.Thread(target=_draw_until, args=(reporter, stop), daemon=True,
+                              name="distsim-progress")
+    drawer.start()
     try:
         yield reporter
     finally:
+        stop.set()
+        drawer.join()
         _CURRENT.reset(token)
         reporter.close()
+
+
+def _draw_until(reporter: Reporter, stop: threading.Event) -> None:
+    """The drawing thread: refresh the line every REFRESH_S until ``stop``."""
+    while not stop.wait(REFRESH_S):
+        reporter.refresh()
 
 
 class Reporter:
@@ -82,6 +97,7 @@ class Reporter:
         self.sim_now_s = 0.0
         self.stages: tuple[int, int] | None = None
         self.stage_what = ""
+        self.phase_text = ""
         self._estimate: Callable[[], float | None] | None = None
         self._expected_end_s: float | None = None
         self._first: tuple[float, float] | None = None  # (host, simulated) at the 1st tick
@@ -94,23 +110,31 @@ class Reporter:
         self.sim_now_s = sim_now_s
         if self._first is None:  # the rate is measured from here: setup time is not a rate
             self._first = (self.clock(), sim_now_s)
-        self._maybe_draw()
+        elif self._estimate is not None and self.clock() - self.started >= DELAY_S:
+            # Here, in the simulating thread (the estimate reads the same caches), and only
+            # for a run long enough to show a line.
+            self._expected_end_s, self._estimate = self._estimate(), None
 
     def stage(self, done: int, total: int, what: str = "") -> None:
         """``done`` of ``total`` stages finished (``what`` names them: ``"sizes"``)."""
         self.stages = (done, total)
         self.stage_what = what
-        self._maybe_draw()
 
-    def _maybe_draw(self) -> None:
+    def phase(self, text: str) -> None:
+        """What the work is doing now ("building the cluster", "simulating")."""
+        self.phase_text = text
+
+    def refresh(self) -> None:
+        """Draw the line if the block has lasted ``DELAY_S`` and the last draw is
+        ``REFRESH_S`` old (the drawing thread calls this)."""
         now = self.clock()
-        if now - self.started >= DELAY_S and now - self._drawn_at >= REFRESH_S:
+        if now - self.started >= DELAY_S and now - self._drawn_at >= REFRESH_S * 0.9:
             self._drawn_at = now
             self._draw(now)
 
     def expect(self, estimate: Callable[[], float | None]) -> None:
-        """The run should end near simulated time ``estimate()`` seconds; called once, on
-        the first draw, so a run too short to show progress never pays for it."""
+        """The run should end near simulated time ``estimate()`` seconds; called once, at
+        a tick after ``DELAY_S``, so a run too short to show progress never pays for it."""
         self._estimate = estimate
 
     def left_s(self, now: float) -> float | None:
@@ -119,8 +143,6 @@ class Reporter:
         if self.stages is not None and self.stages[0] > 0:
             done, total = self.stages
             return elapsed * (total - done) / done
-        if self._estimate is not None:
-            self._expected_end_s, self._estimate = self._estimate(), None
         end = self._expected_end_s
         if end is None or self._first is None:
             return None
@@ -132,6 +154,8 @@ class Reporter:
     def line(self, now: float) -> str:
         """The progress line at host time ``now``."""
         parts = [f"distsim {self.label}:"]
+        if self.phase_text:
+            parts.append(f"{self.phase_text} ·")
         if self.stages is not None:
             parts.append(f"{self.stages[0]}/{self.stages[1]} {self.stage_what}".rstrip() + " ·")
         left = self.left_s(now)
@@ -139,9 +163,10 @@ class Reporter:
         if self._expected_end_s is not None and self.stages is None:
             sim += f" of ~{format_duration(self._expected_end_s)}"
         elapsed = now - self.started
-        rate = self.events / elapsed if elapsed > 0 else 0.0
-        parts.append(f"{sim} · {_count(self.events)} events ({_count(rate)}/s) · "
-                     f"{_clock(elapsed)}")
+        if self.events:  # (before the first tick there is nothing simulated to show)
+            rate = self.events / elapsed if elapsed > 0 else 0.0
+            parts.append(f"{sim} · {_count(self.events)} events ({_count(rate)}/s) ·")
+        parts.append(_clock(elapsed))
         if left is not None:
             parts.append(f"· ~{_clock(left)} left")
         return " ".join(parts)

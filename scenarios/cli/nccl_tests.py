@@ -46,10 +46,14 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 def handle(args: argparse.Namespace) -> int:
     """Run the benchmark's sizes and print nccl-tests' table (or JSON)."""
-    topology, params = cluster_and_params(args)
     sizes = size_series(parse_size(args.minbytes, key="-b"), parse_size(args.maxbytes, key="-e"),
                         args.stepfactor)
-    with progress.reporting("nccl-tests", enabled=not args.quiet):
+    with progress.reporting("nccl-tests", enabled=not args.quiet) as reporter:
+        if reporter is not None:
+            reporter.phase("building the cluster")
+        topology, params = cluster_and_params(args)
+        if reporter is not None:
+            reporter.phase(f"{args.op} on {len(topology.gpus):,} GPUs")
         rows = run_benchmark(topology, args.op, sizes, params=params, dtype=args.datatype)
     if args.json:
         print(json.dumps({

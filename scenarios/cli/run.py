@@ -68,7 +68,6 @@ def handle(args: argparse.Namespace) -> int:
     if args.no_trace and args.out is None:
         raise ConfigError("--no-trace applies to --out", key="--no-trace",
                           hint="without --out nothing is traced anyway")
-    scenario = load_scenario(args.scenario, assignments)
     trace = args.out is not None and not args.no_trace
     # SIGTERM (a job scheduler's kill) unwinds like Ctrl-C, so --out cleans up after itself.
     in_main = threading.current_thread() is threading.main_thread()
@@ -77,6 +76,10 @@ def handle(args: argparse.Namespace) -> int:
     try:
         with progress.reporting("run", enabled=not args.quiet) as reporter:
             if reporter is not None:
+                reporter.phase("reading the scenario and building its cluster")
+            scenario = load_scenario(args.scenario, assignments)
+            if reporter is not None:
+                reporter.phase(f"simulating {len(scenario.topology.gpus):,} GPUs")
                 reporter.expect(lambda: _estimate_s(scenario))
             report = run_scenario(scenario, trace=trace, allow_oom=args.allow_oom)
         # Faults, stragglers' cost, jobs, goodput (scenarios.disruptions); None without.

@@ -30,23 +30,48 @@ def _reporter() -> tuple[Reporter, Terminal, Clock]:
 
 def test_silent_for_a_short_run_then_at_most_one_draw_per_refresh():
     reporter, out, clock = _reporter()
-    reporter.tick(0.5)
+    reporter.phase("simulating")
+    for _ in range(3):
+        reporter.tick(0.5)
     clock.now += DELAY_S * 0.9
-    reporter.tick(0.6)
+    reporter.refresh()
     assert out.getvalue() == ""  # under DELAY_S: nothing drawn
     clock.now += DELAY_S * 0.2
     reporter.tick(0.7)
+    reporter.refresh()
     drawn = out.getvalue()
-    assert drawn.startswith("\rdistsim run: simulated 700 ms") and drawn.endswith("\x1b[K")
-    assert f"{3 * TICK_EVENTS / 1000:.3g}k events" in drawn
+    assert drawn.startswith("\rdistsim run: simulating · simulated 700 ms")
+    assert drawn.endswith("\x1b[K")
+    assert f"{4 * TICK_EVENTS / 1000:.3g}k events" in drawn
     clock.now += REFRESH_S / 2
-    reporter.tick(0.8)
+    reporter.refresh()
     assert out.getvalue() == drawn  # within REFRESH_S: not redrawn
     clock.now += REFRESH_S
-    reporter.tick(0.9)
+    reporter.refresh()
     assert out.getvalue().count("\r") == 2
     reporter.close()
     assert out.getvalue().endswith("\r\x1b[K")  # the line is erased at the end
+
+
+def test_before_any_event_the_line_shows_the_phase_and_time():
+    reporter, _out, clock = _reporter()
+    reporter.phase("building the cluster")
+    clock.now += 75.0
+    assert reporter.line(clock.now) == "distsim run: building the cluster · 1:15"
+
+
+def test_the_drawing_thread_draws_while_the_work_does_not_tick(monkeypatch):
+    import time
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    monkeypatch.setattr(progress, "REFRESH_S", 0.01)
+    out = Terminal()
+    with reporting("nccl-tests", stream=out) as reporter:
+        reporter.phase("planning")
+        deadline = time.monotonic() + 5
+        while "planning" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)  # (no tick: a long computation outside the event loop)
+    assert "distsim nccl-tests: planning ·" in out.getvalue()
+    assert out.getvalue().endswith("\r\x1b[K")
 
 
 def test_estimate_of_what_is_left_from_stages():
@@ -63,11 +88,12 @@ def test_estimate_of_what_is_left_from_the_expected_end():
     reporter.expect(lambda: calls.append(1) or 4.0)
     clock.now += 5.0  # (setup: not counted in the rate)
     reporter.tick(0.5)
+    assert reporter.left_s(clock.now) is None
     clock.now += 10.0
     reporter.tick(1.5)  # 1 simulated s in 10 host s; 2.5 more to go: 25 s
     assert reporter.left_s(clock.now) == pytest.approx(25.0)
     assert "simulated 1.5 s of ~4 s" in reporter.line(clock.now)
-    reporter.left_s(clock.now)
+    reporter.tick(1.6)
     assert calls == [1]  # the estimate is asked for once
 
 
