@@ -16,7 +16,7 @@ from typing import Any
 from distsim_gpu.collectives import ALGORITHMS, FIDELITIES, CommParams, comm_params_from_mapping
 from distsim_gpu.collectives.nccl_tests import BENCH_OPS
 from distsim_gpu.simcore.config import parse_assignment, set_path, split_overrides
-from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.yamlfile import read_yaml
 from distsim_gpu.topology import Topology, list_presets, load_cluster
 
@@ -151,5 +151,10 @@ def cluster_and_params(args: argparse.Namespace) -> tuple[Topology, CommParams]:
     cluster_overrides, comm_overrides = split_cluster_overrides(args.overrides)
     params = comm_params(comm_overrides, path=args.comm, algo=args.algo, proto=args.proto,
                          fidelity=args.fidelity)
-    topology = load_cluster(args.cluster, nodes=args.nodes, overrides=cluster_overrides)
+    try:
+        topology = load_cluster(args.cluster, nodes=args.nodes, overrides=cluster_overrides)
+    except DistsimError as error:
+        if args.nodes is not None and error.key == "nodes" and error.source is None:
+            error.key = "--nodes"  # (the library names its argument; the user typed this)
+        raise
     return topology, params

@@ -175,7 +175,7 @@ def test_nccl_tests_size_count_closed_form():
 
 def test_nodes_bound(rejects):
     rejects("nccl-tests", "--cluster", "dgx-a100", "--nodes", "100000",
-            names="must be at most 16,384, got 100000")
+            names="--nodes: must be at most 16,384, got 100000")
 
 
 @pytest.mark.parametrize("field, value", [
