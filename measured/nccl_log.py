@@ -86,31 +86,34 @@ _TAG = re.compile(
     r"|\d+:\s)"                           # 0:  (srun --label: the task number)
 )
 _FENCE = re.compile(r"^(```|~~~)")
-_INT = re.compile(r"^[-+]?\d+$")
-_UINT = re.compile(r"^\d+$")
+# Counts and ids are ASCII digits, at most 18 (``\d`` takes any script's digits, and
+# int() refuses more than 4,300): a longer number is not a count, so the line does
+# not match and reads as noise or as a malformed row.
+_INT = re.compile(r"^[-+]?[0-9]{1,18}$")
+_UINT = re.compile(r"^[0-9]{1,18}$")
 _WORD = re.compile(r"^[A-Za-z_][\w.%-]*$")
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_CLOCK = re.compile(r"^\d{2}:\d{2}:\d{2}(?:\.\d+)?$")
+_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+_CLOCK = re.compile(r"^[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?$")
 
-_NTHREAD = re.compile(r"^nThread\s+(\d+)\s+nGpus\s+(\d+)\b")
+_NTHREAD = re.compile(r"^nThread\s+([0-9]{1,18})\s+nGpus\s+([0-9]{1,18})\b")
 _USING = re.compile(r"^Using devices\s*$")
 _DEVICE = re.compile(
-    r"^Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+\d+\s+on\s+\S+\s+device\s+\d+\s+"
+    r"^Rank\s+([0-9]{1,18})\s+(?:Group\s+([0-9]{1,18})\s+)?Pid\s+[0-9]+\s+on\s+\S+\s+device\s+[0-9]+\s+"
     r"\[[^\]]*\]\s+(.*?)\s*$"
 )
 _BANNER = re.compile(r"^(?:nccl|rccl)-tests version\b(.*)$")
-_LIBRARY_CODE = re.compile(r"\bnccl-library=(\d+)")
+_LIBRARY_CODE = re.compile(r"\bnccl-library=([0-9]{1,18})")
 _STARTING = re.compile(r"^Collective test starting:\s*(\S+)")
 _CONCLUDED = re.compile(r"^Collective test concluded\b")
 _OUT_OF_BOUNDS = re.compile(r"^Out of bounds values\s*:")
 _AVG_BUSBW = re.compile(r"^Avg bus bandwidth\s*:\s*(\S*)")
-_NCCL_VERSION = re.compile(r"\bNCCL version\s+(\d+\.\d+\.\d+[\w.+-]*)")
-_NRANKS = re.compile(r"\bnranks[\s=:]+(\d+)\b")
+_NCCL_VERSION = re.compile(r"\bNCCL version\s+([0-9]+\.[0-9]+\.[0-9]+[\w.+-]*)")
+_NRANKS = re.compile(r"\bnranks[\s=:]+([0-9]{1,18})\b")
 _BINARY = re.compile(r"(?:^|[\s/=])([a-z][a-z0-9_]*?)_perf(?:_mpi)?(?=$|[\s;&|)])")
 _LAUNCHER = re.compile(r"(?:^|[\s/])(?:mpirun|mpiexec|orterun|prterun|srun)(?=\s|$)")
-_NP = re.compile(r"(?:^|\s)(?:-np|--np|-n|--n|--ntasks)(?:\s+|=)(\d+)(?=\s|$)")
-_NGPUS_OPT = re.compile(r"(?:^|\s)(?:-g|--ngpus)(?:\s*|=)(\d+)(?=\s|$)")
-_NTHREADS_OPT = re.compile(r"(?:^|\s)(?:-t|--nthreads)(?:\s*|=)(\d+)(?=\s|$)")
+_NP = re.compile(r"(?:^|\s)(?:-np|--np|-n|--n|--ntasks)(?:\s+|=)([0-9]{1,18})(?=\s|$)")
+_NGPUS_OPT = re.compile(r"(?:^|\s)(?:-g|--ngpus)(?:\s*|=)([0-9]{1,18})(?=\s|$)")
+_NTHREADS_OPT = re.compile(r"(?:^|\s)(?:-t|--nthreads)(?:\s*|=)([0-9]{1,18})(?=\s|$)")
 
 _TIME_COLUMNS = frozenset({"time", "cputime"})
 
@@ -479,6 +482,8 @@ class _Place:
     hint: str
 
     def error(self, what: str) -> ParseError:
+        if len(what) > 200:  # (a token of 5,000 digits is named, not printed)
+            what = f"{what[:120]}...{what[-60:]}"
         return ParseError(f"malformed nccl-tests row: {what}", source=self.source,
                           line=self.line, hint=self.hint)
 

@@ -193,3 +193,24 @@ def test_trace_events_with_fields_of_the_wrong_type_are_skipped(capsys, tmp_path
     path.write_text(text)
     assert main(["trace", "summary", str(path)]) in (0, 2)
     assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("old, new", [
+    ("nGpus 8", "nGpus " + BIG), ("nThread 1", "nThread " + BIG),
+    ("nccl-library=22807", "nccl-library=" + BIG), ("Rank  3", "Rank  " + BIG),
+    ("1048576 262144", BIG + " 262144"), ("-1 20.51", "-" + BIG + " 20.51"),
+    ("1048576 262144", "１０４８５７６ 262144"),
+])
+def test_nccl_log_huge_and_non_ascii_counts(old, new):
+    # (int() of 5,000 digits raised ValueError in the header and row readers)
+    from distsim_gpu.measured.nccl_log import parse_nccl_log
+
+    from tests.fuzz.cases import NCCL_LOG
+    text = NCCL_LOG.replace(old, new, 1)
+    assert text != NCCL_LOG
+    try:
+        log = parse_nccl_log(text)
+    except ParseError as error:
+        assert len(str(error)) < 400
+    else:
+        assert log.num_ranks in (7, 8) and len(log.rows) >= 1
