@@ -14,7 +14,7 @@ family             command
 =================  ============================================================
 
 Mutations: text cut short, bytes flipped, hostile tokens inserted (huge and full-width
-numbers, NaN, unicode, bytes that are not UTF-8), numbers replaced, lines dropped or
+numbers, NaN, unicode, bytes that are not UTF-8), numbers or words replaced, lines dropped or
 doubled, nesting thousands deep, an alias bomb, and — for YAML and JSON — a value of the
 parsed document replaced by a hostile one (a 5,000-digit integer, ``1e30``, ``-1``,
 ``0``, ``.nan``, a list where a number goes, ...) or an unknown key added.
@@ -178,6 +178,16 @@ def _number(rng: random.Random, data: bytes) -> bytes:
     return data[:start] + rng.choice(HOSTILE_TOKENS).encode("utf-8") + data[end:]
 
 
+def _token(rng: random.Random, data: bytes) -> bytes:
+    """A whitespace-separated word replaced by a hostile one (a log's header count, a
+    row's size, a YAML value)."""
+    spans = [m.span() for m in re.finditer(rb"[^\s]+", data)]
+    if not spans:
+        return _insert(rng, data)
+    start, end = rng.choice(spans)
+    return data[:start] + rng.choice(HOSTILE_TOKENS).encode("utf-8") + data[end:]
+
+
 def _lines(rng: random.Random, data: bytes) -> bytes:
     lines = data.split(b"\n")
     i = rng.randrange(len(lines))
@@ -206,6 +216,7 @@ def _not_utf8(rng: random.Random, data: bytes) -> bytes:
 
 _TEXT_MUTATIONS: dict[str, Callable[[random.Random, bytes], bytes]] = {
     "truncate": _truncate, "flip": _flip, "insert": _insert, "number": _number,
+    "token": _token,
     "lines": _lines, "deep": _deep, "not_utf8": _not_utf8,
     "empty": lambda rng, data: b"",
 }
