@@ -1,0 +1,134 @@
+"""MoE routing: Zipf/histogram shares, capacity drops, placement and the slowest EP rank,
+against closed forms."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.moe_routing import (
+    MoeRouting,
+    expert_shares,
+    moe_from_mapping,
+    moe_loads,
+    place_experts,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+def test_uniform_is_the_plain_layer():
+    loads = moe_loads(MoeRouting(), tokens=4096, experts=8, top_k=2, ep=8)
+    assert loads.expert_load == pytest.approx([4096 * 2] * 8)
+    assert loads.dropped == 0
+    assert loads.pace_factor == pytest.approx(1.0)
+    assert loads.receive_weights() == pytest.approx([1.0] * 8)
+
+
+def test_zipf_shares_by_hand():
+    # s = 1 over 4 experts: 1, 1/2, 1/3, 1/4 over their sum 25/12.
+    shares = expert_shares(MoeRouting("zipf", 1.0), 4)
+    assert shares == pytest.approx([12 / 25, 6 / 25, 4 / 25, 3 / 25])
+
+
+def test_top_k_caps_a_share_at_one_over_k():
+    # Zipf 3 over 4 experts with top-2: expert 0 would take 0.85 of the assignments, but
+    # a token picks two distinct experts: it keeps 1/2, the rest spread in proportion.
+    shares = expert_shares(MoeRouting("zipf", 3.0), 4, top_k=2)
+    raw = [1 / (i + 1) ** 3 for i in range(4)]
+    rest = sum(raw[1:])
+    assert shares[0] == pytest.approx(0.5)
+    assert shares[1:] == pytest.approx([0.5 * r / rest for r in raw[1:]])
+
+
+@settings(max_examples=60, deadline=None)
+@given(s=st.floats(0, 4), experts=st.sampled_from([2, 4, 8, 16, 64]),
+       top_k=st.integers(1, 4), tokens=st.integers(1, 10_000), cf=st.floats(0.5, 4))
+def test_loads_sum_and_drops_closed_form(s, experts, top_k, tokens, cf):
+    top_k = min(top_k, experts)
+    ep = 2
+    routing = MoeRouting("zipf", s, capacity_factor=cf)
+    loads = moe_loads(routing, tokens=tokens, experts=experts, top_k=top_k, ep=ep)
+    assert sum(loads.expert_load) == pytest.approx(tokens * top_k * ep)
+    assert max(loads.expert_load) <= tokens * ep * (1 + 1e-9)  # one copy per token
+    cap = cf * tokens * top_k * ep / experts
+    assert loads.dropped == pytest.approx(sum(max(0.0, x - cap) for x in loads.expert_load),
+                                          abs=1e-6)
+    assert sum(loads.rank_load) == pytest.approx(sum(loads.expert_kept))
+    assert loads.pace_factor == pytest.approx(loads.max_rank_load / (tokens * top_k))
+    assert sum(loads.receive_weights()) == pytest.approx(ep * sum(loads.expert_kept)
+                                                         / loads.assignments)
+
+
+def test_contiguous_max_load_by_hand():
+    # 4 experts, histogram 4:2:1:1, top-1, 2 ranks, 100 tokens each: 200 assignments;
+    # contiguous puts experts 0,1 on rank 0 (150) and 2,3 on rank 1 (50).
+    routing = MoeRouting("histogram", histogram=(4, 2, 1, 1), placement="contiguous")
+    loads = moe_loads(routing, tokens=100, experts=4, top_k=1, ep=2)
+    assert loads.rank_load == pytest.approx([150, 50])
+    assert loads.pace_factor == pytest.approx(1.5)      # 150 over the uniform 100
+    assert loads.imbalance == pytest.approx(1.5)
+    assert loads.receive_weights() == pytest.approx([1.5, 0.5])
+
+
+def test_balanced_placement_beats_contiguous():
+    routing = MoeRouting("histogram", histogram=(4, 2, 1, 1), placement="balanced")
+    loads = moe_loads(routing, tokens=100, experts=4, top_k=1, ep=2)
+    # Greedy: 100 -> rank 0, 50 -> rank 1, 25 -> rank 1, 25 -> rank 0 (one slot each).
+    assert loads.rank_of_expert == (0, 1, 1, 0)
+    assert loads.rank_load == pytest.approx([125, 75])
+
+
+def test_capacity_caps_the_hot_expert():
+    routing = MoeRouting("histogram", histogram=(4, 2, 1, 1), capacity_factor=1.0)
+    loads = moe_loads(routing, tokens=100, experts=4, top_k=1, ep=2)
+    # Capacity 1.0 * 200/4 = 50: expert 0 drops 50 of its 100.
+    assert loads.expert_kept == pytest.approx([50, 50, 25, 25])
+    assert loads.dropped == pytest.approx(50)
+
+
+def test_round_robin_and_explicit_placement():
+    assert place_experts(MoeRouting(), [1.0] * 6, 3) == (0, 1, 2, 0, 1, 2)
+    routing = moe_from_mapping({"placement": [1, 1, 0, 0]}, experts=4, ep=2)
+    assert place_experts(routing, [1.0] * 4, 2) == (1, 1, 0, 0)
+
+
+def test_parse_routing_forms():
+    spec = moe_from_mapping({"routing": {"zipf": 1.2}, "capacity_factor": 1.25,
+                             "placement": "balanced"}, experts=8, ep=4)
+    assert (spec.kind, spec.zipf_s, spec.capacity_factor, spec.placement) == (
+        "zipf", 1.2, 1.25, "balanced")
+    assert moe_from_mapping(None, experts=8).is_default
+    hist = moe_from_mapping({"routing": {"histogram": [1, 2]}}, experts=2)
+    assert hist.histogram == (1.0, 2.0)
+
+
+@pytest.mark.parametrize("raw, key, words", [
+    ({"routing": {"histogram": [1, 2, 3]}}, "model.moe.routing.histogram", "one count per"),
+    ({"routing": {"histogram": [0, 0, 0, 0]}}, "model.moe.routing.histogram", "above 0"),
+    ({"routing": {"histogram": [1, -1, 1, 1]}}, "model.moe.routing.histogram[1]", ">= 0"),
+    ({"routing": {"zipf": "x"}}, "model.moe.routing.zipf", "a number in [0, 100]"),
+    ({"routing": "skewed"}, "model.moe.routing", "must be uniform"),
+    ({"routing": {"pareto": 1}}, "model.moe.routing", "unknown routing"),
+    ({"capacity_factor": 0}, "model.moe.capacity_factor", "> 0"),
+    ({"placement": "random"}, "model.moe.placement", "unknown placement"),
+    ({"placement": [0, 0, 0, 1]}, "model.moe.placement", "holds 3 experts"),
+    ({"placement": [0, 5, 1, 1]}, "model.moe.placement[1]", "EP rank 0..1"),
+    ({"route": "uniform"}, "model.moe.route", "unknown key"),
+])
+def test_clear_errors(raw, key, words):
+    with pytest.raises(ConfigError) as info:
+        moe_from_mapping(raw, experts=4, ep=2, source="s.yaml")
+    assert info.value.key == key
+    assert words in str(info.value)
+
+
+def test_dense_model_rejects_routing():
+    with pytest.raises(ConfigError, match="needs a MoE model"):
+        moe_from_mapping({"routing": "uniform"}, experts=1)
+
+
+def test_zipf_zero_is_uniform():
+    assert expert_shares(MoeRouting("zipf", 0.0), 8) == pytest.approx([1 / 8] * 8)
+    assert math.isclose(sum(expert_shares(MoeRouting("zipf", 1.2), 64, 8)), 1.0)

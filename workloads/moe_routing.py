@@ -1,0 +1,260 @@
+"""MoE routing as it runs: skewed token shares, capacity and dropped tokens, expert placement.
+
+A MoE layer's router sends each token to ``top_k`` experts.  Real routers are not uniform:
+a few experts take far more tokens than the rest (GShard, Switch Transformer and FlexMoE
+report it), and with expert parallelism the EP rank holding the most loaded experts sets
+the pace of the whole layer — every rank waits for it in the combine all-to-all.
+
+``model.moe`` in a scenario describes it (:class:`MoeRouting`):
+
+* ``routing`` — the share of token assignments each expert receives: ``uniform``,
+  ``{zipf: s}`` (expert ``i`` — ranks given to experts in index order — gets a share
+  proportional to ``1/(i+1)^s``) or ``{histogram: [...]}`` (one non-negative count per
+  expert, normalised).  A token picks ``top_k`` *distinct* experts, so no expert can take
+  more than ``1/top_k`` of the assignments: shares above it are capped and the excess
+  spread over the others in proportion (water-filling).
+* ``capacity_factor`` — GShard / Switch capacity: each expert keeps at most
+  ``capacity_factor · tokens·top_k/experts`` assignments and drops the rest (a dropped
+  token skips the expert, its compute and its all-to-all bytes); ``null`` (the default)
+  means dropless (Megablocks, Megatron-Core's default).
+* ``placement`` — which EP rank holds which expert, ``experts/ep`` each: ``round-robin``
+  (expert ``e`` on rank ``e mod ep``; the default), ``contiguous`` (rank ``r`` holds
+  experts ``r·E/ep … (r+1)·E/ep - 1``, Megatron-Core's layout), ``balanced`` (FlexMoE's
+  re-balancing as a what-if: greedy bin-packing, heaviest expert first onto the least
+  loaded rank with a free slot) or an explicit list giving each expert's rank.
+
+Everything is deterministic from the spec.  Every EP rank routes its own tokens with the
+same shares, so rank ``s`` sends rank ``d`` the share of its assignments that ``d``'s
+experts keep: :func:`receive_weights` gives it relative to the uniform ``1/ep``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping, check_number
+from distsim_gpu.simcore.errors import ConfigError
+
+__all__ = [
+    "MoeLoads",
+    "MoeRouting",
+    "expert_capacity",
+    "expert_shares",
+    "moe_from_mapping",
+    "moe_loads",
+    "place_experts",
+]
+
+PLACEMENTS = ("round-robin", "contiguous", "balanced")
+_KEYS = ("routing", "capacity_factor", "placement")
+
+
+@dataclass(frozen=True, slots=True)
+class MoeRouting:
+    """How a MoE layer's router spreads tokens (see the module docstring).
+
+    ``kind`` is ``uniform``, ``zipf`` (exponent ``zipf_s``) or ``histogram``
+    (``histogram``: one count per expert); ``capacity_factor`` 0 means dropless;
+    ``placement`` a name of :data:`PLACEMENTS` or a tuple of EP ranks, one per expert.
+    """
+
+    kind: str = "uniform"
+    zipf_s: float = 0.0
+    histogram: tuple[float, ...] = ()
+    capacity_factor: float = 0.0
+    placement: str | tuple[int, ...] = "round-robin"
+
+    @property
+    def is_default(self) -> bool:
+        """Uniform, dropless: the layer every EP rank runs alike (the plain model)."""
+        return self.kind == "uniform" and self.capacity_factor == 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class MoeLoads:
+    """One MoE layer's token assignments for one micro-batch of every EP rank.
+
+    ``expert_load`` (assignments routed to each expert) and ``expert_kept`` (after the
+    capacity), ``rank_of_expert``, ``rank_load`` (kept assignments per EP rank).
+    """
+
+    assignments: float
+    expert_load: tuple[float, ...]
+    expert_kept: tuple[float, ...]
+    rank_of_expert: tuple[int, ...]
+    rank_load: tuple[float, ...]
+
+    @property
+    def dropped(self) -> float:
+        """Assignments dropped by the capacity: ``Σ max(0, load - capacity)``."""
+        return sum(self.expert_load) - sum(self.expert_kept)
+
+    @property
+    def max_rank_load(self) -> float:
+        return max(self.rank_load)
+
+    @property
+    def mean_rank_load(self) -> float:
+        return sum(self.rank_load) / len(self.rank_load)
+
+    @property
+    def imbalance(self) -> float:
+        """Max over mean kept load per EP rank (1 when balanced)."""
+        mean = self.mean_rank_load
+        return self.max_rank_load / mean if mean else 1.0
+
+    @property
+    def pace_factor(self) -> float:
+        """The slowest EP rank's expert work relative to a uniform, dropless layer's:
+        ``max_r load_r / (assignments/ep)``.  Scales the expert compute of every rank,
+        as every rank waits for the slowest in the combine."""
+        uniform = self.assignments / len(self.rank_load)
+        return self.max_rank_load / uniform if uniform else 1.0
+
+    def receive_weights(self) -> tuple[float, ...]:
+        """Per EP rank, the share of every rank's assignments it receives, relative to
+        the uniform ``1/ep`` (1 each for a uniform dropless layer)."""
+        ep = len(self.rank_load)
+        return tuple(load * ep / self.assignments if self.assignments else 1.0
+                     for load in self.rank_load)
+
+
+def expert_shares(routing: MoeRouting, experts: int, top_k: int = 1) -> tuple[float, ...]:
+    """Each expert's share of the assignments (sums to 1, none above ``1/top_k``)."""
+    if routing.kind == "uniform":
+        raw = [1.0] * experts
+    elif routing.kind == "zipf":
+        raw = [1.0 / (i + 1) ** routing.zipf_s for i in range(experts)]
+    else:
+        raw = list(routing.histogram)
+    total = sum(raw)
+    return _cap_shares([r / total for r in raw], 1.0 / top_k)
+
+
+def _cap_shares(shares: list[float], cap: float) -> tuple[float, ...]:
+    """Water-filling: shares above ``cap`` are set to it and the excess spread over the
+    uncapped experts in proportion to their shares, until none exceeds it."""
+    capped = [False] * len(shares)
+    while True:
+        over = [i for i, s in enumerate(shares) if s > cap * (1 + 1e-12) and not capped[i]]
+        if not over:
+            return tuple(shares)
+        for i in over:
+            capped[i] = True
+        free = 1.0 - cap * sum(capped)
+        rest = sum(s for i, s in enumerate(shares) if not capped[i])
+        shares = [cap if capped[i] else (s * free / rest if rest else 0.0)
+                  for i, s in enumerate(shares)]
+
+
+def expert_capacity(routing: MoeRouting, *, assignments: float, experts: int) -> float:
+    """Assignments one expert keeps: ``capacity_factor · assignments/experts`` (GShard);
+    infinite when dropless."""
+    if routing.capacity_factor <= 0:
+        return float("inf")
+    return routing.capacity_factor * assignments / experts
+
+
+def place_experts(routing: MoeRouting, loads: Sequence[float], ep: int) -> tuple[int, ...]:
+    """The EP rank of each expert, ``experts/ep`` per rank."""
+    experts = len(loads)
+    per_rank = experts // ep
+    placement = routing.placement
+    if isinstance(placement, tuple):
+        return placement
+    if placement == "round-robin":
+        return tuple(e % ep for e in range(experts))
+    if placement == "contiguous":
+        return tuple(e // per_rank for e in range(experts))
+    # balanced: longest-processing-time-first greedy with a slot limit per rank.
+    rank_of = [0] * experts
+    rank_load = [0.0] * ep
+    slots = [per_rank] * ep
+    for e in sorted(range(experts), key=lambda i: (-loads[i], i)):
+        rank = min((r for r in range(ep) if slots[r]), key=lambda r: (rank_load[r], r))
+        rank_of[e] = rank
+        rank_load[rank] += loads[e]
+        slots[rank] -= 1
+    return tuple(rank_of)
+
+
+def moe_loads(routing: MoeRouting, *, tokens: float, experts: int, top_k: int,
+              ep: int) -> MoeLoads:
+    """Loads of one MoE layer when each of ``ep`` ranks routes ``tokens`` tokens."""
+    assignments = tokens * top_k * ep
+    load = tuple(share * assignments for share in expert_shares(routing, experts, top_k))
+    cap = expert_capacity(routing, assignments=assignments, experts=experts)
+    kept = tuple(min(x, cap) for x in load)
+    rank_of = place_experts(routing, load, ep)
+    rank_load = [0.0] * ep
+    for e, x in enumerate(kept):
+        rank_load[rank_of[e]] += x
+    return MoeLoads(assignments, load, kept, rank_of, tuple(rank_load))
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def moe_from_mapping(data: Any, *, experts: int, ep: int = 1, source: str | None = None,
+                     prefix: str = "model.moe") -> MoeRouting:
+    """``model.moe`` of a scenario, checked against the model's expert count and ``ep``."""
+    raw = check_mapping(data, key=prefix, source=source, optional=True)
+    check_keys(raw, _KEYS, prefix=prefix, source=source)
+    if raw and experts < 2:
+        raise ConfigError("routing needs a MoE model (experts > 1)", key=prefix,
+                          source=source, hint="remove model.moe or set model.experts")
+    kind, zipf_s, hist = _routing(raw.get("routing", "uniform"), experts, source,
+                                  f"{prefix}.routing")
+    cf = raw.get("capacity_factor")
+    capacity_factor = 0.0 if cf is None else check_number(
+        cf, key=f"{prefix}.capacity_factor", above=True, source=source,
+        hint="null for dropless routing")
+    placement = _placement(raw.get("placement", "round-robin"), experts, ep, source,
+                           f"{prefix}.placement")
+    return MoeRouting(kind, zipf_s, hist, capacity_factor, placement)
+
+
+def _routing(value: Any, experts: int, source: str | None,
+             key: str) -> tuple[str, float, tuple[float, ...]]:
+    if value == "uniform":
+        return "uniform", 0.0, ()
+    hint = "uniform, {zipf: s} or {histogram: [one count per expert]}"
+    if not isinstance(value, Mapping) or len(value) != 1:
+        raise ConfigError(f"must be {hint}, got {value!r}"[:200], key=key, source=source)
+    ((name, arg),) = value.items()
+    check_choice(name, ("zipf", "histogram"), key=key, source=source)
+    if name == "zipf":
+        return "zipf", check_number(arg, key=f"{key}.zipf", maximum=100.0, source=source), ()
+    if not isinstance(arg, list) or len(arg) != experts:
+        got = len(arg) if isinstance(arg, list) else repr(arg)[:60]
+        raise ConfigError(f"a histogram needs one count per expert ({experts}), got {got}",
+                          key=f"{key}.histogram", source=source, hint=hint)
+    counts = tuple(check_number(x, key=f"{key}.histogram[{i}]", source=source)
+                   for i, x in enumerate(arg))
+    if not sum(counts) > 0:
+        raise ConfigError("a histogram needs a count above 0", key=f"{key}.histogram",
+                          source=source)
+    return "histogram", 0.0, counts
+
+
+def _placement(value: Any, experts: int, ep: int, source: str | None,
+               key: str) -> str | tuple[int, ...]:
+    if not isinstance(value, list):
+        return check_choice(value, PLACEMENTS, key=key, source=source)
+    if len(value) != experts:
+        raise ConfigError(f"an explicit placement gives each of the {experts} experts its "
+                          f"EP rank, got {len(value)} entries", key=key, source=source)
+    ranks = []
+    for i, rank in enumerate(value):
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < ep:
+            raise ConfigError(f"must be an EP rank 0..{ep - 1}, got {rank!r}"[:120],
+                              key=f"{key}[{i}]", source=source)
+        ranks.append(rank)
+    per_rank = experts // max(ep, 1)
+    for rank in range(ep):
+        if ranks.count(rank) != per_rank:
+            raise ConfigError(f"EP rank {rank} holds {ranks.count(rank)} experts, each must "
+                              f"hold experts/ep = {per_rank}", key=key, source=source)
+    return tuple(ranks)
