@@ -97,6 +97,9 @@ def goodput_from_mapping(raw: Any, *, source: str | None = None) -> GoodputSpec 
     mtbf = check_mapping(spec.get("mtbf"), key="goodput.mtbf", source=source,
                          hint='e.g. {gpu: "50000 h", node: "20000 h"}')
     check_keys(mtbf, MTBF_KINDS, prefix="goodput.mtbf", source=source)
+    if not mtbf:  # (no component fails: an infinite MTBF made the failure draws NaN)
+        raise ConfigError("needs the MTBF of at least one component", key="goodput.mtbf",
+                          source=source, hint='e.g. {gpu: "50000 h", node: "20000 h"}')
     values: dict[str, Any] = {"mtbf_s": {
         kind: check_number(parse_duration(v, key=f"goodput.mtbf.{kind}", source=source),
                            key=f"goodput.mtbf.{kind}", above=True, source=source)

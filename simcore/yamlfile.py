@@ -12,7 +12,8 @@ a hostile or broken file from taking the process down:
   downstream — and an alias may not refer to a node that contains it;
 * a whole number written with more than :data:`MAX_INT_DIGITS` (400) digits is refused
   (no quantity distsim reads needs more than twenty; Python refuses to convert past 4,300);
-* a value that its tag cannot construct (``!!float x``) is a syntax error at its line.
+* a value that its tag cannot construct (``!!float x``) is a syntax error at its line;
+* a YAML 1.1 base-60 number stays text (``2:1`` is not 121, as in YAML 1.2).
 
 Any of these, and any YAML syntax error, becomes a :class:`~simcore.errors.ParseError` with
 the file and line; a later validation error about key ``a.b[2]`` can name its line with
@@ -79,7 +80,9 @@ class BoundedLoader(yaml.SafeLoader):
                 None, None, f"cannot read {_short(node.value)} as {node.tag.split(':')[-1]}"
                 f" ({error.__class__.__name__})", node.start_mark) from None
 
-    def construct_yaml_int(self, node: Any) -> int:
+    def construct_yaml_int(self, node: Any) -> int | str:
+        if ":" in str(node.value):
+            return str(node.value)  # base 60 (see _BASE_60)
         digits = sum(c.isdigit() for c in str(node.value))
         if digits > MAX_INT_DIGITS:
             raise yaml.constructor.ConstructorError(
@@ -88,7 +91,19 @@ class BoundedLoader(yaml.SafeLoader):
         return super().construct_yaml_int(node)
 
 
+    def construct_yaml_float(self, node: Any) -> float | str:
+        if ":" in str(node.value):
+            return str(node.value)  # base 60 (see _BASE_60)
+        return super().construct_yaml_float(node)
+
+
+# _BASE_60: YAML 1.1 reads ``1:2:3`` as the number 3723 (base 60, meant for times) and
+# ``2:1`` as 121; YAML 1.2 dropped that, and no one means a count or a ratio so.  Such a
+# scalar stays text: ``oversubscription: 2:1`` is the ratio, ``nodes: 1:2:3`` an error.
+
+
 BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
+BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct_yaml_float)
 
 
 def _short(value: object) -> str:

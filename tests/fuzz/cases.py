@@ -6,6 +6,7 @@ Each case is a hostile version of a valid input and the command that reads it:
 family             command
 =================  ============================================================
 ``scenario``       ``distsim run scenario.yaml``
+``disruptions``    ``distsim run disrupted.yaml`` (``faults``, ``stragglers``, ``goodput``)
 ``cluster``        ``distsim nccl-tests --cluster cluster.yaml -b 1M -e 1M``
 ``set``            ``distsim run tiny.yaml --set KEY=VALUE``
 ``nccl_log``       ``distsim validate nccl log.txt --cluster dgx-h100``
@@ -49,7 +50,7 @@ from typing import Any
 
 import yaml
 
-FAMILIES = ("scenario", "cluster", "set", "nccl_log", "kineto", "cost_table")
+FAMILIES = ("scenario", "cluster", "set", "nccl_log", "kineto", "cost_table", "disruptions")
 
 TINY = """\
 name: tiny
@@ -60,6 +61,26 @@ training: {micro_batch: 1, global_batch: 8, recompute: none, precision: bf16}
 compute: {gpu: a100-80gb, costs: roofline, matmul_efficiency: 0.8}
 communication: {algorithm: auto, protocol: auto}
 simulation: {fidelity: coflow, seed: 0}
+"""
+
+# Issue 15's keys: faults, stragglers drawn and by name, goodput.
+DISRUPTED = """\
+name: disrupted
+cluster: {preset: dgx-a100, nodes: 2, fabric: fat-tree}
+model: {layers: 4, hidden: 512, heads: 8, seq_len: 256, vocab: 1000}
+parallelism: {tp: 2, pp: 2, dp: 4}
+training: {micro_batch: 1, global_batch: 8}
+compute: {gpu: a100-80gb}
+faults:
+  - {target: nic, name: n1.nic3, kind: down}
+  - {target: nic, name: n0.nic1, kind: degraded, bandwidth_factor: 0.5, added_latency_s: "2 us"}
+stragglers:
+  n0.gpu3: 1.2
+  jitter: {distribution: lognormal, sigma: 0.05}
+  slow_nodes: {rate: 0.1, factor: 1.3}
+goodput:
+  mtbf: {gpu: "50000 h", node: "20000 h"}
+  restart: "10 min"
 """
 
 CLUSTER = """\
@@ -275,6 +296,7 @@ def _alias_bomb(rng: random.Random, text: str) -> bytes:
 _BASES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     # family: (file name, base text, argv with {file} and {tiny})
     "scenario": ("scenario.yaml", TINY, ("run", "{file}")),
+    "disruptions": ("disrupted.yaml", DISRUPTED, ("run", "{file}")),
     "cluster": ("cluster.yaml", CLUSTER,
                 ("nccl-tests", "--cluster", "{file}", "-b", "1M", "-e", "1M")),
     "nccl_log": ("log.txt", NCCL_LOG,
@@ -287,9 +309,9 @@ _BASES: dict[str, tuple[str, str, tuple[str, ...]]] = {
 
 def _file_case(rng: random.Random, family: str) -> Case:
     name, text, argv = _BASES[family]
-    structured = family in ("scenario", "cluster", "kineto")
+    structured = family in ("scenario", "disruptions", "cluster", "kineto")
     choices = [*_TEXT_MUTATIONS, *(("value",) * 4 if structured else ())]
-    if family in ("scenario", "cluster"):
+    if family in ("scenario", "disruptions", "cluster"):
         choices.append("alias_bomb")
     mutation = rng.choice(choices)
     if mutation == "value":

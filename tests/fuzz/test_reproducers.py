@@ -8,6 +8,8 @@ bound is a change of this file.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from distsim_gpu.collectives.nccl_tests import MAX_SIZES, size_series
 from distsim_gpu.simcore.errors import ConfigError, ParseError
@@ -214,3 +216,17 @@ def test_nccl_log_huge_and_non_ascii_counts(old, new):
         assert len(str(error)) < 400
     else:
         assert log.num_ranks in (7, 8) and len(log.rows) >= 1
+
+
+def test_base_60_scalars_stay_text():
+    # YAML 1.1 read 1:2:3 as 3723 (3,723 nodes built) and an unquoted 2:1 ratio as 121.
+    data, _ = load_yaml_text("nodes: 1:2:3\nratio: 2:1\nt: 1:30.5\nn: 1_000\n", "c.yaml")
+    assert data == {"nodes": "1:2:3", "ratio": "2:1", "t": "1:30.5", "n": 1000}
+
+
+def test_goodput_without_any_mtbf_is_an_error(rejects, tmp_path):
+    # (found by the fuzz suite: no component failing made the failure draws NaN)
+    text = Path(QUICKSTART).read_text() + "goodput: {mtbf: {}, restart: 10 min}\n"
+    path = tmp_path / "g.yaml"
+    path.write_text(text)
+    rejects("run", str(path), names="goodput.mtbf: needs the MTBF of at least one component")
