@@ -1,0 +1,147 @@
+"""Flat and hierarchical (HetuMoE) all-to-all: bytes on NVLink and on the NICs against
+closed forms, skewed receive weights, and which one the closed-form cost prefers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from distsim_gpu.collectives import CommParams
+from distsim_gpu.collectives.algorithms import _Builder
+from distsim_gpu.collectives.alltoall_hier import (
+    flat_alltoall_plan,
+    hierarchical_alltoall_plan,
+    link_bytes,
+)
+from distsim_gpu.collectives.catalog import build_plan, candidates
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.topology import build_cluster
+from distsim_gpu.topology.node_shape import node_config
+from distsim_gpu.topology.presets import DGX_H100
+
+S = 64e6  # bytes per GPU per call
+
+
+def ideal() -> CommParams:
+    return replace(CommParams(protocol="simple").ideal())
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def dgx(request):
+    return build_cluster({"preset": "dgx-h100", "nodes": request.param,
+                          "fabric": "rail-optimized"})
+
+
+def split(topo, carried):
+    """(bytes GPUs put on NVLink, bytes NICs put on the fabric), per link too."""
+    nvlink, nics = {}, {}
+    for (src, dst), size in carried.items():
+        kind = topo.link(src, dst).kind
+        if kind == "nvlink" and topo.device(src).kind == "gpu":
+            nvlink[src] = nvlink.get(src, 0.0) + size
+        elif kind == "network" and topo.device(src).kind == "nic":
+            nics[src] = nics.get(src, 0.0) + size
+    return nvlink, nics
+
+
+def builder(topo):
+    return _Builder(topo, ideal(), "ring", "simple")
+
+
+def test_flat_bytes_closed_form(dgx):
+    gpus = dgx.gpus
+    n, g = len(gpus), 8
+    nodes = n // g
+    nvlink, nics = split(dgx, link_bytes(flat_alltoall_plan(builder(dgx), gpus), S))
+    # PXN on rails: every GPU sends S/n to each of its g-1 node peers and forwards to
+    # each of them its (nodes-1) remote sends on their rails over NVLink, and its NIC
+    # carries the g·(nodes-1) sends to its rail from its node.
+    assert sorted(nvlink.values()) == pytest.approx([(g - 1) * nodes * S / n] * n)
+    assert len(nics) == n
+    assert sorted(nics.values()) == pytest.approx([g * (nodes - 1) * S / n] * n)
+
+
+def test_flat_equals_the_plain_alltoall(dgx):
+    flat = flat_alltoall_plan(builder(dgx), dgx.gpus)
+    (algorithm,) = candidates(dgx, dgx.gpus, "alltoall", ideal())
+    plain = build_plan(dgx, dgx.gpus, "alltoall", algorithm=algorithm, protocol="simple",
+                       params=ideal())
+    assert link_bytes(flat, S) == pytest.approx(link_bytes(plain, S))
+    assert flat.latency_s == pytest.approx(plain.latency_s)
+
+
+def test_hierarchical_bytes_closed_form(dgx):
+    gpus = dgx.gpus
+    n, g = len(gpus), 8
+    nodes = n // g
+    plan = hierarchical_alltoall_plan(builder(dgx), gpus)
+    assert len(plan.steps) == 3
+    nvlink, nics = split(dgx, link_bytes(plan, S))
+    # NICs: one message of g·g·S/n per ordered node pair, each pair on its own rail.
+    assert sorted(nics.values()) == pytest.approx([g * g * S / n] * (nodes * (nodes - 1)))
+    # NVLink, per node: the node's own pairs g(g-1)·S/n, then the gather and the scatter
+    # each (g-1)(nodes-1)·g·S/n.
+    per_node = (g * (g - 1) + 2 * (g - 1) * (nodes - 1) * g) * S / n
+    for node in range(nodes):
+        on_node = sum(v for gpu, v in nvlink.items() if gpu.startswith(f"n{node}."))
+        assert on_node == pytest.approx(per_node)
+    # Total remote bytes are the flat all-to-all's.
+    _, flat_nics = split(dgx, link_bytes(flat_alltoall_plan(builder(dgx), gpus), S))
+    assert sum(nics.values()) == pytest.approx(sum(flat_nics.values()))
+
+
+def test_weights_move_bytes_to_the_hot_rank():
+    topo = build_cluster({"preset": "dgx-h100", "nodes": 2, "fabric": "rail-optimized"})
+    gpus = topo.gpus
+    n = len(gpus)
+    weights = [3.0] + [1.0] * (n - 1)  # rank 0 receives three times the uniform share
+    direct = _Builder(topo, replace(ideal(), pxn=False), "ring", "simple")
+    carried = link_bytes(flat_alltoall_plan(direct, gpus, weights), S)
+    into_hot = sum(size for (src, dst), size in carried.items() if dst == gpus[0])
+    # n-1 senders each put 3·S/n on the hot GPU's incoming link(s).
+    assert into_hot == pytest.approx((n - 1) * 3 * S / n)
+    hier = link_bytes(hierarchical_alltoall_plan(builder(topo), gpus, weights), S)
+    _, nics = split(topo, hier)
+    # Node 1 -> node 0 carries 8 senders x (3 + 7)·S/n; node 0 -> node 1 8 x 8·S/n.
+    assert sorted(nics.values()) == pytest.approx(sorted([8 * 10 * S / n, 8 * 8 * S / n]))
+
+
+def test_one_node_hierarchical_is_flat():
+    topo = build_cluster({"preset": "dgx-h100", "nodes": 1})
+    hier = hierarchical_alltoall_plan(builder(topo), topo.gpus)
+    flat = flat_alltoall_plan(builder(topo), topo.gpus)
+    assert link_bytes(hier, S) == pytest.approx(link_bytes(flat, S))
+
+
+def test_wrong_weight_count_is_a_clear_error():
+    topo = build_cluster({"preset": "dgx-h100", "nodes": 1})
+    with pytest.raises(ConfigError, match="one weight per rank"):
+        flat_alltoall_plan(builder(topo), topo.gpus, [1.0, 2.0])
+
+
+def dgx_with_nics(nics: int, nodes: int = 4):
+    """DGX H100 nodes with ``nics`` NICs of 400 Gb/s (one per GPU, or one per node)."""
+    node = node_config(DGX_H100)
+    node["nic_pcie_switch"] = list(range(nics))
+    return build_cluster({"node": node, "nodes": nodes, "nic": {"bandwidth": "400 Gbps"},
+                          "fabric": {"kind": "rail-optimized"}})
+
+
+def test_nic_count_shifts_the_balance():
+    """Fewer network peers make the hierarchical form win at small messages; at large
+    ones a NIC per GPU lets the flat form keep all eight NICs busy (3x faster here),
+    while with one NIC per node both put the same bytes through it and the hierarchical
+    form only pays its NVLink gather and scatter on top (under 1.3x)."""
+    params = CommParams(protocol="simple")
+
+    def ratio(topo, size):
+        b = _Builder(topo, params, "ring", "simple")
+        cap = {link.id: link.bandwidth_bytes_per_s * params.efficiency_of(link.kind)
+               for link in topo.links()}
+        flat = flat_alltoall_plan(b, topo.gpus).uncontended_time_s(size, cap)
+        return hierarchical_alltoall_plan(b, topo.gpus).uncontended_time_s(size, cap) / flat
+
+    one, eight = dgx_with_nics(1), dgx_with_nics(8)
+    assert ratio(one, 100e3) < 0.7 and ratio(eight, 100e3) < 0.7
+    assert 1.0 < ratio(one, 100e6) < 1.3
+    assert ratio(eight, 100e6) > 2.5
