@@ -109,6 +109,7 @@ from distsim_gpu.workloads.costs import CostModel, stores_attention_scores
 from distsim_gpu.workloads.gpus import GpuSpec
 from distsim_gpu.workloads.memory import MemoryBreakdown, memory_of_strategy
 from distsim_gpu.workloads.models import ModelSpec
+from distsim_gpu.workloads.offload_step import OffloadStep, offload_streams
 from distsim_gpu.workloads.ops import Barrier, Collective, Fused, Op, Recv, Send, Wait
 from distsim_gpu.workloads.parallel import (
     ParallelConfig,
@@ -212,6 +213,8 @@ class IterationResult:
     # folded images): its main-stream segments (RankGroup.path) draw report timelines.
     schedules: tuple[tuple[RankGroup, tuple[RankGroup, ...]], ...] = field(
         default=(), repr=False, compare=False)
+    # Each pipeline stage's offloaded optimizer step (workloads.offload_step); () if none.
+    offload: tuple[OffloadStep, ...] = ()
 
 
 class _IterationSimulator:
@@ -259,6 +262,12 @@ class _IterationSimulator:
         builder = StreamBuilder(model, par, train, spec.costs, microbatches=self.microbatches,
                                 exclusive_tp=exclusive, tp_time_s=self._tp_analytic_s)
         self.streams = [builder.stage_stream(s) for s in range(par.pp)]
+        self.offload: tuple[OffloadStep, ...] = ()
+        if par.offload.enabled:  # the step on the host (workloads.offload_step)
+            self.streams, steps = offload_streams(spec.topology, model, par, self.streams,
+                                                  microbatches=self.microbatches,
+                                                  source=spec.source)
+            self.offload = tuple(steps)
         # Folding: the replicas are cut into units of ``unit`` (an expert-parallel block,
         # a context-parallel ring: their traffic stays inside; else one replica).  Each
         # simulated unit stands for the units ``stands_for`` maps it to (itself first, its
@@ -392,7 +401,8 @@ class _IterationSimulator:
         """A tensor-parallel collective that may share links: simulated as flows."""
         env = self.env
         start = env.now
-        yield self._tp_call(group, op.op or "", op.size_bytes or 0.0)
+        yield (self._tp_mesh_call(group, op) if op.subgroups
+               else self._tp_call(group, op.op or "", op.size_bytes or 0.0))
         group.path.append((start, env.now, "tp comm", op.label, None))
         group.exposed_s += env.now - start
         group.comm_intervals.append((start, env.now))
@@ -414,6 +424,18 @@ class _IterationSimulator:
         events = [self.comm.run_plan(self.comm.choose(op, list(image.gpus), size), size,
                                      tag="tp") for image in self._images(group)]
         return events[0]
+
+    def _tp_mesh_call(self, group: RankGroup, op: Collective) -> simpy.Event:
+        """A 2-D/2.5-D/3-D TP step (:mod:`workloads.tp_nd`): the call on every sub-group
+        of ``group``'s mesh at once, and of its images' (folded replicas); done when all
+        are."""
+        events = []
+        for image in self._images(group):
+            for members in op.subgroups or ():
+                gpus = [image.gpus[i] for i in members]
+                events.append(self.comm.collective(op.op or "", gpus, op.size_bytes or 0.0,
+                                                   tag="tp"))
+        return self.env.all_of(events)
 
     def _joint_coflow(self, group: RankGroup, op: str, size: float) -> Any:
         """The coflow of ``group``'s call and its images' (multiplicities summed), as
@@ -748,12 +770,15 @@ def _fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankG
     stands_for = {healthy[0]: tuple(healthy), **{u: (u,) for u in odd}}
     if not odd:
         return stands_for, f"folded {units} {what} into 1"
-    alone = ", ".join(str(u * unit) for u in odd)
-    return stands_for, (f"folded {len(healthy)} {what} without a straggler into 1; "
-                        f"{'replica' if unit == 1 else 'the unit of replica'}"
-                        f"{'s' if len(odd) > 1 else ''} {alone} (stragglers on "
-                        f"{', '.join(slow)}) simulated on {'their' if len(odd) > 1 else 'its'}"
-                        " own")
+    if unit == 1:
+        alone = "replica" + ("s " if len(odd) > 1 else " ") + ", ".join(map(str, odd))
+    else:  # an expert-parallel block or a context-parallel ring, by its replicas
+        alone = ("the " + ("rings" if ring else "blocks") + " of replicas " if len(odd) > 1
+                 else "the " + ("ring" if ring else "block") + " of replicas ") + ", ".join(
+            f"{u * unit}-{u * unit + unit - 1}" for u in odd)
+    return stands_for, (f"folded {len(healthy)} {what} without a straggler into 1; {alone} "
+                        f"(stragglers on {', '.join(slow)}) simulated on "
+                        f"{'their' if len(odd) > 1 else 'its'} own")
 
 
 # Per flow class, per replica (or expert-parallel block), the plans it runs.
@@ -1024,7 +1049,8 @@ def _result(simulator: _IterationSimulator) -> IterationResult:
                            simulator.sim.network.completed_flows, simulator.sim,
                            critical_path(simulator.active, iteration), spec.topology,
                            simulator.folding,
-                           tuple((g, tuple(simulator._images(g))) for g in simulator.active))
+                           tuple((g, tuple(simulator._images(g))) for g in simulator.active),
+                           simulator.offload)
 
 
 def _per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], iteration: float,

@@ -331,3 +331,17 @@ def test_with_a_straggler_anywhere_folding_is_exact_or_says_why_not(uniform, cas
     else:
         assert f"(stragglers on {gpu}) simulated on its own" in folded.folding
         assert_same_iteration(folded, full)
+
+
+def test_a_straggler_in_an_expert_parallel_block_runs_that_block_on_its_own(uniform):
+    moe = model_from_mapping({"name": "small-moe", "layers": 4, "hidden": 1024, "heads": 16,
+                              "seq_len": 512, "vocab": 32000, "experts": 8, "top_k": 2})
+    parallel = ParallelConfig(tp=2, pp=1, dp=16, ep=4)
+    training = TrainingConfig(micro_batch=1, global_batch=32)
+    folded, full = both(uniform, cluster("rail-optimized", "dmodk"), parallel, training,
+                        model=moe, stragglers={"n2.gpu3": 1.5})
+    # n2.gpu3 is rank 19: replica 9 (tp 2), in the block of replicas 8-11.
+    assert folded.folding == ("folded 3 expert-parallel blocks of 4 without a straggler "
+                              "into 1; the block of replicas 8-11 (stragglers on n2.gpu3) "
+                              "simulated on its own")
+    assert_same_iteration(folded, full)
