@@ -32,14 +32,15 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 from distsim_gpu.collectives.algorithms import _Builder, gpu_rail
+from distsim_gpu.collectives.params import ALLTOALL_MODES, CommParams
 from distsim_gpu.collectives.plan import CollectivePlan, StepShape
 from distsim_gpu.collectives.pxn import pxn_proxy
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import Topology
 
-__all__ = ["ALLTOALL_MODES", "flat_alltoall_plan", "hierarchical_alltoall_plan", "link_bytes"]
+__all__ = ["ALLTOALL_MODES", "alltoall_plans", "flat_alltoall_plan", "hierarchical_alltoall_plan",
+           "link_bytes"]
 
-ALLTOALL_MODES = ("flat", "hierarchical", "auto")
 LinkId = Hashable
 
 
@@ -171,6 +172,22 @@ def hierarchical_alltoall_plan(b: _Builder, gpus: Sequence[str],
     steps = [s for s in (gather.shape(fraction), exchange.shape(fraction),
                          scatter.shape(fraction)) if s is not None]
     return _plan(b, len(gpus), steps, "hierarchical")
+
+
+def alltoall_plans(topo: Topology, group: Sequence[str], params: CommParams,
+                   protocol: str) -> list[CollectivePlan]:
+    """The plans ``params.all_to_all`` weighs for an all-to-all over ``group``: the flat
+    one, the hierarchical one, or both for ``auto`` (the caller times them), with
+    ``params.alltoall_weights`` when the group has that many ranks."""
+    gpus = list(group)
+    weights = params.alltoall_weights if len(params.alltoall_weights) == len(gpus) else None
+    b = _Builder(topo, params, "ring", protocol)  # NCCL's send/recv: ring-class latencies
+    plans = []
+    if params.all_to_all in ("flat", "auto"):
+        plans.append(flat_alltoall_plan(b, gpus, weights))
+    if params.all_to_all in ("hierarchical", "auto"):
+        plans.append(hierarchical_alltoall_plan(b, gpus, weights))
+    return plans
 
 
 def link_bytes(plan: CollectivePlan, size_bytes: float) -> dict[LinkId, float]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import simpy
 from distsim_gpu.collectives.algorithms import OPS, pairs_plan
+from distsim_gpu.collectives.alltoall_hier import alltoall_plans
 from distsim_gpu.collectives.catalog import ALGORITHM_PROTOCOLS, build_plan, candidates
 from distsim_gpu.collectives.params import ALGORITHMS, FIDELITIES, PROTOCOLS, CommParams
 from distsim_gpu.collectives.plan import CollectivePlan, StepShape
@@ -71,6 +72,7 @@ class Communicator:
                 network.add_link(link.id, capacity)
             self.capacity[link.id] = capacity
         self._plans: dict[tuple[Any, ...], CollectivePlan] = {}
+        self._alltoall_plans: dict[tuple[Any, ...], list[CollectivePlan]] = {}
         # Network link sets of plan steps, resolved once (keyed by the step object, which
         # the plan cache keeps alive).
         self._link_sets: dict[int, tuple[StepShape, LinkSet]] = {}
@@ -112,6 +114,9 @@ class Communicator:
                                  key="algorithm")
         protocol = check_choice(protocol or self.params.protocol, PROTOCOLS, key="protocol")
         check_choice(op, OPS, key="op", what="collective")
+        if op == "alltoall" and (self.params.all_to_all != "flat"
+                                 or len(self.params.alltoall_weights) == len(group) > 1):
+            return self._choose_alltoall(group, size_bytes, protocol)
         algorithms = [algorithm]
         if algorithm == "auto":
             algorithms = list(self.candidates(op, group, peer=peer))
@@ -128,6 +133,26 @@ class Communicator:
                 if best is None or time_s < best[0]:
                     best = (time_s, candidate)
         assert best is not None  # algorithms and protocols are never empty
+        return best[1]
+
+    def _choose_alltoall(self, group: Sequence[str], size_bytes: float,
+                         protocol: str) -> CollectivePlan:
+        """A skewed or hierarchical all-to-all (``params.all_to_all``,
+        :mod:`collectives.alltoall_hier`): of the plans it weighs, the least predicted
+        uncontended time."""
+        protocols = [protocol] if protocol != "auto" else ALGORITHM_PROTOCOLS["pxn"]
+        best: tuple[float, CollectivePlan] | None = None
+        for proto in protocols:
+            key = ("alltoall_hier", tuple(group), proto)
+            plans = self._alltoall_plans.get(key)
+            if plans is None:
+                plans = self._alltoall_plans[key] = alltoall_plans(self.topology, group,
+                                                                   self.params, proto)
+            for plan in plans:
+                time_s = self.time_s(plan, size_bytes)
+                if best is None or time_s < best[0]:
+                    best = (time_s, plan)
+        assert best is not None  # a mode gives at least one plan
         return best[1]
 
     def candidates(self, op: str, group: Sequence[str], *,

@@ -59,6 +59,7 @@ from distsim_gpu.simcore.units import parse_duration, parse_size
 
 __all__ = [
     "ALGORITHMS",
+    "ALLTOALL_MODES",
     "FIDELITIES",
     "PROTOCOLS",
     "CommParams",
@@ -160,6 +161,10 @@ class CommParams:
     once per all-to-all peer beyond the first over that transport.  ``nvls_efficiency`` is
     the fraction of the NVLink rate NVLink SHARP reaches; ``pxn`` whether sends to another
     rail go through the local GPU on that rail (NCCL's PXN, on by default).
+    ``all_to_all``: ``flat`` (NCCL's), ``hierarchical`` (HetuMoE's) or ``auto`` (the
+    faster, :mod:`collectives.alltoall_hier`); ``alltoall_weights``: per rank of an
+    all-to-all group of that many ranks, the share it receives relative to uniform (a
+    MoE router's skew, :mod:`workloads.moe_routing`; empty: uniform).
     """
 
     algorithm: str = "auto"
@@ -175,6 +180,8 @@ class CommParams:
     peer_latency_s: dict[str, dict[str, float]] = field(default_factory=_default_peer_latency)
     nvls_efficiency: float = _NVLS_EFFICIENCY
     pxn: bool = True
+    all_to_all: str = "flat"
+    alltoall_weights: tuple[float, ...] = ()
 
     def efficiency_of(self, link_kind: str) -> float:
         """Payload fraction of a link kind (1.0 for kinds not listed)."""
@@ -210,13 +217,17 @@ class CommParams:
             "peer_latency_s": {t: dict(r) for t, r in self.peer_latency_s.items()},
             "nvls_efficiency": self.nvls_efficiency,
             "pxn": self.pxn,
+            "all_to_all": self.all_to_all,
         }
 
 
 _COMM_KEYS = ("algorithm", "protocol", "fidelity", "max_channels", "link_efficiency",
               "protocol_efficiency", "chunk_bytes", "base_latency", "hop_latency",
-              "peer_latency", "nvls_efficiency", "pxn")
-_CHOICES = {"algorithm": ALGORITHMS, "protocol": PROTOCOLS, "fidelity": FIDELITIES}
+              "peer_latency", "nvls_efficiency", "pxn", "all_to_all")
+#: How an all-to-all runs (collectives.alltoall_hier).
+ALLTOALL_MODES = ("flat", "hierarchical", "auto")
+_CHOICES = {"algorithm": ALGORITHMS, "protocol": PROTOCOLS, "fidelity": FIDELITIES,
+            "all_to_all": ALLTOALL_MODES}
 # What the keys of each per-name table are, for "unknown <what>" errors.
 _TABLE_KEYS = {"link_efficiency": "link kind", "protocol_efficiency": "protocol",
                "chunk_bytes": "protocol"}
@@ -248,7 +259,8 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
     ``base_latency: {ring|tree: {ll|ll128|simple: "8.4 us"}}``,
     ``hop_latency: {ring|tree|nvls|…: {nvlink|pcie|net: {ll|ll128|simple: "3.4 us"}}}``,
     ``peer_latency: {nvlink|pcie|net: {ll|ll128|simple: "1 us"}}``,
-    ``nvls_efficiency`` (a fraction), ``pxn`` (true or false).
+    ``nvls_efficiency`` (a fraction), ``pxn`` (true or false),
+    ``all_to_all`` (flat, hierarchical or auto).
     """
     params = CommParams()
     if not data:

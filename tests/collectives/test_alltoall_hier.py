@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from distsim_gpu.collectives import CommParams
+from distsim_gpu.collectives import CommParams, Communicator, comm_params_from_mapping
 from distsim_gpu.collectives.algorithms import _Builder
 from distsim_gpu.collectives.alltoall_hier import (
     flat_alltoall_plan,
@@ -14,6 +14,7 @@ from distsim_gpu.collectives.alltoall_hier import (
     link_bytes,
 )
 from distsim_gpu.collectives.catalog import build_plan, candidates
+from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.topology.node_shape import node_config
@@ -145,3 +146,40 @@ def test_nic_count_shifts_the_balance():
     assert ratio(one, 100e3) < 0.7 and ratio(eight, 100e3) < 0.7
     assert 1.0 < ratio(one, 100e6) < 1.3
     assert ratio(eight, 100e6) > 2.5
+
+
+def test_communicator_runs_the_mode_and_auto_takes_the_faster():
+    topo = dgx_with_nics(1)
+    gpus = topo.gpus
+    times = {}
+    for mode in ("flat", "hierarchical", "auto"):
+        # Step fidelity: each of the three steps its own flows, as the closed form sums.
+        params = replace(CommParams(protocol="simple", fidelity="step"), all_to_all=mode)
+        sim = Simulation()
+        comm = Communicator(sim, topo, params)
+        plan = comm.choose("alltoall", gpus, 100e3)
+        process = comm.collective("alltoall", gpus, 100e3)
+        sim.run()
+        times[mode] = process.value.duration_s
+        # Alone on the network, the simulated call takes its closed-form time.
+        assert times[mode] == pytest.approx(comm.time_s(plan, 100e3), rel=1e-9)
+        # flat with uniform weights is the plain path (ring here: one NIC, no PXN); at
+        # 100 kB the hierarchical form's fewer network peers win.
+        assert plan.algorithm == ("ring" if mode == "flat" else "hierarchical")
+    assert times["auto"] == pytest.approx(min(times["flat"], times["hierarchical"]))
+
+
+def test_uniform_flat_keeps_the_plain_plan():
+    topo = dgx_with_nics(8, nodes=2)
+    comm = Communicator(Simulation(), topo, CommParams())
+    assert comm.choose("alltoall", topo.gpus, 1e6).algorithm == "pxn"
+    skewed = replace(CommParams(), alltoall_weights=(2.0,) + (1.0,) * 15)
+    comm = Communicator(Simulation(), topo, skewed)
+    assert comm.choose("alltoall", topo.gpus, 1e6).algorithm == "flat"
+
+
+def test_all_to_all_key():
+    assert comm_params_from_mapping({"all_to_all": "Auto"}).all_to_all == "auto"
+    with pytest.raises(ConfigError) as info:
+        comm_params_from_mapping({"all_to_all": "tree"}, prefix="communication")
+    assert info.value.key == "communication.all_to_all"
