@@ -39,6 +39,7 @@ __all__ = [
     "PCIE_GEN4_X16_BYTES_PER_S",
     "PCIE_GEN5_X16_BYTES_PER_S",
     "PRESETS",
+    "HostFigure",
     "LinkFigure",
     "NodePreset",
     "SwitchPreset",
@@ -91,6 +92,34 @@ class LinkFigure:
 
 
 @dataclass(frozen=True, slots=True)
+class HostFigure:
+    """What a node's host offers an offloaded optimizer (:mod:`workloads.offload`).
+
+    ``memory_bytes`` is the node's CPU memory; ``memory_bandwidth_bytes_per_s`` one socket's
+    peak DRAM bandwidth (channels x transfer rate x 8 bytes); ``drives`` the node's NVMe
+    data drives (in RAID 0) with one drive's sequential read and write bandwidth.
+    """
+
+    memory_bytes: float
+    memory_bandwidth_bytes_per_s: float
+    drives: int
+    drive_read_bytes_per_s: float
+    drive_write_bytes_per_s: float
+
+
+# Data-centre PCIe Gen4 U.2 NVMe drives of 3.84 TB (Samsung PM1733, KIOXIA CM6 class)
+# quote ~6.4-7 GB/s sequential read and ~3.5-4 GB/s sequential write; the DGX guides do
+# not name the drive, so 6.5 / 3.5 GB/s is an estimate (override: parallelism.offload.host).
+_U2_READ_BYTES_PER_S = 6.5e9
+_U2_WRITE_BYTES_PER_S = 3.5e9
+
+
+def _ddr_socket_bytes_per_s(channels: int, mega_transfers_per_s: float) -> float:
+    """Peak DRAM bandwidth of one socket: channels x MT/s x 8 bytes (a 64-bit channel)."""
+    return channels * mega_transfers_per_s * 1e6 * 8
+
+
+@dataclass(frozen=True, slots=True)
 class NodePreset:
     """The shape and default figures of one kind of node.
 
@@ -123,6 +152,9 @@ class NodePreset:
     # Whether the NVSwitch reduces in the switch (NVLink SHARP, "NVLS": third-generation
     # NVSwitch of HGX H100/H200 boards); the NVLS collectives need it.
     nvswitch_sharp: bool = False
+    # The host's memory and drives, for offloading (None: not described; a scenario that
+    # offloads must then state them under parallelism.offload.host).
+    host: HostFigure | None = None
 
     @property
     def gpus(self) -> int:
@@ -188,6 +220,10 @@ DGX_A100 = NodePreset(
     cpu=LinkFigure(4 * 32e9, INTER_SOCKET_LATENCY_S),
     # InfiniBand HDR: 200 Gb/s = 25 GB/s per direction (ConnectX-6 datasheet).
     nic=LinkFigure(200e9 / 8, NIC_LATENCY_S),
+    # DGX A100 (640 GB) datasheet: 2 TB system memory, 30 TB internal storage = 8x 3.84 TB
+    # U.2 NVMe; AMD EPYC 7742: 8 channels of DDR4-3200 per socket -> 204.8 GB/s.
+    host=HostFigure(2e12, _ddr_socket_bytes_per_s(8, 3200), 8, _U2_READ_BYTES_PER_S,
+                    _U2_WRITE_BYTES_PER_S),
 )
 
 # NVIDIA DGX H100 User Guide: 8x H100-SXM5 with four third-generation NVSwitches; 8 ConnectX-7
@@ -220,6 +256,10 @@ DGX_H100 = NodePreset(
     # NVIDIA H100 architecture white paper: third-generation NVSwitch with NVLink SHARP
     # (in-switch all-reduce/multicast), which NCCL >= 2.17 uses as its NVLS algorithm.
     nvswitch_sharp=True,
+    # DGX H100 datasheet: 2 TB system memory, 8x 3.84 TB U.2 NVMe internal storage; Intel
+    # Xeon Platinum 8480C: 8 channels of DDR5-4800 per socket -> 307.2 GB/s.
+    host=HostFigure(2e12, _ddr_socket_bytes_per_s(8, 4800), 8, _U2_READ_BYTES_PER_S,
+                    _U2_WRITE_BYTES_PER_S),
 )
 
 # NVIDIA DGX-1 with Tesla V100 (DGX-1 System Architecture white paper, WP-08437-002):
@@ -256,6 +296,9 @@ DGX1_V100 = NodePreset(
     cpu=LinkFigure(2 * 9.6e9 * 2, INTER_SOCKET_LATENCY_S),
     # InfiniBand EDR: 100 Gb/s = 12.5 GB/s per direction (ConnectX-4 datasheet).
     nic=LinkFigure(100e9 / 8, NIC_LATENCY_S),
+    # DGX-1 user guide: 512 GB DDR4, 4x 1.92 TB SSD in RAID 0 (SATA: ~0.5 GB/s each way
+    # per drive, an estimate); Xeon E5-2698 v4: 4 channels of DDR4-2400 -> 76.8 GB/s.
+    host=HostFigure(512e9, _ddr_socket_bytes_per_s(4, 2400), 4, 0.5e9, 0.5e9),
 )
 
 # AMD Instinct MI300X platform (the 8-GPU OAM universal baseboard of AMD's reference design,
