@@ -61,7 +61,7 @@ for ordering strategies, not a bound).  Every byte count comes from :mod:`worklo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import distsim_gpu.workloads.traffic as traffic
@@ -157,6 +157,12 @@ class _Shape:
            microbatches: int) -> _Shape:
         pp, tp = parallel.pp, parallel.tp
         placement = Placement(parallel)
+        # A 2-D/2.5-D/3-D mesh (workloads.tp_nd) splits the element-wise work as sequence
+        # parallelism does; its sub-group collectives are left out, which keeps a bound.
+        mesh = parallel.tp_mode != "1d"
+        tp_kinds = () if mesh else traffic.tp_collective_kinds(parallel)
+        if mesh:
+            parallel = replace(parallel, sequence_parallel=True)
         # A context-parallel rank's s/cp tokens: its layers and messages.  Its ring and
         # the cp - 1 further attention blocks are left out, which keeps a lower bound.
         local = traffic.rank_training(model, parallel, training)
@@ -169,7 +175,7 @@ class _Shape:
             p2p_bytes=traffic.pipeline_message_bytes(model, parallel, local),
             a2a_bytes=traffic.alltoall_bytes(model, parallel, local),
             grad_op=traffic.gradient_reduce_op(parallel),
-            tp_kinds=traffic.tp_collective_kinds(parallel),
+            tp_kinds=tp_kinds,
             tp_ranks=[placement.tp_group(0, s) for s in range(pp)],
             dp_ranks=[placement.dp_group(0, s) for s in range(pp)],
             dp_lanes=[tuple(placement.dp_group(t, s) for t in range(tp)) for s in range(pp)])

@@ -912,15 +912,18 @@ def _unalike(comm: Communicator, label: str, per_replica: list[list[CollectivePl
     replicas only adds to links that do not limit them; one that loads some replicas'
     bottleneck more makes them slower."""
     profiles = [_link_profile(plans) for plans in per_replica]
-    users: dict[Any, set[tuple[float, ...]]] = {}
+    first: dict[Any, tuple[float, ...]] = {}  # per link, the streams of its first user
     count: dict[Any, int] = {}
+    uneven: set[Any] = set()  # links whose users put different streams on them
     for profile in profiles:
         for link, streams in profile.items():
-            users.setdefault(link, set()).add(streams)
+            seen = first.setdefault(link, streams)
+            if seen is not streams and seen != streams:
+                uneven.add(link)
             count[link] = count.get(link, 0) + 1
     shape: tuple[Any, ...] | None = None
     for replica, (plans, profile) in enumerate(zip(per_replica, profiles)):
-        if any(len(users[link]) > 1 for link in profile):
+        if not uneven.isdisjoint(profile):
             return f"replica {replica} shares links unevenly with others ({label})"
         mine = (sorted((comm.capacity[link], streams, count[link])
                        for link, streams in profile.items()),

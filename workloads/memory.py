@@ -65,7 +65,7 @@ interleaving factor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from distsim_gpu.simcore.config import check_bool, check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
@@ -81,6 +81,7 @@ from distsim_gpu.workloads.parallel import (
     check_zero,
     layer_partition,
 )
+from distsim_gpu.workloads.tp_nd import mesh_of, weight_replicas
 
 __all__ = [
     "PRECISION_BYTES",
@@ -345,7 +346,22 @@ def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: Tra
                        *, seq_len: int, microbatches: int, stage: int,
                        flash_attention: bool) -> MemoryBreakdown:
     """:func:`memory_per_gpu` of pipeline stage ``stage`` under a strategy, as the simulated
-    iteration and the strategy search both count it."""
+    iteration and the strategy search both count it.
+
+    A 2-D/2.5-D/3-D mesh (:mod:`workloads.tp_nd`) splits everything over its ``tp`` GPUs
+    — weights (2.5-D: each of its ``d`` depth layers holds them all, so ``d/tp``),
+    gradients, optimizer state and every activation — as Optimus, Tesseract and Bian et
+    al. account for it: the unsplit (tp = 1) memory scaled down."""
+    mesh = mesh_of(parallel.tp_mode, parallel.tp, parallel.tp_depth)
+    if mesh is not None:
+        whole = memory_of_strategy(model, replace(parallel, tp=1, tp_mode="1d", tp_depth=1),
+                                   training, seq_len=seq_len, microbatches=microbatches,
+                                   stage=stage, flash_attention=flash_attention)
+        params = weight_replicas(mesh) / mesh.tp
+        return MemoryBreakdown.of(whole.weights_bytes * params,
+                                  whole.gradients_bytes * params,
+                                  whole.optimizer_bytes * params,
+                                  whole.activations_bytes / mesh.tp)
     return memory_per_gpu(
         model, tp=parallel.tp, pp=parallel.pp, dp=parallel.dp_cp, ep=parallel.ep,
         sequence_parallel=parallel.sequence_parallel, zero_stage=parallel.zero,

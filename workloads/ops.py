@@ -92,6 +92,9 @@ class Collective:
     blocking: bool = True
     handle: str | None = None
     exclusive: bool = False
+    # A 2-D/2.5-D/3-D TP step (workloads.tp_nd): the call runs on each of these
+    # sub-groups of the TP group's local ranks at once, each sub-group's root first.
+    subgroups: tuple[tuple[int, ...], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from distsim_gpu.simcore.config import (
 )
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import parse_size
+from distsim_gpu.workloads.tp_nd import check_tp_nd
 
 __all__ = [
     "GRAD_REDUCE_PRECISIONS",
@@ -116,6 +117,10 @@ class ParallelConfig:
     ep: int = 1
     cp: int = 1
     sequence_parallel: bool = False
+    # 1d: Megatron's; 2d / 2.5d / 3d: a mesh of the tp GPUs (workloads.tp_nd), 2.5d with
+    # tp_depth layers.
+    tp_mode: str = "1d"
+    tp_depth: int = 1
     schedule: str = "1f1b"
     interleave: int = 1
     zero: int = 0
@@ -246,6 +251,8 @@ def check_strategy(parallel: ParallelConfig, training: TrainingConfig, *, num_gp
     _check_pipeline(parallel, layers=layers, source=source)
     _check_sharding(parallel, experts=experts, source=source)
     microbatches = _check_training(training, parallel, source=source)
+    check_tp_nd(parallel, micro_batch=training.micro_batch, heads=heads, kv_heads=kv_heads,
+                experts=experts, source=source)
     check_cp_split(training.seq_len or seq_len, parallel.cp, key="parallelism.cp",
                    source=source)
     return microbatches
@@ -278,8 +285,9 @@ def _check_degrees(p: ParallelConfig, *, num_gpus: int, heads: int, kv_heads: in
             hint=f"choose degrees whose product is {num_gpus}, e.g. dp = "
             f"{num_gpus // fixed} if {names[:-3]} divides it" if num_gpus % fixed == 0
             else f"choose degrees whose product is {num_gpus}")
-    check_tp_split(heads=heads, kv_heads=kv_heads, tp=p.tp, key="parallelism.tp",
-                   source=source)
+    if p.tp_mode == "1d":  # 2-D/3-D meshes split heads over one side (workloads.tp_nd)
+        check_tp_split(heads=heads, kv_heads=kv_heads, tp=p.tp, key="parallelism.tp",
+                       source=source)
 
 
 def check_tp_split(*, heads: int, kv_heads: int, tp: int, key: str = "tp",

@@ -48,7 +48,9 @@ from distsim_gpu.workloads.ops import (
 )
 from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig, layer_partition
 from distsim_gpu.workloads.schedule import stage_program, virtual_stage
+from distsim_gpu.workloads.tp_nd import layer_comm, mesh_of
 from distsim_gpu.workloads.traffic import (
+    activation_bytes_per_element,
     alltoall_bytes,
     cp_message_bytes,
     gathers_layer_params,
@@ -97,6 +99,13 @@ class StreamBuilder:
         # Every layer and micro-batch sends messages of the same sizes: count them once.
         self.tp_kinds = tp_collective_kinds(parallel)
         self.tp_bytes = tp_message_bytes(model, local)
+        # 2-D/2.5-D/3-D: each block's collectives on the mesh's sub-groups instead, and
+        # the element-wise work split over tp too (workloads.tp_nd).
+        mesh = self.mesh = mesh_of(parallel.tp_mode, parallel.tp, parallel.tp_depth)
+        self.tp_plan = None if mesh is None else layer_comm(
+            mesh, model, tokens=training.micro_batch * self.seq_len,
+            element_bytes=activation_bytes_per_element(training.precision))
+        self.split_elementwise = parallel.sequence_parallel or mesh is not None
         self.p2p_bytes = pipeline_message_bytes(model, parallel, local)
         self.a2a_bytes = alltoall_bytes(model, parallel, local)
         self.cp_bytes = cp_message_bytes(model, parallel, training)
@@ -216,7 +225,7 @@ class StreamBuilder:
                   else self.costs.loss_time_s)
         duration = timing(pass_, self.model, micro_batch=train.micro_batch,
                           seq_len=self.seq_len, tp=par.tp,
-                          sequence_parallel=par.sequence_parallel)
+                          sequence_parallel=self.split_elementwise)
         return Compute(duration, f"{layer} {pass_}", layer=layer, pass_name=pass_)
 
     @staticmethod
@@ -233,7 +242,7 @@ class StreamBuilder:
         extra = {"recompute": train.recompute} if pass_ == "recompute" else {}
         duration = self.costs.layer_time_s(
             cost_pass, model, micro_batch=train.micro_batch, seq_len=self.seq_len,
-            tp=par.tp, sequence_parallel=par.sequence_parallel, layer_index=layer,
+            tp=par.tp, sequence_parallel=self.split_elementwise, layer_index=layer,
             ep=par.ep, **extra)
         label = f"L{layer} {pass_}"
         # What a cost table calls this layer pass (trace args, read by ``trace costs``).
@@ -250,14 +259,14 @@ class StreamBuilder:
         else:
             ops.append(Compute(half, f"{label} attention", *args))
         if with_comm:
-            self._tp_ops(ops, f"{label} attention", fold)
+            self._tp_ops(ops, f"{label} attention", fold, pass_, "attention")
         if moe and with_comm:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} dispatch", group="ep"))
         ops.append(Compute(half, f"{label} mlp", *args))
         if moe and with_comm:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} combine", group="ep"))
         if with_comm:
-            self._tp_ops(ops, f"{label} mlp", fold)
+            self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp")
 
     def _cp_attention(self, ops: list[Op], cost_pass: str, duration: float, label: str,
                       args: tuple[str, str, int], recompute: str) -> float:
@@ -286,8 +295,20 @@ class StreamBuilder:
                 ops.append(Wait(handle))
         return half
 
-    def _tp_ops(self, ops: list[Op], label: str, fold: bool) -> None:
-        """The TP collectives after an attention or MLP block (forward or backward)."""
+    def _tp_ops(self, ops: list[Op], label: str, fold: bool, pass_: str = "fwd",
+                block: str = "attention") -> None:
+        """The TP collectives after an attention or MLP block (forward or backward); a
+        2-D/2.5-D/3-D mesh's run on its sub-groups and are never fused (their closed form
+        is the whole group's)."""
+        if self.tp_plan is not None:
+            mesh_pass = "bwd" if pass_ == "bwd" else "fwd"  # a recompute redoes the fwd's
+            for n, step in enumerate(self.tp_plan[(mesh_pass, block)]):
+                assert self.mesh is not None  # set with tp_plan
+                groups = self.mesh.groups(step.axis, step.root)
+                ops.append(Collective(step.op, step.size_bytes,
+                                      f"{label} {step.op} {step.what} {step.axis} {n}",
+                                      subgroups=groups))
+            return
         for kind in self.tp_kinds:
             ops.append(Collective(kind, self.tp_bytes, f"{label} {kind}", exclusive=fold))
 

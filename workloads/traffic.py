@@ -43,6 +43,7 @@ from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.workloads.memory import cp_kv_block_bytes, layer_params_local, params_on_gpu
 from distsim_gpu.workloads.models import ModelSpec
 from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
+from distsim_gpu.workloads.tp_nd import mesh_of, weight_replicas
 
 __all__ = [
     "ACTIVATION_BYTES",
@@ -156,6 +157,10 @@ def alltoall_bytes(model: ModelSpec, parallel: ParallelConfig,
 def layer_params(model: ModelSpec, layer: int, parallel: ParallelConfig) -> float:
     """Parameters of layer ``layer`` on one GPU, dense and expert together (a GPT layer
     without tensor parallelism: ``12·h² + 13·h``)."""
+    mesh = mesh_of(parallel.tp_mode, parallel.tp, parallel.tp_depth)
+    if mesh is not None:  # a 2-D/2.5-D/3-D mesh splits every parameter (workloads.tp_nd)
+        dense, expert = layer_params_local(model, layer, 1, parallel.ep)
+        return (dense + expert) * weight_replicas(mesh) / mesh.tp
     dense, expert = layer_params_local(model, layer, parallel.tp, parallel.ep)
     return dense + expert
 
@@ -182,6 +187,10 @@ def word_embedding_grad_bytes(model: ModelSpec, parallel: ParallelConfig) -> flo
 
 def stage_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> float:
     """Parameters one GPU of pipeline stage ``stage`` holds (dense and expert)."""
+    mesh = mesh_of(parallel.tp_mode, parallel.tp, parallel.tp_depth)
+    if mesh is not None:  # as layer_params
+        whole = stage_params(model, replace(parallel, tp=1, tp_mode="1d", tp_depth=1), stage)
+        return whole * weight_replicas(mesh) / mesh.tp
     return params_on_gpu(model, tp=parallel.tp, pp=parallel.pp, ep=parallel.ep, stage=stage,
                          interleave=parallel.interleave, partition=parallel.partition).total
 
