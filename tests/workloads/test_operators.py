@@ -16,8 +16,11 @@ from distsim_gpu.workloads.compute import (
     forward_layer_work,
     get_stack,
 )
+from distsim_gpu.workloads.compute.roofline import issue_timeline_s
 from distsim_gpu.workloads.gpus import get_gpu
 from distsim_gpu.workloads.models import ModelSpec
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 A100 = get_gpu("a100-80gb")
 H100 = get_gpu("h100-sxm")
@@ -202,10 +205,56 @@ def test_host_dispatch_binds_only_small_kernels():
     costs = RooflineCosts(A100, precision="fp16", stack=stack)
     tiny = ModelSpec("tiny", layers=2, hidden=256, heads=4, seq_len=64, vocab=1000)
     small = costs.layer_work("fwd", tiny, micro_batch=1, seq_len=64)
-    assert costs.work_time_s(small) == pytest.approx(small.launches * stack.host_overhead_s)
+    # Every kernel shorter than the host's 20 µs: the GPU waits for each issue, and the
+    # pass ends one (last) kernel after the host has issued the last one.
+    last = small.kernels[-1]
+    last_s = costs.kernel_time_s(last) / (last.count * last.launches)
+    assert costs.work_time_s(small) == pytest.approx(
+        small.launches * stack.host_overhead_s + last_s)
     big = costs.layer_work("fwd", MODEL, micro_batch=8, seq_len=2048)
     device = sum(costs.kernel_time_s(k) for k in big.kernels)
-    assert costs.work_time_s(big) == device > big.launches * stack.host_overhead_s
+    assert device > big.launches * stack.host_overhead_s
+    # The host runs ahead: the device time plus at most the first kernel's issue lag.
+    assert device < costs.work_time_s(big) <= device + stack.host_overhead_s + 1e-12
+
+
+def test_the_backward_pass_is_issued_at_the_autograd_threads_rate():
+    stack = get_stack("megatron-deepspeed")
+    assert stack.host_s_per_kernel("bwd") == stack.host_backward_overhead_s == 43e-6
+    assert stack.host_s_per_kernel("fwd") == stack.host_s_per_kernel("recompute") == 20e-6
+    assert get_stack("megatron-core").host_s_per_kernel("bwd") == 0.0
+    costs = RooflineCosts(A100, precision="fp16", stack=stack)
+    tiny = ModelSpec("tiny", layers=2, hidden=256, heads=4, seq_len=64, vocab=1000)
+    bwd = costs.layer_work("bwd", tiny, micro_batch=1, seq_len=64)
+    assert costs.work_time_s(bwd) > bwd.launches * 43e-6
+
+
+def test_issue_timeline_hand_cases():
+    # Long kernels: the host runs ahead; only the first issue delays the GPU.
+    assert issue_timeline_s([(1e-3, 1), (2e-3, 2)], 10e-6) == pytest.approx(3e-3 + 10e-6)
+    # Short kernels: 5 issues at 10 µs, the last 1 µs kernel after the last issue.
+    assert issue_timeline_s([(5e-6, 5)], 10e-6) == pytest.approx(5 * 10e-6 + 1e-6)
+    # Mixed: 3 short kernels (host-bound until 30 µs, done at 31 µs), then one of 1 ms
+    # issued at 40 µs: it starts at 40 µs, not at 31 µs.
+    assert issue_timeline_s([(3e-6, 3), (1e-3, 1)], 10e-6) == pytest.approx(40e-6 + 1e-3)
+    # No host cost: the device time; an operator without kernels adds its time.
+    assert issue_timeline_s([(1e-3, 4), (2e-3, 0)], 0.0) == pytest.approx(3e-3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1e-3), st.integers(1, 6)), min_size=1, max_size=12),
+       st.floats(0, 1e-4))
+def test_issue_timeline_matches_the_kernel_by_kernel_recurrence(ops, host_s):
+    host, gpu = 0.0, 0.0
+    for device_s, kernels in ops:
+        for _ in range(kernels):
+            host += host_s
+            gpu = max(gpu, host) + device_s / kernels
+    got = issue_timeline_s(ops, host_s)
+    assert got == pytest.approx(gpu, rel=1e-9, abs=1e-15)
+    total = sum(d for d, _ in ops)
+    launches = sum(n for _, n in ops)
+    assert max(total, launches * host_s) - 1e-15 <= got <= total + launches * host_s + 1e-15
 
 
 # ------------------------------------------------------------ per-operator tables
@@ -218,8 +267,15 @@ def test_a_table_fills_the_operators_it_measured_and_the_roofline_the_rest():
     args = {"micro_batch": B, "seq_len": S, "tp": TP}
     fwd = costs.layer_work("fwd", MODEL, **args)
     roof = costs.operator_times_s(fwd)
-    assert table.layer_time_s("fwd", MODEL, **args) == pytest.approx(
-        sum(roof.values()) - roof["attn_softmax"] + 1e-3)
+    launches: dict[str, int] = {}
+    for item in fwd.kernels:
+        launches[item.base_name] = launches.get(item.base_name, 0) + item.count * item.launches
+    # The measured softmax in the roofline's place, issued by the same host.
+    assert table.layer_time_s("fwd", MODEL, **args) == pytest.approx(issue_timeline_s(
+        [(1e-3 if name == "attn_softmax" else t, launches[name]) for name, t in roof.items()],
+        fwd.stack.host_s_per_kernel("fwd")))
+    assert table.layer_time_s("fwd", MODEL, **args) >= sum(roof.values()) - roof[
+        "attn_softmax"] + 1e-3
     times = table.operator_breakdown_s("bwd", MODEL, **args)
     assert times["mlp_fc1"] == (2e-3, "table")
     assert times["qkv"][1] == "roofline"

@@ -1,14 +1,16 @@
 """The roofline cost model: each operator at the slower of its compute and memory roofline,
-plus its launches; a pass is its operators in sequence, or the host's dispatch time when
-that is longer.
+plus its launches; a pass is its operators in sequence on the GPU, each kernel no earlier
+than the host has issued it.
 
 ``operator time = count · (max(FLOP / (peak · eff), bytes / (bw · memory_efficiency)) +
 launches · launch_overhead_s)`` with ``eff`` = :func:`matmul_efficiency` (tiles and waves)
 for GEMMs — at the FP8 peak and the stack's FP8 efficiency for FP8 GEMMs — and
 ``attention_efficiency`` for fused attention; element-wise operators run their few FLOP
-on the CUDA cores (fp32 rate) and are memory bound.  A pass takes
-``max(Σ operator times, launches · host_overhead_s)``: an eager framework's CPU issues
-kernels ahead of the GPU until kernels get shorter than its per-kernel dispatch time.
+on the CUDA cores (fp32 rate) and are memory bound.  A pass is the GPU running its
+kernels in sequence, each no earlier than the host has issued it
+(:func:`issue_timeline_s`, at the stack's host seconds per kernel for the pass): an eager
+framework's CPU issues kernels ahead of the GPU until kernels get shorter than its
+per-kernel dispatch time, and then the GPU waits for it.
 
 :class:`CostModel` is the protocol the workload builder asks of any cost model (this one
 and :class:`~distsim_gpu.workloads.compute.table_costs.TableCosts`).
@@ -16,7 +18,7 @@ and :class:`~distsim_gpu.workloads.compute.table_costs.TableCosts`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -51,6 +53,7 @@ __all__ = [
     "MEMORY_EFFICIENCY",
     "CostModel",
     "RooflineCosts",
+    "issue_timeline_s",
     "matmul_efficiency",
     "stores_attention_scores",
 ]
@@ -160,6 +163,31 @@ class CostModel(Protocol):
         ...
 
 
+def issue_timeline_s(operators: Iterable[tuple[float, int]], host_s_per_kernel: float) -> float:
+    """When the GPU finishes a pass whose kernels an eager host issues one by one.
+
+    ``operators``: (device seconds, kernels) in order, the device time spread evenly over
+    the operator's kernels.  The host issues kernel j at ``j · host_s_per_kernel`` after
+    the pass starts; the GPU runs it from ``max(previous kernel's end, its issue)``.  So a
+    pass of long kernels takes their sum (the host runs ahead), one of short kernels the
+    host's issue time plus the last kernel — neither alone, where the two mix.  For n
+    equal kernels of d seconds issued every h from (host t_h, GPU t_g) the last ends at
+    ``max(t_g + n·d, t_h + h + n·d)`` when h ≤ d, else ``max(t_g + n·d, t_h + n·h + d)``.
+    """
+    host_s, gpu_s = 0.0, 0.0
+    for device_s, kernels in operators:
+        if kernels <= 0:
+            gpu_s += device_s
+            continue
+        each_s = device_s / kernels
+        if host_s_per_kernel <= each_s:
+            gpu_s = max(gpu_s, host_s + host_s_per_kernel) + device_s
+        else:
+            gpu_s = max(gpu_s + device_s, host_s + kernels * host_s_per_kernel + each_s)
+        host_s += kernels * host_s_per_kernel
+    return gpu_s
+
+
 @dataclass(frozen=True, slots=True)
 class RooflineCosts:
     """Analytic costs: each operator at the slower of its compute and memory roofline
@@ -253,10 +281,11 @@ class RooflineCosts:
         return kernel.count * (max(compute_s, memory_s) + launches_s)
 
     def work_time_s(self, work: LayerWork) -> float:
-        """Seconds for every operator of ``work`` one after another, or the host's
-        dispatch time of its launches when that is longer."""
-        device_s = sum(self.kernel_time_s(k) for k in work.kernels)
-        return max(device_s, work.launches * work.stack.host_overhead_s)
+        """Seconds for every operator of ``work`` one after another on the GPU, each
+        kernel no earlier than the host has issued it (:func:`issue_timeline_s`)."""
+        return issue_timeline_s(
+            ((self.kernel_time_s(k), k.count * k.launches) for k in work.kernels),
+            work.stack.host_s_per_kernel(work.pass_))
 
     def operator_times_s(self, work: LayerWork) -> dict[str, float]:
         """Seconds per forward operator name (a backward operator counts to the forward

@@ -53,7 +53,8 @@ Stacks (``compute.stack``):
 
 Sources of the efficiency figures are in :mod:`~distsim_gpu.workloads.compute.roofline`
 (``MATMUL_EFFICIENCY``, ``MEMORY_EFFICIENCY``, ``LAUNCH_OVERHEAD_S``) and here
-(``EAGER_HOST_OVERHEAD_S``, ``FP8_MATMUL_EFFICIENCY``).
+(``EAGER_HOST_OVERHEAD_S``, ``EAGER_HOST_BACKWARD_OVERHEAD_S``,
+``FP8_MATMUL_EFFICIENCY``).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from distsim_gpu.simcore.errors import ConfigError
 __all__ = [
     "ATTENTION_IMPLEMENTATIONS",
     "DEFAULT_STACK",
+    "EAGER_HOST_BACKWARD_OVERHEAD_S",
     "EAGER_HOST_OVERHEAD_S",
     "FP8_MATMUL_EFFICIENCY",
     "STACKS",
@@ -75,11 +77,18 @@ __all__ = [
 ]
 
 ATTENTION_IMPLEMENTATIONS = ("flash", "unfused")
-# CPU time eager PyTorch spends dispatching one operator (Python, autograd, the CUDA
-# launch): ~10 µs on current server CPUs (PyTorch's own "Performance Tuning Guide" and the
-# CUDA Graphs blog post put eager per-op overhead at several to tens of µs).  It binds only
-# when kernels are shorter than that.  Compiled stacks (CUDA graphs, Inductor) pay less.
-EAGER_HOST_OVERHEAD_S = 10e-6
+# Host time eager PyTorch spends per kernel it launches (Python, the dispatcher, the
+# view/reshape ops between kernels, autograd, the launch call), measured as the median
+# interval between consecutive kernel launches on a host thread that issues back to back
+# (validation/host_dispatch/measure_host.py): in the A100-SXM4-80GB trace of the HTA
+# corpus (negative_queue_length_values_check/rank0.json.gz, PyTorch profiler) 20 µs on
+# the thread running the forward pass and 43 µs on the autograd engine's thread (the
+# backward: each node dispatches its gradient ops and accumulates); the A100 and V100
+# traces of the same corpus give 29-36 µs and 32-74 µs.  The profiler adds ~1-2 µs per
+# recorded op, so these are upper-side figures.  It binds when kernels are shorter.
+# Compiled stacks (CUDA graphs, Inductor) pay less: a few µs per graph replay node.
+EAGER_HOST_OVERHEAD_S = 20e-6
+EAGER_HOST_BACKWARD_OVERHEAD_S = 43e-6
 COMPILED_HOST_OVERHEAD_S = 4e-6
 # Fraction of the FP8 dense peak a well-shaped FP8 GEMM reaches.  An H100 measurement of a
 # 13B GPT under Megatron + Transformer Engine gained 1.42x end to end from FP8
@@ -140,6 +149,7 @@ class Stack:
     fp8_linear: bool = False
     fused_bias_grad: bool = True
     host_overhead_s: float = 0.0
+    host_backward_overhead_s: float | None = None
     fp8_matmul_efficiency: float = FP8_MATMUL_EFFICIENCY
     overlap_grad_reduce: bool = True
     fp16_grads_reduced_in_fp16: bool = False
@@ -160,6 +170,16 @@ class Stack:
             if item.type == "bool":
                 check_bool(value, key=item.name)
         check_number(self.host_overhead_s, key="host_overhead_s")
+        if self.host_backward_overhead_s is not None:
+            check_number(self.host_backward_overhead_s, key="host_backward_overhead_s")
+
+    def host_s_per_kernel(self, pass_: str) -> float:
+        """Host seconds per kernel launched in ``pass_``: the backward's autograd engine
+        (``host_backward_overhead_s``, else the forward's figure) or the forward thread
+        (``fwd`` and ``recompute``: checkpointing re-runs the forward's Python)."""
+        if pass_ == "bwd" and self.host_backward_overhead_s is not None:
+            return self.host_backward_overhead_s
+        return self.host_overhead_s
         check_number(self.fp8_matmul_efficiency, key="fp8_matmul_efficiency", above=True,
                      maximum=1)
 
@@ -186,14 +206,16 @@ STACKS: dict[str, Stack] = {
         "bias_gelu, bias_dropout_add; apex FusedLayerNorm",
         attention="unfused", attention_dropout=True, context_copy=True,
         hidden_dropout=True, fused_cross_entropy=False, fused_bias_grad=False,
-        host_overhead_s=EAGER_HOST_OVERHEAD_S),
+        host_overhead_s=EAGER_HOST_OVERHEAD_S,
+        host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S),
     "megatron-deepspeed": Stack(
         "megatron-deepspeed", "microsoft/Megatron-DeepSpeed (2021-2022, BLOOM, vTrain): "
         "the 2021 Megatron layer under DeepSpeed's engine; gradients accumulate in .grad",
         attention="unfused", attention_dropout=True, context_copy=True,
         hidden_dropout=True, fused_cross_entropy=False, fp32_grad_accumulation=False,
         separate_grad_accumulation=True, fused_bias_grad=False,
-        host_overhead_s=EAGER_HOST_OVERHEAD_S, overlap_grad_reduce=False,
+        host_overhead_s=EAGER_HOST_OVERHEAD_S,
+        host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S, overlap_grad_reduce=False,
         fp16_grads_reduced_in_fp16=True),
     "transformer-engine": Stack(
         "transformer-engine", "NVIDIA Transformer Engine 1.x layers in Megatron-Core "
@@ -208,7 +230,8 @@ STACKS: dict[str, Stack] = {
         "torch-eager", "torchtitan without torch.compile: SDPA flash attention, PyTorch's "
         "composite RMSNorm, SwiGLU and residual adds as separate eager kernels",
         fused_norm=False, fused_bias_dropout_add=False, fp32_grad_accumulation=False,
-        host_overhead_s=EAGER_HOST_OVERHEAD_S),
+        host_overhead_s=EAGER_HOST_OVERHEAD_S,
+        host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S),
 }
 DEFAULT_STACK = "megatron-core"
 

@@ -12,7 +12,7 @@ from typing import Any
 from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError, closest
 from distsim_gpu.workloads.compute.operators import PASSES, RECOMPUTE_GRANULARITIES
-from distsim_gpu.workloads.compute.roofline import CostModel
+from distsim_gpu.workloads.compute.roofline import CostModel, issue_timeline_s
 from distsim_gpu.workloads.compute.table_io import (
     CostRow,
     TableHeader,
@@ -224,8 +224,13 @@ class TableCosts:
         work = fallback.layer_work(pass_, model, **args)
         if all(source == "roofline" for _, source in times.values()):
             return fallback.work_time_s(work)
-        device_s = sum(seconds for seconds, _ in times.values())
-        return max(device_s, work.launches * work.stack.host_overhead_s)
+        launches: dict[str, int] = {}
+        for item in work.kernels:
+            launches[item.base_name] = (launches.get(item.base_name, 0)
+                                        + item.count * item.launches)
+        return issue_timeline_s(((seconds, launches.get(name, 0))
+                                 for name, (seconds, _) in times.items()),
+                                work.stack.host_s_per_kernel(work.pass_))
 
     def _edge(self, kind: str, pass_: str, model: ModelSpec, micro_batch: int, seq_len: int,
               tp: int, sequence_parallel: bool) -> float:
