@@ -120,6 +120,13 @@ class _Exporter:
 
     def _collective(self, group: RankGroup, op: Collective) -> None:
         sim, par = self.sim, self.sim.spec.parallel
+        if op.group == "tp" and op.subgroups:  # a 2-D/3-D mesh step: one call per sub-group
+            ranks = tuple(self._ranks(group))
+            for members in op.subgroups:
+                sub = tuple(ranks[i] for i in members)
+                for rank in sub:
+                    self._call(rank, sub, op, MAIN_STREAM)
+            return
         if op.group == "tp":
             ranks = tuple(self._ranks(group))
             for rank in ranks:
