@@ -334,3 +334,18 @@ def test_chakra_export_runs_back_the_mesh_steps(tmp_path) -> None:
     export_chakra(graphs, tmp_path)
     run = run_chakra(load_chakra([tmp_path]), spec.topology, spec.comm)
     assert run.time_s == pytest.approx(simulated, rel=1e-9, abs=0)
+
+
+def test_folded_replicas_equal_the_full_simulation(uniform) -> None:
+    """Data-parallel replicas of a 2-D mesh fold: their sub-group calls run beside the
+    simulated one's, and the iteration is the full simulation's."""
+    from distsim_gpu.collectives import CommParams
+    model = model_from_mapping({"name": "s", "layers": 2, "hidden": 512, "heads": 8,
+                                "seq_len": 128, "vocab": 1024})
+    topology = build_cluster({"preset": "dgx-a100", "nodes": 2})
+    parallel = ParallelConfig(tp=4, dp=4, tp_mode="2d", bucket_params=100_000)
+    training = TrainingConfig(micro_batch=2, global_batch=8)
+    runs = [uniform.run(topology, parallel, training, model=model, comm=CommParams(),
+                        fold_replicas=fold) for fold in (True, False)]
+    assert runs[0].folding.startswith("folded")
+    assert runs[0].iteration_time_s == pytest.approx(runs[1].iteration_time_s, rel=1e-9)
