@@ -94,6 +94,7 @@ from distsim_gpu.workloads.costs import (
 )
 from distsim_gpu.workloads.gpus import GpuSpec, get_gpu, gpu_from_mapping
 from distsim_gpu.workloads.models import ModelSpec, model_from_mapping
+from distsim_gpu.workloads.moe_routing import alltoall_weights, check_placement
 from distsim_gpu.workloads.parallel import (
     ParallelConfig,
     TrainingConfig,
@@ -481,12 +482,23 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
                                   layers=model.layers, heads=model.heads,
                                   kv_heads=model.kv_heads, experts=model.experts,
                                   source=source, seq_len=training.seq_len or model.seq_len)
+    comm = _routed_comm(comm, model, parallel, source)
     return Scenario(name=name.strip(), topology=topology, model=model, parallel=parallel,
                     training=training, gpu=gpu, roofline=roofline, costs=costs, comm=comm,
                     seed=seed, microbatches=microbatches, stragglers=stragglers,
                     description=description, cost_table=cost_table, source=source,
                     _locator=locator, faults=faults, straggler_model=straggler_model,
                     goodput=goodput_from_mapping(spec.get("goodput"), source=source))
+
+
+def _routed_comm(comm: CommParams, model: ModelSpec, parallel: ParallelConfig,
+                 source: str | None) -> CommParams:
+    """``model.moe``'s explicit placement checked against ``ep``, and its skew carried
+    into the expert all-to-alls (workloads.moe_routing)."""
+    check_placement(model.moe, experts=model.experts, ep=parallel.ep, source=source)
+    weights = alltoall_weights(model.moe, experts=model.experts, top_k=model.top_k,
+                               ep=parallel.ep)
+    return replace(comm, alltoall_weights=weights) if weights else comm
 
 
 def _jobs_scenario(spec: dict[str, Any], topology: Topology, source: str | None, base: Path,

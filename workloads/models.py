@@ -38,7 +38,7 @@ forward twice; the logits layer is not recomputed).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -51,6 +51,7 @@ from distsim_gpu.simcore.config import (
     describe,
 )
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.moe_routing import UNIFORM, MoeRouting, moe_from_mapping
 
 __all__ = [
     "MODEL_PRESETS",
@@ -114,6 +115,8 @@ class ModelSpec:
     attention_bias: bool = True
     mlp_bias: bool = True
     embedding_norm: bool = False
+    # How the router spreads tokens over the experts (workloads.moe_routing).
+    moe: MoeRouting = UNIFORM
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -311,8 +314,14 @@ class ModelSpec:
 
     # ------------------------------------------------------------------ misc
     def to_dict(self) -> dict[str, Any]:
-        """Every field, resolved (JSON/YAML-ready)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every field, resolved (JSON/YAML-ready); ``moe`` only when not the uniform,
+        dropless router (so resolved configs of other models stay as they were)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.moe == UNIFORM:
+            del data["moe"]
+        else:
+            data["moe"] = self.moe.to_dict()
+        return data
 
     def _seq(self, seq_len: int | None) -> int:
         if seq_len is None:
@@ -423,6 +432,7 @@ def model_from_mapping(data: Mapping[str, Any], *, source: str | None = None,
     check_keys(data, ("preset", *_FIELD_NAMES), prefix=prefix, source=source)
     written: dict[str, Any] = dict(data)
     preset_name = written.pop("preset", None)
+    moe = written.pop("moe", None)
     if preset_name is not None:
         preset = get_model(str(preset_name), key=f"{prefix}.preset", source=source)
         merged: dict[str, Any] = {"name": preset.name, **_PRESET_FIELDS[preset.name]}
@@ -437,10 +447,14 @@ def model_from_mapping(data: Mapping[str, Any], *, source: str | None = None,
     for key, value in written.items():
         merged[key] = _coerce(key, value, f"{prefix}.{key}", source)
     try:
-        return ModelSpec(**merged)
+        spec = ModelSpec(**merged)
     except ConfigError as error:
         raise ConfigError(error.message, key=f"{prefix}.{error.key}", source=source,
                           hint=error.hint) from None
+    if moe is None:
+        return spec
+    return replace(spec, moe=moe_from_mapping(moe, experts=spec.experts, source=source,
+                                              prefix=f"{prefix}.moe"))
 
 
 def _coerce(name: str, value: Any, path: str, source: str | None) -> Any:

@@ -38,8 +38,10 @@ from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping, 
 from distsim_gpu.simcore.errors import ConfigError
 
 __all__ = [
+    "UNIFORM",
     "MoeLoads",
     "MoeRouting",
+    "check_placement",
     "expert_capacity",
     "expert_shares",
     "moe_from_mapping",
@@ -65,6 +67,15 @@ class MoeRouting:
     histogram: tuple[float, ...] = ()
     capacity_factor: float = 0.0
     placement: str | tuple[int, ...] = "round-robin"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``model.moe`` mapping that reads back as this routing."""
+        routing: Any = {"uniform": "uniform", "zipf": {"zipf": self.zipf_s},
+                        "histogram": {"histogram": list(self.histogram)}}[self.kind]
+        placement = (list(self.placement) if isinstance(self.placement, tuple)
+                     else self.placement)
+        return {"routing": routing, "capacity_factor": self.capacity_factor or None,
+                "placement": placement}
 
     @property
     def is_default(self) -> bool:
@@ -194,12 +205,28 @@ def moe_loads(routing: MoeRouting, *, tokens: float, experts: int, top_k: int,
     return MoeLoads(assignments, load, kept, rank_of, tuple(rank_load))
 
 
+#: The plain router: uniform shares, no capacity (every EP rank runs alike).
+UNIFORM = MoeRouting()
+
+
+def alltoall_weights(routing: MoeRouting, *, experts: int, top_k: int,
+                     ep: int) -> tuple[float, ...]:
+    """Per EP rank, the share of the dispatch all-to-all it receives relative to uniform
+    (``CommParams.alltoall_weights``); empty for the plain router or without EP."""
+    if ep < 2 or routing.is_default:
+        return ()
+    # Shares, so any token count gives the same weights.
+    return moe_loads(routing, tokens=1.0, experts=experts, top_k=top_k,
+                     ep=ep).receive_weights()
+
+
 # --------------------------------------------------------------------------- parsing
 
 
-def moe_from_mapping(data: Any, *, experts: int, ep: int = 1, source: str | None = None,
-                     prefix: str = "model.moe") -> MoeRouting:
-    """``model.moe`` of a scenario, checked against the model's expert count and ``ep``."""
+def moe_from_mapping(data: Any, *, experts: int, ep: int | None = None,
+                     source: str | None = None, prefix: str = "model.moe") -> MoeRouting:
+    """``model.moe`` of a scenario, checked against the model's expert count and, when
+    given, ``ep`` (else :func:`check_placement` checks an explicit placement later)."""
     raw = check_mapping(data, key=prefix, source=source, optional=True)
     check_keys(raw, _KEYS, prefix=prefix, source=source)
     if raw and experts < 2:
@@ -211,9 +238,13 @@ def moe_from_mapping(data: Any, *, experts: int, ep: int = 1, source: str | None
     capacity_factor = 0.0 if cf is None else check_number(
         cf, key=f"{prefix}.capacity_factor", above=True, source=source,
         hint="null for dropless routing")
-    placement = _placement(raw.get("placement", "round-robin"), experts, ep, source,
+    placement = _placement(raw.get("placement", "round-robin"), experts, source,
                            f"{prefix}.placement")
-    return MoeRouting(kind, zipf_s, hist, capacity_factor, placement)
+    routing = MoeRouting(kind, zipf_s, hist, capacity_factor, placement)
+    if ep is not None:
+        check_placement(routing, experts=experts, ep=ep, source=source,
+                        key=f"{prefix}.placement")
+    return routing
 
 
 def _routing(value: Any, experts: int, source: str | None,
@@ -239,22 +270,32 @@ def _routing(value: Any, experts: int, source: str | None,
     return "histogram", 0.0, counts
 
 
-def _placement(value: Any, experts: int, ep: int, source: str | None,
+def _placement(value: Any, experts: int, source: str | None,
                key: str) -> str | tuple[int, ...]:
     if not isinstance(value, list):
         return check_choice(value, PLACEMENTS, key=key, source=source)
     if len(value) != experts:
         raise ConfigError(f"an explicit placement gives each of the {experts} experts its "
                           f"EP rank, got {len(value)} entries", key=key, source=source)
-    ranks = []
     for i, rank in enumerate(value):
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < ep:
-            raise ConfigError(f"must be an EP rank 0..{ep - 1}, got {rank!r}"[:120],
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise ConfigError(f"must be an EP rank (a whole number >= 0), got {rank!r}"[:120],
                               key=f"{key}[{i}]", source=source)
-        ranks.append(rank)
-    per_rank = experts // max(ep, 1)
+    return tuple(value)
+
+
+def check_placement(routing: MoeRouting, *, experts: int, ep: int, source: str | None = None,
+                    key: str = "model.moe.placement") -> None:
+    """An explicit placement names EP ranks ``0..ep-1``, each holding ``experts/ep``."""
+    ranks = routing.placement
+    if not isinstance(ranks, tuple):
+        return
+    for i, rank in enumerate(ranks):
+        if rank >= ep:
+            raise ConfigError(f"must be an EP rank 0..{ep - 1}, got {rank}",
+                              key=f"{key}[{i}]", source=source)
+    per_rank = experts // ep
     for rank in range(ep):
         if ranks.count(rank) != per_rank:
             raise ConfigError(f"EP rank {rank} holds {ranks.count(rank)} experts, each must "
                               f"hold experts/ep = {per_rank}", key=key, source=source)
-    return tuple(ranks)

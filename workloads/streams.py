@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from distsim_gpu.workloads.context_parallel import core_attention_time_s, ring_step_blocks
 from distsim_gpu.workloads.costs import CostModel
 from distsim_gpu.workloads.models import ModelSpec
+from distsim_gpu.workloads.moe_routing import moe_loads
 from distsim_gpu.workloads.ops import (
     Barrier,
     Collective,
@@ -109,6 +110,11 @@ class StreamBuilder:
         self.p2p_bytes = pipeline_message_bytes(model, parallel, local)
         self.a2a_bytes = alltoall_bytes(model, parallel, local)
         self.cp_bytes = cp_message_bytes(model, parallel, training)
+        # Skewed routing: every EP rank's experts run at the pace of the most loaded one
+        # (workloads.moe_routing; 1 for a uniform, dropless router).
+        self.moe_pace = (moe_loads(model.moe, tokens=training.micro_batch * self.seq_len,
+                                   experts=model.experts, top_k=model.top_k,
+                                   ep=parallel.ep).pace_factor if model.is_moe else 1.0)
         self._passes: dict[tuple[int, int, str, bool, bool], tuple[Op, ...]] = {}
 
     # ----------------------------------------------------------------- a stage
@@ -262,7 +268,8 @@ class StreamBuilder:
             self._tp_ops(ops, f"{label} attention", fold, pass_, "attention")
         if moe and with_comm:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} dispatch", group="ep"))
-        ops.append(Compute(half, f"{label} mlp", *args))
+        mlp = half * self.moe_pace if model.is_moe_layer(layer) else half
+        ops.append(Compute(mlp, f"{label} mlp", *args))
         if moe and with_comm:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} combine", group="ep"))
         if with_comm:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.moe_routing import (
     MoeRouting,
@@ -14,6 +15,8 @@ from distsim_gpu.workloads.moe_routing import (
     moe_loads,
     place_experts,
 )
+from distsim_gpu.workloads.ops import Compute
+from distsim_gpu.workloads.streams import StreamBuilder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -132,3 +135,60 @@ def test_dense_model_rejects_routing():
 def test_zipf_zero_is_uniform():
     assert expert_shares(MoeRouting("zipf", 0.0), 8) == pytest.approx([1 / 8] * 8)
     assert math.isclose(sum(expert_shares(MoeRouting("zipf", 1.2), 64, 8)), 1.0)
+
+
+# ----------------------------------------------------------------- in the iteration
+
+
+def _moe_scenario(tiny, moe=None, experts=4, **parallel):
+    model = {"name": "tiny-moe", "layers": 2, "hidden": 256, "heads": 8, "seq_len": 128,
+             "vocab": 1024, "experts": experts, "top_k": 1}
+    if moe is not None:
+        model["moe"] = moe
+    return tiny(model=model, parallelism={"tp": 1, "pp": 1, "dp": 8, "ep": 4, **parallel},
+                training={"micro_batch": 1, "global_batch": 8})
+
+
+def _mlp_times(scenario):
+    builder = StreamBuilder(scenario.model, scenario.parallel, scenario.training,
+                            scenario.costs, microbatches=scenario.microbatches)
+    ops = builder.stage_stream(0)
+    return ([op.duration_s for op in ops if isinstance(op, Compute) and op.label.endswith(" mlp")],
+            [op.duration_s for op in ops if isinstance(op, Compute)
+             and op.label.endswith(" attention")])
+
+
+def test_the_slowest_ep_rank_sets_the_mlp_pace(tiny):
+    plain = scenario_from_mapping(_moe_scenario(tiny))
+    hist = {"routing": {"histogram": [4, 2, 1, 1]}, "placement": "contiguous"}
+    skewed = scenario_from_mapping(_moe_scenario(tiny, hist))
+    # Contiguous over ep 4: one expert each, the hot one takes 4/8 of the assignments,
+    # twice the uniform 1/4: its rank's experts take twice as long, and everyone waits.
+    (mlp, attention), (mlp_skewed, attention_skewed) = _mlp_times(plain), _mlp_times(skewed)
+    assert mlp_skewed == pytest.approx([2 * t for t in mlp])
+    assert attention_skewed == pytest.approx(attention)
+    assert plain.comm.alltoall_weights == ()
+    assert skewed.comm.alltoall_weights == pytest.approx([2.0, 1.0, 0.5, 0.5])
+    assert scenario_from_mapping(skewed.resolved()).model.moe == skewed.model.moe
+
+
+def test_skew_slows_the_iteration(tiny):
+    def run(moe=None):
+        # 8 experts, 2 per EP rank: room for balancing.
+        return run_scenario(scenario_from_mapping(_moe_scenario(tiny, moe, experts=8)))
+
+    plain = run()
+    skewed = run({"routing": {"zipf": 1.2}, "placement": "contiguous"})
+    balanced = run({"routing": {"zipf": 1.2}, "placement": "balanced"})
+    assert plain.iteration_time_s < balanced.iteration_time_s < skewed.iteration_time_s
+
+
+@pytest.mark.parametrize("moe, key", [
+    ({"routing": {"histogram": [1, 1, 1]}}, "model.moe.routing.histogram"),
+    ({"placement": [0, 1, 2, 4]}, "model.moe.placement[3]"),
+    ({"placement": [0, 0, 1, 2]}, "model.moe.placement"),
+])
+def test_scenario_errors_name_the_key(tiny, moe, key):
+    with pytest.raises(ConfigError) as info:
+        scenario_from_mapping(_moe_scenario(tiny, moe), source="s.yaml")
+    assert info.value.key == key
