@@ -37,6 +37,7 @@ from distsim_gpu.simcore.trace import Tracer
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.workloads.iteration import GpuTimes, IterationResult, PathEntry
 from distsim_gpu.workloads.memory import MemoryBreakdown
+from distsim_gpu.workloads.offload_step import OffloadStep, offload_lines
 
 __all__ = [
     "GROUP_TOLERANCE",
@@ -147,6 +148,8 @@ class Report:
     timelines: tuple[Timeline, ...] = field(default=(), repr=False, compare=False)
     link_map: LinkMap | None = field(default=None, repr=False, compare=False)
     critical_path: tuple[PathEntry, ...] = field(default=(), repr=False, compare=False)
+    # Each stage's offloaded optimizer step (workloads.offload_step); () when none.
+    offload: tuple[OffloadStep, ...] = ()
 
     def groups(self, tolerance: float = GROUP_TOLERANCE) -> list[GpuGroup]:
         """GPUs with (nearly) equal timings and memory, per pipeline stage (see
@@ -157,7 +160,7 @@ class Report:
         """Everything as one JSON-ready object (SI units; the resolved config under
         ``config``).  ``wall_time_s`` is the only field that varies between identical runs.
         """
-        return {
+        data = {
             "name": self.name,
             "scenario": self.source,
             "iteration_time_s": self.iteration_time_s,
@@ -178,6 +181,9 @@ class Report:
             "bottlenecks": self.bottlenecks,
             "config": self.config,
         }
+        if self.offload:  # absent without offload, as before it existed
+            data["offload"] = [step.to_dict() for step in self.offload]
+        return data
 
 
 def _gpu_dict(g: GpuTimes) -> dict[str, Any]:
@@ -213,7 +219,7 @@ def build_report(*, name: str, source: str | None, result: IterationResult,
         gpu_memory_bytes=gpu_memory_bytes, per_gpu=result.per_gpu, config=config,
         source=source, tracer=tracer if tracer.enabled else None, bottlenecks=found,
         folding=result.folding, timelines=timelines_of(result), link_map=link_map(result),
-        critical_path=result.critical_path)
+        critical_path=result.critical_path, offload=result.offload)
 
 
 # --------------------------------------------------------------------------- summary
@@ -242,6 +248,8 @@ def _strategy(config: dict[str, Any]) -> str:
     parts = [f"tp {par.get('tp')} · pp {par.get('pp')} · dp {par.get('dp')}"]
     if par.get("ep", 1) > 1:
         parts[0] += f" · ep {par['ep']}"
+    if par.get("cp", 1) > 1:
+        parts[0] += f" · cp {par['cp']}"
     if par.get("pp", 1) > 1:
         schedule = f"{par.get('schedule')} schedule"
         if par.get("schedule") == "interleaved":
@@ -253,6 +261,10 @@ def _strategy(config: dict[str, Any]) -> str:
         parts.append("FSDP")
     elif par.get("zero"):
         parts.append(f"ZeRO-{par['zero']}")
+    offload = par.get("offload")
+    if offload:
+        parts.append(f"offload optimizer {offload['optimizer']}, params {offload['params']}"
+                     + (", delayed update" if offload["delayed_update"] else ""))
     parts.append(f"recompute {train.get('recompute')}; {train.get('precision')}")
     return "; ".join(parts)
 
@@ -327,6 +339,7 @@ def format_summary(report: Report) -> str:
                          f"{m.activations_bytes / _GiB:.2f}"])
     lines += format_table(["group", "peak", "of capacity", "weights", "gradients", "optimizer",
                            "activations"], mem_rows, right=set(range(7)))
+    lines += offload_lines(report.offload)
     extra = format_bottlenecks(report.bottlenecks, t)
     if extra:
         lines += ["", *extra]

@@ -70,6 +70,7 @@ from dataclasses import dataclass, replace
 from distsim_gpu.simcore.config import check_bool, check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.models import RECOMPUTE_MODES, ModelSpec
+from distsim_gpu.workloads.offload import OffloadConfig
 from distsim_gpu.workloads.parallel import (
     ParallelConfig,
     TrainingConfig,
@@ -94,6 +95,7 @@ __all__ = [
     "memory_of_strategy",
     "memory_per_gpu",
     "microbatches_in_flight",
+    "offloaded",
     "params_on_gpu",
     "stage_layers",
 ]
@@ -362,14 +364,25 @@ def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: Tra
                                   whole.gradients_bytes * params,
                                   whole.optimizer_bytes * params,
                                   whole.activations_bytes / mesh.tp)
-    return memory_per_gpu(
+    return offloaded(memory_per_gpu(
         model, tp=parallel.tp, pp=parallel.pp, dp=parallel.dp_cp, ep=parallel.ep,
         sequence_parallel=parallel.sequence_parallel, zero_stage=parallel.zero,
         fsdp=parallel.fsdp, micro_batch=training.micro_batch, seq_len=seq_len,
         recompute=training.recompute, schedule=parallel.schedule,
         interleave=parallel.interleave, num_microbatches=microbatches,
         precision=training.precision, stage=stage, flash_attention=flash_attention,
-        partition=parallel.partition, cp=parallel.cp)
+        partition=parallel.partition, cp=parallel.cp), parallel.offload)
+
+
+def offloaded(memory: MemoryBreakdown, offload: OffloadConfig) -> MemoryBreakdown:
+    """What stays on the GPU once ``offload`` moved its part to the host (ZeRO-Offload:
+    the 16-bit weights and the activations; gradients and optimizer state leave; with
+    ``params`` offloaded the weights too — the layer being gathered is not counted, as
+    for ZeRO-3).  The host's side is :func:`workloads.offload.host_bytes_per_gpu`."""
+    if offload.optimizer == "none":
+        return memory
+    weights = 0.0 if offload.params != "none" else memory.weights_bytes
+    return MemoryBreakdown.of(weights, 0.0, 0.0, memory.activations_bytes)
 
 def _activation_element_bytes(precision: str) -> int:
     check_choice(precision, PRECISION_BYTES, key="precision")

@@ -45,6 +45,12 @@ from distsim_gpu.simcore.config import (
 )
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import parse_size
+from distsim_gpu.workloads.offload import (
+    NO_OFFLOAD,
+    OffloadConfig,
+    check_offload,
+    offload_from_mapping,
+)
 from distsim_gpu.workloads.tp_nd import check_tp_nd
 
 __all__ = [
@@ -131,6 +137,8 @@ class ParallelConfig:
     # model trains in bf16 (its default ``accumulate_allreduce_grads_in_fp32``).
     bucket_params: int = 40_000_000
     grad_reduce_precision: str = "fp32"
+    # Optimizer state / parameters in host memory or on NVMe (workloads.offload).
+    offload: OffloadConfig = NO_OFFLOAD
 
     @property
     def num_gpus(self) -> int:
@@ -143,7 +151,12 @@ class ParallelConfig:
         return self.dp * self.cp
 
     def to_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+        data = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        if self.offload.enabled:  # absent when off, so resolved configs stay as they were
+            data["offload"] = self.offload.to_dict()
+        else:
+            del data["offload"]
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +264,8 @@ def check_strategy(parallel: ParallelConfig, training: TrainingConfig, *, num_gp
     _check_pipeline(parallel, layers=layers, source=source)
     _check_sharding(parallel, experts=experts, source=source)
     microbatches = _check_training(training, parallel, source=source)
+    check_offload(parallel.offload, zero=parallel.zero, fsdp=parallel.fsdp,
+                  precision=training.precision, source=source)
     check_tp_nd(parallel, micro_batch=training.micro_batch, heads=heads, kv_heads=kv_heads,
                 experts=experts, source=source)
     check_cp_split(training.seq_len or seq_len, parallel.cp, key="parallelism.cp",
@@ -441,6 +456,8 @@ def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
         default = getattr(cls(), key)
         if isinstance(default, bool):
             check_bool(value, key=f"{prefix}.{key}", source=source)
+        elif key == "offload":
+            value = offload_from_mapping(value, source=source, prefix=f"{prefix}.offload")
         elif key == "bucket_params":
             value = int(parse_size(value, key=f"{prefix}.{key}", source=source,
                                    allow_zero=False))
