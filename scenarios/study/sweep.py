@@ -22,10 +22,13 @@ while it runs (out of memory, say) is recorded and the sweep goes on.
 
 A sweep is resumable: every file is written atomically, a point with a result file is not
 run again, and ``results.csv`` is rewritten from the point files after every point.  A
-sweep restarted into the same ``DIR`` must have the same definition.  A running sweep
-holds ``DIR`` (a ``flock`` on ``DIR/.sweep.lock``, dropped by the kernel however the sweep
-ends): a different sweep started into it is refused at once, an identical one waits for
-it and then reuses its points instead of running them again.  Pool workers die with the
+sweep restarted into the same ``DIR`` must have the same definition, checked and written
+under a lock (``flock`` on ``DIR/.sweep.lock``), so two sweeps started together cannot
+both pass the check.  A running sweep marks ``DIR`` (a shared ``flock`` on
+``DIR/.sweep.running``; the kernel drops every lock however the sweep ends): a different
+sweep started into it is refused at once; an identical one joins it and the two share the
+points — a point runs only under its claim (``points/<id>/.claim``), a point the other
+holds is left to it and its result taken when it lands (run here if the other died).  Pool workers die with the
 sweep (``PR_SET_PDEATHSIG`` on Linux, and a watch on the parent's pid everywhere), so a
 killed sweep leaves no simulation running.
 
@@ -53,6 +56,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+try:
+    import fcntl
+except ImportError:  # (not POSIX)
+    fcntl = None  # type: ignore[assignment]
 
 from distsim_gpu.scenarios.html_report import HtmlUnavailable, sweep_report_html
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
@@ -87,6 +95,8 @@ _POINTS = "points"
 _SUMMARY = "summary.json"
 _FAILED = "failed.json"
 _LOCK = ".sweep.lock"
+_RUNNING = ".sweep.running"
+_CLAIM = ".claim"
 _POINT = "point.json"
 
 Point = tuple[tuple[str, Any], ...]
@@ -314,7 +324,8 @@ def _check_definition(directory: Path, definition: Mapping[str, Any], *,
         raise ConfigError("exists and is not a directory", key="--out", source=label)
     stored_path = directory / _DEFINITION
     if not stored_path.exists():
-        if directory.exists() and any(p.name != _LOCK for p in directory.iterdir()):
+        if directory.exists() and any(p.name not in (_LOCK, _RUNNING)
+                                      for p in directory.iterdir()):
             raise ConfigError("exists and holds files that are not a sweep's", key="--out",
                               source=label, hint="give a new or empty directory, or the "
                                                  "directory of the sweep to resume")
@@ -350,66 +361,77 @@ def _check_definition(directory: Path, definition: Mapping[str, Any], *,
 
 
 def _claim(directory: Path, definition: Mapping[str, Any]) -> IO[bytes]:
-    """Hold ``directory`` for this sweep: an exclusive lock on its ``.sweep.lock`` (the
-    kernel's ``flock``, released however the process ends), then its definition checked
-    and written under the lock.  A different sweep already running there is refused at
-    once; an identical one is waited for, and its finished points are then reused.
-    Returns the open lock file (closing it releases the claim)."""
+    """Join ``directory`` as a running sweep: under an exclusive ``flock`` on its
+    ``.sweep.lock`` (held only for this), check its definition against ours and write it,
+    then hold a shared ``flock`` on ``.sweep.running`` for the sweep's life (the kernel
+    drops both however the process ends).  A different sweep is refused, naming whether it
+    is running; an identical one is joined, and the two share the points
+    (:class:`_PointClaims`).  Returns the open ``.sweep.running`` (closing it leaves)."""
     label = os.fspath(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        handle = open(directory / _LOCK, "ab")  # noqa: SIM115 (held open: it is the lock)
+        with open(directory / _LOCK, "ab") as lock:
+            _flock(lock, exclusive=True, wait=True)
+            _check_definition(directory, definition, running=_running(directory))
+            atomic_write_text(directory / _DEFINITION, json.dumps(definition, indent=2) + "\n")
+            running = open(directory / _RUNNING, "ab")  # noqa: SIM115 (held: it is the mark)
+            _flock(running, exclusive=False, wait=True)
     except OSError as error:
         raise ConfigError(f"cannot write the sweep: {error.strerror or error}",
                           key="--out", source=label) from None
+    return running
+
+
+def _flock(handle: IO[bytes], *, exclusive: bool, wait: bool) -> bool:
+    """Lock ``handle``'s file; False when ``wait`` is off and another process holds it.
+    Without ``fcntl`` (not POSIX) every lock is granted: no sweep is detected or shared."""
+    if fcntl is None:
+        return True
+    mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else fcntl.LOCK_NB)
     try:
-        _lock(handle, directory, definition)
-        _check_definition(directory, definition)
-        atomic_write_text(directory / _DEFINITION, json.dumps(definition, indent=2) + "\n")
-    except OSError as error:
-        handle.close()
-        raise ConfigError(f"cannot write the sweep: {error.strerror or error}",
-                          key="--out", source=label) from None
-    except BaseException:
-        handle.close()
-        raise
-    return handle
+        fcntl.flock(handle.fileno(), mode)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _running(directory: Path) -> bool:
-    """Whether a sweep holds ``directory`` now (its lock is taken)."""
+    """Whether a sweep is running into ``directory`` now (it holds ``.sweep.running``)."""
     try:
-        import fcntl
-        with open(directory / _LOCK, "rb") as handle:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            return False
-    except (ImportError, OSError):
+        with open(directory / _RUNNING, "rb") as handle:
+            return not _flock(handle, exclusive=True, wait=False)
+    except OSError:
         return False
 
 
-def _lock(handle: IO[bytes], directory: Path, definition: Mapping[str, Any]) -> None:
-    """Take the lock; while another sweep holds it, refuse (different) or wait (same)."""
-    try:
-        import fcntl
-    except ImportError:  # (not POSIX: no lock; a second sweep is not detected)
-        return
-    waiting = False
-    while True:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            pass
-        if (directory / _DEFINITION).exists():  # the holder writes it as it takes the lock
-            _check_definition(directory, definition, running=True)
-            if not waiting:
-                print(f"distsim: note: an identical sweep is running into {directory}; "
-                      "waiting for it, then reusing its points", file=sys.stderr)
-                waiting = True
-        time.sleep(0.2)
+class _PointClaims:
+    """Which sweep runs which point, when identical sweeps share a folder: a sweep runs a
+    point only while it holds an exclusive ``flock`` on ``points/<id>/.claim``; a point
+    another sweep holds is left to it, and waited for at the end (and run here if that
+    sweep died without a result)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.held: dict[str, IO[bytes]] = {}
+
+    def take(self, pid: str, *, wait: bool = False) -> bool:
+        folder = self.directory / _POINTS / pid
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / _CLAIM, "ab")  # noqa: SIM115 (held while the point runs)
+        if not _flock(handle, exclusive=True, wait=wait):
+            handle.close()
+            return False
+        self.held[pid] = handle
+        return True
+
+    def release(self, pid: str) -> None:
+        handle = self.held.pop(pid, None)
+        if handle is not None:
+            handle.close()
+
+    def close(self) -> None:
+        for pid in list(self.held):
+            self.release(pid)
 
 
 def _values(values: Sequence[Any]) -> str:
@@ -419,20 +441,31 @@ def _values(values: Sequence[Any]) -> str:
 # --------------------------------------------------------------------------- execution
 
 
-def _run_local(jobs: Sequence[tuple[str, dict[str, Any], str]], workers: int
+Job = tuple[str, dict[str, Any], str]  # (point id, resolved config, scenario source)
+
+
+def _run_local(jobs: Sequence[Job], workers: int, admit: Callable[[Job], bool] = bool,
                ) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Run the ``jobs`` that ``admit`` takes, each asked just before it would start (so a
+    sweep sharing the folder can take the others meanwhile), ``workers`` at a time."""
+    admitted = (job for job in jobs if admit(job))
     if workers == 1 or len(jobs) <= 1:
-        for pid, config, source in jobs:
+        for pid, config, source in admitted:
             yield pid, _run_point(config, source)
         return
     pool = concurrent.futures.ProcessPoolExecutor(
         max_workers=min(workers, len(jobs)), initializer=_die_with_parent,
         initargs=(os.getpid(),))
     try:
-        futures = {pool.submit(_run_point, config, source): pid
-                   for pid, config, source in jobs}
-        for future in concurrent.futures.as_completed(futures):
-            yield futures[future], _outcome(future.result)
+        running: dict[concurrent.futures.Future[dict[str, Any]], str] = {}
+        while True:
+            for pid, config, source in itertools.islice(admitted, workers - len(running)):
+                running[pool.submit(_run_point, config, source)] = pid
+            if not running:
+                return
+            done, _ = concurrent.futures.wait(running, return_when="FIRST_COMPLETED")
+            for future in done:
+                yield running.pop(future), _outcome(future.result)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -558,40 +591,88 @@ def _run_claimed(directory: Path, parsed: Sequence[tuple[str, Sequence[Any]]],
                  points: Sequence[Point], configs: Mapping[str, dict[str, Any]], source: str,
                  *, workers: int, scheduler: str | None, metric: str,
                  progress: bool) -> SweepResult:
-    """The sweep, once this process holds ``directory``: run the points not done yet."""
-    keys = [key for key, _ in parsed]
-    ids = [point_id(point) for point in points]
-    results: dict[str, PointResult | None] = {
-        pid: _read_point(directory, pid, point) for pid, point in zip(ids, points)}
-    by_id = dict(zip(ids, points))
-    jobs = [(pid, configs[pid], source) for pid in ids if results[pid] is None]
-    reused = len(points) - len(jobs)
-    csv_path = directory / _RESULTS
-    _write_csv(csv_path, keys, (results[pid] for pid in ids))
-
+    """The sweep, once it has joined ``directory``: run the points not done yet, each
+    under its claim (:class:`_PointClaims`), sharing them with an identical sweep."""
     from tqdm import tqdm
 
-    failed = sum(1 for r in results.values() if r is not None and r.status != "ok")
-    bar = tqdm(total=len(points), initial=reused, unit="point", desc="sweep",
-               file=sys.stderr, disable=None if progress else True, dynamic_ncols=True)
+    ids = [point_id(point) for point in points]
+    run = _SharedRun(directory, [key for key, _ in parsed], ids, dict(zip(ids, points)))
+    jobs = [(pid, configs[pid], source) for pid in ids if run.results[pid] is None]
+    reused = len(points) - len(jobs)
+    run.write_csv()
+    failed = sum(1 for r in run.results.values() if r is not None and r.status != "ok")
+    run.bar = tqdm(total=len(points), initial=reused, unit="point", desc="sweep",
+                   file=sys.stderr, disable=None if progress else True, dynamic_ncols=True)
+    run.failed = failed
     try:
-        bar.set_postfix(failed=failed)
-        stream = (_run_dask(jobs, scheduler) if scheduler is not None
-                  else _run_local(jobs, workers))
-        for pid, outcome in stream:
-            results[pid] = _store_point(directory, pid, by_id[pid], outcome)
-            _write_csv(csv_path, keys, (results[i] for i in ids))
-            if outcome["status"] != "ok":
-                failed += 1
-                bar.set_postfix(failed=failed, refresh=False)
-            bar.update(1)
+        run.bar.set_postfix(failed=failed)
+        if scheduler is not None:
+            run.record(_run_dask([job for job in jobs if run.admit(job)], scheduler))
+        else:
+            run.record(_run_local(jobs, workers, run.admit))
+        for job in run.deferred:  # held by another sweep: wait for it, then take its result
+            if run.adopt(job[0], wait=True):
+                run.record(_run_local([job], 1))  # (it died without one: run it here)
     finally:
-        bar.close()
-
-    done = tuple(r for r in (results[i] for i in ids) if r is not None)
+        run.bar.close()
+        run.claims.close()
+    done = tuple(r for r in (run.results[i] for i in ids) if r is not None)
     files, notes = _figures(directory, parsed, done, metric)
-    return SweepResult(directory, done, len(jobs), reused,
+    return SweepResult(directory, done, run.ran, reused + run.shared,
                        (_DEFINITION, _RESULTS, _POINTS + "/", *files), tuple(notes))
+
+
+class _SharedRun:
+    """The points of one sweep as it runs: results, claims, what another sweep ran."""
+
+    def __init__(self, directory: Path, keys: list[str], ids: list[str],
+                 by_id: dict[str, Point]) -> None:
+        self.directory, self.keys, self.ids, self.by_id = directory, keys, ids, by_id
+        self.results: dict[str, PointResult | None] = {
+            pid: _read_point(directory, pid, by_id[pid]) for pid in ids}
+        self.claims = _PointClaims(directory)
+        self.deferred: list[Job] = []
+        self.ran = self.shared = self.failed = 0
+        self.bar: Any = None
+
+    def write_csv(self) -> None:
+        _write_csv(self.directory / _RESULTS, self.keys, (self.results[i] for i in self.ids))
+
+    def adopt(self, pid: str, *, wait: bool = False) -> bool:
+        """Claim ``pid`` (waiting for another sweep's claim when ``wait``); True when it is
+        ours to run, False when another sweep holds it or finished it (result taken)."""
+        return self.claims.take(pid, wait=wait) and self._unfinished(pid)
+
+    def _unfinished(self, pid: str) -> bool:
+        """With ``pid`` claimed: True if it has no result yet, else take the result (a
+        sweep sharing the folder ran it) and let the claim go."""
+        found = _read_point(self.directory, pid, self.by_id[pid])
+        if found is None:
+            return True
+        self.claims.release(pid)
+        self.results[pid] = found
+        self.shared += 1
+        self.bar.update(1)
+        self.write_csv()
+        return False
+
+    def admit(self, job: Job) -> bool:
+        """Whether to run ``job`` now; a point another sweep holds is deferred."""
+        if self.claims.take(job[0]):
+            return self._unfinished(job[0])
+        self.deferred.append(job)
+        return False
+
+    def record(self, stream: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        for pid, outcome in stream:
+            self.results[pid] = _store_point(self.directory, pid, self.by_id[pid], outcome)
+            self.claims.release(pid)
+            self.ran += 1
+            self.write_csv()
+            if outcome["status"] != "ok":
+                self.failed += 1
+                self.bar.set_postfix(failed=self.failed, refresh=False)
+            self.bar.update(1)
 
 
 def _figures(directory: Path, grids: Sequence[tuple[str, Sequence[Any]]],

@@ -1,6 +1,6 @@
 """Crashed and concurrent sweeps (issue 13): workers die with their parent, ``--out`` is
-claimed under a lock, a different sweep into a running one's folder is refused, an
-identical one waits and reuses its points."""
+claimed under a lock, a different sweep into a running one's folder is refused, identical
+sweeps share the points (a point another holds is left to it and its result taken)."""
 
 from __future__ import annotations
 
@@ -35,17 +35,18 @@ def scenario(tmp_path: Path) -> Path:
     return path
 
 
-def _hold(out: Path) -> object:
-    """Hold ``out``'s sweep lock as a running sweep would; returns the open file."""
-    handle = open(out / ".sweep.lock", "ab")  # noqa: SIM115
-    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+def _hold(path: Path, *, exclusive: bool = True) -> object:
+    """Hold a lock on ``path`` as another sweep would; returns the open file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "ab")  # noqa: SIM115
+    fcntl.flock(handle.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
     return handle
 
 
 def test_different_sweep_into_a_running_ones_folder_is_refused(scenario, tmp_path):
     out = tmp_path / "out"
     run_sweep(scenario, [GRID], out_dir=out, workers=1, progress=False)
-    held = _hold(out)
+    held = _hold(out / ".sweep.running", exclusive=False)  # a sweep running there
     try:
         with pytest.raises(ConfigError, match=r"a different sweep is running into it: "
                                               r"--grid cluster\.link_bandwidth"):
@@ -57,18 +58,43 @@ def test_different_sweep_into_a_running_ones_folder_is_refused(scenario, tmp_pat
     assert stored["grids"][0][1] == ["50 GB/s", "100 GB/s"]  # the running one's, untouched
 
 
-def test_identical_sweep_waits_and_reuses_every_point(scenario, tmp_path, capsys):
+def test_identical_sweeps_share_the_points(scenario, tmp_path):
     out = tmp_path / "out"
     first = run_sweep(scenario, [GRID], out_dir=out, workers=1, progress=False)
-    held = _hold(out)
-    timer = threading.Timer(0.6, held.close)  # the "other" sweep finishes after 0.6 s
+    theirs, mine = (p.id for p in first.points)
+    for point in first.points:  # start again, as two sweeps into a new folder would
+        (out / "points" / point.id / "summary.json").unlink()
+    stored = {}
+    claim = _hold(out / "points" / theirs / ".claim")  # the other sweep runs this one
+
+    def other_sweep_finishes():
+        stored[theirs] = first.points[0].summary
+        (out / "points" / theirs / "summary.json").write_text(json.dumps(stored[theirs]))
+        claim.close()
+
+    timer = threading.Timer(0.5, other_sweep_finishes)
     timer.start()
-    started = time.monotonic()
     second = run_sweep(scenario, [GRID], out_dir=out, workers=1, progress=False)
     timer.join()
-    assert time.monotonic() - started >= 0.5  # it waited for the lock
-    assert second.ran == 0 and second.reused == len(first.points) == 2
-    assert "identical sweep is running" in capsys.readouterr().err
+    # Ours ran here; theirs was left to the other sweep and its result taken.
+    assert second.ran == 1 and second.reused == 1
+    by_id = {p.id: p for p in second.points}
+    assert by_id[theirs].summary == stored[theirs]
+    assert by_id[mine].summary["iteration_time_s"] == first.points[1].summary[
+        "iteration_time_s"]
+
+
+def test_a_point_whose_claimer_died_without_a_result_runs_here(scenario, tmp_path):
+    out = tmp_path / "out"
+    first = run_sweep(scenario, [GRID], out_dir=out, workers=1, progress=False)
+    for point in first.points:
+        (out / "points" / point.id / "summary.json").unlink()
+    claim = _hold(out / "points" / first.points[0].id / ".claim")
+    timer = threading.Timer(0.3, claim.close)  # (the other sweep is killed: no result)
+    timer.start()
+    second = run_sweep(scenario, [GRID], out_dir=out, workers=1, progress=False)
+    timer.join()
+    assert second.ran == 2 and second.reused == 0 and second.failed == 0
 
 
 def _children(pid: int) -> set[int]:
