@@ -5,7 +5,11 @@ is ``distsim validate runs`` with scenarios/examples/validation/vtrain-multi.yam
 
 from __future__ import annotations
 
+import csv
+import importlib.util
+
 import pytest
+from distsim_gpu.measured.nccl_log import parse_nccl_log
 from distsim_gpu.scenarios.fit.validate_runs import read_map, read_runs, simulate_rows
 
 from tests.conftest import REPO_ROOT, _shared_data_dir
@@ -38,3 +42,24 @@ def test_rows_within_their_documented_error(errors, line):
 
 def test_the_documented_miss_stays_a_miss_in_the_same_direction(errors):
     assert -45 < errors[OUTSIDE] < -30
+
+
+def test_vtrains_allreduce_table_reads_as_an_nccl_tests_log():
+    """validation/vtrain/lut_to_nccl_tests.py: every row of the 8-GPU table, its sizes and
+    times (ns -> s) as the LUT states them, through distsim's own nccl-tests reader."""
+    data = _shared_data_dir("training")
+    if data is None:
+        pytest.skip("shared/data/training is not present")
+    script = REPO_ROOT / "validation" / "vtrain" / "lut_to_nccl_tests.py"
+    spec = importlib.util.spec_from_file_location("lut_to_nccl_tests", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lut = data / "training" / "vtrain" / "allreduce_lut" / "a100" / "AR_GPU8_1M_1024M_LUT.csv"
+    table = list(csv.reader(lut.open()))[1:]
+    log = parse_nccl_log(module.convert(str(lut)), source="ar8.txt")
+    assert len(log.rows) == len(table) == 1024
+    for row, (size, _, _, t_out, _, t_in, _) in zip(log.rows, table, strict=True):
+        assert row.size_bytes == int(size)
+        assert row.out_of_place_time_s == pytest.approx(float(t_out) * 1e-9, abs=1e-7)
+        assert row.in_place_time_s == pytest.approx(float(t_in) * 1e-9, abs=1e-7)
