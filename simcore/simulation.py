@@ -10,9 +10,9 @@ from __future__ import annotations
 import itertools
 import numbers
 
+import distsim_gpu.simcore.progress as progress_
 import numpy as np
 import simpy
-import distsim_gpu.simcore.progress as progress_
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.network import FlowNetwork
 from distsim_gpu.simcore.trace import Tracer

@@ -28,9 +28,9 @@ both pass the check.  A running sweep marks ``DIR`` (a shared ``flock`` on
 ``DIR/.sweep.running``; the kernel drops every lock however the sweep ends): a different
 sweep started into it is refused at once; an identical one joins it and the two share the
 points — a point runs only under its claim (``points/<id>/.claim``), a point the other
-holds is left to it and its result taken when it lands (run here if the other died).  Pool workers die with the
-sweep (``PR_SET_PDEATHSIG`` on Linux, and a watch on the parent's pid everywhere), so a
-killed sweep leaves no simulation running.
+holds is left to it and its result taken when it lands (run here if the other died).
+Pool workers die with the sweep (``PR_SET_PDEATHSIG`` on Linux, and a watch on the
+parent's pid everywhere), so a killed sweep leaves no simulation running.
 
 Points run in a local process pool (``workers``; 1 runs in this process) or on an existing
 Dask cluster (``scheduler``, needs ``pip install 'distsim-gpu[dask]'``).  A point's job carries
