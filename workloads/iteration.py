@@ -505,6 +505,9 @@ class _IterationSimulator:
         if op.group == "cp":
             self._launch_cp(group, op)
             return
+        if op.group == "ep":
+            self._launch_ep(group, op)
+            return
         key, members = self._peers(group, "dp")
         meeting = self.meetings.get(key)
         meeting.label = op.label
@@ -551,6 +554,20 @@ class _IterationSimulator:
         if self.sim.tracer.enabled:
             self._trace_async(group, meeting, op.label, op.op or "", kind="cp comm")
 
+    def _launch_ep(self, group: RankGroup, op: Collective) -> None:
+        """An expert all-to-all on its own stream (``parallelism.moe_overlap``,
+        workloads.streams): over the EP block's lanes and its images', as ``_join`` runs
+        it, starting when the block has arrived; the rank's compute goes on."""
+        key, members = self._peers(group, "ep")
+        meeting = self.meetings.get(key)
+        meeting.label = op.label
+        lanes = [lane for image in self._image_members(members) for lane in self._lanes(image)]
+        self.meetings.arrive(meeting, key, group, members, lambda: self._run_plans(
+            lanes, op.op, op.size_bytes, "ep", wait=self.spec.parallel.tp))
+        group.handles[op.handle or op.label] = meeting
+        if self.sim.tracer.enabled:
+            self._trace_async(group, meeting, op.label, op.op or "", kind=_COMM_KIND["ep"])
+
     def _trace_async(self, group: RankGroup, meeting: Meeting, label: str, op: str,
                      kind: str = "dp comm") -> None:
         def record(_event: simpy.Event) -> None:
@@ -563,8 +580,9 @@ class _IterationSimulator:
     def _run_wait(self, group: RankGroup, op: Wait) -> Generator[simpy.Event, Any, None]:
         if op.handle is not None:
             meeting = group.handles.pop(op.handle)
-            # A context-parallel ring step's handle starts "cp:" (workloads.streams).
-            kind = _COMM_KIND["cp"] if op.handle.startswith("cp:") else "dp comm"
+            # A context-parallel ring step's handle starts "cp:", an overlapped expert
+            # all-to-all's "ep:" (workloads.streams).
+            kind = _COMM_KIND.get(op.handle.split(":", 1)[0], "dp comm")
             return self.meetings.wait(group, meeting, kind=kind, label=meeting.label)
         return self._wait_pending(group)
 

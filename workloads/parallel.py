@@ -139,6 +139,9 @@ class ParallelConfig:
     grad_reduce_precision: str = "fp32"
     # Optimizer state / parameters in host memory or on NVMe (workloads.offload).
     offload: OffloadConfig = NO_OFFLOAD
+    # DeepSeek-V3 style: each MoE layer runs as two half micro-batches, one's dispatch /
+    # combine overlapping the other's compute (workloads.streams).
+    moe_overlap: bool = False
 
     @property
     def num_gpus(self) -> int:
@@ -156,6 +159,8 @@ class ParallelConfig:
             data["offload"] = self.offload.to_dict()
         else:
             del data["offload"]
+        if not self.moe_overlap:  # likewise
+            del data["moe_overlap"]
         return data
 
 

@@ -264,16 +264,49 @@ class StreamBuilder:
                                       extra.get("recompute", "full"))
         else:
             ops.append(Compute(half, f"{label} attention", *args))
+        mlp = half * self.moe_pace if model.is_moe_layer(layer) else half
+        if moe and with_comm and par.moe_overlap:
+            ops.pop()  # the attention, split in two below
+            self._overlapped_moe(ops, label, (half, mlp), args, fold, pass_)
+            return
         if with_comm:
             self._tp_ops(ops, f"{label} attention", fold, pass_, "attention")
         if moe and with_comm:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} dispatch", group="ep"))
-        mlp = half * self.moe_pace if model.is_moe_layer(layer) else half
         ops.append(Compute(mlp, f"{label} mlp", *args))
         if moe and with_comm:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} combine", group="ep"))
         if with_comm:
             self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp")
+
+    def _overlapped_moe(self, ops: list[Op], label: str, times_s: tuple[float, float],
+                        args: tuple[str, str, int], fold: bool, pass_: str) -> None:
+        """``parallelism.moe_overlap``: the layer as two half micro-batches A and B
+        (DeepSeek-V3's two micro-batches; its trace shows DeepEP's dispatch and combine
+        kernels on their own stream, ~90 % of their time under the other stream's
+        compute): A's dispatch runs under B's attention, B's dispatch under A's experts,
+        A's combine under B's experts; B's combine is the exposed part.  ``times_s``:
+        the attention's and the experts' time for the whole micro-batch."""
+        attention_s, mlp_s = times_s
+        half_bytes = self.a2a_bytes / 2
+
+        def launch(what: str, part: str) -> None:
+            ops.append(Collective("alltoall", half_bytes, f"{label} {what} {part}",
+                                  group="ep", blocking=False,
+                                  handle=f"ep:{label} {what} {part}"))
+
+        ops.append(Compute(attention_s / 2, f"{label} attention A", *args))
+        launch("dispatch", "A")
+        ops.append(Compute(attention_s / 2, f"{label} attention B", *args))
+        self._tp_ops(ops, f"{label} attention", fold, pass_, "attention")
+        launch("dispatch", "B")
+        for part in ("A", "B"):
+            ops.append(Wait(f"ep:{label} dispatch {part}"))
+            ops.append(Compute(mlp_s / 2, f"{label} mlp {part}", *args))
+            launch("combine", part)
+        for part in ("A", "B"):
+            ops.append(Wait(f"ep:{label} combine {part}"))
+        self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp")
 
     def _cp_attention(self, ops: list[Op], cost_pass: str, duration: float, label: str,
                       args: tuple[str, str, int], recompute: str) -> float:
