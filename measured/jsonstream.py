@@ -11,8 +11,9 @@ a sliding text buffer that grows only when a single value spans it.
 Every way a file can be unusable raises :class:`~simcore.errors.ParseError` naming the
 source: empty, not UTF-8, not gzip, truncated (the data ends inside a value, or a gzip
 stream ends early), or not valid JSON (with the line), nested deeper than Python's
-stack allows.  Whole numbers longer than 64 digits are read as floats (see
-``_parse_int``), so a reader checking that a number is finite refuses what is not.
+stack allows, or one value longer than ``MAX_VALUE_CHARS`` (256 Mi characters).  Whole
+numbers longer than 64 digits are read as floats (see ``_parse_int``), so a reader
+checking that a number is finite refuses what is not.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ from typing import IO, Any
 
 from distsim_gpu.simcore.errors import ParseError
 
-__all__ = ["CHUNK_CHARS", "scan_document"]
+__all__ = ["CHUNK_CHARS", "MAX_VALUE_CHARS", "scan_document"]
 
 CHUNK_CHARS = 1 << 20
+# A trace event is kilobytes; the longest value the window may grow to hold.  It bounds
+# what a file (a small .gz that inflates to gigabytes of one string) makes us allocate.
+MAX_VALUE_CHARS = 256 << 20
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 # Whole numbers of more than this many digits are read as floats (so one of 400 digits is
 # infinite, and refused by the reader that wanted a finite number): Python will not
@@ -62,6 +66,11 @@ class _Buffer:
         """Read more text (at least as much as the window holds); False at the end."""
         if self.eof:
             return False
+        if len(self.text) - self.pos > MAX_VALUE_CHARS:  # one value spans all of it
+            line = self.lines_before + self.text.count("\n", 0, self.pos) + 1
+            raise ParseError(f"one JSON value is longer than {MAX_VALUE_CHARS >> 20} Mi "
+                             "characters: not a trace event", source=self.source, line=line,
+                             hint="a gzip bomb, or not a trace")
         chunk = self.read(max(self.chunk_chars, len(self.text) - self.pos))
         if not chunk:
             self.eof = True

@@ -230,3 +230,16 @@ def test_goodput_without_any_mtbf_is_an_error(rejects, tmp_path):
     path = tmp_path / "g.yaml"
     path.write_text(text)
     rejects("run", str(path), names="goodput.mtbf: needs the MTBF of at least one component")
+
+
+def test_trace_gzip_bomb_of_one_value_is_refused(monkeypatch, tmp_path, rejects):
+    # A small .gz inflating to one endless string: the window would grow without bound.
+    import gzip
+
+    import distsim_gpu.measured.jsonstream as jsonstream
+    monkeypatch.setattr(jsonstream, "MAX_VALUE_CHARS", 1 << 20)
+    path = tmp_path / "rank0.json.gz"
+    with gzip.open(path, "wt") as handle:
+        handle.write('{"traceEvents": [{"name": "' + "a" * (3 << 20) + '"}]}')
+    assert path.stat().st_size < 100_000
+    rejects("trace", "summary", str(path), names="one JSON value is longer than 1 Mi")
