@@ -37,6 +37,7 @@ from distsim_gpu.simcore.trace import Tracer
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.workloads.iteration import GpuTimes, IterationResult, PathEntry
 from distsim_gpu.workloads.memory import MemoryBreakdown
+from distsim_gpu.workloads.moe_routing import describe_loads, moe_from_mapping
 from distsim_gpu.workloads.offload_step import OffloadStep, offload_lines
 
 __all__ = [
@@ -257,6 +258,8 @@ def _strategy(config: dict[str, Any]) -> str:
         parts.append(schedule)
     if par.get("sequence_parallel"):
         parts.append("sequence parallel")
+    if par.get("moe_overlap"):
+        parts.append("MoE all-to-alls overlapped")
     if par.get("fsdp"):
         parts.append("FSDP")
     elif par.get("zero"):
@@ -267,6 +270,17 @@ def _strategy(config: dict[str, Any]) -> str:
                      + (", delayed update" if offload["delayed_update"] else ""))
     parts.append(f"recompute {train.get('recompute')}; {train.get('precision')}")
     return "; ".join(parts)
+
+
+def _experts(config: dict[str, Any]) -> list[str]:
+    """The router's line (workloads.moe_routing), when the scenario sets ``model.moe``."""
+    model = config.get("model", {})
+    if "moe" not in model:
+        return []
+    par = config.get("parallelism", {})
+    routing = moe_from_mapping(model["moe"], experts=model["experts"])
+    return ["  experts      " + describe_loads(routing, experts=model["experts"],
+                                               top_k=model["top_k"], ep=par.get("ep", 1))]
 
 
 def _batch(config: dict[str, Any], microbatches: int) -> str:
@@ -297,6 +311,7 @@ def format_summary(report: Report) -> str:
         f"{model.get('hidden')}, {model.get('heads')} heads, sequence {train.get('seq_len')}",
         f"  strategy     {_strategy(c)}",
         f"  batch        {_batch(c, report.microbatches)}",
+        *_experts(c),
         f"  iteration    {format_duration(t)}",
         f"  throughput   {report.samples_per_s:,.4g} samples/s, {report.tokens_per_s:,.0f} "
         "tokens/s",

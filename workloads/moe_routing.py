@@ -42,6 +42,7 @@ __all__ = [
     "MoeLoads",
     "MoeRouting",
     "check_placement",
+    "describe_loads",
     "expert_capacity",
     "expert_shares",
     "moe_from_mapping",
@@ -218,6 +219,21 @@ def alltoall_weights(routing: MoeRouting, *, experts: int, top_k: int,
     # Shares, so any token count gives the same weights.
     return moe_loads(routing, tokens=1.0, experts=experts, top_k=top_k,
                      ep=ep).receive_weights()
+
+
+def describe_loads(routing: MoeRouting, *, experts: int, top_k: int, ep: int) -> str:
+    """One line on the router for a summary: per-EP-rank load max/mean, the slowest
+    rank's pace against a uniform router, the dropped share."""
+    loads = moe_loads(routing, tokens=1.0, experts=experts, top_k=top_k, ep=ep)
+    kind = {"uniform": "uniform", "zipf": f"zipf {routing.zipf_s:g}",
+            "histogram": "histogram"}[routing.kind]
+    placement = (routing.placement if isinstance(routing.placement, str)
+                 else "explicit placement")
+    capacity = (f"capacity factor {routing.capacity_factor:g}" if routing.capacity_factor
+                else "dropless")
+    return (f"{experts} experts over ep {ep}, {kind}, {placement}, {capacity}: load per EP "
+            f"rank max/mean {loads.imbalance:.3g}, slowest at {loads.pace_factor:.3g}x "
+            f"uniform, {loads.dropped / loads.assignments * 100:.3g} % of assignments dropped")
 
 
 # --------------------------------------------------------------------------- parsing

@@ -249,3 +249,18 @@ def test_overlapped_and_skewed_blocks_fold_exactly(uniform):
     for mine, theirs in zip(folded.per_gpu, full.per_gpu, strict=True):
         assert mine.exposed_communication_s == pytest.approx(
             theirs.exposed_communication_s, rel=1e-9, abs=1e-15)
+
+
+def test_summary_names_the_load(tiny):
+    from distsim_gpu.scenarios.report import format_summary
+
+    hist = {"routing": {"histogram": [4, 2, 1, 1]}, "placement": "contiguous",
+            "capacity_factor": 1.5}
+    report = run_scenario(scenario_from_mapping(_moe_scenario(tiny, hist, moe_overlap=True)))
+    text = format_summary(report)
+    # Capacity 1.5/4 of the assignments: the hot expert keeps 3/8 of its 4/8, 1/8 dropped;
+    # kept loads 3:2:1:1 of 8 per rank -> max/mean 3/1.75, pace 3/2 of uniform.
+    assert ("4 experts over ep 4, histogram, contiguous, capacity factor 1.5: load per EP "
+            "rank max/mean 1.71, slowest at 1.5x uniform, 12.5 % of assignments dropped"
+            ) in text
+    assert "MoE all-to-alls overlapped" in text
