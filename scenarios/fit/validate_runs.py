@@ -63,6 +63,7 @@ from distsim_gpu.simcore.config import (
 )
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, ParseError
 from distsim_gpu.simcore.units import parse_duration
+from distsim_gpu.simcore.workers import die_with_parent
 from distsim_gpu.simcore.yamlfile import line_of, read_yaml
 
 __all__ = [
@@ -733,7 +734,9 @@ def validate_runs(table: str | os.PathLike[str], map_path: str | os.PathLike[str
     workers = workers or os.cpu_count() or 1
     if workers == 1 or len(rows) == 1:
         return _validate(table, map_path, runs_map, rows, fit, folds, None)
-    with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(rows))) as pool:
+    with concurrent.futures.ProcessPoolExecutor(
+            max_workers=min(workers, len(rows)), initializer=die_with_parent,
+            initargs=(os.getpid(),)) as pool:
         return _validate(table, map_path, runs_map, rows, fit, folds, pool)
 
 

@@ -85,6 +85,7 @@ from distsim_gpu.scenarios.scenario import (
 from distsim_gpu.simcore.config import check_keys, check_whole
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.fileio import atomic_write_text
+from distsim_gpu.simcore.workers import die_with_parent
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.bounds import IterationBound, IterationBounds
 from distsim_gpu.workloads.costs import stores_attention_scores
@@ -415,7 +416,8 @@ def iteration_bounds(scenario: Scenario) -> tuple[float, float]:
 _WORKER: dict[str, Any] = {}
 
 
-def _worker_init(config: dict[str, Any], source: str | None) -> None:
+def _worker_init(config: dict[str, Any], source: str | None, parent_pid: int) -> None:
+    die_with_parent(parent_pid)  # (a killed search leaves no simulation running)
     _WORKER.clear()
     _WORKER["config"] = config
     _WORKER["source"] = source
@@ -642,7 +644,7 @@ class _Simulations:
         else:
             pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_worker_init,
                                        initargs=(self.scenario.resolved(),
-                                                 self.scenario.source))
+                                                 self.scenario.source, os.getpid()))
         try:
             running: dict[Future[Any], _Candidate | None] = {}
             position = 0

@@ -48,10 +48,7 @@ import io
 import itertools
 import json
 import os
-import signal
 import sys
-import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +65,7 @@ from distsim_gpu.simcore.config import check_choice, parse_assignment
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.units import parse_bandwidth, parse_duration, parse_flops, parse_size
+from distsim_gpu.simcore.workers import die_with_parent
 
 __all__ = [
     "SUMMARY_METRICS",
@@ -454,7 +452,7 @@ def _run_local(jobs: Sequence[Job], workers: int, admit: Callable[[Job], bool] =
             yield pid, _run_point(config, source)
         return
     pool = concurrent.futures.ProcessPoolExecutor(
-        max_workers=min(workers, len(jobs)), initializer=_die_with_parent,
+        max_workers=min(workers, len(jobs)), initializer=die_with_parent,
         initargs=(os.getpid(),))
     try:
         running: dict[concurrent.futures.Future[dict[str, Any]], str] = {}
@@ -468,29 +466,6 @@ def _run_local(jobs: Sequence[Job], workers: int, admit: Callable[[Job], bool] =
                 yield running.pop(future), _outcome(future.result)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """In a pool worker: exit when the sweep that started it is gone, even by SIGKILL
-    (which runs no clean-up in the parent).  Linux: the kernel sends SIGKILL on the
-    parent's death (``prctl(PR_SET_PDEATHSIG)``); everywhere, a daemon thread also checks
-    twice a second that the parent is still ours (an orphan is re-parented)."""
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass  # (no libc prctl: the thread below still notices)
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="distsim-parent-watch", daemon=True).start()
 
 
 def _outcome(result: Callable[[], dict[str, Any]]) -> dict[str, Any]:
