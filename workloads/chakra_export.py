@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads.iteration import IterationSpec, _IterationSimulator
+from distsim_gpu.workloads.iteration import IterationSimulator, IterationSpec
 from distsim_gpu.workloads.ops import Barrier, Collective, Compute, Fused, Op, Recv, Send, Wait
 from distsim_gpu.workloads.replay import SEND, GraphNode, place_ranks
 from distsim_gpu.workloads.timeline import RankGroup
@@ -46,7 +46,7 @@ MAIN_STREAM, REDUCE_STREAM, GATHER_STREAM, FIRST_SEND_STREAM = 1, 3, 4, 16
 class _Exporter:
     """Appends each rank group's ops to its GPUs' graphs."""
 
-    def __init__(self, sim: _IterationSimulator, rank_of: dict[str, int]) -> None:
+    def __init__(self, sim: IterationSimulator, rank_of: dict[str, int]) -> None:
         self.sim = sim
         self.rank_of = rank_of
         self.graphs: dict[int, list[GraphNode]] = {r: [] for r in rank_of.values()}
@@ -188,7 +188,7 @@ def _tag(pass_name: str, replica: int, microbatch: int, virtual_stage: int) -> i
     return ((microbatch * 4096 + virtual_stage) * 65536 + replica) * 2 + (pass_name == "B")
 
 
-def _senders(sim: _IterationSimulator) -> dict[tuple[str, int, int], tuple[int, float]]:
+def _senders(sim: IterationSimulator) -> dict[tuple[str, int, int], tuple[int, float]]:
     """Which stage sends each hand-off ``(pass, microbatch, virtual stage)``, and its size."""
     senders = {}
     for stage, stream in enumerate(sim.streams):
@@ -202,7 +202,7 @@ def _senders(sim: _IterationSimulator) -> dict[tuple[str, int, int], tuple[int, 
 def iter_rank_graphs(spec: IterationSpec) -> Iterator[tuple[int, list[GraphNode]]]:
     """Each rank's graph of one iteration (module docstring), rank group by rank group;
     rank ``r`` is the GPU :func:`~workloads.replay.place_ranks` puts rank ``r`` on."""
-    sim = _IterationSimulator(spec)  # the rank groups and streams the iteration runs
+    sim = IterationSimulator(spec)  # the rank groups and streams the iteration runs
     gpus = place_ranks(spec.topology, len(spec.topology.gpus))
     exporter = _Exporter(sim, {gpu: rank for rank, gpu in enumerate(gpus)})
     for stage, stage_groups in enumerate(sim.groups):

@@ -217,10 +217,15 @@ class IterationResult:
     offload: tuple[OffloadStep, ...] = ()
 
 
-class _IterationSimulator:
-    """Runs every rank group's op stream (:mod:`workloads.streams`) on one simulation."""
+class IterationSimulator:
+    """Runs every rank group's op stream (:mod:`workloads.streams`) on one simulation.
 
-    def __init__(self, spec: IterationSpec) -> None:
+    ``sim``: the simulation to run on (several jobs share one, :mod:`workloads.jobs`);
+    by default one of its own, seeded from the spec.  :meth:`run` is :meth:`start`, the
+    simulation's run and :meth:`finish`; a caller that shares ``sim`` calls the three
+    itself."""
+
+    def __init__(self, spec: IterationSpec, sim: Simulation | None = None) -> None:
         self.spec = spec
         model, par, train = spec.model, spec.parallel, spec.training
         topo = spec.topology
@@ -230,7 +235,7 @@ class _IterationSimulator:
             seq_len=seq_len_of(model, train))
         self.seq_len = seq_len_of(model, train)
         _check_stragglers(spec)
-        self.sim = Simulation(spec.seed, trace=spec.trace)
+        self.sim = sim if sim is not None else Simulation(spec.seed, trace=spec.trace)
         self.env = self.sim.env
         self.comm = Communicator(self.sim, topo, spec.comm)
         placement = Placement(par)
@@ -302,10 +307,17 @@ class _IterationSimulator:
 
     # ----------------------------------------------------------------- running
     def run(self) -> IterationResult:
-        for stage, row in enumerate(self.rows):
-            for group in row:
-                self.env.process(self._rank_group(group, self.streams[stage]))
+        self.start()
         self.sim.run()
+        return self.finish()
+
+    def start(self) -> list[simpy.Process]:
+        """Start the process of every simulated rank group; the processes."""
+        return [self.env.process(self._rank_group(group, self.streams[stage]))
+                for stage, row in enumerate(self.rows) for group in row]
+
+    def finish(self) -> IterationResult:
+        """The result, once the simulation has run; an error if some group never ended."""
         if self.meetings.unfinished() or self._p2p:
             raise SimulationError("the iteration deadlocked: some rank groups wait for "
                                   "peers that never came (a bug in the schedule)",
@@ -1056,7 +1068,7 @@ def _node_legs(topo: Topology, pairs: list[tuple[str, str]]) -> set[Any] | None:
 # --------------------------------------------------------------------------- results
 
 
-def _result(simulator: _IterationSimulator) -> IterationResult:
+def _result(simulator: IterationSimulator) -> IterationResult:
     spec = simulator.spec
     simulator._unfold()
     groups = simulator.everyone
@@ -1106,7 +1118,7 @@ def _per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], itera
 def simulate_iteration(spec: IterationSpec) -> IterationResult:
     """Simulate one training iteration of ``spec``; see the module docstring."""
     with _young_collections_batched():
-        simulator = _IterationSimulator(spec)
+        simulator = IterationSimulator(spec)
         if spec.trace:
             _record_link_counters(simulator.sim)
         result = simulator.run()
@@ -1133,7 +1145,7 @@ def _young_collections_batched() -> Iterator[None]:
         gc.set_threshold(*thresholds)
 
 
-def _trace_metadata(simulator: _IterationSimulator, result: IterationResult) -> dict[str, Any]:
+def _trace_metadata(simulator: IterationSimulator, result: IterationResult) -> dict[str, Any]:
     """What a reader of trace.json needs beyond the spans (the ``otherData.distsim``
     object): the shape keys of a cost table, and which GPUs each rank-group process
     stands for (its spans are every member's), so the trace imports back per GPU

@@ -15,10 +15,9 @@ processes on the job's environment.
 
 A job's iteration is :mod:`workloads.iteration`'s, on a *job view* of the cluster
 (:meth:`Topology.job_view`: its GPUs, ranked from 0; the whole fabric).  Running several
-on one environment needs the iteration's simulator to use a shared
-:class:`~simcore.Simulation`; until :mod:`workloads.iteration` takes one as an argument,
-:func:`_share` moves a freshly built simulator onto it (its communicator, meetings and
-environment — what holds the simulation before the run starts).  Folding of replicas and
+on one environment builds each job's :class:`~workloads.iteration.IterationSimulator`
+on one shared :class:`~simcore.Simulation`, starts them all, runs it once and collects
+each job's result.  Folding of replicas and
 closed-form TP collectives assume that nothing else uses the job's links, so shared runs
 (and runs with timed faults) simulate every replica, every collective as flows.
 """
@@ -29,8 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from distsim_gpu.collectives import Communicator
-from distsim_gpu.simcore.errors import ConfigError, SimulationError
+from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
 from distsim_gpu.topology.faults import (
@@ -41,12 +39,10 @@ from distsim_gpu.topology.faults import (
 )
 from distsim_gpu.workloads.iteration import (
     IterationResult,
+    IterationSimulator,
     IterationSpec,
-    _IterationSimulator,
-    _result,
     simulate_iteration,
 )
-from distsim_gpu.workloads.timeline import Meetings
 
 __all__ = [
     "PLACEMENTS",
@@ -189,40 +185,17 @@ def simulate_on_fabric(specs: Sequence[IterationSpec], faults: Iterable[Fault] =
         results = [simulate_iteration(specs[0])]
     else:
         sim = Simulation(seed, trace=any(spec.trace for spec in specs))
-        simulators = [_share(_IterationSimulator(
-            replace(spec, fold_replicas=False, fold_exclusive_tp=False)), sim)
+        simulators = [IterationSimulator(
+            replace(spec, fold_replicas=False, fold_exclusive_tp=False), sim)
             for spec in specs]
-        processes = [p for simulator in simulators for p in _start(simulator)]
+        processes = [p for simulator in simulators for p in simulator.start()]
         gpus = [g for spec in specs for g in spec.topology.gpus]
         inject_faults(sim.env, sim.network, cluster, faults, gpus, source,
                       until=sim.env.all_of(processes))
         sim.run()
-        results = [_finish(simulator) for simulator in simulators]
+        results = [simulator.finish() for simulator in simulators]
     check_faults_in_run(faults, max(r.iteration_time_s for r in results), source)
     return results
-
-
-def _share(simulator: _IterationSimulator, sim: Simulation) -> _IterationSimulator:
-    """Move a simulator built on its own simulation onto ``sim`` before it runs."""
-    simulator.sim = sim
-    simulator.env = sim.env
-    simulator.comm = Communicator(sim, simulator.spec.topology, simulator.spec.comm)
-    simulator.meetings = Meetings(sim.env)
-    return simulator
-
-
-def _start(simulator: _IterationSimulator) -> list[Any]:
-    """Start every simulated rank group's process; the processes."""
-    return [simulator.env.process(simulator._rank_group(group, simulator.streams[stage]))
-            for stage, stage_groups in enumerate(simulator.groups)
-            for group in stage_groups[:simulator.unit]]
-
-
-def _finish(simulator: _IterationSimulator) -> IterationResult:
-    if simulator.meetings.unfinished() or simulator._p2p:
-        raise SimulationError("a job's iteration deadlocked: some rank groups wait for "
-                              "peers that never came", source=simulator.spec.source)
-    return _result(simulator)
 
 
 def simulate_jobs(jobs: Sequence[tuple[str, IterationSpec]], faults: Iterable[Fault] = (),
