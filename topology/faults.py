@@ -27,15 +27,16 @@ and routing is what the fabric has settled to:
 **At a time** (:func:`inject_faults`) a fault changes the flow network while the job runs:
 a degraded link's capacity drops at ``at_s`` (flows re-solved then; its added latency
 counts for faults from the start only, as routes' latencies are fixed when the plans are
-made) under static and hashed routing; under adaptive routing a degraded link between switches that the job can be
-routed around costs nothing (converged routing moves its bytes to spare paths — as for a
-down link, the approximation that those have the bandwidth to take them); a down link or
-switch stalls the flows crossing it for the time the fabric takes to re-route
-(``subnet_manager_delay_s`` with static routing, 0 with adaptive routing), after which the
-flows in flight finish at the link's former rate — the approximation that a spare path of
-equal bandwidth takes them; the steady state after the fault is the run with the fault from
-the start.  A NIC, GPU or node lost while the job runs stops it with an error naming the
-component and the time (NCCL cannot move a live communicator off a lost NIC).
+made) under static and hashed routing; under adaptive routing a degraded link between
+switches that the job can be routed around costs nothing (converged routing moves its
+bytes to spare paths — as for a down link, the approximation that those have the bandwidth
+to take them); a down link or switch stalls the flows crossing it for the time the fabric
+takes to re-route (``subnet_manager_delay_s`` with static routing, 0 with adaptive
+routing), after which the flows in flight finish at the link's former rate — the
+approximation that a spare path of equal bandwidth takes them; the steady state after the
+fault is the run with the fault from the start. A NIC, GPU or node lost while the job runs
+stops it with an error naming the component and the time (NCCL cannot move a live
+communicator off a lost NIC).
 
 ``subnet_manager_delay_s`` defaults to 10 s: OpenSM's default ``sweep_interval``
 (``opensm(8)``, option ``-s``: "defaults to a sweep interval of 10 seconds"); a port-down
