@@ -10,10 +10,14 @@ a stream of multiplicity ``w_d`` moving ``S/n`` — every link carries exactly i
   another rail through PXN as NCCL's default (with weights 1 it is the plan
   :mod:`collectives.catalog` builds for ``alltoall``).
 * **hierarchical** (:func:`hierarchical_alltoall_plan`, HetuMoE, Nie et al. 2022): three
-  steps — (1) inside each node every GPU sends the data bound for node ``B`` to the
-  node's *leader* for ``B`` over NVLink (pairs inside the node go directly in this step);
+  legs — (1) inside each node every GPU sends the data bound for node ``B`` to the
+  node's *leader* for ``B`` over NVLink (pairs inside the node go directly here);
   (2) one message per ordered node pair, leader to leader, over the NICs; (3) the
-  receiving leader scatters inside its node.  The leader of the pair ``{A, B}`` is, on
+  receiving leader scatters inside its node.  The legs are pipelined in chunks (one
+  step whose streams hold all three legs' links, each chunk paying the three latencies),
+  as NCCL-proxy and DeepEP-style implementations forward;
+  HetuMoE's own kernels run the legs one after another, which would add the NVLink legs'
+  time to the exchange's.  The leader of the pair ``{A, B}`` is, on
   either node, the GPU next to NIC rail ``(A + B) mod rails`` (one rail per node pair,
   pairs spread over rails, the same rail at both ends so the message stays on its rail).
 
@@ -21,10 +25,11 @@ A rank's network peers fall from ``n - g`` (flat) to at most ``nodes - 1`` (each
 NCCL's per-peer proxy cost, :func:`collectives.algorithms.alltoall_peer_latency_s`), and
 its NIC messages grow ``g²``-fold; but a node sends over at most ``min(rails, nodes-1)``
 NICs and every byte crosses NVLink up to twice more.  So with one NIC per node the
-hierarchical form wins (same NIC bytes, fewer peers); with a NIC per GPU the flat form
-keeps every NIC busy and wins for large messages.  ``communication.all_to_all: auto``
-takes whichever plan's closed-form uncontended time (:meth:`CollectivePlan.uncontended_time_s`
-on the real topology's capacities) is lower.
+hierarchical form wins (same NIC bytes, fewer peers); with a NIC per GPU and few node
+pairs the flat form keeps every NIC busy and wins for large messages.
+``communication.all_to_all: auto`` takes whichever plan's closed-form uncontended time
+(:meth:`CollectivePlan.uncontended_time_s` on the real topology's capacities) is lower;
+as the legs are one step, the coflow and step fidelities agree with it.
 """
 
 from __future__ import annotations
@@ -169,9 +174,22 @@ def hierarchical_alltoall_plan(b: _Builder, gpus: Sequence[str],
             for dst in remote:
                 scatter.send(peer, dst, len(local) * w[dst])
     fraction = 1.0 / len(gpus)
-    steps = [s for s in (gather.shape(fraction), exchange.shape(fraction),
-                         scatter.shape(fraction)) if s is not None]
-    return _plan(b, len(gpus), steps, "hierarchical")
+    return _plan(b, len(gpus), [_pipelined(
+        [s for s in (gather.shape(fraction), exchange.shape(fraction),
+                     scatter.shape(fraction)) if s is not None])], "hierarchical")
+
+
+def _pipelined(legs: list[StepShape]) -> StepShape:
+    """The legs as one pipelined step: chunks flow gather -> exchange -> scatter while
+    the next chunks follow, so every leg's links are busy at once and a chunk pays every
+    leg's latency.  The pipeline's fill (a chunk's time on the NVLink legs, ~1.4 us for
+    NCCL's 512 KiB Simple chunk at 369 GB/s) is left out: the plan's per-stream fill
+    term would charge it once per stream sharing the bottleneck, hundreds of times."""
+    streams: dict[LinkId, float] = {}
+    for leg in legs:
+        for link, count in leg.link_streams.items():
+            streams[link] = streams.get(link, 0.0) + count
+    return StepShape(streams, legs[0].fraction, sum(leg.latency_s for leg in legs))
 
 
 def alltoall_plans(topo: Topology, group: Sequence[str], params: CommParams,
@@ -195,7 +213,7 @@ def link_bytes(plan: CollectivePlan, size_bytes: float) -> dict[LinkId, float]:
     wire = size_bytes / plan.protocol_efficiency
     carried: dict[LinkId, float] = {}
     for step in plan.steps:
-        per_stream = step.repeat * step.stream_bytes(wire, plan.chunk_bytes)
+        per_stream = step.repeat * step.fraction * wire  # bytes, not the pipeline's fill
         for link, streams in step.link_streams.items():
             carried[link] = carried.get(link, 0.0) + streams * per_stream
     return carried
