@@ -758,7 +758,8 @@ def _check_memory(spec: IterationSpec, memory: list[MemoryBreakdown],
                 f"{mem.optimizer_bytes / gib:.1f}, activations "
                 f"{mem.activations_bytes / gib:.1f} GiB", source=spec.source,
                 hint="more tensor/pipeline parallelism, ZeRO, recompute, a smaller "
-                "micro-batch, or --allow-oom to simulate anyway")
+                "micro-batch, offloading the optimizer (parallelism.offload), or "
+                "--allow-oom to simulate anyway")
 
 
 # Routing policies whose routes depend on a connection's ends only, so a replica's routes
