@@ -57,6 +57,7 @@ __all__ = [
     "host_figure",
     "nvme_step_time_s",
     "offload_from_mapping",
+    "param_fetch_bytes",
     "pcie_bytes_per_iteration",
 ]
 
@@ -238,9 +239,17 @@ def pcie_bytes_per_iteration(shard_params: float, offload: OffloadConfig, *,
         return 0.0, 0.0
     out = _GRAD_BYTES * shard_params
     back = _WEIGHT_BYTES * shard_params
-    if offload.params != "none":
-        back += 2 * microbatches * _WEIGHT_BYTES * shard_params
-    return out, back
+    return out, back + param_fetch_bytes(shard_params, offload, microbatches=microbatches)
+
+
+def param_fetch_bytes(shard_params: float, offload: OffloadConfig, *,
+                      microbatches: int = 1) -> float:
+    """Bytes of offloaded 16-bit parameters one GPU fetches per iteration: its shard before
+    each forward and each backward of every micro-batch, ``2·2·Ψ·m`` (0 unless ``params``
+    is offloaded)."""
+    if offload.params == "none":
+        return 0.0
+    return 2 * microbatches * _WEIGHT_BYTES * shard_params
 
 
 def cpu_adam_time_s(socket_params: float, host: HostFigure, efficiency: float) -> float:

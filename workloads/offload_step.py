@@ -45,6 +45,7 @@ from distsim_gpu.workloads.offload import (
     host_bytes_per_gpu,
     host_figure,
     nvme_step_time_s,
+    param_fetch_bytes,
     pcie_bytes_per_iteration,
 )
 from distsim_gpu.workloads.ops import Compute, Fused, Op
@@ -164,7 +165,10 @@ def offload_step(topology: Topology, gpus: Sequence[str], shard_params: float,
     """The offloaded step of the node holding ``gpus`` (each with a shard of
     ``shard_params`` parameters), from its host figures (default: the cluster's)."""
     host = host or host_figure(topology.config, offload)
-    out_bytes, back_bytes = pcie_bytes_per_iteration(shard_params, offload)
+    fetch_in = param_fetch_bytes(shard_params, offload, microbatches=microbatches)
+    out_bytes, back_bytes = pcie_bytes_per_iteration(shard_params, offload,
+                                                     microbatches=microbatches)
+    back_bytes -= fetch_in  # the step's parameters back; the fetches are apart
     pcie = pcie_links_from(topology)
     routes = [host_route(topology, gpu, pcie) for gpu in gpus]
     per_socket: dict[str, int] = {}
@@ -176,8 +180,6 @@ def offload_step(topology: Topology, gpus: Sequence[str], shard_params: float,
     nvme_s = (nvme_step_time_s(len(gpus) * shard_params, host)
               if offload.optimizer == "nvme" else 0.0)
     up = [[(b, a) for a, b in reversed(route)] for route in routes]
-    fetch_in = pcie_bytes_per_iteration(shard_params, offload,
-                                        microbatches=microbatches)[1] - back_bytes
     fetch_s = pcie_transfer_s(topology, up, fetch_in) if fetch_in else 0.0
     if offload.params == "nvme":  # and through the drives first, every GPU's at once
         fetch_s += len(gpus) * fetch_in / (max(host.drives, 1) * host.drive_read_bytes_per_s)

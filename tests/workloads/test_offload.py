@@ -73,6 +73,26 @@ def test_cpu_step_is_memory_bound_per_socket() -> None:
                                         / (socket_bw * CPU_ADAM_EFFICIENCY))
     assert step.nvme_s == 0.0
     assert step.cpu_path_s == pytest.approx(step.to_host_s + step.adam_s + step.to_gpu_s)
+    # the node's host holds 14 B per parameter of each of its eight GPUs' shards
+    assert step.host_bytes == pytest.approx(8 * 14 * psi)
+    assert step.param_fetch_s == 0.0
+
+
+def test_parameter_fetches_are_counted_per_pass() -> None:
+    psi, microbatches = 1e8, 4
+    gpus = H100_NODE.gpus_on_node(0)
+    step = offload_step(H100_NODE, gpus, psi, OffloadConfig("cpu", "cpu"),
+                        microbatches=microbatches)
+    fetched = 2 * microbatches * 2 * psi  # a forward and a backward per micro-batch
+    latency = 2 * PCIE_HOP_LATENCY_S
+    assert step.param_fetch_s == pytest.approx(fetched / PCIE_GEN5_X16_BYTES_PER_S + latency)
+    on_nvme = offload_step(H100_NODE, gpus, psi, OffloadConfig("nvme", "nvme"),
+                           microbatches=microbatches)
+    host = DGX_H100.host
+    assert host is not None
+    # first off the drives (all eight GPUs' shards through the RAID), then over PCIe
+    assert on_nvme.param_fetch_s == pytest.approx(
+        step.param_fetch_s + 8 * fetched / (8 * host.drive_read_bytes_per_s))
 
 
 def test_nvme_step_reads_and_writes_the_state_on_the_drives() -> None:
