@@ -7,8 +7,10 @@ import math
 from dataclasses import replace
 
 import pytest
-from distsim_gpu.collectives import CommParams
-from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
+from distsim_gpu.collectives import CommParams, Communicator
+from distsim_gpu.scenarios.report import format_summary
+from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
+from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.models import model_from_mapping
@@ -22,6 +24,7 @@ from distsim_gpu.workloads.moe_routing import (
 from distsim_gpu.workloads.ops import Collective, Compute, Wait
 from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
 from distsim_gpu.workloads.streams import StreamBuilder
+from distsim_gpu.workloads.traffic import alltoall_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -252,8 +255,6 @@ def test_overlapped_and_skewed_blocks_fold_exactly(uniform):
 
 
 def test_summary_names_the_load(tiny):
-    from distsim_gpu.scenarios.report import format_summary
-
     hist = {"routing": {"histogram": [4, 2, 1, 1]}, "placement": "contiguous",
             "capacity_factor": 1.5}
     report = run_scenario(scenario_from_mapping(_moe_scenario(tiny, hist, moe_overlap=True)))
@@ -264,3 +265,18 @@ def test_summary_names_the_load(tiny):
             "rank max/mean 1.71, slowest at 1.5x uniform, 12.5 % of assignments dropped"
             ) in text
     assert "MoE all-to-alls overlapped" in text
+
+
+def test_the_example_picks_the_all_to_all_by_nic_count(examples_dir):
+    """The study's example: on DGX H100 nodes (8 NICs) auto keeps the flat all-to-all for
+    an EP group over two nodes; on the same nodes with one NIC, the hierarchical one."""
+    path = examples_dir / "moe-as-it-runs-64-h100.yaml"
+    picks = {}
+    for cluster in (None, "clusters/h100-1nic-8node.yaml"):
+        overrides = [("cluster", cluster)] if cluster else []
+        scenario = load_scenario(path, overrides=overrides)
+        assert scenario.comm.all_to_all == "auto" and scenario.parallel.moe_overlap
+        size = alltoall_bytes(scenario.model, scenario.parallel, scenario.training)
+        comm = Communicator(Simulation(), scenario.topology, scenario.comm)
+        picks[cluster] = comm.choose("alltoall", scenario.topology.gpus[:16], size).algorithm
+    assert picks == {None: "flat", "clusters/h100-1nic-8node.yaml": "hierarchical"}
