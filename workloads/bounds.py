@@ -19,7 +19,9 @@ meeting, so any one replica's chains bound the iteration):
 
 1. a pass of a model chunk is its compute plus every blocking call inside it: the
    tensor-parallel collectives after each attention and MLP block (also in the recomputed
-   forward with full recomputation), the expert all-to-alls of MoE layers, and with
+   forward with full recomputation), the expert all-to-alls of MoE layers (not with
+   ``parallelism.moe_overlap``: then they run beside the compute; a MoE layer's MLP half
+   runs at the slowest EP rank's pace, :mod:`workloads.moe_routing`), and with
    ZeRO-3 each layer's parameter all-gather — the gathers run one after another on their
    stream from the pass's start and layer ``k`` waits for gather ``k``, so a pass takes at
    least ``max_k (Σ_{j≤k} gather_j + Σ_{j≥k} layer_j)`` (:func:`gathered_pass_s`);
@@ -72,6 +74,7 @@ from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
 from distsim_gpu.workloads.costs import CostModel
 from distsim_gpu.workloads.models import ModelSpec
+from distsim_gpu.workloads.moe_routing import moe_loads
 from distsim_gpu.workloads.parallel import (
     ParallelConfig,
     Placement,
@@ -309,6 +312,9 @@ class IterationBounds:
                 pass_, model, micro_batch=shape.training.micro_batch, seq_len=shape.seq_len,
                 tp=parallel.tp, sequence_parallel=parallel.sequence_parallel,
                 layer_index=layer, ep=parallel.ep, **extra)
+            if moe:  # the MLP half at the slowest EP rank's pace, as the streams run it
+                cached *= (1.0 + moe_loads(model.moe, tokens=1.0, experts=model.experts,
+                                           top_k=model.top_k, ep=parallel.ep).pace_factor) / 2
             self._layer_times[key] = cached
         return cached
 
@@ -449,9 +455,15 @@ class IterationBounds:
                 for kind in shape.tp_kinds:
                     tally.add_everyone((kind, tp_all, shape.tp_bytes), calls_per_layer)
             if model.is_moe_layer(layer) and parallel.ep > 1:
-                calls += 2 * self._estimate("alltoall", placement.ep_groups(0, stage)[0],
-                                            shape.a2a_bytes)
-                calls_low += 2 * self._call("alltoall", ep_lanes, shape.a2a_bytes)[0]
+                a2a = 2 * self._estimate("alltoall", placement.ep_groups(0, stage)[0],
+                                         shape.a2a_bytes)
+                if parallel.moe_overlap:
+                    # Half micro-batches' all-to-alls run beside compute: none is a link
+                    # of the chain; the estimate takes the last half's combine as exposed.
+                    calls += a2a / 4
+                else:
+                    calls += a2a
+                    calls_low += 2 * self._call("alltoall", ep_lanes, shape.a2a_bytes)[0]
                 tally.add_everyone(("alltoall", ep_all, shape.a2a_bytes), calls_per_layer)
             layers.append(self._layer_terms(shape, layer, stage, calls, calls_low, gathered, tally))
         return layers

@@ -13,9 +13,14 @@ from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
+from distsim_gpu.workloads.bounds import IterationBounds
+from distsim_gpu.workloads.costs import RooflineCosts
+from distsim_gpu.workloads.gpus import get_gpu
+from distsim_gpu.workloads.iteration import IterationSpec, simulate_iteration
 from distsim_gpu.workloads.models import model_from_mapping
 from distsim_gpu.workloads.moe_routing import (
     MoeRouting,
+    alltoall_weights,
     expert_shares,
     moe_from_mapping,
     moe_loads,
@@ -280,3 +285,37 @@ def test_the_example_picks_the_all_to_all_by_nic_count(examples_dir):
         comm = Communicator(Simulation(), scenario.topology, scenario.comm)
         picks[cluster] = comm.choose("alltoall", scenario.topology.gpus[:16], size).algorithm
     assert picks == {None: "flat", "clusters/h100-1nic-8node.yaml": "hierarchical"}
+
+
+DGX_A100_2 = {"preset": "dgx-a100", "nodes": 2}
+
+
+@pytest.mark.parametrize("moe, overlap, cluster", [
+    # Drops: the busiest rank's experts compute less than a uniform layer's.
+    ({"routing": {"zipf": 2.0}, "capacity_factor": 1.0}, False, DGX_A100_2),
+    # Skew: more (a uniform bound would be loose, 0.70 of the iteration).
+    ({"routing": {"zipf": 1.2}, "placement": "contiguous"}, False, DGX_A100_2),
+    # Overlap: the all-to-alls leave the chain (a uniform bound overshoots by 3-6 %).
+    ({}, True, DGX_A100_2),
+    ({}, True, {"preset": "switch", "gpus": 16, "link_bandwidth": "20 GB/s"}),
+])
+def test_the_lower_bound_holds_for_routed_and_overlapped_layers(moe, overlap, cluster):
+    """distsim search prunes with workloads.bounds: its lower bound must stay below the
+    simulated iteration when the router is skewed or drops tokens (compute at the slowest
+    rank's pace, weighted all-to-alls) and when the all-to-alls overlap compute."""
+    model = model_from_mapping({"name": "tiny-moe", "layers": 4, "hidden": 1024, "heads": 8,
+                                "seq_len": 1024, "vocab": 1000, "experts": 8, "top_k": 2,
+                                "moe": moe})
+    topology = build_cluster(cluster)
+    parallel = ParallelConfig(tp=1, dp=16, ep=4, moe_overlap=overlap)
+    training = TrainingConfig(micro_batch=1, global_batch=32)
+    weights = alltoall_weights(model.moe, experts=8, top_k=2, ep=4)
+    comm = replace(CommParams(), alltoall_weights=weights)
+    gpu = get_gpu("a100-80gb")
+    costs = RooflineCosts(gpu, precision="bf16")
+    lower, _estimate = IterationBounds(topology, model, costs, comm=comm).bound(
+        parallel, training, 2)
+    spec = IterationSpec(topology, model, parallel, training, costs, gpu, comm=comm)
+    simulated = simulate_iteration(spec).iteration_time_s
+    assert 0 < lower <= simulated
+    assert lower > 0.9 * simulated  # and it still says something
