@@ -216,8 +216,8 @@ class TableCosts:
 
     def _by_operator(self, pass_: str, model: ModelSpec, shape: dict[str, Any], *,
                      layer_index: int, ep: int, recompute: str) -> float:
-        """The measured operators' times and the roofline's for the rest, in sequence; the
-        host's dispatch floor as the roofline applies it."""
+        """The measured operators' times and the roofline's for the rest, in sequence, each
+        operator's kernels no earlier than the host issues them (as the roofline does)."""
         fallback: Any = self.fallback
         args = {**shape, "layer_index": layer_index, "ep": ep, "recompute": recompute}
         times = self.operator_breakdown_s(pass_, model, **args)
