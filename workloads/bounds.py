@@ -74,7 +74,7 @@ from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
 from distsim_gpu.workloads.costs import CostModel
 from distsim_gpu.workloads.models import ModelSpec
-from distsim_gpu.workloads.moe_routing import moe_loads
+from distsim_gpu.workloads.moe_routing import moe_pace
 from distsim_gpu.workloads.parallel import (
     ParallelConfig,
     Placement,
@@ -313,8 +313,8 @@ class IterationBounds:
                 tp=parallel.tp, sequence_parallel=parallel.sequence_parallel,
                 layer_index=layer, ep=parallel.ep, **extra)
             if moe:  # the MLP half at the slowest EP rank's pace, as the streams run it
-                cached *= (1.0 + moe_loads(model.moe, tokens=1.0, experts=model.experts,
-                                           top_k=model.top_k, ep=parallel.ep).pace_factor) / 2
+                cached *= (1.0 + moe_pace(model.moe, experts=model.experts,
+                                          top_k=model.top_k, ep=parallel.ep)) / 2
             self._layer_times[key] = cached
         return cached
 

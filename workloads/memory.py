@@ -70,6 +70,7 @@ from dataclasses import dataclass, replace
 from distsim_gpu.simcore.config import check_bool, check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.models import RECOMPUTE_MODES, ModelSpec
+from distsim_gpu.workloads.moe_routing import moe_pace
 from distsim_gpu.workloads.offload import OffloadConfig
 from distsim_gpu.workloads.parallel import (
     ParallelConfig,
@@ -210,11 +211,16 @@ def params_on_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, st
 def activation_bytes_per_layer(model: ModelSpec, *, micro_batch: int, seq_len: int | None = None,
                                tp: int = 1, sequence_parallel: bool = False,
                                recompute: str = "none", flash_attention: bool = False,
-                               precision: str = "bf16", layer_index: int = 0) -> float:
-    """Activation bytes one layer keeps for backward, per micro-batch (module docstring)."""
+                               precision: str = "bf16", layer_index: int = 0,
+                               ep: int = 1) -> float:
+    """Activation bytes one layer keeps for backward, per micro-batch (module docstring).
+
+    A MoE layer's routed part is the most loaded EP rank's (``ep``; its
+    :attr:`~workloads.moe_routing.MoeLoads.pace_factor` times a uniform router's): the
+    peak is that GPU's."""
     check_whole(micro_batch, key="micro_batch")
     s = model.seq_len if seq_len is None else check_whole(seq_len, key="seq_len")
-    _check_parallel(model, tp=tp, ep=1)
+    _check_parallel(model, tp=tp, ep=ep)
     check_choice(recompute, RECOMPUTE_MODES, key="recompute")
     e = _activation_element_bytes(precision)
     b, h, a = micro_batch, model.hidden, model.heads
@@ -232,6 +238,7 @@ def activation_bytes_per_layer(model: ModelSpec, *, micro_batch: int, seq_len: i
     mlp_part = e * tokens * f * (3 if model.gated_mlp else 2)
     if model.is_moe_layer(layer_index):
         mlp_part = model.top_k * (mlp_part + e * sbh)  # + dispatched tokens (FC1 input)
+        mlp_part *= moe_pace(model.moe, experts=model.experts, top_k=model.top_k, ep=ep)
         replicated += 4.0 * tokens * model.experts  # fp32 router logits
     split = attention_part + mlp_part
     if recompute == "selective" or flash_attention:
@@ -323,7 +330,7 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
         return activation_bytes_per_layer(
             model, micro_batch=micro_batch, seq_len=s, tp=tp,
             sequence_parallel=sequence_parallel, recompute=mode,
-            flash_attention=flash_attention, precision=precision, layer_index=index)
+            flash_attention=flash_attention, precision=precision, layer_index=index, ep=ep)
 
     stored = sum(per_layer(i, recompute) for i in layers)
     activations = stored * in_flight

@@ -47,6 +47,7 @@ __all__ = [
     "expert_shares",
     "moe_from_mapping",
     "moe_loads",
+    "moe_pace",
     "place_experts",
 ]
 
@@ -208,6 +209,14 @@ def moe_loads(routing: MoeRouting, *, tokens: float, experts: int, top_k: int,
 
 #: The plain router: uniform shares, no capacity (every EP rank runs alike).
 UNIFORM = MoeRouting()
+
+
+def moe_pace(routing: MoeRouting, *, experts: int, top_k: int, ep: int) -> float:
+    """:attr:`MoeLoads.pace_factor` of the router; exactly 1 for the plain one (so the
+    plain model's numbers do not move by a rounding)."""
+    if routing.is_default:
+        return 1.0
+    return moe_loads(routing, tokens=1.0, experts=experts, top_k=top_k, ep=ep).pace_factor
 
 
 def alltoall_weights(routing: MoeRouting, *, experts: int, top_k: int,

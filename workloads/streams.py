@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from distsim_gpu.workloads.context_parallel import core_attention_time_s, ring_step_blocks
 from distsim_gpu.workloads.costs import CostModel
 from distsim_gpu.workloads.models import ModelSpec
-from distsim_gpu.workloads.moe_routing import moe_loads
+from distsim_gpu.workloads.moe_routing import moe_pace
 from distsim_gpu.workloads.ops import (
     Barrier,
     Collective,
@@ -112,9 +112,8 @@ class StreamBuilder:
         self.cp_bytes = cp_message_bytes(model, parallel, training)
         # Skewed routing: every EP rank's experts run at the pace of the most loaded one
         # (workloads.moe_routing; 1 for a uniform, dropless router).
-        self.moe_pace = (moe_loads(model.moe, tokens=training.micro_batch * self.seq_len,
-                                   experts=model.experts, top_k=model.top_k,
-                                   ep=parallel.ep).pace_factor if model.is_moe else 1.0)
+        self.moe_pace = moe_pace(model.moe, experts=model.experts, top_k=model.top_k,
+                                 ep=parallel.ep)
         self._passes: dict[tuple[int, int, str, bool, bool], tuple[Op, ...]] = {}
 
     # ----------------------------------------------------------------- a stage

@@ -17,6 +17,7 @@ from distsim_gpu.workloads.bounds import IterationBounds
 from distsim_gpu.workloads.costs import RooflineCosts
 from distsim_gpu.workloads.gpus import get_gpu
 from distsim_gpu.workloads.iteration import IterationSpec, simulate_iteration
+from distsim_gpu.workloads.memory import activation_bytes_per_layer
 from distsim_gpu.workloads.models import model_from_mapping
 from distsim_gpu.workloads.moe_routing import (
     MoeRouting,
@@ -319,3 +320,22 @@ def test_the_lower_bound_holds_for_routed_and_overlapped_layers(moe, overlap, cl
     simulated = simulate_iteration(spec).iteration_time_s
     assert 0 < lower <= simulated
     assert lower > 0.9 * simulated  # and it still says something
+
+
+def test_the_hot_rank_holds_its_tokens_activations():
+    """The routed part of a MoE layer's activations scales with the busiest EP rank's
+    load; the rest of the layer does not."""
+    def stored(moe, ep):
+        model = model_from_mapping({"name": "m", "layers": 2, "hidden": 512, "heads": 8,
+                                    "seq_len": 256, "vocab": 1000, "experts": 4, "top_k": 1,
+                                    "moe": moe})
+        return activation_bytes_per_layer(model, micro_batch=1, layer_index=0, ep=ep)
+
+    hot = {"routing": {"histogram": [4, 2, 1, 1]}, "placement": "contiguous"}
+    plain, skewed = stored({}, 4), stored(hot, 4)
+    # One expert per rank, the hot one with 2x the uniform tokens: the routed part
+    # (FC1 input + the expert's activations, e = 2 bytes) doubles.
+    tokens, e = 256.0, 2
+    routed = e * tokens * 4 * 512 * 2 + e * tokens * 512
+    assert skewed - plain == pytest.approx(routed)
+    assert stored(hot, 1) == pytest.approx(plain)  # all experts on one GPU: no hot rank
