@@ -94,7 +94,7 @@ from distsim_gpu.workloads.costs import (
 )
 from distsim_gpu.workloads.gpus import GpuSpec, get_gpu, gpu_from_mapping
 from distsim_gpu.workloads.models import ModelSpec, model_from_mapping
-from distsim_gpu.workloads.moe_routing import alltoall_weights, check_placement
+from distsim_gpu.workloads.moe_routing import routed_comm
 from distsim_gpu.workloads.parallel import (
     ParallelConfig,
     TrainingConfig,
@@ -495,10 +495,7 @@ def _routed_comm(comm: CommParams, model: ModelSpec, parallel: ParallelConfig,
                  source: str | None) -> CommParams:
     """``model.moe``'s explicit placement checked against ``ep``, and its skew carried
     into the expert all-to-alls (workloads.moe_routing)."""
-    check_placement(model.moe, experts=model.experts, ep=parallel.ep, source=source)
-    weights = alltoall_weights(model.moe, experts=model.experts, top_k=model.top_k,
-                               ep=parallel.ep)
-    return replace(comm, alltoall_weights=weights) if weights else comm
+    return routed_comm(comm, model, parallel.ep, source)
 
 
 def _jobs_scenario(spec: dict[str, Any], topology: Topology, source: str | None, base: Path,

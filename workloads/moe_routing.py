@@ -31,9 +31,10 @@ experts keep: :func:`receive_weights` gives it relative to the uniform ``1/ep``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
+from distsim_gpu.collectives.params import CommParams
 from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping, check_number
 from distsim_gpu.simcore.errors import ConfigError
 
@@ -49,6 +50,7 @@ __all__ = [
     "moe_loads",
     "moe_pace",
     "place_experts",
+    "routed_comm",
 ]
 
 PLACEMENTS = ("round-robin", "contiguous", "balanced")
@@ -196,6 +198,7 @@ def place_experts(routing: MoeRouting, loads: Sequence[float], ep: int) -> tuple
 def moe_loads(routing: MoeRouting, *, tokens: float, experts: int, top_k: int,
               ep: int) -> MoeLoads:
     """Loads of one MoE layer when each of ``ep`` ranks routes ``tokens`` tokens."""
+    check_placement(routing, experts=experts, ep=ep)
     assignments = tokens * top_k * ep
     load = tuple(share * assignments for share in expert_shares(routing, experts, top_k))
     cap = expert_capacity(routing, assignments=assignments, experts=experts)
@@ -243,6 +246,29 @@ def describe_loads(routing: MoeRouting, *, experts: int, top_k: int, ep: int) ->
     return (f"{experts} experts over ep {ep}, {kind}, {placement}, {capacity}: load per EP "
             f"rank max/mean {loads.imbalance:.3g}, slowest at {loads.pace_factor:.3g}x "
             f"uniform, {loads.dropped / loads.assignments * 100:.3g} % of assignments dropped")
+
+
+class RoutedModel(Protocol):
+    """What :func:`routed_comm` reads of a ``ModelSpec`` (models imports this module)."""
+
+    @property
+    def moe(self) -> MoeRouting: ...
+    @property
+    def experts(self) -> int: ...
+    @property
+    def top_k(self) -> int: ...
+
+
+def routed_comm(comm: CommParams, model: RoutedModel, ep: int,
+                source: str | None = None) -> CommParams:
+    """``comm`` with the router's skew carried into the expert all-to-alls of a run at
+    ``ep`` (an explicit placement checked against it); ``comm`` itself for the plain
+    router or without expert parallelism."""
+    check_placement(model.moe, experts=model.experts, ep=ep, source=source)
+    weights = alltoall_weights(model.moe, experts=model.experts, top_k=model.top_k, ep=ep)
+    if weights == comm.alltoall_weights:
+        return comm
+    return replace(comm, alltoall_weights=weights)
 
 
 # --------------------------------------------------------------------------- parsing

@@ -90,6 +90,7 @@ from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.bounds import IterationBound, IterationBounds
 from distsim_gpu.workloads.costs import stores_attention_scores
 from distsim_gpu.workloads.memory import memory_of_strategy
+from distsim_gpu.workloads.moe_routing import routed_comm
 from distsim_gpu.workloads.parallel import (
     ParallelConfig,
     TrainingConfig,
@@ -362,7 +363,9 @@ def with_strategy(scenario: Scenario, strategy: Strategy, *, name: str | None = 
                                   layers=model.layers, heads=model.heads,
                                   kv_heads=model.kv_heads, experts=model.experts,
                                   source=scenario.source)
-    return dataclasses.replace(scenario, parallel=parallel, training=training,
+    # The router's skew at this ep (workloads.moe_routing).
+    comm = routed_comm(scenario.comm, model, parallel.ep, scenario.source)
+    return dataclasses.replace(scenario, parallel=parallel, training=training, comm=comm,
                                microbatches=microbatches, name=name or scenario.name)
 
 

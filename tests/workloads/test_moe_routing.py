@@ -10,6 +10,7 @@ import pytest
 from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.scenarios.report import format_summary
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
+from distsim_gpu.scenarios.study.search import Strategy, with_strategy
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
@@ -339,3 +340,19 @@ def test_the_hot_rank_holds_its_tokens_activations():
     routed = e * tokens * 4 * 512 * 2 + e * tokens * 512
     assert skewed - plain == pytest.approx(routed)
     assert stored(hot, 1) == pytest.approx(plain)  # all experts on one GPU: no hot rank
+
+
+def test_search_strategies_route_at_their_own_ep(tiny):
+    """distsim search's candidates carry the router's weights for their own ep; an
+    explicit placement that does not fit a candidate's ep makes it invalid (an error)."""
+    hist = {"routing": {"histogram": [4, 2, 1, 1]}, "placement": "contiguous"}
+    scenario = scenario_from_mapping(_moe_scenario(tiny, hist))
+    assert len(scenario.comm.alltoall_weights) == 4
+    two = with_strategy(scenario, Strategy(tp=1, pp=1, dp=8, ep=2))
+    # Contiguous over 2 ranks: experts 0-1 (6 of 8 parts) and 2-3 (2 of 8).
+    assert two.comm.alltoall_weights == pytest.approx([1.5, 0.5])
+    assert with_strategy(scenario, Strategy(tp=1, pp=1, dp=8, ep=1)).comm.alltoall_weights \
+        == ()
+    fixed = scenario_from_mapping(_moe_scenario(tiny, {"placement": [0, 1, 2, 3]}))
+    with pytest.raises(ConfigError, match=r"EP rank 0\.\.1"):
+        with_strategy(fixed, Strategy(tp=1, pp=1, dp=8, ep=2))
