@@ -356,3 +356,22 @@ def test_search_strategies_route_at_their_own_ep(tiny):
     fixed = scenario_from_mapping(_moe_scenario(tiny, {"placement": [0, 1, 2, 3]}))
     with pytest.raises(ConfigError, match=r"EP rank 0\.\.1"):
         with_strategy(fixed, Strategy(tp=1, pp=1, dp=8, ep=2))
+
+
+@settings(max_examples=80, deadline=None)
+@given(ep=st.sampled_from([2, 3, 4, 8]), per_rank=st.integers(1, 4),
+       raw=st.lists(st.floats(0.0, 1.0), min_size=32, max_size=32))
+def test_placements_order_for_sorted_loads(ep, per_rank, raw):
+    """Experts by decreasing load (a Zipf router's order): every placement fills each EP
+    rank's experts/ep slots, and the most loaded rank goes balanced <= round-robin <=
+    contiguous (contiguous stacks the heaviest; round-robin gives rank 0 the heaviest of
+    every row; greedy never does worse than that)."""
+    loads = sorted(raw[:ep * per_rank], reverse=True)
+
+    def busiest(placement):
+        ranks = place_experts(MoeRouting(placement=placement), loads, ep)
+        assert sorted(ranks) == sorted(list(range(ep)) * per_rank)
+        return max(sum(x for x, r in zip(loads, ranks) if r == rank) for rank in range(ep))
+
+    assert busiest("balanced") <= busiest("round-robin") + 1e-12
+    assert busiest("round-robin") <= busiest("contiguous") + 1e-12
