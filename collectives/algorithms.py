@@ -61,22 +61,9 @@ OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all
 Channel = tuple[tuple[str, ...], tuple[int | None, ...]]
 
 
-def _nic_rails(topo: Topology, gpu: str) -> tuple[int, ...]:
-    return topo.local_rails(gpu)
-
-
 def gpu_rail(topo: Topology, gpu: str) -> int | None:
-    """The NIC rail a GPU sends point-to-point traffic on: its own nearby NIC.
-
-    GPUs that share nearby NICs (two GPUs and two NICs behind one PCIe switch) take one
-    each, in index order, as NCCL assigns them, instead of all using the first.
-    """
-    rails = _nic_rails(topo, gpu)
-    if not rails:
-        return None
-    node = topo.node_of(gpu)
-    sharing = [g for g in topo.gpus_on_node(node) if _nic_rails(topo, g) == rails]
-    return rails[sharing.index(gpu) % len(rails)]
+    """The NIC rail a GPU sends point-to-point traffic on (:meth:`Topology.own_rail`)."""
+    return topo.own_rail(gpu)
 
 
 def _node_order(topo: Topology, group: Sequence[str]) -> dict[int, list[str]]:
@@ -97,7 +84,7 @@ def ring_channels(topo: Topology, group: Sequence[str], max_channels: int = 0) -
         rings = mesh_rings(topo, gpus)[:max_channels or None] or [tuple(gpus)]
         return [(ring, (None,) * len(ring)) for ring in rings]
     first = next(iter(per_node.values()))
-    rails = sorted({rail for gpu in first for rail in _nic_rails(topo, gpu)})
+    rails = sorted({rail for gpu in first for rail in topo.local_rails(gpu)})
     if not rails:
         raise TopologyError(f"GPU {first[0]} spans nodes but reaches no NIC",
                             hint="give its node NICs linked to the fabric")
@@ -120,10 +107,10 @@ def ring_channels(topo: Topology, group: Sequence[str], max_channels: int = 0) -
 def _node_segment(topo: Topology, gpus: list[str], rail: int) -> list[str]:
     """This node's part of a ring on ``rail``: enter at a GPU near the rail's NIC, leave
     from another GPU near it, the rest in between."""
-    near = [g for g in gpus if rail in _nic_rails(topo, g)] or list(gpus)
+    near = [g for g in gpus if rail in topo.local_rails(g)] or list(gpus)
     # Rails that share the same nearby GPUs take turns as entry, so that each GPU sends
     # for one rail and receives for another instead of one GPU sending for two.
-    siblings = sorted({r for g in near for r in _nic_rails(topo, g)})
+    siblings = sorted({r for g in near for r in topo.local_rails(g)})
     turn = siblings.index(rail) if rail in siblings else 0
     entry = near[turn % len(near)]
     if len(gpus) == 1:
