@@ -145,12 +145,23 @@ class Report:
     tracer: Tracer | None = field(default=None, repr=False, compare=False)
     bottlenecks: dict[str, Any] = field(default_factory=dict, repr=False)
     folding: str = ""  # which simulation ran (workloads.iteration.IterationResult.folding)
-    # For report.html: each simulated schedule, and link utilisation by class and place.
-    timelines: tuple[Timeline, ...] = field(default=(), repr=False, compare=False)
-    link_map: LinkMap | None = field(default=None, repr=False, compare=False)
+    # The iteration's result, for what only report.html and the per-GPU trace draw
+    # (timelines, link map): made when asked, as binning every link of a 16,384-GPU run
+    # costs seconds that a search or sweep point would spend for nothing.
+    result: IterationResult | None = field(default=None, repr=False, compare=False)
     critical_path: tuple[PathEntry, ...] = field(default=(), repr=False, compare=False)
     # Each stage's offloaded optimizer step (workloads.offload_step); () when none.
     offload: tuple[OffloadStep, ...] = ()
+
+    @property
+    def timelines(self) -> tuple[Timeline, ...]:
+        """Each simulated schedule and the GPUs it stands for (:mod:`scenarios.timelines`)."""
+        return timelines_of(self.result) if self.result is not None else ()
+
+    @property
+    def link_map(self) -> LinkMap | None:
+        """Link utilisation by link class and place (:mod:`scenarios.linkmap`)."""
+        return link_map(self.result) if self.result is not None else None
 
     def groups(self, tolerance: float = GROUP_TOLERANCE) -> list[GpuGroup]:
         """GPUs with (nearly) equal timings and memory, per pipeline stage (see
@@ -219,7 +230,7 @@ def build_report(*, name: str, source: str | None, result: IterationResult,
         wall_time_s=wall_time_s, events=result.events, flows=result.flows,
         gpu_memory_bytes=gpu_memory_bytes, per_gpu=result.per_gpu, config=config,
         source=source, tracer=tracer if tracer.enabled else None, bottlenecks=found,
-        folding=result.folding, timelines=timelines_of(result), link_map=link_map(result),
+        folding=result.folding, result=result,
         critical_path=result.critical_path, offload=result.offload)
 
 
