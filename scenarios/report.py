@@ -20,7 +20,7 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -391,11 +391,15 @@ def _is_previous_output(directory: Path) -> bool:
 
 
 def write_output_dir(report: Report, directory: str | os.PathLike[str], *,
-                     plots: bool = True, html: bool = True) -> OutputResult:
+                     plots: bool = True, html: bool = True,
+                     sections: Mapping[str, tuple[Any, str]] | None = None) -> OutputResult:
     """Write ``summary.json``, ``resolved.yaml``, ``trace.json`` (when the run traced),
     PNG plots (when ``plots`` and matplotlib is installed) and ``report.html`` (when
     ``html`` and Plotly is installed, see :mod:`scenarios.html_report`) into
-    ``directory``; what was skipped, and why, is in the result's notes.
+    ``directory``; what was skipped, and why, is in the result's notes.  ``sections``:
+    more of the run's findings, each as (its JSON, its text), added to summary.json
+    under its name and to report.html's summary (e.g. faults and jobs,
+    :mod:`scenarios.disruptions`).
 
     The directory appears whole or not at all: the files are written into a temporary
     sibling directory that is renamed into place at the end; any failure removes it and
@@ -423,8 +427,10 @@ def write_output_dir(report: Report, directory: str | os.PathLike[str], *,
     notes: list[str] = []
     try:
         files = ["summary.json", "resolved.yaml"]
+        sections = dict(sections or {})
+        summary = {**report.to_json_dict(), **{k: v[0] for k, v in sections.items()}}
         (staging / "summary.json").write_text(
-            json.dumps(report.to_json_dict(), indent=2) + "\n", encoding="utf-8")
+            json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         header = (f"# distsim: the resolved configuration of {report.name!r}, every default "
                   "filled in (SI units).\n# Run it again with: distsim run resolved.yaml\n")
         (staging / "resolved.yaml").write_text(
@@ -447,7 +453,8 @@ def write_output_dir(report: Report, directory: str | os.PathLike[str], *,
                 notes.append(f"plots skipped: {missing}")
         if html:
             try:
-                page = run_report_html(report, format_summary(report))
+                text = format_summary(report) + "".join(v[1] for v in sections.values())
+                page = run_report_html(report, text)
             except HtmlUnavailable as missing:
                 notes.append(f"report.html skipped: {missing}")
             else:

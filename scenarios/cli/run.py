@@ -85,7 +85,9 @@ def handle(args: argparse.Namespace) -> int:
         # Faults, stragglers' cost, jobs, goodput (scenarios.disruptions); None without.
         incidents = analyse(scenario, report)
         if args.out is not None:
-            output = write_output_dir(report, args.out)
+            sections = ({"incidents": (incidents.to_dict(), format_incidents(incidents))}
+                        if incidents is not None else None)
+            output = write_output_dir(report, args.out, sections=sections)
             for note in output.notes:
                 print(f"distsim: note: {note}", file=sys.stderr)
     finally:

@@ -135,6 +135,12 @@ def test_cli_run_prints_and_writes_the_section(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["incidents"]["faults"] == ["nic n1.nic3 down"]
     assert data["incidents"]["goodput"]["young_interval_s"] > 0
+    out_dir = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out_dir), "--no-trace"]) == 0
+    capsys.readouterr()
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["incidents"] == data["incidents"]
+    assert summary["iteration_time_s"] == data["iteration_time_s"]
 
 
 FAULT_EXAMPLES = Path(__file__).resolve().parents[2] / "scenarios" / "examples" / "faults"
