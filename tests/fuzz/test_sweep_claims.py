@@ -99,8 +99,15 @@ def test_a_point_whose_claimer_died_without_a_result_runs_here(scenario, tmp_pat
 
 def _children(pid: int) -> set[int]:
     found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        text = (task / "children").read_text()
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:  # the process itself is gone
+        return found
+    for task in tasks:
+        try:
+            text = (task / "children").read_text()
+        except FileNotFoundError:  # a thread that ended since the listing
+            continue
         found.update(int(c) for c in text.split())
     return found
 
