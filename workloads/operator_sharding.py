@@ -1,0 +1,198 @@
+"""Per-operator sharding (OSDP): which operators' parameters are sharded, which replicated.
+
+Jiang et al. 2022, "OSDP: Optimal Sharded Data Parallel for Distributed Deep Learning"
+(arXiv:2209.13258), choose for every operator of the model either
+
+* **sharded** (ZeRO-3 / FSDP style): its parameters, gradients and optimizer state are split
+  over the data-parallel group; its parameters are all-gathered before the forward and again
+  before the backward, and its gradients reduce-scattered, every micro-batch; or
+* **replicated** (plain data parallel): everything held whole; its gradients all-reduced once
+  per iteration in buckets,
+
+and may **split** a large operator's GEMM into ``k`` slices computed one after the other, so
+only ``1/k`` of its gathered parameters (and workspace) are live at once.
+
+``parallelism.operator_sharding`` in a scenario::
+
+    operator_sharding:
+      default: replicated          # or sharded: what every operator not listed below is
+      sharded: [mlp_fc1, mlp_fc2]  # operators sharded whatever the default
+      replicated: [qkv]            # operators replicated whatever the default
+      split: {mlp_fc1: 4}          # slices of an operator's gathered parameters
+
+The operators are the parameter-holding ones of :mod:`workloads.compute.operators`
+(``input_norm``, ``qkv``, ``attn_out``, ``post_attn_norm``, ``mlp_fc1``, ``mlp_fc2``);
+the embeddings and the output layer follow ``default``.  The iteration gathers a layer's
+sharded operators in one all-gather (one FSDP unit per layer, prefetched as ZeRO-3 is,
+:mod:`workloads.streams`), so ``default: sharded`` with nothing listed is exactly ZeRO-3
+and ``default: replicated`` exactly plain data parallelism.  Not modelled: MoE layers,
+2-D/2.5-D/3-D tensor parallelism, pipeline parallelism (as for ZeRO-3), offload, and
+mixing with ``zero``/``fsdp`` (the plan says what is sharded).  Splitting changes memory
+only: the time of ``k`` GEMMs of ``n/k`` columns instead of one is not yet counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping, check_whole
+from distsim_gpu.simcore.errors import ConfigError
+
+__all__ = [
+    "DEFAULTS",
+    "SHARDABLE_OPERATORS",
+    "OperatorSharding",
+    "check_operator_sharding",
+    "operator_params",
+    "operator_sharding_from_mapping",
+    "peak_gathered_params",
+    "sharded_fraction",
+    "sharded_params",
+]
+
+#: The operators of a dense transformer layer that hold parameters, in forward order.
+SHARDABLE_OPERATORS = ("input_norm", "qkv", "attn_out", "post_attn_norm", "mlp_fc1", "mlp_fc2")
+DEFAULTS = ("replicated", "sharded")
+_KEYS = ("default", "sharded", "replicated", "split")
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorSharding:
+    """Which operators are sharded over the data-parallel group, and their splits."""
+
+    default: str = "replicated"
+    sharded: tuple[str, ...] = ()
+    replicated: tuple[str, ...] = ()
+    split: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def is_sharded(self, operator: str) -> bool:
+        """Whether ``operator`` (one of :data:`SHARDABLE_OPERATORS`) is sharded."""
+        if operator in self.sharded:
+            return True
+        return operator not in self.replicated and self.default == "sharded"
+
+    @property
+    def sharded_operators(self) -> tuple[str, ...]:
+        return tuple(op for op in SHARDABLE_OPERATORS if self.is_sharded(op))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"default": self.default, "sharded": list(self.sharded),
+                "replicated": list(self.replicated), "split": dict(self.split)}
+
+
+def operator_sharding_from_mapping(data: Any, *, source: str | None = None,
+                                   prefix: str = "parallelism.operator_sharding",
+                                   ) -> OperatorSharding:
+    """An :class:`OperatorSharding` from YAML (unknown keys and operators are errors with
+    the closest valid name)."""
+    data = check_mapping(data, key=prefix, source=source)
+    check_keys(data, _KEYS, prefix=prefix, source=source)
+    default = check_choice(str(data.get("default", "replicated")).lower(), DEFAULTS,
+                           key=f"{prefix}.default", source=source)
+    lists: dict[str, tuple[str, ...]] = {}
+    for kind in ("sharded", "replicated"):
+        raw = data.get(kind) or []
+        if isinstance(raw, str) or not isinstance(raw, list | tuple):
+            raise ConfigError(f"must be a list of operator names, got {raw!r}",
+                              key=f"{prefix}.{kind}", source=source,
+                              hint=f"valid: {', '.join(SHARDABLE_OPERATORS)}")
+        lists[kind] = tuple(_operator(name, f"{prefix}.{kind}", source) for name in raw)
+    both = set(lists["sharded"]) & set(lists["replicated"])
+    if both:
+        raise ConfigError(f"{sorted(both)} listed as both sharded and replicated",
+                          key=prefix, source=source)
+    split_data = check_mapping(data.get("split"), key=f"{prefix}.split", source=source,
+                               optional=True)
+    split = {_operator(name, f"{prefix}.split", source):
+             check_whole(k, key=f"{prefix}.split.{name}", source=source)
+             for name, k in split_data.items()}
+    return OperatorSharding(default, lists["sharded"], lists["replicated"],
+                            MappingProxyType(split))
+
+
+def _operator(name: Any, key: str, source: str | None) -> str:
+    return check_choice(str(name), SHARDABLE_OPERATORS, key=key, source=source,
+                        what="operator (one holding parameters)")
+
+
+def check_operator_sharding(plan: OperatorSharding | None, *, zero: int, fsdp: bool, pp: int,
+                            tp_mode: str, offload: bool, experts: int,
+                            source: str | None = None) -> None:
+    """The combinations per-operator sharding does not model are clear errors."""
+    if plan is None:
+        return
+    key = "parallelism.operator_sharding"
+    refused = (
+        (zero != 0 or fsdp, "with zero/fsdp", "the plan says what is sharded: use zero: 0"),
+        (pp > 1, "with pipeline parallelism", "use pp: 1 (as for ZeRO-3)"),
+        (tp_mode != "1d", f"with tp_mode {tp_mode}", "use tp_mode: 1d"),
+        (offload, "with offload", "drop parallelism.offload"),
+        (experts > 1, "with MoE layers", "per-operator sharding covers dense layers only"))
+    for bad, what, hint in refused:
+        if bad:
+            raise ConfigError(f"per-operator sharding {what} is not modelled", key=key,
+                              source=source, hint=hint)
+    for name in plan.split:
+        if not plan.is_sharded(name):
+            raise ConfigError(f"operator {name!r} is split but not sharded (only a gathered "
+                              "operator's parameters are live whole)",
+                              key=f"{key}.split.{name}", source=source,
+                              hint=f"add {name} to {key}.sharded")
+
+
+def operator_params(model: Any, tp: int) -> dict[str, float]:
+    """Parameters of each shardable operator of one dense layer on one tensor-parallel
+    rank (Megatron's layout, as :func:`workloads.memory.layer_params_local`: QKV biases
+    split over tp, the output projection's and FC2's bias replicated); they sum to it."""
+    h, hd = model.hidden, model.head_dim
+    kv_local = max(1, model.kv_heads // tp)
+    q_local = model.heads // tp * hd
+    qkv = float(h * q_local + 2 * h * kv_local * hd)
+    attn_out = float(q_local * h)
+    if model.attention_bias:
+        qkv += q_local + 2 * kv_local * hd
+        attn_out += h
+    f_local = model.ffn_hidden / tp
+    gates = 2 if model.gated_mlp else 1
+    fc1, fc2 = gates * h * f_local, h * f_local
+    if model.mlp_bias:
+        fc1 += gates * f_local
+        fc2 += h
+    norm = float(model.norm_params())
+    return {"input_norm": norm, "qkv": qkv, "attn_out": attn_out, "post_attn_norm": norm,
+            "mlp_fc1": fc1, "mlp_fc2": fc2}
+
+
+def sharded_fraction(plan: OperatorSharding, model: Any, tp: int) -> float:
+    """The share of a dense layer's parameters the plan shards: exactly 1 when every
+    operator is sharded and 0 when none is (so those plans equal ZeRO-3 and plain DP)."""
+    sharded = plan.sharded_operators
+    if len(sharded) == len(SHARDABLE_OPERATORS):
+        return 1.0
+    if not sharded:
+        return 0.0
+    params = operator_params(model, tp)
+    return sum(params[op] for op in sharded) / sum(params.values())
+
+
+def peak_gathered_params(plan: OperatorSharding, model: Any, tp: int) -> float:
+    """Parameters of the largest gathered operator live at once: its whole parameters
+    divided by its split (0 when nothing is sharded)."""
+    params = operator_params(model, tp)
+    return max((params[op] / plan.split.get(op, 1) for op in plan.sharded_operators),
+               default=0.0)
+
+
+def sharded_params(plan: OperatorSharding, model: Any, tp: int, *, stage_params: float,
+                   layer_params: float) -> float:
+    """Parameters of a stage the plan shards (of ``stage_params`` on the GPU, of which
+    ``layer_params`` in its layers): each layer's sharded share, and the embeddings and
+    output layer when the default is ``sharded`` (exactly all with nothing replicated)."""
+    fraction = sharded_fraction(plan, model, tp)
+    if plan.default == "sharded" and fraction == 1.0:
+        return stage_params
+    rest = stage_params - layer_params if plan.default == "sharded" else 0.0
+    return layer_params * fraction + rest
