@@ -205,6 +205,37 @@ def _check_rail(rail: object) -> int:
     raise ConfigError(f"rail must be a non-negative integer, got {rail!r}")
 
 
+class _TwinDistances(Mapping[str, int]):
+    """A distance map that is another's but at a few devices (None there: unreachable).
+
+    :meth:`Topology._dist_map` shares one search among destinations entered from the same
+    devices, so the maps of a fabric's 512 leaves cost one search and 511 small patches."""
+
+    __slots__ = ("_base", "_own")
+
+    def __init__(self, base: Mapping[str, int], own: dict[str, int | None]) -> None:
+        self._base, self._own = base, own
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in self._own:
+            found = self._own[key]
+            return default if found is None else found
+        return self._base.get(key, default)
+
+    def __getitem__(self, key: str) -> int:
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        yield from (k for k in self._base if k not in self._own)
+        yield from (k for k, d in self._own.items() if d is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class Topology:
     """A networkx DiGraph of Devices (node attr 'device') and directed Links (edge attr 'link').
 
@@ -305,7 +336,8 @@ class Topology:
         self._local_nics: dict[str, tuple[str, ...]] = {}
         self._local_rails: dict[str, tuple[int, ...]] = {}
         self._own_rails: dict[str, int | None] = {}
-        self._dist_maps: dict[tuple[str, bool], dict[str, int]] = {}
+        self._dist_maps: dict[tuple[str, bool], Mapping[str, int]] = {}
+        self._twin_targets: dict[tuple[frozenset[str], bool], str] = {}
         self._hops: dict[tuple[str, str, bool], tuple[str, ...]] = {}
         self._preds_in_fabric: dict[str, tuple[str, ...]] = {}
         self._transit_pred_maps: dict[bool, dict[str, tuple[str, ...]]] = {}
@@ -746,7 +778,7 @@ class Topology:
                 best = candidate
         return None if best is None else (a, best[2], b)
 
-    def _dist_map(self, target: str, *, fabric_only: bool) -> dict[str, int]:
+    def _dist_map(self, target: str, *, fabric_only: bool) -> Mapping[str, int]:
         """Hops from each transit-capable device to ``target`` (reverse BFS, cached; a
         Dijkstra search over link costs where some link costs more than one hop).
 
@@ -760,6 +792,18 @@ class Topology:
             dist = self._cost_map(target, fabric_only=fabric_only)
             self._dist_maps[key] = dist
             return dist
+        # Destinations entered from the same transit devices (the leaves under one set of
+        # spines, the NICs under one leaf) are as far from every third device: one search
+        # serves them all (see _TwinDistances); quadratic in switches otherwise.
+        entry = (frozenset(self._transit_preds(fabric_only).get(target, ())), fabric_only)
+        twin = self._twin_targets.setdefault(entry, target)
+        dist = (self._bfs_map(target, fabric_only) if twin == target
+                else self._twin_map(twin, target, fabric_only))
+        self._dist_maps[key] = dist
+        return dist
+
+    def _bfs_map(self, target: str, fabric_only: bool) -> dict[str, int]:
+        """Hops to ``target`` by a reverse breadth-first search (unit link costs)."""
         preds = self._transit_preds(fabric_only)
         dist = {target: 0}
         queue = deque([target])
@@ -769,8 +813,21 @@ class Topology:
                 if u not in dist:
                     dist[u] = dist[v] + 1
                     queue.append(u)
-        self._dist_maps[key] = dist
         return dist
+
+    def _twin_map(self, twin: str, target: str, fabric_only: bool) -> _TwinDistances:
+        """Hops to ``target`` from ``twin``'s map, where both are entered from the same set
+        P of transit devices.  Any path to either ends P -> it, so a device u other than the
+        two is 1 + min over p in P of d(u, p) from both.  Only the two ends differ:
+        ``target`` is 0, and ``twin`` (if it may transit) is 1 + its best successor's."""
+        base = self._dist_map(twin, fabric_only=fabric_only)
+        own: int | None = None
+        twin_dev = self._devices[twin]
+        if twin_dev.kind not in _ENDPOINT_KINDS and not (fabric_only and twin_dev.node is not None):
+            ahead = [0 if v == target else base.get(v) for v, _ in self._succ[twin] if v != twin]
+            reached = [d for d in ahead if d is not None]
+            own = 1 + min(reached) if reached else None
+        return _TwinDistances(base, {target: 0, twin: own})
 
     def _transit_preds(self, fabric_only: bool) -> dict[str, tuple[str, ...]]:
         """Per device, its predecessors that may be transit hops (built once per flag).
@@ -787,7 +844,7 @@ class Topology:
             self._transit_pred_maps[fabric_only] = cached
         return cached
 
-    def _cost_map(self, target: str, *, fabric_only: bool) -> dict[str, int]:
+    def _cost_map(self, target: str, *, fabric_only: bool) -> Mapping[str, int]:
         """:meth:`_dist_map` by Dijkstra: the least summed link cost to ``target``."""
         dist = {target: 0}
         heap = [(0, target)]
