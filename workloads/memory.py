@@ -69,6 +69,7 @@ from dataclasses import dataclass, replace
 
 from distsim_gpu.simcore.config import check_bool, check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.layer_groups import layer_settings
 from distsim_gpu.workloads.models import RECOMPUTE_MODES, ModelSpec
 from distsim_gpu.workloads.moe_routing import moe_pace
 from distsim_gpu.workloads.offload import OffloadConfig
@@ -92,6 +93,7 @@ __all__ = [
     "StageParams",
     "activation_bytes_per_layer",
     "cp_kv_block_bytes",
+    "layer_group_extra_params",
     "layer_params_local",
     "memory_of_strategy",
     "memory_per_gpu",
@@ -371,6 +373,10 @@ def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: Tra
                                   whole.gradients_bytes * params,
                                   whole.optimizer_bytes * params,
                                   whole.activations_bytes / mesh.tp)
+    if parallel.layer_groups:
+        return _layer_grouped(model, parallel, training, seq_len=seq_len,
+                              microbatches=microbatches, stage=stage,
+                              flash_attention=flash_attention)
     return offloaded(memory_per_gpu(
         model, tp=parallel.tp, pp=parallel.pp, dp=parallel.dp_cp, ep=parallel.ep,
         sequence_parallel=parallel.sequence_parallel, zero_stage=parallel.zero,
@@ -379,6 +385,59 @@ def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: Tra
         interleave=parallel.interleave, num_microbatches=microbatches,
         precision=training.precision, stage=stage, flash_attention=flash_attention,
         partition=parallel.partition, cp=parallel.cp), parallel.offload)
+
+
+def layer_group_extra_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> float:
+    """Parameters one GPU of stage ``stage`` holds beyond the count at ``parallelism.tp``
+    under layer groups (:mod:`workloads.layer_groups`): each narrower layer's
+    ``P/tp_i − P/tp``; 0 without groups."""
+    if not parallel.layer_groups:
+        return 0.0
+    tps = [g.tp for g in parallel.layer_groups for _ in range(g.layers)]
+    extra = 0.0
+    for i in stage_layers(model, pp=parallel.pp, stage=stage, interleave=parallel.interleave,
+                          partition=parallel.partition):
+        if tps[i] != parallel.tp:
+            extra += (sum(layer_params_local(model, i, tps[i], parallel.ep))
+                      - sum(layer_params_local(model, i, parallel.tp, parallel.ep)))
+    return extra
+
+
+def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
+                   *, seq_len: int, microbatches: int, stage: int,
+                   flash_attention: bool) -> MemoryBreakdown:
+    """Layer groups (:mod:`workloads.layer_groups`): each layer's weights, gradients and
+    optimizer state at its own tp, its activations at its share of the micro-batch, its
+    tp and its recompute (plus, with full recompute, the largest such layer's whole
+    activations while it is recomputed)."""
+    base = memory_of_strategy(model, replace(parallel, layer_groups=()),
+                              replace(training, recompute="none"), seq_len=seq_len,
+                              microbatches=microbatches, stage=stage,
+                              flash_attention=flash_attention)
+    settings = layer_settings(parallel.layer_groups, tp=parallel.tp,
+                              micro_batch=training.micro_batch, recompute=training.recompute)
+
+    def act(i: int, tp: int, micro_batch: int, mode: str) -> float:
+        return activation_bytes_per_layer(
+            model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, recompute=mode,
+            flash_attention=flash_attention, precision=training.precision, layer_index=i,
+            ep=parallel.ep)
+
+    layers = stage_layers(model, pp=parallel.pp, stage=stage, interleave=parallel.interleave,
+                          partition=parallel.partition)
+    stored = sum(act(i, settings[i].tp, settings[i].micro_batch, settings[i].recompute)
+                 - act(i, parallel.tp, training.micro_batch, "none") for i in layers)
+    in_flight = microbatches_in_flight(parallel.schedule, pp=parallel.pp, stage=stage,
+                                       num_microbatches=microbatches,
+                                       interleave=parallel.interleave)
+    full = [act(i, settings[i].tp, settings[i].micro_batch, "none") for i in layers
+            if settings[i].recompute == "full"]
+    activations = base.activations_bytes + stored * in_flight + max(full, default=0.0)
+    extra = layer_group_extra_params(model, parallel, stage)
+    weight_b, grad_b, optim_b = PRECISION_BYTES[training.precision]
+    return MemoryBreakdown.of(base.weights_bytes + weight_b * extra,
+                              base.gradients_bytes + grad_b * extra,
+                              base.optimizer_bytes + optim_b * extra, activations)
 
 
 def offloaded(memory: MemoryBreakdown, offload: OffloadConfig) -> MemoryBreakdown:

@@ -45,6 +45,12 @@ from distsim_gpu.simcore.config import (
 )
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import parse_size
+from distsim_gpu.workloads.layer_groups import (
+    LayerGroup,
+    check_layer_group_strategy,
+    check_layer_groups,
+    layer_groups_from,
+)
 from distsim_gpu.workloads.offload import (
     NO_OFFLOAD,
     OffloadConfig,
@@ -142,6 +148,9 @@ class ParallelConfig:
     # DeepSeek-V3 style: each MoE layer runs as two half micro-batches, one's dispatch /
     # combine overlapping the other's compute (workloads.streams).
     moe_overlap: bool = False
+    # Galvatron's per-layer strategies: groups of layers with their own tp and recompute
+    # (workloads.layer_groups); empty: every layer as above.
+    layer_groups: tuple[LayerGroup, ...] = ()
 
     @property
     def num_gpus(self) -> int:
@@ -161,6 +170,10 @@ class ParallelConfig:
             del data["offload"]
         if not self.moe_overlap:  # likewise
             del data["moe_overlap"]
+        if self.layer_groups:  # likewise
+            data["layer_groups"] = [g.to_dict() for g in self.layer_groups]
+        else:
+            del data["layer_groups"]
         return data
 
 
@@ -275,6 +288,14 @@ def check_strategy(parallel: ParallelConfig, training: TrainingConfig, *, num_gp
                 experts=experts, source=source)
     check_cp_split(training.seq_len or seq_len, parallel.cp, key="parallelism.cp",
                    source=source)
+    if parallel.layer_groups:
+        check_layer_group_strategy(
+            tp_mode=parallel.tp_mode, sequence_parallel=parallel.sequence_parallel,
+            cp=parallel.cp, ep=parallel.ep, zero=parallel.zero, fsdp=parallel.fsdp,
+            offload=parallel.offload.enabled, source=source)
+        check_layer_groups(parallel.layer_groups, tp=parallel.tp, dp=parallel.dp,
+                           layers=layers, heads=heads, kv_heads=kv_heads,
+                           micro_batch=training.micro_batch, source=source)
     return microbatches
 
 
@@ -463,6 +484,8 @@ def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
             check_bool(value, key=f"{prefix}.{key}", source=source)
         elif key == "offload":
             value = offload_from_mapping(value, source=source, prefix=f"{prefix}.offload")
+        elif key == "layer_groups":
+            value = layer_groups_from(value, source=source, prefix=f"{prefix}.layer_groups")
         elif key == "bucket_params":
             value = int(parse_size(value, key=f"{prefix}.{key}", source=source,
                                    allow_zero=False))

@@ -32,9 +32,19 @@ iteration's lower bound (:mod:`workloads.bounds`) counts with too.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from distsim_gpu.workloads.context_parallel import core_attention_time_s, ring_step_blocks
 from distsim_gpu.workloads.costs import CostModel
+from distsim_gpu.workloads.layer_groups import (
+    LayerSetting,
+    block_subgroups,
+    layer_settings,
+    reshard_bytes,
+    reshard_subgroups,
+    shard_subgroups,
+)
+from distsim_gpu.workloads.memory import layer_group_extra_params
 from distsim_gpu.workloads.models import ModelSpec
 from distsim_gpu.workloads.moe_routing import moe_pace
 from distsim_gpu.workloads.ops import (
@@ -115,6 +125,13 @@ class StreamBuilder:
         self.moe_pace = moe_pace(model.moe, experts=model.experts, top_k=model.top_k,
                                  ep=parallel.ep)
         self._passes: dict[tuple[int, int, str, bool, bool], tuple[Op, ...]] = {}
+        # Per-layer strategies (workloads.layer_groups): each layer's tp, share of the
+        # micro-batch and recompute; None when every layer runs as the strategy says.
+        self._uniform = LayerSetting(parallel.tp, 1, training.micro_batch, training.recompute)
+        self.settings = (layer_settings(parallel.layer_groups, tp=parallel.tp,
+                                        micro_batch=training.micro_batch,
+                                        recompute=training.recompute)
+                         if parallel.layer_groups else None)
 
     # ----------------------------------------------------------------- a stage
     def stage_stream(self, stage: int) -> list[Op]:
@@ -150,11 +167,14 @@ class StreamBuilder:
         """Gradients in, tied embedding, gradient norm, optimizer, ZeRO-1/2 gather."""
         model, par = self.model, self.parallel
         ops: list[Op] = [Wait()]
+        if self.settings:
+            self._gather_in_group(ops, stage)
         if par.pp > 1 and model.tied_embeddings and stage in (0, par.pp - 1):
             ops.append(Collective("all_reduce", word_embedding_grad_bytes(model, par),
                                   "tied embedding grads", group="embedding"))
         ops.append(Barrier("gradient norm"))
-        step_s = self.costs.optimizer_step_time_s(optimizer_params(model, par, stage))
+        step_s = self.costs.optimizer_step_time_s(
+            optimizer_params(model, par, stage) + layer_group_extra_params(model, par, stage))
         ops.append(Compute(step_s, "optimizer step"))
         if par.zero in (1, 2) and par.dp_cp > 1:
             ops.append(Collective("all_gather",
@@ -186,6 +206,8 @@ class StreamBuilder:
         for position, layer in enumerate(order):
             if sharded:
                 self._gather_params(ops, order, position)
+            if self.settings and position:
+                self._reshard(ops, order[position - 1], layer)
             self._layer_pass(ops, "fwd", layer, fold)
         if vs == self.virtual_stages - 1:
             ops.append(self._edge("loss", "fwd"))
@@ -207,8 +229,12 @@ class StreamBuilder:
         for position, layer in enumerate(order):
             if sharded:
                 self._gather_params(ops, order, position)
+            if self.settings and position:
+                self._reshard(ops, order[position - 1], layer)
             self._layer_pass(ops, "recompute", layer, fold)
             self._layer_pass(ops, "bwd", layer, fold)
+            if self.settings and last:
+                self._reduce_in_group(ops, layer)
             if sharded:
                 ops.append(self._async_dp("reduce_scatter",
                                           layer_grad_bytes(self.model, layer, par),
@@ -240,14 +266,15 @@ class StreamBuilder:
 
     def _layer_pass(self, ops: list[Op], pass_: str, layer: int, fold: bool) -> None:
         """One layer's compute and in-layer communication for ``fwd``/``bwd``/recompute."""
-        model, par, train = self.model, self.parallel, self.training
-        if pass_ == "recompute" and train.recompute == "none":
+        model, par = self.model, self.parallel
+        setting = self._setting(layer)
+        if pass_ == "recompute" and setting.recompute == "none":
             return
         cost_pass = "recompute" if pass_ == "recompute" else pass_
-        extra = {"recompute": train.recompute} if pass_ == "recompute" else {}
+        extra = {"recompute": setting.recompute} if pass_ == "recompute" else {}
         duration = self.costs.layer_time_s(
-            cost_pass, model, micro_batch=train.micro_batch, seq_len=self.seq_len,
-            tp=par.tp, sequence_parallel=self.split_elementwise, layer_index=layer,
+            cost_pass, model, micro_batch=setting.micro_batch, seq_len=self.seq_len,
+            tp=setting.tp, sequence_parallel=self.split_elementwise, layer_index=layer,
             ep=par.ep, **extra)
         label = f"L{layer} {pass_}"
         # What a cost table calls this layer pass (trace args, read by ``trace costs``).
@@ -255,7 +282,7 @@ class StreamBuilder:
         table_pass = ("recompute_selective" if extra.get("recompute") == "selective"
                       else cost_pass)
         moe = model.is_moe_layer(layer) and par.ep > 1
-        with_comm = pass_ != "recompute" or train.recompute == "full"
+        with_comm = pass_ != "recompute" or setting.recompute == "full"
         args = (kind, table_pass, layer)
         half = duration / 2
         if par.cp > 1:
@@ -269,14 +296,14 @@ class StreamBuilder:
             self._overlapped_moe(ops, label, (half, mlp), args, fold, pass_)
             return
         if with_comm:
-            self._tp_ops(ops, f"{label} attention", fold, pass_, "attention")
+            self._tp_ops(ops, f"{label} attention", fold, pass_, "attention", setting)
         if moe and with_comm:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} dispatch", group="ep"))
         ops.append(Compute(mlp, f"{label} mlp", *args))
         if moe and with_comm:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} combine", group="ep"))
         if with_comm:
-            self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp")
+            self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", setting)
 
     def _overlapped_moe(self, ops: list[Op], label: str, times_s: tuple[float, float],
                         args: tuple[str, str, int], fold: bool, pass_: str) -> None:
@@ -335,10 +362,13 @@ class StreamBuilder:
         return half
 
     def _tp_ops(self, ops: list[Op], label: str, fold: bool, pass_: str = "fwd",
-                block: str = "attention") -> None:
+                block: str = "attention", setting: LayerSetting | None = None) -> None:
         """The TP collectives after an attention or MLP block (forward or backward); a
         2-D/2.5-D/3-D mesh's run on its sub-groups and are never fused (their closed form
-        is the whole group's)."""
+        is the whole group's), as do a narrower layer group's (``setting``)."""
+        if setting is not None and setting.k > 1:
+            self._block_tp_ops(ops, label, setting)
+            return
         if self.tp_plan is not None:
             mesh_pass = "bwd" if pass_ == "bwd" else "fwd"  # a recompute redoes the fwd's
             for n, step in enumerate(self.tp_plan[(mesh_pass, block)]):
@@ -369,6 +399,61 @@ class StreamBuilder:
             ops.append(self._async_dp("all_gather", self._param_bytes(ahead),
                                       f"L{ahead} gather params", f"L{ahead}"))
         ops.append(Wait(f"L{layer}"))
+
+    # ----------------------------------------------------------------- layer groups
+    def _setting(self, layer: int) -> LayerSetting:
+        return self._uniform if self.settings is None else self.settings[layer]
+
+    def _block_tp_ops(self, ops: list[Op], label: str, setting: LayerSetting) -> None:
+        """A narrower layer's TP collectives: on each block of its ``tp`` GPUs, at its
+        share of the micro-batch (none at tp 1)."""
+        if setting.tp == 1:
+            return
+        size = tp_message_bytes(self.model, replace(self.training,
+                                                    micro_batch=setting.micro_batch,
+                                                    seq_len=self.seq_len))
+        groups = block_subgroups(self.parallel.tp, setting.tp)
+        for kind in self.tp_kinds:
+            ops.append(Collective(kind, size, f"{label} {kind} tp{setting.tp}",
+                                  subgroups=groups))
+
+    def _reshard(self, ops: list[Op], before: int, layer: int) -> None:
+        """Galvatron's resharding where ``layer`` (run after ``before``) is wider: its GPUs
+        gather the activation (forward) or its gradient (backward) slices the narrower
+        groups hold; a narrowing is a slice, free (workloads.layer_groups)."""
+        narrow, wide = self._setting(before).tp, self._setting(layer).tp
+        if wide <= narrow:
+            return
+        size = reshard_bytes(micro_batch=self.training.micro_batch, seq_len=self.seq_len,
+                             hidden=self.model.hidden, tp=self.parallel.tp, wide=wide,
+                             element_bytes=activation_bytes_per_element(
+                                 self.training.precision))
+        ops.append(Collective("all_gather", size, f"L{layer} reshard tp{narrow}->tp{wide}",
+                              subgroups=reshard_subgroups(self.parallel.tp, narrow, wide)))
+
+    def _reduce_in_group(self, ops: list[Op], layer: int) -> None:
+        """A narrower layer's gradients (``P/tp_i`` per GPU) reduce-scattered over the
+        rank group's GPUs holding the same shard, before the data-parallel buckets."""
+        setting = self._setting(layer)
+        if setting.k > 1:
+            size = layer_grad_bytes(self.model, layer, replace(self.parallel, tp=setting.tp))
+            ops.append(Collective("reduce_scatter", size, f"L{layer} grads in rank group",
+                                  subgroups=shard_subgroups(self.parallel.tp, setting.tp)))
+
+    def _gather_in_group(self, ops: list[Op], stage: int) -> None:
+        """After the data-parallel reduction: each narrower tp's reduced gradients gathered
+        back over the same GPUs (the hierarchical all-reduce's last leg)."""
+        assert self.settings is not None
+        by_tp: dict[int, float] = {}
+        for chunk in range(self.parallel.interleave):
+            for layer in range(*self.chunks[virtual_stage(stage, chunk, self.parallel.pp)]):
+                setting = self.settings[layer]
+                if setting.k > 1:
+                    by_tp[setting.tp] = by_tp.get(setting.tp, 0.0) + layer_grad_bytes(
+                        self.model, layer, replace(self.parallel, tp=setting.tp))
+        for tp_i, size in sorted(by_tp.items()):
+            ops.append(Collective("all_gather", size, f"grads tp{tp_i} in rank group",
+                                  subgroups=shard_subgroups(self.parallel.tp, tp_i)))
 
     def _param_bytes(self, layer: int) -> float:
         return layer_param_bytes(self.model, layer, self.parallel, self.training)

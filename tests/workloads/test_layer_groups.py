@@ -1,0 +1,239 @@
+"""Per-layer strategies (``parallelism.layer_groups``, Galvatron): the groups' checks, the
+resharding all-gather's bytes against ``b·(tp_wide/tp)·s·h·e``, narrower layers' compute
+and collectives on blocks of the rank group, the hierarchical gradient reduction, memory
+against a hand count, one group equal to today's run, and folding still exact."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from distsim_gpu.collectives import CommParams
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.topology import build_cluster
+from distsim_gpu.workloads.costs import RooflineCosts
+from distsim_gpu.workloads.gpus import get_gpu
+from distsim_gpu.workloads.layer_groups import (
+    LayerGroup,
+    block_subgroups,
+    reshard_bytes,
+    reshard_subgroups,
+    shard_subgroups,
+)
+from distsim_gpu.workloads.memory import (
+    PRECISION_BYTES,
+    layer_params_local,
+    memory_of_strategy,
+)
+from distsim_gpu.workloads.models import model_from_mapping
+from distsim_gpu.workloads.ops import Collective, Compute
+from distsim_gpu.workloads.parallel import (
+    ParallelConfig,
+    TrainingConfig,
+    check_strategy,
+    parallel_from_mapping,
+)
+from distsim_gpu.workloads.streams import StreamBuilder
+from hypothesis import given
+from hypothesis import strategies as st
+
+GPT = model_from_mapping({"name": "gpt", "layers": 4, "hidden": 1024, "heads": 16,
+                          "seq_len": 256, "vocab": 32000})
+E = 2  # bf16 activation bytes
+
+
+def groups(*spec: tuple) -> tuple[LayerGroup, ...]:
+    return tuple(LayerGroup(*g) for g in spec)
+
+
+def _check(parallel: ParallelConfig, *, micro_batch: int = 4, layers: int = 4) -> int:
+    training = TrainingConfig(micro_batch=micro_batch, global_batch=micro_batch * parallel.dp)
+    return check_strategy(parallel, training, num_gpus=parallel.num_gpus, layers=layers,
+                          heads=16, kv_heads=16, experts=1, source="s.yaml")
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(("data", "match", "key"), [
+    ([{"layers": 3, "tp": 4}], "hold 3 layers but the model has 4", "layer_groups"),
+    ([{"layers": 2, "tp": 4}, {"layers": 2, "tp": 3}], "do not split over tp = 3",
+     "layer_groups[1].tp"),
+    ([{"layers": 2, "tp": 4}, {"layers": 2, "tp": 8}], "does not divide parallelism.tp",
+     "layer_groups[1].tp"),
+    ([{"layers": 2, "tp": 4, "dp": 2}, {"layers": 2, "tp": 2, "dp": 2}],
+     "tp·dp = 2·2 = 4 but a stage has tp·dp = 4·2 = 8", "layer_groups[1].dp"),
+])
+def test_bad_groups_are_named(data, match: str, key: str) -> None:
+    parallel = parallel_from_mapping({"tp": 4, "dp": 2, "layer_groups": data})
+    with pytest.raises(ConfigError, match=match) as err:
+        _check(parallel)
+    assert f"parallelism.{key}" in str(err.value) and "s.yaml" in str(err.value)
+
+
+def test_micro_batch_must_split_over_the_sub_replicas() -> None:
+    parallel = ParallelConfig(tp=4, layer_groups=groups((2, 4), (2, 1)))
+    with pytest.raises(ConfigError, match="micro_batch 2 does not split over the 4"):
+        _check(parallel, micro_batch=2)
+    assert _check(parallel, micro_batch=4) == 1
+
+
+@pytest.mark.parametrize(("value", "match"), [
+    ([], "non-empty list"), ({"layers": 4}, "non-empty list"),
+    ([{"layers": 4}], "missing 'tp'"), ([{"layers": 4, "tp": 4, "pp": 2}], "pp"),
+    ([{"layers": 4, "tp": 4, "recompute": "some"}], "recompute mode"),
+    ([{"layers": 0, "tp": 4}], "layers"),
+])
+def test_malformed_groups_are_clear_errors(value, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        parallel_from_mapping({"tp": 4, "layer_groups": value})
+
+
+@pytest.mark.parametrize("extra", [{"sequence_parallel": True}, {"zero": 1},
+                                   {"tp_mode": "2d"}])
+def test_strategies_not_modelled_with_groups_are_refused(extra) -> None:
+    parallel = ParallelConfig(tp=4, dp=2, layer_groups=groups((4, 4)), **extra)
+    with pytest.raises(ConfigError, match="layer_groups with .* is not modelled"):
+        _check(parallel)
+
+
+# ----------------------------------------------------------------------------- geometry
+
+
+@given(st.sampled_from([(1, 1), (2, 1), (4, 1), (4, 2), (8, 2), (8, 4), (8, 8), (16, 4)]),
+       st.data())
+def test_subgroups_partition_the_rank_group(tps, data) -> None:
+    tp, narrow = tps
+    wide = data.draw(st.sampled_from([w for w in (1, 2, 4, 8, 16)
+                                      if w % narrow == 0 and tp % w == 0]))
+    for parts, size in ((block_subgroups(tp, narrow), narrow),
+                        (shard_subgroups(tp, narrow), tp // narrow),
+                        (reshard_subgroups(tp, narrow, wide), wide // narrow)):
+        assert sorted(i for part in parts for i in part) == list(range(tp))
+        assert all(len(part) == size for part in parts)
+    # A resharding group holds one GPU of each narrow block inside one wide block.
+    for part in reshard_subgroups(tp, narrow, wide):
+        assert len({i // narrow for i in part}) == len(part)
+        assert len({i // wide for i in part}) == 1
+
+
+# ----------------------------------------------------------------------------- streams
+
+
+def _builder(parallel: ParallelConfig, micro_batch: int = 8, recompute: str = "none"):
+    training = TrainingConfig(micro_batch=micro_batch, global_batch=micro_batch,
+                              recompute=recompute)
+    costs = RooflineCosts(get_gpu("a100-80gb"))
+    return StreamBuilder(GPT, parallel, training, costs, microbatches=1), costs
+
+
+def _collectives(stream, word: str) -> list[Collective]:
+    return [op for op in stream if isinstance(op, Collective) and word in op.label]
+
+
+def test_reshard_is_an_all_gather_of_the_wide_groups_activation() -> None:
+    """tp 4 -> 1 -> 4 on a rank group of 4: the forward gathers where tp grows (L2), the
+    backward where it shrinks in the forward direction (L0 after L1's backward)."""
+    parallel = ParallelConfig(tp=4, layer_groups=groups((1, 4), (2, 1), (1, 4)))
+    builder, _ = _builder(parallel)
+    stream = builder.stage_stream(0)
+    reshards = _collectives(stream, "reshard")
+    assert [op.label.split()[0] for op in reshards] == ["L3", "L0"]
+    b, s, h = 8, 256, 1024
+    for op in reshards:
+        assert op.op == "all_gather" and op.size_bytes == b * s * h * E
+        assert op.subgroups == ((0, 1, 2, 3),)
+    assert reshard_bytes(micro_batch=8, seq_len=s, hidden=h, tp=8, wide=2,
+                         element_bytes=E) == 8 * 2 / 8 * s * h * E
+
+
+def test_narrow_layers_compute_their_share_and_talk_on_blocks() -> None:
+    parallel = ParallelConfig(tp=4, layer_groups=groups((2, 4), (2, 2)))
+    builder, costs = _builder(parallel)
+    stream = builder.stage_stream(0)
+    fwd = [op for op in stream if isinstance(op, Compute) and op.label.startswith("L3 fwd")]
+    expected = costs.layer_time_s("fwd", GPT, micro_batch=4, seq_len=256, tp=2,
+                                  sequence_parallel=False, layer_index=3)
+    assert sum(op.duration_s for op in fwd) == pytest.approx(expected)
+    narrow = [op for op in _collectives(stream, "L3 ") if op.op == "all_reduce"]
+    assert len(narrow) == 4  # attention and MLP, forward and backward
+    assert all(op.subgroups == ((0, 1), (2, 3)) and op.size_bytes == 4 * 256 * 1024 * E
+               for op in narrow)
+    wide = [op for op in _collectives(stream, "L0 ") if op.op == "all_reduce"]
+    assert all(op.subgroups is None and op.size_bytes == 8 * 256 * 1024 * E for op in wide)
+    # tp 1: no tensor-parallel collective at all.
+    solo, _ = _builder(ParallelConfig(tp=4, layer_groups=groups((2, 4), (2, 1))))
+    assert not [op for op in _collectives(solo.stage_stream(0), "L3 ") if op.op == "all_reduce"]
+
+
+def test_narrow_gradients_reduce_hierarchically() -> None:
+    """A tp-2 layer's P/2 gradients: reduce-scatter over the two GPUs holding the same
+    shard in the last backward, all-gather back after the data-parallel wait."""
+    parallel = ParallelConfig(tp=4, dp=2, layer_groups=groups((2, 4), (2, 2)))
+    builder, _ = _builder(parallel)
+    stream = builder.stage_stream(0)
+    fp32 = 4
+    per_layer = sum(layer_params_local(GPT, 3, 2, 1)) * fp32
+    scatters = _collectives(stream, "grads in rank group")
+    assert [op.op for op in scatters] == ["reduce_scatter"] * 2
+    assert all(op.size_bytes == per_layer and op.subgroups == ((0, 2), (1, 3))
+               for op in scatters)
+    gather = _collectives(stream, "grads tp2 in rank group")
+    assert [op.op for op in gather] == ["all_gather"] and gather[0].size_bytes == 2 * per_layer
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def test_memory_against_a_hand_count() -> None:
+    """Two narrow layers at tp 2 with full recompute beside two at tp 4 without: weights,
+    gradients and optimizer state grow by the narrow layers' extra parameters, and their
+    activations shrink to the 2·s·(b/2)·h input each, plus one layer's whole activations
+    while it is recomputed."""
+    from distsim_gpu.workloads.memory import activation_bytes_per_layer
+    base = ParallelConfig(tp=4)
+    training = TrainingConfig(micro_batch=8, global_batch=8)
+    mixed = replace(base, layer_groups=groups((2, 4), (2, 2, "full")))
+    args = {"seq_len": 256, "microbatches": 1, "stage": 0, "flash_attention": False}
+    uniform = memory_of_strategy(GPT, base, training, **args)
+    grouped = memory_of_strategy(GPT, mixed, training, **args)
+    extra = 2 * (sum(layer_params_local(GPT, 3, 2, 1)) - sum(layer_params_local(GPT, 3, 4, 1)))
+    for field, per_param in zip(("weights_bytes", "gradients_bytes", "optimizer_bytes"),
+                                PRECISION_BYTES["bf16"], strict=True):
+        assert getattr(grouped, field) == pytest.approx(getattr(uniform, field)
+                                                        + per_param * extra, rel=1e-12)
+    s, h = 256, 1024
+    whole_narrow = activation_bytes_per_layer(GPT, micro_batch=4, seq_len=s, tp=2)
+    whole_wide = activation_bytes_per_layer(GPT, micro_batch=8, seq_len=s, tp=4)
+    expected = (uniform.activations_bytes - 2 * whole_wide + 2 * (E * s * 4 * h)
+                + whole_narrow)
+    assert grouped.activations_bytes == pytest.approx(expected, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- iterations
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_one_group_is_todays_run(uniform, recompute: str) -> None:
+    topology = build_cluster({"preset": "dgx-a100", "nodes": 2})
+    parallel = ParallelConfig(tp=4, pp=2, dp=2, bucket_params=200_000)
+    training = TrainingConfig(micro_batch=2, global_batch=8, recompute=recompute)
+    one = replace(parallel, layer_groups=groups((8, 4)))
+    runs = [uniform.run(topology, p, training, comm=CommParams()) for p in (parallel, one)]
+    assert runs[1].iteration_time_s == pytest.approx(runs[0].iteration_time_s, rel=1e-9)
+    for a, b in zip(runs[0].per_gpu, runs[1].per_gpu, strict=True):
+        assert b.exposed_communication_s == pytest.approx(a.exposed_communication_s,
+                                                          rel=1e-9, abs=1e-15)
+        assert b.peak_memory_bytes == pytest.approx(a.peak_memory_bytes, rel=1e-9)
+
+
+def test_mixed_groups_fold_exactly(uniform) -> None:
+    topology = build_cluster({"preset": "dgx-a100", "nodes": 2})
+    parallel = ParallelConfig(tp=4, dp=4, bucket_params=200_000,
+                              layer_groups=groups((4, 4), (4, 2, "full")))
+    training = TrainingConfig(micro_batch=2, global_batch=16)
+    runs = [uniform.run(topology, parallel, training, comm=CommParams(), fold_replicas=f)
+            for f in (True, False)]
+    assert runs[0].folding.startswith("folded")
+    assert runs[0].iteration_time_s == pytest.approx(runs[1].iteration_time_s, rel=1e-9)
+    assert runs[0].iteration_time_s > 0
