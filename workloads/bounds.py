@@ -477,9 +477,9 @@ class IterationBounds:
             bwd += self._layer_time("recompute", layer, shape)
         gather = gather_low = reduce = 0.0
         if gathered:
-            grads = traffic.layer_grad_bytes(self.model, layer, shape.parallel)
-            params = traffic.layer_param_bytes(self.model, layer, shape.parallel,
-                                               shape.training)
+            grads = traffic.layer_shard_grad_bytes(self.model, layer, shape.parallel)
+            params = traffic.layer_gather_bytes(self.model, layer, shape.parallel,
+                                                shape.training)
             dp_ranks, lanes, m = shape.dp_ranks[stage], shape.dp_lanes[stage], shape.microbatches
             gather = self._estimate("all_gather", dp_ranks, params)
             gather_low = self._counted_call(tally, "all_gather", lanes, params, 2 * m)
@@ -504,9 +504,10 @@ class IterationBounds:
         for t, _ in backward:
             done.append(done[-1] + t)
         if shape.sharded:
+            # (a per-operator plan's replicated buckets are left out: still a bound)
             return [(done[k + 1], self._call("reduce_scatter", lanes,
-                                            traffic.layer_grad_bytes(self.model, layer,
-                                                                     parallel))[0])
+                                            traffic.layer_shard_grad_bytes(
+                                                self.model, layer, parallel))[0])
                     for k, layer in enumerate(order)]
         return [(pass_s if bucket.after_layers is None else done[bucket.after_layers],
                  self._counted_call(tally, shape.grad_op, lanes, bucket.size_bytes))

@@ -8,7 +8,9 @@ state over the data-parallel group, ZeRO-2 also the gradients, ZeRO-3 (and PyTor
 with full sharding) also the weights.  fp32 training holds 4 + 4 + 8 bytes (no master
 copy).  ``fp8`` training keeps 16-bit weights (Transformer Engine), so it counts as
 mixed precision here.  The temporarily all-gathered layer weights of ZeRO-3/FSDP and
-allocator fragmentation are *not* counted.
+allocator fragmentation are *not* counted.  Per-operator sharding (OSDP,
+:mod:`workloads.operator_sharding`) divides its sharded operators' state by dp, holds the
+replicated ones whole, and counts the largest gathered operator's weights (÷ its split).
 
 Parameters on one GPU follow Megatron-LM's layout: a pipeline stage holds ``layers/pp``
 layers (with ``interleave = v`` model chunks, chunk ``j`` of stage ``r`` holds layers
@@ -73,6 +75,7 @@ from distsim_gpu.workloads.layer_groups import layer_settings
 from distsim_gpu.workloads.models import RECOMPUTE_MODES, ModelSpec
 from distsim_gpu.workloads.moe_routing import moe_pace
 from distsim_gpu.workloads.offload import OffloadConfig
+from distsim_gpu.workloads.operator_sharding import peak_gathered_params, sharded_params
 from distsim_gpu.workloads.parallel import (
     ParallelConfig,
     TrainingConfig,
@@ -377,6 +380,10 @@ def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: Tra
         return _layer_grouped(model, parallel, training, seq_len=seq_len,
                               microbatches=microbatches, stage=stage,
                               flash_attention=flash_attention)
+    if parallel.operator_sharding is not None:
+        return _operator_sharded(model, parallel, training, seq_len=seq_len,
+                                 microbatches=microbatches, stage=stage,
+                                 flash_attention=flash_attention)
     return offloaded(memory_per_gpu(
         model, tp=parallel.tp, pp=parallel.pp, dp=parallel.dp_cp, ep=parallel.ep,
         sequence_parallel=parallel.sequence_parallel, zero_stage=parallel.zero,
@@ -385,6 +392,30 @@ def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: Tra
         interleave=parallel.interleave, num_microbatches=microbatches,
         precision=training.precision, stage=stage, flash_attention=flash_attention,
         partition=parallel.partition, cp=parallel.cp), parallel.offload)
+
+
+def _operator_sharded(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
+                      *, seq_len: int, microbatches: int, stage: int,
+                      flash_attention: bool) -> MemoryBreakdown:
+    """Per-operator sharding (:mod:`workloads.operator_sharding`): the replicated memory
+    with the sharded operators' weights, gradients and optimizer state divided by dp, plus
+    the largest gathered operator's whole weights (÷ its split) live while it runs."""
+    plan = parallel.operator_sharding
+    assert plan is not None
+    whole = memory_of_strategy(model, replace(parallel, operator_sharding=None), training,
+                               seq_len=seq_len, microbatches=microbatches, stage=stage,
+                               flash_attention=flash_attention)
+    params = params_on_gpu(model, tp=parallel.tp, pp=parallel.pp, stage=stage).total
+    layers = sum(layer_params_local(model, i, parallel.tp, 1)[0]
+                 for i in stage_layers(model, pp=parallel.pp, stage=stage))
+    sharded = sharded_params(plan, model, parallel.tp, stage_params=params,
+                             layer_params=layers)
+    kept = (params - sharded + sharded / parallel.dp_cp) / params
+    weight_b = PRECISION_BYTES[training.precision][0]
+    gathered = weight_b * peak_gathered_params(plan, model, parallel.tp)
+    return MemoryBreakdown.of(whole.weights_bytes * kept + gathered,
+                              whole.gradients_bytes * kept, whole.optimizer_bytes * kept,
+                              whole.activations_bytes)
 
 
 def layer_group_extra_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> float:

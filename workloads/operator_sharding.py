@@ -27,14 +27,18 @@ sharded operators in one all-gather (one FSDP unit per layer, prefetched as ZeRO
 :mod:`workloads.streams`), so ``default: sharded`` with nothing listed is exactly ZeRO-3
 and ``default: replicated`` exactly plain data parallelism.  Not modelled: MoE layers,
 2-D/2.5-D/3-D tensor parallelism, pipeline parallelism (as for ZeRO-3), offload, and
-mixing with ``zero``/``fsdp`` (the plan says what is sharded).  Splitting changes memory
-only: the time of ``k`` GEMMs of ``n/k`` columns instead of one is not yet counted.
+mixing with ``zero``/``fsdp`` (the plan says what is sharded).
+
+Splitting an operator ``k`` ways runs each of its GEMMs (forward, data and weight
+gradient) as ``k`` GEMMs of ``1/k`` of the weight's columns (:func:`split_extra_s`): the
+roofline's efficiency of the smaller shape and ``k`` launches decide what it costs; the
+activation input re-read by each slice is not counted (a slice's bytes are ``1/k``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -51,6 +55,7 @@ __all__ = [
     "peak_gathered_params",
     "sharded_fraction",
     "sharded_params",
+    "split_extra_s",
 ]
 
 #: The operators of a dense transformer layer that hold parameters, in forward order.
@@ -120,7 +125,7 @@ def _operator(name: Any, key: str, source: str | None) -> str:
 
 def check_operator_sharding(plan: OperatorSharding | None, *, zero: int, fsdp: bool, pp: int,
                             tp_mode: str, offload: bool, experts: int,
-                            source: str | None = None) -> None:
+                            layer_groups: bool = False, source: str | None = None) -> None:
     """The combinations per-operator sharding does not model are clear errors."""
     if plan is None:
         return
@@ -130,7 +135,8 @@ def check_operator_sharding(plan: OperatorSharding | None, *, zero: int, fsdp: b
         (pp > 1, "with pipeline parallelism", "use pp: 1 (as for ZeRO-3)"),
         (tp_mode != "1d", f"with tp_mode {tp_mode}", "use tp_mode: 1d"),
         (offload, "with offload", "drop parallelism.offload"),
-        (experts > 1, "with MoE layers", "per-operator sharding covers dense layers only"))
+        (experts > 1, "with MoE layers", "per-operator sharding covers dense layers only"),
+        (layer_groups, "with layer groups", "drop parallelism.layer_groups"))
     for bad, what, hint in refused:
         if bad:
             raise ConfigError(f"per-operator sharding {what} is not modelled", key=key,
@@ -196,3 +202,25 @@ def sharded_params(plan: OperatorSharding, model: Any, tp: int, *, stage_params:
         return stage_params
     rest = stage_params - layer_params if plan.default == "sharded" else 0.0
     return layer_params * fraction + rest
+
+
+def split_extra_s(plan: OperatorSharding | None, costs: Any, pass_: str, model: Any,
+                  **shape: Any) -> float:
+    """Seconds a layer pass gains from the plan's splits: each split operator's GEMMs as
+    ``k`` GEMMs of ``1/k`` of the weight (the weight's output columns ``n``, or ``k`` of a
+    data gradient), timed by ``costs`` (a roofline: ``layer_work`` and ``kernel_time_s``;
+    0 for cost models without per-operator shapes).  ``shape``: ``layer_work``'s keywords."""
+    if plan is None or not plan.split or not hasattr(costs, "layer_work"):
+        return 0.0
+    extra = 0.0
+    for kernel in costs.layer_work(pass_, model, **shape).kernels:
+        k = plan.split.get(kernel.base_name, 1)
+        if k == 1 or kernel.kind != "gemm":
+            continue
+        dgrad = ".dgrad" in kernel.name
+        sliced = replace(kernel, flops=kernel.flops / k, bytes_moved=kernel.bytes_moved / k,
+                         n=kernel.n if dgrad else max(1, kernel.n // k),
+                         k=max(1, kernel.k // k) if dgrad else kernel.k,
+                         count=kernel.count * k)
+        extra += costs.kernel_time_s(sliced) - costs.kernel_time_s(kernel)
+    return extra

@@ -57,6 +57,11 @@ from distsim_gpu.workloads.offload import (
     check_offload,
     offload_from_mapping,
 )
+from distsim_gpu.workloads.operator_sharding import (
+    OperatorSharding,
+    check_operator_sharding,
+    operator_sharding_from_mapping,
+)
 from distsim_gpu.workloads.tp_nd import check_tp_nd
 
 __all__ = [
@@ -151,6 +156,9 @@ class ParallelConfig:
     # Galvatron's per-layer strategies: groups of layers with their own tp and recompute
     # (workloads.layer_groups); empty: every layer as above.
     layer_groups: tuple[LayerGroup, ...] = ()
+    # OSDP: operators whose parameters are sharded, the rest replicated
+    # (workloads.operator_sharding); None: the zero/fsdp setting alone.
+    operator_sharding: OperatorSharding | None = None
 
     @property
     def num_gpus(self) -> int:
@@ -174,6 +182,10 @@ class ParallelConfig:
             data["layer_groups"] = [g.to_dict() for g in self.layer_groups]
         else:
             del data["layer_groups"]
+        if self.operator_sharding is None:  # likewise
+            del data["operator_sharding"]
+        else:
+            data["operator_sharding"] = self.operator_sharding.to_dict()
         return data
 
 
@@ -286,6 +298,10 @@ def check_strategy(parallel: ParallelConfig, training: TrainingConfig, *, num_gp
                   precision=training.precision, source=source)
     check_tp_nd(parallel, micro_batch=training.micro_batch, heads=heads, kv_heads=kv_heads,
                 experts=experts, source=source)
+    check_operator_sharding(parallel.operator_sharding, zero=parallel.zero, fsdp=parallel.fsdp,
+                            pp=parallel.pp, tp_mode=parallel.tp_mode,
+                            offload=parallel.offload.enabled, experts=experts,
+                            layer_groups=bool(parallel.layer_groups), source=source)
     check_cp_split(training.seq_len or seq_len, parallel.cp, key="parallelism.cp",
                    source=source)
     if parallel.layer_groups:
@@ -486,6 +502,9 @@ def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
             value = offload_from_mapping(value, source=source, prefix=f"{prefix}.offload")
         elif key == "layer_groups":
             value = layer_groups_from(value, source=source, prefix=f"{prefix}.layer_groups")
+        elif key == "operator_sharding":
+            value = operator_sharding_from_mapping(value, source=source,
+                                                   prefix=f"{prefix}.operator_sharding")
         elif key == "bucket_params":
             value = int(parse_size(value, key=f"{prefix}.{key}", source=source,
                                    allow_zero=False))

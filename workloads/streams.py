@@ -47,6 +47,7 @@ from distsim_gpu.workloads.layer_groups import (
 from distsim_gpu.workloads.memory import layer_group_extra_params
 from distsim_gpu.workloads.models import ModelSpec
 from distsim_gpu.workloads.moe_routing import moe_pace
+from distsim_gpu.workloads.operator_sharding import split_extra_s
 from distsim_gpu.workloads.ops import (
     Barrier,
     Collective,
@@ -67,11 +68,13 @@ from distsim_gpu.workloads.traffic import (
     gathers_layer_params,
     gradient_buckets,
     gradient_reduce_op,
+    layer_gather_bytes,
     layer_grad_bytes,
-    layer_param_bytes,
+    layer_shard_grad_bytes,
     optimizer_params,
     pipeline_message_bytes,
     rank_training,
+    reduces_in_buckets,
     seq_len_of,
     stage_param_bytes,
     tp_collective_kinds,
@@ -222,10 +225,11 @@ class StreamBuilder:
         order = list(reversed(range(*self.chunks[vs])))
         # Without ZeRO-3/FSDP the last micro-batch reduces the gradients in buckets, each
         # launched after the layer that fills it (by backward position); with it, every
-        # micro-batch reduce-scatters each layer's.
+        # micro-batch reduce-scatters each layer's.  A per-operator plan does both: its
+        # sharded operators' gradients reduce-scattered, its replicated ones' bucketed.
         buckets = ({b.after_layers: b.size_bytes
                     for b in gradient_buckets(self.model, par, order, first_chunk=vs == 0)}
-                   if last and par.dp_cp > 1 and not sharded else {})
+                   if last and par.dp_cp > 1 and reduces_in_buckets(par) else {})
         for position, layer in enumerate(order):
             if sharded:
                 self._gather_params(ops, order, position)
@@ -237,9 +241,9 @@ class StreamBuilder:
                 self._reduce_in_group(ops, layer)
             if sharded:
                 ops.append(self._async_dp("reduce_scatter",
-                                          layer_grad_bytes(self.model, layer, par),
+                                          layer_shard_grad_bytes(self.model, layer, par),
                                           f"L{layer} reduce grads"))
-            elif position + 1 in buckets:
+            if position + 1 in buckets:
                 ops.append(self._async_dp(gradient_reduce_op(par), buckets[position + 1],
                                           f"grads to L{layer}"))
         if vs == 0:
@@ -276,6 +280,11 @@ class StreamBuilder:
             cost_pass, model, micro_batch=setting.micro_batch, seq_len=self.seq_len,
             tp=setting.tp, sequence_parallel=self.split_elementwise, layer_index=layer,
             ep=par.ep, **extra)
+        # OSDP's split operators: their GEMMs in k slices (workloads.operator_sharding).
+        duration += split_extra_s(
+            par.operator_sharding, self.costs, cost_pass, model,
+            micro_batch=setting.micro_batch, seq_len=self.seq_len, tp=setting.tp,
+            sequence_parallel=self.split_elementwise, layer_index=layer, ep=par.ep, **extra)
         label = f"L{layer} {pass_}"
         # What a cost table calls this layer pass (trace args, read by ``trace costs``).
         kind = "moe_layer" if model.is_moe_layer(layer) else "transformer_layer"
@@ -456,7 +465,7 @@ class StreamBuilder:
                                   subgroups=shard_subgroups(self.parallel.tp, tp_i)))
 
     def _param_bytes(self, layer: int) -> float:
-        return layer_param_bytes(self.model, layer, self.parallel, self.training)
+        return layer_gather_bytes(self.model, layer, self.parallel, self.training)
 
     # ----------------------------------------------------------------- fusing
     def _fused(self, ops: Sequence[Op], stage: int) -> tuple[Op, ...]:

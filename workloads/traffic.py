@@ -20,6 +20,10 @@ them, as pure functions of the model, the parallel strategy and the training set
   ZeRO ≥ 1), the first chunk's bucket also holding the word embedding's gradients;
   ZeRO-3/FSDP all-gathers each layer's parameters before its passes and reduce-scatters
   its gradients; ZeRO-1/2 all-gather the updated parameters after the optimizer step.
+  Per-operator sharding (OSDP, :mod:`workloads.operator_sharding`) does both at once: a
+  layer's sharded operators' parameters gathered and their gradients reduce-scattered as
+  ZeRO-3's, the replicated operators' gradients bucketed and all-reduced
+  (:func:`layer_sharded_fraction` splits every layer's bytes between the two).
 * **Context parallel** — a CP rank holds ``s/cp`` tokens of each sequence, so every
   activation message above is counted at ``s/cp`` (:func:`rank_training`); each step of
   the attention ring passes the K and V of those tokens to the next CP rank,
@@ -42,6 +46,11 @@ from types import MappingProxyType
 from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.workloads.memory import cp_kv_block_bytes, layer_params_local, params_on_gpu
 from distsim_gpu.workloads.models import ModelSpec
+from distsim_gpu.workloads.operator_sharding import (
+    SHARDABLE_OPERATORS,
+    sharded_fraction,
+    sharded_params,
+)
 from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
 from distsim_gpu.workloads.tp_nd import mesh_of, weight_replicas
 
@@ -57,13 +66,18 @@ __all__ = [
     "grad_bytes_per_element",
     "gradient_buckets",
     "gradient_reduce_op",
+    "layer_gather_bytes",
     "layer_grad_bytes",
     "layer_param_bytes",
     "layer_params",
+    "layer_shard_grad_bytes",
+    "layer_sharded_fraction",
     "optimizer_params",
     "pipeline_message_bytes",
     "rank_training",
+    "reduces_in_buckets",
     "seq_len_of",
+    "sharded_stage_params",
     "stage_grad_bytes",
     "stage_param_bytes",
     "stage_params",
@@ -213,15 +227,64 @@ def optimizer_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> 
     """Parameters one GPU of ``stage`` updates in the optimizer step: its stage's, or
     its 1/(dp·cp) shard of them with ZeRO ≥ 1 or FSDP."""
     params = stage_params(model, parallel, stage)
+    if parallel.operator_sharding is not None:
+        sharded = sharded_stage_params(model, parallel, stage)
+        return sharded / parallel.dp_cp + (params - sharded)
     return params / parallel.dp_cp if parallel.zero >= 1 or parallel.fsdp else params
+
+
+def sharded_stage_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> float:
+    """Parameters of ``stage`` a per-operator plan shards: each layer's sharded part, and
+    the embeddings and output layer when its default is ``sharded``."""
+    plan = parallel.operator_sharding
+    params = stage_params(model, parallel, stage)
+    if plan is None:
+        return params if gathers_layer_params(parallel) else 0.0
+    layers = sum(layer_params(model, layer, parallel) for layer in range(model.layers))
+    return sharded_params(plan, model, parallel.tp, stage_params=params, layer_params=layers)
 
 
 # --------------------------------------------------------------------------- data parallel
 
 
 def gathers_layer_params(parallel: ParallelConfig) -> bool:
-    """Whether parameters are sharded and gathered layer by layer (ZeRO-3 or FSDP)."""
+    """Whether parameters are sharded and gathered layer by layer (ZeRO-3 or FSDP, or a
+    per-operator plan sharding some operator)."""
+    plan = parallel.operator_sharding
+    if plan is not None:
+        return bool(plan.sharded_operators)
     return parallel.zero == 3 or parallel.fsdp
+
+
+def reduces_in_buckets(parallel: ParallelConfig) -> bool:
+    """Whether some layer gradients are reduced in buckets once per iteration: without
+    ZeRO-3/FSDP, or with a per-operator plan replicating some operator."""
+    plan = parallel.operator_sharding
+    if plan is not None:
+        return len(plan.sharded_operators) < len(SHARDABLE_OPERATORS)
+    return not gathers_layer_params(parallel)
+
+
+def layer_sharded_fraction(model: ModelSpec, layer: int, parallel: ParallelConfig) -> float:
+    """The share of layer ``layer``'s parameters sharded over the data-parallel group:
+    1 with ZeRO-3/FSDP, 0 without, a per-operator plan's share in between."""
+    plan = parallel.operator_sharding
+    if plan is not None:
+        return sharded_fraction(plan, model, parallel.tp)
+    return 1.0 if gathers_layer_params(parallel) else 0.0
+
+
+def layer_gather_bytes(model: ModelSpec, layer: int, parallel: ParallelConfig,
+                       training: TrainingConfig) -> float:
+    """Bytes of layer ``layer``'s sharded parameters all-gathered before each pass."""
+    return layer_param_bytes(model, layer, parallel, training) * layer_sharded_fraction(
+        model, layer, parallel)
+
+
+def layer_shard_grad_bytes(model: ModelSpec, layer: int, parallel: ParallelConfig) -> float:
+    """Bytes of layer ``layer``'s sharded gradients reduce-scattered every micro-batch."""
+    return layer_grad_bytes(model, layer, parallel) * layer_sharded_fraction(
+        model, layer, parallel)
 
 
 def gradient_reduce_op(parallel: ParallelConfig) -> str:
@@ -253,12 +316,16 @@ def gradient_buckets(model: ModelSpec, parallel: ParallelConfig,
     """The gradient buckets a chunk's last backward pass reduces without ZeRO-3/FSDP:
     gradients collect in backward order and a bucket goes once it holds at least
     :func:`bucket_bytes`; what is left goes at the end of the pass, with the word
-    embedding's gradients on the first chunk (``first_chunk``)."""
+    embedding's gradients on the first chunk (``first_chunk``).  A per-operator plan
+    buckets only its replicated operators' gradients."""
     threshold = bucket_bytes(parallel)
     buckets: list[GradientBucket] = []
     bucket = 0.0
+    plan = parallel.operator_sharding
     for done, layer in enumerate(backward_layers, start=1):
-        bucket += layer_grad_bytes(model, layer, parallel)
+        grads = layer_grad_bytes(model, layer, parallel)
+        bucket += grads if plan is None else grads * (
+            1.0 - layer_sharded_fraction(model, layer, parallel))
         if bucket >= threshold:
             buckets.append(GradientBucket(bucket, done))
             bucket = 0.0
