@@ -275,6 +275,13 @@ def _strategy(config: dict[str, Any]) -> str:
         parts.append("FSDP")
     elif par.get("zero"):
         parts.append(f"ZeRO-{par['zero']}")
+    plan = par.get("operator_sharding")
+    if plan:  # OSDP (workloads.operator_sharding)
+        listed = plan["sharded"] if plan["default"] == "replicated" else plan["replicated"]
+        other = "sharded" if plan["default"] == "replicated" else "replicated"
+        parts.append(f"operators {plan['default']}"
+                     + (f" but {other} {'+'.join(listed)}" if listed else "")
+                     + "".join(f", {op} split {k}" for op, k in plan["split"].items()))
     offload = par.get("offload")
     if offload:
         parts.append(f"offload optimizer {offload['optimizer']}, params {offload['params']}"

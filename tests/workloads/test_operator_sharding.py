@@ -7,9 +7,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from distsim_gpu.collectives import CommParams
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.topology import build_cluster
+from distsim_gpu.workloads.bounds import IterationBounds
 from distsim_gpu.workloads.costs import RooflineCosts
 from distsim_gpu.workloads.gpus import get_gpu
+from distsim_gpu.workloads.iteration import IterationSpec, simulate_iteration
 from distsim_gpu.workloads.memory import layer_params_local, memory_of_strategy
 from distsim_gpu.workloads.models import model_from_mapping
 from distsim_gpu.workloads.operator_sharding import (
@@ -210,3 +214,29 @@ def test_splitting_costs_the_sliced_gemms_time_in_every_pass():
     assert compute_s({"mlp_fc1": 8}) - compute_s({}) == pytest.approx(M * L * sum(extra),
                                                                       rel=1e-9)
     assert split_extra_s(_plan(sharded=["mlp_fc1"]), COSTS, "fwd", GPT, **shape) == 0.0
+
+
+@pytest.mark.parametrize("data", [{"sharded": ["mlp_fc1", "mlp_fc2"]},
+                                  {"default": "sharded", "replicated": ["qkv"]},
+                                  {"sharded": ["qkv"], "split": {"qkv": 2}}])
+def test_lower_bound_stays_below_the_simulated_iteration(data):
+    topology = build_cluster({"preset": "switch", "gpus": 8, "link_bandwidth": "2 GB/s"})
+    parallel = ParallelConfig(dp=8, operator_sharding=_plan(**data))
+    training = TrainingConfig(micro_batch=1, global_batch=16)
+    spec = IterationSpec(topology, GPT, parallel, training, COSTS, get_gpu("a100-80gb"),
+                         comm=CommParams())
+    simulated = simulate_iteration(spec).iteration_time_s
+    lower, _ = IterationBounds(topology, GPT, COSTS, comm=CommParams()).bound(
+        parallel, training, 2)
+    assert 0 < lower <= simulated
+
+
+def test_the_run_summary_names_the_plan():
+    from distsim_gpu.scenarios.report import _strategy
+    plan = _plan(sharded=["mlp_fc1", "mlp_fc2"], split={"mlp_fc1": 4})
+    config = {"parallelism": ParallelConfig(dp=4, operator_sharding=plan).to_dict(),
+              "training": {"recompute": "none", "precision": "bf16"}}
+    assert ("operators replicated but sharded mlp_fc1+mlp_fc2, mlp_fc1 split 4"
+            in _strategy(config))
+    again = parallel_from_mapping(config["parallelism"])  # resolved configs read back
+    assert again.operator_sharding == plan
