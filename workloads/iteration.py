@@ -524,8 +524,12 @@ class IterationSimulator:
         meeting = self.meetings.get(key)
         meeting.label = op.label
         # Over every replica, folded or not: the simulated members stand for the rest.
-        launch = partial(self._run_plans, self._lanes(self.groups[group.stage]), op.op,
-                         op.size_bytes, "dp")
+        row = self.groups[group.stage]
+        # A narrower layer group's gradients (workloads.layer_groups): one ring per shard
+        # over every replica's GPUs holding it, each replica's consecutive.
+        lanes = ([[m.gpus[t] for m in row for t in sub] for sub in op.subgroups]
+                 if op.subgroups else self._lanes(row))
+        launch = partial(self._run_plans, lanes, op.op, op.size_bytes, "dp")
         # One NCCL stream per kind: a collective starts after the previous one of its
         # stream (DDP's bucket all-reduces, FSDP's gathers and its reductions each run in
         # order).

@@ -17,12 +17,10 @@ What distsim models exactly, inside its rank-group model (a rank group is one re
   ``k·dp``, and ``tp_i·dp_i = tp·dp`` is the stage's GPUs, as Galvatron requires.
 * its compute is the layer at ``micro_batch/k`` on ``tp_i`` GPUs, its tensor-parallel
   collectives run on each block; a group's ``recompute`` replaces ``training.recompute``.
-* its gradients (``P/tp_i`` per GPU) are all-reduced over ``k·dp`` GPUs as a hierarchical
-  all-reduce: a reduce-scatter over the ``k`` GPUs of the rank group holding the same shard
-  (in the last micro-batch's backward), the usual data-parallel buckets of ``P/tp`` each,
-  then an all-gather over the ``k`` GPUs before the optimizer step.  The inter-node bytes
-  equal a flat ring's over ``k·dp`` ranks' lower bound; the two intra-group legs are
-  blocking (not overlapped with compute, a pessimistic choice).
+* its gradients (``P/tp_i`` per GPU) are all-reduced over its ``dp_i = k·dp`` GPUs as DDP
+  would: one ring per shard through every replica's GPUs holding it, launched on the
+  data-parallel stream when the last micro-batch's backward has produced them (the
+  ``tp``-wide layers keep their buckets).
 * the embedding, the output layer and the pipeline's messages stay at ``parallelism.tp``.
 
 Not modelled with layer groups (clear errors): 2-D/3-D TP meshes, sequence and context

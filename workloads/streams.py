@@ -135,6 +135,8 @@ class StreamBuilder:
                                         micro_batch=training.micro_batch,
                                         recompute=training.recompute)
                          if parallel.layer_groups else None)
+        # Narrower layers reduce their gradients over the rank group's GPUs too.
+        self.narrow = any(s.k > 1 for s in self.settings or ())
 
     # ----------------------------------------------------------------- a stage
     def stage_stream(self, stage: int) -> list[Op]:
@@ -156,7 +158,7 @@ class StreamBuilder:
             # Exclusive TP only while no data-parallel collective of this stage can be in
             # flight: before it launched one, and not in a pass that launches one.
             fold = (self.exclusive_tp and not launched_dp and not sharded
-                    and not (last and pass_ == "B" and par.dp_cp > 1))
+                    and not (last and pass_ == "B" and (par.dp_cp > 1 or self.narrow)))
             ops = self.pass_ops(stage, chunk, pass_, last, fold)
             launched_dp = launched_dp or any(
                 isinstance(op, Collective) and not op.blocking for op in ops)
@@ -170,8 +172,6 @@ class StreamBuilder:
         """Gradients in, tied embedding, gradient norm, optimizer, ZeRO-1/2 gather."""
         model, par = self.model, self.parallel
         ops: list[Op] = [Wait()]
-        if self.settings:
-            self._gather_in_group(ops, stage)
         if par.pp > 1 and model.tied_embeddings and stage in (0, par.pp - 1):
             ops.append(Collective("all_reduce", word_embedding_grad_bytes(model, par),
                                   "tied embedding grads", group="embedding"))
@@ -227,8 +227,7 @@ class StreamBuilder:
         # launched after the layer that fills it (by backward position); with it, every
         # micro-batch reduce-scatters each layer's.  A per-operator plan does both: its
         # sharded operators' gradients reduce-scattered, its replicated ones' bucketed.
-        buckets = ({b.after_layers: b.size_bytes
-                    for b in gradient_buckets(self.model, par, order, first_chunk=vs == 0)}
+        buckets = (self._buckets(order, first_chunk=vs == 0)
                    if last and par.dp_cp > 1 and reduces_in_buckets(par) else {})
         for position, layer in enumerate(order):
             if sharded:
@@ -238,7 +237,7 @@ class StreamBuilder:
             self._layer_pass(ops, "recompute", layer, fold)
             self._layer_pass(ops, "bwd", layer, fold)
             if self.settings and last:
-                self._reduce_in_group(ops, layer)
+                self._reduce_narrow(ops, layer)
             if sharded:
                 ops.append(self._async_dp("reduce_scatter",
                                           layer_shard_grad_bytes(self.model, layer, par),
@@ -440,29 +439,29 @@ class StreamBuilder:
         ops.append(Collective("all_gather", size, f"L{layer} reshard tp{narrow}->tp{wide}",
                               subgroups=reshard_subgroups(self.parallel.tp, narrow, wide)))
 
-    def _reduce_in_group(self, ops: list[Op], layer: int) -> None:
-        """A narrower layer's gradients (``P/tp_i`` per GPU) reduce-scattered over the
-        rank group's GPUs holding the same shard, before the data-parallel buckets."""
+    def _buckets(self, order: list[int], first_chunk: bool) -> dict[int | None, float]:
+        """The data-parallel buckets of a last backward (``after_layers`` -> bytes), by
+        position in ``order``; a narrower layer group's gradients go on their own
+        (:meth:`_reduce_narrow`), so they are left out."""
+        if self.settings is None:
+            return {b.after_layers: b.size_bytes for b in gradient_buckets(
+                self.model, self.parallel, order, first_chunk=first_chunk)}
+        wide = [p for p, layer in enumerate(order, start=1) if self.settings[layer].k == 1]
+        buckets = gradient_buckets(self.model, self.parallel,
+                                   [order[p - 1] for p in wide], first_chunk=first_chunk)
+        return {None if b.after_layers is None else wide[b.after_layers - 1]: b.size_bytes
+                for b in buckets}
+
+    def _reduce_narrow(self, ops: list[Op], layer: int) -> None:
+        """A narrower layer's gradients (``P/tp_i`` per GPU) all-reduced, as DDP does over
+        its ``dp_i = k·dp`` ranks: every replica's GPUs holding the same shard, on the
+        data-parallel stream, as soon as the last backward produced them."""
         setting = self._setting(layer)
         if setting.k > 1:
             size = layer_grad_bytes(self.model, layer, replace(self.parallel, tp=setting.tp))
-            ops.append(Collective("reduce_scatter", size, f"L{layer} grads in rank group",
+            ops.append(Collective("all_reduce", size, f"L{layer} grads tp{setting.tp}",
+                                  group="dp", blocking=False,
                                   subgroups=shard_subgroups(self.parallel.tp, setting.tp)))
-
-    def _gather_in_group(self, ops: list[Op], stage: int) -> None:
-        """After the data-parallel reduction: each narrower tp's reduced gradients gathered
-        back over the same GPUs (the hierarchical all-reduce's last leg)."""
-        assert self.settings is not None
-        by_tp: dict[int, float] = {}
-        for chunk in range(self.parallel.interleave):
-            for layer in range(*self.chunks[virtual_stage(stage, chunk, self.parallel.pp)]):
-                setting = self.settings[layer]
-                if setting.k > 1:
-                    by_tp[setting.tp] = by_tp.get(setting.tp, 0.0) + layer_grad_bytes(
-                        self.model, layer, replace(self.parallel, tp=setting.tp))
-        for tp_i, size in sorted(by_tp.items()):
-            ops.append(Collective("all_gather", size, f"grads tp{tp_i} in rank group",
-                                  subgroups=shard_subgroups(self.parallel.tp, tp_i)))
 
     def _param_bytes(self, layer: int) -> float:
         return layer_gather_bytes(self.model, layer, self.parallel, self.training)

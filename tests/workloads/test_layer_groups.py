@@ -1,6 +1,6 @@
 """Per-layer strategies (``parallelism.layer_groups``, Galvatron): the groups' checks, the
 resharding all-gather's bytes against ``b·(tp_wide/tp)·s·h·e``, narrower layers' compute
-and collectives on blocks of the rank group, the hierarchical gradient reduction, memory
+and collectives on blocks of the rank group, their gradients over k·dp ranks, memory
 against a hand count, one group equal to today's run, and folding still exact."""
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def test_malformed_groups_are_clear_errors(value, match: str) -> None:
                                    {"tp_mode": "2d"}])
 def test_strategies_not_modelled_with_groups_are_refused(extra) -> None:
     parallel = ParallelConfig(tp=4, dp=2, layer_groups=groups((4, 4)), **extra)
-    with pytest.raises(ConfigError, match="layer_groups with .* is not modelled"):
+    with pytest.raises(ConfigError, match=r"layer_groups with .* is not modelled"):
         _check(parallel)
 
 
@@ -131,6 +131,10 @@ def _collectives(stream, word: str) -> list[Collective]:
     return [op for op in stream if isinstance(op, Collective) and word in op.label]
 
 
+def _tp_all_reduces(stream, word: str) -> list[Collective]:
+    return [op for op in _collectives(stream, word) if op.op == "all_reduce" and op.group == "tp"]
+
+
 def test_reshard_is_an_all_gather_of_the_wide_groups_activation() -> None:
     """tp 4 -> 1 -> 4 on a rank group of 4: the forward gathers where tp grows (L2), the
     backward where it shrinks in the forward direction (L0 after L1's backward)."""
@@ -155,31 +159,34 @@ def test_narrow_layers_compute_their_share_and_talk_on_blocks() -> None:
     expected = costs.layer_time_s("fwd", GPT, micro_batch=4, seq_len=256, tp=2,
                                   sequence_parallel=False, layer_index=3)
     assert sum(op.duration_s for op in fwd) == pytest.approx(expected)
-    narrow = [op for op in _collectives(stream, "L3 ") if op.op == "all_reduce"]
+    narrow = _tp_all_reduces(stream, "L3 ")
     assert len(narrow) == 4  # attention and MLP, forward and backward
     assert all(op.subgroups == ((0, 1), (2, 3)) and op.size_bytes == 4 * 256 * 1024 * E
                for op in narrow)
-    wide = [op for op in _collectives(stream, "L0 ") if op.op == "all_reduce"]
+    wide = _tp_all_reduces(stream, "L0 ")
     assert all(op.subgroups is None and op.size_bytes == 8 * 256 * 1024 * E for op in wide)
     # tp 1: no tensor-parallel collective at all.
     solo, _ = _builder(ParallelConfig(tp=4, layer_groups=groups((2, 4), (2, 1))))
-    assert not [op for op in _collectives(solo.stage_stream(0), "L3 ") if op.op == "all_reduce"]
+    assert not _tp_all_reduces(solo.stage_stream(0), "L3 ")
 
 
-def test_narrow_gradients_reduce_hierarchically() -> None:
-    """A tp-2 layer's P/2 gradients: reduce-scatter over the two GPUs holding the same
-    shard in the last backward, all-gather back after the data-parallel wait."""
+def test_narrow_gradients_all_reduce_over_k_dp_ranks() -> None:
+    """A tp-2 layer's P/2 gradients: one all-reduce per layer over every replica's GPUs
+    holding the same shard (dp_i = 2·dp), on the data-parallel stream; the buckets carry
+    the tp-4 layers' gradients (and the embedding's) only."""
     parallel = ParallelConfig(tp=4, dp=2, layer_groups=groups((2, 4), (2, 2)))
     builder, _ = _builder(parallel)
     stream = builder.stage_stream(0)
     fp32 = 4
-    per_layer = sum(layer_params_local(GPT, 3, 2, 1)) * fp32
-    scatters = _collectives(stream, "grads in rank group")
-    assert [op.op for op in scatters] == ["reduce_scatter"] * 2
-    assert all(op.size_bytes == per_layer and op.subgroups == ((0, 2), (1, 3))
-               for op in scatters)
-    gather = _collectives(stream, "grads tp2 in rank group")
-    assert [op.op for op in gather] == ["all_gather"] and gather[0].size_bytes == 2 * per_layer
+    narrow = _collectives(stream, "grads tp2")
+    assert [op.label.split()[0] for op in narrow] == ["L3", "L2"]
+    assert all(op.op == "all_reduce" and op.group == "dp" and not op.blocking
+               and op.size_bytes == sum(layer_params_local(GPT, 3, 2, 1)) * fp32
+               and op.subgroups == ((0, 2), (1, 3)) for op in narrow)
+    buckets = [op for op in stream if isinstance(op, Collective) and op.group == "dp"
+               and op.subgroups is None]
+    wide = 2 * sum(layer_params_local(GPT, 0, 4, 1)) + GPT.vocab * GPT.hidden / 4
+    assert sum(op.size_bytes for op in buckets) == pytest.approx(wide * fp32)
 
 
 # ----------------------------------------------------------------------------- memory
