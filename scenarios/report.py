@@ -282,6 +282,11 @@ def _strategy(config: dict[str, Any]) -> str:
         parts.append(f"operators {plan['default']}"
                      + (f" but {other} {'+'.join(listed)}" if listed else "")
                      + "".join(f", {op} split {k}" for op, k in plan["split"].items()))
+    groups = par.get("layer_groups")
+    if groups:  # Galvatron's per-layer strategies (workloads.layer_groups)
+        parts.append("layers " + " + ".join(
+            f"{g['layers']}×tp{g['tp']}" + (f" {g['recompute']}" if "recompute" in g else "")
+            for g in groups))
     offload = par.get("offload")
     if offload:
         parts.append(f"offload optimizer {offload['optimizer']}, params {offload['params']}"

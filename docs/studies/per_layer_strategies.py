@@ -25,6 +25,7 @@ from typing import Any
 
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.errors import DistsimError
+from distsim_gpu.workloads.costs import stores_attention_scores
 from distsim_gpu.workloads.memory import memory_of_strategy
 
 LAYERS, TPS, SPLITS = 32, (1, 2, 4, 8), (8, 16, 24)
@@ -67,9 +68,11 @@ def candidates() -> list[tuple[str, list[dict[str, Any]] | None, int, str]]:
 
 
 def peak_bytes(scenario: Any) -> float:
+    """Bytes per GPU as the simulator counts them (pp = 1: one stage)."""
     return memory_of_strategy(scenario.model, scenario.parallel, scenario.training,
                               seq_len=scenario.seq_len, microbatches=4, stage=0,
-                              flash_attention=False).total_bytes
+                              flash_attention=not stores_attention_scores(
+                                  scenario.costs)).total_bytes
 
 
 def best(budget_gib: float, times: dict[str, float]) -> dict[str, tuple[str, float, float]]:

@@ -348,7 +348,7 @@ def _configs(scenario: Scenario, strategy: Strategy) -> tuple[ParallelConfig, Tr
         scenario.parallel, tp=strategy.tp, pp=strategy.pp, dp=strategy.dp, ep=strategy.ep,
         cp=strategy.cp, schedule=strategy.schedule, interleave=strategy.interleave,
         zero=strategy.zero, fsdp=False, sequence_parallel=strategy.sequence_parallel,
-        order=strategy.order)
+        order=strategy.order, layer_groups=())  # candidates are uniform over the layers
     training = dataclasses.replace(scenario.training, micro_batch=strategy.micro_batch,
                                    recompute=strategy.recompute)
     return parallel, training

@@ -244,3 +244,4 @@ def test_mixed_groups_fold_exactly(uniform) -> None:
     assert runs[0].folding.startswith("folded")
     assert runs[0].iteration_time_s == pytest.approx(runs[1].iteration_time_s, rel=1e-9)
     assert runs[0].iteration_time_s > 0
+
