@@ -21,7 +21,7 @@ from typing import Any
 
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 from distsim_gpu.workloads.models import model_from_mapping
-from distsim_gpu.workloads.operator_sharding import operator_params
+from distsim_gpu.workloads.operator_sharding import SHARDABLE_OPERATORS, operator_params
 
 # GPT-3 shapes (Brown et al. 2020, Table 2.1): layers, hidden, heads (13B: the
 # table's 5140 does not split into 40 heads of 128; Megatron uses 5120).
@@ -58,10 +58,22 @@ def greedy_plans(name: str) -> list[tuple[str, dict[str, Any]]]:
     return plans
 
 
-def frontier(global_batch: int, nodes: int, seq_len: int) -> list[dict[str, Any]]:
+def every_plan() -> list[tuple[str, dict[str, Any]]]:
+    """All 64 subsets of the operator types sharded (OSDP's search space for one layer
+    type, which its depth-first search explores)."""
+    ops = SHARDABLE_OPERATORS
+    plans = []
+    for mask in range(2 ** len(ops)):
+        chosen = [op for i, op in enumerate(ops) if mask >> i & 1]
+        plans.append((f"OSDP: {'+'.join(chosen) or 'none'}", {"sharded": chosen}))
+    return plans
+
+
+def frontier(global_batch: int, nodes: int, seq_len: int,
+             exhaustive: bool = False) -> list[dict[str, Any]]:
     rows = []
     for name in MODELS:
-        for label, plan in greedy_plans(name):
+        for label, plan in (every_plan() if exhaustive else greedy_plans(name)):
             report = run_scenario(scenario_from_mapping(
                 spec(name, plan, global_batch, nodes, seq_len)), allow_oom=True)
             peak = max(gpu.peak_memory_bytes for gpu in report.per_gpu)
@@ -78,9 +90,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="sequences per iteration (micro-batch 1)")
     parser.add_argument("--nodes", type=int, default=1, help="DGX A100 nodes (dp = 8·nodes)")
     parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument("--exhaustive", action="store_true",
+                        help="every subset of operators instead of the greedy order")
     parser.add_argument("--out", help="also write the rows as CSV")
     args = parser.parse_args(argv)
-    rows = frontier(args.global_batch, args.nodes, args.seq_len)
+    rows = frontier(args.global_batch, args.nodes, args.seq_len, args.exhaustive)
     print("| model | plan | memory/GPU GiB | iteration s | tokens/s | fits "
           f"{args.budget_gib:g} GiB |")
     print("|---|---|---:|---:|---:|:-:|")
@@ -91,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for name in MODELS:
         mine = [r for r in rows if r["model"] == name]
-        zero3 = next(r for r in mine if r["plan"] == "sharded (ZeRO-3)")
+        zero3 = next(r for r in mine if r["plan"] in (
+            "sharded (ZeRO-3)", "OSDP: " + "+".join(SHARDABLE_OPERATORS)))
         fit = [r for r in mine if r["memory_gib"] <= args.budget_gib]
         if fit:
             best = max(fit, key=lambda r: r["tokens_per_s"])
