@@ -6,6 +6,7 @@ against a hand count, one group equal to today's run, and folding still exact.""
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 import pytest
 from distsim_gpu.collectives import CommParams
@@ -245,3 +246,23 @@ def test_mixed_groups_fold_exactly(uniform) -> None:
     assert runs[0].iteration_time_s == pytest.approx(runs[1].iteration_time_s, rel=1e-9)
     assert runs[0].iteration_time_s > 0
 
+
+
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.sampled_from(["none", "full"])),
+                min_size=1, max_size=4))
+def test_every_gradient_byte_is_reduced_once_and_every_widening_reshards(spec) -> None:
+    """For any grouping of the 4 layers: the narrow all-reduces and the buckets carry each
+    layer's P/tp_i gradients once (plus the embedding's), and there is one all-gather
+    per place where tp grows going forward and one where it shrinks (backward)."""
+    tps = [spec[i % len(spec)][0] for i in range(GPT.layers)]
+    layer_groups = tuple(LayerGroup(1, tp, spec[i % len(spec)][1])
+                         for i, tp in enumerate(tps))
+    parallel = ParallelConfig(tp=4, dp=2, layer_groups=layer_groups)
+    builder, _ = _builder(parallel)
+    stream = builder.stage_stream(0)
+    grads = [op for op in stream if isinstance(op, Collective) and op.group == "dp"]
+    expected = sum(sum(layer_params_local(GPT, i, tp, 1)) for i, tp in enumerate(tps))
+    expected += GPT.vocab * GPT.hidden / 4
+    assert sum(op.size_bytes for op in grads) == pytest.approx(expected * 4)
+    changes = sum(a != b for a, b in pairwise(tps))
+    assert len(_collectives(stream, "reshard")) == changes
