@@ -9,6 +9,11 @@ from typing import Any
 
 from distsim_gpu.scenarios.cli.options import add_overrides_option, overrides
 from distsim_gpu.scenarios.scenario import load_scenario
+from distsim_gpu.scenarios.study.layer_search import (
+    format_layer_search,
+    search_layer_groups,
+    write_layer_search,
+)
 from distsim_gpu.scenarios.study.search import format_search, search_strategies
 from distsim_gpu.simcore.errors import ConfigError
 
@@ -41,6 +46,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                         "result is then the best found, not necessarily the optimum")
     parser.add_argument("--verbose", action="store_true",
                         help="print each simulated candidate to stderr as it finishes")
+    parser.add_argument("--layer-groups", action="store_true",
+                        help="instead: per-layer strategies (Galvatron) at the scenario's "
+                        "pp — the best two-group mix of tp and recompute against the best "
+                        "uniform strategy within the GPU's memory (scenarios.study."
+                        "layer_search)")
     parser.set_defaults(handler=handle)
     return parser
 
@@ -55,6 +65,11 @@ def handle(args: argparse.Namespace) -> int:
     if args.time_limit is not None and not args.time_limit > 0:
         raise ConfigError(f"must be a number of seconds > 0, got {args.time_limit!r}",
                           key="--time-limit")
+    if args.layer_groups:
+        found = search_layer_groups(scenario)
+        sys.stdout.write(format_layer_search(found))
+        print(f"\nwrote {args.out}: {', '.join(write_layer_search(found, args.out))}")
+        return 0
     result = search_strategies(
         scenario, gpus=args.gpus, top=args.top, workers=args.workers, out_dir=args.out,
         time_limit_s=args.time_limit, progress=_progress if args.verbose else None)
