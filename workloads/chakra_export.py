@@ -144,6 +144,11 @@ class _Exporter:
         else:
             members = stage_groups
         lanes = self._lanes(members)
+        if op.subgroups:  # a narrower layer group's gradients: a ring per shard, as run
+            for sub in op.subgroups:
+                merged = tuple(lanes[t][r] for r in range(len(members)) for t in sub)
+                for t in sub:
+                    lanes[t] = merged
         stream = MAIN_STREAM if op.blocking else (
             GATHER_STREAM if op.op == "all_gather" else REDUCE_STREAM)
         for t, rank in enumerate(self._ranks(group)):
