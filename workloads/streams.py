@@ -247,6 +247,12 @@ class StreamBuilder:
                                           f"grads to L{layer}"))
         if vs == 0:
             ops.append(self._edge("embedding", "bwd"))
+            if sharded and not reduces_in_buckets(par):
+                # Sharded throughout (ZeRO-3/FSDP): the word embedding's gradients are
+                # reduce-scattered like a layer's, not left out with the buckets.
+                ops.append(self._async_dp("reduce_scatter",
+                                          word_embedding_grad_bytes(self.model, par),
+                                          "embedding reduce grads"))
         if None in buckets:
             ops.append(self._async_dp(gradient_reduce_op(par), buckets[None],
                                       f"grads of chunk {chunk}"))

@@ -108,8 +108,12 @@ def test_every_gradient_is_reduced_once_whatever_the_plan(chosen, default):
     p = operator_params(GPT, 1)
     sharded = sum(p[op] for op in plan.sharded_operators)
     rest = sum(p.values()) - sharded
-    words = V * H if rest else 0.0  # the embedding travels with the last bucket
-    assert _dp_bytes(stream, "reduce_scatter") == pytest.approx(M * L * sharded * 4)
+    # The embedding travels with the last bucket; sharded throughout, it is
+    # reduce-scattered every micro-batch like a layer.
+    words = V * H if rest else 0.0
+    scattered_words = 0.0 if rest else M * V * H
+    assert _dp_bytes(stream, "reduce_scatter") == pytest.approx(
+        (M * L * sharded + scattered_words) * 4)
     assert _dp_bytes(stream, "all_reduce") == pytest.approx((L * rest + words) * 4)
     assert _dp_bytes(stream, "all_gather") == pytest.approx(2 * M * L * sharded * 2)
 

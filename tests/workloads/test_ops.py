@@ -225,7 +225,11 @@ def test_zero3_gathers_each_layer_ahead_and_reduce_scatters_its_gradients():
     gathers = [o for o in asynchronous if o.op == "all_gather"]
     reductions = [o for o in asynchronous if o.op == "reduce_scatter"]
     assert len(gathers) == 2 * m * MODEL.layers  # every layer, forward and backward
-    assert len(reductions) == m * MODEL.layers
+    # Every layer's gradients and the word embedding's, every micro-batch.
+    assert len(reductions) == m * (MODEL.layers + 1)
+    embedding = [o for o in reductions if o.label == "embedding reduce grads"]
+    assert len(embedding) == m
+    assert embedding[0].size_bytes == pytest.approx(EMBEDDING_GRAD_BYTES)
     waits = [o for o in stream if isinstance(o, Wait) and o.handle is not None]
     assert Counter(w.handle for w in waits) == {f"L{i}": 2 * m for i in range(MODEL.layers)}
     # Each wait comes after its gather was launched, and the next layer's gather (the
