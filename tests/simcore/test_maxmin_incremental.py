@@ -55,6 +55,20 @@ def add(solver: IncrementalMaxMin, flow: dict[int, float]) -> int:
     return solver.add(np.array(list(flow), np.int64), np.array(list(flow.values())))
 
 
+def replay(solver: IncrementalMaxMin, steps):
+    """Apply each step's departures (``ends`` flags the live flows in order) and arrivals,
+    solve, and yield the live flows by handle with what the solve reported."""
+    alive: dict[int, dict[int, float]] = {}
+    for starts, ends in steps:
+        for handle, end in zip(list(alive), ends):
+            if end:
+                solver.remove(handle)
+                del alive[handle]
+        for flow in starts:
+            alive[add(solver, flow)] = flow
+        yield alive, solver.solve()
+
+
 def assert_same(got: np.ndarray, want: np.ndarray) -> None:
     assert np.array_equal(np.isinf(got), np.isinf(want))
     finite = np.isfinite(want)
@@ -66,15 +80,7 @@ def assert_same(got: np.ndarray, want: np.ndarray) -> None:
 def test_rates_equal_a_solve_from_scratch_after_every_step(history):
     caps, steps = history
     solver = IncrementalMaxMin(caps)
-    alive: dict[int, dict[int, float]] = {}
-    for starts, ends in steps:
-        for handle, end in zip(list(alive), ends):
-            if end:
-                solver.remove(handle)
-                del alive[handle]
-        for flow in starts:
-            alive[add(solver, flow)] = flow
-        handles, rates, links, loads = solver.solve()
+    for alive, (handles, rates, links, loads) in replay(solver, steps):
         assert len(solver) == len(alive)
         if not alive:
             continue
@@ -183,15 +189,7 @@ def assert_max_min(caps: np.ndarray, flows: list[dict[int, float]], rates: np.nd
 def test_every_step_is_feasible_and_max_min_fair_also_with_zero_capacity(history):
     caps, steps = history
     solver = IncrementalMaxMin(caps)
-    alive: dict[int, dict[int, float]] = {}
-    for starts, ends in steps:
-        for handle, end in zip(list(alive), ends):
-            if end:
-                solver.remove(handle)
-                del alive[handle]
-        for flow in starts:
-            alive[add(solver, flow)] = flow
-        solver.solve()
+    for alive, _solved in replay(solver, steps):
         if alive:
             rates = np.array([solver.rate(h) for h in alive])
             assert_max_min(caps, list(alive.values()), rates)
