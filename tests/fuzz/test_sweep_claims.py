@@ -18,21 +18,14 @@ import pytest
 from distsim_gpu.scenarios.study.sweep import run_sweep
 from distsim_gpu.simcore.errors import ConfigError
 
-SCENARIO = """\
-cluster: {preset: switch, gpus: 8, link_bandwidth: "100 GB/s", link_latency: "1 us"}
-model: {layers: 4, hidden: 512, heads: 8, seq_len: 256, vocab: 1000}
-parallelism: {tp: 2, dp: 4}
-training: {micro_batch: 1, global_batch: 8}
-compute: {gpu: a100-80gb}
-"""
 GRID = "cluster.link_bandwidth=50 GB/s,100 GB/s"
 
 
 @pytest.fixture
-def scenario(tmp_path: Path) -> Path:
-    path = tmp_path / "tiny.yaml"
-    path.write_text(SCENARIO, encoding="utf-8")
-    return path
+def scenario(tmp_path: Path, tiny, write_scenario) -> Path:
+    # The tiny scenario (tests/conftest.py) with link figures for GRID to vary.
+    return write_scenario(tmp_path / "tiny.yaml", tiny(cluster={
+        "link_bandwidth": "100 GB/s", "link_latency": "1 us"}))
 
 
 def _hold(path: Path, *, exclusive: bool = True) -> object:
