@@ -21,18 +21,23 @@ WITHIN = {20: 6.0, 39: 5.0, 56: 5.0, 83: 5.0}
 OUTSIDE = 52
 
 
-@pytest.fixture(scope="module")
-def errors() -> dict[int, float]:
+def _errors(map_name: str, table_name: str, lines: set[int]) -> dict[int, float]:
+    """Per CSV line of ``lines``, the simulated error (%) of that vTrain row through the
+    map ``map_name`` (scenarios/examples/validation); skips without the shared data."""
     data = _shared_data_dir("training")
     if data is None:
         pytest.skip("shared/data/training is not present")
-    runs_map = read_map(REPO_ROOT / "scenarios" / "examples" / "validation" /
-                        "vtrain-multi.yaml")
-    rows = [r for r in read_runs(data / "training" / "vtrain" / "ground_truth_multi.csv",
-                                 runs_map) if r.line in (*WITHIN, OUTSIDE)]
+    runs_map = read_map(REPO_ROOT / "scenarios" / "examples" / "validation" / map_name)
+    rows = [r for r in read_runs(data / "training" / "vtrain" / table_name, runs_map)
+            if r.line in lines]
     results = simulate_rows(runs_map, rows)
     assert all(r.predicted_s is not None for r in results), [r.failure for r in results]
     return {r.row.line: r.error_pct for r in results}
+
+
+@pytest.fixture(scope="module")
+def errors() -> dict[int, float]:
+    return _errors("vtrain-multi.yaml", "ground_truth_multi.csv", {*WITHIN, OUTSIDE})
 
 
 @pytest.mark.parametrize("line", sorted(WITHIN))
@@ -74,13 +79,7 @@ SINGLE_HOST_BOUND = 285
 
 
 def test_single_node_rows_gemm_bound_within_and_host_bound_short_by_what_the_docs_say():
-    data = _shared_data_dir("training")
-    if data is None:
-        pytest.skip("shared/data/training is not present")
-    runs_map = read_map(REPO_ROOT / "scenarios" / "examples" / "validation" /
-                        "vtrain-single.yaml")
-    rows = [r for r in read_runs(data / "training" / "vtrain" / "ground_truth_single.csv",
-                                 runs_map) if r.line in (*SINGLE_WITHIN, SINGLE_HOST_BOUND)]
-    errors = {r.row.line: r.error_pct for r in simulate_rows(runs_map, rows)}
+    errors = _errors("vtrain-single.yaml", "ground_truth_single.csv",
+                     {*SINGLE_WITHIN, SINGLE_HOST_BOUND})
     assert abs(errors[42]) <= SINGLE_WITHIN[42]
     assert -60 < errors[SINGLE_HOST_BOUND] < -50
