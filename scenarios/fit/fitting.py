@@ -29,6 +29,7 @@ __all__ = [
     "Parameter",
     "bounded",
     "cross_validation_split",
+    "error_pct",
     "fit_log_ratios",
     "k_folds",
     "log_ratio_loss",
@@ -153,9 +154,15 @@ def log_ratio_loss(predicted_s: Sequence[float], measured_s: Sequence[float]) ->
     return sum(math.log(p / m) ** 2 for p, m in zip(predicted_s, measured_s, strict=True))
 
 
+def error_pct(predicted_s: float, measured_s: float) -> float:
+    """Signed error of a prediction in percent of the measured time; NaN when nothing
+    (≤ 0) was measured."""
+    return 100.0 * (predicted_s - measured_s) / measured_s if measured_s > 0 else float("nan")
+
+
 def median_abs_error_pct(predicted_s: Sequence[float], measured_s: Sequence[float]) -> float:
     """Median of ``|predicted - measured| / measured`` in percent; NaN for no samples."""
-    errors = [abs(100.0 * (p - m) / m) for p, m in zip(predicted_s, measured_s, strict=True)]
+    errors = [abs(error_pct(p, m)) for p, m in zip(predicted_s, measured_s, strict=True)]
     return statistics.median(errors) if errors else float("nan")
 
 

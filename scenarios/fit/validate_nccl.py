@@ -16,6 +16,7 @@ from typing import Any
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.collectives.nccl_tests import BENCH_OPS, bus_factor, run_benchmark
 from distsim_gpu.measured.nccl_log import NcclLog
+from distsim_gpu.scenarios.fit.fitting import error_pct
 from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import Topology
@@ -125,7 +126,7 @@ def validate_nccl_log(log: NcclLog, topology: Topology, *, op: str | None = None
     factor = bus_factor(chosen, num_gpus)
     rows = []
     for measured, sim in zip(log.rows, predicted, strict=True):
-        error = 100.0 * (sim.time_s - measured.time_s) / measured.time_s
+        error = error_pct(sim.time_s, measured.time_s)
         measured_busbw = measured.size_bytes / measured.time_s * factor
         rows.append(NcclComparison(measured.size_bytes, measured.time_s, sim.time_s,
                                    measured_busbw, sim.busbw_bytes_per_s, error,

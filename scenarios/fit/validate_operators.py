@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from distsim_gpu.measured.records import RankTrace
+from distsim_gpu.scenarios.fit.fitting import error_pct
 from distsim_gpu.scenarios.report import format_table
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.compute import LayerWork, RooflineCosts
@@ -62,8 +63,7 @@ class OperatorRow:
 
     @property
     def error_pct(self) -> float:
-        return 100.0 * (self.predicted_s - self.measured_s) / self.measured_s \
-            if self.measured_s > 0 else float("nan")
+        return error_pct(self.predicted_s, self.measured_s)
 
 
 def _pass_operators(work: dict[str, LayerWork], names: tuple[str, ...],

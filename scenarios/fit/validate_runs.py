@@ -34,7 +34,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from distsim_gpu.scenarios.fit.fitting import Parameter, k_folds, log_ratio_loss, minimise
+from distsim_gpu.scenarios.fit.fitting import (
+    Parameter,
+    error_pct,
+    k_folds,
+    log_ratio_loss,
+    minimise,
+)
 from distsim_gpu.scenarios.fit.runs_table import (
     DEFAULT_FIT,
     ColumnRule,
@@ -93,7 +99,7 @@ class RowResult:
         """Signed error of the prediction, % of the measured time."""
         if self.predicted_s is None:
             return None
-        return 100.0 * (self.predicted_s - self.row.measured_s) / self.row.measured_s
+        return error_pct(self.predicted_s, self.row.measured_s)
 
 
 def _simulate(job: tuple[Mapping[str, Any], str, str, tuple[tuple[str, Any], ...]],
