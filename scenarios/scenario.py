@@ -22,7 +22,9 @@ A scenario file (read with ``yaml.safe_load`` only)::
       costs: roofline                           # or a cost table path (relative to the file);
                                                 # the roofline is then its fallback
       matmul_efficiency: 0.8                    # roofline knobs, all optional:
-      attention_efficiency: 0.5                 #   memory_efficiency, launch_overhead,
+      attention_efficiency: 0.5                 #   (default: by the stack's flash kernel and the
+                                                #   GPU's architecture), memory_efficiency,
+                                                #   launch_overhead,
                                                 #   gemm_tiles, gemm_k_half, causal,
                                                 #   optimizer_bytes_per_param, attention
                                                 #   (flash | unfused: pre-FlashAttention)
@@ -212,6 +214,7 @@ class Scenario:
             value = getattr(self.roofline, attr)
             compute[knob] = [list(t) for t in value] if knob == "gemm_tiles" else value
         compute["attention"] = self.roofline.resolved_stack.attention
+        compute["attention_efficiency"] = self.roofline.resolved_attention_efficiency
         compute["stack"] = self.roofline.stack.name
         comm = self.comm.to_dict()
         fidelity = comm.pop("fidelity")

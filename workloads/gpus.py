@@ -1,10 +1,15 @@
-"""GPU specs: peak compute by precision, memory capacity and bandwidth, SM count.
+"""GPU specs: peak compute by precision, memory capacity and bandwidth, SM count, architecture.
 
 A :class:`GpuSpec` holds datasheet figures in SI units.  Peak compute is the dense
 tensor-core rate (no structured sparsity) for ``tf32``, ``bf16``, ``fp16`` and ``fp8``,
 and the vector (CUDA-core) rate for ``fp32``; a precision the GPU lacks is simply absent.
 What fraction of these peaks a kernel reaches is the cost model's business
 (:mod:`workloads.costs`), not this module's.
+
+``architecture`` names the GPU's generation (``volta``, ``ampere``, ``hopper``, ``blackwell``,
+``cdna3``): kernels written for one generation reach a different fraction of another's peak
+(FlashAttention-2 uses none of Hopper's asynchronous tensor-core instructions), so the cost
+model looks some efficiencies up by it (:mod:`workloads.compute.roofline`).
 
 Memory capacity: NVIDIA's "GB" for HBM capacity is binary (an A100 80GB reports
 81920 MiB), so capacities are stored as GiB·2³⁰; nvidia-smi shows slightly less usable
@@ -46,6 +51,7 @@ from distsim_gpu.simcore.errors import ConfigError, closest
 from distsim_gpu.simcore.units import parse_bandwidth, parse_flops, parse_size
 
 __all__ = [
+    "ARCHITECTURES",
     "GPU_ALIASES",
     "GPU_PRESETS",
     "PRECISIONS",
@@ -57,6 +63,8 @@ __all__ = [
 ]
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+# GPU generations the cost model tells apart ("" for a custom GPU that does not say).
+ARCHITECTURES = ("volta", "ampere", "hopper", "blackwell", "cdna3")
 
 _GiB = 2.0**30
 _TFLOPS = 1e12
@@ -65,7 +73,8 @@ _GBPS = 1e9
 
 @dataclass(frozen=True, slots=True)
 class GpuSpec:
-    """One GPU model: ``peak_flops_per_s[precision]`` (FLOP/s), memory (bytes, bytes/s)."""
+    """One GPU model: ``peak_flops_per_s[precision]`` (FLOP/s), memory (bytes, bytes/s),
+    its ``architecture`` (one of :data:`ARCHITECTURES`, or "" if unknown)."""
 
     name: str
     peak_flops_per_s: Mapping[str, float] = field(hash=False)
@@ -73,6 +82,7 @@ class GpuSpec:
     memory_bandwidth_bytes_per_s: float
     sm_count: int
     source: str = ""
+    architecture: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -90,6 +100,9 @@ class GpuSpec:
             object.__setattr__(self, name, check_number(getattr(self, name), key=name,
                                                         above=True))
         check_whole(self.sm_count, key="sm_count")
+        if self.architecture:
+            check_choice(self.architecture, ARCHITECTURES, key="architecture",
+                         what="architecture")
 
     def peak_flops(self, precision: str) -> float:
         """Dense peak FLOP/s at ``precision``; ConfigError naming the supported ones."""
@@ -107,6 +120,7 @@ class GpuSpec:
             "memory_bytes": self.memory_bytes,
             "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
             "sm_count": self.sm_count,
+            "architecture": self.architecture,
             "source": self.source,
         }
 
@@ -128,22 +142,23 @@ _HOPPER_PEAKS = _peaks(fp32=66.9, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9
 
 GPU_PRESETS: Mapping[str, GpuSpec] = MappingProxyType({
     "v100-16gb": GpuSpec("v100-16gb", _peaks(fp32=15.7, fp16=125.0), 16 * _GiB,
-                         900 * _GBPS, 80, _V100_SRC),
+                         900 * _GBPS, 80, _V100_SRC, "volta"),
     "v100-32gb": GpuSpec("v100-32gb", _peaks(fp32=15.7, fp16=125.0), 32 * _GiB,
-                         900 * _GBPS, 80, _V100_SRC),
+                         900 * _GBPS, 80, _V100_SRC, "volta"),
     "a100-40gb": GpuSpec("a100-40gb", _peaks(fp32=19.5, tf32=156.0, bf16=312.0, fp16=312.0),
-                         40 * _GiB, 1555 * _GBPS, 108, _A100_SRC),
+                         40 * _GiB, 1555 * _GBPS, 108, _A100_SRC, "ampere"),
     "a100-80gb": GpuSpec("a100-80gb", _peaks(fp32=19.5, tf32=156.0, bf16=312.0, fp16=312.0),
-                         80 * _GiB, 2039 * _GBPS, 108, _A100_SRC),
-    "h100-sxm": GpuSpec("h100-sxm", _HOPPER_PEAKS, 80 * _GiB, 3350 * _GBPS, 132, _H100_SRC),
-    "h200": GpuSpec("h200", _HOPPER_PEAKS, 141 * _GiB, 4800 * _GBPS, 132, _H200_SRC),
-    "gh200": GpuSpec("gh200", _HOPPER_PEAKS, 96 * _GiB, 4000 * _GBPS, 132, _GH200_SRC),
+                         80 * _GiB, 2039 * _GBPS, 108, _A100_SRC, "ampere"),
+    "h100-sxm": GpuSpec("h100-sxm", _HOPPER_PEAKS, 80 * _GiB, 3350 * _GBPS, 132, _H100_SRC,
+                         "hopper"),
+    "h200": GpuSpec("h200", _HOPPER_PEAKS, 141 * _GiB, 4800 * _GBPS, 132, _H200_SRC, "hopper"),
+    "gh200": GpuSpec("gh200", _HOPPER_PEAKS, 96 * _GiB, 4000 * _GBPS, 132, _GH200_SRC, "hopper"),
     "b200": GpuSpec("b200", _peaks(fp32=80.0, tf32=1100.0, bf16=2250.0, fp16=2250.0,
                                    fp8=4500.0),
-                    180 * _GiB, 8000 * _GBPS, 148, _B200_SRC),
+                    180 * _GiB, 8000 * _GBPS, 148, _B200_SRC, "blackwell"),
     "mi300x": GpuSpec("mi300x", _peaks(fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4,
                                        fp8=2614.9),
-                      192 * _GiB, 5300 * _GBPS, 304, _MI300X_SRC),
+                      192 * _GiB, 5300 * _GBPS, 304, _MI300X_SRC, "cdna3"),
 })
 """Preset name -> :class:`GpuSpec` (read-only)."""
 
@@ -206,7 +221,8 @@ def gpu_from_mapping(data: Mapping[str, Any] | str, *, source: str | None = None
 
     Mapping keys: ``preset`` (start from a preset), ``name``, ``peak_flops``
     (``{bf16: "989 TFLOP/s", ...}``, merged into the preset's), ``memory`` (``"80 GiB"``),
-    ``memory_bandwidth`` (``"3.35 TB/s"``), ``sm_count``.  Without a preset every one of
+    ``memory_bandwidth`` (``"3.35 TB/s"``), ``sm_count``, ``architecture`` (optional:
+    ``hopper`` ...; a preset's by default).  Without a preset every one of
     ``peak_flops``, ``memory``, ``memory_bandwidth``, ``sm_count`` must be given.
     """
     if isinstance(data, str):
@@ -214,12 +230,13 @@ def gpu_from_mapping(data: Mapping[str, Any] | str, *, source: str | None = None
     if not isinstance(data, Mapping):
         raise ConfigError(f"must be a GPU name or a mapping, got {type(data).__name__}",
                           key=prefix, source=source)
-    valid = ("preset", "name", "peak_flops", "memory", "memory_bandwidth", "sm_count")
+    valid = ("preset", "name", "peak_flops", "memory", "memory_bandwidth", "sm_count",
+             "architecture")
     check_keys(data, valid, prefix=prefix, source=source)
     base: GpuSpec | None = None
     if "preset" in data:
         base = get_gpu(str(data["preset"]), key=f"{prefix}.preset", source=source)
-    elif missing := [k for k in valid[2:] if k not in data]:
+    elif missing := [k for k in valid[2:6] if k not in data]:
         raise ConfigError(f"missing {', '.join(missing)}", key=prefix, source=source,
                           hint="give them, or start from a preset: " + ", ".join(list_gpus()))
     peaks = dict(base.peak_flops_per_s) if base else {}
@@ -242,5 +259,9 @@ def gpu_from_mapping(data: Mapping[str, Any] | str, *, source: str | None = None
     sm_count = check_whole(data.get("sm_count", base.sm_count if base else 0),
                            key=f"{prefix}.sm_count", source=source)
     name = str(data.get("name", base.name if base else "custom"))
+    architecture = data.get("architecture", base.architecture if base else "")
+    check_choice(str(architecture), ("", *ARCHITECTURES), key=f"{prefix}.architecture",
+                 source=source, what="architecture")
     return GpuSpec(name, peaks, memory, bandwidth, sm_count,
-                   source=(base.source if base else "") + (" (overridden)" if base else ""))
+                   source=(base.source if base else "") + (" (overridden)" if base else ""),
+                   architecture=str(architecture))

@@ -123,3 +123,19 @@ def test_spec_is_frozen_and_hashable():
     with pytest.raises(TypeError):
         gpu.peak_flops_per_s["bf16"] = 1.0  # type: ignore[index]
     assert hash(gpu) == hash(get_gpu("a100-80gb"))
+
+
+def test_presets_name_their_architecture_and_custom_gpus_may():
+    assert {name: get_gpu(name).architecture for name in ("v100", "a100", "h100", "h200",
+                                                          "gh200", "b200", "mi300x")} == {
+        "v100": "volta", "a100": "ampere", "h100": "hopper", "h200": "hopper",
+        "gh200": "hopper", "b200": "blackwell", "mi300x": "cdna3"}
+    assert gpu_from_mapping({"preset": "h100", "memory": "96 GiB"}).architecture == "hopper"
+    custom = {"peak_flops": {"bf16": "100 TFLOP/s"}, "memory": "16 GiB",
+              "memory_bandwidth": "1 TB/s", "sm_count": 10}
+    assert gpu_from_mapping(custom).architecture == ""
+    assert gpu_from_mapping({**custom, "architecture": "ampere"}).to_dict()[
+        "architecture"] == "ampere"
+    with pytest.raises(ConfigError, match=r"gpu\.architecture: unknown architecture "
+                                          r"'pascal'.*valid"):
+        gpu_from_mapping({**custom, "architecture": "pascal"})

@@ -340,3 +340,34 @@ def test_to_dict_records_every_setting():
     assert settings["precision"] == "fp8" and settings["launch_overhead_s"] == 5e-6
     assert settings["matmul_asymptotic_efficiency"] == 0.8
 
+
+
+# ------------------------------------------------- fused attention by kernel and GPU generation
+@pytest.mark.parametrize("stack, gpu, expected", [
+    ("torch-compile", "h100-sxm", 0.35), ("torch-eager", "h200", 0.35),
+    ("torch-compile", "b200", 0.35), ("torch-compile", "a100-80gb", 0.5),
+    ("megatron-core", "h100-sxm", 0.5), ("transformer-engine", "b200", 0.5),
+    ("torch-compile", "mi300x", 0.5)])
+def test_fused_attention_rate_follows_its_kernel_and_the_architecture(stack, gpu, expected):
+    # FlashAttention-2 on Hopper: ~35 % of peak (Shah et al. 2024); cuDNN / FA3-class
+    # kernels and FA2 on Ampere: 0.5; no published pair (MI300X): the generic 0.5.
+    spec = get_gpu(gpu)
+    costs = RooflineCosts(spec, stack=get_stack(stack))
+    work = forward_layer_work(get_model("llama3-8b"), micro_batch=1, seq_len=8192,
+                              stack=get_stack(stack))
+    attention = next(k for k in work.kernels if k.kind == "attention")
+    assert costs.resolved_attention_efficiency == expected
+    compute_s = attention.flops / (spec.peak_flops("bf16") * expected)
+    assert compute_s > attention.bytes_moved / spec.memory_bandwidth_bytes_per_s
+    assert costs.kernel_time_s(attention) == pytest.approx(
+        attention.count * (compute_s + attention.launches * costs.launch_overhead_s))
+
+
+def test_given_attention_efficiency_overrides_the_table():
+    costs = RooflineCosts(H100, stack=get_stack("torch-compile"), attention_efficiency=0.6)
+    assert costs.resolved_attention_efficiency == 0.6
+    assert costs.to_dict()["attention_efficiency"] == 0.6
+    assert RooflineCosts(H100, stack=get_stack("torch-compile")).to_dict()[
+        "attention_efficiency"] == 0.35
+    with pytest.raises(ConfigError, match=r"attention_efficiency: must be a number in"):
+        RooflineCosts(H100, attention_efficiency=0.0)

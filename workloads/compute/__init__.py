@@ -30,6 +30,7 @@ from distsim_gpu.workloads.compute.operators import (
 from distsim_gpu.workloads.compute.roofline import (
     ADAM_BYTES_PER_PARAM,
     ATTENTION_EFFICIENCY,
+    ATTENTION_EFFICIENCY_BY_KERNEL,
     DEFAULT_GEMM_TILES,
     GEMM_K_HALF,
     LAUNCH_OVERHEAD_S,
@@ -37,6 +38,7 @@ from distsim_gpu.workloads.compute.roofline import (
     MEMORY_EFFICIENCY,
     CostModel,
     RooflineCosts,
+    attention_efficiency,
     matmul_efficiency,
     stores_attention_scores,
 )
@@ -59,6 +61,7 @@ from distsim_gpu.workloads.compute.table_io import (
 __all__ = [
     "ADAM_BYTES_PER_PARAM",
     "ATTENTION_EFFICIENCY",
+    "ATTENTION_EFFICIENCY_BY_KERNEL",
     "ATTENTION_IMPLEMENTATIONS",
     "CORE_ATTENTION_KERNELS",
     "DEFAULT_GEMM_TILES",
@@ -81,6 +84,7 @@ __all__ = [
     "Stack",
     "TableCosts",
     "TableHeader",
+    "attention_efficiency",
     "bytes_per_element",
     "forward_layer_work",
     "get_stack",

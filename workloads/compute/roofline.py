@@ -46,6 +46,7 @@ from distsim_gpu.workloads.models import ModelSpec
 __all__ = [
     "ADAM_BYTES_PER_PARAM",
     "ATTENTION_EFFICIENCY",
+    "ATTENTION_EFFICIENCY_BY_KERNEL",
     "DEFAULT_GEMM_TILES",
     "GEMM_K_HALF",
     "LAUNCH_OVERHEAD_S",
@@ -53,6 +54,7 @@ __all__ = [
     "MEMORY_EFFICIENCY",
     "CostModel",
     "RooflineCosts",
+    "attention_efficiency",
     "issue_timeline_s",
     "matmul_efficiency",
     "stores_attention_scores",
@@ -77,10 +79,20 @@ DEFAULT_GEMM_TILES: tuple[tuple[int, int, float], ...] = (
 # write back its C tile) that the k-loop amortises.  Our assumption: at k = 64 a tile
 # spends as long outside its main loop as in it.
 GEMM_K_HALF = 64.0
-# Fraction of peak a fused (flash) attention kernel reaches: FlashAttention-2 reaches
-# 50-73 % of A100 peak forward (Dao 2023, abstract) but ~35 % of H100 peak, where
-# FlashAttention-3 reaches up to 75 % (Shah et al. 2024, abstract).  0.5 is in between.
+# Fraction of the dense 16-bit peak a fused (flash) attention kernel reaches over its forward
+# and backward, by kernel and GPU architecture.  FlashAttention-2 reaches 50-73 % of A100
+# peak forward and less backward (Dao 2023, "FlashAttention-2", abstract and §4.1: ~0.5 over
+# both), but only ~35 % of H100 peak, because it uses none of Hopper's asynchronous
+# tensor-core (WGMMA) and TMA instructions (Shah et al. 2024, "FlashAttention-3",
+# abstract); FlashAttention-3 and cuDNN's fused attention, written for Hopper, reach up to
+# 75 % forward there (same abstract) and less backward, hence 0.5 over both.  Blackwell: no
+# published figure for FA2; it runs the same pre-Hopper instructions, taken as on Hopper.
+# Any other pair (Volta, CDNA3, a custom GPU without an architecture): ATTENTION_EFFICIENCY.
 ATTENTION_EFFICIENCY = 0.5
+ATTENTION_EFFICIENCY_BY_KERNEL: dict[tuple[str, str], float] = {
+    ("fa2", "ampere"): 0.5, ("fa2", "hopper"): 0.35, ("fa2", "blackwell"): 0.35,
+    ("cudnn", "ampere"): 0.5, ("cudnn", "hopper"): 0.5, ("cudnn", "blackwell"): 0.5,
+}
 # Fraction of datasheet HBM bandwidth a streaming kernel achieves; device-memory copy
 # benchmarks reach ~80-92 % (e.g. Jia et al. 2018, "Dissecting the NVIDIA Volta GPU
 # Architecture via Microbenchmarking": ~750 of 900 GB/s on V100).
@@ -126,6 +138,14 @@ def matmul_efficiency(m: int, n: int, k: int, *, sm_count: int,
         tile_eff = (m * n) / (tiles_m * tile_m * tiles_n * tile_n)
         best = max(best, relative * wave_eff * tile_eff)
     return asymptotic_efficiency * best * k / (k + k_half)
+
+
+def attention_efficiency(flash_kernel: str, architecture: str) -> float:
+    """Fraction of peak the fused attention kernel ``flash_kernel`` (``fa2``, ``cudnn``)
+    reaches on a GPU of ``architecture`` (:data:`ATTENTION_EFFICIENCY_BY_KERNEL`;
+    :data:`ATTENTION_EFFICIENCY` for a pair without a published figure)."""
+    return ATTENTION_EFFICIENCY_BY_KERNEL.get((flash_kernel, architecture),
+                                              ATTENTION_EFFICIENCY)
 
 
 def stores_attention_scores(costs: object) -> bool:
@@ -194,7 +214,9 @@ class RooflineCosts:
     (module docstring), the operators a :class:`Stack` lays out.
 
     ``peak`` is the GPU's dense rate at ``precision``.  ``attention`` (``flash`` |
-    ``unfused``), when given, overrides the stack's attention.  ``optimizer_bytes_per_param``
+    ``unfused``), when given, overrides the stack's attention.  ``attention_efficiency``,
+    when given, overrides :func:`attention_efficiency` of the stack's flash kernel on the
+    GPU's architecture.  ``optimizer_bytes_per_param``
     is Adam's traffic; clipping, fp16 unscaling and FP8 weight casts are added by the
     precision and stack.  Every default is a module constant with its source.
     """
@@ -202,7 +224,7 @@ class RooflineCosts:
     gpu: GpuSpec
     precision: str = "bf16"
     matmul_asymptotic_efficiency: float = MATMUL_EFFICIENCY
-    attention_efficiency: float = ATTENTION_EFFICIENCY
+    attention_efficiency: float | None = None
     memory_efficiency: float = MEMORY_EFFICIENCY
     launch_overhead_s: float = LAUNCH_OVERHEAD_S
     gemm_tiles: tuple[tuple[int, int, float], ...] = DEFAULT_GEMM_TILES
@@ -225,11 +247,20 @@ class RooflineCosts:
                                    "transformer-engine or torch-compile")
         for name in ("matmul_asymptotic_efficiency", "attention_efficiency",
                      "memory_efficiency"):
-            check_number(getattr(self, name), key=name, above=True, maximum=1)
+            if getattr(self, name) is not None:
+                check_number(getattr(self, name), key=name, above=True, maximum=1)
         for name in ("launch_overhead_s", "gemm_k_half", "optimizer_bytes_per_param"):
             check_number(getattr(self, name), key=name)
         if not self.gemm_tiles:
             raise ConfigError("needs at least one tile", key="gemm_tiles")
+
+    @property
+    def resolved_attention_efficiency(self) -> float:
+        """The fused attention kernel's fraction of peak: as given, else the stack's flash
+        kernel on this GPU's architecture (:func:`attention_efficiency`)."""
+        if self.attention_efficiency is not None:
+            return self.attention_efficiency
+        return attention_efficiency(self.stack.flash_kernel, self.gpu.architecture)
 
     @property
     def resolved_stack(self) -> Stack:
@@ -240,7 +271,7 @@ class RooflineCosts:
         """Resolved settings, every default filled in (JSON/YAML-ready)."""
         return {"kind": "roofline", "gpu": self.gpu.to_dict(), "precision": self.precision,
                 "matmul_asymptotic_efficiency": self.matmul_asymptotic_efficiency,
-                "attention_efficiency": self.attention_efficiency,
+                "attention_efficiency": self.resolved_attention_efficiency,
                 "memory_efficiency": self.memory_efficiency,
                 "launch_overhead_s": self.launch_overhead_s,
                 "gemm_tiles": [list(t) for t in self.gemm_tiles],
@@ -273,7 +304,7 @@ class RooflineCosts:
                 rate = peak * self.matmul_efficiency(kernel.m, kernel.n, kernel.k,
                                                      fp8=kernel.fp8)
             elif kernel.kind == "attention":
-                rate = self.peak_flops_per_s * self.attention_efficiency
+                rate = self.peak_flops_per_s * self.resolved_attention_efficiency
             else:
                 rate = self.gpu.peak_flops("fp32")
             compute_s = kernel.flops / rate

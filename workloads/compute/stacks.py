@@ -70,6 +70,7 @@ __all__ = [
     "DEFAULT_STACK",
     "EAGER_HOST_BACKWARD_OVERHEAD_S",
     "EAGER_HOST_OVERHEAD_S",
+    "FLASH_KERNELS",
     "FP8_MATMUL_EFFICIENCY",
     "STACKS",
     "Stack",
@@ -77,6 +78,7 @@ __all__ = [
 ]
 
 ATTENTION_IMPLEMENTATIONS = ("flash", "unfused")
+FLASH_KERNELS = ("fa2", "cudnn")
 # Host time eager PyTorch spends per kernel it launches (Python, the dispatcher, the
 # view/reshape ops between kernels, autograd, the launch call), measured as the median
 # interval between consecutive kernel launches on a host thread that issues back to back
@@ -108,6 +110,10 @@ class Stack:
 
     * ``attention``: ``flash`` (one fused kernel) or ``unfused`` (``attn_scores``,
       ``attn_softmax``, ``attn_context`` batched GEMMs and softmax over the s×s scores);
+    * ``flash_kernel``: which fused kernel ``flash`` is — ``fa2`` (Dao's FlashAttention-2:
+      the flash-attn package, PyTorch SDPA's flash backend) or ``cudnn`` (cuDNN's fused
+      attention through Transformer Engine, FlashAttention-3-class on Hopper); its
+      efficiency depends on the GPU's architecture (:mod:`~distsim_gpu.workloads.compute.roofline`);
     * ``fused_softmax``: unfused attention's scale, mask and softmax in one kernel (else
       three kernels, each reading and writing the scores);
     * ``attention_dropout``: unfused attention's ``attn_dropout`` over the probabilities;
@@ -136,6 +142,7 @@ class Stack:
     name: str
     source: str
     attention: str = "flash"
+    flash_kernel: str = "cudnn"
     fused_softmax: bool = True
     attention_dropout: bool = False
     context_copy: bool = False
@@ -172,6 +179,9 @@ class Stack:
         check_number(self.host_overhead_s, key="host_overhead_s")
         if self.host_backward_overhead_s is not None:
             check_number(self.host_backward_overhead_s, key="host_backward_overhead_s")
+        check_number(self.fp8_matmul_efficiency, key="fp8_matmul_efficiency", above=True,
+                     maximum=1)
+        check_choice(self.flash_kernel, FLASH_KERNELS, key="flash_kernel")
 
     def host_s_per_kernel(self, pass_: str) -> float:
         """Host seconds per kernel launched in ``pass_``: the backward's autograd engine
@@ -180,8 +190,6 @@ class Stack:
         if pass_ == "bwd" and self.host_backward_overhead_s is not None:
             return self.host_backward_overhead_s
         return self.host_overhead_s
-        check_number(self.fp8_matmul_efficiency, key="fp8_matmul_efficiency", above=True,
-                     maximum=1)
 
     def with_attention(self, attention: str | None) -> Stack:
         """This stack with another attention implementation (``compute.attention``)."""
@@ -204,14 +212,14 @@ STACKS: dict[str, Stack] = {
         "megatron-lm-2021", "Megatron-LM v2.x megatron/model/transformer.py (2021): "
         "baddbmm + scaled_upper_triang_masked_softmax + Dropout(0.1) + bmm; jit "
         "bias_gelu, bias_dropout_add; apex FusedLayerNorm",
-        attention="unfused", attention_dropout=True, context_copy=True,
+        attention="unfused", flash_kernel="fa2", attention_dropout=True, context_copy=True,
         hidden_dropout=True, fused_cross_entropy=False, fused_bias_grad=False,
         host_overhead_s=EAGER_HOST_OVERHEAD_S,
         host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S),
     "megatron-deepspeed": Stack(
         "megatron-deepspeed", "microsoft/Megatron-DeepSpeed (2021-2022, BLOOM, vTrain): "
         "the 2021 Megatron layer under DeepSpeed's engine; gradients accumulate in .grad",
-        attention="unfused", attention_dropout=True, context_copy=True,
+        attention="unfused", flash_kernel="fa2", attention_dropout=True, context_copy=True,
         hidden_dropout=True, fused_cross_entropy=False, fp32_grad_accumulation=False,
         separate_grad_accumulation=True, fused_bias_grad=False,
         host_overhead_s=EAGER_HOST_OVERHEAD_S,
@@ -224,13 +232,14 @@ STACKS: dict[str, Stack] = {
     "torch-compile": Stack(
         "torch-compile", "torchtitan (github.com/pytorch/torchtitan) with torch.compile "
         "and FSDP2: SDPA flash attention, Inductor-fused element-wise chains; FP8 "
-        "through torchao float8 linears", fp32_grad_accumulation=False, fp8_linear=True,
+        "through torchao float8 linears", flash_kernel="fa2", fp32_grad_accumulation=False,
+        fp8_linear=True,
         host_overhead_s=COMPILED_HOST_OVERHEAD_S),
     "torch-eager": Stack(
         "torch-eager", "torchtitan without torch.compile: SDPA flash attention, PyTorch's "
         "composite RMSNorm, SwiGLU and residual adds as separate eager kernels",
-        fused_norm=False, fused_bias_dropout_add=False, fp32_grad_accumulation=False,
-        host_overhead_s=EAGER_HOST_OVERHEAD_S,
+        flash_kernel="fa2", fused_norm=False, fused_bias_dropout_add=False,
+        fp32_grad_accumulation=False, host_overhead_s=EAGER_HOST_OVERHEAD_S,
         host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S),
 }
 DEFAULT_STACK = "megatron-core"
