@@ -66,6 +66,8 @@ _TIME_UNITS = {
     "ns": 1e-9, "min": 60.0, "h": 3600.0,
 }
 
+_POWER_UNITS = {"": 1.0, "W": 1.0, "kW": 1e3, "mW": 1e-3}
+
 _FLOPS_UNITS: dict[str, float] = {}
 for _p, _f in _DECIMAL.items():
     _FLOPS_UNITS[f"{_p}FLOP/s"] = _f
@@ -152,6 +154,13 @@ def parse_flops(value: object, *, key: str | None = None, source: str | None = N
     """FLOP per second from ``"312 TFLOP/s"`` or a number."""
     return _parse(value, _FLOPS_UNITS, "compute rate", '"312 TFLOP/s"', key=key,
                   source=source, allow_zero=allow_zero)
+
+
+def parse_power(value: object, *, key: str | None = None, source: str | None = None,
+                allow_zero: bool = False) -> float:
+    """Watts from ``"500 W"``, ``"1 kW"`` or a number."""
+    return _parse(value, _POWER_UNITS, "power", '"500 W"', key=key, source=source,
+                  allow_zero=allow_zero)
 
 
 def format_bytes(size_bytes: float) -> str:

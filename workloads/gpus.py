@@ -11,6 +11,17 @@ What fraction of these peaks a kernel reaches is the cost model's business
 (FlashAttention-2 uses none of Hopper's asynchronous tensor-core instructions), so the cost
 model looks some efficiencies up by it (:mod:`workloads.compute.roofline`).
 
+Power: ``tdp_w`` is the board power the datasheet rates the part at (the default power
+limit, at which the cost model's efficiency figures were measured); ``power_limit_w`` a lower
+limit an operator set (``nvidia-smi -pl``).  Under a lower limit the GPU lowers its SM clock
+until it fits: CMOS dynamic power is C·V²·f and, in the clock range a GPU scales over, the
+voltage follows the clock, so dynamic power goes as f³ and a limit P runs compute-bound
+kernels at ``clock_fraction = ((P - P_static) / (P_tdp - P_static))^(1/3)`` of their rate
+at TDP.  ``P_static`` (leakage, HBM, board) is :data:`STATIC_POWER_FRACTION` of TDP — our
+assumption; 0 % or 15 % give a 500 W limit on a 700 W part a clock 10.6 % or 12.8 % lower,
+so little rides on it.  Memory bandwidth is not scaled: the HBM clock is not what a power
+limit lowers.
+
 Memory capacity: NVIDIA's "GB" for HBM capacity is binary (an A100 80GB reports
 81920 MiB), so capacities are stored as GiB·2³⁰; nvidia-smi shows slightly less usable
 memory (ECC and driver reservations).  Memory bandwidth is decimal (bytes/s), as quoted.
@@ -48,13 +59,14 @@ from typing import Any
 
 from distsim_gpu.simcore.config import check_choice, check_keys, check_number, check_whole
 from distsim_gpu.simcore.errors import ConfigError, closest
-from distsim_gpu.simcore.units import parse_bandwidth, parse_flops, parse_size
+from distsim_gpu.simcore.units import parse_bandwidth, parse_flops, parse_power, parse_size
 
 __all__ = [
     "ARCHITECTURES",
     "GPU_ALIASES",
     "GPU_PRESETS",
     "PRECISIONS",
+    "STATIC_POWER_FRACTION",
     "GpuSpec",
     "canonical_gpu_name",
     "get_gpu",
@@ -63,6 +75,8 @@ __all__ = [
 ]
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+# Share of board power that does not scale with the SM clock (module docstring; assumed).
+STATIC_POWER_FRACTION = 0.15
 # GPU generations the cost model tells apart ("" for a custom GPU that does not say).
 ARCHITECTURES = ("volta", "ampere", "hopper", "blackwell", "cdna3")
 
@@ -74,7 +88,8 @@ _GBPS = 1e9
 @dataclass(frozen=True, slots=True)
 class GpuSpec:
     """One GPU model: ``peak_flops_per_s[precision]`` (FLOP/s), memory (bytes, bytes/s),
-    its ``architecture`` (one of :data:`ARCHITECTURES`, or "" if unknown)."""
+    its ``architecture`` (one of :data:`ARCHITECTURES`, or "" if unknown), its rated board
+    power ``tdp_w`` and the ``power_limit_w`` it runs at (None: the TDP)."""
 
     name: str
     peak_flops_per_s: Mapping[str, float] = field(hash=False)
@@ -83,6 +98,8 @@ class GpuSpec:
     sm_count: int
     source: str = ""
     architecture: str = ""
+    tdp_w: float | None = None
+    power_limit_w: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -103,6 +120,35 @@ class GpuSpec:
         if self.architecture:
             check_choice(self.architecture, ARCHITECTURES, key="architecture",
                          what="architecture")
+        self._check_power()
+
+    def _check_power(self) -> None:
+        if self.tdp_w is not None:
+            check_number(self.tdp_w, key="tdp", above=True)
+        if self.power_limit_w is None:
+            return
+        if self.tdp_w is None:
+            raise ConfigError(f"{self.name} has no rated board power to scale its clock "
+                              "from", key="power_limit", hint='give tdp too, e.g. "700 W"')
+        static_w = STATIC_POWER_FRACTION * self.tdp_w
+        if not static_w < check_number(self.power_limit_w, key="power_limit") <= self.tdp_w:
+            raise ConfigError(
+                f"must be above the static power {static_w:g} W and at most the rated "
+                f"{self.tdp_w:g} W, got {self.power_limit_w:g} W", key="power_limit",
+                hint="a limit above TDP does not raise the clocks the figures assume")
+
+    @property
+    def clock_fraction(self) -> float:
+        """Compute clock under ``power_limit_w`` over the clock at TDP (module docstring):
+        1 without a limit."""
+        if self.power_limit_w is None or self.tdp_w is None:
+            return 1.0
+        static_w = STATIC_POWER_FRACTION * self.tdp_w
+        return ((self.power_limit_w - static_w) / (self.tdp_w - static_w)) ** (1.0 / 3.0)
+
+    def sustained_flops(self, precision: str) -> float:
+        """Dense peak at ``precision`` at the clock the power limit allows."""
+        return self.peak_flops(precision) * self.clock_fraction
 
     def peak_flops(self, precision: str) -> float:
         """Dense peak FLOP/s at ``precision``; ConfigError naming the supported ones."""
@@ -121,6 +167,8 @@ class GpuSpec:
             "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
             "sm_count": self.sm_count,
             "architecture": self.architecture,
+            "tdp_w": self.tdp_w,
+            "power_limit_w": self.power_limit_w,
             "source": self.source,
         }
 
@@ -129,11 +177,12 @@ def _peaks(**tflops: float) -> dict[str, float]:
     return {precision: rate * _TFLOPS for precision, rate in tflops.items()}
 
 
-_V100_SRC = "NVIDIA Tesla V100 datasheet (SXM2)"
-_A100_SRC = "NVIDIA A100 datasheet (SXM), dense tensor rates"
-_H100_SRC = "NVIDIA H100 architecture whitepaper Table 3 (SXM5, dense); H100 datasheet"
-_H200_SRC = "NVIDIA H200 datasheet (SXM); compute as H100 SXM5, dense"
-_MI300X_SRC = "AMD Instinct MI300X data sheet (OAM), dense matrix rates"
+_V100_SRC = "NVIDIA Tesla V100 datasheet (SXM2, 300 W)"
+_A100_SRC = "NVIDIA A100 datasheet (SXM, 400 W), dense tensor rates"
+_H100_SRC = ("NVIDIA H100 architecture whitepaper Table 3 (SXM5, dense); H100 datasheet "
+             "(SXM, up to 700 W)")
+_H200_SRC = "NVIDIA H200 datasheet (SXM, up to 700 W); compute as H100 SXM5, dense"
+_MI300X_SRC = "AMD Instinct MI300X data sheet (OAM, 750 W), dense matrix rates"
 _GH200_SRC = "NVIDIA GH200 Grace Hopper Superchip datasheet (96 GB HBM3); compute as H100 SXM5"
 _B200_SRC = ("NVIDIA Blackwell architecture technical brief (HGX B200, 1000 W), dense; "
              "DGX B200 datasheet (memory)")
@@ -142,23 +191,24 @@ _HOPPER_PEAKS = _peaks(fp32=66.9, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9
 
 GPU_PRESETS: Mapping[str, GpuSpec] = MappingProxyType({
     "v100-16gb": GpuSpec("v100-16gb", _peaks(fp32=15.7, fp16=125.0), 16 * _GiB,
-                         900 * _GBPS, 80, _V100_SRC, "volta"),
+                         900 * _GBPS, 80, _V100_SRC, "volta", 300.0),
     "v100-32gb": GpuSpec("v100-32gb", _peaks(fp32=15.7, fp16=125.0), 32 * _GiB,
-                         900 * _GBPS, 80, _V100_SRC, "volta"),
+                         900 * _GBPS, 80, _V100_SRC, "volta", 300.0),
     "a100-40gb": GpuSpec("a100-40gb", _peaks(fp32=19.5, tf32=156.0, bf16=312.0, fp16=312.0),
-                         40 * _GiB, 1555 * _GBPS, 108, _A100_SRC, "ampere"),
+                         40 * _GiB, 1555 * _GBPS, 108, _A100_SRC, "ampere", 400.0),
     "a100-80gb": GpuSpec("a100-80gb", _peaks(fp32=19.5, tf32=156.0, bf16=312.0, fp16=312.0),
-                         80 * _GiB, 2039 * _GBPS, 108, _A100_SRC, "ampere"),
+                         80 * _GiB, 2039 * _GBPS, 108, _A100_SRC, "ampere", 400.0),
     "h100-sxm": GpuSpec("h100-sxm", _HOPPER_PEAKS, 80 * _GiB, 3350 * _GBPS, 132, _H100_SRC,
-                         "hopper"),
-    "h200": GpuSpec("h200", _HOPPER_PEAKS, 141 * _GiB, 4800 * _GBPS, 132, _H200_SRC, "hopper"),
+                         "hopper", 700.0),
+    "h200": GpuSpec("h200", _HOPPER_PEAKS, 141 * _GiB, 4800 * _GBPS, 132, _H200_SRC, "hopper",
+                     700.0),
     "gh200": GpuSpec("gh200", _HOPPER_PEAKS, 96 * _GiB, 4000 * _GBPS, 132, _GH200_SRC, "hopper"),
     "b200": GpuSpec("b200", _peaks(fp32=80.0, tf32=1100.0, bf16=2250.0, fp16=2250.0,
                                    fp8=4500.0),
-                    180 * _GiB, 8000 * _GBPS, 148, _B200_SRC, "blackwell"),
+                    180 * _GiB, 8000 * _GBPS, 148, _B200_SRC, "blackwell", 1000.0),
     "mi300x": GpuSpec("mi300x", _peaks(fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4,
                                        fp8=2614.9),
-                      192 * _GiB, 5300 * _GBPS, 304, _MI300X_SRC, "cdna3"),
+                      192 * _GiB, 5300 * _GBPS, 304, _MI300X_SRC, "cdna3", 750.0),
 })
 """Preset name -> :class:`GpuSpec` (read-only)."""
 
@@ -222,7 +272,8 @@ def gpu_from_mapping(data: Mapping[str, Any] | str, *, source: str | None = None
     Mapping keys: ``preset`` (start from a preset), ``name``, ``peak_flops``
     (``{bf16: "989 TFLOP/s", ...}``, merged into the preset's), ``memory`` (``"80 GiB"``),
     ``memory_bandwidth`` (``"3.35 TB/s"``), ``sm_count``, ``architecture`` (optional:
-    ``hopper`` ...; a preset's by default).  Without a preset every one of
+    ``hopper`` ...; a preset's by default), ``tdp`` and ``power_limit`` (``"500 W"``:
+    compute clocks scale as the module docstring says).  Without a preset every one of
     ``peak_flops``, ``memory``, ``memory_bandwidth``, ``sm_count`` must be given.
     """
     if isinstance(data, str):
@@ -231,7 +282,7 @@ def gpu_from_mapping(data: Mapping[str, Any] | str, *, source: str | None = None
         raise ConfigError(f"must be a GPU name or a mapping, got {type(data).__name__}",
                           key=prefix, source=source)
     valid = ("preset", "name", "peak_flops", "memory", "memory_bandwidth", "sm_count",
-             "architecture")
+             "architecture", "tdp", "power_limit")
     check_keys(data, valid, prefix=prefix, source=source)
     base: GpuSpec | None = None
     if "preset" in data:
@@ -262,6 +313,14 @@ def gpu_from_mapping(data: Mapping[str, Any] | str, *, source: str | None = None
     architecture = data.get("architecture", base.architecture if base else "")
     check_choice(str(architecture), ("", *ARCHITECTURES), key=f"{prefix}.architecture",
                  source=source, what="architecture")
-    return GpuSpec(name, peaks, memory, bandwidth, sm_count,
-                   source=(base.source if base else "") + (" (overridden)" if base else ""),
-                   architecture=str(architecture))
+    watts = {knob: parse_power(data[knob], key=f"{prefix}.{knob}", source=source)
+             for knob in ("tdp", "power_limit") if knob in data}
+    try:
+        return GpuSpec(name, peaks, memory, bandwidth, sm_count,
+                       source=(base.source if base else "") + (" (overridden)" if base else ""),
+                       architecture=str(architecture),
+                       tdp_w=watts.get("tdp", base.tdp_w if base else None),
+                       power_limit_w=watts.get("power_limit"))
+    except ConfigError as error:
+        raise ConfigError(error.message, key=f"{prefix}.{error.key}" if error.key else prefix,
+                          source=source, hint=error.hint) from None

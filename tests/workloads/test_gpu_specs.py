@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads.gpus import GPU_PRESETS, GpuSpec, get_gpu, gpu_from_mapping, list_gpus
+from distsim_gpu.simcore.errors import ConfigError, DistsimError
+from distsim_gpu.workloads.gpus import (
+    GPU_PRESETS,
+    STATIC_POWER_FRACTION,
+    GpuSpec,
+    get_gpu,
+    gpu_from_mapping,
+    list_gpus,
+)
 
 GiB = 2**30
 T = 1e12
@@ -139,3 +146,28 @@ def test_presets_name_their_architecture_and_custom_gpus_may():
     with pytest.raises(ConfigError, match=r"gpu\.architecture: unknown architecture "
                                           r"'pascal'.*valid"):
         gpu_from_mapping({**custom, "architecture": "pascal"})
+
+
+def test_power_limit_scales_the_compute_clock_as_the_cube_root_of_dynamic_power():
+    h100 = get_gpu("h100")
+    assert h100.tdp_w == 700.0 and h100.clock_fraction == 1.0
+    capped = gpu_from_mapping({"preset": "h100", "power_limit": "500 W"})
+    static_w = STATIC_POWER_FRACTION * 700.0
+    assert capped.clock_fraction == pytest.approx(((500 - static_w) / (700 - static_w)) ** (1 / 3))
+    assert capped.sustained_flops("bf16") == pytest.approx(989.4e12 * capped.clock_fraction)
+    assert capped.peak_flops("bf16") == h100.peak_flops("bf16")  # the datasheet stays
+    assert capped.memory_bandwidth_bytes_per_s == h100.memory_bandwidth_bytes_per_s
+    assert gpu_from_mapping({"preset": "h100", "power_limit": "700 W"}).clock_fraction == 1.0
+
+
+@pytest.mark.parametrize("gpu, message", [
+    ({"preset": "h100", "power_limit": "800 W"}, r"compute\.gpu\.power_limit: must be above "
+                                                 r"the static power 105 W and at most"),
+    ({"preset": "h100", "power_limit": "100 W"}, r"compute\.gpu\.power_limit: must be above"),
+    ({"preset": "gh200", "power_limit": "500 W"}, r"gh200 has no rated board power"),
+    ({"preset": "h100", "power_limit": "lots"}, r"cannot read 'lots' as a power"),
+    ({"preset": "h100", "tdp": "-1 W"}, r"compute\.gpu\.tdp: power must be positive"),
+])
+def test_bad_power_settings_name_the_key(gpu, message):
+    with pytest.raises(DistsimError, match=message):
+        gpu_from_mapping(gpu, prefix="compute.gpu")

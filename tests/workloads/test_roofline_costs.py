@@ -19,7 +19,7 @@ from distsim_gpu.workloads.costs import (
     layer_work,
     matmul_efficiency,
 )
-from distsim_gpu.workloads.gpus import get_gpu
+from distsim_gpu.workloads.gpus import get_gpu, gpu_from_mapping
 from distsim_gpu.workloads.models import ModelSpec, get_model
 
 A100 = get_gpu("a100-80gb")
@@ -371,3 +371,16 @@ def test_given_attention_efficiency_overrides_the_table():
         "attention_efficiency"] == 0.35
     with pytest.raises(ConfigError, match=r"attention_efficiency: must be a number in"):
         RooflineCosts(H100, attention_efficiency=0.0)
+
+
+def test_a_power_limit_slows_gemms_by_the_clock_and_leaves_memory_bound_kernels():
+    capped = gpu_from_mapping({"preset": "h100", "power_limit": "500 W"})
+    work = forward_layer_work(get_model("llama3-8b"), micro_batch=1, seq_len=8192)
+    full, slow = RooflineCosts(H100, launch_overhead_s=0.0), RooflineCosts(
+        capped, launch_overhead_s=0.0)
+    for kernel in work.kernels:
+        ratio = slow.kernel_time_s(kernel) / full.kernel_time_s(kernel)
+        if kernel.kind == "elementwise":
+            assert ratio == pytest.approx(1.0)
+        else:  # compute bound at this size
+            assert ratio == pytest.approx(1 / capped.clock_fraction)

@@ -6,8 +6,9 @@ than the host has issued it.
 launches · launch_overhead_s)`` with ``eff`` = :func:`matmul_efficiency` (tiles and waves)
 for GEMMs — at the FP8 peak and the stack's FP8 efficiency for FP8 GEMMs — and
 ``attention_efficiency`` for fused attention; element-wise operators run their few FLOP
-on the CUDA cores (fp32 rate) and are memory bound.  A pass is the GPU running its
-kernels in sequence, each no earlier than the host has issued it
+on the CUDA cores (fp32 rate) and are memory bound.  Compute rates scale with the GPU's
+``clock_fraction`` under a power limit (:mod:`~distsim_gpu.workloads.gpus`).  A pass is the
+GPU running its kernels in sequence, each no earlier than the host has issued it
 (:func:`issue_timeline_s`, at the stack's host seconds per kernel for the pass): an eager
 framework's CPU issues kernels ahead of the GPU until kernels get shorter than its
 per-kernel dispatch time, and then the GPU waits for it.
@@ -307,7 +308,8 @@ class RooflineCosts:
                 rate = self.peak_flops_per_s * self.resolved_attention_efficiency
             else:
                 rate = self.gpu.peak_flops("fp32")
-            compute_s = kernel.flops / rate
+            # A power limit below TDP lowers the compute clock, not the memory's.
+            compute_s = kernel.flops / (rate * self.gpu.clock_fraction)
         launches_s = kernel.launches * self.launch_overhead_s
         return kernel.count * (max(compute_s, memory_s) + launches_s)
 
