@@ -35,6 +35,7 @@ from typing import Any
 
 from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping, check_whole
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.recompute import RECOMPUTE_MODES
 
 __all__ = [
     "LayerGroup",
@@ -49,7 +50,7 @@ __all__ = [
     "shard_subgroups",
 ]
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = RECOMPUTE_MODES  # one home: workloads.recompute
 _KEY = "parallelism.layer_groups"
 
 

@@ -48,7 +48,7 @@ from distsim_gpu.measured.traces import load_traces, read_trace_file
 from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.intervals import union
-from distsim_gpu.workloads.costs import CostRow, TableHeader, write_cost_table
+from distsim_gpu.workloads.costs import TABLE_PASSES, CostRow, TableHeader, write_cost_table
 from distsim_gpu.workloads.gpus import canonical_gpu_name
 from distsim_gpu.workloads.models import get_model
 
@@ -171,7 +171,7 @@ def _notes(samples: Sequence[Sample], extra: str = "") -> str:
 def _sorted_samples(buckets: dict[tuple[Any, ...], list[float]]) -> tuple[Sample, ...]:
     order = {k: i for i, k in enumerate(("transformer_layer", "moe_layer", "embedding",
                                          "loss"))}
-    passes = {p: i for i, p in enumerate(("fwd", "bwd", "recompute", "recompute_selective"))}
+    passes = {p: i for i, p in enumerate(TABLE_PASSES)}
     samples = [Sample(gpu, kind, pass_, shape, tuple(times))
                for (gpu, kind, pass_, shape), times in buckets.items()]
     samples.sort(key=lambda s: (s.gpu, order.get(s.kind, 9), s.kind, passes.get(s.pass_, 9),

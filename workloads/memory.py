@@ -32,6 +32,8 @@ parallel)::
     tensor + sequence parallel           s·b·h·(34/t + 5·a·s/(h·t))
     selective recompute (+ sequence p.)  s·b·h·34/t        (without s.p.: s·b·h·(10 + 24/t))
     full recompute                       2·s·b·h           (the layer input; /t with s.p.)
+    per-op recompute (torchtitan, ``op``) 2·s·b·(h/tₛ + Σ n_kept) + 2·s·b·h/t + 4·a·s·b/t
+                                         (+ 4·s·b·h/t with s.p. and t > 1)
 
 The paper's derivation (its §4.1) is generalised term by term: ``10·s·b·h`` is two norm
 inputs, the QKV and FC1 inputs (2 bytes each) and two dropout masks; the ``24/t`` part is
@@ -43,6 +45,16 @@ plus the dispatched tokens (our extension, not in the paper).  ``flash_attention
 the s² term for a 4-byte log-sum-exp per head and token.  With full recompute the layer
 being recomputed holds its full activations once more during backward (added once per
 stage).
+
+``op`` (:mod:`workloads.recompute`) keeps what torchtitan's per-operator policy saves, from
+the same per-tensor accounting: the layer input (``tₛ = t`` with s.p., else 1), each saved
+weight mm's output at its per-rank width ``n`` (Llama: ``wq`` h/t, ``wv`` kv_heads·d/t,
+``w1`` f/t and ``w2``'s h partial sums; a MoE layer's routed mms at ``top_k`` times the
+tokens), flash attention's output and fp32 log-sum-exp, and with s.p. the two
+reduce-scatters' outputs; norms, activations, products, residual sums and dropout masks
+are recomputed, not stored (unfused attention is recomputed too: no s² term).  While a
+layer is back-propagated, what ``op`` did not keep is held once more (added once per
+stage, as for full recompute).
 
 **Context parallelism** (``cp`` ranks share each sequence, :mod:`workloads.context_parallel`):
 every activation above is counted at the rank's ``s/cp`` tokens (Transformer Engine's
@@ -72,7 +84,7 @@ from dataclasses import dataclass, replace
 from distsim_gpu.simcore.config import check_bool, check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.layer_groups import layer_settings
-from distsim_gpu.workloads.models import RECOMPUTE_MODES, ModelSpec
+from distsim_gpu.workloads.models import ModelSpec
 from distsim_gpu.workloads.moe_routing import moe_pace
 from distsim_gpu.workloads.offload import OffloadConfig
 from distsim_gpu.workloads.operator_sharding import peak_gathered_params, sharded_params
@@ -87,6 +99,7 @@ from distsim_gpu.workloads.parallel import (
     check_zero,
     layer_partition,
 )
+from distsim_gpu.workloads.recompute import RECOMPUTE_MODES, op_sac_matmuls
 from distsim_gpu.workloads.tp_nd import mesh_of, weight_replicas
 
 __all__ = [
@@ -233,6 +246,10 @@ def activation_bytes_per_layer(model: ModelSpec, *, micro_batch: int, seq_len: i
     shard = tp if sequence_parallel else 1
     if recompute == "full":
         return e * sbh / shard
+    if recompute == "op":
+        return _op_saved_bytes(model, tokens=float(s) * b, tp=tp, sequence_parallel=(
+            sequence_parallel), flash_attention=flash_attention, element_bytes=e,
+            layer_index=layer_index, ep=ep)
     tokens = float(s) * b
     f = model.ffn_hidden
     kv = model.kv_dim
@@ -251,6 +268,39 @@ def activation_bytes_per_layer(model: ModelSpec, *, micro_batch: int, seq_len: i
     else:
         squared = (2 * e + 1) * a * float(s) * s * b  # softmax out, dropout mask and out
     return replicated / shard + (split + squared) / tp
+
+
+def _op_saved_bytes(model: ModelSpec, *, tokens: float, tp: int, sequence_parallel: bool,
+                    flash_attention: bool, element_bytes: int, layer_index: int,
+                    ep: int) -> float:
+    """What torchtitan's per-op checkpointing keeps of one layer (module docstring): its
+    input, the saved mms' outputs, flash attention's output and log-sum-exp, and with
+    sequence parallelism the two reduce-scatters' outputs."""
+    e, h = element_bytes, model.hidden
+    shard = tp if sequence_parallel else 1
+    routed = model.top_k * moe_pace(model.moe, experts=model.experts, top_k=model.top_k,
+                                    ep=ep) if model.is_moe_layer(layer_index) else 1.0
+    kept = e * tokens * h / shard  # the layer input
+    kept += sum(e * tokens * (routed if m.routed else 1.0) * m.out_features
+                for m in op_sac_matmuls(model, tp=tp, layer_index=layer_index) if m.saved)
+    if flash_attention:  # SDPA's output and its fp32 log-sum-exp per head and token
+        kept += e * tokens * (model.heads // tp) * model.head_dim
+        kept += 4.0 * tokens * (model.heads // tp)
+    if tp > 1 and sequence_parallel:
+        kept += 2 * e * tokens * h / tp
+    return kept
+
+
+def _recompute_transient_bytes(stored_bytes: float, none_bytes: float, mode: str) -> float:
+    """Bytes the layer being back-propagated holds again while its activations are
+    recomputed: all of them (``full``; ``none_bytes``, as without recomputation), or those
+    ``op`` did not keep (``none_bytes − stored_bytes``); 0 for the other modes (the
+    recomputed core attention of ``selective`` is left out, as before)."""
+    if mode == "full":
+        return none_bytes
+    if mode == "op":
+        return max(none_bytes - stored_bytes, 0.0)
+    return 0.0
 
 
 def cp_kv_block_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int, cp: int,
@@ -339,8 +389,10 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
 
     stored = sum(per_layer(i, recompute) for i in layers)
     activations = stored * in_flight
-    if recompute == "full":
-        activations += max(per_layer(i, "none") for i in layers)
+    if recompute in ("full", "op"):
+        activations += max(_recompute_transient_bytes(per_layer(i, recompute),
+                                                      per_layer(i, "none"), recompute)
+                           for i in layers)
     if cp > 1:  # the ring's K/V and dK/dV double buffers, one layer at a time
         activations += 4 * cp_kv_block_bytes(model, micro_batch=micro_batch, seq_len=full,
                                              tp=tp, cp=cp, precision=precision)
@@ -461,9 +513,11 @@ def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: Trainin
     in_flight = microbatches_in_flight(parallel.schedule, pp=parallel.pp, stage=stage,
                                        num_microbatches=microbatches,
                                        interleave=parallel.interleave)
-    full = [act(i, settings[i].tp, settings[i].micro_batch, "none") for i in layers
-            if settings[i].recompute == "full"]
-    activations = base.activations_bytes + stored * in_flight + max(full, default=0.0)
+    transient = [_recompute_transient_bytes(
+        act(i, settings[i].tp, settings[i].micro_batch, settings[i].recompute),
+        act(i, settings[i].tp, settings[i].micro_batch, "none"), settings[i].recompute)
+        for i in layers]
+    activations = base.activations_bytes + stored * in_flight + max(transient, default=0.0)
     extra = layer_group_extra_params(model, parallel, stage)
     weight_b, grad_b, optim_b = PRECISION_BYTES[training.precision]
     return MemoryBreakdown.of(base.weights_bytes + weight_b * extra,

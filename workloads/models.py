@@ -52,6 +52,7 @@ from distsim_gpu.simcore.config import (
 )
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.moe_routing import UNIFORM, MoeRouting, moe_from_mapping
+from distsim_gpu.workloads.recompute import RECOMPUTE_MODES, op_sac_matmuls
 
 __all__ = [
     "MODEL_PRESETS",
@@ -66,7 +67,6 @@ __all__ = [
 
 POSITIONS = ("learned", "rotary", "alibi", "none")
 NORMS = ("layernorm", "rmsnorm")
-RECOMPUTE_MODES = ("none", "selective", "full")
 
 _INT_FIELDS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads",
                "experts", "top_k", "moe_every")
@@ -298,7 +298,9 @@ class ModelSpec:
 
         ``full`` adds one more forward of every layer (not of the logits layer), giving
         Narayanan's ``96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))`` for GPT; ``selective``
-        (Korthikanti et al. 2022 §5) adds one more forward of the attention scores only.
+        (Korthikanti et al. 2022 §5) adds one more forward of the attention scores only;
+        ``op`` (torchtitan's per-op policy, :mod:`workloads.recompute`) the mms it does not
+        keep (Llama: ``wk``, ``wo``, ``w3``), its element-wise FLOP not being counted here.
         """
         check_choice(recompute, RECOMPUTE_MODES, key="recompute", what="recompute mode")
         s = self._seq(seq_len)
@@ -310,7 +312,16 @@ class ModelSpec:
             return base + layer_forward * tokens
         if recompute == "selective":
             return base + scores * tokens
+        if recompute == "op":  # the mms torchtitan's op policy does not keep, once more
+            return base + tokens * sum(self._op_recomputed_flops_per_token(i)
+                                       for i in range(self.layers))
         return base
+
+    def _op_recomputed_flops_per_token(self, layer_index: int) -> float:
+        """FLOP per token of the mms layer ``layer_index`` re-runs under ``op``
+        recomputation (routed ones for each of the ``top_k`` experts a token goes to)."""
+        return sum(m.flops_per_token() * (self.top_k if m.routed else 1)
+                   for m in op_sac_matmuls(self, layer_index=layer_index) if not m.saved)
 
     # ------------------------------------------------------------------ misc
     def to_dict(self) -> dict[str, Any]:

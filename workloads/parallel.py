@@ -62,6 +62,7 @@ from distsim_gpu.workloads.operator_sharding import (
     check_operator_sharding,
     operator_sharding_from_mapping,
 )
+from distsim_gpu.workloads.recompute import RECOMPUTE_MODES
 from distsim_gpu.workloads.tp_nd import check_tp_nd
 
 __all__ = [
@@ -88,7 +89,7 @@ __all__ = [
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 PLACEMENT_ORDERS = (tuple("-".join(p) for p in permutations(("tp", "dp", "pp")))
                     + tuple("-".join(p) for p in permutations(("tp", "cp", "dp", "pp"))))
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = RECOMPUTE_MODES  # one home: workloads.recompute
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 # What a gradient all-reduce may carry on the wire (traffic.GRAD_BYTES sizes each).
 GRAD_REDUCE_PRECISIONS = ("fp32", "bf16", "fp16")

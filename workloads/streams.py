@@ -59,6 +59,8 @@ from distsim_gpu.workloads.ops import (
     Wait,
 )
 from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig, layer_partition
+from distsim_gpu.workloads.recompute import SAVED_COLLECTIVES
+from distsim_gpu.workloads.recompute import table_pass as recompute_table_pass
 from distsim_gpu.workloads.schedule import stage_program, virtual_stage
 from distsim_gpu.workloads.tp_nd import layer_comm, mesh_of
 from distsim_gpu.workloads.traffic import (
@@ -293,13 +295,17 @@ class StreamBuilder:
         label = f"L{layer} {pass_}"
         # What a cost table calls this layer pass (trace args, read by ``trace costs``).
         kind = "moe_layer" if model.is_moe_layer(layer) else "transformer_layer"
-        table_pass = ("recompute_selective" if extra.get("recompute") == "selective"
-                      else cost_pass)
+        table_pass = recompute_table_pass(setting.recompute) if extra else cost_pass
         moe = model.is_moe_layer(layer) and par.ep > 1
         with_comm = pass_ != "recompute" or setting.recompute == "full"
+        # torchtitan's per-op checkpointing keeps the reduce-scatters' (and all-to-alls')
+        # outputs and core attention: its recompute runs only the TP all-gathers (or
+        # all-reduces) again, their inputs being recomputed (workloads.recompute).
+        op_sac = pass_ == "recompute" and setting.recompute == "op"
+        saved = SAVED_COLLECTIVES if op_sac else frozenset()
         args = (kind, table_pass, layer)
         half = duration / 2
-        if par.cp > 1:
+        if par.cp > 1 and not op_sac:
             half = self._cp_attention(ops, cost_pass, duration, label, args,
                                       extra.get("recompute", "full"))
         else:
@@ -309,15 +315,15 @@ class StreamBuilder:
             ops.pop()  # the attention, split in two below
             self._overlapped_moe(ops, label, (half, mlp), args, fold, pass_)
             return
-        if with_comm:
-            self._tp_ops(ops, f"{label} attention", fold, pass_, "attention", setting)
+        if with_comm or op_sac:
+            self._tp_ops(ops, f"{label} attention", fold, pass_, "attention", setting, saved)
         if moe and with_comm:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} dispatch", group="ep"))
         ops.append(Compute(mlp, f"{label} mlp", *args))
         if moe and with_comm:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} combine", group="ep"))
-        if with_comm:
-            self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", setting)
+        if with_comm or op_sac:
+            self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", setting, saved)
 
     def _overlapped_moe(self, ops: list[Op], label: str, times_s: tuple[float, float],
                         args: tuple[str, str, int], fold: bool, pass_: str) -> None:
@@ -376,16 +382,20 @@ class StreamBuilder:
         return half
 
     def _tp_ops(self, ops: list[Op], label: str, fold: bool, pass_: str = "fwd",
-                block: str = "attention", setting: LayerSetting | None = None) -> None:
+                block: str = "attention", setting: LayerSetting | None = None,
+                saved: frozenset[str] = frozenset()) -> None:
         """The TP collectives after an attention or MLP block (forward or backward); a
         2-D/2.5-D/3-D mesh's run on its sub-groups and are never fused (their closed form
-        is the whole group's), as do a narrower layer group's (``setting``)."""
+        is the whole group's), as do a narrower layer group's (``setting``).  ``saved``:
+        kinds a recompute does not run again (their outputs were kept)."""
         if setting is not None and setting.k > 1:
-            self._block_tp_ops(ops, label, setting)
+            self._block_tp_ops(ops, label, setting, saved)
             return
         if self.tp_plan is not None:
             mesh_pass = "bwd" if pass_ == "bwd" else "fwd"  # a recompute redoes the fwd's
             for n, step in enumerate(self.tp_plan[(mesh_pass, block)]):
+                if step.op in saved:
+                    continue
                 assert self.mesh is not None  # set with tp_plan
                 groups = self.mesh.groups(step.axis, step.root)
                 ops.append(Collective(step.op, step.size_bytes,
@@ -393,7 +403,9 @@ class StreamBuilder:
                                       subgroups=groups))
             return
         for kind in self.tp_kinds:
-            ops.append(Collective(kind, self.tp_bytes, f"{label} {kind}", exclusive=fold))
+            if kind not in saved:
+                ops.append(Collective(kind, self.tp_bytes, f"{label} {kind}",
+                                      exclusive=fold))
 
     def _gather_params(self, ops: list[Op], order: list[int], position: int) -> None:
         """ZeRO-3/FSDP: the first layer's all-gather, the next one's as prefetch, then wait.
@@ -418,9 +430,10 @@ class StreamBuilder:
     def _setting(self, layer: int) -> LayerSetting:
         return self._uniform if self.settings is None else self.settings[layer]
 
-    def _block_tp_ops(self, ops: list[Op], label: str, setting: LayerSetting) -> None:
+    def _block_tp_ops(self, ops: list[Op], label: str, setting: LayerSetting,
+                      saved: frozenset[str] = frozenset()) -> None:
         """A narrower layer's TP collectives: on each block of its ``tp`` GPUs, at its
-        share of the micro-batch (none at tp 1)."""
+        share of the micro-batch (none at tp 1; ``saved`` kinds left out)."""
         if setting.tp == 1:
             return
         size = tp_message_bytes(self.model, replace(self.training,
@@ -428,8 +441,9 @@ class StreamBuilder:
                                                     seq_len=self.seq_len))
         groups = block_subgroups(self.parallel.tp, setting.tp)
         for kind in self.tp_kinds:
-            ops.append(Collective(kind, size, f"{label} {kind} tp{setting.tp}",
-                                  subgroups=groups))
+            if kind not in saved:
+                ops.append(Collective(kind, size, f"{label} {kind} tp{setting.tp}",
+                                      subgroups=groups))
 
     def _reshard(self, ops: list[Op], before: int, layer: int) -> None:
         """Galvatron's resharding where ``layer`` (run after ``before``) is wider: its GPUs

@@ -39,6 +39,8 @@ from distsim_gpu.workloads.parallel import check_strategy
 __all__ = ["LayerCandidate", "format_layer_search", "search_layer_groups",
            "write_layer_search"]
 
+# Megatron's modes; torchtitan's per-op ``op`` is not tried (a framework's policy, and
+# every mode squares the two-group mixes).
 RECOMPUTE = ("none", "selective", "full")
 _GIB = 2**30
 

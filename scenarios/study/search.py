@@ -15,7 +15,10 @@ prunes what cannot run or cannot win, simulates the rest and reports the best ``
 * ``schedule`` [1f1b, gpipe, interleaved]; interleaved only with ``pp`` ≥ 2, once per
   ``interleave`` [2, 4];
 * ``zero`` [0, 1, 3]: ZeRO-1 and ZeRO-3 only with ``dp`` > 1, ZeRO-3 only with ``pp`` = 1;
-* ``recompute`` [none, selective, full];
+* ``recompute`` [none, selective, full]; ``op`` (torchtitan's per-operator checkpointing)
+  only when asked (space: {recompute: [none, op, full]}): it is one framework's policy,
+  between ``selective`` and ``full`` in time and memory, and a fourth mode adds a third more
+  candidates;
 * ``sequence_parallel`` [false, true]: true only with ``tp`` > 1;
 * ``order`` [tp-dp-pp, dp-tp-pp]: dp-tp-pp (the bad placement) only with ``tp`` > 1 and
   ``dp`` > 1, where it differs.
@@ -123,7 +126,7 @@ _DEFAULT_SPACE: dict[str, tuple[Any, ...]] = {
     "schedule": ("1f1b", "gpipe", "interleaved"),
     "interleave": (2, 4),
     "zero": (0, 1, 3),
-    "recompute": ("none", "selective", "full"),
+    "recompute": ("none", "selective", "full"),  # "op" when asked (module docstring)
     "sequence_parallel": (False, True),
     "order": ("tp-dp-pp", "dp-tp-pp"),
 }

@@ -51,7 +51,7 @@ def test_an_unknown_parallel_choice_names_its_key(change, text) -> None:
 
 @pytest.mark.parametrize(("change", "text"), [
     ({"recompute": "ful"}, "s.yaml: training.recompute: unknown recompute mode 'ful' "
-                           "(did you mean 'full'? valid: full, none, selective)"),
+                           "(did you mean 'full'? valid: full, none, op, selective)"),
     ({"precision": "bf61"}, "s.yaml: training.precision: unknown precision 'bf61' "
                             "(did you mean 'bf16'?"),
 ])

@@ -53,12 +53,20 @@ batched GEMMs; flash attention runs 5 matmuls to the forward's 2 (Dao 2023,
 "FlashAttention-2", §3.1: 2.5× FLOP, ~2× bytes); an element-wise op moves its own
 ``bwd_bytes_factor`` times its forward bytes (softmax and norms 1.5: read the saved output
 or input and the gradient, write one gradient; dropout and copies 1). Recompute: ``full``
-repeats the forward, ``selective`` (Korthikanti et al. 2022 §5) only core attention.
+repeats the forward, ``selective`` (Korthikanti et al. 2022 §5) only core attention,
+``op`` (torchtitan's per-op checkpointing, :mod:`~distsim_gpu.workloads.recompute`) every
+element-wise operator and unfused attention matmul, and every second weight mm of the
+layer counted as torchtitan's unfused model runs them (``wq wk wv wo w1 w3 w2``): the
+re-run ``wk`` of a fused ``qkv`` is a GEMM of its own, ``qkv_wk`` (n = the k/v width,
+``kv_heads·head_dim/t``), as is a gated ``mlp_fc1``'s ``w3`` half, ``mlp_fc1_w3`` —
+splitting rather than scaling the fused GEMM, so each re-run mm has its real shape (and
+tile efficiency) and a cost table's ``qkv`` row is not charged for it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from distsim_gpu.simcore.config import check_choice, check_whole
@@ -66,6 +74,7 @@ from distsim_gpu.simcore.errors import ConfigError, closest
 from distsim_gpu.workloads.compute.stacks import DEFAULT_STACK, STACKS, Stack
 from distsim_gpu.workloads.models import ModelSpec
 from distsim_gpu.workloads.parallel import check_ep_split, check_tp_split
+from distsim_gpu.workloads.recompute import Matmul, op_sac_matmuls
 
 __all__ = [
     "CORE_ATTENTION_KERNELS",
@@ -88,7 +97,11 @@ PASSES = ("fwd", "bwd", "recompute")
 # attention", from the scores to the context), for either implementation.
 CORE_ATTENTION_KERNELS = frozenset({"attention", "attn_scores", "attn_softmax",
                                     "attn_dropout", "attn_context"})
-RECOMPUTE_GRANULARITIES = ("full", "selective")
+RECOMPUTE_GRANULARITIES = ("full", "selective", "op")
+# What torchtitan's op policy keeps besides the saved mms: the SDPA (flash) attention's
+# outputs, and the float8 amax (``aten.max``) the delayed-scaling update stands for.
+_OP_SAVED_KINDS = frozenset({"attention"})
+_OP_SAVED_NAMES = frozenset({"fp8_scale_update"})
 # Dao 2023 §3.1: the backward pass runs 5 matmuls (S, dV, dP, dQ, dK) to the forward's 2.
 FLASH_ATTENTION_BWD_FLOP_RATIO = 2.5
 _BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -226,15 +239,46 @@ class LayerWork:
         return LayerWork("bwd", tuple(out), self.operand_bytes, self.activation_bytes,
                          self.stack)
 
-    def recompute(self, granularity: str = "full") -> LayerWork:
-        """What activation recomputation re-runs: everything, or only core attention."""
+    def recompute(self, granularity: str = "full",
+                  matmuls: Sequence[Matmul] = ()) -> LayerWork:
+        """What activation recomputation re-runs: everything (``full``), only core
+        attention (``selective``), or (``op``, torchtitan's per-op policy) every
+        element-wise operator and unfused attention matmul and the weight mms of
+        ``matmuls`` (:func:`~distsim_gpu.workloads.recompute.op_sac_matmuls`) it does not
+        keep, each at its own shape (module docstring of :mod:`workloads.recompute`)."""
         if self.pass_ != "fwd":
             raise ConfigError(f"recompute() needs forward work, this is {self.pass_!r}")
         check_choice(granularity, RECOMPUTE_GRANULARITIES, key="recompute")
-        kernels = self.kernels if granularity == "full" else tuple(
-            k for k in self.kernels if k.name in CORE_ATTENTION_KERNELS)
+        if granularity == "full":
+            kernels = self.kernels
+        elif granularity == "selective":
+            kernels = tuple(k for k in self.kernels if k.name in CORE_ATTENTION_KERNELS)
+        else:
+            kernels = tuple(part for k in self.kernels
+                            for part in self._op_recomputed(k, matmuls))
         return LayerWork("recompute", kernels, self.operand_bytes, self.activation_bytes,
                          self.stack)
+
+    def _op_recomputed(self, item: Operator, matmuls: Sequence[Matmul]) -> list[Operator]:
+        """The part of forward operator ``item`` the op policy re-runs: a weight GEMM's
+        unsaved mms (the whole GEMM when it is one mm; ``qkv_wk`` for a fused qkv's k
+        projection), nothing of saved attention, everything of the rest."""
+        if item.kind in _OP_SAVED_KINDS or item.name in _OP_SAVED_NAMES:
+            return []
+        if item.kind != "gemm":
+            return [item]
+        parts = [m for m in matmuls if m.operator == item.name]
+        if sum(m.out_features for m in parts) != item.n or any(
+                m.in_features != item.k for m in parts):
+            raise ConfigError(f"recompute op: the layer's mms do not make up {item.name!r}",
+                              key="recompute",
+                              hint="pass op_sac_matmuls(model, tp=..., layer_index=...)")
+        if len(parts) == 1:
+            return [] if parts[0].saved else [item]
+        operand = 1 if item.fp8 else self.activation_bytes
+        return [gemm(f"{item.name}_{m.name}", item.m, m.out_features, item.k, operand,
+                     self.activation_bytes, item.count, fp8=item.fp8, bias=item.bias)
+                for m in parts if not m.saved]
 
 
 def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
@@ -452,7 +496,8 @@ def layer_work(pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int, 
     if pass_ == "bwd":
         return forward.backward()
     if pass_ == "recompute":
-        return forward.recompute(recompute)
+        matmuls = op_sac_matmuls(model, tp=tp, layer_index=layer_index)
+        return forward.recompute(recompute, matmuls if recompute == "op" else ())
     return forward
 
 

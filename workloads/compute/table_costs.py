@@ -21,6 +21,7 @@ from distsim_gpu.workloads.compute.table_io import (
 )
 from distsim_gpu.workloads.gpus import canonical_gpu_name
 from distsim_gpu.workloads.models import ModelSpec
+from distsim_gpu.workloads.recompute import table_pass as recompute_table_pass
 
 __all__ = ["TableCosts"]
 
@@ -45,7 +46,8 @@ class TableCosts:
 
     Warnings accumulate, without repeats, in :attr:`warnings` (a per-instance record; no
     global state).  Layer kinds: ``transformer_layer`` (dense) and ``moe_layer``; the
-    recompute pass reads pass ``recompute`` (full) or ``recompute_selective``.  Embedding
+    recompute pass reads pass ``recompute`` (full), ``recompute_selective`` or ``recompute_op``
+(torchtitan's per-op checkpointing, :mod:`~distsim_gpu.workloads.recompute`).  Embedding
     and loss read kinds ``embedding`` and ``loss``; expert parallelism and vocabulary size
     are not keys (a table is measured for one model family — see the header's ``model``).
     Kinds the table lacks entirely, and the optimizer step, go to ``fallback`` if one is
@@ -172,9 +174,7 @@ class TableCosts:
         check_choice(pass_, PASSES, key="pass")
         check_choice(recompute, RECOMPUTE_GRANULARITIES, key="recompute")
         kind = "moe_layer" if model.is_moe_layer(layer_index) else "transformer_layer"
-        table_pass = pass_
-        if pass_ == "recompute" and recompute == "selective":
-            table_pass = "recompute_selective"
+        table_pass = recompute_table_pass(recompute) if pass_ == "recompute" else pass_
         if not self._has_kind(kind) and self.fallback is not None:
             shape = {"micro_batch": micro_batch, "seq_len": seq_len, "tp": tp,
                      "sequence_parallel": sequence_parallel}

@@ -28,10 +28,11 @@ from distsim_gpu.simcore.fileio import atomic_write_text, read_input_text
 from distsim_gpu.simcore.units import parse_duration
 from distsim_gpu.simcore.yamlfile import BoundedLoader
 from distsim_gpu.workloads.gpus import canonical_gpu_name
+from distsim_gpu.workloads.recompute import RECOMPUTE_TABLE_PASSES
 
 __all__ = ["TABLE_PASSES", "CostRow", "TableHeader", "read_cost_table", "write_cost_table"]
 
-TABLE_PASSES = ("fwd", "bwd", "recompute", "recompute_selective")
+TABLE_PASSES = ("fwd", "bwd", *RECOMPUTE_TABLE_PASSES)
 _FLOAT = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
 
 
