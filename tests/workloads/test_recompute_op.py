@@ -180,3 +180,31 @@ def test_a_scenario_with_recompute_op_runs_between_selective_and_full(tiny):
         report = run_scenario(scenario_from_mapping(data, source=f"{mode}.yaml"))
         seconds[mode] = report.iteration_time_s
     assert seconds["selective"] < seconds["op"] < seconds["full"]
+
+
+def test_op_recompute_does_not_run_the_cp_ring_again():
+    """Core attention is kept, so the backward's CP ring carries what it does without
+    recomputation; selective recomputation runs the forward ring once more."""
+    from distsim_gpu.workloads.ops import Collective
+    from distsim_gpu.workloads.streams import StreamBuilder
+
+    costs = RooflineCosts(H100)
+
+    def ring_bytes(mode: str) -> float:
+        training = TrainingConfig(micro_batch=1, global_batch=1, recompute=mode)
+        builder = StreamBuilder(LLAMA, ParallelConfig(tp=8, cp=2), training, costs,
+                                microbatches=1)
+        return sum(op.size_bytes for op in builder._backward(0, 0, True, False)
+                   if isinstance(op, Collective) and op.group == "cp")
+
+    assert 0 < ring_bytes("op") == ring_bytes("none") < ring_bytes("selective")
+
+
+def test_the_lower_bound_stays_below_an_op_iteration(tiny):
+    from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
+    from distsim_gpu.scenarios.study.search import iteration_bounds
+
+    data = tiny(parallelism={"sequence_parallel": True}, training={"recompute": "op"})
+    scenario = scenario_from_mapping(data)
+    assert 0 < iteration_bounds(scenario).lower_bound_s <= run_scenario(
+        scenario).iteration_time_s
