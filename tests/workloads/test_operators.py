@@ -86,6 +86,22 @@ def test_loss_hand_counts():
     assert fused.kernel("cross_entropy").bytes_moved == T * 50304 // TP * 6
 
 
+def test_deepspeed_bf16_accumulates_gradients_in_fp32():
+    # BF16_Optimizer: cast the bf16 gradient to fp32 (read 2, write 4), add it into the
+    # fp32 buffer (read 4 + 4, write 4), zero the bf16 one (write 2): 20 B per element;
+    # fp16 stays autograd's .grad add (6 B); a stack without the flag keeps 6 B in bf16.
+    qkv = H * (3 * H // TP)
+    bf16 = forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, precision="bf16",
+                              stack=get_stack("megatron-deepspeed")).backward()
+    assert bf16.kernel("qkv.grad_accum").bytes_moved == 20 * qkv
+    assert work("megatron-deepspeed").backward().kernel("qkv.grad_accum").bytes_moved == 6 * qkv
+    plain = dataclasses.replace(get_stack("megatron-deepspeed"),
+                                bf16_grads_accumulated_in_fp32=False)
+    other = forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, precision="bf16",
+                               stack=plain).backward()
+    assert other.kernel("qkv.grad_accum").bytes_moved == 6 * qkv
+
+
 def test_backward_hand_counts():
     w = work()
     bwd = w.backward()

@@ -38,7 +38,8 @@ DEFAULT_DATA = HERE.parents[2] / "shared" / "data" / "training" / "torchtitan"
 MODELS = {"Llama3.1-8B": "llama3-8b", "Llama3.1-70B": "llama3-70b",
           "Llama3.1-405B": "llama3.1-405b", "Llama3-8B": "llama3-8b",
           "Llama3-70B": "llama3-70b"}
-RECOMPUTE = {"selective": "selective", "full": "full", "per-op-SAC": "selective"}
+# torchtitan's "selective" is its per-operator policy (selective_ac_option "op"), distsim's `op`.
+RECOMPUTE = {"selective": "op", "full": "full", "per-op-SAC": "op"}
 
 
 def scenario_for(row: dict[str, str]) -> dict[str, Any]:

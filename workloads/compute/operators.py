@@ -48,9 +48,10 @@ output gradient (``<gemm>.grad_cast``, E5M2, with its transpose).
 Backward: a weight GEMM becomes its data gradient ``(m, n=k, k=n)`` and weight gradient
 ``(m=k, n, k=m)`` — the weight gradient accumulating into fp32 main grads (reads and
 writes 4 bytes per weight element) or into ``.grad`` with a separate add per weight
-(``<gemm>.grad_accum``: 3·k·n·a bytes), as the stack does; a batched GEMM becomes two
-batched GEMMs; flash attention runs 5 matmuls to the forward's 2 (Dao 2023,
-"FlashAttention-2", §3.1: 2.5× FLOP, ~2× bytes); an element-wise op moves its own
+(``<gemm>.grad_accum``: 3·k·n·a bytes, or under bf16 DeepSpeed's fp32 accumulation,
+:meth:`~distsim_gpu.workloads.compute.stacks.Stack.grad_accum_bytes`), as the stack does;
+a batched GEMM becomes two batched GEMMs; flash attention runs 5 matmuls to the forward's
+2 (Dao 2023, "FlashAttention-2", §3.1: 2.5× FLOP, ~2× bytes); an element-wise op moves its own
 ``bwd_bytes_factor`` times its forward bytes (softmax and norms 1.5: read the saved output
 or input and the gradient, write one gradient; dropout and copies 1). Recompute: ``full``
 repeats the forward, ``selective`` (Korthikanti et al. 2022 §5) only core attention,
@@ -195,6 +196,7 @@ class LayerWork:
     operand_bytes: int = 2
     activation_bytes: int = 2
     stack: Stack = STACKS[DEFAULT_STACK]
+    precision: str = "bf16"
 
     @property
     def flops(self) -> float:
@@ -237,7 +239,7 @@ class LayerWork:
         for item in reversed(self.kernels):
             out += _backward_of(item, self)
         return LayerWork("bwd", tuple(out), self.operand_bytes, self.activation_bytes,
-                         self.stack)
+                         self.stack, self.precision)
 
     def recompute(self, granularity: str = "full",
                   matmuls: Sequence[Matmul] = ()) -> LayerWork:
@@ -257,7 +259,7 @@ class LayerWork:
             kernels = tuple(part for k in self.kernels
                             for part in self._op_recomputed(k, matmuls))
         return LayerWork("recompute", kernels, self.operand_bytes, self.activation_bytes,
-                         self.stack)
+                         self.stack, self.precision)
 
     def _op_recomputed(self, item: Operator, matmuls: Sequence[Matmul]) -> list[Operator]:
         """The part of forward operator ``item`` the op policy re-runs: a weight GEMM's
@@ -313,7 +315,8 @@ def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
         out.append(elementwise(f"{name}.bias_grad", item.m * item.n * ab, item.count,
                                flops=item.m * item.n, bwd_bytes_factor=0.0))
     if stack.separate_grad_accumulation:
-        out.append(elementwise(f"{name}.grad_accum", 3.0 * item.k * item.n * ab,
+        out.append(elementwise(f"{name}.grad_accum",
+                               stack.grad_accum_bytes(ab, work.precision) * item.k * item.n,
                                item.count, flops=item.k * item.n, bwd_bytes_factor=0.0))
     return out
 
@@ -353,7 +356,7 @@ def forward_layer_work(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: 
     kernels.append(shape.residual("mlp_residual"))
     if fp8:  # delayed scaling: amax histories rolled and scales updated once per pass
         kernels.append(elementwise("fp8_scale_update", 0.0, bwd_bytes_factor=1.0))
-    return LayerWork("fwd", tuple(kernels), ob, ab, stack)
+    return LayerWork("fwd", tuple(kernels), ob, ab, stack, precision)
 
 
 def _fp8(precision: str, stack: Stack) -> bool:

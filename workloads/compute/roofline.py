@@ -392,7 +392,7 @@ class RooflineCosts:
             entropy = elementwise("cross_entropy", logits_elems * (ab + 36), flops=
                                   5.0 * logits_elems, launches=6,
                                   bwd_bytes_factor=22.0 / (ab + 36))
-        return LayerWork("fwd", (norm, logits, entropy), ab, ab, stack)
+        return LayerWork("fwd", (norm, logits, entropy), ab, ab, stack, self.precision)
 
     def loss_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int,
                     tp: int = 1, sequence_parallel: bool = False) -> float:

@@ -30,11 +30,13 @@ Stacks (``compute.stack``):
     by the weight-gradient GEMM.
 ``megatron-deepspeed``
     Microsoft's Megatron-DeepSpeed (the code BLOOM and vTrain's measurements ran): the
-    2021 Megatron layer under DeepSpeed's engine, whose fp16/bf16 gradients accumulate in
-    the parameters' ``.grad`` through a separate autograd add per weight and micro-batch,
-    and are all-reduced after the backward pass rather than during it (DeepSpeed's
-    ``allreduce_gradients`` after ``loss.backward()``; its pipeline engine's
-    ``ReduceGrads`` step after the last micro-batch) — in fp16 with the FP16 optimizer.
+    2021 Megatron layer under DeepSpeed's engine, whose fp16 gradients accumulate in the
+    parameters' ``.grad`` through a separate autograd add per weight and micro-batch (bf16
+    ones into fp32 buffers, cast and added by the ``BF16_Optimizer`` after each
+    micro-batch, as BLOOM ran), and are all-reduced after the backward pass rather than
+    during it (DeepSpeed's ``allreduce_gradients`` after ``loss.backward()``; its pipeline
+    engine's ``ReduceGrads`` step after the last micro-batch) — in fp16 with the FP16
+    optimizer.
 ``transformer-engine``
     Megatron-Core with Transformer Engine layers (``--transformer-impl
     transformer_engine``): FlashAttention (cuDNN), LayerNorm fused into the following
@@ -127,6 +129,9 @@ class Stack:
     * ``fp32_grad_accumulation``: weight-gradient GEMMs accumulate into fp32 main grads
       in their epilogue (else ``grad_bytes``-wide ``.grad``);
     * ``separate_grad_accumulation``: an extra ``<gemm>.grad_accum`` add per weight gradient;
+    * ``bf16_grads_accumulated_in_fp32``: under bf16 that add is DeepSpeed's
+      ``BF16_Optimizer`` accumulating each micro-batch's bf16 gradient into fp32
+      (:meth:`grad_accum_bytes`);
     * ``fused_bias_grad``: a bias's gradient comes from the GEMM's epilogue (cuBLASLt's
       BGRAD, TE's ``cast_transpose_dbias``); else autograd's ``<gemm>.bias_grad`` sum
       over the tokens, a kernel of its own reading the output gradient;
@@ -153,6 +158,7 @@ class Stack:
     fused_cross_entropy: bool = True
     fp32_grad_accumulation: bool = True
     separate_grad_accumulation: bool = False
+    bf16_grads_accumulated_in_fp32: bool = False
     fp8_linear: bool = False
     fused_bias_grad: bool = True
     host_overhead_s: float = 0.0
@@ -160,6 +166,18 @@ class Stack:
     fp8_matmul_efficiency: float = FP8_MATMUL_EFFICIENCY
     overlap_grad_reduce: bool = True
     fp16_grads_reduced_in_fp16: bool = False
+
+    def grad_accum_bytes(self, activation_bytes: int, precision: str) -> float:
+        """Bytes per weight element of a separate gradient accumulation (a per-micro-batch
+        kernel of its own): autograd adding into ``.grad`` reads two gradients and writes
+        one (``3·a``); DeepSpeed's ``BF16_Optimizer`` (bf16 with
+        ``bf16_grads_accumulated_in_fp32``; deepspeed/runtime/bf16_optimizer.py,
+        ``update_hp_grads`` after each micro-batch's backward) casts the bf16 gradient to
+        fp32 (read a, write 4), adds it into the fp32 buffer (read 4 + 4, write 4) and
+        zeroes the bf16 one (write a): ``2·a + 16``."""
+        if precision == "bf16" and self.bf16_grads_accumulated_in_fp32:
+            return 2.0 * activation_bytes + 16.0
+        return 3.0 * activation_bytes
 
     def grad_reduce_precision(self, precision: str) -> str:
         """The precision data-parallel gradients travel in by this stack's default:
@@ -218,11 +236,12 @@ STACKS: dict[str, Stack] = {
         host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S),
     "megatron-deepspeed": Stack(
         "megatron-deepspeed", "microsoft/Megatron-DeepSpeed (2021-2022, BLOOM, vTrain): "
-        "the 2021 Megatron layer under DeepSpeed's engine; gradients accumulate in .grad",
+        "the 2021 Megatron layer under DeepSpeed's engine; gradients accumulate in .grad "
+        "(fp16) or, under bf16, in fp32 by DeepSpeed's BF16_Optimizer",
         attention="unfused", flash_kernel="fa2", attention_dropout=True, context_copy=True,
         hidden_dropout=True, fused_cross_entropy=False, fp32_grad_accumulation=False,
-        separate_grad_accumulation=True, fused_bias_grad=False,
-        host_overhead_s=EAGER_HOST_OVERHEAD_S,
+        separate_grad_accumulation=True, bf16_grads_accumulated_in_fp32=True,
+        fused_bias_grad=False, host_overhead_s=EAGER_HOST_OVERHEAD_S,
         host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S, overlap_grad_reduce=False,
         fp16_grads_reduced_in_fp16=True),
     "transformer-engine": Stack(
