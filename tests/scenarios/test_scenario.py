@@ -78,6 +78,20 @@ def test_resolved_config_written_back_reproduces_the_run(tmp_path, dump, tiny, w
     assert run_scenario(again).iteration_time_s == run_scenario(first).iteration_time_s
 
 
+def test_resolved_config_keeps_the_gpus_generation_and_power_limit(tmp_path, tiny,
+                                                                   write_scenario):
+    # A power-limited Hopper under a FlashAttention-2 stack: the reloaded scenario must
+    # compute at the same clock and attention rate, or the resolved file lies.
+    data = tiny(compute={"gpu": {"preset": "h100", "power_limit": "500 W"},
+                         "stack": "torch-compile"})
+    first = load_scenario(write_scenario(tmp_path / "s.yaml", data))
+    gpu = first.resolved()["compute"]["gpu"]
+    assert (gpu["architecture"], gpu["tdp"], gpu["power_limit"]) == ("hopper", 700.0, 500.0)
+    again = load_scenario(write_scenario(tmp_path / "again.yaml", first.resolved()))
+    assert again.gpu.clock_fraction == first.gpu.clock_fraction < 1
+    assert run_scenario(again).iteration_time_s == run_scenario(first).iteration_time_s
+
+
 def test_overrides_apply_before_validation_with_units(tmp_path, tiny, write_scenario):
     path = write_scenario(tmp_path / "s.yaml", tiny())
     base = load_scenario(path)
