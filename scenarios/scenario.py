@@ -24,7 +24,8 @@ A scenario file (read with ``yaml.safe_load`` only)::
       matmul_efficiency: 0.8                    # roofline knobs, all optional:
       attention_efficiency: 0.5                 #   (default: by the stack's flash kernel and the
                                                 #   GPU's architecture), memory_efficiency,
-                                                #   launch_overhead,
+                                                #   launch_overhead, host_overhead (host s per
+                                                #   forward kernel; default the stack's),
                                                 #   gemm_tiles, gemm_k_half, causal,
                                                 #   optimizer_bytes_per_param, attention
                                                 #   (flash | unfused: pre-FlashAttention)
@@ -130,6 +131,7 @@ _ROOFLINE_KNOBS = {
     "attention_efficiency": "attention_efficiency",
     "memory_efficiency": "memory_efficiency",
     "launch_overhead": "launch_overhead_s",
+    "host_overhead": "host_overhead_s",
     "gemm_tiles": "gemm_tiles",
     "gemm_k_half": "gemm_k_half",
     "causal": "causal",
@@ -218,6 +220,7 @@ class Scenario:
             compute[knob] = [list(t) for t in value] if knob == "gemm_tiles" else value
         compute["attention"] = self.roofline.resolved_stack.attention
         compute["attention_efficiency"] = self.roofline.resolved_attention_efficiency
+        compute["host_overhead"] = self.roofline.resolved_stack.host_overhead_s
         compute["stack"] = self.roofline.stack.name
         comm = self.comm.to_dict()
         fidelity = comm.pop("fidelity")
@@ -555,7 +558,7 @@ def _roofline(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,
             continue
         value = compute[knob]
         key = f"compute.{knob}"
-        if knob == "launch_overhead":
+        if knob in ("launch_overhead", "host_overhead"):
             value = parse_duration(value, key=key, source=source)
         elif knob == "causal":
             check_bool(value, key=key, source=source)

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.config import parse_assignment
+from distsim_gpu.simcore.errors import DistsimError
 from distsim_gpu.workloads.costs import (
     CostRow,
     RooflineCosts,
@@ -90,6 +91,21 @@ def test_resolved_config_keeps_the_gpus_generation_and_power_limit(tmp_path, tin
     again = load_scenario(write_scenario(tmp_path / "again.yaml", first.resolved()))
     assert again.gpu.clock_fraction == first.gpu.clock_fraction < 1
     assert run_scenario(again).iteration_time_s == run_scenario(first).iteration_time_s
+
+
+def test_host_overhead_is_a_duration_knob_and_resolves_to_the_stacks(tmp_path, tiny,
+                                                                      write_scenario):
+    data = tiny(compute={"gpu": "a100", "stack": "megatron-deepspeed",
+                         "host_overhead": "30 us"})
+    scenario = load_scenario(write_scenario(tmp_path / "s.yaml", data))
+    assert scenario.roofline.resolved_stack.host_overhead_s == pytest.approx(30e-6)
+    assert scenario.resolved()["compute"]["host_overhead"] == pytest.approx(30e-6)
+    plain = load_scenario(write_scenario(tmp_path / "p.yaml", tiny(
+        compute={"gpu": "a100", "stack": "megatron-deepspeed"})))
+    assert plain.resolved()["compute"]["host_overhead"] == pytest.approx(20e-6)
+    data["compute"]["host_overhead"] = "-3 us"
+    with pytest.raises(DistsimError, match=r"compute\.host_overhead: duration must be"):
+        load_scenario(write_scenario(tmp_path / "bad.yaml", data))
 
 
 def test_overrides_apply_before_validation_with_units(tmp_path, tiny, write_scenario):

@@ -384,3 +384,22 @@ def test_a_power_limit_slows_gemms_by_the_clock_and_leaves_memory_bound_kernels(
             assert ratio == pytest.approx(1.0)
         else:  # compute bound at this size
             assert ratio == pytest.approx(1 / capped.clock_fraction)
+
+
+def test_host_overhead_replaces_the_stacks_and_keeps_its_backward_ratio():
+    eager = get_stack("megatron-deepspeed")
+    costs = RooflineCosts(A100, precision="fp16", stack=eager, host_overhead_s=30e-6)
+    stack = costs.resolved_stack
+    assert stack.host_s_per_kernel("fwd") == stack.host_s_per_kernel("recompute") == 30e-6
+    ratio = eager.host_backward_overhead_s / eager.host_overhead_s  # 43 / 20 µs, measured
+    assert stack.host_s_per_kernel("bwd") == pytest.approx(30e-6 * ratio)
+    assert costs.to_dict()["host_overhead_s"] == 30e-6
+    compiled = RooflineCosts(H100, stack=get_stack("torch-compile"), host_overhead_s=1e-5)
+    assert compiled.resolved_stack.host_s_per_kernel("bwd") == 1e-5
+    # A host-bound layer (many short kernels) slows by the issue timeline; none is faster.
+    small = get_model("gpt3-175b")
+    layer = dict(micro_batch=1, seq_len=128, tp=8)
+    base = RooflineCosts(A100, precision="fp16", stack=eager)
+    assert costs.layer_time_s("fwd", small, **layer) > base.layer_time_s("fwd", small, **layer)
+    with pytest.raises(ConfigError, match="host_overhead_s: must be a finite number >= 0"):
+        RooflineCosts(A100, host_overhead_s=-1.0)

@@ -215,7 +215,8 @@ class RooflineCosts:
     (module docstring), the operators a :class:`Stack` lays out.
 
     ``peak`` is the GPU's dense rate at ``precision``.  ``attention`` (``flash`` |
-    ``unfused``), when given, overrides the stack's attention.  ``attention_efficiency``,
+    ``unfused``), when given, overrides the stack's attention; ``host_overhead_s`` its host
+    seconds per forward kernel (:meth:`Stack.with_host_overhead`).  ``attention_efficiency``,
     when given, overrides :func:`attention_efficiency` of the stack's flash kernel on the
     GPU's architecture.  ``optimizer_bytes_per_param``
     is Adam's traffic; clipping, fp16 unscaling and FP8 weight casts are added by the
@@ -234,6 +235,7 @@ class RooflineCosts:
     optimizer_bytes_per_param: float = ADAM_BYTES_PER_PARAM
     attention: str | None = None
     stack: Stack = field(default=STACKS[DEFAULT_STACK])
+    host_overhead_s: float | None = None
 
     def __post_init__(self) -> None:
         self.gpu.peak_flops(self.precision)  # ConfigError if the GPU lacks the precision
@@ -252,6 +254,8 @@ class RooflineCosts:
                 check_number(getattr(self, name), key=name, above=True, maximum=1)
         for name in ("launch_overhead_s", "gemm_k_half", "optimizer_bytes_per_param"):
             check_number(getattr(self, name), key=name)
+        if self.host_overhead_s is not None:
+            check_number(self.host_overhead_s, key="host_overhead_s")
         if not self.gemm_tiles:
             raise ConfigError("needs at least one tile", key="gemm_tiles")
 
@@ -265,8 +269,9 @@ class RooflineCosts:
 
     @property
     def resolved_stack(self) -> Stack:
-        """The stack with ``attention`` applied."""
-        return self.stack.with_attention(self.attention)
+        """The stack with ``attention`` and ``host_overhead_s`` applied."""
+        return self.stack.with_attention(self.attention).with_host_overhead(
+            self.host_overhead_s)
 
     def to_dict(self) -> dict[str, Any]:
         """Resolved settings, every default filled in (JSON/YAML-ready)."""
@@ -278,7 +283,8 @@ class RooflineCosts:
                 "gemm_tiles": [list(t) for t in self.gemm_tiles],
                 "gemm_k_half": self.gemm_k_half, "causal": self.causal,
                 "optimizer_bytes_per_param": self.optimizer_bytes_per_param,
-                "attention": self.resolved_stack.attention, "stack": self.stack.name}
+                "attention": self.resolved_stack.attention, "stack": self.stack.name,
+                "host_overhead_s": self.resolved_stack.host_overhead_s}
 
     @property
     def peak_flops_per_s(self) -> float:
