@@ -185,21 +185,39 @@ def stage_layers(model: ModelSpec, *, pp: int = 1, stage: int = 0,
 
 
 def layer_params_local(model: ModelSpec, index: int, tp: int, ep: int) -> tuple[float, float]:
-    """(dense, expert) parameters of layer ``index`` on one GPU."""
+    """(dense, expert) parameters of layer ``index`` on one GPU.  Shared experts are
+    dense: on every EP rank, split over tp."""
+    dense = _attention_params_local(model, tp) + 2 * model.norm_params()
+    if model.is_moe_layer(index):
+        expert = _mlp_params_local(model, model.ffn_hidden, tp)
+        return (dense + model.router_params() + model.shared_experts * expert,
+                model.experts / ep * expert)
+    return dense + _mlp_params_local(model, model.mlp_width(index), tp), 0.0
+
+
+def _attention_params_local(model: ModelSpec, tp: int) -> float:
+    """One attention block on one TP rank: Q, K, V split by heads (KV heads replicated
+    below tp), the output projection's bias replicated; MLA's down projections and
+    latent norms duplicated, its up and output projections split by heads."""
+    if model.mla:
+        return model.mla.weight_params(model.hidden, model.heads // tp) + (
+            model.attention_params() - model.attention_weight_params())
     h, hd = model.hidden, model.head_dim
     kv_local = max(1, model.kv_heads // tp)
     q_local = model.heads // tp * hd
     attention = h * q_local + 2 * h * kv_local * hd + q_local * h
     if model.attention_bias:
         attention += q_local + 2 * kv_local * hd + h  # QKV biases split, out bias replicated
-    f_local = model.ffn_hidden / tp
+    return attention
+
+
+def _mlp_params_local(model: ModelSpec, ffn: int, tp: int) -> float:
+    """One MLP of width ``ffn`` on one TP rank (FC2's bias replicated)."""
+    h, f_local = model.hidden, ffn / tp
     mlp = (3 if model.gated_mlp else 2) * h * f_local
     if model.mlp_bias:
         mlp += (2 if model.gated_mlp else 1) * f_local + h
-    dense = attention + 2 * model.norm_params()
-    if model.is_moe_layer(index):
-        return dense + model.router_params(), model.experts / ep * mlp
-    return dense + mlp, 0.0
+    return mlp
 
 
 def params_on_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, stage: int = 0,
@@ -251,23 +269,43 @@ def activation_bytes_per_layer(model: ModelSpec, *, micro_batch: int, seq_len: i
             sequence_parallel), flash_attention=flash_attention, element_bytes=e,
             layer_index=layer_index, ep=ep)
     tokens = float(s) * b
-    f = model.ffn_hidden
-    kv = model.kv_dim
+    f = model.mlp_width(layer_index)
     # Replicated unless sequence parallel: two norm inputs, QKV and FC1 inputs, 2 masks.
     replicated = 4 * e * sbh + 2 * sbh
     # Split over tp: Q, K, V, attention output; MLP activation input and FC2 input.
-    attention_part = e * (2 * sbh + 2 * tokens * kv)
+    attention_part = _attention_activations(model, tokens, e)
     mlp_part = e * tokens * f * (3 if model.gated_mlp else 2)
     if model.is_moe_layer(layer_index):
+        shared = model.shared_experts * mlp_part  # dense, beside the routed experts
         mlp_part = model.top_k * (mlp_part + e * sbh)  # + dispatched tokens (FC1 input)
         mlp_part *= moe_pace(model.moe, experts=model.experts, top_k=model.top_k, ep=ep)
+        mlp_part += shared
         replicated += 4.0 * tokens * model.experts  # fp32 router logits
     split = attention_part + mlp_part
     if recompute == "selective" or flash_attention:
         squared = 4.0 * a * tokens if flash_attention and recompute == "none" else 0.0
     else:
         squared = (2 * e + 1) * a * float(s) * s * b  # softmax out, dropout mask and out
-    return replicated / shard + (split + squared) / tp
+    return replicated / shard + (split + squared) / tp + _mla_latent_bytes(model, tokens, e)
+
+
+def _attention_activations(model: ModelSpec, tokens: float, e: int) -> float:
+    """Q, K, V and the attention output of one layer over all ranks' heads: ``2·s·b·h +
+    2·s·b·kv_dim`` elements, or under MLA ``s·b·heads·(2·d_qk + 2·d_v)`` (whole query
+    and key heads after the rotary part is joined, values and output at d_v)."""
+    if model.mla is None:
+        return e * (2 * tokens * model.hidden + 2 * tokens * model.kv_dim)
+    return e * tokens * model.heads * (2 * model.qk_head_dim + 2 * model.v_head_dim)
+
+
+def _mla_latent_bytes(model: ModelSpec, tokens: float, e: int) -> float:
+    """MLA's latents, kept whole on every TP rank (the down projections are duplicated):
+    the query latent before and after its norm (2·r_q), the key-value latent with the
+    rotary key (r_kv + d_r) and the normed key-value latent (r_kv)."""
+    if model.mla is None:
+        return 0.0
+    mla = model.mla
+    return e * tokens * (2 * mla.q_lora_rank + 2 * mla.kv_lora_rank + mla.qk_rope_head_dim)
 
 
 def _op_saved_bytes(model: ModelSpec, *, tokens: float, tp: int, sequence_parallel: bool,
@@ -310,6 +348,9 @@ def cp_kv_block_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: i
     than ``t``) — what each step of the ring passes on (:mod:`workloads.context_parallel`)."""
     kv_local = max(1, model.kv_heads // tp)
     tokens = seq_len / cp * micro_batch
+    if model.mla is not None:  # whole heads: keys d_qk wide, values d_v
+        return (tokens * kv_local * (model.qk_head_dim + model.v_head_dim)
+                * _activation_element_bytes(precision))
     return 2.0 * tokens * kv_local * model.head_dim * _activation_element_bytes(precision)
 
 

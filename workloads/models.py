@@ -51,6 +51,7 @@ from distsim_gpu.simcore.config import (
     describe,
 )
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.mla import MlaSpec, mla_from_mapping
 from distsim_gpu.workloads.moe_routing import UNIFORM, MoeRouting, moe_from_mapping
 from distsim_gpu.workloads.recompute import RECOMPUTE_MODES, op_sac_matmuls
 
@@ -69,13 +70,18 @@ POSITIONS = ("learned", "rotary", "alibi", "none")
 NORMS = ("layernorm", "rmsnorm")
 
 _INT_FIELDS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads",
-               "experts", "top_k", "moe_every")
+               "experts", "top_k", "moe_every", "first_dense_layers", "shared_experts",
+               "dense_ffn_hidden")
+# Fields whose 0 means "unset / none" (the others are at least 1).
+_ZERO_FIELDS = ("ffn_hidden", "kv_heads", "first_dense_layers", "shared_experts",
+                "dense_ffn_hidden")
 # Upper bounds, far past any model built (the largest have ~200 layers, hidden 2^15,
 # 10^6-token contexts, a 256k vocabulary, 256 experts): a value above one is a typo, and
 # would have distsim allocate per layer or per token without end.
 _MAXIMA = {"layers": 100_000, "hidden": 2**20, "heads": 2**16, "seq_len": 2**24,
            "vocab": 2**24, "ffn_hidden": 2**22, "kv_heads": 2**16, "experts": 2**16,
-           "top_k": 2**16, "moe_every": 100_000}
+           "top_k": 2**16, "moe_every": 100_000, "first_dense_layers": 100_000,
+           "shared_experts": 2**16, "dense_ffn_hidden": 2**22}
 _BOOL_FIELDS = ("gated_mlp", "tied_embeddings", "attention_bias", "mlp_bias",
                 "embedding_norm")
 
@@ -117,12 +123,18 @@ class ModelSpec:
     embedding_norm: bool = False
     # How the router spreads tokens over the experts (workloads.moe_routing).
     moe: MoeRouting = UNIFORM
+    # DeepSeek-style MoE: the first layers dense, always-on shared experts, dense layers
+    # of their own width; multi-head latent attention (workloads.mla).
+    first_dense_layers: int = 0
+    shared_experts: int = 0
+    dense_ffn_hidden: int = 0
+    mla: MlaSpec | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"must be a non-empty string, got {self.name!r}", key="name")
         for name in _INT_FIELDS:
-            floor = 0 if name in ("ffn_hidden", "kv_heads") else 1
+            floor = 0 if name in _ZERO_FIELDS else 1
             check_whole(getattr(self, name), key=name, minimum=floor, maximum=_MAXIMA[name],
                         hint="0 takes the default" if floor == 0 else None,
                         too_big="larger than any model built")
@@ -132,7 +144,10 @@ class ModelSpec:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
         if self.kv_heads == 0:
             object.__setattr__(self, "kv_heads", self.heads)
-        if self.hidden % self.heads:
+        if self.dense_ffn_hidden == 0:
+            object.__setattr__(self, "dense_ffn_hidden", self.ffn_hidden)
+        self._check_deepseek_keys()
+        if self.mla is None and self.hidden % self.heads:
             raise ConfigError(f"hidden {self.hidden} is not divisible by heads {self.heads}",
                               key="hidden", hint="head size = hidden / heads must be whole")
         if self.heads % self.kv_heads:
@@ -147,8 +162,37 @@ class ModelSpec:
         if self.experts > 1 and self.moe_every > self.layers:
             raise ConfigError(f"moe_every {self.moe_every} exceeds layers {self.layers}",
                               key="moe_every", hint="the model would have no MoE layer")
+        if self.experts > 1 and self.moe_layers <= 0:
+            raise ConfigError(f"first_dense_layers {self.first_dense_layers} leaves no MoE "
+                              f"layer of {self.layers}", key="first_dense_layers",
+                              hint=f"at most {self.layers - self.moe_every}")
         check_choice(self.position, POSITIONS, key="position", what="position encoding")
         check_choice(self.norm, NORMS, key="norm")
+
+    def _check_deepseek_keys(self) -> None:
+        """The MoE-layout keys need experts; MLA has one K/V head per query head, no
+        biases (as DeepSeek's and Megatron-Core's MLA)."""
+        if self.experts == 1:
+            for name, default in (("first_dense_layers", 0), ("shared_experts", 0),
+                                  ("dense_ffn_hidden", self.ffn_hidden)):
+                if getattr(self, name) != default:
+                    raise ConfigError(f"{name} {getattr(self, name)} needs a mixture of "
+                                      "experts", key=name,
+                                      hint="set experts > 1, or leave it out"
+                                      + (" (a dense model's MLP width is ffn_hidden)"
+                                         if name == "dense_ffn_hidden" else ""))
+        if self.mla is None:
+            return
+        if not isinstance(self.mla, MlaSpec):
+            raise ConfigError(f"must be an MLA spec, got {self.mla!r}", key="mla")
+        if self.kv_heads != self.heads:
+            raise ConfigError(f"kv_heads {self.kv_heads} differs from heads {self.heads} "
+                              "under MLA", key="kv_heads",
+                              hint="MLA up-projects one key and value per query head; "
+                                   "leave kv_heads out")
+        if self.attention_bias:
+            raise ConfigError("MLA's projections have no biases", key="attention_bias",
+                              hint="set attention_bias: false with mla")
 
     # ----------------------------------------------------------------- shapes
     @property
@@ -162,19 +206,38 @@ class ModelSpec:
         return self.kv_heads * self.head_dim
 
     @property
+    def qk_head_dim(self) -> int:
+        """Width of one query-key head: head_dim, or MLA's d_nope + d_rope."""
+        return self.mla.qk_head_dim if self.mla else self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        """Width of one value head: head_dim, or MLA's v_head_dim."""
+        return self.mla.v_head_dim if self.mla else self.head_dim
+
+    @property
     def is_moe(self) -> bool:
         """Whether any layer is a mixture-of-experts layer."""
         return self.experts > 1
 
     @property
     def moe_layers(self) -> int:
-        """Number of MoE layers (``layers // moe_every`` when experts > 1, else 0)."""
-        return self.layers // self.moe_every if self.is_moe else 0
+        """Number of MoE layers: the indices ``i >= first_dense_layers`` with
+        ``(i + 1) % moe_every == 0`` when experts > 1, else 0."""
+        if not self.is_moe:
+            return 0
+        return self.layers // self.moe_every - self.first_dense_layers // self.moe_every
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether layer ``index`` (0-based) has experts instead of a dense MLP."""
         self._check_index(index)
-        return self.is_moe and (index + 1) % self.moe_every == 0
+        return (self.is_moe and index >= self.first_dense_layers
+                and (index + 1) % self.moe_every == 0)
+
+    def mlp_width(self, index: int) -> int:
+        """FFN width of layer ``index``'s MLP: ``ffn_hidden`` for experts (routed and
+        shared) and dense models, ``dense_ffn_hidden`` for a MoE model's dense layers."""
+        return self.ffn_hidden if self.is_moe_layer(index) else self.dense_ffn_hidden
 
     # ------------------------------------------------------------ parameters
     def norm_params(self) -> int:
@@ -182,35 +245,52 @@ class ModelSpec:
         return self.hidden * (2 if self.norm == "layernorm" else 1)
 
     def attention_weight_params(self) -> int:
-        """Matmul weights of one attention block: Q, K, V and output projections."""
+        """Matmul weights of one attention block: Q, K, V and output projections (MLA:
+        its down, up and output projections, :meth:`MlaSpec.weight_params`)."""
+        if self.mla:
+            return self.mla.weight_params(self.hidden, self.heads)
         return 2 * self.hidden * self.hidden + 2 * self.hidden * self.kv_dim
 
     def attention_params(self) -> int:
-        """Parameters of one attention block (weights and, if any, biases)."""
+        """Parameters of one attention block (weights and, if any, biases; MLA: and the
+        latent norms)."""
+        if self.mla:
+            per_element = 2 if self.norm == "layernorm" else 1
+            return self.attention_weight_params() + per_element * sum(
+                self.mla.latent_widths())
         bias = (2 * self.hidden + 2 * self.kv_dim) if self.attention_bias else 0
         return self.attention_weight_params() + bias
 
-    def mlp_weight_params(self) -> int:
-        """Matmul weights of one MLP (one expert): 2·h·f, or 3·h·f when gated."""
-        return (3 if self.gated_mlp else 2) * self.hidden * self.ffn_hidden
+    def mlp_weight_params(self, ffn: int | None = None) -> int:
+        """Matmul weights of one MLP of width ``ffn`` (default ``ffn_hidden``: one
+        expert): 2·h·f, or 3·h·f when gated."""
+        return (3 if self.gated_mlp else 2) * self.hidden * (ffn or self.ffn_hidden)
 
-    def mlp_params(self) -> int:
-        """Parameters of one MLP (one expert), biases included when present."""
+    def mlp_params(self, ffn: int | None = None) -> int:
+        """Parameters of one MLP of width ``ffn`` (default: one expert), biases included
+        when present."""
+        f = ffn or self.ffn_hidden
         if not self.mlp_bias:
-            return self.mlp_weight_params()
-        return self.mlp_weight_params() + (2 if self.gated_mlp else 1) * self.ffn_hidden + (
-            self.hidden)
+            return self.mlp_weight_params(f)
+        return self.mlp_weight_params(f) + (2 if self.gated_mlp else 1) * f + self.hidden
 
     def router_params(self) -> int:
         """Parameters of one MoE router (hidden·experts, no bias); 0 for dense models."""
         return self.hidden * self.experts if self.is_moe else 0
 
     def layer_params(self, index: int) -> int:
-        """Parameters of layer ``index``: attention, two norms, MLP or experts + router."""
-        common = self.attention_params() + 2 * self.norm_params()
-        if self.is_moe_layer(index):
-            return common + self.experts * self.mlp_params() + self.router_params()
-        return common + self.mlp_params()
+        """Parameters of layer ``index``: attention, two norms, MLP or (routed + shared)
+        experts + router."""
+        return self._dense_layer_params() if not self.is_moe_layer(index) else (
+            self._moe_layer_params())
+
+    def _dense_layer_params(self) -> int:
+        return (self.attention_params() + 2 * self.norm_params()
+                + self.mlp_params(self.dense_ffn_hidden))
+
+    def _moe_layer_params(self) -> int:
+        return (self.attention_params() + 2 * self.norm_params() + self.router_params()
+                + (self.experts + self.shared_experts) * self.mlp_params())
 
     def layer_expert_params(self, index: int) -> int:
         """The part of layer ``index`` held by experts (sharded by expert parallelism)."""
@@ -226,10 +306,8 @@ class ModelSpec:
 
     def transformer_params(self) -> int:
         """Parameters of all transformer layers together (no embeddings, final norm)."""
-        common = self.attention_params() + 2 * self.norm_params()
-        dense = common + self.mlp_params()
-        moe = common + self.experts * self.mlp_params() + self.router_params()
-        return (self.layers - self.moe_layers) * dense + self.moe_layers * moe
+        return ((self.layers - self.moe_layers) * self._dense_layer_params()
+                + self.moe_layers * self._moe_layer_params())
 
     def embedding_params(self) -> int:
         """Input-side parameters: word embedding, learned positions, embedding norm."""
@@ -271,14 +349,22 @@ class ModelSpec:
         layer_flops = 0.0
         if dense:
             layer_flops += dense * 2.0 * (self.attention_weight_params()
-                                          + self.mlp_weight_params())
+                                          + self.mlp_weight_params(self.dense_ffn_hidden))
         if moe:
             layer_flops += moe * 2.0 * (self.attention_weight_params()
-                                        + self.top_k * self.mlp_weight_params()
+                                        + (self.top_k + self.shared_experts)
+                                        * self.mlp_weight_params()
                                         + self.router_params())
-        attention_scores = self.layers * 4.0 * s * self.hidden
+        attention_scores = self.layers * self._scores_flops_per_token(s)
         logits = 2.0 * self.hidden * self.vocab
         return layer_flops + attention_scores + logits
+
+    def _scores_flops_per_token(self, s: int) -> float:
+        """Q·Kᵀ and P·V of one layer per token over the full s×s square:
+        ``2·s·heads·(d_qk + d_v)``, which is ``4·s·h`` without MLA."""
+        if self.mla is None:
+            return 4.0 * s * self.hidden
+        return 2.0 * s * self.heads * (self.qk_head_dim + self.v_head_dim)
 
     def model_flops_per_iteration(self, global_batch: int, seq_len: int | None = None) -> float:
         """Training FLOP of one iteration: 3 × forward (backward = 2 × forward), no recompute.
@@ -306,7 +392,7 @@ class ModelSpec:
         s = self._seq(seq_len)
         tokens = float(global_batch) * s
         base = self.model_flops_per_iteration(global_batch, s)
-        scores = self.layers * 4.0 * s * self.hidden
+        scores = self.layers * self._scores_flops_per_token(s)
         if recompute == "full":
             layer_forward = self.flops_per_token_forward(s) - 2.0 * self.hidden * self.vocab
             return base + layer_forward * tokens
@@ -332,6 +418,15 @@ class ModelSpec:
             del data["moe"]
         else:
             data["moe"] = self.moe.to_dict()
+        # The DeepSeek-style keys only when used, so other models' configs stay as they were.
+        for name, default in (("first_dense_layers", 0), ("shared_experts", 0),
+                              ("dense_ffn_hidden", self.ffn_hidden)):
+            if data[name] == default:
+                del data[name]
+        if self.mla is None:
+            del data["mla"]
+        else:
+            data["mla"] = self.mla.to_dict()
         return data
 
     def _seq(self, seq_len: int | None) -> int:
@@ -407,6 +502,19 @@ _PRESET_FIELDS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     # 176,247,271,424 (HF model card).
     "bloom-176b": {"layers": 70, "hidden": 14336, "heads": 112, "seq_len": 2048,
                    "vocab": 250880, "position": "alibi", "embedding_norm": True},
+    # DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv 2412.19437) §2.1, §4.2 and
+    # its HF config.json: 61 layers, hidden 7168, 128 heads under MLA (q_lora_rank 1536,
+    # kv_lora_rank 512, query-key heads 128 + 64 rotary wide, values 128), the first 3
+    # layers dense (SwiGLU 18432), the rest 256 routed experts top-8 plus 1 shared, each
+    # SwiGLU 2048; vocab 129280, RMSNorm, untied output; pre-trained at sequence 4096.
+    # Published 671B total, 37B activated (the multi-token-prediction module, 11.5B more
+    # in the released checkpoint, is not modelled).
+    "deepseek-v3": {"layers": 61, "hidden": 7168, "heads": 128, "seq_len": 4096,
+                    "vocab": 129280, "ffn_hidden": 2048, "dense_ffn_hidden": 18432,
+                    "experts": 256, "top_k": 8, "shared_experts": 1,
+                    "first_dense_layers": 3,
+                    "mla": MlaSpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+                                   qk_rope_head_dim=64, v_head_dim=128), **_LLAMA},
 })
 
 MODEL_PRESETS: Mapping[str, ModelSpec] = MappingProxyType(
@@ -444,6 +552,9 @@ def model_from_mapping(data: Mapping[str, Any], *, source: str | None = None,
     written: dict[str, Any] = dict(data)
     preset_name = written.pop("preset", None)
     moe = written.pop("moe", None)
+    if written.get("mla") is not None:
+        written["mla"] = mla_from_mapping(written["mla"], source=source,
+                                          prefix=f"{prefix}.mla")
     if preset_name is not None:
         preset = get_model(str(preset_name), key=f"{prefix}.preset", source=source)
         merged: dict[str, Any] = {"name": preset.name, **_PRESET_FIELDS[preset.name]}
@@ -456,7 +567,8 @@ def model_from_mapping(data: Mapping[str, Any], *, source: str | None = None,
                               hint="write them out, or start from a preset: "
                                    + ", ".join(list_models()))
     for key, value in written.items():
-        merged[key] = _coerce(key, value, f"{prefix}.{key}", source)
+        merged[key] = value if key == "mla" else _coerce(key, value, f"{prefix}.{key}",
+                                                          source)
     try:
         spec = ModelSpec(**merged)
     except ConfigError as error:
@@ -468,6 +580,10 @@ def model_from_mapping(data: Mapping[str, Any], *, source: str | None = None,
                                               prefix=f"{prefix}.moe"))
 
 
+# Fields a written 0 may not stand for: left out, they take these defaults.
+_DEFAULTED = {"ffn_hidden": "4·hidden", "kv_heads": "heads", "dense_ffn_hidden": "ffn_hidden"}
+
+
 def _coerce(name: str, value: Any, path: str, source: str | None) -> Any:
     """YAML scalars to field types: whole numbers (``4096`` or ``4096.0``), bools, strings."""
     if name in _INT_FIELDS:
@@ -476,10 +592,9 @@ def _coerce(name: str, value: Any, path: str, source: str | None) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"must be a whole number, got {describe(value)}", key=path,
                               source=source)
-        if value == 0 and name in ("ffn_hidden", "kv_heads"):  # written 0 is not "unset"
+        if value == 0 and name in _DEFAULTED:  # written 0 is not "unset"
             raise ConfigError("must be a whole number >= 1, got 0", key=path, source=source,
-                              hint=f"leave {name} out for the default "
-                                   f"({'4·hidden' if name == 'ffn_hidden' else 'heads'})")
+                              hint=f"leave {name} out for the default ({_DEFAULTED[name]})")
         return value
     if name in _BOOL_FIELDS:
         return check_bool(value, key=path, source=source)

@@ -153,6 +153,10 @@ def operator_params(model: Any, tp: int) -> dict[str, float]:
     """Parameters of each shardable operator of one dense layer on one tensor-parallel
     rank (Megatron's layout, as :func:`workloads.memory.layer_params_local`: QKV biases
     split over tp, the output projection's and FC2's bias replicated); they sum to it."""
+    if getattr(model, "mla", None) is not None:
+        raise ConfigError("per-operator sharding with multi-head latent attention is not "
+                          "modelled", key="model.mla",
+                          hint="drop parallelism.operator_sharding or model.mla")
     h, hd = model.hidden, model.head_dim
     kv_local = max(1, model.kv_heads // tp)
     q_local = model.heads // tp * hd

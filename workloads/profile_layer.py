@@ -152,6 +152,9 @@ def torch_layer_timing(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: 
     SwiGLU with fused gate/up) → residual.  The backward is timed alone (its forward runs
     untimed before each repeat) and includes the input gradient, as a pipeline stage needs.
     """
+    if model.mla is not None:
+        raise ConfigError("profiling a multi-head latent attention layer is not built",
+                          key="model.mla", hint="profile a model without mla")
     torch = _import_torch()
     if model.heads % tp or model.ffn_hidden % tp:
         raise ConfigError(f"tp {tp} must divide heads {model.heads} and ffn_hidden "

@@ -42,6 +42,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from distsim_gpu.simcore.errors import ConfigError
+
 __all__ = [
     "RECOMPUTE_MODES",
     "RECOMPUTE_TABLE_PASSES",
@@ -103,15 +105,22 @@ class LayerShape(Protocol):
 
     def is_moe_layer(self, index: int) -> bool: ...
 
+    def mlp_width(self, index: int) -> int: ...
+
 
 def op_sac_matmuls(model: LayerShape, *, tp: int = 1, layer_index: int = 0,
                    ) -> tuple[Matmul, ...]:
     """Layer ``layer_index``'s weight mms on one of ``tp`` ranks in forward order, every
     second one (2nd, 4th, ...) not saved (module docstring)."""
+    if getattr(model, "mla", None) is not None or getattr(model, "shared_experts", 0):
+        raise ConfigError("recompute op is not modelled for multi-head latent attention "
+                          "or shared experts", key="recompute",
+                          hint="use recompute none, selective or full with model.mla / "
+                               "model.shared_experts")
     h, d = model.hidden, model.head_dim
     q = model.heads // tp * d
     kv = max(1, model.kv_heads // tp) * d  # KV heads replicated when kv_heads < tp
-    f = model.ffn_hidden // tp
+    f = model.mlp_width(layer_index) // tp
     parts = [("wq", "qkv", h, q, False), ("wk", "qkv", h, kv, False),
              ("wv", "qkv", h, kv, False), ("wo", "attn_out", q, h, False)]
     moe = model.is_moe_layer(layer_index)

@@ -211,6 +211,9 @@ class CommStep:
 def gemm_shapes(model: ModelSpec) -> dict[str, tuple[tuple[int, int], ...]]:
     """``(K, N)`` of each weight GEMM of a block: attention (QKV, output projection),
     mlp (FC1, FC2)."""
+    if model.mla is not None:
+        raise ConfigError("tp_mode 2d/2.5d/3d with multi-head latent attention is not "
+                          "modelled", key="model.mla", hint="use tp_mode: 1d")
     h, f = model.hidden, model.ffn_hidden
     return {"attention": ((h, h + 2 * model.kv_dim), (h, h)),
             "mlp": ((h, f * (2 if model.gated_mlp else 1)), (f, h))}

@@ -36,10 +36,15 @@ __all__ = ["BLOCKS", "COMM_KERNELS", "OperatorRow", "format_operator_report",
 # Block names (lower case, as traces annotate them) -> the forward operators they hold.
 _ATTENTION = ("input_norm", "cast_qkv", "qkv", "attention", "attn_scores", "attn_softmax",
               "attn_dropout", "attn_context", "attn_context_copy", "cast_attn_out",
-              "attn_out", "attn_residual")
+              "attn_out", "attn_residual",
+              # multi-head latent attention's projections (workloads.mla)
+              "cast_q_down", "q_down", "q_norm", "cast_q_up", "q_up", "cast_q_proj",
+              "q_proj", "cast_kv_down", "kv_down", "kv_norm", "cast_kv_up", "kv_up",
+              "attn_rope")
 _MLP = ("post_attn_norm", "router", "cast_expert_fc1", "expert_fc1", "expert_act",
         "cast_expert_fc2", "expert_fc2", "cast_mlp_fc1", "mlp_fc1", "mlp_act",
-        "cast_mlp_fc2", "mlp_fc2", "mlp_residual")
+        "cast_mlp_fc2", "mlp_fc2", "mlp_residual",
+        "cast_shared_fc1", "shared_fc1", "shared_act", "cast_shared_fc2", "shared_fc2")
 BLOCKS: dict[str, tuple[str, ...]] = {
     "attn": _ATTENTION, "attention": _ATTENTION, "self_attn": _ATTENTION,
     "mlp": _MLP, "moe": _MLP, "ffn": _MLP, "experts": _MLP,

@@ -23,6 +23,7 @@ PUBLISHED_TOTALS = [
     ("mixtral-8x7b", 46.7e9, "Jiang et al. 2024 (Mixtral of Experts)"),
     ("megatron-1t", 1008e9, "Narayanan et al. 2021, Table 1 (1008.0 billion)"),
     ("bloom-176b", 176e9, "BigScience BLOOM model card"),
+    ("deepseek-v3", 671e9, "DeepSeek-V3 technical report, §4.2 (671B, without MTP)"),
 ]
 
 # Exact counts of the released checkpoints (Hugging Face model cards / configs); our

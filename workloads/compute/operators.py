@@ -337,22 +337,23 @@ def forward_layer_work(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: 
     ob, ab = bytes_per_element(precision)
     shape = _Shape(model, micro_batch, seq_len, tp, sequence_parallel, ab, stack, fp8)
     kernels: list[Operator] = [shape.norm("input_norm", shape.qkv_fused_cast)]
-    kernels += shape.linear("qkv", shape.tokens, shape.q_width + 2 * shape.kv_width,
-                            model.hidden, bias=model.attention_bias,
-                            fused_cast=shape.qkv_fused_cast)
+    if model.mla:
+        kernels += shape.mla_projections()
+    else:
+        kernels += shape.linear("qkv", shape.tokens, shape.q_width + 2 * shape.kv_width,
+                                model.hidden, bias=model.attention_bias,
+                                fused_cast=shape.qkv_fused_cast)
     kernels += shape.core_attention(causal)
-    kernels += shape.linear("attn_out", shape.tokens, model.hidden, shape.q_width,
+    kernels += shape.linear("attn_out", shape.tokens, model.hidden, shape.v_width,
                             bias=model.attention_bias)
     kernels += [shape.residual("attn_residual"),
                 shape.norm("post_attn_norm", shape.qkv_fused_cast)]
     if model.is_moe_layer(layer_index):
         kernels += shape.moe(ep)
+        if model.shared_experts:
+            kernels += shape.mlp("shared", model.shared_experts * model.ffn_hidden // tp)
     else:
-        kernels += shape.linear("mlp_fc1", shape.tokens, shape.up_width, model.hidden,
-                                bias=model.mlp_bias, fused_cast=shape.qkv_fused_cast)
-        kernels.append(shape.activation("mlp_act", shape.tokens))
-        kernels += shape.linear("mlp_fc2", shape.tokens, model.hidden, shape.f_local,
-                                bias=model.mlp_bias, fused_cast=shape.qkv_fused_cast)
+        kernels += shape.mlp("mlp", model.dense_ffn_hidden // tp)
     kernels.append(shape.residual("mlp_residual"))
     if fp8:  # delayed scaling: amax histories rolled and scales updated once per pass
         kernels.append(elementwise("fp8_scale_update", 0.0, bwd_bytes_factor=1.0))
@@ -380,17 +381,20 @@ class _Shape:
         self.tokens_ew = self.tokens / tp if sp else float(self.tokens)
         self.heads_local = model.heads // tp
         kv_local = max(1, model.kv_heads // tp)  # KV heads are replicated when kv_heads < tp
-        self.q_width = self.heads_local * model.head_dim
-        self.kv_width = kv_local * model.head_dim
+        self.q_width = self.heads_local * model.qk_head_dim
+        self.kv_width = kv_local * model.head_dim  # (MLA: the q_width keys, v_width values)
+        self.v_width = self.heads_local * model.v_head_dim
         self.f_local = model.ffn_hidden // tp
         self.up_width = (2 if model.gated_mlp else 1) * self.f_local
         # TE's LayerNormLinear / LayerNormMLP write the FP8 copy from the norm or the
         # activation kernel itself; other FP8 stacks cast in a kernel of their own.
         self.qkv_fused_cast = fp8 and stack.name == "transformer-engine"
 
-    def norm(self, name: str, fused_cast: bool) -> Operator:
-        """Layer norm / RMSNorm over Tₑ·h (its FP8 output and transpose when fused)."""
-        elements = self.tokens_ew * self.model.hidden
+    def norm(self, name: str, fused_cast: bool, width: int = 0,
+             tokens: float = 0.0) -> Operator:
+        """Layer norm / RMSNorm over Tₑ·h (its FP8 output and transpose when fused), or
+        over ``tokens`` rows of ``width`` (MLA's latents)."""
+        elements = (tokens or self.tokens_ew) * (width or self.model.hidden)
         flops = _NORM_FLOP[self.model.norm] * elements
         written = 2.0 if fused_cast else self.ab
         if self.stack.fused_norm:
@@ -409,15 +413,63 @@ class _Shape:
                                                  count, bwd_bytes_factor=0.0)]
         return [*out, gemm(name, m, n, k, 1, self.ab, count, fp8=True, bias=bias)]
 
+    def mla_projections(self) -> list[Operator]:
+        """MLA's query and key-value projections (:mod:`workloads.mla`): the duplicated
+        down projections over all tokens (not split by tp), the latent norms, the
+        head-split up projections, and the rotary embedding of the decoupled parts."""
+        mla, h, tokens, fused = self.model.mla, self.model.hidden, self.tokens, \
+            self.qkv_fused_cast
+        assert mla is not None
+        q_down, kv_down = mla.down_widths()
+        out: list[Operator] = []
+        if q_down:
+            out += self.linear("q_down", tokens, q_down, h, bias=False, fused_cast=fused)
+            out.append(self.norm("q_norm", fused, q_down, float(tokens)))
+        out += self.linear("q_up" if q_down else "q_proj", tokens, self.q_width,
+                           q_down or h, bias=False, fused_cast=fused)
+        out += self.linear("kv_down", tokens, kv_down, h, bias=False, fused_cast=fused)
+        out.append(self.norm("kv_norm", fused, mla.kv_lora_rank, float(tokens)))
+        kv_up = self.heads_local * (mla.qk_nope_head_dim + mla.v_head_dim)
+        out += self.linear("kv_up", tokens, kv_up, mla.kv_lora_rank, bias=False,
+                           fused_cast=fused)
+        out.append(self.mla_rope())
+        return out
+
+    def mla_rope(self) -> Operator:
+        """Rotary embedding of the query's and the shared key's rotary parts, written
+        into whole query and key heads: reads q (T·n·d_qk), k_nope (T·n·d_n) and the
+        rotary key (T·d_r), writes q and k (T·n·d_qk each); ~3 FLOP per rotated element."""
+        mla, tokens, n = self.model.mla, self.tokens, self.heads_local
+        assert mla is not None
+        read = tokens * (n * mla.qk_head_dim + n * mla.qk_nope_head_dim
+                         + mla.qk_rope_head_dim)
+        written = 2 * tokens * n * mla.qk_head_dim
+        rotated = tokens * (n + 1) * mla.qk_rope_head_dim
+        return elementwise("attn_rope", (read + written) * self.ab, flops=3.0 * rotated,
+                           bwd_bytes_factor=1.0)
+
     def core_attention(self, causal: bool) -> list[Operator]:
-        """Flash attention, or the unfused scores / softmax / dropout / context."""
+        """Flash attention, or the unfused scores / softmax / dropout / context (query-
+        key heads ``d_qk`` wide, values ``d_v``: different under MLA)."""
         b, s, ab = self.b, self.s, self.ab
         if self.stack.attention == "flash":
-            flops = 4.0 * b * s * s * self.q_width * (0.5 if causal else 1.0)
-            moved = self.tokens * (2 * self.q_width + 2 * self.kv_width) * ab \
-                + 4.0 * b * self.heads_local * s
+            if self.model.mla is None:
+                flops = 4.0 * b * s * s * self.q_width * (0.5 if causal else 1.0)
+                moved = self.tokens * (2 * self.q_width + 2 * self.kv_width) * ab \
+                    + 4.0 * b * self.heads_local * s
+            else:  # Q·Kᵀ over d_qk, P·V over d_v; reads q, k, v, writes o
+                flops = 2.0 * b * s * s * (self.q_width + self.v_width) * (
+                    0.5 if causal else 1.0)
+                moved = self.tokens * (2 * self.q_width + 2 * self.v_width) * ab \
+                    + 4.0 * b * self.heads_local * s
             return [Operator("attention", "attention", flops, moved)]
-        batch, d = b * self.heads_local, self.model.head_dim
+        return self.unfused_attention()
+
+    def unfused_attention(self) -> list[Operator]:
+        """Scores (B·s × s over d_qk), softmax, dropout, context (over d_v), copy."""
+        b, s, ab = self.b, self.s, self.ab
+        batch, d = b * self.heads_local, self.model.qk_head_dim
+        dv = self.model.v_head_dim
         scores = float(s * s * batch)
         out = [gemm("attn_scores", batch * s, s, d, ab, ab, kind="bmm")]
         out[0] = replace(out[0], bytes_moved=float(batch * 2 * s * d * ab + scores * ab))
@@ -431,10 +483,11 @@ class _Shape:
         if self.stack.attention_dropout:
             out.append(elementwise("attn_dropout", scores * (2 * ab + 1), flops=scores,
                                    bwd_bytes_factor=1.0))
-        context = gemm("attn_context", batch * s, d, s, ab, ab, kind="bmm")
-        out.append(replace(context, bytes_moved=float(scores * ab + 2 * batch * s * d * ab)))
+        context = gemm("attn_context", batch * s, dv, s, ab, ab, kind="bmm")
+        out.append(replace(context,
+                           bytes_moved=float(scores * ab + 2 * batch * s * dv * ab)))
         if self.stack.context_copy:
-            out.append(elementwise("attn_context_copy", 2 * self.tokens * self.q_width * ab,
+            out.append(elementwise("attn_context_copy", 2 * self.tokens * self.v_width * ab,
                                    bwd_bytes_factor=1.0))
         return out
 
@@ -451,11 +504,27 @@ class _Shape:
         return elementwise(name, moved, flops=3 * elements, launches=launches,
                            bwd_bytes_factor=1.0)
 
-    def activation(self, name: str, tokens: float, count: int = 1) -> Operator:
-        """Bias + GeLU (reads and writes T·f/t) or SwiGLU (reads 2, writes 1)."""
+    def mlp(self, prefix: str, f_local: int) -> list[Operator]:
+        """A dense MLP of per-rank width ``f_local`` over all tokens: ``<prefix>_fc1``,
+        ``<prefix>_act``, ``<prefix>_fc2`` (a dense layer's MLP, or a MoE layer's shared
+        experts, which Megatron-Core runs as one MLP of their summed width on every EP
+        rank, split over tp like a dense MLP)."""
+        model, fused, tokens = self.model, self.qkv_fused_cast, self.tokens
+        up = (2 if model.gated_mlp else 1) * f_local
+        return [*self.linear(f"{prefix}_fc1", tokens, up, model.hidden, bias=model.mlp_bias,
+                             fused_cast=fused),
+                self.activation(f"{prefix}_act", tokens, f_local=f_local),
+                *self.linear(f"{prefix}_fc2", tokens, model.hidden, f_local,
+                             bias=model.mlp_bias, fused_cast=fused)]
+
+    def activation(self, name: str, tokens: float, count: int = 1,
+                   f_local: int = 0) -> Operator:
+        """Bias + GeLU (reads and writes T·f/t) or SwiGLU (reads 2, writes 1); ``f_local``
+        the per-rank width (default the experts')."""
         gated = self.model.gated_mlp
-        read = (2 if gated else 1) * tokens * self.f_local
-        written = tokens * self.f_local
+        f_local = f_local or self.f_local
+        read = (2 if gated else 1) * tokens * f_local
+        written = tokens * f_local
         flops = (_SWIGLU_FLOP if gated else _GELU_FLOP) * written
         out_bytes = 2.0 if self.qkv_fused_cast else self.ab
         moved = read * self.ab + written * out_bytes
@@ -511,7 +580,8 @@ def check_shard(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int,
                         ("ep", ep)):
         check_whole(value, key=name)
     check_tp_split(heads=model.heads, kv_heads=model.kv_heads, tp=tp)
-    if model.ffn_hidden % tp:
-        raise ConfigError(f"ffn_hidden {model.ffn_hidden} is not divisible by tp {tp}",
-                          key="tp")
+    for name in ("ffn_hidden", "dense_ffn_hidden"):
+        if getattr(model, name) % tp:
+            raise ConfigError(f"{name} {getattr(model, name)} is not divisible by tp {tp}",
+                              key="tp")
     check_ep_split(experts=model.experts, ep=ep)
