@@ -14,7 +14,13 @@ Parameter count of one layer (weights + biases; ``h`` hidden, ``d_kv`` = kv_head
     mlp       = 2·h·f   (up, down)  or 3·h·f (gated: gate, up, down)
                                           [+ f + h biases, gated: 2·f + h]
     norms     = 2 per layer, h (RMSNorm) or 2·h (LayerNorm with bias) each
-    MoE layer = experts · mlp + router h·experts (no bias)
+    MoE layer = (experts + shared_experts) · mlp + router h·experts (no bias)
+    MLA       = h·r_q + r_q·a·d_qk (queries; h·a·d_qk without a query latent)
+                + h·(r_kv + d_r) + r_kv·a·(d_n + d_v) + a·d_v·h   [+ r_q + r_kv norms]
+
+(MLA: multi-head latent attention, :mod:`workloads.mla`, with ``a`` heads, latents
+``r_q``/``r_kv``, query-key heads ``d_qk = d_n + d_r`` and values ``d_v``.  A MoE model's
+first ``first_dense_layers`` layers are dense, of width ``dense_ffn_hidden``.)
 
 For GPT-3-style layers this is ``12·h² + 13·h``, the count of Narayanan et al. 2021
 ("Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
@@ -29,7 +35,9 @@ element-wise ops are ignored.  Forward, per token, for a sequence of length ``s`
                causal halving, as in the paper)
     logits:    2·h·V
 
-so a GPT layer costs ``24·h² + 4·s·h`` per token and one iteration of ``B`` sequences costs
+(under MLA the scores term is ``2·s·a·(d_qk + d_v)``; a MoE layer meets ``top_k +
+shared_experts`` expert MLPs), so a GPT layer costs ``24·h² + 4·s·h`` per token and one
+iteration of ``B`` sequences costs
 ``72·B·s·l·h²·(1 + s/(6·h) + V/(12·l·h))`` FLOP (forward + backward = 3× forward), or
 ``96·B·s·l·h²·(1 + s/(6·h) + V/(16·l·h))`` with full activation recomputation (layers run
 forward twice; the logits layer is not recomputed).

@@ -34,7 +34,19 @@ Forward of one layer on one TP rank (``T = b·s`` tokens, ``h`` hidden, ``f`` FF
 
 A MoE layer replaces the MLP by a router GEMM (m=T, k=h, n=experts), token dispatch and
 combine copies (T·top_k·h each) and ``experts/ep`` local expert MLPs, each fed
-``T·top_k·ep/experts`` tokens (balanced routing), expert weights split over ``t``.
+``T·top_k·ep/experts`` tokens (balanced routing), expert weights split over ``t``; its
+shared experts (``shared_experts``) are one dense MLP of their summed width over all T
+tokens, split over ``t`` (``shared_fc1``, ``shared_act``, ``shared_fc2``), as Megatron-Core
+runs them on every EP rank.  A MoE model's dense layers use ``dense_ffn_hidden``.
+
+Multi-head latent attention (``model.mla``, :mod:`~distsim_gpu.workloads.mla`) replaces
+``qkv`` by ``q_down`` (m=T, k=h, n=r_q, duplicated: not split by ``t``), ``q_norm``
+(T·r_q), ``q_up`` (k=r_q, n=a·d_qk/t; ``q_proj`` with k=h when r_q is 0), ``kv_down``
+(k=h, n=r_kv + d_r, duplicated), ``kv_norm`` (T·r_kv), ``kv_up`` (k=r_kv,
+n=a·(d_n + d_v)/t) and ``attn_rope`` (the rotary parts joined into whole q and k heads);
+core attention runs over query-key heads ``d_qk = d_n + d_r`` and values ``d_v``
+(flash: ``2·b·s²·a/t·(d_qk + d_v)``, halved when causal) and ``attn_out`` reads
+``a·d_v/t``.
 
 FP8 (Transformer Engine, ``precision: fp8`` on a stack with ``fp8_linear``): the linear
 GEMMs (qkv, attn_out, mlp_fc1/fc2, experts) read 1-byte operands; each FP8 GEMM's input is
