@@ -41,7 +41,14 @@ Q, K, V and the attention output (K and V at width ``kv_heads·head_dim`` for gr
 attention) plus the activation-function input (twice as wide for a gated MLP) and FC2
 input at width ``ffn_hidden``; the ``5·a·s/h`` part is the softmax output, its dropout
 mask and output.  A MoE layer stores the MLP part for each of its ``top_k`` routed copies
-plus the dispatched tokens (our extension, not in the paper).  ``flash_attention`` drops
+plus the dispatched tokens (our extension, not in the paper), and its
+shared experts' once each, split over tp.  Under multi-head latent attention
+(:mod:`workloads.mla`) Q and K are ``a·d_qk`` wide and V and the output ``a·d_v``, and the
+latents — the query latent before and after its norm, the key-value latent with the
+rotary key and after its norm, ``2·r_q + 2·r_kv + d_r`` per token — are held whole on
+every tensor rank (the down projections are duplicated).  Shared experts' and MLA's
+weights are dense parameters (on every EP rank; MLA's down projections and latent norms
+whole on every TP rank).  ``flash_attention`` drops
 the s² term for a 4-byte log-sum-exp per head and token.  With full recompute the layer
 being recomputed holds its full activations once more during backward (added once per
 stage).
