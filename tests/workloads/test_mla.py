@@ -115,6 +115,17 @@ def test_mla_activation_bytes_by_hand():
                                 + latents, rel=1e-12)
 
 
+@pytest.mark.parametrize("mode", ["full", "selective"])
+def test_mla_recompute_passes(mode):
+    # Only op recompute needs the per-mm policy MLA does not have; the others re-run the
+    # forward's operators (all of them, or core attention alone).
+    shape = {"micro_batch": 1, "seq_len": 512, "layer_index": MOE_LAYER}
+    again = ops.layer_work("recompute", V3, recompute=mode, **shape)
+    forward = ops.forward_layer_work(V3, **shape)
+    expected = forward.names() if mode == "full" else ("attention",)
+    assert again.names() == expected
+
+
 def test_dense_layers_of_a_moe_model_use_their_width():
     work = ops.forward_layer_work(V3, micro_batch=1, seq_len=512, layer_index=0)
     assert work.kernel("mlp_fc1").n == 2 * 18432 and "router" not in work.names()
@@ -171,7 +182,8 @@ def test_moe_mla_scenario_runs_end_to_end(tiny):
     times = []
     for shared in (0, 1):
         scenario = scenario_from_mapping(tiny(model={**model, "shared_experts": shared},
-                                              parallelism=parallel))
+                                              parallelism=parallel,
+                                              training={"recompute": "selective"}))
         result = run_scenario(scenario)
         times.append(result.iteration_time_s)
     assert 0 < times[0] < times[1]  # the shared expert is work on every rank

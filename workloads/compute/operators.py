@@ -580,8 +580,9 @@ def layer_work(pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int, 
     if pass_ == "bwd":
         return forward.backward()
     if pass_ == "recompute":
-        matmuls = op_sac_matmuls(model, tp=tp, layer_index=layer_index)
-        return forward.recompute(recompute, matmuls if recompute == "op" else ())
+        matmuls = op_sac_matmuls(model, tp=tp, layer_index=layer_index) if (
+            recompute == "op") else ()
+        return forward.recompute(recompute, matmuls)
     return forward
 
 
