@@ -10,8 +10,11 @@ from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.compute import operators as ops
 from distsim_gpu.workloads.memory import activation_bytes_per_layer, layer_params_local
+from distsim_gpu.workloads.mla import MlaSpec
 from distsim_gpu.workloads.models import ModelSpec, get_model, model_from_mapping
 from distsim_gpu.workloads.recompute import op_sac_matmuls
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 H, N, RQ, RKV, DN, DR, DV, F = 7168, 128, 1536, 512, 128, 64, 128, 2048
 V3 = get_model("deepseek-v3")
@@ -79,6 +82,24 @@ def test_operator_flops_equal_the_model_count():
     per_layer = (model.flops_per_token_forward() - 2.0 * H * model.vocab) / model.layers
     assert work.matmul_flops == pytest.approx(T * per_layer, rel=1e-12)
     assert per_layer == 2.0 * (_mla_weights(1) + 9 * 3 * H * F + H * 256) + 2.0 * S * N * 320
+
+
+@settings(max_examples=25, deadline=None)
+@given(q=st.sampled_from([0, 32, 96]), kv=st.sampled_from([16, 64]),
+       nope=st.sampled_from([16, 48]), rope=st.sampled_from([0, 8, 32]),
+       v=st.sampled_from([16, 40]), tp=st.sampled_from([1, 2, 4]))
+def test_any_mla_shape_matches_the_model_count(q, kv, nope, rope, v, tp):
+    # Dense MLA layer, non-causal: per rank, the duplicated down projections whole and
+    # everything else a tp-th of Megatron's count; without a query latent, q_proj (h -> q).
+    mla = MlaSpec(q_lora_rank=q, kv_lora_rank=kv, qk_nope_head_dim=nope,
+                  qk_rope_head_dim=rope, v_head_dim=v)
+    model = ModelSpec(name="m", layers=1, hidden=256, heads=8, seq_len=64, vocab=100,
+                      attention_bias=False, mla=mla)
+    work = ops.forward_layer_work(model, micro_batch=2, seq_len=64, tp=tp, causal=False)
+    down = 2.0 * 128 * 256 * (q + kv + rope)
+    per_layer = (model.flops_per_token_forward() - 2.0 * 256 * 100) * 128
+    assert work.matmul_flops == pytest.approx(down + (per_layer - down) / tp, rel=1e-12)
+    assert ("q_proj" in work.names()) == (q == 0) == ("q_norm" not in work.names())
 
 
 def test_shared_expert_flops_and_params():
