@@ -219,6 +219,7 @@ class Scenario:
             value = getattr(self.roofline, attr)
             compute[knob] = [list(t) for t in value] if knob == "gemm_tiles" else value
         compute["attention"] = self.roofline.resolved_stack.attention
+        compute["matmul_efficiency"] = self.roofline.resolved_matmul_efficiency
         compute["attention_efficiency"] = self.roofline.resolved_attention_efficiency
         compute["host_overhead"] = self.roofline.resolved_stack.host_overhead_s
         compute["stack"] = self.roofline.stack.name

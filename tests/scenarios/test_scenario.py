@@ -62,7 +62,7 @@ def test_resolved_fills_every_default_in_scenario_schema(tmp_path, tiny, write_s
     assert resolved["training"]["seq_len"] == 128
     assert resolved["compute"]["gpu"]["peak_flops"]["bf16"] == 312e12
     assert resolved["compute"]["matmul_efficiency"] == RooflineCosts(
-        get_gpu("a100-80gb")).matmul_asymptotic_efficiency
+        get_gpu("a100-80gb")).resolved_matmul_efficiency == 0.8
     assert resolved["communication"]["base_latency"]["ring"]["simple"] == pytest.approx(8.4e-6)
     assert resolved["simulation"] == {"fidelity": "coflow", "seed": 0}
     json.dumps(resolved)  # JSON-ready

@@ -52,6 +52,7 @@ __all__ = [
     "GEMM_K_HALF",
     "LAUNCH_OVERHEAD_S",
     "MATMUL_EFFICIENCY",
+    "MATMUL_EFFICIENCY_BY_ARCHITECTURE",
     "MEMORY_EFFICIENCY",
     "CostModel",
     "RooflineCosts",
@@ -65,8 +66,11 @@ __all__ = [
 # Bekman, "Machine Learning Engineering" (github.com/stas00/ml-engineering,
 # compute/accelerator, "Maximum Achievable Matmul FLOPS" table, bf16, CUDA 12.1): best
 # shapes reach 85.9 % on A100 SXM (267.9 of 312 TFLOP/s) and 80.1 % on H100 SXM (792.1 of
-# 989); typical training shapes sit a little lower, hence 0.8.
+# 989); typical training shapes sit a little lower: 0.8 on Ampere (0.93 of its best), and
+# the same 0.93 of Hopper's best, 0.745, on Hopper.  A generation without a figure in that
+# table takes MATMUL_EFFICIENCY.
 MATMUL_EFFICIENCY = 0.8
+MATMUL_EFFICIENCY_BY_ARCHITECTURE: dict[str, float] = {"ampere": 0.8, "hopper": 0.745}
 # Candidate thread-block tiles (tile_m, tile_n, efficiency relative to the best tile).
 # Tile and wave quantisation follow NVIDIA's "Matrix Multiplication Background User's
 # Guide" (Deep Learning Performance docs, §2.3 and ch. 3): a GEMM runs as
@@ -214,7 +218,8 @@ class RooflineCosts:
     """Analytic costs: each operator at the slower of its compute and memory roofline
     (module docstring), the operators a :class:`Stack` lays out.
 
-    ``peak`` is the GPU's dense rate at ``precision``.  ``attention`` (``flash`` |
+    ``peak`` is the GPU's dense rate at ``precision``; ``matmul_asymptotic_efficiency``,
+    when given, overrides the GPU generation's GEMM efficiency.  ``attention`` (``flash`` |
     ``unfused``), when given, overrides the stack's attention; ``host_overhead_s`` its host
     seconds per forward kernel (:meth:`Stack.with_host_overhead`).  ``attention_efficiency``,
     when given, overrides :func:`attention_efficiency` of the stack's flash kernel on the
@@ -225,7 +230,7 @@ class RooflineCosts:
 
     gpu: GpuSpec
     precision: str = "bf16"
-    matmul_asymptotic_efficiency: float = MATMUL_EFFICIENCY
+    matmul_asymptotic_efficiency: float | None = None
     attention_efficiency: float | None = None
     memory_efficiency: float = MEMORY_EFFICIENCY
     launch_overhead_s: float = LAUNCH_OVERHEAD_S
@@ -260,6 +265,14 @@ class RooflineCosts:
             raise ConfigError("needs at least one tile", key="gemm_tiles")
 
     @property
+    def resolved_matmul_efficiency(self) -> float:
+        """Large GEMMs' fraction of peak: as given, else the GPU generation's
+        (:data:`MATMUL_EFFICIENCY_BY_ARCHITECTURE`)."""
+        if self.matmul_asymptotic_efficiency is not None:
+            return self.matmul_asymptotic_efficiency
+        return MATMUL_EFFICIENCY_BY_ARCHITECTURE.get(self.gpu.architecture, MATMUL_EFFICIENCY)
+
+    @property
     def resolved_attention_efficiency(self) -> float:
         """The fused attention kernel's fraction of peak: as given, else the stack's flash
         kernel on this GPU's architecture (:func:`attention_efficiency`)."""
@@ -276,7 +289,7 @@ class RooflineCosts:
     def to_dict(self) -> dict[str, Any]:
         """Resolved settings, every default filled in (JSON/YAML-ready)."""
         return {"kind": "roofline", "gpu": self.gpu.to_dict(), "precision": self.precision,
-                "matmul_asymptotic_efficiency": self.matmul_asymptotic_efficiency,
+                "matmul_asymptotic_efficiency": self.resolved_matmul_efficiency,
                 "attention_efficiency": self.resolved_attention_efficiency,
                 "memory_efficiency": self.memory_efficiency,
                 "launch_overhead_s": self.launch_overhead_s,
@@ -295,7 +308,7 @@ class RooflineCosts:
     def matmul_efficiency(self, m: int, n: int, k: int, *, fp8: bool = False) -> float:
         """:func:`matmul_efficiency` with this model's GPU and constants."""
         asymptotic = (self.stack.fp8_matmul_efficiency if fp8
-                      else self.matmul_asymptotic_efficiency)
+                      else self.resolved_matmul_efficiency)
         return matmul_efficiency(m, n, k, sm_count=self.gpu.sm_count,
                                  asymptotic_efficiency=asymptotic,
                                  tiles=self.gemm_tiles, k_half=self.gemm_k_half)
