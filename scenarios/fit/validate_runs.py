@@ -71,6 +71,7 @@ __all__ = [
     "spearman",
     "summarise",
     "validate_runs",
+    "validate_scenarios",
 ]
 
 # How far the sensitivity simulations step each knob: ×1.2 on a log knob, else +5 % of
@@ -408,6 +409,25 @@ def validate_runs(table: str | os.PathLike[str], map_path: str | os.PathLike[str
             max_workers=min(workers, len(rows)), initializer=die_with_parent,
             initargs=(os.getpid(),)) as pool:
         return _validate(table, map_path, runs_map, rows, fit, folds, pool)
+
+
+def validate_scenarios(runs: Sequence[tuple[str, str, Mapping[str, Any], float]], *,
+                       source: str, base_dir: str, fit: Mapping[str, tuple[float, float, bool]]
+                       | None = None, folds: int = 3) -> RunsReport:
+    """Measured runs whose scenarios a script built — ``(label, group, scenario mapping,
+    measured seconds per iteration)`` — simulated, summarised and (with ``fit``: key ->
+    ``(low, high, log)``) fitted and cross-validated as a table's rows are; relative paths
+    in the scenarios resolve against ``base_dir``."""
+    knobs = tuple(Parameter(k, low, high, low, log)
+                  for k, (low, high, log) in (fit or {}).items())
+    runs_map = RunsMap(source=source, base={}, base_source=source, base_dir=base_dir,
+                       rules=(), measured_column="", seconds_per_unit=1.0,
+                       group_by="group", label="label", fit=knobs)
+    rows = [RunRow(line, label, group, tuple(scenario.items()), measured_s)
+            for line, (label, group, scenario, measured_s) in enumerate(runs, start=1)]
+    results = simulate_rows(runs_map, rows)
+    outcome = fit_runs(runs_map, results, folds=folds) if fit else None
+    return RunsReport(source, source, results, outcome)
 
 
 def _validate(table: str | os.PathLike[str], map_path: str | os.PathLike[str],

@@ -17,8 +17,12 @@ Grand Teton again; its sequence length is not stated, the configs' default 8192 
 used; the float8 rowwise rows are left out, their baseline being a known slow kernel,
 torchtitan issue 1207).
 
-Nothing is fitted.  Rows with context parallelism need ``parallelism.cp``; async TP is
-not modelled (its rows are simulated as plain TP and say so).
+Nothing is fitted unless ``--fit`` asks: then the torch stacks' physical knobs (GEMM,
+attention and memory-bandwidth efficiency) are fitted to the chosen rows by
+``distsim validate runs``' machinery and cross-validated over ``--folds`` folds, and the
+table says uncalibrated, fitted and cross-validated errors on iteration time.  Rows with
+context parallelism need ``parallelism.cp``; async TP is not modelled (its rows are
+simulated as plain TP and say so).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from distsim_gpu.scenarios.fit.validate_runs import format_runs_report, validate_scenarios
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 
 HERE = Path(__file__).resolve().parent
@@ -107,13 +112,39 @@ def read_rows(data: Path, tables: set[str]) -> list[dict[str, str]]:
     return rows
 
 
+# The knobs --fit moves (bounds; log scale): the GPU-side figures the torch stacks share.
+# Not the host's seconds per kernel: these rows' kernels are long (the host never binds),
+# and one value would be forced on both the eager and the compiled stack.
+FIT = {"compute.matmul_efficiency": (0.3, 1.0, False),
+       "compute.attention_efficiency": (0.1, 1.0, False),
+       "compute.memory_efficiency": (0.3, 1.0, False)}
+def fit_report(rows: list[dict[str, str]], folds: int) -> str:
+    """Uncalibrated, fitted and cross-validated errors on iteration time (module
+    docstring): a row's measured seconds are its tokens per iteration over the measured
+    tokens/s of all its GPUs."""
+    runs = []
+    for row in rows:
+        tokens = int(row["local_batch_size"]) * int(row["fsdp"]) * int(row["seq_len"])
+        runs.append((f"{row['technique']} ({row['gpus']} GPUs)", row["source_table"],
+                     scenario_for(row), tokens / (float(row["tps_per_gpu"]) * int(row["gpus"]))))
+    report = validate_scenarios(runs, source=str(Path(__file__)), base_dir=str(HERE),
+                                fit=FIT, folds=folds)
+    return format_runs_report(report)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--tables", default="1,3,4", help="source tables to simulate")
+    parser.add_argument("--fit", action="store_true",
+                        help="fit the stacks' knobs to the rows, cross-validated")
+    parser.add_argument("--folds", type=int, default=3)
     args = parser.parse_args(argv)
     names = [t.strip() for t in args.tables.split(",")]
     tables = {name if name in ("h200", "asynctp") else f"Table{name}" for name in names}
+    if args.fit:
+        print(fit_report(read_rows(args.data, tables), args.folds), end="")
+        return 0
     print("| table | model | GPUs | fsdp·tp·pp·cp | technique | measured tok/s/GPU | "
           "predicted | error |\n|---|---|---:|---|---|---:|---:|---:|")
     errors = []

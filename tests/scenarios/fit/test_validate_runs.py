@@ -19,6 +19,7 @@ from distsim_gpu.scenarios.fit.validate_runs import (
     spearman,
     summarise,
     validate_runs,
+    validate_scenarios,
 )
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.errors import DistsimError
@@ -123,6 +124,29 @@ def test_a_fit_recovers_the_gemm_efficiency_the_runs_were_made_with(tmp_path) ->
     assert summarise(report.fit.fitted)["max_abs_error_pct"] < 1.0
     assert summarise(report.fit.cross_validated)["max_abs_error_pct"] < 1.0
     assert summarise(report.results)["mean_abs_error_pct"] > 5.0  # the fit did something
+
+
+def test_scenarios_a_script_built_validate_and_fit_as_a_tables_rows(tmp_path) -> None:
+    """validate_scenarios (the torchtitan and BLOOM runners): whole scenario mappings
+    with their measured seconds, the same recovery of the efficiency they were made with."""
+    runs = []
+    for row in ROWS[:4]:
+        gpus, mb, tp, dp, layers = row
+        data = yaml.safe_load(yaml.safe_dump(BASE))
+        data["cluster"]["gpus"] = gpus
+        data["training"]["micro_batch"] = mb
+        data["parallelism"].update(tp=tp, dp=dp)
+        data["model"]["layers"] = layers
+        runs.append((f"mb{mb} tp{tp}", "small" if layers == 4 else "big", data,
+                     _simulated_s(row, matmul_efficiency=0.6)))
+    plain = validate_scenarios(runs, source="script", base_dir=str(tmp_path))
+    assert plain.fit is None and plain.results[0].row.label == "mb1 tp2"
+    assert summarise(plain.results)["mean_abs_error_pct"] > 5.0
+    fitted = validate_scenarios(runs, source="script", base_dir=str(tmp_path), folds=2,
+                                fit={"compute.matmul_efficiency": (0.3, 1.0, False)})
+    assert fitted.fit is not None
+    assert fitted.fit.values["compute.matmul_efficiency"] == pytest.approx(0.6, rel=0.02)
+    assert summarise(fitted.fit.cross_validated)["max_abs_error_pct"] < 1.0
 
 
 def test_the_cli_prints_the_table_and_writes_the_fragment(tmp_path, capsys) -> None:
