@@ -5,10 +5,13 @@ configuration is fully stated into a scenario (bloom-176b.yaml and jean-zay.yaml
 this file, with the row's model shape and strategy), simulates one iteration and prints a
 Markdown table: measured and predicted seconds per iteration and the error.
 
-    python validation/bloom/run_bloom.py [--data ../shared/data/tables] [--quick]
+    python validation/bloom/run_bloom.py [--data ../shared/data/tables] [--quick] [--fit]
 
 Rows not simulated, and why, are listed after the table.  Nothing here is fitted: the
-cluster, GPU and cost model are the defaults the rest of distsim uses.
+cluster, GPU and cost model are the defaults the rest of distsim uses.  ``--fit`` instead
+fits the ``megatron-deepspeed`` stack's physical knobs (GEMM and memory efficiency, launch
+gap, host seconds per kernel) to the rows with ``distsim validate runs``' machinery and
+prints uncalibrated, fitted and 3-fold cross-validated errors.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from distsim_gpu.scenarios.fit.validate_runs import format_runs_report, validate_scenarios
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 
 HERE = Path(__file__).resolve().parent
@@ -102,16 +106,37 @@ def sweep_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return rows, skipped
 
 
+# What --fit moves (bounds; log scale): the stack's physical figures, as vtrain-multi.yaml.
+FIT = {"compute.matmul_efficiency": (0.3, 1.0, False),
+       "compute.memory_efficiency": (0.3, 1.0, False),
+       "compute.launch_overhead": (1e-7, 1e-4, True),
+       "compute.host_overhead": (1e-6, 3e-4, True)}
+
+
+def fit_report(rows: list[dict[str, Any]]) -> str:
+    """The rows' uncalibrated, fitted and cross-validated errors (module docstring)."""
+    runs = [(row["label"], "prequel" if "prequel" in row["label"] else "BLOOM",
+             scenario_for(row), row["measured"]) for row in rows]
+    report = validate_scenarios(runs, source=str(Path(__file__)), base_dir=str(HERE),
+                                fit=FIT, folds=3)
+    return format_runs_report(report)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--quick", action="store_true",
                         help="skip the runs that take more than a minute")
+    parser.add_argument("--fit", action="store_true",
+                        help="fit the stack's knobs to the rows, cross-validated")
     args = parser.parse_args()
     rows, skipped = production_rows(args.data / "bloom_176b_production_and_scaling.csv")
     more, more_skipped = sweep_rows(args.data / "bloom_jeanzay_3d_topology_benchmarks.csv")
     rows += more
     skipped += more_skipped
+    if args.fit:
+        print(fit_report(rows), end="")
+        return 0
     print("| run | GPUs | tp·pp·dp | mbs | gbs | layers × hidden | measured (s) | "
           "predicted (s) | error | MFU (pred.) | host (s) |")
     print("|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|")
