@@ -315,6 +315,15 @@ def _batch(config: dict[str, Any], microbatches: int) -> str:
             f"{train.get('micro_batch')} per {per} × dp {par.get('dp')}")
 
 
+def _gpu_text(gpu: dict[str, Any]) -> str:
+    """The GPU's name, and its power limit where one is below the rated power."""
+    limit, tdp = gpu.get("power_limit"), gpu.get("tdp")
+    name = str(gpu.get("name", "?"))
+    if limit is None or tdp is None or limit >= tdp:
+        return name
+    return f"{name} limited to {limit:g} W of {tdp:g} W (compute clocks lower)"
+
+
 def format_summary(report: Report) -> str:
     """The terminal summary: headline metrics with units, then per group of identical GPUs
     the time breakdown (seconds and % of the iteration) and the memory (GiB)."""
@@ -329,7 +338,7 @@ def format_summary(report: Report) -> str:
     lines = [
         f"distsim run: {report.name}{where}",
         f"  cluster      {cluster.get('name', '?')}: {report.num_gpus} GPUs"
-        + (f" on {nodes} node(s)" if nodes else "") + f", {gpu.get('name', '?')}",
+        + (f" on {nodes} node(s)" if nodes else "") + f", {_gpu_text(gpu)}",
         f"  model        {model.get('name', '?')}: {model.get('layers')} layers, hidden "
         f"{model.get('hidden')}, {model.get('heads')} heads, sequence {train.get('seq_len')}",
         f"  strategy     {_strategy(c)}",

@@ -89,6 +89,17 @@ def test_summary_has_headline_units_and_a_row_per_group(traced):
     assert len(time_rows) == 2 * 2  # the time table and the memory table
 
 
+def test_summary_names_a_power_limit_below_the_rated_power(tmp_path, tiny, write_scenario):
+    def cluster_line(gpu):
+        path = write_scenario(tmp_path / "s.yaml", tiny(compute={"gpu": gpu}))
+        text = format_summary(run_scenario(load_scenario(path)))
+        return next(line for line in text.splitlines() if "cluster" in line)
+
+    assert cluster_line({"preset": "h100", "power_limit": "500 W"}).endswith(
+        "h100-sxm limited to 500 W of 700 W (compute clocks lower)")
+    assert cluster_line("h100").endswith(", h100-sxm")
+
+
 def test_a_straggler_gets_a_group_of_its_own(tmp_path, tiny, write_scenario):
     path = write_scenario(tmp_path / "s.yaml", tiny(stragglers={"n0.gpu6": 1.5}))
     report = run_scenario(load_scenario(path))
