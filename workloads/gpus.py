@@ -146,10 +146,6 @@ class GpuSpec:
         static_w = STATIC_POWER_FRACTION * self.tdp_w
         return ((self.power_limit_w - static_w) / (self.tdp_w - static_w)) ** (1.0 / 3.0)
 
-    def sustained_flops(self, precision: str) -> float:
-        """Dense peak at ``precision`` at the clock the power limit allows."""
-        return self.peak_flops(precision) * self.clock_fraction
-
     def peak_flops(self, precision: str) -> float:
         """Dense peak FLOP/s at ``precision``; ConfigError naming the supported ones."""
         rate = self.peak_flops_per_s.get(precision)
