@@ -306,9 +306,11 @@ def gpu_from_mapping(data: Mapping[str, Any] | str, *, source: str | None = None
     sm_count = check_whole(data.get("sm_count", base.sm_count if base else 0),
                            key=f"{prefix}.sm_count", source=source)
     name = str(data.get("name", base.name if base else "custom"))
-    architecture = data.get("architecture", base.architecture if base else "")
-    check_choice(str(architecture), ("", *ARCHITECTURES), key=f"{prefix}.architecture",
-                 source=source, what="architecture")
+    architecture = base.architecture if base else ""
+    if "architecture" in data:
+        architecture = check_choice(str(data["architecture"]), ARCHITECTURES,
+                                    key=f"{prefix}.architecture", source=source,
+                                    what="architecture", fold_case=True).lower()
     watts = {knob: parse_power(data[knob], key=f"{prefix}.{knob}", source=source)
              for knob in ("tdp", "power_limit") if knob in data}
     try:

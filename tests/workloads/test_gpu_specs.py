@@ -143,8 +143,9 @@ def test_presets_name_their_architecture_and_custom_gpus_may():
     assert gpu_from_mapping(custom).architecture == ""
     assert gpu_from_mapping({**custom, "architecture": "ampere"}).to_dict()[
         "architecture"] == "ampere"
+    assert gpu_from_mapping({**custom, "architecture": "Hopper"}).architecture == "hopper"
     with pytest.raises(ConfigError, match=r"gpu\.architecture: unknown architecture "
-                                          r"'pascal'.*valid"):
+                                          r"'pascal' \(valid: ampere, blackwell"):
         gpu_from_mapping({**custom, "architecture": "pascal"})
 
 

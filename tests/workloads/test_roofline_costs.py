@@ -403,8 +403,9 @@ def test_host_overhead_replaces_the_stacks_and_keeps_its_backward_ratio():
     layer = dict(micro_batch=1, seq_len=128, tp=8)
     base = RooflineCosts(A100, precision="fp16", stack=eager)
     assert costs.layer_time_s("fwd", small, **layer) > base.layer_time_s("fwd", small, **layer)
-    with pytest.raises(ConfigError, match="host_overhead_s: must be a finite number >= 0"):
-        RooflineCosts(A100, host_overhead_s=-1.0)
+    for bad in (-1.0, 2.0):  # negative, or a second per kernel: past any host
+        with pytest.raises(ConfigError, match=r"host_overhead_s: must be a number in \[0, 1\]"):
+            RooflineCosts(A100, host_overhead_s=bad)
 
 
 def test_gemm_efficiency_follows_the_generation_unless_given():

@@ -259,8 +259,9 @@ class RooflineCosts:
                 check_number(getattr(self, name), key=name, above=True, maximum=1)
         for name in ("launch_overhead_s", "gemm_k_half", "optimizer_bytes_per_param"):
             check_number(getattr(self, name), key=name)
-        if self.host_overhead_s is not None:
-            check_number(self.host_overhead_s, key="host_overhead_s")
+        if self.host_overhead_s is not None:  # a second per kernel is past any host
+            check_number(self.host_overhead_s, key="host_overhead_s", maximum=1.0,
+                         hint="seconds the host spends per kernel it launches, e.g. 2e-05")
         if not self.gemm_tiles:
             raise ConfigError("needs at least one tile", key="gemm_tiles")
 
