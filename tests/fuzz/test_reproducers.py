@@ -40,6 +40,14 @@ BIG = "9" * 5000
     ("cluster.nic.bandwidth=２００ Gbps", "cluster.nic.bandwidth", "cannot read"),
     ("cluster.nic.bandwidth=" + "9" * 400, "cluster.nic.bandwidth", "not finite"),
     ("cluster.nic.bandwidth=" + "9" * 401 + " GB/s", "cluster.nic.bandwidth", "cannot read"),
+    ("compute.host_overhead=" + "9" * 400, "compute.host_overhead", "not finite"),
+    ("compute.host_overhead=1e9", "compute.host_overhead", "must be a number in [0, 1]"),
+    ("compute.gpu={preset: h100, power_limit: " + "9" * 400 + "}", "compute.gpu.power_limit",
+     "not finite"),
+    ("compute.gpu={preset: h100, power_limit: 1e6}", "compute.gpu.power_limit",
+     "at most the rated 700 W"),
+    ("compute.gpu={preset: gh200, power_limit: 300 W}", "compute.gpu.power_limit",
+     "no rated board power"),
 ])
 def test_set_value(rejects, assignment, key, says):
     err = rejects("run", QUICKSTART, "--set", assignment, names=f"--set: {key}")
