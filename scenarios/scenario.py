@@ -209,10 +209,11 @@ class Scenario:
             "gpu": {"name": gpu.name, "peak_flops": dict(gpu.peak_flops_per_s),
                     "memory": gpu.memory_bytes,
                     "memory_bandwidth": gpu.memory_bandwidth_bytes_per_s,
-                    "sm_count": gpu.sm_count, "architecture": gpu.architecture,
-                    **{key: watts for key, watts in (("tdp", gpu.tdp_w),
+                    "sm_count": gpu.sm_count,
+                    **{key: value for key, value in (("architecture", gpu.architecture),
+                                                     ("tdp", gpu.tdp_w),
                                                      ("power_limit", gpu.power_limit_w))
-                       if watts is not None}},
+                       if value}},
             "costs": self.cost_table or "roofline",
         }
         for knob, attr in _ROOFLINE_KNOBS.items():

@@ -93,6 +93,18 @@ def test_resolved_config_keeps_the_gpus_generation_and_power_limit(tmp_path, tin
     assert run_scenario(again).iteration_time_s == run_scenario(first).iteration_time_s
 
 
+def test_a_custom_gpu_without_generation_or_power_resolves_and_reloads(tmp_path, tiny,
+                                                                       write_scenario):
+    gpu = {"peak_flops": {"bf16": "100 TFLOP/s", "fp32": "20 TFLOP/s"}, "memory": "16 GiB",
+           "memory_bandwidth": "1 TB/s", "sm_count": 40}
+    first = load_scenario(write_scenario(tmp_path / "s.yaml", tiny(compute={"gpu": gpu})))
+    resolved = first.resolved()
+    assert not {"architecture", "tdp", "power_limit"} & set(resolved["compute"]["gpu"])
+    again = load_scenario(write_scenario(tmp_path / "again.yaml", resolved))
+    assert again.gpu.architecture == "" and again.gpu.tdp_w is None
+    assert run_scenario(again).iteration_time_s == run_scenario(first).iteration_time_s
+
+
 def test_host_overhead_is_a_duration_knob_and_resolves_to_the_stacks(tmp_path, tiny,
                                                                       write_scenario):
     data = tiny(compute={"gpu": "a100", "stack": "megatron-deepspeed",
