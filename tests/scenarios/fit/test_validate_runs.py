@@ -56,7 +56,8 @@ def _write(tmp_path: Path, rows=ROWS, times_ms=None, map_changes=None, header=No
     return tmp_path / "runs.csv", tmp_path / "map.yaml"
 
 
-def _simulated_s(row, **compute) -> float:
+def _scenario(row, **compute) -> dict:
+    """BASE with one row's GPUs, micro-batch, tp, dp and layers (and compute knobs)."""
     gpus, mb, tp, dp, layers = row
     data = yaml.safe_load(yaml.safe_dump(BASE))
     data["cluster"]["gpus"] = gpus
@@ -64,7 +65,11 @@ def _simulated_s(row, **compute) -> float:
     data["parallelism"].update(tp=tp, dp=dp)
     data["model"]["layers"] = layers
     data["compute"].update(compute)
-    return run_scenario(scenario_from_mapping(data)).iteration_time_s
+    return data
+
+
+def _simulated_s(row, **compute) -> float:
+    return run_scenario(scenario_from_mapping(_scenario(row, **compute))).iteration_time_s
 
 
 def test_every_row_is_its_scenario_simulated(tmp_path) -> None:
@@ -129,16 +134,8 @@ def test_a_fit_recovers_the_gemm_efficiency_the_runs_were_made_with(tmp_path) ->
 def test_scenarios_a_script_built_validate_and_fit_as_a_tables_rows(tmp_path) -> None:
     """validate_scenarios (the torchtitan and BLOOM runners): whole scenario mappings
     with their measured seconds, the same recovery of the efficiency they were made with."""
-    runs = []
-    for row in ROWS[:4]:
-        gpus, mb, tp, dp, layers = row
-        data = yaml.safe_load(yaml.safe_dump(BASE))
-        data["cluster"]["gpus"] = gpus
-        data["training"]["micro_batch"] = mb
-        data["parallelism"].update(tp=tp, dp=dp)
-        data["model"]["layers"] = layers
-        runs.append((f"mb{mb} tp{tp}", "small" if layers == 4 else "big", data,
-                     _simulated_s(row, matmul_efficiency=0.6)))
+    runs = [(f"mb{row[1]} tp{row[2]}", "small" if row[4] == 4 else "big", _scenario(row),
+             _simulated_s(row, matmul_efficiency=0.6)) for row in ROWS[:4]]
     plain = validate_scenarios(runs, source="script", base_dir=str(tmp_path))
     assert plain.fit is None and plain.results[0].row.label == "mb1 tp2"
     assert summarise(plain.results)["mean_abs_error_pct"] > 5.0
