@@ -191,22 +191,23 @@ def _insert(rng: random.Random, data: bytes) -> bytes:
     return data[:at] + rng.choice(HOSTILE_TOKENS).encode("utf-8") + data[at:]
 
 
-def _number(rng: random.Random, data: bytes) -> bytes:
-    spans = [m.span() for m in re.finditer(rb"\d+(?:\.\d+)?", data)]
+def _replace(rng: random.Random, data: bytes, pattern: bytes) -> bytes:
+    """One match of ``pattern`` replaced by a hostile token (else one inserted)."""
+    spans = [m.span() for m in re.finditer(pattern, data)]
     if not spans:
         return _insert(rng, data)
     start, end = rng.choice(spans)
     return data[:start] + rng.choice(HOSTILE_TOKENS).encode("utf-8") + data[end:]
+
+
+def _number(rng: random.Random, data: bytes) -> bytes:
+    return _replace(rng, data, rb"\d+(?:\.\d+)?")
 
 
 def _token(rng: random.Random, data: bytes) -> bytes:
     """A whitespace-separated word replaced by a hostile one (a log's header count, a
     row's size, a YAML value)."""
-    spans = [m.span() for m in re.finditer(rb"[^\s]+", data)]
-    if not spans:
-        return _insert(rng, data)
-    start, end = rng.choice(spans)
-    return data[:start] + rng.choice(HOSTILE_TOKENS).encode("utf-8") + data[end:]
+    return _replace(rng, data, rb"[^\s]+")
 
 
 def _lines(rng: random.Random, data: bytes) -> bytes:

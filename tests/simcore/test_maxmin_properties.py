@@ -24,11 +24,12 @@ multiplicities = st.one_of(
 
 
 @st.composite
-def instances(draw):
-    """1-12 links with random capacities (some ideal); 1-30 flows, each on a non-empty
-    random subset of links with multiplicities in {1, 2, 3} or floats."""
+def instances(draw, link_capacities=capacities):
+    """1-12 links with random capacities (some ideal; drawn from ``link_capacities``);
+    1-30 flows, each on a non-empty random subset of links with multiplicities in
+    {1, 2, 3} or floats."""
     num_links = draw(st.integers(1, 12))
-    caps = draw(st.lists(capacities, min_size=num_links, max_size=num_links))
+    caps = draw(st.lists(link_capacities, min_size=num_links, max_size=num_links))
     flows = draw(st.lists(
         st.dictionaries(st.integers(0, num_links - 1), multiplicities, min_size=1),
         min_size=1, max_size=30))
@@ -151,22 +152,12 @@ def _arrays(flows, caps):
             np.array([caps[i] for i in range(len(caps))]))
 
 
+# Some links of capacity 0: a flow over one gets rate 0.
 zero_or_capacities = st.one_of(capacities, st.just(0.0))
 
 
-@st.composite
-def instances_with_zero_links(draw):
-    """As :func:`instances`, some links of capacity 0 (a flow over one gets rate 0)."""
-    num_links = draw(st.integers(1, 12))
-    caps = draw(st.lists(zero_or_capacities, min_size=num_links, max_size=num_links))
-    flows = draw(st.lists(
-        st.dictionaries(st.integers(0, num_links - 1), multiplicities, min_size=1),
-        min_size=1, max_size=30))
-    return flows, dict(enumerate(caps))
-
-
 @settings(max_examples=100, deadline=None)
-@given(st.one_of(instances(), instances_with_zero_links()))
+@given(st.one_of(instances(), instances(zero_or_capacities)))
 def test_filling_by_local_minima_equals_progressive_filling(instance):
     # The incremental solver fills its subsets by local minima (many links per round);
     # the rates must be those of progressive filling (one level per round).
