@@ -6,14 +6,13 @@ against a hand count, one group equal to today's run, and folding still exact.""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from itertools import pairwise
 
 import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.costs import RooflineCosts
-from distsim_gpu.workloads.gpus import get_gpu
 from distsim_gpu.workloads.layer_groups import (
     LayerGroup,
     block_subgroups,
@@ -31,12 +30,12 @@ from distsim_gpu.workloads.ops import Collective, Compute
 from distsim_gpu.workloads.parallel import (
     ParallelConfig,
     TrainingConfig,
-    check_strategy,
     parallel_from_mapping,
 )
-from distsim_gpu.workloads.streams import StreamBuilder
 from hypothesis import given
 from hypothesis import strategies as st
+
+from tests.workloads.layouts import check_layout, stream_builder
 
 GPT = model_from_mapping({"name": "gpt", "layers": 4, "hidden": 1024, "heads": 16,
                           "seq_len": 256, "vocab": 32000})
@@ -47,10 +46,7 @@ def groups(*spec: tuple) -> tuple[LayerGroup, ...]:
     return tuple(LayerGroup(*g) for g in spec)
 
 
-def _check(parallel: ParallelConfig, *, micro_batch: int = 4, layers: int = 4) -> int:
-    training = TrainingConfig(micro_batch=micro_batch, global_batch=micro_batch * parallel.dp)
-    return check_strategy(parallel, training, num_gpus=parallel.num_gpus, layers=layers,
-                          heads=16, kv_heads=16, experts=1, source="s.yaml")
+_check = partial(check_layout, micro_batch=4, layers=4)
 
 
 # ----------------------------------------------------------------------------- errors
@@ -121,11 +117,7 @@ def test_subgroups_partition_the_rank_group(tps, data) -> None:
 # ----------------------------------------------------------------------------- streams
 
 
-def _builder(parallel: ParallelConfig, micro_batch: int = 8, recompute: str = "none"):
-    training = TrainingConfig(micro_batch=micro_batch, global_batch=micro_batch,
-                              recompute=recompute)
-    costs = RooflineCosts(get_gpu("a100-80gb"))
-    return StreamBuilder(GPT, parallel, training, costs, microbatches=1), costs
+_builder = partial(stream_builder, GPT, gpu="a100-80gb", micro_batch=8)
 
 
 def _collectives(stream, word: str) -> list[Collective]:

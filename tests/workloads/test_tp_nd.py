@@ -7,22 +7,19 @@ forms, and clear errors."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.costs import RooflineCosts
-from distsim_gpu.workloads.gpus import get_gpu
 from distsim_gpu.workloads.memory import memory_of_strategy
 from distsim_gpu.workloads.models import model_from_mapping
 from distsim_gpu.workloads.ops import Collective, Compute
 from distsim_gpu.workloads.parallel import (
     ParallelConfig,
     TrainingConfig,
-    check_strategy,
     parallel_from_mapping,
 )
-from distsim_gpu.workloads.streams import StreamBuilder
 from distsim_gpu.workloads.tp_nd import (
     Mesh,
     gemm_shapes,
@@ -34,16 +31,14 @@ from distsim_gpu.workloads.traffic import layer_params, stage_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.workloads.layouts import check_layout, stream_builder
+
 GPT = model_from_mapping({"name": "gpt", "layers": 2, "hidden": 1024, "heads": 16,
                           "seq_len": 256, "vocab": 32000})
 E = 2  # bytes per fp16 element
 
 
-def _check(parallel: ParallelConfig, *, micro_batch: int = 16, **model) -> int:
-    shape = {"layers": 2, "heads": 16, "kv_heads": 16, "experts": 1, **model}
-    return check_strategy(parallel, TrainingConfig(micro_batch=micro_batch,
-                                                   global_batch=micro_batch * parallel.dp),
-                          num_gpus=parallel.num_gpus, source="s.yaml", **shape)
+_check = partial(check_layout, micro_batch=16, layers=2)
 
 
 # ----------------------------------------------------------------------------- the mesh
@@ -187,11 +182,7 @@ def test_3d_moves_o_of_1_over_q2_of_the_volume() -> None:
 # ----------------------------------------------------------------------------- streams
 
 
-def _builder(parallel: ParallelConfig, micro_batch: int = 16, recompute: str = "none"):
-    training = TrainingConfig(micro_batch=micro_batch, global_batch=micro_batch,
-                              precision="fp16", recompute=recompute)
-    costs = RooflineCosts(get_gpu("v100-32gb"), precision="fp16")
-    return StreamBuilder(GPT, parallel, training, costs, microbatches=1), costs
+_builder = partial(stream_builder, GPT, gpu="v100-32gb", micro_batch=16, precision="fp16")
 
 
 @pytest.mark.parametrize(("mode", "tp"), [("2d", 4), ("2.5d", 8), ("3d", 8)])
