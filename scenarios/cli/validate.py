@@ -32,6 +32,7 @@ from distsim_gpu.scenarios.fit.validate_operators import (
     validate_operators,
 )
 from distsim_gpu.scenarios.fit.validate_runs import (
+    check_folds,
     fit_fragment,
     format_runs_report,
     summarise,
@@ -100,8 +101,7 @@ def handle_runs(args: argparse.Namespace) -> int:
     """Simulate the table's rows; print the error table (or JSON); write ``--out``."""
     if args.out is not None and not args.fit:
         raise ConfigError("--out writes the fitted knobs: it needs --fit", key="--out")
-    if args.folds < 2:
-        raise ConfigError(f"must be a whole number >= 2, got {args.folds}", key="--folds")
+    check_folds(args.folds, "--folds")  # before any row runs
     report = validate_runs(args.table, args.map_path, fit=args.fit, folds=args.folds,
                            workers=args.workers, every=args.every,
                            overrides=overrides(args.overrides))

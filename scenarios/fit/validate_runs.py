@@ -62,6 +62,7 @@ __all__ = [
     "RunRow",
     "RunsMap",
     "RunsReport",
+    "check_folds",
     "fit_fragment",
     "fit_runs",
     "format_runs_report",
@@ -270,10 +271,19 @@ class _Surrogate:
         return out
 
 
+def check_folds(folds: Any, key: str = "folds") -> int:
+    """``folds`` if it is a whole number of at least 2 (a cross-validation needs a fold
+    to fit and one to test), else a :class:`ConfigError` at ``key``."""
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise ConfigError(f"must be a whole number >= 2, got {folds!r}", key=key)
+    return folds
+
+
 def fit_runs(runs_map: RunsMap, results: Sequence[RowResult], *, folds: int = 5,
              pool: Pool = None) -> FitOutcome:
     """Fit the map's knobs to the rows that ran (``results``: their uncalibrated runs),
     then simulate every row with them and cross-validate over ``folds`` folds."""
+    check_folds(folds)
     ok = [r for r in results if r.predicted_s is not None]
     if len(ok) < 2:
         raise ConfigError(f"fitting needs at least 2 runs that simulate, got {len(ok)}",
@@ -418,6 +428,8 @@ def validate_scenarios(runs: Sequence[tuple[str, str, Mapping[str, Any], float]]
     measured seconds per iteration)`` — simulated, summarised and (with ``fit``: key ->
     ``(low, high, log)``) fitted and cross-validated as a table's rows are; relative paths
     in the scenarios resolve against ``base_dir``."""
+    if fit:
+        check_folds(folds)
     knobs = tuple(Parameter(k, low, high, low, log)
                   for k, (low, high, log) in (fit or {}).items())
     runs_map = RunsMap(source=source, base={}, base_source=source, base_dir=base_dir,

@@ -83,6 +83,8 @@ def rates_gb_per_s(path: str) -> tuple[str, dict[str, list[float]]]:
     """The trace's device name and, per op kind, the rates of its streaming kernels."""
     with gzip.open(path) if path.endswith(".gz") else open(path, "rb") as handle:
         data = json.load(handle)
+    if isinstance(data, list):  # a bare event list: no device properties
+        data = {"traceEvents": data}
     devices = data.get("deviceProperties") or [{}]
     events = data["traceEvents"]
     owner, launched = _owners(events)
@@ -100,7 +102,11 @@ def rates_gb_per_s(path: str) -> tuple[str, dict[str, list[float]]]:
 
 def main(paths: list[str]) -> int:
     for path in paths:
-        device, rates = rates_gb_per_s(path)
+        try:
+            device, rates = rates_gb_per_s(path)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            print(f"{path}: not a readable Kineto trace ({type(error).__name__}: {error})")
+            continue
         if not rates:
             continue
         try:

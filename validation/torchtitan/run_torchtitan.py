@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 from distsim_gpu.scenarios.fit.validate_runs import format_runs_report, validate_scenarios
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
+from distsim_gpu.simcore.errors import DistsimError
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = HERE.parents[2] / "shared" / "data" / "training" / "torchtitan"
@@ -166,4 +167,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except DistsimError as error:  # a bad option or table: one line, no traceback
+        sys.exit(f"run_torchtitan.py: error: {error}")

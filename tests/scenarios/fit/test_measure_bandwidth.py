@@ -73,3 +73,15 @@ def test_a_rate_above_the_datasheet_is_left_out(measure, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "datasheet 2039 GB/s" in out
     assert "kernels" not in out  # neither the op's line nor the summary: nothing kept
+
+
+def test_a_file_that_is_not_a_trace_is_named_and_skipped(measure, tmp_path, capsys):
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"not gzip")
+    good = tmp_path / "rank0.json.gz"
+    _trace(good, duration_us=250.0)
+    assert measure.main([str(bad), str(tmp_path / "missing.json"), str(good)]) == 0
+    out = capsys.readouterr().out
+    assert f"{bad}: not a readable Kineto trace (BadGzipFile" in out
+    assert "missing.json: not a readable Kineto trace (FileNotFoundError" in out
+    assert "= 0.79 of the datasheet" in out  # the good file is still measured

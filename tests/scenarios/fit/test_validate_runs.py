@@ -144,6 +144,10 @@ def test_scenarios_a_script_built_validate_and_fit_as_a_tables_rows(tmp_path) ->
     assert fitted.fit is not None
     assert fitted.fit.values["compute.matmul_efficiency"] == pytest.approx(0.6, rel=0.02)
     assert summarise(fitted.fit.cross_validated)["max_abs_error_pct"] < 1.0
+    for folds in (1, 0, True, 2.5):  # refused before any row runs
+        with pytest.raises(DistsimError, match=r"folds: must be a whole number >= 2"):
+            validate_scenarios(runs, source="script", base_dir=str(tmp_path), folds=folds,
+                               fit={"compute.matmul_efficiency": (0.3, 1.0, False)})
 
 
 def test_the_cli_prints_the_table_and_writes_the_fragment(tmp_path, capsys) -> None:
