@@ -18,6 +18,7 @@ from distsim_gpu.collectives.params import (
     FIDELITIES,
     PROTOCOLS,
     CommParams,
+    comm_params_for,
     comm_params_from_mapping,
 )
 from distsim_gpu.collectives.plan import CollectivePlan, StepShape
@@ -35,6 +36,7 @@ __all__ = [
     "StepShape",
     "build_plan",
     "candidates",
+    "comm_params_for",
     "comm_params_from_mapping",
     "ring_channels",
     "run_benchmark",

@@ -61,8 +61,10 @@ __all__ = [
     "ALGORITHMS",
     "ALLTOALL_MODES",
     "FIDELITIES",
+    "NVLINK_EFFICIENCY_BY_ARCHITECTURE",
     "PROTOCOLS",
     "CommParams",
+    "comm_params_for",
     "comm_params_from_mapping",
 ]
 
@@ -115,17 +117,24 @@ _NVLS_EFFICIENCY = 0.85
 # Achievable payload fraction of each link kind's nominal one-direction rate.
 #  nvlink  0.82: NVLink packets carry a 16 B header per <=256 B payload plus data-link
 #                flits; NVIDIA quotes ~370 GB/s ring bus bandwidth on H100's 450 GB/s NVLink4
-#                and ~235 GB/s on A100's 300 GB/s NVLink3 (0.78-0.82).
+#                (0.82); other generations by NVLINK_EFFICIENCY_BY_ARCHITECTURE below.
 #  pcie    0.86: a 256 B max-payload TLP carries ~24 B of TLP/DLL framing plus DLLP
 #                acknowledgements and flow-control credits (PCIe base spec; ~86 %).
 #  network 0.96: InfiniBand/RoCE at 4096 B MTU loses ~1-2 % to LRH/BTH/RETH/CRC headers and
 #                ~2 % to acknowledgements; ib_write_bw reaches ~24 GB/s on HDR (25 GB/s line).
 #  cpu     0.70: inter-socket links (xGMI/UPI) carry coherence traffic besides payload.
 _LINK_EFFICIENCY = {"nvlink": 0.82, "pcie": 0.86, "network": 0.96, "cpu": 0.70}
+#: NVLink's payload fraction by the GPU generation that carries it, where it is known to
+#: differ from the H100 figure above: NVIDIA quotes ~235 GB/s ring bus bandwidth on A100's
+#: 300 GB/s NVLink3 (0.78); the corpus's A100 logs plateau at 232 GB/s (Meta gcm fixture,
+#: 1 GiB) and vTrain's A100 all-reduce table calibrates to 0.77.  Other generations (and a
+#: GPU without one) take the default.
+NVLINK_EFFICIENCY_BY_ARCHITECTURE = {"ampere": 0.78, "hopper": 0.82}
 
 
-def _default_link_efficiency() -> dict[str, float]:
-    return dict(_LINK_EFFICIENCY)
+def _default_link_efficiency(architecture: str = "") -> dict[str, float]:
+    nvlink = NVLINK_EFFICIENCY_BY_ARCHITECTURE.get(architecture, _LINK_EFFICIENCY["nvlink"])
+    return {**_LINK_EFFICIENCY, "nvlink": nvlink}
 
 
 def _default_protocol_efficiency() -> dict[str, float]:
@@ -249,8 +258,15 @@ def _duration(value: Any, key: str, source: str | None) -> float:
     return parse_duration(value, key=key, source=source)
 
 
+def comm_params_for(architecture: str = "") -> CommParams:
+    """The default parameters for GPUs of ``architecture`` (``ampere``, ``hopper``, …; ""
+    for unknown): only NVLink's efficiency depends on it
+    (:data:`NVLINK_EFFICIENCY_BY_ARCHITECTURE`)."""
+    return CommParams(link_efficiency=_default_link_efficiency(architecture))
+
+
 def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | None = None,
-                             prefix: str = "comm") -> CommParams:
+                             prefix: str = "comm", architecture: str = "") -> CommParams:
     """Build :class:`CommParams` from a YAML-style mapping, validating every key.
 
     Keys: ``algorithm``, ``protocol``, ``fidelity``, ``max_channels``,
@@ -260,9 +276,10 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
     ``hop_latency: {ring|tree|nvls|…: {nvlink|pcie|net: {ll|ll128|simple: "3.4 us"}}}``,
     ``peer_latency: {nvlink|pcie|net: {ll|ll128|simple: "1 us"}}``,
     ``nvls_efficiency`` (a fraction), ``pxn`` (true or false),
-    ``all_to_all`` (flat, hierarchical or auto).
+    ``all_to_all`` (flat, hierarchical or auto).  Keys not given take the defaults for
+    GPUs of ``architecture`` (:func:`comm_params_for`).
     """
-    params = CommParams()
+    params = comm_params_for(architecture)
     if not data:
         return params
     data = check_mapping(data, key=prefix, source=source)

@@ -143,9 +143,6 @@ SIMULATION_KEYS = ("fidelity", "seed")
 _REQUIRED = ("cluster", "model")
 
 # Cluster presets name their GPU as the vendor writes it; the GPU spec it corresponds to.
-_CLUSTER_GPUS = {"a100-sxm4-80gb": "a100-80gb", "a100-sxm4-40gb": "a100-40gb",
-                 "h100-sxm5-80gb": "h100-sxm"}
-
 # A group written as a bare string is shorthand for this key (for --set into it).
 _SHORTHAND = {"cluster": "preset", "cluster.fabric": "kind", "cluster.gpu": "model",
               "model": "preset", "compute.gpu": "preset"}
@@ -479,7 +476,8 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
     if "fidelity" in simulation:
         communication["fidelity"] = simulation["fidelity"]
     try:
-        comm = comm_params_from_mapping(communication, source=source, prefix="communication")
+        comm = comm_params_from_mapping(communication, source=source, prefix="communication",
+                                        architecture=gpu.architecture)
     except ConfigError as error:
         if error.key == "communication.fidelity":
             error.key = "simulation.fidelity"
@@ -540,10 +538,9 @@ def _gpu(raw: Any, topology: Topology, source: str | None) -> GpuSpec:
     if raw is not None:
         return gpu_from_mapping(raw, source=source, prefix="compute.gpu")
     model = str(topology.config.get("gpu", {}).get("model", ""))
-    known = _CLUSTER_GPUS.get(model.lower(), model)
-    if known:
+    if model:
         try:
-            return get_gpu(known)
+            return get_gpu(model)
         except ConfigError:
             pass
     what = f"the cluster's GPU {model!r} is not a known GPU spec" if model else (

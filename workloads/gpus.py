@@ -223,6 +223,10 @@ GPU_ALIASES: Mapping[str, str] = MappingProxyType({
     "h100-80gb": "h100-sxm",
     "h200-sxm": "h200",
     "h200-141gb": "h200",
+    # The GPU models the cluster presets name (topology.presets).
+    "a100-sxm4-40gb": "a100-40gb",
+    "a100-sxm4-80gb": "a100-80gb",
+    "h100-sxm5-80gb": "h100-sxm",
     # deviceProperties names as PyTorch profiler traces spell them.
     "tesla v100-sxm2-16gb": "v100-16gb",
     "tesla v100-sxm2-32gb": "v100-32gb",

@@ -19,6 +19,7 @@ from distsim_gpu.simcore.config import parse_assignment, set_path, split_overrid
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.yamlfile import read_yaml
 from distsim_gpu.topology import Topology, list_presets, load_cluster
+from distsim_gpu.workloads.gpus import get_gpu
 
 __all__ = [
     "ALGORITHMS",
@@ -29,6 +30,7 @@ __all__ = [
     "add_quiet_option",
     "add_trace_cluster_options",
     "cluster_and_params",
+    "cluster_architecture",
     "comm_file",
     "comm_params",
     "overrides",
@@ -131,30 +133,45 @@ def comm_file(path: str) -> dict[str, Any]:
 
 def comm_params(comm_overrides: Sequence[tuple[str, Any]], *, path: str | None = None,
                 algo: str | None = None, proto: str | None = None,
-                fidelity: str | None = None) -> CommParams:
-    """Communication parameters: the ``--comm`` file's section (``path``), then the
-    ``comm.*`` overrides, then ``--algo``, ``--proto`` and ``--fidelity``, each over the
-    one before."""
+                fidelity: str | None = None, architecture: str = "") -> CommParams:
+    """Communication parameters: the defaults for GPUs of ``architecture``, the ``--comm``
+    file's section (``path``), then the ``comm.*`` overrides, then ``--algo``, ``--proto``
+    and ``--fidelity``, each over the one before."""
     comm: dict[str, Any] = comm_file(path) if path else {}
     for key, value in comm_overrides:
         set_path(comm, key, value, source="--set comm")
     for key, value in (("algorithm", algo), ("protocol", proto), ("fidelity", fidelity)):
         if value is not None:
             comm[key] = value
-    return comm_params_from_mapping(comm, source="--set", prefix="comm")
+    return comm_params_from_mapping(comm, source="--set", prefix="comm",
+                                    architecture=architecture)
 
 
 def cluster_and_params(args: argparse.Namespace) -> tuple[Topology, CommParams]:
     """The topology and communication parameters of :func:`add_cluster_options`' values.
 
-    The communication parameters are checked first, then the cluster is built."""
+    The communication parameters are checked first, then the cluster is built; the
+    defaults they start from are those of the cluster's GPU generation (NVLink's
+    efficiency differs by generation)."""
     cluster_overrides, comm_overrides = split_cluster_overrides(args.overrides)
-    params = comm_params(comm_overrides, path=args.comm, algo=args.algo, proto=args.proto,
-                         fidelity=args.fidelity)
+    options = {"path": args.comm, "algo": args.algo, "proto": args.proto,
+               "fidelity": args.fidelity}
+    comm_params(comm_overrides, **options)
     try:
         topology = load_cluster(args.cluster, nodes=args.nodes, overrides=cluster_overrides)
     except DistsimError as error:
         if args.nodes is not None and error.key == "nodes" and error.source is None:
             error.key = "--nodes"  # (the library names its argument; the user typed this)
         raise
-    return topology, params
+    return topology, comm_params(comm_overrides, **options,
+                                 architecture=cluster_architecture(topology))
+
+
+def cluster_architecture(topology: Topology) -> str:
+    """The generation of the GPU a cluster names ("" where the cluster names none or one
+    distsim has no spec for)."""
+    model = str(topology.config.get("gpu", {}).get("model", ""))
+    try:
+        return get_gpu(model).architecture if model else ""
+    except ConfigError:
+        return ""

@@ -105,6 +105,18 @@ def test_a_custom_gpu_without_generation_or_power_resolves_and_reloads(tmp_path,
     assert run_scenario(again).iteration_time_s == run_scenario(first).iteration_time_s
 
 
+@pytest.mark.parametrize(("gpu", "nvlink"), [("a100", 0.78), ("h100", 0.82), ("b200", 0.82)])
+def test_nvlink_efficiency_follows_the_gpus_generation_unless_given(tmp_path, tiny,
+                                                                    write_scenario, gpu, nvlink):
+    scenario = load_scenario(write_scenario(tmp_path / "s.yaml", tiny(compute={"gpu": gpu})))
+    assert scenario.comm.efficiency_of("nvlink") == nvlink
+    assert scenario.resolved()["communication"]["link_efficiency"]["nvlink"] == nvlink
+    given = tiny(compute={"gpu": gpu}, communication={"link_efficiency": {"nvlink": 0.5}})
+    chosen = load_scenario(write_scenario(tmp_path / "given.yaml", given))
+    assert chosen.comm.efficiency_of("nvlink") == 0.5
+    assert chosen.comm.efficiency_of("network") == scenario.comm.efficiency_of("network")
+
+
 def test_host_overhead_is_a_duration_knob_and_resolves_to_the_stacks(tmp_path, tiny,
                                                                       write_scenario):
     data = tiny(compute={"gpu": "a100", "stack": "megatron-deepspeed",

@@ -50,6 +50,19 @@ def test_comm_overrides_reach_the_collectives(capsys):
     assert ratio == pytest.approx(1 / 0.82, rel=0.01)
 
 
+@pytest.mark.parametrize(("cluster", "efficiency"), [("dgx-a100", 0.78), ("dgx-h100", 0.82)])
+def test_a_clusters_nvlink_runs_at_its_generations_efficiency(capsys, cluster, efficiency):
+    # One node's ring all-reduce at 1 GiB is NVLink-bound: its bus bandwidth is the
+    # generation's efficiency times the per-GPU NVLink rate, within the latency terms.
+    args = ("nccl-tests", "--cluster", cluster, "--nodes", "1", "-b", "1G", "-e", "1G",
+            "--json", "--algo", "ring")
+    _, default, _ = run_cli(capsys, *args)
+    _, ideal, _ = run_cli(capsys, *args, "--set", "comm.link_efficiency.nvlink=1.0")
+    ratio = (json.loads(default)["rows"][0]["busbw_bytes_per_s"]
+             / json.loads(ideal)["rows"][0]["busbw_bytes_per_s"])
+    assert ratio == pytest.approx(efficiency, rel=0.01)
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["nccl-tests", "--cluster", "dgx-a101"], "did you mean 'dgx-a100'"),
     (["nccl-tests", "--cluster", "dgx-a100", "--set", "nic.bandwith=1"], "bandwith"),
