@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from distsim_gpu.scenarios.fit.consistency import TOLERANCE, MicroBatchRise, micro_batch_rises
 from distsim_gpu.scenarios.fit.fitting import (
     Parameter,
     error_pct,
@@ -367,12 +368,21 @@ class RunsReport:
     map: str
     results: tuple[RowResult, ...]
     fit: FitOutcome | None = None
+    rises: tuple[MicroBatchRise, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: the rows, the summaries and the fitted knobs."""
+        """JSON-ready: the rows, the summaries, the fitted knobs and the measured rows
+        that contradict each other (:mod:`scenarios.fit.consistency`)."""
         fit = self.fit
         data: dict[str, Any] = {"table": self.table, "map": self.map,
-                                "uncalibrated": summarise(self.results)}
+                                "uncalibrated": summarise(self.results),
+                                "micro_batch_rises": [
+                                    {"low_line": r.low_line, "high_line": r.high_line,
+                                     "low_micro_batch": r.low_micro_batch,
+                                     "high_micro_batch": r.high_micro_batch,
+                                     "rise": r.rise, "bound_pct": r.bound_pct,
+                                     "group_lines": list(r.group_lines)}
+                                    for r in self.rises]}
         columns = {"predicted_s": self.results}
         if fit is not None:
             data["fitted"] = summarise(fit.fitted)
@@ -439,7 +449,7 @@ def validate_scenarios(runs: Sequence[tuple[str, str, Mapping[str, Any], float]]
             for line, (label, group, scenario, measured_s) in enumerate(runs, start=1)]
     results = simulate_rows(runs_map, rows)
     outcome = fit_runs(runs_map, results, folds=folds) if fit else None
-    return RunsReport(source, source, results, outcome)
+    return RunsReport(source, source, results, outcome, micro_batch_rises(rows, {}))
 
 
 def _validate(table: str | os.PathLike[str], map_path: str | os.PathLike[str],
@@ -451,7 +461,8 @@ def _validate(table: str | os.PathLike[str], map_path: str | os.PathLike[str],
         raise ConfigError(f"no row simulates; line {first.row.line}: {first.failure}",
                           source=os.fspath(table))
     outcome = fit_runs(runs_map, results, folds=folds, pool=pool) if fit else None
-    return RunsReport(os.fspath(table), os.fspath(map_path), results, outcome)
+    return RunsReport(os.fspath(table), os.fspath(map_path), results, outcome,
+                      micro_batch_rises(rows, runs_map.base))
 
 
 def _with_constants(runs_map: RunsMap, overrides: Sequence[tuple[str, Any]]) -> RunsMap:
@@ -492,9 +503,22 @@ def format_runs_report(report: RunsReport) -> str:
             lines += _summary_lines(f"{fit.folds}-fold cross-validated", fit.cross_validated)
         lines.append("fitted knobs: " + ", ".join(
             f"{k} {fit.start[k]:.4g} -> {v:.4g}" for k, v in fit.values.items()))
+    lines += _rise_lines(report.rises)
     failed = [r for r in report.results if r.failure]
     lines += [f"line {r.row.line} did not simulate: {r.failure}" for r in failed]
     return "\n".join(lines) + "\n"
+
+
+def _rise_lines(rises: Sequence[MicroBatchRise]) -> list[str]:
+    if not rises:
+        return []
+    lines = [f"measured rows that contradict each other (same work per GPU, a larger "
+             f"micro-batch, per-sample time up by more than {TOLERANCE:.0%}):"]
+    lines += [f"  lines {r.low_line} -> {r.high_line} (micro-batch {r.low_micro_batch} -> "
+              f"{r.high_micro_batch}): x{r.rise:.2f} per sample; a model whose per-sample "
+              f"time rises by at most {TOLERANCE:.0%} misses one by >= {r.bound_pct:.1f}%"
+              for r in rises]
+    return lines
 
 
 def _cells(result: RowResult | None) -> list[str]:
