@@ -91,8 +91,12 @@ def _worst_pair(members: Sequence[tuple[int, float, RunRow]],
                 tolerance: float) -> MicroBatchRise | None:
     best: MicroBatchRise | None = None
     lines = tuple(m[2].line for m in members)
-    for i, (mb_i, slot_i, row_i) in enumerate(members):
-        for mb_j, slot_j, row_j in members[i + 1:]:
+    # Every ordered pair with the first's micro-batch no larger: two runs of one
+    # micro-batch (a repeated measurement) bound each other both ways.
+    for mb_i, slot_i, row_i in members:
+        for mb_j, slot_j, row_j in members:
+            if row_j is row_i or mb_j < mb_i:
+                continue
             bound = pair_bound(slot_i, slot_j, tolerance) * 100.0
             if bound > 0 and (best is None or bound > best.bound_pct):
                 best = MicroBatchRise(row_i.line, row_j.line, mb_i, mb_j, slot_j / slot_i,

@@ -53,6 +53,13 @@ def test_rows_of_one_configuration_whose_larger_micro_batch_costs_more_are_found
     assert rise.group_lines == (4, 2, 3)
 
 
+def test_two_runs_of_one_configuration_bound_each_other_either_way() -> None:
+    for first, second in ((1.0, 2.0), (2.0, 1.0)):
+        (rise,) = micro_batch_rises([_row(2, 8, first), _row(3, 8, second)], BASE)
+        assert rise.bound_pct == pytest.approx(100 * pair_bound(1.0, 2.0))
+        assert rise.rise == pytest.approx(2.0)
+
+
 def test_the_pipeline_bubble_is_not_a_contradiction() -> None:
     # pp 4, dp 2, global batch 64 (32 samples per replica): micro-batch 4 is 8 + 3 slots
     # of 4 (44 sample-slots), micro-batch 16 is 2 + 3 of 16 (80).  A time that grows by
