@@ -28,7 +28,9 @@ A scenario file (read with ``yaml.safe_load`` only)::
                                                 #   forward kernel; default the stack's),
                                                 #   gemm_tiles, gemm_k_half, causal,
                                                 #   optimizer_bytes_per_param, attention
-                                                #   (flash | unfused: pre-FlashAttention)
+                                                #   (flash | unfused: pre-FlashAttention),
+                                                #   comm_sms (SMs overlapped communication
+                                                #   kernels hold; default 0)
       stack: megatron-core                      # software stack: megatron-core,
                                                 #   megatron-lm-2021, megatron-deepspeed,
                                                 #   transformer-engine, torch-compile
@@ -137,6 +139,7 @@ _ROOFLINE_KNOBS = {
     "causal": "causal",
     "optimizer_bytes_per_param": "optimizer_bytes_per_param",
     "attention": "attention",
+    "comm_sms": "comm_sms",
 }
 COMPUTE_KEYS = ("gpu", "costs", "stack", *_ROOFLINE_KNOBS)
 SIMULATION_KEYS = ("fidelity", "seed")

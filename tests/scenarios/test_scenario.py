@@ -117,6 +117,19 @@ def test_nvlink_efficiency_follows_the_gpus_generation_unless_given(tmp_path, ti
     assert chosen.comm.efficiency_of("network") == scenario.comm.efficiency_of("network")
 
 
+def test_comm_sms_is_a_whole_number_knob_that_resolves_and_is_checked(tmp_path, tiny,
+                                                                      write_scenario):
+    data = tiny(compute={"gpu": "h100", "comm_sms": 20})
+    scenario = load_scenario(write_scenario(tmp_path / "s.yaml", data))
+    assert scenario.roofline.compute_sms == 112
+    assert scenario.resolved()["compute"]["comm_sms"] == 20
+    again = load_scenario(write_scenario(tmp_path / "again.yaml", scenario.resolved()))
+    assert run_scenario(again).iteration_time_s == run_scenario(scenario).iteration_time_s
+    data["compute"]["comm_sms"] = 132
+    with pytest.raises(DistsimError, match=r"compute\.comm_sms: 132 SMs for communication"):
+        load_scenario(write_scenario(tmp_path / "bad.yaml", data))
+
+
 def test_host_overhead_is_a_duration_knob_and_resolves_to_the_stacks(tmp_path, tiny,
                                                                       write_scenario):
     data = tiny(compute={"gpu": "a100", "stack": "megatron-deepspeed",

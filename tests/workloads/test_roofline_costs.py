@@ -419,3 +419,36 @@ def test_gemm_efficiency_follows_the_generation_unless_given():
     assert RooflineCosts(H100).matmul_efficiency(*big) == pytest.approx(
         0.745 / 0.8 * RooflineCosts(H100, matmul_asymptotic_efficiency=0.8).matmul_efficiency(
             *big))
+
+
+# ------------------------------------------------- SMs held by overlapped communication
+def test_sms_held_by_communication_slow_compute_by_their_share_and_spare_memory():
+    # 100 SMs, 50 held: a GEMM of 200 full 128x128 tiles runs 2 full waves on 100 SMs and
+    # 4 on 50, so exactly twice the time; a memory-bound kernel keeps its rate.
+    gpu = gpu_from_mapping({"preset": "a100", "name": "half", "sm_count": 100})
+    alone = RooflineCosts(gpu, launch_overhead_s=0.0, gemm_tiles=((128, 128, 1.0),))
+    shared = RooflineCosts(gpu, launch_overhead_s=0.0, gemm_tiles=((128, 128, 1.0),),
+                           comm_sms=50)
+    m, n, k = 128 * 20, 128 * 10, 8192
+    gemm = Kernel("g", "gemm", 2.0 * m * n * k, 2.0 * (m * k + k * n + m * n), m, n, k)
+    assert shared.compute_sms == 50
+    assert shared.kernel_time_s(gemm) == pytest.approx(2 * alone.kernel_time_s(gemm))
+    copy = Kernel("e", "elementwise", 0.0, 1e9)
+    assert shared.kernel_time_s(copy) == alone.kernel_time_s(copy)
+    assert shared.to_dict()["comm_sms"] == 50 and alone.to_dict()["comm_sms"] == 0
+
+
+def test_deepseeks_twenty_sms_make_compute_bound_kernels_132_over_112_slower():
+    h800 = RooflineCosts(H100, launch_overhead_s=0.0)
+    dualpipe = RooflineCosts(H100, launch_overhead_s=0.0, comm_sms=20)
+    attention = Kernel("a", "attention", 1e12, 1e6)
+    assert dualpipe.kernel_time_s(attention) == pytest.approx(
+        h800.kernel_time_s(attention) * 132 / 112)
+
+
+@pytest.mark.parametrize(("sms", "message"), [
+    (132, "132 SMs for communication leave none of the 132"), (-1, "comm_sms"),
+    (2.5, "comm_sms")])
+def test_communication_cannot_hold_every_sm(sms, message):
+    with pytest.raises(ConfigError, match=message):
+        RooflineCosts(H100, comm_sms=sms)

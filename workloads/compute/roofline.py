@@ -228,7 +228,11 @@ class RooflineCosts:
     when given, overrides :func:`attention_efficiency` of the stack's flash kernel on the
     GPU's architecture.  ``optimizer_bytes_per_param``
     is Adam's traffic; clipping, fp16 unscaling and FP8 weight casts are added by the
-    precision and stack.  Every default is a module constant with its source.
+    precision and stack.  ``comm_sms``: SMs that communication kernels hold throughout,
+    overlapped with compute (DeepEP under DualPipe keeps 20 of an H800's 132): compute
+    runs on the rest — GEMM waves over them, every FLOP rate scaled by their share —
+    while memory-bound kernels, which saturate HBM with a fraction of the SMs, keep their
+    rate.  Every default is a module constant with its source.
     """
 
     gpu: GpuSpec
@@ -244,6 +248,7 @@ class RooflineCosts:
     attention: str | None = None
     stack: Stack = field(default=STACKS[DEFAULT_STACK])
     host_overhead_s: float | None = None
+    comm_sms: int = 0
 
     def __post_init__(self) -> None:
         self.gpu.peak_flops(self.precision)  # ConfigError if the GPU lacks the precision
@@ -267,6 +272,16 @@ class RooflineCosts:
                          hint="seconds the host spends per kernel it launches, e.g. 2e-05")
         if not self.gemm_tiles:
             raise ConfigError("needs at least one tile", key="gemm_tiles")
+        check_whole(self.comm_sms, key="comm_sms", minimum=0)
+        if self.comm_sms >= self.gpu.sm_count:
+            raise ConfigError(f"{self.comm_sms} SMs for communication leave none of the "
+                              f"{self.gpu.sm_count} of {self.gpu.name} for compute",
+                              key="comm_sms", hint="DeepEP holds 20 of an H800's 132")
+
+    @property
+    def compute_sms(self) -> int:
+        """The SMs compute kernels run on: the GPU's, less those communication holds."""
+        return self.gpu.sm_count - self.comm_sms
 
     @property
     def resolved_matmul_efficiency(self) -> float:
@@ -301,7 +316,8 @@ class RooflineCosts:
                 "gemm_k_half": self.gemm_k_half, "causal": self.causal,
                 "optimizer_bytes_per_param": self.optimizer_bytes_per_param,
                 "attention": self.resolved_stack.attention, "stack": self.stack.name,
-                "host_overhead_s": self.resolved_stack.host_overhead_s}
+                "host_overhead_s": self.resolved_stack.host_overhead_s,
+                "comm_sms": self.comm_sms}
 
     @property
     def peak_flops_per_s(self) -> float:
@@ -313,7 +329,7 @@ class RooflineCosts:
         """:func:`matmul_efficiency` with this model's GPU and constants."""
         asymptotic = (self.stack.fp8_matmul_efficiency if fp8
                       else self.resolved_matmul_efficiency)
-        return matmul_efficiency(m, n, k, sm_count=self.gpu.sm_count,
+        return matmul_efficiency(m, n, k, sm_count=self.compute_sms,
                                  asymptotic_efficiency=asymptotic,
                                  tiles=self.gemm_tiles, k_half=self.gemm_k_half)
 
@@ -331,8 +347,10 @@ class RooflineCosts:
                 rate = self.peak_flops_per_s * self.resolved_attention_efficiency
             else:
                 rate = self.gpu.peak_flops("fp32")
-            # A power limit below TDP lowers the compute clock, not the memory's.
-            compute_s = kernel.flops / (rate * self.gpu.clock_fraction)
+            # A power limit below TDP lowers the compute clock, not the memory's; SMs held
+            # by communication take their share of every FLOP rate.
+            share = self.compute_sms / self.gpu.sm_count
+            compute_s = kernel.flops / (rate * self.gpu.clock_fraction * share)
         launches_s = kernel.launches * self.launch_overhead_s
         return kernel.count * (max(compute_s, memory_s) + launches_s)
 
