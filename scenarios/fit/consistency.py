@@ -28,6 +28,7 @@ read as numbers, or that run an interleaved schedule (another bubble), are not c
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +44,6 @@ __all__ = ["TOLERANCE", "MicroBatchRise", "micro_batch_rises", "pair_bound"]
 # (tiles, waves, launches and host all favour larger pieces); 10 % leaves room for effects
 # a cost model may not have, such as a GEMM shape that cuBLAS serves with a slower kernel.
 TOLERANCE = 0.10
-_MICRO_BATCH = "training.micro_batch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,13 +73,17 @@ def micro_batch_rises(rows: Sequence[RunRow], base: Mapping[str, Any],
                       tolerance: float = TOLERANCE) -> tuple[MicroBatchRise, ...]:
     """For every group of rows that differ only in their micro-batch, the pair of rows
     that bounds it, where the bound is above zero; worst first."""
-    groups: dict[tuple[str, ...], list[tuple[int, float, RunRow]]] = {}
+    groups: dict[str, list[tuple[int, float, RunRow]]] = {}
     for row in rows:
-        shape = _slot_shape(row, base)
+        spec = _row_spec(row, base)
+        shape = None if spec is None else _slot_shape(spec)
         if shape is None:
             continue
         micro_batch, slots = shape
-        key = tuple(repr(item) for item in row.overrides if item[0] != _MICRO_BATCH)
+        # The configuration is everything the row runs but its micro-batch, however the
+        # row spelled it (a dotted key, a whole section, the base's value).
+        del spec["training"]["micro_batch"]
+        key = json.dumps(spec, sort_keys=True, default=repr)
         groups.setdefault(key, []).append((micro_batch, row.measured_s / slots, row))
     found = [rise for members in groups.values()
              if (rise := _worst_pair(sorted(members, key=lambda m: (m[0], m[2].line)),
@@ -104,15 +108,20 @@ def _worst_pair(members: Sequence[tuple[int, float, RunRow]],
     return best
 
 
-def _slot_shape(row: RunRow, base: Mapping[str, Any]) -> tuple[int, float] | None:
-    """``(micro_batch, (m + p − 1) · micro_batch)`` of a row, or None where its scenario
-    does not state them as numbers or runs an interleaved schedule."""
+def _row_spec(row: RunRow, base: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The scenario mapping a row runs (the base with its keys set), None if unreadable."""
     spec: dict[str, Any] = copy.deepcopy(dict(base))
     try:
         for key, value in row.overrides:
-            set_path(spec, key, value)
+            set_path(spec, key, copy.deepcopy(value))
     except DistsimError:
         return None
+    return spec
+
+
+def _slot_shape(spec: Mapping[str, Any]) -> tuple[int, float] | None:
+    """``(micro_batch, (m + p − 1) · micro_batch)`` of a scenario mapping, or None where
+    it does not state them as numbers or runs an interleaved schedule."""
     training, parallel = spec.get("training"), spec.get("parallelism")
     if not isinstance(training, Mapping) or not isinstance(parallel, Mapping):
         return None

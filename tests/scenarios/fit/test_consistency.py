@@ -60,6 +60,16 @@ def test_two_runs_of_one_configuration_bound_each_other_either_way() -> None:
         assert rise.rise == pytest.approx(2.0)
 
 
+def test_rows_group_by_what_they_run_however_they_spell_it() -> None:
+    # A script's row sets whole sections; a table's row dotted keys over the base.
+    whole = RunRow(2, "", "", (("training", {"micro_batch": 8, "global_batch": 64}),
+                               ("parallelism", {"dp": 2, "pp": 1}), ("model", {"layers": 4})),
+                 1.0)
+    dotted = _row(3, 16, 2.0)
+    (rise,) = micro_batch_rises([whole, dotted], BASE)
+    assert (rise.low_line, rise.high_line) == (2, 3)
+
+
 def test_the_pipeline_bubble_is_not_a_contradiction() -> None:
     # pp 4, dp 2, global batch 64 (32 samples per replica): micro-batch 4 is 8 + 3 slots
     # of 4 (44 sample-slots), micro-batch 16 is 2 + 3 of 16 (80).  A time that grows by
