@@ -145,7 +145,6 @@ COMPUTE_KEYS = ("gpu", "costs", "stack", *_ROOFLINE_KNOBS)
 SIMULATION_KEYS = ("fidelity", "seed")
 _REQUIRED = ("cluster", "model")
 
-# Cluster presets name their GPU as the vendor writes it; the GPU spec it corresponds to.
 # A group written as a bare string is shorthand for this key (for --set into it).
 _SHORTHAND = {"cluster": "preset", "cluster.fabric": "kind", "cluster.gpu": "model",
               "model": "preset", "compute.gpu": "preset"}

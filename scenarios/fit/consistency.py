@@ -50,7 +50,7 @@ TOLERANCE = 0.10
 class MicroBatchRise:
     """Two measured rows of one configuration that no premise-keeping model can both
     match within ``bound_pct`` %: ``low_line`` at micro-batch ``low_micro_batch`` and
-    ``high_line`` at the larger ``high_micro_batch``, whose per-sample slot time is
+    ``high_line`` at ``high_micro_batch`` (no smaller), whose per-sample slot time is
     ``rise`` times the first's.  ``group_lines``: every row of that configuration."""
 
     low_line: int

@@ -20,6 +20,11 @@ simulated time there, and its sensitivity to each knob from one more simulation 
 by simulation with the knobs fitted on the other folds.  The fitted knobs come back as a
 scenario fragment (``compute: {...}``) to merge into a scenario.
 
+Before any of that the table is checked against itself (:mod:`scenarios.fit.consistency`):
+pairs of rows that differ only in their micro-batch and whose measured time per sample
+rose more than any cost model lets it are reported, with the least error any such model
+makes on one of them.
+
 Malformed input is a :class:`~simcore.errors.ConfigError` naming the map or the table, the
 line and what would be valid.
 """
@@ -31,7 +36,7 @@ import math
 import os
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from distsim_gpu.scenarios.fit.consistency import TOLERANCE, MicroBatchRise, micro_batch_rises
@@ -376,13 +381,7 @@ class RunsReport:
         fit = self.fit
         data: dict[str, Any] = {"table": self.table, "map": self.map,
                                 "uncalibrated": summarise(self.results),
-                                "micro_batch_rises": [
-                                    {"low_line": r.low_line, "high_line": r.high_line,
-                                     "low_micro_batch": r.low_micro_batch,
-                                     "high_micro_batch": r.high_micro_batch,
-                                     "rise": r.rise, "bound_pct": r.bound_pct,
-                                     "group_lines": list(r.group_lines)}
-                                    for r in self.rises]}
+                                "micro_batch_rises": [asdict(r) for r in self.rises]}
         columns = {"predicted_s": self.results}
         if fit is not None:
             data["fitted"] = summarise(fit.fitted)
