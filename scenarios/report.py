@@ -152,6 +152,9 @@ class Report:
     critical_path: tuple[PathEntry, ...] = field(default=(), repr=False, compare=False)
     # Each stage's offloaded optimizer step (workloads.offload_step); () when none.
     offload: tuple[OffloadStep, ...] = ()
+    # Seconds a data-parallel rank's loader needs per iteration (workloads.data_loading);
+    # 0 when the scenario gives no loader.
+    data_loading_s: float = 0.0
 
     @property
     def timelines(self) -> tuple[Timeline, ...]:
@@ -195,6 +198,8 @@ class Report:
         }
         if self.offload:  # absent without offload, as before it existed
             data["offload"] = [step.to_dict() for step in self.offload]
+        if self.data_loading_s:  # absent without a data loader
+            data["data_loading_s"] = self.data_loading_s
         return data
 
 
@@ -231,7 +236,8 @@ def build_report(*, name: str, source: str | None, result: IterationResult,
         gpu_memory_bytes=gpu_memory_bytes, per_gpu=result.per_gpu, config=config,
         source=source, tracer=tracer if tracer.enabled else None, bottlenecks=found,
         folding=result.folding, result=result,
-        critical_path=result.critical_path, offload=result.offload)
+        critical_path=result.critical_path, offload=result.offload,
+        data_loading_s=result.data_loading_s)
 
 
 # --------------------------------------------------------------------------- summary
@@ -324,6 +330,22 @@ def _gpu_text(gpu: dict[str, Any]) -> str:
     return f"{name} limited to {limit:g} W of {tdp:g} W (compute clocks lower)"
 
 
+def _data_loading(report: Report) -> list[str]:
+    """The loader's line: its time per iteration and whether the GPUs wait for it."""
+    if not report.data_loading_s:
+        return []
+    loader = report.config.get("training", {}).get("data_loader", {})
+    workers = loader.get("workers", 1)
+    how = (f"{workers} worker{'s' if workers != 1 else ''}" if workers
+           else "in the training process")
+    wait_s = next((e.duration_s for e in reversed(report.critical_path)
+                   if e.kind == "data loading"), 0.0)
+    verdict = (f"the GPUs wait {format_duration(wait_s)} for it" if wait_s
+               else "hidden behind training")
+    return [f"  data loading {format_duration(report.data_loading_s)} per iteration "
+            f"({how}): {verdict}"]
+
+
 def format_summary(report: Report) -> str:
     """The terminal summary: headline metrics with units, then per group of identical GPUs
     the time breakdown (seconds and % of the iteration) and the memory (GiB)."""
@@ -345,6 +367,7 @@ def format_summary(report: Report) -> str:
         f"  batch        {_batch(c, report.microbatches)}",
         *_experts(c),
         f"  iteration    {format_duration(t)}",
+        *_data_loading(report),
         f"  throughput   {report.samples_per_s:,.4g} samples/s, {report.tokens_per_s:,.0f} "
         "tokens/s",
         f"  per GPU      {report.model_tflops_per_gpu:.4g} TFLOP/s of model FLOPs; MFU "

@@ -15,7 +15,9 @@ A scenario file (read with ``yaml.safe_load`` only)::
                   interleave: 1, zero: 0, fsdp: false, order: tp-dp-pp,
                   bucket_params: 40000000, grad_reduce_precision: fp32}
     training: {micro_batch: 1, global_batch: 64, recompute: full, precision: bf16,
-               seq_len: 2048}                   # seq_len: default the model's
+               seq_len: 2048}                   # seq_len: default the model's; also
+                                                # data_loader: {sample_time: "4 ms",
+                                                #   workers: 4} (workloads.data_loading)
     compute:
       gpu: a100-80gb                            # a GPU preset, or a mapping (gpu_from_mapping);
                                                 # default: the cluster's GPU when known

@@ -215,6 +215,9 @@ class IterationResult:
         default=(), repr=False, compare=False)
     # Each pipeline stage's offloaded optimizer step (workloads.offload_step); () if none.
     offload: tuple[OffloadStep, ...] = ()
+    # Seconds a data-parallel rank's data loader needs per iteration (0: none given); the
+    # iteration is longer than the training where it binds (workloads.data_loading).
+    data_loading_s: float = 0.0
 
 
 class IterationSimulator:
@@ -1077,24 +1080,34 @@ def _result(simulator: IterationSimulator) -> IterationResult:
     spec = simulator.spec
     simulator._unfold()
     groups = simulator.everyone
-    iteration = max(g.end_s for g in groups)
-    per_gpu = _per_gpu_times(groups, simulator.memory, iteration, spec.parallel.pp,
-                             spec.topology)
+    training_s = max(g.end_s for g in groups)
+    loader = spec.training.data_loader
+    samples = spec.training.global_batch // spec.parallel.dp
+    iteration = training_s if loader is None else loader.iteration_s(training_s, samples)
+    per_gpu = _per_gpu_times(groups, simulator.memory, training_s, spec.parallel.pp,
+                             spec.topology, data_wait_s=iteration - training_s)
     flops = spec.model.model_flops_per_iteration(spec.training.global_batch,
                                                  simulator.seq_len)
+    path = critical_path(simulator.active, training_s)
+    if iteration > training_s:  # the GPUs wait for the data loader (module docstring)
+        last = max(simulator.active, key=lambda g: g.end_s)
+        path += (PathEntry(training_s, iteration, "data loading", "waiting for the data "
+                           "loader", last.name, last.gpus[0]),)
     return IterationResult(iteration, simulator.microbatches, per_gpu, flops,
                            simulator.env.events_processed,
                            simulator.sim.network.completed_flows, simulator.sim,
-                           critical_path(simulator.active, iteration), spec.topology,
-                           simulator.folding,
+                           path, spec.topology, simulator.folding,
                            tuple((g, tuple(simulator._images(g))) for g in simulator.active),
-                           simulator.offload)
+                           simulator.offload,
+                           0.0 if loader is None else loader.loading_s(samples))
 
 
 def _per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], iteration: float,
-                   pp: int, topology: Topology) -> tuple[GpuTimes, ...]:
+                   pp: int, topology: Topology, data_wait_s: float = 0.0,
+                   ) -> tuple[GpuTimes, ...]:
     """Every GPU's breakdown: its group's, with the wait for the slowest group at the end
-    (bubble with a pipeline, else idle) and what no category holds as idle."""
+    (bubble with a pipeline, else idle), what no category holds and ``data_wait_s`` past
+    ``iteration`` waiting for the data loader as idle."""
     per_gpu: list[GpuTimes] = []
     unions: dict[int, float] = {}  # folded images share their group's intervals
     for group in groups:
@@ -1111,6 +1124,7 @@ def _per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], itera
         idle = group.idle_s + max(iteration - accounted, 0.0)
         if idle < 1e-12 * iteration:
             idle = 0.0  # rounding of the sums, not time
+        idle += data_wait_s
         for t, gpu in enumerate(group.gpus):
             per_gpu.append(GpuTimes(
                 gpu, topology.rank_of(gpu), group.stage, group.replica, t,

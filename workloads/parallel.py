@@ -45,6 +45,7 @@ from distsim_gpu.simcore.config import (
 )
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import parse_size
+from distsim_gpu.workloads.data_loading import DataLoader, data_loader_from_mapping
 from distsim_gpu.workloads.layer_groups import (
     LayerGroup,
     check_layer_group_strategy,
@@ -199,9 +200,14 @@ class TrainingConfig:
     recompute: str = "none"
     precision: str = "bf16"
     seq_len: int | None = None  # None: the model's
+    data_loader: DataLoader | None = None  # None: loading never holds the GPUs up
 
     def to_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+        data = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        loader = data.pop("data_loader")
+        if loader is not None:
+            data["data_loader"] = loader.to_dict()
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,6 +512,9 @@ def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
         elif key == "operator_sharding":
             value = operator_sharding_from_mapping(value, source=source,
                                                    prefix=f"{prefix}.operator_sharding")
+        elif key == "data_loader":
+            value = data_loader_from_mapping(value, source=source,
+                                             prefix=f"{prefix}.data_loader")
         elif key == "bucket_params":
             value = int(parse_size(value, key=f"{prefix}.{key}", source=source,
                                    allow_zero=False))

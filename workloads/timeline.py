@@ -29,7 +29,7 @@ __all__ = ["CRITICAL_KINDS", "Meeting", "Meetings", "PathEntry", "RankGroup", "c
 
 #: What a stretch of the critical path is spent on.
 CRITICAL_KINDS = ("compute", "tp comm", "pp transfer", "dp comm", "ep comm", "cp comm",
-                  "bubble wait")
+                  "bubble wait", "data loading")
 
 
 @dataclass(frozen=True, slots=True)
