@@ -62,7 +62,7 @@ KIND_COLOURS = {
     "compute": "#1f77b4", "tp comm": "#ff7f0e", "pp transfer": "#2ca02c",
     "dp comm": "#d62728", "ep comm": "#9467bd", "cp comm": "#8c564b",
     "bubble wait": "#bcbd22", "exposed comm": "#ff7f0e", "bubble": "#bcbd22",
-    "waiting": "#e4e4c4", "idle": "#c7c7c7",
+    "data loading": "#17becf", "waiting": "#e4e4c4", "idle": "#c7c7c7",
 }
 _OTHER = "#7f7f7f"
 _MEMORY = (("weights", "weights_bytes", "#1f77b4"), ("gradients", "gradients_bytes", "#ff7f0e"),
