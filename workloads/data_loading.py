@@ -12,7 +12,8 @@ augmenting, collating — at ``sample_time_s`` of one CPU worker per sample.
 * With 0 workers the training process loads each micro-batch itself before computing it,
   so loading adds its whole time, ``samples · sample_time_s``, to the iteration: in a
   pipeline it is the first stage that loads, and its work is on the critical path of every
-  schedule distsim runs.
+  schedule distsim runs.  The wait is drawn at the end of the iteration in both cases
+  (where it falls between micro-batches is not resolved; its total is).
 
 A language model reading pre-tokenised, memory-mapped shards spends microseconds per
 sample and is never held up; image, video and audio pipelines that decode on the CPU can
