@@ -28,7 +28,6 @@ read as numbers, or that run an interleaved schedule (another bubble), are not c
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,7 +72,7 @@ def micro_batch_rises(rows: Sequence[RunRow], base: Mapping[str, Any],
                       tolerance: float = TOLERANCE) -> tuple[MicroBatchRise, ...]:
     """For every group of rows that differ only in their micro-batch, the pair of rows
     that bounds it, where the bound is above zero; worst first."""
-    groups: dict[str, list[tuple[int, float, RunRow]]] = {}
+    groups: dict[Any, list[tuple[int, float, RunRow]]] = {}
     for row in rows:
         spec = _row_spec(row, base)
         shape = None if spec is None else _slot_shape(spec)
@@ -83,8 +82,8 @@ def micro_batch_rises(rows: Sequence[RunRow], base: Mapping[str, Any],
         # The configuration is everything the row runs but its micro-batch, however the
         # row spelled it (a dotted key, a whole section, the base's value).
         del spec["training"]["micro_batch"]
-        key = json.dumps(spec, sort_keys=True, default=repr)
-        groups.setdefault(key, []).append((micro_batch, row.measured_s / slots, row))
+        groups.setdefault(_canonical(spec), []).append(
+            (micro_batch, row.measured_s / slots, row))
     found = [rise for members in groups.values()
              if (rise := _worst_pair(sorted(members, key=lambda m: (m[0], m[2].line)),
                                      tolerance)) is not None]
@@ -106,6 +105,16 @@ def _worst_pair(members: Sequence[tuple[int, float, RunRow]],
                 best = MicroBatchRise(row_i.line, row_j.line, mb_i, mb_j, slot_j / slot_i,
                                       bound, lines)
     return best
+
+
+def _canonical(value: Any) -> Any:
+    """A hashable form of a YAML value in which equal mappings are equal whatever their
+    key order (keys compared as text: a mapping may mix numbers and strings)."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((repr(k), _canonical(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_canonical(v) for v in value)
+    return repr(value)
 
 
 def _row_spec(row: RunRow, base: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -70,6 +70,12 @@ def test_rows_group_by_what_they_run_however_they_spell_it() -> None:
     assert (rise.low_line, rise.high_line) == (2, 3)
 
 
+def test_a_base_whose_mappings_mix_number_and_text_keys_still_groups() -> None:
+    base = {**BASE, "stragglers": {1: 1.2, "n0.gpu1": 1.1}}
+    (rise,) = micro_batch_rises([_row(2, 8, 1.0), _row(3, 16, 2.0)], base)
+    assert (rise.low_line, rise.high_line) == (2, 3)
+
+
 def test_the_pipeline_bubble_is_not_a_contradiction() -> None:
     # pp 4, dp 2, global batch 64 (32 samples per replica): micro-batch 4 is 8 + 3 slots
     # of 4 (44 sample-slots), micro-batch 16 is 2 + 3 of 16 (80).  A time that grows by
