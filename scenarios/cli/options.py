@@ -137,14 +137,20 @@ def comm_params(comm_overrides: Sequence[tuple[str, Any]], *, path: str | None =
     """Communication parameters: the defaults for GPUs of ``architecture``, the ``--comm``
     file's section (``path``), then the ``comm.*`` overrides, then ``--algo``, ``--proto``
     and ``--fidelity``, each over the one before."""
+    return comm_params_from_mapping(_comm_mapping(comm_overrides, path, algo, proto, fidelity),
+                                    source="--set", prefix="comm", architecture=architecture)
+
+
+def _comm_mapping(comm_overrides: Sequence[tuple[str, Any]], path: str | None,
+                  algo: str | None, proto: str | None, fidelity: str | None) -> dict[str, Any]:
+    """The ``communication`` mapping :func:`comm_params` reads (file, overrides, flags)."""
     comm: dict[str, Any] = comm_file(path) if path else {}
     for key, value in comm_overrides:
         set_path(comm, key, value, source="--set comm")
     for key, value in (("algorithm", algo), ("protocol", proto), ("fidelity", fidelity)):
         if value is not None:
             comm[key] = value
-    return comm_params_from_mapping(comm, source="--set", prefix="comm",
-                                    architecture=architecture)
+    return comm
 
 
 def cluster_and_params(args: argparse.Namespace) -> tuple[Topology, CommParams]:
@@ -154,17 +160,16 @@ def cluster_and_params(args: argparse.Namespace) -> tuple[Topology, CommParams]:
     defaults they start from are those of the cluster's GPU generation (NVLink's
     efficiency differs by generation)."""
     cluster_overrides, comm_overrides = split_cluster_overrides(args.overrides)
-    options = {"path": args.comm, "algo": args.algo, "proto": args.proto,
-               "fidelity": args.fidelity}
-    comm_params(comm_overrides, **options)
+    comm = _comm_mapping(comm_overrides, args.comm, args.algo, args.proto, args.fidelity)
+    comm_params_from_mapping(comm, source="--set", prefix="comm")  # its errors come first
     try:
         topology = load_cluster(args.cluster, nodes=args.nodes, overrides=cluster_overrides)
     except DistsimError as error:
         if args.nodes is not None and error.key == "nodes" and error.source is None:
             error.key = "--nodes"  # (the library names its argument; the user typed this)
         raise
-    return topology, comm_params(comm_overrides, **options,
-                                 architecture=cluster_architecture(topology))
+    return topology, comm_params_from_mapping(comm, source="--set", prefix="comm",
+                                              architecture=cluster_architecture(topology))
 
 
 def cluster_architecture(topology: Topology) -> str:
