@@ -34,7 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from distsim_gpu.scenarios.fit.fitting import Parameter
-from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping, check_number
+from distsim_gpu.simcore.config import (
+    check_bool,
+    check_choice,
+    check_keys,
+    check_mapping,
+    check_number,
+)
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, ParseError
 from distsim_gpu.simcore.units import parse_duration
 from distsim_gpu.simcore.yamlfile import line_of, read_yaml
@@ -82,7 +88,7 @@ class ColumnRule:
         if self.multiply == 1 and self.divide == 1 and self.round is None and (
                 self.at_least is None and self.at_most is None):
             return cell
-        if not isinstance(cell, (int, float)):
+        if not isinstance(cell, (int, float)) or not math.isfinite(cell):
             raise ConfigError(f"column {self.column!r}: {cell!r} is not a number",
                               source=where, hint=f"the map transforms it for {self.key}")
         value = cell * self.multiply / self.divide
@@ -258,7 +264,12 @@ def _fit(raw: Any, where: _Where) -> tuple[Parameter, ...]:
         where.keys(spec, ("low", "high", "log"), at)
         low = _number(where.need(spec, "low", at), f"{at}.low", where)
         high = _number(where.need(spec, "high", at), f"{at}.high", where)
-        log = bool(spec.get("log", False))
+        log = spec.get("log", False)
+        try:
+            check_bool(log, key=f"{at}.log", source=where.source)
+        except ConfigError as error:
+            error.line = line_of(f"{at}.log", where.lines)
+            raise
         if not low < high or (log and low <= 0):
             raise where.error(f"bounds [{low}, {high}] are empty" + (
                 " or not positive (log)" if log else ""), at, hint="low < high, > 0 with log")

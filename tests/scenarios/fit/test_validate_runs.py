@@ -199,6 +199,8 @@ def _error(tmp_path, **kwargs) -> str:
     ({"scenario": "nowhere.yaml"}, "scenario", "scenario: no scenario file 'nowhere.yaml'"),
     ({"colums": {}}, "colums", "colums: unknown key (did you mean 'columns'?"),
     ({"group_by": "model"}, "group_by", "group_by: column 'model' is not in"),
+    ({"fit": {"compute.launch_overhead": {"low": 1e-7, "high": 1e-4, "log": "no"}}},
+     "fit.compute.launch_overhead.log", "fit.compute.launch_overhead.log: must be true or"),
     ({"columns": {"nodes": "cluster.nodes"}}, "columns.nodes",
      "columns.nodes: column 'nodes' is not in"),
 ])
@@ -217,6 +219,8 @@ def test_a_malformed_map_names_its_line(tmp_path, change, key, expected) -> None
      "'fast'"),
     ("size,gpus,mb,tp,dp,layers,time (ms)\nsmall,8,1,2,4,4,100\nbig,eight,1,2,4,4,100\n",
      "runs.csv:3: column 'gpus': 'eight' is not a number"),
+    ("size,gpus,mb,tp,dp,layers,time (ms)\nsmall,inf,1,2,4,4,100\n",
+     "runs.csv:2: column 'gpus': inf is not a number"),
     ("size,gpus,mb,tp,dp,layers,time (ms)\nsmall,8,,2,4,4,100\n",
      "runs.csv:2: column 'mb' is empty"),
     ("size,gpus,mb,tp,dp,layers,time (ms)\n", "runs.csv: the table has a header but no runs"),
