@@ -20,8 +20,9 @@ from distsim_gpu.measured.traces import load_traces
 from distsim_gpu.scenarios.cli.options import (
     add_log_options,
     add_trace_cluster_options,
+    checked_comm,
     cluster_and_params,
-    comm_params,
+    comm_params_on,
     split_cluster_overrides,
 )
 from distsim_gpu.scenarios.fit.calibrate_nccl import Calibration, calibrate_nccl
@@ -130,9 +131,10 @@ def handle_trace(args: argparse.Namespace) -> int:
     ``-o``."""
     traces = load_traces(args.traces)
     cluster_overrides, comm_overrides = split_cluster_overrides(args.overrides)
-    params = comm_params(comm_overrides, path=args.comm)
+    comm = checked_comm(comm_overrides, path=args.comm)
     chosen = trace_cluster(traces, cluster=args.cluster, nodes=args.nodes,
                            ranks_per_node=args.ranks_per_node, overrides=cluster_overrides)
+    params = comm_params_on(comm, chosen.topology)
     network = calibrate_trace(traces, chosen.topology, base=params,
                               ranks_per_node=args.ranks_per_node)
     compute = None

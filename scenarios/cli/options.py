@@ -10,7 +10,7 @@ sees an ``argparse.Namespace``.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from distsim_gpu.collectives import ALGORITHMS, FIDELITIES, CommParams, comm_params_from_mapping
@@ -29,10 +29,12 @@ __all__ = [
     "add_overrides_option",
     "add_quiet_option",
     "add_trace_cluster_options",
+    "checked_comm",
     "cluster_and_params",
     "cluster_architecture",
     "comm_file",
     "comm_params",
+    "comm_params_on",
     "overrides",
     "split_cluster_overrides",
 ]
@@ -160,16 +162,33 @@ def cluster_and_params(args: argparse.Namespace) -> tuple[Topology, CommParams]:
     defaults they start from are those of the cluster's GPU generation (NVLink's
     efficiency differs by generation)."""
     cluster_overrides, comm_overrides = split_cluster_overrides(args.overrides)
-    comm = _comm_mapping(comm_overrides, args.comm, args.algo, args.proto, args.fidelity)
-    comm_params_from_mapping(comm, source="--set", prefix="comm")  # its errors come first
+    comm = checked_comm(comm_overrides, path=args.comm, algo=args.algo, proto=args.proto,
+                        fidelity=args.fidelity)
     try:
         topology = load_cluster(args.cluster, nodes=args.nodes, overrides=cluster_overrides)
     except DistsimError as error:
         if args.nodes is not None and error.key == "nodes" and error.source is None:
             error.key = "--nodes"  # (the library names its argument; the user typed this)
         raise
-    return topology, comm_params_from_mapping(comm, source="--set", prefix="comm",
-                                              architecture=cluster_architecture(topology))
+    return topology, comm_params_on(comm, topology)
+
+
+def checked_comm(comm_overrides: Sequence[tuple[str, Any]], *, path: str | None = None,
+                 algo: str | None = None, proto: str | None = None,
+                 fidelity: str | None = None) -> dict[str, Any]:
+    """The communication mapping of :func:`comm_params`' inputs, checked now so that its
+    errors come before the cluster's; :func:`comm_params_on` finishes it once the cluster
+    is known."""
+    comm = _comm_mapping(comm_overrides, path, algo, proto, fidelity)
+    comm_params_from_mapping(comm, source="--set", prefix="comm")
+    return comm
+
+
+def comm_params_on(comm: Mapping[str, Any], topology: Topology) -> CommParams:
+    """A checked communication mapping as parameters, its defaults those of the cluster's
+    GPU generation (NVLink's efficiency differs by generation)."""
+    return comm_params_from_mapping(comm, source="--set", prefix="comm",
+                                    architecture=cluster_architecture(topology))
 
 
 def cluster_architecture(topology: Topology) -> str:

@@ -21,8 +21,9 @@ from distsim_gpu.scenarios.cli.options import (
     add_log_options,
     add_overrides_option,
     add_trace_cluster_options,
+    checked_comm,
     cluster_and_params,
-    comm_params,
+    comm_params_on,
     overrides,
     split_cluster_overrides,
 )
@@ -170,9 +171,10 @@ def handle_trace(args: argparse.Namespace) -> int:
     if args.operators is not None:
         return _handle_operators(args, traces)
     cluster_overrides, comm_overrides = split_cluster_overrides(args.overrides)
-    params = comm_params(comm_overrides, path=args.comm, algo=args.algo, proto=args.proto)
+    comm = checked_comm(comm_overrides, path=args.comm, algo=args.algo, proto=args.proto)
     chosen = trace_cluster(traces, cluster=args.cluster, nodes=args.nodes,
                            ranks_per_node=args.ranks_per_node, overrides=cluster_overrides)
+    params = comm_params_on(comm, chosen.topology)
     data, result = validate_traces(traces, chosen.topology, params,
                                    cluster=chosen.description, mode=args.mode,
                                    steps=args.step, ranks_per_node=args.ranks_per_node)

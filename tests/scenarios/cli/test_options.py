@@ -10,13 +10,16 @@ from distsim_gpu.measured.records import RankTrace
 from distsim_gpu.scenarios.cli.options import (
     add_cluster_options,
     add_trace_cluster_options,
+    checked_comm,
     cluster_and_params,
     comm_file,
     comm_params,
+    comm_params_on,
     split_cluster_overrides,
 )
 from distsim_gpu.scenarios.fit.validate_trace import trace_cluster
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
+from distsim_gpu.topology import load_cluster
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -40,6 +43,17 @@ def test_defaults_are_the_presets_and_auto():
     topology, params = cluster_and_params(parse("--cluster", "dgx-h100"))
     assert topology.num_nodes == 1 and len(topology.gpus) == 8
     assert (params.algorithm, params.protocol) == ("auto", "auto")
+
+
+@pytest.mark.parametrize(("cluster", "nvlink"), [("dgx-a100", 0.78), ("dgx-h100", 0.82)])
+def test_a_known_cluster_gives_its_gpu_generations_nvlink_unless_set(cluster, nvlink):
+    # What the trace commands do: check the mapping first, then finish it on the cluster.
+    topology = load_cluster(cluster, nodes=1)
+    assert comm_params_on(checked_comm([]), topology).efficiency_of("nvlink") == nvlink
+    given = checked_comm([("link_efficiency.nvlink", 0.5)], algo="ring")
+    assert comm_params_on(given, topology).efficiency_of("nvlink") == 0.5
+    with pytest.raises(ConfigError, match=r"link_efficiency\.nvlink"):
+        checked_comm([("link_efficiency.nvlink", 2)])
 
 
 def test_comm_file_then_set_then_flags(tmp_path):
