@@ -25,7 +25,11 @@ from pathlib import Path
 
 from bench_iteration import scaling_scenario
 from distsim_gpu.scenarios.scenario import Scenario, load_scenario, scenario_from_mapping
-from distsim_gpu.workloads.iteration import IterationResult, IterationSpec, simulate_iteration
+from distsim_gpu.workloads.iteration.simulator import (
+    IterationResult,
+    IterationSpec,
+    simulate_iteration,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "scenarios" / "examples"
 FIELDS = ("compute_s", "communication_s", "exposed_communication_s", "bubble_s", "idle_s")

@@ -21,7 +21,7 @@ a measured one:
   counts it).
 
 The raw spans, with their args (layer kind, pass), stay available as
-:class:`DistsimTrace` for cost extraction (:mod:`distsim_gpu.workloads.measured_costs`).
+:class:`DistsimTrace` for cost extraction (:mod:`distsim_gpu.workloads.traces.measured_costs`).
 :class:`DistsimReader` takes the events one at a time, as the streaming loader
 (:mod:`distsim_gpu.measured.traces`) decodes them; the loader tells this format from
 Kineto's by :func:`is_distsim_trace`.

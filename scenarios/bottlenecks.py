@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from distsim_gpu.simcore.trace import Counter, Tracer
 from distsim_gpu.simcore.units import format_duration
-from distsim_gpu.workloads.iteration import CRITICAL_KINDS, IterationResult, PathEntry
+from distsim_gpu.workloads.iteration.simulator import CRITICAL_KINDS, IterationResult, PathEntry
 
 __all__ = [
     "CRITICAL_PATH_PROCESS",

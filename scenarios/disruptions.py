@@ -34,7 +34,12 @@ from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.units import format_duration, parse_bandwidth, parse_duration
 from distsim_gpu.topology import Topology
 from distsim_gpu.topology.faults import check_job_survives
-from distsim_gpu.workloads.goodput import (
+from distsim_gpu.workloads.iteration.simulator import (
+    IterationResult,
+    IterationSpec,
+    simulate_iteration,
+)
+from distsim_gpu.workloads.job.goodput import (
     CHECKPOINT_BYTES_PER_PARAM,
     CheckpointSweep,
     checkpoint_flows_s,
@@ -42,10 +47,9 @@ from distsim_gpu.workloads.goodput import (
     checkpoint_time_s,
     system_mtbf_s,
 )
-from distsim_gpu.workloads.iteration import IterationResult, IterationSpec, simulate_iteration
-from distsim_gpu.workloads.jobs import JobsResult, place_jobs, simulate_jobs, simulate_on_fabric
-from distsim_gpu.workloads.parallel import parallel_from_mapping
-from distsim_gpu.workloads.stragglers import StragglerCost, straggler_cost
+from distsim_gpu.workloads.job.jobs import JobsResult, place_jobs, simulate_jobs, simulate_on_fabric
+from distsim_gpu.workloads.job.stragglers import StragglerCost, straggler_cost
+from distsim_gpu.workloads.strategy.parallel import parallel_from_mapping
 
 __all__ = [
     "GOODPUT_KEYS",

@@ -49,7 +49,7 @@ from distsim_gpu.scenarios.timelines import (
     schedule_rows,
 )
 from distsim_gpu.simcore.units import format_duration
-from distsim_gpu.workloads.iteration import GpuTimes, PathEntry
+from distsim_gpu.workloads.iteration.simulator import GpuTimes, PathEntry
 
 __all__ = ["INSTALL_HINT", "KIND_COLOURS", "HtmlRun", "HtmlUnavailable", "compare_report_html",
            "page", "run_report_html", "sweep_report_html"]

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from distsim_gpu.simcore.errors import DistsimError
 from distsim_gpu.topology import Topology
-from distsim_gpu.workloads.iteration import IterationResult
+from distsim_gpu.workloads.iteration.simulator import IterationResult
 
 __all__ = ["LinkMap", "bin_links", "link_class", "link_map"]
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from distsim_gpu.scenarios.timelines import Timeline
 from distsim_gpu.simcore.trace import Tracer
-from distsim_gpu.workloads.iteration import GpuTimes
+from distsim_gpu.workloads.iteration.simulator import GpuTimes
 
 __all__ = ["MAX_TRACE_EVENTS", "per_gpu_chrome_trace"]
 

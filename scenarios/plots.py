@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from distsim_gpu.simcore.trace import Tracer
-from distsim_gpu.workloads.iteration import GpuTimes
+from distsim_gpu.workloads.iteration.simulator import GpuTimes
 
 __all__ = ["STREAM_COLOURS", "PlotsUnavailable", "PlottedRun", "plot_breakdown", "plot_memory",
            "plot_timeline", "write_plots"]

@@ -35,10 +35,10 @@ from distsim_gpu.scenarios.timelines import Timeline, timelines_of
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.trace import Tracer
 from distsim_gpu.simcore.units import format_duration
-from distsim_gpu.workloads.iteration import GpuTimes, IterationResult, PathEntry
-from distsim_gpu.workloads.memory import MemoryBreakdown
-from distsim_gpu.workloads.moe_routing import describe_loads, moe_from_mapping
-from distsim_gpu.workloads.offload_step import OffloadStep, offload_lines
+from distsim_gpu.workloads.cost.memory import MemoryBreakdown
+from distsim_gpu.workloads.iteration.offload_step import OffloadStep, offload_lines
+from distsim_gpu.workloads.iteration.simulator import GpuTimes, IterationResult, PathEntry
+from distsim_gpu.workloads.specs.moe_routing import describe_loads, moe_from_mapping
 
 __all__ = [
     "GROUP_TOLERANCE",

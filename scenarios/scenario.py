@@ -92,29 +92,29 @@ from distsim_gpu.simcore.units import parse_duration
 from distsim_gpu.simcore.yamlfile import line_of, read_yaml
 from distsim_gpu.topology import Topology, build_cluster, list_presets
 from distsim_gpu.topology.faults import Fault, apply_faults, faults_from_list
-from distsim_gpu.workloads.costs import (
+from distsim_gpu.workloads.cost.compute import (
     ATTENTION_IMPLEMENTATIONS,
     CostModel,
     RooflineCosts,
     TableCosts,
     get_stack,
 )
-from distsim_gpu.workloads.gpus import GpuSpec, get_gpu, gpu_from_mapping
-from distsim_gpu.workloads.models import ModelSpec, model_from_mapping
-from distsim_gpu.workloads.moe_routing import routed_comm
-from distsim_gpu.workloads.parallel import (
+from distsim_gpu.workloads.cost.traffic import seq_len_of
+from distsim_gpu.workloads.job.stragglers import (
+    STRAGGLER_KEYS,
+    StragglerModel,
+    straggler_model_from_mapping,
+)
+from distsim_gpu.workloads.specs.gpus import GpuSpec, get_gpu, gpu_from_mapping
+from distsim_gpu.workloads.specs.models import ModelSpec, model_from_mapping
+from distsim_gpu.workloads.specs.moe_routing import routed_comm
+from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     TrainingConfig,
     check_strategy,
     parallel_from_mapping,
     training_from_mapping,
 )
-from distsim_gpu.workloads.stragglers import (
-    STRAGGLER_KEYS,
-    StragglerModel,
-    straggler_model_from_mapping,
-)
-from distsim_gpu.workloads.traffic import seq_len_of
 
 __all__ = [
     "COMPUTE_KEYS",

@@ -1,7 +1,7 @@
 """What each GPU did over the iteration, in the few rows a person can read.
 
 A :class:`Timeline` is one *schedule*: the main stream of one simulated rank group — the
-contiguous segments :class:`~distsim_gpu.workloads.timeline.RankGroup` records anyway
+contiguous segments :class:`~distsim_gpu.workloads.iteration.timeline.RankGroup` records anyway
 (compute, exposed tp / pp / dp / ep communication, bubble waits), traced or not — and the
 intervals when one of its collectives was in flight, with every GPU that ran it: the
 group's tensor-parallel members and, when data-parallel replicas were folded, its images'.
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from distsim_gpu.workloads.iteration import IterationResult
-from distsim_gpu.workloads.ops import Collective, Fused
+from distsim_gpu.workloads.iteration.ops import Collective, Fused
+from distsim_gpu.workloads.iteration.simulator import IterationResult
 
 __all__ = ["MAX_GPU_ROWS", "Row", "Segment", "Timeline", "bin_segments", "compress_names",
            "fine_segments", "merge_segments", "schedule_rows", "timelines_of"]

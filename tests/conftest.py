@@ -19,11 +19,11 @@ import pytest
 import yaml
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.topology import Topology, build_cluster
-from distsim_gpu.workloads.gpus import GpuSpec, get_gpu
-from distsim_gpu.workloads.models import ModelSpec, model_from_mapping
+from distsim_gpu.workloads.specs.gpus import GpuSpec, get_gpu
+from distsim_gpu.workloads.specs.models import ModelSpec, model_from_mapping
 
 if TYPE_CHECKING:
-    from distsim_gpu.workloads.iteration import IterationResult
+    from distsim_gpu.workloads.iteration.simulator import IterationResult
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -215,7 +215,7 @@ class UniformIterations:
             ) -> IterationResult:
         """One simulated iteration; ``comm`` defaults to ideal simple-protocol collectives."""
         # Imported here so that a broken iteration module fails its own tests, not collection.
-        from distsim_gpu.workloads.iteration import IterationSpec, simulate_iteration
+        from distsim_gpu.workloads.iteration.simulator import IterationSpec, simulate_iteration
 
         comm = extra.pop("comm", CommParams(protocol="simple").ideal())
         spec = IterationSpec(topology, model or self.model, parallel, training,

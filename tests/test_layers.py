@@ -12,6 +12,10 @@ Rules:
     study, fit < cli (with ``__main__``, which only calls the CLI).  study and fit are
     siblings: neither imports the other (sweeps and searches need no calibration; a fit
     runs scenarios through the core, not through a study).
+(b') Inside workloads, its subpackages by concept: specs < strategy < cost < iteration < job,
+    traces.  job and traces are siblings: neither imports the other (several jobs need no
+    measured traces; a replay is one job).  The package ``__init__`` (the public names) may
+    import any of them; no module may live at the root of ``workloads`` but ``__init__``.
 (c) No import cycle between modules, deferred imports included: a loop hidden behind an
     import inside a function is still a loop (DESIGN.md).  Importing ``a.b.c`` also runs
     the ``__init__`` of ``a`` and ``a.b`` where the importer is not inside them, so those
@@ -44,6 +48,10 @@ LAYERS = ("simcore", "measured", "topology", "collectives", "workloads", "scenar
 SCENARIO_TIERS = {"study": 1, "fit": 1, "cli": 2, "__main__": 2}
 #: Pairs of scenario subpackages of one tier that may not import each other.
 SIBLINGS_APART = {("study", "fit"), ("fit", "study")}
+#: Tiers inside workloads by the subpackage under ``distsim_gpu.workloads``.
+WORKLOAD_TIERS = {"specs": 0, "strategy": 1, "cost": 2, "iteration": 3, "job": 4, "traces": 4}
+#: Pairs of workloads subpackages of one tier that may not import each other.
+WORKLOAD_SIBLINGS_APART = {("job", "traces"), ("traces", "job")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +195,49 @@ def test_scenarios_core_below_study_and_fit_below_cli():
                     or (_scenario_part(i.importer), _scenario_part(i.target)) in SIBLINGS_APART})
     assert not wrong, ("inside scenarios: core (scenario, report, plots, bottlenecks) < "
                        "study, fit (apart) < cli; these break it:\n  " + "\n  ".join(wrong))
+
+
+def _workload_part(module: str) -> str:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+def _workload_violations(imports: list[Import]) -> list[str]:
+    """Imports between workloads subpackages that break rule (b')."""
+    inside = [i for i in imports if _layer(i.importer) == _layer(i.target) == 4
+              and _workload_part(i.importer) != "__init__"]
+    return sorted({f"{i.importer} -> {i.target}  [{i.where()}]" for i in inside
+                   if _workload_part(i.target) == "__init__"
+                   or WORKLOAD_TIERS[_workload_part(i.target)]
+                   > WORKLOAD_TIERS[_workload_part(i.importer)]
+                   or (_workload_part(i.importer), _workload_part(i.target))
+                   in WORKLOAD_SIBLINGS_APART})
+
+
+def test_workloads_subpackages_import_only_their_own_tier_and_below():
+    assert any(_layer(i.importer) == _layer(i.target) == 4 for i in IMPORTS)
+    wrong = _workload_violations(IMPORTS)
+    assert not wrong, ("inside workloads: specs < strategy < cost < iteration < job, traces "
+                       "(apart), and none imports the package's __init__; these break it:\n  "
+                       + "\n  ".join(wrong))
+
+
+@pytest.mark.parametrize(("importer", "target"), [
+    ("specs.models", "strategy.parallel"), ("cost.memory", "iteration.ops"),
+    ("job.jobs", "traces.replay"), ("traces.replay", "job.jobs"), ("cost.bounds", "")])
+def test_the_workloads_tier_rule_catches_what_it_is_for(importer, target):
+    package = f"{ROOT_PACKAGE}.workloads"
+    edge = Import(f"{package}.{importer}", f"{package}.{target}".rstrip("."),
+                  Path(__file__), 1, deferred=True, type_only=False)
+    assert _workload_violations([edge])
+
+
+def test_workloads_has_no_module_at_its_root_but_its_init():
+    loose = sorted(m for m in MODULES if _layer(m) == 4 and len(m.split(".")) == 3
+                   and m.split(".")[2] not in WORKLOAD_TIERS)
+    assert not loose, f"modules at the root of workloads/ (put each in its subpackage): {loose}"
+    assert set(WORKLOAD_TIERS) == {m.split(".")[2] for m in MODULES
+                                   if _layer(m) == 4 and len(m.split(".")) == 3}
 
 
 def _module_graph(imports: list[Import]) -> nx.DiGraph:

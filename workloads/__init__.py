@@ -1,32 +1,35 @@
 """workloads — what a training job asks of the cluster, and one iteration of it simulated.
 
-* The job: transformer specs with parameter and FLOP counts (:class:`ModelSpec`), GPU
-  datasheets (:class:`GpuSpec`), the parallel strategy and its placement on ranks
-  (:class:`ParallelConfig`, :class:`TrainingConfig`), per-layer compute costs from a
-  roofline model or a cost table (:class:`RooflineCosts`, :class:`TableCosts`; a layer
-  profiled with :func:`profile_layer`) and memory per GPU under 3D parallelism, ZeRO/FSDP
-  and recomputation (:func:`memory_per_gpu`).
-* The iteration: :func:`simulate_iteration` turns an :class:`IterationSpec` into every
-  rank group's stream of compute, collectives and pipeline sends, runs it on the
-  cluster's flow network and returns an :class:`IterationResult` (per-GPU times, the
-  critical path).
-* Other workload generators, imported from their modules (so that the iteration does not
-  load the trace readers): :mod:`~distsim_gpu.workloads.replay` replays a measured job
-  from its profiler traces with the collectives re-simulated, and
-  :mod:`~distsim_gpu.workloads.measured_costs` measures a cost table from traces.
-* :mod:`~distsim_gpu.workloads.runtime` is the SimPy API for writing a workload by hand.
-* When things go wrong and jobs share (issue 15), also from their modules:
-  :mod:`~distsim_gpu.workloads.jobs` runs several jobs on one flow network (and one job
-  under faults timed during its run), :mod:`~distsim_gpu.workloads.stragglers` draws slow
-  GPUs from distributions and measures their cost by dimension, and
-  :mod:`~distsim_gpu.workloads.goodput` samples failures over a whole job against the
-  checkpoint interval.
+One subpackage per question, each importing only those above it in this list
+(``tests/test_layers.py`` holds it):
 
-Depends on ``simcore``, ``topology`` and ``collectives``; the replay and the measured cost
-tables also on ``measured``.
+* :mod:`~distsim_gpu.workloads.specs` — what is trained and on what: transformer specs
+  with parameter and FLOP counts (:class:`ModelSpec`), GPU datasheets (:class:`GpuSpec`),
+  MoE routing, recomputation modes.
+* :mod:`~distsim_gpu.workloads.strategy` — how it is split: the parallel strategy and its
+  placement on ranks (:class:`ParallelConfig`, :class:`TrainingConfig`), n-D TP, layer
+  groups, operator sharding, offload, the data loader, pipeline schedules.
+* :mod:`~distsim_gpu.workloads.cost` — what it costs in closed form: per-layer compute from
+  a roofline model or a cost table (:class:`RooflineCosts`, :class:`TableCosts`; a layer
+  profiled with :func:`profile_layer`), memory per GPU (:func:`memory_per_gpu`), bytes on
+  the wire, the iteration's lower bound.
+* :mod:`~distsim_gpu.workloads.iteration` — the simulated iteration:
+  :func:`simulate_iteration` turns an :class:`IterationSpec` into every rank group's stream
+  of typed ops, runs it on the cluster's flow network and returns an
+  :class:`IterationResult` (per-GPU times, the critical path); :class:`Cluster` is the SimPy
+  API for writing a workload by hand.
+* :mod:`~distsim_gpu.workloads.job` — beyond one iteration: several jobs on one flow
+  network, stragglers drawn from distributions, goodput under failures.
+* :mod:`~distsim_gpu.workloads.traces` — workloads from measurements: the replay of a
+  measured job with its collectives re-simulated, Chakra traces in and out, cost tables
+  measured from profiler traces.
+
+The names below are the public ones; ``job`` and ``traces`` are imported from their modules
+(so that the iteration does not load the trace readers).  Depends on ``simcore``,
+``topology`` and ``collectives``; ``traces`` also on ``measured``.
 """
 
-from distsim_gpu.workloads.costs import (
+from distsim_gpu.workloads.cost.compute import (
     PASSES,
     CostModel,
     CostRow,
@@ -41,21 +44,7 @@ from distsim_gpu.workloads.costs import (
     read_cost_table,
     write_cost_table,
 )
-from distsim_gpu.workloads.gpus import (
-    GPU_PRESETS,
-    GpuSpec,
-    canonical_gpu_name,
-    get_gpu,
-    gpu_from_mapping,
-    list_gpus,
-)
-from distsim_gpu.workloads.iteration import (
-    GpuTimes,
-    IterationResult,
-    IterationSpec,
-    simulate_iteration,
-)
-from distsim_gpu.workloads.memory import (
+from distsim_gpu.workloads.cost.memory import (
     MemoryBreakdown,
     StageParams,
     activation_bytes_per_layer,
@@ -64,14 +53,30 @@ from distsim_gpu.workloads.memory import (
     params_on_gpu,
     stage_layers,
 )
-from distsim_gpu.workloads.models import (
+from distsim_gpu.workloads.cost.profile_layer import LayerTiming, profile_layer
+from distsim_gpu.workloads.iteration.runtime import Cluster, Gpu, KernelRecord, Stream
+from distsim_gpu.workloads.iteration.simulator import (
+    GpuTimes,
+    IterationResult,
+    IterationSpec,
+    simulate_iteration,
+)
+from distsim_gpu.workloads.specs.gpus import (
+    GPU_PRESETS,
+    GpuSpec,
+    canonical_gpu_name,
+    get_gpu,
+    gpu_from_mapping,
+    list_gpus,
+)
+from distsim_gpu.workloads.specs.models import (
     MODEL_PRESETS,
     ModelSpec,
     get_model,
     list_models,
     model_from_mapping,
 )
-from distsim_gpu.workloads.parallel import (
+from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     Placement,
     TrainingConfig,
@@ -79,8 +84,6 @@ from distsim_gpu.workloads.parallel import (
     parallel_from_mapping,
     training_from_mapping,
 )
-from distsim_gpu.workloads.profile_layer import LayerTiming, profile_layer
-from distsim_gpu.workloads.runtime import Cluster, Gpu, KernelRecord, Stream
 
 __all__ = [
     "GPU_PRESETS",

@@ -20,8 +20,8 @@ import sys
 from typing import Any
 
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
-from distsim_gpu.workloads.models import model_from_mapping
-from distsim_gpu.workloads.operator_sharding import SHARDABLE_OPERATORS, operator_params
+from distsim_gpu.workloads.specs.models import model_from_mapping
+from distsim_gpu.workloads.strategy.operator_sharding import SHARDABLE_OPERATORS, operator_params
 
 # GPT-3 shapes (Brown et al. 2020, Table 2.1): layers, hidden, heads (13B: the
 # table's 5140 does not split into 40 heads of 128; Megatron uses 5120).

@@ -25,8 +25,8 @@ from typing import Any
 
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.errors import DistsimError
-from distsim_gpu.workloads.costs import stores_attention_scores
-from distsim_gpu.workloads.memory import memory_of_strategy
+from distsim_gpu.workloads.cost.compute import stores_attention_scores
+from distsim_gpu.workloads.cost.memory import memory_of_strategy
 
 LAYERS, TPS, SPLITS = 32, (1, 2, 4, 8), (8, 16, 24)
 RECOMPUTE = ("none", "selective", "full")

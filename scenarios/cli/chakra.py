@@ -28,10 +28,10 @@ from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.trace import Tracer
 from distsim_gpu.simcore.units import format_duration
-from distsim_gpu.workloads.chakra import chakra_graphs, export_chakra, run_chakra
-from distsim_gpu.workloads.chakra_export import iter_rank_graphs, iteration_graphs
-from distsim_gpu.workloads.iteration import simulate_iteration
-from distsim_gpu.workloads.replay import replay_graph
+from distsim_gpu.workloads.iteration.simulator import simulate_iteration
+from distsim_gpu.workloads.traces.chakra import chakra_graphs, export_chakra, run_chakra
+from distsim_gpu.workloads.traces.chakra_export import iter_rank_graphs, iteration_graphs
+from distsim_gpu.workloads.traces.replay import replay_graph
 
 __all__ = ["add_parser", "handle", "handle_export"]
 

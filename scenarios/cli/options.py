@@ -19,7 +19,7 @@ from distsim_gpu.simcore.config import parse_assignment, set_path, split_overrid
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.yamlfile import read_yaml
 from distsim_gpu.topology import Topology, list_presets, load_cluster
-from distsim_gpu.workloads.gpus import get_gpu
+from distsim_gpu.workloads.specs.gpus import get_gpu
 
 __all__ = [
     "ALGORITHMS",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from distsim_gpu.workloads.models import get_model
-from distsim_gpu.workloads.profile_layer import PRECISIONS, profile_layer
+from distsim_gpu.workloads.cost.profile_layer import PRECISIONS, profile_layer
+from distsim_gpu.workloads.specs.models import get_model
 
 __all__ = ["add_parser", "handle_layer"]
 

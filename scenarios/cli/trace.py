@@ -15,7 +15,7 @@ from typing import Any
 from distsim_gpu.measured.summary import format_summary_table, summarise, to_json
 from distsim_gpu.measured.traces import load_traces
 from distsim_gpu.scenarios.cli import chakra
-from distsim_gpu.workloads.measured_costs import (
+from distsim_gpu.workloads.traces.measured_costs import (
     DEFAULT_LAYER_REGEX,
     LAYER_KINDS,
     extract_costs,

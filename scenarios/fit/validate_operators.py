@@ -6,7 +6,7 @@ The trace's ``record_function`` scopes name blocks of a layer and the pass they 
 (backward for inputs: data gradients) or ``W`` (backward for weights), as DualPipe and
 zero-bubble schedules split the backward; a scope without the suffix is a forward.
 *Measured* is the median over the scope's instances of the GPU time of the kernels
-launched inside it (:func:`~distsim_gpu.workloads.measured_costs.scope_gpu_times`);
+launched inside it (:func:`~distsim_gpu.workloads.traces.measured_costs.scope_gpu_times`);
 kernels of a communication library (``--comm-kernels``, default NCCL and DeepEP) are left
 out and shown apart: the network model, not the cost model, predicts them.
 *Predicted* is the roofline time of the operators the block names (:data:`BLOCKS`) in the
@@ -27,8 +27,8 @@ from distsim_gpu.measured.records import RankTrace
 from distsim_gpu.scenarios.fit.fitting import error_pct
 from distsim_gpu.scenarios.report import format_table
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads.compute import LayerWork, RooflineCosts
-from distsim_gpu.workloads.measured_costs import scope_gpu_times
+from distsim_gpu.workloads.cost.compute import LayerWork, RooflineCosts
+from distsim_gpu.workloads.traces.measured_costs import scope_gpu_times
 
 __all__ = ["BLOCKS", "COMM_KERNELS", "OperatorRow", "format_operator_report",
            "operator_rows", "validate_operators"]

@@ -33,7 +33,7 @@ from distsim_gpu.simcore.config import parse_assignment
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.units import format_duration
-from distsim_gpu.workloads.iteration import CRITICAL_KINDS
+from distsim_gpu.workloads.iteration.simulator import CRITICAL_KINDS
 
 __all__ = ["COMPARE_FILES", "METRICS", "TIME_FIELDS", "Comparison", "compare_scenarios",
            "format_comparison", "names_of", "write_comparison"]

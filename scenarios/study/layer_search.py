@@ -31,10 +31,10 @@ import yaml
 from distsim_gpu.scenarios.scenario import Scenario, run_scenario
 from distsim_gpu.scenarios.study.search import gpus_per_node
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads.costs import stores_attention_scores
-from distsim_gpu.workloads.layer_groups import LayerGroup
-from distsim_gpu.workloads.memory import memory_of_strategy
-from distsim_gpu.workloads.parallel import check_strategy
+from distsim_gpu.workloads.cost.compute import stores_attention_scores
+from distsim_gpu.workloads.cost.memory import memory_of_strategy
+from distsim_gpu.workloads.strategy.layer_groups import LayerGroup
+from distsim_gpu.workloads.strategy.parallel import check_strategy
 
 __all__ = ["LayerCandidate", "format_layer_search", "search_layer_groups",
            "write_layer_search"]

@@ -90,11 +90,11 @@ from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.workers import die_with_parent
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.bounds import IterationBound, IterationBounds
-from distsim_gpu.workloads.costs import stores_attention_scores
-from distsim_gpu.workloads.memory import memory_of_strategy
-from distsim_gpu.workloads.moe_routing import routed_comm
-from distsim_gpu.workloads.parallel import (
+from distsim_gpu.workloads.cost.bounds import IterationBound, IterationBounds
+from distsim_gpu.workloads.cost.compute import stores_attention_scores
+from distsim_gpu.workloads.cost.memory import memory_of_strategy
+from distsim_gpu.workloads.specs.moe_routing import routed_comm
+from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     TrainingConfig,
     check_strategy,

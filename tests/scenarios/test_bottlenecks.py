@@ -16,8 +16,8 @@ from distsim_gpu.scenarios.bottlenecks import (
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.network import FlowNetwork
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.iteration import PathEntry
-from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
+from distsim_gpu.workloads.iteration.simulator import PathEntry
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 
 
 def kind_seconds(result):

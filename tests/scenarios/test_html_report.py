@@ -22,7 +22,7 @@ from distsim_gpu.scenarios.timelines import (
     schedule_rows,
 )
 from distsim_gpu.simcore.units import format_duration
-from distsim_gpu.workloads.ops import Collective, Compute, Fused
+from distsim_gpu.workloads.iteration.ops import Collective, Compute, Fused
 
 TITLES = ("Iteration timeline per GPU", "Time per GPU", "Memory per GPU", "Link utilisation",
           "Critical path", "Critical path by kind")

@@ -10,14 +10,14 @@ import yaml
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.config import parse_assignment
 from distsim_gpu.simcore.errors import DistsimError
-from distsim_gpu.workloads.costs import (
+from distsim_gpu.workloads.cost.compute import (
     CostRow,
     RooflineCosts,
     TableCosts,
     TableHeader,
     write_cost_table,
 )
-from distsim_gpu.workloads.gpus import get_gpu
+from distsim_gpu.workloads.specs.gpus import get_gpu
 
 
 def _sets(*texts: str) -> list[tuple[str, object]]:
@@ -209,7 +209,7 @@ def test_cost_table_relative_to_the_scenario_with_roofline_fallback(tmp_path, ti
     rows = [CostRow("a100-80gb", "transformer_layer", p, 1, 128, 256, 2, t)
             for p, t in (("fwd", 1e-3), ("bwd", 2e-3), ("recompute", 1e-3))]
     write_cost_table(tmp_path / "tables" / "costs.yaml", header, rows)
-    # recompute: full, since workloads.iteration passes recompute="none" to the cost model
+    # recompute: full, since the iteration simulator passes recompute="none" to the cost model
     # for every pass and TableCosts accepts only full/selective (a known issue).
     data = tiny(compute={"costs": "tables/costs.yaml"}, training={"recompute": "full"})
     scenario = load_scenario(write_scenario(tmp_path / "s.yaml", data))

@@ -15,8 +15,8 @@ from distsim_gpu.topology.faults import (
     fault_links,
     faults_from_list,
 )
-from distsim_gpu.workloads.iteration import IterationSpec, simulate_iteration
-from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
+from distsim_gpu.workloads.iteration.simulator import IterationSpec, simulate_iteration
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

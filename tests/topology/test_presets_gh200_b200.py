@@ -16,7 +16,7 @@ from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.collectives.nccl_tests import run_benchmark
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.topology import Topology, build_cluster
-from distsim_gpu.workloads.gpus import get_gpu
+from distsim_gpu.workloads.specs.gpus import get_gpu
 
 IDEAL = CommParams(protocol="simple").ideal()
 GiB = 2**30

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from distsim_gpu.workloads.costs import RooflineCosts
-from distsim_gpu.workloads.gpus import get_gpu
-from distsim_gpu.workloads.models import ModelSpec
-from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig, check_strategy
-from distsim_gpu.workloads.streams import StreamBuilder
+from distsim_gpu.workloads.cost.compute import RooflineCosts
+from distsim_gpu.workloads.iteration.streams import StreamBuilder
+from distsim_gpu.workloads.specs.gpus import get_gpu
+from distsim_gpu.workloads.specs.models import ModelSpec
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig, check_strategy
 
 
 def check_layout(parallel: ParallelConfig, *, micro_batch: int, layers: int, heads: int = 16,

@@ -16,16 +16,16 @@ from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.bounds import (
+from distsim_gpu.workloads.cost.bounds import (
     IterationBounds,
     gathered_pass_s,
     transfer_lower_bound_s,
 )
-from distsim_gpu.workloads.costs import RooflineCosts
-from distsim_gpu.workloads.gpus import get_gpu
-from distsim_gpu.workloads.iteration import IterationSpec, simulate_iteration
-from distsim_gpu.workloads.models import ModelSpec, model_from_mapping
-from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig, check_strategy
+from distsim_gpu.workloads.cost.compute import RooflineCosts
+from distsim_gpu.workloads.iteration.simulator import IterationSpec, simulate_iteration
+from distsim_gpu.workloads.specs.gpus import get_gpu
+from distsim_gpu.workloads.specs.models import ModelSpec, model_from_mapping
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig, check_strategy
 
 GPU = get_gpu("a100-80gb")
 COSTS = RooflineCosts(GPU, precision="bf16")

@@ -7,9 +7,9 @@ from distsim_gpu.measured.chakra import load_chakra
 from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.scenario import scenario_from_mapping, spec_of
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads.chakra import export_chakra, run_chakra
-from distsim_gpu.workloads.chakra_export import iteration_graphs
-from distsim_gpu.workloads.iteration import simulate_iteration
+from distsim_gpu.workloads.iteration.simulator import simulate_iteration
+from distsim_gpu.workloads.traces.chakra import export_chakra, run_chakra
+from distsim_gpu.workloads.traces.chakra_export import iteration_graphs
 
 A100 = {"preset": "dgx-a100", "nodes": 2}
 MOE = {"name": "tiny-moe", "layers": 4, "hidden": 256, "heads": 8, "seq_len": 128,

@@ -9,7 +9,7 @@ from distsim_gpu.collectives import CommParams
 from distsim_gpu.measured.chakra import ChakraNode, ChakraTrace, load_chakra
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, ParseError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.chakra import chakra_graphs, export_chakra, run_chakra
+from distsim_gpu.workloads.traces.chakra import chakra_graphs, export_chakra, run_chakra
 
 B, L = 50e9, 1e-6  # the switch's links: bytes/s each way, seconds per link
 ALPHA = 2 * L  # GPU -> switch -> GPU

@@ -9,19 +9,19 @@ from dataclasses import replace
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.context_parallel import core_attention_time_s, ring_step_blocks
-from distsim_gpu.workloads.costs import RooflineCosts
-from distsim_gpu.workloads.memory import cp_kv_block_bytes, memory_of_strategy, memory_per_gpu
-from distsim_gpu.workloads.models import model_from_mapping
-from distsim_gpu.workloads.ops import Collective, Compute, Wait
-from distsim_gpu.workloads.parallel import (
+from distsim_gpu.workloads.cost.compute import RooflineCosts
+from distsim_gpu.workloads.cost.context_parallel import core_attention_time_s, ring_step_blocks
+from distsim_gpu.workloads.cost.memory import cp_kv_block_bytes, memory_of_strategy, memory_per_gpu
+from distsim_gpu.workloads.cost.traffic import cp_message_bytes, optimizer_params, tp_message_bytes
+from distsim_gpu.workloads.iteration.ops import Collective, Compute, Wait
+from distsim_gpu.workloads.iteration.streams import StreamBuilder
+from distsim_gpu.workloads.specs.models import model_from_mapping
+from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     Placement,
     TrainingConfig,
     check_strategy,
 )
-from distsim_gpu.workloads.streams import StreamBuilder
-from distsim_gpu.workloads.traffic import cp_message_bytes, optimizer_params, tp_message_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -144,7 +144,7 @@ def test_a_layer_runs_its_attention_as_cp_blocks_beside_the_ring(cp) -> None:
 
 
 def model_gpu():
-    from distsim_gpu.workloads.gpus import get_gpu
+    from distsim_gpu.workloads.specs.gpus import get_gpu
     return get_gpu("h100-sxm")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from distsim_gpu.simcore.errors import ConfigError, ParseError
-from distsim_gpu.workloads.costs import (
+from distsim_gpu.workloads.cost.compute import (
     CostRow,
     RooflineCosts,
     TableCosts,
@@ -12,8 +12,8 @@ from distsim_gpu.workloads.costs import (
     read_cost_table,
     write_cost_table,
 )
-from distsim_gpu.workloads.gpus import get_gpu
-from distsim_gpu.workloads.models import get_model
+from distsim_gpu.workloads.specs.gpus import get_gpu
+from distsim_gpu.workloads.specs.models import get_model
 
 HEADER = TableHeader(software="torch 2.3.0, CUDA 12.1", date="2024-05-01",
                      source="unit test", gpu="h100-sxm", precision="bf16", model="llama3-8b")

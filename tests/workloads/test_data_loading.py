@@ -8,7 +8,7 @@ import pytest
 from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.errors import DistsimError
-from distsim_gpu.workloads.data_loading import DataLoader, data_loader_from_mapping
+from distsim_gpu.workloads.strategy.data_loading import DataLoader, data_loader_from_mapping
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -16,8 +16,8 @@ import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.scenarios.report import build_report
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.models import model_from_mapping
-from distsim_gpu.workloads.parallel import PLACEMENT_ORDERS, ParallelConfig, TrainingConfig
+from distsim_gpu.workloads.specs.models import model_from_mapping
+from distsim_gpu.workloads.strategy.parallel import PLACEMENT_ORDERS, ParallelConfig, TrainingConfig
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads.goodput import (
+from distsim_gpu.workloads.job.goodput import (
     checkpoint_sweep,
     checkpoint_time_s,
     daly_interval_s,
@@ -85,7 +85,7 @@ def test_closed_forms_and_inputs():
 def test_checkpoint_as_flows_is_bound_by_the_storage_nodes_nics():
     from distsim_gpu.collectives import CommParams
     from distsim_gpu.topology import build_cluster
-    from distsim_gpu.workloads.goodput import checkpoint_flows_s
+    from distsim_gpu.workloads.job.goodput import checkpoint_flows_s
 
     topo = build_cluster({"preset": "dgx-a100", "nodes": 4, "fabric": "fat-tree"})
     writers = [g for g in topo.gpus if topo.node_of(g) < 3]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
-from distsim_gpu.workloads.gpus import (
+from distsim_gpu.workloads.specs.gpus import (
     GPU_PRESETS,
     STATIC_POWER_FRACTION,
     GpuSpec,

@@ -11,9 +11,9 @@ from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.memory import memory_per_gpu
-from distsim_gpu.workloads.models import model_from_mapping
-from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig, layer_partition
+from distsim_gpu.workloads.cost.memory import memory_per_gpu
+from distsim_gpu.workloads.specs.models import model_from_mapping
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig, layer_partition
 
 # Iterations come from the ``uniform`` fixture (tests/conftest.py): layers cost t_fwd_s
 # forward and t_bwd_s backward, nothing else costs time; transfers over its fast_switch

@@ -8,9 +8,9 @@ from distsim_gpu.collectives import CommParams
 from distsim_gpu.simcore.errors import ConfigError, SimulationError
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.topology.faults import faults_from_list
-from distsim_gpu.workloads.iteration import IterationSpec, simulate_iteration
-from distsim_gpu.workloads.jobs import place_jobs, simulate_jobs, simulate_on_fabric
-from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
+from distsim_gpu.workloads.iteration.simulator import IterationSpec, simulate_iteration
+from distsim_gpu.workloads.job.jobs import place_jobs, simulate_jobs, simulate_on_fabric
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 
 from tests.conftest import UniformCosts
 

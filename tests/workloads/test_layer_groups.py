@@ -13,21 +13,21 @@ import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.layer_groups import (
+from distsim_gpu.workloads.cost.memory import (
+    PRECISION_BYTES,
+    layer_params_local,
+    memory_of_strategy,
+)
+from distsim_gpu.workloads.iteration.ops import Collective, Compute
+from distsim_gpu.workloads.specs.models import model_from_mapping
+from distsim_gpu.workloads.strategy.layer_groups import (
     LayerGroup,
     block_subgroups,
     reshard_bytes,
     reshard_subgroups,
     shard_subgroups,
 )
-from distsim_gpu.workloads.memory import (
-    PRECISION_BYTES,
-    layer_params_local,
-    memory_of_strategy,
-)
-from distsim_gpu.workloads.models import model_from_mapping
-from distsim_gpu.workloads.ops import Collective, Compute
-from distsim_gpu.workloads.parallel import (
+from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     TrainingConfig,
     parallel_from_mapping,
@@ -190,7 +190,7 @@ def test_memory_against_a_hand_count() -> None:
     gradients and optimizer state grow by the narrow layers' extra parameters, and their
     activations shrink to the 2·s·(b/2)·h input each, plus one layer's whole activations
     while it is recomputed."""
-    from distsim_gpu.workloads.memory import activation_bytes_per_layer
+    from distsim_gpu.workloads.cost.memory import activation_bytes_per_layer
     base = ParallelConfig(tp=4)
     training = TrainingConfig(micro_batch=8, global_batch=8)
     mixed = replace(base, layer_groups=groups((2, 4), (2, 2, "full")))
@@ -265,9 +265,9 @@ def test_chakra_export_runs_back_the_groups(tmp_path) -> None:
     replica), the graphs replay to the simulated time."""
     from distsim_gpu.measured.chakra import load_chakra
     from distsim_gpu.scenarios.scenario import scenario_from_mapping, spec_of
-    from distsim_gpu.workloads.chakra import export_chakra, run_chakra
-    from distsim_gpu.workloads.chakra_export import iteration_graphs
-    from distsim_gpu.workloads.iteration import simulate_iteration
+    from distsim_gpu.workloads.iteration.simulator import simulate_iteration
+    from distsim_gpu.workloads.traces.chakra import export_chakra, run_chakra
+    from distsim_gpu.workloads.traces.chakra_export import iteration_graphs
     spec = spec_of(scenario_from_mapping({
         "name": "groups", "cluster": {"preset": "dgx-a100", "nodes": 1},
         "model": {"name": "s", "layers": 2, "hidden": 512, "heads": 8, "seq_len": 128,

@@ -15,8 +15,8 @@ from distsim_gpu.scenarios.bottlenecks import link_summary
 from distsim_gpu.scenarios.scenario import load_scenario
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.iteration import IterationSpec, simulate_iteration
-from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
+from distsim_gpu.workloads.iteration.simulator import IterationSpec, simulate_iteration
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 
 RTOL = 1e-9
 

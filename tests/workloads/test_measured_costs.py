@@ -12,8 +12,8 @@ from distsim_gpu.measured.distsim_trace import DistsimTrace
 from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads.costs import TableCosts, read_cost_table
-from distsim_gpu.workloads.measured_costs import costs_from_distsim, extract_costs
+from distsim_gpu.workloads.cost.compute import TableCosts, read_cost_table
+from distsim_gpu.workloads.traces.measured_costs import costs_from_distsim, extract_costs
 
 US = 1e-6
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads.memory import (
+from distsim_gpu.workloads.cost.memory import (
     activation_bytes_per_layer,
     memory_of_strategy,
     memory_per_gpu,
@@ -12,8 +12,8 @@ from distsim_gpu.workloads.memory import (
     params_on_gpu,
     stage_layers,
 )
-from distsim_gpu.workloads.models import ModelSpec, get_model
-from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
+from distsim_gpu.workloads.specs.models import ModelSpec, get_model
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 
 GPT3 = get_model("gpt3-175b")
 S, B, H, A, L, V = 2048, 1, 12288, 96, 96, 50257

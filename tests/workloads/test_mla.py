@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads.compute import operators as ops
-from distsim_gpu.workloads.memory import activation_bytes_per_layer, layer_params_local
-from distsim_gpu.workloads.mla import MlaSpec
-from distsim_gpu.workloads.models import ModelSpec, get_model, model_from_mapping
-from distsim_gpu.workloads.recompute import op_sac_matmuls
+from distsim_gpu.workloads.cost.compute import operators as ops
+from distsim_gpu.workloads.cost.memory import activation_bytes_per_layer, layer_params_local
+from distsim_gpu.workloads.specs.mla import MlaSpec
+from distsim_gpu.workloads.specs.models import ModelSpec, get_model, model_from_mapping
+from distsim_gpu.workloads.specs.recompute import op_sac_matmuls
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads.models import (
+from distsim_gpu.workloads.specs.models import (
     MODEL_PRESETS,
     ModelSpec,
     get_model,

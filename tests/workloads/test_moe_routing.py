@@ -14,13 +14,16 @@ from distsim_gpu.scenarios.study.search import Strategy, with_strategy
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.bounds import IterationBounds
-from distsim_gpu.workloads.costs import RooflineCosts
-from distsim_gpu.workloads.gpus import get_gpu
-from distsim_gpu.workloads.iteration import IterationSpec, simulate_iteration
-from distsim_gpu.workloads.memory import activation_bytes_per_layer
-from distsim_gpu.workloads.models import model_from_mapping
-from distsim_gpu.workloads.moe_routing import (
+from distsim_gpu.workloads.cost.bounds import IterationBounds
+from distsim_gpu.workloads.cost.compute import RooflineCosts
+from distsim_gpu.workloads.cost.memory import activation_bytes_per_layer
+from distsim_gpu.workloads.cost.traffic import alltoall_bytes
+from distsim_gpu.workloads.iteration.ops import Collective, Compute, Wait
+from distsim_gpu.workloads.iteration.simulator import IterationSpec, simulate_iteration
+from distsim_gpu.workloads.iteration.streams import StreamBuilder
+from distsim_gpu.workloads.specs.gpus import get_gpu
+from distsim_gpu.workloads.specs.models import model_from_mapping
+from distsim_gpu.workloads.specs.moe_routing import (
     MoeRouting,
     alltoall_weights,
     expert_shares,
@@ -28,10 +31,7 @@ from distsim_gpu.workloads.moe_routing import (
     moe_loads,
     place_experts,
 )
-from distsim_gpu.workloads.ops import Collective, Compute, Wait
-from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
-from distsim_gpu.workloads.streams import StreamBuilder
-from distsim_gpu.workloads.traffic import alltoall_bytes
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -302,7 +302,7 @@ DGX_A100_2 = {"preset": "dgx-a100", "nodes": 2}
     ({}, True, {"preset": "switch", "gpus": 16, "link_bandwidth": "20 GB/s"}),
 ])
 def test_the_lower_bound_holds_for_routed_and_overlapped_layers(moe, overlap, cluster):
-    """distsim search prunes with workloads.bounds: its lower bound must stay below the
+    """distsim search prunes with workloads.cost.bounds: its lower bound must stay below the
     simulated iteration when the router is skewed or drops tokens (compute at the slowest
     rank's pace, weighted all-to-alls) and when the all-to-alls overlap compute."""
     model = model_from_mapping({"name": "tiny-moe", "layers": 4, "hidden": 1024, "heads": 8,

@@ -16,9 +16,10 @@ from distsim_gpu.topology.presets import (
     PCIE_GEN5_X16_BYTES_PER_S,
     PCIE_HOP_LATENCY_S,
 )
-from distsim_gpu.workloads.memory import memory_of_strategy, memory_per_gpu
-from distsim_gpu.workloads.models import ModelSpec
-from distsim_gpu.workloads.offload import (
+from distsim_gpu.workloads.cost.memory import memory_of_strategy, memory_per_gpu
+from distsim_gpu.workloads.iteration.offload_step import offload_step
+from distsim_gpu.workloads.specs.models import ModelSpec
+from distsim_gpu.workloads.strategy.offload import (
     CPU_ADAM_BYTES_PER_PARAM,
     CPU_ADAM_EFFICIENCY,
     OffloadConfig,
@@ -26,8 +27,11 @@ from distsim_gpu.workloads.offload import (
     offload_from_mapping,
     pcie_bytes_per_iteration,
 )
-from distsim_gpu.workloads.offload_step import offload_step
-from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig, parallel_from_mapping
+from distsim_gpu.workloads.strategy.parallel import (
+    ParallelConfig,
+    TrainingConfig,
+    parallel_from_mapping,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

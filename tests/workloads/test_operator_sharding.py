@@ -10,27 +10,27 @@ import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.bounds import IterationBounds
-from distsim_gpu.workloads.costs import RooflineCosts
-from distsim_gpu.workloads.gpus import get_gpu
-from distsim_gpu.workloads.iteration import IterationSpec, simulate_iteration
-from distsim_gpu.workloads.memory import layer_params_local, memory_of_strategy
-from distsim_gpu.workloads.models import model_from_mapping
-from distsim_gpu.workloads.operator_sharding import (
+from distsim_gpu.workloads.cost.bounds import IterationBounds
+from distsim_gpu.workloads.cost.compute import RooflineCosts
+from distsim_gpu.workloads.cost.memory import layer_params_local, memory_of_strategy
+from distsim_gpu.workloads.iteration.ops import Collective, Compute
+from distsim_gpu.workloads.iteration.simulator import IterationSpec, simulate_iteration
+from distsim_gpu.workloads.iteration.streams import StreamBuilder
+from distsim_gpu.workloads.specs.gpus import get_gpu
+from distsim_gpu.workloads.specs.models import model_from_mapping
+from distsim_gpu.workloads.strategy.operator_sharding import (
     SHARDABLE_OPERATORS,
     OperatorSharding,
     operator_params,
     operator_sharding_from_mapping,
     split_extra_s,
 )
-from distsim_gpu.workloads.ops import Collective, Compute
-from distsim_gpu.workloads.parallel import (
+from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     TrainingConfig,
     check_strategy,
     parallel_from_mapping,
 )
-from distsim_gpu.workloads.streams import StreamBuilder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads.compute import (
+from distsim_gpu.workloads.cost.compute import (
     STACKS,
     CostRow,
     RooflineCosts,
@@ -16,9 +16,9 @@ from distsim_gpu.workloads.compute import (
     forward_layer_work,
     get_stack,
 )
-from distsim_gpu.workloads.compute.roofline import issue_timeline_s
-from distsim_gpu.workloads.gpus import get_gpu
-from distsim_gpu.workloads.models import ModelSpec
+from distsim_gpu.workloads.cost.compute.roofline import issue_timeline_s
+from distsim_gpu.workloads.specs.gpus import get_gpu
+from distsim_gpu.workloads.specs.models import ModelSpec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

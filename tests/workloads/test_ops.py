@@ -7,9 +7,8 @@ from collections import Counter
 
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads.memory import layer_params_local, params_on_gpu
-from distsim_gpu.workloads.models import model_from_mapping
-from distsim_gpu.workloads.ops import (
+from distsim_gpu.workloads.cost.memory import layer_params_local, params_on_gpu
+from distsim_gpu.workloads.iteration.ops import (
     Barrier,
     Collective,
     Compute,
@@ -19,9 +18,10 @@ from distsim_gpu.workloads.ops import (
     Send,
     Wait,
 )
-from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
-from distsim_gpu.workloads.schedule import stage_program
-from distsim_gpu.workloads.streams import StreamBuilder, fuse
+from distsim_gpu.workloads.iteration.streams import StreamBuilder, fuse
+from distsim_gpu.workloads.specs.models import model_from_mapping
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
+from distsim_gpu.workloads.strategy.schedule import stage_program
 
 MODEL = model_from_mapping({"name": "small", "layers": 8, "hidden": 1024, "heads": 16,
                             "seq_len": 512, "vocab": 32000})
@@ -373,7 +373,7 @@ def test_tp_is_exclusive_until_the_stage_launches_data_parallel_work():
 
 def test_the_replay_says_what_each_measured_gpu_op_is():
     from distsim_gpu.measured.records import GpuEvent
-    from distsim_gpu.workloads.replay import _op_of
+    from distsim_gpu.workloads.traces.replay import _op_of
 
     gemm = GpuEvent("ampere_sgemm_128x64_tn", "compute", 1.0, 2e-4, stream=7)
     assert _op_of(gemm, 4) == Compute(2e-4, "ampere_sgemm_128x64_tn")

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads import traffic
-from distsim_gpu.workloads.parallel import (
+from distsim_gpu.workloads.cost import traffic
+from distsim_gpu.workloads.strategy.parallel import (
     GRAD_REDUCE_PRECISIONS,
     ParallelConfig,
     Placement,

@@ -10,14 +10,14 @@ import sys
 import pytest
 from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads.costs import TableCosts, read_cost_table
-from distsim_gpu.workloads.models import get_model
-from distsim_gpu.workloads.profile_layer import (
+from distsim_gpu.workloads.cost.compute import TableCosts, read_cost_table
+from distsim_gpu.workloads.cost.profile_layer import (
     INSTALL_HINT,
     LayerTiming,
     profile_layer,
     torch_layer_timing,
 )
+from distsim_gpu.workloads.specs.models import get_model
 
 
 def fake_measure(model, *, micro_batch, seq_len, tp, precision, warmup, repeats):
@@ -48,7 +48,7 @@ def no_torch(monkeypatch):
 
 
 def test_module_imports_without_torch():
-    code = ("import sys, workloads.profile_layer, workloads; "
+    code = ("import sys, distsim_gpu.workloads.cost.profile_layer, distsim_gpu.workloads; "
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -8,7 +8,7 @@ import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.compute import (
+from distsim_gpu.workloads.cost.compute import (
     STACKS,
     CostRow,
     RooflineCosts,
@@ -16,12 +16,12 @@ from distsim_gpu.workloads.compute import (
     TableHeader,
     layer_work,
 )
-from distsim_gpu.workloads.gpus import get_gpu
-from distsim_gpu.workloads.layer_groups import layer_groups_from
-from distsim_gpu.workloads.memory import activation_bytes_per_layer, memory_per_gpu
-from distsim_gpu.workloads.models import get_model, model_from_mapping
-from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
-from distsim_gpu.workloads.recompute import op_sac_matmuls, table_pass
+from distsim_gpu.workloads.cost.memory import activation_bytes_per_layer, memory_per_gpu
+from distsim_gpu.workloads.specs.gpus import get_gpu
+from distsim_gpu.workloads.specs.models import get_model, model_from_mapping
+from distsim_gpu.workloads.specs.recompute import op_sac_matmuls, table_pass
+from distsim_gpu.workloads.strategy.layer_groups import layer_groups_from
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 
 LLAMA = get_model("llama3-8b")  # h 4096, 32 heads of 128, 8 KV heads, SwiGLU FFN 14336
 H, KV, F, HEADS = 4096, 1024, 14336, 32
@@ -185,8 +185,8 @@ def test_a_scenario_with_recompute_op_runs_between_selective_and_full(tiny):
 def test_op_recompute_does_not_run_the_cp_ring_again():
     """Core attention is kept, so the backward's CP ring carries what it does without
     recomputation; selective recomputation runs the forward ring once more."""
-    from distsim_gpu.workloads.ops import Collective
-    from distsim_gpu.workloads.streams import StreamBuilder
+    from distsim_gpu.workloads.iteration.ops import Collective
+    from distsim_gpu.workloads.iteration.streams import StreamBuilder
 
     costs = RooflineCosts(H100)
 

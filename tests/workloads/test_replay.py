@@ -21,7 +21,7 @@ from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.replay import (
+from distsim_gpu.workloads.traces.replay import (
     communicator_op,
     place_ranks,
     predicted_step_s,
@@ -159,7 +159,7 @@ def test_stream_wait_event_ties_the_nccl_kernel_to_the_gemm():
     # cudaEventRecord after the GEMM's launch, cudaStreamWaitEvent before the NCCL launch:
     # the all-reduce depends on the GEMM, and that wait explains its whole measured start
     # (no fixed delay is left to pin it in a what-if).
-    from distsim_gpu.workloads.replay import _build_rank_step
+    from distsim_gpu.workloads.traces.replay import _build_rank_step
 
     trace = synthetic()[0]
     graph = _build_rank_step(trace, trace.steps[0], 0.0, trace.steps[0].start_s)

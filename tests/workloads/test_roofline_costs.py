@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads.costs import (
+from distsim_gpu.workloads.cost.compute import (
     ADAM_BYTES_PER_PARAM,
     CORE_ATTENTION_KERNELS,
     FLASH_ATTENTION_BWD_FLOP_RATIO,
@@ -19,8 +19,8 @@ from distsim_gpu.workloads.costs import (
     layer_work,
     matmul_efficiency,
 )
-from distsim_gpu.workloads.gpus import get_gpu, gpu_from_mapping
-from distsim_gpu.workloads.models import ModelSpec, get_model
+from distsim_gpu.workloads.specs.gpus import get_gpu, gpu_from_mapping
+from distsim_gpu.workloads.specs.models import ModelSpec, get_model
 
 A100 = get_gpu("a100-80gb")
 H100 = get_gpu("h100-sxm")

@@ -18,7 +18,7 @@ from distsim_gpu.collectives import CollectiveRecord, CommParams
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads import Cluster, KernelRecord, Stream
-from distsim_gpu.workloads.gpus import get_gpu
+from distsim_gpu.workloads.specs.gpus import get_gpu
 
 B = 50e9  # bytes/s per link direction
 L = 1e-6  # seconds per link

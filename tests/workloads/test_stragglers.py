@@ -10,13 +10,13 @@ import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.iteration import IterationSpec, simulate_iteration
-from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
-from distsim_gpu.workloads.stragglers import (
+from distsim_gpu.workloads.iteration.simulator import IterationSpec, simulate_iteration
+from distsim_gpu.workloads.job.stragglers import (
     StragglerModel,
     straggler_cost,
     straggler_model_from_mapping,
 )
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -12,22 +12,22 @@ from functools import partial
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.memory import memory_of_strategy
-from distsim_gpu.workloads.models import model_from_mapping
-from distsim_gpu.workloads.ops import Collective, Compute
-from distsim_gpu.workloads.parallel import (
+from distsim_gpu.workloads.cost.memory import memory_of_strategy
+from distsim_gpu.workloads.cost.traffic import layer_params, stage_params
+from distsim_gpu.workloads.iteration.ops import Collective, Compute
+from distsim_gpu.workloads.specs.models import model_from_mapping
+from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     TrainingConfig,
     parallel_from_mapping,
 )
-from distsim_gpu.workloads.tp_nd import (
+from distsim_gpu.workloads.strategy.tp_nd import (
     Mesh,
     gemm_shapes,
     layer_comm,
     mesh_of,
     received_bytes,
 )
-from distsim_gpu.workloads.traffic import layer_params, stage_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -310,9 +310,9 @@ def test_chakra_export_runs_back_the_mesh_steps(tmp_path) -> None:
     """Exported with one call per sub-group, the graphs replay to the simulated time."""
     from distsim_gpu.measured.chakra import load_chakra
     from distsim_gpu.scenarios.scenario import scenario_from_mapping, spec_of
-    from distsim_gpu.workloads.chakra import export_chakra, run_chakra
-    from distsim_gpu.workloads.chakra_export import iteration_graphs
-    from distsim_gpu.workloads.iteration import simulate_iteration
+    from distsim_gpu.workloads.iteration.simulator import simulate_iteration
+    from distsim_gpu.workloads.traces.chakra import export_chakra, run_chakra
+    from distsim_gpu.workloads.traces.chakra_export import iteration_graphs
     spec = spec_of(scenario_from_mapping({
         "name": "small-3d", "cluster": {"preset": "dgx-a100", "nodes": 1},
         "model": {"name": "s", "layers": 1, "hidden": 512, "heads": 8, "seq_len": 128,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads import traffic
-from distsim_gpu.workloads.models import model_from_mapping
-from distsim_gpu.workloads.parallel import ParallelConfig, TrainingConfig
+from distsim_gpu.workloads.cost import traffic
+from distsim_gpu.workloads.specs.models import model_from_mapping
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 from hypothesis import given
 from hypothesis import strategies as st
 

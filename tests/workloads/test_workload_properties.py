@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from distsim_gpu.workloads.costs import Kernel, RooflineCosts, matmul_efficiency
-from distsim_gpu.workloads.gpus import GPU_PRESETS, get_gpu
-from distsim_gpu.workloads.memory import activation_bytes_per_layer, memory_per_gpu, params_on_gpu
-from distsim_gpu.workloads.models import MODEL_PRESETS, ModelSpec, get_model
+from distsim_gpu.workloads.cost.compute import Kernel, RooflineCosts, matmul_efficiency
+from distsim_gpu.workloads.cost.memory import (
+    activation_bytes_per_layer,
+    memory_per_gpu,
+    params_on_gpu,
+)
+from distsim_gpu.workloads.specs.gpus import GPU_PRESETS, get_gpu
+from distsim_gpu.workloads.specs.models import MODEL_PRESETS, ModelSpec, get_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

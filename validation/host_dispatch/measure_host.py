@@ -7,7 +7,7 @@ costs the host (Python, the dispatcher, autograd, the launch call itself); the m
 robust to the long gaps where the host waits (synchronisation, data loading).  The
 thread that runs the forward pass and the autograd engine's thread (the backward) are
 reported apart.  Used for ``EAGER_HOST_FORWARD_S`` / ``EAGER_HOST_BACKWARD_S`` in
-``workloads/compute/stacks.py``::
+``workloads/cost/compute/stacks.py``::
 
     python validation/host_dispatch/measure_host.py \
         ../shared/data/traces/HolisticTraceAnalysis/tests/data/*/*.json.gz \

@@ -8,7 +8,7 @@ gives the rate.  Only tensors of 64 MB and more count (A100's L2 is 40 MB, so th
 from HBM).  Rates above the datasheet bandwidth are left out and counted: their operands
 were shared or cached, so the bytes are not what moved.  Each device's median is set
 against its datasheet bandwidth (distsim's GPU presets) — the fraction
-``MEMORY_EFFICIENCY`` in ``workloads/compute/roofline.py`` stands for::
+``MEMORY_EFFICIENCY`` in ``workloads/cost/compute/roofline.py`` stands for::
 
     python validation/memory_bandwidth/measure_bandwidth.py \
         ../shared/data/traces/HolisticTraceAnalysis/tests/data/*/*.json.gz \
@@ -27,7 +27,7 @@ from collections import defaultdict
 from typing import Any
 
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads.gpus import get_gpu
+from distsim_gpu.workloads.specs.gpus import get_gpu
 
 ELEMENT_BYTES = {"float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "long int": 8,
                  "int": 4, "bool": 1, "unsigned char": 1}

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 from distsim_gpu.scenarios.cli.main import main
-from distsim_gpu.workloads.costs import read_cost_table
-from distsim_gpu.workloads.profile_layer import LayerTiming
+from distsim_gpu.workloads.cost.compute import read_cost_table
+from distsim_gpu.workloads.cost.profile_layer import LayerTiming
 
 # The module (the package exports a function of the same name).
-profiler = importlib.import_module("distsim_gpu.workloads.profile_layer")
+profiler = importlib.import_module("distsim_gpu.workloads.cost.profile_layer")
 
 
 @pytest.fixture

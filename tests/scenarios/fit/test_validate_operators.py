@@ -9,7 +9,7 @@ from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.fit.validate_operators import validate_operators
 from distsim_gpu.scenarios.scenario import scenario_from_mapping
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.workloads.measured_costs import scope_gpu_times
+from distsim_gpu.workloads.traces.measured_costs import scope_gpu_times
 
 from tests.workloads.test_measured_costs import KinetoBuilder
 
@@ -93,9 +93,9 @@ def test_cli_and_a_trace_without_scopes(tmp_path, capsys):
 
 
 def test_trace_costs_per_operator_fill_a_table_the_roofline_completes(tmp_path):
-    from distsim_gpu.workloads.compute import RooflineCosts, TableCosts, read_cost_table
-    from distsim_gpu.workloads.gpus import get_gpu
-    from distsim_gpu.workloads.models import ModelSpec
+    from distsim_gpu.workloads.cost.compute import RooflineCosts, TableCosts, read_cost_table
+    from distsim_gpu.workloads.specs.gpus import get_gpu
+    from distsim_gpu.workloads.specs.models import ModelSpec
 
     t = KinetoBuilder()
     for start, (scope, gpu_us) in enumerate((("qkv(F)", 20), ("qkv(B)", 10), ("qkv(W)", 5),

@@ -16,7 +16,7 @@ from distsim_gpu.scenarios.study.search import (
     search_strategies,
 )
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
-from distsim_gpu.workloads.memory import memory_per_gpu
+from distsim_gpu.workloads.cost.memory import memory_per_gpu
 
 MODEL = {"name": "tiny-search", "layers": 4, "hidden": 512, "heads": 8, "seq_len": 256,
          "vocab": 1000}
@@ -128,7 +128,7 @@ def test_out_of_memory_candidates_are_pruned_for_memory():
 
 
 def _model():
-    from distsim_gpu.workloads.models import model_from_mapping
+    from distsim_gpu.workloads.specs.models import model_from_mapping
     return model_from_mapping(dict(MODEL))
 
 

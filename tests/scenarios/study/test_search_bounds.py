@@ -15,7 +15,7 @@ from distsim_gpu.scenarios.study.search import (
     iteration_bounds,
     with_strategy,
 )
-from distsim_gpu.workloads.bounds import IterationBounds
+from distsim_gpu.workloads.cost.bounds import IterationBounds
 
 DENSE = {"name": "tiny-bound", "layers": 4, "hidden": 512, "heads": 8, "seq_len": 256,
          "vocab": 1000}

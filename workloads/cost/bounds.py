@@ -1,0 +1,630 @@
+"""A lower bound on one training iteration's time, and an estimate of it, without simulating.
+
+The bound follows chains of work that the simulator (:mod:`workloads.iteration`) runs one
+after another, and adds up a lower bound of each link of a chain:
+
+* *compute* — a layer pass, the embedding and the loss take their cost-model time,
+  scaled by the group's straggler factor, never below ``min(1, factors)``;
+* *a transfer* — a collective or point-to-point call runs as flows that start after a
+  latency and move their bytes at their max-min fair rate; a flow's rate is at most the
+  capacity over the multiplicity of every link it holds, so a call takes at least
+  ``latency + wire bytes · max over links (weight / capacity)`` of its coflow form
+  (:func:`transfer_lower_bound_s`), which is also at most its step-by-step closed form
+  (summing per-step maxima is at least the maximum of the sums): a lower bound at both
+  fidelities, whatever else shares the links, and exactly the time the simulator gives a
+  tensor-parallel call it folds into the compute.
+
+The chains, for data-parallel replica 0 (every replica must end before the gradient-norm
+meeting, so any one replica's chains bound the iteration):
+
+1. a pass of a model chunk is its compute plus every blocking call inside it: the
+   tensor-parallel collectives after each attention and MLP block (also in the recomputed
+   forward with full recomputation), the expert all-to-alls of MoE layers (not with
+   ``parallelism.moe_overlap``: then they run beside the compute; a MoE layer's MLP half
+   runs at the slowest EP rank's pace, :mod:`workloads.moe_routing`), and with
+   ZeRO-3 each layer's parameter all-gather — the gathers run one after another on their
+   stream from the pass's start and layer ``k`` waits for gather ``k``, so a pass takes at
+   least ``max_k (Σ_{j≤k} gather_j + Σ_{j≥k} layer_j)`` (:func:`gathered_pass_s`);
+2. stage ``s`` cannot start before the first micro-batch's forward passed the virtual
+   stages before it (each pass, then its send to the next stage); from then on it runs all
+   its passes, ``m`` micro-batches of each of its chunks, in sequence.  Its last pass, the
+   backward of chunk 0 for the last micro-batch, also waits for the same pass of stage
+   ``s + 1`` and the gradient's send from there;
+3. its data-parallel gradient buckets of that last pass are reduced in order on one
+   stream: bucket ``k`` starts no earlier than the part of the pass before it is done, and
+   the group reaches the gradient-norm meeting only after the last bucket is done (so
+   after ``max_k (start_k + Σ_{j≥k} bucket_j)``); the first and last stage also
+   all-reduce the tied embedding gradients first;
+4. everyone meets for the gradient norm, then each group runs its optimizer step and,
+   with ZeRO-1/2, all-gathers its stage's updated parameters;
+5. apart from these chains, a link moves at most its capacity: a flow at rate ``r``
+   holding it with weight ``w`` loads it with ``w·r`` and max-min sharing keeps the sum
+   within the capacity, so the iteration lasts at least the bytes that the calls counted
+   here put on a link over its capacity (counted: every data-parallel call, every expert
+   all-to-all, the pipeline sends of replica 0, and with ZeRO-3 every tensor-parallel
+   call — distinct flows, a subset of all, so their bytes on a link are at most what it
+   carries; a spine link shared by many tensor-parallel groups that cross nodes shows
+   here.  Without ZeRO-3 the simulator may fold tensor-parallel calls into the compute as
+   closed forms that load no link, so they are left out).
+
+A call the simulator runs as one collective per tensor-parallel lane (data-parallel,
+expert and tied-embedding calls) launches its lanes together and ends when all are done,
+so it also takes at least the bytes its lanes put together on one link over that link's
+capacity.
+
+The bound is the largest chain, less a relative 1e-6 for the rounding of sums and of the
+flow network's finish tolerance (1e-9 of a flow's bytes).  It is never above the
+simulated iteration: with uniform stages and no network it is ``(m + pp − 1)·t`` for 1F1B
+and GPipe and ``(m + (pp − 1)/v)·t`` interleaved.  The **estimate** adds the uncontended
+data-parallel reduction to the compute-and-collectives critical path instead (a guess,
+for ordering strategies, not a bound).  Every byte count comes from :mod:`workloads.traffic`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+import distsim_gpu.workloads.cost.traffic as traffic
+import numpy as np
+from distsim_gpu.collectives import CommParams, Communicator
+from distsim_gpu.collectives.plan import CollectivePlan
+from distsim_gpu.simcore.simulation import Simulation
+from distsim_gpu.topology import Topology
+from distsim_gpu.workloads.cost.compute import CostModel
+from distsim_gpu.workloads.specs.models import ModelSpec
+from distsim_gpu.workloads.specs.moe_routing import moe_pace
+from distsim_gpu.workloads.strategy.parallel import (
+    ParallelConfig,
+    Placement,
+    TrainingConfig,
+    layer_partition,
+)
+
+__all__ = ["IterationBound", "IterationBounds", "gathered_pass_s", "transfer_lower_bound_s"]
+
+# Relative margin of the lower bound for the rounding of sums (module docstring).
+BOUND_SLACK = 1e-6
+
+# Bytes per link of a call: (link positions, bytes), for adding up with numpy.
+_Loads = tuple[np.ndarray, np.ndarray]
+_NO_LOADS: _Loads = (np.zeros(0, np.int64), np.zeros(0))
+Lanes = tuple[tuple[int, ...], ...]
+
+
+class IterationBound(NamedTuple):
+    """A lower bound of one iteration's time and an estimate of it (seconds)."""
+
+    lower_bound_s: float
+    estimate_s: float
+
+
+def gathered_pass_s(layers: Sequence[tuple[float, float]]) -> float:
+    """A lower bound of a pass's layers, each ``(its own time, its parameter gather)``:
+    layer ``k`` waits for the gathers up to its own, which run one after another from
+    the pass's start (all zero without ZeRO-3: the sum of the layers)."""
+    own = sum(t for t, _ in layers)
+    if not any(g for _, g in layers):
+        return own
+    best, gathered, rest = own, 0.0, own
+    for t, g in layers:
+        gathered += g
+        best = max(best, gathered + rest)
+        rest -= t
+    return best
+
+
+def transfer_lower_bound_s(comm: Communicator, plan: CollectivePlan, size_bytes: float,
+                           ) -> tuple[float, dict[Any, float]]:
+    """The least time a call of ``plan`` at ``size_bytes`` can take under any sharing, and
+    the bytes it moves over each link.
+
+    As one coflow it moves ``W`` wire bytes after its latency, holding link ``l`` with
+    weight ``w_l``; its max-min rate never exceeds ``capacity_l / w_l``, so it takes at
+    least ``latency + W · max_l w_l / capacity_l``.  Step by step it is slower still (each
+    step's bottleneck is at least its share of that maximum).  For a one-step plan this
+    equals :meth:`~collectives.Communicator.time_s`.  Either way link ``l`` carries
+    ``W · w_l`` bytes.
+    """
+    total, weights = plan.coflow(size_bytes)
+    capacity = comm.capacity
+    slowest = max((w / capacity[link] for link, w in weights.items()), default=0.0)
+    return plan.latency_s + total * slowest, {link: total * w for link, w in weights.items()}
+
+
+# --------------------------------------------------------------------------- one strategy
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What one bound needs of a strategy: degrees, message sizes and rank groups."""
+
+    parallel: ParallelConfig
+    training: TrainingConfig
+    microbatches: int
+    seq_len: int
+    placement: Placement
+    chunks: list[tuple[int, int]]
+    tp_bytes: float
+    p2p_bytes: float
+    a2a_bytes: float
+    grad_op: str
+    tp_kinds: tuple[str, ...]
+    tp_ranks: list[tuple[int, ...]]  # stage -> replica 0's tensor-parallel group
+    dp_ranks: list[tuple[int, ...]]  # stage -> tensor rank 0's data-parallel group
+    dp_lanes: list[Lanes]  # stage -> its data-parallel groups, one per tensor rank
+
+    @classmethod
+    def of(cls, model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
+           microbatches: int) -> _Shape:
+        pp, tp = parallel.pp, parallel.tp
+        placement = Placement(parallel)
+        # A 2-D/2.5-D/3-D mesh (workloads.tp_nd) splits the element-wise work as sequence
+        # parallelism does; its sub-group collectives are left out, which keeps a bound.
+        mesh = parallel.tp_mode != "1d"
+        tp_kinds = () if mesh else traffic.tp_collective_kinds(parallel)
+        if mesh:
+            parallel = replace(parallel, sequence_parallel=True)
+        # A context-parallel rank's s/cp tokens: its layers and messages.  Its ring and
+        # the cp - 1 further attention blocks are left out, which keeps a lower bound.
+        local = traffic.rank_training(model, parallel, training)
+        return cls(
+            parallel=parallel, training=training, microbatches=microbatches,
+            seq_len=traffic.seq_len_of(model, local), placement=placement,
+            chunks=layer_partition(model.layers, pp * parallel.interleave,
+                                   parallel.partition),
+            tp_bytes=traffic.tp_message_bytes(model, local),
+            p2p_bytes=traffic.pipeline_message_bytes(model, parallel, local),
+            a2a_bytes=traffic.alltoall_bytes(model, parallel, local),
+            grad_op=traffic.gradient_reduce_op(parallel),
+            tp_kinds=tp_kinds,
+            tp_ranks=[placement.tp_group(0, s) for s in range(pp)],
+            dp_ranks=[placement.dp_group(0, s) for s in range(pp)],
+            dp_lanes=[tuple(placement.dp_group(t, s) for t in range(tp)) for s in range(pp)])
+
+    @property
+    def virtual_stages(self) -> int:
+        return len(self.chunks)
+
+    @property
+    def sharded(self) -> bool:
+        return traffic.gathers_layer_params(self.parallel)
+
+    @property
+    def backward_passes(self) -> int:
+        """Passes of a layer's blocking calls in its backward: two with full recompute
+        (the recomputed forward's and the backward's)."""
+        return 2 if self.training.recompute == "full" else 1
+
+    @property
+    def shard(self) -> dict[str, Any]:
+        """The cost model's shard arguments."""
+        return {"micro_batch": self.training.micro_batch, "seq_len": self.seq_len,
+                "tp": self.parallel.tp, "sequence_parallel": self.parallel.sequence_parallel}
+
+
+@dataclass(slots=True)
+class _Tally:
+    """How often each call runs in the iteration, for the link volume (chain 5).
+
+    ``replica0``: calls of replica 0 by their lower-bound cache key; ``everyone``:
+    ``(op, groups, size)`` of calls of every replica, one independent call per group.
+    """
+
+    replica0: dict[tuple[Any, ...], float] = field(default_factory=dict)
+    everyone: dict[tuple[Any, ...], float] = field(default_factory=dict)
+
+    def add(self, key: tuple[Any, ...], times: float) -> None:
+        self.replica0[key] = self.replica0.get(key, 0.0) + times
+
+    def add_everyone(self, key: tuple[Any, ...], times: float) -> None:
+        self.everyone[key] = self.everyone.get(key, 0.0) + times
+
+
+@dataclass(frozen=True, slots=True)
+class _Layer:
+    """One layer's terms: compute, blocking calls (estimate and bound), ZeRO-3 traffic."""
+
+    fwd_s: float
+    bwd_s: float  # with its recomputed forward
+    calls_s: float  # estimate of the blocking calls of one pass
+    calls_low_s: float  # their lower bound
+    gather_s: float  # ZeRO-3: the parameter gather's estimate
+    gather_low_s: float  # and its lower bound
+    reduce_s: float  # ZeRO-3: the gradient reduce-scatter's estimate
+
+
+@dataclass(slots=True)
+class _Chunk:
+    """One virtual stage's forward and backward pass: compute, the communication of the
+    estimate, the lower bounds, and (chunk 0 of a stage) the last backward's gradient
+    buckets as ``(bound of the pass before it, its own bound)``."""
+
+    fwd_s: float = 0.0
+    bwd_s: float = 0.0
+    fwd_comm_s: float = 0.0
+    bwd_comm_s: float = 0.0
+    fwd_lower_s: float = 0.0
+    bwd_lower_s: float = 0.0
+    buckets: list[tuple[float, float]] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- the bound
+
+
+class IterationBounds:
+    """Lower bounds and estimates of an iteration's time (module docstring) for strategies
+    of one model on one cluster, with caches shared between strategies.
+
+    ``comm``: the collective parameters the simulation would use; ``stragglers``: GPU name
+    -> compute slowdown factor (the fastest factor below 1 scales every compute term).
+    """
+
+    def __init__(self, topology: Topology, model: ModelSpec, costs: CostModel, *,
+                 comm: CommParams | None = None,
+                 stragglers: Mapping[str, float] | None = None) -> None:
+        self.topology = topology
+        self.model = model
+        self.costs = costs
+        self.comm = Communicator(Simulation(0), topology, comm or CommParams())
+        self.speedup_factor = min([1.0, *(stragglers or {}).values()])
+        self._layer_times: dict[tuple[Any, ...], float] = {}
+        self._collective: dict[tuple[Any, ...], float] = {}
+        # Per call: its lower bound and its bytes per link.
+        self._lower: dict[tuple[Any, ...], tuple[float, _Loads]] = {}
+        self._volumes: dict[tuple[Any, ...], _Loads] = {}
+        self._link_pos = {link: i for i, link in enumerate(self.comm.capacity)}
+        self._capacity = np.array(list(self.comm.capacity.values()), dtype=float)
+
+    def bound(self, parallel: ParallelConfig, training: TrainingConfig, microbatches: int,
+              *, everyone: bool = True) -> IterationBound:
+        """The lower bound and estimate of one iteration with ``parallel`` and ``training``
+        (``microbatches`` per pipeline, as :func:`~workloads.parallel.check_strategy`
+        gives them).
+
+        ``everyone=False`` leaves the calls of replicas other than 0 out of the link volume
+        (chain 5): a weaker bound, ~3x cheaper for many replicas, for ranking strategies.
+        """
+        shape = _Shape.of(self.model, parallel, training, microbatches)
+        tally = _Tally()
+        chunks = [self._chunk(shape, vs, tally, everyone)
+                  for vs in range(shape.virtual_stages)]
+        last_end = self._last_pass_ends(shape, chunks, tally)
+        arrive = self._meeting_arrivals(shape, chunks, last_end, tally)
+        optimizer_s, finish_s, dp_comm_s = self._after_meeting(shape, tally)
+        lower = max(max(arrive) + finish_s, self._busiest_link_s(tally)) * (1.0 - BOUND_SLACK)
+        f = self.speedup_factor
+        estimate = max(_stage_estimate_s(shape, chunks) * f + optimizer_s + dp_comm_s, lower)
+        return IterationBound(lower, estimate)
+
+    # ----------------------------------------------------------------- cached terms
+    def _layer_time(self, pass_: str, layer: int, shape: _Shape) -> float:
+        model, parallel = self.model, shape.parallel
+        moe = model.is_moe_layer(layer)
+        recompute = shape.training.recompute
+        key = (pass_, moe, shape.training.micro_batch, shape.seq_len, parallel.tp,
+               parallel.sequence_parallel, parallel.ep if moe else 1, recompute)
+        cached = self._layer_times.get(key)
+        if cached is None:
+            extra = {"recompute": recompute} if pass_ == "recompute" else {}
+            cached = self.costs.layer_time_s(
+                pass_, model, micro_batch=shape.training.micro_batch, seq_len=shape.seq_len,
+                tp=parallel.tp, sequence_parallel=parallel.sequence_parallel,
+                layer_index=layer, ep=parallel.ep, **extra)
+            if moe:  # the MLP half at the slowest EP rank's pace, as the streams run it
+                cached *= (1.0 + moe_pace(model.moe, experts=model.experts,
+                                          top_k=model.top_k, ep=parallel.ep)) / 2
+            self._layer_times[key] = cached
+        return cached
+
+    def _estimate(self, op: str, ranks: Sequence[int], size: float) -> float:
+        """The uncontended time of one call (for the estimate)."""
+        if len(ranks) < 2 or size <= 0:
+            return 0.0
+        key = (op, tuple(ranks), size)
+        cached = self._collective.get(key)
+        if cached is None:
+            gpus = self.topology.gpus
+            cached = self.comm.estimate_s(op, [gpus[r] for r in ranks], size)
+            self._collective[key] = cached
+        return cached
+
+    def _call(self, op: str, lanes: Lanes, size: float) -> tuple[float, _Loads]:
+        """A call the simulator runs as one collective per lane (``lanes``: rank tuples,
+        one per tensor-parallel rank for data-parallel, expert and tied-embedding calls),
+        all launched together and done when all are: a lower bound of its time (module
+        doc) and the bytes it puts on each link."""
+        key = (op, lanes, size)
+        cached = self._lower.get(key)
+        if cached is None:
+            gpus = self.topology.gpus
+            lower = 0.0
+            loads: dict[Any, float] = {}
+            for ranks in lanes:
+                if len(ranks) < 2:
+                    continue
+                plan = self.comm.choose(op, [gpus[r] for r in ranks], size)
+                lane_lower, lane_loads = transfer_lower_bound_s(self.comm, plan, size)
+                lower = max(lower, lane_lower)
+                for link, carried in lane_loads.items():
+                    loads[link] = loads.get(link, 0.0) + carried
+            capacity = self.comm.capacity
+            lower = max(lower, max((carried / capacity[link]
+                                    for link, carried in loads.items()), default=0.0))
+            cached = self._lower[key] = (lower, self._arrays(loads))
+        return cached
+
+    def _counted_call(self, tally: _Tally, op: str, lanes: Lanes, size: float,
+                      times: float = 1.0) -> float:
+        """:meth:`_call`'s bound, the call counted ``times`` on the link volume."""
+        tally.add((op, lanes, size), times)
+        return self._call(op, lanes, size)[0]
+
+    def _arrays(self, loads: Mapping[Any, float]) -> _Loads:
+        pos = self._link_pos
+        return (np.fromiter((pos[link] for link in loads), np.int64, len(loads)),
+                np.fromiter(loads.values(), float, len(loads)))
+
+    def _everyone(self, op: str, groups: Lanes, size: float) -> _Loads:
+        """The bytes per link of independent calls, one per group of ranks."""
+        key = ("everyone", op, groups, size)
+        cached = self._volumes.get(key)
+        if cached is None:
+            gpus = self.topology.gpus
+            loads: dict[Any, float] = {}
+            for group in groups:
+                if len(group) < 2:
+                    continue
+                plan = self.comm.choose(op, [gpus[r] for r in group], size)
+                for link, carried in transfer_lower_bound_s(self.comm, plan, size)[1].items():
+                    loads[link] = loads.get(link, 0.0) + carried
+            cached = self._volumes[key] = self._arrays(loads)
+        return cached
+
+    def _send(self, src: Sequence[int], dst: Sequence[int], size: float,
+              ) -> tuple[float, _Loads]:
+        """A pipeline send between two rank groups, lane by lane: as :meth:`_call`."""
+        if tuple(src) == tuple(dst):
+            return 0.0, _NO_LOADS
+        key = ("pairs", tuple(src), tuple(dst), size)
+        cached = self._lower.get(key)
+        if cached is None:
+            gpus = self.topology.gpus
+            plan = self.comm.pairs_plan([(gpus[a], gpus[b]) for a, b in zip(src, dst)], size)
+            lower, loads = transfer_lower_bound_s(self.comm, plan, size)
+            cached = self._lower[key] = (lower, self._arrays(loads))
+        return cached
+
+    # ----------------------------------------------------------------- chain 1: passes
+    def _chunk(self, shape: _Shape, vs: int, tally: _Tally, everyone: bool) -> _Chunk:
+        """Virtual stage ``vs``'s passes (chain 1) and, with data parallelism, the
+        gradient reductions of its last backward (chain 3)."""
+        model, costs, f = self.model, self.costs, self.speedup_factor
+        head_f = head_b = tail_f = tail_b = 0.0  # embedding and loss, per pass
+        if vs == 0:
+            head_f = costs.embedding_time_s("fwd", model, **shape.shard)
+            tail_b = costs.embedding_time_s("bwd", model, **shape.shard)
+        if vs == shape.virtual_stages - 1:
+            tail_f = costs.loss_time_s("fwd", model, **shape.shard)
+            head_b = costs.loss_time_s("bwd", model, **shape.shard)
+        layers = self._chunk_layers(shape, vs, tally, everyone)
+        chunk = _Chunk()
+        chunk.fwd_s += head_f + tail_f
+        chunk.bwd_s += head_b + tail_b
+        for layer in layers:
+            chunk.fwd_s += layer.fwd_s
+            chunk.bwd_s += layer.bwd_s
+            chunk.fwd_comm_s += layer.calls_s
+            chunk.bwd_comm_s += layer.calls_s * shape.backward_passes
+            if shape.sharded and shape.parallel.dp_cp > 1:
+                chunk.fwd_comm_s += layer.gather_s
+                chunk.bwd_comm_s += layer.gather_s + layer.reduce_s
+        passes_b = shape.backward_passes
+        backward = [(layer.bwd_s * f + layer.calls_low_s * passes_b, layer.gather_low_s)
+                    for layer in reversed(layers)]
+        chunk.fwd_lower_s = (head_f + tail_f) * f + gathered_pass_s(
+            [(layer.fwd_s * f + layer.calls_low_s, layer.gather_low_s) for layer in layers])
+        chunk.bwd_lower_s = (head_b + tail_b) * f + gathered_pass_s(backward)
+        if shape.parallel.dp_cp > 1:
+            chunk.buckets = self._last_reductions(shape, vs, backward, head_b * f,
+                                                  chunk.bwd_lower_s, tally)
+        return chunk
+
+    def _chunk_layers(self, shape: _Shape, vs: int, tally: _Tally, everyone: bool,
+                      ) -> list[_Layer]:
+        """The layers of virtual stage ``vs``, their blocking calls counted in ``tally``."""
+        model, parallel, placement = self.model, shape.parallel, shape.placement
+        stage, m, tp = vs % parallel.pp, shape.microbatches, parallel.tp
+        tp_ranks, tp_lane = shape.tp_ranks[stage], (shape.tp_ranks[stage],)
+        ep_lanes = tuple(placement.ep_groups(t, stage)[0] for t in range(tp))
+        if everyone:
+            ep_all = tuple(g for t in range(tp) for g in placement.ep_groups(t, stage))
+            tp_all = tuple(placement.tp_group(d, stage) for d in range(parallel.dp_cp))
+        else:
+            ep_all, tp_all = ep_lanes, (tp_ranks,)
+        tp_call = sum(self._estimate(kind, tp_ranks, shape.tp_bytes) for kind in shape.tp_kinds)
+        tp_low = sum(self._call(kind, tp_lane, shape.tp_bytes)[0] for kind in shape.tp_kinds)
+        # Each kind runs after every block, in each pass of every micro-batch.
+        calls_per_layer = 2 * m * (1 + shape.backward_passes)
+        gathered = shape.sharded and parallel.dp_cp > 1
+        layers = []
+        for layer in range(*shape.chunks[vs]):
+            calls, calls_low = 2 * tp_call, 2 * tp_low
+            if gathered:  # else the simulator may fold them (module doc, chain 5)
+                for kind in shape.tp_kinds:
+                    tally.add_everyone((kind, tp_all, shape.tp_bytes), calls_per_layer)
+            if model.is_moe_layer(layer) and parallel.ep > 1:
+                a2a = 2 * self._estimate("alltoall", placement.ep_groups(0, stage)[0],
+                                         shape.a2a_bytes)
+                if parallel.moe_overlap:
+                    # Half micro-batches' all-to-alls run beside compute: none is a link
+                    # of the chain; the estimate takes the last half's combine as exposed.
+                    calls += a2a / 4
+                else:
+                    calls += a2a
+                    calls_low += 2 * self._call("alltoall", ep_lanes, shape.a2a_bytes)[0]
+                tally.add_everyone(("alltoall", ep_all, shape.a2a_bytes), calls_per_layer)
+            layers.append(self._layer_terms(shape, layer, stage, calls, calls_low, gathered, tally))
+        return layers
+
+    def _layer_terms(self, shape: _Shape, layer: int, stage: int, calls: float,
+                     calls_low: float, gathered: bool, tally: _Tally) -> _Layer:
+        """One layer's terms; with ZeRO-3 its gathers and reductions counted in ``tally``."""
+        fwd = self._layer_time("fwd", layer, shape)
+        bwd = self._layer_time("bwd", layer, shape)
+        if shape.training.recompute != "none":
+            bwd += self._layer_time("recompute", layer, shape)
+        gather = gather_low = reduce = 0.0
+        if gathered:
+            grads = traffic.layer_shard_grad_bytes(self.model, layer, shape.parallel)
+            params = traffic.layer_gather_bytes(self.model, layer, shape.parallel,
+                                                shape.training)
+            dp_ranks, lanes, m = shape.dp_ranks[stage], shape.dp_lanes[stage], shape.microbatches
+            gather = self._estimate("all_gather", dp_ranks, params)
+            gather_low = self._counted_call(tally, "all_gather", lanes, params, 2 * m)
+            self._counted_call(tally, "reduce_scatter", lanes, grads, m)
+            reduce = self._estimate("reduce_scatter", dp_ranks, grads)
+        return _Layer(fwd, bwd, calls, calls_low, gather, gather_low, reduce)
+
+    # ----------------------------------------------------------------- chain 3: DP tail
+    def _last_reductions(self, shape: _Shape, vs: int,
+                         backward: Sequence[tuple[float, float]], head_s: float,
+                         pass_s: float, tally: _Tally) -> list[tuple[float, float]]:
+        """The last micro-batch's gradient reductions of virtual stage ``vs``'s backward
+        (``backward``: its layers' bounds in backward order; ``head_s``: the loss's
+        backward before them; ``pass_s``: the whole pass), each as ``(bound of the pass
+        before it, its own bound)``: with ZeRO-3 one reduce-scatter per layer (counted
+        with the layer), else the buckets as the simulator forms them."""
+        parallel = shape.parallel
+        lanes = shape.dp_lanes[vs % parallel.pp]
+        first, stop = shape.chunks[vs]
+        order = range(stop - 1, first - 1, -1)
+        done = [head_s]
+        for t, _ in backward:
+            done.append(done[-1] + t)
+        if shape.sharded:
+            # (a per-operator plan's replicated buckets are left out: still a bound)
+            return [(done[k + 1], self._call("reduce_scatter", lanes,
+                                            traffic.layer_shard_grad_bytes(
+                                                self.model, layer, parallel))[0])
+                    for k, layer in enumerate(order)]
+        return [(pass_s if bucket.after_layers is None else done[bucket.after_layers],
+                 self._counted_call(tally, shape.grad_op, lanes, bucket.size_bytes))
+                for bucket in traffic.gradient_buckets(self.model, parallel, order,
+                                                       first_chunk=vs == 0)]
+
+    # ----------------------------------------------------------------- chain 2: pipeline
+    def _pipeline_sends(self, shape: _Shape, tally: _Tally) -> list[float]:
+        """Per virtual stage, the lower bound of its forward send to the next one; both
+        directions counted on the link volume for every micro-batch."""
+        pp, p2p, m = shape.parallel.pp, shape.p2p_bytes, shape.microbatches
+        send_f = [0.0] * shape.virtual_stages
+        for j in range(shape.virtual_stages - 1):
+            here, there = shape.tp_ranks[j % pp], shape.tp_ranks[(j + 1) % pp]
+            send_f[j] = self._send(here, there, p2p)[0]
+            self._send(there, here, p2p)  # the gradient's way back
+            tally.add(("pairs", here, there, p2p), m)
+            tally.add(("pairs", there, here, p2p), m)
+        return send_f
+
+    def _last_pass_ends(self, shape: _Shape, chunks: Sequence[_Chunk], tally: _Tally,
+                        ) -> list[float]:
+        """Per stage, the bound of when its last pass (chunk 0's last backward) ends."""
+        pp, m, nvs = shape.parallel.pp, shape.microbatches, shape.virtual_stages
+        send_f = self._pipeline_sends(shape, tally)
+        first_start = [0.0] * pp
+        for s in range(1, pp):
+            first_start[s] = first_start[s - 1] + chunks[s - 1].fwd_lower_s + send_f[s - 1]
+        last_end = [0.0] * pp
+        for s in reversed(range(pp)):
+            own = range(s, nvs, pp)
+            last_end[s] = first_start[s] + m * sum(chunks[j].fwd_lower_s + chunks[j].bwd_lower_s
+                                                   for j in own)
+            if s + 1 < pp:
+                gradient = self._send(shape.tp_ranks[s + 1], shape.tp_ranks[s],
+                                      shape.p2p_bytes)[0]
+                last_end[s] = max(last_end[s],
+                                  last_end[s + 1] + gradient + chunks[s].bwd_lower_s)
+        return last_end
+
+    def _meeting_arrivals(self, shape: _Shape, chunks: Sequence[_Chunk],
+                          last_end: Sequence[float], tally: _Tally) -> list[float]:
+        """Per stage, when it reaches the gradient-norm meeting: after its last pass, its
+        gradient buckets (chain 3) and the tied-embedding all-reduce."""
+        arrive = []
+        for s in range(shape.parallel.pp):
+            start = last_end[s] - chunks[s].bwd_lower_s
+            reduced, tail = last_end[s], 0.0
+            for done, reduction in reversed(chunks[s].buckets):
+                tail += reduction
+                reduced = max(reduced, start + done + tail)
+            arrive.append(reduced)
+        if shape.parallel.pp > 1 and self.model.tied_embeddings:
+            size = traffic.word_embedding_grad_bytes(self.model, shape.parallel)
+            lanes = tuple(zip(shape.tp_ranks[0], shape.tp_ranks[-1]))
+            tied = max(arrive[0], arrive[-1]) + self._counted_call(tally, "all_reduce",
+                                                                   lanes, size)
+            arrive[0] = arrive[-1] = tied
+        return arrive
+
+    # ----------------------------------------------------------------- chain 4: the step
+    def _after_meeting(self, shape: _Shape, tally: _Tally) -> tuple[float, float, float]:
+        """``(optimizer_s, finish_s, dp_comm_s)``: the longest optimizer step, the bound
+        of the longest step and ZeRO-1/2 gather after the meeting, and the uncontended
+        data-parallel reduction of a whole stage (for the estimate)."""
+        model, parallel, training = self.model, shape.parallel, shape.training
+        dp, f = parallel.dp_cp, self.speedup_factor
+        optimizer = finish = dp_comm = 0.0
+        for s in range(parallel.pp):
+            step = self.costs.optimizer_step_time_s(traffic.optimizer_params(model, parallel, s))
+            optimizer = max(optimizer, step)
+            gather_low = 0.0
+            if parallel.zero in (1, 2) and dp > 1:
+                gather_low = self._counted_call(
+                    tally, "all_gather", shape.dp_lanes[s],
+                    traffic.stage_param_bytes(model, parallel, training, s))
+            finish = max(finish, step * f + gather_low)
+            if not shape.sharded and dp > 1:
+                t = self._estimate(shape.grad_op, shape.dp_ranks[s],
+                                   traffic.stage_grad_bytes(model, parallel, s))
+                if parallel.zero >= 1:
+                    t += self._estimate("all_gather", shape.dp_ranks[s],
+                                        traffic.stage_param_bytes(model, parallel, training, s))
+                dp_comm = max(dp_comm, t)
+        return optimizer, finish, dp_comm
+
+    # ----------------------------------------------------------------- chain 5: links
+    def _busiest_link_s(self, tally: _Tally) -> float:
+        """The most bytes the counted calls put on one link, over its capacity."""
+        where: list[np.ndarray] = []
+        carried: list[np.ndarray] = []
+        for key, times in tally.replica0.items():
+            if key in self._lower:
+                links, loads = self._lower[key][1]
+                where.append(links)
+                carried.append(loads * times)
+        for (op, groups, size), times in tally.everyone.items():
+            links, loads = self._everyone(op, groups, size)
+            where.append(links)
+            carried.append(loads * times)
+        if not where:
+            return 0.0
+        volume = np.bincount(np.concatenate(where), weights=np.concatenate(carried),
+                             minlength=self._capacity.size)
+        return float((volume / self._capacity).max())
+
+
+def _stage_estimate_s(shape: _Shape, chunks: Sequence[_Chunk]) -> float:
+    """The compute-and-collectives critical path of the slowest stage: the ramp of the
+    stages before it, then ``m`` micro-batches of its chunks' passes."""
+    pp, m, nvs = shape.parallel.pp, shape.microbatches, shape.virtual_stages
+    worst = 0.0
+    for s in range(pp):
+        own = range(s, nvs, pp)
+        work = sum(chunks[j].fwd_s + chunks[j].bwd_s for j in own)
+        ramp = sum(chunks[j].fwd_s + chunks[j].bwd_s for j in range(s))
+        work += sum(chunks[j].fwd_comm_s + chunks[j].bwd_comm_s for j in own)
+        ramp += sum(chunks[j].fwd_comm_s + chunks[j].bwd_comm_s for j in range(s))
+        worst = max(worst, ramp + m * work)
+    return worst

@@ -1,0 +1,98 @@
+"""Compute costs: how long a transformer layer's operators take on one GPU.
+
+A cost model answers "how many seconds does pass P (``fwd``, ``bwd``, ``recompute``) of one
+transformer layer take on one tensor-parallel rank", plus the embedding, the loss (final
+norm, logits GEMM, cross entropy) and the optimizer step.  One job per module:
+
+* :mod:`.stacks` — software stacks (``compute.stack``): which kernels a framework version
+  runs and fuses, and its few physical efficiency figures;
+* :mod:`.operators` — a layer's operators for a stack, with FLOP and bytes, and the
+  backward and recompute passes derived from the forward;
+* :mod:`.roofline` — :class:`RooflineCosts`: each operator at its compute or memory
+  roofline plus launches, GEMM efficiency by tiles and waves, the optimizer step;
+  the :class:`CostModel` protocol;
+* :mod:`.table_io` and :mod:`.table_costs` — profiled cost tables (per layer or per
+  operator) and :class:`TableCosts`, which reads them with the roofline filling gaps.
+"""
+
+from distsim_gpu.workloads.cost.compute.operators import (
+    CORE_ATTENTION_KERNELS,
+    FLASH_ATTENTION_BWD_FLOP_RATIO,
+    PASSES,
+    RECOMPUTE_GRANULARITIES,
+    Kernel,
+    LayerWork,
+    Operator,
+    bytes_per_element,
+    forward_layer_work,
+    layer_work,
+)
+from distsim_gpu.workloads.cost.compute.roofline import (
+    ADAM_BYTES_PER_PARAM,
+    ATTENTION_EFFICIENCY,
+    ATTENTION_EFFICIENCY_BY_KERNEL,
+    DEFAULT_GEMM_TILES,
+    GEMM_K_HALF,
+    LAUNCH_OVERHEAD_S,
+    MATMUL_EFFICIENCY,
+    MATMUL_EFFICIENCY_BY_ARCHITECTURE,
+    MEMORY_EFFICIENCY,
+    CostModel,
+    RooflineCosts,
+    attention_efficiency,
+    matmul_efficiency,
+    stores_attention_scores,
+)
+from distsim_gpu.workloads.cost.compute.stacks import (
+    ATTENTION_IMPLEMENTATIONS,
+    DEFAULT_STACK,
+    STACKS,
+    Stack,
+    get_stack,
+)
+from distsim_gpu.workloads.cost.compute.table_costs import TableCosts
+from distsim_gpu.workloads.cost.compute.table_io import (
+    TABLE_PASSES,
+    CostRow,
+    TableHeader,
+    read_cost_table,
+    write_cost_table,
+)
+
+__all__ = [
+    "ADAM_BYTES_PER_PARAM",
+    "ATTENTION_EFFICIENCY",
+    "ATTENTION_EFFICIENCY_BY_KERNEL",
+    "ATTENTION_IMPLEMENTATIONS",
+    "CORE_ATTENTION_KERNELS",
+    "DEFAULT_GEMM_TILES",
+    "DEFAULT_STACK",
+    "FLASH_ATTENTION_BWD_FLOP_RATIO",
+    "GEMM_K_HALF",
+    "LAUNCH_OVERHEAD_S",
+    "MATMUL_EFFICIENCY",
+    "MATMUL_EFFICIENCY_BY_ARCHITECTURE",
+    "MEMORY_EFFICIENCY",
+    "PASSES",
+    "RECOMPUTE_GRANULARITIES",
+    "STACKS",
+    "TABLE_PASSES",
+    "CostModel",
+    "CostRow",
+    "Kernel",
+    "LayerWork",
+    "Operator",
+    "RooflineCosts",
+    "Stack",
+    "TableCosts",
+    "TableHeader",
+    "attention_efficiency",
+    "bytes_per_element",
+    "forward_layer_work",
+    "get_stack",
+    "layer_work",
+    "matmul_efficiency",
+    "read_cost_table",
+    "stores_attention_scores",
+    "write_cost_table",
+]

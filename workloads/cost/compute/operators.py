@@ -1,0 +1,600 @@
+"""Operators of a transformer layer: the kernels one pass runs on one tensor-parallel rank,
+each with its FLOP and bytes moved, as a software stack lays them out.
+
+An :class:`Operator` (alias ``Kernel``) is one step of a layer — a GEMM, a batched
+activation GEMM, fused attention or a memory-bound element-wise op — with ``launches``
+kernels inside it.  :func:`forward_layer_work` lists a layer's forward operators for a
+:class:`~distsim_gpu.workloads.cost.compute.stacks.Stack`; :meth:`LayerWork.backward` and
+:meth:`LayerWork.recompute` derive the other passes.  Timing is
+:mod:`~distsim_gpu.workloads.cost.compute.roofline`'s job.
+
+Forward of one layer on one TP rank (``T = b·s`` tokens, ``h`` hidden, ``f`` FFN width,
+``t`` TP size, ``a`` activation bytes, ``o`` GEMM operand bytes; element-wise ops see
+``Tₑ = T/t`` tokens with sequence parallelism, else ``T``)::
+
+    input_norm       norm         reads and writes Tₑ·h            (fused; else 4 kernels,
+                                                                    5 passes over Tₑ·h)
+    qkv              GEMM         m=T, k=h, n=(h + 2·d_kv)/t
+    attention        flash        4·b·s²·h/t FLOP (halved when causal)
+      or, unfused, over B = b·a_heads/t heads of head size d:
+    attn_scores      batched GEMM Q·Kᵀ: 2·B·s²·d FLOP, writes B·s² scores
+    attn_softmax     element-wise reads and writes B·s² (fused scale-mask-softmax;
+                                  else scale, mask, softmax: 3 kernels, ~3× the bytes)
+    attn_dropout     element-wise reads B·s², writes B·s² and a 1-byte mask
+    attn_context     batched GEMM P·V: 2·B·s²·d FLOP
+    attn_context_copy element-wise permute().contiguous(): reads and writes T·h/t
+    attn_out         GEMM         m=T, k=h/t, n=h
+    attn_residual    element-wise bias + dropout + residual add: reads 2·Tₑ·h, writes Tₑ·h
+                                  (+ a 1-byte mask with hidden dropout; unfused: 3 kernels)
+    post_attn_norm   norm         as input_norm
+    mlp_fc1          GEMM         m=T, k=h, n=f/t (2·f/t gated)
+    mlp_act          element-wise bias + GeLU: 2·T·f/t, SwiGLU 3·T·f/t (unfused bias: +2·T·f/t)
+    mlp_fc2          GEMM         m=T, k=f/t, n=h
+    mlp_residual     element-wise as attn_residual
+
+A MoE layer replaces the MLP by a router GEMM (m=T, k=h, n=experts), token dispatch and
+combine copies (T·top_k·h each) and ``experts/ep`` local expert MLPs, each fed
+``T·top_k·ep/experts`` tokens (balanced routing), expert weights split over ``t``; its
+shared experts (``shared_experts``) are one dense MLP of their summed width over all T
+tokens, split over ``t`` (``shared_fc1``, ``shared_act``, ``shared_fc2``), as Megatron-Core
+runs them on every EP rank.  A MoE model's dense layers use ``dense_ffn_hidden``.
+
+Multi-head latent attention (``model.mla``, :mod:`~distsim_gpu.workloads.specs.mla`) replaces
+``qkv`` by ``q_down`` (m=T, k=h, n=r_q, duplicated: not split by ``t``), ``q_norm``
+(T·r_q), ``q_up`` (k=r_q, n=a·d_qk/t; ``q_proj`` with k=h when r_q is 0), ``kv_down``
+(k=h, n=r_kv + d_r, duplicated), ``kv_norm`` (T·r_kv), ``kv_up`` (k=r_kv,
+n=a·(d_n + d_v)/t) and ``attn_rope`` (the rotary parts joined into whole q and k heads);
+core attention runs over query-key heads ``d_qk = d_n + d_r`` and values ``d_v``
+(flash: ``2·b·s²·a/t·(d_qk + d_v)``, halved when causal) and ``attn_out`` reads
+``a·d_v/t``.
+
+FP8 (Transformer Engine, ``precision: fp8`` on a stack with ``fp8_linear``): the linear
+GEMMs (qkv, attn_out, mlp_fc1/fc2, experts) read 1-byte operands; each FP8 GEMM's input is
+cast to FP8 and transposed for the weight gradient (``cast_<gemm>``: reads T·k·a, writes
+2·T·k bytes) unless its producer fuses the cast (TE's LayerNormLinear / LayerNormMLP: the
+norm or activation then writes 2 bytes per element in FP8 instead of ``a``); one
+``fp8_scale_update`` kernel per layer pass updates amax histories and scales.  The attention
+core, the router, embedding and logits stay in 16 bits.  Backward casts each FP8 GEMM's
+output gradient (``<gemm>.grad_cast``, E5M2, with its transpose).
+
+Backward: a weight GEMM becomes its data gradient ``(m, n=k, k=n)`` and weight gradient
+``(m=k, n, k=m)`` — the weight gradient accumulating into fp32 main grads (reads and
+writes 4 bytes per weight element) or into ``.grad`` with a separate add per weight
+(``<gemm>.grad_accum``: 3·k·n·a bytes, or under bf16 DeepSpeed's fp32 accumulation,
+:meth:`~distsim_gpu.workloads.cost.compute.stacks.Stack.grad_accum_bytes`), as the stack does;
+a batched GEMM becomes two batched GEMMs; flash attention runs 5 matmuls to the forward's
+2 (Dao 2023, "FlashAttention-2", §3.1: 2.5× FLOP, ~2× bytes); an element-wise op moves its own
+``bwd_bytes_factor`` times its forward bytes (softmax and norms 1.5: read the saved output
+or input and the gradient, write one gradient; dropout and copies 1). Recompute: ``full``
+repeats the forward, ``selective`` (Korthikanti et al. 2022 §5) only core attention,
+``op`` (torchtitan's per-op checkpointing, :mod:`~distsim_gpu.workloads.specs.recompute`) every
+element-wise operator and unfused attention matmul, and every second weight mm of the
+layer counted as torchtitan's unfused model runs them (``wq wk wv wo w1 w3 w2``): the
+re-run ``wk`` of a fused ``qkv`` is a GEMM of its own, ``qkv_wk`` (n = the k/v width,
+``kv_heads·head_dim/t``), as is a gated ``mlp_fc1``'s ``w3`` half, ``mlp_fc1_w3`` —
+splitting rather than scaling the fused GEMM, so each re-run mm has its real shape (and
+tile efficiency) and a cost table's ``qkv`` row is not charged for it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from distsim_gpu.simcore.config import check_choice, check_whole
+from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.workloads.cost.compute.stacks import DEFAULT_STACK, STACKS, Stack
+from distsim_gpu.workloads.specs.models import ModelSpec
+from distsim_gpu.workloads.specs.recompute import Matmul, op_sac_matmuls
+from distsim_gpu.workloads.strategy.parallel import check_ep_split, check_tp_split
+
+__all__ = [
+    "CORE_ATTENTION_KERNELS",
+    "FLASH_ATTENTION_BWD_FLOP_RATIO",
+    "PASSES",
+    "RECOMPUTE_GRANULARITIES",
+    "Kernel",
+    "LayerWork",
+    "Operator",
+    "bytes_per_element",
+    "check_shard",
+    "elementwise",
+    "forward_layer_work",
+    "gemm",
+    "layer_work",
+]
+
+PASSES = ("fwd", "bwd", "recompute")
+# The operators selective recomputation re-runs (Korthikanti et al. 2022 §5: "core
+# attention", from the scores to the context), for either implementation.
+CORE_ATTENTION_KERNELS = frozenset({"attention", "attn_scores", "attn_softmax",
+                                    "attn_dropout", "attn_context"})
+RECOMPUTE_GRANULARITIES = ("full", "selective", "op")
+# What torchtitan's op policy keeps besides the saved mms: the SDPA (flash) attention's
+# outputs, and the float8 amax (``aten.max``) the delayed-scaling update stands for.
+_OP_SAVED_KINDS = frozenset({"attention"})
+_OP_SAVED_NAMES = frozenset({"fp8_scale_update"})
+# Dao 2023 §3.1: the backward pass runs 5 matmuls (S, dV, dP, dQ, dK) to the forward's 2.
+FLASH_ATTENTION_BWD_FLOP_RATIO = 2.5
+_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# FLOP per element of the memory-bound operators (CUDA-core arithmetic; never binding on
+# a GPU whose FLOP/byte ratio is in the tens, but counted so the roofline sees them).
+_NORM_FLOP = {"layernorm": 8.0, "rmsnorm": 4.0}
+_GELU_FLOP = 8.0    # tanh approximation: ~8 multiply/add per element
+_SWIGLU_FLOP = 6.0  # sigmoid, two multiplies
+_SOFTMAX_FLOP = 5.0  # scale, max, subtract, exp, divide
+_FP32 = 4
+
+
+def bytes_per_element(precision: str) -> tuple[int, int]:
+    """``(GEMM operand bytes, activation bytes)`` for a precision.
+
+    fp8 GEMMs read 1-byte operands but keep activations and outputs in 16 bits
+    (Transformer Engine's recipe); other precisions use one size for both.
+    """
+    check_choice(precision, _BYTES, key="precision")
+    operand = _BYTES[precision]
+    return operand, 2 if precision == "fp8" else operand
+
+
+@dataclass(frozen=True, slots=True)
+class Operator:
+    """One operator of a layer: FLOP and bytes moved per instance, ``count`` instances,
+    ``launches`` GPU kernels per instance.
+
+    ``kind``: ``gemm`` (a weight GEMM ``m×k · k×n``), ``bmm`` (a batched GEMM of two
+    activations, shape of the whole batch), ``attention`` (fused flash-style) or
+    ``elementwise`` (memory-bound).  ``fp8``: a GEMM reading FP8 operands.
+    ``bwd_bytes_factor``: an element-wise op's backward bytes over its forward bytes.
+    ``bias``: a weight GEMM whose layer adds a bias (its gradient is a reduction over the
+    tokens, in the GEMM's epilogue or a kernel of its own as the stack does).
+    """
+
+    name: str
+    kind: str
+    flops: float
+    bytes_moved: float
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    count: int = 1
+    launches: int = 1
+    fp8: bool = False
+    bwd_bytes_factor: float = 2.0
+    bias: bool = False
+
+    @property
+    def total_flops(self) -> float:
+        """FLOP of all instances."""
+        return self.flops * self.count
+
+    @property
+    def total_bytes(self) -> float:
+        """Bytes moved by all instances."""
+        return self.bytes_moved * self.count
+
+    @property
+    def base_name(self) -> str:
+        """The forward operator this one derives from (``qkv`` for ``qkv.dgrad``)."""
+        return self.name.split(".", 1)[0]
+
+
+Kernel = Operator  # the name the cost model used before operators had launches
+
+
+def gemm(name: str, m: int, n: int, k: int, operand_bytes: int, out_bytes: float,
+         count: int = 1, *, kind: str = "gemm", fp8: bool = False,
+         bias: bool = False) -> Operator:
+    """A GEMM reading ``m×k`` and ``k×n`` operands and writing ``m×n`` outputs."""
+    moved = (m * k + k * n) * operand_bytes + m * n * out_bytes
+    return Operator(name, kind, 2.0 * m * n * k, float(moved), m, n, k, count, fp8=fp8,
+                    bias=bias)
+
+
+def elementwise(name: str, bytes_moved: float, count: int = 1, *, flops: float = 0.0,
+                launches: int = 1, bwd_bytes_factor: float = 2.0) -> Operator:
+    """A memory-bound operator moving ``bytes_moved`` bytes."""
+    return Operator(name, "elementwise", float(flops), float(bytes_moved), count=count,
+                    launches=launches, bwd_bytes_factor=bwd_bytes_factor)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerWork:
+    """The operators one pass of one transformer layer runs on one TP rank, in order."""
+
+    pass_: str
+    kernels: tuple[Operator, ...]
+    operand_bytes: int = 2
+    activation_bytes: int = 2
+    stack: Stack = STACKS[DEFAULT_STACK]
+    precision: str = "bf16"
+
+    @property
+    def flops(self) -> float:
+        """Total FLOP of the pass, element-wise arithmetic included."""
+        return sum(k.total_flops for k in self.kernels)
+
+    @property
+    def matmul_flops(self) -> float:
+        """FLOP of the GEMMs and attention only (the Megatron count; element-wise
+        arithmetic left out)."""
+        return sum(k.total_flops for k in self.kernels if k.kind != "elementwise")
+
+    @property
+    def bytes_moved(self) -> float:
+        """Total bytes moved by the pass."""
+        return sum(k.total_bytes for k in self.kernels)
+
+    @property
+    def launches(self) -> int:
+        """GPU kernels launched by the pass."""
+        return sum(k.count * k.launches for k in self.kernels)
+
+    def kernel(self, name: str) -> Operator:
+        """The operator called ``name``; ConfigError listing the names if absent."""
+        for item in self.kernels:
+            if item.name == name:
+                return item
+        raise ConfigError(f"no operator {name!r}",
+                          hint=closest(name, [k.name for k in self.kernels]))
+
+    def names(self) -> tuple[str, ...]:
+        """The operators' names, in order."""
+        return tuple(k.name for k in self.kernels)
+
+    def backward(self) -> LayerWork:
+        """The backward pass of this forward work (see the module docstring)."""
+        if self.pass_ != "fwd":
+            raise ConfigError(f"backward() needs forward work, this is {self.pass_!r}")
+        out: list[Operator] = []
+        for item in reversed(self.kernels):
+            out += _backward_of(item, self)
+        return LayerWork("bwd", tuple(out), self.operand_bytes, self.activation_bytes,
+                         self.stack, self.precision)
+
+    def recompute(self, granularity: str = "full",
+                  matmuls: Sequence[Matmul] = ()) -> LayerWork:
+        """What activation recomputation re-runs: everything (``full``), only core
+        attention (``selective``), or (``op``, torchtitan's per-op policy) every
+        element-wise operator and unfused attention matmul and the weight mms of
+        ``matmuls`` (:func:`~distsim_gpu.workloads.specs.recompute.op_sac_matmuls`) it does not
+        keep, each at its own shape (module docstring of :mod:`workloads.recompute`)."""
+        if self.pass_ != "fwd":
+            raise ConfigError(f"recompute() needs forward work, this is {self.pass_!r}")
+        check_choice(granularity, RECOMPUTE_GRANULARITIES, key="recompute")
+        if granularity == "full":
+            kernels = self.kernels
+        elif granularity == "selective":
+            kernels = tuple(k for k in self.kernels if k.name in CORE_ATTENTION_KERNELS)
+        else:
+            kernels = tuple(part for k in self.kernels
+                            for part in self._op_recomputed(k, matmuls))
+        return LayerWork("recompute", kernels, self.operand_bytes, self.activation_bytes,
+                         self.stack, self.precision)
+
+    def _op_recomputed(self, item: Operator, matmuls: Sequence[Matmul]) -> list[Operator]:
+        """The part of forward operator ``item`` the op policy re-runs: a weight GEMM's
+        unsaved mms (the whole GEMM when it is one mm; ``qkv_wk`` for a fused qkv's k
+        projection), nothing of saved attention, everything of the rest."""
+        if item.kind in _OP_SAVED_KINDS or item.name in _OP_SAVED_NAMES:
+            return []
+        if item.kind != "gemm":
+            return [item]
+        parts = [m for m in matmuls if m.operator == item.name]
+        if sum(m.out_features for m in parts) != item.n or any(
+                m.in_features != item.k for m in parts):
+            raise ConfigError(f"recompute op: the layer's mms do not make up {item.name!r}",
+                              key="recompute",
+                              hint="pass op_sac_matmuls(model, tp=..., layer_index=...)")
+        if len(parts) == 1:
+            return [] if parts[0].saved else [item]
+        operand = 1 if item.fp8 else self.activation_bytes
+        return [gemm(f"{item.name}_{m.name}", item.m, m.out_features, item.k, operand,
+                     self.activation_bytes, item.count, fp8=item.fp8, bias=item.bias)
+                for m in parts if not m.saved]
+
+
+def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
+    """The backward operators of one forward operator, in execution order."""
+    ab, stack = work.activation_bytes, work.stack
+    name = item.name
+    if item.kind == "attention":
+        return [replace(item, name=f"{name}.bwd",
+                        flops=item.flops * FLASH_ATTENTION_BWD_FLOP_RATIO,
+                        bytes_moved=item.bytes_moved * 2.0)]
+    if item.kind == "elementwise":
+        factor = item.bwd_bytes_factor
+        if factor == 0:  # a cast: its backward is the gradient cast of the GEMM it feeds
+            return []
+        return [replace(item, name=f"{name}.bwd", flops=item.flops * factor,
+                        bytes_moved=item.bytes_moved * factor)]
+    operand = 1 if item.fp8 else ab  # 16-bit GEMMs stay 16-bit under fp8
+    out: list[Operator] = []
+    if item.fp8:  # the output gradient cast to E5M2, with its transpose
+        out.append(elementwise(f"{name}.grad_cast", item.m * item.n * (ab + 2), item.count,
+                               bwd_bytes_factor=0.0))
+    out.append(gemm(f"{name}.dgrad", item.m, item.k, item.n, operand, ab, item.count,
+                    kind=item.kind, fp8=item.fp8))
+    if item.kind == "bmm":  # both operands are activations: two data gradients
+        out.append(gemm(f"{name}.dgrad2", item.m, item.k, item.n, operand, ab, item.count,
+                        kind="bmm"))
+        return out
+    wgrad_out = 2.0 * _FP32 if stack.fp32_grad_accumulation else ab
+    out.append(gemm(f"{name}.wgrad", item.k, item.n, item.m, operand, wgrad_out,
+                    item.count, fp8=item.fp8))
+    if item.bias and not stack.fused_bias_grad:  # autograd's sum of dY over the tokens
+        out.append(elementwise(f"{name}.bias_grad", item.m * item.n * ab, item.count,
+                               flops=item.m * item.n, bwd_bytes_factor=0.0))
+    if stack.separate_grad_accumulation:
+        out.append(elementwise(f"{name}.grad_accum",
+                               stack.grad_accum_bytes(ab, work.precision) * item.k * item.n,
+                               item.count, flops=item.k * item.n, bwd_bytes_factor=0.0))
+    return out
+
+
+def forward_layer_work(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
+                       sequence_parallel: bool = False, precision: str = "bf16",
+                       layer_index: int = 0, ep: int = 1, causal: bool = True,
+                       attention: str | None = None,
+                       stack: Stack | None = None) -> LayerWork:
+    """The forward operators of layer ``layer_index`` on one TP rank (module docstring).
+
+    ``stack`` defaults to ``megatron-core``; ``attention`` (``flash`` | ``unfused``)
+    overrides the stack's attention implementation.
+    """
+    check_shard(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, ep=ep)
+    stack = (stack or STACKS[DEFAULT_STACK]).with_attention(attention)
+    fp8 = _fp8(precision, stack)
+    ob, ab = bytes_per_element(precision)
+    shape = _Shape(model, micro_batch, seq_len, tp, sequence_parallel, ab, stack, fp8)
+    kernels: list[Operator] = [shape.norm("input_norm", shape.qkv_fused_cast)]
+    if model.mla:
+        kernels += shape.mla_projections()
+    else:
+        kernels += shape.linear("qkv", shape.tokens, shape.q_width + 2 * shape.kv_width,
+                                model.hidden, bias=model.attention_bias,
+                                fused_cast=shape.qkv_fused_cast)
+    kernels += shape.core_attention(causal)
+    kernels += shape.linear("attn_out", shape.tokens, model.hidden, shape.v_width,
+                            bias=model.attention_bias)
+    kernels += [shape.residual("attn_residual"),
+                shape.norm("post_attn_norm", shape.qkv_fused_cast)]
+    if model.is_moe_layer(layer_index):
+        kernels += shape.moe(ep)
+        if model.shared_experts:
+            kernels += shape.mlp("shared", model.shared_experts * model.ffn_hidden // tp)
+    else:
+        kernels += shape.mlp("mlp", model.dense_ffn_hidden // tp)
+    kernels.append(shape.residual("mlp_residual"))
+    if fp8:  # delayed scaling: amax histories rolled and scales updated once per pass
+        kernels.append(elementwise("fp8_scale_update", 0.0, bwd_bytes_factor=1.0))
+    return LayerWork("fwd", tuple(kernels), ob, ab, stack, precision)
+
+
+def _fp8(precision: str, stack: Stack) -> bool:
+    if precision != "fp8":
+        return False
+    if not stack.fp8_linear:
+        raise ConfigError(f"stack {stack.name!r} has no FP8 kernels", key="precision",
+                          hint="precision fp8 runs on compute.stack megatron-core, "
+                               "transformer-engine or torch-compile")
+    return True
+
+
+class _Shape:
+    """One layer's sizes on one rank, and the operators built from them."""
+
+    def __init__(self, model: ModelSpec, b: int, s: int, tp: int, sp: bool, ab: int,
+                 stack: Stack, fp8: bool) -> None:
+        self.model, self.b, self.s, self.tp, self.ab = model, b, s, tp, ab
+        self.stack, self.fp8 = stack, fp8
+        self.tokens = b * s
+        self.tokens_ew = self.tokens / tp if sp else float(self.tokens)
+        self.heads_local = model.heads // tp
+        kv_local = max(1, model.kv_heads // tp)  # KV heads are replicated when kv_heads < tp
+        self.q_width = self.heads_local * model.qk_head_dim
+        self.kv_width = kv_local * model.head_dim  # (MLA: the q_width keys, v_width values)
+        self.v_width = self.heads_local * model.v_head_dim
+        self.f_local = model.ffn_hidden // tp
+        self.up_width = (2 if model.gated_mlp else 1) * self.f_local
+        # TE's LayerNormLinear / LayerNormMLP write the FP8 copy from the norm or the
+        # activation kernel itself; other FP8 stacks cast in a kernel of their own.
+        self.qkv_fused_cast = fp8 and stack.name == "transformer-engine"
+
+    def norm(self, name: str, fused_cast: bool, width: int = 0,
+             tokens: float = 0.0) -> Operator:
+        """Layer norm / RMSNorm over Tₑ·h (its FP8 output and transpose when fused), or
+        over ``tokens`` rows of ``width`` (MLA's latents)."""
+        elements = (tokens or self.tokens_ew) * (width or self.model.hidden)
+        flops = _NORM_FLOP[self.model.norm] * elements
+        written = 2.0 if fused_cast else self.ab
+        if self.stack.fused_norm:
+            return elementwise(name, elements * (self.ab + written), flops=flops,
+                               bwd_bytes_factor=1.5)
+        # PyTorch's composite: mean, variance, normalise, affine — 4 kernels, 5 passes
+        return elementwise(name, 5 * elements * self.ab, flops=flops, launches=4,
+                           bwd_bytes_factor=1.5)
+
+    def linear(self, name: str, m: int, n: int, k: int, *, bias: bool,
+               fused_cast: bool = False, count: int = 1) -> list[Operator]:
+        """A weight GEMM, in FP8 with its input cast when the stack runs FP8."""
+        if not self.fp8:
+            return [gemm(name, m, n, k, self.ab, self.ab, count, bias=bias)]
+        out = [] if fused_cast else [elementwise(f"cast_{name}", m * k * (self.ab + 2),
+                                                 count, bwd_bytes_factor=0.0)]
+        return [*out, gemm(name, m, n, k, 1, self.ab, count, fp8=True, bias=bias)]
+
+    def mla_projections(self) -> list[Operator]:
+        """MLA's query and key-value projections (:mod:`workloads.mla`): the duplicated
+        down projections over all tokens (not split by tp), the latent norms, the
+        head-split up projections, and the rotary embedding of the decoupled parts."""
+        mla, h, tokens, fused = self.model.mla, self.model.hidden, self.tokens, \
+            self.qkv_fused_cast
+        assert mla is not None
+        q_down, kv_down = mla.down_widths()
+        out: list[Operator] = []
+        if q_down:
+            out += self.linear("q_down", tokens, q_down, h, bias=False, fused_cast=fused)
+            out.append(self.norm("q_norm", fused, q_down, float(tokens)))
+        out += self.linear("q_up" if q_down else "q_proj", tokens, self.q_width,
+                           q_down or h, bias=False, fused_cast=fused)
+        out += self.linear("kv_down", tokens, kv_down, h, bias=False, fused_cast=fused)
+        out.append(self.norm("kv_norm", fused, mla.kv_lora_rank, float(tokens)))
+        kv_up = self.heads_local * (mla.qk_nope_head_dim + mla.v_head_dim)
+        out += self.linear("kv_up", tokens, kv_up, mla.kv_lora_rank, bias=False,
+                           fused_cast=fused)
+        out.append(self.mla_rope())
+        return out
+
+    def mla_rope(self) -> Operator:
+        """Rotary embedding of the query's and the shared key's rotary parts, written
+        into whole query and key heads: reads q (T·n·d_qk), k_nope (T·n·d_n) and the
+        rotary key (T·d_r), writes q and k (T·n·d_qk each); ~3 FLOP per rotated element."""
+        mla, tokens, n = self.model.mla, self.tokens, self.heads_local
+        assert mla is not None
+        read = tokens * (n * mla.qk_head_dim + n * mla.qk_nope_head_dim
+                         + mla.qk_rope_head_dim)
+        written = 2 * tokens * n * mla.qk_head_dim
+        rotated = tokens * (n + 1) * mla.qk_rope_head_dim
+        return elementwise("attn_rope", (read + written) * self.ab, flops=3.0 * rotated,
+                           bwd_bytes_factor=1.0)
+
+    def core_attention(self, causal: bool) -> list[Operator]:
+        """Flash attention, or the unfused scores / softmax / dropout / context (query-
+        key heads ``d_qk`` wide, values ``d_v``: different under MLA)."""
+        b, s, ab = self.b, self.s, self.ab
+        if self.stack.attention == "flash":
+            if self.model.mla is None:
+                flops = 4.0 * b * s * s * self.q_width * (0.5 if causal else 1.0)
+                moved = self.tokens * (2 * self.q_width + 2 * self.kv_width) * ab \
+                    + 4.0 * b * self.heads_local * s
+            else:  # Q·Kᵀ over d_qk, P·V over d_v; reads q, k, v, writes o
+                flops = 2.0 * b * s * s * (self.q_width + self.v_width) * (
+                    0.5 if causal else 1.0)
+                moved = self.tokens * (2 * self.q_width + 2 * self.v_width) * ab \
+                    + 4.0 * b * self.heads_local * s
+            return [Operator("attention", "attention", flops, moved)]
+        return self.unfused_attention()
+
+    def unfused_attention(self) -> list[Operator]:
+        """Scores (B·s × s over d_qk), softmax, dropout, context (over d_v), copy."""
+        b, s, ab = self.b, self.s, self.ab
+        batch, d = b * self.heads_local, self.model.qk_head_dim
+        dv = self.model.v_head_dim
+        scores = float(s * s * batch)
+        out = [gemm("attn_scores", batch * s, s, d, ab, ab, kind="bmm")]
+        out[0] = replace(out[0], bytes_moved=float(batch * 2 * s * d * ab + scores * ab))
+        if self.stack.fused_softmax:
+            out.append(elementwise("attn_softmax", 2 * scores * ab,
+                                   flops=_SOFTMAX_FLOP * scores, bwd_bytes_factor=1.5))
+        else:  # scale, mask (reads a 1-byte mask), softmax
+            out.append(elementwise("attn_softmax", scores * (6 * ab + 1),
+                                   flops=_SOFTMAX_FLOP * scores, launches=3,
+                                   bwd_bytes_factor=0.75))
+        if self.stack.attention_dropout:
+            out.append(elementwise("attn_dropout", scores * (2 * ab + 1), flops=scores,
+                                   bwd_bytes_factor=1.0))
+        context = gemm("attn_context", batch * s, dv, s, ab, ab, kind="bmm")
+        out.append(replace(context,
+                           bytes_moved=float(scores * ab + 2 * batch * s * dv * ab)))
+        if self.stack.context_copy:
+            out.append(elementwise("attn_context_copy", 2 * self.tokens * self.v_width * ab,
+                                   bwd_bytes_factor=1.0))
+        return out
+
+    def residual(self, name: str) -> Operator:
+        """Bias + dropout + residual add over Tₑ·h."""
+        elements = self.tokens_ew * self.model.hidden
+        mask = 1.0 if self.stack.hidden_dropout else 0.0
+        if self.stack.fused_bias_dropout_add:
+            return elementwise(name, elements * (3 * self.ab + mask), flops=3 * elements,
+                               bwd_bytes_factor=1.0)
+        # bias add (read, write), dropout (read, write, mask), add (2 reads, write)
+        launches = 3 if self.stack.hidden_dropout else 2
+        moved = elements * (7 * self.ab + mask) if mask else elements * 5 * self.ab
+        return elementwise(name, moved, flops=3 * elements, launches=launches,
+                           bwd_bytes_factor=1.0)
+
+    def mlp(self, prefix: str, f_local: int) -> list[Operator]:
+        """A dense MLP of per-rank width ``f_local`` over all tokens: ``<prefix>_fc1``,
+        ``<prefix>_act``, ``<prefix>_fc2`` (a dense layer's MLP, or a MoE layer's shared
+        experts, which Megatron-Core runs as one MLP of their summed width on every EP
+        rank, split over tp like a dense MLP)."""
+        model, fused, tokens = self.model, self.qkv_fused_cast, self.tokens
+        up = (2 if model.gated_mlp else 1) * f_local
+        return [*self.linear(f"{prefix}_fc1", tokens, up, model.hidden, bias=model.mlp_bias,
+                             fused_cast=fused),
+                self.activation(f"{prefix}_act", tokens, f_local=f_local),
+                *self.linear(f"{prefix}_fc2", tokens, model.hidden, f_local,
+                             bias=model.mlp_bias, fused_cast=fused)]
+
+    def activation(self, name: str, tokens: float, count: int = 1,
+                   f_local: int = 0) -> Operator:
+        """Bias + GeLU (reads and writes T·f/t) or SwiGLU (reads 2, writes 1); ``f_local``
+        the per-rank width (default the experts')."""
+        gated = self.model.gated_mlp
+        f_local = f_local or self.f_local
+        read = (2 if gated else 1) * tokens * f_local
+        written = tokens * f_local
+        flops = (_SWIGLU_FLOP if gated else _GELU_FLOP) * written
+        out_bytes = 2.0 if self.qkv_fused_cast else self.ab
+        moved = read * self.ab + written * out_bytes
+        launches = 1
+        if not self.stack.fused_bias_activation and self.model.mlp_bias:
+            moved += 2 * read * self.ab
+            launches = 2
+        return elementwise(name, moved, count, flops=flops, launches=launches,
+                           bwd_bytes_factor=1.5)
+
+    def moe(self, ep: int) -> list[Operator]:
+        """Router, dispatch, the local experts' MLPs and combine."""
+        model, tokens, ab, h = self.model, self.tokens, self.ab, self.model.hidden
+        local_experts = model.experts // ep
+        per_expert = max(1, math.ceil(tokens * model.top_k * ep / model.experts))
+        return [
+            gemm("router", tokens, model.experts, h, ab, ab),
+            elementwise("moe_dispatch", (tokens + tokens * model.top_k) * h * ab,
+                        bwd_bytes_factor=1.0),
+            *self.linear("expert_fc1", per_expert, self.up_width, h, bias=model.mlp_bias,
+                         count=local_experts),
+            self.activation("expert_act", per_expert, local_experts),
+            *self.linear("expert_fc2", per_expert, h, self.f_local, bias=model.mlp_bias,
+                         count=local_experts),
+            elementwise("moe_combine", (tokens * model.top_k + tokens) * h * ab,
+                        bwd_bytes_factor=1.0),
+        ]
+
+
+def layer_work(pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
+               sequence_parallel: bool = False, precision: str = "bf16",
+               layer_index: int = 0, ep: int = 1, causal: bool = True,
+               recompute: str = "full", attention: str | None = None,
+               stack: Stack | None = None) -> LayerWork:
+    """The operators of pass ``pass_`` (``fwd``, ``bwd``, ``recompute``) of one layer."""
+    check_choice(pass_, PASSES, key="pass")
+    forward = forward_layer_work(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp,
+                                 sequence_parallel=sequence_parallel, precision=precision,
+                                 layer_index=layer_index, ep=ep, causal=causal,
+                                 attention=attention, stack=stack)
+    if pass_ == "bwd":
+        return forward.backward()
+    if pass_ == "recompute":
+        matmuls = op_sac_matmuls(model, tp=tp, layer_index=layer_index) if (
+            recompute == "op") else ()
+        return forward.recompute(recompute, matmuls)
+    return forward
+
+
+def check_shard(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int,
+                ep: int) -> None:
+    """A ConfigError unless the model's heads, FFN and experts split over tp and ep."""
+    for name, value in (("micro_batch", micro_batch), ("seq_len", seq_len), ("tp", tp),
+                        ("ep", ep)):
+        check_whole(value, key=name)
+    check_tp_split(heads=model.heads, kv_heads=model.kv_heads, tp=tp)
+    for name in ("ffn_hidden", "dense_ffn_hidden"):
+        if getattr(model, name) % tp:
+            raise ConfigError(f"{name} {getattr(model, name)} is not divisible by tp {tp}",
+                              key="tp")
+    check_ep_split(experts=model.experts, ep=ep)

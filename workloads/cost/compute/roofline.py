@@ -1,0 +1,469 @@
+"""The roofline cost model: each operator at the slower of its compute and memory roofline,
+plus its launches; a pass is its operators in sequence on the GPU, each kernel no earlier
+than the host has issued it.
+
+``operator time = count · (max(FLOP / (peak · eff), bytes / (bw · memory_efficiency)) +
+launches · launch_overhead_s)`` with ``eff`` = :func:`matmul_efficiency` (tiles and waves)
+for GEMMs — at the FP8 peak and the stack's FP8 efficiency for FP8 GEMMs — and
+``attention_efficiency`` for fused attention; element-wise operators run their few FLOP
+on the CUDA cores (fp32 rate) and are memory bound.  Compute rates scale with the GPU's
+``clock_fraction`` under a power limit (:mod:`~distsim_gpu.workloads.specs.gpus`).  A pass is the
+GPU running its kernels in sequence, each no earlier than the host has issued it
+(:func:`issue_timeline_s`, at the stack's host seconds per kernel for the pass): an eager
+framework's CPU issues kernels ahead of the GPU until kernels get shorter than its
+per-kernel dispatch time, and then the GPU waits for it.
+
+:class:`CostModel` is the protocol the workload builder asks of any cost model (this one
+and :class:`~distsim_gpu.workloads.cost.compute.table_costs.TableCosts`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from distsim_gpu.simcore.config import check_choice, check_number, check_whole
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.cost.compute.operators import (
+    PASSES,
+    LayerWork,
+    Operator,
+    bytes_per_element,
+    check_shard,
+    elementwise,
+    gemm,
+    layer_work,
+)
+from distsim_gpu.workloads.cost.compute.stacks import (
+    ATTENTION_IMPLEMENTATIONS,
+    DEFAULT_STACK,
+    STACKS,
+    Stack,
+)
+from distsim_gpu.workloads.specs.gpus import GpuSpec
+from distsim_gpu.workloads.specs.models import ModelSpec
+
+__all__ = [
+    "ADAM_BYTES_PER_PARAM",
+    "ATTENTION_EFFICIENCY",
+    "ATTENTION_EFFICIENCY_BY_KERNEL",
+    "DEFAULT_GEMM_TILES",
+    "GEMM_K_HALF",
+    "LAUNCH_OVERHEAD_S",
+    "MATMUL_EFFICIENCY",
+    "MATMUL_EFFICIENCY_BY_ARCHITECTURE",
+    "MEMORY_EFFICIENCY",
+    "CostModel",
+    "RooflineCosts",
+    "attention_efficiency",
+    "issue_timeline_s",
+    "matmul_efficiency",
+    "stores_attention_scores",
+]
+
+# Asymptotic fraction of dense tensor-core peak a large, well-shaped cuBLAS GEMM reaches.
+# Bekman, "Machine Learning Engineering" (github.com/stas00/ml-engineering,
+# compute/accelerator, "Maximum Achievable Matmul FLOPS" table, bf16, CUDA 12.1): best
+# shapes reach 85.9 % on A100 SXM (267.9 of 312 TFLOP/s) and 80.1 % on H100 SXM (792.1 of
+# 989); typical training shapes sit a little lower: 0.8 on Ampere (0.93 of its best), and
+# the same 0.93 of Hopper's best, 0.745, on Hopper.  A generation without a figure in that
+# table takes MATMUL_EFFICIENCY.
+MATMUL_EFFICIENCY = 0.8
+MATMUL_EFFICIENCY_BY_ARCHITECTURE: dict[str, float] = {"ampere": 0.8, "hopper": 0.745}
+# Candidate thread-block tiles (tile_m, tile_n, efficiency relative to the best tile).
+# Tile and wave quantisation follow NVIDIA's "Matrix Multiplication Background User's
+# Guide" (Deep Learning Performance docs, §2.3 and ch. 3): a GEMM runs as
+# ceil(m/tile_m)·ceil(n/tile_n) tiles, in waves of one tile per SM; larger tiles reuse
+# more data and run closer to peak.  The relative efficiencies are our assumption (the
+# guide shows the ordering, not a number); cuBLAS's heuristic is modelled as picking the
+# candidate that finishes first.
+DEFAULT_GEMM_TILES: tuple[tuple[int, int, float], ...] = (
+    (256, 128, 1.0), (128, 128, 0.95), (128, 64, 0.85), (64, 64, 0.7))
+# Small-k penalty k / (k + GEMM_K_HALF): each tile pays a fixed prologue/epilogue (load,
+# write back its C tile) that the k-loop amortises.  Our assumption: at k = 64 a tile
+# spends as long outside its main loop as in it.
+GEMM_K_HALF = 64.0
+# Fraction of the dense 16-bit peak a fused (flash) attention kernel reaches over its forward
+# and backward, by kernel and GPU architecture.  FlashAttention-2 reaches 50-73 % of A100
+# peak forward and less backward (Dao 2023, "FlashAttention-2", abstract and §4.1: ~0.5 over
+# both), but only ~35 % of H100 peak, because it uses none of Hopper's asynchronous
+# tensor-core (WGMMA) and TMA instructions (Shah et al. 2024, "FlashAttention-3",
+# abstract); FlashAttention-3 and cuDNN's fused attention, written for Hopper, reach up to
+# 75 % forward there (same abstract) and less backward, hence 0.5 over both.  Blackwell: no
+# published figure for FA2; it runs the same pre-Hopper instructions, taken as on Hopper.
+# Any other pair (Volta, CDNA3, a custom GPU without an architecture): ATTENTION_EFFICIENCY.
+ATTENTION_EFFICIENCY = 0.5
+ATTENTION_EFFICIENCY_BY_KERNEL: dict[tuple[str, str], float] = {
+    ("fa2", "ampere"): 0.5, ("fa2", "hopper"): 0.35, ("fa2", "blackwell"): 0.35,
+    ("cudnn", "ampere"): 0.5, ("cudnn", "hopper"): 0.5, ("cudnn", "blackwell"): 0.5,
+}
+# Fraction of datasheet HBM bandwidth a streaming kernel achieves.  Device-memory copy
+# benchmarks reach ~80-92 % (e.g. Jia et al. 2018, "Dissecting the NVIDIA Volta GPU
+# Architecture via Microbenchmarking": ~750 of 900 GB/s on V100); PyTorch's own element-wise
+# kernels on >= 64 MB tensors in the corpus's Kineto traces
+# (validation/memory_bandwidth/measure_bandwidth.py) reach a median 0.80 on A100-40GB (78
+# kernels), 0.86 on V100 (36) and 0.70 on A100-80GB (15): 0.8.
+MEMORY_EFFICIENCY = 0.8
+# Per-kernel launch/scheduling gap when the CPU queue runs ahead: a few µs (NVIDIA blog
+# "Getting Started with CUDA Graphs", 2019: back-to-back short kernels cost a few µs each).
+LAUNCH_OVERHEAD_S = 3e-6
+# Bytes of HBM traffic per parameter for one mixed-precision Adam step with fp32 master
+# weights, fp32 main gradients and fp32 moments (the 4+4+4 B "K = 12" optimizer state of
+# Rajbhandari et al. 2020, "ZeRO", §3.1): read master, grad, m, v (16 B), write master,
+# m, v (12 B) and the bf16/fp16 model copy (2 B) = 30 B.  With 16-bit gradients: 28 B.
+ADAM_BYTES_PER_PARAM = 30.0
+# Gradient-norm clipping reads every fp32 gradient once more (Megatron's
+# clip_grad_norm_fp32 / DeepSpeed's get_grad_norm: a multi-tensor L2 norm, then a scale
+# folded into Adam); fp16 loss scaling adds an unscale-and-inf-check pass (read and write
+# the fp32 gradient); FP8 weights are re-cast after the step (read 2 B, write 1 B and its
+# transpose) — Transformer Engine caches them across a step's micro-batches.
+GRAD_CLIP_BYTES_PER_PARAM = 4.0
+FP16_UNSCALE_BYTES_PER_PARAM = 8.0
+FP8_WEIGHT_CAST_BYTES_PER_PARAM = 4.0
+
+
+def matmul_efficiency(m: int, n: int, k: int, *, sm_count: int,
+                      asymptotic_efficiency: float = MATMUL_EFFICIENCY,
+                      tiles: Sequence[tuple[int, int, float]] = DEFAULT_GEMM_TILES,
+                      k_half: float = GEMM_K_HALF) -> float:
+    """Fraction of peak a ``(m×k)·(k×n)`` GEMM reaches on a GPU with ``sm_count`` SMs.
+
+    For each candidate tile ``(tm, tn, r)``: ``tiles = ⌈m/tm⌉·⌈n/tn⌉``,
+    ``waves = ⌈tiles/sm_count⌉``; wave efficiency ``tiles / (waves·sm_count)`` (idle SMs
+    in the last wave), tile efficiency ``m·n / (⌈m/tm⌉·tm·⌈n/tn⌉·tn)`` (padding).  The
+    result is ``asymptotic_efficiency · max_tile(r · wave · tile) · k/(k + k_half)``.  It is
+    ~asymptotic for large GEMMs and falls for small or skinny ones.
+    """
+    for name, value in (("m", m), ("n", n), ("k", k), ("sm_count", sm_count)):
+        check_whole(value, key=name)
+    best = 0.0
+    for tile_m, tile_n, relative in tiles:
+        tiles_m, tiles_n = -(-m // tile_m), -(-n // tile_n)
+        count = tiles_m * tiles_n
+        waves = -(-count // sm_count)
+        wave_eff = count / (waves * sm_count)
+        tile_eff = (m * n) / (tiles_m * tile_m * tiles_n * tile_n)
+        best = max(best, relative * wave_eff * tile_eff)
+    return asymptotic_efficiency * best * k / (k + k_half)
+
+
+def attention_efficiency(flash_kernel: str, architecture: str) -> float:
+    """Fraction of peak the fused attention kernel ``flash_kernel`` (``fa2``, ``cudnn``)
+    reaches on a GPU of ``architecture`` (:data:`ATTENTION_EFFICIENCY_BY_KERNEL`;
+    :data:`ATTENTION_EFFICIENCY` for a pair without a published figure)."""
+    return ATTENTION_EFFICIENCY_BY_KERNEL.get((flash_kernel, architecture),
+                                              ATTENTION_EFFICIENCY)
+
+
+def stores_attention_scores(costs: object) -> bool:
+    """Whether a cost model's attention keeps the ``s×s`` softmax output for backward
+    (what the memory model's ``flash_attention=False`` counts): only a roofline whose
+    stack runs unfused attention.  A profiled table does not say how it ran attention; it
+    is taken as flash, the kernels current stacks use."""
+    stack = getattr(costs, "resolved_stack", None)
+    return stack is not None and stack.attention == "unfused"
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """What the workload builder asks of a cost model.  Every time is in seconds."""
+
+    def layer_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int,
+                     tp: int = 1, sequence_parallel: bool = False, layer_index: int = 0,
+                     ep: int = 1, recompute: str = "full") -> float:
+        """One pass of transformer layer ``layer_index`` on one TP rank."""
+        ...
+
+    def embedding_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int,
+                         seq_len: int, tp: int = 1,
+                         sequence_parallel: bool = False) -> float:
+        """Word (+ position) embedding lookup forward, or its gradient scatter backward."""
+        ...
+
+    def loss_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int,
+                    tp: int = 1, sequence_parallel: bool = False) -> float:
+        """Final norm, logits GEMM (h × V/tp) and cross entropy."""
+        ...
+
+    def optimizer_step_time_s(self, params_on_gpu: float) -> float:
+        """One optimizer step over ``params_on_gpu`` parameters (memory bound)."""
+        ...
+
+
+def issue_timeline_s(operators: Iterable[tuple[float, int]], host_s_per_kernel: float) -> float:
+    """When the GPU finishes a pass whose kernels an eager host issues one by one.
+
+    ``operators``: (device seconds, kernels) in order, the device time spread evenly over
+    the operator's kernels.  The host issues kernel j at ``j · host_s_per_kernel`` after
+    the pass starts; the GPU runs it from ``max(previous kernel's end, its issue)``.  So a
+    pass of long kernels takes their sum (the host runs ahead), one of short kernels the
+    host's issue time plus the last kernel — neither alone, where the two mix.  For n
+    equal kernels of d seconds issued every h from (host t_h, GPU t_g) the last ends at
+    ``max(t_g + n·d, t_h + h + n·d)`` when h ≤ d, else ``max(t_g + n·d, t_h + n·h + d)``.
+    """
+    host_s, gpu_s = 0.0, 0.0
+    for device_s, kernels in operators:
+        if kernels <= 0:
+            gpu_s += device_s
+            continue
+        each_s = device_s / kernels
+        if host_s_per_kernel <= each_s:
+            gpu_s = max(gpu_s, host_s + host_s_per_kernel) + device_s
+        else:
+            gpu_s = max(gpu_s + device_s, host_s + kernels * host_s_per_kernel + each_s)
+        host_s += kernels * host_s_per_kernel
+    return gpu_s
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineCosts:
+    """Analytic costs: each operator at the slower of its compute and memory roofline
+    (module docstring), the operators a :class:`Stack` lays out.
+
+    ``peak`` is the GPU's dense rate at ``precision``; ``matmul_asymptotic_efficiency``,
+    when given, overrides the GPU generation's GEMM efficiency.  ``attention`` (``flash`` |
+    ``unfused``), when given, overrides the stack's attention; ``host_overhead_s`` its host
+    seconds per forward kernel (:meth:`Stack.with_host_overhead`).  ``attention_efficiency``,
+    when given, overrides :func:`attention_efficiency` of the stack's flash kernel on the
+    GPU's architecture.  ``optimizer_bytes_per_param``
+    is Adam's traffic; clipping, fp16 unscaling and FP8 weight casts are added by the
+    precision and stack.  ``comm_sms``: SMs that communication kernels hold throughout,
+    overlapped with compute (DeepEP under DualPipe keeps 20 of an H800's 132): compute
+    runs on the rest — GEMM waves over them, every FLOP rate scaled by their share —
+    while memory-bound kernels, which saturate HBM with a fraction of the SMs, keep their
+    rate.  Every default is a module constant with its source.
+    """
+
+    gpu: GpuSpec
+    precision: str = "bf16"
+    matmul_asymptotic_efficiency: float | None = None
+    attention_efficiency: float | None = None
+    memory_efficiency: float = MEMORY_EFFICIENCY
+    launch_overhead_s: float = LAUNCH_OVERHEAD_S
+    gemm_tiles: tuple[tuple[int, int, float], ...] = DEFAULT_GEMM_TILES
+    gemm_k_half: float = GEMM_K_HALF
+    causal: bool = True
+    optimizer_bytes_per_param: float = ADAM_BYTES_PER_PARAM
+    attention: str | None = None
+    stack: Stack = field(default=STACKS[DEFAULT_STACK])
+    host_overhead_s: float | None = None
+    comm_sms: int = 0
+
+    def __post_init__(self) -> None:
+        self.gpu.peak_flops(self.precision)  # ConfigError if the GPU lacks the precision
+        bytes_per_element(self.precision)
+        if self.attention is not None:
+            check_choice(self.attention, ATTENTION_IMPLEMENTATIONS, key="attention")
+        if not isinstance(self.stack, Stack):
+            raise ConfigError(f"must be a Stack, got {self.stack!r}", key="stack")
+        if self.precision == "fp8" and not self.stack.fp8_linear:
+            raise ConfigError(f"stack {self.stack.name!r} has no FP8 kernels", key="stack",
+                              hint="precision fp8 runs on stack megatron-core, "
+                                   "transformer-engine or torch-compile")
+        for name in ("matmul_asymptotic_efficiency", "attention_efficiency",
+                     "memory_efficiency"):
+            if getattr(self, name) is not None:
+                check_number(getattr(self, name), key=name, above=True, maximum=1)
+        for name in ("launch_overhead_s", "gemm_k_half", "optimizer_bytes_per_param"):
+            check_number(getattr(self, name), key=name)
+        if self.host_overhead_s is not None:  # a second per kernel is past any host
+            check_number(self.host_overhead_s, key="host_overhead_s", maximum=1.0,
+                         hint="seconds the host spends per kernel it launches, e.g. 2e-05")
+        if not self.gemm_tiles:
+            raise ConfigError("needs at least one tile", key="gemm_tiles")
+        check_whole(self.comm_sms, key="comm_sms", minimum=0)
+        if self.comm_sms >= self.gpu.sm_count:
+            raise ConfigError(f"{self.comm_sms} SMs for communication leave none of the "
+                              f"{self.gpu.sm_count} of {self.gpu.name} for compute",
+                              key="comm_sms", hint="DeepEP holds 20 of an H800's 132")
+
+    @property
+    def compute_sms(self) -> int:
+        """The SMs compute kernels run on: the GPU's, less those communication holds."""
+        return self.gpu.sm_count - self.comm_sms
+
+    @property
+    def resolved_matmul_efficiency(self) -> float:
+        """Large GEMMs' fraction of peak: as given, else the GPU generation's
+        (:data:`MATMUL_EFFICIENCY_BY_ARCHITECTURE`)."""
+        if self.matmul_asymptotic_efficiency is not None:
+            return self.matmul_asymptotic_efficiency
+        return MATMUL_EFFICIENCY_BY_ARCHITECTURE.get(self.gpu.architecture, MATMUL_EFFICIENCY)
+
+    @property
+    def resolved_attention_efficiency(self) -> float:
+        """The fused attention kernel's fraction of peak: as given, else the stack's flash
+        kernel on this GPU's architecture (:func:`attention_efficiency`)."""
+        if self.attention_efficiency is not None:
+            return self.attention_efficiency
+        return attention_efficiency(self.stack.flash_kernel, self.gpu.architecture)
+
+    @property
+    def resolved_stack(self) -> Stack:
+        """The stack with ``attention`` and ``host_overhead_s`` applied."""
+        return self.stack.with_attention(self.attention).with_host_overhead(
+            self.host_overhead_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Resolved settings, every default filled in (JSON/YAML-ready)."""
+        return {"kind": "roofline", "gpu": self.gpu.to_dict(), "precision": self.precision,
+                "matmul_asymptotic_efficiency": self.resolved_matmul_efficiency,
+                "attention_efficiency": self.resolved_attention_efficiency,
+                "memory_efficiency": self.memory_efficiency,
+                "launch_overhead_s": self.launch_overhead_s,
+                "gemm_tiles": [list(t) for t in self.gemm_tiles],
+                "gemm_k_half": self.gemm_k_half, "causal": self.causal,
+                "optimizer_bytes_per_param": self.optimizer_bytes_per_param,
+                "attention": self.resolved_stack.attention, "stack": self.stack.name,
+                "host_overhead_s": self.resolved_stack.host_overhead_s,
+                "comm_sms": self.comm_sms}
+
+    @property
+    def peak_flops_per_s(self) -> float:
+        """The GPU's dense peak at this precision's 16-bit GEMMs (FP8 GEMMs: see
+        :meth:`kernel_time_s`)."""
+        return self.gpu.peak_flops("bf16" if self.precision == "fp8" else self.precision)
+
+    def matmul_efficiency(self, m: int, n: int, k: int, *, fp8: bool = False) -> float:
+        """:func:`matmul_efficiency` with this model's GPU and constants."""
+        asymptotic = (self.stack.fp8_matmul_efficiency if fp8
+                      else self.resolved_matmul_efficiency)
+        return matmul_efficiency(m, n, k, sm_count=self.compute_sms,
+                                 asymptotic_efficiency=asymptotic,
+                                 tiles=self.gemm_tiles, k_half=self.gemm_k_half)
+
+    def kernel_time_s(self, kernel: Operator) -> float:
+        """Seconds for all ``kernel.count`` instances of an operator."""
+        memory_s = kernel.bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s
+                                         * self.memory_efficiency)
+        compute_s = 0.0
+        if kernel.flops > 0:
+            if kernel.kind in ("gemm", "bmm"):
+                peak = self.gpu.peak_flops("fp8") if kernel.fp8 else self.peak_flops_per_s
+                rate = peak * self.matmul_efficiency(kernel.m, kernel.n, kernel.k,
+                                                     fp8=kernel.fp8)
+            elif kernel.kind == "attention":
+                rate = self.peak_flops_per_s * self.resolved_attention_efficiency
+            else:
+                rate = self.gpu.peak_flops("fp32")
+            # A power limit below TDP lowers the compute clock, not the memory's; SMs held
+            # by communication take their share of every FLOP rate.
+            share = self.compute_sms / self.gpu.sm_count
+            compute_s = kernel.flops / (rate * self.gpu.clock_fraction * share)
+        launches_s = kernel.launches * self.launch_overhead_s
+        return kernel.count * (max(compute_s, memory_s) + launches_s)
+
+    def work_time_s(self, work: LayerWork) -> float:
+        """Seconds for every operator of ``work`` one after another on the GPU, each
+        kernel no earlier than the host has issued it (:func:`issue_timeline_s`)."""
+        return issue_timeline_s(
+            ((self.kernel_time_s(k), k.count * k.launches) for k in work.kernels),
+            work.stack.host_s_per_kernel(work.pass_))
+
+    def operator_times_s(self, work: LayerWork) -> dict[str, float]:
+        """Seconds per forward operator name (a backward operator counts to the forward
+        one it derives from: ``qkv.dgrad`` and ``qkv.wgrad`` to ``qkv``), in order."""
+        out: dict[str, float] = {}
+        for item in work.kernels:
+            out[item.base_name] = out.get(item.base_name, 0.0) + self.kernel_time_s(item)
+        return out
+
+    def layer_work(self, pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int,
+                   tp: int = 1, sequence_parallel: bool = False, layer_index: int = 0,
+                   ep: int = 1, recompute: str = "full") -> LayerWork:
+        """:func:`layer_work` at this model's precision, causality and stack."""
+        return layer_work(pass_, model, micro_batch=micro_batch, seq_len=seq_len, tp=tp,
+                          sequence_parallel=sequence_parallel, precision=self.precision,
+                          layer_index=layer_index, ep=ep, causal=self.causal,
+                          recompute=recompute, stack=self.resolved_stack)
+
+    def layer_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int,
+                     tp: int = 1, sequence_parallel: bool = False, layer_index: int = 0,
+                     ep: int = 1, recompute: str = "full") -> float:
+        """Seconds of one pass of one layer on one TP rank (operators in sequence)."""
+        return self.work_time_s(self.layer_work(
+            pass_, model, micro_batch=micro_batch, seq_len=seq_len, tp=tp,
+            sequence_parallel=sequence_parallel, layer_index=layer_index, ep=ep,
+            recompute=recompute))
+
+    def embedding_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int,
+                         seq_len: int, tp: int = 1,
+                         sequence_parallel: bool = False) -> float:
+        """Vocabulary-parallel lookup: read this rank's rows (~T·h/tp), write T·h;
+        learned positions add a read and an add (2·T·h), an embedding norm 2·T·h.
+        Backward scatters the gradient: 2× the bytes.  Recompute: 0 (never recomputed).
+        """
+        check_choice(pass_, PASSES, key="pass")
+        check_shard(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, ep=1)
+        if pass_ == "recompute":
+            return 0.0
+        _, ab = bytes_per_element(self.precision)
+        th = micro_batch * seq_len * model.hidden
+        moved = th * ab * (1.0 / tp + 1.0)
+        if model.position == "learned":
+            moved += 2.0 * th * ab
+        if model.embedding_norm:
+            moved += 2.0 * th * ab / (tp if sequence_parallel else 1)
+        if pass_ == "bwd":
+            moved *= 2.0
+        return self.kernel_time_s(elementwise("embedding", moved))
+
+    def loss_work(self, model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
+                  sequence_parallel: bool = False) -> LayerWork:
+        """Final norm, logits GEMM (m=T, k=h, n=V/tp, 16-bit also under FP8) and
+        vocabulary-parallel cross entropy: fused, it reads the logits and writes fp32
+        softmax (T·V/tp·(a + 4) bytes; backward the same); eager fp32 PyTorch (Megatron
+        2021: cast to fp32, max, subtract, exp, sum, divide) moves T·V/tp·(a + 36) bytes
+        in 6 kernels, and its backward (softmax minus one-hot, scale, cast back) ~22."""
+        check_shard(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, ep=1)
+        _, ab = bytes_per_element(self.precision)
+        stack = self.resolved_stack
+        tokens = micro_batch * seq_len
+        tokens_ew = tokens / tp if sequence_parallel else float(tokens)
+        vocab_local = -(-model.vocab // tp)
+        logits_elems = tokens * vocab_local
+        norm = elementwise("final_norm", 2 * tokens_ew * model.hidden * ab,
+                           bwd_bytes_factor=1.5)
+        logits = gemm("logits", tokens, vocab_local, model.hidden, ab, ab)
+        if stack.fused_cross_entropy:
+            entropy = elementwise("cross_entropy", logits_elems * (ab + 4), flops=
+                                  5.0 * logits_elems, bwd_bytes_factor=1.0)
+        else:
+            entropy = elementwise("cross_entropy", logits_elems * (ab + 36), flops=
+                                  5.0 * logits_elems, launches=6,
+                                  bwd_bytes_factor=22.0 / (ab + 36))
+        return LayerWork("fwd", (norm, logits, entropy), ab, ab, stack, self.precision)
+
+    def loss_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int,
+                    tp: int = 1, sequence_parallel: bool = False) -> float:
+        """:meth:`loss_work`'s seconds; backward also runs the GEMM's dgrad and wgrad.
+        Recompute: 0."""
+        check_choice(pass_, PASSES, key="pass")
+        if pass_ == "recompute":
+            return 0.0
+        work = self.loss_work(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp,
+                              sequence_parallel=sequence_parallel)
+        return self.work_time_s(work.backward() if pass_ == "bwd" else work)
+
+    def optimizer_bytes(self) -> float:
+        """HBM bytes per parameter of one step: Adam, gradient clipping, and the fp16
+        unscale or FP8 weight re-cast the precision needs."""
+        extra = GRAD_CLIP_BYTES_PER_PARAM
+        if self.precision == "fp16":
+            extra += FP16_UNSCALE_BYTES_PER_PARAM
+        if self.precision == "fp8":
+            extra += FP8_WEIGHT_CAST_BYTES_PER_PARAM
+        return self.optimizer_bytes_per_param + extra
+
+    def optimizer_step_time_s(self, params_on_gpu: float) -> float:
+        """``params · optimizer_bytes() / (bw · memory_efficiency)`` + launches.
+
+        Pass the parameters this GPU updates (its ZeRO shard when the optimizer state is
+        sharded).  0 parameters take 0 s.
+        """
+        check_number(params_on_gpu, key="params_on_gpu")
+        if params_on_gpu == 0:
+            return 0.0
+        return self.kernel_time_s(elementwise(
+            "adam", params_on_gpu * self.optimizer_bytes(), launches=2))

@@ -1,0 +1,285 @@
+"""Software stacks: which kernels a framework version runs for a transformer layer, which of
+them it fuses, and the few physical efficiency figures its kernels reach.
+
+The same model on the same GPU runs a different list of kernels under Megatron-LM of 2021
+(attention as two batched GEMMs around a fused softmax, dropout everywhere, eager PyTorch)
+and under Transformer Engine (FlashAttention, fused norms, FP8 casts).  A :class:`Stack`
+names those choices; :mod:`~distsim_gpu.workloads.cost.compute.operators` turns a stack and a
+model into operators, :mod:`~distsim_gpu.workloads.cost.compute.roofline` times them.
+
+Every figure is physical — achieved fraction of GEMM peak, achieved fraction of memory
+bandwidth, launch gap and host dispatch time per kernel — not a fit to measured iterations.
+
+Stacks (``compute.stack``):
+
+``megatron-core`` (the default)
+    Current Megatron-Core / NeMo with cuDNN FlashAttention, fused bias-GeLU/SwiGLU, fused
+    bias-dropout-add, fused (apex/TE) norms, fp32 main-grad accumulation fused into the
+    weight-gradient GEMM (``--gradient-accumulation-fusion``).  Dropout off, as in current
+    LLM pre-training recipes (Llama, Nemotron).  Its operator list is the one distsim used
+    before stacks existed.  ``precision: fp8`` runs the linear GEMMs in FP8 with each cast
+    a kernel of its own (Transformer Engine's ``Linear`` without the norm fusions).
+``megatron-lm-2021``
+    Megatron-LM as published for GPT-3-scale training (Narayanan et al. 2021, SC'21;
+    github.com/NVIDIA/Megatron-LM v2.x, ``megatron/model/transformer.py``): unfused
+    attention — ``torch.baddbmm`` for Q·Kᵀ, the fused ``scaled_upper_triang_masked_softmax``
+    CUDA kernel, ``torch.nn.Dropout`` on the attention probabilities (p = 0.1), ``torch.bmm``
+    for P·V and a ``permute().contiguous()`` copy of the context; TorchScript-fused
+    ``bias_gelu`` and ``bias_dropout_add`` (hidden dropout 0.1); apex ``FusedLayerNorm``;
+    vocabulary-parallel cross entropy in eager fp32 PyTorch; fp32 main grads accumulated
+    by the weight-gradient GEMM.
+``megatron-deepspeed``
+    Microsoft's Megatron-DeepSpeed (the code BLOOM and vTrain's measurements ran): the
+    2021 Megatron layer under DeepSpeed's engine, whose fp16 gradients accumulate in the
+    parameters' ``.grad`` through a separate autograd add per weight and micro-batch (bf16
+    ones into fp32 buffers, cast and added by the ``BF16_Optimizer`` after each
+    micro-batch, as BLOOM ran), and are all-reduced after the backward pass rather than
+    during it (DeepSpeed's ``allreduce_gradients`` after ``loss.backward()``; its pipeline
+    engine's ``ReduceGrads`` step after the last micro-batch) — in fp16 with the FP16
+    optimizer.
+``transformer-engine``
+    Megatron-Core with Transformer Engine layers (``--transformer-impl
+    transformer_engine``): FlashAttention (cuDNN), LayerNorm fused into the following
+    linear layer (``LayerNormLinear``, ``LayerNormMLP``), and with ``precision: fp8`` the
+    linear GEMMs in FP8 (E4M3 forward, E5M2 gradients) with their casts and delayed
+    scaling bookkeeping; attention core, embedding and logits stay in 16 bits (TE's
+    ``fp8_autocast`` covers only TE linear modules).
+``torch-compile``
+    torchtitan-style eager model under ``torch.compile`` with FSDP2: SDPA FlashAttention,
+    element-wise chains (residual add + RMSNorm, SwiGLU) fused by Inductor, no dropout,
+    gradients reduced in the parameters' dtype; ``precision: fp8`` as torchao's float8
+    linear layers (casts as kernels of their own).
+``torch-eager``
+    The same model without ``torch.compile``: RMSNorm as PyTorch's composite of four
+    kernels, residual adds as kernels of their own, eager host dispatch.
+
+Sources of the efficiency figures are in :mod:`~distsim_gpu.workloads.cost.compute.roofline`
+(``MATMUL_EFFICIENCY``, ``MEMORY_EFFICIENCY``, ``LAUNCH_OVERHEAD_S``) and here
+(``EAGER_HOST_OVERHEAD_S``, ``EAGER_HOST_BACKWARD_OVERHEAD_S``,
+``FP8_MATMUL_EFFICIENCY``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from distsim_gpu.simcore.config import check_bool, check_choice, check_number
+from distsim_gpu.simcore.errors import ConfigError
+
+__all__ = [
+    "ATTENTION_IMPLEMENTATIONS",
+    "DEFAULT_STACK",
+    "EAGER_HOST_BACKWARD_OVERHEAD_S",
+    "EAGER_HOST_OVERHEAD_S",
+    "FLASH_KERNELS",
+    "FP8_MATMUL_EFFICIENCY",
+    "STACKS",
+    "Stack",
+    "get_stack",
+]
+
+ATTENTION_IMPLEMENTATIONS = ("flash", "unfused")
+FLASH_KERNELS = ("fa2", "cudnn")
+# Host time eager PyTorch spends per kernel it launches (Python, the dispatcher, the
+# view/reshape ops between kernels, autograd, the launch call), measured as the median
+# interval between consecutive kernel launches on a host thread that issues back to back
+# (validation/host_dispatch/measure_host.py): in the A100-SXM4-80GB trace of the HTA
+# corpus (negative_queue_length_values_check/rank0.json.gz, PyTorch profiler) 20 µs on
+# the thread running the forward pass and 43 µs on the autograd engine's thread (the
+# backward: each node dispatches its gradient ops and accumulates); the A100 and V100
+# traces of the same corpus give 29-36 µs and 32-74 µs.  The profiler adds ~1-2 µs per
+# recorded op, so these are upper-side figures.  It binds when kernels are shorter.
+# Compiled stacks (CUDA graphs, Inductor) pay less: a few µs per graph replay node.
+EAGER_HOST_OVERHEAD_S = 20e-6
+EAGER_HOST_BACKWARD_OVERHEAD_S = 43e-6
+COMPILED_HOST_OVERHEAD_S = 4e-6
+# Fraction of the FP8 dense peak a well-shaped FP8 GEMM reaches.  An H100 measurement of a
+# 13B GPT under Megatron + Transformer Engine gained 1.42x end to end from FP8
+# (github.com/NVIDIA/Megatron-LM issue 396: 0.34 -> 0.24 s/step; NVIDIA's answer: 2x is
+# the arithmetic peak, not the achieved rate); Transformer Engine's "GEMM Speedups Across
+# Precisions" page shows the per-GEMM gain below 2x and shape dependent.  0.6 of the FP8
+# peak is 1.61x the 0.745 of its BF16 peak Hopper's BF16 GEMMs reach (roofline.py).
+FP8_MATMUL_EFFICIENCY = 0.6
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    """What one framework version runs: its fusions, and its kernels' efficiency figures.
+
+    Operators switched by a flag (names as :mod:`~distsim_gpu.workloads.cost.compute.operators`
+    gives them):
+
+    * ``attention``: ``flash`` (one fused kernel) or ``unfused`` (``attn_scores``,
+      ``attn_softmax``, ``attn_context`` batched GEMMs and softmax over the s×s scores);
+    * ``flash_kernel``: which fused kernel ``flash`` is — ``fa2`` (Dao's FlashAttention-2:
+      the flash-attn package, PyTorch SDPA's flash backend) or ``cudnn`` (cuDNN's fused
+      attention through Transformer Engine, FlashAttention-3-class on Hopper); its
+      efficiency depends on the GPU's architecture
+      (:mod:`~distsim_gpu.workloads.cost.compute.roofline`);
+    * ``fused_softmax``: unfused attention's scale, mask and softmax in one kernel (else
+      three kernels, each reading and writing the scores);
+    * ``attention_dropout``: unfused attention's ``attn_dropout`` over the probabilities;
+    * ``context_copy``: ``attn_context_copy``, the permute-and-copy of the context;
+    * ``hidden_dropout``: the residual operators write a dropout mask;
+    * ``fused_bias_dropout_add``: the residual operators are one kernel (else bias add,
+      dropout and add: three kernels and their bytes);
+    * ``fused_bias_activation``: ``mlp_act`` includes the bias (else a separate bias add);
+    * ``fused_norm``: norms are one kernel (else PyTorch's composite: four kernels);
+    * ``fused_cross_entropy``: the loss reads the logits once (else eager fp32 PyTorch);
+    * ``fp32_grad_accumulation``: weight-gradient GEMMs accumulate into fp32 main grads
+      in their epilogue (else ``grad_bytes``-wide ``.grad``);
+    * ``separate_grad_accumulation``: an extra ``<gemm>.grad_accum`` add per weight gradient;
+    * ``bf16_grads_accumulated_in_fp32``: under bf16 that add is DeepSpeed's
+      ``BF16_Optimizer`` accumulating each micro-batch's bf16 gradient into fp32
+      (:meth:`grad_accum_bytes`);
+    * ``fused_bias_grad``: a bias's gradient comes from the GEMM's epilogue (cuBLASLt's
+      BGRAD, TE's ``cast_transpose_dbias``); else autograd's ``<gemm>.bias_grad`` sum
+      over the tokens, a kernel of its own reading the output gradient;
+    * ``fp8_linear``: with ``precision: fp8`` the linear GEMMs run in FP8 with casts (only
+      stacks with FP8 kernels; others refuse fp8).
+
+    Outside the layer: ``overlap_grad_reduce`` (gradient buckets reduced during the last
+    backward; DeepSpeed's engine reduces them all after it) and
+    ``fp16_grads_reduced_in_fp16`` (:meth:`grad_reduce_precision`) are the defaults of
+    ``parallelism.bucket_params`` and ``parallelism.grad_reduce_precision``.
+    """
+
+    name: str
+    source: str
+    attention: str = "flash"
+    flash_kernel: str = "cudnn"
+    fused_softmax: bool = True
+    attention_dropout: bool = False
+    context_copy: bool = False
+    hidden_dropout: bool = False
+    fused_bias_dropout_add: bool = True
+    fused_bias_activation: bool = True
+    fused_norm: bool = True
+    fused_cross_entropy: bool = True
+    fp32_grad_accumulation: bool = True
+    separate_grad_accumulation: bool = False
+    bf16_grads_accumulated_in_fp32: bool = False
+    fp8_linear: bool = False
+    fused_bias_grad: bool = True
+    host_overhead_s: float = 0.0
+    host_backward_overhead_s: float | None = None
+    fp8_matmul_efficiency: float = FP8_MATMUL_EFFICIENCY
+    overlap_grad_reduce: bool = True
+    fp16_grads_reduced_in_fp16: bool = False
+
+    def grad_accum_bytes(self, activation_bytes: int, precision: str) -> float:
+        """Bytes per weight element of a separate gradient accumulation (a per-micro-batch
+        kernel of its own): autograd adding into ``.grad`` reads two gradients and writes
+        one (``3·a``); DeepSpeed's ``BF16_Optimizer`` (bf16 with
+        ``bf16_grads_accumulated_in_fp32``; deepspeed/runtime/bf16_optimizer.py,
+        ``update_hp_grads`` after each micro-batch's backward) casts the bf16 gradient to
+        fp32 (read a, write 4), adds it into the fp32 buffer (read 4 + 4, write 4) and
+        zeroes the bf16 one (write a): ``2·a + 16``."""
+        if precision == "bf16" and self.bf16_grads_accumulated_in_fp32:
+            return 2.0 * activation_bytes + 16.0
+        return 3.0 * activation_bytes
+
+    def grad_reduce_precision(self, precision: str) -> str:
+        """The precision data-parallel gradients travel in by this stack's default:
+        fp32 main grads (Megatron's ``accumulate_allreduce_grads_in_fp32``, DeepSpeed's
+        BF16 optimizer, FSDP2's float32 ``reduce_dtype`` in torchtitan), except DeepSpeed's
+        FP16 optimizer, which all-reduces the fp16 ``.grad`` itself."""
+        if precision == "fp16" and self.fp16_grads_reduced_in_fp16:
+            return "fp16"
+        return "fp32"
+
+    def __post_init__(self) -> None:
+        check_choice(self.attention, ATTENTION_IMPLEMENTATIONS, key="attention")
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.type == "bool":
+                check_bool(value, key=item.name)
+        check_number(self.host_overhead_s, key="host_overhead_s")
+        if self.host_backward_overhead_s is not None:
+            check_number(self.host_backward_overhead_s, key="host_backward_overhead_s")
+        check_number(self.fp8_matmul_efficiency, key="fp8_matmul_efficiency", above=True,
+                     maximum=1)
+        check_choice(self.flash_kernel, FLASH_KERNELS, key="flash_kernel")
+
+    def host_s_per_kernel(self, pass_: str) -> float:
+        """Host seconds per kernel launched in ``pass_``: the backward's autograd engine
+        (``host_backward_overhead_s``, else the forward's figure) or the forward thread
+        (``fwd`` and ``recompute``: checkpointing re-runs the forward's Python)."""
+        if pass_ == "bwd" and self.host_backward_overhead_s is not None:
+            return self.host_backward_overhead_s
+        return self.host_overhead_s
+
+    def with_host_overhead(self, host_s: float | None) -> Stack:
+        """This stack with ``host_s`` host seconds per forward kernel
+        (``compute.host_overhead``); the backward's figure keeps the stack's own ratio to
+        the forward's (43 / 20 µs measured for eager PyTorch)."""
+        if host_s is None:
+            return self
+        backward = self.host_backward_overhead_s
+        if backward is not None:
+            backward = host_s * (backward / self.host_overhead_s if self.host_overhead_s
+                                 else 1.0)
+        return replace(self, host_overhead_s=host_s, host_backward_overhead_s=backward)
+
+    def with_attention(self, attention: str | None) -> Stack:
+        """This stack with another attention implementation (``compute.attention``)."""
+        if attention is None or attention == self.attention:
+            return self
+        return replace(self, attention=attention)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field (JSON/YAML-ready)."""
+        return {item.name: getattr(self, item.name) for item in fields(self)}
+
+
+STACKS: dict[str, Stack] = {
+    "megatron-core": Stack(
+        "megatron-core", "Megatron-Core (github.com/NVIDIA/Megatron-LM, core_r0.x) with "
+        "cuDNN/Dao FlashAttention, fused bias-GeLU/SwiGLU and bias-dropout-add, "
+        "--gradient-accumulation-fusion; dropout 0; FP8 GEMMs through Transformer "
+        "Engine with casts in kernels of their own", fp8_linear=True),
+    "megatron-lm-2021": Stack(
+        "megatron-lm-2021", "Megatron-LM v2.x megatron/model/transformer.py (2021): "
+        "baddbmm + scaled_upper_triang_masked_softmax + Dropout(0.1) + bmm; jit "
+        "bias_gelu, bias_dropout_add; apex FusedLayerNorm",
+        attention="unfused", flash_kernel="fa2", attention_dropout=True, context_copy=True,
+        hidden_dropout=True, fused_cross_entropy=False, fused_bias_grad=False,
+        host_overhead_s=EAGER_HOST_OVERHEAD_S,
+        host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S),
+    "megatron-deepspeed": Stack(
+        "megatron-deepspeed", "microsoft/Megatron-DeepSpeed (2021-2022, BLOOM, vTrain): "
+        "the 2021 Megatron layer under DeepSpeed's engine; gradients accumulate in .grad "
+        "(fp16) or, under bf16, in fp32 by DeepSpeed's BF16_Optimizer",
+        attention="unfused", flash_kernel="fa2", attention_dropout=True, context_copy=True,
+        hidden_dropout=True, fused_cross_entropy=False, fp32_grad_accumulation=False,
+        separate_grad_accumulation=True, bf16_grads_accumulated_in_fp32=True,
+        fused_bias_grad=False, host_overhead_s=EAGER_HOST_OVERHEAD_S,
+        host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S, overlap_grad_reduce=False,
+        fp16_grads_reduced_in_fp16=True),
+    "transformer-engine": Stack(
+        "transformer-engine", "NVIDIA Transformer Engine 1.x layers in Megatron-Core "
+        "(LayerNormLinear, LayerNormMLP, DotProductAttention); FP8 delayed scaling",
+        fp8_linear=True),
+    "torch-compile": Stack(
+        "torch-compile", "torchtitan (github.com/pytorch/torchtitan) with torch.compile "
+        "and FSDP2: SDPA flash attention, Inductor-fused element-wise chains; FP8 "
+        "through torchao float8 linears", flash_kernel="fa2", fp32_grad_accumulation=False,
+        fp8_linear=True,
+        host_overhead_s=COMPILED_HOST_OVERHEAD_S),
+    "torch-eager": Stack(
+        "torch-eager", "torchtitan without torch.compile: SDPA flash attention, PyTorch's "
+        "composite RMSNorm, SwiGLU and residual adds as separate eager kernels",
+        flash_kernel="fa2", fused_norm=False, fused_bias_dropout_add=False,
+        fp32_grad_accumulation=False, host_overhead_s=EAGER_HOST_OVERHEAD_S,
+        host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S),
+}
+DEFAULT_STACK = "megatron-core"
+
+
+def get_stack(name: str, *, key: str = "compute.stack", source: str | None = None) -> Stack:
+    """The stack called ``name``; a :class:`ConfigError` listing the stacks otherwise."""
+    if not isinstance(name, str):
+        raise ConfigError(f"must be a stack name, got {name!r}", key=key, source=source,
+                          hint="valid: " + ", ".join(STACKS))
+    return STACKS[check_choice(name, STACKS, key=key, source=source, what="stack")]

@@ -1,0 +1,267 @@
+"""Profiled costs: times measured on real GPUs, read from a cost table
+(:mod:`~distsim_gpu.workloads.cost.compute.table_io`), interpolated between measured points —
+per whole layer, or per operator with the roofline filling the operators not measured.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from distsim_gpu.simcore.config import check_choice
+from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.workloads.cost.compute.operators import PASSES, RECOMPUTE_GRANULARITIES
+from distsim_gpu.workloads.cost.compute.roofline import CostModel, issue_timeline_s
+from distsim_gpu.workloads.cost.compute.table_io import (
+    CostRow,
+    TableHeader,
+    read_cost_table,
+    write_cost_table,
+)
+from distsim_gpu.workloads.specs.gpus import canonical_gpu_name
+from distsim_gpu.workloads.specs.models import ModelSpec
+from distsim_gpu.workloads.specs.recompute import table_pass as recompute_table_pass
+
+__all__ = ["TableCosts"]
+
+_LAYER_KINDS = ("transformer_layer", "moe_layer")
+_EDGE_KINDS = ("embedding", "loss")
+
+
+class TableCosts:
+    """Profiled costs from a cost table, for one GPU of the table.
+
+    Lookup: rows of the same ``(gpu, kind, pass, hidden, tp, sequence_parallel)`` form a
+    *group*; a group with no row is a :class:`ConfigError` naming the missing key and
+    what the table has.  Within the group:
+
+    1. a row at exactly ``(micro_batch, seq_len)`` gives its time;
+    2. otherwise the points are the group's rows at the same ``seq_len`` (or, if it has
+       none, all the group's rows — recorded as a warning, since attention is not linear
+       in tokens across sequence lengths — keeping per token count the row nearest in
+       ``seq_len``), keyed by tokens ``micro_batch·seq_len``;
+    3. between two points: linear in tokens; outside them (or with one point):
+       proportional to tokens from the nearest point, recorded as a warning.
+
+    Warnings accumulate, without repeats, in :attr:`warnings` (a per-instance record; no
+    global state).  Layer kinds: ``transformer_layer`` (dense) and ``moe_layer``; the
+    recompute pass reads pass ``recompute`` (full), ``recompute_selective`` or ``recompute_op``
+(torchtitan's per-op checkpointing, :mod:`~distsim_gpu.workloads.specs.recompute`).  Embedding
+    and loss read kinds ``embedding`` and ``loss``; expert parallelism and vocabulary size
+    are not keys (a table is measured for one model family — see the header's ``model``).
+    Kinds the table lacks entirely, and the optimizer step, go to ``fallback`` if one is
+    given, else raise :class:`ConfigError`.
+
+    Per operator: a table without a layer kind but with rows named after a layer's
+    operators (``qkv``, ``attn_softmax``, ``mlp_fc1``, ...; pass ``bwd`` is an operator's
+    whole backward, its data and weight gradients together) is read operator by operator
+    when the fallback is a roofline (:class:`RooflineCosts`): each operator the table
+    measured at this shape's group takes the table's time, every other operator the
+    roofline's, and the layer is their sum.
+    """
+
+    __slots__ = ("_groups", "_warnings", "fallback", "gpu", "header", "rows", "source")
+
+    def __init__(self, header: TableHeader, rows: Iterable[CostRow], *, gpu: str | None = None,
+                 fallback: CostModel | None = None, source: str | None = None) -> None:
+        self.header = header
+        self.rows = tuple(rows)
+        self.source = source
+        self.fallback = fallback
+        gpus = sorted({r.gpu for r in self.rows})
+        if not gpus:
+            raise ConfigError("cost table has no rows", source=source)
+        if gpu is None:
+            if len(gpus) > 1:
+                raise ConfigError("cost table holds several GPUs; choose one", source=source,
+                                  key="gpu", hint="valid: " + ", ".join(gpus))
+            chosen = gpus[0]
+        else:
+            chosen = canonical_gpu_name(gpu)
+            if chosen not in gpus:
+                raise ConfigError(f"cost table has no rows for GPU {gpu!r}", source=source,
+                                  key="gpu", hint=closest(chosen, gpus))
+        self.gpu = chosen
+        groups: dict[tuple[Any, ...], list[CostRow]] = {}
+        for row in self.rows:
+            if row.gpu == chosen:
+                groups.setdefault((row.kind, row.pass_, row.hidden, row.tp,
+                                   row.sequence_parallel), []).append(row)
+        self._groups = groups
+        self._warnings: list[str] = []
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], *, gpu: str | None = None,
+                  fallback: CostModel | None = None) -> TableCosts:
+        """Read a table with :func:`read_cost_table` and select ``gpu`` (optional when the
+        table holds one GPU)."""
+        header, rows = read_cost_table(path)
+        return cls(header, rows, gpu=gpu, fallback=fallback, source=os.fspath(path))
+
+    def to_file(self, path: str | os.PathLike[str]) -> None:
+        """Write every row (all GPUs) back with :func:`write_cost_table`."""
+        write_cost_table(path, self.header, self.rows)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Interpolation warnings recorded so far, oldest first."""
+        return tuple(self._warnings)
+
+    def kinds(self) -> list[str]:
+        """Kinds this table measures for the selected GPU."""
+        return sorted({key[0] for key in self._groups})
+
+    def _warn(self, text: str) -> None:
+        if text not in self._warnings:
+            self._warnings.append(text)
+
+    def lookup(self, kind: str, pass_: str, *, micro_batch: int, seq_len: int, hidden: int,
+               tp: int = 1, sequence_parallel: bool = False) -> float:
+        """Seconds for ``kind``/``pass_`` at this shape, by the rule in the class docstring."""
+        group = self._groups.get((kind, pass_, hidden, tp, sequence_parallel))
+        if not group:
+            raise ConfigError(
+                f"cost table has no {kind!r} {pass_!r} rows for gpu {self.gpu}, "
+                f"hidden {hidden}, tp {tp}, sequence_parallel {str(sequence_parallel).lower()}",
+                source=self.source, hint="the table has: " + self._available(kind, pass_))
+        for row in group:
+            if row.micro_batch == micro_batch and row.seq_len == seq_len:
+                return row.time_s
+        tokens = micro_batch * seq_len
+        where = (f"{kind} {pass_} hidden {hidden} tp {tp} at micro_batch {micro_batch}, "
+                 f"seq_len {seq_len}")
+        candidates = [r for r in group if r.seq_len == seq_len]
+        if not candidates:
+            measured = sorted({r.seq_len for r in group})
+            self._warn(f"{where}: seq_len {seq_len} not measured (have "
+                       f"{', '.join(map(str, measured))}); interpolated over tokens")
+            candidates = group
+        by_tokens: dict[int, CostRow] = {}
+        for row in candidates:
+            best = by_tokens.get(row.tokens)
+            if best is None or abs(row.seq_len - seq_len) < abs(best.seq_len - seq_len):
+                by_tokens[row.tokens] = row
+        points = sorted(by_tokens.items())
+        low = [p for p in points if p[0] <= tokens]
+        high = [p for p in points if p[0] >= tokens]
+        if low and high:
+            (t0, r0), (t1, r1) = low[-1], high[0]
+            if t0 == t1:
+                return r0.time_s
+            return r0.time_s + (r1.time_s - r0.time_s) * (tokens - t0) / (t1 - t0)
+        nearest_tokens, nearest = (low[-1] if low else high[0])
+        self._warn(f"{where}: {tokens} tokens outside the measured "
+                   f"{points[0][0]}..{points[-1][0]}; extrapolated proportionally to tokens")
+        return nearest.time_s * tokens / nearest_tokens
+
+    def _available(self, kind: str, pass_: str) -> str:
+        same = sorted((k[2], k[3], k[4]) for k in self._groups if k[0] == kind and
+                      k[1] == pass_)
+        if same:
+            return "; ".join(f"hidden {h} tp {t} sequence_parallel {str(sp).lower()}"
+                             for h, t, sp in same)
+        pairs = sorted({f"{k[0]}/{k[1]}" for k in self._groups})
+        return "kinds/passes " + ", ".join(pairs)
+
+    def _has_kind(self, kind: str) -> bool:
+        return any(key[0] == kind for key in self._groups)
+
+    def layer_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int,
+                     tp: int = 1, sequence_parallel: bool = False, layer_index: int = 0,
+                     ep: int = 1, recompute: str = "full") -> float:
+        """Looked-up seconds for one pass of layer ``layer_index`` (ep is not a key)."""
+        check_choice(pass_, PASSES, key="pass")
+        check_choice(recompute, RECOMPUTE_GRANULARITIES, key="recompute")
+        kind = "moe_layer" if model.is_moe_layer(layer_index) else "transformer_layer"
+        table_pass = recompute_table_pass(recompute) if pass_ == "recompute" else pass_
+        if not self._has_kind(kind) and self.fallback is not None:
+            shape = {"micro_batch": micro_batch, "seq_len": seq_len, "tp": tp,
+                     "sequence_parallel": sequence_parallel}
+            if hasattr(self.fallback, "operator_times_s"):
+                return self._by_operator(pass_, model, shape, layer_index=layer_index,
+                                         ep=ep, recompute=recompute)
+            return self.fallback.layer_time_s(pass_, model, **shape,
+                                              layer_index=layer_index, ep=ep,
+                                              recompute=recompute)
+        return self.lookup(kind, table_pass, micro_batch=micro_batch, seq_len=seq_len,
+                           hidden=model.hidden, tp=tp, sequence_parallel=sequence_parallel)
+
+    def operator_breakdown_s(self, pass_: str, model: ModelSpec, *, micro_batch: int,
+                         seq_len: int, tp: int = 1, sequence_parallel: bool = False,
+                         layer_index: int = 0, ep: int = 1,
+                         recompute: str = "full") -> dict[str, tuple[float, str]]:
+        """Seconds per operator of one pass and where each came from (``table`` or
+        ``roofline``).  Needs a roofline fallback."""
+        fallback: Any = self.fallback
+        if fallback is None or not hasattr(fallback, "operator_times_s"):
+            raise ConfigError("per-operator costs need a roofline fallback",
+                              source=self.source, hint="TableCosts(..., fallback="
+                                                       "RooflineCosts(gpu))")
+        work = fallback.layer_work(pass_, model, micro_batch=micro_batch, seq_len=seq_len,
+                                   tp=tp, sequence_parallel=sequence_parallel,
+                                   layer_index=layer_index, ep=ep, recompute=recompute)
+        table_pass = "fwd" if pass_ == "recompute" else pass_
+        out: dict[str, tuple[float, str]] = {}
+        for name, roofline_s in fallback.operator_times_s(work).items():
+            group = self._groups.get((name, table_pass, model.hidden, tp,
+                                      sequence_parallel))
+            if group:
+                out[name] = (self.lookup(name, table_pass, micro_batch=micro_batch,
+                                         seq_len=seq_len, hidden=model.hidden, tp=tp,
+                                         sequence_parallel=sequence_parallel), "table")
+            else:
+                out[name] = (roofline_s, "roofline")
+        return out
+
+    def _by_operator(self, pass_: str, model: ModelSpec, shape: dict[str, Any], *,
+                     layer_index: int, ep: int, recompute: str) -> float:
+        """The measured operators' times and the roofline's for the rest, in sequence, each
+        operator's kernels no earlier than the host issues them (as the roofline does)."""
+        fallback: Any = self.fallback
+        args = {**shape, "layer_index": layer_index, "ep": ep, "recompute": recompute}
+        times = self.operator_breakdown_s(pass_, model, **args)
+        work = fallback.layer_work(pass_, model, **args)
+        if all(source == "roofline" for _, source in times.values()):
+            return fallback.work_time_s(work)
+        launches: dict[str, int] = {}
+        for item in work.kernels:
+            launches[item.base_name] = (launches.get(item.base_name, 0)
+                                        + item.count * item.launches)
+        return issue_timeline_s(((seconds, launches.get(name, 0))
+                                 for name, (seconds, _) in times.items()),
+                                work.stack.host_s_per_kernel(work.pass_))
+
+    def _edge(self, kind: str, pass_: str, model: ModelSpec, micro_batch: int, seq_len: int,
+              tp: int, sequence_parallel: bool) -> float:
+        check_choice(pass_, PASSES, key="pass")
+        if pass_ == "recompute":
+            return 0.0
+        if not self._has_kind(kind) and self.fallback is not None:
+            method = (self.fallback.embedding_time_s if kind == "embedding"
+                      else self.fallback.loss_time_s)
+            return method(pass_, model, micro_batch=micro_batch, seq_len=seq_len, tp=tp,
+                          sequence_parallel=sequence_parallel)
+        return self.lookup(kind, pass_, micro_batch=micro_batch, seq_len=seq_len,
+                           hidden=model.hidden, tp=tp, sequence_parallel=sequence_parallel)
+
+    def embedding_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int,
+                         seq_len: int, tp: int = 1,
+                         sequence_parallel: bool = False) -> float:
+        """Kind ``embedding`` (or the fallback); recompute is 0."""
+        return self._edge("embedding", pass_, model, micro_batch, seq_len, tp,
+                          sequence_parallel)
+
+    def loss_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int,
+                    tp: int = 1, sequence_parallel: bool = False) -> float:
+        """Kind ``loss`` (or the fallback); recompute is 0."""
+        return self._edge("loss", pass_, model, micro_batch, seq_len, tp, sequence_parallel)
+
+    def optimizer_step_time_s(self, params_on_gpu: float) -> float:
+        """Delegated to the fallback; a table does not measure optimizer steps."""
+        if self.fallback is None:
+            raise ConfigError("a cost table has no optimizer step time", source=self.source,
+                              hint="give TableCosts a fallback, e.g. RooflineCosts(gpu)")
+        return self.fallback.optimizer_step_time_s(params_on_gpu)
+
+

@@ -1,0 +1,600 @@
+"""Memory per GPU: weights, gradients, optimizer state and activations, from published formulas.
+
+**Model state** (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
+Trillion Parameter Models", §3.1): mixed-precision Adam holds per parameter 2 bytes of
+16-bit weights, 2 bytes of 16-bit gradients and K = 12 bytes of fp32 optimizer state
+(master weights, momentum, variance) — 16 bytes in all.  ZeRO-1 shards the optimizer
+state over the data-parallel group, ZeRO-2 also the gradients, ZeRO-3 (and PyTorch FSDP
+with full sharding) also the weights.  fp32 training holds 4 + 4 + 8 bytes (no master
+copy).  ``fp8`` training keeps 16-bit weights (Transformer Engine), so it counts as
+mixed precision here.  The temporarily all-gathered layer weights of ZeRO-3/FSDP and
+allocator fragmentation are *not* counted.  Per-operator sharding (OSDP,
+:mod:`workloads.operator_sharding`) divides its sharded operators' state by dp, holds the
+replicated ones whole, and counts the largest gathered operator's weights (÷ its split).
+
+Parameters on one GPU follow Megatron-LM's layout: a pipeline stage holds ``layers/pp``
+layers (with ``interleave = v`` model chunks, chunk ``j`` of stage ``r`` holds layers
+``[(j·pp + r)·L/(pp·v), …)``); tensor parallelism splits attention heads, the MLP width
+and the vocabulary, and replicates norms, row-parallel biases, routers and learned
+position embeddings; expert parallelism places ``experts/ep`` whole experts on each GPU.
+The first stage holds the embeddings, the last the final norm and output layer (a tied
+output layer is a second copy of the word embedding there when pp > 1).  Expert
+parallelism is carved out of data parallelism (``ep`` divides ``dp``), so expert
+parameters are replicated — and ZeRO-sharded — over ``dp/ep`` GPUs.
+
+**Activations** per layer per micro-batch (Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models", Table 2; 16-bit activations, 1-byte dropout
+masks; ``s`` sequence, ``b`` micro-batch, ``h`` hidden, ``a`` heads, ``t`` tensor
+parallel)::
+
+    no parallelism                       s·b·h·(34 + 5·a·s/h)
+    tensor parallel                      s·b·h·(10 + 24/t + 5·a·s/(h·t))
+    tensor + sequence parallel           s·b·h·(34/t + 5·a·s/(h·t))
+    selective recompute (+ sequence p.)  s·b·h·34/t        (without s.p.: s·b·h·(10 + 24/t))
+    full recompute                       2·s·b·h           (the layer input; /t with s.p.)
+    per-op recompute (torchtitan, ``op``) 2·s·b·(h/tₛ + Σ n_kept) + 2·s·b·h/t + 4·a·s·b/t
+                                         (+ 4·s·b·h/t with s.p. and t > 1)
+
+The paper's derivation (its §4.1) is generalised term by term: ``10·s·b·h`` is two norm
+inputs, the QKV and FC1 inputs (2 bytes each) and two dropout masks; the ``24/t`` part is
+Q, K, V and the attention output (K and V at width ``kv_heads·head_dim`` for grouped-query
+attention) plus the activation-function input (twice as wide for a gated MLP) and FC2
+input at width ``ffn_hidden``; the ``5·a·s/h`` part is the softmax output, its dropout
+mask and output.  A MoE layer stores the MLP part for each of its ``top_k`` routed copies
+plus the dispatched tokens (our extension, not in the paper), and its
+shared experts' once each, split over tp.  Under multi-head latent attention
+(:mod:`workloads.mla`) Q and K are ``a·d_qk`` wide and V and the output ``a·d_v``, and the
+latents — the query latent before and after its norm, the key-value latent with the
+rotary key and after its norm, ``2·r_q + 2·r_kv + d_r`` per token — are held whole on
+every tensor rank (the down projections are duplicated).  Shared experts' and MLA's
+weights are dense parameters (on every EP rank; MLA's down projections and latent norms
+whole on every TP rank).  ``flash_attention`` drops
+the s² term for a 4-byte log-sum-exp per head and token.  With full recompute the layer
+being recomputed holds its full activations once more during backward (added once per
+stage).
+
+``op`` (:mod:`workloads.recompute`) keeps what torchtitan's per-operator policy saves, from
+the same per-tensor accounting: the layer input (``tₛ = t`` with s.p., else 1), each saved
+weight mm's output at its per-rank width ``n`` (Llama: ``wq`` h/t, ``wv`` kv_heads·d/t,
+``w1`` f/t and ``w2``'s h partial sums; a MoE layer's routed mms at ``top_k`` times the
+tokens), flash attention's output and fp32 log-sum-exp, and with s.p. the two
+reduce-scatters' outputs; norms, activations, products, residual sums and dropout masks
+are recomputed, not stored (unfused attention is recomputed too: no s² term).  While a
+layer is back-propagated, what ``op`` did not keep is held once more (added once per
+stage, as for full recompute).
+
+**Context parallelism** (``cp`` ranks share each sequence, :mod:`workloads.context_parallel`):
+every activation above is counted at the rank's ``s/cp`` tokens (Transformer Engine's
+ring attention saves only the local Q, K, V, output and log-sum-exp; the K/V blocks of
+other ranks come round again in backward).  While one layer runs, the ring holds
+double-buffered K/V blocks and, in backward, their gradients: ``4`` K/V blocks of
+``2·(s/cp)·b·kv_heads/t·d_head`` elements (:func:`cp_kv_block_bytes`), added once per
+stage like the recomputed layer.
+
+First stage extra: the embedding dropout mask, ``s·b·h`` bytes (/t with s.p.); last stage
+extra: final-norm input, output-layer input and fp32 logits, ``4·s·b·h·(1 + V/h)/t`` with
+s.p. (Korthikanti et al. 2022 §4.3), each per micro-batch in flight.
+
+**Micro-batches in flight** on stage ``r`` of ``p`` (counted in whole stages' worth of
+layers): GPipe ``m`` (all forwards before any backward); 1F1B ``min(p − r, m)``
+(Narayanan et al. 2021, §2.2.1: the first stage holds ``p``); interleaved with ``v``
+chunks: ``min(2·(p − r − 1) + (v − 1)·p + 1, m·v) / v`` chunk-micro-batches — the
+warm-up count of Megatron-LM's interleaved schedule plus the steady-state one — which
+for the first stage is ``p·(1 + (p − 1)/(p·v))``, Korthikanti et al. 2022 §4.2.3's
+interleaving factor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from distsim_gpu.simcore.config import check_bool, check_choice, check_whole
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.specs.models import ModelSpec
+from distsim_gpu.workloads.specs.moe_routing import moe_pace
+from distsim_gpu.workloads.specs.recompute import RECOMPUTE_MODES, op_sac_matmuls
+from distsim_gpu.workloads.strategy.layer_groups import layer_settings
+from distsim_gpu.workloads.strategy.offload import OffloadConfig
+from distsim_gpu.workloads.strategy.operator_sharding import peak_gathered_params, sharded_params
+from distsim_gpu.workloads.strategy.parallel import (
+    ParallelConfig,
+    TrainingConfig,
+    check_cp_split,
+    check_ep_split,
+    check_interleave,
+    check_tp_split,
+    check_uniform_split,
+    check_zero,
+    layer_partition,
+)
+from distsim_gpu.workloads.strategy.tp_nd import mesh_of, weight_replicas
+
+__all__ = [
+    "PRECISION_BYTES",
+    "SCHEDULES",
+    "MemoryBreakdown",
+    "StageParams",
+    "activation_bytes_per_layer",
+    "cp_kv_block_bytes",
+    "layer_group_extra_params",
+    "layer_params_local",
+    "memory_of_strategy",
+    "memory_per_gpu",
+    "microbatches_in_flight",
+    "offloaded",
+    "params_on_gpu",
+    "stage_layers",
+]
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+# (weight, gradient, optimizer) bytes per parameter, ZeRO paper §3.1.
+PRECISION_BYTES: dict[str, tuple[int, int, int]] = {
+    "bf16": (2, 2, 12),
+    "fp16": (2, 2, 12),
+    "fp8": (2, 2, 12),
+    "fp32": (4, 4, 8),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    """Bytes on one GPU by kind; ``total_bytes`` is their sum."""
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    total_bytes: float
+
+    @classmethod
+    def of(cls, weights_bytes: float, gradients_bytes: float, optimizer_bytes: float,
+           activations_bytes: float) -> MemoryBreakdown:
+        """A breakdown with the total filled in."""
+        return cls(weights_bytes, gradients_bytes, optimizer_bytes, activations_bytes,
+                   weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes)
+
+    def to_dict(self) -> dict[str, float]:
+        """Every field (bytes)."""
+        return {"weights_bytes": self.weights_bytes, "gradients_bytes": self.gradients_bytes,
+                "optimizer_bytes": self.optimizer_bytes,
+                "activations_bytes": self.activations_bytes, "total_bytes": self.total_bytes}
+
+
+@dataclass(frozen=True, slots=True)
+class StageParams:
+    """Parameters one GPU holds before ZeRO sharding: dense (replicated over dp) and
+    expert (replicated over dp/ep)."""
+
+    dense: float
+    expert: float
+
+    @property
+    def total(self) -> float:
+        """dense + expert."""
+        return self.dense + self.expert
+
+
+def stage_layers(model: ModelSpec, *, pp: int = 1, stage: int = 0,
+                 interleave: int = 1, partition: str = "uniform") -> tuple[int, ...]:
+    """Indices of the layers pipeline stage ``stage`` holds (all its model chunks).
+
+    ``partition`` as :func:`workloads.parallel.layer_partition`.
+    """
+    check_whole(pp, key="pp")
+    check_whole(interleave, key="interleave")
+    _check_stage(stage, pp)
+    if partition == "uniform":
+        check_uniform_split(model.layers, pp * interleave)
+    chunks = layer_partition(model.layers, pp * interleave, partition)
+    return tuple(i for chunk in range(interleave)
+                 for i in range(*chunks[chunk * pp + stage]))
+
+
+def layer_params_local(model: ModelSpec, index: int, tp: int, ep: int) -> tuple[float, float]:
+    """(dense, expert) parameters of layer ``index`` on one GPU.  Shared experts are
+    dense: on every EP rank, split over tp."""
+    dense = _attention_params_local(model, tp) + 2 * model.norm_params()
+    if model.is_moe_layer(index):
+        expert = _mlp_params_local(model, model.ffn_hidden, tp)
+        return (dense + model.router_params() + model.shared_experts * expert,
+                model.experts / ep * expert)
+    return dense + _mlp_params_local(model, model.mlp_width(index), tp), 0.0
+
+
+def _attention_params_local(model: ModelSpec, tp: int) -> float:
+    """One attention block on one TP rank: Q, K, V split by heads (KV heads replicated
+    below tp), the output projection's bias replicated; MLA's down projections and
+    latent norms duplicated, its up and output projections split by heads."""
+    if model.mla:
+        return model.mla.weight_params(model.hidden, model.heads // tp) + (
+            model.attention_params() - model.attention_weight_params())
+    h, hd = model.hidden, model.head_dim
+    kv_local = max(1, model.kv_heads // tp)
+    q_local = model.heads // tp * hd
+    attention = h * q_local + 2 * h * kv_local * hd + q_local * h
+    if model.attention_bias:
+        attention += q_local + 2 * kv_local * hd + h  # QKV biases split, out bias replicated
+    return attention
+
+
+def _mlp_params_local(model: ModelSpec, ffn: int, tp: int) -> float:
+    """One MLP of width ``ffn`` on one TP rank (FC2's bias replicated)."""
+    h, f_local = model.hidden, ffn / tp
+    mlp = (3 if model.gated_mlp else 2) * h * f_local
+    if model.mlp_bias:
+        mlp += (2 if model.gated_mlp else 1) * f_local + h
+    return mlp
+
+
+def params_on_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, stage: int = 0,
+                  interleave: int = 1, partition: str = "uniform") -> StageParams:
+    """Parameters held by one GPU of pipeline stage ``stage`` (see the module docstring)."""
+    _check_parallel(model, tp=tp, ep=ep)
+    dense = expert = 0.0
+    for index in stage_layers(model, pp=pp, stage=stage, interleave=interleave,
+                              partition=partition):
+        d, e = layer_params_local(model, index, tp, ep)
+        dense += d
+        expert += e
+    word = model.vocab * model.hidden / tp
+    if stage == 0:
+        dense += word
+        if model.position == "learned":
+            dense += model.seq_len * model.hidden
+        if model.embedding_norm:
+            dense += model.norm_params()
+    if stage == pp - 1:
+        dense += model.final_norm_params()
+        if not model.tied_embeddings or pp > 1:
+            dense += word
+    return StageParams(dense, expert)
+
+
+def activation_bytes_per_layer(model: ModelSpec, *, micro_batch: int, seq_len: int | None = None,
+                               tp: int = 1, sequence_parallel: bool = False,
+                               recompute: str = "none", flash_attention: bool = False,
+                               precision: str = "bf16", layer_index: int = 0,
+                               ep: int = 1) -> float:
+    """Activation bytes one layer keeps for backward, per micro-batch (module docstring).
+
+    A MoE layer's routed part is the most loaded EP rank's (``ep``; its
+    :attr:`~workloads.moe_routing.MoeLoads.pace_factor` times a uniform router's): the
+    peak is that GPU's."""
+    check_whole(micro_batch, key="micro_batch")
+    s = model.seq_len if seq_len is None else check_whole(seq_len, key="seq_len")
+    _check_parallel(model, tp=tp, ep=ep)
+    check_choice(recompute, RECOMPUTE_MODES, key="recompute")
+    e = _activation_element_bytes(precision)
+    b, h, a = micro_batch, model.hidden, model.heads
+    sbh = float(s) * b * h
+    shard = tp if sequence_parallel else 1
+    if recompute == "full":
+        return e * sbh / shard
+    if recompute == "op":
+        return _op_saved_bytes(model, tokens=float(s) * b, tp=tp, sequence_parallel=(
+            sequence_parallel), flash_attention=flash_attention, element_bytes=e,
+            layer_index=layer_index, ep=ep)
+    tokens = float(s) * b
+    f = model.mlp_width(layer_index)
+    # Replicated unless sequence parallel: two norm inputs, QKV and FC1 inputs, 2 masks.
+    replicated = 4 * e * sbh + 2 * sbh
+    # Split over tp: Q, K, V, attention output; MLP activation input and FC2 input.
+    attention_part = _attention_activations(model, tokens, e)
+    mlp_part = e * tokens * f * (3 if model.gated_mlp else 2)
+    if model.is_moe_layer(layer_index):
+        shared = model.shared_experts * mlp_part  # dense, beside the routed experts
+        mlp_part = model.top_k * (mlp_part + e * sbh)  # + dispatched tokens (FC1 input)
+        mlp_part *= moe_pace(model.moe, experts=model.experts, top_k=model.top_k, ep=ep)
+        mlp_part += shared
+        replicated += 4.0 * tokens * model.experts  # fp32 router logits
+    split = attention_part + mlp_part
+    if recompute == "selective" or flash_attention:
+        squared = 4.0 * a * tokens if flash_attention and recompute == "none" else 0.0
+    else:
+        squared = (2 * e + 1) * a * float(s) * s * b  # softmax out, dropout mask and out
+    return replicated / shard + (split + squared) / tp + _mla_latent_bytes(model, tokens, e)
+
+
+def _attention_activations(model: ModelSpec, tokens: float, e: int) -> float:
+    """Q, K, V and the attention output of one layer over all ranks' heads: ``2·s·b·h +
+    2·s·b·kv_dim`` elements, or under MLA ``s·b·heads·(2·d_qk + 2·d_v)`` (whole query
+    and key heads after the rotary part is joined, values and output at d_v)."""
+    if model.mla is None:
+        return e * (2 * tokens * model.hidden + 2 * tokens * model.kv_dim)
+    return e * tokens * model.heads * (2 * model.qk_head_dim + 2 * model.v_head_dim)
+
+
+def _mla_latent_bytes(model: ModelSpec, tokens: float, e: int) -> float:
+    """MLA's latents, kept whole on every TP rank (the down projections are duplicated):
+    the query latent before and after its norm (2·r_q), the key-value latent with the
+    rotary key (r_kv + d_r) and the normed key-value latent (r_kv)."""
+    if model.mla is None:
+        return 0.0
+    mla = model.mla
+    return e * tokens * (2 * mla.q_lora_rank + 2 * mla.kv_lora_rank + mla.qk_rope_head_dim)
+
+
+def _op_saved_bytes(model: ModelSpec, *, tokens: float, tp: int, sequence_parallel: bool,
+                    flash_attention: bool, element_bytes: int, layer_index: int,
+                    ep: int) -> float:
+    """What torchtitan's per-op checkpointing keeps of one layer (module docstring): its
+    input, the saved mms' outputs, flash attention's output and log-sum-exp, and with
+    sequence parallelism the two reduce-scatters' outputs."""
+    e, h = element_bytes, model.hidden
+    shard = tp if sequence_parallel else 1
+    routed = model.top_k * moe_pace(model.moe, experts=model.experts, top_k=model.top_k,
+                                    ep=ep) if model.is_moe_layer(layer_index) else 1.0
+    kept = e * tokens * h / shard  # the layer input
+    kept += sum(e * tokens * (routed if m.routed else 1.0) * m.out_features
+                for m in op_sac_matmuls(model, tp=tp, layer_index=layer_index) if m.saved)
+    if flash_attention:  # SDPA's output and its fp32 log-sum-exp per head and token
+        kept += e * tokens * (model.heads // tp) * model.head_dim
+        kept += 4.0 * tokens * (model.heads // tp)
+    if tp > 1 and sequence_parallel:
+        kept += 2 * e * tokens * h / tp
+    return kept
+
+
+def _recompute_transient_bytes(stored_bytes: float, none_bytes: float, mode: str) -> float:
+    """Bytes the layer being back-propagated holds again while its activations are
+    recomputed: all of them (``full``; ``none_bytes``, as without recomputation), or those
+    ``op`` did not keep (``none_bytes − stored_bytes``); 0 for the other modes (the
+    recomputed core attention of ``selective`` is left out, as before)."""
+    if mode == "full":
+        return none_bytes
+    if mode == "op":
+        return max(none_bytes - stored_bytes, 0.0)
+    return 0.0
+
+
+def cp_kv_block_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int, cp: int,
+                      precision: str = "bf16") -> float:
+    """Bytes of the K and V one CP rank holds for its ``seq_len/cp`` tokens on one tensor
+    rank: ``2·(s/cp)·b·kv_heads/t·d_head`` elements (key/value heads replicated when fewer
+    than ``t``) — what each step of the ring passes on (:mod:`workloads.context_parallel`)."""
+    kv_local = max(1, model.kv_heads // tp)
+    tokens = seq_len / cp * micro_batch
+    if model.mla is not None:  # whole heads: keys d_qk wide, values d_v
+        return (tokens * kv_local * (model.qk_head_dim + model.v_head_dim)
+                * _activation_element_bytes(precision))
+    return 2.0 * tokens * kv_local * model.head_dim * _activation_element_bytes(precision)
+
+
+def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatches: int,
+                           interleave: int = 1) -> float:
+    """Micro-batches whose activations stage ``stage`` holds at its peak, in units of the
+    stage's full set of layers (module docstring)."""
+    check_choice(schedule, SCHEDULES, key="schedule")
+    check_whole(pp, key="pp")
+    check_whole(num_microbatches, key="num_microbatches")
+    check_whole(interleave, key="interleave")
+    _check_stage(stage, pp)
+    if schedule == "gpipe":
+        return float(num_microbatches)
+    if schedule == "1f1b":
+        return float(min(pp - stage, num_microbatches))
+    chunks = min(2 * (pp - stage - 1) + (interleave - 1) * pp + 1,
+                 num_microbatches * interleave)
+    return chunks / interleave
+
+
+def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1,
+                   sequence_parallel: bool = False, zero_stage: int = 0, fsdp: bool = False,
+                   micro_batch: int = 1, seq_len: int | None = None, recompute: str = "none",
+                   schedule: str = "1f1b", interleave: int = 1, num_microbatches: int = 1,
+                   precision: str = "bf16", stage: int = 0,
+                   flash_attention: bool = False, partition: str = "uniform", cp: int = 1,
+                   ) -> MemoryBreakdown:
+    """Bytes one GPU of pipeline stage ``stage`` needs (module docstring for formulas).
+
+    ``zero_stage`` 0-3 (ZeRO-1: optimizer state sharded over dp; 2: + gradients;
+    3: + weights); ``fsdp=True`` shards like ZeRO-3.  ``schedule`` ``interleaved`` needs
+    ``interleave`` ≥ 2, the others ``interleave`` 1.  ``seq_len`` defaults to the model's.
+    ``cp``: context-parallel ranks sharing each sequence (``dp`` is then the group ZeRO
+    shards over, ``dp·cp`` in a Megatron run).
+    """
+    for name, value in (("dp", dp), ("micro_batch", micro_batch), ("cp", cp)):
+        check_whole(value, key=name)
+    full = model.seq_len if seq_len is None else check_whole(seq_len, key="seq_len")
+    check_cp_split(full, cp, key="cp")
+    s = full // cp  # the tokens of each sequence this rank holds
+    check_bool(fsdp, key="fsdp")
+    check_zero(zero_stage, fsdp, key="zero_stage")
+    check_choice(schedule, SCHEDULES, key="schedule")
+    check_interleave(schedule, interleave)
+    check_choice(precision, PRECISION_BYTES, key="precision")
+    _check_parallel(model, tp=tp, ep=ep)
+    if dp % ep:
+        raise ConfigError(f"ep {ep} does not divide dp {dp}", key="ep",
+                          hint="expert parallelism is carved out of data parallelism")
+    params = params_on_gpu(model, tp=tp, pp=pp, ep=ep, stage=stage, interleave=interleave,
+                           partition=partition)
+    shard = 3 if fsdp else zero_stage
+    expert_dp = dp // ep
+
+    def sharded(per_param: int, from_stage: int) -> float:
+        if shard >= from_stage:
+            return per_param * (params.dense / dp + params.expert / expert_dp)
+        return per_param * params.total
+
+    weight_b, grad_b, optim_b = PRECISION_BYTES[precision]
+    weights = sharded(weight_b, 3)
+    gradients = sharded(grad_b, 2)
+    optimizer = sharded(optim_b, 1)
+
+    in_flight = microbatches_in_flight(schedule, pp=pp, stage=stage,
+                                       num_microbatches=num_microbatches,
+                                       interleave=interleave)
+    layers = stage_layers(model, pp=pp, stage=stage, interleave=interleave,
+                          partition=partition)
+
+    def per_layer(index: int, mode: str) -> float:
+        return activation_bytes_per_layer(
+            model, micro_batch=micro_batch, seq_len=s, tp=tp,
+            sequence_parallel=sequence_parallel, recompute=mode,
+            flash_attention=flash_attention, precision=precision, layer_index=index, ep=ep)
+
+    stored = sum(per_layer(i, recompute) for i in layers)
+    activations = stored * in_flight
+    if recompute in ("full", "op"):
+        activations += max(_recompute_transient_bytes(per_layer(i, recompute),
+                                                      per_layer(i, "none"), recompute)
+                           for i in layers)
+    if cp > 1:  # the ring's K/V and dK/dV double buffers, one layer at a time
+        activations += 4 * cp_kv_block_bytes(model, micro_batch=micro_batch, seq_len=full,
+                                             tp=tp, cp=cp, precision=precision)
+    e = _activation_element_bytes(precision)
+    sbh = float(s) * micro_batch * model.hidden
+    sp_shard = tp if sequence_parallel else 1
+    if stage == 0:
+        activations += sbh / sp_shard * in_flight  # embedding dropout mask
+    if stage == pp - 1:
+        logits = 4.0 * s * micro_batch * model.vocab / tp
+        activations += (2 * e * sbh / sp_shard + logits) * in_flight
+    return MemoryBreakdown.of(weights, gradients, optimizer, activations)
+
+
+
+def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
+                       *, seq_len: int, microbatches: int, stage: int,
+                       flash_attention: bool) -> MemoryBreakdown:
+    """:func:`memory_per_gpu` of pipeline stage ``stage`` under a strategy, as the simulated
+    iteration and the strategy search both count it.
+
+    A 2-D/2.5-D/3-D mesh (:mod:`workloads.tp_nd`) splits everything over its ``tp`` GPUs
+    — weights (2.5-D: each of its ``d`` depth layers holds them all, so ``d/tp``),
+    gradients, optimizer state and every activation — as Optimus, Tesseract and Bian et
+    al. account for it: the unsplit (tp = 1) memory scaled down."""
+    mesh = mesh_of(parallel.tp_mode, parallel.tp, parallel.tp_depth)
+    if mesh is not None:
+        whole = memory_of_strategy(model, replace(parallel, tp=1, tp_mode="1d", tp_depth=1),
+                                   training, seq_len=seq_len, microbatches=microbatches,
+                                   stage=stage, flash_attention=flash_attention)
+        params = weight_replicas(mesh) / mesh.tp
+        return MemoryBreakdown.of(whole.weights_bytes * params,
+                                  whole.gradients_bytes * params,
+                                  whole.optimizer_bytes * params,
+                                  whole.activations_bytes / mesh.tp)
+    if parallel.layer_groups:
+        return _layer_grouped(model, parallel, training, seq_len=seq_len,
+                              microbatches=microbatches, stage=stage,
+                              flash_attention=flash_attention)
+    if parallel.operator_sharding is not None:
+        return _operator_sharded(model, parallel, training, seq_len=seq_len,
+                                 microbatches=microbatches, stage=stage,
+                                 flash_attention=flash_attention)
+    return offloaded(memory_per_gpu(
+        model, tp=parallel.tp, pp=parallel.pp, dp=parallel.dp_cp, ep=parallel.ep,
+        sequence_parallel=parallel.sequence_parallel, zero_stage=parallel.zero,
+        fsdp=parallel.fsdp, micro_batch=training.micro_batch, seq_len=seq_len,
+        recompute=training.recompute, schedule=parallel.schedule,
+        interleave=parallel.interleave, num_microbatches=microbatches,
+        precision=training.precision, stage=stage, flash_attention=flash_attention,
+        partition=parallel.partition, cp=parallel.cp), parallel.offload)
+
+
+def _operator_sharded(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
+                      *, seq_len: int, microbatches: int, stage: int,
+                      flash_attention: bool) -> MemoryBreakdown:
+    """Per-operator sharding (:mod:`workloads.operator_sharding`): the replicated memory
+    with the sharded operators' weights, gradients and optimizer state divided by dp, plus
+    the largest gathered operator's whole weights (÷ its split) live while it runs."""
+    plan = parallel.operator_sharding
+    assert plan is not None
+    whole = memory_of_strategy(model, replace(parallel, operator_sharding=None), training,
+                               seq_len=seq_len, microbatches=microbatches, stage=stage,
+                               flash_attention=flash_attention)
+    params = params_on_gpu(model, tp=parallel.tp, pp=parallel.pp, stage=stage).total
+    layers = sum(layer_params_local(model, i, parallel.tp, 1)[0]
+                 for i in stage_layers(model, pp=parallel.pp, stage=stage))
+    sharded = sharded_params(plan, model, parallel.tp, stage_params=params,
+                             layer_params=layers)
+    kept = (params - sharded + sharded / parallel.dp_cp) / params
+    weight_b = PRECISION_BYTES[training.precision][0]
+    gathered = weight_b * peak_gathered_params(plan, model, parallel.tp)
+    return MemoryBreakdown.of(whole.weights_bytes * kept + gathered,
+                              whole.gradients_bytes * kept, whole.optimizer_bytes * kept,
+                              whole.activations_bytes)
+
+
+def layer_group_extra_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> float:
+    """Parameters one GPU of stage ``stage`` holds beyond the count at ``parallelism.tp``
+    under layer groups (:mod:`workloads.layer_groups`): each narrower layer's
+    ``P/tp_i − P/tp``; 0 without groups."""
+    if not parallel.layer_groups:
+        return 0.0
+    tps = [g.tp for g in parallel.layer_groups for _ in range(g.layers)]
+    extra = 0.0
+    for i in stage_layers(model, pp=parallel.pp, stage=stage, interleave=parallel.interleave,
+                          partition=parallel.partition):
+        if tps[i] != parallel.tp:
+            extra += (sum(layer_params_local(model, i, tps[i], parallel.ep))
+                      - sum(layer_params_local(model, i, parallel.tp, parallel.ep)))
+    return extra
+
+
+def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
+                   *, seq_len: int, microbatches: int, stage: int,
+                   flash_attention: bool) -> MemoryBreakdown:
+    """Layer groups (:mod:`workloads.layer_groups`): each layer's weights, gradients and
+    optimizer state at its own tp, its activations at its share of the micro-batch, its
+    tp and its recompute (plus, with full recompute, the largest such layer's whole
+    activations while it is recomputed)."""
+    base = memory_of_strategy(model, replace(parallel, layer_groups=()),
+                              replace(training, recompute="none"), seq_len=seq_len,
+                              microbatches=microbatches, stage=stage,
+                              flash_attention=flash_attention)
+    settings = layer_settings(parallel.layer_groups, tp=parallel.tp,
+                              micro_batch=training.micro_batch, recompute=training.recompute)
+
+    def act(i: int, tp: int, micro_batch: int, mode: str) -> float:
+        return activation_bytes_per_layer(
+            model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, recompute=mode,
+            flash_attention=flash_attention, precision=training.precision, layer_index=i,
+            ep=parallel.ep)
+
+    layers = stage_layers(model, pp=parallel.pp, stage=stage, interleave=parallel.interleave,
+                          partition=parallel.partition)
+    stored = sum(act(i, settings[i].tp, settings[i].micro_batch, settings[i].recompute)
+                 - act(i, parallel.tp, training.micro_batch, "none") for i in layers)
+    in_flight = microbatches_in_flight(parallel.schedule, pp=parallel.pp, stage=stage,
+                                       num_microbatches=microbatches,
+                                       interleave=parallel.interleave)
+    transient = [_recompute_transient_bytes(
+        act(i, settings[i].tp, settings[i].micro_batch, settings[i].recompute),
+        act(i, settings[i].tp, settings[i].micro_batch, "none"), settings[i].recompute)
+        for i in layers]
+    activations = base.activations_bytes + stored * in_flight + max(transient, default=0.0)
+    extra = layer_group_extra_params(model, parallel, stage)
+    weight_b, grad_b, optim_b = PRECISION_BYTES[training.precision]
+    return MemoryBreakdown.of(base.weights_bytes + weight_b * extra,
+                              base.gradients_bytes + grad_b * extra,
+                              base.optimizer_bytes + optim_b * extra, activations)
+
+
+def offloaded(memory: MemoryBreakdown, offload: OffloadConfig) -> MemoryBreakdown:
+    """What stays on the GPU once ``offload`` moved its part to the host (ZeRO-Offload:
+    the 16-bit weights and the activations; gradients and optimizer state leave; with
+    ``params`` offloaded the weights too — the layer being gathered is not counted, as
+    for ZeRO-3).  The host's side is :func:`workloads.offload.host_bytes_per_gpu`."""
+    if offload.optimizer == "none":
+        return memory
+    weights = 0.0 if offload.params != "none" else memory.weights_bytes
+    return MemoryBreakdown.of(weights, 0.0, 0.0, memory.activations_bytes)
+
+def _activation_element_bytes(precision: str) -> int:
+    check_choice(precision, PRECISION_BYTES, key="precision")
+    return 4 if precision == "fp32" else 2
+
+
+def _check_stage(stage: int, pp: int) -> None:
+    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < pp:
+        raise ConfigError(f"stage {stage!r} is outside 0..{pp - 1}", key="stage")
+
+
+def _check_parallel(model: ModelSpec, *, tp: int, ep: int) -> None:
+    check_whole(tp, key="tp")
+    check_whole(ep, key="ep")
+    check_tp_split(heads=model.heads, kv_heads=model.kv_heads, tp=tp)
+    check_ep_split(experts=model.experts, ep=ep)

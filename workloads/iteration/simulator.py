@@ -1,0 +1,1200 @@
+"""One training iteration, simulated: per-GPU op streams composed by the parallel strategy.
+
+The unit of simulation is a **rank group**: the ``tp`` GPUs of one pipeline stage of one
+data-parallel replica.  Tensor-parallel ranks run the same kernels and meet in a
+collective after every attention and MLP block, so they move in lockstep; one SimPy
+process walks their shared op stream (a straggler among them slows all of them, as it
+does on real hardware).  The streams are typed ops (:mod:`workloads.ops`), one per
+pipeline stage, built by :mod:`workloads.streams`; this module runs them, each op type
+by its own handler, and keeps the accounting of :mod:`workloads.timeline`.  Everything
+between rank groups is simulated explicitly:
+
+* **pipeline** — each stage runs its schedule (:mod:`workloads.schedule`); an activation
+  (forward) or its gradient (backward) goes to the neighbouring stage as point-to-point
+  flows, one per tensor-parallel rank, on the real route; the receiver waits for it.
+  Sends are asynchronous, receives block, as in Megatron-LM.
+* **data parallel** — gradients are reduced in buckets as the backward pass of the last
+  micro-batch produces them (all-reduce, or reduce-scatter with ZeRO ≥ 1), on a separate
+  stream that overlaps the remaining backward compute; the optimizer step waits for all
+  buckets; ZeRO ≥ 1 all-gathers the updated parameters after it.  ZeRO-3/FSDP all-gathers
+  each layer's parameters before its forward and backward (prefetching the next layer)
+  and reduce-scatters its gradients after the backward, every micro-batch.
+* **expert parallel** — a MoE layer dispatches tokens to experts and combines them back
+  with two all-to-alls per pass, inside the layer (blocking).
+* **iteration end** — tied word-embedding gradients are all-reduced between the first and
+  last stage, every rank meets at the gradient-norm reduction, then the optimizer runs.
+
+Collectives are :class:`~collectives.Communicator` flows that contend for links with
+everything else.  A tensor-parallel collective is timed by its closed form instead, and
+folded with the surrounding compute into one event, when nothing else can be on its
+links meanwhile: no pipeline send can cross them, and its stage's data-parallel
+collectives cannot have started yet (they start only after every replica launched them,
+and from its first launch on a group runs its TP collectives as flows).  Exact, and it
+keeps a 1024-GPU GPT-3 iteration to a few hundred thousand events.  The link statistics
+still count a folded collective's bytes, busy and saturated seconds on its links, as the
+flows it stands for would have (:meth:`~collectives.Communicator.solo_usages`).
+
+**Symmetry folding.**  Data-parallel replicas that run the same schedule on the same view
+of the fabric are simulated once.  With expert parallelism the unit of folding is an
+expert-parallel block of ``ep`` consecutive replicas (its all-to-alls stay inside it); else
+it is one replica.  The first unit is *simulated*; every other unit is its *image*, shifted
+by a whole number of units.  Folding is exact when the images see what the simulated unit
+sees, which is checked constructively before the run (:func:`_fold_check`):
+
+* same schedule and costs — no trace asked for (its spans are per rank group); a unit
+  holding a straggler (a rank group that runs slower) is unlike the rest, so it is
+  simulated on its own, beside one unit standing for all the units without one — which
+  are still images of each other, provided the straggler's unit shares no link of a
+  folded flow class with them (its traffic runs at other times); its lateness reaches
+  them only through the collectives that span replicas, which run in full;
+* same fabric — the routing depends on the two ends only (D-mod-K, adaptive, spraying), not
+  on a hash of the queue pair (ECMP), and for every flow class that is folded (each rank
+  group's tensor-parallel collectives, by every algorithm ``auto`` may pick, each pipeline
+  send between neighbouring stages, both ways, the tied-embedding all-reduces and, per
+  block, the expert all-to-alls) every replica sees the same links: as many, of the same
+  capacities, crossed by the same streams, each shared with as many replicas — pairwise
+  disjoint (typical of D-mod-K on non-blocking trees and of rail-optimized fabrics), or
+  shared evenly (adaptive spraying over spines) — and the same latency; a shared link
+  carries the same streams from every replica on it; and with the streams of the
+  data-parallel collectives that will run added (the plans of the stream's own calls,
+  over every replica), each replica's most loaded link per step is as loaded.
+
+Then every image's flow meets the same capacities, the same sharing and the same
+replica-spanning load as the simulated one's, so under max-min fairness all move at one
+rate.  These are necessary conditions read off the plans, not a proof over the whole
+max-min solution; the tests compare against the full simulation on many strategies and
+fabrics (random ones too) to hold them.  A folded flow is entered *with its images*: a
+pipeline send is one flow over all replicas' pairs (a shared link's multiplicity is the
+sum of the replicas' streams, so it is loaded as by their separate flows at their common
+rate; its protocol is the one a replica alone would take), a tensor-parallel collective
+run as flows is one coflow with its images' (at step fidelity their flows run beside it),
+and a collective timed by its closed form records its images' link usage too.  So
+contention with replica-spanning traffic, and the link statistics, count every replica's
+bytes.  Collectives that span
+replicas — the data-parallel all-reduce / reduce-scatter / all-gather, the expert
+all-to-alls of every block, the tied-embedding all-reduce of every replica, the gradient
+norm — run in full, over every replica's lanes; a meeting of folded groups completes when
+the simulated members arrive (their images arrive at the same instant by symmetry).  At the
+end the images' GPUs get their simulated group's accounting.  Otherwise the full simulation
+runs; :attr:`IterationResult.folding` says which ran and why.  ``tests/workloads/
+test_folding.py`` compares folded and full runs across strategies and fabrics to 1e-9.
+
+Time on a rank group's main stream is split into **compute**, **exposed communication**
+(blocked in a collective or waiting for an asynchronous one, or for activations already
+in flight), **bubble** (waiting for a pipeline neighbour that has not sent yet, and for
+the slowest stage at the end) and **idle** (waiting for data-parallel or expert peers that
+arrived late, and the rest).  **Communication** is the time any collective of the group
+was in flight, overlapped or not.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Generator, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import simpy
+from distsim_gpu.collectives import CommParams, Communicator
+from distsim_gpu.collectives.algorithms import gpu_rail
+from distsim_gpu.collectives.plan import CollectivePlan
+from distsim_gpu.simcore.errors import ConfigError, SimulationError, closest
+from distsim_gpu.simcore.intervals import union_length
+from distsim_gpu.simcore.network import LinkUsage
+from distsim_gpu.simcore.simulation import Simulation
+from distsim_gpu.topology import Topology
+from distsim_gpu.workloads.cost.compute import CostModel, stores_attention_scores
+from distsim_gpu.workloads.cost.memory import MemoryBreakdown, memory_of_strategy
+from distsim_gpu.workloads.cost.traffic import seq_len_of
+from distsim_gpu.workloads.iteration.offload_step import OffloadStep, offload_streams
+from distsim_gpu.workloads.iteration.ops import Barrier, Collective, Fused, Op, Recv, Send, Wait
+from distsim_gpu.workloads.iteration.streams import StreamBuilder
+from distsim_gpu.workloads.iteration.timeline import (
+    CRITICAL_KINDS,
+    Meeting,
+    Meetings,
+    PathEntry,
+    RankGroup,
+    critical_path,
+    started,
+)
+from distsim_gpu.workloads.specs.gpus import GpuSpec
+from distsim_gpu.workloads.specs.models import ModelSpec
+from distsim_gpu.workloads.strategy.parallel import (
+    ParallelConfig,
+    Placement,
+    TrainingConfig,
+    check_strategy,
+)
+
+__all__ = ["CRITICAL_KINDS", "GpuTimes", "IterationResult", "IterationSpec", "PathEntry",
+           "simulate_iteration"]
+
+# The critical-path kind of a collective's time, by who takes part (see ops.Peers).
+_COMM_KIND = {"tp": "tp comm", "ep": "ep comm", "dp": "dp comm", "embedding": "dp comm",
+              "cp": "cp comm"}
+
+# What runs an op on a rank group's main stream: a generator to wait on, or None when the
+# op only launches something (a send, an asynchronous collective).
+_Handler = Callable[[RankGroup, Any], Generator[simpy.Event, Any, None] | None]
+
+# The flows one collective call stands for: (start after the call began, link usage) each.
+_SoloFlows = tuple[tuple[float, LinkUsage], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IterationSpec:
+    """Everything one iteration depends on (a scenario, resolved)."""
+
+    topology: Topology
+    model: ModelSpec
+    parallel: ParallelConfig
+    training: TrainingConfig
+    costs: CostModel
+    gpu: GpuSpec
+    comm: CommParams = field(default_factory=CommParams)
+    seed: int = 0
+    trace: bool = False
+    stragglers: Mapping[str, float] = field(default_factory=dict)
+    allow_oom: bool = False
+    source: str | None = None
+    # Time tensor-parallel collectives on links nobody else can use by their closed form
+    # (exact; off only to check that it is).
+    fold_exclusive_tp: bool = True
+    # Simulate symmetric data-parallel replicas once (exact where it applies; off only to
+    # check that it is, or to see every replica's process).
+    fold_replicas: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTimes:
+    """Where one GPU's iteration went (seconds) and the memory it needs (bytes)."""
+
+    gpu: str
+    rank: int
+    stage: int
+    replica: int
+    tp_rank: int
+    compute_s: float
+    communication_s: float
+    exposed_communication_s: float
+    bubble_s: float
+    idle_s: float
+    memory: MemoryBreakdown
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        return self.memory.total_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class IterationResult:
+    """The simulated iteration: its time, per-GPU breakdowns, and what it cost to run.
+
+    ``critical_path`` covers ``[0, iteration_time_s]`` in time order: the chain of ops and
+    transfers that set the iteration's length, walked back from the rank group that
+    finished last.  ``topology`` is the cluster it ran on (link kinds for reports).
+    """
+
+    iteration_time_s: float
+    microbatches: int
+    per_gpu: tuple[GpuTimes, ...]
+    model_flops: float
+    events: int
+    flows: int
+    simulation: Simulation
+    critical_path: tuple[PathEntry, ...] = ()
+    topology: Topology | None = field(default=None, repr=False, compare=False)
+    # Which simulation ran: "folded 8 data-parallel replicas into 1" or "full: <why>".
+    folding: str = ""
+    # Each simulated rank group with the groups it stands for (itself first, then its
+    # folded images): its main-stream segments (RankGroup.path) draw report timelines.
+    schedules: tuple[tuple[RankGroup, tuple[RankGroup, ...]], ...] = field(
+        default=(), repr=False, compare=False)
+    # Each pipeline stage's offloaded optimizer step (workloads.offload_step); () if none.
+    offload: tuple[OffloadStep, ...] = ()
+    # Seconds a data-parallel rank's data loader needs per iteration (0: none given); the
+    # iteration is longer than the training where it binds (workloads.data_loading).
+    data_loading_s: float = 0.0
+
+
+class IterationSimulator:
+    """Runs every rank group's op stream (:mod:`workloads.streams`) on one simulation.
+
+    ``sim``: the simulation to run on (several jobs share one, :mod:`workloads.jobs`);
+    by default one of its own, seeded from the spec.  :meth:`run` is :meth:`start`, the
+    simulation's run and :meth:`finish`; a caller that shares ``sim`` calls the three
+    itself."""
+
+    def __init__(self, spec: IterationSpec, sim: Simulation | None = None) -> None:
+        self.spec = spec
+        model, par, train = spec.model, spec.parallel, spec.training
+        topo = spec.topology
+        self.microbatches = check_strategy(
+            par, train, num_gpus=len(topo.gpus), layers=model.layers, heads=model.heads,
+            kv_heads=model.kv_heads, experts=model.experts, source=spec.source,
+            seq_len=seq_len_of(model, train))
+        self.seq_len = seq_len_of(model, train)
+        _check_stragglers(spec)
+        self.sim = sim if sim is not None else Simulation(spec.seed, trace=spec.trace)
+        self.env = self.sim.env
+        self.comm = Communicator(self.sim, topo, spec.comm)
+        placement = Placement(par)
+        # A replica is one (cp, dp) pair: the dp·cp rank groups of a stage reduce
+        # gradients together (workloads.parallel).
+        self.groups = [[_make_group(spec, placement, s, d) for d in range(par.dp_cp)]
+                       for s in range(par.pp)]
+        self.everyone = [g for stage_groups in self.groups for g in stage_groups]
+        self.memory = [_stage_memory(spec, s, self.seq_len, self.microbatches)
+                       for s in range(par.pp)]
+        if not spec.allow_oom:
+            _check_memory(spec, self.memory, self.groups)
+        self.meetings = Meetings(self.env)
+        self._p2p: dict[Any, simpy.Event] = {}
+        self._p2p_sent: dict[Any, tuple[float, tuple[RankGroup, int]]] = {}
+        self._tp_time: dict[tuple[str, int], float] = {}
+        self._send_plans: dict[tuple[RankGroup, RankGroup], CollectivePlan] = {}
+        self._tp_joint: dict[tuple[RankGroup, str, float], Any] = {}
+        # Context parallelism: per group the ring steps it joined, per ring its plan.
+        self._cp_calls: dict[RankGroup, int] = {}
+        self._cp_plans: dict[tuple[int, int, float], CollectivePlan] = {}
+        # What a folded op's TP collectives do to the group's links: per (group, id of
+        # the Fused op) their total (None: it has none), and per (plan id, size) the
+        # flows one call stands for (see _fold_flows_of).
+        self._fold_usage: dict[tuple[RankGroup, int], LinkUsage | None] = {}
+        self._usage_by_shape: dict[tuple[RankGroup, tuple[Any, ...]], LinkUsage | None] = {}
+        self._fold_flows: dict[tuple[int, float], tuple[CollectivePlan, _SoloFlows]] = {}
+        exclusive = spec.fold_exclusive_tp and _exclusive_tp(self.comm, self.groups, par)
+        builder = StreamBuilder(model, par, train, spec.costs, microbatches=self.microbatches,
+                                exclusive_tp=exclusive, tp_time_s=self._tp_analytic_s)
+        self.streams = [builder.stage_stream(s) for s in range(par.pp)]
+        self.offload: tuple[OffloadStep, ...] = ()
+        if par.offload.enabled:  # the step on the host (workloads.offload_step)
+            self.streams, steps = offload_streams(spec.topology, model, par, self.streams,
+                                                  microbatches=self.microbatches,
+                                                  source=spec.source)
+            self.offload = tuple(steps)
+        # Folding: the replicas are cut into units of ``unit`` (an expert-parallel block,
+        # a context-parallel ring: their traffic stays inside; else one replica).  Each
+        # simulated unit stands for the units ``stands_for`` maps it to (itself first, its
+        # images after); the full simulation is one unit of every replica standing for
+        # itself.
+        self.unit = par.ep if par.ep > 1 else par.cp
+        self.stands_for, self.folding = _fold_check(spec, self.comm, self.groups,
+                                                    self.streams, self.unit)
+        self.folded = bool(self.stands_for)
+        if not self.folded:
+            self.unit, self.stands_for = par.dp_cp, {0: (0,)}
+        # Per stage, the rank groups that run (simulated units, in replica order).
+        self.rows = _unit_rows(self.groups, sorted(self.stands_for), self.unit)
+        self.active = [g for row in self.rows for g in row]
+        self._handlers: dict[type, _Handler] = {
+            Fused: self._run_fused, Collective: self._run_collective, Send: self._send,
+            Recv: self._receive, Wait: self._run_wait, Barrier: self._barrier}
+
+    def _tp_analytic_s(self, kind: str, size: float, stage: int) -> float:
+        key = (kind, size, stage)
+        cached = self._tp_time.get(key)
+        if cached is None:
+            gpus = list(self.groups[stage][0].gpus)
+            cached = self.comm.estimate_s(kind, gpus, size)
+            self._tp_time[key] = cached
+        return cached
+
+    def _lanes(self, members: list[RankGroup]) -> list[list[str]]:
+        """Per tensor-parallel rank, the GPUs of ``members`` (one collective per lane)."""
+        return [[member.gpus[t] for member in members]
+                for t in range(self.spec.parallel.tp)]
+
+    # ----------------------------------------------------------------- running
+    def run(self) -> IterationResult:
+        self.start()
+        self.sim.run()
+        return self.finish()
+
+    def start(self) -> list[simpy.Process]:
+        """Start the process of every simulated rank group; the processes."""
+        return [self.env.process(self._rank_group(group, self.streams[stage]))
+                for stage, row in enumerate(self.rows) for group in row]
+
+    def finish(self) -> IterationResult:
+        """The result, once the simulation has run; an error if some group never ended."""
+        if self.meetings.unfinished() or self._p2p:
+            raise SimulationError("the iteration deadlocked: some rank groups wait for "
+                                  "peers that never came (a bug in the schedule)",
+                                  source=self.spec.source)
+        return _result(self)
+
+    def _rank_group(self, group: RankGroup, stream: list[Op],
+                    ) -> Generator[simpy.Event, Any, None]:
+        handlers = self._handlers
+        for op in stream:
+            waiting = handlers[type(op)](group, op)
+            if waiting is not None:
+                yield from waiting
+        group.end_s = self.env.now
+
+    def _run_fused(self, group: RankGroup, op: Fused) -> Generator[simpy.Event, Any, None]:
+        """Compute and closed-form TP collectives as one timeout; only compute slows down
+        on a straggler."""
+        env, tracer = self.env, self.sim.tracer
+        start = env.now
+        scale = group.slowdown
+        yield env.timeout(op.compute_s * scale + op.comm_s)
+        group.path.append((start, env.now, "compute", op, None))
+        group.compute_s += op.compute_s * scale
+        group.exposed_s += op.comm_s
+        key = (group, id(op))  # the op object lives as long as the streams
+        try:
+            usage = self._fold_usage[key]
+        except KeyError:
+            usage = self._fold_usage[key] = self._folded_usage(group, op)
+        if usage is not None:
+            # Its collectives' bytes and busy time count on their links, as flows' would.
+            self.sim.network.record_usage(usage)
+        if not (op.comm_s or tracer.enabled):
+            return  # no communication interval to record, no span to draw
+        offset = 0.0
+        for step, duration in zip(op.steps, op.durations_s):
+            is_comm = isinstance(step, Collective)
+            length = duration if is_comm else duration * scale
+            if is_comm:
+                group.comm_intervals.append((start + offset, start + offset + length))
+                if tracer.enabled:
+                    for at, flow in self._fold_flows_of(group, step):
+                        self.sim.network.show_usage(flow, start + offset + at)
+            if tracer.enabled:
+                args = {"collective": step.op} if is_comm else step.trace_args()
+                tracer.span(group.name, "tp comm" if is_comm else "compute", step.label,
+                            start + offset, start + offset + length, **args)
+            offset += length
+
+    def _folded_usage(self, group: RankGroup, op: Fused) -> LinkUsage | None:
+        """The total link usage of ``op``'s collectives on ``group``'s links (None: it
+        has none); the same for every op with the same collectives, so it is worked out
+        once per group and (op, size) sequence — not per op: at 16,384 GPUs each is a sum
+        over 256 images."""
+        shape = tuple((step.op, step.size_bytes) for step in op.steps
+                      if isinstance(step, Collective))
+        key = (group, shape)
+        if key not in self._usage_by_shape:
+            self._usage_by_shape[key] = self._sum_usage(group, op)
+        return self._usage_by_shape[key]
+
+    def _sum_usage(self, group: RankGroup, op: Fused) -> LinkUsage | None:
+        times: dict[LinkUsage, float] = {}
+        for image in self._images(group):  # a folded replica's on its images' links too
+            for step in op.steps:
+                if isinstance(step, Collective):
+                    for _at, flow in self._fold_flows_of(image, step):
+                        times[flow] = times.get(flow, 0.0) + 1.0
+        return LinkUsage.total(times.items()) if times else None
+
+    def _fold_flows_of(self, group: RankGroup, op: Collective) -> _SoloFlows:
+        """The flows a folded collective stands for on ``group``'s own links: the plan
+        that would have run it (as :meth:`_tp_flows` would choose it), alone on them."""
+        size = op.size_bytes or 0.0
+        plan = self.comm.choose(op.op or "", list(group.gpus), size)
+        cached = self._fold_flows.get((id(plan), size))
+        if cached is None or cached[0] is not plan:
+            cached = (plan, self.comm.solo_usages(plan, size, tag="tp"))
+            self._fold_flows[(id(plan), size)] = cached
+        return cached[1]
+
+    def _run_collective(self, group: RankGroup, op: Collective,
+                        ) -> Generator[simpy.Event, Any, None] | None:
+        if not op.blocking:
+            self._launch_async(group, op)
+            return None
+        if op.group == "tp":
+            return self._tp_flows(group, op)
+        return self._join(group, op)
+
+    def _tp_flows(self, group: RankGroup, op: Collective) -> Generator[simpy.Event, Any, None]:
+        """A tensor-parallel collective that may share links: simulated as flows."""
+        env = self.env
+        start = env.now
+        yield (self._tp_mesh_call(group, op) if op.subgroups
+               else self._tp_call(group, op.op or "", op.size_bytes or 0.0))
+        group.path.append((start, env.now, "tp comm", op.label, None))
+        group.exposed_s += env.now - start
+        group.comm_intervals.append((start, env.now))
+        self.sim.tracer.span(group.name, "tp comm", op.label, start, env.now,
+                             collective=op.op)
+
+    def _tp_call(self, group: RankGroup, op: str, size: float) -> simpy.Event:
+        """Start a TP collective of ``group`` and, folded, its images' (they end when it
+        does, by symmetry): one coflow over all of them where the call is one coflow."""
+        if len(self._images(group)) == 1:
+            return self.comm.collective(op, list(group.gpus), size, tag="tp")
+        key = (group, op, size)
+        joint = self._tp_joint.get(key, False)
+        if joint is False:
+            joint = self._tp_joint[key] = self._joint_coflow(group, op, size)
+        if joint is not None:
+            links, wire_bytes, latency_s = joint
+            return self.sim.network.transfer(links, wire_bytes, latency_s, "tp").done
+        events = [self.comm.run_plan(self.comm.choose(op, list(image.gpus), size), size,
+                                     tag="tp") for image in self._images(group)]
+        return events[0]
+
+    def _tp_mesh_call(self, group: RankGroup, op: Collective) -> simpy.Event:
+        """A 2-D/2.5-D/3-D TP step (:mod:`workloads.tp_nd`): the call on every sub-group
+        of ``group``'s mesh at once, and of its images' (folded replicas); done when all
+        are."""
+        events = []
+        for image in self._images(group):
+            for members in op.subgroups or ():
+                gpus = [image.gpus[i] for i in members]
+                events.append(self.comm.collective(op.op or "", gpus, op.size_bytes or 0.0,
+                                                   tag="tp"))
+        return self.env.all_of(events)
+
+    def _joint_coflow(self, group: RankGroup, op: str, size: float) -> Any:
+        """The coflow of ``group``'s call and its images' (multiplicities summed), as
+        ``(links, wire bytes, latency)``; None where the calls do not run as one coflow
+        each, or differ in bytes or latency."""
+        if self.comm.params.fidelity != "coflow":
+            return None
+        plans = [self.comm.choose(op, list(image.gpus), size) for image in self._images(group)]
+        parts = [plan.coflow(size) for plan in plans]
+        if (len({wire for wire, _links in parts}) > 1
+                or len({plan.latency_s for plan in plans}) > 1):
+            return None
+        links: dict[Any, float] = {}
+        for _wire, weights in parts:
+            for link, weight in weights.items():
+                links[link] = links.get(link, 0.0) + weight
+        return self.sim.network.link_set(links), parts[0][0], plans[0].latency_s
+
+    def _join(self, group: RankGroup, op: Collective) -> Generator[simpy.Event, Any, None]:
+        """A blocking collective among rank groups (expert all-to-all, tied embedding,
+        ZeRO parameter gather): it starts when the last member arrives."""
+        env = self.env
+        key, members = self._peers(group, op.group)
+        kind = _COMM_KIND[op.group]
+        tag = "ep" if op.group == "ep" else "dp"
+        start = env.now
+        if op.group == "dp":  # over every replica, folded or not
+            lanes, wait = self._lanes(self.groups[group.stage]), None
+        else:  # every image's call beside the simulated one's, done when that is
+            lanes = [lane for image in self._image_members(members)
+                     for lane in self._lanes(image)]
+            wait = self.spec.parallel.tp
+        meeting = self.meetings.meet(key, group, members, lambda: self._run_plans(
+            lanes, op.op, op.size_bytes, tag, wait=wait))
+        # Between the first and the last stage, waiting for the other is the flush.
+        yield from self.meetings.wait(group, meeting, kind=kind, label=op.label,
+                              flush=op.group == "embedding")
+        # The span is the collective itself, as the GPU's communication time counts it;
+        # waiting for late peers before it is idle time.
+        self.sim.tracer.span(group.name, kind, op.label, started(meeting, start), env.now,
+                             collective=op.op)
+
+    def _peers(self, group: RankGroup, peers: str) -> tuple[Any, list[RankGroup]]:
+        """The meeting key and the members of a collective among ``peers`` of ``group``."""
+        par = self.spec.parallel
+        stage_groups = self.groups[group.stage]
+        if peers == "ep":
+            block = group.replica // par.ep * par.ep
+            key = ("ep", group.stage, block, group.ep_calls)
+            group.ep_calls += 1
+            return key, stage_groups[block:block + par.ep]
+        if peers == "embedding":
+            return (("embedding", group.replica),
+                    [self.groups[0][group.replica], self.groups[par.pp - 1][group.replica]])
+        if peers == "dp":
+            key = ("dp", group.stage, group.dp_calls)
+            group.dp_calls += 1
+            return key, self.rows[group.stage]
+        if peers == "cp":  # the ring of cp consecutive replicas (workloads.parallel)
+            block = group.replica // par.cp * par.cp
+            calls = self._cp_calls[group] = self._cp_calls.get(group, -1) + 1
+            return ("cp", group.stage, block, calls), stage_groups[block:block + par.cp]
+        raise SimulationError(f"no collective among {peers!r} in an iteration")
+
+    def _launch_async(self, group: RankGroup, op: Collective) -> None:
+        """A data-parallel collective on a communication stream; the main stream goes on."""
+        if op.group == "cp":
+            self._launch_cp(group, op)
+            return
+        if op.group == "ep":
+            self._launch_ep(group, op)
+            return
+        key, members = self._peers(group, "dp")
+        meeting = self.meetings.get(key)
+        meeting.label = op.label
+        # Over every replica, folded or not: the simulated members stand for the rest.
+        row = self.groups[group.stage]
+        # A narrower layer group's gradients (workloads.layer_groups): one ring per shard
+        # over every replica's GPUs holding it, each replica's consecutive.
+        lanes = ([[m.gpus[t] for m in row for t in sub] for sub in op.subgroups]
+                 if op.subgroups else self._lanes(row))
+        launch = partial(self._run_plans, lanes, op.op, op.size_bytes, "dp")
+        # One NCCL stream per kind: a collective starts after the previous one of its
+        # stream (DDP's bucket all-reduces, FSDP's gathers and its reductions each run in
+        # order).
+        stream = "gather" if op.op == "all_gather" else "reduce"
+        previous = group.streams.get(stream)
+        group.streams[stream] = meeting
+        if previous is None or previous.done.triggered:
+            self.meetings.arrive(meeting, key, group, members, launch)
+        else:
+            previous.done.callbacks.append(
+                lambda _e, m=meeting, k=key, ms=members, f=launch, p=previous:
+                self.meetings.arrive(m, k, group, ms, f, cause=p))
+        if op.handle is None:
+            group.pending.append(meeting)
+        else:
+            group.handles[op.handle] = meeting
+        if self.sim.tracer.enabled:
+            self._trace_async(group, meeting, op.label, op.op or "")
+
+    def _launch_cp(self, group: RankGroup, op: Collective) -> None:
+        """One step of the context-parallel ring (workloads.context_parallel): every CP
+        rank sends its block to the next, on every tensor lane — and, folded, the images'
+        rings beside it, as one plan; it starts when the whole ring has arrived."""
+        key, members = self._peers(group, "cp")
+        meeting = self.meetings.get(key)
+        meeting.label = op.label
+        size = op.size_bytes or 0.0
+        ring = (group.stage, key[2], size)
+        plan = self._cp_plans.get(ring)
+        if plan is None:
+            pairs = [(lane[i], lane[(i + 1) % len(lane)])
+                     for image in self._image_members(members) for lane in self._lanes(image)
+                     for i in range(len(lane))]
+            plan = self._cp_plans[ring] = self.comm.pairs_plan(pairs, size)
+        self.meetings.arrive(meeting, key, group, members,
+                             lambda: self.comm.run_plan(plan, size, tag="cp"))
+        group.handles[op.handle or op.label] = meeting
+        if self.sim.tracer.enabled:
+            self._trace_async(group, meeting, op.label, op.op or "", kind="cp comm")
+
+    def _launch_ep(self, group: RankGroup, op: Collective) -> None:
+        """An expert all-to-all on its own stream (``parallelism.moe_overlap``,
+        workloads.streams): over the EP block's lanes and its images', as ``_join`` runs
+        it, starting when the block has arrived; the rank's compute goes on."""
+        key, members = self._peers(group, "ep")
+        meeting = self.meetings.get(key)
+        meeting.label = op.label
+        lanes = [lane for image in self._image_members(members) for lane in self._lanes(image)]
+        self.meetings.arrive(meeting, key, group, members, lambda: self._run_plans(
+            lanes, op.op, op.size_bytes, "ep", wait=self.spec.parallel.tp))
+        group.handles[op.handle or op.label] = meeting
+        if self.sim.tracer.enabled:
+            self._trace_async(group, meeting, op.label, op.op or "", kind=_COMM_KIND["ep"])
+
+    def _trace_async(self, group: RankGroup, meeting: Meeting, label: str, op: str,
+                     kind: str = "dp comm") -> None:
+        def record(_event: simpy.Event) -> None:
+            start = meeting.start_s if meeting.start_s is not None else self.env.now
+            self.sim.tracer.span(group.name, kind, label, start, self.env.now,
+                                 collective=op)
+
+        meeting.done.callbacks.append(record)
+
+    def _run_wait(self, group: RankGroup, op: Wait) -> Generator[simpy.Event, Any, None]:
+        if op.handle is not None:
+            meeting = group.handles.pop(op.handle)
+            # A context-parallel ring step's handle starts "cp:", an overlapped expert
+            # all-to-all's "ep:" (workloads.streams).
+            kind = _COMM_KIND.get(op.handle.split(":", 1)[0], "dp comm")
+            return self.meetings.wait(group, meeting, kind=kind, label=meeting.label)
+        return self._wait_pending(group)
+
+    def _wait_pending(self, group: RankGroup) -> Generator[simpy.Event, Any, None]:
+        while group.pending:
+            pending = group.pending.pop(0)
+            yield from self.meetings.wait(group, pending, kind="dp comm", label=pending.label)
+
+    def _barrier(self, group: RankGroup, op: Barrier) -> Generator[simpy.Event, Any, None]:
+        """Every rank meets (the gradient norm); a late stage is the pipeline's flush."""
+        env = self.env
+        began = env.now
+        meeting = self.meetings.meet(("barrier", op.label), group, self.active,
+                             lambda: env.timeout(0))
+        if not meeting.done.triggered:
+            yield meeting.done
+        if self.spec.parallel.pp > 1:
+            group.bubble_s += env.now - began
+        else:
+            group.idle_s += env.now - began
+        self.meetings.record_wait(group, meeting, began, "bubble wait", op.label)
+
+    # ----------------------------------------------------------------- pipeline
+    def _receive(self, group: RankGroup, op: Recv) -> Generator[simpy.Event, Any, None]:
+        key = (op.pass_name, group.replica, op.microbatch, op.virtual_stage)
+        began = self.env.now
+        arrived = self._p2p.pop(key, None)
+        if arrived is None:
+            arrived = self._p2p[key] = self.env.event()
+        if not arrived.triggered:
+            yield arrived
+        self._p2p.pop(key, None)
+        sent, sender = self._p2p_sent.pop(key, (began, None))
+        now = self.env.now
+        waiting_for_sender = max(min(sent, now) - began, 0.0)
+        group.bubble_s += waiting_for_sender
+        group.exposed_s += now - began - waiting_for_sender
+        if sender is not None and sent > began:
+            group.path.append((sent, now, "pp transfer", op, sender))
+        elif now > began:
+            group.path.append((began, now, "pp transfer", op, None))
+
+    def _send(self, group: RankGroup, op: Send) -> None:
+        key = (op.pass_name, group.replica, op.microbatch, op.virtual_stage)
+        target = self.groups[op.virtual_stage % self.spec.parallel.pp][group.replica]
+        self._p2p_sent[key] = (self.env.now, (group, len(group.path)))
+        waiting = self._p2p.get(key)  # the receiver's event, where it is there already
+        start = self.env.now
+        if target is group:  # the next chunk lives on this stage: nothing to move
+            if waiting is None:
+                waiting = self._p2p[key] = self.env.event()
+            waiting.succeed()
+            return
+        plan = self._send_plans.get((group, target))
+        if plan is None:
+            plan = self._send_plans[(group, target)] = self._send_plan(group, target,
+                                                                       op.size_bytes)
+        process = self.comm.run_plan(plan, op.size_bytes, tag="pp")
+
+        def arrive(_event: simpy.Event) -> None:
+            for member in (group, target):
+                member.comm_intervals.append((start, self.env.now))
+            # ``to``: the receiver's GPUs are busy with the transfer too.
+            self.sim.tracer.span(group.name, "pp send", f"{op.pass_name} mb{op.microbatch}",
+                                 start, self.env.now, collective="send", to=target.name)
+            if waiting is not None:
+                waiting.succeed()
+
+        process.callbacks.append(arrive)
+        if waiting is None:
+            # The receiver is not there yet: it will wait on the transfer itself, after
+            # the accounting above (the callback before its own): one event fewer.
+            self._p2p[key] = process
+
+    def _run_plans(self, lanes: list[list[str]], op: str, size: float,
+                   tag: str, wait: int | None = None) -> simpy.Event:
+        """Run ``op`` on every lane; done when the first ``wait`` lanes are (all: None)."""
+        events = [self.comm.run_plan(self.comm.choose(op, gpus, size), size, tag=tag)
+                  for gpus in lanes][:wait]
+        return events[0] if len(events) == 1 else simpy.AllOf(self.env, events)
+
+    def _send_plan(self, group: RankGroup, target: RankGroup, size: float) -> CollectivePlan:
+        """The sends ``group`` → ``target``, folded: with their images', as one flow.  Its
+        protocol is the one a replica's sends alone would take (images that share links
+        would make the joint estimate slower than any replica's)."""
+        own = self.comm.pairs_plan(list(zip(group.gpus, target.gpus)), size)
+        if len(self._images(group)) == 1:
+            return own
+        pairs = [pair for source, sink in zip(self._images(group), self._images(target))
+                 for pair in zip(source.gpus, sink.gpus)]
+        return self.comm.pairs_plan(pairs, size, protocol=own.protocol)
+
+    # ----------------------------------------------------------------- folding
+    def _images(self, group: RankGroup) -> list[RankGroup]:
+        """The rank groups ``group`` stands for: itself first, then its images."""
+        if not self.folded:
+            return [group]
+        row = self.groups[group.stage]
+        simulated, offset = divmod(group.replica, self.unit)
+        return [row[u * self.unit + offset] for u in self.stands_for[simulated]]
+
+    def _image_members(self, members: list[RankGroup]) -> list[list[RankGroup]]:
+        """A collective's members and, folded, their images' (simulated ones first)."""
+        images = [self._images(m) for m in members]  # as many each: one unit's groups
+        return [list(column) for column in zip(*images, strict=True)]
+
+    def _unfold(self) -> None:
+        """Give every image its simulated group's accounting (they ran alike)."""
+        for group in self.active:
+            for image in self._images(group)[1:]:
+                image.compute_s, image.exposed_s = group.compute_s, group.exposed_s
+                image.bubble_s, image.idle_s = group.bubble_s, group.idle_s
+                image.end_s = group.end_s
+                image.comm_intervals = group.comm_intervals  # shared: the run is over
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def _check_stragglers(spec: IterationSpec) -> None:
+    gpus = spec.topology.gpus
+    for gpu, factor in spec.stragglers.items():
+        if gpu not in gpus:  # an unknown GPU is an error, not a silent no-op
+            raise ConfigError(f"no GPU named {gpu!r} in the cluster",
+                              key=f"stragglers.{gpu}", source=spec.source,
+                              hint=closest(str(gpu), gpus))
+        if (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                or not factor > 0):
+            raise ConfigError(f"a slowdown factor must be a positive number, got "
+                              f"{factor!r}", key=f"stragglers.{gpu}", source=spec.source,
+                              hint="e.g. 1.2 for 20 % slower compute")
+
+
+def _make_group(spec: IterationSpec, placement: Placement, stage: int,
+                replica: int) -> RankGroup:
+    gpus_all = spec.topology.gpus
+    gpus = tuple(gpus_all[r] for r in placement.tp_group(replica, stage))
+    slowdown = max((spec.stragglers.get(g, 1.0) for g in gpus), default=1.0)
+    return RankGroup(stage, replica, gpus, slowdown)
+
+
+def _stage_memory(spec: IterationSpec, stage: int, seq_len: int,
+                  microbatches: int) -> MemoryBreakdown:
+    return memory_of_strategy(spec.model, spec.parallel, spec.training, seq_len=seq_len,
+                              microbatches=microbatches, stage=stage,
+                              flash_attention=not stores_attention_scores(spec.costs))
+
+
+def _check_memory(spec: IterationSpec, memory: list[MemoryBreakdown],
+                  groups: list[list[RankGroup]]) -> None:
+    capacity = spec.gpu.memory_bytes
+    for stage, mem in enumerate(memory):
+        if mem.total_bytes > capacity:
+            gpu = groups[stage][0].gpus[0]
+            gib = 2.0**30
+            raise ConfigError(
+                f"out of memory: {gpu} (pipeline stage {stage}) needs "
+                f"{mem.total_bytes / gib:.1f} GiB of the {capacity / gib:.1f} GiB "
+                f"its GPU ({spec.gpu.name}) has — weights {mem.weights_bytes / gib:.1f}, "
+                f"gradients {mem.gradients_bytes / gib:.1f}, optimizer "
+                f"{mem.optimizer_bytes / gib:.1f}, activations "
+                f"{mem.activations_bytes / gib:.1f} GiB", source=spec.source,
+                hint="more tensor/pipeline parallelism, ZeRO, recompute, a smaller "
+                "micro-batch, offloading the optimizer (parallelism.offload), or "
+                "--allow-oom to simulate anyway")
+
+
+# Routing policies whose routes depend on a connection's ends only, so a replica's routes
+# and its image's are alike where the fabric is (ECMP hashes each queue pair; Valiant and
+# UGAL pick intermediate groups by load or at random: not folded).
+_FOLDABLE_ROUTING = ("dmodk", "adaptive", "spray")
+
+
+def _fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
+                streams: list[list[Op]], unit: int) -> tuple[dict[int, tuple[int, ...]], str]:
+    """Which units (replicas, or blocks of ``unit`` replicas) are simulated, each with the
+    units it stands for (itself first; empty: the full simulation runs), and the sentence
+    that says so (see the module docstring, *Symmetry folding*).  Units holding a
+    straggler run on their own, beside one unit standing for all the others."""
+    dp = spec.parallel.dp_cp
+    ring = spec.parallel.cp > 1  # else a unit > 1 is an expert-parallel block
+    units = dp // unit
+    if units <= 1:
+        return {}, "full: one data-parallel replica" + (
+            "" if unit == 1 else " ring (context parallelism spans them all)" if ring
+            else " block (expert parallelism spans them all)")
+    slow = sorted(g for g, factor in spec.stragglers.items() if factor != 1)
+    # A unit is unlike the others where one of its rank groups runs slower (a faster GPU
+    # in a TP group waits for its peers: the group's pace is unchanged).
+    odd = sorted({g.replica // unit for row in groups for g in row if g.slowdown != 1})
+    healthy = [u for u in range(units) if u not in odd]
+    # What breaks the symmetry first; a trace (spans per rank group) last, so that a
+    # traced run names the same reason as an untraced one where it has one.
+    why = ("full: folding off" if not spec.fold_replicas
+           else f"full: stragglers on {', '.join(slow)}" if len(healthy) < 2
+           else f"full: {spec.topology.routing.policy} routing may route replicas unalike"
+           if spec.topology.routing.policy not in _FOLDABLE_ROUTING
+           else _asymmetry(spec, comm, groups, streams, unit, healthy if odd else None)
+           or ("full: a trace was asked for (spans per rank group)" if spec.trace else ""))
+    if why:
+        return {}, why
+    what = ("data-parallel replicas" if unit == 1 else f"context-parallel rings of {unit}"
+            if ring else f"expert-parallel blocks of {unit}")
+    stands_for = {healthy[0]: tuple(healthy), **{u: (u,) for u in odd}}
+    if not odd:
+        return stands_for, f"folded {units} {what} into 1"
+    if unit == 1:
+        alone = "replica" + ("s " if len(odd) > 1 else " ") + ", ".join(map(str, odd))
+    else:  # an expert-parallel block or a context-parallel ring, by its replicas
+        alone = ("the " + ("rings" if ring else "blocks") + " of replicas " if len(odd) > 1
+                 else "the " + ("ring" if ring else "block") + " of replicas ") + ", ".join(
+            f"{u * unit}-{u * unit + unit - 1}" for u in odd)
+    return stands_for, (f"folded {len(healthy)} {what} without a straggler into 1; {alone} "
+                        f"(stragglers on {', '.join(slow)}) simulated on "
+                        f"{'their' if len(odd) > 1 else 'its'} own")
+
+
+# Per flow class, per replica (or expert-parallel block), the plans it runs.
+_Classes = list[tuple[str, list[list[CollectivePlan]]]]
+
+
+def _asymmetry(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
+               streams: list[list[Op]], unit: int, healthy: list[int] | None = None) -> str:
+    """Why replicas' traffic is not alike on the fabric ("" when it is): see
+    :func:`_unalike`, per flow class, with the load of the data-parallel collectives.
+    With ``healthy`` (the units without a straggler) only those must be alike, and the
+    rest (simulated on their own, at their own pace) must share no link of a folded
+    class with them."""
+    calls = [_calls(stream) for stream in streams]
+    load = _spanning_load(comm, groups, calls, spec.parallel.tp)
+    alike = groups if healthy is None else _unit_rows(groups, healthy, unit)
+    odd = None if healthy is None else _unit_rows(
+        groups, [u for u in range(len(groups[0]) // unit) if u not in healthy], unit)
+    wrap = spec.parallel.interleave > 1
+    for stage in range(len(groups)):
+        why = _tp_candidates_differ(comm, groups[stage])
+        classes = [] if why else _flow_classes(comm, alike, stage, calls[stage], unit, wrap)
+        if not why and odd is not None:
+            theirs = _flow_classes(comm, odd, stage, calls[stage], unit, wrap)
+            if not _class_links(classes).isdisjoint(_class_links(theirs)):
+                why = "a straggler's replica shares links with the others"
+        for label, per_replica in classes:
+            why = why or _unalike(comm, label, per_replica, load)
+        if why:
+            return f"full: stage {stage} {why}"
+    return ""
+
+
+def _unit_rows(groups: list[list[RankGroup]], units: list[int],
+               unit: int) -> list[list[RankGroup]]:
+    """Each stage's rank groups of the given units, in order."""
+    return [[row[u * unit + k] for u in units for k in range(unit)] for row in groups]
+
+
+def _class_links(classes: _Classes) -> set[Any]:
+    return {link for _label, per_replica in classes for plans in per_replica
+            for plan in plans for step in plan.steps for link in step.link_streams}
+
+
+def _tp_candidates_differ(comm: Communicator, row: list[RankGroup]) -> str:
+    """Why a stage's TP groups are not alike already in the algorithms ``auto`` weighs
+    for them (CollNet where one group's switches reduce in the network and another's
+    do not): "" when every group has the same candidates."""
+    if len(row[0].gpus) == 1:
+        return ""
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        if len({comm.candidates(op, list(g.gpus)) for g in row}) > 1:
+            return f"tensor-parallel groups may pick different {op} algorithms"
+    return ""
+
+
+def _calls(stream: list[Op]) -> set[tuple[str, str, float]]:
+    """The distinct (peers, op, size) of a stream's collectives among rank groups."""
+    return {(op.group, op.op, op.size_bytes) for op in stream
+            if isinstance(op, Collective) and op.group != "tp" and op.op is not None
+            and op.size_bytes is not None}
+
+
+def _flow_classes(comm: Communicator, groups: list[list[RankGroup]], stage: int,
+                  calls: set[tuple[str, str, float]], unit: int, wrap: bool) -> _Classes:
+    """The traffic of one stage that folding enters with its images: TP collectives (by
+    every algorithm ``auto`` may pick), pipeline sends both ways (from the last stage to
+    the first too when ``wrap``: interleaved), tied-embedding all-reduces, expert
+    all-to-alls (per block), context-parallel ring sends (per ring)."""
+    row, pp = groups[stage], len(groups)
+    tp = len(row[0].gpus)
+    classes: _Classes = []
+    if tp > 1:
+        for op in ("all_reduce", "all_gather", "reduce_scatter"):
+            for algo in comm.candidates(op, list(row[0].gpus)):
+                classes.append((op, [[comm.plan(op, list(g.gpus), algorithm=algo,
+                                                protocol="simple")] for g in row]))
+    if pp > 1 and (stage + 1 < pp or wrap):
+        ahead = groups[(stage + 1) % pp]
+        for forward in (True, False):  # activations, and gradients coming back
+            classes.append(("p2p", [[comm.pairs_plan(
+                list(zip(a.gpus, b.gpus) if forward else zip(b.gpus, a.gpus)), 1.0,
+                protocol="simple")] for a, b in zip(row, ahead)]))
+    for peers, op, size in sorted(calls):
+        if peers == "embedding":
+            lanes = [[[a, b] for a, b in zip(first.gpus, last.gpus)]
+                     for first, last in zip(groups[0], groups[-1])]
+        elif peers == "ep":
+            lanes = [[[g.gpus[t] for g in row[b:b + unit]] for t in range(tp)]
+                     for b in range(0, len(row), unit)]
+        elif peers == "cp":  # per ring (unit = cp), every lane's sends to the next rank
+            classes.append(("cp ring", [[comm.pairs_plan(
+                [(g.gpus[t], row[b + (i + 1) % unit].gpus[t]) for t in range(tp)
+                 for i, g in enumerate(row[b:b + unit])], 1.0, protocol="simple")]
+                for b in range(0, len(row), unit)]))
+            continue
+        else:
+            continue
+        classes.append((op, [[comm.choose(op, lane, size) for lane in mine]
+                             for mine in lanes]))
+    return classes
+
+
+def _spanning_load(comm: Communicator, groups: list[list[RankGroup]],
+                   calls: list[set[tuple[str, str, float]]], tp: int,
+                   ) -> dict[Any, float]:
+    """Per link, the streams the data-parallel collectives put on it (every call's)."""
+    load: dict[Any, float] = {}
+    for stage, row in enumerate(groups):
+        lanes = [[g.gpus[t] for g in row] for t in range(tp)]
+        for peers, op, size in calls[stage]:
+            if peers != "dp":
+                continue
+            for lane in lanes:
+                for step in comm.choose(op, lane, size).steps:
+                    for link, streams in step.link_streams.items():
+                        load[link] = load.get(link, 0.0) + streams * step.repeat
+    return load
+
+
+def _unalike(comm: Communicator, label: str, per_replica: list[list[CollectivePlan]],
+             load: dict[Any, float]) -> str:
+    """Why one flow class's plans, per replica, are not images of each other ("" when
+    they are).  Each replica must see the same links: as many, of the same capacities,
+    crossed by as many streams in each step, each shared with as many replicas, and the
+    same latency; a shared link must carry the same streams from each replica that
+    shares it (entered as one flow with their multiplicities summed, it is loaded as by
+    their separate flows at the rate they share by symmetry).  With the data-parallel
+    collectives' streams added, the most loaded link (streams per byte/s) of each step
+    must be as loaded for every replica: a ring that crosses between leaves beside some
+    replicas only adds to links that do not limit them; one that loads some replicas'
+    bottleneck more makes them slower."""
+    profiles = [_link_profile(plans) for plans in per_replica]
+    first: dict[Any, tuple[float, ...]] = {}  # per link, the streams of its first user
+    count: dict[Any, int] = {}
+    uneven: set[Any] = set()  # links whose users put different streams on them
+    for profile in profiles:
+        for link, streams in profile.items():
+            seen = first.setdefault(link, streams)
+            if seen is not streams and seen != streams:
+                uneven.add(link)
+            count[link] = count.get(link, 0) + 1
+    shape: tuple[Any, ...] | None = None
+    for replica, (plans, profile) in enumerate(zip(per_replica, profiles)):
+        if not uneven.isdisjoint(profile):
+            return f"replica {replica} shares links unevenly with others ({label})"
+        mine = (sorted((comm.capacity[link], streams, count[link])
+                       for link, streams in profile.items()),
+                [plan.latency_s for plan in plans], _pressure(comm, profile, count, load))
+        if shape is None:
+            shape = mine
+        elif mine != shape:
+            return f"replica {replica}'s {label} links differ from replica 0's"
+    return ""
+
+
+def _pressure(comm: Communicator, profile: dict[Any, tuple[float, ...]],
+              count: dict[Any, int], load: dict[Any, float]) -> tuple[float, ...]:
+    """Per step, the most streams per byte/s on a link: the class's (times the replicas
+    sharing it) and the data-parallel collectives' (rounded to 12 digits)."""
+    width = len(next(iter(profile.values()), ()))
+    worst = [0.0] * width
+    for link, streams in profile.items():
+        extra, capacity = load.get(link, 0.0), comm.capacity[link]
+        for i, mine in enumerate(streams):
+            if mine:
+                worst[i] = max(worst[i], (mine * count[link] + extra) / capacity)
+    return tuple(float(f"{w:.12g}") for w in worst)
+
+
+def _link_profile(plans: list[CollectivePlan]) -> dict[Any, tuple[float, ...]]:
+    """Per link some plans cross, its streams in each step of each plan."""
+    width = sum(len(plan.steps) for plan in plans)
+    profile: dict[Any, list[float]] = {}
+    i = 0
+    for plan in plans:
+        for step in plan.steps:
+            for link, streams in step.link_streams.items():
+                profile.setdefault(link, [0.0] * width)[i] = streams
+            i += 1
+    return {link: tuple(streams) for link, streams in profile.items()}
+
+
+def _exclusive_tp(comm: Communicator, groups: list[list[RankGroup]],
+                  par: ParallelConfig) -> bool:
+    """Whether TP collectives may be timed by their closed form before data parallelism.
+
+    Only traffic that can run *while* a TP group computes could share its links:
+    pipeline sends (asynchronous) and other TP groups.  Expert all-to-alls block every
+    group they involve, and data-parallel collectives start only after every replica
+    of the stage launched them — after which the stage's stream runs its TP collectives
+    as flows (see :class:`workloads.streams.StreamBuilder`) — so neither can overlap a
+    closed-form TP collective.
+    """
+    if par.tp == 1:
+        return True
+    seen: set[Any] = set()
+    for stage_groups in groups:
+        for group in stage_groups:
+            links: set[Any] = set()
+            gpus = list(group.gpus)
+            for op in ("all_reduce", "all_gather", "reduce_scatter"):
+                # Every algorithm auto may pick for it (NVLS, CollNet… where offered).
+                for algo in comm.candidates(op, gpus):
+                    links |= comm.plan_links(comm.plan(op, gpus, algorithm=algo,
+                                                       protocol="simple"))
+            if links & seen:
+                return False
+            seen |= links
+    topo = comm.topology
+    # TP links all inside nodes (the usual case): only the sends' legs inside nodes can
+    # meet them, and those need no walk over the fabric (Topology.node_legs) — at 16,384
+    # GPUs that walk, for every send of every replica, was most of this check.
+    in_node = all(topo.in_node(link) for link in seen)
+    for pairs in _async_send_pairs(groups, par):
+        legs = _node_legs(topo, pairs) if in_node else None
+        if legs is None:
+            legs = comm.plan_links(comm.pairs_plan(pairs, 1.0, protocol="simple"))
+        if not seen.isdisjoint(legs):
+            return False
+    return True
+
+
+def _async_send_pairs(groups: list[list[RankGroup]], par: ParallelConfig,
+                      ) -> Generator[list[tuple[str, str]], None, None]:
+    """The GPU pairs of every asynchronous send between rank groups, one list per group
+    and destination: pipeline neighbours (both ways; around the ring when interleaved)
+    and the next rank group of a context-parallel ring."""
+    for stage in range(par.pp):
+        for replica in range(par.dp_cp):
+            here = groups[stage][replica].gpus
+            if par.cp > 1:  # the context-parallel ring's sends run while groups compute
+                there = groups[stage][replica // par.cp * par.cp
+                                      + (replica + 1) % par.cp].gpus
+                yield list(zip(here, there))
+            for neighbour in (stage - 1, stage + 1):
+                if 0 <= neighbour < par.pp or par.interleave > 1:
+                    there = groups[neighbour % par.pp][replica].gpus
+                    if there != here:
+                        yield list(zip(here, there))
+
+
+def _node_legs(topo: Topology, pairs: list[tuple[str, str]]) -> set[Any] | None:
+    """The links inside nodes of the routes the sends ``pairs`` take (each on its
+    sender's rail across nodes, as :func:`collectives.algorithms.pairs_plan` routes
+    them); None where some route is not shaped for :meth:`Topology.node_legs`."""
+    legs: set[Any] = set()
+    for src, dst in pairs:
+        rail = gpu_rail(topo, src) if topo.node_of(src) != topo.node_of(dst) else None
+        found = topo.node_legs(src, dst, rail=rail)
+        if found is None:
+            return None
+        legs.update(found)
+    return legs
+
+
+# --------------------------------------------------------------------------- results
+
+
+def _result(simulator: IterationSimulator) -> IterationResult:
+    spec = simulator.spec
+    simulator._unfold()
+    groups = simulator.everyone
+    training_s = max(g.end_s for g in groups)
+    loader = spec.training.data_loader
+    samples = spec.training.global_batch // spec.parallel.dp
+    iteration = training_s if loader is None else loader.iteration_s(training_s, samples)
+    per_gpu = _per_gpu_times(groups, simulator.memory, training_s, spec.parallel.pp,
+                             spec.topology, data_wait_s=iteration - training_s)
+    flops = spec.model.model_flops_per_iteration(spec.training.global_batch,
+                                                 simulator.seq_len)
+    path = critical_path(simulator.active, training_s)
+    if iteration > training_s:  # the GPUs wait for the data loader (module docstring)
+        last = max(simulator.active, key=lambda g: g.end_s)
+        path += (PathEntry(training_s, iteration, "data loading", "waiting for the data "
+                           "loader", last.name, last.gpus[0]),)
+    return IterationResult(iteration, simulator.microbatches, per_gpu, flops,
+                           simulator.env.events_processed,
+                           simulator.sim.network.completed_flows, simulator.sim,
+                           path, spec.topology, simulator.folding,
+                           tuple((g, tuple(simulator._images(g))) for g in simulator.active),
+                           simulator.offload,
+                           0.0 if loader is None else loader.loading_s(samples))
+
+
+def _per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], iteration: float,
+                   pp: int, topology: Topology, data_wait_s: float = 0.0,
+                   ) -> tuple[GpuTimes, ...]:
+    """Every GPU's breakdown: its group's, with the wait for the slowest group at the end
+    (bubble with a pipeline, else idle), what no category holds and ``data_wait_s`` past
+    ``iteration`` waiting for the data loader as idle."""
+    per_gpu: list[GpuTimes] = []
+    unions: dict[int, float] = {}  # folded images share their group's intervals
+    for group in groups:
+        communication = unions.get(id(group.comm_intervals))
+        if communication is None:
+            communication = unions[id(group.comm_intervals)] = union_length(
+                group.comm_intervals)
+        tail = iteration - group.end_s
+        if pp > 1:
+            group.bubble_s += tail
+        else:
+            group.idle_s += tail
+        accounted = group.compute_s + group.exposed_s + group.bubble_s + group.idle_s
+        idle = group.idle_s + max(iteration - accounted, 0.0)
+        if idle < 1e-12 * iteration:
+            idle = 0.0  # rounding of the sums, not time
+        idle += data_wait_s
+        for t, gpu in enumerate(group.gpus):
+            per_gpu.append(GpuTimes(
+                gpu, topology.rank_of(gpu), group.stage, group.replica, t,
+                group.compute_s, communication, group.exposed_s, group.bubble_s,
+                idle, memory[group.stage]))
+    per_gpu.sort(key=lambda g: g.rank)
+    return tuple(per_gpu)
+
+
+def simulate_iteration(spec: IterationSpec) -> IterationResult:
+    """Simulate one training iteration of ``spec``; see the module docstring."""
+    with _young_collections_batched():
+        simulator = IterationSimulator(spec)
+        if spec.trace:
+            _record_link_counters(simulator.sim)
+        result = simulator.run()
+    if spec.trace:
+        simulator.sim.tracer.metadata["distsim"] = _trace_metadata(simulator, result)
+    return result
+
+
+# Objects allocated between two young-generation collections while an iteration runs
+# (CPython's default is 700).  A 16,384-GPU iteration allocates tens of millions of
+# short-lived tuples and dicts (routes, plans, events); collecting every 700 of them cost
+# about 9 % of its CPU (4,096 GPUs: 3.55 -> 3.25 s, three runs each).  Nothing is
+# left uncollected: the threshold is restored after the run.
+_YOUNG_BATCH = 100_000
+
+
+@contextmanager
+def _young_collections_batched() -> Iterator[None]:
+    thresholds = gc.get_threshold()
+    gc.set_threshold(max(thresholds[0], _YOUNG_BATCH), *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+def _trace_metadata(simulator: IterationSimulator, result: IterationResult) -> dict[str, Any]:
+    """What a reader of trace.json needs beyond the spans (the ``otherData.distsim``
+    object): the shape keys of a cost table, and which GPUs each rank-group process
+    stands for (its spans are every member's), so the trace imports back per GPU
+    (:mod:`measured.distsim_trace`)."""
+    spec, par, train = simulator.spec, simulator.spec.parallel, simulator.spec.training
+    topo = spec.topology
+    groups = {group.name: {"stage": group.stage, "replica": group.replica,
+                           "gpus": list(group.gpus),
+                           "ranks": [topo.rank_of(g) for g in group.gpus],
+                           "slowdown": group.slowdown}
+              for group in simulator.everyone}
+    return {"format": 1, "source": spec.source, "model": spec.model.name,
+            "gpu": spec.gpu.name, "precision": train.precision,
+            "micro_batch": train.micro_batch, "seq_len": simulator.seq_len,
+            "hidden": spec.model.hidden, "tp": par.tp,
+            "sequence_parallel": par.sequence_parallel, "recompute": train.recompute,
+            "microbatches": result.microbatches, "world_size": len(topo.gpus),
+            "iteration_time_s": result.iteration_time_s, "groups": groups}
+
+
+def _record_link_counters(sim: Simulation) -> None:
+    """Link utilisation (fraction of capacity) as counter tracks, one per loaded link."""
+    network = sim.network
+    ids = network.link_ids
+
+    def listener(now: float, links: list[int], loads: Any) -> None:
+        for idx, load in zip(links, loads):
+            link_id = ids[idx]
+            capacity = network.capacity(link_id)
+            sim.tracer.counter("links", f"{link_id[0]}->{link_id[1]}", now,
+                               float(load) / capacity if capacity else 0.0)
+
+    network.add_listener(listener)

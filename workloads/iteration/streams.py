@@ -1,0 +1,527 @@
+"""The op streams of one training iteration: what each pipeline stage runs, in order.
+
+Every rank group of a stage (its ``tp`` GPUs of one data-parallel replica) runs the same
+stream of :mod:`workloads.ops`, built here from the model, the parallel strategy, the
+training setup and the compute costs:
+
+* per pass of the stage's schedule (:mod:`workloads.schedule`): receive the input from
+  the neighbouring virtual stage, run the chunk's layers, send the output on;
+* per layer and pass: attention and MLP compute, each followed by its tensor-parallel
+  collectives (all-reduce; all-gather + reduce-scatter with sequence parallelism) and, in
+  a MoE layer with expert parallelism, the dispatch / combine all-to-alls; the backward
+  pass re-runs the forward first when activations are recomputed;
+* context parallelism (``cp`` > 1): a rank runs the layer at its ``s/cp`` tokens, and
+  its core attention as ``cp`` blocks around the CP ring, each block's compute overlapped
+  with the asynchronous send of the next K/V block (:mod:`workloads.context_parallel`);
+* data parallelism: the last micro-batch's backward launches the gradient buckets as it
+  produces them; ZeRO-3/FSDP gathers each layer's parameters ahead of its passes and
+  reduce-scatters its gradients every micro-batch;
+* the iteration's end: wait for the gradients, all-reduce the tied embedding between the
+  first and last stage, meet every rank for the gradient norm, step the optimizer, and
+  (ZeRO-1/2) gather the updated parameters.
+
+A tensor-parallel collective is marked ``exclusive`` when the caller says nothing else can
+use its links (:mod:`workloads.iteration` decides); given its closed-form time, runs of
+compute and exclusive collectives are fused into one :class:`~workloads.ops.Fused` op.
+A pass's ops are built once and shared by every micro-batch that runs it.
+
+The bytes every transfer carries come from :mod:`workloads.traffic`, which the
+iteration's lower bound (:mod:`workloads.bounds`) counts with too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from distsim_gpu.workloads.cost.compute import CostModel
+from distsim_gpu.workloads.cost.context_parallel import core_attention_time_s, ring_step_blocks
+from distsim_gpu.workloads.cost.memory import layer_group_extra_params
+from distsim_gpu.workloads.cost.traffic import (
+    activation_bytes_per_element,
+    alltoall_bytes,
+    cp_message_bytes,
+    gathers_layer_params,
+    gradient_buckets,
+    gradient_reduce_op,
+    layer_gather_bytes,
+    layer_grad_bytes,
+    layer_shard_grad_bytes,
+    optimizer_params,
+    pipeline_message_bytes,
+    rank_training,
+    reduces_in_buckets,
+    seq_len_of,
+    stage_param_bytes,
+    tp_collective_kinds,
+    tp_message_bytes,
+    word_embedding_grad_bytes,
+)
+from distsim_gpu.workloads.iteration.ops import (
+    Barrier,
+    Collective,
+    Compute,
+    Fused,
+    Op,
+    Recv,
+    Send,
+    Wait,
+)
+from distsim_gpu.workloads.specs.models import ModelSpec
+from distsim_gpu.workloads.specs.moe_routing import moe_pace
+from distsim_gpu.workloads.specs.recompute import SAVED_COLLECTIVES
+from distsim_gpu.workloads.specs.recompute import table_pass as recompute_table_pass
+from distsim_gpu.workloads.strategy.layer_groups import (
+    LayerSetting,
+    block_subgroups,
+    layer_settings,
+    reshard_bytes,
+    reshard_subgroups,
+    shard_subgroups,
+)
+from distsim_gpu.workloads.strategy.operator_sharding import split_extra_s
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig, layer_partition
+from distsim_gpu.workloads.strategy.schedule import stage_program, virtual_stage
+from distsim_gpu.workloads.strategy.tp_nd import layer_comm, mesh_of
+
+__all__ = ["StreamBuilder", "fuse"]
+
+#: The closed-form time of a tensor-parallel collective: (op, size_bytes, stage) -> s.
+TpTime = Callable[[str, float, int], float]
+
+
+class StreamBuilder:
+    """Builds each stage's stream of ops for ``microbatches`` micro-batches.
+
+    ``tp_time_s`` (the closed form of an exclusive TP collective) makes the streams fused
+    (what the simulator runs); without it they are the plain ops.  ``exclusive_tp``: the
+    tensor-parallel collectives may be marked ``exclusive`` — in the passes before the
+    stage launches its first data-parallel collective, the only time they can be.
+    """
+
+    def __init__(self, model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
+                 costs: CostModel, *, microbatches: int, exclusive_tp: bool = False,
+                 tp_time_s: TpTime | None = None) -> None:
+        self.model, self.parallel, self.training, self.costs = (model, parallel, training,
+                                                                 costs)
+        self.microbatches = microbatches
+        self.exclusive_tp = exclusive_tp
+        self.tp_time_s = tp_time_s
+        # A context-parallel rank computes and sends its s/cp tokens of each sequence.
+        local = rank_training(model, parallel, training)
+        self.seq_len = seq_len_of(model, local)
+        self.virtual_stages = parallel.pp * parallel.interleave
+        self.chunks = layer_partition(model.layers, self.virtual_stages, parallel.partition)
+        # Every layer and micro-batch sends messages of the same sizes: count them once.
+        self.tp_kinds = tp_collective_kinds(parallel)
+        self.tp_bytes = tp_message_bytes(model, local)
+        # 2-D/2.5-D/3-D: each block's collectives on the mesh's sub-groups instead, and
+        # the element-wise work split over tp too (workloads.tp_nd).
+        mesh = self.mesh = mesh_of(parallel.tp_mode, parallel.tp, parallel.tp_depth)
+        self.tp_plan = None if mesh is None else layer_comm(
+            mesh, model, tokens=training.micro_batch * self.seq_len,
+            element_bytes=activation_bytes_per_element(training.precision))
+        self.split_elementwise = parallel.sequence_parallel or mesh is not None
+        self.p2p_bytes = pipeline_message_bytes(model, parallel, local)
+        self.a2a_bytes = alltoall_bytes(model, parallel, local)
+        self.cp_bytes = cp_message_bytes(model, parallel, training)
+        # Skewed routing: every EP rank's experts run at the pace of the most loaded one
+        # (workloads.moe_routing; 1 for a uniform, dropless router).
+        self.moe_pace = moe_pace(model.moe, experts=model.experts, top_k=model.top_k,
+                                 ep=parallel.ep)
+        self._passes: dict[tuple[int, int, str, bool, bool], tuple[Op, ...]] = {}
+        # Per-layer strategies (workloads.layer_groups): each layer's tp, share of the
+        # micro-batch and recompute; None when every layer runs as the strategy says.
+        self._uniform = LayerSetting(parallel.tp, 1, training.micro_batch, training.recompute)
+        self.settings = (layer_settings(parallel.layer_groups, tp=parallel.tp,
+                                        micro_batch=training.micro_batch,
+                                        recompute=training.recompute)
+                         if parallel.layer_groups else None)
+        # Narrower layers reduce their gradients over the rank group's GPUs too.
+        self.narrow = any(s.k > 1 for s in self.settings or ())
+
+    # ----------------------------------------------------------------- a stage
+    def stage_stream(self, stage: int) -> list[Op]:
+        """Everything stage ``stage`` runs in one iteration, in order."""
+        par = self.parallel
+        last_mb = self.microbatches - 1
+        sharded = gathers_layer_params(par) and par.dp_cp > 1
+        launched_dp = False
+        stream: list[Op] = []
+        program = stage_program(par.schedule, pp=par.pp, stage=stage,
+                                microbatches=self.microbatches, interleave=par.interleave)
+        for pass_, mb, chunk in program:
+            vs = virtual_stage(stage, chunk, par.pp)
+            # Forward: input from the virtual stage before, output to the one after.
+            upstream, downstream = (vs - 1, vs + 1) if pass_ == "F" else (vs + 1, vs - 1)
+            if 0 <= upstream < self.virtual_stages:
+                stream.append(Recv(pass_, mb, vs))
+            last = mb == last_mb
+            # Exclusive TP only while no data-parallel collective of this stage can be in
+            # flight: before it launched one, and not in a pass that launches one.
+            fold = (self.exclusive_tp and not launched_dp and not sharded
+                    and not (last and pass_ == "B" and (par.dp_cp > 1 or self.narrow)))
+            ops = self.pass_ops(stage, chunk, pass_, last, fold)
+            launched_dp = launched_dp or any(
+                isinstance(op, Collective) and not op.blocking for op in ops)
+            stream.extend(ops)
+            if 0 <= downstream < self.virtual_stages:
+                stream.append(Send(pass_, mb, downstream, self.p2p_bytes))
+        stream.extend(self._fused(self._iteration_end(stage), stage))
+        return stream
+
+    def _iteration_end(self, stage: int) -> list[Op]:
+        """Gradients in, tied embedding, gradient norm, optimizer, ZeRO-1/2 gather."""
+        model, par = self.model, self.parallel
+        ops: list[Op] = [Wait()]
+        if par.pp > 1 and model.tied_embeddings and stage in (0, par.pp - 1):
+            ops.append(Collective("all_reduce", word_embedding_grad_bytes(model, par),
+                                  "tied embedding grads", group="embedding"))
+        ops.append(Barrier("gradient norm"))
+        step_s = self.costs.optimizer_step_time_s(
+            optimizer_params(model, par, stage) + layer_group_extra_params(model, par, stage))
+        ops.append(Compute(step_s, "optimizer step"))
+        if par.zero in (1, 2) and par.dp_cp > 1:
+            ops.append(Collective("all_gather",
+                                  stage_param_bytes(model, par, self.training, stage),
+                                  "gather params", group="dp"))
+        return ops
+
+    # ----------------------------------------------------------------- a pass
+    def pass_ops(self, stage: int, chunk: int, pass_: str, last: bool,
+                 fold: bool) -> tuple[Op, ...]:
+        """One pass (``"F"``/``"B"``) of one model chunk, without its receive and send
+        (cached); ``last``: the last micro-batch's; ``fold``: its tensor-parallel
+        collectives are exclusive."""
+        key = (stage, chunk, pass_, last, fold)
+        cached = self._passes.get(key)
+        if cached is None:
+            vs = virtual_stage(stage, chunk, self.parallel.pp)
+            ops = (self._forward(vs, fold) if pass_ == "F"
+                   else self._backward(vs, chunk, last, fold))
+            cached = self._passes[key] = self._fused(ops, stage)
+        return cached
+
+    def _forward(self, vs: int, fold: bool) -> list[Op]:
+        sharded = gathers_layer_params(self.parallel)
+        ops: list[Op] = []
+        if vs == 0:
+            ops.append(self._edge("embedding", "fwd"))
+        order = list(range(*self.chunks[vs]))
+        for position, layer in enumerate(order):
+            if sharded:
+                self._gather_params(ops, order, position)
+            if self.settings and position:
+                self._reshard(ops, order[position - 1], layer)
+            self._layer_pass(ops, "fwd", layer, fold)
+        if vs == self.virtual_stages - 1:
+            ops.append(self._edge("loss", "fwd"))
+        return ops
+
+    def _backward(self, vs: int, chunk: int, last: bool, fold: bool) -> list[Op]:
+        par = self.parallel
+        sharded = gathers_layer_params(par)
+        ops: list[Op] = []
+        if vs == self.virtual_stages - 1:
+            ops.append(self._edge("loss", "bwd"))
+        order = list(reversed(range(*self.chunks[vs])))
+        # Without ZeRO-3/FSDP the last micro-batch reduces the gradients in buckets, each
+        # launched after the layer that fills it (by backward position); with it, every
+        # micro-batch reduce-scatters each layer's.  A per-operator plan does both: its
+        # sharded operators' gradients reduce-scattered, its replicated ones' bucketed.
+        buckets = (self._buckets(order, first_chunk=vs == 0)
+                   if last and par.dp_cp > 1 and reduces_in_buckets(par) else {})
+        for position, layer in enumerate(order):
+            if sharded:
+                self._gather_params(ops, order, position)
+            if self.settings and position:
+                self._reshard(ops, order[position - 1], layer)
+            self._layer_pass(ops, "recompute", layer, fold)
+            self._layer_pass(ops, "bwd", layer, fold)
+            if self.settings and last:
+                self._reduce_narrow(ops, layer)
+            if sharded:
+                ops.append(self._async_dp("reduce_scatter",
+                                          layer_shard_grad_bytes(self.model, layer, par),
+                                          f"L{layer} reduce grads"))
+            if position + 1 in buckets:
+                ops.append(self._async_dp(gradient_reduce_op(par), buckets[position + 1],
+                                          f"grads to L{layer}"))
+        if vs == 0:
+            ops.append(self._edge("embedding", "bwd"))
+            if sharded and not reduces_in_buckets(par):
+                # Sharded throughout (ZeRO-3/FSDP): the word embedding's gradients are
+                # reduce-scattered like a layer's, not left out with the buckets.
+                ops.append(self._async_dp("reduce_scatter",
+                                          word_embedding_grad_bytes(self.model, par),
+                                          "embedding reduce grads"))
+        if None in buckets:
+            ops.append(self._async_dp(gradient_reduce_op(par), buckets[None],
+                                      f"grads of chunk {chunk}"))
+        return ops
+
+    def _edge(self, layer: str, pass_: str) -> Compute:
+        """The embedding or the loss of a pass."""
+        par, train = self.parallel, self.training
+        timing = (self.costs.embedding_time_s if layer == "embedding"
+                  else self.costs.loss_time_s)
+        duration = timing(pass_, self.model, micro_batch=train.micro_batch,
+                          seq_len=self.seq_len, tp=par.tp,
+                          sequence_parallel=self.split_elementwise)
+        return Compute(duration, f"{layer} {pass_}", layer=layer, pass_name=pass_)
+
+    @staticmethod
+    def _async_dp(op: str, size_bytes: float, label: str, handle: str | None = None,
+                  ) -> Collective:
+        return Collective(op, size_bytes, label, group="dp", blocking=False, handle=handle)
+
+    def _layer_pass(self, ops: list[Op], pass_: str, layer: int, fold: bool) -> None:
+        """One layer's compute and in-layer communication for ``fwd``/``bwd``/recompute."""
+        model, par = self.model, self.parallel
+        setting = self._setting(layer)
+        if pass_ == "recompute" and setting.recompute == "none":
+            return
+        cost_pass = "recompute" if pass_ == "recompute" else pass_
+        extra = {"recompute": setting.recompute} if pass_ == "recompute" else {}
+        duration = self.costs.layer_time_s(
+            cost_pass, model, micro_batch=setting.micro_batch, seq_len=self.seq_len,
+            tp=setting.tp, sequence_parallel=self.split_elementwise, layer_index=layer,
+            ep=par.ep, **extra)
+        # OSDP's split operators: their GEMMs in k slices (workloads.operator_sharding).
+        duration += split_extra_s(
+            par.operator_sharding, self.costs, cost_pass, model,
+            micro_batch=setting.micro_batch, seq_len=self.seq_len, tp=setting.tp,
+            sequence_parallel=self.split_elementwise, layer_index=layer, ep=par.ep, **extra)
+        label = f"L{layer} {pass_}"
+        # What a cost table calls this layer pass (trace args, read by ``trace costs``).
+        kind = "moe_layer" if model.is_moe_layer(layer) else "transformer_layer"
+        table_pass = recompute_table_pass(setting.recompute) if extra else cost_pass
+        moe = model.is_moe_layer(layer) and par.ep > 1
+        with_comm = pass_ != "recompute" or setting.recompute == "full"
+        # torchtitan's per-op checkpointing keeps the reduce-scatters' (and all-to-alls')
+        # outputs and core attention: its recompute runs only the TP all-gathers (or
+        # all-reduces) again, their inputs being recomputed (workloads.recompute).
+        op_sac = pass_ == "recompute" and setting.recompute == "op"
+        saved = SAVED_COLLECTIVES if op_sac else frozenset()
+        args = (kind, table_pass, layer)
+        half = duration / 2
+        if par.cp > 1 and not op_sac:
+            half = self._cp_attention(ops, cost_pass, duration, label, args,
+                                      extra.get("recompute", "full"))
+        else:
+            ops.append(Compute(half, f"{label} attention", *args))
+        mlp = half * self.moe_pace if model.is_moe_layer(layer) else half
+        if moe and with_comm and par.moe_overlap:
+            ops.pop()  # the attention, split in two below
+            self._overlapped_moe(ops, label, (half, mlp), args, fold, pass_)
+            return
+        if with_comm or op_sac:
+            self._tp_ops(ops, f"{label} attention", fold, pass_, "attention", setting, saved)
+        if moe and with_comm:
+            ops.append(Collective("alltoall", self.a2a_bytes, f"{label} dispatch", group="ep"))
+        ops.append(Compute(mlp, f"{label} mlp", *args))
+        if moe and with_comm:
+            ops.append(Collective("alltoall", self.a2a_bytes, f"{label} combine", group="ep"))
+        if with_comm or op_sac:
+            self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", setting, saved)
+
+    def _overlapped_moe(self, ops: list[Op], label: str, times_s: tuple[float, float],
+                        args: tuple[str, str, int], fold: bool, pass_: str) -> None:
+        """``parallelism.moe_overlap``: the layer as two half micro-batches A and B
+        (DeepSeek-V3's two micro-batches; its trace shows DeepEP's dispatch and combine
+        kernels on their own stream, ~90 % of their time under the other stream's
+        compute): A's dispatch runs under B's attention, B's dispatch under A's experts,
+        A's combine under B's experts; B's combine is the exposed part.  ``times_s``:
+        the attention's and the experts' time for the whole micro-batch."""
+        attention_s, mlp_s = times_s
+        half_bytes = self.a2a_bytes / 2
+
+        def launch(what: str, part: str) -> None:
+            ops.append(Collective("alltoall", half_bytes, f"{label} {what} {part}",
+                                  group="ep", blocking=False,
+                                  handle=f"ep:{label} {what} {part}"))
+
+        ops.append(Compute(attention_s / 2, f"{label} attention A", *args))
+        launch("dispatch", "A")
+        ops.append(Compute(attention_s / 2, f"{label} attention B", *args))
+        self._tp_ops(ops, f"{label} attention", fold, pass_, "attention")
+        launch("dispatch", "B")
+        for part in ("A", "B"):
+            ops.append(Wait(f"ep:{label} dispatch {part}"))
+            ops.append(Compute(mlp_s / 2, f"{label} mlp {part}", *args))
+            launch("combine", part)
+        for part in ("A", "B"):
+            ops.append(Wait(f"ep:{label} combine {part}"))
+        self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp")
+
+    def _cp_attention(self, ops: list[Op], cost_pass: str, duration: float, label: str,
+                      args: tuple[str, str, int], recompute: str) -> float:
+        """Context parallelism: the attention's linear part, then its core attention as
+        ``cp`` blocks around the ring, each overlapped with the send of the blocks the
+        next step needs (:mod:`workloads.context_parallel`).  Returns the time of the
+        MLP's half of the rest of the layer."""
+        par, train = self.parallel, self.training
+        core = core_attention_time_s(
+            self.costs, cost_pass, self.model, micro_batch=train.micro_batch,
+            seq_len=self.seq_len, tp=par.tp, sequence_parallel=par.sequence_parallel,
+            layer_index=args[2], recompute=recompute)
+        # The layer at s/cp tokens holds one block's core attention; the rest is split
+        # between the attention's and the MLP's side as without CP.
+        half = max(duration - core, 0.0) / 2
+        if half:
+            ops.append(Compute(half, f"{label} attention", *args))
+        for step, blocks in enumerate(ring_step_blocks(cost_pass, par.cp)):
+            handle = f"cp:{label} {step}"
+            if blocks:
+                ops.append(Collective("sendrecv", blocks * self.cp_bytes,
+                                      f"{label} cp ring {step}", group="cp", blocking=False,
+                                      handle=handle))
+            ops.append(Compute(core, f"{label} attention block {step}", *args))
+            if blocks:
+                ops.append(Wait(handle))
+        return half
+
+    def _tp_ops(self, ops: list[Op], label: str, fold: bool, pass_: str = "fwd",
+                block: str = "attention", setting: LayerSetting | None = None,
+                saved: frozenset[str] = frozenset()) -> None:
+        """The TP collectives after an attention or MLP block (forward or backward); a
+        2-D/2.5-D/3-D mesh's run on its sub-groups and are never fused (their closed form
+        is the whole group's), as do a narrower layer group's (``setting``).  ``saved``:
+        kinds a recompute does not run again (their outputs were kept)."""
+        if setting is not None and setting.k > 1:
+            self._block_tp_ops(ops, label, setting, saved)
+            return
+        if self.tp_plan is not None:
+            mesh_pass = "bwd" if pass_ == "bwd" else "fwd"  # a recompute redoes the fwd's
+            for n, step in enumerate(self.tp_plan[(mesh_pass, block)]):
+                if step.op in saved:
+                    continue
+                assert self.mesh is not None  # set with tp_plan
+                groups = self.mesh.groups(step.axis, step.root)
+                ops.append(Collective(step.op, step.size_bytes,
+                                      f"{label} {step.op} {step.what} {step.axis} {n}",
+                                      subgroups=groups))
+            return
+        for kind in self.tp_kinds:
+            if kind not in saved:
+                ops.append(Collective(kind, self.tp_bytes, f"{label} {kind}",
+                                      exclusive=fold))
+
+    def _gather_params(self, ops: list[Op], order: list[int], position: int) -> None:
+        """ZeRO-3/FSDP: the first layer's all-gather, the next one's as prefetch, then wait.
+
+        The gather of layer ``order[position + 1]`` is launched before layer
+        ``order[position]`` computes, so it overlaps that compute (FSDP's forward and
+        backward prefetch).
+        """
+        if self.parallel.dp_cp == 1:
+            return
+        layer = order[position]
+        if position == 0:
+            ops.append(self._async_dp("all_gather", self._param_bytes(layer),
+                                      f"L{layer} gather params", f"L{layer}"))
+        if position + 1 < len(order):
+            ahead = order[position + 1]
+            ops.append(self._async_dp("all_gather", self._param_bytes(ahead),
+                                      f"L{ahead} gather params", f"L{ahead}"))
+        ops.append(Wait(f"L{layer}"))
+
+    # ----------------------------------------------------------------- layer groups
+    def _setting(self, layer: int) -> LayerSetting:
+        return self._uniform if self.settings is None else self.settings[layer]
+
+    def _block_tp_ops(self, ops: list[Op], label: str, setting: LayerSetting,
+                      saved: frozenset[str] = frozenset()) -> None:
+        """A narrower layer's TP collectives: on each block of its ``tp`` GPUs, at its
+        share of the micro-batch (none at tp 1; ``saved`` kinds left out)."""
+        if setting.tp == 1:
+            return
+        size = tp_message_bytes(self.model, replace(self.training,
+                                                    micro_batch=setting.micro_batch,
+                                                    seq_len=self.seq_len))
+        groups = block_subgroups(self.parallel.tp, setting.tp)
+        for kind in self.tp_kinds:
+            if kind not in saved:
+                ops.append(Collective(kind, size, f"{label} {kind} tp{setting.tp}",
+                                      subgroups=groups))
+
+    def _reshard(self, ops: list[Op], before: int, layer: int) -> None:
+        """Galvatron's resharding where ``layer`` (run after ``before``) is wider: its GPUs
+        gather the activation (forward) or its gradient (backward) slices the narrower
+        groups hold; a narrowing is a slice, free (workloads.layer_groups)."""
+        narrow, wide = self._setting(before).tp, self._setting(layer).tp
+        if wide <= narrow:
+            return
+        size = reshard_bytes(micro_batch=self.training.micro_batch, seq_len=self.seq_len,
+                             hidden=self.model.hidden, tp=self.parallel.tp, wide=wide,
+                             element_bytes=activation_bytes_per_element(
+                                 self.training.precision))
+        ops.append(Collective("all_gather", size, f"L{layer} reshard tp{narrow}->tp{wide}",
+                              subgroups=reshard_subgroups(self.parallel.tp, narrow, wide)))
+
+    def _buckets(self, order: list[int], first_chunk: bool) -> dict[int | None, float]:
+        """The data-parallel buckets of a last backward (``after_layers`` -> bytes), by
+        position in ``order``; a narrower layer group's gradients go on their own
+        (:meth:`_reduce_narrow`), so they are left out."""
+        if self.settings is None:
+            return {b.after_layers: b.size_bytes for b in gradient_buckets(
+                self.model, self.parallel, order, first_chunk=first_chunk)}
+        wide = [p for p, layer in enumerate(order, start=1) if self.settings[layer].k == 1]
+        buckets = gradient_buckets(self.model, self.parallel,
+                                   [order[p - 1] for p in wide], first_chunk=first_chunk)
+        return {None if b.after_layers is None else wide[b.after_layers - 1]: b.size_bytes
+                for b in buckets}
+
+    def _reduce_narrow(self, ops: list[Op], layer: int) -> None:
+        """A narrower layer's gradients (``P/tp_i`` per GPU) all-reduced, as DDP does over
+        its ``dp_i = k·dp`` ranks: every replica's GPUs holding the same shard, on the
+        data-parallel stream, as soon as the last backward produced them."""
+        setting = self._setting(layer)
+        if setting.k > 1:
+            size = layer_grad_bytes(self.model, layer, replace(self.parallel, tp=setting.tp))
+            ops.append(Collective("all_reduce", size, f"L{layer} grads tp{setting.tp}",
+                                  group="dp", blocking=False,
+                                  subgroups=shard_subgroups(self.parallel.tp, setting.tp)))
+
+    def _param_bytes(self, layer: int) -> float:
+        return layer_gather_bytes(self.model, layer, self.parallel, self.training)
+
+    # ----------------------------------------------------------------- fusing
+    def _fused(self, ops: Sequence[Op], stage: int) -> tuple[Op, ...]:
+        if self.tp_time_s is None:
+            return tuple(ops)
+        tp_time_s = self.tp_time_s
+        return fuse(ops, lambda op: tp_time_s(op.op or "", op.size_bytes or 0.0, stage))
+
+
+def fuse(ops: Sequence[Op], closed_form_s: Callable[[Collective], float]) -> tuple[Op, ...]:
+    """``ops`` with each run of compute and exclusive collectives merged into one
+    :class:`Fused` op (``closed_form_s`` times the collectives); other ops stay."""
+    out: list[Op] = []
+    run: list[Compute | Collective] = []
+    durations: list[float] = []
+    compute = comm = 0.0
+
+    def flush() -> None:
+        nonlocal compute, comm
+        if run:
+            out.append(Fused(tuple(run), tuple(durations), compute, comm))
+        run.clear()
+        durations.clear()
+        compute = comm = 0.0
+
+    for op in ops:
+        if isinstance(op, Compute):
+            duration = op.duration_s
+            compute += duration
+        elif isinstance(op, Collective) and op.exclusive:
+            duration = closed_form_s(op)
+            comm += duration
+        else:
+            flush()
+            out.append(op)
+            continue
+        run.append(op)
+        durations.append(duration)
+    flush()
+    return tuple(out)

@@ -1,0 +1,524 @@
+"""Parallel strategy: how a model and a batch are split over GPUs, and where ranks sit.
+
+Megatron-LM's 3D parallelism plus what PyTorch adds:
+
+* ``tp`` tensor parallel (heads, MLP width and vocabulary split; ``sequence_parallel``
+  splits the element-wise part along the sequence),
+* ``pp`` pipeline parallel (layers split into stages; ``schedule`` gpipe, 1f1b or
+  interleaved with ``interleave`` model chunks per stage),
+* ``dp`` data parallel (``zero`` stage 0-3 of ZeRO sharding, or ``fsdp``),
+* ``ep`` expert parallel for MoE layers, carved out of data parallelism (``ep`` divides
+  ``dp``, as Megatron-Core does),
+* ``cp`` context parallel (Megatron-Core with Transformer Engine's ring attention): each
+  sequence is cut into ``2·cp`` chunks and CP rank ``i`` keeps chunks ``i`` and
+  ``2·cp − 1 − i`` (so every rank has the same share of a causal mask's work); attention
+  passes key/value blocks around the CP ring (:mod:`workloads.context_parallel`).  CP
+  ranks hold the same parameters, so gradients are reduced over ``dp·cp`` ranks
+  (Megatron's data-parallel group "with context parallel"), and ZeRO shards over them.
+
+**Placement** maps a GPU's global rank to its (tp, cp, dp, pp) coordinates.  ``order``
+names the axes from innermost (fastest-varying rank) to outermost; Megatron's default
+``tp-dp-pp`` keeps a tensor-parallel group on consecutive ranks — inside one node when
+``tp`` ≤ GPUs per node — which is what a user wants, and any other order shows what a
+bad placement costs.  An order without ``cp`` puts it right after ``tp``, as
+Megatron-Core's default ``tp-cp-ep-dp-pp`` does (``parallel_state.initialize_model_parallel``);
+``tp-cp-dp-pp`` and the other permutations of the four axes name it explicitly.
+
+A **replica** (the simulator's unit beside the tensor-parallel group) is one (cp, dp)
+coordinate: replica ``r`` is CP rank ``r mod cp`` of data-parallel rank ``r div cp``, so
+the ``cp`` replicas of one CP ring are consecutive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from itertools import permutations
+from typing import Any
+
+from distsim_gpu.simcore.config import (
+    check_bool,
+    check_choice,
+    check_keys,
+    check_mapping,
+    check_whole,
+)
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.units import parse_size
+from distsim_gpu.workloads.specs.recompute import RECOMPUTE_MODES
+from distsim_gpu.workloads.strategy.data_loading import DataLoader, data_loader_from_mapping
+from distsim_gpu.workloads.strategy.layer_groups import (
+    LayerGroup,
+    check_layer_group_strategy,
+    check_layer_groups,
+    layer_groups_from,
+)
+from distsim_gpu.workloads.strategy.offload import (
+    NO_OFFLOAD,
+    OffloadConfig,
+    check_offload,
+    offload_from_mapping,
+)
+from distsim_gpu.workloads.strategy.operator_sharding import (
+    OperatorSharding,
+    check_operator_sharding,
+    operator_sharding_from_mapping,
+)
+from distsim_gpu.workloads.strategy.tp_nd import check_tp_nd
+
+__all__ = [
+    "GRAD_REDUCE_PRECISIONS",
+    "PLACEMENT_ORDERS",
+    "SCHEDULES",
+    "Coordinates",
+    "ParallelConfig",
+    "Placement",
+    "TrainingConfig",
+    "check_cp_split",
+    "check_ep_split",
+    "check_interleave",
+    "check_strategy",
+    "check_tp_split",
+    "check_uniform_split",
+    "check_zero",
+    "layer_partition",
+    "parallel_from_mapping",
+    "placement_axes",
+    "training_from_mapping",
+]
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+PLACEMENT_ORDERS = (tuple("-".join(p) for p in permutations(("tp", "dp", "pp")))
+                    + tuple("-".join(p) for p in permutations(("tp", "cp", "dp", "pp"))))
+RECOMPUTE = RECOMPUTE_MODES  # one home: workloads.recompute
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+# What a gradient all-reduce may carry on the wire (traffic.GRAD_BYTES sizes each).
+GRAD_REDUCE_PRECISIONS = ("fp32", "bf16", "fp16")
+PARTITIONS = ("uniform", "embedding")
+
+
+def layer_partition(layers: int, parts: int, partition: str = "uniform",
+                    ) -> list[tuple[int, int]]:
+    """``(first, stop)`` layer indices of each of ``parts`` pipeline chunks, in order.
+
+    ``uniform``: ``layers/parts`` each (must divide).  ``embedding``: Megatron-DeepSpeed's
+    ``type:transformer|embedding`` method — the word embedding and the output layer count
+    as one layer each, and the ``layers + 2`` units are split as evenly as possible, the
+    first chunks taking one more when they do not divide (DeepSpeed's
+    ``partition_uniform``).  BLOOM-176B's 70 layers on 12 stages: 5, 6, …, 6, 5.
+    """
+    if partition == "uniform":
+        if layers % parts:
+            raise ConfigError(f"{layers} layers do not split into {parts} equal chunks",
+                              key="parallelism.partition",
+                              hint="choose pp·interleave dividing the layers, or "
+                              "partition: embedding")
+        size = layers // parts
+        return [(i * size, (i + 1) * size) for i in range(parts)]
+    units = layers + 2
+    base, extra = divmod(units, parts)
+    bounds, start = [], 0
+    for i in range(parts):
+        stop = start + base + (1 if i < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    # Unit 0 is the embedding and unit layers+1 the output layer: shift to layer indices.
+    return [(max(a - 1, 0), min(b - 1, layers)) for a, b in bounds]
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelConfig:
+    """Degrees of parallelism and how they run (see the module docstring)."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    cp: int = 1
+    sequence_parallel: bool = False
+    # 1d: Megatron's; 2d / 2.5d / 3d: a mesh of the tp GPUs (workloads.tp_nd), 2.5d with
+    # tp_depth layers.
+    tp_mode: str = "1d"
+    tp_depth: int = 1
+    schedule: str = "1f1b"
+    interleave: int = 1
+    zero: int = 0
+    fsdp: bool = False
+    order: str = "tp-dp-pp"
+    partition: str = "uniform"
+    # Megatron-LM's DDP: gradients reduced in buckets of 40M parameters, in fp32 when the
+    # model trains in bf16 (its default ``accumulate_allreduce_grads_in_fp32``).
+    bucket_params: int = 40_000_000
+    grad_reduce_precision: str = "fp32"
+    # Optimizer state / parameters in host memory or on NVMe (workloads.offload).
+    offload: OffloadConfig = NO_OFFLOAD
+    # DeepSeek-V3 style: each MoE layer runs as two half micro-batches, one's dispatch /
+    # combine overlapping the other's compute (workloads.streams).
+    moe_overlap: bool = False
+    # Galvatron's per-layer strategies: groups of layers with their own tp and recompute
+    # (workloads.layer_groups); empty: every layer as above.
+    layer_groups: tuple[LayerGroup, ...] = ()
+    # OSDP: operators whose parameters are sharded, the rest replicated
+    # (workloads.operator_sharding); None: the zero/fsdp setting alone.
+    operator_sharding: OperatorSharding | None = None
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def dp_cp(self) -> int:
+        """Ranks that hold the same parameters and reduce gradients together: ``dp·cp``
+        (the simulator's replicas of a stage, see the module docstring)."""
+        return self.dp * self.cp
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        if self.offload.enabled:  # absent when off, so resolved configs stay as they were
+            data["offload"] = self.offload.to_dict()
+        else:
+            del data["offload"]
+        if not self.moe_overlap:  # likewise
+            del data["moe_overlap"]
+        if self.layer_groups:  # likewise
+            data["layer_groups"] = [g.to_dict() for g in self.layer_groups]
+        else:
+            del data["layer_groups"]
+        if self.operator_sharding is None:  # likewise
+            del data["operator_sharding"]
+        else:
+            data["operator_sharding"] = self.operator_sharding.to_dict()
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingConfig:
+    """The batch and how it is computed."""
+
+    micro_batch: int = 1
+    global_batch: int = 1
+    recompute: str = "none"
+    precision: str = "bf16"
+    seq_len: int | None = None  # None: the model's
+    data_loader: DataLoader | None = None  # None: loading never holds the GPUs up
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        loader = data.pop("data_loader")
+        if loader is not None:
+            data["data_loader"] = loader.to_dict()
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class Coordinates:
+    """Where a rank sits in the 4D grid (``cp`` 0 without context parallelism)."""
+
+    tp: int
+    dp: int
+    pp: int
+    cp: int = 0
+
+
+def placement_axes(order: str) -> tuple[str, ...]:
+    """The axes of a placement ``order``, innermost first; ``cp`` right after ``tp`` when
+    the order does not name it (Megatron-Core's default, see the module docstring)."""
+    axes = order.split("-")
+    if "cp" not in axes:
+        axes.insert(axes.index("tp") + 1, "cp")
+    return tuple(axes)
+
+
+class Placement:
+    """Global rank ↔ (tp, cp, dp, pp) coordinates for an axis ``order``, innermost first.
+
+    ``replica`` arguments count (cp, dp) pairs, CP innermost (module docstring); without
+    context parallelism a replica is a data-parallel rank.
+    """
+
+    def __init__(self, parallel: ParallelConfig) -> None:
+        check_choice(parallel.order, PLACEMENT_ORDERS, key="parallelism.order",
+                     what="placement order")
+        self.parallel = parallel
+        self.axes = placement_axes(parallel.order)
+        self.sizes = {"tp": parallel.tp, "cp": parallel.cp, "dp": parallel.dp,
+                      "pp": parallel.pp}
+
+    def rank(self, tp: int, dp: int, pp: int, cp: int = 0) -> int:
+        """Global rank of the GPU at these coordinates."""
+        coords = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+        rank, stride = 0, 1
+        for axis in self.axes:
+            rank += coords[axis] * stride
+            stride *= self.sizes[axis]
+        return rank
+
+    def coordinates(self, rank: int) -> Coordinates:
+        """Coordinates of a global rank."""
+        values: dict[str, int] = {}
+        for axis in self.axes:
+            values[axis] = rank % self.sizes[axis]
+            rank //= self.sizes[axis]
+        return Coordinates(values["tp"], values["dp"], values["pp"], values["cp"])
+
+    def replica_rank(self, tp: int, replica: int, pp: int) -> int:
+        """Global rank of tensor rank ``tp`` of ``replica`` (a (cp, dp) pair) at stage ``pp``."""
+        cp = self.parallel.cp
+        return self.rank(tp, replica // cp, pp, replica % cp)
+
+    def tp_group(self, replica: int, pp: int) -> tuple[int, ...]:
+        """The tensor-parallel group of ``replica`` at stage ``pp``."""
+        return tuple(self.replica_rank(t, replica, pp) for t in range(self.parallel.tp))
+
+    def dp_group(self, tp: int, pp: int) -> tuple[int, ...]:
+        """The ranks that reduce tensor rank ``tp``'s gradients at stage ``pp``: every
+        replica's (``dp·cp`` of them, CP innermost)."""
+        return tuple(self.replica_rank(tp, r, pp) for r in range(self.parallel.dp_cp))
+
+    def cp_group(self, tp: int, dp: int, pp: int) -> tuple[int, ...]:
+        """The context-parallel ring of tensor rank ``tp``, data-parallel rank ``dp``, in
+        ring order."""
+        return tuple(self.rank(tp, dp, pp, c) for c in range(self.parallel.cp))
+
+    def ep_groups(self, tp: int, pp: int) -> list[tuple[int, ...]]:
+        """Expert-parallel groups: consecutive blocks of ``ep`` data-parallel replicas."""
+        ep = self.parallel.ep
+        dp_ranks = self.dp_group(tp, pp)
+        return [dp_ranks[i:i + ep] for i in range(0, len(dp_ranks), ep)]
+
+
+def check_strategy(parallel: ParallelConfig, training: TrainingConfig, *, num_gpus: int,
+                   layers: int, heads: int, kv_heads: int, experts: int,
+                   source: str | None = None, seq_len: int | None = None) -> int:
+    """Validate a strategy against a model and a cluster; returns micro-batches per step.
+
+    ``seq_len``: the sequence trained on (``training.seq_len`` wins), which context
+    parallelism must split into ``2·cp`` chunks.  Each violation is a
+    :class:`ConfigError` naming the keys and the numbers involved; the checks run in the
+    order below, so the first one that fails is the one reported.
+    """
+    _check_degrees(parallel, num_gpus=num_gpus, heads=heads, kv_heads=kv_heads, source=source)
+    _check_pipeline(parallel, layers=layers, source=source)
+    _check_sharding(parallel, experts=experts, source=source)
+    microbatches = _check_training(training, parallel, source=source)
+    check_offload(parallel.offload, zero=parallel.zero, fsdp=parallel.fsdp,
+                  precision=training.precision, source=source)
+    check_tp_nd(parallel, micro_batch=training.micro_batch, heads=heads, kv_heads=kv_heads,
+                experts=experts, source=source)
+    check_operator_sharding(parallel.operator_sharding, zero=parallel.zero, fsdp=parallel.fsdp,
+                            pp=parallel.pp, tp_mode=parallel.tp_mode,
+                            offload=parallel.offload.enabled, experts=experts,
+                            layer_groups=bool(parallel.layer_groups), source=source)
+    check_cp_split(training.seq_len or seq_len, parallel.cp, key="parallelism.cp",
+                   source=source)
+    if parallel.layer_groups:
+        check_layer_group_strategy(
+            tp_mode=parallel.tp_mode, sequence_parallel=parallel.sequence_parallel,
+            cp=parallel.cp, ep=parallel.ep, zero=parallel.zero, fsdp=parallel.fsdp,
+            offload=parallel.offload.enabled, source=source)
+        check_layer_groups(parallel.layer_groups, tp=parallel.tp, dp=parallel.dp,
+                           layers=layers, heads=heads, kv_heads=kv_heads,
+                           micro_batch=training.micro_batch, source=source)
+    return microbatches
+
+
+def check_cp_split(seq_len: int | None, cp: int, *, key: str = "cp",
+                   source: str | None = None) -> None:
+    """A sequence that splits into ``2·cp`` equal chunks (written at ``key``): the load
+    balancing of causal attention gives each CP rank two of them.  ``None``: unknown."""
+    if cp > 1 and seq_len is not None and seq_len % (2 * cp):
+        raise ConfigError(f"sequence length {seq_len} does not split into 2·cp = {2 * cp} "
+                          "equal chunks", key=key, source=source,
+                          hint="context parallelism gives each CP rank two chunks of the "
+                          "sequence (for causal load balance): choose cp with 2·cp "
+                          f"dividing {seq_len}")
+
+
+def _check_degrees(p: ParallelConfig, *, num_gpus: int, heads: int, kv_heads: int,
+                   source: str | None) -> None:
+    """Whole degrees whose product is the cluster, and heads that split over tp."""
+    for key in ("tp", "pp", "dp", "ep", "cp", "interleave"):
+        check_whole(getattr(p, key), key=f"parallelism.{key}", source=source)
+    if p.num_gpus != num_gpus:
+        names, values = ("tp·cp·pp·dp", f"{p.tp}·{p.cp}·{p.pp}·{p.dp}") if p.cp > 1 else (
+            "tp·pp·dp", f"{p.tp}·{p.pp}·{p.dp}")
+        fixed = p.tp * p.cp * p.pp
+        raise ConfigError(
+            f"{names} = {values} = {p.num_gpus} but the cluster has "
+            f"{num_gpus} GPUs", key="parallelism", source=source,
+            hint=f"choose degrees whose product is {num_gpus}, e.g. dp = "
+            f"{num_gpus // fixed} if {names[:-3]} divides it" if num_gpus % fixed == 0
+            else f"choose degrees whose product is {num_gpus}")
+    if p.tp_mode == "1d":  # 2-D/3-D meshes split heads over one side (workloads.tp_nd)
+        check_tp_split(heads=heads, kv_heads=kv_heads, tp=p.tp, key="parallelism.tp",
+                       source=source)
+
+
+def check_tp_split(*, heads: int, kv_heads: int, tp: int, key: str = "tp",
+                   source: str | None = None) -> None:
+    """Attention heads that split over ``tp`` (written at ``key``), and key/value heads
+    that split over it or, fewer than tp, are replicated."""
+    if heads % tp:
+        raise ConfigError(f"{heads} attention heads do not split over tp = {tp}", key=key,
+                          source=source, hint=f"tp must divide {heads}: tensor parallelism "
+                                              "splits whole attention heads")
+    if kv_heads % tp and tp % kv_heads:
+        raise ConfigError(f"{kv_heads} key/value heads do not split over tp = {tp}", key=key,
+                          source=source, hint="key/value heads are split over tp, or "
+                                              "replicated when fewer than tp")
+
+
+def check_ep_split(*, experts: int, ep: int, key: str = "ep",
+                   source: str | None = None) -> None:
+    """Experts that split over ``ep`` (written at ``key``), which needs a MoE model."""
+    if ep > 1 and experts == 1:
+        raise ConfigError(f"ep = {ep} needs a MoE model, one with experts > 1", key=key,
+                          source=source, hint="set ep to 1 for a dense model")
+    if experts % ep:
+        raise ConfigError(f"{experts} experts do not split over ep = {ep}", key=key,
+                          source=source, hint="expert parallelism places whole experts on "
+                                              "each rank")
+
+
+def _check_pipeline(p: ParallelConfig, *, layers: int, source: str | None) -> None:
+    """A known schedule and partition, and layers that split into the pipeline's chunks."""
+    check_choice(p.schedule, SCHEDULES, key="parallelism.schedule", source=source)
+    check_interleave(p.schedule, p.interleave, key="parallelism.interleave", source=source)
+    if p.schedule == "interleaved" and p.pp < 2:
+        raise ConfigError("the interleaved schedule needs pp >= 2", key="parallelism.pp",
+                          source=source)
+    check_choice(p.partition, PARTITIONS, key="parallelism.partition", source=source)
+    if p.partition == "uniform":
+        check_uniform_split(layers, p.pp * p.interleave, key="parallelism.pp", source=source)
+    if p.partition == "embedding":
+        chunks = layer_partition(layers, p.pp * p.interleave, "embedding")
+        if any(stop <= first for first, stop in chunks):
+            raise ConfigError(f"{layers} layers leave an empty chunk over pp·interleave = "
+                              f"{p.pp * p.interleave}", key="parallelism.pp", source=source)
+
+
+def check_interleave(schedule: str, interleave: int, *, key: str = "interleave",
+                     source: str | None = None) -> None:
+    """``interleave`` (written at ``key``) >= 2 for the interleaved schedule, 1 otherwise."""
+    if schedule == "interleaved" and interleave < 2:
+        raise ConfigError("the interleaved schedule needs interleave >= 2", key=key,
+                          source=source, hint="or use schedule 1f1b")
+    if schedule != "interleaved" and interleave != 1:
+        raise ConfigError(f"interleave {interleave} needs schedule: interleaved", key=key,
+                          source=source)
+
+
+def check_uniform_split(layers: int, chunks: int, *, key: str = "pp",
+                        source: str | None = None) -> None:
+    """``layers`` that split into ``chunks`` (pp·interleave) equal pipeline chunks."""
+    if layers % chunks:
+        raise ConfigError(
+            f"{layers} layers do not split into pp·interleave = {chunks} equal chunks",
+            key=key, source=source, hint="pp·interleave must divide the number of layers; "
+            "or use partition: embedding, Megatron-DeepSpeed's balanced split")
+
+
+def check_zero(zero: int, fsdp: bool, *, key: str = "zero", source: str | None = None) -> None:
+    """A ZeRO stage (written at ``key``) of 0-3, and 0 or 3 with fsdp (which shards like 3)."""
+    if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
+        raise ConfigError(f"must be 0, 1, 2 or 3, got {zero!r}", key=key, source=source)
+    if fsdp and zero not in (0, 3):
+        leaf = key.rsplit(".", 1)[-1]
+        raise ConfigError(f"fsdp shards like ZeRO-3; {leaf} {zero} contradicts it", key=key,
+                          source=source, hint=f"use {leaf} 0 or 3 with fsdp")
+
+
+def _check_sharding(p: ParallelConfig, *, experts: int, source: str | None) -> None:
+    """Experts, ZeRO/FSDP, sequence parallelism, gradient precision and placement order."""
+    if p.dp % p.ep:
+        raise ConfigError(f"ep = {p.ep} must divide dp = {p.dp} (experts are spread over "
+                          "data-parallel replicas)", key="parallelism.ep", source=source)
+    if p.cp > 1 and p.ep > 1:
+        raise ConfigError("context parallelism with expert parallelism is not modelled",
+                          key="parallelism.cp", source=source, hint="use cp: 1 or ep: 1")
+    check_ep_split(experts=experts, ep=p.ep, key="parallelism.ep", source=source)
+    check_zero(p.zero, p.fsdp, key="parallelism.zero", source=source)
+    if (p.fsdp or p.zero == 3) and p.pp > 1:
+        raise ConfigError("ZeRO-3/FSDP with pipeline parallelism is not modelled",
+                          key="parallelism", source=source, hint="use pp: 1 or zero <= 2")
+    if p.sequence_parallel and p.tp == 1:
+        raise ConfigError("sequence_parallel needs tp > 1", key="parallelism.sequence_parallel",
+                          source=source)
+    check_choice(p.grad_reduce_precision, GRAD_REDUCE_PRECISIONS,
+                 key="parallelism.grad_reduce_precision", source=source,
+                 what="gradient precision")
+    check_choice(p.order, PLACEMENT_ORDERS, key="parallelism.order", source=source,
+                 what="placement order")
+
+
+#: Micro-batches per pipeline in one iteration (global_batch / (micro_batch·dp)): each is
+#: simulated, about 15 kB and 1 ms of host time apiece; real jobs use tens to hundreds.
+MAX_MICROBATCHES = 2**16
+
+
+def _check_training(t: TrainingConfig, p: ParallelConfig, *, source: str | None) -> int:
+    """Batch sizes that split over dp and the pipeline; returns micro-batches per step."""
+    for key in ("micro_batch", "global_batch"):  # 2^40 sequences: past any batch trained
+        check_whole(getattr(t, key), key=f"training.{key}", source=source, maximum=2**40,
+                    too_big="larger than any batch trained")
+    if t.global_batch % (t.micro_batch * p.dp):
+        raise ConfigError(
+            f"global_batch {t.global_batch} is not a multiple of micro_batch·dp = "
+            f"{t.micro_batch}·{p.dp} = {t.micro_batch * p.dp}", key="training.global_batch",
+            source=source, hint=f"use a multiple of {t.micro_batch * p.dp}")
+    microbatches = t.global_batch // (t.micro_batch * p.dp)
+    if microbatches > MAX_MICROBATCHES:  # each is simulated: bound what the schedule holds
+        raise ConfigError(
+            f"{microbatches:,} micro-batches per pipeline per iteration, more than distsim "
+            f"simulates ({MAX_MICROBATCHES:,})", key="training.global_batch", source=source,
+            hint="raise training.micro_batch or parallelism.dp, or lower global_batch")
+    if p.schedule == "interleaved" and microbatches % p.pp:
+        raise ConfigError(
+            f"the interleaved schedule needs the {microbatches} micro-batches per pipeline "
+            f"to be a multiple of pp = {p.pp}", key="training.global_batch", source=source)
+    check_choice(t.recompute, RECOMPUTE, key="training.recompute", source=source,
+                 what="recompute mode")
+    if t.seq_len is not None:
+        check_whole(t.seq_len, key="training.seq_len", source=source)
+    check_choice(t.precision, PRECISIONS, key="training.precision", source=source)
+    return microbatches
+
+
+def parallel_from_mapping(data: Mapping[str, Any] | None, *, source: str | None = None,
+                          prefix: str = "parallelism") -> ParallelConfig:
+    """A :class:`ParallelConfig` from YAML keys (unknown keys rejected with a suggestion)."""
+    return _from_mapping(ParallelConfig, data, source, prefix)
+
+
+def training_from_mapping(data: Mapping[str, Any] | None, *, source: str | None = None,
+                          prefix: str = "training") -> TrainingConfig:
+    """A :class:`TrainingConfig` from YAML keys (unknown keys rejected with a suggestion)."""
+    return _from_mapping(TrainingConfig, data, source, prefix)
+
+
+def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
+                  prefix: str) -> Any:
+    data = check_mapping(data, key=prefix, source=source, optional=True)
+    check_keys(data, tuple(cls.__dataclass_fields__), prefix=prefix, source=source)
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        default = getattr(cls(), key)
+        if isinstance(default, bool):
+            check_bool(value, key=f"{prefix}.{key}", source=source)
+        elif key == "offload":
+            value = offload_from_mapping(value, source=source, prefix=f"{prefix}.offload")
+        elif key == "layer_groups":
+            value = layer_groups_from(value, source=source, prefix=f"{prefix}.layer_groups")
+        elif key == "operator_sharding":
+            value = operator_sharding_from_mapping(value, source=source,
+                                                   prefix=f"{prefix}.operator_sharding")
+        elif key == "data_loader":
+            value = data_loader_from_mapping(value, source=source,
+                                             prefix=f"{prefix}.data_loader")
+        elif key == "bucket_params":
+            value = int(parse_size(value, key=f"{prefix}.{key}", source=source,
+                                   allow_zero=False))
+        elif isinstance(default, str):
+            value = str(value).lower()
+        values[key] = value
+    return cls(**values)

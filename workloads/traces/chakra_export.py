@@ -1,0 +1,230 @@
+"""A simulated iteration as per-rank dependency graphs, to write as Chakra ETs.
+
+The iteration (:mod:`workloads.iteration`) runs one op stream per pipeline stage for every
+rank group; here each GPU of each rank group gets that stream as a graph of
+:class:`~workloads.replay.GraphNode` s with the iteration's semantics spelled out:
+
+* the **main stream** (compute, blocking collectives, receives, waits) is one stream, each
+  node depending on the one before it;
+* a **tensor-parallel** collective is one call over the rank group's GPUs; a collective
+  among rank groups (data-parallel, expert-parallel, tied embedding) one call per tensor
+  lane — the ``t``-th GPU of every member, as the iteration runs it;
+* an **asynchronous** data-parallel collective runs on its own stream (one for gathers,
+  one for reductions: each starts after the previous one of its stream), launched when the
+  main stream reaches it; a ``Wait`` is a zero-time node depending on what it waits for;
+* a **pipeline send** starts when the main stream reaches it, on a stream of its own (sends
+  do not wait for each other); the receive blocks the receiver's main stream until the
+  bytes are in (a hand-off within one stage, between interleaved chunks, is free);
+* the **barrier** before the optimizer is a zero-time meeting of every rank;
+* compute takes its time times the GPU's straggler slowdown.  Collectives the iteration
+  times by their closed form (exclusive tensor-parallel ones) are ordinary collectives
+  here: alone on their links, the flows give the same time.
+
+Running the graphs (:func:`workloads.replay.replay_graph`, or written out and read back
+with :mod:`workloads.chakra`) reproduces the iteration's time where every tensor lane of a
+collective among rank groups takes as long as the others (the iteration waits for all
+lanes; a rank here for its own) and pipeline sends between two groups take as long one by
+one as together — true on symmetric clusters.  Context parallelism is not exported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.iteration.ops import (
+    Barrier,
+    Collective,
+    Compute,
+    Fused,
+    Op,
+    Recv,
+    Send,
+    Wait,
+)
+from distsim_gpu.workloads.iteration.simulator import IterationSimulator, IterationSpec
+from distsim_gpu.workloads.iteration.timeline import RankGroup
+from distsim_gpu.workloads.traces.replay import SEND, GraphNode, place_ranks
+
+__all__ = ["MAIN_STREAM", "iter_rank_graphs", "iteration_graphs"]
+
+MAIN_STREAM, REDUCE_STREAM, GATHER_STREAM, FIRST_SEND_STREAM = 1, 3, 4, 16
+
+
+class _Exporter:
+    """Appends each rank group's ops to its GPUs' graphs."""
+
+    def __init__(self, sim: IterationSimulator, rank_of: dict[str, int]) -> None:
+        self.sim = sim
+        self.rank_of = rank_of
+        self.graphs: dict[int, list[GraphNode]] = {r: [] for r in rank_of.values()}
+        self.main: dict[int, int] = {}  # each rank's last main-stream node
+        self.keys: dict[Any, int] = {}  # calls per rendezvous group, per rank
+        self.sends = 0
+        self.handles: dict[tuple[int, str], int] = {}
+        self.pending: dict[int, list[int]] = {}
+        self.senders = _senders(sim)
+
+    def _add(self, rank: int, op: Op, stream: int, duration_s: float = 0.0,
+             deps: Sequence[int] = (), key: Any = None, main: bool = True) -> int:
+        graph = self.graphs[rank]
+        before = (self.main[rank],) if rank in self.main else ()
+        graph.append(GraphNode(op, stream, (*before, *deps), duration_s, key))
+        if main:
+            self.main[rank] = len(graph) - 1
+        return len(graph) - 1
+
+    def _call(self, rank: int, group: tuple[int, ...], op: Collective, stream: int,
+              duration_s: float = 0.0, main: bool = True) -> int:
+        """A collective over ``group`` (global ranks): the k-th such call on this rank."""
+        count = self.keys.get((rank, group), 0)
+        self.keys[(rank, group)] = count + 1
+        call = Collective(op.op, op.size_bytes, op.label, group=group)
+        return self._add(rank, call, stream, duration_s, key=("coll", group, count), main=main)
+
+    def _ranks(self, group: RankGroup) -> list[int]:
+        return [self.rank_of[gpu] for gpu in group.gpus]
+
+    def _lanes(self, members: list[RankGroup]) -> list[tuple[int, ...]]:
+        return [tuple(self.rank_of[m.gpus[t]] for m in members)
+                for t in range(self.sim.spec.parallel.tp)]
+
+    def done(self, group: RankGroup) -> list[tuple[int, list[GraphNode]]]:
+        """The graphs of ``group``'s GPUs, complete once its stream is through: handed
+        over and forgotten, so only one rank group's graphs are held at a time."""
+        ranks = self._ranks(group)
+        for rank in ranks:
+            self.main.pop(rank, None)
+            self.pending.pop(rank, None)
+        return [(rank, self.graphs.pop(rank)) for rank in ranks]
+
+    def group(self, group: RankGroup, stream: list[Op]) -> None:
+        for op in stream:
+            if isinstance(op, Fused):
+                self._fused(group, op)
+            elif isinstance(op, Collective):
+                self._collective(group, op)
+            elif isinstance(op, Send):
+                self._send(group, op)
+            elif isinstance(op, Recv):
+                self._recv(group, op)
+            elif isinstance(op, Wait):
+                self._wait(group, op)
+            elif isinstance(op, Barrier):
+                everyone = tuple(sorted(self.rank_of.values()))
+                for rank in self._ranks(group):
+                    self._call(rank, everyone, Collective(None, None, op.label), MAIN_STREAM)
+            else:  # the iteration's own handlers are the complete list
+                raise ConfigError(f"cannot export a {type(op).__name__} op to Chakra")
+
+    def _fused(self, group: RankGroup, op: Fused) -> None:
+        ranks = tuple(self._ranks(group))
+        for step, duration in zip(op.steps, op.durations_s):
+            for rank in ranks:
+                if isinstance(step, Compute):
+                    self._add(rank, step, MAIN_STREAM, duration * group.slowdown)
+                else:
+                    self._call(rank, ranks, step, MAIN_STREAM)
+
+    def _collective(self, group: RankGroup, op: Collective) -> None:
+        sim, par = self.sim, self.sim.spec.parallel
+        if op.group == "tp" and op.subgroups:  # a 2-D/3-D mesh step: one call per sub-group
+            ranks = tuple(self._ranks(group))
+            for members in op.subgroups:
+                sub = tuple(ranks[i] for i in members)
+                for rank in sub:
+                    self._call(rank, sub, op, MAIN_STREAM)
+            return
+        if op.group == "tp":
+            ranks = tuple(self._ranks(group))
+            for rank in ranks:
+                self._call(rank, ranks, op, MAIN_STREAM)
+            return
+        if op.group == "cp":
+            raise ConfigError("exporting a context-parallel iteration to Chakra is not "
+                              "supported", key="parallelism.cp")
+        stage_groups = sim.groups[group.stage]
+        if op.group == "ep":
+            block = group.replica // par.ep * par.ep
+            members = stage_groups[block:block + par.ep]
+        elif op.group == "embedding":
+            members = [sim.groups[0][group.replica], sim.groups[par.pp - 1][group.replica]]
+        else:
+            members = stage_groups
+        lanes = self._lanes(members)
+        if op.subgroups:  # a narrower layer group's gradients: a ring per shard, as run
+            for sub in op.subgroups:
+                merged = tuple(lanes[t][r] for r in range(len(members)) for t in sub)
+                for t in sub:
+                    lanes[t] = merged
+        stream = MAIN_STREAM if op.blocking else (
+            GATHER_STREAM if op.op == "all_gather" else REDUCE_STREAM)
+        for t, rank in enumerate(self._ranks(group)):
+            node = self._call(rank, lanes[t], op, stream, main=op.blocking)
+            if not op.blocking and op.handle is not None:
+                self.handles[(rank, op.handle)] = node
+            elif not op.blocking:
+                self.pending.setdefault(rank, []).append(node)
+
+    def _wait(self, group: RankGroup, op: Wait) -> None:
+        for rank in self._ranks(group):
+            awaited = ([self.handles.pop((rank, op.handle))] if op.handle is not None
+                       else self.pending.pop(rank, []))
+            self._add(rank, Compute(0.0, f"wait {op.handle or 'all'}"), MAIN_STREAM,
+                      deps=awaited)
+
+    def _send(self, group: RankGroup, op: Send) -> None:
+        target = self.sim.groups[op.virtual_stage % self.sim.spec.parallel.pp][group.replica]
+        if target is group:
+            return  # the next chunk lives on this stage: nothing moves
+        tag = _tag(op.pass_name, group.replica, op.microbatch, op.virtual_stage)
+        for src, dst in zip(self._ranks(group), self._ranks(target)):
+            self.sends += 1
+            self._add(src, Collective(SEND, op.size_bytes, f"send {op.pass_name} "
+                                      f"mb{op.microbatch}", group=(src, dst)),
+                      FIRST_SEND_STREAM + self.sends, key=("p2p", src, dst, tag, 0),
+                      main=False)
+
+    def _recv(self, group: RankGroup, op: Recv) -> None:
+        source_stage, size = self.senders[(op.pass_name, op.microbatch, op.virtual_stage)]
+        sender = self.sim.groups[source_stage][group.replica]
+        if sender is group:
+            return
+        tag = _tag(op.pass_name, group.replica, op.microbatch, op.virtual_stage)
+        for src, dst in zip(self._ranks(sender), self._ranks(group)):
+            self._add(dst, Collective(SEND, size, op.label, group=(src, dst)), MAIN_STREAM,
+                      key=("p2p", src, dst, tag, 0))
+
+
+def _tag(pass_name: str, replica: int, microbatch: int, virtual_stage: int) -> int:
+    """One number per hand-off (Chakra's comm_tag is an integer)."""
+    return ((microbatch * 4096 + virtual_stage) * 65536 + replica) * 2 + (pass_name == "B")
+
+
+def _senders(sim: IterationSimulator) -> dict[tuple[str, int, int], tuple[int, float]]:
+    """Which stage sends each hand-off ``(pass, microbatch, virtual stage)``, and its size."""
+    senders = {}
+    for stage, stream in enumerate(sim.streams):
+        for op in stream:
+            if isinstance(op, Send):
+                senders[(op.pass_name, op.microbatch, op.virtual_stage)] = (stage,
+                                                                            op.size_bytes)
+    return senders
+
+
+def iter_rank_graphs(spec: IterationSpec) -> Iterator[tuple[int, list[GraphNode]]]:
+    """Each rank's graph of one iteration (module docstring), rank group by rank group;
+    rank ``r`` is the GPU :func:`~workloads.replay.place_ranks` puts rank ``r`` on."""
+    sim = IterationSimulator(spec)  # the rank groups and streams the iteration runs
+    gpus = place_ranks(spec.topology, len(spec.topology.gpus))
+    exporter = _Exporter(sim, {gpu: rank for rank, gpu in enumerate(gpus)})
+    for stage, stage_groups in enumerate(sim.groups):
+        for group in stage_groups:
+            exporter.group(group, sim.streams[stage])
+            yield from exporter.done(group)
+
+
+def iteration_graphs(spec: IterationSpec) -> tuple[dict[int, list[GraphNode]], int]:
+    """Every rank's graph (:func:`iter_rank_graphs`) at once, and the world size."""
+    return dict(iter_rank_graphs(spec)), len(spec.topology.gpus)
