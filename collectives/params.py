@@ -191,6 +191,19 @@ class CommParams:
     pxn: bool = True
     all_to_all: str = "flat"
     alltoall_weights: tuple[float, ...] = ()
+    #: Whether ``link_efficiency["nvlink"]`` was set by the user (or by :meth:`ideal`); if
+    #: not, it is the GPU generation's figure, resolved by :meth:`on_architecture` once the
+    #: cluster is known.  Not compared: it says where a figure came from, not what it is.
+    nvlink_efficiency_given: bool = field(default=False, compare=False, repr=False)
+
+    def on_architecture(self, architecture: str) -> CommParams:
+        """These parameters on GPUs of ``architecture`` (``ampere``, ``hopper``, …; "" for
+        unknown): NVLink's efficiency becomes that generation's
+        (:data:`NVLINK_EFFICIENCY_BY_ARCHITECTURE`) unless it was given."""
+        if self.nvlink_efficiency_given:
+            return self
+        nvlink = _default_link_efficiency(architecture)["nvlink"]
+        return replace(self, link_efficiency={**self.link_efficiency, "nvlink": nvlink})
 
     def efficiency_of(self, link_kind: str) -> float:
         """Payload fraction of a link kind (1.0 for kinds not listed)."""
@@ -208,6 +221,7 @@ class CommParams:
             base_latency_s={a: dict.fromkeys(r, 0.0) for a, r in self.base_latency_s.items()},
             hop_latency_s={a: {t: dict.fromkeys(r, 0.0) for t, r in by_t.items()}
                            for a, by_t in self.hop_latency_s.items()},
+            nvlink_efficiency_given=True,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -277,9 +291,16 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
     ``peer_latency: {nvlink|pcie|net: {ll|ll128|simple: "1 us"}}``,
     ``nvls_efficiency`` (a fraction), ``pxn`` (true or false),
     ``all_to_all`` (flat, hierarchical or auto).  Keys not given take the defaults for
-    GPUs of ``architecture`` (:func:`comm_params_for`).
+    GPUs of ``architecture`` (:func:`comm_params_for`); with ``architecture`` "" NVLink's
+    efficiency stays the generation's until :meth:`CommParams.on_architecture` meets the
+    cluster, so a mapping is parsed once, before the cluster is built.
     """
-    params = comm_params_for(architecture)
+    return _parsed_comm(data, source, prefix).on_architecture(architecture)
+
+
+def _parsed_comm(data: Mapping[str, Any] | None, source: str | None,
+                 prefix: str) -> CommParams:
+    params = CommParams()
     if not data:
         return params
     data = check_mapping(data, key=prefix, source=source)
@@ -303,6 +324,8 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
             read = _size if key == "chunk_bytes" else _fraction
             changes[key] = _table(getattr(params, key), value, path, source, _TABLE_KEYS[key],
                                   read)
+            if key == "link_efficiency" and "nvlink" in value:
+                changes["nvlink_efficiency_given"] = True
         elif key == "base_latency":
             changes["base_latency_s"] = _latency_tables(params.base_latency_s, value, path,
                                                         source, ("algorithm",))

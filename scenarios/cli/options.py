@@ -10,7 +10,7 @@ sees an ``argparse.Namespace``.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from distsim_gpu.collectives import ALGORITHMS, FIDELITIES, CommParams, comm_params_from_mapping
@@ -175,20 +175,18 @@ def cluster_and_params(args: argparse.Namespace) -> tuple[Topology, CommParams]:
 
 def checked_comm(comm_overrides: Sequence[tuple[str, Any]], *, path: str | None = None,
                  algo: str | None = None, proto: str | None = None,
-                 fidelity: str | None = None) -> dict[str, Any]:
-    """The communication mapping of :func:`comm_params`' inputs, checked now so that its
-    errors come before the cluster's; :func:`comm_params_on` finishes it once the cluster
-    is known."""
-    comm = _comm_mapping(comm_overrides, path, algo, proto, fidelity)
-    comm_params_from_mapping(comm, source="--set", prefix="comm")
-    return comm
+                 fidelity: str | None = None) -> CommParams:
+    """The communication parameters of :func:`comm_params`' inputs, parsed now (once) so
+    that their errors come before the cluster's; NVLink's efficiency stays the GPU
+    generation's until :func:`comm_params_on` meets the cluster."""
+    return comm_params_from_mapping(_comm_mapping(comm_overrides, path, algo, proto, fidelity),
+                                    source="--set", prefix="comm")
 
 
-def comm_params_on(comm: Mapping[str, Any], topology: Topology) -> CommParams:
-    """A checked communication mapping as parameters, its defaults those of the cluster's
-    GPU generation (NVLink's efficiency differs by generation)."""
-    return comm_params_from_mapping(comm, source="--set", prefix="comm",
-                                    architecture=cluster_architecture(topology))
+def comm_params_on(comm: CommParams, topology: Topology) -> CommParams:
+    """Checked communication parameters on a cluster: NVLink's efficiency that of the
+    cluster's GPU generation unless it was given."""
+    return comm.on_architecture(cluster_architecture(topology))
 
 
 def cluster_architecture(topology: Topology) -> str:
