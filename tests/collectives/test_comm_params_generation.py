@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from distsim_gpu.collectives import (
+from distsim_gpu.collectives.params import (
     NVLINK_EFFICIENCY_BY_ARCHITECTURE,
     CommParams,
     comm_params_for,
