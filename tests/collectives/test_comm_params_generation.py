@@ -4,7 +4,6 @@ when they meet the cluster, unless the user gave it."""
 from __future__ import annotations
 
 import pytest
-
 from distsim_gpu.collectives.params import (
     NVLINK_EFFICIENCY_BY_ARCHITECTURE,
     CommParams,
