@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology.fabric_spec import (
@@ -57,8 +58,11 @@ from distsim_gpu.topology.fabric_spec import (
     switches,
 )
 from distsim_gpu.topology.model import Device, Link
+from distsim_gpu.topology.presets import NodePreset
+from distsim_gpu.topology.spec_values import read_count, read_optional_count, read_ratio
 
 __all__ = [
+    "MAX_PLANES",
     "TreePlan",
     "build_fat_tree",
     "build_multi_plane",
@@ -66,9 +70,15 @@ __all__ = [
     "build_single_switch",
     "build_three_tier",
     "build_tree",
+    "multi_plane_port",
     "node_major_leaves",
+    "parse_multi_plane",
+    "parse_three_tier",
     "rail_leaves",
 ]
+
+#: Planes a multi-plane fabric may have: NICs split into at most this many ports.
+MAX_PLANES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,3 +295,34 @@ def build_multi_plane(spec: FabricSpec, nics: Sequence[Sequence[str]], *,
     config = {"planes": shape.planes, "oversubscription": spec.oversubscription,
               "nics_per_leaf": spec.nics_per_leaf, "spines": spines}
     return Fabric(tuple(devices), tuple(links), config)
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+def parse_three_tier(mapping: Mapping[Any, Any], preset: NodePreset,
+                     source: str | None) -> ThreeTierShape:
+    """A three-tier fabric's figures above the leaf tier (None: derive them)."""
+    return ThreeTierShape(
+        read_ratio(mapping.get("spine_oversubscription", 1.0), "fabric.spine_oversubscription",
+                   source),
+        leaves_per_pod=read_optional_count(mapping, "leaves_per_pod", source, minimum=1),
+        spines_per_pod=read_optional_count(mapping, "spines_per_pod", source, minimum=0),
+        cores_per_plane=read_optional_count(mapping, "cores_per_plane", source, minimum=0))
+
+
+def parse_multi_plane(mapping: Mapping[Any, Any], preset: NodePreset,
+                      source: str | None) -> MultiPlaneShape:
+    """A multi-plane fabric's plane count."""
+    planes = read_count(mapping.get("planes", 2), "fabric.planes", source, minimum=1)
+    if planes > MAX_PLANES:  # each plane is a whole fabric: bound what a file can ask
+        raise ConfigError(f"{planes} planes is more than a NIC has ports for "
+                          f"(at most {MAX_PLANES})", key="fabric.planes", source=source,
+                          hint="multi-plane designs use 2 to 8 planes")
+    return MultiPlaneShape(planes)
+
+
+def multi_plane_port(shape: object, nic_bandwidth_bytes_per_s: float) -> float:
+    """A plane's port bandwidth unless given: the NIC's split over the planes."""
+    assert isinstance(shape, MultiPlaneShape)
+    return nic_bandwidth_bytes_per_s / shape.planes

@@ -45,8 +45,10 @@ nodes.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology.fabric_clos import node_major_leaves, rail_leaves
 from distsim_gpu.topology.fabric_spec import (
@@ -58,8 +60,11 @@ from distsim_gpu.topology.fabric_spec import (
     switches,
 )
 from distsim_gpu.topology.model import Link
+from distsim_gpu.topology.presets import NodePreset
+from distsim_gpu.topology.spec_values import read_bandwidth, read_count, read_optional_count
 
-__all__ = ["GLOBAL_CABLE_COST", "NIC_PLACEMENTS", "build_dragonfly", "global_cables"]
+__all__ = ["GLOBAL_CABLE_COST", "NIC_PLACEMENTS", "build_dragonfly", "global_cables",
+           "parse_dragonfly"]
 
 #: Where a dragonfly's NICs plug in (see the module docstring).
 NIC_PLACEMENTS = ("rails", "nodes")
@@ -143,3 +148,28 @@ def build_dragonfly(spec: FabricSpec, nics: Sequence[Sequence[str]], *,
               "global_links_per_router": shape.global_links_per_router,
               "local_link_bandwidth": local, "global_link_bandwidth": global_}
     return Fabric(tuple(devices), tuple(links), config)
+
+
+def parse_dragonfly(mapping: Mapping[Any, Any], preset: NodePreset,
+                    source: str | None) -> DragonflyShape:
+    """A dragonfly's groups, routers, ports and cable bandwidths (defaults where not given)."""
+    default = DragonflyShape()
+
+    def bandwidth(name: str) -> float | None:
+        value = mapping.get(name)
+        return None if value is None else read_bandwidth(value, f"fabric.{name}", source)
+
+    return DragonflyShape(
+        groups=read_optional_count(mapping, "groups", source, minimum=1),
+        routers_per_group=read_count(mapping.get("routers_per_group", default.routers_per_group),
+                                     "fabric.routers_per_group", source, minimum=1),
+        nics_per_router=read_count(mapping.get("nics_per_router", default.nics_per_router),
+                                   "fabric.nics_per_router", source, minimum=1),
+        global_links_per_router=read_count(
+            mapping.get("global_links_per_router", default.global_links_per_router),
+            "fabric.global_links_per_router", source, minimum=0),
+        local_link_bandwidth_bytes_per_s=bandwidth("local_link_bandwidth"),
+        global_link_bandwidth_bytes_per_s=bandwidth("global_link_bandwidth"),
+        nic_placement=check_choice(mapping.get("nic_placement", default.nic_placement),
+                                   NIC_PLACEMENTS, key="fabric.nic_placement", source=source,
+                                   what="NIC placement"))

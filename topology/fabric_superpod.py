@@ -40,13 +40,16 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology.fabric_clos import TreePlan, build_tree, rail_leaves
 from distsim_gpu.topology.fabric_spec import Fabric, FabricSpec, SuperPodShape, attach_nic
+from distsim_gpu.topology.presets import NodePreset
 
-__all__ = ["GENERATIONS", "PRESET_GENERATION", "SuperPodGeneration", "build_superpod"]
+__all__ = ["GENERATIONS", "PRESET_GENERATION", "SuperPodGeneration", "build_superpod",
+           "parse_superpod", "superpod_port"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +116,21 @@ def build_superpod(spec: FabricSpec, nics: Sequence[Sequence[str]], *,
     links = [link for nic, k in leaf_of.items()
              for link in attach_nic(nic, f"leaf{k}", port, nic_latency_s, spec)]
     return Fabric(tuple(tree.devices), (*links, *tree.links), {"generation": name})
+
+
+def parse_superpod(mapping: Mapping[Any, Any], preset: NodePreset,
+                   source: str | None) -> SuperPodShape:
+    """A SuperPOD's generation: the one given, else the node preset's."""
+    generation = mapping.get("generation", PRESET_GENERATION.get(preset.name))
+    if generation is None:
+        raise ConfigError(f"preset {preset.name!r} has no DGX SuperPOD design: say which "
+                          "one", key="fabric.generation", source=source,
+                          hint="valid: " + ", ".join(GENERATIONS))
+    return SuperPodShape(check_choice(generation, GENERATIONS, key="fabric.generation",
+                                      source=source, what="SuperPOD generation"))
+
+
+def superpod_port(shape: object, nic_bandwidth_bytes_per_s: float) -> float:
+    """A SuperPOD port's bandwidth unless given: its generation's published port speed."""
+    assert isinstance(shape, SuperPodShape)
+    return GENERATIONS[shape.generation].port_bytes_per_s

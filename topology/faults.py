@@ -56,7 +56,7 @@ import simpy
 from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping, check_number
 from distsim_gpu.simcore.errors import ConfigError, SimulationError
 from distsim_gpu.simcore.units import parse_duration
-from distsim_gpu.topology.model import Device, Link, Topology
+from distsim_gpu.topology.model import Device, FaultState, Link, Topology
 from distsim_gpu.topology.routing import END_TO_END_POLICIES
 
 __all__ = [
@@ -260,10 +260,10 @@ def apply_faults(topology: Topology, faults: Iterable[Fault]) -> Topology:
         if device.kind == "nic" and device.node is not None:
             lost_nics[device.node] = lost_nics.get(device.node, 0) + 1
     note = "faults " + "; ".join(f.describe() for f in start)
+    state = FaultState(avoid=frozenset(set(scale) - down), lost_nics=lost_nics, note=note,
+                       destination_indices=topology.destination_indices)
     return Topology(topology.name, devices, links, config=topology.config,
-                    routing=topology.routing, avoid=set(scale) - down,
-                    lost_nics=lost_nics, fault_note=note,
-                    destination_indices=topology.destination_indices)
+                    routing=topology.routing, faults=state)
 
 
 def _lost_devices(topology: Topology, faults: Sequence[Fault], down: set[LinkId]) -> set[str]:

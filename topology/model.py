@@ -24,23 +24,31 @@ Routes are found by breadth-first search restricted to the devices that may carr
 (in-node devices inside a node, fabric switches between nodes; GPUs and NICs are never
 transit hops), counting each link's routing cost where a fabric sets one (``Link.cost``:
 a dragonfly's global cables), and are cached, so the thousands of routes a collective asks for on a
-1024-GPU cluster cost a few dictionary look-ups each after the first.
+1024-GPU cluster cost a few dictionary look-ups each after the first.  The records live in
+:mod:`topology.elements` (re-exported here), the searches in :mod:`topology.path_search`.
 """
 
 from __future__ import annotations
 
 import copy
-import heapq
-import math
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from operator import index as as_index
 from typing import Any
 
 import networkx as nx
 from distsim_gpu.simcore.errors import ConfigError, TopologyError, closest
+from distsim_gpu.topology.elements import (
+    DEVICE_KINDS,
+    LINK_KINDS,
+    TRANSPORTS,
+    Device,
+    Link,
+    Route,
+    full_duplex,
+)
+from distsim_gpu.topology.path_search import PathSearch
 from distsim_gpu.topology.routing import (
     END_TO_END_POLICIES,
     Connection,
@@ -55,141 +63,32 @@ __all__ = [
     "LINK_KINDS",
     "TRANSPORTS",
     "Device",
+    "FaultState",
     "Link",
     "Route",
     "Topology",
     "full_duplex",
 ]
 
-#: Device kinds. ``switch`` is a network (fabric) switch; the others live inside a node.
-DEVICE_KINDS = ("gpu", "nvswitch", "pcie_switch", "cpu", "nic", "switch")
-#: Link kinds. ``cpu`` is the inter-socket link (xGMI / UPI) between CPU root complexes.
-LINK_KINDS = ("nvlink", "pcie", "network", "cpu")
-#: NCCL transport classes a route can have.
-TRANSPORTS = ("local", "nvlink", "pcie", "net")
-
-# Devices that terminate traffic; a route never passes *through* one of them.
-_ENDPOINT_KINDS = frozenset({"gpu", "nic"})
 # Routing cost of one hop where degraded links are avoided: above any path's count of
 # degraded links, so fewer hops always wins and degraded links only break ties.
 _AVOID_SCALE = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
-class Device:
-    """One device of the cluster.
+class FaultState:
+    """What faults left a fabric rebuilt without its lost parts (:mod:`topology.faults`).
 
-    ``name`` is unique (``"n0.gpu3"``, ``"n1.nic2"``, ``"leaf0"``); ``node`` is the node
-    index of an in-node device and ``None`` for a fabric switch; ``index`` numbers the
-    device within its node and kind (GPU 0..7, NIC 0..7 = rail) or within its fabric tier.
-    ``sharp`` marks a switch that reduces data in flight (NVIDIA SHARP): an NVSwitch with
-    NVLink SHARP (multimem, HGX H100/H200) or an InfiniBand switch with SHARP aggregation;
-    collectives use it for the NVLS and CollNet algorithms.
+    ``avoid``: degraded links an adaptive policy steers around where an equal-cost path
+    without them exists; ``lost_nics``: NICs lost per node (their rails re-map); ``note``: a
+    line naming the faults for route errors; ``destination_indices``: the fabric's D-mod-K
+    numbering from before the faults (addresses do not move when devices are lost).
     """
 
-    name: str
-    kind: str
-    node: int | None
-    index: int
-    sharp: bool = False
-
-    def __post_init__(self) -> None:
-        if self.kind not in DEVICE_KINDS:
-            raise TopologyError(f"device {self.name!r} has unknown kind {self.kind!r}",
-                                hint=closest(self.kind, DEVICE_KINDS))
-        if self.sharp and self.kind not in ("nvswitch", "switch"):
-            raise TopologyError(f"device {self.name!r} is a {self.kind}: only switches "
-                                f"(nvswitch, switch) can reduce in the network (sharp)")
-
-
-@dataclass(frozen=True, slots=True)
-class Link:
-    """One direction of a link: ``bandwidth_bytes_per_s`` nominal, ``latency_s`` per crossing.
-
-    ``cost`` is what a shortest-path search counts for the link (1: one hop).  A fabric
-    raises it where fewest hops is not what its routing calls minimal: a dragonfly's global
-    cables count 3, so that a minimal route takes one of them at most (local, global,
-    local) rather than hopping through a third group in as many hops.
-    """
-
-    src: str
-    dst: str
-    bandwidth_bytes_per_s: float
-    latency_s: float
-    kind: str
-    cost: int = 1
-
-    def __post_init__(self) -> None:
-        where = f"link {self.src} -> {self.dst}"
-        if self.kind not in LINK_KINDS:
-            raise TopologyError(f"{where} has unknown kind {self.kind!r}",
-                                hint=closest(self.kind, LINK_KINDS))
-        if self.src == self.dst:
-            raise TopologyError(f"{where} joins a device to itself")
-        if not (math.isfinite(self.bandwidth_bytes_per_s) and self.bandwidth_bytes_per_s > 0):
-            raise TopologyError(f"{where}: bandwidth must be positive and finite, "
-                                f"got {self.bandwidth_bytes_per_s!r} B/s")
-        if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
-            raise TopologyError(f"{where}: latency must be zero or positive and finite, "
-                                f"got {self.latency_s!r} s")
-        if type(self.cost) is not int or self.cost < 1:
-            raise TopologyError(f"{where}: routing cost must be a whole number >= 1, "
-                                f"got {self.cost!r}")
-
-    @property
-    def id(self) -> tuple[str, str]:
-        """The directed link id ``(src, dst)`` the flow engine keys capacities by."""
-        return (self.src, self.dst)
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """The directed links from ``src`` to ``dst`` in hop order, the fraction of the bytes
-    on each, and the latency of the last byte.
-
-    ``weights[i]`` is the fraction of the route's bytes that crosses ``links[i]``: 1.0 on a
-    single path (the default), fractions where the fabric splits the bytes over several
-    paths (a multipath route; the fractions of one hop add up to 1).  A consumer that loads
-    links must weigh each by its fraction.  ``latency_s`` is the slowest path's latency
-    (the last byte waits for it; equal-cost paths have equal hop counts anyway), the plain
-    sum along a single path.  ``transport`` is NCCL's transport class: ``"local"`` (same
-    GPU), ``"net"`` if the route leaves the node, else ``"nvlink"`` if every link is
-    NVLink, else ``"pcie"``.
-    """
-
-    src: str
-    dst: str
-    links: tuple[tuple[str, str], ...]
-    latency_s: float
-    transport: str
-    weights: tuple[float, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.weights:
-            object.__setattr__(self, "weights", (1.0,) * len(self.links))
-        elif len(self.weights) != len(self.links):
-            raise TopologyError(f"route {self.src} -> {self.dst}: {len(self.weights)} weights "
-                                f"for {len(self.links)} links")
-
-    @property
-    def multipath(self) -> bool:
-        """Whether the bytes split over several paths (some link carries a fraction)."""
-        return any(w != 1.0 for w in self.weights)
-
-    @property
-    def devices(self) -> tuple[str, ...]:
-        """The devices along the route, ``src`` and ``dst`` included, in hop order (a
-        multipath route lists each device once, level by level)."""
-        if not self.links:
-            return (self.src,)
-        return tuple(dict.fromkeys((self.links[0][0], *(dst for _, dst in self.links))))
-
-
-def full_duplex(a: str, b: str, bandwidth_bytes_per_s: float, latency_s: float,
-                kind: str) -> tuple[Link, Link]:
-    """A full-duplex cable as its two directed links, each with the full bandwidth."""
-    return (Link(a, b, bandwidth_bytes_per_s, latency_s, kind),
-            Link(b, a, bandwidth_bytes_per_s, latency_s, kind))
+    avoid: frozenset[tuple[str, str]] = frozenset()
+    lost_nics: Mapping[int, int] = field(default_factory=dict)
+    note: str = ""
+    destination_indices: Mapping[str, int] | None = None
 
 
 def _check_rail(rail: object) -> int:
@@ -205,38 +104,7 @@ def _check_rail(rail: object) -> int:
     raise ConfigError(f"rail must be a non-negative integer, got {rail!r}")
 
 
-class _TwinDistances(Mapping[str, int]):
-    """A distance map that is another's but at a few devices (None there: unreachable).
-
-    :meth:`Topology._dist_map` shares one search among destinations entered from the same
-    devices, so the maps of a fabric's 512 leaves cost one search and 511 small patches."""
-
-    __slots__ = ("_base", "_own")
-
-    def __init__(self, base: Mapping[str, int], own: dict[str, int | None]) -> None:
-        self._base, self._own = base, own
-
-    def get(self, key: str, default: Any = None) -> Any:
-        if key in self._own:
-            found = self._own[key]
-            return default if found is None else found
-        return self._base.get(key, default)
-
-    def __getitem__(self, key: str) -> int:
-        found = self.get(key)
-        if found is None:
-            raise KeyError(key)
-        return found
-
-    def __iter__(self) -> Iterator[str]:
-        yield from (k for k in self._base if k not in self._own)
-        yield from (k for k, d in self._own.items() if d is not None)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-class Topology:
+class Topology(PathSearch):
     """A networkx DiGraph of Devices (node attr 'device') and directed Links (edge attr 'link').
 
     Built once, then read-only: the graph is frozen (``nx.freeze``) because routes are
@@ -249,10 +117,8 @@ class Topology:
     def __init__(self, name: str, devices: Iterable[Device], links: Iterable[Link], *,
                  config: Mapping[str, Any] | None = None,
                  routing: RoutingSpec | None = None,
-                 avoid: Iterable[tuple[str, str]] = (),
-                 lost_nics: Mapping[int, int] | None = None,
-                 fault_note: str = "",
-                 destination_indices: Mapping[str, int] | None = None) -> None:
+                 faults: FaultState | None = None) -> None:
+        faults = faults if faults is not None else FaultState()
         self.name = name
         self.config: dict[str, Any] = dict(config) if config is not None else {}
         self.routing: RoutingSpec = routing if routing is not None else RoutingSpec()
@@ -283,7 +149,7 @@ class Topology:
         # Some link counts more than one hop (a dragonfly's global cables): weighted search.
         self._costed = any(link.cost != 1 for link in by_id.values())
         self._grouped = self._costed  # costlier links join groups (a dragonfly)
-        self._fault_state(avoid, lost_nics, fault_note)
+        self._fault_state(faults)
         # Sorted adjacency: the search order, hence every tie-break, is independent of the
         # order the builder happened to add links in.
         self._succ = {k: tuple(sorted(v, key=lambda e: e[0])) for k, v in succ.items()}
@@ -325,9 +191,10 @@ class Topology:
                               key=lambda n: (edge_switch(n), order(n)))
         self._dest_index = {n: i for i, n in enumerate(fabric_order)}
         self._dest_index.update(self._rank)
-        if destination_indices is not None:
+        if faults.destination_indices is not None:
             # A fabric that lost devices keeps its numbering (addresses do not move).
-            self._dest_index = {n: i for n, i in destination_indices.items() if n in devs}
+            self._dest_index = {n: i for n, i in faults.destination_indices.items()
+                                if n in devs}
         self.num_nodes: int = len({d.node for d in devs.values() if d.node is not None})
 
         # Caches (per instance: a Topology owns its routes, nothing is module-global).
@@ -344,14 +211,13 @@ class Topology:
         self._sprays: dict[tuple[str, str, bool], Weighted | None] = {}
         self._groups: tuple[SwitchGroups | None] | None = None  # built at first use
 
-    def _fault_state(self, avoid: Iterable[tuple[str, str]], lost_nics: Mapping[int, int] | None,
-                     fault_note: str) -> None:
-        """What faults left (:mod:`topology.faults`): links an adaptive policy steers around
+    def _fault_state(self, faults: FaultState) -> None:
+        """What faults left (:class:`FaultState`): links an adaptive policy steers around
         where an equal-cost path without them exists (degraded links), NICs lost per node
         (their rails re-map), and a line naming the faults for route errors."""
-        self.avoided: frozenset[tuple[str, str]] = frozenset(avoid)
-        self._lost_nics: dict[int, int] = dict(lost_nics or {})
-        self.fault_note = fault_note
+        self.avoided: frozenset[tuple[str, str]] = frozenset(faults.avoid)
+        self._lost_nics: dict[int, int] = dict(faults.lost_nics)
+        self.fault_note = faults.note
         # Converged adaptive routing avoids a degraded port when it has an equal choice:
         # routing costs become (hops, degraded links crossed) compared in that order.
         self._route_costs: dict[tuple[str, str], int] | None = None
@@ -701,54 +567,6 @@ class Topology:
     def _hop_function(self, target: str, fabric_only: bool) -> Callable[[str], tuple[str, ...]]:
         return lambda x: self._next_hops(x, target, fabric_only=fabric_only)
 
-    def _in_node_hops(self, start: str, node: int) -> dict[str, int]:
-        """Hop counts from ``start`` to the devices of ``node`` (no transit through GPUs/NICs)."""
-        hops = {start: 0}
-        queue = deque([start])
-        while queue:
-            x = queue.popleft()
-            for y, _ in self._succ[x]:
-                if y in hops:
-                    continue
-                dy = self._devices[y]
-                if dy.node != node:
-                    continue
-                hops[y] = hops[x] + 1
-                if dy.kind not in _ENDPOINT_KINDS:
-                    queue.append(y)
-        return hops
-
-    def _in_node_path(self, a: str, b: str, *, nvlink_only: bool) -> tuple[str, ...] | None:
-        """A shortest path from ``a`` to ``b`` inside their node, or None."""
-        key = (a, b, nvlink_only)
-        if key in self._in_node_paths:
-            return self._in_node_paths[key]
-        node = self._devices[a].node
-        parent: dict[str, str | None] = {a: None}
-        queue = deque([a])
-        found = False
-        while queue and not found:
-            x = queue.popleft()
-            for y, link in self._succ[x]:
-                if y in parent or (nvlink_only and link.kind != "nvlink"):
-                    continue
-                dy = self._devices[y]
-                if dy.node != node:
-                    continue
-                parent[y] = x
-                if y == b:
-                    found = True
-                    break
-                if dy.kind not in _ENDPOINT_KINDS:
-                    queue.append(y)
-        result: tuple[str, ...] | None = None
-        if found:
-            path = [b]
-            while (prev := parent[path[-1]]) is not None:
-                path.append(prev)
-            result = tuple(reversed(path))
-        self._in_node_paths[key] = result
-        return result
 
     def gpu_peers(self, gpu: str) -> tuple[tuple[str, float], ...]:
         """The GPUs cabled to ``gpu`` by a direct NVLink (a mesh node: DGX-1 cube-mesh,
@@ -777,163 +595,3 @@ class Topology:
             if best is None or candidate < best:
                 best = candidate
         return None if best is None else (a, best[2], b)
-
-    def _dist_map(self, target: str, *, fabric_only: bool) -> Mapping[str, int]:
-        """Hops from each transit-capable device to ``target`` (reverse BFS, cached; a
-        Dijkstra search over link costs where some link costs more than one hop).
-
-        With ``fabric_only`` only fabric devices (node None) may be transit hops.
-        """
-        key = (target, fabric_only)
-        cached = self._dist_maps.get(key)
-        if cached is not None:
-            return cached
-        if self._costed:
-            dist = self._cost_map(target, fabric_only=fabric_only)
-            self._dist_maps[key] = dist
-            return dist
-        # Destinations entered from the same transit devices (the leaves under one set of
-        # spines, the NICs under one leaf) are as far from every third device: one search
-        # serves them all (see _TwinDistances); quadratic in switches otherwise.
-        entry = (frozenset(self._transit_preds(fabric_only).get(target, ())), fabric_only)
-        twin = self._twin_targets.setdefault(entry, target)
-        dist = (self._bfs_map(target, fabric_only) if twin == target
-                else self._twin_map(twin, target, fabric_only))
-        self._dist_maps[key] = dist
-        return dist
-
-    def _bfs_map(self, target: str, fabric_only: bool) -> dict[str, int]:
-        """Hops to ``target`` by a reverse breadth-first search (unit link costs)."""
-        preds = self._transit_preds(fabric_only)
-        dist = {target: 0}
-        queue = deque([target])
-        while queue:
-            v = queue.popleft()
-            for u in preds.get(v, ()):
-                if u not in dist:
-                    dist[u] = dist[v] + 1
-                    queue.append(u)
-        return dist
-
-    def _twin_map(self, twin: str, target: str, fabric_only: bool) -> _TwinDistances:
-        """Hops to ``target`` from ``twin``'s map, where both are entered from the same set
-        P of transit devices.  Any path to either ends P -> it, so a device u other than the
-        two is 1 + min over p in P of d(u, p) from both.  Only the two ends differ:
-        ``target`` is 0, and ``twin`` (if it may transit) is 1 + its best successor's."""
-        base = self._dist_map(twin, fabric_only=fabric_only)
-        own: int | None = None
-        twin_dev = self._devices[twin]
-        if twin_dev.kind not in _ENDPOINT_KINDS and not (fabric_only and twin_dev.node is not None):
-            ahead = [0 if v == target else base.get(v) for v, _ in self._succ[twin] if v != twin]
-            reached = [d for d in ahead if d is not None]
-            own = 1 + min(reached) if reached else None
-        return _TwinDistances(base, {target: 0, twin: own})
-
-    def _transit_preds(self, fabric_only: bool) -> dict[str, tuple[str, ...]]:
-        """Per device, its predecessors that may be transit hops (built once per flag).
-
-        A reverse BFS runs per destination switch; on a 2,048-node SuperPOD a leaf has as
-        many NICs below it as switches above, so filtering the NICs out once, not in every
-        BFS, halves the work of the 512 leaf maps (about 9 s of the 16k-GPU example)."""
-        cached = self._transit_pred_maps.get(fabric_only)
-        if cached is None:
-            devs = self._devices
-            cached = {v: tuple(u for u, _ in edges if devs[u].kind not in _ENDPOINT_KINDS
-                               and not (fabric_only and devs[u].node is not None))
-                      for v, edges in self._pred.items()}
-            self._transit_pred_maps[fabric_only] = cached
-        return cached
-
-    def _cost_map(self, target: str, *, fabric_only: bool) -> Mapping[str, int]:
-        """:meth:`_dist_map` by Dijkstra: the least summed link cost to ``target``."""
-        dist = {target: 0}
-        heap = [(0, target)]
-        costs = self._route_costs
-        while heap:
-            d, v = heapq.heappop(heap)
-            if d > dist[v]:
-                continue
-            for u, link in self._pred[v]:
-                du = self._devices[u]
-                if du.kind in _ENDPOINT_KINDS or (fabric_only and du.node is not None):
-                    continue
-                cost = link.cost if costs is None else costs[link.id]
-                if d + cost < dist.get(u, math.inf):
-                    dist[u] = d + cost
-                    heapq.heappush(heap, (d + cost, u))
-        return dist
-
-    def _distance(self, y: str, dst: str, *, fabric_only: bool) -> float:
-        """Hops from ``y`` to ``dst`` through transit-capable devices (inf if none)."""
-        if y == dst:
-            return 0
-        if fabric_only:
-            if self._devices[y].node is not None:
-                return math.inf
-            if self._devices[dst].node is None:  # a switch: its own map
-                d = self._dist_map(dst, fabric_only=True).get(y)
-                return math.inf if d is None else d
-            # A NIC target: 1 + the distance to a switch it hangs from.
-            best = math.inf
-            for w in self._fabric_preds(dst):
-                d = self._dist_map(w, fabric_only=True).get(y)
-                cost = self._link_cost(self._links[(w, dst)])
-                if d is not None and d + cost < best:
-                    best = d + cost
-            return best
-        d = self._dist_map(dst, fabric_only=False).get(y)
-        return math.inf if d is None else d
-
-    def _distance_to(self, dst: str, fabric_only: bool) -> Callable[[str], float]:
-        """:meth:`_distance` to ``dst`` as a function of the first device, with the distance
-        map looked up once: a D-mod-K walk over a 2,048-node fabric asks it millions of
-        times, one successor of a switch at a time."""
-        devs = self._devices
-        if fabric_only and devs[dst].node is not None:  # a NIC target: the general rule
-            return lambda y: self._distance(y, dst, fabric_only=True)
-        dist = self._dist_map(dst, fabric_only=fabric_only)
-        inf = math.inf
-        if fabric_only:
-            return lambda y: inf if devs[y].node is not None else dist.get(y, inf)
-        return lambda y: dist.get(y, inf)
-
-    def _link_cost(self, link: Link) -> int:
-        """What a shortest-path search counts for ``link`` (see ``_route_costs``)."""
-        return link.cost if self._route_costs is None else self._route_costs[link.id]
-
-    def _fabric_preds(self, target: str) -> tuple[str, ...]:
-        """The fabric devices with a link into ``target`` (cached)."""
-        preds = self._preds_in_fabric.get(target)
-        if preds is None:
-            preds = tuple(w for w, _ in self._pred[target] if self._devices[w].node is None)
-            self._preds_in_fabric[target] = preds
-        return preds
-
-    def _next_hops(self, x: str, dst: str, *, fabric_only: bool) -> tuple[str, ...]:
-        """The successors of ``x`` on a shortest path to ``dst`` (cached; empty if none)."""
-        key = (x, dst, fabric_only)
-        cached = self._hops.get(key)
-        if cached is not None:
-            return cached
-        if not self._costed and (x, dst) in self._links:
-            # Every hop costs 1: the direct link (1) beats any other successor (≥ 2), so a
-            # spine need not scan its hundreds of ports to reach a leaf below it (on a
-            # 2,048-node fabric that scan grew as spines × leaves × ports).
-            self._hops[key] = (dst,)
-            return (dst,)
-        best = math.inf
-        candidates: list[str] = []
-        distance = self._distance_to(dst, fabric_only)
-        costs = self._route_costs
-        for y, link in self._succ[x]:
-            d = distance(y) + (link.cost if costs is None else costs[link.id])
-            if d < best:
-                best, candidates = d, [y]
-            elif d == best and d < math.inf:
-                candidates.append(y)
-        # Port order: by the devices' index in their tier (then name), the same at every
-        # switch, which D-mod-K needs to send consecutive destinations up distinct ports.
-        devs = self._devices
-        result = tuple(sorted(candidates, key=lambda n: (devs[n].index, n)))
-        self._hops[key] = result
-        return result

@@ -45,7 +45,8 @@ from distsim_gpu.simcore.config import parse_assignment
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
-from distsim_gpu.workloads.traces.replay import CollectiveResult, place_ranks, replay_traces
+from distsim_gpu.workloads.traces.kineto_replay import CollectiveResult, replay_traces
+from distsim_gpu.workloads.traces.replay import place_ranks
 
 __all__ = ["ComputeFit", "TraceCalibration", "calibrate_trace", "fit_compute_efficiency",
            "fit_to_json", "fitted_sections", "format_fit", "measured_compute_s"]

@@ -40,7 +40,11 @@ from distsim_gpu.simcore.units import format_bytes
 from distsim_gpu.topology import Topology, load_cluster
 from distsim_gpu.topology.presets import NODE_PRESETS
 from distsim_gpu.workloads.specs.gpus import canonical_gpu_name
-from distsim_gpu.workloads.traces.replay import CollectiveResult, ReplayResult, replay_traces
+from distsim_gpu.workloads.traces.kineto_replay import (
+    CollectiveResult,
+    ReplayResult,
+    replay_traces,
+)
 
 __all__ = ["WAITING_NOTE", "TraceCluster", "default_cluster", "format_report", "report_json",
            "trace_cluster", "validate_traces", "write_output"]

@@ -373,7 +373,7 @@ def test_tp_is_exclusive_until_the_stage_launches_data_parallel_work():
 
 def test_the_replay_says_what_each_measured_gpu_op_is():
     from distsim_gpu.measured.records import GpuEvent
-    from distsim_gpu.workloads.traces.replay import _op_of
+    from distsim_gpu.workloads.traces.kineto_graph import _op_of
 
     gemm = GpuEvent("ampere_sgemm_128x64_tn", "compute", 1.0, 2e-4, stream=7)
     assert _op_of(gemm, 4) == Compute(2e-4, "ampere_sgemm_128x64_tn")

@@ -21,12 +21,9 @@ from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.traces.replay import (
-    communicator_op,
-    place_ranks,
-    predicted_step_s,
-    replay_traces,
-)
+from distsim_gpu.workloads.traces.kineto_graph import communicator_op
+from distsim_gpu.workloads.traces.kineto_replay import predicted_step_s, replay_traces
+from distsim_gpu.workloads.traces.replay import place_ranks
 
 S = 64 * 2**20  # all-reduce bytes
 B = 50e9
@@ -159,10 +156,10 @@ def test_stream_wait_event_ties_the_nccl_kernel_to_the_gemm():
     # cudaEventRecord after the GEMM's launch, cudaStreamWaitEvent before the NCCL launch:
     # the all-reduce depends on the GEMM, and that wait explains its whole measured start
     # (no fixed delay is left to pin it in a what-if).
-    from distsim_gpu.workloads.traces.replay import _build_rank_step
+    from distsim_gpu.workloads.traces.kineto_graph import build_rank_step
 
     trace = synthetic()[0]
-    graph = _build_rank_step(trace, trace.steps[0], 0.0, trace.steps[0].start_s)
+    graph = build_rank_step(trace, trace.steps[0], 0.0, trace.steps[0].start_s)
     (nccl,) = [op for op in graph.ops if "nccl" in op.kernel.name]
     (gemm,) = [op for op in graph.ops if "sgemm" in op.kernel.name]
     assert nccl.deps == [gemm]
