@@ -1,5 +1,5 @@
 """Scenarios: one YAML file describes a training job on a cluster; running it simulates one
-iteration and returns a :class:`~scenarios.report.Report`.
+iteration and returns a :class:`~scenarios.report.record.Report`.
 
 A scenario file (read with ``yaml.safe_load`` only)::
 
@@ -76,7 +76,7 @@ from distsim_gpu.scenarios.disruptions import (
     simulate,
     spec_of,
 )
-from distsim_gpu.scenarios.report import Report, build_report
+from distsim_gpu.scenarios.report.record import Report, RunSetup, build_report
 from distsim_gpu.simcore.config import (
     check_bool,
     check_choice,
@@ -693,9 +693,8 @@ def run_scenario(scenario: Scenario, *, trace: bool = False, allow_oom: bool = F
             error.source = scenario.source
         raise
     wall_time_s = time.perf_counter() - started
-    return build_report(
-        name=scenario.name, source=scenario.source, result=result,
-        global_batch=scenario.training.global_batch, seq_len=scenario.seq_len,
-        peak_flops_per_s=scenario.gpu.peak_flops(scenario.training.precision),
-        gpu_memory_bytes=scenario.gpu.memory_bytes, config=scenario.resolved(),
-        wall_time_s=wall_time_s, pp=scenario.parallel.pp)
+    setup = RunSetup(model=scenario.model, parallel=scenario.parallel,
+                     training=scenario.training, gpu=scenario.gpu, config=scenario.resolved(),
+                     several_jobs=bool(scenario.jobs))
+    return build_report(name=scenario.name, source=scenario.source, result=result,
+                        setup=setup, wall_time_s=wall_time_s)
