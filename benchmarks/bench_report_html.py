@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from distsim_gpu.scenarios.html_report import run_report_html
 from distsim_gpu.scenarios.report import format_summary
+from distsim_gpu.scenarios.report.html_report import run_report_html
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def measure(path: Path, tmp: Path) -> list[str]:
 
 
 def _rows(report) -> int:
-    from distsim_gpu.scenarios.html_report import timeline_figure
+    from distsim_gpu.scenarios.report.html_report import timeline_figure
 
     return len(timeline_figure(report).layout.yaxis.ticktext)
 

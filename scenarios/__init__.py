@@ -6,8 +6,8 @@
   :func:`run_scenario` simulates one iteration of it and returns a :class:`Report`.
 * A :class:`Report` holds the headline metrics and per-GPU times and memory;
   :func:`format_summary` prints it, :func:`write_output_dir` writes ``--out`` (summary,
-  resolved configuration, trace, plots from :mod:`~distsim_gpu.scenarios.plots`), and
-  :mod:`~distsim_gpu.scenarios.bottlenecks` finds the critical path and busiest links.
+  resolved configuration, trace, plots from :mod:`~distsim_gpu.scenarios.report.plots`), and
+  :mod:`~distsim_gpu.scenarios.report.bottlenecks` finds the critical path and busiest links.
 
 Above this core sit :mod:`~distsim_gpu.scenarios.study` (sweeps, comparisons, strategy
 search) and :mod:`~distsim_gpu.scenarios.fit` (calibration and validation against

@@ -1,5 +1,5 @@
 """Scenarios: one YAML file describes a training job on a cluster; running it simulates one
-iteration and returns a :class:`~scenarios.report.Report`.
+iteration and returns a :class:`~scenarios.report.record.Report`.
 
 A scenario file (read with ``yaml.safe_load`` only)::
 
@@ -69,6 +69,12 @@ from pathlib import Path
 from typing import Any
 
 from distsim_gpu.collectives import CommParams, comm_params_from_mapping
+from distsim_gpu.scenarios.compute_section import (
+    COMPUTE_KEYS,
+    gpu_of,
+    resolved_compute,
+    roofline_of,
+)
 from distsim_gpu.scenarios.disruptions import (
     GoodputSpec,
     goodput_from_mapping,
@@ -76,10 +82,8 @@ from distsim_gpu.scenarios.disruptions import (
     simulate,
     spec_of,
 )
-from distsim_gpu.scenarios.report import Report, build_report
+from distsim_gpu.scenarios.report.record import Report, RunSetup, build_report
 from distsim_gpu.simcore.config import (
-    check_bool,
-    check_choice,
     check_keys,
     check_mapping,
     check_number,
@@ -88,16 +92,13 @@ from distsim_gpu.simcore.config import (
     set_path,
 )
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, closest
-from distsim_gpu.simcore.units import parse_duration
 from distsim_gpu.simcore.yamlfile import line_of, read_yaml
 from distsim_gpu.topology import Topology, build_cluster, list_presets
 from distsim_gpu.topology.faults import Fault, apply_faults, faults_from_list
 from distsim_gpu.workloads.cost.compute import (
-    ATTENTION_IMPLEMENTATIONS,
     CostModel,
     RooflineCosts,
     TableCosts,
-    get_stack,
 )
 from distsim_gpu.workloads.cost.traffic import seq_len_of
 from distsim_gpu.workloads.job.stragglers import (
@@ -105,7 +106,7 @@ from distsim_gpu.workloads.job.stragglers import (
     StragglerModel,
     straggler_model_from_mapping,
 )
-from distsim_gpu.workloads.specs.gpus import GpuSpec, get_gpu, gpu_from_mapping
+from distsim_gpu.workloads.specs.gpus import GpuSpec
 from distsim_gpu.workloads.specs.models import ModelSpec, model_from_mapping
 from distsim_gpu.workloads.specs.moe_routing import routed_comm
 from distsim_gpu.workloads.strategy.parallel import (
@@ -129,21 +130,6 @@ __all__ = [
 SCENARIO_KEYS = ("name", "description", "cluster", "model", "parallelism", "training",
                  "compute", "communication", "simulation", "stragglers", "faults", "jobs",
                  "goodput")
-# compute key -> RooflineCosts field.
-_ROOFLINE_KNOBS = {
-    "matmul_efficiency": "matmul_asymptotic_efficiency",
-    "attention_efficiency": "attention_efficiency",
-    "memory_efficiency": "memory_efficiency",
-    "launch_overhead": "launch_overhead_s",
-    "host_overhead": "host_overhead_s",
-    "gemm_tiles": "gemm_tiles",
-    "gemm_k_half": "gemm_k_half",
-    "causal": "causal",
-    "optimizer_bytes_per_param": "optimizer_bytes_per_param",
-    "attention": "attention",
-    "comm_sms": "comm_sms",
-}
-COMPUTE_KEYS = ("gpu", "costs", "stack", *_ROOFLINE_KNOBS)
 SIMULATION_KEYS = ("fidelity", "seed")
 _REQUIRED = ("cluster", "model")
 
@@ -205,26 +191,7 @@ class Scenario:
         Written back as a scenario file (YAML or JSON) it loads to the same scenario and
         reproduces the same result.  A fresh, JSON-ready dict.
         """
-        gpu = self.gpu
-        compute: dict[str, Any] = {
-            "gpu": {"name": gpu.name, "peak_flops": dict(gpu.peak_flops_per_s),
-                    "memory": gpu.memory_bytes,
-                    "memory_bandwidth": gpu.memory_bandwidth_bytes_per_s,
-                    "sm_count": gpu.sm_count,
-                    **{key: value for key, value in (("architecture", gpu.architecture),
-                                                     ("tdp", gpu.tdp_w),
-                                                     ("power_limit", gpu.power_limit_w))
-                       if value}},
-            "costs": self.cost_table or "roofline",
-        }
-        for knob, attr in _ROOFLINE_KNOBS.items():
-            value = getattr(self.roofline, attr)
-            compute[knob] = [list(t) for t in value] if knob == "gemm_tiles" else value
-        compute["attention"] = self.roofline.resolved_stack.attention
-        compute["matmul_efficiency"] = self.roofline.resolved_matmul_efficiency
-        compute["attention_efficiency"] = self.roofline.resolved_attention_efficiency
-        compute["host_overhead"] = self.roofline.resolved_stack.host_overhead_s
-        compute["stack"] = self.roofline.stack.name
+        compute = resolved_compute(self.gpu, self.roofline, self.cost_table)
         comm = self.comm.to_dict()
         fidelity = comm.pop("fidelity")
         comm["base_latency"] = comm.pop("base_latency_s")
@@ -455,8 +422,8 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
     # compute
     compute = check_mapping(spec.get("compute"), key="compute", source=source, optional=True)
     check_keys(compute, COMPUTE_KEYS, prefix="compute", source=source)
-    gpu = _gpu(compute.get("gpu"), topology, source)
-    roofline = _roofline(compute, gpu, training.precision, source)
+    gpu = gpu_of(compute.get("gpu"), topology, source)
+    roofline = roofline_of(compute, gpu, training.precision, source)
     parallel = _stack_defaults(parallel, spec.get("parallelism"), roofline, training)
     costs_raw = compute.get("costs", "roofline")
     costs: CostModel = roofline
@@ -538,56 +505,6 @@ def _jobs_scenario(spec: dict[str, Any], topology: Topology, source: str | None,
                    source=source, _locator=locator)
 
 
-def _gpu(raw: Any, topology: Topology, source: str | None) -> GpuSpec:
-    if raw is not None:
-        return gpu_from_mapping(raw, source=source, prefix="compute.gpu")
-    model = str(topology.config.get("gpu", {}).get("model", ""))
-    if model:
-        try:
-            return get_gpu(model)
-        except ConfigError:
-            pass
-    what = f"the cluster's GPU {model!r} is not a known GPU spec" if model else (
-        "the cluster does not say which GPU it has")
-    raise ConfigError(f"no GPU given, and {what}", key="compute.gpu", source=source,
-                      hint="e.g. compute: {gpu: a100-80gb}")
-
-
-def _roofline(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,
-              source: str | None) -> RooflineCosts:
-    knobs: dict[str, Any] = {}
-    for knob, attr in _ROOFLINE_KNOBS.items():
-        if knob not in compute:
-            continue
-        value = compute[knob]
-        key = f"compute.{knob}"
-        if knob in ("launch_overhead", "host_overhead"):
-            value = parse_duration(value, key=key, source=source)
-        elif knob == "causal":
-            check_bool(value, key=key, source=source)
-        elif knob == "gemm_tiles":
-            value = _tiles(value, key, source)
-        elif knob == "attention":
-            check_choice(value, ATTENTION_IMPLEMENTATIONS, key=key, source=source,
-                         what="attention implementation")
-        elif isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"must be a number, got {value!r}", key=key, source=source)
-        knobs[attr] = value
-    if "stack" in compute:
-        knobs["stack"] = get_stack(compute["stack"], key="compute.stack", source=source)
-    try:
-        return RooflineCosts(gpu, precision=precision, **knobs)
-    except ConfigError as error:
-        if error.key == "precision":
-            error.key = "training.precision"
-            error.message = f"{gpu.name} has no {precision!r} rate"
-        else:
-            inverse = {attr: knob for knob, attr in _ROOFLINE_KNOBS.items()}
-            error.key = f"compute.{inverse.get(error.key or '', error.key)}"
-        error.source = source
-        raise
-
-
 def _stack_defaults(parallel: ParallelConfig, raw: Any, roofline: RooflineCosts,
                     training: TrainingConfig) -> ParallelConfig:
     """The software stack's defaults for the gradient reduction the scenario left unsaid:
@@ -601,25 +518,6 @@ def _stack_defaults(parallel: ParallelConfig, raw: Any, roofline: RooflineCosts,
     if "bucket_params" not in given and not stack.overlap_grad_reduce:
         changes["bucket_params"] = 10**15  # more than any model: one bucket, at the end
     return dataclasses.replace(parallel, **changes) if changes else parallel
-
-
-def _tiles(value: Any, key: str, source: str | None) -> tuple[tuple[int, int, float], ...]:
-    if not isinstance(value, (list, tuple)) or not value:
-        raise ConfigError("must be a list of [tile_m, tile_n, efficiency]", key=key,
-                          source=source, hint="e.g. [[256, 128, 1.0], [128, 128, 0.95]]")
-    tiles = []
-    for i, tile in enumerate(value):
-        ok = (isinstance(tile, (list, tuple)) and len(tile) == 3
-              and all(isinstance(x, int) and not isinstance(x, bool) and x > 0
-                      for x in tile[:2])
-              and isinstance(tile[2], (int, float)) and not isinstance(tile[2], bool)
-              and 0 < tile[2] <= 1)
-        if not ok:
-            raise ConfigError(f"must be [tile_m, tile_n, efficiency], got {tile!r}",
-                              key=f"{key}[{i}]", source=source,
-                              hint="whole tile sizes > 0 and an efficiency in (0, 1]")
-        tiles.append((int(tile[0]), int(tile[1]), float(tile[2])))
-    return tuple(tiles)
 
 
 def _seed_hashing(topology: Topology, simulation: Any) -> Topology:
@@ -693,9 +591,8 @@ def run_scenario(scenario: Scenario, *, trace: bool = False, allow_oom: bool = F
             error.source = scenario.source
         raise
     wall_time_s = time.perf_counter() - started
-    return build_report(
-        name=scenario.name, source=scenario.source, result=result,
-        global_batch=scenario.training.global_batch, seq_len=scenario.seq_len,
-        peak_flops_per_s=scenario.gpu.peak_flops(scenario.training.precision),
-        gpu_memory_bytes=scenario.gpu.memory_bytes, config=scenario.resolved(),
-        wall_time_s=wall_time_s, pp=scenario.parallel.pp)
+    setup = RunSetup(model=scenario.model, parallel=scenario.parallel,
+                     training=scenario.training, gpu=scenario.gpu, config=scenario.resolved(),
+                     several_jobs=bool(scenario.jobs))
+    return build_report(name=scenario.name, source=scenario.source, result=result,
+                        setup=setup, wall_time_s=wall_time_s)

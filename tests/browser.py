@@ -94,7 +94,7 @@ def main() -> int:
     if reason:
         print(f"cannot take the screenshot: {reason}", file=sys.stderr)
         return 1
-    from distsim_gpu.scenarios.html_report import run_report_html
+    from distsim_gpu.scenarios.report.html_report import run_report_html
     from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 
     report = run_scenario(load_scenario(REPO_ROOT / "scenarios/examples/quickstart.yaml"))

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 import yaml
-from distsim_gpu.scenarios.topology_view import draw_topology, format_summary, summarise
+from distsim_gpu.scenarios.report.topology_view import draw_topology, format_summary, summarise
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.topology import build_cluster, load_cluster

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distsim_gpu.scenarios.bottlenecks import format_link
-from distsim_gpu.scenarios.html_report import HtmlUnavailable, compare_report_html
 from distsim_gpu.scenarios.report import Report, format_table
+from distsim_gpu.scenarios.report.bottlenecks import format_link
+from distsim_gpu.scenarios.report.html_report import HtmlUnavailable, compare_report_html
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.config import parse_assignment
 from distsim_gpu.simcore.errors import ConfigError
@@ -133,7 +133,7 @@ class Comparison:
 
     def links(self, top: int = _TOP_LINKS) -> list[list[dict[str, Any]]]:
         """Per scenario its ``top`` most utilised links (see
-        :func:`scenarios.bottlenecks.link_summary`)."""
+        :func:`scenarios.report.bottlenecks.link_summary`)."""
         return [list(r.bottlenecks.get("top_links_by_utilisation", []))[:top]
                 for r in self.reports]
 

@@ -13,7 +13,7 @@ element-wise pairing — and writes into ``DIR``:
 * ``sweep.png`` — ``--metric`` against the first swept key, one line per combination of
   the other keys (needs matplotlib);
 * ``report.html`` — the same curves for ``--metric`` and the headline metrics, in one
-  self-contained page (needs Plotly, :mod:`scenarios.html_report`).
+  self-contained page (needs Plotly, :mod:`scenarios.report.html_report`).
 
 Grid values are read like ``--set`` values (YAML scalars; units stay strings for the unit
 parsers) after splitting on commas, so a list value cannot be swept.  Every point is
@@ -59,7 +59,7 @@ try:
 except ImportError:  # (not POSIX)
     fcntl = None  # type: ignore[assignment]
 
-from distsim_gpu.scenarios.html_report import HtmlUnavailable, sweep_report_html
+from distsim_gpu.scenarios.report.html_report import HtmlUnavailable, sweep_report_html
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.config import check_choice, parse_assignment
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
@@ -677,7 +677,7 @@ def _figures(directory: Path, grids: Sequence[tuple[str, Sequence[Any]]],
 def _write_html(path: Path, name: str, grids: Sequence[tuple[str, Sequence[Any]]],
                 results: Sequence[PointResult], metric: str) -> None:
     """report.html (atomically): every point's metrics against the first key
-    (:func:`scenarios.html_report.sweep_report_html`).  Raises HtmlUnavailable."""
+    (:func:`scenarios.report.html_report.sweep_report_html`).  Raises HtmlUnavailable."""
     first, xs = grids[0]
     numeric = _numeric_axis(xs)
     curves = {m: {", ".join(label): pairs

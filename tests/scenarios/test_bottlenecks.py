@@ -8,7 +8,7 @@ import itertools
 import pytest
 import simpy
 from distsim_gpu.collectives import CommParams, Communicator
-from distsim_gpu.scenarios.bottlenecks import (
+from distsim_gpu.scenarios.report.bottlenecks import (
     bottlenecks,
     critical_path_summary,
     format_bottlenecks,
@@ -164,8 +164,8 @@ def test_stats_count_a_flow_still_in_flight_up_to_now():
 
 
 def test_report_json_summary_and_trace_carry_the_bottlenecks(tmp_path, tiny, write_scenario):
-    from distsim_gpu.scenarios.bottlenecks import CRITICAL_PATH_PROCESS, TOP_LINKS_PROCESS
     from distsim_gpu.scenarios.report import format_summary
+    from distsim_gpu.scenarios.report.bottlenecks import CRITICAL_PATH_PROCESS, TOP_LINKS_PROCESS
     from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 
     path = write_scenario(tmp_path / "tiny.yaml", tiny(

@@ -9,18 +9,17 @@ import re
 import sys
 
 import pytest
-from distsim_gpu.scenarios import html_report
 from distsim_gpu.scenarios.cli.main import main
-from distsim_gpu.scenarios.linkmap import bin_links, link_class
-from distsim_gpu.scenarios.report import OUTPUT_FILES, write_output_dir
-from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
-from distsim_gpu.scenarios.timelines import (
+from distsim_gpu.scenarios.report import OUTPUT_FILES, html_report, write_output_dir
+from distsim_gpu.scenarios.report.linkmap import bin_links, link_class
+from distsim_gpu.scenarios.report.timelines import (
     Timeline,
     bin_segments,
     fine_segments,
     merge_segments,
     schedule_rows,
 )
+from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.workloads.iteration.ops import Collective, Compute, Fused
 

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 from distsim_gpu.measured.summary import summarise
 from distsim_gpu.measured.traces import load_traces
-from distsim_gpu.scenarios.perfetto import per_gpu_chrome_trace
 from distsim_gpu.scenarios.report import write_output_dir
+from distsim_gpu.scenarios.report.perfetto import per_gpu_chrome_trace
+from distsim_gpu.scenarios.report.timelines import Timeline
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
-from distsim_gpu.scenarios.timelines import Timeline
 from distsim_gpu.simcore.trace import Tracer
 
 

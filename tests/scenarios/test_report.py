@@ -9,8 +9,18 @@ import os
 
 import pytest
 import yaml
-from distsim_gpu.scenarios import plots
-from distsim_gpu.scenarios.report import OUTPUT_FILES, format_summary, group_gpus, write_output_dir
+from distsim_gpu.scenarios.report import (
+    OUTPUT_FILES,
+    WRITERS,
+    OutputContext,
+    ReportWriter,
+    Written,
+    format_summary,
+    group_gpus,
+    plots,
+    register_writer,
+    write_output_dir,
+)
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.errors import ConfigError
 
@@ -191,3 +201,63 @@ def test_untraced_run_writes_no_trace_and_no_timeline(tmp_path, scenario):
     result = write_output_dir(report, tmp_path / "out")
     assert "trace.json" not in result.files and "timeline.png" not in result.files
     assert "breakdown.png" in result.files
+
+
+# --------------------------------------------------------------------------- writers
+
+
+class ToyUnavailable(Exception):
+    """What the toy writer raises when its (imaginary) optional package is missing."""
+
+
+def _toy_write(out: OutputContext) -> Written:
+    (out.directory / "toy.txt").write_text(f"{out.report.name} {out.report.num_gpus}\n")
+    return Written(("toy.txt",), ("toy wrote one line",))
+
+
+TOY = ReportWriter("toy", ("toy.txt",), _toy_write)
+
+
+def test_a_writer_passed_in_writes_its_file_after_the_others(tmp_path, traced):
+    out = tmp_path / "out"
+    result = write_output_dir(traced, out, plots=False, html=False, writers=[*WRITERS, TOY])
+    assert result.files == ("summary.json", "resolved.yaml", "trace.json", "toy.txt")
+    assert result.notes == ("toy wrote one line",)
+    assert (out / "toy.txt").read_text() == f"{traced.name} 8\n"
+    # Its file is distsim's own output: the folder is replaced, not refused.
+    again = write_output_dir(traced, out, plots=False, html=False, writers=[*WRITERS, TOY])
+    assert again.files == result.files
+    with pytest.raises(ConfigError, match="did not write"):  # without it, toy.txt is foreign
+        write_output_dir(traced, out, plots=False, html=False)
+
+
+def test_a_registered_writer_runs_with_every_out_dir(tmp_path, traced):
+    register_writer(TOY)
+    try:
+        with pytest.raises(ValueError, match="toy"):
+            register_writer(TOY)
+        result = write_output_dir(traced, tmp_path / "out", plots=False, html=False)
+    finally:
+        WRITERS.remove(TOY)
+    assert result.files[-1] == "toy.txt"
+    assert sorted(os.listdir(tmp_path / "out")) == ["resolved.yaml", "summary.json",
+                                                    "toy.txt", "trace.json"]
+    assert TOY not in WRITERS
+
+
+def test_a_writer_without_its_optional_package_is_skipped_with_its_note(tmp_path, traced):
+    def missing(out: OutputContext) -> Written:
+        raise ToyUnavailable("needs toylib: pip install toylib")
+
+    toy = ReportWriter("toy", ("toy.txt",), missing, unavailable=(ToyUnavailable,),
+                       skipped="toy.txt skipped")
+    result = write_output_dir(traced, tmp_path / "out", plots=False, html=False,
+                              writers=[*WRITERS, toy])
+    assert result.notes == ("toy.txt skipped: needs toylib: pip install toylib",)
+    assert "toy.txt" not in result.files and not (tmp_path / "out" / "toy.txt").exists()
+
+
+def test_the_built_in_writers_write_the_documented_files_in_order():
+    assert [w.name for w in WRITERS] == ["summary", "resolved", "trace", "plots", "html"]
+    assert OUTPUT_FILES == ("summary.json", "resolved.yaml", "trace.json", "timeline.png",
+                            "breakdown.png", "memory.png", "report.html")

@@ -10,7 +10,7 @@ import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.collectives.nccl_tests import run_benchmark, size_series
 from distsim_gpu.scenarios.cli.main import main
-from distsim_gpu.scenarios.topology_view import summarise
+from distsim_gpu.scenarios.report.topology_view import summarise
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, ParseError
 from distsim_gpu.topology import build_cluster, load_cluster
 from distsim_gpu.topology.importers import cluster_spec, read_node_dump

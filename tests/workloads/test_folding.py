@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from distsim_gpu.collectives import CommParams
-from distsim_gpu.scenarios.report import build_report
+from distsim_gpu.scenarios.report import RunSetup, build_report
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.specs.models import model_from_mapping
 from distsim_gpu.workloads.strategy.parallel import PLACEMENT_ORDERS, ParallelConfig, TrainingConfig
@@ -231,11 +231,12 @@ def test_a_trace_runs_every_replica(uniform):
 
 
 def test_the_report_says_which_simulation_ran(uniform):
-    result = uniform.run(cluster("fat-tree", "dmodk", nodes=2), ParallelConfig(tp=8, dp=2),
-                         TrainingConfig(micro_batch=1, global_batch=4), comm=CommParams())
-    report = build_report(name="x", source=None, result=result, global_batch=4, seq_len=512,
-                          peak_flops_per_s=312e12, gpu_memory_bytes=80e9, config={},
-                          wall_time_s=0.1, pp=1)
+    parallel, training = ParallelConfig(tp=8, dp=2), TrainingConfig(micro_batch=1, global_batch=4)
+    result = uniform.run(cluster("fat-tree", "dmodk", nodes=2), parallel, training,
+                         comm=CommParams())
+    setup = RunSetup(model=uniform.model, parallel=parallel, training=training,
+                     gpu=uniform.gpu, config={})
+    report = build_report(name="x", source=None, result=result, setup=setup, wall_time_s=0.1)
     assert report.folding == "folded 2 data-parallel replicas into 1"
     assert report.to_json_dict()["folding"] == report.folding
 

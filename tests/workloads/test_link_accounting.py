@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from distsim_gpu.collectives import CommParams, Communicator
-from distsim_gpu.scenarios.bottlenecks import link_summary
+from distsim_gpu.scenarios.report.bottlenecks import link_summary
 from distsim_gpu.scenarios.scenario import load_scenario
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import build_cluster

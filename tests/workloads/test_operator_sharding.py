@@ -236,11 +236,12 @@ def test_lower_bound_stays_below_the_simulated_iteration(data):
 
 
 def test_the_run_summary_names_the_plan():
-    from distsim_gpu.scenarios.report import _strategy
+    from distsim_gpu.scenarios.report.summary import _strategy
     plan = _plan(sharded=["mlp_fc1", "mlp_fc2"], split={"mlp_fc1": 4})
-    config = {"parallelism": ParallelConfig(dp=4, operator_sharding=plan).to_dict(),
-              "training": {"recompute": "none", "precision": "bf16"}}
+    parallel = ParallelConfig(dp=4, operator_sharding=plan)
+    config = {"parallelism": parallel.to_dict()}
+    training = TrainingConfig(recompute="none", precision="bf16")
     assert ("operators replicated but sharded mlp_fc1+mlp_fc2, mlp_fc1 split 4"
-            in _strategy(config))
+            in _strategy(parallel, training))
     again = parallel_from_mapping(config["parallelism"])  # resolved configs read back
     assert again.operator_sharding == plan

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from distsim_gpu.scenarios.timelines import Timeline
+from distsim_gpu.scenarios.report.timelines import Timeline
 from distsim_gpu.simcore.trace import Tracer
 from distsim_gpu.workloads.iteration.simulator import GpuTimes
 
@@ -41,7 +41,7 @@ def per_gpu_chrome_trace(tracer: Tracer, timelines: Sequence[Timeline],
                          ) -> tuple[dict[str, Any], str]:
     """The Chrome trace of ``tracer`` with a track per GPU and stream, and a note ("" when
     none): why it stayed per rank group.  ``timelines`` say which GPUs each traced rank
-    group stands for — its own and, folded, its images' (:mod:`scenarios.timelines`);
+    group stands for — its own and, folded, its images' (:mod:`scenarios.report.timelines`);
     ``per_gpu`` each GPU's rank, stage and replica."""
     meta = tracer.metadata.get("distsim")
     groups = meta.get("groups") if isinstance(meta, dict) else None

@@ -11,15 +11,15 @@ A run's page (:func:`run_report_html`) holds its headline figures and
 * **Iteration timeline per GPU** — each GPU's main stream over the iteration, coloured by
   what it did (compute, exposed tp / pp / dp / ep / cp communication, bubble), with a thin
   lane below for the time a collective of it was in flight (overlapped or not).  Up to
-  :data:`~scenarios.timelines.MAX_GPU_ROWS` GPUs one row each, beyond that one row per
+  :data:`~scenarios.report.timelines.MAX_GPU_ROWS` GPUs one row each, beyond that one row per
   group of GPUs with the same times, labelled with the GPUs it stands for; each of
-  1,000 bins across shows the kind that filled most of it (:mod:`scenarios.timelines`);
+  1,000 bins across shows the kind that filled most of it (:mod:`scenarios.report.timelines`);
 * **Time per GPU** — compute, exposed communication, bubble and idle, stacked to the
   iteration time, with the communication time (overlapped or not) as a marker;
 * **Memory per GPU** — weights, gradients, optimizer state and activations against the
   capacity;
 * **Link utilisation** — a heat map of link classes × their place in the cluster
-  (:mod:`scenarios.linkmap`);
+  (:mod:`scenarios.report.linkmap`);
 * **Critical path** — the chain that set the iteration time, drawn over the rank groups
   it passes through, and its time by kind;
 * the terminal summary, verbatim.
@@ -37,8 +37,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
-from distsim_gpu.scenarios.linkmap import LinkMap
-from distsim_gpu.scenarios.timelines import (
+from distsim_gpu.scenarios.report.linkmap import LinkMap
+from distsim_gpu.scenarios.report.timelines import (
     Row,
     Segment,
     Timeline,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-from distsim_gpu.scenarios.plots import PlotsUnavailable
+from distsim_gpu.scenarios.report.plots import PlotsUnavailable
 from distsim_gpu.simcore.units import format_bandwidth
 from distsim_gpu.topology import Topology
 
