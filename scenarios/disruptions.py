@@ -182,7 +182,8 @@ def jobs_from_list(raw: Any, spec: Mapping[str, Any], topology: Topology,
 
 @dataclass(frozen=True, slots=True)
 class Incidents:
-    """The report section of issue 15's keys (each part None when its key is absent)."""
+    """The report section of the faults, stragglers, jobs and goodput keys (each part None
+    when its key is absent)."""
 
     faults: tuple[str, ...] = ()
     stragglers: StragglerCost | None = None
