@@ -73,9 +73,9 @@ import itertools
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +88,7 @@ from distsim_gpu.scenarios.scenario import (
 from distsim_gpu.simcore.config import check_keys, check_whole
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.fileio import atomic_write_text
-from distsim_gpu.simcore.workers import die_with_parent
+from distsim_gpu.simcore.pool import WorkerPool
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.bounds import IterationBound, IterationBounds
 from distsim_gpu.workloads.cost.compute import stores_attention_scores
@@ -422,8 +422,7 @@ def iteration_bounds(scenario: Scenario) -> tuple[float, float]:
 _WORKER: dict[str, Any] = {}
 
 
-def _worker_init(config: dict[str, Any], source: str | None, parent_pid: int) -> None:
-    die_with_parent(parent_pid)  # (a killed search leaves no simulation running)
+def _worker_init(config: dict[str, Any], source: str | None) -> None:
     _WORKER.clear()
     _WORKER["config"] = config
     _WORKER["source"] = source
@@ -446,9 +445,17 @@ def _metrics(scenario: Scenario) -> tuple[float, float, float, float]:
     return report.iteration_time_s, report.samples_per_s, report.mfu, peak
 
 
-def _simulate_in_worker(strategy: Strategy) -> tuple[float, float, float, float] | str:
+def _simulate_in_worker(task: _Task) -> tuple[float, float, float, float] | str:
     try:
-        return _metrics(_worker_scenario(strategy))
+        return _metrics(_worker_scenario(task[1]))
+    except DistsimError as error:
+        return str(error)
+
+
+def _simulate_here(scenario: Scenario, task: _Task) -> tuple[float, float, float, float] | str:
+    """:func:`_simulate_in_worker` in this process, from the scenario itself (``workers=1``)."""
+    try:
+        return _metrics(with_strategy(scenario, task[1]))
     except DistsimError as error:
         return str(error)
 
@@ -461,6 +468,11 @@ class _Candidate:
     lower_bound_s: float = 0.0
     estimate_s: float = 0.0
     refined: bool = False  # lower_bound_s counts every replica's calls (see _Bounds)
+
+
+# A simulation to run: who asked for it (a candidate, or None for a baseline that is none),
+# and its strategy.
+_Task = tuple[_Candidate | None, Strategy]
 
 
 def _kth(times: list[float], k: int) -> float:
@@ -644,36 +656,31 @@ class _Simulations:
     def run(self, queue: list[tuple[_Candidate | None, bool]],
             baseline: Strategy | None) -> None:
         """Run ``queue`` in order (:func:`_queue`), up to ``workers`` at a time."""
-        pool: ProcessPoolExecutor | _InProcess
+        simulate: Callable[[_Task], _Outcome]
         if self.workers == 1:
-            pool = _InProcess(self.scenario)
+            pool = WorkerPool(1)
+            simulate = partial(_simulate_here, self.scenario)
         else:
-            pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_worker_init,
-                                       initargs=(self.scenario.resolved(),
-                                                 self.scenario.source, os.getpid()))
-        try:
-            running: dict[Future[Any], _Candidate | None] = {}
-            position = 0
-            while position < len(queue) or running:
-                while position < len(queue) and len(running) < self.workers:
-                    candidate, forced = queue[position]
-                    position += 1
-                    if candidate is None:
-                        running[pool.submit(_simulate_in_worker, baseline)] = None
-                    elif forced or self._admit(candidate):
-                        running[pool.submit(_simulate_in_worker,
-                                            candidate.strategy)] = candidate
-                if not running:
-                    break
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    owner = running.pop(future)
-                    if owner is None:
-                        self.baseline_outcome = future.result()
-                    else:
-                        self._record(owner, future.result())
-        finally:
-            pool.shutdown(cancel_futures=True)
+            pool = WorkerPool(self.workers, initializer=_worker_init,
+                              initargs=(self.scenario.resolved(), self.scenario.source))
+            simulate = _simulate_in_worker
+        with pool:
+            for done in pool.as_completed(simulate, self._admitted(queue, baseline)):
+                owner = done.task[0]
+                if owner is None:
+                    self.baseline_outcome = done.result()
+                else:
+                    self._record(owner, done.result())
+
+    def _admitted(self, queue: list[tuple[_Candidate | None, bool]],
+                  baseline: Strategy | None) -> Iterator[_Task]:
+        """The simulations of ``queue`` to start, each decided when a worker is free."""
+        for candidate, forced in queue:
+            if candidate is None:
+                assert baseline is not None
+                yield None, baseline
+            elif forced or self._admit(candidate):
+                yield candidate, candidate.strategy
 
     def _admit(self, candidate: _Candidate) -> bool:
         """Whether ``candidate`` starts now; if not, it is pruned (bound or time limit)."""
@@ -758,24 +765,6 @@ def _assemble(scenario: Scenario, run: _Simulations, enumerated: int,
         results=tuple(results), pruned=tuple(pruned), best_config=best_config,
         baseline=baseline, baseline_kind=baseline_kind,
         wall_time_s=time.perf_counter() - started_s)
-
-
-class _InProcess:
-    """An executor that runs each job at once in this process (``workers=1``)."""
-
-    def __init__(self, scenario: Scenario) -> None:
-        self.scenario = scenario
-
-    def submit(self, _fn: Any, strategy: Strategy) -> Future[Any]:
-        future: Future[Any] = Future()
-        try:
-            future.set_result(_metrics(with_strategy(self.scenario, strategy)))
-        except DistsimError as error:
-            future.set_result(str(error))
-        return future
-
-    def shutdown(self, cancel_futures: bool = False) -> None:
-        del cancel_futures
 
 
 # --------------------------------------------------------------------------- output

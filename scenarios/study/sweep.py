@@ -41,7 +41,6 @@ whichever way the points ran (``wall_time_s`` aside).
 
 from __future__ import annotations
 
-import concurrent.futures
 import csv
 import hashlib
 import io
@@ -64,8 +63,8 @@ from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario
 from distsim_gpu.simcore.config import check_choice, parse_assignment
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.fileio import atomic_write_text
+from distsim_gpu.simcore.pool import WorkerPool
 from distsim_gpu.simcore.units import parse_bandwidth, parse_duration, parse_flops, parse_size
-from distsim_gpu.simcore.workers import die_with_parent
 
 __all__ = [
     "SUMMARY_METRICS",
@@ -447,25 +446,13 @@ def _run_local(jobs: Sequence[Job], workers: int, admit: Callable[[Job], bool] =
     """Run the ``jobs`` that ``admit`` takes, each asked just before it would start (so a
     sweep sharing the folder can take the others meanwhile), ``workers`` at a time."""
     admitted = (job for job in jobs if admit(job))
-    if workers == 1 or len(jobs) <= 1:
-        for pid, config, source in admitted:
-            yield pid, _run_point(config, source)
-        return
-    pool = concurrent.futures.ProcessPoolExecutor(
-        max_workers=min(workers, len(jobs)), initializer=die_with_parent,
-        initargs=(os.getpid(),))
-    try:
-        running: dict[concurrent.futures.Future[dict[str, Any]], str] = {}
-        while True:
-            for pid, config, source in itertools.islice(admitted, workers - len(running)):
-                running[pool.submit(_run_point, config, source)] = pid
-            if not running:
-                return
-            done, _ = concurrent.futures.wait(running, return_when="FIRST_COMPLETED")
-            for future in done:
-                yield running.pop(future), _outcome(future.result)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    with WorkerPool(workers, max_tasks=len(jobs)) as pool:
+        for done in pool.as_completed(_run_job, admitted):
+            yield done.task[0], _outcome(done.result)
+
+
+def _run_job(job: Job) -> dict[str, Any]:
+    return _run_point(job[1], job[2])
 
 
 def _outcome(result: Callable[[], dict[str, Any]]) -> dict[str, Any]:
