@@ -5,7 +5,9 @@
 * :mod:`~distsim_gpu.simcore.units` reads ``"450 GB/s"``-style strings into SI floats and
   formats them back; :mod:`~distsim_gpu.simcore.errors` is the :class:`DistsimError`
   family; :mod:`~distsim_gpu.simcore.config` the configuration toolkit (dotted
-  ``--set`` overrides, mapping / key / choice checks with did-you-mean hints).
+  ``--set`` overrides, mapping / key / choice checks with did-you-mean hints);
+  :class:`~distsim_gpu.simcore.pool.WorkerPool` runs tasks in worker processes that die
+  with their parent (or in this process).
 
 Knows nothing of GPUs or DNNs; every layer above builds on it, and it imports none of them.
 """

@@ -25,12 +25,16 @@ import numbers
 import re
 import reprlib
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, ParseError, closest
 from distsim_gpu.simcore.yamlfile import YamlSyntaxError, line_of, load_yaml_text
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = [
+    "Where",
     "check_bool",
     "check_choice",
     "check_keys",
@@ -222,6 +226,35 @@ def _put(node: Any, token: PathToken, value: Any, at: tuple[PathToken, ...], key
 # --------------------------------------------------------------------------- checks
 
 
+class Where(TypedDict, total=False):
+    """Where a checked value was written, for its error (each optional): the file
+    (``source``), its key -> line map (``lines``) or, where the caller has none, the
+    ``line`` itself (a CSV row), and the :class:`DistsimError` class raised (``error``:
+    :class:`ParseError` for a data file's content; :class:`ConfigError` by default)."""
+
+    source: str | None
+    lines: Mapping[str, int] | None
+    line: int | None
+    error: type[DistsimError]
+
+
+_WHERE_KEYS = Where.__optional_keys__
+
+
+def _check_where(where: Where) -> None:
+    """A misspelt place argument is a caller's bug: raise as a misspelt keyword would."""
+    if where and not where.keys() <= _WHERE_KEYS:
+        unknown = sorted(where.keys() - _WHERE_KEYS)[0]
+        raise TypeError(f"unexpected keyword argument {unknown!r}")
+
+
+def _fail_at(message: str, key: str | None, where: Where, hint: str | None = None,
+             ) -> DistsimError:
+    """:func:`_fail` with the place given as a :class:`Where`."""
+    return _fail(message, key, where.get("source"), where.get("lines"), hint,
+                 line=where.get("line"), error=where.get("error", ConfigError))
+
+
 def _fail(message: str, key: str | None, source: str | None,
           lines: Mapping[str, int] | None, hint: str | None = None, *,
           line: int | None = None, error: type[DistsimError] = ConfigError) -> DistsimError:
@@ -255,34 +288,33 @@ def check_bool(value: Any, *, key: str | None, source: str | None = None,
 
 
 def check_whole(value: Any, *, key: str | None, minimum: int = 1, maximum: int | None = None,
-                source: str | None = None, lines: Mapping[str, int] | None = None,
-                line: int | None = None, hint: str | None = None,
-                error: type[DistsimError] = ConfigError,
-                too_big: str = "larger than any job distsim is meant to simulate") -> int:
+                hint: str | None = None,
+                too_big: str = "larger than any job distsim is meant to simulate",
+                **where: Unpack[Where]) -> int:
     """``value`` if it is a whole number (an ``int``, not a ``bool``) of at least
     ``minimum`` and at most ``maximum``; else ``must be a whole number >= <minimum>, got
     <value>`` (or ``must be at most <maximum>``, with ``too_big`` saying why the bound is
-    there) at ``key``.  ``line`` and ``error`` as for :func:`check_keys`; ``hint`` says
+    there) at ``key``, in the place ``where`` says (:class:`Where`); ``hint`` says
     what a value means (``"0 takes the default"``).  Bounds keep a typo (``1e30`` layers)
     from allocating without end; see each caller for its own."""
+    _check_where(where)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _fail(f"must be a whole number >= {minimum}, got {_REPR.repr(value)}", key,
-                    source, lines, hint, line=line, error=error)
+        raise _fail_at(f"must be a whole number >= {minimum}, got {_REPR.repr(value)}", key,
+                       where, hint)
     if maximum is not None and value > maximum:
-        raise _fail(f"must be at most {maximum:,}, got {_REPR.repr(value)}", key, source,
-                    lines, hint or too_big,
-                    line=line, error=error)
+        raise _fail_at(f"must be at most {maximum:,}, got {_REPR.repr(value)}", key, where,
+                       hint or too_big)
     return value
 
 
 def check_number(value: Any, *, key: str | None, minimum: float = 0.0, above: bool = False,
-                 maximum: float | None = None, source: str | None = None,
-                 lines: Mapping[str, int] | None = None, line: int | None = None,
-                 hint: str | None = None, error: type[DistsimError] = ConfigError) -> float:
+                 maximum: float | None = None, hint: str | None = None,
+                 **where: Unpack[Where]) -> float:
     """``value`` as a float if it is a finite real number (not a bool) of at least
     ``minimum`` (above it when ``above``) and at most ``maximum``; else ``must be a finite
     number >= 0`` / ``> 0`` / ``a number in (0, 1]``, ``got <value>``, at ``key``.
-    ``line``, ``hint`` and ``error`` as for :func:`check_whole`."""
+    ``hint`` and ``where`` as for :func:`check_whole`."""
+    _check_where(where)
     ok = (not isinstance(value, bool) and isinstance(value, numbers.Real)
           and _finite(value)
           and (value > minimum if above else value >= minimum)
@@ -292,8 +324,7 @@ def check_number(value: Any, *, key: str | None, minimum: float = 0.0, above: bo
     low = f"({minimum:g}" if above else f"[{minimum:g}"
     bound = (f"a finite number {'>' if above else '>='} {minimum:g}" if maximum is None
              else f"a number in {low}, {maximum:g}]")
-    raise _fail(f"must be {bound}, got {_REPR.repr(value)}", key, source, lines, hint,
-                line=line, error=error)
+    raise _fail_at(f"must be {bound}, got {_REPR.repr(value)}", key, where, hint)
 
 
 def _finite(value: numbers.Real) -> bool:
@@ -305,39 +336,37 @@ def _finite(value: numbers.Real) -> bool:
 
 
 def check_keys(mapping: Mapping[Any, Any], valid: Collection[str], *, prefix: str = "",
-               source: str | None = None, lines: Mapping[str, int] | None = None,
-               what: str = "key", context: str = "", line: int | None = None,
-               error: type[DistsimError] = ConfigError) -> None:
+               what: str = "key", context: str = "", **where: Unpack[Where]) -> None:
     """Every key of ``mapping`` (found at dotted path ``prefix``) is one of ``valid``.
 
     The first unknown key is named by its full dotted path, with the closest valid key as
     a hint.  The message is ``unknown <what><context>``: ``what`` says what the keys name
     (``"protocol"``), ``context`` why the set is what it is (``" for preset 'switch'"``).
-    ``line`` is the line when the caller knows it but has no ``lines`` map (a CSV row);
-    ``error`` the class raised (:class:`ParseError` for a data file's content).
+    ``where`` (:class:`Where`) is the place: the file, its lines or the line itself when
+    the caller knows it but has no ``lines`` map (a CSV row), the error class raised.
     """
+    _check_where(where)
     for raw in mapping:
         if isinstance(raw, str) and raw in valid:
             continue
         name = str(raw)
-        raise _fail(f"unknown {what}{context}", f"{prefix}.{name}" if prefix else name, source,
-                    lines, closest(name, valid), line=line, error=error)
+        raise _fail_at(f"unknown {what}{context}", f"{prefix}.{name}" if prefix else name,
+                       where, closest(name, valid))
 
 
 def check_choice(value: Any, valid: Collection[str], *, key: str | None,
-                 source: str | None = None, lines: Mapping[str, int] | None = None,
-                 what: str | None = None, fold_case: bool = False, line: int | None = None,
-                 error: type[DistsimError] = ConfigError) -> str:
+                 what: str | None = None, fold_case: bool = False,
+                 **where: Unpack[Where]) -> str:
     """``value`` if it is one of ``valid`` (lower-cased first when ``fold_case``).
 
     The error says ``unknown <what> <value>``; ``what`` defaults to the last part of
     ``key`` (``communication.algorithm`` -> ``algorithm``).  ``key`` is ``None`` where
     the caller cannot say where the value was written (a library call's argument).
-    ``line`` and ``error`` as for :func:`check_keys`.
+    ``where`` as for :func:`check_keys`.
     """
+    _check_where(where)
     text = str(value).lower() if fold_case else value
     if isinstance(text, str) and text in valid:
         return text
     what = what or (key.rsplit(".", 1)[-1].split("[", 1)[0] if key else "value")
-    raise _fail(f"unknown {what} {value!r}", key, source, lines, closest(str(text), valid),
-                line=line, error=error)
+    raise _fail_at(f"unknown {what} {value!r}", key, where, closest(str(text), valid))

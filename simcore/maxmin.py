@@ -72,19 +72,9 @@ def _fill(
             break  # every remaining flow crosses only ideal links
         best = max(best, 0.0)
         saturated = level <= best * (1.0 + _TIE_RTOL) + 1e-300
-        # Freeze every flow crossing a saturated link at the current level.
-        on_saturated = saturated[links]
-        frozen_now = np.zeros(num_flows, dtype=bool)
-        frozen_now[flows[on_saturated]] = True
-        rates[frozen_now] = best
-        bottleneck[flows[on_saturated]] = links[on_saturated]
-        leaving = frozen_now[flows]
-        # Their load comes off every link they cross.
-        residual -= np.bincount(links[leaving], weights=mults[leaving] * best,
-                                minlength=num_links)
-        np.maximum(residual, 0.0, out=residual)
-        keep = ~leaving
-        flows, links, mults = flows[keep], links[keep], mults[keep]
+        # Every flow crossing a saturated link freezes at the current level.
+        flows, links, mults = _freeze(rates, bottleneck, residual, (flows, links, mults),
+                                      saturated[links], best)
     return rates, bottleneck
 
 
@@ -135,16 +125,34 @@ def _fill_local_minima(
             frozen = flows[hit]
             if not frozen.size:
                 break  # cannot happen (the lowest level is a local minimum) but for nan
-            rates[frozen] = lowest_of_flow[frozen]
-            bottleneck[frozen] = links[hit]
-            leaving = rates[flows] < np.inf
-            residual -= np.bincount(links[leaving],
-                                    weights=mults[leaving] * rates[flows[leaving]],
-                                    minlength=num_links)
-            np.maximum(residual, 0.0, out=residual)
-            keep = ~leaving
-            flows, links, mults = flows[keep], links[keep], mults[keep]
+            flows, links, mults = _freeze(rates, bottleneck, residual, (flows, links, mults),
+                                          hit, lowest_of_flow[frozen])
     return rates, bottleneck
+
+
+_Entries = tuple[np.ndarray, np.ndarray, np.ndarray]  # (flow, link, multiplicity) per entry
+
+
+def _freeze(rates: np.ndarray, bottleneck: np.ndarray, residual: np.ndarray,
+            entries: _Entries, hit: np.ndarray, level: float | np.ndarray) -> _Entries:
+    """One round of filling ends: the flows of the ``hit`` entries freeze at ``level`` (one
+    for all, or one per hit entry) with that entry's link as their bottleneck, their load
+    comes off every link they cross (``residual``, clipped at 0: rounding must not leave
+    a link below empty), and the entries left are those of the flows still unfrozen.
+
+    Every flow among ``entries`` is unfrozen (rate ``inf``) when called, so the rates
+    below ``inf`` afterwards are exactly this round's.
+    """
+    flows, links, mults = entries
+    frozen = flows[hit]
+    rates[frozen] = level
+    bottleneck[frozen] = links[hit]
+    leaving = rates[flows] < np.inf
+    residual -= np.bincount(links[leaving], weights=mults[leaving] * rates[flows[leaving]],
+                            minlength=residual.size)
+    np.maximum(residual, 0.0, out=residual)
+    keep = ~leaving
+    return flows[keep], links[keep], mults[keep]
 
 
 def max_min_fair(

@@ -25,97 +25,40 @@ else can use its links meanwhile (the iteration's folded tensor-parallel collect
 records what that transfer did to them as a :class:`LinkUsage` — computed by the same
 arithmetic as a flow alone on its links (:meth:`FlowNetwork.solo_usage`) — so the bytes,
 busy and saturated seconds come out as if it had run as a flow.
+
+Flows and link sets are :mod:`~distsim_gpu.simcore.flows`; the link statistics and usages
+:mod:`~distsim_gpu.simcore.link_stats`; this module moves the flows and solves their rates.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import simpy
 from distsim_gpu.simcore.errors import SimulationError
+from distsim_gpu.simcore.flows import Flow, LinkId, LinkSet
+from distsim_gpu.simcore.link_stats import (
+    LinkStatistics,
+    LinkStats,
+    LinkUsage,
+    saturation_at,
+)
 from distsim_gpu.simcore.maxmin import solve_max_min
 from distsim_gpu.simcore.maxmin_incremental import IncrementalMaxMin
 from simpy.events import NORMAL, Event
 
 __all__ = ["Flow", "FlowNetwork", "LinkSet", "LinkStats", "LinkUsage"]
 
-LinkId = Hashable
-
 # Processed after every NORMAL (and URGENT) event of an instant: see the module docstring.
 _LATE = NORMAL + 1
 # A flow is done when at most this fraction of its bytes remains (float rounding only).
 _DONE_RTOL = 1e-9
-# A link is saturated while its load is at least this fraction of its capacity.
-_SATURATED = 1.0 - 1e-9
-# Load changes logged before they are integrated into the link statistics in one batch:
-# at most this many solves, and at most this many (link, load) entries in all — on a large
-# fabric one solve logs thousands of links, and the batch's arrays are what peak memory is.
-_STATS_BATCH = 4096
-_STATS_BATCH_ENTRIES = 1 << 19
 # From this many transferring flows on, solves are incremental (IncrementalMaxMin): below
 # it a component solved afresh is cheap, and the examples' arithmetic stays as it was.
 _INCREMENTAL_FROM = 256
-
-
-@dataclass(frozen=True, slots=True)
-class LinkStats:
-    """What one link did over a run: ``bytes`` carried by finished flows (size ×
-    multiplicity) and recorded usages (:class:`LinkUsage`), ``busy_s`` with any load on
-    it, ``saturated_s`` with its load at its capacity (within 1e-9), and ``bytes_by_tag``:
-    the bytes split by the flows' tags (only flows with a ``str`` tag are counted there)."""
-
-    bytes: float
-    busy_s: float
-    saturated_s: float
-    bytes_by_tag: Mapping[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class LinkUsage:
-    """What transfers that had their links to themselves did to them, in the terms of
-    :class:`LinkStats`: per link (``indices``: network link indices, each once) the bytes
-    carried, busy and saturated seconds, and the bytes per ``str`` tag.
-
-    Made by :meth:`FlowNetwork.solo_usage` — one transfer alone on its links, which also
-    knows the constant ``loads`` (bytes/s per link) it put on them for ``duration_s`` —
-    or by :meth:`total`, a weighted sum of usages (``loads`` None).  Counted into the
-    statistics by :meth:`FlowNetwork.record_usage`.  Compared by identity: one usage
-    recorded many times is one dictionary entry.
-    """
-
-    indices: np.ndarray
-    bytes: np.ndarray
-    busy_s: np.ndarray
-    saturated_s: np.ndarray
-    bytes_by_tag: Mapping[str, np.ndarray] = field(default_factory=dict)
-    loads: np.ndarray | None = None
-    duration_s: float = 0.0
-
-    @staticmethod
-    def total(parts: Iterable[tuple[LinkUsage, float]]) -> LinkUsage:
-        """The sum of ``(usage, times)`` pairs: what ``times`` runs of each did together
-        (their busy seconds add up: the transfers ran one after another)."""
-        pairs = [(usage, float(times)) for usage, times in parts]
-        if not pairs:
-            empty = np.zeros(0)
-            return LinkUsage(np.zeros(0, np.int64), empty, empty, empty)
-        links, inverse = np.unique(np.concatenate([u.indices for u, _ in pairs]),
-                                   return_inverse=True)
-
-        def summed(values: list[np.ndarray]) -> np.ndarray:
-            weighted = np.concatenate([v * times for v, (_, times) in zip(values, pairs)])
-            return np.bincount(inverse, weights=weighted, minlength=links.size)
-
-        tags = dict.fromkeys(tag for usage, _ in pairs for tag in usage.bytes_by_tag)
-        by_tag = {tag: summed([u.bytes_by_tag.get(tag, np.zeros(u.indices.size))
-                               for u, _ in pairs]) for tag in tags}
-        return LinkUsage(links, summed([u.bytes for u, _ in pairs]),
-                         summed([u.busy_s for u, _ in pairs]),
-                         summed([u.saturated_s for u, _ in pairs]), by_tag)
 
 
 class _LateEvent(Event):
@@ -133,122 +76,16 @@ class _LateEvent(Event):
         env.schedule(self, _LATE)
 
 
-class LinkSet:
-    """Links a flow crosses with their multiplicities, resolved to network indices once.
-
-    Made by :meth:`FlowNetwork.link_set`; a collective that sends the same shape of flow
-    many times (one per algorithm step, one per call of a sweep) resolves it once.
-    """
-
-    __slots__ = ("ids", "index_array", "indices", "mask", "mult_array", "multiplicities")
-
-    def __init__(self, ids: tuple[LinkId, ...], indices: tuple[int, ...],
-                 multiplicities: tuple[float, ...]) -> None:
-        self.ids = ids
-        self.indices = indices
-        self.multiplicities = multiplicities
-        self.index_array = np.fromiter(indices, np.int64, len(indices))
-        self.mult_array = np.fromiter(multiplicities, float, len(multiplicities))
-        # The links as a bit set (bit i: link index i), so that whether two flows share
-        # a link is one ``&`` of two ints (see FlowNetwork._component).
-        if indices:
-            bits = np.zeros(max(indices) + 1, bool)
-            bits[self.index_array] = True
-            self.mask = int.from_bytes(np.packbits(bits, bitorder="little").tobytes(),
-                                       "little")
-        else:
-            self.mask = 0
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-
-class Flow:
-    """One transfer: bytes over weighted links after a latency; ``done`` fires at the end.
-
-    Hot object, so ``__slots__`` and plain attributes.  ``links`` are internal link
-    indices of the owning network, ``multiplicities`` parallel to them; ``link_ids`` the
-    ids they were given by.  ``rate_bytes_per_s`` and ``remaining_bytes`` (the bytes left
-    when its rate last changed) are read through: while the incremental solver runs, the
-    network keeps them in arrays by solver handle and updates many at once.
-    """
-
-    __slots__ = (
-        "_finish_s",
-        "_handle",
-        "_link_array",
-        "_mask",
-        "_mult_array",
-        "_net",
-        "_rate",
-        "_remaining",
-        "_updated_s",
-        "_version",
-        "done",
-        "finish_s",
-        "id",
-        "latency_s",
-        "link_ids",
-        "links",
-        "multiplicities",
-        "size_bytes",
-        "start_s",
-        "tag",
-        "transfer_start_s",
-    )
-
-    def __init__(self, flow_id: int, links: LinkSet, size_bytes: float, latency_s: float,
-                 start_s: float, done: Event, tag: Any, net: FlowNetwork) -> None:
-        self.id = flow_id
-        self._net = net
-        self.link_ids = links.ids
-        self.links = links.indices
-        self.multiplicities = links.multiplicities
-        # The same incidence as arrays, for assembling a solve without a Python loop.
-        self._link_array = links.index_array
-        self._mult_array = links.mult_array
-        self._mask = links.mask
-        self.size_bytes = size_bytes
-        self._remaining = size_bytes
-        self.latency_s = latency_s
-        self.start_s = start_s
-        self.transfer_start_s: float | None = None
-        self.finish_s: float | None = None
-        self._rate = 0.0
-        self.done = done
-        self.tag = tag
-        self._updated_s = start_s
-        self._version = 0
-        self._finish_s = float("inf")
-        self._handle = -1  # its slot in the incremental solver, if one runs
-
-    @property
-    def rate_bytes_per_s(self) -> float:
-        """Its max-min fair rate now (0 before it transfers and once it finished)."""
-        if self._handle >= 0:
-            return float(self._net._h_rate[self._handle])
-        return self._rate
-
-    @property
-    def remaining_bytes(self) -> float:
-        """Bytes left when its rate last changed (0 once it finished)."""
-        if self._handle >= 0:
-            return float(self._net._h_remaining[self._handle])
-        return self._remaining
-
-    def __repr__(self) -> str:
-        return (f"Flow(id={self.id}, size_bytes={self.size_bytes:g}, "
-                f"remaining_bytes={self.remaining_bytes:g}, rate={self.rate_bytes_per_s:g})")
-
-
 RateListener = Callable[[float, list[int], np.ndarray], None]
 
 
-class FlowNetwork:
+class FlowNetwork(LinkStatistics):
     """Capacitated directed links and the flows that share them (max-min fair).
 
     Link ids are any hashable (the topology uses ``(src, dst)`` device-name pairs).
     ``transfer`` returns a :class:`Flow` whose ``done`` event a SimPy process can yield.
+    What the links did over the run (:meth:`link_stats`, recorded usages) is
+    :class:`~.link_stats.LinkStatistics`'.
     """
 
     def __init__(self, env: simpy.Environment) -> None:
@@ -257,21 +94,8 @@ class FlowNetwork:
         self._link_ids: list[LinkId] = []
         self._capacity: list[float] = []
         self._capacity_array = np.zeros(0)
-        self._link_bytes = np.zeros(0)  # bytes carried by finished flows, per link
         self._link_count = np.zeros(0, np.int64)  # transferring flows, per link
-        # Link statistics, integrated as loads change (see _account): the load since the
-        # last solve that touched the link, when that was, busy and saturated seconds.
-        self._link_load = np.zeros(0)
-        self._link_since = np.zeros(0)
-        self._link_busy = np.zeros(0)
-        self._link_saturated = np.zeros(0)
-        self._saturation_at = np.zeros(0)  # load at which a link counts as saturated
-        self._tag_bytes: dict[str, np.ndarray] = {}  # bytes per link, per str tag
-        # Recorded usages not yet added to the statistics, with how often each ran.
-        self._pending_usage: dict[LinkUsage, float] = {}
-        # Load changes not yet integrated: (time, link indices, new loads or None for 0).
-        self._stats_log: list[tuple[float, Any, np.ndarray | None]] = []
-        self._stats_entries = 0  # (link, load) entries in the log
+        self._init_link_statistics()
         # What the next solve starts from: flows that began transferring, and the links
         # of flows that finished.
         self._seed_flows: dict[Flow, None] = {}
@@ -337,7 +161,7 @@ class FlowNetwork:
         self._ensure_arrays()
         self._capacity[idx] = float(capacity_bytes_per_s)
         cap = self._capacity_array = np.asarray(self._capacity, dtype=float)
-        self._saturation_at = np.where(np.isfinite(cap), cap * _SATURATED, np.nan)
+        self._saturation_at = saturation_at(cap)
         if self._incremental is not None:
             self._incremental.set_capacity(cap)
             for flow in self._flows_on(idx):
@@ -362,12 +186,6 @@ class FlowNetwork:
         return sum(f.rate_bytes_per_s * f.multiplicities[f.links.index(idx)]
                    for f in self._flows_on(idx))
 
-    def link_bytes(self, link_id: LinkId) -> float:
-        """Bytes carried by a link by finished flows (size × multiplicity, summed) and
-        recorded usages."""
-        self._flush_usage()
-        return float(self._link_bytes[self._index[link_id]])
-
     def flows_on(self, link_id: LinkId) -> list[Flow]:
         """Flows transferring over a link now, in the order they started."""
         return self._flows_on(self._index[link_id])
@@ -376,110 +194,9 @@ class FlowNetwork:
         bit = 1 << idx
         return [flow for flow in self._transferring if flow._mask & bit]
 
-    def link_stats(self) -> dict[LinkId, LinkStats]:
-        """Per link: bytes carried, busy and saturated seconds up to now (see
-        :class:`LinkStats`).  Loads in force now count up to ``env.now``."""
-        ids, _capacity, carried_a, busy_a, saturated_a = self.link_stat_arrays()
-        carried, busy, saturated = carried_a.tolist(), busy_a.tolist(), saturated_a.tolist()
-        by_tag = {tag: arr.tolist() for tag, arr in self._tag_bytes.items()}
-        return {link_id: LinkStats(carried[i], busy[i], saturated[i],
-                                   {tag: b[i] for tag, b in by_tag.items() if b[i] > 0})
-                for i, link_id in enumerate(ids)}
-
-    def link_stat_arrays(self) -> tuple[tuple[LinkId, ...], np.ndarray, np.ndarray,
-                                        np.ndarray, np.ndarray]:
-        """The statistics of :meth:`link_stats` as arrays parallel to :attr:`link_ids`:
-        ``(ids, capacity B/s, bytes, busy_s, saturated_s)`` — for ranking many links."""
-        self._flush_usage()
-        self._integrate()
-        dt = self.env.now - self._link_since
-        load = self._link_load
-        busy = self._link_busy + np.where(load > 0, dt, 0.0)
-        saturated = self._link_saturated + np.where(load >= self._saturation_at, dt, 0.0)
-        return (self.link_ids, self._capacity_array.copy(), self._link_bytes.copy(), busy,
-                saturated)
-
-    def link_bytes_by_tag(self, link_id: LinkId) -> dict[str, float]:
-        """Bytes a link carried for finished flows and recorded usages, per ``str`` tag
-        (untagged: absent)."""
-        self._flush_usage()
-        idx = self._index[link_id]
-        return {tag: float(arr[idx]) for tag, arr in self._tag_bytes.items() if arr[idx] > 0}
-
     def add_listener(self, listener: RateListener) -> None:
         """Call ``listener(now, link_indices, loads)`` after every solve (for tracing)."""
         self._listeners.append(listener)
-
-    # ------------------------------------------------------------------ usages
-    def solo_usage(self, links: LinkSet | Mapping[LinkId, float] | Iterable[LinkId],
-                   size_bytes: float, tag: Any = None) -> LinkUsage:
-        """What a flow of ``size_bytes`` over ``links`` (as :meth:`transfer` takes them)
-        does to its links when it has them to itself: it moves at its bottleneck rate
-        ``r = min capacity/multiplicity``, for ``size_bytes / r`` seconds, loading each
-        link with ``multiplicity × r`` — the arithmetic of a solve with one flow, so a
-        recorded usage counts exactly as the flow would have (its latency comes before
-        and loads nothing)."""
-        if not size_bytes >= 0 or size_bytes == float("inf"):
-            raise SimulationError(f"flow size must be finite and >= 0, got {size_bytes!r}")
-        if not isinstance(links, LinkSet):
-            links = self.link_set(links)
-        self._ensure_arrays()
-        index, mult = links.index_array, links.mult_array
-        carried = float(size_bytes) * mult
-        by_tag = {tag: carried} if isinstance(tag, str) else {}
-        if size_bytes == 0 or not links:
-            zeros = np.zeros(index.size)
-            return LinkUsage(index, carried, zeros, zeros, by_tag, zeros, 0.0)
-        rate = (self._capacity_array[index] / mult).min()
-        duration = 0.0 if rate == float("inf") else float(size_bytes) / rate
-        loads = mult * rate
-        busy = np.full(index.size, duration)
-        saturated = np.where(loads >= self._saturation_at[index], duration, 0.0)
-        return LinkUsage(index, carried, busy, saturated, by_tag, loads, duration)
-
-    def record_usage(self, usage: LinkUsage, times: float = 1.0) -> None:
-        """Count ``usage`` (``times`` over) into the link statistics, as if its transfers
-        had run as flows.  The caller vouches that nothing else loaded those links while
-        they ran: their busy and saturated seconds are added, not merged.  Cheap (one
-        dictionary update); the sums are formed when statistics are read."""
-        pending = self._pending_usage
-        pending[usage] = pending.get(usage, 0.0) + times
-
-    def show_usage(self, usage: LinkUsage, start_s: float) -> None:
-        """Tell the listeners (:meth:`add_listener`) that a solo usage loaded its links
-        from ``start_s`` for its ``duration_s``, then nothing (trace counter tracks)."""
-        if usage.loads is None:
-            raise SimulationError("only a solo usage (FlowNetwork.solo_usage) has loads "
-                                  "over time to show")
-        if not self._listeners or usage.duration_s == 0:
-            return
-        links = usage.indices.tolist()
-        idle = np.zeros(len(links))
-        for listener in self._listeners:
-            listener(start_s, links, usage.loads)
-            listener(start_s + usage.duration_s, links, idle)
-
-    def _flush_usage(self) -> None:
-        """Add the recorded usages to the per-link statistics."""
-        self._ensure_arrays()
-        pending = self._pending_usage
-        if not pending:
-            return
-        self._pending_usage = {}
-        for usage, times in pending.items():
-            index = usage.indices  # each link once: fancy-index += is exact
-            self._link_bytes[index] += usage.bytes * times
-            self._link_busy[index] += usage.busy_s * times
-            self._link_saturated[index] += usage.saturated_s * times
-            for tag, carried in usage.bytes_by_tag.items():
-                self._tag_array(tag)[index] += carried * times
-
-    def _tag_array(self, tag: str) -> np.ndarray:
-        """The bytes per link of one tag (created at zero)."""
-        per_tag = self._tag_bytes.get(tag)
-        if per_tag is None:
-            per_tag = self._tag_bytes[tag] = np.zeros(self._link_bytes.size)
-        return per_tag
 
     # ------------------------------------------------------------------ flows
     def link_set(self, links: Mapping[LinkId, float] | Iterable[LinkId]) -> LinkSet:
@@ -612,22 +329,12 @@ class FlowNetwork:
         grow = len(self._capacity) - self._link_count.size
         if grow > 0:
             self._link_count = np.concatenate([self._link_count, np.zeros(grow, np.int64)])
-            self._link_bytes = np.concatenate([self._link_bytes, np.zeros(grow)])
             self._capacity_array = np.asarray(self._capacity, dtype=float)
             self._scratch_mark = np.zeros(len(self._capacity), bool)
             self._scratch_position = np.zeros(len(self._capacity), np.int64)
-            zeros = np.zeros(grow)
-            self._link_load = np.concatenate([self._link_load, zeros])
-            self._link_since = np.concatenate([self._link_since, zeros + self.env.now])
-            self._link_busy = np.concatenate([self._link_busy, zeros])
-            self._link_saturated = np.concatenate([self._link_saturated, zeros])
-            cap = self._capacity_array
-            # An ideal (infinite) link is never saturated.
-            self._saturation_at = np.where(np.isfinite(cap), cap * _SATURATED, np.nan)
-            for tag, arr in self._tag_bytes.items():
-                self._tag_bytes[tag] = np.concatenate([arr, zeros])
+            self._grow_link_statistics(grow)
             if self._incremental is not None:
-                self._incremental.set_capacity(cap)
+                self._incremental.set_capacity(self._capacity_array)
 
     def _request_resolve(self) -> None:
         if not self._resolve_pending:
@@ -785,50 +492,6 @@ class FlowNetwork:
         # A rate of inf (ideal links only) finishes now: bytes / inf is 0.
         self._finish_at[handles] = now + np.maximum(remaining, 0.0) / rates
 
-    def _account(self, now: float, links: Any, loads: np.ndarray | None) -> None:
-        """Log that ``links`` carry ``loads`` (None: nothing) from ``now`` on.  Loads are
-        piecewise constant between solves; the log is integrated into busy and saturated
-        time in batches (:meth:`_integrate`), so a solve pays one append, not a pass over
-        its links, and links no solve touched cost nothing."""
-        log = self._stats_log
-        log.append((now, links, loads))
-        self._stats_entries += len(links)
-        if len(log) >= _STATS_BATCH or self._stats_entries >= _STATS_BATCH_ENTRIES:
-            self._integrate()
-
-    def _integrate(self) -> None:
-        """Fold the logged load changes into the per-link statistics, vectorised: per link
-        in time order, each logged load holds from its time to the link's next change."""
-        log = self._stats_log
-        if not log:
-            return
-        self._stats_log = []
-        self._stats_entries = 0
-        counts = np.fromiter((len(links) for _, links, _ in log), np.int64, len(log))
-        idx = np.concatenate([np.asarray(links, np.int64) for _, links, _ in log])
-        value = np.concatenate([np.zeros(len(links)) if loads is None else loads
-                                for _, links, loads in log])
-        when = np.repeat(np.fromiter((t for t, _, _ in log), float, len(log)), counts)
-        order = np.argsort(idx, kind="stable")  # per link, in log (= time) order
-        idx, value, when = idx[order], value[order], when[order]
-        first = np.ones(idx.size, bool)
-        first[1:] = idx[1:] != idx[:-1]
-        prev_value = np.empty_like(value)
-        prev_value[1:] = value[:-1]
-        prev_value[first] = self._link_load[idx[first]]
-        prev_when = np.empty_like(when)
-        prev_when[1:] = when[:-1]
-        prev_when[first] = self._link_since[idx[first]]
-        dt = when - prev_when
-        n = self._link_load.size
-        self._link_busy += np.bincount(idx, weights=dt * (prev_value > 0), minlength=n)
-        self._link_saturated += np.bincount(
-            idx, weights=dt * (prev_value >= self._saturation_at[idx]), minlength=n)
-        last = np.ones(idx.size, bool)
-        last[:-1] = first[1:]
-        self._link_load[idx[last]] = value[last]
-        self._link_since[idx[last]] = when[last]
-
     def _notify(self, now: float, links: list[int], loads: np.ndarray,
                 loaded: list[int]) -> None:
         """Tell listeners the load of every link of the solved part (0 where none is left)."""
@@ -875,7 +538,6 @@ class FlowNetwork:
         if finished:
             self._request_resolve()
         self._arm_timer()
-
 
     def _finish_or_settle(self, flow: Flow, now: float, due: float) -> bool:
         """A flow whose finish time came: complete it (True), or, where rounding left

@@ -31,7 +31,6 @@ line and what would be valid.
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
 import os
 import statistics
@@ -59,7 +58,7 @@ from distsim_gpu.scenarios.report import format_table
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.config import set_path
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
-from distsim_gpu.simcore.workers import die_with_parent
+from distsim_gpu.simcore.pool import WorkerPool
 from distsim_gpu.simcore.yamlfile import line_of
 
 __all__ = [
@@ -122,8 +121,8 @@ def _simulate(job: tuple[Mapping[str, Any], str, str, tuple[tuple[str, Any], ...
         return None, str(error)
 
 
-#: Where rows run: a process pool, or None for this process.
-Pool = concurrent.futures.Executor | None
+#: Where rows run: a pool of worker processes, or None for this process.
+Pool = WorkerPool | None
 
 
 def simulate_rows(runs_map: RunsMap, rows: Sequence[RunRow],
@@ -134,10 +133,8 @@ def simulate_rows(runs_map: RunsMap, rows: Sequence[RunRow],
     jobs = [(runs_map.base, runs_map.base_source, runs_map.base_dir,
              tuple(row.overrides) + tuple(extra[i] if extra else ()))
             for i, row in enumerate(rows)]
-    if pool is None or len(jobs) <= 1:
-        outcomes = [_simulate(job) for job in jobs]
-    else:
-        outcomes = list(pool.map(_simulate, jobs))
+    # (in the rows' order either way; a pool runs a single job here)
+    outcomes = [_simulate(job) for job in jobs] if pool is None else pool.map(_simulate, jobs)
     return tuple(RowResult(row, time_s, why) for row, (time_s, why) in zip(rows, outcomes))
 
 
@@ -422,11 +419,7 @@ def validate_runs(table: str | os.PathLike[str], map_path: str | os.PathLike[str
         raise ConfigError(f"must be a whole number >= 1, got {every!r}", key="--every")
     rows = read_runs(table, runs_map)[::every]
     workers = workers or os.cpu_count() or 1
-    if workers == 1 or len(rows) == 1:
-        return _validate(table, map_path, runs_map, rows, fit, folds, None)
-    with concurrent.futures.ProcessPoolExecutor(
-            max_workers=min(workers, len(rows)), initializer=die_with_parent,
-            initargs=(os.getpid(),)) as pool:
+    with WorkerPool(workers, max_tasks=len(rows)) as pool:
         return _validate(table, map_path, runs_map, rows, fit, folds, pool)
 
 

@@ -190,10 +190,10 @@ def test_report_json_summary_and_trace_carry_the_bottlenecks(tmp_path, tiny, wri
 
 
 def test_batched_integration_matches_integrating_every_solve(monkeypatch, uniform):
-    import distsim_gpu.simcore.network as network_module
+    import distsim_gpu.simcore.link_stats as link_stats_module
 
     def stats(batch):
-        monkeypatch.setattr(network_module, "_STATS_BATCH", batch)
+        monkeypatch.setattr(link_stats_module, "_STATS_BATCH", batch)
         topo = build_cluster({"preset": "switch", "gpus": 4, "link_bandwidth": "2 GB/s",
                               "link_latency": "1 us"})
         result = uniform.run(topo, ParallelConfig(pp=2, dp=2, bucket_params=10**6),

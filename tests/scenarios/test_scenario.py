@@ -242,15 +242,15 @@ def test_scenario_from_mapping_without_a_file(tiny):
 def test_memory_follows_the_attention_implementation(tmp_path, attention, tiny, write_scenario):
     # Unfused attention keeps every s×s softmax output for backward (Korthikanti et al.
     # 2022's 5·a·s/h term); the simulator and the search's memory check count the same.
-    from distsim_gpu.scenarios.study.search import _stage_memory
+    from distsim_gpu.scenarios.study.search_prune import stage_memory
 
     def memory(kind: str) -> tuple[float, float]:
         path = write_scenario(tmp_path / f"{kind}.yaml", tiny(compute={
             "gpu": "a100-80gb", "costs": "roofline", "attention": kind}))
         scenario = load_scenario(path)
         report = run_scenario(scenario, allow_oom=True)
-        counted = _stage_memory(scenario, scenario.parallel, scenario.training,
-                                report.microbatches)
+        counted = stage_memory(scenario, scenario.parallel, scenario.training,
+                               report.microbatches)
         return max(g.peak_memory_bytes for g in report.per_gpu), counted
 
     simulated, counted = memory(attention)

@@ -438,3 +438,15 @@ def test_check_bool() -> None:
             check_bool(value, key="links[2].duplex", source="c.yaml", lines={"links[2]": 9})
         assert str(info.value) == f"c.yaml:9: links[2].duplex: must be true or false, got " \
                                   f"{value!r}"
+
+
+@pytest.mark.parametrize("check", [
+    lambda **kw: check_whole(1, key="x", **kw),
+    lambda **kw: check_number(1, key="x", **kw),
+    lambda **kw: check_keys({}, (), **kw),
+    lambda **kw: check_choice("a", ("a",), key="x", **kw),
+])
+def test_a_misspelt_place_argument_is_refused_even_when_the_value_passes(check: Any) -> None:
+    assert check(source="f.yaml", lines={}, line=3, error=ConfigError) is not False
+    with pytest.raises(TypeError, match="unexpected keyword argument 'soruce'"):
+        check(soruce="f.yaml")

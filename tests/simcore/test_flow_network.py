@@ -6,7 +6,7 @@ import math
 
 import pytest
 import simpy
-from distsim_gpu.simcore import network
+from distsim_gpu.simcore import link_stats
 from distsim_gpu.simcore.errors import SimulationError
 from distsim_gpu.simcore.network import FlowNetwork
 
@@ -415,8 +415,8 @@ def test_link_statistics_do_not_depend_on_how_the_log_is_batched(monkeypatch, so
         return net.link_stats()
 
     reference = run()
-    monkeypatch.setattr(network, "_STATS_BATCH", solves)
-    monkeypatch.setattr(network, "_STATS_BATCH_ENTRIES", entries)
+    monkeypatch.setattr(link_stats, "_STATS_BATCH", solves)
+    monkeypatch.setattr(link_stats, "_STATS_BATCH_ENTRIES", entries)
     batched = run()
     assert batched.keys() == reference.keys()
     for link, stats in reference.items():

@@ -10,11 +10,11 @@ import dataclasses
 import pytest
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
 from distsim_gpu.scenarios.study.search import (
-    _check,
     enumerate_strategies,
     iteration_bounds,
     with_strategy,
 )
+from distsim_gpu.scenarios.study.search_prune import check_candidate
 from distsim_gpu.workloads.cost.bounds import IterationBounds
 
 DENSE = {"name": "tiny-bound", "layers": 4, "hidden": 512, "heads": 8, "seq_len": 256,
@@ -52,7 +52,7 @@ def test_the_bound_of_searched_candidates_is_below_their_simulated_time():
         "training": {"micro_batch": 1, "global_batch": 16, "recompute": "none"},
         "compute": {"gpu": "a100-80gb"}, "simulation": {"fidelity": "coflow"}})
     valid = [s for s in enumerate_strategies(scenario, space=SPACE)
-             if _check(scenario, s)[0] is not None]
+             if check_candidate(scenario, s)[0] is not None]
     sample = valid[::27]
     assert len(sample) >= 12
     for strategy in sample:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import distsim_gpu.scenarios.study.sweep as sweep
+import distsim_gpu.scenarios.study.sweep_runner as sweep_runner
 import pytest
 from distsim_gpu.scenarios.cli import sweep as sweep_cli
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
@@ -55,13 +55,13 @@ def _rows(directory: Path) -> list[dict[str, str]]:
 
 def _count_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
-    real = sweep._run_point
+    real = sweep_runner.run_point
 
     def counting(config: dict[str, Any], source: str) -> dict[str, Any]:
         calls.append(source)
         return real(config, source)
 
-    monkeypatch.setattr(sweep, "_run_point", counting)
+    monkeypatch.setattr(sweep_runner, "run_point", counting)
     return calls
 
 

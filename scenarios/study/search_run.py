@@ -1,0 +1,166 @@
+"""Simulating a search's queued candidates with branch and bound, on a
+:class:`~distsim_gpu.simcore.pool.WorkerPool`: a candidate starts only while its lower
+bound is below the ``top``-th best simulated time so far and the time limit has not
+passed (the others are pruned); each worker builds the scenario once and applies each
+strategy to it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+from distsim_gpu.scenarios.scenario import Scenario, run_scenario, scenario_from_mapping
+from distsim_gpu.scenarios.study.search_prune import Candidate, StrategyBounds
+from distsim_gpu.scenarios.study.search_results import CandidateResult, PrunedCandidate
+from distsim_gpu.scenarios.study.search_space import Strategy, with_strategy
+from distsim_gpu.simcore.errors import DistsimError
+from distsim_gpu.simcore.pool import WorkerPool
+
+__all__ = ["Outcome", "Simulations"]
+
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(config: dict[str, Any], source: str | None) -> None:
+    """A worker's start: keep the scenario's resolved configuration (built on first use)."""
+    _WORKER.clear()
+    _WORKER["config"] = config
+    _WORKER["source"] = source
+
+
+def _worker_scenario(strategy: Strategy) -> Scenario:
+    cached = _WORKER.get("scenario")
+    if cached is None:
+        # Built once per process, validated with the first strategy it runs.
+        config = _WORKER["config"]
+        cached = scenario_from_mapping(config, source=_WORKER["source"],
+                                       overrides=list(strategy.overrides().items()))
+        _WORKER["scenario"] = cached
+    return with_strategy(cached, strategy)
+
+
+def _metrics(scenario: Scenario) -> tuple[float, float, float, float]:
+    """Simulate: iteration time (s), samples/s, MFU, peak bytes on a GPU."""
+    report = run_scenario(scenario)
+    peak = max(g.peak_memory_bytes for g in report.per_gpu)
+    return report.iteration_time_s, report.samples_per_s, report.mfu, peak
+
+
+# A simulation to run: who asked for it (a candidate, or None for a baseline that is none),
+# and its strategy.
+_Task = tuple[Candidate | None, Strategy]
+
+
+def _simulate_in_worker(task: _Task) -> tuple[float, float, float, float] | str:
+    try:
+        return _metrics(_worker_scenario(task[1]))
+    except DistsimError as error:
+        return str(error)
+
+
+def _simulate_here(scenario: Scenario, task: _Task) -> tuple[float, float, float, float] | str:
+    """:func:`_simulate_in_worker` in this process, from the scenario itself (``workers=1``)."""
+    try:
+        return _metrics(with_strategy(scenario, task[1]))
+    except DistsimError as error:
+        return str(error)
+
+
+def _kth(times: list[float], k: int) -> float:
+    if len(times) < k:
+        return float("inf")
+    return sorted(times)[k - 1]
+
+
+Outcome = tuple[float, float, float, float] | str
+
+
+class Simulations:
+    """Simulates the queued candidates on ``workers`` processes with branch and bound:
+    a candidate starts only while its lower bound is below the ``top``-th best simulated
+    time so far (refined to every replica's calls first) and the time limit has not
+    passed; the others are pruned."""
+
+    def __init__(self, scenario: Scenario, bounds: StrategyBounds, *, top: int, workers: int,
+                 pruned: list[PrunedCandidate], time_limit_s: float | None,
+                 started_s: float, progress: Callable[[str], None] | None) -> None:
+        self.scenario = scenario
+        self.bounds = bounds
+        self.top = top
+        self.workers = workers
+        self.time_limit_s = time_limit_s
+        self.started_s = started_s
+        self.progress = progress
+        self.pruned = pruned
+        self.results: list[CandidateResult] = []
+        self.times: list[float] = []
+        self.baseline_outcome: Outcome | None = None
+
+    def run(self, queue: list[tuple[Candidate | None, bool]],
+            baseline: Strategy | None) -> None:
+        """Run ``queue`` in order (:func:`simulation_queue`), up to ``workers`` at a time."""
+        simulate: Callable[[_Task], Outcome]
+        if self.workers == 1:
+            pool = WorkerPool(1)
+            simulate = partial(_simulate_here, self.scenario)
+        else:
+            pool = WorkerPool(self.workers, initializer=_worker_init,
+                              initargs=(self.scenario.resolved(), self.scenario.source))
+            simulate = _simulate_in_worker
+        with pool:
+            for done in pool.as_completed(simulate, self._admitted(queue, baseline)):
+                owner = done.task[0]
+                if owner is None:
+                    self.baseline_outcome = done.result()
+                else:
+                    self._record(owner, done.result())
+
+    def _admitted(self, queue: list[tuple[Candidate | None, bool]],
+                  baseline: Strategy | None) -> Iterator[_Task]:
+        """The simulations of ``queue`` to start, each decided when a worker is free."""
+        for candidate, forced in queue:
+            if candidate is None:
+                assert baseline is not None
+                yield None, baseline
+            elif forced or self._admit(candidate):
+                yield candidate, candidate.strategy
+
+    def _admit(self, candidate: Candidate) -> bool:
+        """Whether ``candidate`` starts now; if not, it is pruned (bound or time limit)."""
+        threshold = _kth(self.times, self.top)
+        if not candidate.refined and candidate.lower_bound_s < threshold < float("inf"):
+            # About to simulate it: first the full bound (every replica's calls).
+            candidate.lower_bound_s = max(candidate.lower_bound_s, self.bounds.bounds(
+                candidate.strategy, candidate.microbatches)[0])
+            candidate.refined = True
+        if candidate.lower_bound_s >= threshold:
+            self.pruned.append(PrunedCandidate(
+                candidate.strategy, "bound", f"lower bound {candidate.lower_bound_s:.6g} s "
+                f">= {self.top}-th best simulated {threshold:.6g} s",
+                peak_memory_bytes=candidate.memory_bytes,
+                lower_bound_s=candidate.lower_bound_s))
+            return False
+        limit = self.time_limit_s
+        if limit is not None and time.perf_counter() - self.started_s > limit:
+            self.pruned.append(PrunedCandidate(
+                candidate.strategy, "time limit",
+                f"not simulated: the {limit:g} s time limit had passed",
+                peak_memory_bytes=candidate.memory_bytes,
+                lower_bound_s=candidate.lower_bound_s))
+            return False
+        return True
+
+    def _record(self, candidate: Candidate, outcome: Outcome) -> None:
+        if isinstance(outcome, str):
+            self.pruned.append(PrunedCandidate(candidate.strategy, "error", outcome))
+            return
+        time_s, samples, mfu, peak = outcome
+        self.results.append(CandidateResult(candidate.strategy, candidate.lower_bound_s,
+                                            candidate.estimate_s, time_s, samples, mfu,
+                                            peak))
+        self.times.append(time_s)
+        if self.progress is not None:
+            self.progress(f"[{len(self.results)}] {time_s * 1e3:.3f} ms  "
+                          f"{candidate.strategy.label()}")

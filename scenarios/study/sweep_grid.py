@@ -1,0 +1,87 @@
+"""The grid of a sweep: ``KEY=V1,V2`` texts read into a key and its values, the points
+the grids make (their product, or zipped), and each point's short stable id."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from distsim_gpu.simcore.config import parse_assignment
+from distsim_gpu.simcore.errors import ConfigError
+
+__all__ = ["Point", "canonical", "describe_point", "parse_grid", "point_id", "sweep_points"]
+
+# A point: its (dotted key, value) overrides, in the grids' order.
+Point = tuple[tuple[str, Any], ...]
+
+
+def parse_grid(text: str) -> tuple[str, list[Any]]:
+    """``"KEY=V1,V2"`` -> ``("KEY", [v1, v2])``, each value read like a ``--set`` value.
+
+    Quotes around the whole value list are dropped (``k="100 Gbps,200 Gbps"``).  Raises
+    :class:`ConfigError` on a missing ``=``, an empty value or a repeated value.
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"cannot read {text!r}", source="--grid",
+                          hint='write KEY=V1,V2,…, e.g. parallelism.tp=1,2,4 or '
+                               'cluster.nic.bandwidth="100 Gbps,200 Gbps"')
+    raw = raw.strip()
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
+        raw = raw[1:-1]
+    values: list[Any] = []
+    for piece in raw.split(","):
+        if not piece.strip():
+            raise ConfigError(f"empty value in {raw!r}", source="--grid", key=key,
+                              hint="write values separated by single commas, e.g. 1,2,4")
+        name, value = parse_assignment(f"{key}={piece.strip()}", source="--grid")
+        if any(canonical(value) == canonical(v) for v in values):
+            raise ConfigError(f"value {piece.strip()!r} appears twice", source="--grid",
+                              key=name)
+        values.append(value)
+    return key, values
+
+
+def sweep_points(grids: Sequence[tuple[str, Sequence[Any]]], *, zip_: bool = False
+                 ) -> list[Point]:
+    """The points of the grids: their Cartesian product (the last grid varying fastest),
+    or with ``zip_`` the grids paired element-wise (all of the same length)."""
+    if not grids:
+        raise ConfigError("nothing to sweep", source="--grid",
+                          hint="give at least one --grid KEY=V1,V2,…")
+    keys = [key for key, _ in grids]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise ConfigError("swept more than once: " + ", ".join(repeated), source="--grid",
+                          hint="give each key one --grid with all its values")
+    if zip_:
+        lengths = {key: len(values) for key, values in grids}
+        if len(set(lengths.values())) > 1:
+            raise ConfigError(
+                "--zip needs grids of the same length, got " +
+                ", ".join(f"{key}: {n}" for key, n in lengths.items()), source="--grid",
+                hint="give every --grid as many values, or drop --zip for the product")
+        combos: Iterable[tuple[Any, ...]] = zip(*(values for _, values in grids))
+    else:
+        combos = itertools.product(*(values for _, values in grids))
+    return [tuple(zip(keys, combo)) for combo in combos]
+
+
+def canonical(value: Any) -> str:
+    """A value as text that compares equal exactly when the values do (``1`` vs ``"1"``)."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def point_id(point: Point) -> str:
+    """A short stable name for a point: 12 hex digits of a hash of its overrides."""
+    text = json.dumps([[key, value] for key, value in point], default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def describe_point(point: Point) -> str:
+    """``key=value, key=value``: a point as a person reads it."""
+    return ", ".join(f"{key}={value}" for key, value in point)
