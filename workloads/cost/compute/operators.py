@@ -183,10 +183,12 @@ class Operator:
 Kernel = Operator  # the name the cost model used before operators had launches
 
 
-def gemm(name: str, m: int, n: int, k: int, operand_bytes: int, out_bytes: float,
+def gemm(name: str, mnk: tuple[int, int, int], operand_bytes: int, out_bytes: float,
          count: int = 1, *, kind: str = "gemm", fp8: bool = False,
          bias: bool = False) -> Operator:
-    """A GEMM reading ``m×k`` and ``k×n`` operands and writing ``m×n`` outputs."""
+    """A GEMM of shape ``mnk = (m, n, k)``: reads ``m×k`` and ``k×n`` operands and
+    writes ``m×n`` outputs."""
+    m, n, k = mnk
     moved = (m * k + k * n) * operand_bytes + m * n * out_bytes
     return Operator(name, kind, 2.0 * m * n * k, float(moved), m, n, k, count, fp8=fp8,
                     bias=bias)
@@ -290,7 +292,7 @@ class LayerWork:
         if len(parts) == 1:
             return [] if parts[0].saved else [item]
         operand = 1 if item.fp8 else self.activation_bytes
-        return [gemm(f"{item.name}_{m.name}", item.m, m.out_features, item.k, operand,
+        return [gemm(f"{item.name}_{m.name}", (item.m, m.out_features, item.k), operand,
                      self.activation_bytes, item.count, fp8=item.fp8, bias=item.bias)
                 for m in parts if not m.saved]
 
@@ -314,14 +316,14 @@ def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
     if item.fp8:  # the output gradient cast to E5M2, with its transpose
         out.append(elementwise(f"{name}.grad_cast", item.m * item.n * (ab + 2), item.count,
                                bwd_bytes_factor=0.0))
-    out.append(gemm(f"{name}.dgrad", item.m, item.k, item.n, operand, ab, item.count,
+    out.append(gemm(f"{name}.dgrad", (item.m, item.k, item.n), operand, ab, item.count,
                     kind=item.kind, fp8=item.fp8))
     if item.kind == "bmm":  # both operands are activations: two data gradients
-        out.append(gemm(f"{name}.dgrad2", item.m, item.k, item.n, operand, ab, item.count,
+        out.append(gemm(f"{name}.dgrad2", (item.m, item.k, item.n), operand, ab, item.count,
                         kind="bmm"))
         return out
     wgrad_out = 2.0 * _FP32 if stack.fp32_grad_accumulation else ab
-    out.append(gemm(f"{name}.wgrad", item.k, item.n, item.m, operand, wgrad_out,
+    out.append(gemm(f"{name}.wgrad", (item.k, item.n, item.m), operand, wgrad_out,
                     item.count, fp8=item.fp8))
     if item.bias and not stack.fused_bias_grad:  # autograd's sum of dY over the tokens
         out.append(elementwise(f"{name}.bias_grad", item.m * item.n * ab, item.count,
@@ -420,10 +422,10 @@ class _Shape:
                fused_cast: bool = False, count: int = 1) -> list[Operator]:
         """A weight GEMM, in FP8 with its input cast when the stack runs FP8."""
         if not self.fp8:
-            return [gemm(name, m, n, k, self.ab, self.ab, count, bias=bias)]
+            return [gemm(name, (m, n, k), self.ab, self.ab, count, bias=bias)]
         out = [] if fused_cast else [elementwise(f"cast_{name}", m * k * (self.ab + 2),
                                                  count, bwd_bytes_factor=0.0)]
-        return [*out, gemm(name, m, n, k, 1, self.ab, count, fp8=True, bias=bias)]
+        return [*out, gemm(name, (m, n, k), 1, self.ab, count, fp8=True, bias=bias)]
 
     def mla_projections(self) -> list[Operator]:
         """MLA's query and key-value projections (:mod:`workloads.mla`): the duplicated
@@ -483,7 +485,7 @@ class _Shape:
         batch, d = b * self.heads_local, self.model.qk_head_dim
         dv = self.model.v_head_dim
         scores = float(s * s * batch)
-        out = [gemm("attn_scores", batch * s, s, d, ab, ab, kind="bmm")]
+        out = [gemm("attn_scores", (batch * s, s, d), ab, ab, kind="bmm")]
         out[0] = replace(out[0], bytes_moved=float(batch * 2 * s * d * ab + scores * ab))
         if self.stack.fused_softmax:
             out.append(elementwise("attn_softmax", 2 * scores * ab,
@@ -495,7 +497,7 @@ class _Shape:
         if self.stack.attention_dropout:
             out.append(elementwise("attn_dropout", scores * (2 * ab + 1), flops=scores,
                                    bwd_bytes_factor=1.0))
-        context = gemm("attn_context", batch * s, dv, s, ab, ab, kind="bmm")
+        context = gemm("attn_context", (batch * s, dv, s), ab, ab, kind="bmm")
         out.append(replace(context,
                            bytes_moved=float(scores * ab + 2 * batch * s * dv * ab)))
         if self.stack.context_copy:
@@ -553,7 +555,7 @@ class _Shape:
         local_experts = model.experts // ep
         per_expert = max(1, math.ceil(tokens * model.top_k * ep / model.experts))
         return [
-            gemm("router", tokens, model.experts, h, ab, ab),
+            gemm("router", (tokens, model.experts, h), ab, ab),
             elementwise("moe_dispatch", (tokens + tokens * model.top_k) * h * ab,
                         bwd_bytes_factor=1.0),
             *self.linear("expert_fc1", per_expert, self.up_width, h, bias=model.mlp_bias,

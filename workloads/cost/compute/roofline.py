@@ -425,7 +425,7 @@ class RooflineCosts:
         logits_elems = tokens * vocab_local
         norm = elementwise("final_norm", 2 * tokens_ew * model.hidden * ab,
                            bwd_bytes_factor=1.5)
-        logits = gemm("logits", tokens, vocab_local, model.hidden, ab, ab)
+        logits = gemm("logits", (tokens, vocab_local, model.hidden), ab, ab)
         if stack.fused_cross_entropy:
             entropy = elementwise("cross_entropy", logits_elems * (ab + 4), flops=
                                   5.0 * logits_elems, bwd_bytes_factor=1.0)
