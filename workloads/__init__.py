@@ -53,7 +53,7 @@ from distsim_gpu.workloads.cost.memory import (
     params_on_gpu,
     stage_layers,
 )
-from distsim_gpu.workloads.cost.profile_layer import LayerTiming, profile_layer
+from distsim_gpu.workloads.cost.profile_layer import LayerTiming, ProfileSettings, profile_layer
 from distsim_gpu.workloads.iteration.runtime import Cluster, Gpu, KernelRecord, Stream
 from distsim_gpu.workloads.iteration.simulator import (
     GpuTimes,
@@ -105,6 +105,7 @@ __all__ = [
     "ModelSpec",
     "ParallelConfig",
     "Placement",
+    "ProfileSettings",
     "RooflineCosts",
     "StageParams",
     "Stream",
