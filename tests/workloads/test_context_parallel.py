@@ -25,6 +25,8 @@ from distsim_gpu.workloads.strategy.parallel import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.workloads.layouts import shape_model
+
 # Llama-like: grouped-query attention, 8 key/value heads of 128.
 GQA = model_from_mapping({"name": "gqa", "layers": 4, "hidden": 4096, "heads": 32,
                           "kv_heads": 8, "seq_len": 8192, "vocab": 32000, "ffn_hidden": 14336,
@@ -32,9 +34,9 @@ GQA = model_from_mapping({"name": "gqa", "layers": 4, "hidden": 4096, "heads": 3
 
 
 def _check(parallel: ParallelConfig, *, num_gpus: int, seq_len: int = 8192, **model) -> int:
-    shape = {"layers": 4, "heads": 32, "kv_heads": 8, "experts": 1, **model}
-    return check_strategy(parallel, TrainingConfig(micro_batch=1, global_batch=8),
-                          num_gpus=num_gpus, source="s.yaml", seq_len=seq_len, **shape)
+    shape = shape_model(**{"layers": 4, "heads": 32, "kv_heads": 8, "experts": 1, **model})
+    return check_strategy(shape, parallel, TrainingConfig(micro_batch=1, global_batch=8),
+                          num_gpus=num_gpus, source="s.yaml", seq_len=seq_len)
 
 
 def test_cp_ranks_sit_between_tp_and_dp() -> None:
@@ -180,9 +182,11 @@ def test_memory_is_the_ranks_tokens_plus_the_ring_buffers(recompute) -> None:
         optimizer_params(GQA, replace(parallel, zero=0), 1) / 8)
 
 
-def test_memory_rejects_a_sequence_that_does_not_split() -> None:
+def test_a_sequence_that_does_not_split_is_refused() -> None:
+    """memory_per_gpu takes a checked strategy; the check refuses the sequence."""
     with pytest.raises(ConfigError, match="cp: sequence length 1004 does not split"):
-        memory_per_gpu(GQA, cp=4, seq_len=1004)
+        check_strategy(GQA, ParallelConfig(cp=4), TrainingConfig(global_batch=1, seq_len=1004),
+                       num_gpus=4)
 
 
 def _cluster(nodes: int = 4):
