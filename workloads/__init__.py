@@ -44,6 +44,7 @@ from distsim_gpu.workloads.cost.compute import (
     read_cost_table,
     write_cost_table,
 )
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import (
     MemoryBreakdown,
     StageParams,
@@ -99,6 +100,7 @@ __all__ = [
     "IterationSpec",
     "Kernel",
     "KernelRecord",
+    "LayerShard",
     "LayerTiming",
     "LayerWork",
     "MemoryBreakdown",

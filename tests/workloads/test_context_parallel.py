@@ -11,6 +11,7 @@ from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.compute import RooflineCosts
 from distsim_gpu.workloads.cost.context_parallel import core_attention_time_s, ring_step_blocks
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import cp_kv_block_bytes, memory_of_strategy, memory_per_gpu
 from distsim_gpu.workloads.cost.traffic import cp_message_bytes, optimizer_params, tp_message_bytes
 from distsim_gpu.workloads.iteration.ops import Collective, Compute, Wait
@@ -132,9 +133,10 @@ def test_a_layer_runs_its_attention_as_cp_blocks_beside_the_ring(cp) -> None:
     assert sum(isinstance(op, Wait) for op in ops) == cp - 1
     s_local = 8192 // cp
     shard = {"micro_batch": 1, "seq_len": s_local, "tp": 8, "layer_index": 1}
-    core = core_attention_time_s(costs, "fwd", GQA, **shard)
+    core = core_attention_time_s(costs, "fwd", GQA, LayerShard(**shard))
     compute = sum(op.duration_s for op in ops if isinstance(op, Compute))
-    assert compute == pytest.approx(costs.layer_time_s("fwd", GQA, **shard) + (cp - 1) * core)
+    assert compute == pytest.approx(costs.layer_time_s("fwd", GQA,
+                                                       LayerShard(**shard)) + (cp - 1) * core)
     # The tensor-parallel all-reduces carry the rank's s/cp tokens.
     tp_calls = [op for op in ops if isinstance(op, Collective) and op.group == "tp"]
     assert {op.size_bytes for op in tp_calls} == {
@@ -153,9 +155,9 @@ def model_gpu():
 def test_core_attention_needs_flash_and_a_roofline() -> None:
     with pytest.raises(ConfigError, match=r"compute\.attention"):
         core_attention_time_s(RooflineCosts(model_gpu(), attention="unfused"), "fwd", GQA,
-                              micro_batch=1, seq_len=1024, tp=1)
+                              LayerShard(micro_batch=1, seq_len=1024, tp=1))
     with pytest.raises(ConfigError, match=r"compute\.costs"):
-        core_attention_time_s(object(), "fwd", GQA, micro_batch=1, seq_len=1024, tp=1)
+        core_attention_time_s(object(), "fwd", GQA, LayerShard(micro_batch=1, seq_len=1024, tp=1))
 
 
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
@@ -230,8 +232,9 @@ def test_cp_on_a_fast_network_is_compute_bound(uniform) -> None:
     assert "cp comm" not in {entry.kind for entry in result.critical_path}
     assert gpu.communication_s > 0
     shard = {"micro_batch": 1, "seq_len": 4096, "tp": 1}
-    layers = sum(costs.layer_time_s(p, model, **shard)
-                 + 7 * core_attention_time_s(costs, p, model, **shard) for p in ("fwd", "bwd"))
+    layers = sum(costs.layer_time_s(p, model, LayerShard(**shard))
+                 + 7 * core_attention_time_s(costs, p, model, LayerShard(**shard)) for p in ("fwd",
+                                                                                             "bwd"))
     edges = sum(costs.embedding_time_s(p, model, **shard) + costs.loss_time_s(p, model, **shard)
                 for p in ("fwd", "bwd"))
     assert gpu.compute_s == pytest.approx(2 * layers + edges
@@ -280,8 +283,8 @@ def test_a_slow_ring_is_exposed_by_what_the_blocks_do_not_hide(uniform) -> None:
     plan = ring.pairs_plan([("n0.gpu0", "n0.gpu1"), ("n0.gpu1", "n0.gpu0")], block)
     transfer_s = ring.time_s(plan, block)
     shard = {"micro_batch": 1, "seq_len": 1024, "tp": 1}
-    hidden_f = core_attention_time_s(costs, "fwd", model, **shard)
-    hidden_b = core_attention_time_s(costs, "bwd", model, **shard)
+    hidden_f = core_attention_time_s(costs, "fwd", model, LayerShard(**shard))
+    hidden_b = core_attention_time_s(costs, "bwd", model, LayerShard(**shard))
     assert transfer_s > hidden_b > hidden_f  # the ring is the slow part here
     unhidden = (transfer_s - hidden_f) + 2 * (transfer_s - hidden_b)
     waits = [entry.duration_s for entry in result.critical_path if entry.kind == "cp comm"]

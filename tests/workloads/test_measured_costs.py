@@ -13,6 +13,7 @@ from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.compute import TableCosts, read_cost_table
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.traces.measured_costs import (
     ExtractOptions,
     costs_from_distsim,
@@ -265,11 +266,12 @@ def test_costs_from_a_run_reproduce_the_run(tmp_path, capsys, name, tiny, write_
         train.recompute)
     # The roofline's MoE time depends on ep, which a table does not key: the extracted
     # table holds this run's ep.
-    expected = {(kind, "fwd"): original.costs.layer_time_s("fwd", model, ep=par.ep, **shard),
-                (kind, "bwd"): original.costs.layer_time_s("bwd", model, ep=par.ep, **shard)}
+    layer = LayerShard(ep=par.ep, **shard)
+    expected = {(kind, "fwd"): original.costs.layer_time_s("fwd", model, layer),
+                (kind, "bwd"): original.costs.layer_time_s("bwd", model, layer)}
     if recompute:
         expected[(kind, recompute)] = original.costs.layer_time_s(
-            "recompute", model, recompute=train.recompute, ep=par.ep, **shard)
+            "recompute", model, LayerShard(recompute=train.recompute, ep=par.ep, **shard))
     for edge in ("embedding", "loss"):
         method = getattr(original.costs, f"{edge}_time_s")
         for pass_ in ("fwd", "bwd"):

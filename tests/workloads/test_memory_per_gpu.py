@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import (
     activation_bytes_per_layer,
     memory_of_strategy,
@@ -22,56 +23,60 @@ SBH = S * B * H
 
 # ------------------------------------------------- Korthikanti et al. 2022, Table 2
 def test_no_parallelism_34sbh_plus_5as2b():
-    assert activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S) == (
+    assert activation_bytes_per_layer(GPT3, LayerShard(micro_batch=B, seq_len=S,
+                                                       recompute="none")) == (
         SBH * 34 + 5 * A * S * S * B)
 
 
 @pytest.mark.parametrize("t", [2, 4, 8])
 def test_tensor_parallel(t):
-    got = activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=t)
+    got = activation_bytes_per_layer(GPT3, LayerShard(micro_batch=B, seq_len=S, tp=t,
+                                                      recompute="none"))
     assert got == pytest.approx(SBH * (10 + 24 / t + 5 * A * S / (H * t)), rel=1e-12)
 
 
 @pytest.mark.parametrize("t", [2, 4, 8])
 def test_tensor_and_sequence_parallel(t):
-    got = activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=t,
-                                     sequence_parallel=True)
+    got = activation_bytes_per_layer(GPT3, LayerShard(micro_batch=B, seq_len=S, tp=t,
+                                                      sequence_parallel=True, recompute="none"))
     assert got == pytest.approx(SBH * (34 / t + 5 * A * S / (H * t)), rel=1e-12)
 
 
 @pytest.mark.parametrize("t", [1, 8])
 def test_selective_recompute(t):
-    sp = activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=t,
-                                    sequence_parallel=True, recompute="selective")
-    plain = activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=t,
-                                       recompute="selective")
+    sp = activation_bytes_per_layer(GPT3, LayerShard(micro_batch=B, seq_len=S, tp=t,
+                                                     sequence_parallel=True, recompute="selective"))
+    plain = activation_bytes_per_layer(GPT3, LayerShard(micro_batch=B, seq_len=S, tp=t,
+                                                        recompute="selective"))
     assert sp == pytest.approx(SBH * 34 / t, rel=1e-12)
     assert plain == pytest.approx(SBH * (10 + 24 / t), rel=1e-12)
 
 
 def test_full_recompute_keeps_the_input():
-    assert activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=8,
-                                      recompute="full") == 2 * SBH
-    assert activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=8,
-                                      sequence_parallel=True, recompute="full") == 2 * SBH / 8
+    assert activation_bytes_per_layer(GPT3, LayerShard(micro_batch=B, seq_len=S, tp=8,
+                                                       recompute="full")) == 2 * SBH
+    assert activation_bytes_per_layer(GPT3, LayerShard(
+        micro_batch=B, seq_len=S, tp=8, sequence_parallel=True, recompute="full")) == 2 * SBH / 8
 
 
 def test_gpt3_layer_number():
     # 34·s·b·h + 5·a·s²·b at s 2048, b 1, h 12288, a 96: 2.87 GB per layer per micro-batch.
-    got = activation_bytes_per_layer(GPT3, micro_batch=1)
+    got = activation_bytes_per_layer(GPT3, LayerShard(micro_batch=1, seq_len=GPT3.seq_len,
+                                                      recompute="none"))
     assert got == 34 * 2048 * 12288 + 5 * 96 * 2048**2
     assert got == pytest.approx(2.869e9, rel=1e-3)
 
 
 def test_flash_attention_drops_the_quadratic_term():
-    got = activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, flash_attention=True)
+    got = activation_bytes_per_layer(GPT3, LayerShard(micro_batch=B, seq_len=S, recompute="none"),
+                                     flash_attention=True)
     assert got == SBH * 34 + 4 * A * S * B
 
 
 def test_gqa_and_gated_mlp_generalisation():
     m = get_model("llama2-70b")  # h 8192, kv 1024, ffn 28672, gated, a 64
     s, h, f, kv = 4096, 8192, 28672, 1024
-    got = activation_bytes_per_layer(m, micro_batch=1, seq_len=s, recompute="selective")
+    got = activation_bytes_per_layer(m, LayerShard(micro_batch=1, seq_len=s, recompute="selective"))
     # 10 sbh + Q and out (4 sbh) + K, V (2·2·s·kv) + SwiGLU input (2·2·s·f) + FC2 (2·s·f)
     assert got == 10 * s * h + 4 * s * h + 4 * s * kv + 6 * s * f
 
@@ -81,8 +86,9 @@ def test_moe_layer_stores_top_k_copies():
     s, h, f = 4096, 4096, 14336
     dense = ModelSpec("d", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
                       seq_len=4096, vocab=32000, gated_mlp=True)
-    moe = activation_bytes_per_layer(m, micro_batch=1, seq_len=s, recompute="selective")
-    plain = activation_bytes_per_layer(dense, micro_batch=1, seq_len=s, recompute="selective")
+    moe = activation_bytes_per_layer(m, LayerShard(micro_batch=1, seq_len=s, recompute="selective"))
+    plain = activation_bytes_per_layer(dense, LayerShard(micro_batch=1, seq_len=s,
+                                                         recompute="selective"))
     mlp = 6 * s * f
     assert moe - plain == pytest.approx((2 - 1) * mlp + 2 * 2 * s * h + 4 * s * 8)
 

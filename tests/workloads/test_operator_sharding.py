@@ -12,6 +12,7 @@ from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.bounds import IterationBounds
 from distsim_gpu.workloads.cost.compute import RooflineCosts
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import layer_params_local, memory_of_strategy
 from distsim_gpu.workloads.iteration.ops import Collective, Compute
 from distsim_gpu.workloads.iteration.simulator import IterationSpec, simulate_iteration
@@ -213,11 +214,11 @@ def test_splitting_costs_the_sliced_gemms_time_in_every_pass():
     shape = {"micro_batch": 1, "seq_len": 512, "tp": 1, "sequence_parallel": False,
              "layer_index": 0, "ep": 1}
     plan = _plan(sharded=["mlp_fc1"], split={"mlp_fc1": 8})
-    extra = [split_extra_s(plan, COSTS, p, GPT, **shape) for p in ("fwd", "bwd")]
+    extra = [split_extra_s(plan, COSTS, p, GPT, LayerShard(**shape)) for p in ("fwd", "bwd")]
     assert all(e > 0 for e in extra)
     assert compute_s({"mlp_fc1": 8}) - compute_s({}) == pytest.approx(M * L * sum(extra),
                                                                       rel=1e-9)
-    assert split_extra_s(_plan(sharded=["mlp_fc1"]), COSTS, "fwd", GPT, **shape) == 0.0
+    assert split_extra_s(_plan(sharded=["mlp_fc1"]), COSTS, "fwd", GPT, LayerShard(**shape)) == 0.0
 
 
 @pytest.mark.parametrize("data", [{"sharded": ["mlp_fc1", "mlp_fc2"]},

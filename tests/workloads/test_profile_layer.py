@@ -11,6 +11,7 @@ import pytest
 from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.compute import TableCosts, read_cost_table
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.profile_layer import (
     INSTALL_HINT,
     LayerTiming,
@@ -89,11 +90,11 @@ def test_writer_with_fake_measurement(tmp_path, suffix):
     assert read_cost_table(path) == (header, rows)
 
     costs = TableCosts.from_file(path)
-    assert costs.layer_time_s("fwd", model, micro_batch=4, seq_len=2048, tp=2) == (
+    assert costs.layer_time_s("fwd", model, LayerShard(micro_batch=4, seq_len=2048, tp=2)) == (
         pytest.approx(1e-6 * 4 * 2048 / 2))
-    assert costs.layer_time_s("bwd", model, micro_batch=2, seq_len=2048) == (
+    assert costs.layer_time_s("bwd", model, LayerShard(micro_batch=2, seq_len=2048)) == (
         pytest.approx(2e-6 * 2 * 2048))
-    assert costs.layer_time_s("recompute", model, micro_batch=1, seq_len=2048) == (
+    assert costs.layer_time_s("recompute", model, LayerShard(micro_batch=1, seq_len=2048)) == (
         pytest.approx(1e-6 * 2048))
 
 

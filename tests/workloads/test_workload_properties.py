@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from distsim_gpu.workloads.cost.compute import Kernel, RooflineCosts, matmul_efficiency
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import (
     activation_bytes_per_layer,
     memory_per_gpu,
@@ -42,8 +43,8 @@ def test_recompute_never_increases_per_layer_activations(name, tp):
     model = get_model(name)
     if model.heads % tp:
         tp = 1
-    sizes = [activation_bytes_per_layer(model, micro_batch=1, seq_len=512, tp=tp,
-                                        recompute=mode)
+    sizes = [activation_bytes_per_layer(model, LayerShard(micro_batch=1, seq_len=512, tp=tp,
+                                                          recompute=mode))
              for mode in ("none", "selective", "full")]
     assert sizes[0] >= sizes[1] >= sizes[2] > 0
 

@@ -90,6 +90,7 @@ from dataclasses import dataclass, replace
 
 from distsim_gpu.simcore.config import check_bool, check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
 from distsim_gpu.workloads.specs.recompute import RECOMPUTE_MODES, op_sac_matmuls
@@ -251,18 +252,19 @@ def params_on_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, st
     return StageParams(dense, expert)
 
 
-def activation_bytes_per_layer(model: ModelSpec, *, micro_batch: int, seq_len: int | None = None,
-                               tp: int = 1, sequence_parallel: bool = False,
-                               recompute: str = "none", flash_attention: bool = False,
-                               precision: str = "bf16", layer_index: int = 0,
-                               ep: int = 1) -> float:
-    """Activation bytes one layer keeps for backward, per micro-batch (module docstring).
+def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
+                               flash_attention: bool = False, precision: str = "bf16") -> float:
+    """Activation bytes layer ``shard.layer_index`` keeps for backward, per micro-batch,
+    under recomputation ``shard.recompute`` (``none``, ``selective``, ``full``, ``op``;
+    module docstring).
 
-    A MoE layer's routed part is the most loaded EP rank's (``ep``; its
+    A MoE layer's routed part is the most loaded EP rank's (``shard.ep``; its
     :attr:`~workloads.moe_routing.MoeLoads.pace_factor` times a uniform router's): the
     peak is that GPU's."""
-    check_whole(micro_batch, key="micro_batch")
-    s = model.seq_len if seq_len is None else check_whole(seq_len, key="seq_len")
+    micro_batch = check_whole(shard.micro_batch, key="micro_batch")
+    s = check_whole(shard.seq_len, key="seq_len")
+    tp, sequence_parallel, recompute = shard.tp, shard.sequence_parallel, shard.recompute
+    layer_index, ep = shard.layer_index, shard.ep
     _check_parallel(model, tp=tp, ep=ep)
     check_choice(recompute, RECOMPUTE_MODES, key="recompute")
     e = _activation_element_bytes(precision)
@@ -431,9 +433,9 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
 
     def per_layer(index: int, mode: str) -> float:
         return activation_bytes_per_layer(
-            model, micro_batch=micro_batch, seq_len=s, tp=tp,
-            sequence_parallel=sequence_parallel, recompute=mode,
-            flash_attention=flash_attention, precision=precision, layer_index=index, ep=ep)
+            model, LayerShard(micro_batch, s, tp=tp, sequence_parallel=sequence_parallel,
+                              ep=ep, layer_index=index, recompute=mode),
+            flash_attention=flash_attention, precision=precision)
 
     stored = sum(per_layer(i, recompute) for i in layers)
     activations = stored * in_flight
@@ -550,9 +552,9 @@ def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: Trainin
 
     def act(i: int, tp: int, micro_batch: int, mode: str) -> float:
         return activation_bytes_per_layer(
-            model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, recompute=mode,
-            flash_attention=flash_attention, precision=training.precision, layer_index=i,
-            ep=parallel.ep)
+            model, LayerShard(micro_batch, seq_len, tp=tp, ep=parallel.ep, layer_index=i,
+                              recompute=mode),
+            flash_attention=flash_attention, precision=training.precision)
 
     layers = stage_layers(model, pp=parallel.pp, stage=stage, interleave=parallel.interleave,
                           partition=parallel.partition)

@@ -234,15 +234,17 @@ def sharded_params(plan: OperatorSharding, model: Any, tp: int, *, stage_params:
 
 
 def split_extra_s(plan: OperatorSharding | None, costs: Any, pass_: str, model: Any,
-                  **shape: Any) -> float:
+                  shard: Any) -> float:
     """Seconds a layer pass gains from the plan's splits: each split operator's GEMMs as
     ``k`` GEMMs of ``1/k`` of the weight (the weight's output columns ``n``, or ``k`` of a
     data gradient), timed by ``costs`` (a roofline: ``layer_work`` and ``kernel_time_s``;
-    0 for cost models without per-operator shapes).  ``shape``: ``layer_work``'s keywords."""
+    0 for cost models without per-operator shapes).  ``shard``: the
+    :class:`~distsim_gpu.workloads.cost.layer_shard.LayerShard` ``layer_work`` takes (a
+    cost-tier type, so not named here)."""
     if plan is None or not plan.split or not hasattr(costs, "layer_work"):
         return 0.0
     extra = 0.0
-    for kernel in costs.layer_work(pass_, model, **shape).kernels:
+    for kernel in costs.layer_work(pass_, model, shard).kernels:
         k = plan.split.get(kernel.base_name, 1)
         if k == 1 or kernel.kind != "gemm":
             continue

@@ -85,6 +85,7 @@ from dataclasses import dataclass, replace
 from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError, closest
 from distsim_gpu.workloads.cost.compute.stacks import DEFAULT_STACK, STACKS, Stack
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.recompute import Matmul, op_sac_matmuls
 from distsim_gpu.workloads.strategy.parallel import check_ep_split, check_tp_split
@@ -335,21 +336,21 @@ def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
     return out
 
 
-def forward_layer_work(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
-                       sequence_parallel: bool = False, precision: str = "bf16",
-                       layer_index: int = 0, ep: int = 1, causal: bool = True,
-                       attention: str | None = None,
+def forward_layer_work(model: ModelSpec, shard: LayerShard, *, precision: str = "bf16",
+                       causal: bool = True, attention: str | None = None,
                        stack: Stack | None = None) -> LayerWork:
-    """The forward operators of layer ``layer_index`` on one TP rank (module docstring).
+    """The forward operators of layer ``shard.layer_index`` on one TP rank (module
+    docstring).
 
     ``stack`` defaults to ``megatron-core``; ``attention`` (``flash`` | ``unfused``)
     overrides the stack's attention implementation.
     """
-    check_shard(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, ep=ep)
+    check_shard(model, shard)
+    tp, layer_index = shard.tp, shard.layer_index
     stack = (stack or STACKS[DEFAULT_STACK]).with_attention(attention)
     fp8 = _fp8(precision, stack)
     ob, ab = bytes_per_element(precision)
-    shape = _Shape(model, micro_batch, seq_len, tp, sequence_parallel, ab, stack, fp8)
+    shape = _Shape(model, shard, ab, stack, fp8)
     kernels: list[Operator] = [shape.norm("input_norm", shape.qkv_fused_cast)]
     if model.mla:
         kernels += shape.mla_projections()
@@ -363,7 +364,7 @@ def forward_layer_work(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: 
     kernels += [shape.residual("attn_residual"),
                 shape.norm("post_attn_norm", shape.qkv_fused_cast)]
     if model.is_moe_layer(layer_index):
-        kernels += shape.moe(ep)
+        kernels += shape.moe(shard.ep)
         if model.shared_experts:
             kernels += shape.mlp("shared", model.shared_experts * model.ffn_hidden // tp)
     else:
@@ -387,8 +388,9 @@ def _fp8(precision: str, stack: Stack) -> bool:
 class _Shape:
     """One layer's sizes on one rank, and the operators built from them."""
 
-    def __init__(self, model: ModelSpec, b: int, s: int, tp: int, sp: bool, ab: int,
-                 stack: Stack, fp8: bool) -> None:
+    def __init__(self, model: ModelSpec, shard: LayerShard, ab: int, stack: Stack,
+                 fp8: bool) -> None:
+        b, s, tp, sp = shard.micro_batch, shard.seq_len, shard.tp, shard.sequence_parallel
         self.model, self.b, self.s, self.tp, self.ab = model, b, s, tp, ab
         self.stack, self.fp8 = stack, fp8
         self.tokens = b * s
@@ -568,31 +570,28 @@ class _Shape:
         ]
 
 
-def layer_work(pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
-               sequence_parallel: bool = False, precision: str = "bf16",
-               layer_index: int = 0, ep: int = 1, causal: bool = True,
-               recompute: str = "full", attention: str | None = None,
+def layer_work(pass_: str, model: ModelSpec, shard: LayerShard, *, precision: str = "bf16",
+               causal: bool = True, attention: str | None = None,
                stack: Stack | None = None) -> LayerWork:
-    """The operators of pass ``pass_`` (``fwd``, ``bwd``, ``recompute``) of one layer."""
+    """The operators of pass ``pass_`` (``fwd``, ``bwd``, ``recompute``: of kind
+    ``shard.recompute``) of one layer."""
     check_choice(pass_, PASSES, key="pass")
-    forward = forward_layer_work(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp,
-                                 sequence_parallel=sequence_parallel, precision=precision,
-                                 layer_index=layer_index, ep=ep, causal=causal,
+    forward = forward_layer_work(model, shard, precision=precision, causal=causal,
                                  attention=attention, stack=stack)
     if pass_ == "bwd":
         return forward.backward()
     if pass_ == "recompute":
-        matmuls = op_sac_matmuls(model, tp=tp, layer_index=layer_index) if (
-            recompute == "op") else ()
-        return forward.recompute(recompute, matmuls)
+        matmuls = op_sac_matmuls(model, tp=shard.tp, layer_index=shard.layer_index) if (
+            shard.recompute == "op") else ()
+        return forward.recompute(shard.recompute, matmuls)
     return forward
 
 
-def check_shard(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int,
-                ep: int) -> None:
+def check_shard(model: ModelSpec, shard: LayerShard) -> None:
     """A ConfigError unless the model's heads, FFN and experts split over tp and ep."""
-    for name, value in (("micro_batch", micro_batch), ("seq_len", seq_len), ("tp", tp),
-                        ("ep", ep)):
+    tp, ep = shard.tp, shard.ep
+    for name, value in (("micro_batch", shard.micro_batch), ("seq_len", shard.seq_len),
+                        ("tp", tp), ("ep", ep)):
         check_whole(value, key=name)
     check_tp_split(heads=model.heads, kv_heads=model.kv_heads, tp=tp)
     for name in ("ffn_hidden", "dense_ffn_hidden"):
