@@ -164,10 +164,11 @@ def test_core_attention_needs_flash_and_a_roofline() -> None:
 def test_memory_is_the_ranks_tokens_plus_the_ring_buffers(recompute) -> None:
     """Activations at s/cp tokens plus four K/V blocks (double-buffered K/V and dK/dV);
     the model state is sharded over dp·cp."""
-    common = {"tp": 8, "pp": 2, "micro_batch": 1, "recompute": recompute,
-              "flash_attention": True, "num_microbatches": 8, "stage": 1}
-    with_cp = memory_per_gpu(GQA, cp=4, seq_len=32768, dp=2, **common)
-    plain = memory_per_gpu(GQA, cp=1, seq_len=8192, dp=2, **common)
+    common = {"flash_attention": True, "num_microbatches": 8, "stage": 1}
+    with_cp = memory_per_gpu(GQA, ParallelConfig(tp=8, pp=2, cp=4, dp=2), TrainingConfig(
+        micro_batch=1, recompute=recompute, seq_len=32768), **common)
+    plain = memory_per_gpu(GQA, ParallelConfig(tp=8, pp=2, cp=1, dp=2), TrainingConfig(
+        micro_batch=1, recompute=recompute, seq_len=8192), **common)
     ring = 4 * cp_kv_block_bytes(GQA, micro_batch=1, seq_len=32768, tp=8, cp=4)
     assert ring == 4 * 2 * 8192 * 1 * 128 * 2  # one kv head per tp rank, bf16
     assert with_cp.activations_bytes == pytest.approx(plain.activations_bytes + ring)

@@ -110,12 +110,14 @@ def test_op_keeps_the_input_saved_mms_and_attention_by_hand():
 
 @pytest.mark.parametrize("flash", [True, False])
 def test_op_memory_is_between_full_and_none(flash):
-    memory = {mode: memory_per_gpu(LLAMA, dp=8, zero_stage=3, micro_batch=2, seq_len=8192,
-                                   recompute=mode, flash_attention=flash).activations_bytes
+    memory = {mode: memory_per_gpu(LLAMA, ParallelConfig(dp=8, zero=3),
+                                   TrainingConfig(micro_batch=2, seq_len=8192, recompute=mode),
+                                   flash_attention=flash).activations_bytes
               for mode in ("none", "op", "full")}
     assert memory["full"] < memory["op"] < memory["none"]
-    selective = memory_per_gpu(LLAMA, dp=8, zero_stage=3, micro_batch=2, seq_len=8192,
-                               recompute="selective", flash_attention=flash)
+    selective = memory_per_gpu(LLAMA, ParallelConfig(dp=8, zero=3),
+                               TrainingConfig(micro_batch=2, seq_len=8192,
+                                              recompute="selective"), flash_attention=flash)
     assert memory["op"] < selective.activations_bytes
 
 

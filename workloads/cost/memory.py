@@ -88,7 +88,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from distsim_gpu.simcore.config import check_bool, check_choice, check_whole
+from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
@@ -100,12 +100,9 @@ from distsim_gpu.workloads.strategy.operator_sharding import peak_gathered_param
 from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     TrainingConfig,
-    check_cp_split,
     check_ep_split,
-    check_interleave,
     check_tp_split,
     check_uniform_split,
-    check_zero,
     layer_partition,
 )
 from distsim_gpu.workloads.strategy.tp_nd import mesh_of, weight_replicas
@@ -381,38 +378,31 @@ def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatch
     return chunks / interleave
 
 
-def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1,
-                   sequence_parallel: bool = False, zero_stage: int = 0, fsdp: bool = False,
-                   micro_batch: int = 1, seq_len: int | None = None, recompute: str = "none",
-                   schedule: str = "1f1b", interleave: int = 1, num_microbatches: int = 1,
-                   precision: str = "bf16", stage: int = 0,
-                   flash_attention: bool = False, partition: str = "uniform", cp: int = 1,
-                   ) -> MemoryBreakdown:
-    """Bytes one GPU of pipeline stage ``stage`` needs (module docstring for formulas).
+def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
+                   training: TrainingConfig | None = None, *, stage: int = 0,
+                   num_microbatches: int = 1, flash_attention: bool = False) -> MemoryBreakdown:
+    """Bytes one GPU of pipeline stage ``stage`` needs (module docstring for formulas),
+    with ``num_microbatches`` micro-batches per step.
 
-    ``zero_stage`` 0-3 (ZeRO-1: optimizer state sharded over dp; 2: + gradients;
-    3: + weights); ``fsdp=True`` shards like ZeRO-3.  ``schedule`` ``interleaved`` needs
-    ``interleave`` ≥ 2, the others ``interleave`` 1.  ``seq_len`` defaults to the model's.
-    ``cp``: context-parallel ranks sharing each sequence (``dp`` is then the group ZeRO
-    shards over, ``dp·cp`` in a Megatron run).
+    ``parallel`` and ``training`` (defaults: one GPU, one sequence of the model's length)
+    are taken as valid — built by ``parallel_from_mapping`` / ``training_from_mapping``
+    and checked against the model by ``check_strategy``; a configuration those refuse
+    gives meaningless numbers here.  ZeRO shards over ``parallel.dp_cp`` ranks, and each
+    rank holds ``seq_len/cp`` tokens of its sequences.  Counted: the 1-D tensor, pipeline,
+    data, expert and context split, ZeRO/FSDP and recomputation; offload, layer groups,
+    operator sharding and n-D tensor meshes are :func:`memory_of_strategy`'s.
     """
-    for name, value in (("dp", dp), ("micro_batch", micro_batch), ("cp", cp)):
-        check_whole(value, key=name)
-    full = model.seq_len if seq_len is None else check_whole(seq_len, key="seq_len")
-    check_cp_split(full, cp, key="cp")
+    parallel = parallel or ParallelConfig()
+    training = training or TrainingConfig()
+    tp, pp, ep, dp, cp = parallel.tp, parallel.pp, parallel.ep, parallel.dp_cp, parallel.cp
+    sequence_parallel, interleave = parallel.sequence_parallel, parallel.interleave
+    micro_batch, recompute = training.micro_batch, training.recompute
+    precision = training.precision
+    full = model.seq_len if training.seq_len is None else training.seq_len
     s = full // cp  # the tokens of each sequence this rank holds
-    check_bool(fsdp, key="fsdp")
-    check_zero(zero_stage, fsdp, key="zero_stage")
-    check_choice(schedule, SCHEDULES, key="schedule")
-    check_interleave(schedule, interleave)
-    check_choice(precision, PRECISION_BYTES, key="precision")
-    _check_parallel(model, tp=tp, ep=ep)
-    if dp % ep:
-        raise ConfigError(f"ep {ep} does not divide dp {dp}", key="ep",
-                          hint="expert parallelism is carved out of data parallelism")
     params = params_on_gpu(model, tp=tp, pp=pp, ep=ep, stage=stage, interleave=interleave,
-                           partition=partition)
-    shard = 3 if fsdp else zero_stage
+                           partition=parallel.partition)
+    shard = 3 if parallel.fsdp else parallel.zero
     expert_dp = dp // ep
 
     def sharded(per_param: int, from_stage: int) -> float:
@@ -425,11 +415,11 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
     gradients = sharded(grad_b, 2)
     optimizer = sharded(optim_b, 1)
 
-    in_flight = microbatches_in_flight(schedule, pp=pp, stage=stage,
+    in_flight = microbatches_in_flight(parallel.schedule, pp=pp, stage=stage,
                                        num_microbatches=num_microbatches,
                                        interleave=interleave)
     layers = stage_layers(model, pp=pp, stage=stage, interleave=interleave,
-                          partition=partition)
+                          partition=parallel.partition)
 
     def per_layer(index: int, mode: str) -> float:
         return activation_bytes_per_layer(
@@ -487,13 +477,8 @@ def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: Tra
                                  microbatches=microbatches, stage=stage,
                                  flash_attention=flash_attention)
     return offloaded(memory_per_gpu(
-        model, tp=parallel.tp, pp=parallel.pp, dp=parallel.dp_cp, ep=parallel.ep,
-        sequence_parallel=parallel.sequence_parallel, zero_stage=parallel.zero,
-        fsdp=parallel.fsdp, micro_batch=training.micro_batch, seq_len=seq_len,
-        recompute=training.recompute, schedule=parallel.schedule,
-        interleave=parallel.interleave, num_microbatches=microbatches,
-        precision=training.precision, stage=stage, flash_attention=flash_attention,
-        partition=parallel.partition, cp=parallel.cp), parallel.offload)
+        model, parallel, replace(training, seq_len=seq_len), stage=stage,
+        num_microbatches=microbatches, flash_attention=flash_attention), parallel.offload)
 
 
 def _operator_sharded(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
