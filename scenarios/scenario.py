@@ -458,9 +458,7 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
 
     stragglers, straggler_model = _straggler_factors(spec.get("stragglers"), topology, seed,
                                                      source)
-    microbatches = check_strategy(parallel, training, num_gpus=len(topology.gpus),
-                                  layers=model.layers, heads=model.heads,
-                                  kv_heads=model.kv_heads, experts=model.experts,
+    microbatches = check_strategy(model, parallel, training, num_gpus=len(topology.gpus),
                                   source=source, seq_len=training.seq_len or model.seq_len)
     comm = _routed_comm(comm, model, parallel, source)
     return Scenario(name=name.strip(), topology=topology, model=model, parallel=parallel,

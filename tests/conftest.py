@@ -19,6 +19,7 @@ import pytest
 import yaml
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.topology import Topology, build_cluster
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.gpus import GpuSpec, get_gpu
 from distsim_gpu.workloads.specs.models import ModelSpec, model_from_mapping
 
@@ -173,7 +174,7 @@ class UniformCosts:
     fwd_s: float
     bwd_s: float
 
-    def layer_time_s(self, pass_: str, model: ModelSpec, **_shard: Any) -> float:
+    def layer_time_s(self, pass_: str, model: ModelSpec, _shard: LayerShard) -> float:
         return self.bwd_s if pass_ == "bwd" else self.fwd_s
 
     def embedding_time_s(self, pass_: str, model: ModelSpec, **_shard: Any) -> float:

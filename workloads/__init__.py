@@ -44,6 +44,7 @@ from distsim_gpu.workloads.cost.compute import (
     read_cost_table,
     write_cost_table,
 )
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import (
     MemoryBreakdown,
     StageParams,
@@ -53,7 +54,7 @@ from distsim_gpu.workloads.cost.memory import (
     params_on_gpu,
     stage_layers,
 )
-from distsim_gpu.workloads.cost.profile_layer import LayerTiming, profile_layer
+from distsim_gpu.workloads.cost.profile_layer import LayerTiming, ProfileSettings, profile_layer
 from distsim_gpu.workloads.iteration.runtime import Cluster, Gpu, KernelRecord, Stream
 from distsim_gpu.workloads.iteration.simulator import (
     GpuTimes,
@@ -99,12 +100,14 @@ __all__ = [
     "IterationSpec",
     "Kernel",
     "KernelRecord",
+    "LayerShard",
     "LayerTiming",
     "LayerWork",
     "MemoryBreakdown",
     "ModelSpec",
     "ParallelConfig",
     "Placement",
+    "ProfileSettings",
     "RooflineCosts",
     "StageParams",
     "Stream",

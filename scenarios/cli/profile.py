@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from distsim_gpu.workloads.cost.profile_layer import PRECISIONS, profile_layer
+from distsim_gpu.workloads.cost.profile_layer import PRECISIONS, ProfileSettings, profile_layer
 from distsim_gpu.workloads.specs.models import get_model
 
 __all__ = ["add_parser", "handle_layer"]
@@ -47,9 +47,10 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 def handle_layer(args: argparse.Namespace) -> int:
     """Profile the preset's layer at every shape and write the table to ``--out``."""
+    settings = ProfileSettings(micro_batches=args.micro_batch, seq_lens=args.seq_len,
+                               tps=args.tp, precision=args.precision, warmup=args.warmup,
+                               repeats=args.repeats)
     _, rows = profile_layer(get_model(args.model, key="--model"), gpu=args.gpu,
-                            micro_batches=args.micro_batch, seq_lens=args.seq_len,
-                            tps=args.tp, precision=args.precision, warmup=args.warmup,
-                            repeats=args.repeats, output=args.out)
+                            settings=settings, output=args.out)
     print(f"wrote {len(rows)} rows to {args.out}")
     return 0

@@ -18,6 +18,7 @@ from distsim_gpu.scenarios.cli import chakra
 from distsim_gpu.workloads.traces.measured_costs import (
     DEFAULT_LAYER_REGEX,
     LAYER_KINDS,
+    ExtractOptions,
     extract_costs,
     format_costs,
 )
@@ -95,10 +96,10 @@ def handle_summary(args: argparse.Namespace) -> int:
 
 def handle_costs(args: argparse.Namespace) -> int:
     """Extract the cost table, write it to ``-o`` and print it (or JSON)."""
-    extracted = extract_costs(
-        args.traces, layer=args.layer, kind=args.kind, micro_batch=args.micro_batch,
+    extracted = extract_costs(args.traces, ExtractOptions(
+        layer=args.layer, kind=args.kind, micro_batch=args.micro_batch,
         seq_len=args.seq_len, hidden=args.hidden, model=args.model, tp=args.tp,
-        sequence_parallel=args.sequence_parallel, gpu=args.gpu, operators=args.operators)
+        sequence_parallel=args.sequence_parallel, gpu=args.gpu, operators=args.operators))
     extracted.write(args.output)
     for warning in extracted.warnings:
         print(f"distsim: warning: {warning}", file=sys.stderr)

@@ -28,6 +28,7 @@ from distsim_gpu.scenarios.fit.fitting import error_pct
 from distsim_gpu.scenarios.report import format_table
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.compute import LayerWork, RooflineCosts
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.traces.measured_costs import scope_gpu_times
 
 __all__ = ["BLOCKS", "COMM_KERNELS", "OperatorRow", "format_operator_report",
@@ -115,7 +116,7 @@ def validate_operators(traces: Sequence[RankTrace], scenario: Any, *,
              "tp": scenario.parallel.tp, "ep": scenario.parallel.ep,
              "sequence_parallel": scenario.parallel.sequence_parallel,
              "layer_index": layer}
-    work = {p: costs.layer_work(p, model, **shape) for p in ("fwd", "bwd")}
+    work = {p: costs.layer_work(p, model, LayerShard(**shape)) for p in ("fwd", "bwd")}
     rows = operator_rows(measured, costs, work)
     errors = [abs(r.error_pct) for r in rows if r.measured_s > 0]
     return {"scenario": scenario.name, "stack": costs.stack.name,

@@ -93,9 +93,8 @@ def _candidate(scenario: Scenario, groups: tuple[LayerGroup, ...], tp_min: int,
         recompute=groups[0].recompute if len(groups) == 1 else "none")
     model = scenario.model
     try:
-        microbatches = check_strategy(parallel, training, num_gpus=scenario.num_gpus,
-                                      layers=model.layers, heads=model.heads,
-                                      kv_heads=model.kv_heads, experts=model.experts)
+        microbatches = check_strategy(model, parallel, training,
+                                      num_gpus=scenario.num_gpus)
     except ConfigError:
         return None
     flash = not stores_attention_scores(scenario.costs)

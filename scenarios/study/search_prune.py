@@ -101,9 +101,7 @@ def check_candidate(scenario: Scenario, strategy: Strategy,
     parallel, training = strategy_configs(scenario, strategy)
     model = scenario.model
     try:
-        microbatches = check_strategy(parallel, training, num_gpus=scenario.num_gpus,
-                                      layers=model.layers, heads=model.heads,
-                                      kv_heads=model.kv_heads, experts=model.experts)
+        microbatches = check_strategy(model, parallel, training, num_gpus=scenario.num_gpus)
     except ConfigError as error:
         return None, PrunedCandidate(strategy, "invalid", f"{error.key}: {error.message}")
     memory = stage_memory(scenario, parallel, training, microbatches)

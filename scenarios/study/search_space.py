@@ -193,9 +193,7 @@ def with_strategy(scenario: Scenario, strategy: Strategy, *, name: str | None = 
     """``scenario`` with ``strategy`` applied (validated: :class:`ConfigError` if invalid)."""
     parallel, training = strategy_configs(scenario, strategy)
     model = scenario.model
-    microbatches = check_strategy(parallel, training, num_gpus=scenario.num_gpus,
-                                  layers=model.layers, heads=model.heads,
-                                  kv_heads=model.kv_heads, experts=model.experts,
+    microbatches = check_strategy(model, parallel, training, num_gpus=scenario.num_gpus,
                                   source=scenario.source)
     # The router's skew at this ep (workloads.moe_routing).
     comm = routed_comm(scenario.comm, model, parallel.ep, scenario.source)

@@ -12,14 +12,22 @@ from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig, check_strategy
 
 
+def shape_model(*, layers: int, heads: int = 16, kv_heads: int = 16,
+                experts: int = 1) -> ModelSpec:
+    """A model with these layers, heads, KV heads and experts (what ``check_strategy``
+    reads of one), small elsewhere."""
+    return ModelSpec("shape", layers=layers, hidden=8 * heads, heads=heads, seq_len=128,
+                     vocab=64, kv_heads=kv_heads, experts=experts)
+
+
 def check_layout(parallel: ParallelConfig, *, micro_batch: int, layers: int, heads: int = 16,
                  kv_heads: int = 16, experts: int = 1, **shape: Any) -> int:
     """``check_strategy`` for one micro-batch per replica (global batch = micro-batch ·
     dp) of a model with these layers, heads and experts; its micro-batch count."""
     training = TrainingConfig(micro_batch=micro_batch, global_batch=micro_batch * parallel.dp)
-    return check_strategy(parallel, training, num_gpus=parallel.num_gpus, layers=layers,
-                          heads=heads, kv_heads=kv_heads, experts=experts, source="s.yaml",
-                          **shape)
+    model = shape_model(layers=layers, heads=heads, kv_heads=kv_heads, experts=experts)
+    return check_strategy(model, parallel, training, num_gpus=parallel.num_gpus,
+                          source="s.yaml", **shape)
 
 
 def stream_builder(model: ModelSpec, parallel: ParallelConfig, *, gpu: str, micro_batch: int,

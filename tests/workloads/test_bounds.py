@@ -65,9 +65,7 @@ def _strategies(model: ModelSpec, gpus: int, per_node: int,
             training = TrainingConfig(micro_batch=mb, global_batch=GLOBAL_BATCH,
                                       recompute=recompute)
             try:
-                microbatches = check_strategy(
-                    parallel, training, num_gpus=gpus, layers=model.layers,
-                    heads=model.heads, kv_heads=model.kv_heads, experts=model.experts)
+                microbatches = check_strategy(model, parallel, training, num_gpus=gpus)
             except ConfigError:
                 continue
             out.append((parallel, training, microbatches))

@@ -11,6 +11,7 @@ from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.compute import RooflineCosts
 from distsim_gpu.workloads.cost.context_parallel import core_attention_time_s, ring_step_blocks
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import cp_kv_block_bytes, memory_of_strategy, memory_per_gpu
 from distsim_gpu.workloads.cost.traffic import cp_message_bytes, optimizer_params, tp_message_bytes
 from distsim_gpu.workloads.iteration.ops import Collective, Compute, Wait
@@ -25,6 +26,8 @@ from distsim_gpu.workloads.strategy.parallel import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.workloads.layouts import shape_model
+
 # Llama-like: grouped-query attention, 8 key/value heads of 128.
 GQA = model_from_mapping({"name": "gqa", "layers": 4, "hidden": 4096, "heads": 32,
                           "kv_heads": 8, "seq_len": 8192, "vocab": 32000, "ffn_hidden": 14336,
@@ -32,9 +35,9 @@ GQA = model_from_mapping({"name": "gqa", "layers": 4, "hidden": 4096, "heads": 3
 
 
 def _check(parallel: ParallelConfig, *, num_gpus: int, seq_len: int = 8192, **model) -> int:
-    shape = {"layers": 4, "heads": 32, "kv_heads": 8, "experts": 1, **model}
-    return check_strategy(parallel, TrainingConfig(micro_batch=1, global_batch=8),
-                          num_gpus=num_gpus, source="s.yaml", seq_len=seq_len, **shape)
+    shape = shape_model(**{"layers": 4, "heads": 32, "kv_heads": 8, "experts": 1, **model})
+    return check_strategy(shape, parallel, TrainingConfig(micro_batch=1, global_batch=8),
+                          num_gpus=num_gpus, source="s.yaml", seq_len=seq_len)
 
 
 def test_cp_ranks_sit_between_tp_and_dp() -> None:
@@ -130,9 +133,10 @@ def test_a_layer_runs_its_attention_as_cp_blocks_beside_the_ring(cp) -> None:
     assert sum(isinstance(op, Wait) for op in ops) == cp - 1
     s_local = 8192 // cp
     shard = {"micro_batch": 1, "seq_len": s_local, "tp": 8, "layer_index": 1}
-    core = core_attention_time_s(costs, "fwd", GQA, **shard)
+    core = core_attention_time_s(costs, "fwd", GQA, LayerShard(**shard))
     compute = sum(op.duration_s for op in ops if isinstance(op, Compute))
-    assert compute == pytest.approx(costs.layer_time_s("fwd", GQA, **shard) + (cp - 1) * core)
+    assert compute == pytest.approx(costs.layer_time_s("fwd", GQA,
+                                                       LayerShard(**shard)) + (cp - 1) * core)
     # The tensor-parallel all-reduces carry the rank's s/cp tokens.
     tp_calls = [op for op in ops if isinstance(op, Collective) and op.group == "tp"]
     assert {op.size_bytes for op in tp_calls} == {
@@ -151,19 +155,20 @@ def model_gpu():
 def test_core_attention_needs_flash_and_a_roofline() -> None:
     with pytest.raises(ConfigError, match=r"compute\.attention"):
         core_attention_time_s(RooflineCosts(model_gpu(), attention="unfused"), "fwd", GQA,
-                              micro_batch=1, seq_len=1024, tp=1)
+                              LayerShard(micro_batch=1, seq_len=1024, tp=1))
     with pytest.raises(ConfigError, match=r"compute\.costs"):
-        core_attention_time_s(object(), "fwd", GQA, micro_batch=1, seq_len=1024, tp=1)
+        core_attention_time_s(object(), "fwd", GQA, LayerShard(micro_batch=1, seq_len=1024, tp=1))
 
 
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 def test_memory_is_the_ranks_tokens_plus_the_ring_buffers(recompute) -> None:
     """Activations at s/cp tokens plus four K/V blocks (double-buffered K/V and dK/dV);
     the model state is sharded over dp·cp."""
-    common = {"tp": 8, "pp": 2, "micro_batch": 1, "recompute": recompute,
-              "flash_attention": True, "num_microbatches": 8, "stage": 1}
-    with_cp = memory_per_gpu(GQA, cp=4, seq_len=32768, dp=2, **common)
-    plain = memory_per_gpu(GQA, cp=1, seq_len=8192, dp=2, **common)
+    common = {"flash_attention": True, "num_microbatches": 8, "stage": 1}
+    with_cp = memory_per_gpu(GQA, ParallelConfig(tp=8, pp=2, cp=4, dp=2), TrainingConfig(
+        micro_batch=1, recompute=recompute, seq_len=32768), **common)
+    plain = memory_per_gpu(GQA, ParallelConfig(tp=8, pp=2, cp=1, dp=2), TrainingConfig(
+        micro_batch=1, recompute=recompute, seq_len=8192), **common)
     ring = 4 * cp_kv_block_bytes(GQA, micro_batch=1, seq_len=32768, tp=8, cp=4)
     assert ring == 4 * 2 * 8192 * 1 * 128 * 2  # one kv head per tp rank, bf16
     assert with_cp.activations_bytes == pytest.approx(plain.activations_bytes + ring)
@@ -180,9 +185,11 @@ def test_memory_is_the_ranks_tokens_plus_the_ring_buffers(recompute) -> None:
         optimizer_params(GQA, replace(parallel, zero=0), 1) / 8)
 
 
-def test_memory_rejects_a_sequence_that_does_not_split() -> None:
+def test_a_sequence_that_does_not_split_is_refused() -> None:
+    """memory_per_gpu takes a checked strategy; the check refuses the sequence."""
     with pytest.raises(ConfigError, match="cp: sequence length 1004 does not split"):
-        memory_per_gpu(GQA, cp=4, seq_len=1004)
+        check_strategy(GQA, ParallelConfig(cp=4), TrainingConfig(global_batch=1, seq_len=1004),
+                       num_gpus=4)
 
 
 def _cluster(nodes: int = 4):
@@ -226,8 +233,9 @@ def test_cp_on_a_fast_network_is_compute_bound(uniform) -> None:
     assert "cp comm" not in {entry.kind for entry in result.critical_path}
     assert gpu.communication_s > 0
     shard = {"micro_batch": 1, "seq_len": 4096, "tp": 1}
-    layers = sum(costs.layer_time_s(p, model, **shard)
-                 + 7 * core_attention_time_s(costs, p, model, **shard) for p in ("fwd", "bwd"))
+    layers = sum(costs.layer_time_s(p, model, LayerShard(**shard))
+                 + 7 * core_attention_time_s(costs, p, model, LayerShard(**shard)) for p in ("fwd",
+                                                                                             "bwd"))
     edges = sum(costs.embedding_time_s(p, model, **shard) + costs.loss_time_s(p, model, **shard)
                 for p in ("fwd", "bwd"))
     assert gpu.compute_s == pytest.approx(2 * layers + edges
@@ -276,8 +284,8 @@ def test_a_slow_ring_is_exposed_by_what_the_blocks_do_not_hide(uniform) -> None:
     plan = ring.pairs_plan([("n0.gpu0", "n0.gpu1"), ("n0.gpu1", "n0.gpu0")], block)
     transfer_s = ring.time_s(plan, block)
     shard = {"micro_batch": 1, "seq_len": 1024, "tp": 1}
-    hidden_f = core_attention_time_s(costs, "fwd", model, **shard)
-    hidden_b = core_attention_time_s(costs, "bwd", model, **shard)
+    hidden_f = core_attention_time_s(costs, "fwd", model, LayerShard(**shard))
+    hidden_b = core_attention_time_s(costs, "bwd", model, LayerShard(**shard))
     assert transfer_s > hidden_b > hidden_f  # the ring is the slow part here
     unhidden = (transfer_s - hidden_f) + 2 * (transfer_s - hidden_b)
     waits = [entry.duration_s for entry in result.critical_path if entry.kind == "cp comm"]

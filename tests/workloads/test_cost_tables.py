@@ -12,6 +12,7 @@ from distsim_gpu.workloads.cost.compute import (
     read_cost_table,
     write_cost_table,
 )
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.gpus import get_gpu
 from distsim_gpu.workloads.specs.models import get_model
 
@@ -58,36 +59,37 @@ def test_to_file_round_trip(table_path, tmp_path):
 def test_exact_lookup_and_linear_interpolation(table_path):
     costs = TableCosts.from_file(table_path)
     assert costs.gpu == "h100-sxm"
-    assert costs.layer_time_s("fwd", MODEL, micro_batch=1, seq_len=4096) == 0.010
+    assert costs.layer_time_s("fwd", MODEL, LayerShard(micro_batch=1, seq_len=4096)) == 0.010
     # micro_batch 2 lies a third of the way from 4096 to 16384 tokens.
-    t = costs.layer_time_s("fwd", MODEL, micro_batch=2, seq_len=4096)
+    t = costs.layer_time_s("fwd", MODEL, LayerShard(micro_batch=2, seq_len=4096))
     assert t == pytest.approx(0.010 + (0.034 - 0.010) * (8192 - 4096) / (16384 - 4096))
-    assert costs.layer_time_s("bwd", MODEL, micro_batch=3, seq_len=4096) == pytest.approx(
+    assert costs.layer_time_s("bwd", MODEL, LayerShard(micro_batch=3,
+                                                       seq_len=4096)) == pytest.approx(
         2 * (0.010 + 0.024 * 2 / 3))
     assert costs.warnings == ()
 
 
 def test_recompute_and_sequence_parallel_rows(table_path):
     costs = TableCosts.from_file(table_path)
-    assert costs.layer_time_s("recompute", MODEL, micro_batch=4, seq_len=4096) == 0.034
-    assert costs.layer_time_s("fwd", MODEL, micro_batch=1, seq_len=4096, tp=2,
-                              sequence_parallel=True) == 0.0055
+    assert costs.layer_time_s("recompute", MODEL, LayerShard(micro_batch=4, seq_len=4096)) == 0.034
+    assert costs.layer_time_s("fwd", MODEL, LayerShard(micro_batch=1, seq_len=4096, tp=2,
+                                                       sequence_parallel=True)) == 0.0055
 
 
 def test_extrapolation_is_proportional_and_warned(table_path):
     costs = TableCosts.from_file(table_path)
-    t = costs.layer_time_s("fwd", MODEL, micro_batch=8, seq_len=4096)
+    t = costs.layer_time_s("fwd", MODEL, LayerShard(micro_batch=8, seq_len=4096))
     assert t == pytest.approx(0.034 * 2)
     assert len(costs.warnings) == 1
     assert "extrapolated proportionally" in costs.warnings[0]
-    costs.layer_time_s("fwd", MODEL, micro_batch=8, seq_len=4096)
+    costs.layer_time_s("fwd", MODEL, LayerShard(micro_batch=8, seq_len=4096))
     assert len(costs.warnings) == 1  # not repeated
 
 
 def test_unmeasured_seq_len_interpolates_over_tokens_with_warning(table_path):
     costs = TableCosts.from_file(table_path)
     # 3072 tokens: between the (1, 2048) and (1, 4096) points.
-    t = costs.layer_time_s("fwd", MODEL, micro_batch=1, seq_len=3072)
+    t = costs.layer_time_s("fwd", MODEL, LayerShard(micro_batch=1, seq_len=3072))
     assert t == pytest.approx(0.004 + (0.010 - 0.004) * 0.5)
     assert "seq_len 3072 not measured" in costs.warnings[0]
 
@@ -95,7 +97,7 @@ def test_unmeasured_seq_len_interpolates_over_tokens_with_warning(table_path):
 def test_missing_key_names_what_is_missing_and_what_exists(table_path):
     costs = TableCosts.from_file(table_path)
     with pytest.raises(ConfigError) as info:
-        costs.layer_time_s("fwd", MODEL, micro_batch=1, seq_len=4096, tp=4)
+        costs.layer_time_s("fwd", MODEL, LayerShard(micro_batch=1, seq_len=4096, tp=4))
     text = str(info.value)
     assert "no 'transformer_layer' 'fwd' rows for gpu h100-sxm, hidden 4096, tp 4" in text
     assert "hidden 4096 tp 1 sequence_parallel false" in text

@@ -161,9 +161,9 @@ def test_memory_is_the_published_formula_per_stage(uniform):
     training = TrainingConfig(micro_batch=2, global_batch=4, recompute="selective")
     result = uniform.run(topo, parallel, training)
     for gpu in result.per_gpu:
-        expected = memory_per_gpu(uniform.model, tp=2, pp=2, micro_batch=2, recompute="selective",
-                                  schedule="1f1b", num_microbatches=2, stage=gpu.stage,
-                                  flash_attention=True)
+        expected = memory_per_gpu(uniform.model, ParallelConfig(tp=2, pp=2, schedule="1f1b"),
+                                  TrainingConfig(micro_batch=2, recompute="selective"),
+                                  num_microbatches=2, stage=gpu.stage, flash_attention=True)
         assert gpu.memory == expected
 
 

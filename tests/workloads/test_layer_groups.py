@@ -13,6 +13,7 @@ import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import (
     PRECISION_BYTES,
     layer_params_local,
@@ -149,8 +150,8 @@ def test_narrow_layers_compute_their_share_and_talk_on_blocks() -> None:
     builder, costs = _builder(parallel)
     stream = builder.stage_stream(0)
     fwd = [op for op in stream if isinstance(op, Compute) and op.label.startswith("L3 fwd")]
-    expected = costs.layer_time_s("fwd", GPT, micro_batch=4, seq_len=256, tp=2,
-                                  sequence_parallel=False, layer_index=3)
+    expected = costs.layer_time_s("fwd", GPT, LayerShard(micro_batch=4, seq_len=256, tp=2,
+                                                         sequence_parallel=False, layer_index=3))
     assert sum(op.duration_s for op in fwd) == pytest.approx(expected)
     narrow = _tp_all_reduces(stream, "L3 ")
     assert len(narrow) == 4  # attention and MLP, forward and backward
@@ -203,8 +204,10 @@ def test_memory_against_a_hand_count() -> None:
         assert getattr(grouped, field) == pytest.approx(getattr(uniform, field)
                                                         + per_param * extra, rel=1e-12)
     s, h = 256, 1024
-    whole_narrow = activation_bytes_per_layer(GPT, micro_batch=4, seq_len=s, tp=2)
-    whole_wide = activation_bytes_per_layer(GPT, micro_batch=8, seq_len=s, tp=4)
+    whole_narrow = activation_bytes_per_layer(GPT, LayerShard(micro_batch=4, seq_len=s, tp=2,
+                                                              recompute="none"))
+    whole_wide = activation_bytes_per_layer(GPT, LayerShard(micro_batch=8, seq_len=s, tp=4,
+                                                            recompute="none"))
     expected = (uniform.activations_bytes - 2 * whole_wide + 2 * (E * s * 4 * h)
                 + whole_narrow)
     assert grouped.activations_bytes == pytest.approx(expected, rel=1e-12)

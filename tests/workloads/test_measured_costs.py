@@ -13,7 +13,12 @@ from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.compute import TableCosts, read_cost_table
-from distsim_gpu.workloads.traces.measured_costs import costs_from_distsim, extract_costs
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
+from distsim_gpu.workloads.traces.measured_costs import (
+    ExtractOptions,
+    costs_from_distsim,
+    extract_costs,
+)
 
 US = 1e-6
 
@@ -108,7 +113,7 @@ SHAPE = {"micro_batch": 2, "seq_len": 1024, "hidden": 768}
 
 
 def test_kineto_layer_times_are_medians_of_scope_instances(tmp_path):
-    extracted = extract_costs([two_layer_trace(tmp_path / "rank0.json")], **SHAPE)
+    extracted = extract_costs([two_layer_trace(tmp_path / "rank0.json")], ExtractOptions(**SHAPE))
     rows = {r.pass_: r for r in extracted.rows}
     assert set(rows) == {"fwd", "bwd"}
     assert rows["fwd"].time_s == pytest.approx(25 * US, rel=1e-12)  # median of 15, 25, 70
@@ -155,7 +160,7 @@ def test_recomputed_scope_inside_backward_is_the_recompute_pass(tmp_path):
     t.launch(514, 2, 12)
     t.op("autograd::engine::evaluate_function: MmBackward0", 600, 30, 2, seq=40, fwd_tid=2)
     t.launch(605, 2, 24)
-    extracted = extract_costs([t.write(tmp_path / "ckpt.json")], **SHAPE)
+    extracted = extract_costs([t.write(tmp_path / "ckpt.json")], ExtractOptions(**SHAPE))
     times = {r.pass_: r.time_s for r in extracted.rows}
     assert times == pytest.approx({"fwd": 10 * US, "bwd": 24 * US, "recompute": 12 * US},
                                   rel=1e-12)
@@ -182,7 +187,7 @@ def test_no_backward_writes_forward_rows_with_a_warning(tmp_path, capsys):
 def test_missing_shape_options_are_named(tmp_path, capsys):
     trace = two_layer_trace(tmp_path / "rank0.json")
     with pytest.raises(ConfigError, match=r"give --micro-batch, --hidden or --model") as err:
-        extract_costs([trace], seq_len=1024)
+        extract_costs([trace], ExtractOptions(seq_len=1024))
     assert err.value.key == "--micro-batch"
     out = tmp_path / "costs.yaml"
     assert main(["trace", "costs", str(trace), "-o", str(out)]) == 2
@@ -192,7 +197,7 @@ def test_missing_shape_options_are_named(tmp_path, capsys):
 def test_unknown_layer_kind_is_named(tmp_path):
     trace = two_layer_trace(tmp_path / "rank0.json")
     with pytest.raises(ConfigError) as err:
-        extract_costs([trace], kind="transformer", **SHAPE)
+        extract_costs([trace], ExtractOptions(kind="transformer", **SHAPE))
     assert str(err.value).startswith("--kind: unknown layer kind 'transformer' (did you mean "
                                      "'transformer_layer'? valid: moe_layer, transformer_layer)")
 
@@ -200,7 +205,7 @@ def test_unknown_layer_kind_is_named(tmp_path):
 def test_unmatched_layer_pattern_lists_the_annotations(tmp_path):
     trace = two_layer_trace(tmp_path / "rank0.json")
     with pytest.raises(ConfigError, match=r"no layer scope matches --layer 'MyBlock'") as err:
-        extract_costs([trace], layer="MyBlock", **SHAPE)
+        extract_costs([trace], ExtractOptions(layer="MyBlock", **SHAPE))
     assert err.value.hint is not None
     assert "'nn.Module: GPT2Block_0' ×2" in err.value.hint
 
@@ -261,11 +266,12 @@ def test_costs_from_a_run_reproduce_the_run(tmp_path, capsys, name, tiny, write_
         train.recompute)
     # The roofline's MoE time depends on ep, which a table does not key: the extracted
     # table holds this run's ep.
-    expected = {(kind, "fwd"): original.costs.layer_time_s("fwd", model, ep=par.ep, **shard),
-                (kind, "bwd"): original.costs.layer_time_s("bwd", model, ep=par.ep, **shard)}
+    layer = LayerShard(ep=par.ep, **shard)
+    expected = {(kind, "fwd"): original.costs.layer_time_s("fwd", model, layer),
+                (kind, "bwd"): original.costs.layer_time_s("bwd", model, layer)}
     if recompute:
         expected[(kind, recompute)] = original.costs.layer_time_s(
-            "recompute", model, recompute=train.recompute, ep=par.ep, **shard)
+            "recompute", model, LayerShard(recompute=train.recompute, ep=par.ep, **shard))
     for edge in ("embedding", "loss"):
         method = getattr(original.costs, f"{edge}_time_s")
         for pass_ in ("fwd", "bwd"):
@@ -286,7 +292,7 @@ def test_a_distsim_trace_records_its_own_shape(tmp_path, tiny, write_scenario):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "trace.json").write_text(report.tracer.to_json(), encoding="utf-8")
     # A directory (a 'distsim run --out' folder): its trace.json is found and read whole.
-    extracted = extract_costs([tmp_path / "out"], seq_len=4096, gpu="h100-sxm")
+    extracted = extract_costs([tmp_path / "out"], ExtractOptions(seq_len=4096, gpu="h100-sxm"))
     assert {(r.gpu, r.micro_batch, r.seq_len, r.hidden, r.tp) for r in extracted.rows} == {
         ("h100-sxm", 1, 128, 256, 2)}
     assert extracted.warnings == ("--seq-len ignored: a distsim trace records its shape",)

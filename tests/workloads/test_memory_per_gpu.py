@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import (
     activation_bytes_per_layer,
     memory_of_strategy,
@@ -13,7 +16,13 @@ from distsim_gpu.workloads.cost.memory import (
     stage_layers,
 )
 from distsim_gpu.workloads.specs.models import ModelSpec, get_model
-from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
+from distsim_gpu.workloads.strategy.parallel import (
+    ParallelConfig,
+    TrainingConfig,
+    check_strategy,
+    parallel_from_mapping,
+    training_from_mapping,
+)
 
 GPT3 = get_model("gpt3-175b")
 S, B, H, A, L, V = 2048, 1, 12288, 96, 96, 50257
@@ -22,56 +31,60 @@ SBH = S * B * H
 
 # ------------------------------------------------- Korthikanti et al. 2022, Table 2
 def test_no_parallelism_34sbh_plus_5as2b():
-    assert activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S) == (
+    assert activation_bytes_per_layer(GPT3, LayerShard(micro_batch=B, seq_len=S,
+                                                       recompute="none")) == (
         SBH * 34 + 5 * A * S * S * B)
 
 
 @pytest.mark.parametrize("t", [2, 4, 8])
 def test_tensor_parallel(t):
-    got = activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=t)
+    got = activation_bytes_per_layer(GPT3, LayerShard(micro_batch=B, seq_len=S, tp=t,
+                                                      recompute="none"))
     assert got == pytest.approx(SBH * (10 + 24 / t + 5 * A * S / (H * t)), rel=1e-12)
 
 
 @pytest.mark.parametrize("t", [2, 4, 8])
 def test_tensor_and_sequence_parallel(t):
-    got = activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=t,
-                                     sequence_parallel=True)
+    got = activation_bytes_per_layer(GPT3, LayerShard(micro_batch=B, seq_len=S, tp=t,
+                                                      sequence_parallel=True, recompute="none"))
     assert got == pytest.approx(SBH * (34 / t + 5 * A * S / (H * t)), rel=1e-12)
 
 
 @pytest.mark.parametrize("t", [1, 8])
 def test_selective_recompute(t):
-    sp = activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=t,
-                                    sequence_parallel=True, recompute="selective")
-    plain = activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=t,
-                                       recompute="selective")
+    sp = activation_bytes_per_layer(GPT3, LayerShard(micro_batch=B, seq_len=S, tp=t,
+                                                     sequence_parallel=True, recompute="selective"))
+    plain = activation_bytes_per_layer(GPT3, LayerShard(micro_batch=B, seq_len=S, tp=t,
+                                                        recompute="selective"))
     assert sp == pytest.approx(SBH * 34 / t, rel=1e-12)
     assert plain == pytest.approx(SBH * (10 + 24 / t), rel=1e-12)
 
 
 def test_full_recompute_keeps_the_input():
-    assert activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=8,
-                                      recompute="full") == 2 * SBH
-    assert activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, tp=8,
-                                      sequence_parallel=True, recompute="full") == 2 * SBH / 8
+    assert activation_bytes_per_layer(GPT3, LayerShard(micro_batch=B, seq_len=S, tp=8,
+                                                       recompute="full")) == 2 * SBH
+    assert activation_bytes_per_layer(GPT3, LayerShard(
+        micro_batch=B, seq_len=S, tp=8, sequence_parallel=True, recompute="full")) == 2 * SBH / 8
 
 
 def test_gpt3_layer_number():
     # 34·s·b·h + 5·a·s²·b at s 2048, b 1, h 12288, a 96: 2.87 GB per layer per micro-batch.
-    got = activation_bytes_per_layer(GPT3, micro_batch=1)
+    got = activation_bytes_per_layer(GPT3, LayerShard(micro_batch=1, seq_len=GPT3.seq_len,
+                                                      recompute="none"))
     assert got == 34 * 2048 * 12288 + 5 * 96 * 2048**2
     assert got == pytest.approx(2.869e9, rel=1e-3)
 
 
 def test_flash_attention_drops_the_quadratic_term():
-    got = activation_bytes_per_layer(GPT3, micro_batch=B, seq_len=S, flash_attention=True)
+    got = activation_bytes_per_layer(GPT3, LayerShard(micro_batch=B, seq_len=S, recompute="none"),
+                                     flash_attention=True)
     assert got == SBH * 34 + 4 * A * S * B
 
 
 def test_gqa_and_gated_mlp_generalisation():
     m = get_model("llama2-70b")  # h 8192, kv 1024, ffn 28672, gated, a 64
     s, h, f, kv = 4096, 8192, 28672, 1024
-    got = activation_bytes_per_layer(m, micro_batch=1, seq_len=s, recompute="selective")
+    got = activation_bytes_per_layer(m, LayerShard(micro_batch=1, seq_len=s, recompute="selective"))
     # 10 sbh + Q and out (4 sbh) + K, V (2·2·s·kv) + SwiGLU input (2·2·s·f) + FC2 (2·s·f)
     assert got == 10 * s * h + 4 * s * h + 4 * s * kv + 6 * s * f
 
@@ -81,8 +94,9 @@ def test_moe_layer_stores_top_k_copies():
     s, h, f = 4096, 4096, 14336
     dense = ModelSpec("d", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
                       seq_len=4096, vocab=32000, gated_mlp=True)
-    moe = activation_bytes_per_layer(m, micro_batch=1, seq_len=s, recompute="selective")
-    plain = activation_bytes_per_layer(dense, micro_batch=1, seq_len=s, recompute="selective")
+    moe = activation_bytes_per_layer(m, LayerShard(micro_batch=1, seq_len=s, recompute="selective"))
+    plain = activation_bytes_per_layer(dense, LayerShard(micro_batch=1, seq_len=s,
+                                                         recompute="selective"))
     mlp = 6 * s * f
     assert moe - plain == pytest.approx((2 - 1) * mlp + 2 * 2 * s * h + 4 * s * 8)
 
@@ -115,16 +129,16 @@ def test_first_stage_1f1b_holds_all_layers_worth():
     # Korthikanti et al. §4.2.3: with 1F1B the first stage stores L/p layers × p micro-
     # batches = L layers' activations, plus the embedding dropout mask per micro-batch.
     p, t = 8, 8
-    mem = memory_per_gpu(GPT3, tp=t, pp=p, sequence_parallel=True, recompute="selective",
-                         num_microbatches=32, stage=0)
+    mem = memory_per_gpu(GPT3, ParallelConfig(tp=t, pp=p, sequence_parallel=True),
+                         TrainingConfig(recompute="selective"), num_microbatches=32, stage=0)
     per_layer = SBH * 34 / t
     assert mem.activations_bytes == pytest.approx(L * per_layer + p * SBH / t, rel=1e-12)
 
 
 def test_middle_stage_has_no_extras():
     p, t = 8, 8
-    mem = memory_per_gpu(GPT3, tp=t, pp=p, sequence_parallel=True, num_microbatches=32,
-                         stage=3)
+    mem = memory_per_gpu(GPT3, ParallelConfig(tp=t, pp=p, sequence_parallel=True),
+                         num_microbatches=32, stage=3)
     per_layer = SBH * (34 / t + 5 * A * S / (H * t))
     assert mem.activations_bytes == pytest.approx(per_layer * L / p * (p - 3), rel=1e-12)
 
@@ -132,8 +146,8 @@ def test_middle_stage_has_no_extras():
 def test_last_stage_extras():
     # Korthikanti et al. §4.3: last stage adds 4·s·b·h/t·(1 + V/h) with sequence parallel.
     p, t = 8, 8
-    mem = memory_per_gpu(GPT3, tp=t, pp=p, sequence_parallel=True, recompute="selective",
-                         num_microbatches=32, stage=p - 1)
+    mem = memory_per_gpu(GPT3, ParallelConfig(tp=t, pp=p, sequence_parallel=True),
+                         TrainingConfig(recompute="selective"), num_microbatches=32, stage=p - 1)
     per_layer = SBH * 34 / t
     extra = 4 * SBH / t * (1 + V / H)
     assert mem.activations_bytes == pytest.approx(per_layer * L / p + extra, rel=1e-12)
@@ -141,15 +155,16 @@ def test_last_stage_extras():
 
 def test_gpipe_holds_every_microbatch():
     m = 16
-    mem = memory_per_gpu(GPT3, tp=8, pp=8, sequence_parallel=True, recompute="selective",
-                         schedule="gpipe", num_microbatches=m, stage=3)
+    mem = memory_per_gpu(GPT3, ParallelConfig(tp=8, pp=8, sequence_parallel=True,
+                                              schedule="gpipe"),
+                         TrainingConfig(recompute="selective"), num_microbatches=m, stage=3)
     assert mem.activations_bytes == pytest.approx(SBH * 34 / 8 * L / 8 * m, rel=1e-12)
 
 
 def test_full_recompute_stage_adds_one_layer_working_set():
     t, p = 8, 8
-    mem = memory_per_gpu(GPT3, tp=t, pp=p, sequence_parallel=True, recompute="full",
-                         num_microbatches=32, stage=2)
+    mem = memory_per_gpu(GPT3, ParallelConfig(tp=t, pp=p, sequence_parallel=True),
+                         TrainingConfig(recompute="full"), num_microbatches=32, stage=2)
     inputs = 2 * SBH / t * (L / p) * (p - 2)
     working = SBH * (34 / t + 5 * A * S / (H * t))
     assert mem.activations_bytes == pytest.approx(inputs + working, rel=1e-12)
@@ -174,7 +189,7 @@ def test_model_state_16_bytes_per_param_without_zero():
 def test_zero_sharding(stage, fsdp, factors):
     # Rajbhandari et al. 2020, Figure 1: Ψ(2 + 2 + K) with K = 12 → P_os, P_os+g, P_os+g+p.
     dp = 64
-    mem = memory_per_gpu(GPT3, dp=dp, zero_stage=stage, fsdp=fsdp)
+    mem = memory_per_gpu(GPT3, ParallelConfig(dp=dp, zero=stage, fsdp=fsdp))
     n = GPT3.total_params()
     assert mem.weights_bytes == pytest.approx(2 * n * factors[0])
     assert mem.gradients_bytes == pytest.approx(2 * n * factors[1])
@@ -182,7 +197,7 @@ def test_zero_sharding(stage, fsdp, factors):
 
 
 def test_fp32_training_bytes():
-    mem = memory_per_gpu(GPT3, precision="fp32")
+    mem = memory_per_gpu(GPT3, ParallelConfig(), TrainingConfig(precision="fp32"))
     n = GPT3.total_params()
     assert (mem.weights_bytes, mem.gradients_bytes, mem.optimizer_bytes) == (
         4 * n, 4 * n, 8 * n)
@@ -213,7 +228,7 @@ def test_expert_parallel_shards_experts_and_zero_uses_expert_dp():
     ep8 = params_on_gpu(m, ep=8)
     assert ep8.dense == full.dense
     assert ep8.expert == pytest.approx(full.expert / 8)
-    mem = memory_per_gpu(m, dp=16, ep=8, zero_stage=1)
+    mem = memory_per_gpu(m, ParallelConfig(dp=16, ep=8, zero=1))
     assert mem.optimizer_bytes == pytest.approx(12 * (ep8.dense / 16 + ep8.expert / 2))
 
 
@@ -224,30 +239,43 @@ def test_interleaved_stage_layers():
 
 
 # ------------------------------------------------------------------- bad inputs
-@pytest.mark.parametrize(("kwargs", "needle"), [
-    ({"pp": 5}, "pp: 96 layers do not split into pp·interleave = 5 equal chunks"),
-    ({"tp": 5}, "tp: 96 attention heads do not split over tp = 5"),
-    ({"zero_stage": 4}, "zero_stage: must be 0, 1, 2 or 3, got 4"),
-    ({"fsdp": True, "zero_stage": 1}, "fsdp shards like ZeRO-3; zero_stage 1 contradicts it "
-                                      "(use zero_stage 0 or 3 with fsdp)"),
-    ({"schedule": "interleaved"}, "needs interleave >= 2"),
-    ({"interleave": 2}, "interleave: interleave 2 needs schedule: interleaved"),
-    ({"schedule": "1f1b1"}, "did you mean '1f1b'"),
-    ({"recompute": "partial"}, "unknown recompute 'partial'"),
-    ({"stage": 2, "pp": 2}, "stage 2 is outside 0..1"),
-    ({"ep": 2, "dp": 2}, "ep: ep = 2 needs a MoE model, one with experts > 1 (set ep to 1"),
-    ({"precision": "int8"}, "unknown precision 'int8'"),
-    ({"micro_batch": 0}, "micro_batch: must be a whole number >= 1, got 0"),
+# memory_per_gpu takes a validated strategy: the bad ones are refused where a strategy is
+# built and checked against the model (parallel_from_mapping, training_from_mapping,
+# check_strategy), with these messages.
+def _check(model: ModelSpec, parallel: dict, training: dict) -> None:
+    par = parallel_from_mapping(parallel)
+    train = training_from_mapping({"global_batch": 64, **training})
+    check_strategy(model, par, train, num_gpus=par.tp * par.pp * par.dp * par.cp)
+
+
+@pytest.mark.parametrize(("parallel", "training", "needle"), [
+    ({"pp": 5}, {}, "pp: 96 layers do not split into pp·interleave = 5 equal chunks"),
+    ({"tp": 5}, {}, "tp: 96 attention heads do not split over tp = 5"),
+    ({"zero": 4}, {}, "zero: must be 0, 1, 2 or 3, got 4"),
+    ({"fsdp": True, "zero": 1}, {}, "fsdp shards like ZeRO-3; zero 1 contradicts it "
+                                    "(use zero 0 or 3 with fsdp)"),
+    ({"schedule": "interleaved"}, {}, "needs interleave >= 2"),
+    ({"interleave": 2}, {}, "interleave: interleave 2 needs schedule: interleaved"),
+    ({"schedule": "1f1b1"}, {}, "did you mean '1f1b'"),
+    ({}, {"recompute": "partial"}, "unknown recompute mode 'partial'"),
+    ({"ep": 2, "dp": 2}, {}, "ep: ep = 2 needs a MoE model, one with experts > 1 (set ep to 1"),
+    ({}, {"precision": "int8"}, "unknown precision 'int8'"),
+    ({}, {"micro_batch": 0}, "micro_batch: must be a whole number >= 1, got 0"),
 ])
-def test_bad_inputs(kwargs, needle):
+def test_bad_inputs(parallel, training, needle):
     with pytest.raises(ConfigError) as info:
-        memory_per_gpu(GPT3, **kwargs)
+        _check(GPT3, parallel, training)
     assert needle in str(info.value)
 
 
+def test_stage_outside_the_pipeline():
+    with pytest.raises(ConfigError, match=r"stage 2 is outside 0\.\.1"):
+        memory_per_gpu(GPT3, ParallelConfig(pp=2), stage=2)
+
+
 def test_ep_must_divide_dp():
-    with pytest.raises(ConfigError, match="ep 8 does not divide dp 4"):
-        memory_per_gpu(get_model("mixtral-8x7b"), ep=8, dp=4)
+    with pytest.raises(ConfigError, match="ep = 8 must divide dp = 4"):
+        _check(get_model("mixtral-8x7b"), {"ep": 8, "dp": 4}, {})
 
 
 def test_memory_of_a_strategy_passes_every_field_through():
@@ -259,6 +287,5 @@ def test_memory_of_a_strategy_passes_every_field_through():
     for stage in (0, 7):
         assert memory_of_strategy(model, parallel, training, seq_len=1024, microbatches=16,
                                   stage=stage, flash_attention=False) == memory_per_gpu(
-            model, tp=4, pp=8, dp=2, sequence_parallel=True, zero_stage=1, micro_batch=2,
-            seq_len=1024, recompute="selective", schedule="interleaved", interleave=2,
-            num_microbatches=16, precision="fp16", stage=stage, flash_attention=False)
+            model, parallel, replace(training, seq_len=1024), num_microbatches=16, stage=stage,
+            flash_attention=False)

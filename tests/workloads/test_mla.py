@@ -9,6 +9,7 @@ import pytest
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.compute import operators as ops
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import activation_bytes_per_layer, layer_params_local
 from distsim_gpu.workloads.specs.mla import MlaSpec
 from distsim_gpu.workloads.specs.models import ModelSpec, get_model, model_from_mapping
@@ -52,8 +53,8 @@ def test_deepseek_v3_totals_match_the_report():
 
 @pytest.mark.parametrize("tp", [1, 8])
 def test_mla_forward_operators_by_hand(tp):
-    work = ops.forward_layer_work(V3, micro_batch=1, seq_len=S, tp=tp, layer_index=MOE_LAYER,
-                                  ep=1)
+    work = ops.forward_layer_work(V3, LayerShard(micro_batch=1, seq_len=S, tp=tp,
+                                                 layer_index=MOE_LAYER, ep=1))
     n = N // tp
     shapes = {"q_down": (T, RQ, H), "q_up": (T, n * (DN + DR), RQ),
               "kv_down": (T, RKV + DR, H), "kv_up": (T, n * (DN + DV), RKV),
@@ -78,7 +79,7 @@ def test_operator_flops_equal_the_model_count():
                       ffn_hidden=F, experts=256, top_k=8, shared_experts=1,
                       gated_mlp=True, attention_bias=False, mlp_bias=False, norm="rmsnorm",
                       mla=V3.mla)
-    work = ops.forward_layer_work(model, micro_batch=1, seq_len=S, causal=False)
+    work = ops.forward_layer_work(model, LayerShard(micro_batch=1, seq_len=S), causal=False)
     per_layer = (model.flops_per_token_forward() - 2.0 * H * model.vocab) / model.layers
     assert work.matmul_flops == pytest.approx(T * per_layer, rel=1e-12)
     assert per_layer == 2.0 * (_mla_weights(1) + 9 * 3 * H * F + H * 256) + 2.0 * S * N * 320
@@ -95,7 +96,7 @@ def test_any_mla_shape_matches_the_model_count(q, kv, nope, rope, v, tp):
                   qk_rope_head_dim=rope, v_head_dim=v)
     model = ModelSpec(name="m", layers=1, hidden=256, heads=8, seq_len=64, vocab=100,
                       attention_bias=False, mla=mla)
-    work = ops.forward_layer_work(model, micro_batch=2, seq_len=64, tp=tp, causal=False)
+    work = ops.forward_layer_work(model, LayerShard(micro_batch=2, seq_len=64, tp=tp), causal=False)
     down = 2.0 * 128 * 256 * (q + kv + rope)
     per_layer = (model.flops_per_token_forward() - 2.0 * 256 * 100) * 128
     assert work.matmul_flops == pytest.approx(down + (per_layer - down) / tp, rel=1e-12)
@@ -110,16 +111,17 @@ def test_shared_expert_flops_and_params():
     assert shared.active_params() - plain.active_params() == 2 * 2 * 3 * 512 * 256
     extra = shared.flops_per_token_forward() - plain.flops_per_token_forward()
     assert extra == 2 * 2.0 * 2 * 3 * 512 * 256  # 2 layers, 2 shared experts
-    work = ops.forward_layer_work(shared, micro_batch=2, seq_len=256, tp=2)
+    work = ops.forward_layer_work(shared, LayerShard(micro_batch=2, seq_len=256, tp=2))
     assert work.kernel("shared_fc1").flops == 2.0 * 512 * (2 * 2 * 256 // 2) * 512
     assert work.kernel("shared_fc2").flops == 2.0 * 512 * 512 * (2 * 256 // 2)
-    assert "shared_fc1" not in ops.forward_layer_work(plain, micro_batch=2,
-                                                      seq_len=256).names()
+    assert "shared_fc1" not in ops.forward_layer_work(plain, LayerShard(micro_batch=2,
+                                                                        seq_len=256)).names()
 
 
 def test_mla_activation_bytes_by_hand():
-    got = activation_bytes_per_layer(V3, micro_batch=1, seq_len=S, flash_attention=True,
-                                     layer_index=MOE_LAYER, ep=1)
+    got = activation_bytes_per_layer(V3, LayerShard(micro_batch=1, seq_len=S,
+                                                    layer_index=MOE_LAYER, ep=1, recompute="none"),
+                                     flash_attention=True)
     sbh, e = float(T * H), 2
     replicated = 4 * e * sbh + 2 * sbh + 4.0 * T * 256  # + fp32 router logits
     attention = e * T * N * (2 * (DN + DR) + 2 * DV)
@@ -130,8 +132,9 @@ def test_mla_activation_bytes_by_hand():
     assert got == pytest.approx(replicated + attention + routed + shared + lse + latents,
                                 rel=1e-12)
     # TP splits the heads' part only; the latents stay whole on every rank.
-    tp8 = activation_bytes_per_layer(V3, micro_batch=1, seq_len=S, flash_attention=True,
-                                     layer_index=MOE_LAYER, ep=1, tp=8)
+    tp8 = activation_bytes_per_layer(V3, LayerShard(micro_batch=1, seq_len=S,
+                                                    layer_index=MOE_LAYER, ep=1, tp=8,
+                                                    recompute="none"), flash_attention=True)
     assert tp8 == pytest.approx(replicated + (attention + routed + shared + lse) / 8
                                 + latents, rel=1e-12)
 
@@ -141,14 +144,14 @@ def test_mla_recompute_passes(mode):
     # Only op recompute needs the per-mm policy MLA does not have; the others re-run the
     # forward's operators (all of them, or core attention alone).
     shape = {"micro_batch": 1, "seq_len": 512, "layer_index": MOE_LAYER}
-    again = ops.layer_work("recompute", V3, recompute=mode, **shape)
-    forward = ops.forward_layer_work(V3, **shape)
+    again = ops.layer_work("recompute", V3, LayerShard(recompute=mode, **shape))
+    forward = ops.forward_layer_work(V3, LayerShard(**shape))
     expected = forward.names() if mode == "full" else ("attention",)
     assert again.names() == expected
 
 
 def test_dense_layers_of_a_moe_model_use_their_width():
-    work = ops.forward_layer_work(V3, micro_batch=1, seq_len=512, layer_index=0)
+    work = ops.forward_layer_work(V3, LayerShard(micro_batch=1, seq_len=512, layer_index=0))
     assert work.kernel("mlp_fc1").n == 2 * 18432 and "router" not in work.names()
 
 
@@ -187,7 +190,7 @@ def test_bad_configs_name_the_key(changes, key):
 def test_mla_heads_must_split_over_tp_and_op_recompute_is_refused():
     model = model_from_mapping({**_SMALL, "heads": 6, "hidden": 252, "mla": _MLA})
     with pytest.raises(ConfigError, match="heads"):
-        ops.forward_layer_work(model, micro_batch=1, seq_len=128, tp=4)
+        ops.forward_layer_work(model, LayerShard(micro_batch=1, seq_len=128, tp=4))
     with pytest.raises(ConfigError, match="recompute op") as caught:
         op_sac_matmuls(model)
     assert caught.value.key == "recompute"

@@ -16,6 +16,7 @@ from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.bounds import IterationBounds
 from distsim_gpu.workloads.cost.compute import RooflineCosts
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import activation_bytes_per_layer
 from distsim_gpu.workloads.cost.traffic import alltoall_bytes
 from distsim_gpu.workloads.iteration.ops import Collective, Compute, Wait
@@ -330,7 +331,8 @@ def test_the_hot_rank_holds_its_tokens_activations():
         model = model_from_mapping({"name": "m", "layers": 2, "hidden": 512, "heads": 8,
                                     "seq_len": 256, "vocab": 1000, "experts": 4, "top_k": 1,
                                     "moe": moe})
-        return activation_bytes_per_layer(model, micro_batch=1, layer_index=0, ep=ep)
+        return activation_bytes_per_layer(model, LayerShard(micro_batch=1, seq_len=model.seq_len,
+                                                            layer_index=0, ep=ep, recompute="none"))
 
     hot = {"routing": {"histogram": [4, 2, 1, 1]}, "placement": "contiguous"}
     plain, skewed = stored({}, 4), stored(hot, 4)

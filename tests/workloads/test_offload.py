@@ -137,8 +137,9 @@ def test_host_and_gpu_memory_follow_zero_offload_accounting() -> None:
         "cpu", "cpu")), training, **kwargs)
     assert both.weights_bytes == 0.0
     # nothing offloaded: exactly the unchanged formula
-    assert plain == memory_per_gpu(model, dp=4, zero_stage=2, micro_batch=1, seq_len=512,
-                                   precision="fp16", flash_attention=True)
+    assert plain == memory_per_gpu(model, ParallelConfig(dp=4, zero=2),
+                                   TrainingConfig(micro_batch=1, seq_len=512,
+                                                  precision="fp16"), flash_attention=True)
 
 
 def test_offload_none_leaves_the_resolved_config_as_it_was() -> None:

@@ -12,6 +12,7 @@ from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.bounds import IterationBounds
 from distsim_gpu.workloads.cost.compute import RooflineCosts
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import layer_params_local, memory_of_strategy
 from distsim_gpu.workloads.iteration.ops import Collective, Compute
 from distsim_gpu.workloads.iteration.simulator import IterationSpec, simulate_iteration
@@ -33,6 +34,8 @@ from distsim_gpu.workloads.strategy.parallel import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from tests.workloads.layouts import shape_model
 
 H, L, V, DP, M = 1024, 3, 50_000, 4, 2
 GPT = model_from_mapping({"name": "gpt", "layers": L, "hidden": H, "heads": 16,
@@ -187,20 +190,18 @@ def test_unsupported_combinations_are_refused(extra, words):
     parallel = replace(ParallelConfig(dp=4, operator_sharding=_plan(default="sharded")),
                        **extra)
     with pytest.raises(ConfigError, match=words):
-        check_strategy(parallel, TrainingConfig(micro_batch=1, global_batch=4),
-                       num_gpus=4, layers=4, heads=16, kv_heads=16, experts=1)
+        check_strategy(shape_model(layers=4), parallel,
+                       TrainingConfig(micro_batch=1, global_batch=4), num_gpus=4)
 
 
 def test_moe_and_unsharded_splits_are_refused():
     training = TrainingConfig(micro_batch=1, global_batch=4)
     parallel = ParallelConfig(dp=4, operator_sharding=_plan(sharded=["qkv"]))
     with pytest.raises(ConfigError, match="MoE"):
-        check_strategy(parallel, training, num_gpus=4, layers=4, heads=16, kv_heads=16,
-                       experts=8)
+        check_strategy(shape_model(layers=4, experts=8), parallel, training, num_gpus=4)
     split_only = replace(parallel, operator_sharding=_plan(split={"mlp_fc1": 2}))
     with pytest.raises(ConfigError, match="split but not sharded"):
-        check_strategy(split_only, training, num_gpus=4, layers=4, heads=16, kv_heads=16,
-                       experts=1)
+        check_strategy(shape_model(layers=4), split_only, training, num_gpus=4)
 
 
 def test_splitting_costs_the_sliced_gemms_time_in_every_pass():
@@ -213,11 +214,11 @@ def test_splitting_costs_the_sliced_gemms_time_in_every_pass():
     shape = {"micro_batch": 1, "seq_len": 512, "tp": 1, "sequence_parallel": False,
              "layer_index": 0, "ep": 1}
     plan = _plan(sharded=["mlp_fc1"], split={"mlp_fc1": 8})
-    extra = [split_extra_s(plan, COSTS, p, GPT, **shape) for p in ("fwd", "bwd")]
+    extra = [split_extra_s(plan, COSTS, p, GPT, LayerShard(**shape)) for p in ("fwd", "bwd")]
     assert all(e > 0 for e in extra)
     assert compute_s({"mlp_fc1": 8}) - compute_s({}) == pytest.approx(M * L * sum(extra),
                                                                       rel=1e-9)
-    assert split_extra_s(_plan(sharded=["mlp_fc1"]), COSTS, "fwd", GPT, **shape) == 0.0
+    assert split_extra_s(_plan(sharded=["mlp_fc1"]), COSTS, "fwd", GPT, LayerShard(**shape)) == 0.0
 
 
 @pytest.mark.parametrize("data", [{"sharded": ["mlp_fc1", "mlp_fc2"]},

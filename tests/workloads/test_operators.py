@@ -17,6 +17,7 @@ from distsim_gpu.workloads.cost.compute import (
     get_stack,
 )
 from distsim_gpu.workloads.cost.compute.roofline import issue_timeline_s
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.gpus import get_gpu
 from distsim_gpu.workloads.specs.models import ModelSpec
 from hypothesis import given, settings
@@ -34,8 +35,8 @@ SCORES = BATCH * S * S
 
 
 def work(stack: str = "megatron-lm-2021", **kwargs):
-    return forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, precision="fp16",
-                              stack=get_stack(stack), **kwargs)
+    return forward_layer_work(MODEL, LayerShard(micro_batch=B, seq_len=S, tp=TP),
+                              precision="fp16", stack=get_stack(stack), **kwargs)
 
 
 def test_megatron_2021_layer_hand_counts():
@@ -91,14 +92,14 @@ def test_deepspeed_bf16_accumulates_gradients_in_fp32():
     # fp32 buffer (read 4 + 4, write 4), zero the bf16 one (write 2): 20 B per element;
     # fp16 stays autograd's .grad add (6 B); a stack without the flag keeps 6 B in bf16.
     qkv = H * (3 * H // TP)
-    bf16 = forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, precision="bf16",
+    bf16 = forward_layer_work(MODEL, LayerShard(micro_batch=B, seq_len=S, tp=TP), precision="bf16",
                               stack=get_stack("megatron-deepspeed")).backward()
     assert bf16.kernel("qkv.grad_accum").bytes_moved == 20 * qkv
     assert work("megatron-deepspeed").backward().kernel("qkv.grad_accum").bytes_moved == 6 * qkv
     plain = dataclasses.replace(get_stack("megatron-deepspeed"),
                                 bf16_grads_accumulated_in_fp32=False)
-    other = forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, precision="bf16",
-                               stack=plain).backward()
+    other = forward_layer_work(MODEL, LayerShard(micro_batch=B, seq_len=S, tp=TP),
+                               precision="bf16", stack=plain).backward()
     assert other.kernel("qkv.grad_accum").bytes_moved == 6 * qkv
 
 
@@ -142,8 +143,8 @@ def test_a_fusion_changes_exactly_the_operators_it_names(flag, base):
     if flag in ("fused_softmax", "attention_dropout", "context_copy"):
         stack = stack.with_attention("unfused")
     flipped = dataclasses.replace(stack, **{flag: not getattr(stack, flag)})
-    one = forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, stack=stack)
-    two = forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, stack=flipped)
+    one = forward_layer_work(MODEL, LayerShard(micro_batch=B, seq_len=S, tp=TP), stack=stack)
+    two = forward_layer_work(MODEL, LayerShard(micro_batch=B, seq_len=S, tp=TP), stack=flipped)
     before = {k.name: k for k in one.kernels}
     after = {k.name: k for k in two.kernels}
     changed = {name for name in before.keys() | after.keys()
@@ -155,8 +156,8 @@ def test_unfused_operators_move_more_and_launch_more():
     fused = get_stack("megatron-lm-2021")
     plain = dataclasses.replace(fused, fused_norm=False, fused_softmax=False,
                                 fused_bias_dropout_add=False, fused_bias_activation=False)
-    one = forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, stack=fused)
-    two = forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, stack=plain)
+    one = forward_layer_work(MODEL, LayerShard(micro_batch=B, seq_len=S, tp=TP), stack=fused)
+    two = forward_layer_work(MODEL, LayerShard(micro_batch=B, seq_len=S, tp=TP), stack=plain)
     for name in ("input_norm", "attn_softmax", "attn_residual", "mlp_act"):
         assert two.kernel(name).bytes_moved > one.kernel(name).bytes_moved
         assert two.kernel(name).launches > one.kernel(name).launches
@@ -175,7 +176,7 @@ def te_costs(precision):
 
 
 def test_fp8_runs_the_linear_gemms_in_fp8_and_keeps_attention_and_logits_16_bit():
-    w = forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, precision="fp8",
+    w = forward_layer_work(MODEL, LayerShard(micro_batch=B, seq_len=S, tp=TP), precision="fp8",
                            stack=get_stack("transformer-engine"))
     fp8 = {k.name for k in w.kernels if k.fp8}
     assert fp8 == {"qkv", "attn_out", "mlp_fc1", "mlp_fc2"}
@@ -192,7 +193,7 @@ def test_fp8_runs_the_linear_gemms_in_fp8_and_keeps_attention_and_logits_16_bit(
     loss = te_costs("fp8").loss_work(MODEL, micro_batch=B, seq_len=S, tp=TP)
     assert not loss.kernel("logits").fp8
     # megatron-core casts every FP8 GEMM's input in a kernel of its own.
-    core = forward_layer_work(MODEL, micro_batch=B, seq_len=S, tp=TP, precision="fp8")
+    core = forward_layer_work(MODEL, LayerShard(micro_batch=B, seq_len=S, tp=TP), precision="fp8")
     assert {"cast_qkv", "cast_attn_out", "cast_mlp_fc1", "cast_mlp_fc2"} <= set(core.names())
 
 
@@ -203,8 +204,8 @@ def test_fp8_layer_speedup_is_between_one_and_two(micro_batch):
                   position="rotary", attention_bias=False, mlp_bias=False)
     args = {"micro_batch": micro_batch, "seq_len": 8192, "tp": 8}
     for pass_ in ("fwd", "bwd"):
-        speedup = (te_costs("bf16").layer_time_s(pass_, m, **args)
-                   / te_costs("fp8").layer_time_s(pass_, m, **args))
+        speedup = (te_costs("bf16").layer_time_s(pass_, m, LayerShard(**args))
+                   / te_costs("fp8").layer_time_s(pass_, m, LayerShard(**args)))
         assert 1.0 < speedup < 2.0
 
 
@@ -220,14 +221,14 @@ def test_host_dispatch_binds_only_small_kernels():
     stack = get_stack("megatron-lm-2021")
     costs = RooflineCosts(A100, precision="fp16", stack=stack)
     tiny = ModelSpec("tiny", layers=2, hidden=256, heads=4, seq_len=64, vocab=1000)
-    small = costs.layer_work("fwd", tiny, micro_batch=1, seq_len=64)
+    small = costs.layer_work("fwd", tiny, LayerShard(micro_batch=1, seq_len=64))
     # Every kernel shorter than the host's 20 µs: the GPU waits for each issue, and the
     # pass ends one (last) kernel after the host has issued the last one.
     last = small.kernels[-1]
     last_s = costs.kernel_time_s(last) / (last.count * last.launches)
     assert costs.work_time_s(small) == pytest.approx(
         small.launches * stack.host_overhead_s + last_s)
-    big = costs.layer_work("fwd", MODEL, micro_batch=8, seq_len=2048)
+    big = costs.layer_work("fwd", MODEL, LayerShard(micro_batch=8, seq_len=2048))
     device = sum(costs.kernel_time_s(k) for k in big.kernels)
     assert device > big.launches * stack.host_overhead_s
     # The host runs ahead: the device time plus at most the first kernel's issue lag.
@@ -241,7 +242,7 @@ def test_the_backward_pass_is_issued_at_the_autograd_threads_rate():
     assert get_stack("megatron-core").host_s_per_kernel("bwd") == 0.0
     costs = RooflineCosts(A100, precision="fp16", stack=stack)
     tiny = ModelSpec("tiny", layers=2, hidden=256, heads=4, seq_len=64, vocab=1000)
-    bwd = costs.layer_work("bwd", tiny, micro_batch=1, seq_len=64)
+    bwd = costs.layer_work("bwd", tiny, LayerShard(micro_batch=1, seq_len=64))
     assert costs.work_time_s(bwd) > bwd.launches * 43e-6
 
 
@@ -281,22 +282,22 @@ def test_a_table_fills_the_operators_it_measured_and_the_roofline_the_rest():
             CostRow("a100-80gb", "mlp_fc1", "bwd", B, S, H, TP, 2e-3)]
     table = TableCosts(header, rows, fallback=costs)
     args = {"micro_batch": B, "seq_len": S, "tp": TP}
-    fwd = costs.layer_work("fwd", MODEL, **args)
+    fwd = costs.layer_work("fwd", MODEL, LayerShard(**args))
     roof = costs.operator_times_s(fwd)
     launches: dict[str, int] = {}
     for item in fwd.kernels:
         launches[item.base_name] = launches.get(item.base_name, 0) + item.count * item.launches
     # The measured softmax in the roofline's place, issued by the same host.
-    assert table.layer_time_s("fwd", MODEL, **args) == pytest.approx(issue_timeline_s(
+    assert table.layer_time_s("fwd", MODEL, LayerShard(**args)) == pytest.approx(issue_timeline_s(
         [(1e-3 if name == "attn_softmax" else t, launches[name]) for name, t in roof.items()],
         fwd.stack.host_s_per_kernel("fwd")))
-    assert table.layer_time_s("fwd", MODEL, **args) >= sum(roof.values()) - roof[
+    assert table.layer_time_s("fwd", MODEL, LayerShard(**args)) >= sum(roof.values()) - roof[
         "attn_softmax"] + 1e-3
-    times = table.operator_breakdown_s("bwd", MODEL, **args)
+    times = table.operator_breakdown_s("bwd", MODEL, LayerShard(**args))
     assert times["mlp_fc1"] == (2e-3, "table")
     assert times["qkv"][1] == "roofline"
     # The recompute pass re-runs the measured forward.
-    assert table.operator_breakdown_s("recompute", MODEL, **args)["attn_softmax"] == (
+    assert table.operator_breakdown_s("recompute", MODEL, LayerShard(**args))["attn_softmax"] == (
         1e-3, "table")
 
 
@@ -304,7 +305,7 @@ def test_every_stack_builds_every_pass():
     for stack in STACKS.values():
         costs = RooflineCosts(A100, stack=stack)
         for pass_ in ("fwd", "bwd", "recompute"):
-            assert costs.layer_time_s(pass_, MODEL, micro_batch=B, seq_len=S, tp=TP) > 0
+            assert costs.layer_time_s(pass_, MODEL, LayerShard(micro_batch=B, seq_len=S, tp=TP)) > 0
 
 
 def test_bias_gradients_are_their_own_kernels_only_where_the_stack_does_not_fuse_them():
@@ -313,7 +314,7 @@ def test_bias_gradients_are_their_own_kernels_only_where_the_stack_does_not_fuse
     assert eager.kernel("qkv.bias_grad").bytes_moved == T * 3 * H // TP * 2
     assert not any(n.endswith(".bias_grad") for n in work("megatron-core").backward().names())
     no_bias = dataclasses.replace(MODEL, attention_bias=False, mlp_bias=False)
-    bwd = forward_layer_work(no_bias, micro_batch=B, seq_len=S, tp=TP,
+    bwd = forward_layer_work(no_bias, LayerShard(micro_batch=B, seq_len=S, tp=TP),
                              stack=get_stack("megatron-lm-2021")).backward()
     assert not any(n.endswith(".bias_grad") for n in bwd.names())
 
@@ -326,5 +327,5 @@ def test_a_table_without_operator_rows_leaves_the_roofline_layer_as_it_is():
                        fallback=costs)
     tiny = ModelSpec("tiny", layers=2, hidden=256, heads=4, seq_len=64, vocab=1000)
     for pass_ in ("fwd", "bwd", "recompute"):  # host-bound: the floor survives the table
-        assert table.layer_time_s(pass_, tiny, micro_batch=1, seq_len=64) == \
-            costs.layer_time_s(pass_, tiny, micro_batch=1, seq_len=64)
+        assert table.layer_time_s(pass_, tiny, LayerShard(micro_batch=1, seq_len=64)) == \
+            costs.layer_time_s(pass_, tiny, LayerShard(micro_batch=1, seq_len=64))

@@ -33,7 +33,7 @@ OPTIMIZER_S = 7e-4
 class Costs:
     """Layers by pass, distinct embedding and loss times, a fixed optimizer step."""
 
-    def layer_time_s(self, pass_, model, **_shard):
+    def layer_time_s(self, pass_, model, _shard):
         return LAYER_S[pass_]
 
     def embedding_time_s(self, pass_, model, **_shard):

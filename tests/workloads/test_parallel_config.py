@@ -21,12 +21,14 @@ from distsim_gpu.workloads.strategy.parallel import (
     training_from_mapping,
 )
 
-_MODEL = {"num_gpus": 8, "layers": 8, "heads": 8, "kv_heads": 8, "experts": 1}
+from tests.workloads.layouts import shape_model
+
+_MODEL = shape_model(layers=8, heads=8, kv_heads=8)
 
 
 def _check(parallel: ParallelConfig, training: TrainingConfig | None = None) -> int:
     training = training or TrainingConfig(micro_batch=1, global_batch=8)
-    return check_strategy(parallel, training, source="s.yaml", **_MODEL)
+    return check_strategy(_MODEL, parallel, training, num_gpus=8, source="s.yaml")
 
 
 def test_a_valid_strategy_passes() -> None:

@@ -11,9 +11,11 @@ import pytest
 from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.compute import TableCosts, read_cost_table
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.profile_layer import (
     INSTALL_HINT,
     LayerTiming,
+    ProfileSettings,
     profile_layer,
     torch_layer_timing,
 )
@@ -78,9 +80,9 @@ def test_cli_reports_missing_torch(no_torch, tmp_path, capsys):
 def test_writer_with_fake_measurement(tmp_path, suffix):
     model = get_model("llama3-8b")
     path = tmp_path / f"table{suffix}"
-    header, rows = profile_layer(model, gpu="H100", micro_batches=(1, 4), seq_lens=(2048,),
-                                 tps=(1, 2), measure=fake_measure, output=path,
-                                 software="fake 1.0", date="2024-06-01")
+    settings = ProfileSettings(micro_batches=(1, 4), seq_lens=(2048,), tps=(1, 2))
+    header, rows = profile_layer(model, gpu="H100", settings=settings, measure=fake_measure,
+                                 output=path, software="fake 1.0", date="2024-06-01")
     assert len(rows) == 2 * 2 * 3
     assert header.gpu == "h100-sxm" and header.model == "llama3-8b"
     assert header.software == "fake 1.0" and header.date == "2024-06-01"
@@ -88,11 +90,11 @@ def test_writer_with_fake_measurement(tmp_path, suffix):
     assert read_cost_table(path) == (header, rows)
 
     costs = TableCosts.from_file(path)
-    assert costs.layer_time_s("fwd", model, micro_batch=4, seq_len=2048, tp=2) == (
+    assert costs.layer_time_s("fwd", model, LayerShard(micro_batch=4, seq_len=2048, tp=2)) == (
         pytest.approx(1e-6 * 4 * 2048 / 2))
-    assert costs.layer_time_s("bwd", model, micro_batch=2, seq_len=2048) == (
+    assert costs.layer_time_s("bwd", model, LayerShard(micro_batch=2, seq_len=2048)) == (
         pytest.approx(2e-6 * 2 * 2048))
-    assert costs.layer_time_s("recompute", model, micro_batch=1, seq_len=2048) == (
+    assert costs.layer_time_s("recompute", model, LayerShard(micro_batch=1, seq_len=2048)) == (
         pytest.approx(1e-6 * 2048))
 
 
@@ -101,13 +103,15 @@ def test_profiler_rejects_bad_requests():
     with pytest.raises(ConfigError, match="experts"):
         profile_layer(get_model("mixtral-8x7b"), gpu="h100", measure=fake_measure)
     with pytest.raises(ConfigError, match="micro_batches"):
-        profile_layer(model, gpu="h100", micro_batches=(0,), measure=fake_measure)
+        profile_layer(model, gpu="h100", settings=ProfileSettings(micro_batches=(0,)),
+                      measure=fake_measure)
     with pytest.raises(ConfigError, match="cannot profile precision 'fp8'"):
-        profile_layer(model, gpu="h100", precision="fp8", measure=fake_measure)
+        profile_layer(model, gpu="h100", settings=ProfileSettings(precision="fp8"),
+                      measure=fake_measure)
     with pytest.raises(ConfigError, match="warmup: must be a whole number >= 0, got -1"):
-        profile_layer(model, gpu="h100", warmup=-1, measure=fake_measure)
+        profile_layer(model, gpu="h100", settings=ProfileSettings(warmup=-1), measure=fake_measure)
     with pytest.raises(ConfigError, match="repeats: must be a whole number >= 1, got 0"):
-        profile_layer(model, gpu="h100", repeats=0, measure=fake_measure)
+        profile_layer(model, gpu="h100", settings=ProfileSettings(repeats=0), measure=fake_measure)
 
     def broken(model, **kwargs):
         return LayerTiming(0.0, 1.0)

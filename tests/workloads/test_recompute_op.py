@@ -16,6 +16,7 @@ from distsim_gpu.workloads.cost.compute import (
     TableHeader,
     layer_work,
 )
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import activation_bytes_per_layer, memory_per_gpu
 from distsim_gpu.workloads.specs.gpus import get_gpu
 from distsim_gpu.workloads.specs.models import get_model, model_from_mapping
@@ -50,8 +51,8 @@ def test_a_moe_layer_counts_router_and_experts_after_wo():
 
 def test_the_op_recompute_pass_of_a_llama_layer_by_hand():
     t = 2048  # b 1, s 2048, tp 1
-    fwd = layer_work("fwd", LLAMA, micro_batch=1, seq_len=t)
-    op = layer_work("recompute", LLAMA, micro_batch=1, seq_len=t, recompute="op")
+    fwd = layer_work("fwd", LLAMA, LayerShard(micro_batch=1, seq_len=t))
+    op = layer_work("recompute", LLAMA, LayerShard(micro_batch=1, seq_len=t, recompute="op"))
     assert op.names() == ("input_norm", "qkv_wk", "attn_out", "attn_residual",
                           "post_attn_norm", "mlp_fc1_w3", "mlp_act", "mlp_residual")
     gemms = [k for k in op.kernels if k.kind == "gemm"]
@@ -74,8 +75,9 @@ def test_every_stack_re_runs_exactly_the_unsaved_mms(stack, name):
     model = get_model(name)
     tp, t = 2, 512
     for precision in ("bf16", "fp8") if STACKS[stack].fp8_linear else ("bf16",):
-        op = layer_work("recompute", model, micro_batch=1, seq_len=t, tp=tp,
-                        precision=precision, stack=STACKS[stack], recompute="op")
+        op = layer_work("recompute", model, LayerShard(micro_batch=1, seq_len=t, tp=tp,
+                                                       recompute="op"),
+                        precision=precision, stack=STACKS[stack])
         tokens = {False: t, True: t * model.top_k}
         expected = sum(m.flops_per_token() * tokens[m.routed]
                        for m in op_sac_matmuls(model, tp=tp) if not m.saved)
@@ -86,20 +88,21 @@ def test_every_stack_re_runs_exactly_the_unsaved_mms(stack, name):
 @pytest.mark.parametrize(("seq_len", "tp"), [(2048, 1), (8192, 1), (4096, 2)])
 def test_op_recompute_time_is_between_selective_and_full(seq_len, tp):
     costs = RooflineCosts(H100, stack=STACKS["torch-eager"])
-    times = {mode: costs.layer_time_s("recompute", LLAMA, micro_batch=1, seq_len=seq_len,
-                                      tp=tp, sequence_parallel=tp > 1, recompute=mode)
+    times = {mode: costs.layer_time_s("recompute", LLAMA, LayerShard(
+                 micro_batch=1, seq_len=seq_len, tp=tp, sequence_parallel=tp > 1, recompute=mode))
              for mode in ("selective", "op", "full")}
     assert times["selective"] < times["op"] < times["full"]
 
 
 def test_op_keeps_the_input_saved_mms_and_attention_by_hand():
     t = 2 * 8192
-    got = activation_bytes_per_layer(LLAMA, micro_batch=2, seq_len=8192, recompute="op",
-                                     flash_attention=True)
+    got = activation_bytes_per_layer(LLAMA, LayerShard(micro_batch=2, seq_len=8192,
+                                                       recompute="op"), flash_attention=True)
     # input, wq, wv, w1, w2 outputs and the attention output at 2 B; fp32 log-sum-exp.
     assert got == 2 * t * (H + H + KV + F + H + H) + 4 * HEADS * t
-    sp = activation_bytes_per_layer(LLAMA, micro_batch=2, seq_len=8192, recompute="op",
-                                    flash_attention=True, tp=2, sequence_parallel=True)
+    sp = activation_bytes_per_layer(LLAMA, LayerShard(micro_batch=2, seq_len=8192, recompute="op",
+                                                      tp=2, sequence_parallel=True),
+                                    flash_attention=True)
     # /2 where tensor parallel (w2's output is whole partial sums), + 2 reduce-scatters.
     assert sp == 2 * t * (H / 2 + H / 2 + KV / 2 + F / 2 + H + H / 2 + 2 * H / 2) \
         + 4 * HEADS / 2 * t
@@ -107,12 +110,14 @@ def test_op_keeps_the_input_saved_mms_and_attention_by_hand():
 
 @pytest.mark.parametrize("flash", [True, False])
 def test_op_memory_is_between_full_and_none(flash):
-    memory = {mode: memory_per_gpu(LLAMA, dp=8, zero_stage=3, micro_batch=2, seq_len=8192,
-                                   recompute=mode, flash_attention=flash).activations_bytes
+    memory = {mode: memory_per_gpu(LLAMA, ParallelConfig(dp=8, zero=3),
+                                   TrainingConfig(micro_batch=2, seq_len=8192, recompute=mode),
+                                   flash_attention=flash).activations_bytes
               for mode in ("none", "op", "full")}
     assert memory["full"] < memory["op"] < memory["none"]
-    selective = memory_per_gpu(LLAMA, dp=8, zero_stage=3, micro_batch=2, seq_len=8192,
-                               recompute="selective", flash_attention=flash)
+    selective = memory_per_gpu(LLAMA, ParallelConfig(dp=8, zero=3),
+                               TrainingConfig(micro_batch=2, seq_len=8192,
+                                              recompute="selective"), flash_attention=flash)
     assert memory["op"] < selective.activations_bytes
 
 
@@ -154,8 +159,8 @@ def test_a_cost_table_reads_pass_recompute_op():
     rows = [CostRow("h100-sxm", "transformer_layer", p, 1, 4096, 4096, 1, seconds)
             for p, seconds in (("fwd", 0.01), ("bwd", 0.02), ("recompute_op", 0.004))]
     costs = TableCosts(header, rows)
-    assert costs.layer_time_s("recompute", LLAMA, micro_batch=1, seq_len=4096,
-                              recompute="op") == 0.004
+    assert costs.layer_time_s("recompute", LLAMA, LayerShard(micro_batch=1, seq_len=4096,
+                                                             recompute="op")) == 0.004
 
 
 def test_op_is_a_mode_everywhere_and_a_typo_lists_it():

@@ -19,6 +19,7 @@ from distsim_gpu.workloads.cost.compute import (
     layer_work,
     matmul_efficiency,
 )
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.gpus import get_gpu, gpu_from_mapping
 from distsim_gpu.workloads.specs.models import ModelSpec, get_model
 
@@ -36,7 +37,7 @@ def test_gpt_layer_forward_flops_match_megatron_count():
     # Per layer forward: 24·b·s·h² (matmuls) + 4·b·s²·h (attention), Narayanan et al. 2021.
     m = get_model("gpt3-175b")
     b, s, h = 2, 2048, m.hidden
-    work = forward_layer_work(m, micro_batch=b, seq_len=s, causal=False)
+    work = forward_layer_work(m, LayerShard(micro_batch=b, seq_len=s), causal=False)
     assert work.matmul_flops == pytest.approx(24 * b * s * h * h + 4 * b * s * s * h,
                                               rel=1e-12)
     assert work.kernel("attention").flops == 4 * b * s * s * h
@@ -45,35 +46,36 @@ def test_gpt_layer_forward_flops_match_megatron_count():
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
 def test_tensor_parallel_divides_layer_flops(tp):
     m = get_model("gpt3-175b")
-    one = forward_layer_work(m, micro_batch=1, seq_len=2048, causal=False)
-    shard = forward_layer_work(m, micro_batch=1, seq_len=2048, tp=tp, causal=False)
+    one = forward_layer_work(m, LayerShard(micro_batch=1, seq_len=2048), causal=False)
+    shard = forward_layer_work(m, LayerShard(micro_batch=1, seq_len=2048, tp=tp), causal=False)
     assert shard.matmul_flops == pytest.approx(one.matmul_flops / tp, rel=1e-12)
     assert shard.kernel("attention").flops == 4 * 2048 * 2048 * m.hidden / tp
 
 
 def test_causal_halves_attention_flops():
     m = get_model("llama3-8b")
-    full = forward_layer_work(m, micro_batch=1, seq_len=8192, causal=False)
-    causal = forward_layer_work(m, micro_batch=1, seq_len=8192, causal=True)
+    full = forward_layer_work(m, LayerShard(micro_batch=1, seq_len=8192), causal=False)
+    causal = forward_layer_work(m, LayerShard(micro_batch=1, seq_len=8192), causal=True)
     assert causal.kernel("attention").flops == full.kernel("attention").flops / 2
 
 
 def test_gqa_and_gated_shapes():
     m = get_model("llama2-70b")
-    work = forward_layer_work(m, micro_batch=1, seq_len=4096, tp=8)
+    work = forward_layer_work(m, LayerShard(micro_batch=1, seq_len=4096, tp=8))
     qkv, fc1, fc2 = work.kernel("qkv"), work.kernel("mlp_fc1"), work.kernel("mlp_fc2")
     assert (qkv.m, qkv.n, qkv.k) == (4096, (8192 + 2 * 1024) // 8, 8192)
     assert (fc1.m, fc1.n, fc1.k) == (4096, 2 * 28672 // 8, 8192)
     assert (fc2.m, fc2.n, fc2.k) == (4096, 8192, 28672 // 8)
     # KV heads (8) with tp 16 are replicated: one KV head per rank.
     wide = ModelSpec("w", layers=2, hidden=2048, heads=16, kv_heads=4, seq_len=128, vocab=10)
-    assert forward_layer_work(wide, micro_batch=1, seq_len=128, tp=8).kernel("qkv").n == (
+    assert forward_layer_work(wide, LayerShard(micro_batch=1, seq_len=128,
+                                               tp=8)).kernel("qkv").n == (
         2 * 128 + 2 * 128)
 
 
 def test_backward_doubles_gemm_flops_and_attention_is_2_5x():
     m = get_model("gpt3-175b")
-    fwd = forward_layer_work(m, micro_batch=1, seq_len=2048, tp=8)
+    fwd = forward_layer_work(m, LayerShard(micro_batch=1, seq_len=2048, tp=8))
     bwd = fwd.backward()
     gemm = sum(k.total_flops for k in fwd.kernels if k.kind == "gemm")
     gemm_b = sum(k.total_flops for k in bwd.kernels if k.kind == "gemm")
@@ -92,30 +94,33 @@ def test_backward_doubles_gemm_flops_and_attention_is_2_5x():
 
 def test_recompute_granularity():
     m = get_model("gpt3-175b")
-    fwd = layer_work("fwd", m, micro_batch=1, seq_len=2048)
-    full = layer_work("recompute", m, micro_batch=1, seq_len=2048)
-    selective = layer_work("recompute", m, micro_batch=1, seq_len=2048, recompute="selective")
+    fwd = layer_work("fwd", m, LayerShard(micro_batch=1, seq_len=2048))
+    full = layer_work("recompute", m, LayerShard(micro_batch=1, seq_len=2048))
+    selective = layer_work("recompute", m, LayerShard(micro_batch=1, seq_len=2048,
+                                                      recompute="selective"))
     assert full.kernels == fwd.kernels
     assert [k.name for k in selective.kernels] == ["attention"]
 
 
 def test_sequence_parallel_divides_elementwise_only():
     m = get_model("gpt3-175b")
-    plain = forward_layer_work(m, micro_batch=1, seq_len=2048, tp=8)
-    sp = forward_layer_work(m, micro_batch=1, seq_len=2048, tp=8, sequence_parallel=True)
+    plain = forward_layer_work(m, LayerShard(micro_batch=1, seq_len=2048, tp=8))
+    sp = forward_layer_work(m, LayerShard(micro_batch=1, seq_len=2048, tp=8,
+                                          sequence_parallel=True))
     assert sp.kernel("input_norm").bytes_moved == plain.kernel("input_norm").bytes_moved / 8
     assert sp.kernel("qkv") == plain.kernel("qkv")
 
 
 def test_moe_routing_tokens_per_expert():
     m = get_model("mixtral-8x7b")
-    work = forward_layer_work(m, micro_batch=1, seq_len=4096, ep=4)
+    work = forward_layer_work(m, LayerShard(micro_batch=1, seq_len=4096, ep=4))
     fc1 = work.kernel("expert_fc1")
     assert fc1.count == 8 // 4
     assert fc1.m == 4096 * 2 * 4 // 8  # T · top_k · ep / experts
     # Each GPU runs T·top_k token-expert pairs whatever ep is: same expert FLOPs.
     for ep in (1, 2, 8):
-        other = forward_layer_work(m, micro_batch=1, seq_len=4096, ep=ep).kernel("expert_fc1")
+        other = forward_layer_work(m, LayerShard(micro_batch=1, seq_len=4096,
+                                                 ep=ep)).kernel("expert_fc1")
         assert other.total_flops == fc1.total_flops
     assert work.kernel("router").n == 8
 
@@ -123,13 +128,13 @@ def test_moe_routing_tokens_per_expert():
 def test_bad_shapes():
     m = get_model("gpt3-175b")
     with pytest.raises(ConfigError, match="tp: 96 attention heads do not split over tp = 5"):
-        forward_layer_work(m, micro_batch=1, seq_len=8, tp=5)
+        forward_layer_work(m, LayerShard(micro_batch=1, seq_len=8, tp=5))
     with pytest.raises(ConfigError, match="ep: 8 experts do not split over ep = 3"):
-        forward_layer_work(get_model("mixtral-8x7b"), micro_batch=1, seq_len=8, ep=3)
+        forward_layer_work(get_model("mixtral-8x7b"), LayerShard(micro_batch=1, seq_len=8, ep=3))
     with pytest.raises(ConfigError, match="did you mean 'bwd'"):
-        layer_work("bw", m, micro_batch=1, seq_len=8)
+        layer_work("bw", m, LayerShard(micro_batch=1, seq_len=8))
     with pytest.raises(ConfigError, match="micro_batch: must be a whole number >= 1, got 0"):
-        forward_layer_work(m, micro_batch=0, seq_len=8)
+        forward_layer_work(m, LayerShard(micro_batch=0, seq_len=8))
 
 
 # ----------------------------------------------------------------- GEMM efficiency
@@ -204,8 +209,8 @@ def test_elementwise_time_is_bytes_over_bandwidth_plus_launch():
 def test_gemm_time_scales_inversely_with_tp(tp):
     costs = RooflineCosts(H100)
     m = get_model("gpt3-175b")
-    one = costs.layer_work("fwd", m, micro_batch=4, seq_len=2048)
-    shard = costs.layer_work("fwd", m, micro_batch=4, seq_len=2048, tp=tp)
+    one = costs.layer_work("fwd", m, LayerShard(micro_batch=4, seq_len=2048))
+    shard = costs.layer_work("fwd", m, LayerShard(micro_batch=4, seq_len=2048, tp=tp))
     gemm_time = [sum(costs.kernel_time_s(k) for k in w.kernels if k.kind == "gemm")
                  for w in (one, shard)]
     assert gemm_time[0] / gemm_time[1] == pytest.approx(tp, rel=0.15)
@@ -215,10 +220,10 @@ def test_layer_times_order():
     costs = RooflineCosts(H100)
     m = get_model("llama3-70b")
     args = {"micro_batch": 1, "seq_len": 8192, "tp": 8}
-    fwd = costs.layer_time_s("fwd", m, **args)
-    bwd = costs.layer_time_s("bwd", m, **args)
-    full = costs.layer_time_s("recompute", m, **args)
-    sel = costs.layer_time_s("recompute", m, recompute="selective", **args)
+    fwd = costs.layer_time_s("fwd", m, LayerShard(**args))
+    bwd = costs.layer_time_s("bwd", m, LayerShard(**args))
+    full = costs.layer_time_s("recompute", m, LayerShard(**args))
+    sel = costs.layer_time_s("recompute", m, LayerShard(recompute="selective", **args))
     assert full == fwd
     assert 1.8 * fwd < bwd < 2.6 * fwd
     assert 0 < sel < fwd
@@ -230,7 +235,7 @@ def test_layer_time_plausible_against_megatron():
     # and below the 312 TFLOP/s peak.
     costs = RooflineCosts(A100)
     m = get_model("gpt3-175b")
-    work = costs.layer_work("fwd", m, micro_batch=1, seq_len=2048, tp=8)
+    work = costs.layer_work("fwd", m, LayerShard(micro_batch=1, seq_len=2048, tp=8))
     rate = work.flops / costs.work_time_s(work)
     assert 150e12 < rate < 312e12
 
@@ -267,13 +272,14 @@ def test_fp8_gemm_rate_is_1_5x_bf16_and_the_layer_gains_less():
     args = {"micro_batch": 8, "seq_len": 2048, "tp": 8}
     bf16 = RooflineCosts(H100, launch_overhead_s=0.0, stack=te)
     fp8 = RooflineCosts(H100, precision="fp8", launch_overhead_s=0.0, stack=te)
-    k16 = bf16.layer_work("fwd", m, **args).kernel("mlp_fc1")
-    k8 = fp8.layer_work("fwd", m, **args).kernel("mlp_fc1")
+    k16 = bf16.layer_work("fwd", m, LayerShard(**args)).kernel("mlp_fc1")
+    k8 = fp8.layer_work("fwd", m, LayerShard(**args)).kernel("mlp_fc1")
     assert k8.fp8 and not k16.fp8
     per_gemm = 2 * 0.6 / 0.745
     assert bf16.kernel_time_s(k16) / fp8.kernel_time_s(k8) == pytest.approx(per_gemm, rel=0.01)
     for pass_ in ("fwd", "bwd"):
-        speedup = bf16.layer_time_s(pass_, m, **args) / fp8.layer_time_s(pass_, m, **args)
+        speedup = bf16.layer_time_s(pass_, m, LayerShard(**args)) / fp8.layer_time_s(pass_, m,
+                                                                                     LayerShard(**args))
         assert 1.0 < speedup < per_gemm
 
 
@@ -286,7 +292,7 @@ def test_unfused_attention_kernels_closed_forms():
     m = get_model("bloom-176b")
     b, s, d, t = 2, 2048, m.head_dim, 4
     heads = b * m.heads // t
-    work = forward_layer_work(m, **BLOOM_SHAPE, attention="unfused")
+    work = forward_layer_work(m, LayerShard(**BLOOM_SHAPE), attention="unfused")
     scores, softmax, context = (work.kernel(n) for n in
                                 ("attn_scores", "attn_softmax", "attn_context"))
     assert scores.flops == context.flops == 2.0 * heads * s * s * d
@@ -295,31 +301,31 @@ def test_unfused_attention_kernels_closed_forms():
     assert softmax.bytes_moved == 2 * heads * s * s * 2  # bf16 scores read and written
     assert scores.bytes_moved == heads * (2 * s * d * 2 + s * s * 2)
     # No causal saving: the full matrix is computed, twice flash's causal FLOP.
-    flash = forward_layer_work(m, **BLOOM_SHAPE).kernel("attention")
+    flash = forward_layer_work(m, LayerShard(**BLOOM_SHAPE)).kernel("attention")
     assert scores.flops + context.flops == pytest.approx(2 * flash.flops, rel=1e-12)
     # The rest of the layer is the same kernels.
     same = [k for k in work.kernels if k.name not in CORE_ATTENTION_KERNELS]
-    assert same == [k for k in forward_layer_work(m, **BLOOM_SHAPE).kernels
+    assert same == [k for k in forward_layer_work(m, LayerShard(**BLOOM_SHAPE)).kernels
                     if k.name != "attention"]
 
 
 def test_unfused_softmax_is_memory_bound_and_the_layer_slower():
     m = get_model("bloom-176b")
     costs = RooflineCosts(A100, attention="unfused")
-    work = costs.layer_work("fwd", m, **BLOOM_SHAPE)
+    work = costs.layer_work("fwd", m, LayerShard(**BLOOM_SHAPE))
     softmax = work.kernel("attn_softmax")
     assert costs.kernel_time_s(softmax) == pytest.approx(
         softmax.bytes_moved / (A100.memory_bandwidth_bytes_per_s * costs.memory_efficiency)
         + costs.launch_overhead_s, rel=1e-12)
     for pass_ in ("fwd", "bwd"):
-        assert costs.layer_time_s(pass_, m, **BLOOM_SHAPE) > RooflineCosts(A100).layer_time_s(
-            pass_, m, **BLOOM_SHAPE)
+        assert costs.layer_time_s(pass_, m, LayerShard(**BLOOM_SHAPE)) > RooflineCosts(
+            A100).layer_time_s(pass_, m, LayerShard(**BLOOM_SHAPE))
 
 
 def test_selective_recompute_reruns_the_unfused_core_attention():
     m = get_model("bloom-176b")
-    work = layer_work("recompute", m, **BLOOM_SHAPE, attention="unfused",
-                      recompute="selective")
+    work = layer_work("recompute", m, LayerShard(**BLOOM_SHAPE, recompute="selective"),
+                      attention="unfused")
     assert [k.name for k in work.kernels] == ["attn_scores", "attn_softmax", "attn_context"]
 
 
@@ -355,7 +361,7 @@ def test_fused_attention_rate_follows_its_kernel_and_the_architecture(stack, gpu
     # kernels and FA2 on Ampere: 0.5; no published pair (MI300X): the generic 0.5.
     spec = get_gpu(gpu)
     costs = RooflineCosts(spec, stack=get_stack(stack))
-    work = forward_layer_work(get_model("llama3-8b"), micro_batch=1, seq_len=8192,
+    work = forward_layer_work(get_model("llama3-8b"), LayerShard(micro_batch=1, seq_len=8192),
                               stack=get_stack(stack))
     attention = next(k for k in work.kernels if k.kind == "attention")
     assert costs.resolved_attention_efficiency == expected
@@ -377,7 +383,7 @@ def test_given_attention_efficiency_overrides_the_table():
 
 def test_a_power_limit_slows_gemms_by_the_clock_and_leaves_memory_bound_kernels():
     capped = gpu_from_mapping({"preset": "h100", "power_limit": "500 W"})
-    work = forward_layer_work(get_model("llama3-8b"), micro_batch=1, seq_len=8192)
+    work = forward_layer_work(get_model("llama3-8b"), LayerShard(micro_batch=1, seq_len=8192))
     full, slow = RooflineCosts(H100, launch_overhead_s=0.0), RooflineCosts(
         capped, launch_overhead_s=0.0)
     for kernel in work.kernels:
@@ -402,7 +408,8 @@ def test_host_overhead_replaces_the_stacks_and_keeps_its_backward_ratio():
     small = get_model("gpt3-175b")
     layer = dict(micro_batch=1, seq_len=128, tp=8)
     base = RooflineCosts(A100, precision="fp16", stack=eager)
-    assert costs.layer_time_s("fwd", small, **layer) > base.layer_time_s("fwd", small, **layer)
+    assert costs.layer_time_s("fwd", small, LayerShard(**layer)) > base.layer_time_s("fwd", small,
+                                                                                     LayerShard(**layer))
     for bad in (-1.0, 2.0):  # negative, or a second per kernel: past any host
         with pytest.raises(ConfigError, match=r"host_overhead_s: must be a number in \[0, 1\]"):
             RooflineCosts(A100, host_overhead_s=bad)

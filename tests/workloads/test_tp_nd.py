@@ -12,6 +12,7 @@ from functools import partial
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import memory_of_strategy
 from distsim_gpu.workloads.cost.traffic import layer_params, stage_params
 from distsim_gpu.workloads.iteration.ops import Collective, Compute
@@ -197,8 +198,8 @@ def test_stream_runs_the_plan_on_sub_groups_and_splits_all_compute(mode: str, tp
     assert all(op.subgroups and not op.exclusive for op in mesh_ops)
     # FLOPs per GPU: 1/tp of everything, element-wise work included.
     layer = [op for op in stream if isinstance(op, Compute) and op.label.startswith("L0 fwd")]
-    expected = costs.layer_time_s("fwd", GPT, micro_batch=16, seq_len=256, tp=tp,
-                                  sequence_parallel=True, layer_index=0)
+    expected = costs.layer_time_s("fwd", GPT, LayerShard(micro_batch=16, seq_len=256, tp=tp,
+                                                         sequence_parallel=True, layer_index=0))
     assert sum(op.duration_s for op in layer) == pytest.approx(expected)
 
 

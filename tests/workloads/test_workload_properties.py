@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from distsim_gpu.workloads.cost.compute import Kernel, RooflineCosts, matmul_efficiency
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import (
     activation_bytes_per_layer,
     memory_per_gpu,
@@ -11,6 +12,7 @@ from distsim_gpu.workloads.cost.memory import (
 )
 from distsim_gpu.workloads.specs.gpus import GPU_PRESETS, get_gpu
 from distsim_gpu.workloads.specs.models import MODEL_PRESETS, ModelSpec, get_model
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,10 +27,11 @@ def test_memory_monotone_in_micro_batch(name, b1, b2, recompute, sp):
     model = get_model(name)
     tp = 4 if model.heads % 4 == 0 else 1
     low, high = sorted((b1, b2))
-    kwargs = {"tp": tp, "sequence_parallel": sp, "recompute": recompute,
-              "seq_len": 1024, "num_microbatches": 8}
-    a = memory_per_gpu(model, micro_batch=low, **kwargs)
-    b = memory_per_gpu(model, micro_batch=high, **kwargs)
+    parallel = ParallelConfig(tp=tp, sequence_parallel=sp)
+    a = memory_per_gpu(model, parallel, TrainingConfig(micro_batch=low, recompute=recompute,
+                                                       seq_len=1024), num_microbatches=8)
+    b = memory_per_gpu(model, parallel, TrainingConfig(micro_batch=high, recompute=recompute,
+                                                       seq_len=1024), num_microbatches=8)
     assert a.activations_bytes <= b.activations_bytes
     assert a.weights_bytes == b.weights_bytes
     # Activations are linear in the micro-batch.
@@ -42,8 +45,8 @@ def test_recompute_never_increases_per_layer_activations(name, tp):
     model = get_model(name)
     if model.heads % tp:
         tp = 1
-    sizes = [activation_bytes_per_layer(model, micro_batch=1, seq_len=512, tp=tp,
-                                        recompute=mode)
+    sizes = [activation_bytes_per_layer(model, LayerShard(micro_batch=1, seq_len=512, tp=tp,
+                                                          recompute=mode))
              for mode in ("none", "selective", "full")]
     assert sizes[0] >= sizes[1] >= sizes[2] > 0
 
@@ -52,8 +55,8 @@ def test_recompute_never_increases_per_layer_activations(name, tp):
 @given(presets, st.integers(0, 3), st.sampled_from([1, 2, 8, 64]))
 def test_zero_never_increases_memory(name, stage, dp):
     model = get_model(name)
-    base = memory_per_gpu(model, dp=dp)
-    sharded = memory_per_gpu(model, dp=dp, zero_stage=stage)
+    base = memory_per_gpu(model, ParallelConfig(dp=dp))
+    sharded = memory_per_gpu(model, ParallelConfig(dp=dp, zero=stage))
     assert sharded.total_bytes <= base.total_bytes
     assert sharded.total_bytes == (sharded.weights_bytes + sharded.gradients_bytes
                                    + sharded.optimizer_bytes + sharded.activations_bytes)

@@ -73,6 +73,7 @@ from distsim_gpu.collectives.plan import CollectivePlan
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
 from distsim_gpu.workloads.cost.compute import CostModel
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
 from distsim_gpu.workloads.strategy.parallel import (
@@ -308,10 +309,10 @@ class IterationBounds:
         cached = self._layer_times.get(key)
         if cached is None:
             extra = {"recompute": recompute} if pass_ == "recompute" else {}
-            cached = self.costs.layer_time_s(
-                pass_, model, micro_batch=shape.training.micro_batch, seq_len=shape.seq_len,
-                tp=parallel.tp, sequence_parallel=parallel.sequence_parallel,
-                layer_index=layer, ep=parallel.ep, **extra)
+            cached = self.costs.layer_time_s(pass_, model, LayerShard(
+                shape.training.micro_batch, shape.seq_len, tp=parallel.tp,
+                sequence_parallel=parallel.sequence_parallel, ep=parallel.ep,
+                layer_index=layer, **extra))
             if moe:  # the MLP half at the slowest EP rank's pace, as the streams run it
                 cached *= (1.0 + moe_pace(model.moe, experts=model.experts,
                                           top_k=model.top_k, ep=parallel.ep)) / 2

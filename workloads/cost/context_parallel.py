@@ -35,6 +35,7 @@ from typing import Any
 
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.compute import CORE_ATTENTION_KERNELS, stores_attention_scores
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
 
 __all__ = ["core_attention_time_s", "ring_step_blocks"]
@@ -52,12 +53,11 @@ def ring_step_blocks(pass_: str, cp: int) -> tuple[int, ...]:
     return (1,) + (2,) * (cp - 2) + (1,)
 
 
-def core_attention_time_s(costs: Any, pass_: str, model: ModelSpec, *, micro_batch: int,
-                          seq_len: int, tp: int, sequence_parallel: bool = False,
-                          layer_index: int = 0, recompute: str = "full") -> float:
+def core_attention_time_s(costs: Any, pass_: str, model: ModelSpec,
+                          shard: LayerShard) -> float:
     """Seconds of the core attention (scores to context) of one pass of one layer on one
-    tensor rank, for sequences of ``seq_len`` tokens: one block of the CP ring when
-    ``seq_len`` is a CP rank's ``s/cp``.  Read from the roofline's kernels of ``costs`` (or
+    tensor rank, for sequences of ``shard.seq_len`` tokens: one block of the CP ring when
+    that is a CP rank's ``s/cp``.  Read from the roofline's kernels of ``costs`` (or
     of its ``fallback``, for a cost table); a :class:`ConfigError` when neither has them,
     or when attention is unfused (Transformer Engine's ring needs fused attention)."""
     roofline = costs if hasattr(costs, "layer_work") else getattr(costs, "fallback", None)
@@ -70,8 +70,6 @@ def core_attention_time_s(costs: Any, pass_: str, model: ModelSpec, *, micro_bat
         raise ConfigError("context parallelism runs fused (flash) attention; "
                           "attention: unfused has no ring", key="compute.attention",
                           hint="use compute.attention: flash with parallelism.cp > 1")
-    work = roofline.layer_work(pass_, model, micro_batch=micro_batch, seq_len=seq_len, tp=tp,
-                               sequence_parallel=sequence_parallel, layer_index=layer_index,
-                               recompute=recompute)
+    work = roofline.layer_work(pass_, model, shard)
     return sum(roofline.kernel_time_s(kernel) for kernel in work.kernels
                if kernel.name.split(".")[0] in CORE_ATTENTION_KERNELS)

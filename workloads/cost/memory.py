@@ -88,8 +88,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from distsim_gpu.simcore.config import check_bool, check_choice, check_whole
+from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
 from distsim_gpu.workloads.specs.recompute import RECOMPUTE_MODES, op_sac_matmuls
@@ -99,12 +100,9 @@ from distsim_gpu.workloads.strategy.operator_sharding import peak_gathered_param
 from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     TrainingConfig,
-    check_cp_split,
     check_ep_split,
-    check_interleave,
     check_tp_split,
     check_uniform_split,
-    check_zero,
     layer_partition,
 )
 from distsim_gpu.workloads.strategy.tp_nd import mesh_of, weight_replicas
@@ -251,18 +249,19 @@ def params_on_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, st
     return StageParams(dense, expert)
 
 
-def activation_bytes_per_layer(model: ModelSpec, *, micro_batch: int, seq_len: int | None = None,
-                               tp: int = 1, sequence_parallel: bool = False,
-                               recompute: str = "none", flash_attention: bool = False,
-                               precision: str = "bf16", layer_index: int = 0,
-                               ep: int = 1) -> float:
-    """Activation bytes one layer keeps for backward, per micro-batch (module docstring).
+def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
+                               flash_attention: bool = False, precision: str = "bf16") -> float:
+    """Activation bytes layer ``shard.layer_index`` keeps for backward, per micro-batch,
+    under recomputation ``shard.recompute`` (``none``, ``selective``, ``full``, ``op``;
+    module docstring).
 
-    A MoE layer's routed part is the most loaded EP rank's (``ep``; its
+    A MoE layer's routed part is the most loaded EP rank's (``shard.ep``; its
     :attr:`~workloads.moe_routing.MoeLoads.pace_factor` times a uniform router's): the
     peak is that GPU's."""
-    check_whole(micro_batch, key="micro_batch")
-    s = model.seq_len if seq_len is None else check_whole(seq_len, key="seq_len")
+    micro_batch = check_whole(shard.micro_batch, key="micro_batch")
+    s = check_whole(shard.seq_len, key="seq_len")
+    tp, sequence_parallel, recompute = shard.tp, shard.sequence_parallel, shard.recompute
+    layer_index, ep = shard.layer_index, shard.ep
     _check_parallel(model, tp=tp, ep=ep)
     check_choice(recompute, RECOMPUTE_MODES, key="recompute")
     e = _activation_element_bytes(precision)
@@ -379,38 +378,31 @@ def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatch
     return chunks / interleave
 
 
-def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1,
-                   sequence_parallel: bool = False, zero_stage: int = 0, fsdp: bool = False,
-                   micro_batch: int = 1, seq_len: int | None = None, recompute: str = "none",
-                   schedule: str = "1f1b", interleave: int = 1, num_microbatches: int = 1,
-                   precision: str = "bf16", stage: int = 0,
-                   flash_attention: bool = False, partition: str = "uniform", cp: int = 1,
-                   ) -> MemoryBreakdown:
-    """Bytes one GPU of pipeline stage ``stage`` needs (module docstring for formulas).
+def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
+                   training: TrainingConfig | None = None, *, stage: int = 0,
+                   num_microbatches: int = 1, flash_attention: bool = False) -> MemoryBreakdown:
+    """Bytes one GPU of pipeline stage ``stage`` needs (module docstring for formulas),
+    with ``num_microbatches`` micro-batches per step.
 
-    ``zero_stage`` 0-3 (ZeRO-1: optimizer state sharded over dp; 2: + gradients;
-    3: + weights); ``fsdp=True`` shards like ZeRO-3.  ``schedule`` ``interleaved`` needs
-    ``interleave`` ≥ 2, the others ``interleave`` 1.  ``seq_len`` defaults to the model's.
-    ``cp``: context-parallel ranks sharing each sequence (``dp`` is then the group ZeRO
-    shards over, ``dp·cp`` in a Megatron run).
+    ``parallel`` and ``training`` (defaults: one GPU, one sequence of the model's length)
+    are taken as valid — built by ``parallel_from_mapping`` / ``training_from_mapping``
+    and checked against the model by ``check_strategy``; a configuration those refuse
+    gives meaningless numbers here.  ZeRO shards over ``parallel.dp_cp`` ranks, and each
+    rank holds ``seq_len/cp`` tokens of its sequences.  Counted: the 1-D tensor, pipeline,
+    data, expert and context split, ZeRO/FSDP and recomputation; offload, layer groups,
+    operator sharding and n-D tensor meshes are :func:`memory_of_strategy`'s.
     """
-    for name, value in (("dp", dp), ("micro_batch", micro_batch), ("cp", cp)):
-        check_whole(value, key=name)
-    full = model.seq_len if seq_len is None else check_whole(seq_len, key="seq_len")
-    check_cp_split(full, cp, key="cp")
+    parallel = parallel or ParallelConfig()
+    training = training or TrainingConfig()
+    tp, pp, ep, dp, cp = parallel.tp, parallel.pp, parallel.ep, parallel.dp_cp, parallel.cp
+    sequence_parallel, interleave = parallel.sequence_parallel, parallel.interleave
+    micro_batch, recompute = training.micro_batch, training.recompute
+    precision = training.precision
+    full = model.seq_len if training.seq_len is None else training.seq_len
     s = full // cp  # the tokens of each sequence this rank holds
-    check_bool(fsdp, key="fsdp")
-    check_zero(zero_stage, fsdp, key="zero_stage")
-    check_choice(schedule, SCHEDULES, key="schedule")
-    check_interleave(schedule, interleave)
-    check_choice(precision, PRECISION_BYTES, key="precision")
-    _check_parallel(model, tp=tp, ep=ep)
-    if dp % ep:
-        raise ConfigError(f"ep {ep} does not divide dp {dp}", key="ep",
-                          hint="expert parallelism is carved out of data parallelism")
     params = params_on_gpu(model, tp=tp, pp=pp, ep=ep, stage=stage, interleave=interleave,
-                           partition=partition)
-    shard = 3 if fsdp else zero_stage
+                           partition=parallel.partition)
+    shard = 3 if parallel.fsdp else parallel.zero
     expert_dp = dp // ep
 
     def sharded(per_param: int, from_stage: int) -> float:
@@ -423,17 +415,17 @@ def memory_per_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, dp: int = 1, e
     gradients = sharded(grad_b, 2)
     optimizer = sharded(optim_b, 1)
 
-    in_flight = microbatches_in_flight(schedule, pp=pp, stage=stage,
+    in_flight = microbatches_in_flight(parallel.schedule, pp=pp, stage=stage,
                                        num_microbatches=num_microbatches,
                                        interleave=interleave)
     layers = stage_layers(model, pp=pp, stage=stage, interleave=interleave,
-                          partition=partition)
+                          partition=parallel.partition)
 
     def per_layer(index: int, mode: str) -> float:
         return activation_bytes_per_layer(
-            model, micro_batch=micro_batch, seq_len=s, tp=tp,
-            sequence_parallel=sequence_parallel, recompute=mode,
-            flash_attention=flash_attention, precision=precision, layer_index=index, ep=ep)
+            model, LayerShard(micro_batch, s, tp=tp, sequence_parallel=sequence_parallel,
+                              ep=ep, layer_index=index, recompute=mode),
+            flash_attention=flash_attention, precision=precision)
 
     stored = sum(per_layer(i, recompute) for i in layers)
     activations = stored * in_flight
@@ -485,13 +477,8 @@ def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: Tra
                                  microbatches=microbatches, stage=stage,
                                  flash_attention=flash_attention)
     return offloaded(memory_per_gpu(
-        model, tp=parallel.tp, pp=parallel.pp, dp=parallel.dp_cp, ep=parallel.ep,
-        sequence_parallel=parallel.sequence_parallel, zero_stage=parallel.zero,
-        fsdp=parallel.fsdp, micro_batch=training.micro_batch, seq_len=seq_len,
-        recompute=training.recompute, schedule=parallel.schedule,
-        interleave=parallel.interleave, num_microbatches=microbatches,
-        precision=training.precision, stage=stage, flash_attention=flash_attention,
-        partition=parallel.partition, cp=parallel.cp), parallel.offload)
+        model, parallel, replace(training, seq_len=seq_len), stage=stage,
+        num_microbatches=microbatches, flash_attention=flash_attention), parallel.offload)
 
 
 def _operator_sharded(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
@@ -550,9 +537,9 @@ def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: Trainin
 
     def act(i: int, tp: int, micro_batch: int, mode: str) -> float:
         return activation_bytes_per_layer(
-            model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, recompute=mode,
-            flash_attention=flash_attention, precision=training.precision, layer_index=i,
-            ep=parallel.ep)
+            model, LayerShard(micro_batch, seq_len, tp=tp, ep=parallel.ep, layer_index=i,
+                              recompute=mode),
+            flash_attention=flash_attention, precision=training.precision)
 
     layers = stage_layers(model, pp=parallel.pp, stage=stage, interleave=parallel.interleave,
                           partition=parallel.partition)

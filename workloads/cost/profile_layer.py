@@ -42,6 +42,7 @@ __all__ = [
     "PRECISIONS",
     "LayerTiming",
     "MeasureFn",
+    "ProfileSettings",
     "profile_layer",
     "torch_layer_timing",
 ]
@@ -67,20 +68,35 @@ MeasureFn = Callable[..., LayerTiming]
 """``measure(model, *, micro_batch, seq_len, tp, precision, warmup, repeats) -> LayerTiming``."""
 
 
-def profile_layer(model: ModelSpec, *, gpu: str, micro_batches: Sequence[int] = (1,),
-                  seq_lens: Sequence[int] | None = None, tps: Sequence[int] = (1,),
-                  precision: str = "bf16", warmup: int = 5, repeats: int = 20,
+@dataclass(frozen=True, slots=True)
+class ProfileSettings:
+    """What :func:`profile_layer` measures and how: every (micro-batch, sequence length,
+    tp) of the grid (``seq_lens`` ``None``: the model's), in ``precision``, each pass
+    ``warmup`` untimed runs then the median of ``repeats`` timed ones."""
+
+    micro_batches: Sequence[int] = (1,)
+    seq_lens: Sequence[int] | None = None
+    tps: Sequence[int] = (1,)
+    precision: str = "bf16"
+    warmup: int = 5
+    repeats: int = 20
+
+
+def profile_layer(model: ModelSpec, *, gpu: str, settings: ProfileSettings = ProfileSettings(),
                   output: str | os.PathLike[str] | None = None,
                   measure: MeasureFn | None = None, software: str | None = None,
                   source: str | None = None,
                   date: str | None = None) -> tuple[TableHeader, tuple[CostRow, ...]]:
-    """Measure ``transformer_layer`` fwd/bwd(/recompute) at every (micro_batch, seq_len, tp).
+    """Measure ``transformer_layer`` fwd/bwd(/recompute) at every (micro_batch, seq_len, tp)
+    of ``settings``.
 
     ``measure`` defaults to :func:`torch_layer_timing`; pass another function (same
     keywords) to time layers some other way.  ``software`` defaults to the PyTorch/CUDA
     versions and device name for the default measurement, ``source`` to this module,
     ``date`` to today (ISO).  Writes the table to ``output`` when given and returns it.
     """
+    micro_batches, seq_lens, tps = settings.micro_batches, settings.seq_lens, settings.tps
+    precision, warmup, repeats = settings.precision, settings.warmup, settings.repeats
     if model.is_moe:
         raise ConfigError(f"{model.name} has experts; the profiler measures dense layers",
                           key="model", hint="profile MoE layers with a custom measure "

@@ -233,8 +233,7 @@ class IterationSimulator:
         model, par, train = spec.model, spec.parallel, spec.training
         topo = spec.topology
         self.microbatches = check_strategy(
-            par, train, num_gpus=len(topo.gpus), layers=model.layers, heads=model.heads,
-            kv_heads=model.kv_heads, experts=model.experts, source=spec.source,
+            model, par, train, num_gpus=len(topo.gpus), source=spec.source,
             seq_len=seq_len_of(model, train))
         self.seq_len = seq_len_of(model, train)
         _check_stragglers(spec)

@@ -36,6 +36,7 @@ from dataclasses import replace
 
 from distsim_gpu.workloads.cost.compute import CostModel
 from distsim_gpu.workloads.cost.context_parallel import core_attention_time_s, ring_step_blocks
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import layer_group_extra_params
 from distsim_gpu.workloads.cost.traffic import (
     activation_bytes_per_element,
@@ -283,15 +284,12 @@ class StreamBuilder:
             return
         cost_pass = "recompute" if pass_ == "recompute" else pass_
         extra = {"recompute": setting.recompute} if pass_ == "recompute" else {}
-        duration = self.costs.layer_time_s(
-            cost_pass, model, micro_batch=setting.micro_batch, seq_len=self.seq_len,
-            tp=setting.tp, sequence_parallel=self.split_elementwise, layer_index=layer,
-            ep=par.ep, **extra)
+        shard = LayerShard(setting.micro_batch, self.seq_len, tp=setting.tp,
+                           sequence_parallel=self.split_elementwise, ep=par.ep,
+                           layer_index=layer, **extra)
+        duration = self.costs.layer_time_s(cost_pass, model, shard)
         # OSDP's split operators: their GEMMs in k slices (workloads.operator_sharding).
-        duration += split_extra_s(
-            par.operator_sharding, self.costs, cost_pass, model,
-            micro_batch=setting.micro_batch, seq_len=self.seq_len, tp=setting.tp,
-            sequence_parallel=self.split_elementwise, layer_index=layer, ep=par.ep, **extra)
+        duration += split_extra_s(par.operator_sharding, self.costs, cost_pass, model, shard)
         label = f"L{layer} {pass_}"
         # What a cost table calls this layer pass (trace args, read by ``trace costs``).
         kind = "moe_layer" if model.is_moe_layer(layer) else "transformer_layer"
@@ -362,9 +360,10 @@ class StreamBuilder:
         MLP's half of the rest of the layer."""
         par, train = self.parallel, self.training
         core = core_attention_time_s(
-            self.costs, cost_pass, self.model, micro_batch=train.micro_batch,
-            seq_len=self.seq_len, tp=par.tp, sequence_parallel=par.sequence_parallel,
-            layer_index=args[2], recompute=recompute)
+            self.costs, cost_pass, self.model, LayerShard(
+                train.micro_batch, self.seq_len, tp=par.tp,
+                sequence_parallel=par.sequence_parallel, layer_index=args[2],
+                recompute=recompute))
         # The layer at s/cp tokens holds one block's core attention; the rest is split
         # between the attention's and the MLP's side as without CP.
         half = max(duration - core, 0.0) / 2

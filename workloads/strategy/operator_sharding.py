@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from distsim_gpu.simcore.config import check_choice, check_keys, check_mapping, check_whole
 from distsim_gpu.simcore.errors import ConfigError
@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULTS",
     "SHARDABLE_OPERATORS",
     "OperatorSharding",
+    "ShardedStrategy",
     "check_operator_sharding",
     "operator_params",
     "operator_sharding_from_mapping",
@@ -123,20 +124,44 @@ def _operator(name: Any, key: str, source: str | None) -> str:
                         what="operator (one holding parameters)")
 
 
-def check_operator_sharding(plan: OperatorSharding | None, *, zero: int, fsdp: bool, pp: int,
-                            tp_mode: str, offload: bool, experts: int,
-                            layer_groups: bool = False, source: str | None = None) -> None:
-    """The combinations per-operator sharding does not model are clear errors."""
+class ShardedStrategy(Protocol):
+    """What :func:`check_operator_sharding` reads of a
+    :class:`~distsim_gpu.workloads.strategy.parallel.ParallelConfig` (named structurally:
+    that module imports this one)."""
+
+    @property
+    def operator_sharding(self) -> OperatorSharding | None: ...
+    @property
+    def zero(self) -> int: ...
+    @property
+    def fsdp(self) -> bool: ...
+    @property
+    def pp(self) -> int: ...
+    @property
+    def tp_mode(self) -> str: ...
+    @property
+    def offload(self) -> Any: ...
+    @property
+    def layer_groups(self) -> tuple[Any, ...]: ...
+
+
+def check_operator_sharding(parallel: ShardedStrategy, *, experts: int,
+                            source: str | None = None) -> None:
+    """The combinations per-operator sharding does not model are clear errors (a model
+    with ``experts`` experts per MoE layer)."""
+    plan = parallel.operator_sharding
     if plan is None:
         return
     key = "parallelism.operator_sharding"
+    tp_mode = parallel.tp_mode
     refused = (
-        (zero != 0 or fsdp, "with zero/fsdp", "the plan says what is sharded: use zero: 0"),
-        (pp > 1, "with pipeline parallelism", "use pp: 1 (as for ZeRO-3)"),
+        (parallel.zero != 0 or parallel.fsdp, "with zero/fsdp",
+         "the plan says what is sharded: use zero: 0"),
+        (parallel.pp > 1, "with pipeline parallelism", "use pp: 1 (as for ZeRO-3)"),
         (tp_mode != "1d", f"with tp_mode {tp_mode}", "use tp_mode: 1d"),
-        (offload, "with offload", "drop parallelism.offload"),
+        (parallel.offload.enabled, "with offload", "drop parallelism.offload"),
         (experts > 1, "with MoE layers", "per-operator sharding covers dense layers only"),
-        (layer_groups, "with layer groups", "drop parallelism.layer_groups"))
+        (bool(parallel.layer_groups), "with layer groups", "drop parallelism.layer_groups"))
     for bad, what, hint in refused:
         if bad:
             raise ConfigError(f"per-operator sharding {what} is not modelled", key=key,
@@ -209,15 +234,17 @@ def sharded_params(plan: OperatorSharding, model: Any, tp: int, *, stage_params:
 
 
 def split_extra_s(plan: OperatorSharding | None, costs: Any, pass_: str, model: Any,
-                  **shape: Any) -> float:
+                  shard: Any) -> float:
     """Seconds a layer pass gains from the plan's splits: each split operator's GEMMs as
     ``k`` GEMMs of ``1/k`` of the weight (the weight's output columns ``n``, or ``k`` of a
     data gradient), timed by ``costs`` (a roofline: ``layer_work`` and ``kernel_time_s``;
-    0 for cost models without per-operator shapes).  ``shape``: ``layer_work``'s keywords."""
+    0 for cost models without per-operator shapes).  ``shard``: the
+    :class:`~distsim_gpu.workloads.cost.layer_shard.LayerShard` ``layer_work`` takes (a
+    cost-tier type, so not named here)."""
     if plan is None or not plan.split or not hasattr(costs, "layer_work"):
         return 0.0
     extra = 0.0
-    for kernel in costs.layer_work(pass_, model, **shape).kernels:
+    for kernel in costs.layer_work(pass_, model, shard).kernels:
         k = plan.split.get(kernel.base_name, 1)
         if k == 1 or kernel.kind != "gemm":
             continue

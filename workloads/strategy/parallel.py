@@ -45,6 +45,7 @@ from distsim_gpu.simcore.config import (
 )
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import parse_size
+from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.recompute import RECOMPUTE_MODES
 from distsim_gpu.workloads.strategy.data_loading import DataLoader, data_loader_from_mapping
 from distsim_gpu.workloads.strategy.layer_groups import (
@@ -287,16 +288,18 @@ class Placement:
         return [dp_ranks[i:i + ep] for i in range(0, len(dp_ranks), ep)]
 
 
-def check_strategy(parallel: ParallelConfig, training: TrainingConfig, *, num_gpus: int,
-                   layers: int, heads: int, kv_heads: int, experts: int,
-                   source: str | None = None, seq_len: int | None = None) -> int:
-    """Validate a strategy against a model and a cluster; returns micro-batches per step.
+def check_strategy(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig, *,
+                   num_gpus: int, source: str | None = None,
+                   seq_len: int | None = None) -> int:
+    """Validate a strategy against a model (its layers, heads, KV heads and experts) and a
+    cluster of ``num_gpus`` GPUs; returns micro-batches per step.
 
     ``seq_len``: the sequence trained on (``training.seq_len`` wins), which context
     parallelism must split into ``2·cp`` chunks.  Each violation is a
     :class:`ConfigError` naming the keys and the numbers involved; the checks run in the
     order below, so the first one that fails is the one reported.
     """
+    layers, heads, kv_heads, experts = model.layers, model.heads, model.kv_heads, model.experts
     _check_degrees(parallel, num_gpus=num_gpus, heads=heads, kv_heads=kv_heads, source=source)
     _check_pipeline(parallel, layers=layers, source=source)
     _check_sharding(parallel, experts=experts, source=source)
@@ -305,10 +308,7 @@ def check_strategy(parallel: ParallelConfig, training: TrainingConfig, *, num_gp
                   precision=training.precision, source=source)
     check_tp_nd(parallel, micro_batch=training.micro_batch, heads=heads, kv_heads=kv_heads,
                 experts=experts, source=source)
-    check_operator_sharding(parallel.operator_sharding, zero=parallel.zero, fsdp=parallel.fsdp,
-                            pp=parallel.pp, tp_mode=parallel.tp_mode,
-                            offload=parallel.offload.enabled, experts=experts,
-                            layer_groups=bool(parallel.layer_groups), source=source)
+    check_operator_sharding(parallel, experts=experts, source=source)
     check_cp_split(training.seq_len or seq_len, parallel.cp, key="parallelism.cp",
                    source=source)
     if parallel.layer_groups:

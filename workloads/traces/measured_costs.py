@@ -55,6 +55,7 @@ from distsim_gpu.workloads.specs.models import get_model
 __all__ = [
     "DEFAULT_LAYER_REGEX",
     "LAYER_KINDS",
+    "ExtractOptions",
     "ExtractedCosts",
     "Sample",
     "ShapeKeys",
@@ -495,16 +496,34 @@ def _is_json_file(path: Path) -> bool:
     return path.is_file() and path.name.lower().endswith((".json", ".json.gz"))
 
 
-def extract_costs(paths: Sequence[str | Path], *, layer: str = DEFAULT_LAYER_REGEX,
-                  kind: str = "transformer_layer", micro_batch: int | None = None,
-                  seq_len: int | None = None, hidden: int | None = None,
-                  model: str | None = None, tp: int = 1, sequence_parallel: bool = False,
-                  gpu: str | None = None, operators: str | None = None) -> ExtractedCosts:
+@dataclass(frozen=True, slots=True)
+class ExtractOptions:
+    """How :func:`extract_costs` reads its traces: the layer scopes (``layer``, a regex)
+    and the table kind they fill, the shape a Kineto trace ran with (``micro_batch``,
+    ``seq_len``, ``hidden`` — default the ``model`` preset's — ``tp``,
+    ``sequence_parallel``; a distsim trace records its own), the ``gpu``, and
+    ``operators`` (a regex over scope names) to measure per-operator rows instead of whole
+    layers (:func:`operator_costs_from_kineto`)."""
+
+    layer: str = DEFAULT_LAYER_REGEX
+    kind: str = "transformer_layer"
+    micro_batch: int | None = None
+    seq_len: int | None = None
+    hidden: int | None = None
+    model: str | None = None
+    tp: int = 1
+    sequence_parallel: bool = False
+    gpu: str | None = None
+    operators: str | None = None
+
+
+def extract_costs(paths: Sequence[str | Path],
+                  options: ExtractOptions = ExtractOptions()) -> ExtractedCosts:
     """Read ``paths`` (distsim trace.json files, or Kineto files, archives, directories)
-    and extract a cost table.  Shape options apply to Kineto traces (a distsim trace
-    records its own); ``hidden`` defaults to the ``model`` preset's.  ``operators`` (a
-    regex over scope names) measures per-operator rows instead of whole layers
-    (:func:`operator_costs_from_kineto`)."""
+    and extract a cost table as ``options`` say."""
+    layer, kind, gpu, operators = options.layer, options.kind, options.gpu, options.operators
+    micro_batch, seq_len, hidden = options.micro_batch, options.seq_len, options.hidden
+    model, tp, sequence_parallel = options.model, options.tp, options.sequence_parallel
     distsim: list[DistsimTrace] = []
     kineto: list[RankTrace] = []
     files: list[Path] = []

@@ -9,6 +9,7 @@ from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.fit.validate_operators import validate_operators
 from distsim_gpu.scenarios.scenario import scenario_from_mapping
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.traces.measured_costs import scope_gpu_times
 
 from tests.workloads.test_measured_costs import KinetoBuilder
@@ -68,7 +69,7 @@ def test_each_scope_predicted_from_its_operators(tmp_path):
                                            "router.wgrad"]
     assert not any(name.endswith(".wgrad") for name in rows["attn(B)"]["operators"])
     costs = scenario.roofline
-    fwd = costs.layer_work("fwd", scenario.model, micro_batch=1, seq_len=512, ep=8)
+    fwd = costs.layer_work("fwd", scenario.model, LayerShard(micro_batch=1, seq_len=512, ep=8))
     expected = sum(costs.kernel_time_s(fwd.kernel(n)) for n in rows["attn(F)"]["operators"])
     assert rows["attn(F)"]["predicted_s"] == pytest.approx(expected, rel=1e-12)
     assert rows["attn(F)"]["error_pct"] == pytest.approx(
@@ -116,6 +117,6 @@ def test_trace_costs_per_operator_fill_a_table_the_roofline_completes(tmp_path):
     roofline = RooflineCosts(get_gpu("a100-80gb"), attention="unfused")
     table = TableCosts(header, rows, fallback=roofline)
     args = {"micro_batch": 1, "seq_len": 512}
-    roof = roofline.operator_times_s(roofline.layer_work("fwd", model, **args))
-    assert table.layer_time_s("fwd", model, **args) == pytest.approx(
+    roof = roofline.operator_times_s(roofline.layer_work("fwd", model, LayerShard(**args)))
+    assert table.layer_time_s("fwd", model, LayerShard(**args)) == pytest.approx(
         sum(roof.values()) - roof["qkv"] - roof["attn_softmax"] + 33 * US)

@@ -17,6 +17,7 @@ from distsim_gpu.scenarios.study.search import (
 )
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.workloads.cost.memory import memory_per_gpu
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 
 MODEL = {"name": "tiny-search", "layers": 4, "hidden": 512, "heads": 8, "seq_len": 256,
          "vocab": 1000}
@@ -110,7 +111,8 @@ def test_search_finds_the_brute_force_optimum(bandwidth):
 
 
 def test_out_of_memory_candidates_are_pruned_for_memory():
-    pure_dp = memory_per_gpu(_model(), dp=4, micro_batch=2, seq_len=256,
+    pure_dp = memory_per_gpu(_model(), ParallelConfig(dp=4),
+                             TrainingConfig(micro_batch=2, seq_len=256),
                              flash_attention=True).total_bytes
     # A GPU just too small for pure data parallelism at micro-batch 2.
     gpu = {"preset": "a100-80gb", "memory": int(pure_dp * 0.99)}

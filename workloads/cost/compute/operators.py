@@ -85,6 +85,7 @@ from dataclasses import dataclass, replace
 from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError, closest
 from distsim_gpu.workloads.cost.compute.stacks import DEFAULT_STACK, STACKS, Stack
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.recompute import Matmul, op_sac_matmuls
 from distsim_gpu.workloads.strategy.parallel import check_ep_split, check_tp_split
@@ -183,10 +184,12 @@ class Operator:
 Kernel = Operator  # the name the cost model used before operators had launches
 
 
-def gemm(name: str, m: int, n: int, k: int, operand_bytes: int, out_bytes: float,
+def gemm(name: str, mnk: tuple[int, int, int], operand_bytes: int, out_bytes: float,
          count: int = 1, *, kind: str = "gemm", fp8: bool = False,
          bias: bool = False) -> Operator:
-    """A GEMM reading ``m×k`` and ``k×n`` operands and writing ``m×n`` outputs."""
+    """A GEMM of shape ``mnk = (m, n, k)``: reads ``m×k`` and ``k×n`` operands and
+    writes ``m×n`` outputs."""
+    m, n, k = mnk
     moved = (m * k + k * n) * operand_bytes + m * n * out_bytes
     return Operator(name, kind, 2.0 * m * n * k, float(moved), m, n, k, count, fp8=fp8,
                     bias=bias)
@@ -290,7 +293,7 @@ class LayerWork:
         if len(parts) == 1:
             return [] if parts[0].saved else [item]
         operand = 1 if item.fp8 else self.activation_bytes
-        return [gemm(f"{item.name}_{m.name}", item.m, m.out_features, item.k, operand,
+        return [gemm(f"{item.name}_{m.name}", (item.m, m.out_features, item.k), operand,
                      self.activation_bytes, item.count, fp8=item.fp8, bias=item.bias)
                 for m in parts if not m.saved]
 
@@ -314,14 +317,14 @@ def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
     if item.fp8:  # the output gradient cast to E5M2, with its transpose
         out.append(elementwise(f"{name}.grad_cast", item.m * item.n * (ab + 2), item.count,
                                bwd_bytes_factor=0.0))
-    out.append(gemm(f"{name}.dgrad", item.m, item.k, item.n, operand, ab, item.count,
+    out.append(gemm(f"{name}.dgrad", (item.m, item.k, item.n), operand, ab, item.count,
                     kind=item.kind, fp8=item.fp8))
     if item.kind == "bmm":  # both operands are activations: two data gradients
-        out.append(gemm(f"{name}.dgrad2", item.m, item.k, item.n, operand, ab, item.count,
+        out.append(gemm(f"{name}.dgrad2", (item.m, item.k, item.n), operand, ab, item.count,
                         kind="bmm"))
         return out
     wgrad_out = 2.0 * _FP32 if stack.fp32_grad_accumulation else ab
-    out.append(gemm(f"{name}.wgrad", item.k, item.n, item.m, operand, wgrad_out,
+    out.append(gemm(f"{name}.wgrad", (item.k, item.n, item.m), operand, wgrad_out,
                     item.count, fp8=item.fp8))
     if item.bias and not stack.fused_bias_grad:  # autograd's sum of dY over the tokens
         out.append(elementwise(f"{name}.bias_grad", item.m * item.n * ab, item.count,
@@ -333,21 +336,21 @@ def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
     return out
 
 
-def forward_layer_work(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
-                       sequence_parallel: bool = False, precision: str = "bf16",
-                       layer_index: int = 0, ep: int = 1, causal: bool = True,
-                       attention: str | None = None,
+def forward_layer_work(model: ModelSpec, shard: LayerShard, *, precision: str = "bf16",
+                       causal: bool = True, attention: str | None = None,
                        stack: Stack | None = None) -> LayerWork:
-    """The forward operators of layer ``layer_index`` on one TP rank (module docstring).
+    """The forward operators of layer ``shard.layer_index`` on one TP rank (module
+    docstring).
 
     ``stack`` defaults to ``megatron-core``; ``attention`` (``flash`` | ``unfused``)
     overrides the stack's attention implementation.
     """
-    check_shard(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, ep=ep)
+    check_shard(model, shard)
+    tp, layer_index = shard.tp, shard.layer_index
     stack = (stack or STACKS[DEFAULT_STACK]).with_attention(attention)
     fp8 = _fp8(precision, stack)
     ob, ab = bytes_per_element(precision)
-    shape = _Shape(model, micro_batch, seq_len, tp, sequence_parallel, ab, stack, fp8)
+    shape = _Shape(model, shard, ab, stack, fp8)
     kernels: list[Operator] = [shape.norm("input_norm", shape.qkv_fused_cast)]
     if model.mla:
         kernels += shape.mla_projections()
@@ -361,7 +364,7 @@ def forward_layer_work(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: 
     kernels += [shape.residual("attn_residual"),
                 shape.norm("post_attn_norm", shape.qkv_fused_cast)]
     if model.is_moe_layer(layer_index):
-        kernels += shape.moe(ep)
+        kernels += shape.moe(shard.ep)
         if model.shared_experts:
             kernels += shape.mlp("shared", model.shared_experts * model.ffn_hidden // tp)
     else:
@@ -385,8 +388,9 @@ def _fp8(precision: str, stack: Stack) -> bool:
 class _Shape:
     """One layer's sizes on one rank, and the operators built from them."""
 
-    def __init__(self, model: ModelSpec, b: int, s: int, tp: int, sp: bool, ab: int,
-                 stack: Stack, fp8: bool) -> None:
+    def __init__(self, model: ModelSpec, shard: LayerShard, ab: int, stack: Stack,
+                 fp8: bool) -> None:
+        b, s, tp, sp = shard.micro_batch, shard.seq_len, shard.tp, shard.sequence_parallel
         self.model, self.b, self.s, self.tp, self.ab = model, b, s, tp, ab
         self.stack, self.fp8 = stack, fp8
         self.tokens = b * s
@@ -420,10 +424,10 @@ class _Shape:
                fused_cast: bool = False, count: int = 1) -> list[Operator]:
         """A weight GEMM, in FP8 with its input cast when the stack runs FP8."""
         if not self.fp8:
-            return [gemm(name, m, n, k, self.ab, self.ab, count, bias=bias)]
+            return [gemm(name, (m, n, k), self.ab, self.ab, count, bias=bias)]
         out = [] if fused_cast else [elementwise(f"cast_{name}", m * k * (self.ab + 2),
                                                  count, bwd_bytes_factor=0.0)]
-        return [*out, gemm(name, m, n, k, 1, self.ab, count, fp8=True, bias=bias)]
+        return [*out, gemm(name, (m, n, k), 1, self.ab, count, fp8=True, bias=bias)]
 
     def mla_projections(self) -> list[Operator]:
         """MLA's query and key-value projections (:mod:`workloads.mla`): the duplicated
@@ -483,7 +487,7 @@ class _Shape:
         batch, d = b * self.heads_local, self.model.qk_head_dim
         dv = self.model.v_head_dim
         scores = float(s * s * batch)
-        out = [gemm("attn_scores", batch * s, s, d, ab, ab, kind="bmm")]
+        out = [gemm("attn_scores", (batch * s, s, d), ab, ab, kind="bmm")]
         out[0] = replace(out[0], bytes_moved=float(batch * 2 * s * d * ab + scores * ab))
         if self.stack.fused_softmax:
             out.append(elementwise("attn_softmax", 2 * scores * ab,
@@ -495,7 +499,7 @@ class _Shape:
         if self.stack.attention_dropout:
             out.append(elementwise("attn_dropout", scores * (2 * ab + 1), flops=scores,
                                    bwd_bytes_factor=1.0))
-        context = gemm("attn_context", batch * s, dv, s, ab, ab, kind="bmm")
+        context = gemm("attn_context", (batch * s, dv, s), ab, ab, kind="bmm")
         out.append(replace(context,
                            bytes_moved=float(scores * ab + 2 * batch * s * dv * ab)))
         if self.stack.context_copy:
@@ -553,7 +557,7 @@ class _Shape:
         local_experts = model.experts // ep
         per_expert = max(1, math.ceil(tokens * model.top_k * ep / model.experts))
         return [
-            gemm("router", tokens, model.experts, h, ab, ab),
+            gemm("router", (tokens, model.experts, h), ab, ab),
             elementwise("moe_dispatch", (tokens + tokens * model.top_k) * h * ab,
                         bwd_bytes_factor=1.0),
             *self.linear("expert_fc1", per_expert, self.up_width, h, bias=model.mlp_bias,
@@ -566,31 +570,28 @@ class _Shape:
         ]
 
 
-def layer_work(pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
-               sequence_parallel: bool = False, precision: str = "bf16",
-               layer_index: int = 0, ep: int = 1, causal: bool = True,
-               recompute: str = "full", attention: str | None = None,
+def layer_work(pass_: str, model: ModelSpec, shard: LayerShard, *, precision: str = "bf16",
+               causal: bool = True, attention: str | None = None,
                stack: Stack | None = None) -> LayerWork:
-    """The operators of pass ``pass_`` (``fwd``, ``bwd``, ``recompute``) of one layer."""
+    """The operators of pass ``pass_`` (``fwd``, ``bwd``, ``recompute``: of kind
+    ``shard.recompute``) of one layer."""
     check_choice(pass_, PASSES, key="pass")
-    forward = forward_layer_work(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp,
-                                 sequence_parallel=sequence_parallel, precision=precision,
-                                 layer_index=layer_index, ep=ep, causal=causal,
+    forward = forward_layer_work(model, shard, precision=precision, causal=causal,
                                  attention=attention, stack=stack)
     if pass_ == "bwd":
         return forward.backward()
     if pass_ == "recompute":
-        matmuls = op_sac_matmuls(model, tp=tp, layer_index=layer_index) if (
-            recompute == "op") else ()
-        return forward.recompute(recompute, matmuls)
+        matmuls = op_sac_matmuls(model, tp=shard.tp, layer_index=shard.layer_index) if (
+            shard.recompute == "op") else ()
+        return forward.recompute(shard.recompute, matmuls)
     return forward
 
 
-def check_shard(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int,
-                ep: int) -> None:
+def check_shard(model: ModelSpec, shard: LayerShard) -> None:
     """A ConfigError unless the model's heads, FFN and experts split over tp and ep."""
-    for name, value in (("micro_batch", micro_batch), ("seq_len", seq_len), ("tp", tp),
-                        ("ep", ep)):
+    tp, ep = shard.tp, shard.ep
+    for name, value in (("micro_batch", shard.micro_batch), ("seq_len", shard.seq_len),
+                        ("tp", tp), ("ep", ep)):
         check_whole(value, key=name)
     check_tp_split(heads=model.heads, kv_heads=model.kv_heads, tp=tp)
     for name in ("ffn_hidden", "dense_ffn_hidden"):

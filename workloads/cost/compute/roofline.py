@@ -41,6 +41,7 @@ from distsim_gpu.workloads.cost.compute.stacks import (
     STACKS,
     Stack,
 )
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.gpus import GpuSpec
 from distsim_gpu.workloads.specs.models import ModelSpec
 
@@ -169,10 +170,9 @@ def stores_attention_scores(costs: object) -> bool:
 class CostModel(Protocol):
     """What the workload builder asks of a cost model.  Every time is in seconds."""
 
-    def layer_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int,
-                     tp: int = 1, sequence_parallel: bool = False, layer_index: int = 0,
-                     ep: int = 1, recompute: str = "full") -> float:
-        """One pass of transformer layer ``layer_index`` on one TP rank."""
+    def layer_time_s(self, pass_: str, model: ModelSpec, shard: LayerShard) -> float:
+        """One pass of transformer layer ``shard.layer_index`` on one TP rank (a
+        ``recompute`` pass of kind ``shard.recompute``)."""
         ...
 
     def embedding_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int,
@@ -369,23 +369,14 @@ class RooflineCosts:
             out[item.base_name] = out.get(item.base_name, 0.0) + self.kernel_time_s(item)
         return out
 
-    def layer_work(self, pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int,
-                   tp: int = 1, sequence_parallel: bool = False, layer_index: int = 0,
-                   ep: int = 1, recompute: str = "full") -> LayerWork:
+    def layer_work(self, pass_: str, model: ModelSpec, shard: LayerShard) -> LayerWork:
         """:func:`layer_work` at this model's precision, causality and stack."""
-        return layer_work(pass_, model, micro_batch=micro_batch, seq_len=seq_len, tp=tp,
-                          sequence_parallel=sequence_parallel, precision=self.precision,
-                          layer_index=layer_index, ep=ep, causal=self.causal,
-                          recompute=recompute, stack=self.resolved_stack)
+        return layer_work(pass_, model, shard, precision=self.precision, causal=self.causal,
+                          stack=self.resolved_stack)
 
-    def layer_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int,
-                     tp: int = 1, sequence_parallel: bool = False, layer_index: int = 0,
-                     ep: int = 1, recompute: str = "full") -> float:
+    def layer_time_s(self, pass_: str, model: ModelSpec, shard: LayerShard) -> float:
         """Seconds of one pass of one layer on one TP rank (operators in sequence)."""
-        return self.work_time_s(self.layer_work(
-            pass_, model, micro_batch=micro_batch, seq_len=seq_len, tp=tp,
-            sequence_parallel=sequence_parallel, layer_index=layer_index, ep=ep,
-            recompute=recompute))
+        return self.work_time_s(self.layer_work(pass_, model, shard))
 
     def embedding_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int,
                          seq_len: int, tp: int = 1,
@@ -395,7 +386,7 @@ class RooflineCosts:
         Backward scatters the gradient: 2× the bytes.  Recompute: 0 (never recomputed).
         """
         check_choice(pass_, PASSES, key="pass")
-        check_shard(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, ep=1)
+        check_shard(model, LayerShard(micro_batch, seq_len, tp))
         if pass_ == "recompute":
             return 0.0
         _, ab = bytes_per_element(self.precision)
@@ -416,7 +407,7 @@ class RooflineCosts:
         softmax (T·V/tp·(a + 4) bytes; backward the same); eager fp32 PyTorch (Megatron
         2021: cast to fp32, max, subtract, exp, sum, divide) moves T·V/tp·(a + 36) bytes
         in 6 kernels, and its backward (softmax minus one-hot, scale, cast back) ~22."""
-        check_shard(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, ep=1)
+        check_shard(model, LayerShard(micro_batch, seq_len, tp))
         _, ab = bytes_per_element(self.precision)
         stack = self.resolved_stack
         tokens = micro_batch * seq_len
@@ -425,7 +416,7 @@ class RooflineCosts:
         logits_elems = tokens * vocab_local
         norm = elementwise("final_norm", 2 * tokens_ew * model.hidden * ab,
                            bwd_bytes_factor=1.5)
-        logits = gemm("logits", tokens, vocab_local, model.hidden, ab, ab)
+        logits = gemm("logits", (tokens, vocab_local, model.hidden), ab, ab)
         if stack.fused_cross_entropy:
             entropy = elementwise("cross_entropy", logits_elems * (ab + 4), flops=
                                   5.0 * logits_elems, bwd_bytes_factor=1.0)

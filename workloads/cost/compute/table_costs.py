@@ -19,6 +19,7 @@ from distsim_gpu.workloads.cost.compute.table_io import (
     read_cost_table,
     write_cost_table,
 )
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.gpus import canonical_gpu_name
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.recompute import table_pass as recompute_table_pass
@@ -167,30 +168,23 @@ class TableCosts:
     def _has_kind(self, kind: str) -> bool:
         return any(key[0] == kind for key in self._groups)
 
-    def layer_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int,
-                     tp: int = 1, sequence_parallel: bool = False, layer_index: int = 0,
-                     ep: int = 1, recompute: str = "full") -> float:
-        """Looked-up seconds for one pass of layer ``layer_index`` (ep is not a key)."""
+    def layer_time_s(self, pass_: str, model: ModelSpec, shard: LayerShard) -> float:
+        """Looked-up seconds for one pass of layer ``shard.layer_index`` (ep is not a
+        key)."""
         check_choice(pass_, PASSES, key="pass")
-        check_choice(recompute, RECOMPUTE_GRANULARITIES, key="recompute")
-        kind = "moe_layer" if model.is_moe_layer(layer_index) else "transformer_layer"
-        table_pass = recompute_table_pass(recompute) if pass_ == "recompute" else pass_
+        check_choice(shard.recompute, RECOMPUTE_GRANULARITIES, key="recompute")
+        kind = "moe_layer" if model.is_moe_layer(shard.layer_index) else "transformer_layer"
+        table_pass = recompute_table_pass(shard.recompute) if pass_ == "recompute" else pass_
         if not self._has_kind(kind) and self.fallback is not None:
-            shape = {"micro_batch": micro_batch, "seq_len": seq_len, "tp": tp,
-                     "sequence_parallel": sequence_parallel}
             if hasattr(self.fallback, "operator_times_s"):
-                return self._by_operator(pass_, model, shape, layer_index=layer_index,
-                                         ep=ep, recompute=recompute)
-            return self.fallback.layer_time_s(pass_, model, **shape,
-                                              layer_index=layer_index, ep=ep,
-                                              recompute=recompute)
-        return self.lookup(kind, table_pass, micro_batch=micro_batch, seq_len=seq_len,
-                           hidden=model.hidden, tp=tp, sequence_parallel=sequence_parallel)
+                return self._by_operator(pass_, model, shard)
+            return self.fallback.layer_time_s(pass_, model, shard)
+        return self.lookup(kind, table_pass, micro_batch=shard.micro_batch,
+                           seq_len=shard.seq_len, hidden=model.hidden, tp=shard.tp,
+                           sequence_parallel=shard.sequence_parallel)
 
-    def operator_breakdown_s(self, pass_: str, model: ModelSpec, *, micro_batch: int,
-                         seq_len: int, tp: int = 1, sequence_parallel: bool = False,
-                         layer_index: int = 0, ep: int = 1,
-                         recompute: str = "full") -> dict[str, tuple[float, str]]:
+    def operator_breakdown_s(self, pass_: str, model: ModelSpec,
+                             shard: LayerShard) -> dict[str, tuple[float, str]]:
         """Seconds per operator of one pass and where each came from (``table`` or
         ``roofline``).  Needs a roofline fallback."""
         fallback: Any = self.fallback
@@ -198,30 +192,27 @@ class TableCosts:
             raise ConfigError("per-operator costs need a roofline fallback",
                               source=self.source, hint="TableCosts(..., fallback="
                                                        "RooflineCosts(gpu))")
-        work = fallback.layer_work(pass_, model, micro_batch=micro_batch, seq_len=seq_len,
-                                   tp=tp, sequence_parallel=sequence_parallel,
-                                   layer_index=layer_index, ep=ep, recompute=recompute)
+        work = fallback.layer_work(pass_, model, shard)
         table_pass = "fwd" if pass_ == "recompute" else pass_
+        tp, sequence_parallel = shard.tp, shard.sequence_parallel
         out: dict[str, tuple[float, str]] = {}
         for name, roofline_s in fallback.operator_times_s(work).items():
             group = self._groups.get((name, table_pass, model.hidden, tp,
                                       sequence_parallel))
             if group:
-                out[name] = (self.lookup(name, table_pass, micro_batch=micro_batch,
-                                         seq_len=seq_len, hidden=model.hidden, tp=tp,
+                out[name] = (self.lookup(name, table_pass, micro_batch=shard.micro_batch,
+                                         seq_len=shard.seq_len, hidden=model.hidden, tp=tp,
                                          sequence_parallel=sequence_parallel), "table")
             else:
                 out[name] = (roofline_s, "roofline")
         return out
 
-    def _by_operator(self, pass_: str, model: ModelSpec, shape: dict[str, Any], *,
-                     layer_index: int, ep: int, recompute: str) -> float:
+    def _by_operator(self, pass_: str, model: ModelSpec, shard: LayerShard) -> float:
         """The measured operators' times and the roofline's for the rest, in sequence, each
         operator's kernels no earlier than the host issues them (as the roofline does)."""
         fallback: Any = self.fallback
-        args = {**shape, "layer_index": layer_index, "ep": ep, "recompute": recompute}
-        times = self.operator_breakdown_s(pass_, model, **args)
-        work = fallback.layer_work(pass_, model, **args)
+        times = self.operator_breakdown_s(pass_, model, shard)
+        work = fallback.layer_work(pass_, model, shard)
         if all(source == "roofline" for _, source in times.values()):
             return fallback.work_time_s(work)
         launches: dict[str, int] = {}

@@ -1,0 +1,41 @@
+"""The shard of one transformer layer that one rank computes.
+
+A :class:`LayerShard` is what every per-layer cost asks of the strategy: the micro-batch
+and the sequence length a rank sees, how the layer is split over its tensor-parallel group
+(with or without sequence parallelism) and its expert-parallel group, which layer of the
+model it is (dense or MoE) and how that layer is recomputed.  The cost models
+(:meth:`~distsim_gpu.workloads.cost.compute.roofline.CostModel.layer_time_s`), the
+operator lists (:func:`~distsim_gpu.workloads.cost.compute.operators.layer_work`), the
+activation memory (:func:`~distsim_gpu.workloads.cost.memory.activation_bytes_per_layer`)
+and context parallelism's core attention all take one, so a new split is one field here
+instead of one keyword on each of them.
+
+The record is not validated on construction: the functions that use it check it against
+the model (a ``tp`` that does not divide the heads is a property of the pair).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["LayerShard"]
+
+
+@dataclass(frozen=True, slots=True)
+class LayerShard:
+    """Layer ``layer_index`` over ``micro_batch`` sequences of ``seq_len`` tokens on one
+    rank of ``tp`` tensor-parallel (``sequence_parallel``: element-wise ops on ``1/tp`` of
+    the tokens) and ``ep`` expert-parallel ranks.
+
+    ``recompute`` is the layer's recomputation mode: the kind of ``recompute`` pass a cost
+    model times (``full``, ``selective``, ``op``), and what the activation memory keeps
+    (``none`` too).  Its default ``full`` is the cost models'; the memory model's
+    no-recomputation case is ``recompute="none"``."""
+
+    micro_batch: int
+    seq_len: int
+    tp: int = 1
+    sequence_parallel: bool = False
+    ep: int = 1
+    layer_index: int = 0
+    recompute: str = "full"
