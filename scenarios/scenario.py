@@ -166,8 +166,8 @@ class Scenario:
     microbatches: int
     stragglers: Mapping[str, float] = field(default_factory=dict)
     description: str = ""
-    # Issue 15's keys (scenarios.disruptions): faults, the straggler model the factors were
-    # drawn from, the jobs sharing the cluster (name, scenario), goodput.
+    # What goes wrong and who shares (scenarios.disruptions): faults, the straggler model
+    # the factors were drawn from, the jobs sharing the cluster (name, scenario), goodput.
     faults: tuple[Fault, ...] = ()
     straggler_model: StragglerModel | None = None
     jobs: tuple[tuple[str, Scenario], ...] = ()
@@ -216,7 +216,8 @@ class Scenario:
         return data
 
     def _resolve_disruptions(self, data: dict[str, Any]) -> None:
-        """Issue 15's keys, where the scenario has them (``resolved`` is unchanged else)."""
+        """The faults, stragglers, jobs and goodput keys, where the scenario has them
+        (``resolved`` is unchanged else)."""
         if self.straggler_model is not None and self.straggler_model.random:
             data["stragglers"] = self.straggler_model.to_dict()
         if self.faults:
@@ -390,6 +391,13 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
     if not isinstance(description, str):
         raise ConfigError("must be a string", key="description", source=source)
 
+    # simulation: checked first, since the seed also draws the fabric's ECMP hashes
+    simulation = check_mapping(spec.get("simulation"), key="simulation", source=source,
+                               optional=True)
+    check_keys(simulation, SIMULATION_KEYS, prefix="simulation", source=source)
+    seed = check_whole(simulation.get("seed", 0), key="simulation.seed", minimum=0,
+                       source=source)
+
     # cluster
     cluster = spec["cluster"]
     if isinstance(cluster, Topology):  # a job's view of a shared cluster (``jobs``)
@@ -401,7 +409,7 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
                           key="cluster", source=source)
     try:
         topology = (cluster["view"] if "view" in cluster
-                    else _seed_hashing(build_cluster(cluster), spec.get("simulation")))
+                    else _seed_hashing(build_cluster(cluster), seed))
     except DistsimError as error:
         raise locator.locate(error, cluster=True) from None
     if "jobs" in spec:
@@ -441,9 +449,6 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
     if "fidelity" in communication:
         raise ConfigError("fidelity is a simulation setting", key="communication.fidelity",
                           source=source, hint="write it as simulation.fidelity")
-    simulation = check_mapping(spec.get("simulation"), key="simulation", source=source,
-                               optional=True)
-    check_keys(simulation, SIMULATION_KEYS, prefix="simulation", source=source)
     if "fidelity" in simulation:
         communication["fidelity"] = simulation["fidelity"]
     try:
@@ -453,9 +458,6 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
         if error.key == "communication.fidelity":
             error.key = "simulation.fidelity"
         raise
-    seed = check_whole(simulation.get("seed", 0), key="simulation.seed", minimum=0,
-                       source=source)
-
     stragglers, straggler_model = _straggler_factors(spec.get("stragglers"), topology, seed,
                                                      source)
     microbatches = check_strategy(model, parallel, training, num_gpus=len(topology.gpus),
@@ -518,14 +520,12 @@ def _stack_defaults(parallel: ParallelConfig, raw: Any, roofline: RooflineCosts,
     return dataclasses.replace(parallel, **changes) if changes else parallel
 
 
-def _seed_hashing(topology: Topology, simulation: Any) -> Topology:
+def _seed_hashing(topology: Topology, seed: int) -> Topology:
     """``topology`` (just built, no route taken yet) with ECMP's hashes drawn again for a
-    non-zero ``simulation.seed``: the seed is mixed into ``fabric.hash_seed``, as another
-    switch hash seed would be, so seed 0 keeps the fabric's own routes.  Static and
-    adaptive routing hash nothing.  (The seed itself is checked with the other keys.)"""
-    seed = simulation.get("seed", 0) if isinstance(simulation, Mapping) else 0
-    if (isinstance(seed, bool) or not isinstance(seed, int) or seed <= 0
-            or topology.routing.policy != "ecmp"):
+    non-zero ``simulation.seed`` (already checked): the seed is mixed into
+    ``fabric.hash_seed``, as another switch hash seed would be, so seed 0 keeps the fabric's
+    own routes.  Static and adaptive routing hash nothing."""
+    if seed <= 0 or topology.routing.policy != "ecmp":
         return topology
     digest = hashlib.blake2b(f"{topology.routing.hash_seed}|{seed}".encode(), digest_size=8)
     topology.routing = replace(topology.routing,

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+from distsim_gpu.simcore.errors import ConfigError
 
 QUICKSTART = Path(__file__).parents[2] / "scenarios" / "examples" / "quickstart.yaml"
 # Eight nodes on Ethernet (ECMP): replicas' all-reduces cross hashed spine paths.
@@ -61,3 +63,13 @@ def test_same_seed_same_output_byte_for_byte(capsys):
         data.pop("wall_time_s")  # (host time: the one field that may differ)
         outputs.append(json.dumps(data, sort_keys=True))
     assert outputs[0] == outputs[1]
+
+
+def test_the_seed_is_checked_before_it_draws_the_fabric_hashes():
+    # A seed that is not a whole number is the seed's error, even on a cluster whose
+    # ECMP hashes it would draw (and whose own error, were there one, comes after).
+    for bad in ("1.5", True, "seven"):
+        with pytest.raises(ConfigError) as info:
+            load_scenario(QUICKSTART, [*ETHERNET, ("simulation.seed", bad),
+                                       ("cluster.fabric.oversubscription", -1)])
+        assert info.value.key == "simulation.seed"
