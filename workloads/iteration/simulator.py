@@ -769,12 +769,6 @@ def _check_memory(spec: IterationSpec, memory: list[MemoryBreakdown],
                 "--allow-oom to simulate anyway")
 
 
-# Routing policies whose routes depend on a connection's ends only, so a replica's routes
-# and its image's are alike where the fabric is (ECMP hashes each queue pair; Valiant and
-# UGAL pick intermediate groups by load or at random: not folded).
-_FOLDABLE_ROUTING = ("dmodk", "adaptive", "spray")
-
-
 def _fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
                 streams: list[list[Op]], unit: int) -> tuple[dict[int, tuple[int, ...]], str]:
     """Which units (replicas, or blocks of ``unit`` replicas) are simulated, each with the
@@ -798,7 +792,7 @@ def _fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankG
     why = ("full: folding off" if not spec.fold_replicas
            else f"full: stragglers on {', '.join(slow)}" if len(healthy) < 2
            else f"full: {spec.topology.routing.policy} routing may route replicas unalike"
-           if spec.topology.routing.policy not in _FOLDABLE_ROUTING
+           if not spec.topology.routing.folds_replicas
            else _asymmetry(spec, comm, groups, streams, unit, healthy if odd else None)
            or ("full: a trace was asked for (spans per rank group)" if spec.trace else ""))
     if why:
