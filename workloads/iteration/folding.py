@@ -64,6 +64,13 @@ from distsim_gpu.topology import Topology
 from distsim_gpu.workloads.iteration.ops import Collective, Op
 from distsim_gpu.workloads.iteration.records import IterationSpec
 from distsim_gpu.workloads.iteration.timeline import RankGroup
+from distsim_gpu.workloads.strategy.dimensions import (
+    PeerGroup,
+    Peering,
+    folding_unit,
+    peer_degrees,
+    peer_groups,
+)
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
 
 __all__ = ["exclusive_tp", "fold_check", "unit_rows"]
@@ -76,12 +83,14 @@ def fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGr
     that says so (see the module docstring, *Symmetry folding*).  Units holding a
     straggler run on their own, beside one unit standing for all the others."""
     dp = spec.parallel.dp_cp
-    ring = spec.parallel.cp > 1  # else a unit > 1 is an expert-parallel block
+    # What a unit of more than one replica is (an expert-parallel block, a
+    # context-parallel ring), for the sentence.
+    named = folding_unit(spec.parallel)[0]
+    kind = None if named is None else named.fold_unit
     units = dp // unit
     if units <= 1:
         return {}, "full: one data-parallel replica" + (
-            "" if unit == 1 else " ring (context parallelism spans them all)" if ring
-            else " block (expert parallelism spans them all)")
+            "" if unit == 1 or kind is None else f" {kind.noun} ({kind.spans} spans them all)")
     slow = sorted(g for g, factor in spec.stragglers.items() if factor != 1)
     # A unit is unlike the others where one of its rank groups runs slower (a faster GPU
     # in a TP group waits for its peers: the group's pace is unchanged).
@@ -97,17 +106,16 @@ def fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGr
            or ("full: a trace was asked for (spans per rank group)" if spec.trace else ""))
     if why:
         return {}, why
-    what = ("data-parallel replicas" if unit == 1 else f"context-parallel rings of {unit}"
-            if ring else f"expert-parallel blocks of {unit}")
+    what = ("data-parallel replicas" if unit == 1 or kind is None
+            else f"{kind.adjective} {kind.noun}s of {unit}")
     stands_for = {healthy[0]: tuple(healthy), **{u: (u,) for u in odd}}
     if not odd:
         return stands_for, f"folded {units} {what} into 1"
-    if unit == 1:
+    if unit == 1 or kind is None:
         alone = "replica" + ("s " if len(odd) > 1 else " ") + ", ".join(map(str, odd))
     else:  # an expert-parallel block or a context-parallel ring, by its replicas
-        alone = ("the " + ("rings" if ring else "blocks") + " of replicas " if len(odd) > 1
-                 else "the " + ("ring" if ring else "block") + " of replicas ") + ", ".join(
-            f"{u * unit}-{u * unit + unit - 1}" for u in odd)
+        alone = (f"the {kind.noun}{'s' if len(odd) > 1 else ''} of replicas " + ", ".join(
+            f"{u * unit}-{u * unit + unit - 1}" for u in odd))
     return stands_for, (f"folded {len(healthy)} {what} without a straggler into 1; {alone} "
                         f"(stragglers on {', '.join(slow)}) simulated on "
                         f"{'their' if len(odd) > 1 else 'its'} own")
@@ -169,8 +177,9 @@ def _tp_candidates_differ(comm: Communicator, row: list[RankGroup]) -> str:
 
 def _calls(stream: list[Op]) -> set[tuple[str, str, float]]:
     """The distinct (peers, op, size) of a stream's collectives among rank groups."""
+    own = {name for name, peer in peer_groups().items() if peer.peering is Peering.OWN}
     return {(op.group, op.op, op.size_bytes) for op in stream
-            if isinstance(op, Collective) and op.group != "tp" and op.op is not None
+            if isinstance(op, Collective) and op.group not in own and op.op is not None
             and op.size_bytes is not None}
 
 
@@ -194,24 +203,36 @@ def _flow_classes(comm: Communicator, groups: list[list[RankGroup]], stage: int,
             classes.append(("p2p", [[comm.pairs_plan(
                 list(zip(a.gpus, b.gpus) if forward else zip(b.gpus, a.gpus)), 1.0,
                 protocol="simple")] for a, b in zip(row, ahead)]))
-    for peers, op, size in sorted(calls):
-        if peers == "embedding":
-            lanes = [[[a, b] for a, b in zip(first.gpus, last.gpus)]
-                     for first, last in zip(groups[0], groups[-1])]
-        elif peers == "ep":
-            lanes = [[[g.gpus[t] for g in row[b:b + unit]] for t in range(tp)]
-                     for b in range(0, len(row), unit)]
-        elif peers == "cp":  # per ring (unit = cp), every lane's sends to the next rank
-            classes.append(("cp ring", [[comm.pairs_plan(
-                [(g.gpus[t], row[b + (i + 1) % unit].gpus[t]) for t in range(tp)
-                 for i, g in enumerate(row[b:b + unit])], 1.0, protocol="simple")]
-                for b in range(0, len(row), unit)]))
-            continue
-        else:
-            continue
-        classes.append((op, [[comm.choose(op, lane, size) for lane in mine]
-                             for mine in lanes]))
+    peers = peer_groups()
+    for name, op, size in sorted(calls):
+        peer = peers.get(name)
+        if peer is not None:
+            classes.extend(_call_class(comm, groups, row, peer, (op, size), unit))
     return classes
+
+
+def _call_class(comm: Communicator, groups: list[list[RankGroup]], row: list[RankGroup],
+                peer: PeerGroup, call: tuple[str, float], unit: int) -> _Classes:
+    """The flow class of one collective call ``(op, size)`` among ``peer`` of ``row``'s
+    groups that folding enters with its images (none for data-parallel ones: they span
+    replicas and run in full).  A block's (expert all-to-alls, context-parallel ring
+    steps) is per unit: the block is the unit."""
+    op, size = call
+    tp = len(row[0].gpus)
+    if peer.peering is Peering.ENDS:
+        lanes = [[[a, b] for a, b in zip(first.gpus, last.gpus)]
+                 for first, last in zip(groups[0], groups[-1])]
+    elif peer.peering is Peering.BLOCK and peer.ring:  # every lane's sends to the next rank
+        return [(f"{peer.name} ring", [[comm.pairs_plan(
+            [(g.gpus[t], row[b + (i + 1) % unit].gpus[t]) for t in range(tp)
+             for i, g in enumerate(row[b:b + unit])], 1.0, protocol="simple")]
+            for b in range(0, len(row), unit)])]
+    elif peer.peering is Peering.BLOCK:
+        lanes = [[[g.gpus[t] for g in row[b:b + unit]] for t in range(tp)]
+                 for b in range(0, len(row), unit)]
+    else:
+        return []
+    return [(op, [[comm.choose(op, lane, size) for lane in mine] for mine in lanes])]
 
 
 def _spanning_load(comm: Communicator, groups: list[list[RankGroup]],
@@ -219,10 +240,12 @@ def _spanning_load(comm: Communicator, groups: list[list[RankGroup]],
                    ) -> dict[Any, float]:
     """Per link, the streams the data-parallel collectives put on it (every call's)."""
     load: dict[Any, float] = {}
+    spanning = {name for name, peer in peer_groups().items()
+                if peer.peering is Peering.STAGE}
     for stage, row in enumerate(groups):
         lanes = [[g.gpus[t] for g in row] for t in range(tp)]
-        for peers, op, size in calls[stage]:
-            if peers != "dp":
+        for name, op, size in calls[stage]:
+            if name not in spanning:
                 continue
             for lane in lanes:
                 for step in comm.choose(op, lane, size).steps:
@@ -338,13 +361,16 @@ def _async_send_pairs(groups: list[list[RankGroup]], par: ParallelConfig,
                       ) -> Generator[list[tuple[str, str]], None, None]:
     """The GPU pairs of every asynchronous send between rank groups, one list per group
     and destination: pipeline neighbours (both ways; around the ring when interleaved)
-    and the next rank group of a context-parallel ring."""
+    and the next rank group of a ring communicator (context parallelism's)."""
+    # A ring's sends run while groups compute; its block is its dimension's degree.
+    degrees = peer_degrees(par)
+    rings = [degrees[name] for name, peer in peer_groups().items()
+             if peer.ring and degrees[name] > 1]
     for stage in range(par.pp):
         for replica in range(par.dp_cp):
             here = groups[stage][replica].gpus
-            if par.cp > 1:  # the context-parallel ring's sends run while groups compute
-                there = groups[stage][replica // par.cp * par.cp
-                                      + (replica + 1) % par.cp].gpus
+            for size in rings:
+                there = groups[stage][replica // size * size + (replica + 1) % size].gpus
                 yield list(zip(here, there))
             for neighbour in (stage - 1, stage + 1):
                 if 0 <= neighbour < par.pp or par.interleave > 1:

@@ -89,15 +89,18 @@ from distsim_gpu.workloads.iteration.timeline import (
     started,
 )
 from distsim_gpu.workloads.iteration.tracing import record_link_counters, trace_metadata
+from distsim_gpu.workloads.strategy.dimensions import (
+    PeerGroup,
+    Peering,
+    folding_unit,
+    peer_degrees,
+    peer_groups,
+)
 from distsim_gpu.workloads.strategy.parallel import Placement, check_strategy
 
 # The records live in their own module; they are imported from here too.
 __all__ = ["CRITICAL_KINDS", "GpuTimes", "IterationResult", "IterationSpec", "PathEntry",
            "simulate_iteration"]
-
-# The critical-path kind of a collective's time, by who takes part (see ops.Peers).
-_COMM_KIND = {"tp": "tp comm", "ep": "ep comm", "dp": "dp comm", "embedding": "dp comm",
-              "cp": "cp comm"}
 
 # What runs an op on a rank group's main stream: a generator to wait on, or None when the
 # op only launches something (a send, an asynchronous collective).
@@ -144,9 +147,14 @@ class IterationSimulator:
         self._tp_time: dict[tuple[str, int], float] = {}
         self._send_plans: dict[tuple[RankGroup, RankGroup], CollectivePlan] = {}
         self._tp_joint: dict[tuple[RankGroup, str, float], Any] = {}
-        # Context parallelism: per group the ring steps it joined, per ring its plan.
-        self._cp_calls: dict[RankGroup, int] = {}
-        self._cp_plans: dict[tuple[int, int, float], CollectivePlan] = {}
+        # Who takes part in a collective, by the name its op's group says (a dimension's
+        # communicator, workloads.strategy.dimensions), and a block's size.
+        self._peer_groups = peer_groups()
+        self._block = peer_degrees(par)
+        self._own = frozenset(name for name, peer in self._peer_groups.items()
+                              if peer.peering is Peering.OWN)
+        # A ring communicator's (context parallelism's) plan per (stage, block, size).
+        self._ring_plans: dict[tuple[int, int, float], CollectivePlan] = {}
         # What a folded op's TP collectives do to the group's links: per (group, id of
         # the Fused op) their total (None: it has none), and per (plan id, size) the
         # flows one call stands for (see _fold_flows_of).
@@ -168,7 +176,7 @@ class IterationSimulator:
         # simulated unit stands for the units ``stands_for`` maps it to (itself first, its
         # images after); the full simulation is one unit of every replica standing for
         # itself.
-        self.unit = par.ep if par.ep > 1 else par.cp
+        self.unit = folding_unit(par)[1]
         self.stands_for, self.folding = fold_check(spec, self.comm, self.groups,
                                                     self.streams, self.unit)
         self.folded = bool(self.stands_for)
@@ -295,7 +303,7 @@ class IterationSimulator:
         if not op.blocking:
             self._launch_async(group, op)
             return None
-        if op.group == "tp":
+        if op.group in self._own:
             return self._tp_flows(group, op)
         return self._join(group, op)
 
@@ -360,66 +368,65 @@ class IterationSimulator:
         """A blocking collective among rank groups (expert all-to-all, tied embedding,
         ZeRO parameter gather): it starts when the last member arrives."""
         env = self.env
-        key, members = self._peers(group, op.group)
-        kind = _COMM_KIND[op.group]
-        tag = "ep" if op.group == "ep" else "dp"
+        peer = self._peer_groups[op.group]
+        key, members = self._peers(group, peer)
+        kind = peer.comm_kind
         start = env.now
-        if op.group == "dp":  # over every replica, folded or not
+        if peer.peering is Peering.STAGE:  # over every replica, folded or not
             lanes, wait = self._lanes(self.groups[group.stage]), None
         else:  # every image's call beside the simulated one's, done when that is
             lanes = [lane for image in self._image_members(members)
                      for lane in self._lanes(image)]
             wait = self.spec.parallel.tp
         meeting = self.meetings.meet(key, group, members, lambda: self._run_plans(
-            lanes, op.op, op.size_bytes, tag, wait=wait))
+            lanes, op.op, op.size_bytes, peer.tag, wait=wait))
         # Between the first and the last stage, waiting for the other is the flush.
         yield from self.meetings.wait(group, meeting, kind=kind, label=op.label,
-                              flush=op.group == "embedding")
+                              flush=peer.peering is Peering.ENDS)
         # The span is the collective itself, as the GPU's communication time counts it;
         # waiting for late peers before it is idle time.
         self.sim.tracer.span(group.name, kind, op.label, started(meeting, start), env.now,
                              collective=op.op)
 
-    def _peers(self, group: RankGroup, peers: str) -> tuple[Any, list[RankGroup]]:
-        """The meeting key and the members of a collective among ``peers`` of ``group``."""
-        par = self.spec.parallel
-        stage_groups = self.groups[group.stage]
-        if peers == "ep":
-            block = group.replica // par.ep * par.ep
-            key = ("ep", group.stage, block, group.ep_calls)
-            group.ep_calls += 1
-            return key, stage_groups[block:block + par.ep]
-        if peers == "embedding":
-            return (("embedding", group.replica),
-                    [self.groups[0][group.replica], self.groups[par.pp - 1][group.replica]])
-        if peers == "dp":
-            key = ("dp", group.stage, group.dp_calls)
-            group.dp_calls += 1
-            return key, self.rows[group.stage]
-        if peers == "cp":  # the ring of cp consecutive replicas (workloads.parallel)
-            block = group.replica // par.cp * par.cp
-            calls = self._cp_calls[group] = self._cp_calls.get(group, -1) + 1
-            return ("cp", group.stage, block, calls), stage_groups[block:block + par.cp]
-        raise SimulationError(f"no collective among {peers!r} in an iteration")
+    def _peers(self, group: RankGroup, peer: PeerGroup) -> tuple[Any, list[RankGroup]]:
+        """The meeting key and the members of a collective among ``peer`` of ``group``
+        (see :class:`~workloads.strategy.dimensions.Peering`)."""
+        name, peering = peer.name, peer.peering
+        if peering is Peering.ENDS:
+            return ((name, group.replica),
+                    [self.groups[0][group.replica],
+                     self.groups[self.spec.parallel.pp - 1][group.replica]])
+        calls = group.calls.get(name, 0)
+        group.calls[name] = calls + 1
+        if peering is Peering.STAGE:
+            return (name, group.stage, calls), self.rows[group.stage]
+        if peering is Peering.BLOCK:  # consecutive replicas (workloads.parallel)
+            size = self._block[name]
+            block = group.replica // size * size
+            return ((name, group.stage, block, calls),
+                    self.groups[group.stage][block:block + size])
+        raise SimulationError(f"no collective among {name!r} in an iteration")
 
     def _launch_async(self, group: RankGroup, op: Collective) -> None:
-        """A data-parallel collective on a communication stream; the main stream goes on."""
-        if op.group == "cp":
-            self._launch_cp(group, op)
+        """A collective on a communication stream (data-parallel, or among a block); the
+        main stream goes on."""
+        peer = self._peer_groups[op.group]
+        if peer.peering is Peering.BLOCK:
+            self._launch_block(group, op, peer)
             return
-        if op.group == "ep":
-            self._launch_ep(group, op)
-            return
-        key, members = self._peers(group, "dp")
+        if peer.peering is not Peering.STAGE:
+            raise SimulationError(f"no asynchronous collective among {peer.name!r}")
+        key, members = self._peers(group, peer)
         meeting = self.meetings.get(key)
         meeting.label = op.label
+        meeting.kind = peer.comm_kind
         # Over every replica, folded or not: the simulated members stand for the rest.
         row = self.groups[group.stage]
         # A narrower layer group's gradients (workloads.layer_groups): one ring per shard
         # over every replica's GPUs holding it, each replica's consecutive.
         lanes = ([[m.gpus[t] for m in row for t in sub] for sub in op.subgroups]
                  if op.subgroups else self._lanes(row))
-        launch = partial(self._run_plans, lanes, op.op, op.size_bytes, "dp")
+        launch = partial(self._run_plans, lanes, op.op, op.size_bytes, peer.tag)
         # One NCCL stream per kind: a collective starts after the previous one of its
         # stream (DDP's bucket all-reduces, FSDP's gathers and its reductions each run in
         # order).
@@ -439,43 +446,47 @@ class IterationSimulator:
         if self.sim.tracer.enabled:
             self._trace_async(group, meeting, op.label, op.op or "")
 
-    def _launch_cp(self, group: RankGroup, op: Collective) -> None:
-        """One step of the context-parallel ring (workloads.context_parallel): every CP
-        rank sends its block to the next, on every tensor lane — and, folded, the images'
-        rings beside it, as one plan; it starts when the whole ring has arrived."""
-        key, members = self._peers(group, "cp")
+    def _launch_block(self, group: RankGroup, op: Collective, peer: PeerGroup) -> None:
+        """An asynchronous call among ``group``'s block (:attr:`Peering.BLOCK`): one step
+        of a context-parallel ring (workloads.context_parallel: every rank sends its
+        block to the next, on every tensor lane) or an expert all-to-all on its own stream
+        (``parallelism.moe_overlap``, as ``_join`` runs it) — over the block's lanes and,
+        folded, its images', starting when the block has arrived; the rank's compute goes
+        on."""
+        key, members = self._peers(group, peer)
         meeting = self.meetings.get(key)
         meeting.label = op.label
-        size = op.size_bytes or 0.0
-        ring = (group.stage, key[2], size)
-        plan = self._cp_plans.get(ring)
+        meeting.kind = peer.comm_kind
+        if peer.ring:
+            size = op.size_bytes or 0.0
+            plan = self._ring_plan(group.stage, key[2], members, size)
+            launch = partial(self.comm.run_plan, plan, size, tag=peer.tag)
+        else:
+            lanes = [lane for image in self._image_members(members)
+                     for lane in self._lanes(image)]
+            launch = partial(self._run_plans, lanes, op.op, op.size_bytes, peer.tag,
+                             wait=self.spec.parallel.tp)
+        self.meetings.arrive(meeting, key, group, members, launch)
+        group.handles[op.handle or op.label] = meeting
+        if self.sim.tracer.enabled:
+            self._trace_async(group, meeting, op.label, op.op or "")
+
+    def _ring_plan(self, stage: int, block: int, members: list[RankGroup],
+                   size: float) -> CollectivePlan:
+        """One ring step's sends — every member's to the next, on every tensor lane — and,
+        folded, the images' rings beside it, as one plan."""
+        ring = (stage, block, size)
+        plan = self._ring_plans.get(ring)
         if plan is None:
             pairs = [(lane[i], lane[(i + 1) % len(lane)])
                      for image in self._image_members(members) for lane in self._lanes(image)
                      for i in range(len(lane))]
-            plan = self._cp_plans[ring] = self.comm.pairs_plan(pairs, size)
-        self.meetings.arrive(meeting, key, group, members,
-                             lambda: self.comm.run_plan(plan, size, tag="cp"))
-        group.handles[op.handle or op.label] = meeting
-        if self.sim.tracer.enabled:
-            self._trace_async(group, meeting, op.label, op.op or "", kind="cp comm")
+            plan = self._ring_plans[ring] = self.comm.pairs_plan(pairs, size)
+        return plan
 
-    def _launch_ep(self, group: RankGroup, op: Collective) -> None:
-        """An expert all-to-all on its own stream (``parallelism.moe_overlap``,
-        workloads.streams): over the EP block's lanes and its images', as ``_join`` runs
-        it, starting when the block has arrived; the rank's compute goes on."""
-        key, members = self._peers(group, "ep")
-        meeting = self.meetings.get(key)
-        meeting.label = op.label
-        lanes = [lane for image in self._image_members(members) for lane in self._lanes(image)]
-        self.meetings.arrive(meeting, key, group, members, lambda: self._run_plans(
-            lanes, op.op, op.size_bytes, "ep", wait=self.spec.parallel.tp))
-        group.handles[op.handle or op.label] = meeting
-        if self.sim.tracer.enabled:
-            self._trace_async(group, meeting, op.label, op.op or "", kind=_COMM_KIND["ep"])
+    def _trace_async(self, group: RankGroup, meeting: Meeting, label: str, op: str) -> None:
+        kind = meeting.kind
 
-    def _trace_async(self, group: RankGroup, meeting: Meeting, label: str, op: str,
-                     kind: str = "dp comm") -> None:
         def record(_event: simpy.Event) -> None:
             start = meeting.start_s if meeting.start_s is not None else self.env.now
             self.sim.tracer.span(group.name, kind, label, start, self.env.now,
@@ -486,10 +497,7 @@ class IterationSimulator:
     def _run_wait(self, group: RankGroup, op: Wait) -> Generator[simpy.Event, Any, None]:
         if op.handle is not None:
             meeting = group.handles.pop(op.handle)
-            # A context-parallel ring step's handle starts "cp:", an overlapped expert
-            # all-to-all's "ep:" (workloads.streams).
-            kind = _COMM_KIND.get(op.handle.split(":", 1)[0], "dp comm")
-            return self.meetings.wait(group, meeting, kind=kind, label=meeting.label)
+            return self.meetings.wait(group, meeting, kind=meeting.kind, label=meeting.label)
         return self._wait_pending(group)
 
     def _wait_pending(self, group: RankGroup) -> Generator[simpy.Event, Any, None]:
