@@ -94,6 +94,7 @@ from distsim_gpu.workloads.strategy.dimensions import (
     Peering,
     folding_unit,
     peer_degrees,
+    peer_group,
     peer_groups,
 )
 from distsim_gpu.workloads.strategy.parallel import Placement, check_strategy
@@ -368,7 +369,7 @@ class IterationSimulator:
         """A blocking collective among rank groups (expert all-to-all, tied embedding,
         ZeRO parameter gather): it starts when the last member arrives."""
         env = self.env
-        peer = self._peer_groups[op.group]
+        peer = self._peer(op.group)
         key, members = self._peers(group, peer)
         kind = peer.comm_kind
         start = env.now
@@ -387,6 +388,12 @@ class IterationSimulator:
         # waiting for late peers before it is idle time.
         self.sim.tracer.span(group.name, kind, op.label, started(meeting, start), env.now,
                              collective=op.op)
+
+    def _peer(self, name: Any) -> PeerGroup:
+        """The communicator an op's ``group`` names; an error naming the valid ones if no
+        registered dimension has it."""
+        peer = self._peer_groups.get(name)
+        return peer if peer is not None else peer_group(name)
 
     def _peers(self, group: RankGroup, peer: PeerGroup) -> tuple[Any, list[RankGroup]]:
         """The meeting key and the members of a collective among ``peer`` of ``group``
@@ -410,7 +417,7 @@ class IterationSimulator:
     def _launch_async(self, group: RankGroup, op: Collective) -> None:
         """A collective on a communication stream (data-parallel, or among a block); the
         main stream goes on."""
-        peer = self._peer_groups[op.group]
+        peer = self._peer(op.group)
         if peer.peering is Peering.BLOCK:
             self._launch_block(group, op, peer)
             return
