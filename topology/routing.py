@@ -67,6 +67,7 @@ from distsim_gpu.simcore.config import check_choice, check_whole
 __all__ = [
     "DEFAULT_POLICY",
     "END_TO_END_POLICIES",
+    "FOLDING_POLICIES",
     "POLICIES",
     "TECHNOLOGIES",
     "Connection",
@@ -79,6 +80,10 @@ __all__ = [
 POLICIES = ("dmodk", "adaptive", "ecmp", "spray", "valiant", "ugal")
 #: Policies whose split depends on the connection's two ends only (a route can be cached).
 END_TO_END_POLICIES = ("adaptive", "spray", "valiant", "ugal")
+#: Policies under which replicas alike in the fabric are routed alike: the route depends on
+#: a connection's ends only, and on nothing random or load-driven (see
+#: :attr:`RoutingSpec.folds_replicas`).
+FOLDING_POLICIES = ("dmodk", "adaptive", "spray")
 #: Fabric technologies and the routing each uses unless told otherwise.
 TECHNOLOGIES = ("infiniband", "ethernet")
 DEFAULT_POLICY = {"infiniband": "dmodk", "ethernet": "ecmp"}
@@ -104,6 +109,18 @@ class RoutingSpec:
         check_choice(self.policy, POLICIES, key="fabric.routing", what="routing policy")
         check_whole(self.qps_per_connection, key="fabric.qps_per_connection", minimum=1)
         check_whole(self.hash_seed, key="fabric.hash_seed", minimum=0)
+
+    @property
+    def folds_replicas(self) -> bool:
+        """Whether identical data-parallel replicas may be simulated once under this policy.
+
+        Folding needs every replica's routes to be the image of the simulated one's, so
+        the route must depend on the two ends only: D-mod-K's destination digits and the
+        even split of adaptive routing and spraying do.  ECMP hashes each queue pair's
+        header, so two replicas' routes collide at random; Valiant and UGAL pick
+        intermediate groups at random or by load.  Those run the full simulation.
+        """
+        return self.policy in FOLDING_POLICIES
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,13 @@ from distsim_gpu.simcore.maxmin import max_min_fair
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Route, Topology, build_cluster, load_cluster
 from distsim_gpu.topology.model import Device, Link, full_duplex
-from distsim_gpu.topology.routing import Connection, RoutingSpec, spread
+from distsim_gpu.topology.routing import (
+    FOLDING_POLICIES,
+    POLICIES,
+    Connection,
+    RoutingSpec,
+    spread,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -477,3 +483,13 @@ def test_a_plan_weighs_each_link_by_the_fraction_its_route_puts_there() -> None:
     assert up == [pytest.approx(1 / 32)] * 32
     assert step.link_streams[("n0.nic0", "leaf0")] == 1.0
     assert step.link_streams[("leaf1", "n7.nic0")] == 1.0
+
+
+@pytest.mark.parametrize(("policy", "folds"), [
+    ("dmodk", True), ("adaptive", True), ("spray", True),
+    ("ecmp", False), ("valiant", False), ("ugal", False)])
+def test_a_policy_says_whether_replicas_fold_under_it(policy: str, folds: bool) -> None:
+    # Hashing (ECMP) and random or load-driven detours (Valiant, UGAL) route two replicas
+    # unalike; the iteration reads this property instead of naming policies.
+    assert RoutingSpec(policy).folds_replicas is folds
+    assert set(FOLDING_POLICIES) <= set(POLICIES)

@@ -16,6 +16,7 @@ from distsim_gpu.workloads.cost.memory import cp_kv_block_bytes, memory_of_strat
 from distsim_gpu.workloads.cost.traffic import cp_message_bytes, optimizer_params, tp_message_bytes
 from distsim_gpu.workloads.iteration.ops import Collective, Compute, Wait
 from distsim_gpu.workloads.iteration.streams import StreamBuilder
+from distsim_gpu.workloads.iteration.timeline import CRITICAL_KINDS
 from distsim_gpu.workloads.specs.models import model_from_mapping
 from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
@@ -292,3 +293,18 @@ def test_a_slow_ring_is_exposed_by_what_the_blocks_do_not_hide(uniform) -> None:
     assert len(waits) == 3
     assert sum(waits) == pytest.approx(unhidden, rel=1e-9)
     assert result.per_gpu[0].exposed_communication_s >= unhidden
+
+
+def test_one_cp_ring_spanning_every_replica_is_not_folded(uniform) -> None:
+    """The folding unit is the ring (workloads.strategy.dimensions): with one ring there is
+    nothing to fold, and the run says why; its ring steps are waited for as cp comm."""
+    from distsim_gpu.collectives import CommParams
+    model = model_from_mapping({"name": "small", "layers": 2, "hidden": 1024, "heads": 16,
+                                "seq_len": 4096, "vocab": 32000})
+    parallel = ParallelConfig(tp=4, cp=4, dp=1, bucket_params=2_000_000)
+    training = TrainingConfig(micro_batch=1, global_batch=2)
+    result = uniform.run(_cluster(nodes=2), parallel, training, model=model,
+                         costs=RooflineCosts(uniform.gpu), comm=CommParams())
+    assert result.folding == ("full: one data-parallel replica ring (context parallelism "
+                              "spans them all)")
+    assert {entry.kind for entry in result.critical_path} <= set(CRITICAL_KINDS)

@@ -29,11 +29,13 @@ from typing import Any
 __all__ = ["Barrier", "Collective", "Compute", "Fused", "Memcpy", "Op", "Peers", "Recv",
            "Send", "Wait"]
 
-#: Who takes part in a collective.  In the iteration, a name relative to the rank group
-#: that runs it: ``"tp"`` its own GPUs, ``"ep"`` its stage's expert-parallel block of
-#: replicas, ``"dp"`` every replica of its stage, ``"embedding"`` the first and the last
-#: stage of its replica (they hold the tied word embedding).  In a replay, the ranks of
-#: the process group.
+#: Who takes part in a collective.  In the iteration, the name of a parallelism
+#: dimension's communicator, relative to the rank group that runs it
+#: (:func:`workloads.strategy.dimensions.peer_group` says who meets): ``"tp"`` its own
+#: GPUs, ``"ep"`` its stage's expert-parallel block of replicas, ``"cp"`` its
+#: context-parallel ring, ``"dp"`` every replica of its stage, ``"embedding"`` the first
+#: and the last stage of its replica (they hold the tied word embedding).  In a replay,
+#: the ranks of the process group.
 Peers = str | tuple[int, ...]
 
 

@@ -35,49 +35,10 @@ still count a folded collective's bytes, busy and saturated seconds on its links
 flows it stands for would have (:meth:`~collectives.Communicator.solo_usages`).
 
 **Symmetry folding.**  Data-parallel replicas that run the same schedule on the same view
-of the fabric are simulated once.  With expert parallelism the unit of folding is an
-expert-parallel block of ``ep`` consecutive replicas (its all-to-alls stay inside it); else
-it is one replica.  The first unit is *simulated*; every other unit is its *image*, shifted
-by a whole number of units.  Folding is exact when the images see what the simulated unit
-sees, which is checked constructively before the run (:func:`_fold_check`):
-
-* same schedule and costs — no trace asked for (its spans are per rank group); a unit
-  holding a straggler (a rank group that runs slower) is unlike the rest, so it is
-  simulated on its own, beside one unit standing for all the units without one — which
-  are still images of each other, provided the straggler's unit shares no link of a
-  folded flow class with them (its traffic runs at other times); its lateness reaches
-  them only through the collectives that span replicas, which run in full;
-* same fabric — the routing depends on the two ends only (D-mod-K, adaptive, spraying), not
-  on a hash of the queue pair (ECMP), and for every flow class that is folded (each rank
-  group's tensor-parallel collectives, by every algorithm ``auto`` may pick, each pipeline
-  send between neighbouring stages, both ways, the tied-embedding all-reduces and, per
-  block, the expert all-to-alls) every replica sees the same links: as many, of the same
-  capacities, crossed by the same streams, each shared with as many replicas — pairwise
-  disjoint (typical of D-mod-K on non-blocking trees and of rail-optimized fabrics), or
-  shared evenly (adaptive spraying over spines) — and the same latency; a shared link
-  carries the same streams from every replica on it; and with the streams of the
-  data-parallel collectives that will run added (the plans of the stream's own calls,
-  over every replica), each replica's most loaded link per step is as loaded.
-
-Then every image's flow meets the same capacities, the same sharing and the same
-replica-spanning load as the simulated one's, so under max-min fairness all move at one
-rate.  These are necessary conditions read off the plans, not a proof over the whole
-max-min solution; the tests compare against the full simulation on many strategies and
-fabrics (random ones too) to hold them.  A folded flow is entered *with its images*: a
-pipeline send is one flow over all replicas' pairs (a shared link's multiplicity is the
-sum of the replicas' streams, so it is loaded as by their separate flows at their common
-rate; its protocol is the one a replica alone would take), a tensor-parallel collective
-run as flows is one coflow with its images' (at step fidelity their flows run beside it),
-and a collective timed by its closed form records its images' link usage too.  So
-contention with replica-spanning traffic, and the link statistics, count every replica's
-bytes.  Collectives that span
-replicas — the data-parallel all-reduce / reduce-scatter / all-gather, the expert
-all-to-alls of every block, the tied-embedding all-reduce of every replica, the gradient
-norm — run in full, over every replica's lanes; a meeting of folded groups completes when
-the simulated members arrive (their images arrive at the same instant by symmetry).  At the
-end the images' GPUs get their simulated group's accounting.  Otherwise the full simulation
-runs; :attr:`IterationResult.folding` says which ran and why.  ``tests/workloads/
-test_folding.py`` compares folded and full runs across strategies and fabrics to 1e-9.
+of the fabric are simulated once (:mod:`workloads.iteration.folding` decides which, before
+the run): the simulated unit's flows are entered with its images', collectives that span
+replicas run in full, and at the end the images' GPUs get their simulated group's
+accounting.  :attr:`IterationResult.folding` says which simulation ran and why.
 
 Time on a rank group's main stream is split into **compute**, **exposed communication**
 (blocked in a collective or waiting for an asynchronous one, or for activations already
@@ -90,26 +51,33 @@ was in flight, overlapped or not.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import simpy
-from distsim_gpu.collectives import CommParams, Communicator
-from distsim_gpu.collectives.algorithms import gpu_rail
+from distsim_gpu.collectives import Communicator
 from distsim_gpu.collectives.plan import CollectivePlan
-from distsim_gpu.simcore.errors import ConfigError, SimulationError, closest
-from distsim_gpu.simcore.intervals import union_length
+from distsim_gpu.simcore.errors import SimulationError
 from distsim_gpu.simcore.network import LinkUsage
 from distsim_gpu.simcore.simulation import Simulation
-from distsim_gpu.topology import Topology
-from distsim_gpu.workloads.cost.compute import CostModel, stores_attention_scores
-from distsim_gpu.workloads.cost.memory import MemoryBreakdown, memory_of_strategy
 from distsim_gpu.workloads.cost.traffic import seq_len_of
+from distsim_gpu.workloads.iteration.folding import exclusive_tp, fold_check, unit_rows
 from distsim_gpu.workloads.iteration.offload_step import OffloadStep, offload_streams
 from distsim_gpu.workloads.iteration.ops import Barrier, Collective, Fused, Op, Recv, Send, Wait
+from distsim_gpu.workloads.iteration.rank_groups import (
+    check_memory,
+    check_stragglers,
+    make_group,
+    stage_memory,
+)
+from distsim_gpu.workloads.iteration.records import (
+    GpuTimes,
+    IterationResult,
+    IterationSpec,
+    per_gpu_times,
+)
 from distsim_gpu.workloads.iteration.streams import StreamBuilder
 from distsim_gpu.workloads.iteration.timeline import (
     CRITICAL_KINDS,
@@ -120,21 +88,20 @@ from distsim_gpu.workloads.iteration.timeline import (
     critical_path,
     started,
 )
-from distsim_gpu.workloads.specs.gpus import GpuSpec
-from distsim_gpu.workloads.specs.models import ModelSpec
-from distsim_gpu.workloads.strategy.parallel import (
-    ParallelConfig,
-    Placement,
-    TrainingConfig,
-    check_strategy,
+from distsim_gpu.workloads.iteration.tracing import record_link_counters, trace_metadata
+from distsim_gpu.workloads.strategy.dimensions import (
+    PeerGroup,
+    Peering,
+    folding_unit,
+    peer_degrees,
+    peer_group,
+    peer_groups,
 )
+from distsim_gpu.workloads.strategy.parallel import Placement, check_strategy
 
+# The records live in their own module; they are imported from here too.
 __all__ = ["CRITICAL_KINDS", "GpuTimes", "IterationResult", "IterationSpec", "PathEntry",
            "simulate_iteration"]
-
-# The critical-path kind of a collective's time, by who takes part (see ops.Peers).
-_COMM_KIND = {"tp": "tp comm", "ep": "ep comm", "dp": "dp comm", "embedding": "dp comm",
-              "cp": "cp comm"}
 
 # What runs an op on a rank group's main stream: a generator to wait on, or None when the
 # op only launches something (a send, an asynchronous collective).
@@ -142,82 +109,6 @@ _Handler = Callable[[RankGroup, Any], Generator[simpy.Event, Any, None] | None]
 
 # The flows one collective call stands for: (start after the call began, link usage) each.
 _SoloFlows = tuple[tuple[float, LinkUsage], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class IterationSpec:
-    """Everything one iteration depends on (a scenario, resolved)."""
-
-    topology: Topology
-    model: ModelSpec
-    parallel: ParallelConfig
-    training: TrainingConfig
-    costs: CostModel
-    gpu: GpuSpec
-    comm: CommParams = field(default_factory=CommParams)
-    seed: int = 0
-    trace: bool = False
-    stragglers: Mapping[str, float] = field(default_factory=dict)
-    allow_oom: bool = False
-    source: str | None = None
-    # Time tensor-parallel collectives on links nobody else can use by their closed form
-    # (exact; off only to check that it is).
-    fold_exclusive_tp: bool = True
-    # Simulate symmetric data-parallel replicas once (exact where it applies; off only to
-    # check that it is, or to see every replica's process).
-    fold_replicas: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class GpuTimes:
-    """Where one GPU's iteration went (seconds) and the memory it needs (bytes)."""
-
-    gpu: str
-    rank: int
-    stage: int
-    replica: int
-    tp_rank: int
-    compute_s: float
-    communication_s: float
-    exposed_communication_s: float
-    bubble_s: float
-    idle_s: float
-    memory: MemoryBreakdown
-
-    @property
-    def peak_memory_bytes(self) -> float:
-        return self.memory.total_bytes
-
-
-@dataclass(frozen=True, slots=True)
-class IterationResult:
-    """The simulated iteration: its time, per-GPU breakdowns, and what it cost to run.
-
-    ``critical_path`` covers ``[0, iteration_time_s]`` in time order: the chain of ops and
-    transfers that set the iteration's length, walked back from the rank group that
-    finished last.  ``topology`` is the cluster it ran on (link kinds for reports).
-    """
-
-    iteration_time_s: float
-    microbatches: int
-    per_gpu: tuple[GpuTimes, ...]
-    model_flops: float
-    events: int
-    flows: int
-    simulation: Simulation
-    critical_path: tuple[PathEntry, ...] = ()
-    topology: Topology | None = field(default=None, repr=False, compare=False)
-    # Which simulation ran: "folded 8 data-parallel replicas into 1" or "full: <why>".
-    folding: str = ""
-    # Each simulated rank group with the groups it stands for (itself first, then its
-    # folded images): its main-stream segments (RankGroup.path) draw report timelines.
-    schedules: tuple[tuple[RankGroup, tuple[RankGroup, ...]], ...] = field(
-        default=(), repr=False, compare=False)
-    # Each pipeline stage's offloaded optimizer step (workloads.offload_step); () if none.
-    offload: tuple[OffloadStep, ...] = ()
-    # Seconds a data-parallel rank's data loader needs per iteration (0: none given); the
-    # iteration is longer than the training where it binds (workloads.data_loading).
-    data_loading_s: float = 0.0
 
 
 class IterationSimulator:
@@ -236,36 +127,41 @@ class IterationSimulator:
             model, par, train, num_gpus=len(topo.gpus), source=spec.source,
             seq_len=seq_len_of(model, train))
         self.seq_len = seq_len_of(model, train)
-        _check_stragglers(spec)
+        check_stragglers(spec)
         self.sim = sim if sim is not None else Simulation(spec.seed, trace=spec.trace)
         self.env = self.sim.env
         self.comm = Communicator(self.sim, topo, spec.comm)
         placement = Placement(par)
         # A replica is one (cp, dp) pair: the dp·cp rank groups of a stage reduce
         # gradients together (workloads.parallel).
-        self.groups = [[_make_group(spec, placement, s, d) for d in range(par.dp_cp)]
+        self.groups = [[make_group(spec, placement, s, d) for d in range(par.dp_cp)]
                        for s in range(par.pp)]
         self.everyone = [g for stage_groups in self.groups for g in stage_groups]
-        self.memory = [_stage_memory(spec, s, self.seq_len, self.microbatches)
+        self.memory = [stage_memory(spec, s, self.seq_len, self.microbatches)
                        for s in range(par.pp)]
         if not spec.allow_oom:
-            _check_memory(spec, self.memory, self.groups)
+            check_memory(spec, self.memory, self.groups)
         self.meetings = Meetings(self.env)
         self._p2p: dict[Any, simpy.Event] = {}
         self._p2p_sent: dict[Any, tuple[float, tuple[RankGroup, int]]] = {}
         self._tp_time: dict[tuple[str, int], float] = {}
         self._send_plans: dict[tuple[RankGroup, RankGroup], CollectivePlan] = {}
         self._tp_joint: dict[tuple[RankGroup, str, float], Any] = {}
-        # Context parallelism: per group the ring steps it joined, per ring its plan.
-        self._cp_calls: dict[RankGroup, int] = {}
-        self._cp_plans: dict[tuple[int, int, float], CollectivePlan] = {}
+        # Who takes part in a collective, by the name its op's group says (a dimension's
+        # communicator, workloads.strategy.dimensions), and a block's size.
+        self._peer_groups = peer_groups()
+        self._block = peer_degrees(par)
+        self._own = frozenset(name for name, peer in self._peer_groups.items()
+                              if peer.peering is Peering.OWN)
+        # A ring communicator's (context parallelism's) plan per (stage, block, size).
+        self._ring_plans: dict[tuple[int, int, float], CollectivePlan] = {}
         # What a folded op's TP collectives do to the group's links: per (group, id of
         # the Fused op) their total (None: it has none), and per (plan id, size) the
         # flows one call stands for (see _fold_flows_of).
         self._fold_usage: dict[tuple[RankGroup, int], LinkUsage | None] = {}
         self._usage_by_shape: dict[tuple[RankGroup, tuple[Any, ...]], LinkUsage | None] = {}
         self._fold_flows: dict[tuple[int, float], tuple[CollectivePlan, _SoloFlows]] = {}
-        exclusive = spec.fold_exclusive_tp and _exclusive_tp(self.comm, self.groups, par)
+        exclusive = spec.fold_exclusive_tp and exclusive_tp(self.comm, self.groups, par)
         builder = StreamBuilder(model, par, train, spec.costs, microbatches=self.microbatches,
                                 exclusive_tp=exclusive, tp_time_s=self._tp_analytic_s)
         self.streams = [builder.stage_stream(s) for s in range(par.pp)]
@@ -280,14 +176,14 @@ class IterationSimulator:
         # simulated unit stands for the units ``stands_for`` maps it to (itself first, its
         # images after); the full simulation is one unit of every replica standing for
         # itself.
-        self.unit = par.ep if par.ep > 1 else par.cp
-        self.stands_for, self.folding = _fold_check(spec, self.comm, self.groups,
+        self.unit = folding_unit(par)[1]
+        self.stands_for, self.folding = fold_check(spec, self.comm, self.groups,
                                                     self.streams, self.unit)
         self.folded = bool(self.stands_for)
         if not self.folded:
             self.unit, self.stands_for = par.dp_cp, {0: (0,)}
         # Per stage, the rank groups that run (simulated units, in replica order).
-        self.rows = _unit_rows(self.groups, sorted(self.stands_for), self.unit)
+        self.rows = unit_rows(self.groups, sorted(self.stands_for), self.unit)
         self.active = [g for row in self.rows for g in row]
         self._handlers: dict[type, _Handler] = {
             Fused: self._run_fused, Collective: self._run_collective, Send: self._send,
@@ -407,7 +303,7 @@ class IterationSimulator:
         if not op.blocking:
             self._launch_async(group, op)
             return None
-        if op.group == "tp":
+        if op.group in self._own:
             return self._tp_flows(group, op)
         return self._join(group, op)
 
@@ -472,66 +368,71 @@ class IterationSimulator:
         """A blocking collective among rank groups (expert all-to-all, tied embedding,
         ZeRO parameter gather): it starts when the last member arrives."""
         env = self.env
-        key, members = self._peers(group, op.group)
-        kind = _COMM_KIND[op.group]
-        tag = "ep" if op.group == "ep" else "dp"
+        peer = self._peer(op.group)
+        key, members = self._peers(group, peer)
+        kind = peer.comm_kind
         start = env.now
-        if op.group == "dp":  # over every replica, folded or not
+        if peer.peering is Peering.STAGE:  # over every replica, folded or not
             lanes, wait = self._lanes(self.groups[group.stage]), None
         else:  # every image's call beside the simulated one's, done when that is
             lanes = [lane for image in self._image_members(members)
                      for lane in self._lanes(image)]
             wait = self.spec.parallel.tp
         meeting = self.meetings.meet(key, group, members, lambda: self._run_plans(
-            lanes, op.op, op.size_bytes, tag, wait=wait))
+            lanes, op.op, op.size_bytes, peer.tag, wait=wait))
         # Between the first and the last stage, waiting for the other is the flush.
         yield from self.meetings.wait(group, meeting, kind=kind, label=op.label,
-                              flush=op.group == "embedding")
+                              flush=peer.peering is Peering.ENDS)
         # The span is the collective itself, as the GPU's communication time counts it;
         # waiting for late peers before it is idle time.
         self.sim.tracer.span(group.name, kind, op.label, started(meeting, start), env.now,
                              collective=op.op)
 
-    def _peers(self, group: RankGroup, peers: str) -> tuple[Any, list[RankGroup]]:
-        """The meeting key and the members of a collective among ``peers`` of ``group``."""
-        par = self.spec.parallel
-        stage_groups = self.groups[group.stage]
-        if peers == "ep":
-            block = group.replica // par.ep * par.ep
-            key = ("ep", group.stage, block, group.ep_calls)
-            group.ep_calls += 1
-            return key, stage_groups[block:block + par.ep]
-        if peers == "embedding":
-            return (("embedding", group.replica),
-                    [self.groups[0][group.replica], self.groups[par.pp - 1][group.replica]])
-        if peers == "dp":
-            key = ("dp", group.stage, group.dp_calls)
-            group.dp_calls += 1
-            return key, self.rows[group.stage]
-        if peers == "cp":  # the ring of cp consecutive replicas (workloads.parallel)
-            block = group.replica // par.cp * par.cp
-            calls = self._cp_calls[group] = self._cp_calls.get(group, -1) + 1
-            return ("cp", group.stage, block, calls), stage_groups[block:block + par.cp]
-        raise SimulationError(f"no collective among {peers!r} in an iteration")
+    def _peer(self, name: Any) -> PeerGroup:
+        """The communicator an op's ``group`` names; an error naming the valid ones if no
+        registered dimension has it."""
+        peer = self._peer_groups.get(name)
+        return peer if peer is not None else peer_group(name)
+
+    def _peers(self, group: RankGroup, peer: PeerGroup) -> tuple[Any, list[RankGroup]]:
+        """The meeting key and the members of a collective among ``peer`` of ``group``
+        (see :class:`~workloads.strategy.dimensions.Peering`)."""
+        name, peering = peer.name, peer.peering
+        if peering is Peering.ENDS:
+            return ((name, group.replica),
+                    [self.groups[0][group.replica],
+                     self.groups[self.spec.parallel.pp - 1][group.replica]])
+        calls = group.calls.get(name, 0)
+        group.calls[name] = calls + 1
+        if peering is Peering.STAGE:
+            return (name, group.stage, calls), self.rows[group.stage]
+        if peering is Peering.BLOCK:  # consecutive replicas (workloads.parallel)
+            size = self._block[name]
+            block = group.replica // size * size
+            return ((name, group.stage, block, calls),
+                    self.groups[group.stage][block:block + size])
+        raise SimulationError(f"no collective among {name!r} in an iteration")
 
     def _launch_async(self, group: RankGroup, op: Collective) -> None:
-        """A data-parallel collective on a communication stream; the main stream goes on."""
-        if op.group == "cp":
-            self._launch_cp(group, op)
+        """A collective on a communication stream (data-parallel, or among a block); the
+        main stream goes on."""
+        peer = self._peer(op.group)
+        if peer.peering is Peering.BLOCK:
+            self._launch_block(group, op, peer)
             return
-        if op.group == "ep":
-            self._launch_ep(group, op)
-            return
-        key, members = self._peers(group, "dp")
+        if peer.peering is not Peering.STAGE:
+            raise SimulationError(f"no asynchronous collective among {peer.name!r}")
+        key, members = self._peers(group, peer)
         meeting = self.meetings.get(key)
         meeting.label = op.label
+        meeting.kind = peer.comm_kind
         # Over every replica, folded or not: the simulated members stand for the rest.
         row = self.groups[group.stage]
         # A narrower layer group's gradients (workloads.layer_groups): one ring per shard
         # over every replica's GPUs holding it, each replica's consecutive.
         lanes = ([[m.gpus[t] for m in row for t in sub] for sub in op.subgroups]
                  if op.subgroups else self._lanes(row))
-        launch = partial(self._run_plans, lanes, op.op, op.size_bytes, "dp")
+        launch = partial(self._run_plans, lanes, op.op, op.size_bytes, peer.tag)
         # One NCCL stream per kind: a collective starts after the previous one of its
         # stream (DDP's bucket all-reduces, FSDP's gathers and its reductions each run in
         # order).
@@ -551,43 +452,47 @@ class IterationSimulator:
         if self.sim.tracer.enabled:
             self._trace_async(group, meeting, op.label, op.op or "")
 
-    def _launch_cp(self, group: RankGroup, op: Collective) -> None:
-        """One step of the context-parallel ring (workloads.context_parallel): every CP
-        rank sends its block to the next, on every tensor lane — and, folded, the images'
-        rings beside it, as one plan; it starts when the whole ring has arrived."""
-        key, members = self._peers(group, "cp")
+    def _launch_block(self, group: RankGroup, op: Collective, peer: PeerGroup) -> None:
+        """An asynchronous call among ``group``'s block (:attr:`Peering.BLOCK`): one step
+        of a context-parallel ring (workloads.context_parallel: every rank sends its
+        block to the next, on every tensor lane) or an expert all-to-all on its own stream
+        (``parallelism.moe_overlap``, as ``_join`` runs it) — over the block's lanes and,
+        folded, its images', starting when the block has arrived; the rank's compute goes
+        on."""
+        key, members = self._peers(group, peer)
         meeting = self.meetings.get(key)
         meeting.label = op.label
-        size = op.size_bytes or 0.0
-        ring = (group.stage, key[2], size)
-        plan = self._cp_plans.get(ring)
+        meeting.kind = peer.comm_kind
+        if peer.ring:
+            size = op.size_bytes or 0.0
+            plan = self._ring_plan(group.stage, key[2], members, size)
+            launch = partial(self.comm.run_plan, plan, size, tag=peer.tag)
+        else:
+            lanes = [lane for image in self._image_members(members)
+                     for lane in self._lanes(image)]
+            launch = partial(self._run_plans, lanes, op.op, op.size_bytes, peer.tag,
+                             wait=self.spec.parallel.tp)
+        self.meetings.arrive(meeting, key, group, members, launch)
+        group.handles[op.handle or op.label] = meeting
+        if self.sim.tracer.enabled:
+            self._trace_async(group, meeting, op.label, op.op or "")
+
+    def _ring_plan(self, stage: int, block: int, members: list[RankGroup],
+                   size: float) -> CollectivePlan:
+        """One ring step's sends — every member's to the next, on every tensor lane — and,
+        folded, the images' rings beside it, as one plan."""
+        ring = (stage, block, size)
+        plan = self._ring_plans.get(ring)
         if plan is None:
             pairs = [(lane[i], lane[(i + 1) % len(lane)])
                      for image in self._image_members(members) for lane in self._lanes(image)
                      for i in range(len(lane))]
-            plan = self._cp_plans[ring] = self.comm.pairs_plan(pairs, size)
-        self.meetings.arrive(meeting, key, group, members,
-                             lambda: self.comm.run_plan(plan, size, tag="cp"))
-        group.handles[op.handle or op.label] = meeting
-        if self.sim.tracer.enabled:
-            self._trace_async(group, meeting, op.label, op.op or "", kind="cp comm")
+            plan = self._ring_plans[ring] = self.comm.pairs_plan(pairs, size)
+        return plan
 
-    def _launch_ep(self, group: RankGroup, op: Collective) -> None:
-        """An expert all-to-all on its own stream (``parallelism.moe_overlap``,
-        workloads.streams): over the EP block's lanes and its images', as ``_join`` runs
-        it, starting when the block has arrived; the rank's compute goes on."""
-        key, members = self._peers(group, "ep")
-        meeting = self.meetings.get(key)
-        meeting.label = op.label
-        lanes = [lane for image in self._image_members(members) for lane in self._lanes(image)]
-        self.meetings.arrive(meeting, key, group, members, lambda: self._run_plans(
-            lanes, op.op, op.size_bytes, "ep", wait=self.spec.parallel.tp))
-        group.handles[op.handle or op.label] = meeting
-        if self.sim.tracer.enabled:
-            self._trace_async(group, meeting, op.label, op.op or "", kind=_COMM_KIND["ep"])
+    def _trace_async(self, group: RankGroup, meeting: Meeting, label: str, op: str) -> None:
+        kind = meeting.kind
 
-    def _trace_async(self, group: RankGroup, meeting: Meeting, label: str, op: str,
-                     kind: str = "dp comm") -> None:
         def record(_event: simpy.Event) -> None:
             start = meeting.start_s if meeting.start_s is not None else self.env.now
             self.sim.tracer.span(group.name, kind, label, start, self.env.now,
@@ -598,10 +503,7 @@ class IterationSimulator:
     def _run_wait(self, group: RankGroup, op: Wait) -> Generator[simpy.Event, Any, None]:
         if op.handle is not None:
             meeting = group.handles.pop(op.handle)
-            # A context-parallel ring step's handle starts "cp:", an overlapped expert
-            # all-to-all's "ep:" (workloads.streams).
-            kind = _COMM_KIND.get(op.handle.split(":", 1)[0], "dp comm")
-            return self.meetings.wait(group, meeting, kind=kind, label=meeting.label)
+            return self.meetings.wait(group, meeting, kind=meeting.kind, label=meeting.label)
         return self._wait_pending(group)
 
     def _wait_pending(self, group: RankGroup) -> Generator[simpy.Event, Any, None]:
@@ -717,361 +619,6 @@ class IterationSimulator:
                 image.comm_intervals = group.comm_intervals  # shared: the run is over
 
 
-# --------------------------------------------------------------------------- set-up
-
-
-def _check_stragglers(spec: IterationSpec) -> None:
-    gpus = spec.topology.gpus
-    for gpu, factor in spec.stragglers.items():
-        if gpu not in gpus:  # an unknown GPU is an error, not a silent no-op
-            raise ConfigError(f"no GPU named {gpu!r} in the cluster",
-                              key=f"stragglers.{gpu}", source=spec.source,
-                              hint=closest(str(gpu), gpus))
-        if (isinstance(factor, bool) or not isinstance(factor, (int, float))
-                or not factor > 0):
-            raise ConfigError(f"a slowdown factor must be a positive number, got "
-                              f"{factor!r}", key=f"stragglers.{gpu}", source=spec.source,
-                              hint="e.g. 1.2 for 20 % slower compute")
-
-
-def _make_group(spec: IterationSpec, placement: Placement, stage: int,
-                replica: int) -> RankGroup:
-    gpus_all = spec.topology.gpus
-    gpus = tuple(gpus_all[r] for r in placement.tp_group(replica, stage))
-    slowdown = max((spec.stragglers.get(g, 1.0) for g in gpus), default=1.0)
-    return RankGroup(stage, replica, gpus, slowdown)
-
-
-def _stage_memory(spec: IterationSpec, stage: int, seq_len: int,
-                  microbatches: int) -> MemoryBreakdown:
-    return memory_of_strategy(spec.model, spec.parallel, spec.training, seq_len=seq_len,
-                              microbatches=microbatches, stage=stage,
-                              flash_attention=not stores_attention_scores(spec.costs))
-
-
-def _check_memory(spec: IterationSpec, memory: list[MemoryBreakdown],
-                  groups: list[list[RankGroup]]) -> None:
-    capacity = spec.gpu.memory_bytes
-    for stage, mem in enumerate(memory):
-        if mem.total_bytes > capacity:
-            gpu = groups[stage][0].gpus[0]
-            gib = 2.0**30
-            raise ConfigError(
-                f"out of memory: {gpu} (pipeline stage {stage}) needs "
-                f"{mem.total_bytes / gib:.1f} GiB of the {capacity / gib:.1f} GiB "
-                f"its GPU ({spec.gpu.name}) has — weights {mem.weights_bytes / gib:.1f}, "
-                f"gradients {mem.gradients_bytes / gib:.1f}, optimizer "
-                f"{mem.optimizer_bytes / gib:.1f}, activations "
-                f"{mem.activations_bytes / gib:.1f} GiB", source=spec.source,
-                hint="more tensor/pipeline parallelism, ZeRO, recompute, a smaller "
-                "micro-batch, offloading the optimizer (parallelism.offload), or "
-                "--allow-oom to simulate anyway")
-
-
-# Routing policies whose routes depend on a connection's ends only, so a replica's routes
-# and its image's are alike where the fabric is (ECMP hashes each queue pair; Valiant and
-# UGAL pick intermediate groups by load or at random: not folded).
-_FOLDABLE_ROUTING = ("dmodk", "adaptive", "spray")
-
-
-def _fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
-                streams: list[list[Op]], unit: int) -> tuple[dict[int, tuple[int, ...]], str]:
-    """Which units (replicas, or blocks of ``unit`` replicas) are simulated, each with the
-    units it stands for (itself first; empty: the full simulation runs), and the sentence
-    that says so (see the module docstring, *Symmetry folding*).  Units holding a
-    straggler run on their own, beside one unit standing for all the others."""
-    dp = spec.parallel.dp_cp
-    ring = spec.parallel.cp > 1  # else a unit > 1 is an expert-parallel block
-    units = dp // unit
-    if units <= 1:
-        return {}, "full: one data-parallel replica" + (
-            "" if unit == 1 else " ring (context parallelism spans them all)" if ring
-            else " block (expert parallelism spans them all)")
-    slow = sorted(g for g, factor in spec.stragglers.items() if factor != 1)
-    # A unit is unlike the others where one of its rank groups runs slower (a faster GPU
-    # in a TP group waits for its peers: the group's pace is unchanged).
-    odd = sorted({g.replica // unit for row in groups for g in row if g.slowdown != 1})
-    healthy = [u for u in range(units) if u not in odd]
-    # What breaks the symmetry first; a trace (spans per rank group) last, so that a
-    # traced run names the same reason as an untraced one where it has one.
-    why = ("full: folding off" if not spec.fold_replicas
-           else f"full: stragglers on {', '.join(slow)}" if len(healthy) < 2
-           else f"full: {spec.topology.routing.policy} routing may route replicas unalike"
-           if spec.topology.routing.policy not in _FOLDABLE_ROUTING
-           else _asymmetry(spec, comm, groups, streams, unit, healthy if odd else None)
-           or ("full: a trace was asked for (spans per rank group)" if spec.trace else ""))
-    if why:
-        return {}, why
-    what = ("data-parallel replicas" if unit == 1 else f"context-parallel rings of {unit}"
-            if ring else f"expert-parallel blocks of {unit}")
-    stands_for = {healthy[0]: tuple(healthy), **{u: (u,) for u in odd}}
-    if not odd:
-        return stands_for, f"folded {units} {what} into 1"
-    if unit == 1:
-        alone = "replica" + ("s " if len(odd) > 1 else " ") + ", ".join(map(str, odd))
-    else:  # an expert-parallel block or a context-parallel ring, by its replicas
-        alone = ("the " + ("rings" if ring else "blocks") + " of replicas " if len(odd) > 1
-                 else "the " + ("ring" if ring else "block") + " of replicas ") + ", ".join(
-            f"{u * unit}-{u * unit + unit - 1}" for u in odd)
-    return stands_for, (f"folded {len(healthy)} {what} without a straggler into 1; {alone} "
-                        f"(stragglers on {', '.join(slow)}) simulated on "
-                        f"{'their' if len(odd) > 1 else 'its'} own")
-
-
-# Per flow class, per replica (or expert-parallel block), the plans it runs.
-_Classes = list[tuple[str, list[list[CollectivePlan]]]]
-
-
-def _asymmetry(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
-               streams: list[list[Op]], unit: int, healthy: list[int] | None = None) -> str:
-    """Why replicas' traffic is not alike on the fabric ("" when it is): see
-    :func:`_unalike`, per flow class, with the load of the data-parallel collectives.
-    With ``healthy`` (the units without a straggler) only those must be alike, and the
-    rest (simulated on their own, at their own pace) must share no link of a folded
-    class with them."""
-    calls = [_calls(stream) for stream in streams]
-    load = _spanning_load(comm, groups, calls, spec.parallel.tp)
-    alike = groups if healthy is None else _unit_rows(groups, healthy, unit)
-    odd = None if healthy is None else _unit_rows(
-        groups, [u for u in range(len(groups[0]) // unit) if u not in healthy], unit)
-    wrap = spec.parallel.interleave > 1
-    for stage in range(len(groups)):
-        why = _tp_candidates_differ(comm, groups[stage])
-        classes = [] if why else _flow_classes(comm, alike, stage, calls[stage], unit, wrap)
-        if not why and odd is not None:
-            theirs = _flow_classes(comm, odd, stage, calls[stage], unit, wrap)
-            if not _class_links(classes).isdisjoint(_class_links(theirs)):
-                why = "a straggler's replica shares links with the others"
-        for label, per_replica in classes:
-            why = why or _unalike(comm, label, per_replica, load)
-        if why:
-            return f"full: stage {stage} {why}"
-    return ""
-
-
-def _unit_rows(groups: list[list[RankGroup]], units: list[int],
-               unit: int) -> list[list[RankGroup]]:
-    """Each stage's rank groups of the given units, in order."""
-    return [[row[u * unit + k] for u in units for k in range(unit)] for row in groups]
-
-
-def _class_links(classes: _Classes) -> set[Any]:
-    return {link for _label, per_replica in classes for plans in per_replica
-            for plan in plans for step in plan.steps for link in step.link_streams}
-
-
-def _tp_candidates_differ(comm: Communicator, row: list[RankGroup]) -> str:
-    """Why a stage's TP groups are not alike already in the algorithms ``auto`` weighs
-    for them (CollNet where one group's switches reduce in the network and another's
-    do not): "" when every group has the same candidates."""
-    if len(row[0].gpus) == 1:
-        return ""
-    for op in ("all_reduce", "all_gather", "reduce_scatter"):
-        if len({comm.candidates(op, list(g.gpus)) for g in row}) > 1:
-            return f"tensor-parallel groups may pick different {op} algorithms"
-    return ""
-
-
-def _calls(stream: list[Op]) -> set[tuple[str, str, float]]:
-    """The distinct (peers, op, size) of a stream's collectives among rank groups."""
-    return {(op.group, op.op, op.size_bytes) for op in stream
-            if isinstance(op, Collective) and op.group != "tp" and op.op is not None
-            and op.size_bytes is not None}
-
-
-def _flow_classes(comm: Communicator, groups: list[list[RankGroup]], stage: int,
-                  calls: set[tuple[str, str, float]], unit: int, wrap: bool) -> _Classes:
-    """The traffic of one stage that folding enters with its images: TP collectives (by
-    every algorithm ``auto`` may pick), pipeline sends both ways (from the last stage to
-    the first too when ``wrap``: interleaved), tied-embedding all-reduces, expert
-    all-to-alls (per block), context-parallel ring sends (per ring)."""
-    row, pp = groups[stage], len(groups)
-    tp = len(row[0].gpus)
-    classes: _Classes = []
-    if tp > 1:
-        for op in ("all_reduce", "all_gather", "reduce_scatter"):
-            for algo in comm.candidates(op, list(row[0].gpus)):
-                classes.append((op, [[comm.plan(op, list(g.gpus), algorithm=algo,
-                                                protocol="simple")] for g in row]))
-    if pp > 1 and (stage + 1 < pp or wrap):
-        ahead = groups[(stage + 1) % pp]
-        for forward in (True, False):  # activations, and gradients coming back
-            classes.append(("p2p", [[comm.pairs_plan(
-                list(zip(a.gpus, b.gpus) if forward else zip(b.gpus, a.gpus)), 1.0,
-                protocol="simple")] for a, b in zip(row, ahead)]))
-    for peers, op, size in sorted(calls):
-        if peers == "embedding":
-            lanes = [[[a, b] for a, b in zip(first.gpus, last.gpus)]
-                     for first, last in zip(groups[0], groups[-1])]
-        elif peers == "ep":
-            lanes = [[[g.gpus[t] for g in row[b:b + unit]] for t in range(tp)]
-                     for b in range(0, len(row), unit)]
-        elif peers == "cp":  # per ring (unit = cp), every lane's sends to the next rank
-            classes.append(("cp ring", [[comm.pairs_plan(
-                [(g.gpus[t], row[b + (i + 1) % unit].gpus[t]) for t in range(tp)
-                 for i, g in enumerate(row[b:b + unit])], 1.0, protocol="simple")]
-                for b in range(0, len(row), unit)]))
-            continue
-        else:
-            continue
-        classes.append((op, [[comm.choose(op, lane, size) for lane in mine]
-                             for mine in lanes]))
-    return classes
-
-
-def _spanning_load(comm: Communicator, groups: list[list[RankGroup]],
-                   calls: list[set[tuple[str, str, float]]], tp: int,
-                   ) -> dict[Any, float]:
-    """Per link, the streams the data-parallel collectives put on it (every call's)."""
-    load: dict[Any, float] = {}
-    for stage, row in enumerate(groups):
-        lanes = [[g.gpus[t] for g in row] for t in range(tp)]
-        for peers, op, size in calls[stage]:
-            if peers != "dp":
-                continue
-            for lane in lanes:
-                for step in comm.choose(op, lane, size).steps:
-                    for link, streams in step.link_streams.items():
-                        load[link] = load.get(link, 0.0) + streams * step.repeat
-    return load
-
-
-def _unalike(comm: Communicator, label: str, per_replica: list[list[CollectivePlan]],
-             load: dict[Any, float]) -> str:
-    """Why one flow class's plans, per replica, are not images of each other ("" when
-    they are).  Each replica must see the same links: as many, of the same capacities,
-    crossed by as many streams in each step, each shared with as many replicas, and the
-    same latency; a shared link must carry the same streams from each replica that
-    shares it (entered as one flow with their multiplicities summed, it is loaded as by
-    their separate flows at the rate they share by symmetry).  With the data-parallel
-    collectives' streams added, the most loaded link (streams per byte/s) of each step
-    must be as loaded for every replica: a ring that crosses between leaves beside some
-    replicas only adds to links that do not limit them; one that loads some replicas'
-    bottleneck more makes them slower."""
-    profiles = [_link_profile(plans) for plans in per_replica]
-    first: dict[Any, tuple[float, ...]] = {}  # per link, the streams of its first user
-    count: dict[Any, int] = {}
-    uneven: set[Any] = set()  # links whose users put different streams on them
-    for profile in profiles:
-        for link, streams in profile.items():
-            seen = first.setdefault(link, streams)
-            if seen is not streams and seen != streams:
-                uneven.add(link)
-            count[link] = count.get(link, 0) + 1
-    shape: tuple[Any, ...] | None = None
-    for replica, (plans, profile) in enumerate(zip(per_replica, profiles)):
-        if not uneven.isdisjoint(profile):
-            return f"replica {replica} shares links unevenly with others ({label})"
-        mine = (sorted((comm.capacity[link], streams, count[link])
-                       for link, streams in profile.items()),
-                [plan.latency_s for plan in plans], _pressure(comm, profile, count, load))
-        if shape is None:
-            shape = mine
-        elif mine != shape:
-            return f"replica {replica}'s {label} links differ from replica 0's"
-    return ""
-
-
-def _pressure(comm: Communicator, profile: dict[Any, tuple[float, ...]],
-              count: dict[Any, int], load: dict[Any, float]) -> tuple[float, ...]:
-    """Per step, the most streams per byte/s on a link: the class's (times the replicas
-    sharing it) and the data-parallel collectives' (rounded to 12 digits)."""
-    width = len(next(iter(profile.values()), ()))
-    worst = [0.0] * width
-    for link, streams in profile.items():
-        extra, capacity = load.get(link, 0.0), comm.capacity[link]
-        for i, mine in enumerate(streams):
-            if mine:
-                worst[i] = max(worst[i], (mine * count[link] + extra) / capacity)
-    return tuple(float(f"{w:.12g}") for w in worst)
-
-
-def _link_profile(plans: list[CollectivePlan]) -> dict[Any, tuple[float, ...]]:
-    """Per link some plans cross, its streams in each step of each plan."""
-    width = sum(len(plan.steps) for plan in plans)
-    profile: dict[Any, list[float]] = {}
-    i = 0
-    for plan in plans:
-        for step in plan.steps:
-            for link, streams in step.link_streams.items():
-                profile.setdefault(link, [0.0] * width)[i] = streams
-            i += 1
-    return {link: tuple(streams) for link, streams in profile.items()}
-
-
-def _exclusive_tp(comm: Communicator, groups: list[list[RankGroup]],
-                  par: ParallelConfig) -> bool:
-    """Whether TP collectives may be timed by their closed form before data parallelism.
-
-    Only traffic that can run *while* a TP group computes could share its links:
-    pipeline sends (asynchronous) and other TP groups.  Expert all-to-alls block every
-    group they involve, and data-parallel collectives start only after every replica
-    of the stage launched them — after which the stage's stream runs its TP collectives
-    as flows (see :class:`workloads.streams.StreamBuilder`) — so neither can overlap a
-    closed-form TP collective.
-    """
-    if par.tp == 1:
-        return True
-    seen: set[Any] = set()
-    for stage_groups in groups:
-        for group in stage_groups:
-            links: set[Any] = set()
-            gpus = list(group.gpus)
-            for op in ("all_reduce", "all_gather", "reduce_scatter"):
-                # Every algorithm auto may pick for it (NVLS, CollNet… where offered).
-                for algo in comm.candidates(op, gpus):
-                    links |= comm.plan_links(comm.plan(op, gpus, algorithm=algo,
-                                                       protocol="simple"))
-            if links & seen:
-                return False
-            seen |= links
-    topo = comm.topology
-    # TP links all inside nodes (the usual case): only the sends' legs inside nodes can
-    # meet them, and those need no walk over the fabric (Topology.node_legs) — at 16,384
-    # GPUs that walk, for every send of every replica, was most of this check.
-    in_node = all(topo.in_node(link) for link in seen)
-    for pairs in _async_send_pairs(groups, par):
-        legs = _node_legs(topo, pairs) if in_node else None
-        if legs is None:
-            legs = comm.plan_links(comm.pairs_plan(pairs, 1.0, protocol="simple"))
-        if not seen.isdisjoint(legs):
-            return False
-    return True
-
-
-def _async_send_pairs(groups: list[list[RankGroup]], par: ParallelConfig,
-                      ) -> Generator[list[tuple[str, str]], None, None]:
-    """The GPU pairs of every asynchronous send between rank groups, one list per group
-    and destination: pipeline neighbours (both ways; around the ring when interleaved)
-    and the next rank group of a context-parallel ring."""
-    for stage in range(par.pp):
-        for replica in range(par.dp_cp):
-            here = groups[stage][replica].gpus
-            if par.cp > 1:  # the context-parallel ring's sends run while groups compute
-                there = groups[stage][replica // par.cp * par.cp
-                                      + (replica + 1) % par.cp].gpus
-                yield list(zip(here, there))
-            for neighbour in (stage - 1, stage + 1):
-                if 0 <= neighbour < par.pp or par.interleave > 1:
-                    there = groups[neighbour % par.pp][replica].gpus
-                    if there != here:
-                        yield list(zip(here, there))
-
-
-def _node_legs(topo: Topology, pairs: list[tuple[str, str]]) -> set[Any] | None:
-    """The links inside nodes of the routes the sends ``pairs`` take (each on its
-    sender's rail across nodes, as :func:`collectives.algorithms.pairs_plan` routes
-    them); None where some route is not shaped for :meth:`Topology.node_legs`."""
-    legs: set[Any] = set()
-    for src, dst in pairs:
-        rail = gpu_rail(topo, src) if topo.node_of(src) != topo.node_of(dst) else None
-        found = topo.node_legs(src, dst, rail=rail)
-        if found is None:
-            return None
-        legs.update(found)
-    return legs
-
-
 # --------------------------------------------------------------------------- results
 
 
@@ -1083,7 +630,7 @@ def _result(simulator: IterationSimulator) -> IterationResult:
     loader = spec.training.data_loader
     samples = spec.training.global_batch // spec.parallel.dp
     iteration = training_s if loader is None else loader.iteration_s(training_s, samples)
-    per_gpu = _per_gpu_times(groups, simulator.memory, training_s, spec.parallel.pp,
+    per_gpu = per_gpu_times(groups, simulator.memory, training_s, spec.parallel.pp,
                              spec.topology, data_wait_s=iteration - training_s)
     flops = spec.model.model_flops_per_iteration(spec.training.global_batch,
                                                  simulator.seq_len)
@@ -1101,47 +648,16 @@ def _result(simulator: IterationSimulator) -> IterationResult:
                            0.0 if loader is None else loader.loading_s(samples))
 
 
-def _per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], iteration: float,
-                   pp: int, topology: Topology, data_wait_s: float = 0.0,
-                   ) -> tuple[GpuTimes, ...]:
-    """Every GPU's breakdown: its group's, with the wait for the slowest group at the end
-    (bubble with a pipeline, else idle), what no category holds and ``data_wait_s`` past
-    ``iteration`` waiting for the data loader as idle."""
-    per_gpu: list[GpuTimes] = []
-    unions: dict[int, float] = {}  # folded images share their group's intervals
-    for group in groups:
-        communication = unions.get(id(group.comm_intervals))
-        if communication is None:
-            communication = unions[id(group.comm_intervals)] = union_length(
-                group.comm_intervals)
-        tail = iteration - group.end_s
-        if pp > 1:
-            group.bubble_s += tail
-        else:
-            group.idle_s += tail
-        accounted = group.compute_s + group.exposed_s + group.bubble_s + group.idle_s
-        idle = group.idle_s + max(iteration - accounted, 0.0)
-        if idle < 1e-12 * iteration:
-            idle = 0.0  # rounding of the sums, not time
-        idle += data_wait_s
-        for t, gpu in enumerate(group.gpus):
-            per_gpu.append(GpuTimes(
-                gpu, topology.rank_of(gpu), group.stage, group.replica, t,
-                group.compute_s, communication, group.exposed_s, group.bubble_s,
-                idle, memory[group.stage]))
-    per_gpu.sort(key=lambda g: g.rank)
-    return tuple(per_gpu)
-
-
 def simulate_iteration(spec: IterationSpec) -> IterationResult:
     """Simulate one training iteration of ``spec``; see the module docstring."""
     with _young_collections_batched():
         simulator = IterationSimulator(spec)
         if spec.trace:
-            _record_link_counters(simulator.sim)
+            record_link_counters(simulator.sim)
         result = simulator.run()
     if spec.trace:
-        simulator.sim.tracer.metadata["distsim"] = _trace_metadata(simulator, result)
+        simulator.sim.tracer.metadata["distsim"] = trace_metadata(
+            spec, simulator.everyone, simulator.seq_len, result)
     return result
 
 
@@ -1162,38 +678,3 @@ def _young_collections_batched() -> Iterator[None]:
     finally:
         gc.set_threshold(*thresholds)
 
-
-def _trace_metadata(simulator: IterationSimulator, result: IterationResult) -> dict[str, Any]:
-    """What a reader of trace.json needs beyond the spans (the ``otherData.distsim``
-    object): the shape keys of a cost table, and which GPUs each rank-group process
-    stands for (its spans are every member's), so the trace imports back per GPU
-    (:mod:`measured.distsim_trace`)."""
-    spec, par, train = simulator.spec, simulator.spec.parallel, simulator.spec.training
-    topo = spec.topology
-    groups = {group.name: {"stage": group.stage, "replica": group.replica,
-                           "gpus": list(group.gpus),
-                           "ranks": [topo.rank_of(g) for g in group.gpus],
-                           "slowdown": group.slowdown}
-              for group in simulator.everyone}
-    return {"format": 1, "source": spec.source, "model": spec.model.name,
-            "gpu": spec.gpu.name, "precision": train.precision,
-            "micro_batch": train.micro_batch, "seq_len": simulator.seq_len,
-            "hidden": spec.model.hidden, "tp": par.tp,
-            "sequence_parallel": par.sequence_parallel, "recompute": train.recompute,
-            "microbatches": result.microbatches, "world_size": len(topo.gpus),
-            "iteration_time_s": result.iteration_time_s, "groups": groups}
-
-
-def _record_link_counters(sim: Simulation) -> None:
-    """Link utilisation (fraction of capacity) as counter tracks, one per loaded link."""
-    network = sim.network
-    ids = network.link_ids
-
-    def listener(now: float, links: list[int], loads: Any) -> None:
-        for idx, load in zip(links, loads):
-            link_id = ids[idx]
-            capacity = network.capacity(link_id)
-            sim.tracer.counter("links", f"{link_id[0]}->{link_id[1]}", now,
-                               float(load) / capacity if capacity else 0.0)
-
-    network.add_listener(listener)

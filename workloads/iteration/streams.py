@@ -72,6 +72,7 @@ from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
 from distsim_gpu.workloads.specs.recompute import SAVED_COLLECTIVES
 from distsim_gpu.workloads.specs.recompute import table_pass as recompute_table_pass
+from distsim_gpu.workloads.strategy.dimensions import async_handle
 from distsim_gpu.workloads.strategy.layer_groups import (
     LayerSetting,
     block_subgroups,
@@ -337,7 +338,7 @@ class StreamBuilder:
         def launch(what: str, part: str) -> None:
             ops.append(Collective("alltoall", half_bytes, f"{label} {what} {part}",
                                   group="ep", blocking=False,
-                                  handle=f"ep:{label} {what} {part}"))
+                                  handle=async_handle("ep", f"{label} {what} {part}")))
 
         ops.append(Compute(attention_s / 2, f"{label} attention A", *args))
         launch("dispatch", "A")
@@ -345,11 +346,11 @@ class StreamBuilder:
         self._tp_ops(ops, f"{label} attention", fold, pass_, "attention")
         launch("dispatch", "B")
         for part in ("A", "B"):
-            ops.append(Wait(f"ep:{label} dispatch {part}"))
+            ops.append(Wait(async_handle("ep", f"{label} dispatch {part}")))
             ops.append(Compute(mlp_s / 2, f"{label} mlp {part}", *args))
             launch("combine", part)
         for part in ("A", "B"):
-            ops.append(Wait(f"ep:{label} combine {part}"))
+            ops.append(Wait(async_handle("ep", f"{label} combine {part}")))
         self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp")
 
     def _cp_attention(self, ops: list[Op], cost_pass: str, duration: float, label: str,
@@ -370,7 +371,7 @@ class StreamBuilder:
         if half:
             ops.append(Compute(half, f"{label} attention", *args))
         for step, blocks in enumerate(ring_step_blocks(cost_pass, par.cp)):
-            handle = f"cp:{label} {step}"
+            handle = async_handle("cp", f"{label} {step}")
             if blocks:
                 ops.append(Collective("sendrecv", blocks * self.cp_bytes,
                                       f"{label} cp ring {step}", group="cp", blocking=False,

@@ -23,13 +23,15 @@ from typing import Any
 
 import simpy
 from distsim_gpu.workloads.iteration.ops import Fused, Recv
+from distsim_gpu.workloads.strategy.dimensions import critical_kinds
 
 __all__ = ["CRITICAL_KINDS", "Meeting", "Meetings", "PathEntry", "RankGroup", "critical_path",
            "started"]
 
-#: What a stretch of the critical path is spent on.
-CRITICAL_KINDS = ("compute", "tp comm", "pp transfer", "dp comm", "ep comm", "cp comm",
-                  "bubble wait", "data loading")
+#: What a stretch of the critical path is spent on: compute, each parallelism dimension's
+#: communication (workloads.strategy.dimensions, in registry order), waiting for the
+#: pipeline, and for the data loader.
+CRITICAL_KINDS = ("compute", *critical_kinds(), "bubble wait", "data loading")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +65,9 @@ class RankGroup:
     :class:`Meeting` (a collective that held it back on its stream).
     """
 
-    __slots__ = ("bubble_s", "comm_intervals", "compute_s", "dp_calls", "end_s", "ep_calls",
-                 "exposed_s", "gpus", "handles", "idle_s", "name", "path", "pending",
-                 "replica", "slowdown", "stage", "streams")
+    __slots__ = ("bubble_s", "calls", "comm_intervals", "compute_s", "end_s", "exposed_s",
+                 "gpus", "handles", "idle_s", "name", "path", "pending", "replica",
+                 "slowdown", "stage", "streams")
 
     def __init__(self, stage: int, replica: int, gpus: tuple[str, ...], slowdown: float):
         self.stage = stage
@@ -83,17 +85,17 @@ class RankGroup:
         self.pending: list[Meeting] = []  # async collectives waited for at the end
         self.handles: dict[str, Meeting] = {}  # async collectives waited for by handle
         self.streams: dict[str, Meeting] = {}  # the last collective of each stream
-        # How many data-parallel / expert-parallel collectives it has joined: the n-th
-        # of each is the same call for every peer (they run the same stream).
-        self.dp_calls = 0
-        self.ep_calls = 0
+        # Per communicator (data parallel, an expert block, a context-parallel ring), how
+        # many of its calls it has joined: the n-th of each is the same call for every
+        # peer (they run the same stream).
+        self.calls: dict[str, int] = {}
         self.path: list[tuple[float, float, str, Any, Any]] = []
 
 
 class Meeting:
     """A collective among rank groups: it starts when the last member arrives."""
 
-    __slots__ = ("arrivals", "arrived", "cause", "done", "end_s", "label", "start_s")
+    __slots__ = ("arrivals", "arrived", "cause", "done", "end_s", "kind", "label", "start_s")
 
     def __init__(self, env: simpy.Environment) -> None:
         self.arrived = 0
@@ -104,6 +106,9 @@ class Meeting:
         # What the last arrival waited for (a path ``dep``, see RankGroup.path).
         self.cause: Any = None
         self.label = ""
+        # The critical-path kind of waiting for it (its communicator's, see
+        # workloads.strategy.dimensions): set where it is launched asynchronously.
+        self.kind = "dp comm"
 
 
 class Meetings:

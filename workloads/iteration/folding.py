@@ -1,0 +1,393 @@
+"""Replica folding: which data-parallel replicas are alike, so one stands for the rest.
+
+The iteration (:mod:`workloads.iteration.simulator`) runs the units this module says to
+run, and enters their flows with their images'; this module only decides, before the run,
+from the streams and the collective plans: :func:`fold_check` (which units run, and the
+sentence that says so) and :func:`exclusive_tp` (whether tensor-parallel collectives may
+be timed by their closed form).
+
+**Symmetry folding.**  Data-parallel replicas that run the same schedule on the same view
+of the fabric are simulated once.  With expert parallelism the unit of folding is an
+expert-parallel block of ``ep`` consecutive replicas (its all-to-alls stay inside it); else
+it is one replica.  The first unit is *simulated*; every other unit is its *image*, shifted
+by a whole number of units.  Folding is exact when the images see what the simulated unit
+sees, which is checked constructively before the run (:func:`fold_check`):
+
+* same schedule and costs — no trace asked for (its spans are per rank group); a unit
+  holding a straggler (a rank group that runs slower) is unlike the rest, so it is
+  simulated on its own, beside one unit standing for all the units without one — which
+  are still images of each other, provided the straggler's unit shares no link of a
+  folded flow class with them (its traffic runs at other times); its lateness reaches
+  them only through the collectives that span replicas, which run in full;
+* same fabric — the routing depends on the two ends only (D-mod-K, adaptive, spraying), not
+  on a hash of the queue pair (ECMP), and for every flow class that is folded (each rank
+  group's tensor-parallel collectives, by every algorithm ``auto`` may pick, each pipeline
+  send between neighbouring stages, both ways, the tied-embedding all-reduces and, per
+  block, the expert all-to-alls) every replica sees the same links: as many, of the same
+  capacities, crossed by the same streams, each shared with as many replicas — pairwise
+  disjoint (typical of D-mod-K on non-blocking trees and of rail-optimized fabrics), or
+  shared evenly (adaptive spraying over spines) — and the same latency; a shared link
+  carries the same streams from every replica on it; and with the streams of the
+  data-parallel collectives that will run added (the plans of the stream's own calls,
+  over every replica), each replica's most loaded link per step is as loaded.
+
+Then every image's flow meets the same capacities, the same sharing and the same
+replica-spanning load as the simulated one's, so under max-min fairness all move at one
+rate.  These are necessary conditions read off the plans, not a proof over the whole
+max-min solution; the tests compare against the full simulation on many strategies and
+fabrics (random ones too) to hold them.  A folded flow is entered *with its images*: a
+pipeline send is one flow over all replicas' pairs (a shared link's multiplicity is the
+sum of the replicas' streams, so it is loaded as by their separate flows at their common
+rate; its protocol is the one a replica alone would take), a tensor-parallel collective
+run as flows is one coflow with its images' (at step fidelity their flows run beside it),
+and a collective timed by its closed form records its images' link usage too.  So
+contention with replica-spanning traffic, and the link statistics, count every replica's
+bytes.  Collectives that span
+replicas — the data-parallel all-reduce / reduce-scatter / all-gather, the expert
+all-to-alls of every block, the tied-embedding all-reduce of every replica, the gradient
+norm — run in full, over every replica's lanes; a meeting of folded groups completes when
+the simulated members arrive (their images arrive at the same instant by symmetry).  At the
+end the images' GPUs get their simulated group's accounting.  Otherwise the full simulation
+runs; :attr:`IterationResult.folding` says which ran and why.  ``tests/workloads/
+test_folding.py`` compares folded and full runs across strategies and fabrics to 1e-9.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from distsim_gpu.collectives import Communicator
+from distsim_gpu.collectives.algorithms import gpu_rail
+from distsim_gpu.collectives.plan import CollectivePlan
+from distsim_gpu.topology import Topology
+from distsim_gpu.workloads.iteration.ops import Collective, Op
+from distsim_gpu.workloads.iteration.records import IterationSpec
+from distsim_gpu.workloads.iteration.timeline import RankGroup
+from distsim_gpu.workloads.strategy.dimensions import (
+    PeerGroup,
+    Peering,
+    folding_unit,
+    peer_degrees,
+    peer_groups,
+)
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig
+
+__all__ = ["exclusive_tp", "fold_check", "unit_rows"]
+
+
+def fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
+                streams: list[list[Op]], unit: int) -> tuple[dict[int, tuple[int, ...]], str]:
+    """Which units (replicas, or blocks of ``unit`` replicas) are simulated, each with the
+    units it stands for (itself first; empty: the full simulation runs), and the sentence
+    that says so (see the module docstring, *Symmetry folding*).  Units holding a
+    straggler run on their own, beside one unit standing for all the others."""
+    dp = spec.parallel.dp_cp
+    # What a unit of more than one replica is (an expert-parallel block, a
+    # context-parallel ring), for the sentence.
+    named = folding_unit(spec.parallel)[0]
+    kind = None if named is None else named.fold_unit
+    units = dp // unit
+    if units <= 1:
+        return {}, "full: one data-parallel replica" + (
+            "" if unit == 1 or kind is None else f" {kind.noun} ({kind.spans} spans them all)")
+    slow = sorted(g for g, factor in spec.stragglers.items() if factor != 1)
+    # A unit is unlike the others where one of its rank groups runs slower (a faster GPU
+    # in a TP group waits for its peers: the group's pace is unchanged).
+    odd = sorted({g.replica // unit for row in groups for g in row if g.slowdown != 1})
+    healthy = [u for u in range(units) if u not in odd]
+    # What breaks the symmetry first; a trace (spans per rank group) last, so that a
+    # traced run names the same reason as an untraced one where it has one.
+    why = ("full: folding off" if not spec.fold_replicas
+           else f"full: stragglers on {', '.join(slow)}" if len(healthy) < 2
+           else f"full: {spec.topology.routing.policy} routing may route replicas unalike"
+           if not spec.topology.routing.folds_replicas
+           else _asymmetry(spec, comm, groups, streams, unit, healthy if odd else None)
+           or ("full: a trace was asked for (spans per rank group)" if spec.trace else ""))
+    if why:
+        return {}, why
+    what = ("data-parallel replicas" if unit == 1 or kind is None
+            else f"{kind.adjective} {kind.noun}s of {unit}")
+    stands_for = {healthy[0]: tuple(healthy), **{u: (u,) for u in odd}}
+    if not odd:
+        return stands_for, f"folded {units} {what} into 1"
+    if unit == 1 or kind is None:
+        alone = "replica" + ("s " if len(odd) > 1 else " ") + ", ".join(map(str, odd))
+    else:  # an expert-parallel block or a context-parallel ring, by its replicas
+        alone = (f"the {kind.noun}{'s' if len(odd) > 1 else ''} of replicas " + ", ".join(
+            f"{u * unit}-{u * unit + unit - 1}" for u in odd))
+    return stands_for, (f"folded {len(healthy)} {what} without a straggler into 1; {alone} "
+                        f"(stragglers on {', '.join(slow)}) simulated on "
+                        f"{'their' if len(odd) > 1 else 'its'} own")
+
+
+# Per flow class, per replica (or expert-parallel block), the plans it runs.
+_Classes = list[tuple[str, list[list[CollectivePlan]]]]
+
+
+def _asymmetry(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
+               streams: list[list[Op]], unit: int, healthy: list[int] | None = None) -> str:
+    """Why replicas' traffic is not alike on the fabric ("" when it is): see
+    :func:`_unalike`, per flow class, with the load of the data-parallel collectives.
+    With ``healthy`` (the units without a straggler) only those must be alike, and the
+    rest (simulated on their own, at their own pace) must share no link of a folded
+    class with them."""
+    calls = [_calls(stream) for stream in streams]
+    load = _spanning_load(comm, groups, calls, spec.parallel.tp)
+    alike = groups if healthy is None else unit_rows(groups, healthy, unit)
+    odd = None if healthy is None else unit_rows(
+        groups, [u for u in range(len(groups[0]) // unit) if u not in healthy], unit)
+    wrap = spec.parallel.interleave > 1
+    for stage in range(len(groups)):
+        why = _tp_candidates_differ(comm, groups[stage])
+        classes = [] if why else _flow_classes(comm, alike, stage, calls[stage], unit, wrap)
+        if not why and odd is not None:
+            theirs = _flow_classes(comm, odd, stage, calls[stage], unit, wrap)
+            if not _class_links(classes).isdisjoint(_class_links(theirs)):
+                why = "a straggler's replica shares links with the others"
+        for label, per_replica in classes:
+            why = why or _unalike(comm, label, per_replica, load)
+        if why:
+            return f"full: stage {stage} {why}"
+    return ""
+
+
+def unit_rows(groups: list[list[RankGroup]], units: list[int],
+               unit: int) -> list[list[RankGroup]]:
+    """Each stage's rank groups of the given units, in order."""
+    return [[row[u * unit + k] for u in units for k in range(unit)] for row in groups]
+
+
+def _class_links(classes: _Classes) -> set[Any]:
+    return {link for _label, per_replica in classes for plans in per_replica
+            for plan in plans for step in plan.steps for link in step.link_streams}
+
+
+def _tp_candidates_differ(comm: Communicator, row: list[RankGroup]) -> str:
+    """Why a stage's TP groups are not alike already in the algorithms ``auto`` weighs
+    for them (CollNet where one group's switches reduce in the network and another's
+    do not): "" when every group has the same candidates."""
+    if len(row[0].gpus) == 1:
+        return ""
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        if len({comm.candidates(op, list(g.gpus)) for g in row}) > 1:
+            return f"tensor-parallel groups may pick different {op} algorithms"
+    return ""
+
+
+def _calls(stream: list[Op]) -> set[tuple[str, str, float]]:
+    """The distinct (peers, op, size) of a stream's collectives among rank groups."""
+    own = {name for name, peer in peer_groups().items() if peer.peering is Peering.OWN}
+    return {(op.group, op.op, op.size_bytes) for op in stream
+            if isinstance(op, Collective) and op.group not in own and op.op is not None
+            and op.size_bytes is not None}
+
+
+def _flow_classes(comm: Communicator, groups: list[list[RankGroup]], stage: int,
+                  calls: set[tuple[str, str, float]], unit: int, wrap: bool) -> _Classes:
+    """The traffic of one stage that folding enters with its images: TP collectives (by
+    every algorithm ``auto`` may pick), pipeline sends both ways (from the last stage to
+    the first too when ``wrap``: interleaved), tied-embedding all-reduces, expert
+    all-to-alls (per block), context-parallel ring sends (per ring)."""
+    row, pp = groups[stage], len(groups)
+    tp = len(row[0].gpus)
+    classes: _Classes = []
+    if tp > 1:
+        for op in ("all_reduce", "all_gather", "reduce_scatter"):
+            for algo in comm.candidates(op, list(row[0].gpus)):
+                classes.append((op, [[comm.plan(op, list(g.gpus), algorithm=algo,
+                                                protocol="simple")] for g in row]))
+    if pp > 1 and (stage + 1 < pp or wrap):
+        ahead = groups[(stage + 1) % pp]
+        for forward in (True, False):  # activations, and gradients coming back
+            classes.append(("p2p", [[comm.pairs_plan(
+                list(zip(a.gpus, b.gpus) if forward else zip(b.gpus, a.gpus)), 1.0,
+                protocol="simple")] for a, b in zip(row, ahead)]))
+    peers = peer_groups()
+    for name, op, size in sorted(calls):
+        peer = peers.get(name)
+        if peer is not None:
+            classes.extend(_call_class(comm, groups, row, peer, (op, size), unit))
+    return classes
+
+
+def _call_class(comm: Communicator, groups: list[list[RankGroup]], row: list[RankGroup],
+                peer: PeerGroup, call: tuple[str, float], unit: int) -> _Classes:
+    """The flow class of one collective call ``(op, size)`` among ``peer`` of ``row``'s
+    groups that folding enters with its images (none for data-parallel ones: they span
+    replicas and run in full).  A block's (expert all-to-alls, context-parallel ring
+    steps) is per unit: the block is the unit."""
+    op, size = call
+    tp = len(row[0].gpus)
+    if peer.peering is Peering.ENDS:
+        lanes = [[[a, b] for a, b in zip(first.gpus, last.gpus)]
+                 for first, last in zip(groups[0], groups[-1])]
+    elif peer.peering is Peering.BLOCK and peer.ring:  # every lane's sends to the next rank
+        return [(f"{peer.name} ring", [[comm.pairs_plan(
+            [(g.gpus[t], row[b + (i + 1) % unit].gpus[t]) for t in range(tp)
+             for i, g in enumerate(row[b:b + unit])], 1.0, protocol="simple")]
+            for b in range(0, len(row), unit)])]
+    elif peer.peering is Peering.BLOCK:
+        lanes = [[[g.gpus[t] for g in row[b:b + unit]] for t in range(tp)]
+                 for b in range(0, len(row), unit)]
+    else:
+        return []
+    return [(op, [[comm.choose(op, lane, size) for lane in mine] for mine in lanes])]
+
+
+def _spanning_load(comm: Communicator, groups: list[list[RankGroup]],
+                   calls: list[set[tuple[str, str, float]]], tp: int,
+                   ) -> dict[Any, float]:
+    """Per link, the streams the data-parallel collectives put on it (every call's)."""
+    load: dict[Any, float] = {}
+    spanning = {name for name, peer in peer_groups().items()
+                if peer.peering is Peering.STAGE}
+    for stage, row in enumerate(groups):
+        lanes = [[g.gpus[t] for g in row] for t in range(tp)]
+        for name, op, size in calls[stage]:
+            if name not in spanning:
+                continue
+            for lane in lanes:
+                for step in comm.choose(op, lane, size).steps:
+                    for link, streams in step.link_streams.items():
+                        load[link] = load.get(link, 0.0) + streams * step.repeat
+    return load
+
+
+def _unalike(comm: Communicator, label: str, per_replica: list[list[CollectivePlan]],
+             load: dict[Any, float]) -> str:
+    """Why one flow class's plans, per replica, are not images of each other ("" when
+    they are).  Each replica must see the same links: as many, of the same capacities,
+    crossed by as many streams in each step, each shared with as many replicas, and the
+    same latency; a shared link must carry the same streams from each replica that
+    shares it (entered as one flow with their multiplicities summed, it is loaded as by
+    their separate flows at the rate they share by symmetry).  With the data-parallel
+    collectives' streams added, the most loaded link (streams per byte/s) of each step
+    must be as loaded for every replica: a ring that crosses between leaves beside some
+    replicas only adds to links that do not limit them; one that loads some replicas'
+    bottleneck more makes them slower."""
+    profiles = [_link_profile(plans) for plans in per_replica]
+    first: dict[Any, tuple[float, ...]] = {}  # per link, the streams of its first user
+    count: dict[Any, int] = {}
+    uneven: set[Any] = set()  # links whose users put different streams on them
+    for profile in profiles:
+        for link, streams in profile.items():
+            seen = first.setdefault(link, streams)
+            if seen is not streams and seen != streams:
+                uneven.add(link)
+            count[link] = count.get(link, 0) + 1
+    shape: tuple[Any, ...] | None = None
+    for replica, (plans, profile) in enumerate(zip(per_replica, profiles)):
+        if not uneven.isdisjoint(profile):
+            return f"replica {replica} shares links unevenly with others ({label})"
+        mine = (sorted((comm.capacity[link], streams, count[link])
+                       for link, streams in profile.items()),
+                [plan.latency_s for plan in plans], _pressure(comm, profile, count, load))
+        if shape is None:
+            shape = mine
+        elif mine != shape:
+            return f"replica {replica}'s {label} links differ from replica 0's"
+    return ""
+
+
+def _pressure(comm: Communicator, profile: dict[Any, tuple[float, ...]],
+              count: dict[Any, int], load: dict[Any, float]) -> tuple[float, ...]:
+    """Per step, the most streams per byte/s on a link: the class's (times the replicas
+    sharing it) and the data-parallel collectives' (rounded to 12 digits)."""
+    width = len(next(iter(profile.values()), ()))
+    worst = [0.0] * width
+    for link, streams in profile.items():
+        extra, capacity = load.get(link, 0.0), comm.capacity[link]
+        for i, mine in enumerate(streams):
+            if mine:
+                worst[i] = max(worst[i], (mine * count[link] + extra) / capacity)
+    return tuple(float(f"{w:.12g}") for w in worst)
+
+
+def _link_profile(plans: list[CollectivePlan]) -> dict[Any, tuple[float, ...]]:
+    """Per link some plans cross, its streams in each step of each plan."""
+    width = sum(len(plan.steps) for plan in plans)
+    profile: dict[Any, list[float]] = {}
+    i = 0
+    for plan in plans:
+        for step in plan.steps:
+            for link, streams in step.link_streams.items():
+                profile.setdefault(link, [0.0] * width)[i] = streams
+            i += 1
+    return {link: tuple(streams) for link, streams in profile.items()}
+
+
+def exclusive_tp(comm: Communicator, groups: list[list[RankGroup]],
+                  par: ParallelConfig) -> bool:
+    """Whether TP collectives may be timed by their closed form before data parallelism.
+
+    Only traffic that can run *while* a TP group computes could share its links:
+    pipeline sends (asynchronous) and other TP groups.  Expert all-to-alls block every
+    group they involve, and data-parallel collectives start only after every replica
+    of the stage launched them — after which the stage's stream runs its TP collectives
+    as flows (see :class:`workloads.streams.StreamBuilder`) — so neither can overlap a
+    closed-form TP collective.
+    """
+    if par.tp == 1:
+        return True
+    seen: set[Any] = set()
+    for stage_groups in groups:
+        for group in stage_groups:
+            links: set[Any] = set()
+            gpus = list(group.gpus)
+            for op in ("all_reduce", "all_gather", "reduce_scatter"):
+                # Every algorithm auto may pick for it (NVLS, CollNet… where offered).
+                for algo in comm.candidates(op, gpus):
+                    links |= comm.plan_links(comm.plan(op, gpus, algorithm=algo,
+                                                       protocol="simple"))
+            if links & seen:
+                return False
+            seen |= links
+    topo = comm.topology
+    # TP links all inside nodes (the usual case): only the sends' legs inside nodes can
+    # meet them, and those need no walk over the fabric (Topology.node_legs) — at 16,384
+    # GPUs that walk, for every send of every replica, was most of this check.
+    in_node = all(topo.in_node(link) for link in seen)
+    for pairs in _async_send_pairs(groups, par):
+        legs = _node_legs(topo, pairs) if in_node else None
+        if legs is None:
+            legs = comm.plan_links(comm.pairs_plan(pairs, 1.0, protocol="simple"))
+        if not seen.isdisjoint(legs):
+            return False
+    return True
+
+
+def _async_send_pairs(groups: list[list[RankGroup]], par: ParallelConfig,
+                      ) -> Generator[list[tuple[str, str]], None, None]:
+    """The GPU pairs of every asynchronous send between rank groups, one list per group
+    and destination: pipeline neighbours (both ways; around the ring when interleaved)
+    and the next rank group of a ring communicator (context parallelism's)."""
+    # A ring's sends run while groups compute; its block is its dimension's degree.
+    degrees = peer_degrees(par)
+    rings = [degrees[name] for name, peer in peer_groups().items()
+             if peer.ring and degrees[name] > 1]
+    for stage in range(par.pp):
+        for replica in range(par.dp_cp):
+            here = groups[stage][replica].gpus
+            for size in rings:
+                there = groups[stage][replica // size * size + (replica + 1) % size].gpus
+                yield list(zip(here, there))
+            for neighbour in (stage - 1, stage + 1):
+                if 0 <= neighbour < par.pp or par.interleave > 1:
+                    there = groups[neighbour % par.pp][replica].gpus
+                    if there != here:
+                        yield list(zip(here, there))
+
+
+def _node_legs(topo: Topology, pairs: list[tuple[str, str]]) -> set[Any] | None:
+    """The links inside nodes of the routes the sends ``pairs`` take (each on its
+    sender's rail across nodes, as :func:`collectives.algorithms.pairs_plan` routes
+    them); None where some route is not shaped for :meth:`Topology.node_legs`."""
+    legs: set[Any] = set()
+    for src, dst in pairs:
+        rail = gpu_rail(topo, src) if topo.node_of(src) != topo.node_of(dst) else None
+        found = topo.node_legs(src, dst, rail=rail)
+        if found is None:
+            return None
+        legs.update(found)
+    return legs

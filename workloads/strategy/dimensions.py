@@ -1,0 +1,238 @@
+"""Parallelism dimensions: each way of splitting a job over GPUs, in one registry.
+
+A :class:`Dimension` says everything the rest of the simulator needs to know about one
+way of splitting (tensor, pipeline, data, expert, context parallelism): its key in a
+scenario's ``parallelism:`` mapping and how its degree is read from a
+:class:`~workloads.strategy.parallel.ParallelConfig`, the communicators its collectives run
+in (:class:`PeerGroup`: who meets, the critical-path kind of the time spent there, the
+tag the network counts its bytes under), the label of its time on the critical path,
+whether a block of its ranks is the unit the iteration folds replicas by, how it prints
+in a strategy summary, and how a strategy search ranges over it.
+
+The iteration (:mod:`workloads.iteration`) looks these up by the name an op's ``group``
+carries (:data:`workloads.iteration.ops.Peers`) instead of matching names itself, so a new
+dimension is one :func:`register` call (or one entry below) plus the op builder that
+emits its collectives.  The built-in entries are :data:`DIMENSIONS`, in summary order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import Enum
+from operator import attrgetter
+from typing import Any
+
+from distsim_gpu.simcore.errors import ConfigError, SimulationError, closest
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig
+
+__all__ = [
+    "DIMENSIONS",
+    "Dimension",
+    "FoldUnit",
+    "PeerGroup",
+    "Peering",
+    "async_handle",
+    "critical_kinds",
+    "dimension",
+    "dimensions",
+    "folding_unit",
+    "peer_degrees",
+    "peer_group",
+    "peer_groups",
+    "register",
+    "registered",
+    "strategy_summary",
+]
+
+
+class Peering(Enum):
+    """Which rank groups (the ``tp`` GPUs of one stage of one replica) form one
+    communicator of a :class:`PeerGroup`, relative to the group that calls it."""
+
+    #: The rank group's own GPUs (tensor parallelism): nobody else meets.
+    OWN = "own"
+    #: The block of ``degree`` consecutive replicas of the caller's stage holding it
+    #: (expert parallelism, a context-parallel ring).  Its traffic stays inside the block,
+    #: so such a dimension must be a folding unit (:class:`FoldUnit`).
+    BLOCK = "block"
+    #: Every replica of the caller's stage (data parallelism): it spans folded units, so
+    #: it runs in full over every replica's lanes.
+    STAGE = "stage"
+    #: The first and the last stage of the caller's replica (the tied word embedding);
+    #: waiting for the other end is the pipeline's flush (bubble, not idle).
+    ENDS = "ends"
+
+
+@dataclass(frozen=True, slots=True)
+class PeerGroup:
+    """One communicator a dimension's collectives run in.
+
+    ``name`` is what an op's ``group`` says; ``comm_kind`` the critical-path (and trace)
+    kind of the time spent in its calls; ``tag`` the flow tag the network counts their
+    bytes under.  ``ring``: each call is every member's send to the next member of its
+    block (one step of a ring, as context parallelism's attention runs), not a collective
+    algorithm among them.
+    """
+
+    name: str
+    comm_kind: str
+    peering: Peering
+    tag: str
+    ring: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FoldUnit:
+    """How a dimension's block of replicas is named when the iteration folds by it:
+    ``"expert-parallel"`` (``adjective``) ``"block"`` (``noun``), which ``"expert
+    parallelism"`` (``spans``) spans."""
+
+    adjective: str
+    noun: str
+    spans: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dimension:
+    """One parallelism dimension (see the module docstring).
+
+    ``name``: its key in ``parallelism:`` (and in ``space:`` of a search); ``degree``:
+    how its degree is read from a :class:`ParallelConfig`; ``critical_kind``: the label of
+    its time on the critical path; ``groups``: the communicators its collectives run in
+    (none: it only sends point to point); ``fold_unit``: set where a block of its ranks is
+    the unit the iteration folds replicas by (the first such dimension of degree > 1, in
+    registry order, is); ``always_printed``: a summary names it at degree 1 too;
+    ``searched``: a strategy search ranges over it (else its degree follows from the
+    others, as data parallelism's does); ``search_default``: the degrees a search tries
+    when its ``space:`` does not say (None: every degree that fits the cluster).
+    """
+
+    name: str
+    degree: Callable[[ParallelConfig], int]
+    critical_kind: str
+    groups: tuple[PeerGroup, ...] = ()
+    fold_unit: FoldUnit | None = None
+    always_printed: bool = True
+    searched: bool = True
+    search_default: tuple[int, ...] | None = None
+
+    def printed(self, degree: int) -> str | None:
+        """How the dimension prints in a strategy summary (``"tp 4"``); None where the
+        summary leaves it out (degree 1 of a dimension not ``always_printed``)."""
+        if degree == 1 and not self.always_printed:
+            return None
+        return f"{self.name} {degree}"
+
+
+#: The built-in dimensions, in summary order (which is also the critical-path order).
+DIMENSIONS: tuple[Dimension, ...] = (
+    Dimension("tp", attrgetter("tp"), "tp comm",
+              (PeerGroup("tp", "tp comm", Peering.OWN, "tp"),)),
+    # The pipeline's own traffic is point-to-point sends; the tied word embedding's
+    # gradients are all-reduced between its two ends, counted as gradient reduction.
+    Dimension("pp", attrgetter("pp"), "pp transfer",
+              (PeerGroup("embedding", "dp comm", Peering.ENDS, "dp"),)),
+    Dimension("dp", attrgetter("dp"), "dp comm",
+              (PeerGroup("dp", "dp comm", Peering.STAGE, "dp"),), searched=False),
+    Dimension("ep", attrgetter("ep"), "ep comm",
+              (PeerGroup("ep", "ep comm", Peering.BLOCK, "ep"),),
+              FoldUnit("expert-parallel", "block", "expert parallelism"),
+              always_printed=False),
+    # Context parallelism only when asked for: it pays off for long sequences only, and
+    # multiplies a search's candidates.
+    Dimension("cp", attrgetter("cp"), "cp comm",
+              (PeerGroup("cp", "cp comm", Peering.BLOCK, "cp", ring=True),),
+              FoldUnit("context-parallel", "ring", "context parallelism"),
+              always_printed=False, search_default=(1,)),
+)
+
+# The registry the lookups read: the built-ins, then what register() added.
+_registry: dict[str, Dimension] = {d.name: d for d in DIMENSIONS}
+
+
+def dimensions() -> tuple[Dimension, ...]:
+    """Every registered dimension, in registry order."""
+    return tuple(_registry.values())
+
+
+def dimension(name: str) -> Dimension:
+    """The dimension called ``name``; a :class:`ConfigError` naming the valid ones if none is."""
+    try:
+        return _registry[name]
+    except KeyError:
+        raise ConfigError(f"unknown parallelism dimension {name!r}",
+                          hint=closest(name, _registry)) from None
+
+
+def peer_groups() -> dict[str, PeerGroup]:
+    """Every registered dimension's communicators, by the name an op's ``group`` says."""
+    return {group.name: group for dim in _registry.values() for group in dim.groups}
+
+
+def peer_group(name: str) -> PeerGroup:
+    """The communicator an op's ``group`` names; an error if no dimension has it."""
+    found = peer_groups().get(name)
+    if found is None:
+        raise SimulationError(f"no collective among {name!r} in an iteration: no "
+                              f"registered dimension has such a group "
+                              f"({', '.join(sorted(peer_groups()))})")
+    return found
+
+
+def peer_degrees(parallel: ParallelConfig) -> dict[str, int]:
+    """Per communicator name, the degree of the dimension it belongs to in ``parallel``
+    (a :attr:`Peering.BLOCK` group's block size)."""
+    return {group.name: dim.degree(parallel) for dim in _registry.values()
+            for group in dim.groups}
+
+
+def critical_kinds() -> tuple[str, ...]:
+    """The critical-path labels of the dimensions' time, in registry order."""
+    return tuple(dict.fromkeys(dim.critical_kind for dim in _registry.values()))
+
+
+def folding_unit(parallel: ParallelConfig) -> tuple[Dimension | None, int]:
+    """The dimension whose blocks of replicas the iteration folds by, and the block size
+    (``(None, 1)``: single replicas): the first folding dimension of degree > 1."""
+    for dim in _registry.values():
+        if dim.fold_unit is not None:
+            degree = dim.degree(parallel)
+            if degree > 1:
+                return dim, degree
+    return None, 1
+
+
+def strategy_summary(degrees: Mapping[str, Any]) -> str:
+    """The degrees as a summary prints them (``"tp 4 · pp 2 · dp 8"``), from a mapping
+    of dimension name to degree (a ``parallelism:`` mapping; missing: 1)."""
+    printed = (dim.printed(degrees.get(dim.name, 1)) for dim in _registry.values())
+    return " · ".join(p for p in printed if p is not None)
+
+
+def async_handle(group: str, label: str) -> str:
+    """The handle of an asynchronous call among ``group``: its label, kept apart from
+    other groups' handles of the same label by the group's name."""
+    return f"{group}:{label}"
+
+
+def register(dim: Dimension) -> Dimension:
+    """Add ``dim`` to the registry (after the others); an error if its name, or one of its
+    communicators' names, is taken."""
+    taken = peer_groups()
+    if dim.name in _registry or any(group.name in taken for group in dim.groups):
+        raise ConfigError(f"parallelism dimension {dim.name!r} or one of its groups "
+                          f"is registered already")
+    _registry[dim.name] = dim
+    return dim
+
+
+@contextmanager
+def registered(dim: Dimension) -> Iterator[Dimension]:
+    """``dim`` registered for the ``with`` block only (tests, experiments)."""
+    register(dim)
+    try:
+        yield dim
+    finally:
+        del _registry[dim.name]
