@@ -20,6 +20,7 @@ from distsim_gpu.workloads.iteration.offload_step import offload_lines
 from distsim_gpu.workloads.specs.gpus import GpuSpec
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import UNIFORM, describe_loads
+from distsim_gpu.workloads.strategy.dimensions import strategy_summary
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 
 __all__ = ["format_summary", "format_table"]
@@ -44,11 +45,7 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[str]],
 
 
 def _strategy(par: ParallelConfig, train: TrainingConfig) -> str:
-    parts = [f"tp {par.tp} · pp {par.pp} · dp {par.dp}"]
-    if par.ep > 1:
-        parts[0] += f" · ep {par.ep}"
-    if par.cp > 1:
-        parts[0] += f" · cp {par.cp}"
+    parts = [strategy_summary(par)]
     if par.pp > 1:
         schedule = f"{par.schedule} schedule"
         if par.schedule == "interleaved":

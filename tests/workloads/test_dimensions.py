@@ -105,7 +105,7 @@ def _summary_as_the_report_prints_it(par: dict[str, Any]) -> str:
     {"tp": 4, "pp": 2, "dp": 2, "cp": 4},
 ])
 def test_the_summary_prints_as_the_report_does(par: dict[str, Any]) -> None:
-    assert strategy_summary(par) == _summary_as_the_report_prints_it(par)
+    assert strategy_summary(ParallelConfig(**par)) == _summary_as_the_report_prints_it(par)
     assert dimension("tp").printed(4) == "tp 4"
     assert dimension("cp").printed(1) is None
 
@@ -152,7 +152,7 @@ def test_a_registered_dimension_is_seen_by_every_lookup(toy: Dimension) -> None:
     assert peer_groups()["etp"].peering is Peering.BLOCK
     assert peer_degrees(ParallelConfig())["etp"] == 2
     assert critical_kinds()[-1] == "etp comm"
-    assert strategy_summary({"tp": 2, "pp": 1, "dp": 4, "etp": 2}) == "tp 2 · pp 1 · dp 4 · etp 2"
+    assert strategy_summary(ParallelConfig(tp=2, dp=4)) == "tp 2 · pp 1 · dp 4 · etp 2"
     # The built-in units come first: with neither ep nor cp the toy's block is the unit.
     assert folding_unit(ParallelConfig(dp=8)) == (toy, 2)
     assert folding_unit(ParallelConfig(dp=8, ep=4))[0] is dimension("ep")

@@ -17,12 +17,11 @@ emits its collectives.  The built-in entries are :data:`DIMENSIONS`, in summary 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from operator import attrgetter
-from typing import Any
 
 from distsim_gpu.simcore.errors import ConfigError, SimulationError, closest
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
@@ -204,10 +203,9 @@ def folding_unit(parallel: ParallelConfig) -> tuple[Dimension | None, int]:
     return None, 1
 
 
-def strategy_summary(degrees: Mapping[str, Any]) -> str:
-    """The degrees as a summary prints them (``"tp 4 · pp 2 · dp 8"``), from a mapping
-    of dimension name to degree (a ``parallelism:`` mapping; missing: 1)."""
-    printed = (dim.printed(degrees.get(dim.name, 1)) for dim in _registry.values())
+def strategy_summary(parallel: ParallelConfig) -> str:
+    """The degrees of ``parallel`` as a summary prints them (``"tp 4 · pp 2 · dp 8"``)."""
+    printed = (dim.printed(dim.degree(parallel)) for dim in _registry.values())
     return " · ".join(p for p in printed if p is not None)
 
 
