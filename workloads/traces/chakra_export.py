@@ -45,6 +45,7 @@ from distsim_gpu.workloads.iteration.ops import (
 )
 from distsim_gpu.workloads.iteration.simulator import IterationSimulator, IterationSpec
 from distsim_gpu.workloads.iteration.timeline import RankGroup
+from distsim_gpu.workloads.strategy.dimensions import PeerGroup, Peering, peer_degrees, peer_group
 from distsim_gpu.workloads.traces.replay import SEND, GraphNode, place_ranks
 
 __all__ = ["MAIN_STREAM", "iter_rank_graphs", "iteration_graphs"]
@@ -128,30 +129,21 @@ class _Exporter:
                     self._call(rank, ranks, step, MAIN_STREAM)
 
     def _collective(self, group: RankGroup, op: Collective) -> None:
-        sim, par = self.sim, self.sim.spec.parallel
-        if op.group == "tp" and op.subgroups:  # a 2-D/3-D mesh step: one call per sub-group
+        peer = peer_group(op.group)
+        if peer.peering is Peering.OWN:
             ranks = tuple(self._ranks(group))
-            for members in op.subgroups:
-                sub = tuple(ranks[i] for i in members)
+            # a 2-D/3-D mesh step: one call per sub-group
+            for sub in ([tuple(ranks[i] for i in members) for members in op.subgroups or ()]
+                        or [ranks]):
                 for rank in sub:
                     self._call(rank, sub, op, MAIN_STREAM)
             return
-        if op.group == "tp":
-            ranks = tuple(self._ranks(group))
-            for rank in ranks:
-                self._call(rank, ranks, op, MAIN_STREAM)
-            return
-        if op.group == "cp":
-            raise ConfigError("exporting a context-parallel iteration to Chakra is not "
-                              "supported", key="parallelism.cp")
-        stage_groups = sim.groups[group.stage]
-        if op.group == "ep":
-            block = group.replica // par.ep * par.ep
-            members = stage_groups[block:block + par.ep]
-        elif op.group == "embedding":
-            members = [sim.groups[0][group.replica], sim.groups[par.pp - 1][group.replica]]
-        else:
-            members = stage_groups
+        if peer.ring:
+            raise ConfigError(f"exporting an iteration whose {op.group!r} calls are ring "
+                              "steps (context-parallel attention) to Chakra is not "
+                              "supported",
+                              key=f"parallelism.{op.group}")
+        members = self._members(group, peer)
         lanes = self._lanes(members)
         if op.subgroups:  # a narrower layer group's gradients: a ring per shard, as run
             for sub in op.subgroups:
@@ -166,6 +158,18 @@ class _Exporter:
                 self.handles[(rank, op.handle)] = node
             elif not op.blocking:
                 self.pending.setdefault(rank, []).append(node)
+
+    def _members(self, group: RankGroup, peer: PeerGroup) -> list[RankGroup]:
+        """Every rank group of ``group``'s communicator among ``peer`` (unfolded)."""
+        sim, par = self.sim, self.sim.spec.parallel
+        if peer.peering is Peering.ENDS:
+            return [sim.groups[0][group.replica], sim.groups[par.pp - 1][group.replica]]
+        stage_groups = sim.groups[group.stage]
+        if peer.peering is Peering.BLOCK:
+            size = peer_degrees(par)[peer.name]
+            block = group.replica // size * size
+            return stage_groups[block:block + size]
+        return stage_groups
 
     def _wait(self, group: RankGroup, op: Wait) -> None:
         for rank in self._ranks(group):
