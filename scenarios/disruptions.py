@@ -325,7 +325,8 @@ def spec_of(scenario: Any, *, trace: bool = False, allow_oom: bool = False) -> I
         topology=scenario.topology, model=scenario.model, parallel=scenario.parallel,
         training=scenario.training, costs=scenario.costs, gpu=scenario.gpu,
         comm=scenario.comm, seed=scenario.seed, trace=trace,
-        stragglers=dict(scenario.stragglers), allow_oom=allow_oom, source=scenario.source)
+        stragglers=dict(scenario.stragglers), allow_oom=allow_oom, source=scenario.source,
+        microbatches=scenario.microbatches)
 
 
 def analyse(scenario: Any, report: Any) -> Incidents | None:

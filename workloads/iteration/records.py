@@ -27,7 +27,13 @@ __all__ = ["GpuTimes", "IterationResult", "IterationSpec", "per_gpu_times"]
 
 @dataclass(frozen=True, slots=True)
 class IterationSpec:
-    """Everything one iteration depends on (a scenario, resolved)."""
+    """Everything one iteration depends on (a scenario, resolved).
+
+    ``microbatches``: the micro-batches per pipeline that the boundary's strategy check
+    (:func:`~workloads.strategy.parallel.check_strategy`) returned, for a spec built from
+    a validated scenario, job or search candidate: the simulator trusts it.  None (a spec
+    written by hand): the simulator checks the strategy itself, once, before it runs.
+    """
 
     topology: Topology
     model: ModelSpec
@@ -47,6 +53,7 @@ class IterationSpec:
     # Simulate symmetric data-parallel replicas once (exact where it applies; off only to
     # check that it is, or to see every replica's process).
     fold_replicas: bool = True
+    microbatches: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,7 +123,7 @@ class IterationSimulator:
         self.spec = spec
         model, par, train = spec.model, spec.parallel, spec.training
         topo = spec.topology
-        self.microbatches = check_strategy(
+        self.microbatches = spec.microbatches or check_strategy(
             model, par, train, num_gpus=len(topo.gpus), source=spec.source,
             seq_len=seq_len_of(model, train))
         self.seq_len = seq_len_of(model, train)
