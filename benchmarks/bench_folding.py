@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from bench_iteration import scaling_scenario
 from distsim_gpu.scenarios.scenario import Scenario, load_scenario, scenario_from_mapping
 from distsim_gpu.workloads.iteration.simulator import (
     IterationResult,
-    IterationSpec,
     simulate_iteration,
 )
 
@@ -36,11 +36,7 @@ FIELDS = ("compute_s", "communication_s", "exposed_communication_s", "bubble_s",
 
 
 def timed(scenario: Scenario, fold: bool) -> tuple[float, IterationResult]:
-    spec = IterationSpec(
-        topology=scenario.topology, model=scenario.model, parallel=scenario.parallel,
-        training=scenario.training, costs=scenario.costs, gpu=scenario.gpu,
-        comm=scenario.comm, seed=scenario.seed, stragglers=dict(scenario.stragglers),
-        source=scenario.source, fold_replicas=fold)
+    spec = replace(scenario.spec, fold_replicas=fold)
     started = time.perf_counter()
     result = simulate_iteration(spec)
     return time.perf_counter() - started, result

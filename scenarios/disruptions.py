@@ -320,13 +320,9 @@ def simulate(scenario: Any, spec: IterationSpec) -> IterationResult:
 
 
 def spec_of(scenario: Any, *, trace: bool = False, allow_oom: bool = False) -> IterationSpec:
-    """The :class:`IterationSpec` a scenario runs."""
-    return IterationSpec(
-        topology=scenario.topology, model=scenario.model, parallel=scenario.parallel,
-        training=scenario.training, costs=scenario.costs, gpu=scenario.gpu,
-        comm=scenario.comm, seed=scenario.seed, trace=trace,
-        stragglers=dict(scenario.stragglers), allow_oom=allow_oom, source=scenario.source,
-        microbatches=scenario.microbatches)
+    """The :class:`IterationSpec` a scenario runs: the one it holds, traced or allowed to
+    run out of memory as asked."""
+    return replace(scenario.spec, trace=trace, allow_oom=allow_oom)
 
 
 def analyse(scenario: Any, report: Any) -> Incidents | None:

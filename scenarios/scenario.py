@@ -101,12 +101,12 @@ from distsim_gpu.workloads.cost.compute import (
     TableCosts,
 )
 from distsim_gpu.workloads.cost.traffic import seq_len_of
+from distsim_gpu.workloads.iteration.records import IterationSpec
 from distsim_gpu.workloads.job.stragglers import (
     STRAGGLER_KEYS,
     StragglerModel,
     straggler_model_from_mapping,
 )
-from distsim_gpu.workloads.specs.gpus import GpuSpec
 from distsim_gpu.workloads.specs.models import ModelSpec, model_from_mapping
 from distsim_gpu.workloads.specs.moe_routing import routed_comm
 from distsim_gpu.workloads.strategy.parallel import (
@@ -145,26 +145,20 @@ _DOTTED_NAMES = ("stragglers",)
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    """A validated scenario: the cluster, model, strategy, costs and options of one run.
+    """A validated scenario: the run it simulates and what else its file says.
 
-    ``source`` is the scenario file (None when built from a mapping); ``cost_table`` the
-    absolute path of the cost table when ``costs`` names one (``costs`` is then a
-    :class:`TableCosts` falling back to ``roofline``).  ``microbatches`` is per pipeline
-    and iteration.
+    ``spec`` is the validated run — cluster, model, strategy, costs, communication,
+    seed, stragglers, the strategy's micro-batches per pipeline — which the iteration
+    takes as it is (:func:`~scenarios.disruptions.spec_of`); the scenario reads its fields
+    through it rather than holding copies.  ``cost_table`` is the absolute path of the cost
+    table when ``compute.costs`` names one (the run's costs are then a :class:`TableCosts`
+    falling back to ``roofline``); ``spec.source`` the scenario file (None when built from
+    a mapping).
     """
 
     name: str
-    topology: Topology
-    model: ModelSpec
-    parallel: ParallelConfig
-    training: TrainingConfig
-    gpu: GpuSpec
+    spec: IterationSpec
     roofline: RooflineCosts
-    costs: CostModel
-    comm: CommParams
-    seed: int
-    microbatches: int
-    stragglers: Mapping[str, float] = field(default_factory=dict)
     description: str = ""
     # What goes wrong and who shares (scenarios.disruptions): faults, the straggler model
     # the factors were drawn from, the jobs sharing the cluster (name, scenario), goodput.
@@ -173,8 +167,25 @@ class Scenario:
     jobs: tuple[tuple[str, Scenario], ...] = ()
     goodput: GoodputSpec | None = None
     cost_table: str | None = None
-    source: str | None = None
     _locator: _Locator | None = field(default=None, repr=False, compare=False)
+
+    def with_run(self, **changes: Any) -> Scenario:
+        """This scenario with fields of its run replaced.  Already checked: a caller that
+        changes the strategy passes the micro-batches its own check returned."""
+        return replace(self, spec=replace(self.spec, **changes))
+
+    topology = property(lambda self: self.spec.topology, doc="The (faulted) cluster.")
+    model = property(lambda self: self.spec.model, doc="What is trained.")
+    parallel = property(lambda self: self.spec.parallel, doc="How it is split.")
+    training = property(lambda self: self.spec.training, doc="The batch and its settings.")
+    gpu = property(lambda self: self.spec.gpu, doc="The GPU the costs are for.")
+    costs = property(lambda self: self.spec.costs, doc="The compute cost model.")
+    comm = property(lambda self: self.spec.comm, doc="How collectives run.")
+    seed = property(lambda self: self.spec.seed, doc="simulation.seed.")
+    stragglers = property(lambda self: self.spec.stragglers, doc="GPU -> slowdown factor.")
+    source = property(lambda self: self.spec.source, doc="The scenario file, or None.")
+    microbatches = property(lambda self: self.spec.microbatches,
+                            doc="Micro-batches per pipeline and iteration (checked).")
 
     @property
     def num_gpus(self) -> int:
@@ -463,11 +474,12 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
     microbatches = check_strategy(model, parallel, training, num_gpus=len(topology.gpus),
                                   source=source, seq_len=training.seq_len or model.seq_len)
     comm = _routed_comm(comm, model, parallel, source)
-    return Scenario(name=name.strip(), topology=topology, model=model, parallel=parallel,
-                    training=training, gpu=gpu, roofline=roofline, costs=costs, comm=comm,
-                    seed=seed, microbatches=microbatches, stragglers=stragglers,
-                    description=description, cost_table=cost_table, source=source,
-                    _locator=locator, faults=faults, straggler_model=straggler_model,
+    run = IterationSpec(topology=topology, model=model, parallel=parallel,
+                        training=training, costs=costs, gpu=gpu, comm=comm, seed=seed,
+                        stragglers=stragglers, source=source, microbatches=microbatches)
+    return Scenario(name=name.strip(), spec=run, roofline=roofline, description=description,
+                    cost_table=cost_table, _locator=locator, faults=faults,
+                    straggler_model=straggler_model,
                     goodput=goodput_from_mapping(spec.get("goodput"), source=source))
 
 
@@ -499,10 +511,11 @@ def _jobs_scenario(spec: dict[str, Any], topology: Topology, source: str | None,
             raise
 
     jobs = jobs_from_list(spec["jobs"], spec, topology, validate, source=source)
-    return replace(jobs[0][1], name=str(spec.get("name", "scenario")).strip(), jobs=jobs,
+    first = jobs[0][1]
+    return replace(first, name=str(spec.get("name", "scenario")).strip(), jobs=jobs,
                    faults=faults, goodput=goodput_from_mapping(spec.get("goodput"),
                                                                source=source),
-                   source=source, _locator=locator)
+                   spec=replace(first.spec, source=source), _locator=locator)
 
 
 def _stack_defaults(parallel: ParallelConfig, raw: Any, roofline: RooflineCosts,

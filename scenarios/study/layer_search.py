@@ -104,8 +104,7 @@ def _candidate(scenario: Scenario, groups: tuple[LayerGroup, ...], tp_min: int,
                for s in range(parallel.pp))
     if peak > scenario.gpu.memory_bytes:
         return None
-    return dataclasses.replace(scenario, parallel=parallel, training=training,
-                               microbatches=microbatches)
+    return scenario.with_run(parallel=parallel, training=training, microbatches=microbatches)
 
 
 def search_layer_groups(scenario: Scenario) -> list[LayerCandidate]:

@@ -140,7 +140,7 @@ def _restrict_gpus(scenario: Scenario, gpus: int) -> Scenario:
     if missing:
         raise ConfigError(f"straggler {missing[0]!r} is not among the first {gpus} GPUs",
                           key=f"stragglers.{missing[0]}", source=scenario.source)
-    return dataclasses.replace(scenario, topology=topology)
+    return scenario.with_run(topology=topology)
 
 
 def _baseline(scenario: Scenario) -> tuple[Strategy | None, str]:

@@ -197,5 +197,6 @@ def with_strategy(scenario: Scenario, strategy: Strategy, *, name: str | None = 
                                   source=scenario.source)
     # The router's skew at this ep (workloads.moe_routing).
     comm = routed_comm(scenario.comm, model, parallel.ep, scenario.source)
-    return dataclasses.replace(scenario, parallel=parallel, training=training, comm=comm,
-                               microbatches=microbatches, name=name or scenario.name)
+    return dataclasses.replace(scenario.with_run(parallel=parallel, training=training, comm=comm,
+                                                 microbatches=microbatches),
+                               name=name or scenario.name)

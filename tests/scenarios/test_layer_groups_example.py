@@ -19,7 +19,7 @@ def test_the_example_mixes_within_its_budget_and_reads_back(examples_dir) -> Non
     report = run_scenario(scenario)
     assert max(g.peak_memory_bytes for g in report.per_gpu) <= 10 * 2**30
     assert "layers 16×tp1 + 16×tp2" in format_summary(report)
-    uniform = run_scenario(replace(scenario, parallel=replace(scenario.parallel,
+    uniform = run_scenario(scenario.with_run(parallel=replace(scenario.parallel,
                                                               layer_groups=())))
     assert report.iteration_time_s < uniform.iteration_time_s
     again = scenario_from_mapping(scenario.resolved())
