@@ -149,7 +149,7 @@ def _baseline(scenario: Scenario) -> tuple[Strategy | None, str]:
     own = scenario.training.micro_batch
     sizes = [own, *sorted({1, 2, 4, 8, 16, 32, 64} - {own}, reverse=True)]
     for mb in sizes:
-        strategy = Strategy(tp=1, pp=1, dp=n, micro_batch=mb)
+        strategy = Strategy.on(scenario, tp=1, pp=1, dp=n, micro_batch=mb)
         candidate, _ = check_candidate(scenario, strategy)
         if candidate is not None:
             return strategy, "pure data parallel"

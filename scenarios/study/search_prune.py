@@ -14,7 +14,6 @@ from distsim_gpu.scenarios.study.search_results import PrunedCandidate
 from distsim_gpu.scenarios.study.search_space import (
     Strategy,
     enumerate_strategies,
-    strategy_configs,
 )
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.bounds import IterationBound, IterationBounds
@@ -67,18 +66,18 @@ class StrategyBounds:
         volume: a weaker bound, ~3x cheaper to compute for many replicas, for ranking all
         candidates; the search refines it before it would simulate one.
         """
-        parallel, training = strategy_configs(self.scenario, strategy)
+        parallel, training = strategy.parallel, strategy.training
         return self.iteration.bound(parallel, training, microbatches, everyone=everyone)
 
 
 def iteration_bounds(scenario: Scenario) -> tuple[float, float]:
     """``(lower_bound_s, estimate_s)`` of ``scenario``'s own strategy (module docstring)."""
     par, train = scenario.parallel, scenario.training
-    strategy = Strategy(tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, cp=par.cp,
-                        micro_batch=train.micro_batch, schedule=par.schedule,
-                        interleave=par.interleave, zero=3 if par.fsdp else par.zero,
-                        recompute=train.recompute, sequence_parallel=par.sequence_parallel,
-                        order=par.order)
+    strategy = Strategy.on(scenario, tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, cp=par.cp,
+                           micro_batch=train.micro_batch, schedule=par.schedule,
+                           interleave=par.interleave, zero=3 if par.fsdp else par.zero,
+                           recompute=train.recompute,
+                           sequence_parallel=par.sequence_parallel, order=par.order)
     return StrategyBounds(scenario).bounds(strategy, scenario.microbatches)
 
 
@@ -98,7 +97,7 @@ class Candidate:
 def check_candidate(scenario: Scenario, strategy: Strategy,
                     ) -> tuple[Candidate | None, PrunedCandidate | None]:
     """``strategy`` on ``scenario`` as a candidate, or pruned: invalid, or out of memory."""
-    parallel, training = strategy_configs(scenario, strategy)
+    parallel, training = strategy.parallel, strategy.training
     model = scenario.model
     try:
         microbatches = check_strategy(model, parallel, training, num_gpus=scenario.num_gpus)

@@ -14,6 +14,7 @@ from typing import Any
 from distsim_gpu.scenarios.scenario import Scenario
 from distsim_gpu.simcore.config import check_keys
 from distsim_gpu.workloads.specs.moe_routing import routed_comm
+from distsim_gpu.workloads.strategy.dimensions import DIMENSIONS, dimensions
 from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     TrainingConfig,
@@ -26,20 +27,18 @@ __all__ = [
     "Strategy",
     "enumerate_strategies",
     "gpus_per_node",
-    "strategy_configs",
     "with_strategy",
 ]
 
-STRATEGY_KEYS = ("tp", "pp", "dp", "ep", "cp", "micro_batch", "schedule", "interleave",
-                 "zero", "recompute", "sequence_parallel", "order")
+# The dimensions' degrees first (the registry's order), then how each pipeline runs.
+_RUN_KEYS = ("micro_batch", "schedule", "interleave", "zero", "recompute",
+             "sequence_parallel", "order")
+STRATEGY_KEYS = (*(d.name for d in DIMENSIONS), *_RUN_KEYS)
+# Data parallelism is not an axis: its degree is what the others leave of the cluster.
+SPACE_KEYS = (*(d.name for d in DIMENSIONS if d.searched), *_RUN_KEYS)
 
-SPACE_KEYS = ("tp", "pp", "ep", "cp", "micro_batch", "schedule", "interleave", "zero",
-              "recompute", "sequence_parallel", "order")
-
-_DEFAULT_SPACE: dict[str, tuple[Any, ...]] = {
-    # Context parallelism only when asked for (space: {cp: [1, 2, 4]}): it pays off for
-    # long sequences only, and multiplies the candidates.
-    "cp": (1,),
+_DEFAULT_SPACE: dict[str, tuple[Any, ...] | None] = {
+    **{d.name: d.search_default for d in DIMENSIONS if d.searched},
     "micro_batch": (1, 2, 4, 8),
     "schedule": ("1f1b", "gpipe", "interleaved"),
     "interleave": (2, 4),
@@ -50,52 +49,66 @@ _DEFAULT_SPACE: dict[str, tuple[Any, ...]] = {
 }
 
 
+#: The strategy fields a search sets on the training configuration; the others are
+#: ``parallelism`` keys.
+_TRAINING_KEYS = ("micro_batch", "recompute")
+#: What a strategy sets where it does not say: one plain 1F1B pipeline per replica, no
+#: sharding, no recomputation (whatever the scenario itself runs).
+_UNSAID = {"ep": 1, "cp": 1, "micro_batch": 1, "schedule": "1f1b", "interleave": 1, "zero": 0,
+           "recompute": "none", "sequence_parallel": False, "order": "tp-dp-pp"}
+
+
 @dataclass(frozen=True, slots=True)
 class Strategy:
-    """One point of the search space (the scenario's other settings unchanged)."""
+    """One point of the search space: the scenario's own parallel and training
+    configurations with the searched fields (:data:`STRATEGY_KEYS`) replaced — the same
+    typed objects a scenario runs, so a candidate needs no translation.  Candidates are
+    uniform over the layers (no layer groups) and shard with ZeRO, not FSDP."""
 
-    tp: int
-    pp: int
-    dp: int
-    ep: int = 1
-    cp: int = 1
-    micro_batch: int = 1
-    schedule: str = "1f1b"
-    interleave: int = 1
-    zero: int = 0
-    recompute: str = "none"
-    sequence_parallel: bool = False
-    order: str = "tp-dp-pp"
+    parallel: ParallelConfig
+    training: TrainingConfig
+
+    @classmethod
+    def on(cls, scenario: Scenario, *, tp: int, pp: int, dp: int, **fields: Any) -> Strategy:
+        """``scenario``'s configurations with ``tp``, ``pp``, ``dp`` and ``fields`` set
+        (others of :data:`STRATEGY_KEYS`: as :data:`_UNSAID`)."""
+        check_keys(fields, _UNSAID, what="strategy field")
+        chosen = {**_UNSAID, **fields, "tp": tp, "pp": pp, "dp": dp}
+        training = {key: chosen.pop(key) for key in _TRAINING_KEYS}
+        parallel = dataclasses.replace(scenario.parallel, fsdp=False, layer_groups=(),
+                                       **chosen)
+        return cls(parallel, dataclasses.replace(scenario.training, **training))
+
+    def value(self, key: str) -> Any:
+        """The strategy's value of one of :data:`STRATEGY_KEYS`."""
+        return getattr(self.training if key in _TRAINING_KEYS else self.parallel, key)
 
     def to_dict(self) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in STRATEGY_KEYS}
+        return {key: self.value(key) for key in STRATEGY_KEYS}
 
     def overrides(self) -> dict[str, Any]:
         """The scenario keys (dotted) this strategy sets."""
-        data = {f"parallelism.{key}": getattr(self, key)
-                for key in ("tp", "pp", "dp", "ep", "cp", "schedule", "interleave", "zero",
-                            "sequence_parallel", "order")}
+        data = {f"parallelism.{key}": self.value(key)
+                for key in STRATEGY_KEYS if key not in _TRAINING_KEYS}
         data["parallelism.fsdp"] = False
-        data["training.micro_batch"] = self.micro_batch
-        data["training.recompute"] = self.recompute
+        data.update({f"training.{key}": self.value(key) for key in _TRAINING_KEYS})
         return data
 
     def label(self) -> str:
-        parts = [f"tp{self.tp} pp{self.pp} dp{self.dp}"]
-        if self.ep > 1:
-            parts.append(f"ep{self.ep}")
-        if self.cp > 1:
-            parts.append(f"cp{self.cp}")
-        parts.append(f"mb{self.micro_batch}")
-        parts.append(f"interleaved×{self.interleave}" if self.schedule == "interleaved"
-                     else self.schedule)
-        if self.zero:
-            parts.append(f"zero{self.zero}")
-        parts.append(f"recompute {self.recompute}")
-        if self.sequence_parallel:
+        par, train = self.parallel, self.training
+        parts = [f"tp{par.tp} pp{par.pp} dp{par.dp}"]
+        parts += [f"{d.name}{d.degree(par)}" for d in dimensions()
+                  if d.name not in ("tp", "pp", "dp") and d.degree(par) > 1]
+        parts.append(f"mb{train.micro_batch}")
+        parts.append(f"interleaved×{par.interleave}" if par.schedule == "interleaved"
+                     else par.schedule)
+        if par.zero:
+            parts.append(f"zero{par.zero}")
+        parts.append(f"recompute {train.recompute}")
+        if par.sequence_parallel:
             parts.append("sp")
-        if self.order != "tp-dp-pp":
-            parts.append(f"order {self.order}")
+        if par.order != "tp-dp-pp":
+            parts.append(f"order {par.order}")
         return ", ".join(parts)
 
 
@@ -168,30 +181,17 @@ def enumerate_strategies(scenario: Scenario, *,
                     continue
                 if order != "tp-dp-pp" and (tp == 1 or dp == 1):
                     continue
-                out.append(Strategy(tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, micro_batch=mb,
-                                    schedule=schedule, interleave=interleave, zero=zero,
-                                    recompute=recompute, sequence_parallel=bool(sp),
-                                    order=order))
+                out.append(Strategy.on(scenario, tp=tp, pp=pp, dp=dp, ep=ep, cp=cp,
+                                       micro_batch=mb, schedule=schedule,
+                                       interleave=interleave, zero=zero, recompute=recompute,
+                                       sequence_parallel=bool(sp), order=order))
     return out
-
-
-def strategy_configs(scenario: Scenario, strategy: Strategy,
-                     ) -> tuple[ParallelConfig, TrainingConfig]:
-    """The scenario's parallel and training configurations with ``strategy`` set."""
-    parallel = dataclasses.replace(
-        scenario.parallel, tp=strategy.tp, pp=strategy.pp, dp=strategy.dp, ep=strategy.ep,
-        cp=strategy.cp, schedule=strategy.schedule, interleave=strategy.interleave,
-        zero=strategy.zero, fsdp=False, sequence_parallel=strategy.sequence_parallel,
-        order=strategy.order, layer_groups=())  # candidates are uniform over the layers
-    training = dataclasses.replace(scenario.training, micro_batch=strategy.micro_batch,
-                                   recompute=strategy.recompute)
-    return parallel, training
 
 
 def with_strategy(scenario: Scenario, strategy: Strategy, *, name: str | None = None,
                   ) -> Scenario:
     """``scenario`` with ``strategy`` applied (validated: :class:`ConfigError` if invalid)."""
-    parallel, training = strategy_configs(scenario, strategy)
+    parallel, training = strategy.parallel, strategy.training
     model = scenario.model
     microbatches = check_strategy(model, parallel, training, num_gpus=scenario.num_gpus,
                                   source=scenario.source)

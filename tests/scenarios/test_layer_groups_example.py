@@ -24,5 +24,5 @@ def test_the_example_mixes_within_its_budget_and_reads_back(examples_dir) -> Non
     assert report.iteration_time_s < uniform.iteration_time_s
     again = scenario_from_mapping(scenario.resolved())
     assert again.parallel.layer_groups == scenario.parallel.layer_groups
-    candidate = Strategy(tp=8, pp=1, dp=1, micro_batch=4)
+    candidate = Strategy.on(scenario, tp=8, pp=1, dp=1, micro_batch=4)
     assert with_strategy(scenario, candidate).parallel.layer_groups == ()

@@ -350,14 +350,14 @@ def test_search_strategies_route_at_their_own_ep(tiny):
     hist = {"routing": {"histogram": [4, 2, 1, 1]}, "placement": "contiguous"}
     scenario = scenario_from_mapping(_moe_scenario(tiny, hist))
     assert len(scenario.comm.alltoall_weights) == 4
-    two = with_strategy(scenario, Strategy(tp=1, pp=1, dp=8, ep=2))
+    two = with_strategy(scenario, Strategy.on(scenario, tp=1, pp=1, dp=8, ep=2))
     # Contiguous over 2 ranks: experts 0-1 (6 of 8 parts) and 2-3 (2 of 8).
     assert two.comm.alltoall_weights == pytest.approx([1.5, 0.5])
-    assert with_strategy(scenario, Strategy(tp=1, pp=1, dp=8, ep=1)).comm.alltoall_weights \
-        == ()
+    one = with_strategy(scenario, Strategy.on(scenario, tp=1, pp=1, dp=8, ep=1))
+    assert one.comm.alltoall_weights == ()
     fixed = scenario_from_mapping(_moe_scenario(tiny, {"placement": [0, 1, 2, 3]}))
     with pytest.raises(ConfigError, match=r"EP rank 0\.\.1"):
-        with_strategy(fixed, Strategy(tp=1, pp=1, dp=8, ep=2))
+        with_strategy(fixed, Strategy.on(fixed, tp=1, pp=1, dp=8, ep=2))
 
 
 @settings(max_examples=80, deadline=None)

@@ -50,7 +50,7 @@ def test_enumeration_matches_the_hand_count():
     strategies = enumerate_strategies(scenario, space=NARROW)
     assert len(strategies) == 6 * 2
     assert len(set(strategies)) == len(strategies)
-    assert {(s.tp, s.pp, s.dp) for s in strategies} == {
+    assert {(s.parallel.tp, s.parallel.pp, s.parallel.dp) for s in strategies} == {
         (1, 1, 4), (1, 2, 2), (1, 4, 1), (2, 1, 2), (2, 2, 1), (4, 1, 1)}
     # Sequence parallel only with tp > 1 (3 of the 6), ZeRO-1 only with dp > 1 (3 of 6),
     # dp-tp-pp only with tp > 1 and dp > 1 (just (2,1,2)): per micro-batch
@@ -69,7 +69,8 @@ def test_invalid_candidates_are_counted_by_reason():
     assert result.enumerated == 12 + 6
     assert result.pruned_counts["invalid"] == 2
     assert result.invalid_reasons == {"parallelism.pp": 2}
-    assert all(p.strategy.pp == 4 and p.strategy.schedule == "interleaved"
+    assert all(p.strategy.parallel.pp == 4
+               and p.strategy.parallel.schedule == "interleaved"
                for p in result.pruned if p.reason == "invalid")
     assert (result.simulated + sum(result.pruned_counts.values()) == result.enumerated)
 
@@ -104,7 +105,7 @@ def test_search_finds_the_brute_force_optimum(bandwidth):
     assert result.enumerated == 52
     assert result.simulated + sum(result.pruned_counts.values()) == result.enumerated
     if bandwidth == "2 GB/s":
-        assert result.best.strategy.tp == 1  # tensor parallelism hurts on a slow network
+        assert result.best.strategy.parallel.tp == 1  # tensor parallelism hurts on a slow network
     else:
         # Compute dominates on a fast network: the bound prunes candidates.
         assert result.pruned_counts["bound"] > 0
@@ -119,14 +120,15 @@ def test_out_of_memory_candidates_are_pruned_for_memory():
     scenario = scenario_from_mapping(mapping(gpu=gpu))
     result = search_strategies(scenario, top=2, workers=1, space=NARROW)
     oom = [p for p in result.pruned if p.reason == "memory"]
-    assert Strategy(tp=1, pp=1, dp=4, micro_batch=2) in {p.strategy for p in oom}
+    assert Strategy.on(scenario, tp=1, pp=1, dp=4, micro_batch=2) in {p.strategy for p in oom}
     assert result.pruned_counts["memory"] == len(oom) >= 1
     assert all(p.peak_memory_bytes > gpu["memory"] for p in oom)
     # Every simulated candidate fits.
     assert all(r.peak_memory_bytes <= gpu["memory"] for r in result.results)
     # The baseline is pure data parallel at the micro-batch that fits.
     assert result.baseline is not None
-    assert result.baseline.strategy == Strategy(tp=1, pp=1, dp=4, micro_batch=1)
+    assert result.baseline.strategy == Strategy.on(scenario, tp=1, pp=1, dp=4,
+                                                         micro_batch=1)
 
 
 def _model():
@@ -149,7 +151,7 @@ def test_outputs_are_written_and_best_yaml_reproduces_the_best(tmp_path):
     reasons = ("invalid", "memory", "bound", "time limit", "error")
     assert all(row["reason"] in reasons for row in pruned)
     best = load_scenario(out / "best.yaml")
-    assert best.parallel.tp == result.best.strategy.tp
+    assert best.parallel.tp == result.best.strategy.parallel.tp
     assert run_scenario(best).iteration_time_s == pytest.approx(
         result.best.iteration_time_s, rel=1e-12)
     text = format_search(result)
@@ -160,7 +162,7 @@ def test_time_limit_stops_starting_simulations():
     scenario = scenario_from_mapping(mapping("20 GB/s"))
     result = search_strategies(scenario, top=2, workers=1, space=NARROW, time_limit_s=1e-9)
     # Only the baseline (pure data parallel, a candidate here) ran.
-    assert [r.strategy for r in result.results] == [Strategy(tp=1, pp=1, dp=4)]
+    assert [r.strategy for r in result.results] == [Strategy.on(scenario, tp=1, pp=1, dp=4)]
     assert result.pruned_counts["time limit"] == 12 - 1 - result.pruned_counts["memory"]
     assert "time limit 11" in format_search(result)
 
@@ -183,7 +185,7 @@ def test_gpus_option_uses_whole_nodes():
     scenario = scenario_from_mapping(data)
     result = search_strategies(scenario, gpus=8, top=1, workers=1, space=NARROW)
     assert result.num_gpus == 8
-    assert all(r.strategy.tp * r.strategy.pp * r.strategy.dp == 8 for r in result.results)
+    assert all(r.strategy.parallel.num_gpus == 8 for r in result.results)
     with pytest.raises(ConfigError, match="whole nodes"):
         search_strategies(scenario, gpus=12, workers=1, space=NARROW)
 
