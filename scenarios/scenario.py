@@ -604,6 +604,6 @@ def run_scenario(scenario: Scenario, *, trace: bool = False, allow_oom: bool = F
     wall_time_s = time.perf_counter() - started
     setup = RunSetup(model=scenario.model, parallel=scenario.parallel,
                      training=scenario.training, gpu=scenario.gpu, config=scenario.resolved(),
-                     several_jobs=bool(scenario.jobs))
+                     jobs=max(len(scenario.jobs), 1))
     return build_report(name=scenario.name, source=scenario.source, result=result,
                         setup=setup, wall_time_s=wall_time_s)

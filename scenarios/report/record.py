@@ -143,12 +143,13 @@ class Report:
     # 0 when the scenario gives no loader.
     data_loading_s: float = 0.0
     # What the run was built from, for the summary to print (``config`` is their JSON).
-    # model, parallel and training are None when several jobs share the cluster
-    # (scenarios.disruptions): each job has its own, and the summary names none of them.
+    # When several jobs share the cluster (scenarios.disruptions) they are the first
+    # job's, whose figures the report holds, and ``jobs`` counts the jobs.
     model: ModelSpec | None = field(default=None, repr=False, compare=False)
     parallel: ParallelConfig | None = field(default=None, repr=False, compare=False)
     training: TrainingConfig | None = field(default=None, repr=False, compare=False)
     gpu: GpuSpec | None = field(default=None, repr=False, compare=False)
+    jobs: int = field(default=1, repr=False, compare=False)
 
     @property
     def timelines(self) -> tuple[Timeline, ...]:
@@ -213,9 +214,9 @@ class RunSetup:
     """The typed objects a run was built from, and their resolved configuration.
 
     ``config`` is the resolved scenario (:meth:`scenarios.scenario.Scenario.resolved`),
-    which the report keeps as its JSON.  ``several_jobs``: jobs share the cluster
-    (scenarios.disruptions), ``model`` / ``parallel`` / ``training`` are the first job's,
-    which set the headline figures but are not the run's one model and strategy.
+    which the report keeps as its JSON.  ``jobs``: how many jobs share the cluster
+    (scenarios.disruptions); with more than one, ``model`` / ``parallel`` / ``training``
+    are the first job's, which set the headline figures.
     """
 
     model: ModelSpec
@@ -223,7 +224,7 @@ class RunSetup:
     training: TrainingConfig
     gpu: GpuSpec
     config: dict[str, Any]
-    several_jobs: bool = False
+    jobs: int = 1
 
 
 def build_report(*, name: str, source: str | None, result: IterationResult,
@@ -242,7 +243,6 @@ def build_report(*, name: str, source: str | None, result: IterationResult,
     found = bottlenecks(result)
     if tracer.enabled:
         add_to_trace(tracer, result.critical_path, found)
-    shown = not setup.several_jobs
     return Report(
         name=name, iteration_time_s=t,
         samples_per_s=global_batch / t if t > 0 else 0.0,
@@ -256,5 +256,5 @@ def build_report(*, name: str, source: str | None, result: IterationResult,
         folding=result.folding, result=result,
         critical_path=result.critical_path, offload=result.offload,
         data_loading_s=result.data_loading_s,
-        model=setup.model if shown else None, parallel=setup.parallel if shown else None,
-        training=training if shown else None, gpu=setup.gpu)
+        model=setup.model, parallel=setup.parallel, training=training, gpu=setup.gpu,
+        jobs=setup.jobs)

@@ -97,15 +97,11 @@ def _batch(par: ParallelConfig, train: TrainingConfig, microbatches: int) -> str
 def _job_lines(report: Report) -> list[str]:
     """The model, strategy, batch (and router) lines."""
     model, par, train = report.model, report.parallel, report.training
-    if model is None or par is None or train is None:
-        # Several jobs share the cluster: no one model or strategy to name (each job's are
-        # in the resolved config); the lines keep their places with nothing in them.
-        plural = "micro-batch" if report.microbatches == 1 else "micro-batches"
-        return ["  model        ?: None layers, hidden None, None heads, sequence None",
-                "  strategy     tp None · pp None · dp None; recompute None; None",
-                f"  batch        None sequences = {report.microbatches} {plural} of None per "
-                "replica × dp None"]
-    return [f"  model        {model.name}: {model.layers} layers, hidden {model.hidden}, "
+    if model is None or par is None or train is None:  # a Report built by hand
+        return []
+    shared = ([f"  jobs         {report.jobs} share the cluster; these lines and figures are "
+               "the first job's"] if report.jobs > 1 else [])
+    return [*shared, f"  model        {model.name}: {model.layers} layers, hidden {model.hidden}, "
             f"{model.heads} heads, sequence {seq_len_of(model, train)}",
             f"  strategy     {_strategy(par, train)}",
             f"  batch        {_batch(par, train, report.microbatches)}",

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.disruptions import analyse, format_incidents
+from distsim_gpu.scenarios.report import format_summary
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.errors import ConfigError, SimulationError
 
@@ -106,6 +107,12 @@ def test_jobs_scenario_reports_each_job_and_reproduces():
     again = scenario_from_mapping(scenario.resolved())
     assert [job.topology.gpus for _, job in again.jobs] == [
         job.topology.gpus for _, job in scenario.jobs]
+    # The summary names the first job, whose figures the report holds, and says so.
+    summary = format_summary(report)
+    first = scenario.jobs[0][1]
+    assert "2 share the cluster" in summary and "None" not in summary
+    assert f"model        {first.model.name}:" in summary
+    assert f"strategy     tp {first.parallel.tp} · pp {first.parallel.pp}" in summary
 
 
 @pytest.mark.parametrize(("data", "key"), [
