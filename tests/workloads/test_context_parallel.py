@@ -248,11 +248,12 @@ def test_the_search_enumerates_cp_when_asked(tiny) -> None:
     from distsim_gpu.scenarios.scenario import scenario_from_mapping
     from distsim_gpu.scenarios.study.search import enumerate_strategies
     scenario = scenario_from_mapping(tiny())
-    assert {s.cp for s in enumerate_strategies(scenario)} == {1}
+    assert {s.parallel.cp for s in enumerate_strategies(scenario)} == {1}
     found = enumerate_strategies(scenario, space={"cp": [1, 2], "micro_batch": [1]})
-    with_cp = [s for s in found if s.cp == 2]
-    assert with_cp and all(s.tp * s.cp * s.pp * s.dp == 8 and s.ep == 1 for s in with_cp)
-    assert "cp2" in with_cp[0].label()
+    with_cp = [s.parallel for s in found if s.parallel.cp == 2]
+    assert with_cp and all(p.tp * p.cp * p.pp * p.dp == 8 and p.ep == 1 for p in with_cp)
+    with_cp_label = next(s for s in found if s.parallel.cp == 2).label()
+    assert "cp2" in with_cp_label
 
 
 def test_the_lower_bound_stays_below_a_cp_iteration(tiny) -> None:
