@@ -47,13 +47,11 @@ from distsim_gpu.workloads.cost.compute import (
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import (
     MemoryBreakdown,
-    StageParams,
     activation_bytes_per_layer,
     memory_per_gpu,
     microbatches_in_flight,
-    params_on_gpu,
-    stage_layers,
 )
+from distsim_gpu.workloads.cost.parameters import StageParams, params_on_gpu, stage_layers
 from distsim_gpu.workloads.cost.profile_layer import LayerTiming, ProfileSettings, profile_layer
 from distsim_gpu.workloads.iteration.runtime import Cluster, Gpu, KernelRecord, Stream
 from distsim_gpu.workloads.iteration.simulator import (

@@ -12,9 +12,8 @@ from distsim_gpu.workloads.cost.memory import (
     memory_of_strategy,
     memory_per_gpu,
     microbatches_in_flight,
-    params_on_gpu,
-    stage_layers,
 )
+from distsim_gpu.workloads.cost.parameters import params_on_gpu, stage_layers
 from distsim_gpu.workloads.specs.models import ModelSpec, get_model
 from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,

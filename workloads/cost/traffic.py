@@ -44,7 +44,8 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from distsim_gpu.simcore.config import check_choice
-from distsim_gpu.workloads.cost.memory import cp_kv_block_bytes, layer_params_local, params_on_gpu
+from distsim_gpu.workloads.cost.memory import cp_kv_block_bytes
+from distsim_gpu.workloads.cost.parameters import layer_params_local, params_on_gpu
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.strategy.operator_sharding import (
     SHARDABLE_OPERATORS,

@@ -37,7 +37,7 @@ from dataclasses import replace
 from distsim_gpu.workloads.cost.compute import CostModel
 from distsim_gpu.workloads.cost.context_parallel import core_attention_time_s, ring_step_blocks
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
-from distsim_gpu.workloads.cost.memory import layer_group_extra_params
+from distsim_gpu.workloads.cost.parameters import layer_group_extra_params
 from distsim_gpu.workloads.cost.traffic import (
     activation_bytes_per_element,
     alltoall_bytes,
