@@ -27,13 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
+from distsim_gpu.scenarios.report.record import Report
 from distsim_gpu.simcore.config import check_keys, check_mapping, check_number
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.units import format_duration, parse_bandwidth, parse_duration
 from distsim_gpu.topology import Topology
-from distsim_gpu.topology.faults import check_job_survives
+from distsim_gpu.topology.faults import Fault, check_job_survives
 from distsim_gpu.workloads.iteration.simulator import (
     IterationResult,
     IterationSpec,
@@ -48,12 +49,13 @@ from distsim_gpu.workloads.job.goodput import (
     system_mtbf_s,
 )
 from distsim_gpu.workloads.job.jobs import JobsResult, place_jobs, simulate_jobs, simulate_on_fabric
-from distsim_gpu.workloads.job.stragglers import StragglerCost, straggler_cost
+from distsim_gpu.workloads.job.stragglers import StragglerCost, StragglerModel, straggler_cost
 from distsim_gpu.workloads.strategy.parallel import parallel_from_mapping
 
 __all__ = [
     "GOODPUT_KEYS",
     "JOB_KEYS",
+    "Disrupted",
     "GoodputSpec",
     "Incidents",
     "analyse",
@@ -304,7 +306,31 @@ def _goodput_lines(sweep: CheckpointSweep) -> list[str]:
         f"{sweep.at_young.goodput:.2%}), Daly {sweep.daly_s / 60:.3g} min"]
 
 
-def simulate(scenario: Any, spec: IterationSpec) -> IterationResult:
+class Disrupted(Protocol):
+    """What this module reads of a validated scenario (:class:`scenarios.scenario.Scenario`,
+    whose module imports this one: the protocol keeps the arrow pointing one way)."""
+
+    @property
+    def spec(self) -> IterationSpec: ...
+    @property
+    def jobs(self) -> tuple[tuple[str, Disrupted], ...]: ...
+    @property
+    def faults(self) -> tuple[Fault, ...]: ...
+    @property
+    def straggler_model(self) -> StragglerModel | None: ...
+    @property
+    def goodput(self) -> GoodputSpec | None: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def source(self) -> str | None: ...
+    @property
+    def stragglers(self) -> Mapping[str, float]: ...
+    @property
+    def topology(self) -> Topology: ...
+
+
+def simulate(scenario: Disrupted, spec: IterationSpec) -> IterationResult:
     """The scenario's iteration: beside the other jobs when it has ``jobs`` (the first
     job's), with the timed faults when it has some, else the plain iteration."""
     if scenario.jobs:
@@ -319,13 +345,13 @@ def simulate(scenario: Any, spec: IterationSpec) -> IterationResult:
     return simulate_iteration(spec)
 
 
-def spec_of(scenario: Any, *, trace: bool = False, allow_oom: bool = False) -> IterationSpec:
+def spec_of(scenario: Disrupted, *, trace: bool = False, allow_oom: bool = False) -> IterationSpec:
     """The :class:`IterationSpec` a scenario runs: the one it holds, traced or allowed to
     run out of memory as asked."""
     return replace(scenario.spec, trace=trace, allow_oom=allow_oom)
 
 
-def analyse(scenario: Any, report: Any) -> Incidents | None:
+def analyse(scenario: Disrupted, report: Report) -> Incidents | None:
     """The incidents section for a scenario and its report (None: none of the keys):
     the straggler attribution's runs, each job alone, the goodput sweep."""
     model = scenario.straggler_model
@@ -342,7 +368,8 @@ def analyse(scenario: Any, report: Any) -> Incidents | None:
     sweep = None
     if scenario.goodput is not None:
         sweep = goodput_sweep(scenario.goodput, scenario.topology, scenario.topology.gpus,
-                              float(scenario.model.total_params()), report.iteration_time_s,
+                              float(scenario.spec.model.total_params()),
+                              report.iteration_time_s,
                               scenario.seed)
     notes: tuple[str, ...] = ()
     if model is not None and model.random and not scenario.stragglers:
