@@ -135,3 +135,25 @@ def test_tp_and_ep_splits() -> None:
         check_tp_split(heads=32, kv_heads=6, tp=4)
     with pytest.raises(ConfigError, match="ep: 8 experts do not split over ep = 3"):
         check_ep_split(experts=8, ep=3)
+
+
+@pytest.mark.parametrize(("section", "data", "key"), [
+    ("parallelism", {"tp": "4"}, "parallelism.tp"),
+    ("parallelism", {"pp": 2.0}, "parallelism.pp"),
+    ("parallelism", {"dp": True}, "parallelism.dp"),
+    ("parallelism", {"zero": -1}, "parallelism.zero"),
+    ("parallelism", {"interleave": 0}, "parallelism.interleave"),
+    ("training", {"micro_batch": "2"}, "training.micro_batch"),
+    ("training", {"seq_len": "4k"}, "training.seq_len"),
+])
+def test_the_typed_configs_hold_whole_numbers_from_the_start(section, data, key):
+    read = parallel_from_mapping if section == "parallelism" else training_from_mapping
+    with pytest.raises(ConfigError) as info:
+        read(data, source="job.yaml")
+    assert info.value.key == key and "whole number" in str(info.value)
+    assert info.value.source == "job.yaml"
+
+
+def test_zero_stage_0_and_the_models_sequence_are_valid_values():
+    assert parallel_from_mapping({"zero": 0, "tp": 2}).tp == 2
+    assert training_from_mapping({"seq_len": None}).seq_len is None

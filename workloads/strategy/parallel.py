@@ -520,5 +520,11 @@ def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
                                    allow_zero=False))
         elif isinstance(default, str):
             value = str(value).lower()
+        elif isinstance(default, int) or (key == "seq_len" and value is not None):
+            # Degrees, batch sizes, the ZeRO stage: whole numbers from the start, so the
+            # typed config never holds a string or a float (check_strategy then checks how
+            # they fit together, the model and the cluster).
+            value = check_whole(value, key=f"{prefix}.{key}", source=source,
+                                minimum=0 if key == "zero" else 1)
         values[key] = value
     return cls(**values)
