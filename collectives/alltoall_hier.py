@@ -2,7 +2,7 @@
 
 A MoE layer's dispatch and combine are all-to-alls whose bytes per pair follow the
 router: rank ``s`` sends rank ``d`` ``S/n · w_d``, where ``w_d`` is ``d``'s receive
-weight relative to uniform (:meth:`workloads.moe_routing.MoeLoads.receive_weights`; 1 for
+weight relative to uniform (:meth:`workloads.specs.moe_routing.MoeLoads.receive_weights`; 1 for
 a uniform router).  A plan's stream multiplicities are real numbers, so a weighted pair is
 a stream of multiplicity ``w_d`` moving ``S/n`` — every link carries exactly its bytes.
 

@@ -65,7 +65,7 @@ class Communicator:
         network = sim.network
         for link in topology.links():
             if network.has_link(link.id):
-                # Another job's communicator on the same fabric (workloads.jobs) put it in.
+                # Another job's communicator on the same fabric (workloads.job.jobs) put it in.
                 capacity = network.capacity(link.id)
             else:
                 capacity = link.bandwidth_bytes_per_s * self.params.efficiency_of(link.kind)

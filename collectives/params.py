@@ -173,7 +173,7 @@ class CommParams:
     ``all_to_all``: ``flat`` (NCCL's), ``hierarchical`` (HetuMoE's) or ``auto`` (the
     faster, :mod:`collectives.alltoall_hier`); ``alltoall_weights``: per rank of an
     all-to-all group of that many ranks, the share it receives relative to uniform (a
-    MoE router's skew, :mod:`workloads.moe_routing`; empty: uniform).
+    MoE router's skew, :mod:`workloads.specs.moe_routing`; empty: uniform).
     """
 
     algorithm: str = "auto"

@@ -4,17 +4,17 @@ distributions), ``jobs`` and ``goodput``, and the report section they add.
 * ``faults:`` a list of :mod:`topology.faults` specs.  Those from the start change the
   cluster the scenario runs on; those at a time run inside the simulation.
 * ``stragglers:`` GPU names with factors as before, plus ``jitter`` and ``slow_nodes``
-  (:mod:`workloads.stragglers`), drawn from ``simulation.seed``; the section says what they
+  (:mod:`workloads.job.stragglers`), drawn from ``simulation.seed``; the section says what they
   cost and through which dimension.
 * ``jobs:`` several jobs on the cluster, each ``{name, model, parallelism, training,
   placement}`` (``placement``: ``packed``, ``spread`` or a list of GPUs; ``compute``,
   ``communication`` and ``simulation`` are the scenario's): each alone and all together
-  (:mod:`workloads.jobs`).  The scenario's own report is the first job's, shared.
+  (:mod:`workloads.job.jobs`).  The scenario's own report is the first job's, shared.
 * ``goodput:`` ``{mtbf: {gpu: "50000 h", node: …, nic: …, switch: …}, restart: "10 min",
   storage_bandwidth: "100 GB/s", horizon: "8760 h", checkpoint_bytes_per_param: 14}``:
   goodput against the checkpoint interval over the job (at least 1000 job MTBFs of
   sampled failures, so the curve's top is not noise), the best against Young/Daly
-  (:mod:`workloads.goodput`); the checkpoint is written through the storage's bandwidth or
+  (:mod:`workloads.job.goodput`); the checkpoint is written through the storage's bandwidth or
   the job's NICs, whichever is slower.
 
 :func:`analyse` runs what the section needs beyond the scenario's own iteration (the

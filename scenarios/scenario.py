@@ -17,7 +17,7 @@ A scenario file (read with ``yaml.safe_load`` only)::
     training: {micro_batch: 1, global_batch: 64, recompute: full, precision: bf16,
                seq_len: 2048}                   # seq_len: default the model's; also
                                                 # data_loader: {sample_time: "4 ms",
-                                                #   workers: 4} (workloads.data_loading)
+                                                #   workers: 4} (workloads.strategy.data_loading)
     compute:
       gpu: a100-80gb                            # a GPU preset, or a mapping (gpu_from_mapping);
                                                 # default: the cluster's GPU when known
@@ -486,7 +486,7 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
 def _routed_comm(comm: CommParams, model: ModelSpec, parallel: ParallelConfig,
                  source: str | None) -> CommParams:
     """``model.moe``'s explicit placement checked against ``ep``, and its skew carried
-    into the expert all-to-alls (workloads.moe_routing)."""
+    into the expert all-to-alls (workloads.specs.moe_routing)."""
     return routed_comm(comm, model, parallel.ep, source)
 
 
@@ -522,7 +522,7 @@ def _stack_defaults(parallel: ParallelConfig, raw: Any, roofline: RooflineCosts,
                     training: TrainingConfig) -> ParallelConfig:
     """The software stack's defaults for the gradient reduction the scenario left unsaid:
     its precision, and one bucket after the backward pass when the stack does not overlap
-    the reduction with it (workloads.compute.stacks)."""
+    the reduction with it (workloads.cost.compute.stacks)."""
     given = raw if isinstance(raw, Mapping) else {}
     stack = roofline.stack
     changes: dict[str, Any] = {}
@@ -549,7 +549,7 @@ def _seed_hashing(topology: Topology, seed: int) -> Topology:
 def _straggler_factors(raw: Any, topology: Topology, seed: int, source: str | None,
                        ) -> tuple[dict[str, float], StragglerModel | None]:
     """Per-GPU factors as written, or drawn from ``seed`` when ``stragglers`` holds
-    ``jitter`` or ``slow_nodes`` (workloads.stragglers); the model they came from."""
+    ``jitter`` or ``slow_nodes`` (workloads.job.stragglers); the model they came from."""
     mapping = check_mapping(raw, key="stragglers", source=source, optional=True)
     if not any(str(key).partition(".")[0] in STRAGGLER_KEYS for key in mapping):
         return _stragglers(raw, topology, source), None

@@ -14,7 +14,7 @@ collectives), naming the phase the caller set (:meth:`Reporter.phase`):
 
 What is left comes from what the caller knows: a count of stages (``nccl-tests``' sizes,
 :meth:`Reporter.stage`), else an expected simulated end time (:meth:`Reporter.expect`,
-e.g. the iteration-time estimate of :mod:`workloads.bounds`) and the simulated-time rate
+e.g. the iteration-time estimate of :mod:`workloads.cost.bounds`) and the simulated-time rate
 so far.  With neither, the line has no estimate.  The line is erased when the block ends,
 so the command's own output follows on a clean terminal.
 

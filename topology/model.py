@@ -230,7 +230,7 @@ class Topology(PathSearch):
         """The cluster as a job that owns ``gpus`` sees it: the same devices, links, routes
         (and route caches: a view costs nothing), with :attr:`gpus` and :meth:`rank_of`
         the job's — its GPUs in cluster order, ranked from 0 — so several jobs can share
-        one fabric (:mod:`workloads.jobs`)."""
+        one fabric (:mod:`workloads.job.jobs`)."""
         for gpu in gpus:
             self._require_gpu(gpu)
         ordered = sorted(dict.fromkeys(gpus), key=self._cluster_rank.__getitem__)

@@ -93,7 +93,7 @@ class LinkFigure:
 
 @dataclass(frozen=True, slots=True)
 class HostFigure:
-    """What a node's host offers an offloaded optimizer (:mod:`workloads.offload`).
+    """What a node's host offers an offloaded optimizer (:mod:`workloads.strategy.offload`).
 
     ``memory_bytes`` is the node's CPU memory; ``memory_bandwidth_bytes_per_s`` one socket's
     peak DRAM bandwidth (channels x transfer rate x 8 bytes); ``drives`` the node's NVMe

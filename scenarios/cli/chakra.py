@@ -2,10 +2,10 @@
 
 ``chakra`` runs MLCommons Chakra execution traces on a simulated cluster: each rank's ET
 (``.et`` protobuf or its JSON form; a directory of them) runs as a dependency graph
-(:mod:`workloads.chakra`): compute as recorded, collectives and point-to-point transfers on
+(:mod:`workloads.traces.chakra`): compute as recorded, collectives and point-to-point transfers on
 the cluster's network.  ``--export DIR`` writes the graphs that ran back out as ETs.
 ``export-chakra`` writes a scenario's simulated iteration as ETs, one per rank
-(:mod:`workloads.chakra_export`).
+(:mod:`workloads.traces.chakra_export`).
 """
 
 from __future__ import annotations

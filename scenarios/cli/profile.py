@@ -1,5 +1,5 @@
 """``distsim profile layer``: time a model's transformer layer on this machine's GPU with
-PyTorch and write a cost table (:mod:`workloads.profile_layer`).
+PyTorch and write a cost table (:mod:`workloads.cost.profile_layer`).
 
 PyTorch is optional: without it (or without a CUDA device) the command ends with a
 ``distsim: error`` that names the ``profile`` extra, never an ``ImportError``.

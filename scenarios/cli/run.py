@@ -55,7 +55,7 @@ def _interrupt(_signum: int, _frame: Any) -> None:
 
 
 def _estimate_s(scenario: Scenario) -> float | None:
-    """The iteration time :mod:`workloads.bounds` estimates, for the progress line only."""
+    """The iteration time :mod:`workloads.cost.bounds` estimates, for the progress line only."""
     try:
         return iteration_bounds(scenario)[1]
     except Exception:  # (an estimate is optional: never fail a run over it)

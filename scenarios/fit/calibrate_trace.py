@@ -1,7 +1,7 @@
 """``distsim calibrate trace``: fit network and compute parameters to a job's traces.
 
 **Network.** Every collective the traces hold with a known kind and size, matched across
-ranks as the replay matches them (:mod:`workloads.replay`), is one sample: its
+ranks as the replay matches them (:mod:`workloads.traces.replay`), is one sample: its
 measured transfer time (the shortest kernel among the present ranks — the rank that
 arrived last hardly waited) against the closed-form time of the same call on the cluster
 (:meth:`collectives.Communicator.estimate_s`, the real group on the real routes).  As

@@ -52,7 +52,7 @@ RULE_KEYS = ("key", "multiply", "divide", "round", "at_least", "at_most", "value
 ROUNDING = ("up", "down", "nearest")
 #: What ``--fit`` moves when the map names nothing: the roofline's achieved GEMM and
 #: memory-bandwidth fractions and its per-kernel launch floor (physical figures whose
-#: sources are in workloads.compute; the bounds span what real GPUs reach).
+#: sources are in workloads.cost.compute; the bounds span what real GPUs reach).
 DEFAULT_FIT: Mapping[str, tuple[float, float, bool]] = {
     "compute.matmul_efficiency": (0.3, 1.0, False),
     "compute.memory_efficiency": (0.3, 1.0, False),

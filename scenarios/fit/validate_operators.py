@@ -38,7 +38,7 @@ __all__ = ["BLOCKS", "COMM_KERNELS", "OperatorRow", "format_operator_report",
 _ATTENTION = ("input_norm", "cast_qkv", "qkv", "attention", "attn_scores", "attn_softmax",
               "attn_dropout", "attn_context", "attn_context_copy", "cast_attn_out",
               "attn_out", "attn_residual",
-              # multi-head latent attention's projections (workloads.mla)
+              # multi-head latent attention's projections (workloads.specs.mla)
               "cast_q_down", "q_down", "q_norm", "cast_q_up", "q_up", "cast_q_proj",
               "q_proj", "cast_kv_down", "kv_down", "kv_norm", "cast_kv_up", "kv_up",
               "attn_rope")

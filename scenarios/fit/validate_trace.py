@@ -1,11 +1,11 @@
 """``distsim validate trace``: predicted vs measured, from a job's profiler traces.
 
-The traces are replayed (:mod:`workloads.replay`) with compute as measured and
+The traces are replayed (:mod:`workloads.traces.replay`) with compute as measured and
 collectives re-simulated on a cluster, and the report sets predicted against measured:
 
 * **iteration** — each profiler step's time is the slowest rank's ``ProfilerStep``
   length, measured and replayed (the replayed step ends when both its CPU side and the
-  GPU work it launched are done: :func:`~workloads.replay.predicted_step_s`); the
+  GPU work it launched are done: :func:`~workloads.traces.kineto_replay.predicted_step_s`); the
   mean over steps;
 * **per rank** — step time, compute, communication (NCCL kernels, of which *waiting* for
   late peers) and idle time, each measured and predicted;
@@ -269,7 +269,7 @@ def trace_cluster(traces: Sequence[RankTrace], *, cluster: str | None = None,
 def validate_traces(traces: Sequence[RankTrace], topology: Topology, params: CommParams, *,
                     cluster: str, mode: str = "simulated", steps: Sequence[int] | None = None,
                     ranks_per_node: int | None = None) -> tuple[dict[str, Any], ReplayResult]:
-    """Replay ``traces`` on ``topology`` (:func:`~workloads.replay.replay_traces`) and
+    """Replay ``traces`` on ``topology`` (:func:`~workloads.traces.kineto_replay.replay_traces`) and
     return the report (:func:`report_json`; ``cluster`` says what it ran on) with the
     replay itself, for :func:`write_output`."""
     result = replay_traces(traces, topology, params, mode=mode, steps=steps or None,

@@ -137,9 +137,9 @@ class Report:
     # costs seconds that a search or sweep point would spend for nothing.
     result: IterationResult | None = field(default=None, repr=False, compare=False)
     critical_path: tuple[PathEntry, ...] = field(default=(), repr=False, compare=False)
-    # Each stage's offloaded optimizer step (workloads.offload_step); () when none.
+    # Each stage's offloaded optimizer step (workloads.iteration.offload_step); () when none.
     offload: tuple[OffloadStep, ...] = ()
-    # Seconds a data-parallel rank's loader needs per iteration (workloads.data_loading);
+    # Seconds a data-parallel rank's loader needs per iteration (workloads.strategy.data_loading);
     # 0 when the scenario gives no loader.
     data_loading_s: float = 0.0
     # What the run was built from, for the summary to print (``config`` is their JSON).

@@ -8,13 +8,13 @@ and tries, on every stage's ``G = GPUs/pp`` GPUs:
   each recompute mode;
 * two groups: the first ``n`` layers at ``tp_a``, the rest at ``tp_b ≠ tp_a`` (``n`` in a
   quarter, a half and three quarters of the layers), each group's recompute mode
-  (:mod:`workloads.layer_groups`; the rank group is the wider one).
+  (:mod:`workloads.strategy.layer_groups`; the rank group is the wider one).
 
 Every candidate keeps the sequences each layer's sub-replica runs per micro-batch: the
 scenario's ``micro_batch`` at the narrowest ``tp`` tried, ``micro_batch·tp/tp_min`` for a
 rank group of ``tp`` GPUs.  Candidates that are invalid or exceed the GPU's memory (as the
 simulator counts it) are skipped; the rest are simulated one by one in this process (no
-bound prunes them: :mod:`workloads.bounds` does not count groups).  ``DIR`` receives
+bound prunes them: :mod:`workloads.cost.bounds` does not count groups).  ``DIR`` receives
 ``results.csv`` (every simulated candidate) and ``best.yaml`` (the fastest, resolved).
 """
 

@@ -25,13 +25,13 @@ prunes what cannot run or cannot win, simulates the rest and reports the best ``
 
 **Pruning**, in this order, each pruned candidate counted under its reason:
 
-1. ``invalid`` — :func:`~workloads.parallel.check_strategy` rejects it (e.g. ``pp·interleave``
-   does not divide the layers, the interleaved schedule's micro-batches are not a multiple
+1. ``invalid`` — :func:`~workloads.strategy.parallel.check_strategy` rejects it (e.g.
+   ``pp·interleave`` does not divide the layers, the interleaved schedule's micro-batches are not a multiple
    of ``pp``);
-2. ``memory`` — :func:`~workloads.memory.memory_per_gpu` of some pipeline stage exceeds the
+2. ``memory`` — :func:`~workloads.cost.memory.memory_per_gpu` of some pipeline stage exceeds the
    GPU's memory;
 3. ``bound`` — branch and bound on a *lower bound* of the iteration time: the longest of
-   the chains of work the simulator runs one after another (see :mod:`workloads.bounds`) —
+   the chains of work the simulator runs one after another (see :mod:`workloads.cost.bounds`) —
    for each stage ``s``, the forward passes of the first micro-batch through the model
    chunks before it and their pipeline sends, then its ``m`` micro-batches' passes, then
    the last gradient's backward passes and sends back through those chunks, then the

@@ -50,7 +50,7 @@ def stage_memory(scenario: Scenario, parallel: ParallelConfig, training: Trainin
 
 
 class StrategyBounds:
-    """The iteration bound and estimate (:mod:`workloads.bounds`) of strategies applied to
+    """The iteration bound and estimate (:mod:`workloads.cost.bounds`) of strategies applied to
     one scenario; the caches are shared between the strategies."""
 
     def __init__(self, scenario: Scenario) -> None:

@@ -195,7 +195,7 @@ def with_strategy(scenario: Scenario, strategy: Strategy, *, name: str | None = 
     model = scenario.model
     microbatches = check_strategy(model, parallel, training, num_gpus=scenario.num_gpus,
                                   source=scenario.source)
-    # The router's skew at this ep (workloads.moe_routing).
+    # The router's skew at this ep (workloads.specs.moe_routing).
     comm = routed_comm(scenario.comm, model, parallel.ep, scenario.source)
     return dataclasses.replace(scenario.with_run(parallel=parallel, training=training, comm=comm,
                                                  microbatches=microbatches),

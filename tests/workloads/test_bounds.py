@@ -1,4 +1,4 @@
-"""The lower bound of an iteration (``workloads.bounds``): its closed form without a
+"""The lower bound of an iteration (``workloads.cost.bounds``): its closed form without a
 network, never above the simulated iteration — on families of strategies over tensor,
 pipeline, data and expert parallelism, micro-batches, the three schedules, ZeRO 0/1/3,
 recomputation, sequence parallelism and placement, on a slow single switch (where the

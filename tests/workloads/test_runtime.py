@@ -1,4 +1,5 @@
-"""The SimPy API (workloads.runtime) against closed forms on the synthetic ``switch`` cluster.
+"""The SimPy API (workloads.iteration.runtime) against closed forms on the synthetic
+``switch`` cluster.
 
 With ideal parameters a transfer costs exactly ``latency + bytes / bandwidth``; on
 ``switch`` every GPU-to-GPU hop crosses two links (GPU→switch→GPU), so α = 2·link latency

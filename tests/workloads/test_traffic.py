@@ -1,4 +1,4 @@
-"""What an iteration's transfers carry (``workloads.traffic``), against closed forms: a GPT
+"""What an iteration's transfers carry (``workloads.cost.traffic``), against closed forms: a GPT
 layer's parameters, gradient and activation bytes by precision, the tensor-parallel,
 pipeline and expert messages, the gradient reduction by ZeRO stage, and the buckets."""
 

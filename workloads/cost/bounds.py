@@ -21,7 +21,7 @@ meeting, so any one replica's chains bound the iteration):
    tensor-parallel collectives after each attention and MLP block (also in the recomputed
    forward with full recomputation), the expert all-to-alls of MoE layers (not with
    ``parallelism.moe_overlap``: then they run beside the compute; a MoE layer's MLP half
-   runs at the slowest EP rank's pace, :mod:`workloads.moe_routing`), and with
+   runs at the slowest EP rank's pace, :mod:`workloads.specs.moe_routing`), and with
    ZeRO-3 each layer's parameter all-gather — the gathers run one after another on their
    stream from the pass's start and layer ``k`` waits for gather ``k``, so a pass takes at
    least ``max_k (Σ_{j≤k} gather_j + Σ_{j≥k} layer_j)`` (:func:`gathered_pass_s`);
@@ -57,7 +57,7 @@ flow network's finish tolerance (1e-9 of a flow's bytes).  It is never above the
 simulated iteration: with uniform stages and no network it is ``(m + pp − 1)·t`` for 1F1B
 and GPipe and ``(m + (pp − 1)/v)·t`` interleaved.  The **estimate** adds the uncontended
 data-parallel reduction to the compute-and-collectives critical path instead (a guess,
-for ordering strategies, not a bound).  Every byte count comes from :mod:`workloads.traffic`.
+for ordering strategies, not a bound).  Every byte count comes from :mod:`workloads.cost.traffic`.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ class _Shape:
            microbatches: int) -> _Shape:
         pp, tp = parallel.pp, parallel.tp
         placement = Placement(parallel)
-        # A 2-D/2.5-D/3-D mesh (workloads.tp_nd) splits the element-wise work as sequence
+        # A 2-D/2.5-D/3-D mesh (workloads.strategy.tp_nd) splits the element-wise work as sequence
         # parallelism does; its sub-group collectives are left out, which keeps a bound.
         mesh = parallel.tp_mode != "1d"
         tp_kinds = () if mesh else traffic.tp_collective_kinds(parallel)
@@ -281,7 +281,7 @@ class IterationBounds:
     def bound(self, parallel: ParallelConfig, training: TrainingConfig, microbatches: int,
               *, everyone: bool = True) -> IterationBound:
         """The lower bound and estimate of one iteration with ``parallel`` and ``training``
-        (``microbatches`` per pipeline, as :func:`~workloads.parallel.check_strategy`
+        (``microbatches`` per pipeline, as :func:`~workloads.strategy.parallel.check_strategy`
         gives them).
 
         ``everyone=False`` leaves the calls of replicas other than 0 out of the link volume

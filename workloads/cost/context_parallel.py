@@ -14,7 +14,7 @@ Megatron-Core runs context parallelism through Transformer Engine's ring attenti
 * **The ring, forward.**  Step ``i`` starts the send of the key/value block it holds to
   the next CP rank (and the receive of the previous rank's) and computes attention with
   the block it has; the step ends when both are done.  ``cp − 1`` exchanges per attention
-  forward, each the K and V of ``s/cp`` tokens (:func:`workloads.traffic.cp_message_bytes`),
+  forward, each the K and V of ``s/cp`` tokens (:func:`workloads.cost.traffic.cp_message_bytes`),
   overlapped with one block's compute.
 * **The ring, backward.**  The key/value blocks go round again, and with them the
   gradients dK/dV accumulated for each block: step 0 sends K/V, steps ``1 … cp − 2`` send

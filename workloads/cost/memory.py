@@ -9,7 +9,7 @@ with full sharding) also the weights.  fp32 training holds 4 + 4 + 8 bytes (no m
 copy).  ``fp8`` training keeps 16-bit weights (Transformer Engine), so it counts as
 mixed precision here.  The temporarily all-gathered layer weights of ZeRO-3/FSDP and
 allocator fragmentation are *not* counted.  Per-operator sharding (OSDP,
-:mod:`workloads.operator_sharding`) divides its sharded operators' state by dp, holds the
+:mod:`workloads.strategy.operator_sharding`) divides its sharded operators' state by dp, holds the
 replicated ones whole, and counts the largest gathered operator's weights (÷ its split).
 
 Parameters on one GPU (Megatron-LM's layout) are counted in
@@ -36,7 +36,7 @@ input at width ``ffn_hidden``; the ``5·a·s/h`` part is the softmax output, its
 mask and output.  A MoE layer stores the MLP part for each of its ``top_k`` routed copies
 plus the dispatched tokens (our extension, not in the paper), and its
 shared experts' once each, split over tp.  Under multi-head latent attention
-(:mod:`workloads.mla`) Q and K are ``a·d_qk`` wide and V and the output ``a·d_v``, and the
+(:mod:`workloads.specs.mla`) Q and K are ``a·d_qk`` wide and V and the output ``a·d_v``, and the
 latents — the query latent before and after its norm, the key-value latent with the
 rotary key and after its norm, ``2·r_q + 2·r_kv + d_r`` per token — are held whole on
 every tensor rank (the down projections are duplicated).  Shared experts' and MLA's
@@ -46,7 +46,7 @@ the s² term for a 4-byte log-sum-exp per head and token.  With full recompute t
 being recomputed holds its full activations once more during backward (added once per
 stage).
 
-``op`` (:mod:`workloads.recompute`) keeps what torchtitan's per-operator policy saves, from
+``op`` (:mod:`workloads.specs.recompute`) keeps what torchtitan's per-operator policy saves, from
 the same per-tensor accounting: the layer input (``tₛ = t`` with s.p., else 1), each saved
 weight mm's output at its per-rank width ``n`` (Llama: ``wq`` h/t, ``wv`` kv_heads·d/t,
 ``w1`` f/t and ``w2``'s h partial sums; a MoE layer's routed mms at ``top_k`` times the
@@ -56,7 +56,7 @@ are recomputed, not stored (unfused attention is recomputed too: no s² term).  
 layer is back-propagated, what ``op`` did not keep is held once more (added once per
 stage, as for full recompute).
 
-**Context parallelism** (``cp`` ranks share each sequence, :mod:`workloads.context_parallel`):
+**Context parallelism** (``cp`` ranks share each sequence, :mod:`workloads.cost.context_parallel`):
 every activation above is counted at the rank's ``s/cp`` tokens (Transformer Engine's
 ring attention saves only the local Q, K, V, output and log-sum-exp; the K/V blocks of
 other ranks come round again in backward).  While one layer runs, the ring holds
@@ -157,7 +157,7 @@ def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
     module docstring).
 
     A MoE layer's routed part is the most loaded EP rank's (``shard.ep``; its
-    :attr:`~workloads.moe_routing.MoeLoads.pace_factor` times a uniform router's): the
+    :attr:`~workloads.specs.moe_routing.MoeLoads.pace_factor` times a uniform router's): the
     peak is that GPU's."""
     micro_batch = check_whole(shard.micro_batch, key="micro_batch")
     s = check_whole(shard.seq_len, key="seq_len")
@@ -252,7 +252,7 @@ def cp_kv_block_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: i
                       precision: str = "bf16") -> float:
     """Bytes of the K and V one CP rank holds for its ``seq_len/cp`` tokens on one tensor
     rank: ``2·(s/cp)·b·kv_heads/t·d_head`` elements (key/value heads replicated when fewer
-    than ``t``) — what each step of the ring passes on (:mod:`workloads.context_parallel`)."""
+    than ``t``) — what each step of the ring passes on (:mod:`workloads.cost.context_parallel`)."""
     kv_local = max(1, model.kv_heads // tp)
     tokens = seq_len / cp * micro_batch
     if model.mla is not None:  # whole heads: keys d_qk wide, values d_v
@@ -355,7 +355,7 @@ def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: Tra
     """:func:`memory_per_gpu` of pipeline stage ``stage`` under a strategy, as the simulated
     iteration and the strategy search both count it.
 
-    A 2-D/2.5-D/3-D mesh (:mod:`workloads.tp_nd`) splits everything over its ``tp`` GPUs
+    A 2-D/2.5-D/3-D mesh (:mod:`workloads.strategy.tp_nd`) splits everything over its ``tp`` GPUs
     — weights (2.5-D: each of its ``d`` depth layers holds them all, so ``d/tp``),
     gradients, optimizer state and every activation — as Optimus, Tesseract and Bian et
     al. account for it: the unsplit (tp = 1) memory scaled down."""
@@ -385,7 +385,7 @@ def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: Tra
 def _operator_sharded(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
                       *, seq_len: int, microbatches: int, stage: int,
                       flash_attention: bool) -> MemoryBreakdown:
-    """Per-operator sharding (:mod:`workloads.operator_sharding`): the replicated memory
+    """Per-operator sharding (:mod:`workloads.strategy.operator_sharding`): the replicated memory
     with the sharded operators' weights, gradients and optimizer state divided by dp, plus
     the largest gathered operator's whole weights (÷ its split) live while it runs."""
     plan = parallel.operator_sharding
@@ -409,7 +409,7 @@ def _operator_sharded(model: ModelSpec, parallel: ParallelConfig, training: Trai
 def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
                    *, seq_len: int, microbatches: int, stage: int,
                    flash_attention: bool) -> MemoryBreakdown:
-    """Layer groups (:mod:`workloads.layer_groups`): each layer's weights, gradients and
+    """Layer groups (:mod:`workloads.strategy.layer_groups`): each layer's weights, gradients and
     optimizer state at its own tp, its activations at its share of the micro-batch, its
     tp and its recompute (plus, with full recompute, the largest such layer's whole
     activations while it is recomputed)."""
@@ -449,7 +449,7 @@ def offloaded(memory: MemoryBreakdown, offload: OffloadConfig) -> MemoryBreakdow
     """What stays on the GPU once ``offload`` moved its part to the host (ZeRO-Offload:
     the 16-bit weights and the activations; gradients and optimizer state leave; with
     ``params`` offloaded the weights too — the layer being gathered is not counted, as
-    for ZeRO-3).  The host's side is :func:`workloads.offload.host_bytes_per_gpu`."""
+    for ZeRO-3).  The host's side is :func:`workloads.strategy.offload.host_bytes_per_gpu`."""
     if offload.optimizer == "none":
         return memory
     weights = 0.0 if offload.params != "none" else memory.weights_bytes

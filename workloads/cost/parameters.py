@@ -56,7 +56,7 @@ def stage_layers(model: ModelSpec, *, pp: int = 1, stage: int = 0,
                  interleave: int = 1, partition: str = "uniform") -> tuple[int, ...]:
     """Indices of the layers pipeline stage ``stage`` holds (all its model chunks).
 
-    ``partition`` as :func:`workloads.parallel.layer_partition`.
+    ``partition`` as :func:`workloads.strategy.parallel.layer_partition`.
     """
     check_whole(pp, key="pp")
     check_whole(interleave, key="interleave")
@@ -130,7 +130,7 @@ def params_on_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, st
 
 def layer_group_extra_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> float:
     """Parameters one GPU of stage ``stage`` holds beyond the count at ``parallelism.tp``
-    under layer groups (:mod:`workloads.layer_groups`): each narrower layer's
+    under layer groups (:mod:`workloads.strategy.layer_groups`): each narrower layer's
     ``P/tp_i − P/tp``; 0 without groups."""
     if not parallel.layer_groups:
         return 0.0

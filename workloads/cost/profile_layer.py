@@ -1,12 +1,12 @@
 """Measure a transformer layer on a real GPU with PyTorch and write a cost table.
 
 The profiler builds one tensor-parallel rank's shard of a dense transformer layer of a
-:class:`~workloads.models.ModelSpec` (heads and FFN width divided by ``tp``; no
+:class:`~workloads.specs.models.ModelSpec` (heads and FFN width divided by ``tp``; no
 communication — the simulator models tensor-parallel collectives itself), runs it forward
 and backward, and times each pass with CUDA events: ``warmup`` untimed runs, then
 ``repeats`` timed runs, median kept.  The forward time is also written as the (full)
 ``recompute`` time: recomputation runs the same kernels.  Rows are written with
-:func:`workloads.costs.write_cost_table`, and the header records the GPU, the software
+:func:`workloads.cost.compute.write_cost_table`, and the header records the GPU, the software
 (PyTorch and CUDA versions, device name), the date and the source, as every distsim cost
 table must.
 

@@ -1,7 +1,7 @@
 """Traffic of one training iteration: how many bytes each of its transfers carries.
 
 The simulated iteration (:mod:`workloads.iteration`) and its lower bound
-(:mod:`workloads.bounds`) move the same bytes; this module is the one place that counts
+(:mod:`workloads.cost.bounds`) move the same bytes; this module is the one place that counts
 them, as pure functions of the model, the parallel strategy and the training setup.
 
 * **Element sizes** — activations, and the parameters ZeRO gathers, travel at the training
@@ -20,7 +20,7 @@ them, as pure functions of the model, the parallel strategy and the training set
   ZeRO ≥ 1), the first chunk's bucket also holding the word embedding's gradients;
   ZeRO-3/FSDP all-gathers each layer's parameters before its passes and reduce-scatters
   its gradients; ZeRO-1/2 all-gather the updated parameters after the optimizer step.
-  Per-operator sharding (OSDP, :mod:`workloads.operator_sharding`) does both at once: a
+  Per-operator sharding (OSDP, :mod:`workloads.strategy.operator_sharding`) does both at once: a
   layer's sharded operators' parameters gathered and their gradients reduce-scattered as
   ZeRO-3's, the replicated operators' gradients bucketed and all-reduced
   (:func:`layer_sharded_fraction` splits every layer's bytes between the two).
@@ -28,7 +28,7 @@ them, as pure functions of the model, the parallel strategy and the training set
   activation message above is counted at ``s/cp`` (:func:`rank_training`); each step of
   the attention ring passes the K and V of those tokens to the next CP rank,
   ``2·(s/cp)·b·kv_heads/tp·d_head`` elements (:func:`cp_message_bytes`; backward passes
-  their gradients too, :mod:`workloads.context_parallel`).  Gradients are reduced, and
+  their gradients too, :mod:`workloads.cost.context_parallel`).  Gradients are reduced, and
   ZeRO shards, over the ``dp·cp`` ranks that hold the same parameters.
 * **Tied embeddings** — with pp > 1 the first and last stage all-reduce the word
   embedding's gradients.
@@ -173,7 +173,7 @@ def layer_params(model: ModelSpec, layer: int, parallel: ParallelConfig) -> floa
     """Parameters of layer ``layer`` on one GPU, dense and expert together (a GPT layer
     without tensor parallelism: ``12·h² + 13·h``)."""
     mesh = mesh_of(parallel.tp_mode, parallel.tp, parallel.tp_depth)
-    if mesh is not None:  # a 2-D/2.5-D/3-D mesh splits every parameter (workloads.tp_nd)
+    if mesh is not None:  # a 2-D/2.5-D/3-D mesh splits every parameter (workloads.strategy.tp_nd)
         dense, expert = layer_params_local(model, layer, 1, parallel.ep)
         return (dense + expert) * weight_replicas(mesh) / mesh.tp
     dense, expert = layer_params_local(model, layer, parallel.tp, parallel.ep)

@@ -325,7 +325,7 @@ def exclusive_tp(comm: Communicator, groups: list[list[RankGroup]],
     pipeline sends (asynchronous) and other TP groups.  Expert all-to-alls block every
     group they involve, and data-parallel collectives start only after every replica
     of the stage launched them — after which the stage's stream runs its TP collectives
-    as flows (see :class:`workloads.streams.StreamBuilder`) — so neither can overlap a
+    as flows (see :class:`workloads.iteration.streams.StreamBuilder`) — so neither can overlap a
     closed-form TP collective.
     """
     if par.tp == 1:

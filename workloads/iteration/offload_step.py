@@ -1,15 +1,15 @@
 """The offloaded optimizer step as it runs: flows over PCIe, Adam on the host's sockets.
 
-What :mod:`workloads.offload` configures, simulated on the real node:
+What :mod:`workloads.strategy.offload` configures, simulated on the real node:
 
 1. **gradients to the host** — every GPU of the node sends its ``2·Ψ`` bytes of 16-bit
    gradients (``Ψ`` its shard) to the CPU socket its PCIe switch hangs from, all at once,
    as flows on the topology's own PCIe links: GPUs that share a PCIe switch share its
    uplink (a DGX A100 puts two GPUs behind each Gen4 switch), max-min fair;
 2. **the step on the host** — each socket runs CPU-Adam over the shards of the GPUs
-   attached to it, memory bound (:func:`~workloads.offload.cpu_adam_time_s`); with the
+   attached to it, memory bound (:func:`~workloads.strategy.offload.cpu_adam_time_s`); with the
    state on NVMe the drives' read and write of it runs beside, chunk by chunk, and the
-   slower of the two sets the step (:func:`~workloads.offload.nvme_step_time_s`);
+   slower of the two sets the step (:func:`~workloads.strategy.offload.nvme_step_time_s`);
 3. **parameters back** — ``2·Ψ`` bytes of updated 16-bit parameters, host to GPU, as
    flows again.
 
@@ -56,7 +56,7 @@ __all__ = ["OPTIMIZER_STEP_LABEL", "OffloadStep", "check_host_memory", "gpu_work
            "host_route", "offload_lines", "offload_step", "offload_streams", "pcie_links_from",
            "pcie_transfer_s"]
 
-#: The label of the GPU's optimizer step in a stage's stream (workloads.streams).
+#: The label of the GPU's optimizer step in a stage's stream (workloads.iteration.streams).
 OPTIMIZER_STEP_LABEL = "optimizer step"
 
 

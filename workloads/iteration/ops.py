@@ -1,9 +1,9 @@
 """Ops: the typed steps of a GPU's (or a rank group's) stream of work.
 
 A stream is a sequence of ops run in order.  The simulated iteration builds one per
-pipeline stage from the model and the parallel strategy (:mod:`workloads.streams`) and
+pipeline stage from the model and the parallel strategy (:mod:`workloads.iteration.streams`) and
 runs it for every rank group of that stage (:mod:`workloads.iteration`); the trace replay
-(:mod:`workloads.replay`) says with the same types what each measured GPU op *is*, and
+(:mod:`workloads.traces.replay`) says with the same types what each measured GPU op *is*, and
 keeps its dependency-graph state in its own nodes around them.
 
 * :class:`Compute` — GPU work of a known duration (a layer block, an embedding, the
@@ -94,7 +94,7 @@ class Collective:
     blocking: bool = True
     handle: str | None = None
     exclusive: bool = False
-    # A 2-D/2.5-D/3-D TP step (workloads.tp_nd): the call runs on each of these
+    # A 2-D/2.5-D/3-D TP step (workloads.strategy.tp_nd): the call runs on each of these
     # sub-groups of the TP group's local ranks at once, each sub-group's root first.
     subgroups: tuple[tuple[int, ...], ...] | None = None
 

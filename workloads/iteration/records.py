@@ -101,10 +101,10 @@ class IterationResult:
     # folded images): its main-stream segments (RankGroup.path) draw report timelines.
     schedules: tuple[tuple[RankGroup, tuple[RankGroup, ...]], ...] = field(
         default=(), repr=False, compare=False)
-    # Each pipeline stage's offloaded optimizer step (workloads.offload_step); () if none.
+    # Each pipeline stage's offloaded optimizer step (workloads.iteration.offload_step); () if none.
     offload: tuple[OffloadStep, ...] = ()
     # Seconds a data-parallel rank's data loader needs per iteration (0: none given); the
-    # iteration is longer than the training where it binds (workloads.data_loading).
+    # iteration is longer than the training where it binds (workloads.strategy.data_loading).
     data_loading_s: float = 0.0
 
 

@@ -4,12 +4,12 @@ The unit of simulation is a **rank group**: the ``tp`` GPUs of one pipeline stag
 data-parallel replica.  Tensor-parallel ranks run the same kernels and meet in a
 collective after every attention and MLP block, so they move in lockstep; one SimPy
 process walks their shared op stream (a straggler among them slows all of them, as it
-does on real hardware).  The streams are typed ops (:mod:`workloads.ops`), one per
-pipeline stage, built by :mod:`workloads.streams`; this module runs them, each op type
-by its own handler, and keeps the accounting of :mod:`workloads.timeline`.  Everything
+does on real hardware).  The streams are typed ops (:mod:`workloads.iteration.ops`), one per
+pipeline stage, built by :mod:`workloads.iteration.streams`; this module runs them, each op type
+by its own handler, and keeps the accounting of :mod:`workloads.iteration.timeline`.  Everything
 between rank groups is simulated explicitly:
 
-* **pipeline** — each stage runs its schedule (:mod:`workloads.schedule`); an activation
+* **pipeline** — each stage runs its schedule (:mod:`workloads.strategy.schedule`); an activation
   (forward) or its gradient (backward) goes to the neighbouring stage as point-to-point
   flows, one per tensor-parallel rank, on the real route; the receiver waits for it.
   Sends are asynchronous, receives block, as in Megatron-LM.
@@ -112,9 +112,9 @@ _SoloFlows = tuple[tuple[float, LinkUsage], ...]
 
 
 class IterationSimulator:
-    """Runs every rank group's op stream (:mod:`workloads.streams`) on one simulation.
+    """Runs every rank group's op stream (:mod:`workloads.iteration.streams`) on one simulation.
 
-    ``sim``: the simulation to run on (several jobs share one, :mod:`workloads.jobs`);
+    ``sim``: the simulation to run on (several jobs share one, :mod:`workloads.job.jobs`);
     by default one of its own, seeded from the spec.  :meth:`run` is :meth:`start`, the
     simulation's run and :meth:`finish`; a caller that shares ``sim`` calls the three
     itself."""
@@ -133,7 +133,7 @@ class IterationSimulator:
         self.comm = Communicator(self.sim, topo, spec.comm)
         placement = Placement(par)
         # A replica is one (cp, dp) pair: the dp·cp rank groups of a stage reduce
-        # gradients together (workloads.parallel).
+        # gradients together (workloads.strategy.parallel).
         self.groups = [[make_group(spec, placement, s, d) for d in range(par.dp_cp)]
                        for s in range(par.pp)]
         self.everyone = [g for stage_groups in self.groups for g in stage_groups]
@@ -166,7 +166,7 @@ class IterationSimulator:
                                 exclusive_tp=exclusive, tp_time_s=self._tp_analytic_s)
         self.streams = [builder.stage_stream(s) for s in range(par.pp)]
         self.offload: tuple[OffloadStep, ...] = ()
-        if par.offload.enabled:  # the step on the host (workloads.offload_step)
+        if par.offload.enabled:  # the step on the host (workloads.iteration.offload_step)
             self.streams, steps = offload_streams(spec.topology, model, par, self.streams,
                                                   microbatches=self.microbatches,
                                                   source=spec.source)
@@ -336,7 +336,7 @@ class IterationSimulator:
         return events[0]
 
     def _tp_mesh_call(self, group: RankGroup, op: Collective) -> simpy.Event:
-        """A 2-D/2.5-D/3-D TP step (:mod:`workloads.tp_nd`): the call on every sub-group
+        """A 2-D/2.5-D/3-D TP step (:mod:`workloads.strategy.tp_nd`): the call on every sub-group
         of ``group``'s mesh at once, and of its images' (folded replicas); done when all
         are."""
         events = []
@@ -406,7 +406,7 @@ class IterationSimulator:
         group.calls[name] = calls + 1
         if peering is Peering.STAGE:
             return (name, group.stage, calls), self.rows[group.stage]
-        if peering is Peering.BLOCK:  # consecutive replicas (workloads.parallel)
+        if peering is Peering.BLOCK:  # consecutive replicas (workloads.strategy.parallel)
             size = self._block[name]
             block = group.replica // size * size
             return ((name, group.stage, block, calls),
@@ -428,7 +428,7 @@ class IterationSimulator:
         meeting.kind = peer.comm_kind
         # Over every replica, folded or not: the simulated members stand for the rest.
         row = self.groups[group.stage]
-        # A narrower layer group's gradients (workloads.layer_groups): one ring per shard
+        # A narrower layer group's gradients (workloads.strategy.layer_groups): one ring per shard
         # over every replica's GPUs holding it, each replica's consecutive.
         lanes = ([[m.gpus[t] for m in row for t in sub] for sub in op.subgroups]
                  if op.subgroups else self._lanes(row))
@@ -454,7 +454,7 @@ class IterationSimulator:
 
     def _launch_block(self, group: RankGroup, op: Collective, peer: PeerGroup) -> None:
         """An asynchronous call among ``group``'s block (:attr:`Peering.BLOCK`): one step
-        of a context-parallel ring (workloads.context_parallel: every rank sends its
+        of a context-parallel ring (workloads.cost.context_parallel: every rank sends its
         block to the next, on every tensor lane) or an expert all-to-all on its own stream
         (``parallelism.moe_overlap``, as ``_join`` runs it) — over the block's lanes and,
         folded, its images', starting when the block has arrived; the rank's compute goes

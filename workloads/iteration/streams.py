@@ -1,10 +1,10 @@
 """The op streams of one training iteration: what each pipeline stage runs, in order.
 
 Every rank group of a stage (its ``tp`` GPUs of one data-parallel replica) runs the same
-stream of :mod:`workloads.ops`, built here from the model, the parallel strategy, the
+stream of :mod:`workloads.iteration.ops`, built here from the model, the parallel strategy, the
 training setup and the compute costs:
 
-* per pass of the stage's schedule (:mod:`workloads.schedule`): receive the input from
+* per pass of the stage's schedule (:mod:`workloads.strategy.schedule`): receive the input from
   the neighbouring virtual stage, run the chunk's layers, send the output on;
 * per layer and pass: attention and MLP compute, each followed by its tensor-parallel
   collectives (all-reduce; all-gather + reduce-scatter with sequence parallelism) and, in
@@ -12,7 +12,7 @@ training setup and the compute costs:
   pass re-runs the forward first when activations are recomputed;
 * context parallelism (``cp`` > 1): a rank runs the layer at its ``s/cp`` tokens, and
   its core attention as ``cp`` blocks around the CP ring, each block's compute overlapped
-  with the asynchronous send of the next K/V block (:mod:`workloads.context_parallel`);
+  with the asynchronous send of the next K/V block (:mod:`workloads.cost.context_parallel`);
 * data parallelism: the last micro-batch's backward launches the gradient buckets as it
   produces them; ZeRO-3/FSDP gathers each layer's parameters ahead of its passes and
   reduce-scatters its gradients every micro-batch;
@@ -22,11 +22,11 @@ training setup and the compute costs:
 
 A tensor-parallel collective is marked ``exclusive`` when the caller says nothing else can
 use its links (:mod:`workloads.iteration` decides); given its closed-form time, runs of
-compute and exclusive collectives are fused into one :class:`~workloads.ops.Fused` op.
+compute and exclusive collectives are fused into one :class:`~workloads.iteration.ops.Fused` op.
 A pass's ops are built once and shared by every micro-batch that runs it.
 
-The bytes every transfer carries come from :mod:`workloads.traffic`, which the
-iteration's lower bound (:mod:`workloads.bounds`) counts with too.
+The bytes every transfer carries come from :mod:`workloads.cost.traffic`, which the
+iteration's lower bound (:mod:`workloads.cost.bounds`) counts with too.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class StreamBuilder:
         self.tp_kinds = tp_collective_kinds(parallel)
         self.tp_bytes = tp_message_bytes(model, local)
         # 2-D/2.5-D/3-D: each block's collectives on the mesh's sub-groups instead, and
-        # the element-wise work split over tp too (workloads.tp_nd).
+        # the element-wise work split over tp too (workloads.strategy.tp_nd).
         mesh = self.mesh = mesh_of(parallel.tp_mode, parallel.tp, parallel.tp_depth)
         self.tp_plan = None if mesh is None else layer_comm(
             mesh, model, tokens=training.micro_batch * self.seq_len,
@@ -128,11 +128,11 @@ class StreamBuilder:
         self.a2a_bytes = alltoall_bytes(model, parallel, local)
         self.cp_bytes = cp_message_bytes(model, parallel, training)
         # Skewed routing: every EP rank's experts run at the pace of the most loaded one
-        # (workloads.moe_routing; 1 for a uniform, dropless router).
+        # (workloads.specs.moe_routing; 1 for a uniform, dropless router).
         self.moe_pace = moe_pace(model.moe, experts=model.experts, top_k=model.top_k,
                                  ep=parallel.ep)
         self._passes: dict[tuple[int, int, str, bool, bool], tuple[Op, ...]] = {}
-        # Per-layer strategies (workloads.layer_groups): each layer's tp, share of the
+        # Per-layer strategies (workloads.strategy.layer_groups): each layer's tp, share of the
         # micro-batch and recompute; None when every layer runs as the strategy says.
         self._uniform = LayerSetting(parallel.tp, 1, training.micro_batch, training.recompute)
         self.settings = (layer_settings(parallel.layer_groups, tp=parallel.tp,
@@ -289,7 +289,7 @@ class StreamBuilder:
                            sequence_parallel=self.split_elementwise, ep=par.ep,
                            layer_index=layer, **extra)
         duration = self.costs.layer_time_s(cost_pass, model, shard)
-        # OSDP's split operators: their GEMMs in k slices (workloads.operator_sharding).
+        # OSDP's split operators: their GEMMs in k slices (workloads.strategy.operator_sharding).
         duration += split_extra_s(par.operator_sharding, self.costs, cost_pass, model, shard)
         label = f"L{layer} {pass_}"
         # What a cost table calls this layer pass (trace args, read by ``trace costs``).
@@ -299,7 +299,7 @@ class StreamBuilder:
         with_comm = pass_ != "recompute" or setting.recompute == "full"
         # torchtitan's per-op checkpointing keeps the reduce-scatters' (and all-to-alls')
         # outputs and core attention: its recompute runs only the TP all-gathers (or
-        # all-reduces) again, their inputs being recomputed (workloads.recompute).
+        # all-reduces) again, their inputs being recomputed (workloads.specs.recompute).
         op_sac = pass_ == "recompute" and setting.recompute == "op"
         saved = SAVED_COLLECTIVES if op_sac else frozenset()
         args = (kind, table_pass, layer)
@@ -357,7 +357,7 @@ class StreamBuilder:
                       args: tuple[str, str, int], recompute: str) -> float:
         """Context parallelism: the attention's linear part, then its core attention as
         ``cp`` blocks around the ring, each overlapped with the send of the blocks the
-        next step needs (:mod:`workloads.context_parallel`).  Returns the time of the
+        next step needs (:mod:`workloads.cost.context_parallel`).  Returns the time of the
         MLP's half of the rest of the layer."""
         par, train = self.parallel, self.training
         core = core_attention_time_s(
@@ -448,7 +448,7 @@ class StreamBuilder:
     def _reshard(self, ops: list[Op], before: int, layer: int) -> None:
         """Galvatron's resharding where ``layer`` (run after ``before``) is wider: its GPUs
         gather the activation (forward) or its gradient (backward) slices the narrower
-        groups hold; a narrowing is a slice, free (workloads.layer_groups)."""
+        groups hold; a narrowing is a slice, free (workloads.strategy.layer_groups)."""
         narrow, wide = self._setting(before).tp, self._setting(layer).tp
         if wide <= narrow:
             return

@@ -59,8 +59,8 @@ class RankGroup:
 
     ``path`` holds the main stream's segments ``(start_s, end_s, kind, info, dep)``,
     contiguous from 0 (plain tuples: there are hundreds of thousands).  ``info`` is what
-    the segment ran (a :class:`~workloads.ops.Fused` op, a :class:`~workloads.ops.Recv`,
-    or a label); ``dep`` what it waited for when it started: ``None`` (this group's
+    the segment ran (a :class:`~workloads.iteration.ops.Fused` op, a
+    :class:`~workloads.iteration.ops.Recv`, or a label); ``dep`` what it waited for when it started: ``None`` (this group's
     previous segment), ``(group, n)`` (that group's segment ``n - 1``) or a
     :class:`Meeting` (a collective that held it back on its stream).
     """

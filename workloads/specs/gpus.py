@@ -4,12 +4,12 @@ A :class:`GpuSpec` holds datasheet figures in SI units.  Peak compute is the den
 tensor-core rate (no structured sparsity) for ``tf32``, ``bf16``, ``fp16`` and ``fp8``,
 and the vector (CUDA-core) rate for ``fp32``; a precision the GPU lacks is simply absent.
 What fraction of these peaks a kernel reaches is the cost model's business
-(:mod:`workloads.costs`), not this module's.
+(:mod:`workloads.cost.compute`), not this module's.
 
 ``architecture`` names the GPU's generation (``volta``, ``ampere``, ``hopper``, ``blackwell``,
 ``cdna3``): kernels written for one generation reach a different fraction of another's peak
 (FlashAttention-2 uses none of Hopper's asynchronous tensor-core instructions), so the cost
-model looks some efficiencies up by it (:mod:`workloads.compute.roofline`).
+model looks some efficiencies up by it (:mod:`workloads.cost.compute.roofline`).
 
 Power: ``tdp_w`` is the board power the datasheet rates the part at (the default power
 limit, at which the cost model's efficiency figures were measured); ``power_limit_w`` a lower

@@ -21,7 +21,8 @@ fused with ``W_UV``) are column-parallel and ``W_O`` row-parallel, split by head
 latent norms (RMSNorm, or the model's norm) run on each rank over the full latents.
 
 This module holds the shape (:class:`MlaSpec`) and its YAML parsing; parameter and FLOP
-counts live in :mod:`workloads.models`, the operators in :mod:`workloads.compute.operators`.
+counts live in :mod:`workloads.specs.models`, the operators in
+:mod:`workloads.cost.compute.operators`.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Parameter count of one layer (weights + biases; ``h`` hidden, ``d_kv`` = kv_head
     MLA       = h·r_q + r_q·a·d_qk (queries; h·a·d_qk without a query latent)
                 + h·(r_kv + d_r) + r_kv·a·(d_n + d_v) + a·d_v·h   [+ r_q + r_kv norms]
 
-(MLA: multi-head latent attention, :mod:`workloads.mla`, with ``a`` heads, latents
+(MLA: multi-head latent attention, :mod:`workloads.specs.mla`, with ``a`` heads, latents
 ``r_q``/``r_kv``, query-key heads ``d_qk = d_n + d_r`` and values ``d_v``.  A MoE model's
 first ``first_dense_layers`` layers are dense, of width ``dense_ffn_hidden``.)
 
@@ -129,10 +129,10 @@ class ModelSpec:
     attention_bias: bool = True
     mlp_bias: bool = True
     embedding_norm: bool = False
-    # How the router spreads tokens over the experts (workloads.moe_routing).
+    # How the router spreads tokens over the experts (workloads.specs.moe_routing).
     moe: MoeRouting = UNIFORM
     # DeepSeek-style MoE: the first layers dense, always-on shared experts, dense layers
-    # of their own width; multi-head latent attention (workloads.mla).
+    # of their own width; multi-head latent attention (workloads.specs.mla).
     first_dense_layers: int = 0
     shared_experts: int = 0
     dense_ffn_hidden: int = 0
@@ -393,7 +393,7 @@ class ModelSpec:
         ``full`` adds one more forward of every layer (not of the logits layer), giving
         Narayanan's ``96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))`` for GPT; ``selective``
         (Korthikanti et al. 2022 §5) adds one more forward of the attention scores only;
-        ``op`` (torchtitan's per-op policy, :mod:`workloads.recompute`) the mms it does not
+        ``op`` (torchtitan's per-op policy, :mod:`workloads.specs.recompute`) the mms it does not
         keep (Llama: ``wk``, ``wo``, ``w3``), its element-wise FLOP not being counted here.
         """
         check_choice(recompute, RECOMPUTE_MODES, key="recompute", what="recompute mode")

@@ -91,7 +91,7 @@ class Matmul:
 
 class LayerShape(Protocol):
     """What :func:`op_sac_matmuls` reads of a model (a ``ModelSpec``; not imported here,
-    since ``workloads.models`` takes :data:`RECOMPUTE_MODES` from this module)."""
+    since ``workloads.specs.models`` takes :data:`RECOMPUTE_MODES` from this module)."""
 
     hidden: int
     heads: int

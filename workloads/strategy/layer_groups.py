@@ -50,7 +50,7 @@ __all__ = [
     "shard_subgroups",
 ]
 
-RECOMPUTE = RECOMPUTE_MODES  # one home: workloads.recompute
+RECOMPUTE = RECOMPUTE_MODES  # one home: workloads.specs.recompute
 _KEY = "parallelism.layer_groups"
 
 

@@ -29,7 +29,7 @@ Written in a scenario as::
       #       cluster preset's host figures (topology.presets.HostFigure)
 
 This module holds the configuration, the host's figures and the closed forms; the flows
-and the step's place in the iteration are :mod:`workloads.offload_step`.
+and the step's place in the iteration are :mod:`workloads.iteration.offload_step`.
 """
 
 from __future__ import annotations

@@ -20,11 +20,11 @@ only ``1/k`` of its gathered parameters (and workspace) are live at once.
       replicated: [qkv]            # operators replicated whatever the default
       split: {mlp_fc1: 4}          # slices of an operator's gathered parameters
 
-The operators are the parameter-holding ones of :mod:`workloads.compute.operators`
+The operators are the parameter-holding ones of :mod:`workloads.cost.compute.operators`
 (``input_norm``, ``qkv``, ``attn_out``, ``post_attn_norm``, ``mlp_fc1``, ``mlp_fc2``);
 the embeddings and the output layer follow ``default``.  The iteration gathers a layer's
 sharded operators in one all-gather (one FSDP unit per layer, prefetched as ZeRO-3 is,
-:mod:`workloads.streams`), so ``default: sharded`` with nothing listed is exactly ZeRO-3
+:mod:`workloads.iteration.streams`), so ``default: sharded`` with nothing listed is exactly ZeRO-3
 and ``default: replicated`` exactly plain data parallelism.  Not modelled: MoE layers,
 2-D/2.5-D/3-D tensor parallelism, pipeline parallelism (as for ZeRO-3), offload, and
 mixing with ``zero``/``fsdp`` (the plan says what is sharded).
@@ -176,7 +176,7 @@ def check_operator_sharding(parallel: ShardedStrategy, *, experts: int,
 
 def operator_params(model: Any, tp: int) -> dict[str, float]:
     """Parameters of each shardable operator of one dense layer on one tensor-parallel
-    rank (Megatron's layout, as :func:`workloads.memory.layer_params_local`: QKV biases
+    rank (Megatron's layout, as :func:`workloads.cost.memory.layer_params_local`: QKV biases
     split over tp, the output projection's and FC2's bias replicated); they sum to it."""
     if getattr(model, "mla", None) is not None:
         raise ConfigError("per-operator sharding with multi-head latent attention is not "

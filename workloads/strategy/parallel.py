@@ -12,7 +12,7 @@ Megatron-LM's 3D parallelism plus what PyTorch adds:
 * ``cp`` context parallel (Megatron-Core with Transformer Engine's ring attention): each
   sequence is cut into ``2·cp`` chunks and CP rank ``i`` keeps chunks ``i`` and
   ``2·cp − 1 − i`` (so every rank has the same share of a causal mask's work); attention
-  passes key/value blocks around the CP ring (:mod:`workloads.context_parallel`).  CP
+  passes key/value blocks around the CP ring (:mod:`workloads.cost.context_parallel`).  CP
   ranks hold the same parameters, so gradients are reduced over ``dp·cp`` ranks
   (Megatron's data-parallel group "with context parallel"), and ZeRO shards over them.
 
@@ -91,7 +91,7 @@ __all__ = [
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 PLACEMENT_ORDERS = (tuple("-".join(p) for p in permutations(("tp", "dp", "pp")))
                     + tuple("-".join(p) for p in permutations(("tp", "cp", "dp", "pp"))))
-RECOMPUTE = RECOMPUTE_MODES  # one home: workloads.recompute
+RECOMPUTE = RECOMPUTE_MODES  # one home: workloads.specs.recompute
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 # What a gradient all-reduce may carry on the wire (traffic.GRAD_BYTES sizes each).
 GRAD_REDUCE_PRECISIONS = ("fp32", "bf16", "fp16")
@@ -137,7 +137,7 @@ class ParallelConfig:
     ep: int = 1
     cp: int = 1
     sequence_parallel: bool = False
-    # 1d: Megatron's; 2d / 2.5d / 3d: a mesh of the tp GPUs (workloads.tp_nd), 2.5d with
+    # 1d: Megatron's; 2d / 2.5d / 3d: a mesh of the tp GPUs (workloads.strategy.tp_nd), 2.5d with
     # tp_depth layers.
     tp_mode: str = "1d"
     tp_depth: int = 1
@@ -151,16 +151,16 @@ class ParallelConfig:
     # model trains in bf16 (its default ``accumulate_allreduce_grads_in_fp32``).
     bucket_params: int = 40_000_000
     grad_reduce_precision: str = "fp32"
-    # Optimizer state / parameters in host memory or on NVMe (workloads.offload).
+    # Optimizer state / parameters in host memory or on NVMe (workloads.strategy.offload).
     offload: OffloadConfig = NO_OFFLOAD
     # DeepSeek-V3 style: each MoE layer runs as two half micro-batches, one's dispatch /
-    # combine overlapping the other's compute (workloads.streams).
+    # combine overlapping the other's compute (workloads.iteration.streams).
     moe_overlap: bool = False
     # Galvatron's per-layer strategies: groups of layers with their own tp and recompute
-    # (workloads.layer_groups); empty: every layer as above.
+    # (workloads.strategy.layer_groups); empty: every layer as above.
     layer_groups: tuple[LayerGroup, ...] = ()
     # OSDP: operators whose parameters are sharded, the rest replicated
-    # (workloads.operator_sharding); None: the zero/fsdp setting alone.
+    # (workloads.strategy.operator_sharding); None: the zero/fsdp setting alone.
     operator_sharding: OperatorSharding | None = None
 
     @property
@@ -349,7 +349,7 @@ def _check_degrees(p: ParallelConfig, *, num_gpus: int, heads: int, kv_heads: in
             hint=f"choose degrees whose product is {num_gpus}, e.g. dp = "
             f"{num_gpus // fixed} if {names[:-3]} divides it" if num_gpus % fixed == 0
             else f"choose degrees whose product is {num_gpus}")
-    if p.tp_mode == "1d":  # 2-D/3-D meshes split heads over one side (workloads.tp_nd)
+    if p.tp_mode == "1d":  # 2-D/3-D meshes split heads over one side (workloads.strategy.tp_nd)
         check_tp_split(heads=heads, kv_heads=kv_heads, tp=p.tp, key="parallelism.tp",
                        source=source)
 

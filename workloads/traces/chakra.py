@@ -1,7 +1,7 @@
 """Chakra execution traces as a workload: each rank's graph run on the cluster, and back.
 
 Read with :mod:`measured.chakra`, each rank's ET becomes a dependency graph that the trace
-replay runs (:func:`workloads.replay.replay_graph`, the engine that replays profiler traces):
+replay runs (:func:`workloads.traces.replay.replay_graph`, the engine that replays profiler traces):
 
 * ``COMP_NODE``: compute for its duration; a node that gives only FLOPs (``num_ops``)
   takes them at ``flops_per_s`` (the GPU's peak, or what the caller says).
@@ -250,7 +250,7 @@ def run_chakra(traces: Sequence[ChakraTrace], topology: Topology,
                flops_per_s: float | None = None, ctrl_deps: bool = False,
                ranks_per_node: int | None = None) -> ChakraRun:
     """Run Chakra ETs (one per rank) on ``topology``; rank ``r`` on the GPU
-    :func:`~workloads.replay.place_ranks` gives it."""
+    :func:`~workloads.traces.replay.place_ranks` gives it."""
     graphs, world, notes = chakra_graphs(traces, world_size=world_size,
                                          flops_per_s=flops_per_s, ctrl_deps=ctrl_deps)
     if world > len(topology.gpus):

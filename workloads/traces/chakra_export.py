@@ -2,7 +2,7 @@
 
 The iteration (:mod:`workloads.iteration`) runs one op stream per pipeline stage for every
 rank group; here each GPU of each rank group gets that stream as a graph of
-:class:`~workloads.replay.GraphNode` s with the iteration's semantics spelled out:
+:class:`~workloads.traces.replay.GraphNode` s with the iteration's semantics spelled out:
 
 * the **main stream** (compute, blocking collectives, receives, waits) is one stream, each
   node depending on the one before it;
@@ -20,8 +20,8 @@ rank group; here each GPU of each rank group gets that stream as a graph of
   times by their closed form (exclusive tensor-parallel ones) are ordinary collectives
   here: alone on their links, the flows give the same time.
 
-Running the graphs (:func:`workloads.replay.replay_graph`, or written out and read back
-with :mod:`workloads.chakra`) reproduces the iteration's time where every tensor lane of a
+Running the graphs (:func:`workloads.traces.replay.replay_graph`, or written out and read back
+with :mod:`workloads.traces.chakra`) reproduces the iteration's time where every tensor lane of a
 collective among rank groups takes as long as the others (the iteration waits for all
 lanes; a rank here for its own) and pipeline sends between two groups take as long one by
 one as together — true on symmetric clusters.  Context parallelism is not exported.
@@ -219,7 +219,7 @@ def _senders(sim: IterationSimulator) -> dict[tuple[str, int, int], tuple[int, f
 
 def iter_rank_graphs(spec: IterationSpec) -> Iterator[tuple[int, list[GraphNode]]]:
     """Each rank's graph of one iteration (module docstring), rank group by rank group;
-    rank ``r`` is the GPU :func:`~workloads.replay.place_ranks` puts rank ``r`` on."""
+    rank ``r`` is the GPU :func:`~workloads.traces.replay.place_ranks` puts rank ``r`` on."""
     sim = IterationSimulator(spec)  # the rank groups and streams the iteration runs
     gpus = place_ranks(spec.topology, len(spec.topology.gpus))
     exporter = _Exporter(sim, {gpu: rank for rank, gpu in enumerate(gpus)})

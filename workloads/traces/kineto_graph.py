@@ -22,10 +22,10 @@ The job each rank ran is rebuilt as a dependency graph from its Kineto trace
   of these calls, so both are inferences.  What is left unexplained of a measured start is
   kept as a fixed delay, so a replay with the measured durations reproduces the measured
   timeline.
-* **What each GPU op is** is a typed op (:mod:`workloads.ops`), as in the simulated
-  iteration: a kernel is :class:`~workloads.ops.Compute` and a copy or a set
-  :class:`~workloads.ops.Memcpy`, both taking their measured durations; an NCCL kernel is a
-  :class:`~workloads.ops.Collective` of its process group.  The graph's state (launch,
+* **What each GPU op is** is a typed op (:mod:`workloads.iteration.ops`), as in the simulated
+  iteration: a kernel is :class:`~workloads.iteration.ops.Compute` and a copy or a set
+  :class:`~workloads.iteration.ops.Memcpy`, both taking their measured durations; an NCCL
+  kernel is a :class:`~workloads.iteration.ops.Collective` of its process group.  The graph's state (launch,
   stream predecessor, dependencies, replayed times) lives in a node around the op.
 * **Collectives** (NCCL kernels) are matched across ranks by process group and order.  A
   rank's kernel starts as above and then *waits* until every rank of the group has arrived;

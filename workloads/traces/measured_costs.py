@@ -1,8 +1,8 @@
 """Profiled cost tables from traces: ``distsim trace costs TRACES… -o costs.yaml``.
 
-A cost table (:mod:`workloads.costs`) says how long one pass of one layer takes on one
+A cost table (:mod:`workloads.cost.compute`) says how long one pass of one layer takes on one
 tensor-parallel rank at a shape.  This module measures it from traces and writes it in
-the format :class:`~workloads.costs.TableCosts` reads, so a scenario can use it directly
+the format :class:`~workloads.cost.compute.TableCosts` reads, so a scenario can use it directly
 (``compute: {costs: costs.yaml}``).  Two kinds of trace are read:
 
 * **distsim's own trace.json** (:mod:`measured.distsim_trace`): every compute span of a

@@ -1,4 +1,4 @@
-"""The search's use of the iteration bound (``workloads.bounds``, tested on its own in
+"""The search's use of the iteration bound (``workloads.cost.bounds``, tested on its own in
 tests/workloads/test_bounds.py): a scenario's strategy and the search's candidates reach
 the bound as the parallel and training configuration the simulator runs, so the bound stays
 below the simulated iteration."""

@@ -262,7 +262,7 @@ class LayerWork:
         attention (``selective``), or (``op``, torchtitan's per-op policy) every
         element-wise operator and unfused attention matmul and the weight mms of
         ``matmuls`` (:func:`~distsim_gpu.workloads.specs.recompute.op_sac_matmuls`) it does not
-        keep, each at its own shape (module docstring of :mod:`workloads.recompute`)."""
+        keep, each at its own shape (module docstring of :mod:`workloads.specs.recompute`)."""
         if self.pass_ != "fwd":
             raise ConfigError(f"recompute() needs forward work, this is {self.pass_!r}")
         check_choice(granularity, RECOMPUTE_GRANULARITIES, key="recompute")
@@ -430,7 +430,7 @@ class _Shape:
         return [*out, gemm(name, (m, n, k), 1, self.ab, count, fp8=True, bias=bias)]
 
     def mla_projections(self) -> list[Operator]:
-        """MLA's query and key-value projections (:mod:`workloads.mla`): the duplicated
+        """MLA's query and key-value projections (:mod:`workloads.specs.mla`): the duplicated
         down projections over all tokens (not split by tp), the latent norms, the
         head-split up projections, and the rotary embedding of the decoupled parts."""
         mla, h, tokens, fused = self.model.mla, self.model.hidden, self.tokens, \
