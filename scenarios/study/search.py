@@ -26,8 +26,8 @@ prunes what cannot run or cannot win, simulates the rest and reports the best ``
 **Pruning**, in this order, each pruned candidate counted under its reason:
 
 1. ``invalid`` — :func:`~workloads.strategy.parallel.check_strategy` rejects it (e.g.
-   ``pp·interleave`` does not divide the layers, the interleaved schedule's micro-batches are not a multiple
-   of ``pp``);
+   ``pp·interleave`` does not divide the layers, the interleaved schedule's micro-batches are not a
+   multiple of ``pp``);
 2. ``memory`` — :func:`~workloads.cost.memory.memory_per_gpu` of some pipeline stage exceeds the
    GPU's memory;
 3. ``bound`` — branch and bound on a *lower bound* of the iteration time: the longest of

@@ -58,11 +58,11 @@ class RankGroup:
     """One rank group's identity and its accumulated time accounting.
 
     ``path`` holds the main stream's segments ``(start_s, end_s, kind, info, dep)``,
-    contiguous from 0 (plain tuples: there are hundreds of thousands).  ``info`` is what
-    the segment ran (a :class:`~workloads.iteration.ops.Fused` op, a
-    :class:`~workloads.iteration.ops.Recv`, or a label); ``dep`` what it waited for when it started: ``None`` (this group's
-    previous segment), ``(group, n)`` (that group's segment ``n - 1``) or a
-    :class:`Meeting` (a collective that held it back on its stream).
+    contiguous from 0 (plain tuples: there are hundreds of thousands).  ``info`` is what the segment
+    ran (a :class:`~workloads.iteration.ops.Fused` op, a :class:`~workloads.iteration.ops.Recv`, or
+    a label); ``dep`` what it waited for when it started: ``None`` (this group's previous segment),
+    ``(group, n)`` (that group's segment ``n - 1``) or a :class:`Meeting` (a collective that held it
+    back on its stream).
     """
 
     __slots__ = ("bubble_s", "calls", "comm_intervals", "compute_s", "end_s", "exposed_s",

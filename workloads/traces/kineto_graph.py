@@ -24,8 +24,8 @@ The job each rank ran is rebuilt as a dependency graph from its Kineto trace
   timeline.
 * **What each GPU op is** is a typed op (:mod:`workloads.iteration.ops`), as in the simulated
   iteration: a kernel is :class:`~workloads.iteration.ops.Compute` and a copy or a set
-  :class:`~workloads.iteration.ops.Memcpy`, both taking their measured durations; an NCCL
-  kernel is a :class:`~workloads.iteration.ops.Collective` of its process group.  The graph's state (launch,
+  :class:`~workloads.iteration.ops.Memcpy`, both taking their measured durations; an NCCL kernel is
+  a :class:`~workloads.iteration.ops.Collective` of its process group.  The graph's state (launch,
   stream predecessor, dependencies, replayed times) lives in a node around the op.
 * **Collectives** (NCCL kernels) are matched across ranks by process group and order.  A
   rank's kernel starts as above and then *waits* until every rank of the group has arrived;

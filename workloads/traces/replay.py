@@ -300,9 +300,9 @@ class GraphNode:
 
     ``op`` is :class:`~workloads.iteration.ops.Compute` (or ``Memcpy``) of its duration, or a
     :class:`~workloads.iteration.ops.Collective` whose ``group`` holds global ranks (``op``
-    ``"send"``: a point-to-point transfer, group ``(src, dst)``; ``op`` or ``size_bytes`` ``None``: it
-    takes ``duration_s``).  ``deps``: positions in the rank's list of the nodes it waits
-    for.  Nodes of one ``stream`` run one at a time in list order.  ``key`` ties a
+    ``"send"``: a point-to-point transfer, group ``(src, dst)``; ``op`` or ``size_bytes`` ``None``:
+    it takes ``duration_s``).  ``deps``: positions in the rank's list of the nodes it waits for.
+    Nodes of one ``stream`` run one at a time in list order.  ``key`` ties a
     communication node to the same call on its peers: equal keys are one rendezvous.
     """
 
