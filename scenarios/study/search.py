@@ -158,8 +158,10 @@ def _baseline(scenario: Scenario) -> tuple[Strategy | None, str]:
     if not fitting:
         return None, "none fits"
     best = min(fitting, key=lambda s: (
-        s.tp * s.pp, s.schedule != "1f1b", s.recompute != "full", s.zero, s.ep,
-        s.order != "tp-dp-pp", s.sequence_parallel, -s.micro_batch, s.tp))
+        s.parallel.tp * s.parallel.pp, s.parallel.schedule != "1f1b",
+        s.training.recompute != "full", s.parallel.zero, s.parallel.ep,
+        s.parallel.order != "tp-dp-pp", s.parallel.sequence_parallel, -s.training.micro_batch,
+        s.parallel.tp))
     return best, "smallest model parallel"
 
 

@@ -225,3 +225,21 @@ def test_cli_handler_prints_the_table_and_writes_the_files(tmp_path, capsys):
     args = parser.parse_args(["search", str(path), "--gpus", "3", "--out", str(out)])
     with pytest.raises(ConfigError):
         args.handler(args)
+
+
+def test_without_a_fitting_pure_data_parallel_the_baseline_is_the_smallest_model_split():
+    pure_dp = memory_per_gpu(_model(), ParallelConfig(dp=4),
+                             TrainingConfig(micro_batch=1, seq_len=256),
+                             flash_attention=True).total_bytes
+    # Too small for pure data parallelism at any micro-batch: the naive baseline is the
+    # fitting strategy that splits the model least.
+    gpu = {"preset": "a100-80gb", "memory": int(pure_dp * 0.6)}
+    scenario = scenario_from_mapping(mapping(gpu=gpu))
+    result = search_strategies(scenario, top=2, workers=1, space=NARROW)
+    assert result.baseline_kind == "smallest model parallel"
+    assert result.baseline is not None
+    assert result.baseline.peak_memory_bytes <= gpu["memory"]
+    # ZeRO or recomputation makes room without splitting the model: tp·pp stays 1.
+    chosen, training = result.baseline.strategy.parallel, result.baseline.strategy.training
+    assert chosen.tp * chosen.pp == 1
+    assert chosen.zero > 0 or training.recompute != "none"
