@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 from distsim_gpu.simcore.trace import Counter, Tracer
 from distsim_gpu.simcore.units import format_duration
-from distsim_gpu.workloads.iteration.simulator import CRITICAL_KINDS, IterationResult, PathEntry
+from distsim_gpu.workloads.iteration.simulator import IterationResult, PathEntry
+from distsim_gpu.workloads.iteration.timeline import critical_path_kinds
 
 __all__ = [
     "CRITICAL_PATH_PROCESS",
@@ -52,7 +53,7 @@ def critical_path_summary(entries: Sequence[PathEntry], iteration_time_s: float,
                           top: int = 10) -> dict[str, Any]:
     """Seconds and % of the iteration per kind on the critical path (a compute entry's
     closed-form TP collectives count as ``tp comm``), and its ``top`` longest entries."""
-    seconds = dict.fromkeys(CRITICAL_KINDS, 0.0)
+    seconds = dict.fromkeys(critical_path_kinds(), 0.0)
     for entry in entries:
         seconds[entry.kind] = (seconds.get(entry.kind, 0.0) + entry.duration_s
                                - entry.tp_comm_s)

@@ -33,7 +33,7 @@ from distsim_gpu.simcore.config import parse_assignment
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.units import format_duration
-from distsim_gpu.workloads.iteration.simulator import CRITICAL_KINDS
+from distsim_gpu.workloads.iteration.timeline import critical_path_kinds
 
 __all__ = ["COMPARE_FILES", "METRICS", "TIME_FIELDS", "Comparison", "compare_scenarios",
            "format_comparison", "names_of", "write_comparison"]
@@ -122,7 +122,7 @@ class Comparison:
     def critical_path(self) -> dict[str, dict[str, list[float | None]]]:
         """Seconds per kind on each scenario's critical path, with deltas."""
         out = {}
-        for kind in CRITICAL_KINDS:
+        for kind in critical_path_kinds():
             values: list[float | None] = []
             for r in self.reports:
                 by_kind = r.bottlenecks.get("critical_path", {}).get("by_kind", {})

@@ -156,8 +156,16 @@ def test_a_registered_dimension_is_seen_by_every_lookup(toy: Dimension) -> None:
     # The built-in units come first: with neither ep nor cp the toy's block is the unit.
     assert folding_unit(ParallelConfig(dp=8)) == (toy, 2)
     assert folding_unit(ParallelConfig(dp=8, ep=4))[0] is dimension("ep")
-    with pytest.raises(ConfigError, match="registered already"):
+    with pytest.raises(ValueError, match="registered already"):
         register(_TOY)
+
+
+def test_a_block_dimension_must_be_a_folding_unit() -> None:
+    unfolded = Dimension("etp", lambda par: 2, "etp comm",
+                         (PeerGroup("etp", "etp comm", Peering.BLOCK, "etp"),))
+    with pytest.raises(ValueError, match="no fold_unit"):
+        register(unfolded)
+    assert "etp" not in peer_groups()
 
 
 def test_a_registration_ends_with_its_block() -> None:

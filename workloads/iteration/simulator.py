@@ -103,6 +103,10 @@ from distsim_gpu.workloads.strategy.parallel import Placement, check_strategy
 __all__ = ["CRITICAL_KINDS", "GpuTimes", "IterationResult", "IterationSpec", "PathEntry",
            "simulate_iteration"]
 
+# Tensor parallelism's communicator: its calls run in the fast paths below (fused into the
+# compute stream, or timed in closed form on links nobody else uses).
+_TP = peer_group("tp")
+
 # What runs an op on a rank group's main stream: a generator to wait on, or None when the
 # op only launches something (a send, an asynchronous collective).
 _Handler = Callable[[RankGroup, Any], Generator[simpy.Event, Any, None] | None]
@@ -262,7 +266,7 @@ class IterationSimulator:
                         self.sim.network.show_usage(flow, start + offset + at)
             if tracer.enabled:
                 args = {"collective": step.op} if is_comm else step.trace_args()
-                tracer.span(group.name, "tp comm" if is_comm else "compute", step.label,
+                tracer.span(group.name, _TP.comm_kind if is_comm else "compute", step.label,
                             start + offset, start + offset + length, **args)
             offset += length
 
@@ -294,7 +298,7 @@ class IterationSimulator:
         plan = self.comm.choose(op.op or "", list(group.gpus), size)
         cached = self._fold_flows.get((id(plan), size))
         if cached is None or cached[0] is not plan:
-            cached = (plan, self.comm.solo_usages(plan, size, tag="tp"))
+            cached = (plan, self.comm.solo_usages(plan, size, tag=_TP.tag))
             self._fold_flows[(id(plan), size)] = cached
         return cached[1]
 
@@ -313,26 +317,26 @@ class IterationSimulator:
         start = env.now
         yield (self._tp_mesh_call(group, op) if op.subgroups
                else self._tp_call(group, op.op or "", op.size_bytes or 0.0))
-        group.path.append((start, env.now, "tp comm", op.label, None))
+        group.path.append((start, env.now, _TP.comm_kind, op.label, None))
         group.exposed_s += env.now - start
         group.comm_intervals.append((start, env.now))
-        self.sim.tracer.span(group.name, "tp comm", op.label, start, env.now,
+        self.sim.tracer.span(group.name, _TP.comm_kind, op.label, start, env.now,
                              collective=op.op)
 
     def _tp_call(self, group: RankGroup, op: str, size: float) -> simpy.Event:
         """Start a TP collective of ``group`` and, folded, its images' (they end when it
         does, by symmetry): one coflow over all of them where the call is one coflow."""
         if len(self._images(group)) == 1:
-            return self.comm.collective(op, list(group.gpus), size, tag="tp")
+            return self.comm.collective(op, list(group.gpus), size, tag=_TP.tag)
         key = (group, op, size)
         joint = self._tp_joint.get(key, False)
         if joint is False:
             joint = self._tp_joint[key] = self._joint_coflow(group, op, size)
         if joint is not None:
             links, wire_bytes, latency_s = joint
-            return self.sim.network.transfer(links, wire_bytes, latency_s, "tp").done
+            return self.sim.network.transfer(links, wire_bytes, latency_s, _TP.tag).done
         events = [self.comm.run_plan(self.comm.choose(op, list(image.gpus), size), size,
-                                     tag="tp") for image in self._images(group)]
+                                     tag=_TP.tag) for image in self._images(group)]
         return events[0]
 
     def _tp_mesh_call(self, group: RankGroup, op: Collective) -> simpy.Event:
@@ -344,7 +348,7 @@ class IterationSimulator:
             for members in op.subgroups or ():
                 gpus = [image.gpus[i] for i in members]
                 events.append(self.comm.collective(op.op or "", gpus, op.size_bytes or 0.0,
-                                                   tag="tp"))
+                                                   tag=_TP.tag))
         return self.env.all_of(events)
 
     def _joint_coflow(self, group: RankGroup, op: str, size: float) -> Any:

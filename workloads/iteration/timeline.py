@@ -26,18 +26,24 @@ from distsim_gpu.workloads.iteration.ops import Fused, Recv
 from distsim_gpu.workloads.strategy.dimensions import critical_kinds
 
 __all__ = ["CRITICAL_KINDS", "Meeting", "Meetings", "PathEntry", "RankGroup", "critical_path",
-           "started"]
+           "critical_path_kinds", "started"]
 
-#: What a stretch of the critical path is spent on: compute, each parallelism dimension's
-#: communication (workloads.strategy.dimensions, in registry order), waiting for the
-#: pipeline, and for the data loader.
-CRITICAL_KINDS = ("compute", *critical_kinds(), "bubble wait", "data loading")
+
+def critical_path_kinds() -> tuple[str, ...]:
+    """What a stretch of the critical path can be, in report order: compute, each
+    registered dimension's communication (:func:`critical_kinds`, registered ones
+    included), the pipeline's bubble and the data loader."""
+    return ("compute", *critical_kinds(), "bubble wait", "data loading")
+
+
+#: The built-in dimensions' kinds (:func:`critical_path_kinds` for the registry's now).
+CRITICAL_KINDS = critical_path_kinds()
 
 
 @dataclass(frozen=True, slots=True)
 class PathEntry:
     """One stretch ``[start_s, end_s]`` of the iteration's critical path: what rank group
-    ``group`` (first GPU ``gpu``) spent it on (``kind``, one of :data:`CRITICAL_KINDS`).
+    ``group`` (first GPU ``gpu``) spent it on (``kind``, one of :func:`critical_path_kinds`).
     A ``compute`` entry is a run of local ops, which may include tensor-parallel
     collectives timed by their closed form: ``tp_comm_s`` of it."""
 

@@ -103,8 +103,9 @@ class Dimension:
     (none: it only sends point to point); ``fold_unit``: set where a block of its ranks is
     the unit the iteration folds replicas by (the first such dimension of degree > 1, in
     registry order, is); ``always_printed``: a summary names it at degree 1 too;
-    ``searched``: a strategy search ranges over it (else its degree follows from the
-    others, as data parallelism's does); ``search_default``: the degrees a search tries
+    ``searched``: a strategy search ranges over it (the built-in tp, pp, ep and cp; a new
+    dimension also needs its loop in the search's enumeration, so the default is False);
+    ``search_default``: the degrees a search tries
     when its ``space:`` does not say (None: every degree that fits the cluster).
     """
 
@@ -114,7 +115,7 @@ class Dimension:
     groups: tuple[PeerGroup, ...] = ()
     fold_unit: FoldUnit | None = None
     always_printed: bool = True
-    searched: bool = True
+    searched: bool = False
     search_default: tuple[int, ...] | None = None
 
     def printed(self, degree: int) -> str | None:
@@ -128,23 +129,24 @@ class Dimension:
 #: The built-in dimensions, in summary order (which is also the critical-path order).
 DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("tp", attrgetter("tp"), "tp comm",
-              (PeerGroup("tp", "tp comm", Peering.OWN, "tp"),)),
+              (PeerGroup("tp", "tp comm", Peering.OWN, "tp"),), searched=True),
     # The pipeline's own traffic is point-to-point sends; the tied word embedding's
     # gradients are all-reduced between its two ends, counted as gradient reduction.
     Dimension("pp", attrgetter("pp"), "pp transfer",
-              (PeerGroup("embedding", "dp comm", Peering.ENDS, "dp"),)),
+              (PeerGroup("embedding", "dp comm", Peering.ENDS, "dp"),), searched=True),
+    # Not searched: its degree is what the others leave of the cluster.
     Dimension("dp", attrgetter("dp"), "dp comm",
-              (PeerGroup("dp", "dp comm", Peering.STAGE, "dp"),), searched=False),
+              (PeerGroup("dp", "dp comm", Peering.STAGE, "dp"),)),
     Dimension("ep", attrgetter("ep"), "ep comm",
               (PeerGroup("ep", "ep comm", Peering.BLOCK, "ep"),),
               FoldUnit("expert-parallel", "block", "expert parallelism"),
-              always_printed=False),
+              always_printed=False, searched=True),
     # Context parallelism only when asked for: it pays off for long sequences only, and
     # multiplies a search's candidates.
     Dimension("cp", attrgetter("cp"), "cp comm",
               (PeerGroup("cp", "cp comm", Peering.BLOCK, "cp", ring=True),),
               FoldUnit("context-parallel", "ring", "context parallelism"),
-              always_printed=False, search_default=(1,)),
+              always_printed=False, searched=True, search_default=(1,)),
 )
 
 # The registry the lookups read: the built-ins, then what register() added.
@@ -216,12 +218,18 @@ def async_handle(group: str, label: str) -> str:
 
 
 def register(dim: Dimension) -> Dimension:
-    """Add ``dim`` to the registry (after the others); an error if its name, or one of its
-    communicators' names, is taken."""
+    """Add ``dim`` to the registry (after the others).  A ValueError (a programmer's
+    mistake, not a user's) if its name or one of its communicators' names is taken, or if
+    it has a :attr:`Peering.BLOCK` communicator but is no folding unit: a block's traffic
+    must stay inside the unit the iteration folds replicas by."""
     taken = peer_groups()
     if dim.name in _registry or any(group.name in taken for group in dim.groups):
-        raise ConfigError(f"parallelism dimension {dim.name!r} or one of its groups "
-                          f"is registered already")
+        raise ValueError(f"parallelism dimension {dim.name!r} or one of its groups "
+                         "is registered already")
+    if dim.fold_unit is None and any(g.peering is Peering.BLOCK for g in dim.groups):
+        raise ValueError(f"parallelism dimension {dim.name!r} meets in blocks of replicas "
+                         "but has no fold_unit: give it one (its blocks are what the "
+                         "iteration folds by)")
     _registry[dim.name] = dim
     return dim
 
