@@ -94,7 +94,8 @@ class FabricSpec:
 
     ``oversubscription``, ``nics_per_leaf`` and ``spines`` describe the leaf tier of the
     tree kinds (for ``multi-plane``, of each plane); ``shape`` holds the figures of the
-    kinds that need more and must match the kind.
+    kinds that need more: the record its kind's shape parser made (a built-in one below,
+    or a registered kind's own), which only that kind's builder reads.
     """
 
     kind: str
@@ -104,7 +105,7 @@ class FabricSpec:
     oversubscription: float = 1.0
     nics_per_leaf: int = 32
     spines: int | None = None
-    shape: ThreeTierShape | MultiPlaneShape | SuperPodShape | DragonflyShape | None = None
+    shape: object = None
 
 
 @dataclass(frozen=True, slots=True)

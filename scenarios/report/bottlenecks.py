@@ -2,11 +2,12 @@
 
 Two views, computed for every run from what the simulation records anyway:
 
-* the **critical path** (:attr:`workloads.iteration.IterationResult.critical_path`): the
+* the **critical path** (:attr:`workloads.iteration.records.IterationResult.critical_path`): the
   chain of compute, transfers and waits, walked back from the rank group that finished
   last, that covers ``[0, iteration time]``; summarised here as seconds and % of the
-  iteration per kind (compute, tp comm, pp transfer, dp comm, ep comm, bubble wait) and
-  its longest entries;
+  iteration per kind (compute, each parallelism dimension's communication, bubble wait, data
+  loading: :func:`~workloads.iteration.timeline.critical_path_kinds`) and its longest
+  entries;
 * the **links** (:meth:`simcore.network.FlowNetwork.link_stats`): per link the bytes it
   carried, the time it was busy and saturated, and its utilisation — bytes over capacity ×
   iteration time — with the bytes split by traffic class (tp / pp / dp / ep).  Every byte
@@ -41,7 +42,7 @@ __all__ = [
 #: Trace process names of the critical-path track and of the top links' counters.
 CRITICAL_PATH_PROCESS = "critical path"
 TOP_LINKS_PROCESS = "top links"
-# The flow network's counter tracks (workloads.iteration._record_link_counters).
+# The flow network's counter tracks (workloads.iteration.tracing.record_link_counters).
 _LINKS_PROCESS = "links"
 
 

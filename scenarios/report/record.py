@@ -42,12 +42,6 @@ __all__ = [
     "group_gpus",
 ]
 
-# Every name ``--out`` may write; a directory holding only these (and a summary.json) is a
-# previous distsim output and may be replaced.
-OUTPUT_FILES = ("summary.json", "resolved.yaml", "trace.json", "timeline.png",
-                "breakdown.png", "memory.png", "report.html")
-
-
 # GPUs of a stage whose times agree within this fraction of the iteration (and whose
 # memory agrees within 1 MiB) are shown as one group: replicas of a stage differ by a few
 # microseconds of contention that a summary should not spell out GPU by GPU.
@@ -121,7 +115,6 @@ class Report:
     peak_flops_per_s: float
     num_gpus: int
     microbatches: int
-    pipeline_stages: int
     wall_time_s: float
     events: int
     flows: int
@@ -131,7 +124,7 @@ class Report:
     source: str | None = None
     tracer: Tracer | None = field(default=None, repr=False, compare=False)
     bottlenecks: dict[str, Any] = field(default_factory=dict, repr=False)
-    folding: str = ""  # which simulation ran (workloads.iteration.IterationResult.folding)
+    folding: str = ""  # which simulation ran (workloads.iteration.records.IterationResult.folding)
     # The iteration's result, for what only report.html and the per-GPU trace draw
     # (timelines, link map): made when asked, as binning every link of a 16,384-GPU run
     # costs seconds that a search or sweep point would spend for nothing.
@@ -249,7 +242,7 @@ def build_report(*, name: str, source: str | None, result: IterationResult,
         tokens_per_s=global_batch * seq_len / t if t > 0 else 0.0,
         model_flops=result.model_flops, model_tflops_per_gpu=flops_per_gpu / 1e12,
         mfu=flops_per_gpu / peak_flops_per_s, peak_flops_per_s=peak_flops_per_s,
-        num_gpus=num_gpus, microbatches=result.microbatches, pipeline_stages=setup.parallel.pp,
+        num_gpus=num_gpus, microbatches=result.microbatches,
         wall_time_s=wall_time_s, events=result.events, flows=result.flows,
         gpu_memory_bytes=setup.gpu.memory_bytes, per_gpu=result.per_gpu, config=setup.config,
         source=source, tracer=tracer if tracer.enabled else None, bottlenecks=found,

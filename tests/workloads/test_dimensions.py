@@ -1,5 +1,5 @@
-"""The parallelism-dimension registry: each built-in entry says what the iteration did by
-name before (communicator kind, flow tag, who meets, folding unit, critical-path label,
+"""The parallelism-dimension registry: each built-in entry is pinned to the physics it
+stands for (communicator kind, flow tag, who meets, folding unit, critical-path label,
 summary form, search axis), and a registered toy dimension is seen by every lookup and
 gone after."""
 
@@ -69,7 +69,7 @@ def test_the_folding_unit_is_an_expert_block_else_a_context_ring_else_a_replica(
         parallel: ParallelConfig, name: str | None, unit: int) -> None:
     found, size = folding_unit(parallel)
     assert (None if found is None else found.name, size) == (name, unit)
-    # What the iteration computed by name before: ep if ep > 1 else cp.
+    # Replicas fold by expert-parallel blocks where there are some, else by CP rings.
     assert size == (parallel.ep if parallel.ep > 1 else parallel.cp)
 
 
@@ -89,7 +89,7 @@ def test_degrees_are_read_from_the_parallel_config() -> None:
 
 
 def _summary_as_the_report_prints_it(par: dict[str, Any]) -> str:
-    # The report's strategy line, as scenarios/report.py writes it by name.
+    # The summary's degrees: tp, pp and dp always, ep and cp above 1.
     line = f"tp {par.get('tp')} · pp {par.get('pp')} · dp {par.get('dp')}"
     if par.get("ep", 1) > 1:
         line += f" · ep {par['ep']}"

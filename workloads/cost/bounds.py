@@ -308,11 +308,12 @@ class IterationBounds:
                parallel.sequence_parallel, parallel.ep if moe else 1, recompute)
         cached = self._layer_times.get(key)
         if cached is None:
-            extra = {"recompute": recompute} if pass_ == "recompute" else {}
+            # The recompute mode matters to the recompute pass only (else the default, full).
+            mode = recompute if pass_ == "recompute" else "full"
             cached = self.costs.layer_time_s(pass_, model, LayerShard(
                 shape.training.micro_batch, shape.seq_len, tp=parallel.tp,
                 sequence_parallel=parallel.sequence_parallel, ep=parallel.ep,
-                layer_index=layer, **extra))
+                layer_index=layer, recompute=mode))
             if moe:  # the MLP half at the slowest EP rank's pace, as the streams run it
                 cached *= (1.0 + moe_pace(model.moe, experts=model.experts,
                                           top_k=model.top_k, ep=parallel.ep)) / 2

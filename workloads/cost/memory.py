@@ -168,9 +168,9 @@ def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
     e = _activation_element_bytes(precision)
     b, h, a = micro_batch, model.hidden, model.heads
     sbh = float(s) * b * h
-    shard = tp if sequence_parallel else 1
+    spread = tp if sequence_parallel else 1  # element-wise ops: the sequence-parallel split
     if recompute == "full":
-        return e * sbh / shard
+        return e * sbh / spread
     if recompute == "op":
         return _op_saved_bytes(model, tokens=float(s) * b, tp=tp, sequence_parallel=(
             sequence_parallel), flash_attention=flash_attention, element_bytes=e,
@@ -193,7 +193,7 @@ def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
         squared = 4.0 * a * tokens if flash_attention and recompute == "none" else 0.0
     else:
         squared = (2 * e + 1) * a * float(s) * s * b  # softmax out, dropout mask and out
-    return replicated / shard + (split + squared) / tp + _mla_latent_bytes(model, tokens, e)
+    return replicated / spread + (split + squared) / tp + _mla_latent_bytes(model, tokens, e)
 
 
 def _attention_activations(model: ModelSpec, tokens: float, e: int) -> float:

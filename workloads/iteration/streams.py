@@ -284,17 +284,18 @@ class StreamBuilder:
         if pass_ == "recompute" and setting.recompute == "none":
             return
         cost_pass = "recompute" if pass_ == "recompute" else pass_
-        extra = {"recompute": setting.recompute} if pass_ == "recompute" else {}
+        # The recompute mode matters to the recompute pass only (otherwise the default, full).
+        mode = setting.recompute if pass_ == "recompute" else "full"
         shard = LayerShard(setting.micro_batch, self.seq_len, tp=setting.tp,
                            sequence_parallel=self.split_elementwise, ep=par.ep,
-                           layer_index=layer, **extra)
+                           layer_index=layer, recompute=mode)
         duration = self.costs.layer_time_s(cost_pass, model, shard)
         # OSDP's split operators: their GEMMs in k slices (workloads.strategy.operator_sharding).
         duration += split_extra_s(par.operator_sharding, self.costs, cost_pass, model, shard)
         label = f"L{layer} {pass_}"
         # What a cost table calls this layer pass (trace args, read by ``trace costs``).
         kind = "moe_layer" if model.is_moe_layer(layer) else "transformer_layer"
-        table_pass = recompute_table_pass(setting.recompute) if extra else cost_pass
+        table_pass = recompute_table_pass(mode) if pass_ == "recompute" else cost_pass
         moe = model.is_moe_layer(layer) and par.ep > 1
         with_comm = pass_ != "recompute" or setting.recompute == "full"
         # torchtitan's per-op checkpointing keeps the reduce-scatters' (and all-to-alls')
@@ -306,7 +307,7 @@ class StreamBuilder:
         half = duration / 2
         if par.cp > 1 and not op_sac:
             half = self._cp_attention(ops, cost_pass, duration, label, args,
-                                      extra.get("recompute", "full"))
+                                      mode)
         else:
             ops.append(Compute(half, f"{label} attention", *args))
         mlp = half * self.moe_pace if model.is_moe_layer(layer) else half

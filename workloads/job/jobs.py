@@ -15,7 +15,7 @@ processes on the job's environment.
 
 A job's iteration is :mod:`workloads.iteration`'s, on a *job view* of the cluster
 (:meth:`Topology.job_view`: its GPUs, ranked from 0; the whole fabric).  Running several
-on one environment builds each job's :class:`~workloads.iteration.IterationSimulator`
+on one environment builds each job's :class:`~workloads.iteration.simulator.IterationSimulator`
 on one shared :class:`~simcore.Simulation`, starts them all, runs it once and collects
 each job's result.  Folding of replicas and
 closed-form TP collectives assume that nothing else uses the job's links, so shared runs

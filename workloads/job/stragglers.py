@@ -200,7 +200,7 @@ def straggler_cost(spec: Any, result: Any,
                    simulate: Callable[[Any], Any]) -> StragglerCost:
     """The cost of ``spec.stragglers`` on ``result`` (the run with them), by dimension.
 
-    ``spec`` is an :class:`~workloads.iteration.IterationSpec`, ``simulate`` what runs
+    ``spec`` is an :class:`~workloads.iteration.records.IterationSpec`, ``simulate`` what runs
     one (``simulate_iteration``): four more runs with the factors evened out (module
     docstring).  A GPU's place comes from ``result.per_gpu`` (stage, replica).
     """
