@@ -26,6 +26,7 @@ from distsim_gpu.scenarios.report.writers import (
     ReportWriter,
     Written,
     register_writer,
+    unregister_writer,
 )
 
 __all__ = [
@@ -44,5 +45,6 @@ __all__ = [
     "format_table",
     "group_gpus",
     "register_writer",
+    "unregister_writer",
     "write_output_dir",
 ]

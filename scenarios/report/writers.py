@@ -23,7 +23,8 @@ from distsim_gpu.scenarios.report.plots import PlotsUnavailable, write_plots
 from distsim_gpu.scenarios.report.record import Report
 from distsim_gpu.scenarios.report.summary import format_summary
 
-__all__ = ["WRITERS", "OutputContext", "ReportWriter", "Written", "register_writer"]
+__all__ = ["WRITERS", "OutputContext", "ReportWriter", "Written", "register_writer",
+           "unregister_writer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,3 +128,8 @@ def register_writer(writer: ReportWriter) -> None:
         if clash:
             raise ValueError(f"{', '.join(sorted(clash))}: written by {other.name!r}")
     WRITERS.append(writer)
+
+
+def unregister_writer(name: str) -> None:
+    """Remove the writer called ``name`` (a test's or an experiment's) from :data:`WRITERS`."""
+    WRITERS[:] = [writer for writer in WRITERS if writer.name != name]
