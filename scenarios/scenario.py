@@ -170,8 +170,11 @@ class Scenario:
     _locator: _Locator | None = field(default=None, repr=False, compare=False)
 
     def with_run(self, **changes: Any) -> Scenario:
-        """This scenario with fields of its run replaced.  Already checked: a caller that
-        changes the strategy passes the micro-batches its own check returned."""
+        """This scenario with fields of its run replaced.  A caller that changes the
+        strategy and checked it passes the micro-batches its check returned; without them
+        the changed strategy is checked again when it runs."""
+        if {"parallel", "training"} & changes.keys() and "microbatches" not in changes:
+            changes["microbatches"] = None
         return replace(self, spec=replace(self.spec, **changes))
 
     topology = property(lambda self: self.spec.topology, doc="The (faulted) cluster.")
@@ -185,7 +188,8 @@ class Scenario:
     stragglers = property(lambda self: self.spec.stragglers, doc="GPU -> slowdown factor.")
     source = property(lambda self: self.spec.source, doc="The scenario file, or None.")
     microbatches = property(lambda self: self.spec.microbatches,
-                            doc="Micro-batches per pipeline and iteration (checked).")
+                            doc="Micro-batches per pipeline and iteration (checked; None "
+                            "after with_run changed the strategy unchecked).")
 
     @property
     def num_gpus(self) -> int:

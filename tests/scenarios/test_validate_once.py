@@ -80,3 +80,14 @@ def _callers(name: str) -> set[str]:
 
 def test_only_the_boundaries_call_the_strategy_check():
     assert _callers("check_strategy") == BOUNDARIES
+
+
+def test_a_strategy_changed_without_its_check_is_checked_when_it_runs(tiny, checks):
+    scenario = scenario_from_mapping(tiny())
+    doubled = scenario.with_run(parallel=replace(scenario.parallel,
+                                                 dp=scenario.parallel.dp * 2))
+    assert doubled.microbatches is None
+    with pytest.raises(ConfigError, match="GPUs"):
+        run_scenario(doubled)
+    # Other fields of the run keep the check it had.
+    assert scenario.with_run(seed=3).microbatches == scenario.microbatches

@@ -386,7 +386,7 @@ class IterationSimulator:
             lanes, op.op, op.size_bytes, peer.tag, wait=wait))
         # Between the first and the last stage, waiting for the other is the flush.
         yield from self.meetings.wait(group, meeting, kind=kind, label=op.label,
-                              flush=peer.peering is Peering.ENDS)
+                                      flush=peer.peering is Peering.ENDS)
         # The span is the collective itself, as the GPU's communication time counts it;
         # waiting for late peers before it is idle time.
         self.sim.tracer.span(group.name, kind, op.label, started(meeting, start), env.now,
