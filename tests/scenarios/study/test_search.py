@@ -111,10 +111,15 @@ def test_search_finds_the_brute_force_optimum(bandwidth):
         assert result.pruned_counts["bound"] > 0
 
 
+def _pure_dp_bytes(micro_batch: int) -> float:
+    """What one GPU of pure data parallelism (dp 4) needs at ``micro_batch``."""
+    return memory_per_gpu(_model(), ParallelConfig(dp=4),
+                          TrainingConfig(micro_batch=micro_batch, seq_len=256),
+                          flash_attention=True).total_bytes
+
+
 def test_out_of_memory_candidates_are_pruned_for_memory():
-    pure_dp = memory_per_gpu(_model(), ParallelConfig(dp=4),
-                             TrainingConfig(micro_batch=2, seq_len=256),
-                             flash_attention=True).total_bytes
+    pure_dp = _pure_dp_bytes(2)
     # A GPU just too small for pure data parallelism at micro-batch 2.
     gpu = {"preset": "a100-80gb", "memory": int(pure_dp * 0.99)}
     scenario = scenario_from_mapping(mapping(gpu=gpu))
@@ -228,9 +233,7 @@ def test_cli_handler_prints_the_table_and_writes_the_files(tmp_path, capsys):
 
 
 def test_without_a_fitting_pure_data_parallel_the_baseline_is_the_smallest_model_split():
-    pure_dp = memory_per_gpu(_model(), ParallelConfig(dp=4),
-                             TrainingConfig(micro_batch=1, seq_len=256),
-                             flash_attention=True).total_bytes
+    pure_dp = _pure_dp_bytes(1)
     # Too small for pure data parallelism at any micro-batch: the naive baseline is the
     # fitting strategy that splits the model least.
     gpu = {"preset": "a100-80gb", "memory": int(pure_dp * 0.6)}
