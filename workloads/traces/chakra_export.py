@@ -59,6 +59,8 @@ class _Exporter:
     def __init__(self, sim: IterationSimulator, rank_of: dict[str, int]) -> None:
         self.sim = sim
         self.rank_of = rank_of
+        # Each block communicator's size in this run (looked up once, not per call).
+        self.block_sizes = peer_degrees(sim.spec.parallel)
         self.graphs: dict[int, list[GraphNode]] = {r: [] for r in rank_of.values()}
         self.main: dict[int, int] = {}  # each rank's last main-stream node
         self.keys: dict[Any, int] = {}  # calls per rendezvous group, per rank
@@ -166,7 +168,7 @@ class _Exporter:
             return [sim.groups[0][group.replica], sim.groups[par.pp - 1][group.replica]]
         stage_groups = sim.groups[group.stage]
         if peer.peering is Peering.BLOCK:
-            size = peer_degrees(par)[peer.name]
+            size = self.block_sizes[peer.name]
             block = group.replica // size * size
             return stage_groups[block:block + size]
         return stage_groups
