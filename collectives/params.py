@@ -276,7 +276,7 @@ def comm_params_for(architecture: str = "") -> CommParams:
     """The default parameters for GPUs of ``architecture`` (``ampere``, ``hopper``, …; ""
     for unknown): only NVLink's efficiency depends on it
     (:data:`NVLINK_EFFICIENCY_BY_ARCHITECTURE`)."""
-    return CommParams(link_efficiency=_default_link_efficiency(architecture))
+    return CommParams().on_architecture(architecture)
 
 
 def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | None = None,
