@@ -5,10 +5,13 @@ algorithm     operations                              runs where
 ============  ======================================  ==========================================
 ring          every operation                         anywhere
 tree          all_reduce                              anywhere
-nvls          all_reduce                              NVSwitches that reduce (NVLink SHARP); across
-                                                      nodes also fabric switches that do (SHARP)
+nvls          all_reduce, reduce_scatter, all_gather  NVSwitches that reduce (NVLink SHARP); across
+                                                      nodes also fabric switches that do (SHARP),
+                                                      and for reduce_scatter/all_gather a NIC rail
+                                                      per GPU
 nvls_tree     all_reduce                              two or more such nodes
 collnet       all_reduce                              two or more nodes, fabric switches with SHARP
+pat           reduce_scatter, all_gather              one GPU on each of two or more nodes
 pxn           alltoall, sendrecv, p2p                 sends between rails of different nodes
 ============  ======================================  ==========================================
 
@@ -16,7 +19,10 @@ pxn           alltoall, sendrecv, p2p                 sends between rails of dif
 all-reduce every algorithm the hardware offers is a candidate — NVLS only on one node
 unless the fabric aggregates too (NCCL enables NVLS across nodes with CollNet only),
 NVLS-tree only across nodes — with every protocol it runs (Simple only for NVLS,
-NVLS-tree and CollNet), and the one with the least predicted time wins.  PXN is not a
+NVLS-tree and CollNet), and the one with the least predicted time wins.  A reduce-scatter
+or all-gather weighs, as NCCL >= 2.23 does, the ring, NVLS (:mod:`collectives.nvls_rsag`:
+on one node; across nodes only where the fabric aggregates and every GPU has its own
+NIC rail) and PAT (:mod:`collectives.pat`: one GPU per node).  PXN is not a
 tuner choice in NCCL but a transport that is on by default (``NCCL_PXN_DISABLE=0``): an
 all-to-all, send/recv or p2p uses it whenever one of its sends crosses rails between
 nodes, unless ``pxn: false``.
@@ -30,7 +36,9 @@ from types import MappingProxyType
 from distsim_gpu.collectives.algorithms import OPS, _Builder
 from distsim_gpu.collectives.algorithms import build_plan as _ring_or_tree_plan
 from distsim_gpu.collectives.nvls import nvls_heads, nvls_plan, nvls_switches, nvls_tree_plan
+from distsim_gpu.collectives.nvls_rsag import NVLS_RSAG_OPS, nvls_rsag_applies, nvls_rsag_plan
 from distsim_gpu.collectives.params import ALGORITHMS, PROTOCOLS, CommParams
+from distsim_gpu.collectives.pat import PAT_OPS, pat_applies, pat_plan
 from distsim_gpu.collectives.plan import CollectivePlan
 from distsim_gpu.collectives.pxn import pxn_applies, pxn_step
 from distsim_gpu.collectives.sharp import collnet_plan, fabric_reduces, head_slots
@@ -45,14 +53,15 @@ _ALL_PROTOCOLS = tuple(p for p in PROTOCOLS if p != "auto")
 
 #: The operations each algorithm implements.
 ALGORITHM_OPS = MappingProxyType({
-    "ring": OPS, "tree": ("all_reduce",), "nvls": ("all_reduce",),
-    "nvls_tree": ("all_reduce",), "collnet": ("all_reduce",),
+    "ring": OPS, "tree": ("all_reduce",), "nvls": ("all_reduce", *NVLS_RSAG_OPS),
+    "nvls_tree": ("all_reduce",), "collnet": ("all_reduce",), "pat": PAT_OPS,
     "pxn": ("alltoall", "sendrecv", "p2p"),
 })
 #: The NCCL protocols each algorithm runs with.
 ALGORITHM_PROTOCOLS = MappingProxyType({
     "ring": _ALL_PROTOCOLS, "tree": _ALL_PROTOCOLS, "nvls": ("simple",),
-    "nvls_tree": ("simple",), "collnet": ("simple",), "pxn": _ALL_PROTOCOLS,
+    "nvls_tree": ("simple",), "collnet": ("simple",), "pat": ("simple",),
+    "pxn": _ALL_PROTOCOLS,
 })
 
 
@@ -96,7 +105,11 @@ def build_plan(topo: Topology, group: Sequence[str], op: str, *, algorithm: str,
         return CollectivePlan(op, algorithm, protocol, 1, 1, (), 0.0,
                               params.protocol_efficiency[protocol],
                               params.chunk_bytes[protocol])
+    if algorithm == "pat":
+        return pat_plan(b, gpus, op, params)
     if algorithm == "nvls":
+        if op in NVLS_RSAG_OPS:
+            return nvls_rsag_plan(b, gpus, op, params)
         return nvls_plan(b, gpus, op, params)
     if algorithm == "nvls_tree":
         return nvls_tree_plan(b, gpus, op, params)
@@ -131,6 +144,8 @@ def candidates(topo: Topology, group: Sequence[str], op: str, params: CommParams
         if params.pxn and _pxn_possible(topo, gpus, op, peer):
             return ("pxn",)
         return ("ring",)
+    if op in PAT_OPS:
+        return _rsag_candidates(topo, gpus, fabric_sharp)
     if op != "all_reduce":
         return ("ring",)
     found = ["ring", "tree"]
@@ -148,6 +163,22 @@ def candidates(topo: Topology, group: Sequence[str], op: str, params: CommParams
                 found.append("nvls")
     if len(nodes) > 1 and fabric_sharp and head_slots(topo, gpus) is not None:
         found.append("collnet")
+    return tuple(found)
+
+
+def _rsag_candidates(topo: Topology, gpus: list[str],
+                     fabric_sharp: bool | None) -> tuple[str, ...]:
+    """Reduce-scatter / all-gather: the ring, NVLS where it runs, PAT with one GPU per node."""
+    found = ["ring"]
+    if len(gpus) < 2:
+        return tuple(found)
+    multi_node = len({topo.node_of(g) for g in gpus}) > 1
+    if multi_node and fabric_sharp is None:
+        fabric_sharp = fabric_reduces(topo)
+    if nvls_rsag_applies(topo, gpus, bool(fabric_sharp)):
+        found.append("nvls")
+    if pat_applies(topo, gpus):
+        found.append("pat")
     return tuple(found)
 
 

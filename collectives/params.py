@@ -16,7 +16,9 @@ datasheet numbers, and each is a documented, overridable parameter here:
   topology is added.  The algorithms NCCL uses at scale have their own rows there:
   ``nvls`` and ``nvls_tree`` (NVLink SHARP: 25 us per NVLink pass, 18 / 20.9 us per
   network hop, no base latency) and ``collnet`` (InfiniBand SHARP, CollNet Direct: 3.7 us
-  inside the node, 31 us through the network).  They run the Simple protocol only.
+  inside the node, 31 us through the network).  They run the Simple protocol only, as does
+  ``pat`` (NCCL >= 2.23's reduce-scatter/all-gather with one GPU per node: 8 us base,
+  4 us per log step; see :mod:`collectives.pat`).
 * **peer latency** — an all-to-all is ``n-1`` sends and receives grouped into one call;
   NCCL's proxy thread posts each network peer's operations one after another, so every
   network peer beyond the first adds NCCL's network post overhead (``tuning.cc``
@@ -68,7 +70,7 @@ __all__ = [
     "comm_params_from_mapping",
 ]
 
-ALGORITHMS = ("auto", "ring", "tree", "nvls", "nvls_tree", "collnet", "pxn")
+ALGORITHMS = ("auto", "ring", "tree", "nvls", "nvls_tree", "collnet", "pat", "pxn")
 FIDELITIES = ("coflow", "step")
 PROTOCOLS = ("auto", "ll", "ll128", "simple")
 
@@ -87,6 +89,8 @@ _BASE_LATENCY_US = {
     "nvls": {"simple": 0.0},
     "nvls_tree": {"simple": 0.0},
     "collnet": {"simple": 0.0},
+    # PAT (NCCL >= 2.23, reduce-scatter and all-gather, one GPU per node): Simple only.
+    "pat": {"simple": 8.0},
 }
 _HOP_LATENCY_US = {
     "ring": {
@@ -103,6 +107,9 @@ _HOP_LATENCY_US = {
     "nvls_tree": {"nvlink": {"simple": 25.0}, "net": {"simple": 20.9}},
     # CollNet Direct's row (CollNet Chain's is 2.8 / 30 us).
     "collnet": {"nvlink": {"simple": 3.7}, "pcie": {"simple": 3.7}, "net": {"simple": 31.0}},
+    # PAT's log steps: with one GPU per node NCCL charges the tree's network latency
+    # (14 us) divided by 3.5 per step, log2(nodes) steps (collectives/pat.py).
+    "pat": {"net": {"simple": 14.0 / 3.5}},
 }
 # Per network peer of an all-to-all beyond the first (NCCL's network post overhead on x86
 # Intel; 1 us, x3 for Simple); NVLink and PCIe peers run concurrently in the kernel.

@@ -20,7 +20,7 @@ def comm() -> Communicator:
 @pytest.mark.parametrize(("call", "text"), [
     (lambda c, g: c.collective("all_reduce", g, 1e6, algorithm="rign"),
      "algorithm: unknown algorithm 'rign' (did you mean 'ring'? valid: auto, collnet, nvls, "
-     "nvls_tree, pxn, ring, tree)"),
+     "nvls_tree, pat, pxn, ring, tree)"),
     (lambda c, g: c.collective("all_reduce", g, 1e6, protocol="ll256"),
      "protocol: unknown protocol 'll256' (did you mean 'll128'? "
      "valid: auto, ll, ll128, simple)"),

@@ -115,8 +115,8 @@ def test_asking_for_nvls_where_it_cannot_run_names_what_is_missing(h100):
     with pytest.raises(ConfigError, match="simple protocol only, not ll"):
         h100_comm.estimate_s("all_reduce", list(h100.gpus), 1e6, algorithm="nvls",
                              protocol="ll")
-    with pytest.raises(ConfigError, match="all_reduce only, not all_gather"):
-        h100_comm.estimate_s("all_gather", list(h100.gpus), 1e6, algorithm="nvls")
+    with pytest.raises(ConfigError, match="all_gather only, not broadcast"):
+        h100_comm.estimate_s("broadcast", list(h100.gpus), 1e6, algorithm="nvls")
     with pytest.raises(ConfigError, match="two or more nodes"):
         h100_comm.estimate_s("all_reduce", list(h100.gpus), 1e6, algorithm="nvls_tree")
 
