@@ -102,7 +102,8 @@ def nvls_rsag_plan(b: _Builder, gpus: list[str], op: str,
     n = len(gpus)
     if len(per_node) == 1:
         streams, way_s = _port_loads(b, per_node, switches, op, n, params.nvls_efficiency)
-        step = StepShape(streams, 1.0 / n, nvlink_s + way_s, pipeline_hops=1)
+        # One pass through the switch: nothing to pipeline behind it.
+        step = StepShape(streams, 1.0 / n, nvlink_s + way_s)
         return _plan(op, n, 1, step, params)
     heads = _heads_cover_group(topo, gpus)
     if heads is None:
@@ -119,8 +120,8 @@ def nvls_rsag_plan(b: _Builder, gpus: list[str], op: str,
             streams[link] = streams.get(link, 0.0) + weight
         tree_s = max(tree_s, latency_s)
     latency_s = nvlink_s + params.hop_latency_s["nvls"]["net"]["simple"] + way_s + tree_s
-    # Through the switch, up the tree, down, into the head: four stages.
-    step = StepShape(streams, 1.0 / h, latency_s, pipeline_hops=3)
+    # Three stages: through the switch, up the tree, down it (all-gather: the reverse).
+    step = StepShape(streams, 1.0 / h, latency_s, pipeline_hops=2)
     return _plan(op, n, h, step, params)
 
 
