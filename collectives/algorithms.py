@@ -35,11 +35,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from distsim_gpu.collectives.meshrings import mesh_path, mesh_rings
+from distsim_gpu.collectives.meshrings import mesh_rings
 from distsim_gpu.collectives.params import CommParams
 from distsim_gpu.collectives.plan import CollectivePlan, StepShape
+from distsim_gpu.collectives.rails import channel_rails, node_segment, pxn_proxy
 from distsim_gpu.simcore.config import check_choice
-from distsim_gpu.simcore.errors import ConfigError, TopologyError
+from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import Route, Topology
 
 __all__ = [
@@ -76,25 +77,22 @@ def _node_order(topo: Topology, group: Sequence[str]) -> dict[int, list[str]]:
 
 
 def ring_channels(topo: Topology, group: Sequence[str], max_channels: int = 0) -> list[Channel]:
-    """The rings NCCL would build for ``group``: one per NIC rail across nodes; inside one
-    node one, or in a mesh node as many as its direct links carry."""
+    """The rings NCCL would build for ``group``: across nodes one per NIC rail the group's
+    GPUs sit beside, each node entered beside the rail's NIC (:mod:`collectives.rails`);
+    inside one node one, or in a mesh node as many as its direct links carry."""
     per_node = _node_order(topo, group)
     if len(per_node) == 1:
         (gpus,) = per_node.values()
         rings = mesh_rings(topo, gpus)[:max_channels or None] or [tuple(gpus)]
         return [(ring, (None,) * len(ring)) for ring in rings]
-    first = next(iter(per_node.values()))
-    rails = sorted({rail for gpu in first for rail in topo.local_rails(gpu)})
-    if not rails:
-        raise TopologyError(f"GPU {first[0]} spans nodes but reaches no NIC",
-                            hint="give its node NICs linked to the fabric")
+    rails = channel_rails(topo, per_node)
     if max_channels:
         rails = rails[:max_channels]
     channels: list[Channel] = []
     for rail in rails:
         order: list[str] = []
         for gpus in per_node.values():
-            order.extend(_node_segment(topo, gpus, rail))
+            order.extend(node_segment(topo, gpus, rail))
         hops = tuple(
             rail if topo.node_of(order[i]) != topo.node_of(order[(i + 1) % len(order)])
             else None
@@ -102,29 +100,6 @@ def ring_channels(topo: Topology, group: Sequence[str], max_channels: int = 0) -
         )
         channels.append((tuple(order), hops))
     return channels
-
-
-def _node_segment(topo: Topology, gpus: list[str], rail: int) -> list[str]:
-    """This node's part of a ring on ``rail``: enter at a GPU near the rail's NIC, leave
-    from another GPU near it, the rest in between."""
-    near = [g for g in gpus if rail in topo.local_rails(g)] or list(gpus)
-    # Rails that share the same nearby GPUs take turns as entry, so that each GPU sends
-    # for one rail and receives for another instead of one GPU sending for two.
-    siblings = sorted({r for g in near for r in topo.local_rails(g)})
-    turn = siblings.index(rail) if rail in siblings else 0
-    entry = near[turn % len(near)]
-    if len(gpus) == 1:
-        return [entry]
-    if len(near) > 1:
-        exit_gpu = near[(turn + 1) % len(near)]
-    else:
-        exit_gpu = gpus[(gpus.index(entry) + 1) % len(gpus)]
-    # In a mesh node the ring crosses the node over direct links where it can.
-    through_mesh = mesh_path(topo, gpus, entry, exit_gpu)
-    if through_mesh is not None:
-        return through_mesh
-    middle = [g for g in gpus if g not in (entry, exit_gpu)]
-    return [entry, *middle, exit_gpu]
 
 
 class _Builder:
@@ -141,6 +116,26 @@ class _Builder:
         if rail is None and self.topo.node_of(src) != self.topo.node_of(dst):
             rail = gpu_rail(self.topo, src)
         return self.topo.route(src, dst, rail=rail)
+
+    def ring_send(self, streams: dict[LinkId, float], src: str, dst: str, rail: int | None,
+                  relays: Sequence[str], count: float = 1.0) -> float:
+        """Add one ring hop ``src -> dst`` leaving on ``rail``; return its hop latency.
+
+        Across nodes a sender far from the rail's NIC forwards over NVLink to one of
+        ``relays`` (the group's GPUs on its node) beside the NIC, as NCCL's PXN path does
+        (:func:`collectives.rails.pxn_proxy`; not with ``pxn: false``).
+        """
+        relay = None
+        if rail is not None and self.params.pxn:
+            relay = pxn_proxy(self.topo, src, dst, rail=rail, among=relays)
+        if relay is None:
+            route = self.route(src, dst, rail)
+            self.add(streams, route, count)
+            return self.hop_latency_s(route)
+        legs = (self.route(src, relay, None), self.route(relay, dst, rail))
+        for leg in legs:
+            self.add(streams, leg, count)
+        return sum(self.hop_latency_s(leg) for leg in legs)
 
     def hop_latency_s(self, route: Route) -> float:
         if route.transport == "local":
@@ -224,12 +219,12 @@ def build_plan(
     steps_per_pass = n - 1
     streams = {}
     pass_latency = 0.0
+    relays = _node_order(topo, gpus)
     for order, rails in channels:
         hop_latencies = []
         for i, src in enumerate(order):
-            route = b.route(src, order[(i + 1) % n], rails[i])
-            b.add(streams, route)
-            hop_latencies.append(b.hop_latency_s(route))
+            hop_latencies.append(b.ring_send(streams, src, order[(i + 1) % n], rails[i],
+                                             relays[topo.node_of(src)]))
         # One pass of the ring crosses every hop but the one back to where it started.
         pass_latency = max(pass_latency, sum(hop_latencies) - max(hop_latencies))
     step = StepShape(streams, 1.0 / (n * len(channels)), pass_latency / steps_per_pass,
@@ -258,22 +253,22 @@ def pairs_plan(topo: Topology, pairs: Sequence[tuple[str, str]], *, protocol: st
 
 def _chain_step(b: _Builder, channels: list[Channel], root: str, *,
                 towards_root: bool) -> StepShape:
-    """Broadcast (root first) or reduce (root last) pipelined along each ring as a chain."""
+    """Broadcast (root first) or reduce (root last) pipelined along each ring as a chain,
+    in the ring's direction as NCCL runs both (a reduce starts at the root's successor),
+    so that every hop across nodes leaves and enters as the ring's search placed it."""
     streams: dict[LinkId, float] = {}
     latency = 0.0
+    relays = _node_order(b.topo, channels[0][0])
     for order, rails in channels:
         if root not in order:
             raise ConfigError(f"root {root} is not in the group")
-        start = order.index(root)
         n = len(order)
-        hops = [((start + i) % n, (start + i + 1) % n) for i in range(n - 1)]
+        start = (order.index(root) + (1 if towards_root else 0)) % n
         chain_latency = 0.0
-        for a, c in hops:
-            src, dst = (order[c], order[a]) if towards_root else (order[a], order[c])
-            # The rail of the hop between positions a and c serves either direction.
-            route = b.route(src, dst, rails[a])
-            b.add(streams, route)
-            chain_latency += b.hop_latency_s(route)
+        for i in range(n - 1):
+            a, c = (start + i) % n, (start + i + 1) % n
+            chain_latency += b.ring_send(streams, order[a], order[c], rails[a],
+                                         relays[b.topo.node_of(order[a])])
         latency = max(latency, chain_latency)
     hops = len(channels[0][0]) - 1
     return StepShape(streams, 1.0 / len(channels), latency, pipeline_hops=max(hops - 1, 0))
@@ -370,9 +365,8 @@ def _tree_plan(b: _Builder, gpus: list[str], params: CommParams, plan) -> Collec
             for p in range(1, len(positions)):
                 child, parent = chains[positions[p]][0], chains[positions[(p - 1) // 2]][0]
                 for src, dst in ((child, parent), (parent, child)):
-                    route = b.route(src, dst, rail)
-                    b.add(streams, route)
-                    hop = max(hop, b.hop_latency_s(route))
+                    hop = max(hop, b.ring_send(streams, src, dst, rail,
+                                               per_node[topo.node_of(src)]))
                 depth = max(depth, (p + 1).bit_length() - 1)
             inter = max(inter, depth * hop)
             # A chunk climbs a chain and the tree, then comes back down.
