@@ -85,17 +85,15 @@ def ring_channels(topo: Topology, group: Sequence[str], max_channels: int = 0) -
         (gpus,) = per_node.values()
         rings = mesh_rings(topo, gpus)[:max_channels or None] or [tuple(gpus)]
         return [(ring, (None,) * len(ring)) for ring in rings]
-    rails = channel_rails(topo, per_node)
-    if max_channels:
-        rails = rails[:max_channels]
     channels: list[Channel] = []
-    for rail in rails:
+    for node_rails in channel_rails(topo, per_node)[:max_channels or None]:
         order: list[str] = []
-        for gpus in per_node.values():
-            order.extend(node_segment(topo, gpus, rail))
+        for node, gpus in per_node.items():
+            order.extend(node_segment(topo, gpus, node_rails[node]))
+        # A hop into another node arrives on the rail that node's part of the ring uses.
         hops = tuple(
-            rail if topo.node_of(order[i]) != topo.node_of(order[(i + 1) % len(order)])
-            else None
+            node_rails[topo.node_of(order[(i + 1) % len(order)])]
+            if topo.node_of(order[i]) != topo.node_of(order[(i + 1) % len(order)]) else None
             for i in range(len(order))
         )
         channels.append((tuple(order), hops))
@@ -127,7 +125,18 @@ class _Builder:
         """
         relay = None
         if rail is not None and self.params.pxn:
-            relay = pxn_proxy(self.topo, src, dst, rail=rail, among=relays)
+            # The group's GPUs first (NCCL's only candidates); where none of them is beside
+            # the NIC (a group sitting differently on two nodes) any GPU of the node.
+            among = [*relays, *(g for g in self.topo.gpus_on_node(self.topo.node_of(src))
+                                if g not in relays)]
+            relay = pxn_proxy(self.topo, src, dst, rail=rail, among=among)
+        return self.relayed_send(streams, src, dst, rail, relay, count)
+
+    def relayed_send(self, streams: dict[LinkId, float], src: str, dst: str,
+                     rail: int | None, relay: str | None, count: float = 1.0) -> float:
+        """Add one send ``src -> dst`` leaving its node on ``rail``, through ``relay``'s NIC
+        when one is given (PXN: NVLink to the relay, then the network); return its hop
+        latency, both legs' where relayed."""
         if relay is None:
             route = self.route(src, dst, rail)
             self.add(streams, route, count)
@@ -237,15 +246,19 @@ def pairs_plan(topo: Topology, pairs: Sequence[tuple[str, str]], *, protocol: st
     """Several point-to-point sends at once, each of the full size: one stream per pair.
 
     Pipeline stages exchange activations this way: every tensor-parallel rank of a stage
-    sends its shard to the same rank of the next stage at the same time.
+    sends its shard to the same rank of the next stage at the same time.  A send to another
+    node's rail goes through the GPU on that rail (PXN, :func:`collectives.rails.pxn_proxy`)
+    unless ``params.pxn`` is off.
     """
     b = _Builder(topo, params, "ring", protocol)
     streams: dict[LinkId, float] = {}
     latency = 0.0
+    rails: dict[str, int | None] = {}
     for src, dst in pairs:
-        route = b.route(src, dst, None)
-        b.add(streams, route)
-        latency = max(latency, b.hop_latency_s(route))
+        # NCCL's P2P sends go through PXN too (NCCL_P2P_PXN_LEVEL=2): to the receiver's rail.
+        relay = pxn_proxy(topo, src, dst, rails) if params.pxn else None
+        rail = rails[dst] if relay is not None else None
+        latency = max(latency, b.relayed_send(streams, src, dst, rail, relay))
     step = StepShape(streams, 1.0, latency)
     return CollectivePlan("p2p", "ring", protocol, len(pairs), 1, (step,), 0.0,
                           params.protocol_efficiency[protocol], params.chunk_bytes[protocol])
@@ -339,7 +352,10 @@ def _tree_plan(b: _Builder, gpus: list[str], params: CommParams, plan) -> Collec
     depth_latency = 0.0
     path_hops = 0
     for order, rails in channels:
-        rail = next(r for r in rails if r is not None)
+        # The rail each node's part of the channel arrives on: the tree's edge into a node
+        # arrives there too, at the head beside that NIC.
+        node_rail = {topo.node_of(order[(i + 1) % len(order)]): rail
+                     for i, rail in enumerate(rails) if rail is not None}
         # Each node's GPUs in ring order, in one pass over the ring (a filter of the ring
         # per node was quadratic in nodes: 11 of 12 s of a 256-node nccl-tests run).
         by_node: dict[int, list[str]] = {node: [] for node in nodes}
@@ -365,7 +381,7 @@ def _tree_plan(b: _Builder, gpus: list[str], params: CommParams, plan) -> Collec
             for p in range(1, len(positions)):
                 child, parent = chains[positions[p]][0], chains[positions[(p - 1) // 2]][0]
                 for src, dst in ((child, parent), (parent, child)):
-                    hop = max(hop, b.ring_send(streams, src, dst, rail,
+                    hop = max(hop, b.ring_send(streams, src, dst, node_rail[topo.node_of(dst)],
                                                per_node[topo.node_of(src)]))
                 depth = max(depth, (p + 1).bit_length() - 1)
             inter = max(inter, depth * hop)

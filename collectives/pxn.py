@@ -25,7 +25,7 @@ from distsim_gpu.collectives.algorithms import _Builder, alltoall_peer_latency_s
 from distsim_gpu.collectives.plan import StepShape
 from distsim_gpu.collectives.rails import pxn_proxy
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.topology import Route, Topology
+from distsim_gpu.topology import Topology
 
 __all__ = ["pxn_applies", "pxn_proxy", "pxn_step"]
 
@@ -42,15 +42,7 @@ def _send(b: _Builder, streams: dict[LinkId, float], src: str, dst: str,
           rails: dict[str, int | None]) -> float:
     """Add one stream ``src -> dst`` as PXN sends it; return its hop latency."""
     proxy = pxn_proxy(b.topo, src, dst, rails)
-    if proxy is None:
-        route = b.route(src, dst, None)
-        b.add(streams, route)
-        return b.hop_latency_s(route)
-    legs: tuple[Route, Route] = (b.route(src, proxy, None),
-                                 b.route(proxy, dst, rails[dst]))
-    for leg in legs:
-        b.add(streams, leg)
-    return sum(b.hop_latency_s(leg) for leg in legs)
+    return b.relayed_send(streams, src, dst, rails[dst] if proxy is not None else None, proxy)
 
 
 def pxn_step(b: _Builder, op: str, gpus: list[str], peer: str | None = None) -> StepShape:

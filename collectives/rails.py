@@ -15,10 +15,14 @@ far from the rail's NIC forwards over NVLink to the GPU beside it, whose NIC sen
 never sends over the CPU socket link while such a GPU exists.
 
 One channel per NIC that the group's GPUs sit beside (as the search opens one per NIC it
-selects, ``ncclTopoSelectNets``), rails shared by every node's part of the group where
-they are (an asymmetric group keeps the first node's); within each node the ring enters at
-a GPU beside the channel's NIC, leaves from another one if the group has it, else from a
-GPU that relays through one (:func:`pxn_proxy`).
+selects, ``ncclTopoSelectNets``), on one rail across nodes wherever the group sits on every
+node alike (a data-parallel group of a tp/pp/dp split does); within each node the ring
+enters at a GPU beside the channel's NIC, leaves from another one if the group has it, else
+from a GPU that forwards through one (:func:`pxn_proxy`).  Where a group's GPUs sit beside
+different NICs on different nodes (the first and last pipeline stage's embedding group)
+NCCL's rings cross rails in the fabric; routes here keep one NIC index at both ends, so the
+sender forwards over NVLink to the GPU beside the receiver's NIC instead (a GPU of the
+group if one is there, else any of the node): the bytes still never cross a socket.
 """
 
 from __future__ import annotations
@@ -42,8 +46,8 @@ def pxn_proxy(topo: Topology, src: str, dst: str,
     Point-to-point (``among`` None): the send must reach ``dst``'s own rail and any GPU of
     the node whose own rail that is may forward (NCCL's P2P PXN, NCCL >= 2.12).  A ring's
     hop (``among`` given): the send must leave on ``rail``, ``src`` goes straight if that
-    NIC is beside it, and only the GPUs ``among`` (the communicator's on that node: all
-    NCCL's trimmed topology holds) beside the NIC may forward.  Either way NCCL forwards
+    NIC is beside it, and the first of the GPUs ``among`` beside the NIC forwards (the
+    communicator's on that node first: all NCCL's trimmed topology holds).  Either way NCCL forwards
     only over NVLink.  ``rails`` caches :meth:`Topology.own_rail` per GPU across calls.
     """
     rails = {} if rails is None else rails
@@ -72,17 +76,22 @@ def pxn_proxy(topo: Topology, src: str, dst: str,
     return None
 
 
-def channel_rails(topo: Topology, per_node: dict[int, list[str]]) -> list[int]:
-    """The NIC rails a group spanning nodes runs its ring channels on, one each: those
-    beside a group GPU on every node (on the first node's alone where no rail is shared).
-    Raises TopologyError if the first node's GPUs reach no NIC."""
-    near = [{r for g in gpus for r in topo.local_rails(g)} for gpus in per_node.values()]
-    if not near[0]:
-        first = next(iter(per_node.values()))[0]
-        raise TopologyError(f"GPU {first} spans nodes but reaches no NIC",
+def channel_rails(topo: Topology, per_node: dict[int, list[str]]) -> list[dict[int, int]]:
+    """Per ring channel of a group spanning nodes, the NIC rail each node's part of the
+    ring enters and leaves by: one channel per NIC beside the group's GPUs (as many as the
+    node with the fewest has; the same rail on every node where the group sits alike on
+    them).  Raises TopologyError if the first node's GPUs reach no NIC."""
+    near = {node: sorted({r for g in gpus for r in topo.local_rails(g)})
+            for node, gpus in per_node.items()}
+    first = next(iter(near.values()))
+    if not first:
+        gpu = next(iter(per_node.values()))[0]
+        raise TopologyError(f"GPU {gpu} spans nodes but reaches no NIC",
                             hint="give its node NICs linked to the fabric")
-    shared = set.intersection(*near)
-    return sorted(shared or near[0])
+    # A node whose GPUs reach no NIC of their own takes the first node's rails.
+    near = {node: rails or first for node, rails in near.items()}
+    count = min(len(rails) for rails in near.values())
+    return [{node: rails[c] for node, rails in near.items()} for c in range(count)]
 
 
 def node_segment(topo: Topology, gpus: list[str], rail: int) -> list[str]:
