@@ -6,8 +6,10 @@ fraction of the size, in which steps, with which latency — the way NCCL runs i
 
 * **channels** — NCCL runs several rings (or trees) at once.  Across nodes each channel
   leaves and enters a node through its own NIC (one rail per channel), entering at a GPU
-  that shares a PCIe switch with that NIC and leaving from another such GPU, so that a
-  two-node DGX ring uses all eight NICs and no GPU's PCIe link carries two channels.
+  that shares a PCIe switch with that NIC and leaving from another such GPU, or, where the
+  group has none, from a GPU that forwards over NVLink to one (PXN): the search of
+  :mod:`collectives.rails`, so that a two-node DGX ring uses all eight NICs, no GPU's PCIe
+  link carries two channels and no byte crosses a CPU socket link.
   Inside one node every channel would cross the same NVLink/NVSwitch links, which a flow
   model cannot tell apart from one channel, so one channel is used there — except in a
   mesh node (GPUs cabled to each other, no NVSwitch), where NCCL's rings follow the direct
