@@ -6,8 +6,10 @@ fraction of the size, in which steps, with which latency — the way NCCL runs i
 
 * **channels** — NCCL runs several rings (or trees) at once.  Across nodes each channel
   leaves and enters a node through its own NIC (one rail per channel), entering at a GPU
-  that shares a PCIe switch with that NIC and leaving from another such GPU, so that a
-  two-node DGX ring uses all eight NICs and no GPU's PCIe link carries two channels.
+  that shares a PCIe switch with that NIC and leaving from another such GPU, or, where the
+  group has none, from a GPU that forwards over NVLink to one (PXN): the search of
+  :mod:`collectives.rails`, so that a two-node DGX ring uses all eight NICs, no GPU's PCIe
+  link carries two channels and no byte crosses a CPU socket link.
   Inside one node every channel would cross the same NVLink/NVSwitch links, which a flow
   model cannot tell apart from one channel, so one channel is used there — except in a
   mesh node (GPUs cabled to each other, no NVSwitch), where NCCL's rings follow the direct
@@ -35,11 +37,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from distsim_gpu.collectives.meshrings import mesh_path, mesh_rings
+from distsim_gpu.collectives.meshrings import mesh_rings
 from distsim_gpu.collectives.params import CommParams
 from distsim_gpu.collectives.plan import CollectivePlan, StepShape
+from distsim_gpu.collectives.rails import channel_rails, node_segment, pxn_proxy
 from distsim_gpu.simcore.config import check_choice
-from distsim_gpu.simcore.errors import ConfigError, TopologyError
+from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import Route, Topology
 
 __all__ = [
@@ -76,55 +79,27 @@ def _node_order(topo: Topology, group: Sequence[str]) -> dict[int, list[str]]:
 
 
 def ring_channels(topo: Topology, group: Sequence[str], max_channels: int = 0) -> list[Channel]:
-    """The rings NCCL would build for ``group``: one per NIC rail across nodes; inside one
-    node one, or in a mesh node as many as its direct links carry."""
+    """The rings NCCL would build for ``group``: across nodes one per NIC rail the group's
+    GPUs sit beside, each node entered beside the rail's NIC (:mod:`collectives.rails`);
+    inside one node one, or in a mesh node as many as its direct links carry."""
     per_node = _node_order(topo, group)
     if len(per_node) == 1:
         (gpus,) = per_node.values()
         rings = mesh_rings(topo, gpus)[:max_channels or None] or [tuple(gpus)]
         return [(ring, (None,) * len(ring)) for ring in rings]
-    first = next(iter(per_node.values()))
-    rails = sorted({rail for gpu in first for rail in topo.local_rails(gpu)})
-    if not rails:
-        raise TopologyError(f"GPU {first[0]} spans nodes but reaches no NIC",
-                            hint="give its node NICs linked to the fabric")
-    if max_channels:
-        rails = rails[:max_channels]
     channels: list[Channel] = []
-    for rail in rails:
+    for node_rails in channel_rails(topo, per_node)[:max_channels or None]:
         order: list[str] = []
-        for gpus in per_node.values():
-            order.extend(_node_segment(topo, gpus, rail))
+        for node, gpus in per_node.items():
+            order.extend(node_segment(topo, gpus, node_rails[node]))
+        # A hop into another node arrives on the rail that node's part of the ring uses.
         hops = tuple(
-            rail if topo.node_of(order[i]) != topo.node_of(order[(i + 1) % len(order)])
-            else None
+            node_rails[topo.node_of(order[(i + 1) % len(order)])]
+            if topo.node_of(order[i]) != topo.node_of(order[(i + 1) % len(order)]) else None
             for i in range(len(order))
         )
         channels.append((tuple(order), hops))
     return channels
-
-
-def _node_segment(topo: Topology, gpus: list[str], rail: int) -> list[str]:
-    """This node's part of a ring on ``rail``: enter at a GPU near the rail's NIC, leave
-    from another GPU near it, the rest in between."""
-    near = [g for g in gpus if rail in topo.local_rails(g)] or list(gpus)
-    # Rails that share the same nearby GPUs take turns as entry, so that each GPU sends
-    # for one rail and receives for another instead of one GPU sending for two.
-    siblings = sorted({r for g in near for r in topo.local_rails(g)})
-    turn = siblings.index(rail) if rail in siblings else 0
-    entry = near[turn % len(near)]
-    if len(gpus) == 1:
-        return [entry]
-    if len(near) > 1:
-        exit_gpu = near[(turn + 1) % len(near)]
-    else:
-        exit_gpu = gpus[(gpus.index(entry) + 1) % len(gpus)]
-    # In a mesh node the ring crosses the node over direct links where it can.
-    through_mesh = mesh_path(topo, gpus, entry, exit_gpu)
-    if through_mesh is not None:
-        return through_mesh
-    middle = [g for g in gpus if g not in (entry, exit_gpu)]
-    return [entry, *middle, exit_gpu]
 
 
 class _Builder:
@@ -141,6 +116,37 @@ class _Builder:
         if rail is None and self.topo.node_of(src) != self.topo.node_of(dst):
             rail = gpu_rail(self.topo, src)
         return self.topo.route(src, dst, rail=rail)
+
+    def ring_send(self, streams: dict[LinkId, float], src: str, dst: str, rail: int | None,
+                  relays: Sequence[str], count: float = 1.0) -> float:
+        """Add one ring hop ``src -> dst`` leaving on ``rail``; return its hop latency.
+
+        Across nodes a sender far from the rail's NIC forwards over NVLink to one of
+        ``relays`` (the group's GPUs on its node) beside the NIC, as NCCL's PXN path does
+        (:func:`collectives.rails.pxn_proxy`; not with ``pxn: false``).
+        """
+        relay = None
+        if rail is not None and self.params.pxn:
+            # The group's GPUs first (NCCL's only candidates); where none of them is beside
+            # the NIC (a group sitting differently on two nodes) any GPU of the node.
+            among = [*relays, *(g for g in self.topo.gpus_on_node(self.topo.node_of(src))
+                                if g not in relays)]
+            relay = pxn_proxy(self.topo, src, dst, rail=rail, among=among)
+        return self.relayed_send(streams, src, dst, rail, relay, count)
+
+    def relayed_send(self, streams: dict[LinkId, float], src: str, dst: str,
+                     rail: int | None, relay: str | None, count: float = 1.0) -> float:
+        """Add one send ``src -> dst`` leaving its node on ``rail``, through ``relay``'s NIC
+        when one is given (PXN: NVLink to the relay, then the network); return its hop
+        latency, both legs' where relayed."""
+        if relay is None:
+            route = self.route(src, dst, rail)
+            self.add(streams, route, count)
+            return self.hop_latency_s(route)
+        legs = (self.route(src, relay, None), self.route(relay, dst, rail))
+        for leg in legs:
+            self.add(streams, leg, count)
+        return sum(self.hop_latency_s(leg) for leg in legs)
 
     def hop_latency_s(self, route: Route) -> float:
         if route.transport == "local":
@@ -224,12 +230,12 @@ def build_plan(
     steps_per_pass = n - 1
     streams = {}
     pass_latency = 0.0
+    relays = _node_order(topo, gpus)
     for order, rails in channels:
         hop_latencies = []
         for i, src in enumerate(order):
-            route = b.route(src, order[(i + 1) % n], rails[i])
-            b.add(streams, route)
-            hop_latencies.append(b.hop_latency_s(route))
+            hop_latencies.append(b.ring_send(streams, src, order[(i + 1) % n], rails[i],
+                                             relays[topo.node_of(src)]))
         # One pass of the ring crosses every hop but the one back to where it started.
         pass_latency = max(pass_latency, sum(hop_latencies) - max(hop_latencies))
     step = StepShape(streams, 1.0 / (n * len(channels)), pass_latency / steps_per_pass,
@@ -242,15 +248,19 @@ def pairs_plan(topo: Topology, pairs: Sequence[tuple[str, str]], *, protocol: st
     """Several point-to-point sends at once, each of the full size: one stream per pair.
 
     Pipeline stages exchange activations this way: every tensor-parallel rank of a stage
-    sends its shard to the same rank of the next stage at the same time.
+    sends its shard to the same rank of the next stage at the same time.  A send to another
+    node's rail goes through the GPU on that rail (PXN, :func:`collectives.rails.pxn_proxy`)
+    unless ``params.pxn`` is off.
     """
     b = _Builder(topo, params, "ring", protocol)
     streams: dict[LinkId, float] = {}
     latency = 0.0
+    rails: dict[str, int | None] = {}
     for src, dst in pairs:
-        route = b.route(src, dst, None)
-        b.add(streams, route)
-        latency = max(latency, b.hop_latency_s(route))
+        # NCCL's P2P sends go through PXN too (NCCL_P2P_PXN_LEVEL=2): to the receiver's rail.
+        relay = pxn_proxy(topo, src, dst, rails) if params.pxn else None
+        rail = rails[dst] if relay is not None else None
+        latency = max(latency, b.relayed_send(streams, src, dst, rail, relay))
     step = StepShape(streams, 1.0, latency)
     return CollectivePlan("p2p", "ring", protocol, len(pairs), 1, (step,), 0.0,
                           params.protocol_efficiency[protocol], params.chunk_bytes[protocol])
@@ -258,22 +268,22 @@ def pairs_plan(topo: Topology, pairs: Sequence[tuple[str, str]], *, protocol: st
 
 def _chain_step(b: _Builder, channels: list[Channel], root: str, *,
                 towards_root: bool) -> StepShape:
-    """Broadcast (root first) or reduce (root last) pipelined along each ring as a chain."""
+    """Broadcast (root first) or reduce (root last) pipelined along each ring as a chain,
+    in the ring's direction as NCCL runs both (a reduce starts at the root's successor),
+    so that every hop across nodes leaves and enters as the ring's search placed it."""
     streams: dict[LinkId, float] = {}
     latency = 0.0
+    relays = _node_order(b.topo, channels[0][0])
     for order, rails in channels:
         if root not in order:
             raise ConfigError(f"root {root} is not in the group")
-        start = order.index(root)
         n = len(order)
-        hops = [((start + i) % n, (start + i + 1) % n) for i in range(n - 1)]
+        start = (order.index(root) + (1 if towards_root else 0)) % n
         chain_latency = 0.0
-        for a, c in hops:
-            src, dst = (order[c], order[a]) if towards_root else (order[a], order[c])
-            # The rail of the hop between positions a and c serves either direction.
-            route = b.route(src, dst, rails[a])
-            b.add(streams, route)
-            chain_latency += b.hop_latency_s(route)
+        for i in range(n - 1):
+            a, c = (start + i) % n, (start + i + 1) % n
+            chain_latency += b.ring_send(streams, order[a], order[c], rails[a],
+                                         relays[b.topo.node_of(order[a])])
         latency = max(latency, chain_latency)
     hops = len(channels[0][0]) - 1
     return StepShape(streams, 1.0 / len(channels), latency, pipeline_hops=max(hops - 1, 0))
@@ -344,7 +354,10 @@ def _tree_plan(b: _Builder, gpus: list[str], params: CommParams, plan) -> Collec
     depth_latency = 0.0
     path_hops = 0
     for order, rails in channels:
-        rail = next(r for r in rails if r is not None)
+        # The rail each node's part of the channel arrives on: the tree's edge into a node
+        # arrives there too, at the head beside that NIC.
+        node_rail = {topo.node_of(order[(i + 1) % len(order)]): rail
+                     for i, rail in enumerate(rails) if rail is not None}
         # Each node's GPUs in ring order, in one pass over the ring (a filter of the ring
         # per node was quadratic in nodes: 11 of 12 s of a 256-node nccl-tests run).
         by_node: dict[int, list[str]] = {node: [] for node in nodes}
@@ -370,9 +383,8 @@ def _tree_plan(b: _Builder, gpus: list[str], params: CommParams, plan) -> Collec
             for p in range(1, len(positions)):
                 child, parent = chains[positions[p]][0], chains[positions[(p - 1) // 2]][0]
                 for src, dst in ((child, parent), (parent, child)):
-                    route = b.route(src, dst, rail)
-                    b.add(streams, route)
-                    hop = max(hop, b.hop_latency_s(route))
+                    hop = max(hop, b.ring_send(streams, src, dst, node_rail[topo.node_of(dst)],
+                                               per_node[topo.node_of(src)]))
                 depth = max(depth, (p + 1).bit_length() - 1)
             inter = max(inter, depth * hop)
             # A chunk climbs a chain and the tree, then comes back down.

@@ -30,7 +30,8 @@ datasheet numbers, and each is a documented, overridable parameter here:
   NVLink rate on Hopper (``tuning.cc`` ``nvlsEfficiency``; 74 % on Blackwell).
 * **PXN** — on by default, as in NCCL >= 2.12 (``NCCL_PXN_DISABLE=0``): a send to a
   GPU of another node whose NIC is on another rail goes over NVLink to the local GPU on
-  that rail first (see :mod:`collectives.pxn`).
+  that rail first (see :mod:`collectives.pxn`); a ring's hop out of a node leaves the
+  same way when the leaving GPU is not beside its channel's NIC (:mod:`collectives.rails`).
 
 * **chunk** — pipelined algorithms (tree, the broadcast/reduce chain) move a stream in
   chunks of one FIFO step: NCCL's default buffers (``NCCL_BUFFSIZE`` 4 MiB for Simple,
@@ -176,7 +177,8 @@ class CommParams:
     that transport (``nvlink``, ``pcie``, ``net``); ``peer_latency_s[transport][protocol]``
     once per all-to-all peer beyond the first over that transport.  ``nvls_efficiency`` is
     the fraction of the NVLink rate NVLink SHARP reaches; ``pxn`` whether sends to another
-    rail go through the local GPU on that rail (NCCL's PXN, on by default).
+    rail go through the local GPU on that rail (NCCL's PXN, on by default), a ring's hop
+    out of a node included (:mod:`collectives.rails`).
     ``all_to_all``: ``flat`` (NCCL's), ``hierarchical`` (HetuMoE's) or ``auto`` (the
     faster, :mod:`collectives.alltoall_hier`); ``alltoall_weights``: per rank of an
     all-to-all group of that many ranks, the share it receives relative to uniform (a

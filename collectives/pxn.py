@@ -13,47 +13,23 @@ NVLink path) and the two GPUs' rails differ; otherwise a send goes straight.  Th
 here serve ``alltoall`` (every rank sends ``S/n`` to every other), ``sendrecv`` (to the
 next rank) and ``p2p``; their latency is the ring algorithm's: base latency, the slowest
 send's hop latencies (its NVLink hop and its network hop) and, for an all-to-all, the
-per-peer term of :func:`collectives.algorithms.alltoall_peer_latency_s`.
+per-peer term of :func:`collectives.algorithms.alltoall_peer_latency_s`.  Which GPU
+forwards is :func:`collectives.rails.pxn_proxy`, the same choice a ring's hop makes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from distsim_gpu.collectives.algorithms import _Builder, alltoall_peer_latency_s, gpu_rail
+from distsim_gpu.collectives.algorithms import _Builder, alltoall_peer_latency_s
 from distsim_gpu.collectives.plan import StepShape
+from distsim_gpu.collectives.rails import pxn_proxy
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.topology import Route, Topology
+from distsim_gpu.topology import Topology
 
 __all__ = ["pxn_applies", "pxn_proxy", "pxn_step"]
 
 LinkId = Hashable
-
-
-def pxn_proxy(topo: Topology, src: str, dst: str,
-              rails: dict[str, int | None] | None = None) -> str | None:
-    """The GPU on ``src``'s node that forwards a send to ``dst`` (on ``dst``'s rail), or
-    None when the send goes straight (same node, same rail, no NVLink path, no NIC).
-
-    ``rails`` caches :func:`~collectives.algorithms.gpu_rail` per GPU across calls.
-    """
-    rails = {} if rails is None else rails
-
-    def rail_of(gpu: str) -> int | None:
-        if gpu not in rails:
-            rails[gpu] = gpu_rail(topo, gpu)
-        return rails[gpu]
-
-    if topo.node_of(src) == topo.node_of(dst):
-        return None
-    rail = rail_of(dst)
-    if rail is None or rail_of(src) == rail:
-        return None
-    for gpu in topo.gpus_on_node(topo.node_of(src)):
-        if rail_of(gpu) == rail:
-            # NCCL forwards only over NVLink; without it the send goes straight.
-            return gpu if topo.route(src, gpu).transport == "nvlink" else None
-    return None
 
 
 def pxn_applies(topo: Topology, pairs: Sequence[tuple[str, str]]) -> bool:
@@ -66,15 +42,7 @@ def _send(b: _Builder, streams: dict[LinkId, float], src: str, dst: str,
           rails: dict[str, int | None]) -> float:
     """Add one stream ``src -> dst`` as PXN sends it; return its hop latency."""
     proxy = pxn_proxy(b.topo, src, dst, rails)
-    if proxy is None:
-        route = b.route(src, dst, None)
-        b.add(streams, route)
-        return b.hop_latency_s(route)
-    legs: tuple[Route, Route] = (b.route(src, proxy, None),
-                                 b.route(proxy, dst, rails[dst]))
-    for leg in legs:
-        b.add(streams, leg)
-    return sum(b.hop_latency_s(leg) for leg in legs)
+    return b.relayed_send(streams, src, dst, rails[dst] if proxy is not None else None, proxy)
 
 
 def pxn_step(b: _Builder, op: str, gpus: list[str], peer: str | None = None) -> StepShape:

@@ -116,7 +116,10 @@ def test_coflow_and_step_agree_on_a_real_cluster(a100x2, op):
 
 
 def test_oversubscribed_fat_tree_slows_a_cross_leaf_ring():
-    spec = {"preset": "dgx-h100", "nodes": 8,
+    # NVLink doubled: each GPU's NVLink carries one stream per channel (its ring hop or the
+    # PXN hop to the GPU beside the rail's NIC), 8 of them at H100's 450 GB/s would bind
+    # before the NICs do and hide the fabric's share.
+    spec = {"preset": "dgx-h100", "nodes": 8, "nvlink": {"bandwidth": "900 GB/s"},
             "fabric": {"kind": "fat-tree", "nics_per_leaf": 16}}
     flat = build_cluster(spec)
     spec["fabric"]["oversubscription"] = 4

@@ -60,6 +60,7 @@ from typing import Any
 from distsim_gpu.collectives import Communicator
 from distsim_gpu.collectives.algorithms import gpu_rail
 from distsim_gpu.collectives.plan import CollectivePlan
+from distsim_gpu.collectives.pxn import pxn_applies
 from distsim_gpu.topology import Topology
 from distsim_gpu.workloads.iteration.ops import Collective, Op
 from distsim_gpu.workloads.iteration.records import IterationSpec
@@ -382,8 +383,11 @@ def _async_send_pairs(groups: list[list[RankGroup]], par: ParallelConfig,
 def _node_legs(topo: Topology, pairs: list[tuple[str, str]]) -> set[Any] | None:
     """The links inside nodes of the routes the sends ``pairs`` take (each on its
     sender's rail across nodes, as :func:`collectives.algorithms.pairs_plan` routes
-    them); None where some route is not shaped for :meth:`Topology.node_legs`."""
+    them); None where some route is not shaped for :meth:`Topology.node_legs` or some send
+    goes through PXN."""
     legs: set[Any] = set()
+    if pxn_applies(topo, pairs):
+        return None  # a send forwarded over NVLink (PXN) crosses more than its two legs
     for src, dst in pairs:
         rail = gpu_rail(topo, src) if topo.node_of(src) != topo.node_of(dst) else None
         found = topo.node_legs(src, dst, rail=rail)
