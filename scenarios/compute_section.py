@@ -16,8 +16,15 @@ from distsim_gpu.simcore.config import check_bool, check_choice
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import parse_duration
 from distsim_gpu.topology import Topology
-from distsim_gpu.workloads.cost.compute import ATTENTION_IMPLEMENTATIONS, RooflineCosts, get_stack
+from distsim_gpu.workloads.cost.compute import (
+    ATTENTION_IMPLEMENTATIONS,
+    DEFAULT_STACK,
+    STACKS,
+    RooflineCosts,
+    get_stack,
+)
 from distsim_gpu.workloads.specs.gpus import GpuSpec, get_gpu, gpu_from_mapping
+from distsim_gpu.workloads.strategy.parallel import check_fp8_recipe
 
 __all__ = ["COMPUTE_KEYS", "ROOFLINE_KNOBS", "gpu_of", "resolved_compute", "roofline_of"]
 
@@ -82,9 +89,12 @@ def gpu_of(raw: Any, topology: Topology, source: str | None) -> GpuSpec:
 
 
 def roofline_of(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,
-                source: str | None) -> RooflineCosts:
-    """The roofline cost model with the section's knobs and stack, each checked; errors
-    name the ``compute.`` key (or ``training.precision``) they came from."""
+                source: str | None, fp8_recipe: str | None = None) -> RooflineCosts:
+    """The roofline cost model with the section's knobs and stack, each checked, the
+    stack running ``fp8_recipe`` (``training.fp8_recipe``; None: the stack's own); errors
+    name the ``compute.`` key (or ``training.precision`` / ``training.fp8_recipe``) they
+    came from."""
+    check_fp8_recipe(fp8_recipe, precision, source=source)
     knobs: dict[str, Any] = {}
     for knob, attr in ROOFLINE_KNOBS.items():
         if knob not in compute:
@@ -103,8 +113,9 @@ def roofline_of(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"must be a number, got {value!r}", key=key, source=source)
         knobs[attr] = value
-    if "stack" in compute:
-        knobs["stack"] = get_stack(compute["stack"], key="compute.stack", source=source)
+    stack = get_stack(compute["stack"], key="compute.stack", source=source) if (
+        "stack" in compute) else STACKS[DEFAULT_STACK]
+    knobs["stack"] = stack.with_fp8_recipe(fp8_recipe)
     try:
         return RooflineCosts(gpu, precision=precision, **knobs)
     except ConfigError as error:

@@ -1,7 +1,10 @@
 """compute.stack in a scenario: parsed and checked, written back by resolved(), and the
-stack's defaults for the gradient reduction the scenario leaves unsaid."""
+stack's defaults for the gradient reduction the scenario leaves unsaid; training.fp8_recipe
+setting the stack's FP8 recipe."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from distsim_gpu.scenarios.scenario import scenario_from_mapping
@@ -60,3 +63,26 @@ def test_bad_stacks_are_named(compute, precision, message):
     with pytest.raises(ConfigError) as info:
         scenario_from_mapping(data)
     assert message in str(info.value)
+
+
+def fp8_scenario(training):
+    return {"name": "s", "cluster": {"preset": "dgx-h100", "nodes": 1},
+            "model": {"name": "m", "layers": 4, "hidden": 1024, "heads": 16, "seq_len": 512,
+                      "vocab": 1000},
+            "parallelism": {"tp": 2, "pp": 1, "dp": 4},
+            "training": {"micro_batch": 1, "global_batch": 8, **training},
+            "compute": {"gpu": "h100-sxm"}}
+
+
+def test_the_scenario_key_sets_the_stack_recipe_and_round_trips():
+    plain = scenario_from_mapping(fp8_scenario({"precision": "fp8"}))
+    assert plain.roofline.stack.fp8_recipe == "delayed"
+    block = scenario_from_mapping(fp8_scenario({"precision": "fp8", "fp8_recipe": "Blockwise"}))
+    assert block.roofline.stack.fp8_recipe == "blockwise"
+    again = scenario_from_mapping(block.resolved())
+    assert again.roofline.stack == block.roofline.stack
+    with pytest.raises(ConfigError, match=re.escape(
+            "training.fp8_recipe: an FP8 recipe")):
+        scenario_from_mapping(fp8_scenario({"precision": "bf16", "fp8_recipe": "delayed"}))
+    with pytest.raises(ConfigError, match="unknown FP8 recipe 'mx'"):
+        scenario_from_mapping(fp8_scenario({"precision": "fp8", "fp8_recipe": "mx"}))

@@ -68,6 +68,7 @@ from distsim_gpu.workloads.strategy.operator_sharding import (
 from distsim_gpu.workloads.strategy.tp_nd import check_tp_nd
 
 __all__ = [
+    "FP8_RECIPES",
     "GRAD_REDUCE_PRECISIONS",
     "PLACEMENT_ORDERS",
     "SCHEDULES",
@@ -77,6 +78,7 @@ __all__ = [
     "TrainingConfig",
     "check_cp_split",
     "check_ep_split",
+    "check_fp8_recipe",
     "check_interleave",
     "check_strategy",
     "check_tp_split",
@@ -93,6 +95,11 @@ PLACEMENT_ORDERS = (tuple("-".join(p) for p in permutations(("tp", "dp", "pp")))
                     + tuple("-".join(p) for p in permutations(("tp", "cp", "dp", "pp"))))
 RECOMPUTE = RECOMPUTE_MODES  # one home: workloads.specs.recompute
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+# How FP8 tensors get their scales (docs/fp8.md; the kernels each adds are
+# workloads.cost.compute.fp8_recipes'): Transformer Engine's DelayedScaling (the amax of
+# past iterations), Float8CurrentScaling / torchao's tensorwise dynamic scaling (the
+# tensor's own amax, read before its cast) and DeepSeek-V3's block-wise scales.
+FP8_RECIPES = ("delayed", "current", "blockwise")
 # What a gradient all-reduce may carry on the wire (traffic.GRAD_BYTES sizes each).
 GRAD_REDUCE_PRECISIONS = ("fp32", "bf16", "fp16")
 PARTITIONS = ("uniform", "embedding")
@@ -202,12 +209,15 @@ class TrainingConfig:
     precision: str = "bf16"
     seq_len: int | None = None  # None: the model's
     data_loader: DataLoader | None = None  # None: loading never holds the GPUs up
+    fp8_recipe: str | None = None  # None: the compute stack's (FP8 only)
 
     def to_dict(self) -> dict[str, Any]:
         data = {f: getattr(self, f) for f in self.__dataclass_fields__}
         loader = data.pop("data_loader")
         if loader is not None:
             data["data_loader"] = loader.to_dict()
+        if data["fp8_recipe"] is None:  # the stack's default: nothing to record
+            del data["fp8_recipe"]
         return data
 
 
@@ -481,7 +491,23 @@ def _check_training(t: TrainingConfig, p: ParallelConfig, *, source: str | None)
     if t.seq_len is not None:
         check_whole(t.seq_len, key="training.seq_len", source=source)
     check_choice(t.precision, PRECISIONS, key="training.precision", source=source)
+    check_fp8_recipe(t.fp8_recipe, t.precision, source=source)
     return microbatches
+
+
+def check_fp8_recipe(recipe: str | None, precision: str, *, key: str = "training.fp8_recipe",
+                     source: str | None = None) -> None:
+    """A ConfigError unless ``recipe`` is None or one of :data:`FP8_RECIPES` under
+    ``precision: fp8``: a recipe under another precision would say FP8 casts run where
+    none do, so it is refused rather than ignored (a precision edited without the recipe
+    is then caught instead of silently running 16-bit)."""
+    if recipe is None:
+        return
+    check_choice(recipe, FP8_RECIPES, key=key, source=source, what="FP8 recipe")
+    if precision != "fp8":
+        raise ConfigError(f"an FP8 recipe ({recipe!r}) needs training.precision fp8, "
+                          f"not {precision!r}", key=key, source=source,
+                          hint="remove training.fp8_recipe, or set training.precision: fp8")
 
 
 def parallel_from_mapping(data: Mapping[str, Any] | None, *, source: str | None = None,
@@ -518,7 +544,7 @@ def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
         elif key == "bucket_params":
             value = int(parse_size(value, key=f"{prefix}.{key}", source=source,
                                    allow_zero=False))
-        elif isinstance(default, str):
+        elif isinstance(default, str) or (key == "fp8_recipe" and value is not None):
             value = str(value).lower()
         elif isinstance(default, int) or (key == "seq_len" and value is not None):
             # Degrees, batch sizes, the ZeRO stage: whole numbers from the start, so the

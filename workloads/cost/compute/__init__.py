@@ -6,6 +6,8 @@ norm, logits GEMM, cross entropy) and the optimizer step.  One job per module:
 
 * :mod:`.stacks` — software stacks (``compute.stack``): which kernels a framework version
   runs and fuses, and its few physical efficiency figures;
+* :mod:`.fp8_recipes` — FP8 recipes (``training.fp8_recipe``): the casts, amax passes
+  and scales each adds to FP8 GEMMs, and the block-scaled weight-gradient rate;
 * :mod:`.operators` — a layer's operators for a stack, with FLOP and bytes, and the
   backward and recompute passes derived from the forward;
 * :mod:`.roofline` — :class:`RooflineCosts`: each operator at its compute or memory
@@ -15,6 +17,12 @@ norm, logits GEMM, cross entropy) and the optimizer step.  One job per module:
   operator) and :class:`TableCosts`, which reads them with the roofline filling gaps.
 """
 
+from distsim_gpu.workloads.cost.compute.fp8_recipes import (
+    FP8_RECIPE_SPECS,
+    FP8_RECIPES,
+    Fp8Recipe,
+    fp8_recipe,
+)
 from distsim_gpu.workloads.cost.compute.operators import (
     CORE_ATTENTION_KERNELS,
     FLASH_ATTENTION_BWD_FLOP_RATIO,
@@ -68,6 +76,8 @@ __all__ = [
     "DEFAULT_GEMM_TILES",
     "DEFAULT_STACK",
     "FLASH_ATTENTION_BWD_FLOP_RATIO",
+    "FP8_RECIPES",
+    "FP8_RECIPE_SPECS",
     "GEMM_K_HALF",
     "LAUNCH_OVERHEAD_S",
     "MATMUL_EFFICIENCY",
@@ -79,6 +89,7 @@ __all__ = [
     "TABLE_PASSES",
     "CostModel",
     "CostRow",
+    "Fp8Recipe",
     "Kernel",
     "LayerWork",
     "Operator",
@@ -89,6 +100,7 @@ __all__ = [
     "attention_efficiency",
     "bytes_per_element",
     "forward_layer_work",
+    "fp8_recipe",
     "get_stack",
     "layer_work",
     "matmul_efficiency",

@@ -48,14 +48,20 @@ core attention runs over query-key heads ``d_qk = d_n + d_r`` and values ``d_v``
 (flash: ``2·b·s²·a/t·(d_qk + d_v)``, halved when causal) and ``attn_out`` reads
 ``a·d_v/t``.
 
-FP8 (Transformer Engine, ``precision: fp8`` on a stack with ``fp8_linear``): the linear
-GEMMs (qkv, attn_out, mlp_fc1/fc2, experts) read 1-byte operands; each FP8 GEMM's input is
-cast to FP8 and transposed for the weight gradient (``cast_<gemm>``: reads T·k·a, writes
-2·T·k bytes) unless its producer fuses the cast (TE's LayerNormLinear / LayerNormMLP: the
-norm or activation then writes 2 bytes per element in FP8 instead of ``a``); one
-``fp8_scale_update`` kernel per layer pass updates amax histories and scales.  The attention
-core, the router, embedding and logits stay in 16 bits.  Backward casts each FP8 GEMM's
-output gradient (``<gemm>.grad_cast``, E5M2, with its transpose).
+FP8 (``precision: fp8`` on a stack with ``fp8_linear``, scaled by the stack's recipe,
+:mod:`~distsim_gpu.workloads.cost.compute.fp8_recipes`): the linear GEMMs (qkv, attn_out,
+mlp_fc1/fc2, experts) read 1-byte operands.  Each FP8 GEMM's input is cast to FP8 with its
+transpose for the weight gradient (``cast_<gemm>``: :meth:`Fp8Recipe.cast_bytes` of T·k
+elements — T·k·(a + 2) under delayed scaling, plus an amax read T·k·a under current
+scaling, plus block scales under block-wise scaling) unless its producer writes the FP8
+copy itself (a delayed-scaling stack's ``fp8_norm_cast_fusion`` for qkv and fc1,
+``fp8_activation_cast_fusion`` for fc2: the producer then writes 1 byte per element
+instead of ``a``, and the backward transposes it, ``<gemm>.input_transpose``, 2·T·k
+bytes).  Delayed scaling adds one ``fp8_scale_update`` kernel per layer pass.  The
+attention core, the router, embedding and logits stay in 16 bits.  Backward casts each
+FP8 GEMM's output gradient (``<gemm>.grad_cast``, E5M2, with its transpose: the same
+cast bytes over T·n elements); a block-scaled weight gradient runs at the recipe's
+``wgrad_efficiency`` of the FP8 rate (``Operator.efficiency_factor``).
 
 Backward: a weight GEMM becomes its data gradient ``(m, n=k, k=n)`` and weight gradient
 ``(m=k, n, k=m)`` — the weight gradient accumulating into fp32 main grads (reads and
@@ -150,6 +156,9 @@ class Operator:
     ``bwd_bytes_factor``: an element-wise op's backward bytes over its forward bytes.
     ``bias``: a weight GEMM whose layer adds a bias (its gradient is a reduction over the
     tokens, in the GEMM's epilogue or a kernel of its own as the stack does).
+    ``fp8_input_fused``: an FP8 GEMM whose input its producer wrote in FP8 (no cast
+    kernel; the backward transposes it).  ``efficiency_factor``: the fraction of the
+    GEMM efficiency model's rate this kernel reaches (block-scaled FP8 weight gradients).
     """
 
     name: str
@@ -164,6 +173,8 @@ class Operator:
     fp8: bool = False
     bwd_bytes_factor: float = 2.0
     bias: bool = False
+    fp8_input_fused: bool = False
+    efficiency_factor: float = 1.0
 
     @property
     def total_flops(self) -> float:
@@ -313,10 +324,7 @@ def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
         return [replace(item, name=f"{name}.bwd", flops=item.flops * factor,
                         bytes_moved=item.bytes_moved * factor)]
     operand = 1 if item.fp8 else ab  # 16-bit GEMMs stay 16-bit under fp8
-    out: list[Operator] = []
-    if item.fp8:  # the output gradient cast to E5M2, with its transpose
-        out.append(elementwise(f"{name}.grad_cast", item.m * item.n * (ab + 2), item.count,
-                               bwd_bytes_factor=0.0))
+    out: list[Operator] = _fp8_backward_casts(item, work) if item.fp8 else []
     out.append(gemm(f"{name}.dgrad", (item.m, item.k, item.n), operand, ab, item.count,
                     kind=item.kind, fp8=item.fp8))
     if item.kind == "bmm":  # both operands are activations: two data gradients
@@ -324,8 +332,11 @@ def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
                         kind="bmm"))
         return out
     wgrad_out = 2.0 * _FP32 if stack.fp32_grad_accumulation else ab
-    out.append(gemm(f"{name}.wgrad", (item.k, item.n, item.m), operand, wgrad_out,
-                    item.count, fp8=item.fp8))
+    wgrad = gemm(f"{name}.wgrad", (item.k, item.n, item.m), operand, wgrad_out, item.count,
+                 fp8=item.fp8)
+    if item.fp8:
+        wgrad = replace(wgrad, efficiency_factor=stack.fp8.wgrad_efficiency)
+    out.append(wgrad)
     if item.bias and not stack.fused_bias_grad:  # autograd's sum of dY over the tokens
         out.append(elementwise(f"{name}.bias_grad", item.m * item.n * ab, item.count,
                                flops=item.m * item.n, bwd_bytes_factor=0.0))
@@ -333,6 +344,19 @@ def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
         out.append(elementwise(f"{name}.grad_accum",
                                stack.grad_accum_bytes(ab, work.precision) * item.k * item.n,
                                item.count, flops=item.k * item.n, bwd_bytes_factor=0.0))
+    return out
+
+
+def _fp8_backward_casts(item: Operator, work: LayerWork) -> list[Operator]:
+    """An FP8 GEMM's backward casts: its output gradient to E5M2 with the transpose, and
+    the transpose of an input its producer wrote in FP8 (the weight gradient's operand)."""
+    recipe, ab = work.stack.fp8, work.activation_bytes
+    out = [elementwise(f"{item.name}.grad_cast", recipe.cast_bytes(item.m * item.n, ab),
+                       item.count, launches=recipe.cast_launches, bwd_bytes_factor=0.0)]
+    if item.fp8_input_fused:
+        out.append(elementwise(f"{item.name}.input_transpose",
+                               recipe.transpose_bytes(item.m * item.k), item.count,
+                               bwd_bytes_factor=0.0))
     return out
 
 
@@ -351,18 +375,18 @@ def forward_layer_work(model: ModelSpec, shard: LayerShard, *, precision: str = 
     fp8 = _fp8(precision, stack)
     ob, ab = bytes_per_element(precision)
     shape = _Shape(model, shard, ab, stack, fp8)
-    kernels: list[Operator] = [shape.norm("input_norm", shape.qkv_fused_cast)]
+    kernels: list[Operator] = [shape.norm("input_norm", shape.norm_cast)]
     if model.mla:
         kernels += shape.mla_projections()
     else:
         kernels += shape.linear("qkv", shape.tokens, shape.q_width + 2 * shape.kv_width,
                                 model.hidden, bias=model.attention_bias,
-                                fused_cast=shape.qkv_fused_cast)
+                                fused_cast=shape.norm_cast)
     kernels += shape.core_attention(causal)
     kernels += shape.linear("attn_out", shape.tokens, model.hidden, shape.v_width,
                             bias=model.attention_bias)
     kernels += [shape.residual("attn_residual"),
-                shape.norm("post_attn_norm", shape.qkv_fused_cast)]
+                shape.norm("post_attn_norm", shape.norm_cast)]
     if model.is_moe_layer(layer_index):
         kernels += shape.moe(shard.ep)
         if model.shared_experts:
@@ -370,7 +394,7 @@ def forward_layer_work(model: ModelSpec, shard: LayerShard, *, precision: str = 
     else:
         kernels += shape.mlp("mlp", model.dense_ffn_hidden // tp)
     kernels.append(shape.residual("mlp_residual"))
-    if fp8:  # delayed scaling: amax histories rolled and scales updated once per pass
+    if fp8 and stack.fp8.scale_update_kernel:  # amax histories rolled, scales updated
         kernels.append(elementwise("fp8_scale_update", 0.0, bwd_bytes_factor=1.0))
     return LayerWork("fwd", tuple(kernels), ob, ab, stack, precision)
 
@@ -403,38 +427,46 @@ class _Shape:
         self.f_local = model.ffn_hidden // tp
         self.up_width = (2 if model.gated_mlp else 1) * self.f_local
         # TE's LayerNormLinear / LayerNormMLP write the FP8 copy from the norm or the
-        # activation kernel itself; other FP8 stacks cast in a kernel of their own.
-        self.qkv_fused_cast = fp8 and stack.name == "transformer-engine"
+        # activation kernel itself where the recipe's scale is known before the tensor is
+        # (delayed scaling); otherwise each cast is a kernel of its own.
+        fusable = fp8 and stack.fp8.fuses_into_producer
+        self.norm_cast = fusable and stack.fp8_norm_cast_fusion
+        self.activation_cast = fusable and stack.fp8_activation_cast_fusion
 
     def norm(self, name: str, fused_cast: bool, width: int = 0,
              tokens: float = 0.0) -> Operator:
-        """Layer norm / RMSNorm over Tₑ·h (its FP8 output and transpose when fused), or
-        over ``tokens`` rows of ``width`` (MLA's latents)."""
+        """Layer norm / RMSNorm over Tₑ·h (writing the next GEMM's FP8 input when
+        fused), or over ``tokens`` rows of ``width`` (MLA's latents)."""
         elements = (tokens or self.tokens_ew) * (width or self.model.hidden)
         flops = _NORM_FLOP[self.model.norm] * elements
-        written = 2.0 if fused_cast else self.ab
-        if self.stack.fused_norm:
+        written = 1.0 if fused_cast else self.ab
+        if self.stack.fused_norm:  # backward: 1.5x the 16-bit forward's, whatever it wrote
             return elementwise(name, elements * (self.ab + written), flops=flops,
-                               bwd_bytes_factor=1.5)
+                               bwd_bytes_factor=3.0 * self.ab / (self.ab + written))
         # PyTorch's composite: mean, variance, normalise, affine — 4 kernels, 5 passes
         return elementwise(name, 5 * elements * self.ab, flops=flops, launches=4,
                            bwd_bytes_factor=1.5)
 
     def linear(self, name: str, m: int, n: int, k: int, *, bias: bool,
                fused_cast: bool = False, count: int = 1) -> list[Operator]:
-        """A weight GEMM, in FP8 with its input cast when the stack runs FP8."""
+        """A weight GEMM, in FP8 with its input cast (by its producer when
+        ``fused_cast``) when the stack runs FP8."""
         if not self.fp8:
             return [gemm(name, (m, n, k), self.ab, self.ab, count, bias=bias)]
-        out = [] if fused_cast else [elementwise(f"cast_{name}", m * k * (self.ab + 2),
-                                                 count, bwd_bytes_factor=0.0)]
-        return [*out, gemm(name, (m, n, k), 1, self.ab, count, fp8=True, bias=bias)]
+        op = replace(gemm(name, (m, n, k), 1, self.ab, count, fp8=True, bias=bias),
+                     fp8_input_fused=fused_cast)
+        if fused_cast:
+            return [op]
+        recipe = self.stack.fp8
+        return [elementwise(f"cast_{name}", recipe.cast_bytes(m * k, self.ab), count,
+                            launches=recipe.cast_launches, bwd_bytes_factor=0.0), op]
 
     def mla_projections(self) -> list[Operator]:
         """MLA's query and key-value projections (:mod:`workloads.specs.mla`): the duplicated
         down projections over all tokens (not split by tp), the latent norms, the
         head-split up projections, and the rotary embedding of the decoupled parts."""
         mla, h, tokens, fused = self.model.mla, self.model.hidden, self.tokens, \
-            self.qkv_fused_cast
+            self.norm_cast
         assert mla is not None
         q_down, kv_down = mla.down_widths()
         out: list[Operator] = []
@@ -525,31 +557,34 @@ class _Shape:
         ``<prefix>_act``, ``<prefix>_fc2`` (a dense layer's MLP, or a MoE layer's shared
         experts, which Megatron-Core runs as one MLP of their summed width on every EP
         rank, split over tp like a dense MLP)."""
-        model, fused, tokens = self.model, self.qkv_fused_cast, self.tokens
+        model, tokens = self.model, self.tokens
         up = (2 if model.gated_mlp else 1) * f_local
         return [*self.linear(f"{prefix}_fc1", tokens, up, model.hidden, bias=model.mlp_bias,
-                             fused_cast=fused),
-                self.activation(f"{prefix}_act", tokens, f_local=f_local),
+                             fused_cast=self.norm_cast),
+                self.activation(f"{prefix}_act", tokens, f_local=f_local,
+                                fused_cast=self.activation_cast),
                 *self.linear(f"{prefix}_fc2", tokens, model.hidden, f_local,
-                             bias=model.mlp_bias, fused_cast=fused)]
+                             bias=model.mlp_bias, fused_cast=self.activation_cast)]
 
     def activation(self, name: str, tokens: float, count: int = 1,
-                   f_local: int = 0) -> Operator:
+                   f_local: int = 0, fused_cast: bool = False) -> Operator:
         """Bias + GeLU (reads and writes T·f/t) or SwiGLU (reads 2, writes 1); ``f_local``
-        the per-rank width (default the experts')."""
+        the per-rank width (default the experts'); ``fused_cast``: it writes FP8."""
         gated = self.model.gated_mlp
         f_local = f_local or self.f_local
         read = (2 if gated else 1) * tokens * f_local
         written = tokens * f_local
         flops = (_SWIGLU_FLOP if gated else _GELU_FLOP) * written
-        out_bytes = 2.0 if self.qkv_fused_cast else self.ab
-        moved = read * self.ab + written * out_bytes
+        moved = (read + written) * self.ab
         launches = 1
         if not self.stack.fused_bias_activation and self.model.mlp_bias:
             moved += 2 * read * self.ab
             launches = 2
-        return elementwise(name, moved, count, flops=flops, launches=launches,
-                           bwd_bytes_factor=1.5)
+        # Writing FP8 saves a byte per output element; the backward (1.5x the 16-bit
+        # forward's bytes) reads the saved 16-bit input either way.
+        fp8_saved = written * (self.ab - 1) if fused_cast else 0.0
+        return elementwise(name, moved - fp8_saved, count, flops=flops, launches=launches,
+                           bwd_bytes_factor=1.5 * moved / (moved - fp8_saved))
 
     def moe(self, ep: int) -> list[Operator]:
         """Router, dispatch, the local experts' MLPs and combine."""

@@ -117,11 +117,10 @@ ADAM_BYTES_PER_PARAM = 30.0
 # Gradient-norm clipping reads every fp32 gradient once more (Megatron's
 # clip_grad_norm_fp32 / DeepSpeed's get_grad_norm: a multi-tensor L2 norm, then a scale
 # folded into Adam); fp16 loss scaling adds an unscale-and-inf-check pass (read and write
-# the fp32 gradient); FP8 weights are re-cast after the step (read 2 B, write 1 B and its
-# transpose) — Transformer Engine caches them across a step's micro-batches.
+# the fp32 gradient).  FP8 weights are re-cast after the step, by the FP8 recipe
+# (fp8_recipes.Fp8Recipe.weight_cast_bytes_per_param).
 GRAD_CLIP_BYTES_PER_PARAM = 4.0
 FP16_UNSCALE_BYTES_PER_PARAM = 8.0
-FP8_WEIGHT_CAST_BYTES_PER_PARAM = 4.0
 
 
 def matmul_efficiency(m: int, n: int, k: int, *, sm_count: int,
@@ -341,8 +340,8 @@ class RooflineCosts:
         if kernel.flops > 0:
             if kernel.kind in ("gemm", "bmm"):
                 peak = self.gpu.peak_flops("fp8") if kernel.fp8 else self.peak_flops_per_s
-                rate = peak * self.matmul_efficiency(kernel.m, kernel.n, kernel.k,
-                                                     fp8=kernel.fp8)
+                rate = peak * kernel.efficiency_factor * self.matmul_efficiency(
+                    kernel.m, kernel.n, kernel.k, fp8=kernel.fp8)
             elif kernel.kind == "attention":
                 rate = self.peak_flops_per_s * self.resolved_attention_efficiency
             else:
@@ -439,12 +438,12 @@ class RooflineCosts:
 
     def optimizer_bytes(self) -> float:
         """HBM bytes per parameter of one step: Adam, gradient clipping, and the fp16
-        unscale or FP8 weight re-cast the precision needs."""
+        unscale or FP8 weight re-cast (the stack's FP8 recipe's) the precision needs."""
         extra = GRAD_CLIP_BYTES_PER_PARAM
         if self.precision == "fp16":
             extra += FP16_UNSCALE_BYTES_PER_PARAM
         if self.precision == "fp8":
-            extra += FP8_WEIGHT_CAST_BYTES_PER_PARAM
+            extra += self.stack.fp8.weight_cast_bytes_per_param
         return self.optimizer_bytes_per_param + extra
 
     def optimizer_step_time_s(self, params_on_gpu: float) -> float:

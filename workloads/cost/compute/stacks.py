@@ -17,8 +17,11 @@ Stacks (``compute.stack``):
     bias-dropout-add, fused (apex/TE) norms, fp32 main-grad accumulation fused into the
     weight-gradient GEMM (``--gradient-accumulation-fusion``).  Dropout off, as in current
     LLM pre-training recipes (Llama, Nemotron).  Its operator list is the one distsim used
-    before stacks existed.  ``precision: fp8`` runs the linear GEMMs in FP8 with each cast
-    a kernel of its own (Transformer Engine's ``Linear`` without the norm fusions).
+    before stacks existed.  ``precision: fp8`` runs the linear GEMMs in FP8 through
+    Transformer Engine (Megatron-Core's FP8 needs ``--transformer-impl
+    transformer_engine``, whose layer spec runs qkv and fc1 as TE ``LayerNormLinear``):
+    the norm writes qkv's and fc1's FP8 input under delayed scaling, attn_out's and fc2's
+    inputs are cast by kernels of their own (Megatron's own SwiGLU/GeLU writes 16 bits).
 ``megatron-lm-2021``
     Megatron-LM as published for GPT-3-scale training (Narayanan et al. 2021, SC'21;
     github.com/NVIDIA/Megatron-LM v2.x, ``megatron/model/transformer.py``): unfused
@@ -43,12 +46,14 @@ Stacks (``compute.stack``):
     linear layer (``LayerNormLinear``, ``LayerNormMLP``), and with ``precision: fp8`` the
     linear GEMMs in FP8 (E4M3 forward, E5M2 gradients) with their casts and delayed
     scaling bookkeeping; attention core, embedding and logits stay in 16 bits (TE's
-    ``fp8_autocast`` covers only TE linear modules).
+    ``fp8_autocast`` covers only TE linear modules); the activation writes fc2's FP8
+    input itself (``LayerNormMLP``).
 ``torch-compile``
     torchtitan-style eager model under ``torch.compile`` with FSDP2: SDPA FlashAttention,
     element-wise chains (residual add + RMSNorm, SwiGLU) fused by Inductor, no dropout,
     gradients reduced in the parameters' dtype; ``precision: fp8`` as torchao's float8
-    linear layers (casts as kernels of their own).
+    linear layers (tensorwise dynamic scaling: the ``current`` recipe, casts as kernels of
+    their own).
 ``torch-eager``
     The same model without ``torch.compile``: RMSNorm as PyTorch's composite of four
     kernels, residual adds as kernels of their own, eager host dispatch.
@@ -56,7 +61,8 @@ Stacks (``compute.stack``):
 Sources of the efficiency figures are in :mod:`~distsim_gpu.workloads.cost.compute.roofline`
 (``MATMUL_EFFICIENCY``, ``MEMORY_EFFICIENCY``, ``LAUNCH_OVERHEAD_S``) and here
 (``EAGER_HOST_OVERHEAD_S``, ``EAGER_HOST_BACKWARD_OVERHEAD_S``,
-``FP8_MATMUL_EFFICIENCY``).
+``FP8_MATMUL_EFFICIENCY``); of the FP8 recipes' in
+:mod:`~distsim_gpu.workloads.cost.compute.fp8_recipes`.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ from typing import Any
 
 from distsim_gpu.simcore.config import check_bool, check_choice, check_number
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.cost.compute.fp8_recipes import FP8_RECIPES, Fp8Recipe, fp8_recipe
 
 __all__ = [
     "ATTENTION_IMPLEMENTATIONS",
@@ -137,7 +144,13 @@ class Stack:
       BGRAD, TE's ``cast_transpose_dbias``); else autograd's ``<gemm>.bias_grad`` sum
       over the tokens, a kernel of its own reading the output gradient;
     * ``fp8_linear``: with ``precision: fp8`` the linear GEMMs run in FP8 with casts (only
-      stacks with FP8 kernels; others refuse fp8).
+      stacks with FP8 kernels; others refuse fp8);
+    * ``fp8_recipe``: how FP8 tensors are scaled by default (``training.fp8_recipe``
+      overrides it; :mod:`~distsim_gpu.workloads.cost.compute.fp8_recipes`);
+    * ``fp8_norm_cast_fusion``: the norm before qkv and fc1 writes their FP8 input itself
+      (TE ``LayerNormLinear``), where the recipe allows it;
+    * ``fp8_activation_cast_fusion``: the MLP activation writes fc2's FP8 input itself
+      (TE ``LayerNormMLP``), where the recipe allows it.
 
     Outside the layer: ``overlap_grad_reduce`` (gradient buckets reduced during the last
     backward; DeepSpeed's engine reduces them all after it) and
@@ -161,6 +174,9 @@ class Stack:
     separate_grad_accumulation: bool = False
     bf16_grads_accumulated_in_fp32: bool = False
     fp8_linear: bool = False
+    fp8_recipe: str = "delayed"
+    fp8_norm_cast_fusion: bool = False
+    fp8_activation_cast_fusion: bool = False
     fused_bias_grad: bool = True
     host_overhead_s: float = 0.0
     host_backward_overhead_s: float | None = None
@@ -201,6 +217,20 @@ class Stack:
         check_number(self.fp8_matmul_efficiency, key="fp8_matmul_efficiency", above=True,
                      maximum=1)
         check_choice(self.flash_kernel, FLASH_KERNELS, key="flash_kernel")
+        check_choice(self.fp8_recipe, FP8_RECIPES, key="fp8_recipe", what="FP8 recipe")
+
+    @property
+    def fp8(self) -> Fp8Recipe:
+        """The FP8 recipe this stack runs (:attr:`fp8_recipe`)."""
+        return fp8_recipe(self.fp8_recipe, key="fp8_recipe")
+
+    def with_fp8_recipe(self, recipe: str | None) -> Stack:
+        """This stack with another FP8 recipe (``training.fp8_recipe``; None keeps its
+        own)."""
+        if recipe is None or recipe == self.fp8_recipe:
+            return self
+        check_choice(recipe, FP8_RECIPES, key="training.fp8_recipe", what="FP8 recipe")
+        return replace(self, fp8_recipe=recipe)
 
     def host_s_per_kernel(self, pass_: str) -> float:
         """Host seconds per kernel launched in ``pass_``: the backward's autograd engine
@@ -238,7 +268,8 @@ STACKS: dict[str, Stack] = {
         "megatron-core", "Megatron-Core (github.com/NVIDIA/Megatron-LM, core_r0.x) with "
         "cuDNN/Dao FlashAttention, fused bias-GeLU/SwiGLU and bias-dropout-add, "
         "--gradient-accumulation-fusion; dropout 0; FP8 GEMMs through Transformer "
-        "Engine with casts in kernels of their own", fp8_linear=True),
+        "Engine (TELayerNormColumnParallelLinear for qkv and fc1), delayed scaling",
+        fp8_linear=True, fp8_norm_cast_fusion=True),
     "megatron-lm-2021": Stack(
         "megatron-lm-2021", "Megatron-LM v2.x megatron/model/transformer.py (2021): "
         "baddbmm + scaled_upper_triang_masked_softmax + Dropout(0.1) + bmm; jit "
@@ -260,12 +291,12 @@ STACKS: dict[str, Stack] = {
     "transformer-engine": Stack(
         "transformer-engine", "NVIDIA Transformer Engine 1.x layers in Megatron-Core "
         "(LayerNormLinear, LayerNormMLP, DotProductAttention); FP8 delayed scaling",
-        fp8_linear=True),
+        fp8_linear=True, fp8_norm_cast_fusion=True, fp8_activation_cast_fusion=True),
     "torch-compile": Stack(
         "torch-compile", "torchtitan (github.com/pytorch/torchtitan) with torch.compile "
         "and FSDP2: SDPA flash attention, Inductor-fused element-wise chains; FP8 "
-        "through torchao float8 linears", flash_kernel="fa2", fp32_grad_accumulation=False,
-        fp8_linear=True,
+        "through torchao float8 linears (tensorwise dynamic scaling)", flash_kernel="fa2",
+        fp32_grad_accumulation=False, fp8_linear=True, fp8_recipe="current",
         host_overhead_s=COMPILED_HOST_OVERHEAD_S),
     "torch-eager": Stack(
         "torch-eager", "torchtitan without torch.compile: SDPA flash attention, PyTorch's "

@@ -1,0 +1,162 @@
+"""FP8 recipes (training.fp8_recipe): the bytes of each recipe's cast, amax and transpose
+kernels on a small layer against hand counts, the block-scaled weight-gradient rate, the
+per-step weight re-cast, the stacks' defaults, and the recipe's validation."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.cost.compute import (
+    FP8_RECIPE_SPECS,
+    STACKS,
+    RooflineCosts,
+    forward_layer_work,
+    get_stack,
+)
+from distsim_gpu.workloads.cost.compute.fp8_recipes import (
+    BLOCKWISE_SCALE_BYTES_PER_ELEMENT,
+    BLOCKWISE_WGRAD_EFFICIENCY,
+)
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
+from distsim_gpu.workloads.specs.gpus import get_gpu
+from distsim_gpu.workloads.specs.models import ModelSpec
+from distsim_gpu.workloads.strategy.parallel import TrainingConfig, check_fp8_recipe
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+H100 = get_gpu("h100-sxm")
+# A small GPT layer: h 1024, 16 heads, FFN 4096 (GeLU), TP 2, b 2, s 512; bf16 activations.
+MODEL = ModelSpec("gpt-small", layers=4, hidden=1024, heads=16, seq_len=512, vocab=50304)
+B, S, TP, H, F = 2, 512, 2, 1024, 4096
+T = B * S
+A = 2  # activation bytes
+
+
+def fp8_work(recipe: str, stack: str = "megatron-core", b: int = B, tp: int = TP):
+    return forward_layer_work(MODEL, LayerShard(micro_batch=b, seq_len=S, tp=tp),
+                              precision="fp8", stack=get_stack(stack).with_fp8_recipe(recipe))
+
+
+def test_delayed_fuses_the_norm_casts_and_casts_the_rest_in_cast_transpose_kernels():
+    w = fp8_work("delayed")
+    names = set(w.names())
+    # Megatron-Core's TE spec: LayerNormLinear for qkv and fc1 (the norm writes FP8, 1 B).
+    assert not {"cast_qkv", "cast_mlp_fc1"} & names
+    assert w.kernel("input_norm").bytes_moved == T * H * (A + 1)
+    # attn_out's and fc2's inputs: one cast_transpose each, read 2 B, write FP8 + transpose.
+    assert w.kernel("cast_attn_out").bytes_moved == T * H // TP * (A + 2)
+    assert w.kernel("cast_mlp_fc2").bytes_moved == T * F // TP * (A + 2)
+    assert w.kernel("cast_attn_out").launches == 1
+    assert "fp8_scale_update" in names
+    bwd = w.backward()
+    # The output gradients (E5M2 + transpose), and the transposes of the fused FP8 inputs.
+    assert bwd.kernel("qkv.grad_cast").bytes_moved == T * 3 * H // TP * (A + 2)
+    assert bwd.kernel("mlp_fc2.grad_cast").bytes_moved == T * H * (A + 2)
+    assert bwd.kernel("qkv.input_transpose").bytes_moved == 2 * T * H
+    assert bwd.kernel("mlp_fc1.input_transpose").bytes_moved == 2 * T * H
+    assert "attn_out.input_transpose" not in bwd.names()
+
+
+def test_transformer_engine_layernorm_mlp_also_fuses_the_activation_cast():
+    w = fp8_work("delayed", stack="transformer-engine")
+    assert "cast_mlp_fc2" not in w.names()
+    # GeLU reads and writes T·F/t: 2 B in, 1 B (FP8) out.
+    assert w.kernel("mlp_act").bytes_moved == T * F // TP * (A + 1)
+    assert w.backward().kernel("mlp_fc2.input_transpose").bytes_moved == 2 * T * F // TP
+
+
+def test_current_scaling_reads_each_tensor_once_more_and_fuses_nothing():
+    w = fp8_work("current")
+    # amax pass (read 2 B) + cast_transpose (read 2 B, write 1 + 1 B): two kernels.
+    assert w.kernel("cast_qkv").bytes_moved == T * H * (2 * A + 2)
+    assert w.kernel("cast_qkv").launches == 2
+    assert w.kernel("cast_mlp_fc1").bytes_moved == T * H * (2 * A + 2)
+    assert w.kernel("input_norm").bytes_moved == T * H * 2 * A
+    assert "fp8_scale_update" not in w.names()
+    bwd = w.backward()
+    assert bwd.kernel("attn_out.grad_cast").bytes_moved == T * H * (2 * A + 2)
+    assert not [n for n in bwd.names() if n.endswith("input_transpose")]
+
+
+def test_blockwise_writes_block_scales_and_no_history():
+    w = fp8_work("blockwise")
+    # 1×128 row-wise and 128×1 column-wise copies, one fp32 scale per 128 elements each.
+    assert BLOCKWISE_SCALE_BYTES_PER_ELEMENT == 2 * 4 / 128
+    assert w.kernel("cast_qkv").bytes_moved == pytest.approx(T * H * (A + 2 + 8 / 128))
+    assert w.kernel("cast_qkv").launches == 1
+    assert "fp8_scale_update" not in w.names()
+    bwd = w.backward()
+    assert bwd.kernel("qkv.wgrad").efficiency_factor == BLOCKWISE_WGRAD_EFFICIENCY
+    assert bwd.kernel("qkv.dgrad").efficiency_factor == 1.0
+
+
+def test_the_norm_backward_does_not_depend_on_what_its_forward_wrote():
+    delayed, current = (fp8_work(r).backward().kernel("input_norm.bwd").bytes_moved
+                        for r in ("delayed", "current"))
+    assert delayed == current == 1.5 * 2 * T * H * A
+
+
+@settings(max_examples=30, deadline=None)
+@given(b=st.integers(1, 4), tp=st.sampled_from([1, 2, 4]))
+def test_recipe_differences_are_the_amax_read_and_the_scales(b, tp):
+    elements = b * S * H // tp  # attn_out's input on one rank
+    delayed, current, block = (fp8_work(r, b=b, tp=tp).kernel("cast_attn_out").bytes_moved
+                               for r in ("delayed", "current", "blockwise"))
+    assert current - delayed == elements * A
+    assert block - delayed == pytest.approx(elements * 8 / 128)
+
+
+def test_block_scaled_weight_gradient_runs_at_its_share_of_the_fp8_rate():
+    big = ModelSpec("big", layers=2, hidden=8192, heads=64, seq_len=4096, vocab=32000)
+    shard = LayerShard(micro_batch=1, seq_len=4096, tp=1)
+    times = {}
+    for recipe in ("delayed", "blockwise"):
+        costs = RooflineCosts(H100, "fp8", launch_overhead_s=0.0,
+                              stack=STACKS["megatron-core"].with_fp8_recipe(recipe))
+        bwd = costs.layer_work("bwd", big, shard)
+        times[recipe] = {n: costs.kernel_time_s(bwd.kernel(n))
+                         for n in ("mlp_fc1.wgrad", "mlp_fc1.dgrad")}
+    # A compute-bound GEMM: time scales with 1/efficiency exactly.
+    assert times["blockwise"]["mlp_fc1.wgrad"] / times["delayed"]["mlp_fc1.wgrad"] == \
+        pytest.approx(1 / BLOCKWISE_WGRAD_EFFICIENCY)
+    assert times["blockwise"]["mlp_fc1.dgrad"] == times["delayed"]["mlp_fc1.dgrad"]
+
+
+def test_weight_recast_per_step_by_recipe():
+    def extra(recipe):
+        costs = RooflineCosts(H100, "fp8", stack=STACKS["megatron-core"].with_fp8_recipe(recipe))
+        return costs.optimizer_bytes() - RooflineCosts(H100, "bf16").optimizer_bytes()
+    assert extra("delayed") == 2 + 1 + 1           # read bf16, write FP8 and its transpose
+    assert extra("current") == 2 + 2 + 1 + 1       # and an amax read first
+    assert extra("blockwise") == pytest.approx(4 + 4 / 128**2)
+
+
+def test_stack_defaults_and_determinism():
+    assert STACKS["megatron-core"].fp8_recipe == "delayed"
+    assert STACKS["transformer-engine"].fp8_recipe == "delayed"
+    assert STACKS["torch-compile"].fp8_recipe == "current"
+    assert set(FP8_RECIPE_SPECS) == {"delayed", "current", "blockwise"}
+    for recipe in FP8_RECIPE_SPECS:
+        costs = RooflineCosts(H100, "fp8", stack=STACKS["megatron-core"].with_fp8_recipe(recipe))
+        shard = LayerShard(micro_batch=B, seq_len=S, tp=TP)
+        assert fp8_work(recipe) == fp8_work(recipe)
+        assert costs.layer_time_s("bwd", MODEL, shard) == costs.layer_time_s("bwd", MODEL, shard)
+
+
+def test_recipe_validation():
+    check_fp8_recipe(None, "bf16")
+    check_fp8_recipe("blockwise", "fp8")
+    with pytest.raises(ConfigError, match=re.escape(
+            "training.fp8_recipe: unknown FP8 recipe 'tensorwise'")):
+        check_fp8_recipe("tensorwise", "fp8")
+    with pytest.raises(ConfigError, match=re.escape(
+            "needs training.precision fp8, not 'bf16'")):
+        check_fp8_recipe("delayed", "bf16")
+    with pytest.raises(ConfigError, match="unknown FP8 recipe 'x'"):
+        STACKS["megatron-core"].with_fp8_recipe("x")
+    assert "fp8_recipe" not in TrainingConfig().to_dict()
+    assert TrainingConfig(precision="fp8", fp8_recipe="current").to_dict()["fp8_recipe"] == \
+        "current"
+
