@@ -526,7 +526,8 @@ def _stack_defaults(parallel: ParallelConfig, raw: Any, roofline: RooflineCosts,
                     training: TrainingConfig) -> ParallelConfig:
     """The software stack's defaults for the gradient reduction the scenario left unsaid:
     its precision, and one bucket after the backward pass when the stack does not overlap
-    the reduction with it (workloads.cost.compute.stacks)."""
+    the reduction with it (workloads.cost.compute.stacks); and its overlaps of the
+    parameter gather and of tensor-parallel communication, where the strategy has them."""
     given = raw if isinstance(raw, Mapping) else {}
     stack = roofline.stack
     changes: dict[str, Any] = {}
@@ -534,6 +535,13 @@ def _stack_defaults(parallel: ParallelConfig, raw: Any, roofline: RooflineCosts,
         changes["grad_reduce_precision"] = stack.grad_reduce_precision(training.precision)
     if "bucket_params" not in given and not stack.overlap_grad_reduce:
         changes["bucket_params"] = 10**15  # more than any model: one bucket, at the end
+    # The stack's overlaps where the strategy has what they overlap (docs/overlaps.md).
+    if "overlap_param_gather" not in given:
+        changes["overlap_param_gather"] = (stack.overlap_param_gather
+                                           and parallel.zero in (1, 2))
+    if "tp_comm_overlap" not in given:
+        changes["tp_comm_overlap"] = (stack.tp_comm_overlap and parallel.sequence_parallel
+                                      and parallel.tp > 1 and parallel.tp_mode == "1d")
     return dataclasses.replace(parallel, **changes) if changes else parallel
 
 

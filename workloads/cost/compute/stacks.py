@@ -19,6 +19,12 @@ Stacks (``compute.stack``):
     LLM pre-training recipes (Llama, Nemotron).  Its operator list is the one distsim used
     before stacks existed.  ``precision: fp8`` runs the linear GEMMs in FP8 with each cast
     a kernel of its own (Transformer Engine's ``Linear`` without the norm fusions).
+``nemo``
+    NeMo 2.x performance recipes on Megatron-Core + Transformer Engine: the layer as
+    ``megatron-core``, and the overlaps the recipes switch on — tensor-parallel
+    communication overlapped with the GEMMs (``tp_comm_overlap``, TE userbuffers) and the
+    distributed optimizer's parameter all-gather with the next forward
+    (``overlap_param_gather``); FP8 through Transformer Engine (docs/overlaps.md).
 ``megatron-lm-2021``
     Megatron-LM as published for GPT-3-scale training (Narayanan et al. 2021, SC'21;
     github.com/NVIDIA/Megatron-LM v2.x, ``megatron/model/transformer.py``): unfused
@@ -142,7 +148,13 @@ class Stack:
     Outside the layer: ``overlap_grad_reduce`` (gradient buckets reduced during the last
     backward; DeepSpeed's engine reduces them all after it) and
     ``fp16_grads_reduced_in_fp16`` (:meth:`grad_reduce_precision`) are the defaults of
-    ``parallelism.bucket_params`` and ``parallelism.grad_reduce_precision``.
+    ``parallelism.bucket_params`` and ``parallelism.grad_reduce_precision``;
+    ``overlap_param_gather`` (Megatron-Core's ``DistributedDataParallelConfig``, default
+    False; on in NeMo's performance recipes) and ``tp_comm_overlap`` (Megatron's
+    ``--tp-comm-overlap`` / NeMo's ``tp_comm_overlap``: Transformer Engine userbuffers,
+    default off in Megatron-Core) are those of ``parallelism.overlap_param_gather`` and
+    ``parallelism.tp_comm_overlap``, applied where the strategy allows them (the
+    distributed optimizer; sequence parallelism) — docs/overlaps.md.
     """
 
     name: str
@@ -167,6 +179,8 @@ class Stack:
     fp8_matmul_efficiency: float = FP8_MATMUL_EFFICIENCY
     overlap_grad_reduce: bool = True
     fp16_grads_reduced_in_fp16: bool = False
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
 
     def grad_accum_bytes(self, activation_bytes: int, precision: str) -> float:
         """Bytes per weight element of a separate gradient accumulation (a per-micro-batch
@@ -257,6 +271,15 @@ STACKS: dict[str, Stack] = {
         fused_bias_grad=False, host_overhead_s=EAGER_HOST_OVERHEAD_S,
         host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S, overlap_grad_reduce=False,
         fp16_grads_reduced_in_fp16=True),
+    # NeMo 2.x performance recipes (nemo/collections/llm/recipes/*_pretrain.py with the
+    # MegatronCommOverlapCallback; NeMo's "Communication Overlap" guide): the distributed
+    # optimizer with overlap_grad_reduce and overlap_param_gather, tp_comm_overlap with
+    # sequence parallelism (TE userbuffers), FP8 through Transformer Engine.
+    "nemo": Stack(
+        "nemo", "NeMo 2.x performance recipes on Megatron-Core + Transformer Engine: "
+        "tp_comm_overlap (TE userbuffers), overlap_grad_reduce and overlap_param_gather "
+        "with the distributed optimizer, FP8 via TE", fp8_linear=True,
+        overlap_param_gather=True, tp_comm_overlap=True),
     "transformer-engine": Stack(
         "transformer-engine", "NVIDIA Transformer Engine 1.x layers in Megatron-Core "
         "(LayerNormLinear, LayerNormMLP, DotProductAttention); FP8 delayed scaling",
