@@ -14,6 +14,9 @@ A scenario file (read with ``yaml.safe_load`` only)::
     parallelism: {tp: 8, pp: 8, dp: 1, ep: 1, sequence_parallel: false, schedule: 1f1b,
                   interleave: 1, zero: 0, fsdp: false, order: tp-dp-pp,
                   bucket_params: 40000000, grad_reduce_precision: fp32}
+                                                # also overlap_param_gather, tp_comm_overlap
+                                                # (+ _splits, _sms): default the stack's
+                                                # (docs/overlaps.md)
     training: {micro_batch: 1, global_batch: 64, recompute: full, precision: bf16,
                seq_len: 2048}                   # seq_len: default the model's; also
                                                 # data_loader: {sample_time: "4 ms",
@@ -32,8 +35,10 @@ A scenario file (read with ``yaml.safe_load`` only)::
                                                 #   optimizer_bytes_per_param, attention
                                                 #   (flash | unfused: pre-FlashAttention),
                                                 #   comm_sms (SMs overlapped communication
-                                                #   kernels hold; default 0)
-      stack: megatron-core                      # software stack: megatron-core,
+                                                #   kernels hold; default 0), cuda_graphs
+                                                #   (layer passes as CUDA graphs; default
+                                                #   the stack's)
+      stack: megatron-core                      # software stack: megatron-core, nemo,
                                                 #   megatron-lm-2021, megatron-deepspeed,
                                                 #   transformer-engine, torch-compile
     communication: {algorithm: auto, protocol: auto}   # collectives.comm_params_from_mapping

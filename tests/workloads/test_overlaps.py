@@ -11,12 +11,20 @@ from __future__ import annotations
 
 import pytest
 from distsim_gpu.collectives import CommParams, Communicator
+from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.compute.roofline import RooflineCosts
+from distsim_gpu.workloads.cost.compute.stacks import CUDA_GRAPH_LAUNCH_S, get_stack
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
-from distsim_gpu.workloads.cost.tp_overlap import gemm_stretch, paired_gemms_s, pipelined_pair_s
+from distsim_gpu.workloads.cost.tp_overlap import (
+    TE_PIPELINE_SMS,
+    TE_PIPELINE_SPLITS,
+    gemm_stretch,
+    paired_gemms_s,
+    pipelined_pair_s,
+)
 from distsim_gpu.workloads.cost.traffic import stage_param_bytes
 from distsim_gpu.workloads.iteration.ops import Collective, TpOverlap, Wait
 from distsim_gpu.workloads.iteration.simulator import IterationSpec, simulate_iteration
@@ -246,3 +254,78 @@ def test_interleaved_chunks_launch_their_buckets_in_their_own_last_backward():
     # Some buckets go out while backward compute is still to come (the other chunk's).
     assert reduces[0] < computes[-1]
     assert len(reduces) == 4 + 1  # a bucket per layer of the stage, and the embedding
+
+
+# --------------------------------------------------------------------------- CUDA graphs
+
+
+def test_cuda_graphs_leave_one_graph_launch_of_host_time():
+    """A captured layer pass: its kernels back to back (no host time per kernel), or the
+    graph's launch where the pass is shorter than that."""
+    eager = get_stack("torch-eager")
+    costs = RooflineCosts(get_gpu("h100"), stack=eager)
+    graphed = RooflineCosts(get_gpu("h100"), stack=eager, cuda_graphs=True)
+    for model, tokens in ((TP_MODEL, 2048), (TP_MODEL, 8)):
+        shard = LayerShard(1, tokens, tp=4, sequence_parallel=True, layer_index=0)
+        for pass_ in ("fwd", "bwd"):
+            work = graphed.layer_work(pass_, model, shard)
+            device_s = sum(graphed.kernel_time_s(k) for k in work.kernels)
+            assert graphed.layer_time_s(pass_, model, shard) == pytest.approx(
+                max(device_s, CUDA_GRAPH_LAUNCH_S), rel=1e-12)
+            assert graphed.layer_time_s(pass_, model, shard) < costs.layer_time_s(
+                pass_, model, shard)
+    assert RooflineCosts(get_gpu("h100"), cuda_graphs=False).resolved_stack.cuda_graphs is False
+
+
+# --------------------------------------------------------------------------- stack defaults
+
+
+def _resolved_parallelism(tiny, **sections):
+    return scenario_from_mapping(tiny(**sections)).resolved()["parallelism"]
+
+
+def test_nemo_stack_turns_the_overlaps_on_where_the_strategy_has_them(tiny):
+    sp = {"sequence_parallel": True, "zero": 1}
+    nemo = _resolved_parallelism(tiny, parallelism=sp, compute={"stack": "nemo"})
+    assert nemo["overlap_param_gather"] is True
+    assert nemo["tp_comm_overlap"] is True
+    assert (nemo["tp_comm_overlap_splits"], nemo["tp_comm_overlap_sms"]) == (
+        TE_PIPELINE_SPLITS, TE_PIPELINE_SMS)
+    # Megatron-Core's own defaults leave them off (and the resolved file unchanged).
+    core = _resolved_parallelism(tiny, parallelism=sp)
+    assert "overlap_param_gather" not in core
+    assert "tp_comm_overlap" not in core
+    # Without the distributed optimizer or sequence parallelism there is nothing to overlap.
+    plain = _resolved_parallelism(tiny, compute={"stack": "nemo"})
+    assert "overlap_param_gather" not in plain
+    assert "tp_comm_overlap" not in plain
+    # What the scenario says wins over the stack.
+    said = _resolved_parallelism(tiny, parallelism={**sp, "tp_comm_overlap": False},
+                                 compute={"stack": "nemo"})
+    assert "tp_comm_overlap" not in said
+    assert said["overlap_param_gather"] is True
+
+
+def test_overlap_keys_are_checked_by_name(tiny):
+    with pytest.raises(ConfigError, match=r"parallelism\.tp_comm_overlap_splits"):
+        scenario_from_mapping(tiny(parallelism={"sequence_parallel": True,
+                                                "tp_comm_overlap": True,
+                                                "tp_comm_overlap_splits": 0}))
+    with pytest.raises(ConfigError, match=r"compute\.cuda_graphs"):
+        scenario_from_mapping(tiny(compute={"cuda_graphs": "yes"}))
+
+
+def test_overlapped_runs_account_every_second(tiny):
+    """Compute, exposed communication, bubble and idle still add up to the iteration, and
+    so does the critical path.  (On this latency-bound toy the overlaps cost time: each
+    chunk of a pipelined collective pays the collective's latency again.)"""
+    sections = {"parallelism": {"sequence_parallel": True, "zero": 1}}
+    core = run_scenario(scenario_from_mapping(tiny(**sections)))
+    nemo = run_scenario(scenario_from_mapping(tiny(**sections, compute={"stack": "nemo"})))
+    assert nemo.iteration_time_s > core.iteration_time_s
+    for report in (core, nemo):
+        for gpu in report.per_gpu:
+            assert (gpu.compute_s + gpu.exposed_communication_s + gpu.bubble_s + gpu.idle_s
+                    == pytest.approx(report.iteration_time_s, rel=1e-9))
+        assert sum(e.duration_s for e in report.critical_path) == pytest.approx(
+            report.iteration_time_s, rel=1e-9)

@@ -75,6 +75,7 @@ from distsim_gpu.simcore.errors import ConfigError
 
 __all__ = [
     "ATTENTION_IMPLEMENTATIONS",
+    "CUDA_GRAPH_LAUNCH_S",
     "DEFAULT_STACK",
     "EAGER_HOST_BACKWARD_OVERHEAD_S",
     "EAGER_HOST_OVERHEAD_S",
@@ -100,6 +101,11 @@ FLASH_KERNELS = ("fa2", "cudnn")
 EAGER_HOST_OVERHEAD_S = 20e-6
 EAGER_HOST_BACKWARD_OVERHEAD_S = 43e-6
 COMPILED_HOST_OVERHEAD_S = 4e-6
+# Host seconds of one CUDA graph launch (``cudaGraphLaunch``) that replays a captured layer
+# pass.  NVIDIA's "Constant Time Launch for Straight-Line Graphs" (developer.nvidia.com
+# blog, CUDA 12.6) makes a straight-line graph's launch independent of its node count, of
+# the order of one kernel launch; taken as the compiled stacks' per-launch figure above.
+CUDA_GRAPH_LAUNCH_S = COMPILED_HOST_OVERHEAD_S
 # Fraction of the FP8 dense peak a well-shaped FP8 GEMM reaches.  An H100 measurement of a
 # 13B GPT under Megatron + Transformer Engine gained 1.42x end to end from FP8
 # (github.com/NVIDIA/Megatron-LM issue 396: 0.34 -> 0.24 s/step; NVIDIA's answer: 2x is
@@ -145,6 +151,12 @@ class Stack:
     * ``fp8_linear``: with ``precision: fp8`` the linear GEMMs run in FP8 with casts (only
       stacks with FP8 kernels; others refuse fp8).
 
+    ``cuda_graphs``: each layer pass captured as a CUDA graph (Megatron-Core's
+    ``--enable-cuda-graph``, TE's ``make_graphed_callables``): the host launches one graph
+    instead of every kernel, so no per-kernel host time (:meth:`host_s_per_kernel`); the
+    default of ``compute.cuda_graphs`` (off in every stack: Megatron-Core's argument
+    default, and NeMo's pre-training recipes leave it off with pipeline parallelism).
+
     Outside the layer: ``overlap_grad_reduce`` (gradient buckets reduced during the last
     backward; DeepSpeed's engine reduces them all after it) and
     ``fp16_grads_reduced_in_fp16`` (:meth:`grad_reduce_precision`) are the defaults of
@@ -181,6 +193,7 @@ class Stack:
     fp16_grads_reduced_in_fp16: bool = False
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
+    cuda_graphs: bool = False
 
     def grad_accum_bytes(self, activation_bytes: int, precision: str) -> float:
         """Bytes per weight element of a separate gradient accumulation (a per-micro-batch
@@ -219,7 +232,11 @@ class Stack:
     def host_s_per_kernel(self, pass_: str) -> float:
         """Host seconds per kernel launched in ``pass_``: the backward's autograd engine
         (``host_backward_overhead_s``, else the forward's figure) or the forward thread
-        (``fwd`` and ``recompute``: checkpointing re-runs the forward's Python)."""
+        (``fwd`` and ``recompute``: checkpointing re-runs the forward's Python); none
+        under ``cuda_graphs``, where a pass is one graph launch
+        (:data:`CUDA_GRAPH_LAUNCH_S`)."""
+        if self.cuda_graphs:
+            return 0.0
         if pass_ == "bwd" and self.host_backward_overhead_s is not None:
             return self.host_backward_overhead_s
         return self.host_overhead_s
@@ -235,6 +252,13 @@ class Stack:
             backward = host_s * (backward / self.host_overhead_s if self.host_overhead_s
                                  else 1.0)
         return replace(self, host_overhead_s=host_s, host_backward_overhead_s=backward)
+
+    def with_cuda_graphs(self, cuda_graphs: bool | None) -> Stack:
+        """This stack with its layer passes captured as CUDA graphs or not
+        (``compute.cuda_graphs``; None: the stack's own)."""
+        if cuda_graphs is None or cuda_graphs == self.cuda_graphs:
+            return self
+        return replace(self, cuda_graphs=cuda_graphs)
 
     def with_attention(self, attention: str | None) -> Stack:
         """This stack with another attention implementation (``compute.attention``)."""
