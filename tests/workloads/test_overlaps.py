@@ -329,3 +329,14 @@ def test_overlapped_runs_account_every_second(tiny):
                     == pytest.approx(report.iteration_time_s, rel=1e-9))
         assert sum(e.duration_s for e in report.critical_path) == pytest.approx(
             report.iteration_time_s, rel=1e-9)
+
+
+def test_chakra_export_refuses_tp_overlap_by_its_key():
+    from distsim_gpu.workloads.traces.chakra_export import iter_rank_graphs
+    gpu = get_gpu("h100")
+    spec = IterationSpec(_switch(4), TP_MODEL,
+                         ParallelConfig(tp=4, sequence_parallel=True, tp_comm_overlap=True),
+                         TrainingConfig(micro_batch=1, global_batch=1), RooflineCosts(gpu),
+                         gpu)
+    with pytest.raises(ConfigError, match=r"parallelism\.tp_comm_overlap"):
+        next(iter_rank_graphs(spec))
