@@ -67,3 +67,4 @@ def run_tp_overlap(env: simpy.Environment, tp_call: TpCall, tracer: Any, group: 
     if exposed_s > 0:
         group.path.append((start, start + exposed_s, _TP.comm_kind, op.label, None))
     group.path.append((start + exposed_s, env.now, "compute", op.label, None))
+    tracer.span(group.name, "compute", f"{op.comm.label} gemm", start, env.now)
