@@ -147,10 +147,11 @@ class TpOverlap:
     """A tensor-parallel ``comm`` run in ``splits`` chunks against a GEMM of ``gemm_s``
     (alone on the GPU) that runs ``gemm_stretch`` times longer beside it (the SMs the
     communication holds): chunk by chunk, the collective first (``comm_first``: an
-    all-gather feeding the GEMM) or the GEMM first (a reduce-scatter draining it)."""
+    all-gather feeding the GEMM) or the GEMM first (a reduce-scatter draining it).
+    ``gemm``: the GEMM as a :class:`Compute` of ``gemm_s`` (its label and cost-table keys)."""
 
     comm: Collective
-    gemm_s: float
+    gemm: Compute
     splits: int
     comm_first: bool
     gemm_stretch: float = 1.0
@@ -160,9 +161,14 @@ class TpOverlap:
         return f"{self.comm.label} overlapped"
 
     @property
+    def gemm_s(self) -> float:
+        """The GEMM's seconds alone on the GPU."""
+        return self.gemm.duration_s
+
+    @property
     def stretched_gemm_s(self) -> float:
         """The GEMM's seconds beside the communication."""
-        return self.gemm_s * self.gemm_stretch
+        return self.gemm.duration_s * self.gemm_stretch
 
 
 @dataclass(frozen=True, slots=True)

@@ -383,11 +383,13 @@ class StreamBuilder:
             ops.append(Compute(rest, f"{label} {block}", *args))
             ops.append(TpOverlap(Collective("all_gather", self.tp_bytes,
                                             f"{label} {block} all_gather", exclusive=fold),
-                                 ag_s, par.tp, comm_first=True))
+                                 Compute(ag_s, f"{label} {block} gemm", *args), par.tp,
+                                 comm_first=True))
             ops.append(TpOverlap(Collective("reduce_scatter", self.tp_bytes,
                                             f"{label} {block} reduce_scatter",
                                             exclusive=fold),
-                                 rs_s, par.tp_comm_overlap_splits, comm_first=False,
+                                 Compute(rs_s, f"{label} {block} gemm", *args),
+                                 par.tp_comm_overlap_splits, comm_first=False,
                                  gemm_stretch=self.rs_stretch))
 
     def _overlapped_moe(self, ops: list[Op], label: str, times_s: tuple[float, float],
@@ -613,7 +615,7 @@ def fuse(ops: Sequence[Op], closed_form_s: Callable[[Collective], float]) -> tup
             gemm_s = op.stretched_gemm_s
             chunk = replace(op.comm, size_bytes=(op.comm.size_bytes or 0.0) / op.splits)
             exposed_s = pipelined_pair_s(closed_form_s(chunk), gemm_s, op.splits) - gemm_s
-            run.extend((Compute(gemm_s, f"{op.comm.label} gemm"), op.comm))
+            run.extend((replace(op.gemm, duration_s=gemm_s), op.comm))
             durations.extend((gemm_s, exposed_s))
             compute += gemm_s
             comm += exposed_s
