@@ -41,6 +41,7 @@ ROOFLINE_KNOBS = {
     "optimizer_bytes_per_param": "optimizer_bytes_per_param",
     "attention": "attention",
     "comm_sms": "comm_sms",
+    "cuda_graphs": "cuda_graphs",
 }
 COMPUTE_KEYS = ("gpu", "costs", "stack", *ROOFLINE_KNOBS)
 
@@ -67,6 +68,10 @@ def resolved_compute(gpu: GpuSpec, roofline: RooflineCosts,
     compute["matmul_efficiency"] = roofline.resolved_matmul_efficiency
     compute["attention_efficiency"] = roofline.resolved_attention_efficiency
     compute["host_overhead"] = roofline.resolved_stack.host_overhead_s
+    if roofline.resolved_stack.cuda_graphs:  # named only when on: resolved files stay
+        compute["cuda_graphs"] = True
+    else:
+        del compute["cuda_graphs"]
     compute["stack"] = roofline.stack.name
     return compute
 
@@ -103,7 +108,7 @@ def roofline_of(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,
         key = f"compute.{knob}"
         if knob in ("launch_overhead", "host_overhead"):
             value = parse_duration(value, key=key, source=source)
-        elif knob == "causal":
+        elif knob in ("causal", "cuda_graphs"):
             check_bool(value, key=key, source=source)
         elif knob == "gemm_tiles":
             value = _tiles(value, key, source)

@@ -14,6 +14,9 @@ A scenario file (read with ``yaml.safe_load`` only)::
     parallelism: {tp: 8, pp: 8, dp: 1, ep: 1, sequence_parallel: false, schedule: 1f1b,
                   interleave: 1, zero: 0, fsdp: false, order: tp-dp-pp,
                   bucket_params: 40000000, grad_reduce_precision: fp32}
+                                                # also overlap_param_gather, tp_comm_overlap
+                                                # (+ _splits, _sms): default the stack's
+                                                # (docs/overlaps.md)
     training: {micro_batch: 1, global_batch: 64, recompute: full, precision: bf16,
                seq_len: 2048}                   # seq_len: default the model's; also
                                                 # data_loader: {sample_time: "4 ms",
@@ -32,8 +35,10 @@ A scenario file (read with ``yaml.safe_load`` only)::
                                                 #   optimizer_bytes_per_param, attention
                                                 #   (flash | unfused: pre-FlashAttention),
                                                 #   comm_sms (SMs overlapped communication
-                                                #   kernels hold; default 0)
-      stack: megatron-core                      # software stack: megatron-core,
+                                                #   kernels hold; default 0), cuda_graphs
+                                                #   (layer passes as CUDA graphs; default
+                                                #   the stack's)
+      stack: megatron-core                      # software stack: megatron-core, nemo,
                                                 #   megatron-lm-2021, megatron-deepspeed,
                                                 #   transformer-engine, torch-compile
     communication: {algorithm: auto, protocol: auto}   # collectives.comm_params_from_mapping
@@ -526,7 +531,8 @@ def _stack_defaults(parallel: ParallelConfig, raw: Any, roofline: RooflineCosts,
                     training: TrainingConfig) -> ParallelConfig:
     """The software stack's defaults for the gradient reduction the scenario left unsaid:
     its precision, and one bucket after the backward pass when the stack does not overlap
-    the reduction with it (workloads.cost.compute.stacks)."""
+    the reduction with it (workloads.cost.compute.stacks); and its overlaps of the
+    parameter gather and of tensor-parallel communication, where the strategy has them."""
     given = raw if isinstance(raw, Mapping) else {}
     stack = roofline.stack
     changes: dict[str, Any] = {}
@@ -534,6 +540,13 @@ def _stack_defaults(parallel: ParallelConfig, raw: Any, roofline: RooflineCosts,
         changes["grad_reduce_precision"] = stack.grad_reduce_precision(training.precision)
     if "bucket_params" not in given and not stack.overlap_grad_reduce:
         changes["bucket_params"] = 10**15  # more than any model: one bucket, at the end
+    # The stack's overlaps where the strategy has what they overlap (docs/overlaps.md).
+    if "overlap_param_gather" not in given:
+        changes["overlap_param_gather"] = (stack.overlap_param_gather
+                                           and parallel.zero in (1, 2))
+    if "tp_comm_overlap" not in given:
+        changes["tp_comm_overlap"] = (stack.tp_comm_overlap and parallel.sequence_parallel
+                                      and parallel.tp > 1 and parallel.tp_mode == "1d")
     return dataclasses.replace(parallel, **changes) if changes else parallel
 
 

@@ -38,7 +38,7 @@ from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.topology.model import Topology
 from distsim_gpu.topology.presets import HostFigure
 from distsim_gpu.workloads.cost.traffic import optimizer_params
-from distsim_gpu.workloads.iteration.ops import Compute, Fused, Op
+from distsim_gpu.workloads.iteration.ops import Compute, Fused, Op, TpOverlap
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.strategy.offload import (
     OffloadConfig,
@@ -230,6 +230,8 @@ def gpu_work_s(stream: Sequence[Op]) -> float:
         elif isinstance(op, Fused):
             total += sum(d for s, d in zip(op.steps, op.durations_s, strict=True)
                          if s.label != OPTIMIZER_STEP_LABEL)
+        elif isinstance(op, TpOverlap):  # its GEMM (the chunks' transfers run beside it)
+            total += op.stretched_gemm_s
     return total
 
 

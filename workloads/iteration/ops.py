@@ -14,6 +14,8 @@ keeps its dependency-graph state in its own nodes around them.
   (forward) or gradient (backward) to a neighbouring virtual stage.
 * :class:`Wait` — block until asynchronous collectives are done.
 * :class:`Barrier` — every rank group meets (the gradient-norm reduction of one scalar).
+* :class:`TpOverlap` — a tensor-parallel collective pipelined in chunks with the GEMM it
+  feeds or drains (``parallelism.tp_comm_overlap``, :mod:`workloads.cost.tp_overlap`).
 * :class:`Fused` — a run of compute and closed-form collectives that nothing outside the
   rank group can delay, simulated as one timeout.
 
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Barrier", "Collective", "Compute", "Fused", "Memcpy", "Op", "Peers", "Recv",
-           "Send", "Wait"]
+           "Send", "TpOverlap", "Wait"]
 
 #: Who takes part in a collective.  In the iteration, the name of a parallelism
 #: dimension's communicator, relative to the rank group that runs it
@@ -141,6 +143,35 @@ class Barrier:
 
 
 @dataclass(frozen=True, slots=True)
+class TpOverlap:
+    """A tensor-parallel ``comm`` run in ``splits`` chunks against a GEMM of ``gemm_s``
+    (alone on the GPU) that runs ``gemm_stretch`` times longer beside it (the SMs the
+    communication holds): chunk by chunk, the collective first (``comm_first``: an
+    all-gather feeding the GEMM) or the GEMM first (a reduce-scatter draining it).
+    ``gemm``: the GEMM as a :class:`Compute` of ``gemm_s`` (its label and cost-table keys)."""
+
+    comm: Collective
+    gemm: Compute
+    splits: int
+    comm_first: bool
+    gemm_stretch: float = 1.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.comm.label} overlapped"
+
+    @property
+    def gemm_s(self) -> float:
+        """The GEMM's seconds alone on the GPU."""
+        return self.gemm.duration_s
+
+    @property
+    def stretched_gemm_s(self) -> float:
+        """The GEMM's seconds beside the communication."""
+        return self.gemm.duration_s * self.gemm_stretch
+
+
+@dataclass(frozen=True, slots=True)
 class Fused:
     """``steps`` run back to back as one timeout: compute and ``exclusive`` collectives,
     the ``i``-th taking ``durations_s[i]`` (a collective's from its closed form).
@@ -161,4 +192,4 @@ class Fused:
 
 
 #: One step of a stream.
-Op = Compute | Memcpy | Collective | Send | Recv | Wait | Barrier | Fused
+Op = Compute | Memcpy | Collective | Send | Recv | Wait | Barrier | TpOverlap | Fused

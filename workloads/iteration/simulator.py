@@ -19,6 +19,8 @@ between rank groups is simulated explicitly:
   buckets; ZeRO ≥ 1 all-gathers the updated parameters after it.  ZeRO-3/FSDP all-gathers
   each layer's parameters before its forward and backward (prefetching the next layer)
   and reduce-scatters its gradients after the backward, every micro-batch.
+  With ``overlap_param_gather`` the gather runs by bucket from the start of the forward
+  instead, each chunk's first forward waiting for its buckets (docs/overlaps.md).
 * **expert parallel** — a MoE layer dispatches tokens to experts and combines them back
   with two all-to-alls per pass, inside the layer (blocking).
 * **iteration end** — tied word-embedding gradients are all-reduced between the first and
@@ -65,7 +67,16 @@ from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.workloads.cost.traffic import seq_len_of
 from distsim_gpu.workloads.iteration.folding import exclusive_tp, fold_check, unit_rows
 from distsim_gpu.workloads.iteration.offload_step import OffloadStep, offload_streams
-from distsim_gpu.workloads.iteration.ops import Barrier, Collective, Fused, Op, Recv, Send, Wait
+from distsim_gpu.workloads.iteration.ops import (
+    Barrier,
+    Collective,
+    Fused,
+    Op,
+    Recv,
+    Send,
+    TpOverlap,
+    Wait,
+)
 from distsim_gpu.workloads.iteration.rank_groups import (
     check_memory,
     check_stragglers,
@@ -88,6 +99,7 @@ from distsim_gpu.workloads.iteration.timeline import (
     critical_path,
     started,
 )
+from distsim_gpu.workloads.iteration.tp_overlap_run import run_tp_overlap
 from distsim_gpu.workloads.iteration.tracing import record_link_counters, trace_metadata
 from distsim_gpu.workloads.strategy.dimensions import (
     PeerGroup,
@@ -191,7 +203,8 @@ class IterationSimulator:
         self.active = [g for row in self.rows for g in row]
         self._handlers: dict[type, _Handler] = {
             Fused: self._run_fused, Collective: self._run_collective, Send: self._send,
-            Recv: self._receive, Wait: self._run_wait, Barrier: self._barrier}
+            Recv: self._receive, Wait: self._run_wait, Barrier: self._barrier,
+            TpOverlap: partial(run_tp_overlap, self.env, self._tp_call, self.sim.tracer)}
 
     def _tp_analytic_s(self, kind: str, size: float, stage: int) -> float:
         key = (kind, size, stage)

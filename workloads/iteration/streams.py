@@ -33,16 +33,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from distsim_gpu.workloads.cost.compute import CostModel
 from distsim_gpu.workloads.cost.context_parallel import core_attention_time_s, ring_step_blocks
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.parameters import layer_group_extra_params
+from distsim_gpu.workloads.cost.tp_overlap import (
+    gemm_stretch,
+    paired_gemms_s,
+    pipelined_pair_s,
+    roofline_of,
+)
 from distsim_gpu.workloads.cost.traffic import (
     activation_bytes_per_element,
     alltoall_bytes,
     cp_message_bytes,
     gathers_layer_params,
+    grad_bytes_per_element,
     gradient_buckets,
     gradient_reduce_op,
     layer_gather_bytes,
@@ -66,6 +74,7 @@ from distsim_gpu.workloads.iteration.ops import (
     Op,
     Recv,
     Send,
+    TpOverlap,
     Wait,
 )
 from distsim_gpu.workloads.specs.models import ModelSpec
@@ -90,6 +99,9 @@ __all__ = ["StreamBuilder", "fuse"]
 
 #: The closed-form time of a tensor-parallel collective: (op, size_bytes, stage) -> s.
 TpTime = Callable[[str, float, int], float]
+#: A chunk's parameter buckets in the order its forward needs them: (the layer before which
+#: the forward waits for it, None: the chunk's start; bytes per GPU; handle).
+ParamBuckets = tuple[tuple[int | None, float, str], ...]
 
 
 class StreamBuilder:
@@ -141,6 +153,17 @@ class StreamBuilder:
                          if parallel.layer_groups else None)
         # Narrower layers reduce their gradients over the rank group's GPUs too.
         self.narrow = any(s.k > 1 for s in self.settings or ())
+        # parallelism.overlap_param_gather: the distributed optimizer's parameter gather by
+        # bucket during the forward (docs/overlaps.md).
+        self.param_gather = (parallel.overlap_param_gather and parallel.zero in (1, 2)
+                             and parallel.dp_cp > 1)
+        # parallelism.tp_comm_overlap: each TP collective pipelined with its GEMM
+        # (workloads.cost.tp_overlap); the reduce-scatter's SMs stretch its GEMM.
+        self.tp_overlap = (parallel.tp_comm_overlap and mesh is None
+                           and self.tp_kinds == ("all_gather", "reduce_scatter"))
+        self.rs_stretch = (gemm_stretch(roofline_of(costs).gpu.sm_count,
+                                        parallel.tp_comm_overlap_sms)
+                           if self.tp_overlap else 1.0)
 
     # ----------------------------------------------------------------- a stage
     def stage_stream(self, stage: int) -> list[Op]:
@@ -150,6 +173,11 @@ class StreamBuilder:
         sharded = gathers_layer_params(par) and par.dp_cp > 1
         launched_dp = False
         stream: list[Op] = []
+        # Steady state: the previous step's updated parameters, gathered by bucket from the
+        # start of the forward; each chunk's first forward waits for its buckets.
+        gathers = self._param_gathers(stage) if self.param_gather else {}
+        stream.extend(self._async_dp("all_gather", size, f"gather params {handle}", handle)
+                      for buckets in gathers.values() for _at, size, handle in buckets)
         program = stage_program(par.schedule, pp=par.pp, stage=stage,
                                 microbatches=self.microbatches, interleave=par.interleave)
         for pass_, mb, chunk in program:
@@ -161,9 +189,12 @@ class StreamBuilder:
             last = mb == last_mb
             # Exclusive TP only while no data-parallel collective of this stage can be in
             # flight: before it launched one, and not in a pass that launches one.
-            fold = (self.exclusive_tp and not launched_dp and not sharded
+            # Nor while parameter gathers are: until every chunk's first forward waited.
+            fold = (self.exclusive_tp and not launched_dp and not sharded and not gathers
                     and not (last and pass_ == "B" and (par.dp_cp > 1 or self.narrow)))
-            ops = self.pass_ops(stage, chunk, pass_, last, fold)
+            waits = gathers.pop(chunk, ()) if pass_ == "F" else ()
+            fold = fold and not waits
+            ops = self.pass_ops(stage, chunk, pass_, last, fold, waits)
             launched_dp = launched_dp or any(
                 isinstance(op, Collective) and not op.blocking for op in ops)
             stream.extend(ops)
@@ -183,7 +214,7 @@ class StreamBuilder:
         step_s = self.costs.optimizer_step_time_s(
             optimizer_params(model, par, stage) + layer_group_extra_params(model, par, stage))
         ops.append(Compute(step_s, "optimizer step"))
-        if par.zero in (1, 2) and par.dp_cp > 1:
+        if par.zero in (1, 2) and par.dp_cp > 1 and not self.param_gather:
             ops.append(Collective("all_gather",
                                   stage_param_bytes(model, par, self.training, stage),
                                   "gather params", group="dp"))
@@ -191,26 +222,33 @@ class StreamBuilder:
 
     # ----------------------------------------------------------------- a pass
     def pass_ops(self, stage: int, chunk: int, pass_: str, last: bool,
-                 fold: bool) -> tuple[Op, ...]:
+                 fold: bool, waits: ParamBuckets = ()) -> tuple[Op, ...]:
         """One pass (``"F"``/``"B"``) of one model chunk, without its receive and send
         (cached); ``last``: the last micro-batch's; ``fold``: its tensor-parallel
-        collectives are exclusive."""
-        key = (stage, chunk, pass_, last, fold)
+        collectives are exclusive; ``waits``: the parameter buckets a first forward waits
+        for (:meth:`_param_gathers`)."""
+        key = (stage, chunk, pass_, last, fold, bool(waits))
         cached = self._passes.get(key)
         if cached is None:
             vs = virtual_stage(stage, chunk, self.parallel.pp)
-            ops = (self._forward(vs, fold) if pass_ == "F"
+            ops = (self._forward(vs, fold, waits) if pass_ == "F"
                    else self._backward(vs, chunk, last, fold))
             cached = self._passes[key] = self._fused(ops, stage)
         return cached
 
-    def _forward(self, vs: int, fold: bool) -> list[Op]:
+    def _forward(self, vs: int, fold: bool, waits: ParamBuckets = ()) -> list[Op]:
         sharded = gathers_layer_params(self.parallel)
+        # Each parameter bucket is waited for before the first layer that needs it.
+        before = {at: handle for at, _size, handle in waits}
         ops: list[Op] = []
+        if None in before:
+            ops.append(Wait(before.pop(None)))
         if vs == 0:
             ops.append(self._edge("embedding", "fwd"))
         order = list(range(*self.chunks[vs]))
         for position, layer in enumerate(order):
+            if layer in before:
+                ops.append(Wait(before.pop(layer)))
             if sharded:
                 self._gather_params(ops, order, position)
             if self.settings and position:
@@ -304,6 +342,10 @@ class StreamBuilder:
         op_sac = pass_ == "recompute" and setting.recompute == "op"
         saved = SAVED_COLLECTIVES if op_sac else frozenset()
         args = (kind, table_pass, layer)
+        if (self.tp_overlap and with_comm and not op_sac and par.cp == 1
+                and self.settings is None and not model.is_moe_layer(layer)):
+            self._overlapped_tp_layer(ops, pass_, shard, (duration, label, args), fold)
+            return
         half = duration / 2
         if par.cp > 1 and not op_sac:
             half = self._cp_attention(ops, cost_pass, duration, label, args,
@@ -324,6 +366,31 @@ class StreamBuilder:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} combine", group="ep"))
         if with_comm or op_sac:
             self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", setting, saved)
+
+    def _overlapped_tp_layer(self, ops: list[Op], pass_: str, shard: LayerShard,
+                             what: tuple[float, str, tuple[str, str, int]],
+                             fold: bool) -> None:
+        """``parallelism.tp_comm_overlap``: each block's all-gather pipelined with the
+        GEMM it feeds (ring exchange: ``tp`` chunks, no SMs) and its reduce-scatter with
+        the GEMM it drains (``tp_comm_overlap_splits`` chunks on ``tp_comm_overlap_sms``
+        SMs); the rest of the block computes alone (workloads.cost.tp_overlap).
+        ``what``: the layer pass's seconds, label and trace arguments."""
+        duration, label, args = what
+        par = self.parallel
+        gemms = paired_gemms_s(self.costs, pass_, self.model, shard)
+        rest = max(duration - sum(ag + rs for ag, rs in gemms.values()), 0.0) / 2
+        for block, (ag_s, rs_s) in gemms.items():
+            ops.append(Compute(rest, f"{label} {block}", *args))
+            ops.append(TpOverlap(Collective("all_gather", self.tp_bytes,
+                                            f"{label} {block} all_gather", exclusive=fold),
+                                 Compute(ag_s, f"{label} {block} gemm", *args), par.tp,
+                                 comm_first=True))
+            ops.append(TpOverlap(Collective("reduce_scatter", self.tp_bytes,
+                                            f"{label} {block} reduce_scatter",
+                                            exclusive=fold),
+                                 Compute(rs_s, f"{label} {block} gemm", *args),
+                                 par.tp_comm_overlap_splits, comm_first=False,
+                                 gemm_stretch=self.rs_stretch))
 
     def _overlapped_moe(self, ops: list[Op], label: str, times_s: tuple[float, float],
                         args: tuple[str, str, int], fold: bool, pass_: str) -> None:
@@ -473,6 +540,36 @@ class StreamBuilder:
         return {None if b.after_layers is None else wide[b.after_layers - 1]: b.size_bytes
                 for b in buckets}
 
+    def _param_gathers(self, stage: int) -> dict[int, ParamBuckets]:
+        """``overlap_param_gather``: per model chunk of ``stage``, the distributed
+        optimizer's parameter buckets — its gradient buckets, at the parameters' width — in
+        the order the forward needs them.  What the buckets leave out of the stage's
+        parameters (norms, position and output embeddings, narrower layer groups) joins
+        the bucket gathered first, or on the last stage the one gathered last (the output
+        layer is used last)."""
+        par = self.parallel
+        width = (activation_bytes_per_element(self.training.precision)
+                 / grad_bytes_per_element(par.grad_reduce_precision))
+        plan: dict[int, list[list[Any]]] = {}
+        for chunk in range(par.interleave):
+            vs = virtual_stage(stage, chunk, par.pp)
+            order = list(reversed(range(*self.chunks[vs])))
+            buckets = self._buckets(order, first_chunk=vs == 0)
+            # The end-of-pass bucket (None) holds the forward's first layers.
+            ahead = sorted(buckets, key=lambda p: (p is not None, -(p or 0)))
+            plan[chunk] = [[None if p is None else order[p - 1], buckets[p] * width, ""]
+                           for p in ahead]
+        rest = stage_param_bytes(self.model, par, self.training, stage) - sum(
+            b[1] for buckets in plan.values() for b in buckets)
+        if not plan[0]:
+            plan[0].append([None, 0.0, ""])
+        target = (plan[par.interleave - 1][-1] if stage == par.pp - 1 and par.pp > 1
+                  and plan[par.interleave - 1] else plan[0][0])
+        target[1] += max(rest, 0.0)
+        return {chunk: tuple((at, size, f"params {chunk}.{n}")
+                             for n, (at, size, _h) in enumerate(buckets))
+                for chunk, buckets in plan.items() if buckets}
+
     def _reduce_narrow(self, ops: list[Op], layer: int) -> None:
         """A narrower layer's gradients (``P/tp_i`` per GPU) all-reduced, as DDP does over
         its ``dp_i = k·dp`` ranks: every replica's GPUs holding the same shard, on the
@@ -512,6 +609,17 @@ def fuse(ops: Sequence[Op], closed_form_s: Callable[[Collective], float]) -> tup
         compute = comm = 0.0
 
     for op in ops:
+        if isinstance(op, TpOverlap) and op.comm.exclusive:
+            # The pair in closed form: the GEMM as compute, the rest of the pipeline as
+            # the collective's exposed part (its bytes still count on its links).
+            gemm_s = op.stretched_gemm_s
+            chunk = replace(op.comm, size_bytes=(op.comm.size_bytes or 0.0) / op.splits)
+            exposed_s = pipelined_pair_s(closed_form_s(chunk), gemm_s, op.splits) - gemm_s
+            run.extend((replace(op.gemm, duration_s=gemm_s), op.comm))
+            durations.extend((gemm_s, exposed_s))
+            compute += gemm_s
+            comm += exposed_s
+            continue
         if isinstance(op, Compute):
             duration = op.duration_s
             compute += duration

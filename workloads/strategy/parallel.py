@@ -103,6 +103,8 @@ FP8_RECIPES = ("delayed", "current", "blockwise")
 # What a gradient all-reduce may carry on the wire (traffic.GRAD_BYTES sizes each).
 GRAD_REDUCE_PRECISIONS = ("fp32", "bf16", "fp16")
 PARTITIONS = ("uniform", "embedding")
+# Whole-number keys for which 0 is a valid setting.
+_MAY_BE_ZERO = ("zero", "tp_comm_overlap_sms")
 
 
 def layer_partition(layers: int, parts: int, partition: str = "uniform",
@@ -134,6 +136,10 @@ def layer_partition(layers: int, parts: int, partition: str = "uniform",
     return [(max(a - 1, 0), min(b - 1, layers)) for a, b in bounds]
 
 
+#: The overlaps a resolved configuration names only when they are on.
+_OVERLAP_KEYS = ("overlap_param_gather", "tp_comm_overlap")
+
+
 @dataclass(frozen=True, slots=True)
 class ParallelConfig:
     """Degrees of parallelism and how they run (see the module docstring)."""
@@ -163,6 +169,18 @@ class ParallelConfig:
     # DeepSeek-V3 style: each MoE layer runs as two half micro-batches, one's dispatch /
     # combine overlapping the other's compute (workloads.iteration.streams).
     moe_overlap: bool = False
+    # Megatron-Core's distributed optimizer (ZeRO 1/2) with ``--overlap-param-gather``: the
+    # updated parameters all-gathered by bucket during the next forward instead of after the
+    # optimizer step (workloads.iteration.streams); the default comes from compute.stack.
+    overlap_param_gather: bool = False
+    # Transformer Engine's userbuffers (Megatron ``--tp-comm-overlap``, torchtitan's
+    # async-TP): with sequence parallelism each TP all-gather / reduce-scatter runs in
+    # ``tp_comm_overlap_splits`` chunks pipelined with its GEMM, the reduce-scatter's
+    # kernels holding ``tp_comm_overlap_sms`` SMs (workloads.cost.tp_overlap); the default
+    # comes from compute.stack, the two figures from TE's defaults.
+    tp_comm_overlap: bool = False
+    tp_comm_overlap_splits: int = 4
+    tp_comm_overlap_sms: int = 16
     # Galvatron's per-layer strategies: groups of layers with their own tp and recompute
     # (workloads.strategy.layer_groups); empty: every layer as above.
     layer_groups: tuple[LayerGroup, ...] = ()
@@ -188,6 +206,11 @@ class ParallelConfig:
             del data["offload"]
         if not self.moe_overlap:  # likewise
             del data["moe_overlap"]
+        for key in _OVERLAP_KEYS:  # likewise, while their overlap is off
+            if not getattr(self, key):
+                del data[key]
+        if not self.tp_comm_overlap:
+            del data["tp_comm_overlap_splits"], data["tp_comm_overlap_sms"]
         if self.layer_groups:  # likewise
             data["layer_groups"] = [g.to_dict() for g in self.layer_groups]
         else:
@@ -459,6 +482,26 @@ def _check_sharding(p: ParallelConfig, *, experts: int, source: str | None) -> N
                  what="gradient precision")
     check_choice(p.order, PLACEMENT_ORDERS, key="parallelism.order", source=source,
                  what="placement order")
+    _check_overlaps(p, source=source)
+
+
+def _check_overlaps(p: ParallelConfig, *, source: str | None) -> None:
+    """The framework overlaps only where the frameworks run them: the parameter gather
+    needs the distributed optimizer, TP overlap sequence-parallel 1-D tensor parallelism."""
+    if p.overlap_param_gather and p.zero not in (1, 2):
+        raise ConfigError(f"overlap_param_gather needs the distributed optimizer (zero 1 or "
+                          f"2), got zero {p.zero}", key="parallelism.overlap_param_gather",
+                          source=source, hint="set zero: 1, or overlap_param_gather: false")
+    if p.tp_comm_overlap and not (p.sequence_parallel and p.tp > 1 and p.tp_mode == "1d"):
+        raise ConfigError("tp_comm_overlap overlaps sequence parallelism's all-gather and "
+                          "reduce-scatter with the GEMMs: it needs tp > 1, "
+                          "sequence_parallel: true and tp_mode: 1d",
+                          key="parallelism.tp_comm_overlap", source=source,
+                          hint="set sequence_parallel: true, or tp_comm_overlap: false")
+    check_whole(p.tp_comm_overlap_splits, key="parallelism.tp_comm_overlap_splits",
+                source=source, minimum=1, maximum=1024)
+    check_whole(p.tp_comm_overlap_sms, key="parallelism.tp_comm_overlap_sms", source=source,
+                minimum=0, maximum=1024)
 
 
 #: Micro-batches per pipeline in one iteration (global_batch / (micro_batch·dp)): each is
@@ -551,6 +594,6 @@ def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
             # typed config never holds a string or a float (check_strategy then checks how
             # they fit together, the model and the cluster).
             value = check_whole(value, key=f"{prefix}.{key}", source=source,
-                                minimum=0 if key == "zero" else 1)
+                                minimum=0 if key in _MAY_BE_ZERO else 1)
         values[key] = value
     return cls(**values)

@@ -222,6 +222,10 @@ def _senders(sim: IterationSimulator) -> dict[tuple[str, int, int], tuple[int, f
 def iter_rank_graphs(spec: IterationSpec) -> Iterator[tuple[int, list[GraphNode]]]:
     """Each rank's graph of one iteration (module docstring), rank group by rank group;
     rank ``r`` is the GPU :func:`~workloads.traces.replay.place_ranks` puts rank ``r`` on."""
+    if spec.parallel.tp_comm_overlap:  # chunks pipelined with a GEMM: no ET node says it
+        raise ConfigError("exporting TP communication overlapped with the GEMMs to Chakra "
+                          "is not supported", key="parallelism.tp_comm_overlap",
+                          hint="set parallelism.tp_comm_overlap: false to export")
     sim = IterationSimulator(spec)  # the rank groups and streams the iteration runs
     gpus = place_ranks(spec.topology, len(spec.topology.gpus))
     exporter = _Exporter(sim, {gpu: rank for rank, gpu in enumerate(gpus)})

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from distsim_gpu.simcore.config import check_choice, check_number, check_whole
+from distsim_gpu.simcore.config import check_bool, check_choice, check_number, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.compute.operators import (
     PASSES,
@@ -37,6 +37,7 @@ from distsim_gpu.workloads.cost.compute.operators import (
 )
 from distsim_gpu.workloads.cost.compute.stacks import (
     ATTENTION_IMPLEMENTATIONS,
+    CUDA_GRAPH_LAUNCH_S,
     DEFAULT_STACK,
     STACKS,
     Stack,
@@ -248,6 +249,7 @@ class RooflineCosts:
     stack: Stack = field(default=STACKS[DEFAULT_STACK])
     host_overhead_s: float | None = None
     comm_sms: int = 0
+    cuda_graphs: bool | None = None
 
     def __post_init__(self) -> None:
         self.gpu.peak_flops(self.precision)  # ConfigError if the GPU lacks the precision
@@ -272,6 +274,8 @@ class RooflineCosts:
         if not self.gemm_tiles:
             raise ConfigError("needs at least one tile", key="gemm_tiles")
         check_whole(self.comm_sms, key="comm_sms", minimum=0)
+        if self.cuda_graphs is not None:
+            check_bool(self.cuda_graphs, key="cuda_graphs")
         if self.comm_sms >= self.gpu.sm_count:
             raise ConfigError(f"{self.comm_sms} SMs for communication leave none of the "
                               f"{self.gpu.sm_count} of {self.gpu.name} for compute",
@@ -300,9 +304,9 @@ class RooflineCosts:
 
     @property
     def resolved_stack(self) -> Stack:
-        """The stack with ``attention`` and ``host_overhead_s`` applied."""
+        """The stack with ``attention``, ``host_overhead_s`` and ``cuda_graphs`` applied."""
         return self.stack.with_attention(self.attention).with_host_overhead(
-            self.host_overhead_s)
+            self.host_overhead_s).with_cuda_graphs(self.cuda_graphs)
 
     def to_dict(self) -> dict[str, Any]:
         """Resolved settings, every default filled in (JSON/YAML-ready)."""
@@ -316,7 +320,8 @@ class RooflineCosts:
                 "optimizer_bytes_per_param": self.optimizer_bytes_per_param,
                 "attention": self.resolved_stack.attention, "stack": self.stack.name,
                 "host_overhead_s": self.resolved_stack.host_overhead_s,
-                "comm_sms": self.comm_sms}
+                "comm_sms": self.comm_sms,
+                **({"cuda_graphs": True} if self.resolved_stack.cuda_graphs else {})}
 
     @property
     def peak_flops_per_s(self) -> float:
@@ -355,10 +360,12 @@ class RooflineCosts:
 
     def work_time_s(self, work: LayerWork) -> float:
         """Seconds for every operator of ``work`` one after another on the GPU, each
-        kernel no earlier than the host has issued it (:func:`issue_timeline_s`)."""
-        return issue_timeline_s(
+        kernel no earlier than the host has issued it (:func:`issue_timeline_s`); a
+        pass captured as a CUDA graph is one graph launch, then its kernels back to back."""
+        gpu_s = issue_timeline_s(
             ((self.kernel_time_s(k), k.count * k.launches) for k in work.kernels),
             work.stack.host_s_per_kernel(work.pass_))
+        return max(gpu_s, CUDA_GRAPH_LAUNCH_S) if work.stack.cuda_graphs else gpu_s
 
     def operator_times_s(self, work: LayerWork) -> dict[str, float]:
         """Seconds per forward operator name (a backward operator counts to the forward

@@ -22,6 +22,12 @@ Stacks (``compute.stack``):
     transformer_engine``, whose layer spec runs qkv and fc1 as TE ``LayerNormLinear``):
     the norm writes qkv's and fc1's FP8 input under delayed scaling, attn_out's and fc2's
     inputs are cast by kernels of their own (Megatron's own SwiGLU/GeLU writes 16 bits).
+``nemo``
+    NeMo 2.x performance recipes on Megatron-Core + Transformer Engine: the layer as
+    ``megatron-core``, and the overlaps the recipes switch on — tensor-parallel
+    communication overlapped with the GEMMs (``tp_comm_overlap``, TE userbuffers) and the
+    distributed optimizer's parameter all-gather with the next forward
+    (``overlap_param_gather``); FP8 through Transformer Engine (docs/overlaps.md).
 ``megatron-lm-2021``
     Megatron-LM as published for GPT-3-scale training (Narayanan et al. 2021, SC'21;
     github.com/NVIDIA/Megatron-LM v2.x, ``megatron/model/transformer.py``): unfused
@@ -76,6 +82,7 @@ from distsim_gpu.workloads.cost.compute.fp8_recipes import FP8_RECIPES, Fp8Recip
 
 __all__ = [
     "ATTENTION_IMPLEMENTATIONS",
+    "CUDA_GRAPH_LAUNCH_S",
     "DEFAULT_STACK",
     "EAGER_HOST_BACKWARD_OVERHEAD_S",
     "EAGER_HOST_OVERHEAD_S",
@@ -101,6 +108,11 @@ FLASH_KERNELS = ("fa2", "cudnn")
 EAGER_HOST_OVERHEAD_S = 20e-6
 EAGER_HOST_BACKWARD_OVERHEAD_S = 43e-6
 COMPILED_HOST_OVERHEAD_S = 4e-6
+# Host seconds of one CUDA graph launch (``cudaGraphLaunch``) that replays a captured layer
+# pass.  NVIDIA's "Constant Time Launch for Straight-Line Graphs" (developer.nvidia.com
+# blog, CUDA 12.6) makes a straight-line graph's launch independent of its node count, of
+# the order of one kernel launch; taken as the compiled stacks' per-launch figure above.
+CUDA_GRAPH_LAUNCH_S = COMPILED_HOST_OVERHEAD_S
 # Fraction of the FP8 dense peak a well-shaped FP8 GEMM reaches.  An H100 measurement of a
 # 13B GPT under Megatron + Transformer Engine gained 1.42x end to end from FP8
 # (github.com/NVIDIA/Megatron-LM issue 396: 0.34 -> 0.24 s/step; NVIDIA's answer: 2x is
@@ -152,10 +164,22 @@ class Stack:
     * ``fp8_activation_cast_fusion``: the MLP activation writes fc2's FP8 input itself
       (TE ``LayerNormMLP``), where the recipe allows it.
 
+    ``cuda_graphs``: each layer pass captured as a CUDA graph (Megatron-Core's
+    ``--enable-cuda-graph``, TE's ``make_graphed_callables``): the host launches one graph
+    instead of every kernel, so no per-kernel host time (:meth:`host_s_per_kernel`); the
+    default of ``compute.cuda_graphs`` (off in every stack: Megatron-Core's argument
+    default, and NeMo's pre-training recipes leave it off with pipeline parallelism).
+
     Outside the layer: ``overlap_grad_reduce`` (gradient buckets reduced during the last
     backward; DeepSpeed's engine reduces them all after it) and
     ``fp16_grads_reduced_in_fp16`` (:meth:`grad_reduce_precision`) are the defaults of
-    ``parallelism.bucket_params`` and ``parallelism.grad_reduce_precision``.
+    ``parallelism.bucket_params`` and ``parallelism.grad_reduce_precision``;
+    ``overlap_param_gather`` (Megatron-Core's ``DistributedDataParallelConfig``, default
+    False; on in NeMo's performance recipes) and ``tp_comm_overlap`` (Megatron's
+    ``--tp-comm-overlap`` / NeMo's ``tp_comm_overlap``: Transformer Engine userbuffers,
+    default off in Megatron-Core) are those of ``parallelism.overlap_param_gather`` and
+    ``parallelism.tp_comm_overlap``, applied where the strategy allows them (the
+    distributed optimizer; sequence parallelism) — docs/overlaps.md.
     """
 
     name: str
@@ -183,6 +207,9 @@ class Stack:
     fp8_matmul_efficiency: float = FP8_MATMUL_EFFICIENCY
     overlap_grad_reduce: bool = True
     fp16_grads_reduced_in_fp16: bool = False
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
+    cuda_graphs: bool = False
 
     def grad_accum_bytes(self, activation_bytes: int, precision: str) -> float:
         """Bytes per weight element of a separate gradient accumulation (a per-micro-batch
@@ -235,7 +262,11 @@ class Stack:
     def host_s_per_kernel(self, pass_: str) -> float:
         """Host seconds per kernel launched in ``pass_``: the backward's autograd engine
         (``host_backward_overhead_s``, else the forward's figure) or the forward thread
-        (``fwd`` and ``recompute``: checkpointing re-runs the forward's Python)."""
+        (``fwd`` and ``recompute``: checkpointing re-runs the forward's Python); none
+        under ``cuda_graphs``, where a pass is one graph launch
+        (:data:`CUDA_GRAPH_LAUNCH_S`)."""
+        if self.cuda_graphs:
+            return 0.0
         if pass_ == "bwd" and self.host_backward_overhead_s is not None:
             return self.host_backward_overhead_s
         return self.host_overhead_s
@@ -251,6 +282,13 @@ class Stack:
             backward = host_s * (backward / self.host_overhead_s if self.host_overhead_s
                                  else 1.0)
         return replace(self, host_overhead_s=host_s, host_backward_overhead_s=backward)
+
+    def with_cuda_graphs(self, cuda_graphs: bool | None) -> Stack:
+        """This stack with its layer passes captured as CUDA graphs or not
+        (``compute.cuda_graphs``; None: the stack's own)."""
+        if cuda_graphs is None or cuda_graphs == self.cuda_graphs:
+            return self
+        return replace(self, cuda_graphs=cuda_graphs)
 
     def with_attention(self, attention: str | None) -> Stack:
         """This stack with another attention implementation (``compute.attention``)."""
@@ -288,6 +326,16 @@ STACKS: dict[str, Stack] = {
         fused_bias_grad=False, host_overhead_s=EAGER_HOST_OVERHEAD_S,
         host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S, overlap_grad_reduce=False,
         fp16_grads_reduced_in_fp16=True),
+    # NeMo 2.x performance recipes (nemo/collections/llm/recipes/*_pretrain.py with the
+    # MegatronCommOverlapCallback; NeMo's "Communication Overlap" guide): the distributed
+    # optimizer with overlap_grad_reduce and overlap_param_gather, tp_comm_overlap with
+    # sequence parallelism (TE userbuffers), FP8 through Transformer Engine.
+    "nemo": Stack(
+        "nemo", "NeMo 2.x performance recipes on Megatron-Core + Transformer Engine: "
+        "tp_comm_overlap (TE userbuffers), overlap_grad_reduce and overlap_param_gather "
+        "with the distributed optimizer, FP8 via TE (TELayerNormColumnParallelLinear for "
+        "qkv and fc1), delayed scaling", fp8_linear=True, fp8_norm_cast_fusion=True,
+        overlap_param_gather=True, tp_comm_overlap=True),
     "transformer-engine": Stack(
         "transformer-engine", "NVIDIA Transformer Engine 1.x layers in Megatron-Core "
         "(LayerNormLinear, LayerNormMLP, DotProductAttention); FP8 delayed scaling",

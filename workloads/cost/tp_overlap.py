@@ -1,0 +1,97 @@
+"""Tensor-parallel communication overlapped with the GEMMs, as Transformer Engine runs it.
+
+With sequence parallelism every attention and MLP block gathers its input along the
+sequence (all-gather) before its first GEMM and reduce-scatters its output after its last
+one.  Transformer Engine's userbuffers (Megatron ``--tp-comm-overlap``, NeMo's
+``tp_comm_overlap``; torchtitan's async-TP does the same in PyTorch) split each such
+collective into chunks and run it against the GEMM it feeds or drains, chunk by chunk:
+
+* **all-gather ⊗ GEMM** (``qkv_fprop``, ``fc1_fprop``; backward ``proj_dgrad``,
+  ``fc2_dgrad``): *ring exchange* — ``tp`` steps, each GEMM chunk on the slice that has
+  arrived while the next slice moves; the copies run on the copy engines and hold no SMs;
+* **GEMM ⊗ reduce-scatter** (``proj_fprop``, ``fc2_fprop``; backward the ``qkv``/``fc1``
+  data-gradient reduce-scatter): *pipelined* — the GEMM in ``splits`` chunks, each chunk's
+  reduce-scatter while the next computes, its kernels holding ``sms`` SMs the GEMM cannot use.
+
+A pipeline of ``n`` chunks, comm chunk ``c`` (the closed form of a collective of ``1/n`` of
+the bytes) and GEMM chunk ``g``, takes ``c + (n − 1)·max(c, g) + g``: the longer side,
+plus the first chunk of the other side before it can start (all-gather first) or the last
+after it (reduce-scatter last).  The GEMM runs at ``sm_count / (sm_count − sms)`` of its
+time alone (:func:`gemm_stretch`).
+
+Which GEMM each collective pairs with, per pass (:func:`paired_gemms_s`): forward (and
+recompute) the block's input linear (``qkv`` / ``mlp_fc1``) with the all-gather and its
+output linear (``attn_out`` / ``mlp_fc2``) with the reduce-scatter; backward the output
+linear's gradient GEMMs with the all-gather (ring-exchange ``proj_dgrad``) and the input
+linear's with the reduce-scatter (TE's bulk overlap of the ``dgrad`` reduce-scatter with
+the ``wgrad`` GEMM).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
+from distsim_gpu.workloads.specs.models import ModelSpec
+
+__all__ = ["TE_PIPELINE_SMS", "TE_PIPELINE_SPLITS", "gemm_stretch", "paired_gemms_s",
+           "pipelined_pair_s", "roofline_of"]
+
+# Transformer Engine's userbuffers defaults for a pipelined (chunked) overlap: 4 splits on
+# 16 SMs (transformer_engine/pytorch/module/base.py, ``initialize_ub``'s default config;
+# NeMo's per-model userbuffers presets use 16-24 SMs for ``proj_fprop``/``fc2_fprop``).
+TE_PIPELINE_SPLITS = 4
+TE_PIPELINE_SMS = 16
+
+#: Per block, the (all-gather's, reduce-scatter's) GEMM operators, by pass.
+_PAIRS = {
+    "fwd": {"attention": ("qkv", "attn_out"), "mlp": ("mlp_fc1", "mlp_fc2")},
+    "bwd": {"attention": ("attn_out", "qkv"), "mlp": ("mlp_fc2", "mlp_fc1")},
+}
+
+
+def pipelined_pair_s(chunk_comm_s: float, gemm_s: float, splits: int) -> float:
+    """Seconds of a collective in ``splits`` chunks of ``chunk_comm_s`` pipelined with a
+    GEMM of ``gemm_s`` (module docstring): ``c + (n − 1)·max(c, g) + g``, ``g = gemm_s/n``."""
+    chunk_gemm_s = gemm_s / splits
+    return chunk_comm_s + (splits - 1) * max(chunk_comm_s, chunk_gemm_s) + chunk_gemm_s
+
+
+def gemm_stretch(sm_count: int, sms: int, *, key: str = "parallelism.tp_comm_overlap_sms",
+                 ) -> float:
+    """How much longer a GEMM runs while communication kernels hold ``sms`` of the GPU's
+    ``sm_count`` SMs: ``sm_count / (sm_count − sms)``."""
+    if sms >= sm_count:
+        raise ConfigError(f"{sms} SMs for communication leave none of the GPU's {sm_count} "
+                          "for the GEMM", key=key, hint=f"use fewer than {sm_count}")
+    return sm_count / (sm_count - sms)
+
+
+def roofline_of(costs: Any) -> Any:
+    """The per-operator (roofline) cost model behind ``costs``: itself, or a table's
+    roofline fallback; a :class:`ConfigError` when there is none."""
+    for candidate in (costs, getattr(costs, "fallback", None)):
+        if hasattr(candidate, "operator_times_s") and hasattr(candidate, "layer_work"):
+            return candidate
+    raise ConfigError("tp_comm_overlap pairs each collective with a GEMM and needs "
+                      "per-operator times: a roofline, or a cost table with a roofline "
+                      "fallback", key="parallelism.tp_comm_overlap",
+                      hint="use compute.costs: roofline, or tp_comm_overlap: false")
+
+
+def paired_gemms_s(costs: Any, pass_: str, model: ModelSpec, shard: LayerShard,
+                   ) -> dict[str, tuple[float, float]]:
+    """Per block (``attention``, ``mlp``): the seconds of the GEMM the all-gather overlaps
+    and of the one the reduce-scatter overlaps, in ``pass_`` (``recompute`` as ``fwd``), as
+    fractions of the layer's time under the roofline applied to ``costs``' own layer time
+    (so a cost table keeps its total)."""
+    roofline = roofline_of(costs)
+    cost_pass = "recompute" if pass_ == "recompute" else pass_
+    times = roofline.operator_times_s(roofline.layer_work(cost_pass, model, shard))
+    layer_s = costs.layer_time_s(cost_pass, model, shard)
+    roofline_s = roofline.layer_time_s(cost_pass, model, shard)
+    scale = layer_s / roofline_s if roofline_s > 0 else 0.0
+    pairs = _PAIRS["bwd" if pass_ == "bwd" else "fwd"]
+    return {block: (times.get(ag, 0.0) * scale, times.get(rs, 0.0) * scale)
+            for block, (ag, rs) in pairs.items()}
