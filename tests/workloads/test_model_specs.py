@@ -18,6 +18,10 @@ PUBLISHED_TOTALS = [
     ("llama2-70b", 70e9, "Touvron et al. 2023 (Llama 2), Table 1"),
     ("llama3-8b", 8.03e9, "Meta Llama 3 model card"),
     ("llama3-70b", 70.6e9, "Meta Llama 3 model card"),
+    ("llama3.1-8b", 8.03e9, "Meta Llama 3.1 model card"),
+    ("llama3.1-70b", 70.6e9, "Meta Llama 3.1 model card"),
+    ("nemotron4-15b", 15.7e9, "Parmar et al. 2024 (arXiv 2402.16819), §2: 3.2B + 12.5B"),
+    ("nemotron4-340b", 340e9, "Nemotron-4 340B Technical Report (arXiv 2406.11704)"),
     ("llama3.1-405b", 405e9, "Llama Team 2024, The Llama 3 Herd of Models, Table 3"),
     ("bert-large", 340e6, "Devlin et al. 2019, §3 (BERT-large 340M)"),
     ("mixtral-8x7b", 46.7e9, "Jiang et al. 2024 (Mixtral of Experts)"),
@@ -32,6 +36,8 @@ EXACT_CHECKPOINT_COUNTS = {
     "llama2-70b": 68_976_648_192,
     "llama3-8b": 8_030_261_248,
     "llama3-70b": 70_553_706_496,
+    "llama3.1-8b": 8_030_261_248,
+    "llama3.1-70b": 70_553_706_496,
     "mixtral-8x7b": 46_702_792_704,
     "bloom-176b": 176_247_271_424,
 }
@@ -61,6 +67,20 @@ def test_llama31_405b_closed_form():
     closed = layers * per_layer + 2 * vocab * h + h
     assert closed == 405_853_388_800
     assert get_model("llama3.1-405b").total_params() == closed
+
+
+def test_nemotron4_closed_form():
+    # Per layer: Q and O (h·h each), K and V (8 KV heads of h/heads = 128 each), the
+    # squared-ReLU MLP's two matrices (h·4h), two LayerNorms (scale and bias, 2h each); no
+    # linear biases; untied input and output embeddings and the final LayerNorm.
+    for preset, h, heads, layers in (("nemotron4-15b", 6144, 48, 32),
+                                     ("nemotron4-340b", 18432, 96, 96)):
+        kv_width = 8 * (h // heads)
+        per_layer = 2 * h * h + 2 * h * kv_width + 2 * h * 4 * h + 2 * 2 * h
+        closed = layers * per_layer + 2 * 256000 * h + 2 * h
+        model = get_model(preset)
+        assert model.total_params() == closed
+        assert not model.gated_mlp and model.kv_heads == 8
 
 
 def test_bert_large_matches_hf_bertmodel_within_half_percent():

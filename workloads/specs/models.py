@@ -480,11 +480,37 @@ _PRESET_FIELDS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     # FFN 28672, vocab 128256, context 8192.  Published 70.6B.
     "llama3-70b": {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8,
                    "ffn_hidden": 28672, "seq_len": 8192, "vocab": 128256, **_LLAMA},
+    # Meta Llama 3.1 model card and HF config.json: the Llama 3 shapes (8B: 32 layers,
+    # 4096, 32 heads, 8 KV heads, FFN 14336; 70B: 80 layers, 8192, 64 heads, 8 KV heads,
+    # FFN 28672), vocab 128256; pre-trained at sequence 8192 (the 128k context is a later
+    # stage that changes no parameter count).  Only RoPE's scaling differs from Llama 3,
+    # which no cost here reads.  Published 8.03B and 70.6B, the Llama 3 checkpoints' counts.
+    "llama3.1-8b": {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8,
+                    "ffn_hidden": 14336, "seq_len": 8192, "vocab": 128256, **_LLAMA},
+    "llama3.1-70b": {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8,
+                     "ffn_hidden": 28672, "seq_len": 8192, "vocab": 128256, **_LLAMA},
     # Meta Llama 3.1 model card; Llama Team 2024, "The Llama 3 Herd of Models", Table 3:
     # 126 layers, 16384, 128 heads, 8 KV heads (GQA), FFN 53248 SwiGLU, vocab 128256,
     # RMSNorm, RoPE, untied output; pre-trained at sequence 8192.  Published 405B.
     "llama3.1-405b": {"layers": 126, "hidden": 16384, "heads": 128, "kv_heads": 8,
                       "ffn_hidden": 53248, "seq_len": 8192, "vocab": 128256, **_LLAMA},
+    # Parmar et al. 2024, "Nemotron-4 15B Technical Report" (arXiv 2402.16819), §2 and
+    # Table 1: 32 layers, hidden 6144, 48 heads, 8 KV heads (GQA), sequence 4096, vocab
+    # 256000; RoPE, squared-ReLU MLP (not gated) of width 4·hidden, no bias terms, untied
+    # embeddings; 3.2B embedding + 12.5B non-embedding parameters.  NeMo's config
+    # (megatron_gpt/nemotron) uses LayerNorm ("layernorm1p": zero-centred scale, with bias).
+    "nemotron4-15b": {"layers": 32, "hidden": 6144, "heads": 48, "kv_heads": 8,
+                      "ffn_hidden": 24576, "seq_len": 4096, "vocab": 256000,
+                      "tied_embeddings": False, "position": "rotary", "attention_bias": False,
+                      "mlp_bias": False},
+    # Nvidia 2024, "Nemotron-4 340B Technical Report" (arXiv 2406.11704), §2.1 and
+    # Table 1: the 15B architecture at 96 layers, hidden 18432, 96 heads, 8 KV heads,
+    # sequence 4096, vocab 256000, squared-ReLU MLP of width 73728 (4·hidden).  Published
+    # 340B (9.4B of it embeddings).
+    "nemotron4-340b": {"layers": 96, "hidden": 18432, "heads": 96, "kv_heads": 8,
+                       "ffn_hidden": 73728, "seq_len": 4096, "vocab": 256000,
+                       "tied_embeddings": False, "position": "rotary", "attention_bias": False,
+                       "mlp_bias": False},
     # Devlin et al. 2019 (BERT-large: L 24, H 1024, A 16, 340M); WordPiece vocab 30522,
     # 512 learned positions.  Token-type embeddings, the pooler and the MLM head are not
     # modelled (≈1.1M); HF BertModel counts 335,141,888.
