@@ -67,6 +67,8 @@ def resolved_compute(gpu: GpuSpec, roofline: RooflineCosts,
     compute["attention"] = roofline.resolved_stack.attention
     compute["matmul_efficiency"] = roofline.resolved_matmul_efficiency
     compute["attention_efficiency"] = roofline.resolved_attention_efficiency
+    compute["memory_efficiency"] = roofline.resolved_memory_efficiency
+    compute["gemm_k_half"] = roofline.resolved_gemm_k_half
     compute["host_overhead"] = roofline.resolved_stack.host_overhead_s
     if roofline.resolved_stack.cuda_graphs:  # named only when on: resolved files stay
         compute["cuda_graphs"] = True

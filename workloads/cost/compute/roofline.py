@@ -50,12 +50,16 @@ __all__ = [
     "ADAM_BYTES_PER_PARAM",
     "ATTENTION_EFFICIENCY",
     "ATTENTION_EFFICIENCY_BY_KERNEL",
+    "ATTENTION_SATURATION",
     "DEFAULT_GEMM_TILES",
+    "FP8_MATMUL_EFFICIENCY_BY_ARCHITECTURE",
     "GEMM_K_HALF",
+    "GEMM_K_HALF_BY_ARCHITECTURE",
     "LAUNCH_OVERHEAD_S",
     "MATMUL_EFFICIENCY",
     "MATMUL_EFFICIENCY_BY_ARCHITECTURE",
     "MEMORY_EFFICIENCY",
+    "MEMORY_EFFICIENCY_BY_GPU",
     "CostModel",
     "RooflineCosts",
     "attention_efficiency",
@@ -69,10 +73,27 @@ __all__ = [
 # compute/accelerator, "Maximum Achievable Matmul FLOPS" table, bf16, CUDA 12.1): best
 # shapes reach 85.9 % on A100 SXM (267.9 of 312 TFLOP/s) and 80.1 % on H100 SXM (792.1 of
 # 989); typical training shapes sit a little lower: 0.8 on Ampere (0.93 of its best), and
-# the same 0.93 of Hopper's best, 0.745, on Hopper.  A generation without a figure in that
-# table takes MATMUL_EFFICIENCY.
+# the same 0.93 of Hopper's best, 0.745, on Hopper.  Hopper's figure was checked against a
+# fit (validation/kernels/fit_kernels.py on XLA's H100 BF16 perf table, MAMF and vLLM's
+# cuBLAS rows, 114 GEMMs with every dimension >= 1024): the fit (0.837 with k_half 512)
+# has CV median error 11.3 % against 8.2 % for 0.745 with k_half 64, so 0.745 stays.
+# Blackwell and CDNA3: fitted by validation/kernels/fit_kernels.py (GEMMs with every
+# dimension >= 1024) — B200 on XLA's B200 BF16 table + MAMF + vLLM's SM100 row, 110 rows,
+# CV median error 18.9 % (32.0 % at 0.8); MI300X on ROCm XLA's gfx942 BF16 table + MAMF,
+# 109 rows, CV median error 15.6 % (48.4 % at 0.8), with k_half 512 (GEMM_K_HALF_BY_...).
+# A generation without a figure takes MATMUL_EFFICIENCY.
 MATMUL_EFFICIENCY = 0.8
-MATMUL_EFFICIENCY_BY_ARCHITECTURE: dict[str, float] = {"ampere": 0.8, "hopper": 0.745}
+MATMUL_EFFICIENCY_BY_ARCHITECTURE: dict[str, float] = {
+    "ampere": 0.8, "hopper": 0.745, "blackwell": 0.632, "cdna3": 0.481}
+# Fraction of the FP8 dense peak a per-tensor-scaled FP8 GEMM reaches, fitted by
+# validation/kernels/fit_kernels.py (k_half 512, GEMMs with every dimension >= 1024):
+# Hopper on Azure's cuBLASLt FP8 runs (H100, H200) and MAMF's FP8 rows, 26 rows, CV median
+# error 15.6 % (the stack's 0.6: 12.8-17.5 % per set; XLA's H100 FP8 rows are flagged and
+# left out); Blackwell on XLA's B200 e4m3 table + MAMF, 109 rows, CV 33.0 %; CDNA3 on
+# ROCm XLA's gfx942 e4m3fnuz table + Azure hipBLASLt + MAMF, 116 rows, CV 56.1 % (weak).
+# The runtime FP8 efficiency is still the stack's fp8_matmul_efficiency (stacks.py).
+FP8_MATMUL_EFFICIENCY_BY_ARCHITECTURE: dict[str, float] = {
+    "hopper": 0.648, "blackwell": 0.493, "cdna3": 0.430}
 # Candidate thread-block tiles (tile_m, tile_n, efficiency relative to the best tile).
 # Tile and wave quantisation follow NVIDIA's "Matrix Multiplication Background User's
 # Guide" (Deep Learning Performance docs, §2.3 and ch. 3): a GEMM runs as
@@ -86,19 +107,36 @@ DEFAULT_GEMM_TILES: tuple[tuple[int, int, float], ...] = (
 # write back its C tile) that the k-loop amortises.  Our assumption: at k = 64 a tile
 # spends as long outside its main loop as in it.
 GEMM_K_HALF = 64.0
+# Per generation where the kernel tables say otherwise: fitted with the asymptotic
+# efficiency above (validation/kernels/fit_kernels.py; the grid's largest value, 512, is the
+# best fit on B200's and MI300X's XLA tables: their GEMMs keep rising in k up to 4096).
+GEMM_K_HALF_BY_ARCHITECTURE: dict[str, float] = {"blackwell": 512.0, "cdna3": 512.0}
 # Fraction of the dense 16-bit peak a fused (flash) attention kernel reaches over its forward
 # and backward, by kernel and GPU architecture.  FlashAttention-2 reaches 50-73 % of A100
 # peak forward and less backward (Dao 2023, "FlashAttention-2", abstract and §4.1: ~0.5 over
-# both), but only ~35 % of H100 peak, because it uses none of Hopper's asynchronous
-# tensor-core (WGMMA) and TMA instructions (Shah et al. 2024, "FlashAttention-3",
-# abstract); FlashAttention-3 and cuDNN's fused attention, written for Hopper, reach up to
-# 75 % forward there (same abstract) and less backward, hence 0.5 over both.  Blackwell: no
-# published figure for FA2; it runs the same pre-Hopper instructions, taken as on Hopper.
-# Any other pair (Volta, CDNA3, a custom GPU without an architecture): ATTENTION_EFFICIENCY.
+# both).  Hopper: fitted by validation/kernels/fit_kernels.py as
+# ``e_inf · s/(s + s_half) · d/(d + d_half)`` (ATTENTION_SATURATION) and taken at s = 4096,
+# d = 128 — fa2 on the FlashAttention-2 repository's H100 fwd+bwd figure (hand-transcribed,
+# 24 bars, CV median error 7.3 %, 19.4 % at the earlier 0.35): 0.319; cudnn on cuDNN
+# frontend's H200 SDPA benchmark (BF16 fwd+bwd, 13 rows, CV 10.7 %, 19.8 % at 0.5): 0.512;
+# fa3 on the FlashAttention-3 figure (H100 forward only, 35 bars, CV 10.2 %): 0.590, a
+# forward figure (no FA3 backward table is public).  Ampere keeps 0.5: the A100 FA2 figure
+# fits 0.579 (CV 6.1 %, 14.7 % at 0.5), but the A100 end-to-end validations are calibrated
+# with 0.5.  Blackwell: no preset-matched table (cuDNN's are GB200/GB300); FA2 runs the same
+# pre-Hopper instructions, taken as on Hopper.  Any other pair: ATTENTION_EFFICIENCY.
 ATTENTION_EFFICIENCY = 0.5
 ATTENTION_EFFICIENCY_BY_KERNEL: dict[tuple[str, str], float] = {
-    ("fa2", "ampere"): 0.5, ("fa2", "hopper"): 0.35, ("fa2", "blackwell"): 0.35,
-    ("cudnn", "ampere"): 0.5, ("cudnn", "hopper"): 0.5, ("cudnn", "blackwell"): 0.5,
+    ("fa2", "ampere"): 0.5, ("fa2", "hopper"): 0.319, ("fa2", "blackwell"): 0.319,
+    ("fa3", "hopper"): 0.590,
+    ("cudnn", "ampere"): 0.5, ("cudnn", "hopper"): 0.512, ("cudnn", "blackwell"): 0.512,
+}
+# The fitted curves behind those figures: (kernel, architecture) -> (e_inf, s_half, d_half)
+# (validation/kernels/fit_kernels.py, same data as above).  Efficiency falls at short
+# sequences and small heads; the roofline's attention operator does not carry s and d, so
+# the runtime uses the value at s = 4096, d = 128.
+ATTENTION_SATURATION: dict[tuple[str, str], tuple[float, float, float]] = {
+    ("fa2", "ampere"): (0.712, 384.0, 16.0), ("fa2", "hopper"): (0.415, 384.0, 24.0),
+    ("fa3", "hopper"): (0.913, 512.0, 48.0), ("cudnn", "hopper"): (0.640, 1024.0, 0.0),
 }
 # Fraction of datasheet HBM bandwidth a streaming kernel achieves.  Device-memory copy
 # benchmarks reach ~80-92 % (e.g. Jia et al. 2018, "Dissecting the NVIDIA Volta GPU
@@ -107,6 +145,14 @@ ATTENTION_EFFICIENCY_BY_KERNEL: dict[tuple[str, str], float] = {
 # (validation/memory_bandwidth/measure_bandwidth.py) reach a median 0.80 on A100-40GB (78
 # kernels), 0.86 on V100 (36) and 0.70 on A100-80GB (15): 0.8.
 MEMORY_EFFICIENCY = 0.8
+# Per GPU where kernel tables exist, fitted by validation/kernels/fit_kernels.py on
+# BabelStream (Azure guide), Liger's fused norm/SwiGLU forwards and cuDNN's fused norms,
+# rows moving >= 64 MiB: H100 SXM 17 rows, CV median error 7.3 %; H200 30 rows, CV 11.1 %
+# (0.8: 8.1 % BabelStream, 8.2 % norms); MI300X 5 BabelStream rows (no CV: one group).
+# A100 keeps 0.8 (fit 0.761, CV 11.0 %; the trace figure above is its own calibration);
+# B200's two rows are too few.
+MEMORY_EFFICIENCY_BY_GPU: dict[str, float] = {"h100-sxm": 0.834, "h200": 0.737,
+                                              "mi300x": 0.779}
 # Per-kernel launch/scheduling gap when the CPU queue runs ahead: a few µs (NVIDIA blog
 # "Getting Started with CUDA Graphs", 2019: back-to-back short kernels cost a few µs each).
 LAUNCH_OVERHEAD_S = 3e-6
@@ -150,7 +196,7 @@ def matmul_efficiency(m: int, n: int, k: int, *, sm_count: int,
 
 
 def attention_efficiency(flash_kernel: str, architecture: str) -> float:
-    """Fraction of peak the fused attention kernel ``flash_kernel`` (``fa2``, ``cudnn``)
+    """Fraction of peak the fused attention kernel ``flash_kernel`` (``fa2``, ``fa3``, ``cudnn``)
     reaches on a GPU of ``architecture`` (:data:`ATTENTION_EFFICIENCY_BY_KERNEL`;
     :data:`ATTENTION_EFFICIENCY` for a pair without a published figure)."""
     return ATTENTION_EFFICIENCY_BY_KERNEL.get((flash_kernel, architecture),
@@ -239,10 +285,10 @@ class RooflineCosts:
     precision: str = "bf16"
     matmul_asymptotic_efficiency: float | None = None
     attention_efficiency: float | None = None
-    memory_efficiency: float = MEMORY_EFFICIENCY
+    memory_efficiency: float | None = None
     launch_overhead_s: float = LAUNCH_OVERHEAD_S
     gemm_tiles: tuple[tuple[int, int, float], ...] = DEFAULT_GEMM_TILES
-    gemm_k_half: float = GEMM_K_HALF
+    gemm_k_half: float | None = None
     causal: bool = True
     optimizer_bytes_per_param: float = ADAM_BYTES_PER_PARAM
     attention: str | None = None
@@ -267,7 +313,8 @@ class RooflineCosts:
             if getattr(self, name) is not None:
                 check_number(getattr(self, name), key=name, above=True, maximum=1)
         for name in ("launch_overhead_s", "gemm_k_half", "optimizer_bytes_per_param"):
-            check_number(getattr(self, name), key=name)
+            if getattr(self, name) is not None:
+                check_number(getattr(self, name), key=name)
         if self.host_overhead_s is not None:  # a second per kernel is past any host
             check_number(self.host_overhead_s, key="host_overhead_s", maximum=1.0,
                          hint="seconds the host spends per kernel it launches, e.g. 2e-05")
@@ -295,6 +342,22 @@ class RooflineCosts:
         return MATMUL_EFFICIENCY_BY_ARCHITECTURE.get(self.gpu.architecture, MATMUL_EFFICIENCY)
 
     @property
+    def resolved_memory_efficiency(self) -> float:
+        """Streaming kernels' fraction of HBM bandwidth: as given, else the GPU preset's
+        (:data:`MEMORY_EFFICIENCY_BY_GPU`), else :data:`MEMORY_EFFICIENCY`."""
+        if self.memory_efficiency is not None:
+            return self.memory_efficiency
+        return MEMORY_EFFICIENCY_BY_GPU.get(self.gpu.name, MEMORY_EFFICIENCY)
+
+    @property
+    def resolved_gemm_k_half(self) -> float:
+        """The GEMM small-k half point: as given, else the GPU generation's
+        (:data:`GEMM_K_HALF_BY_ARCHITECTURE`), else :data:`GEMM_K_HALF`."""
+        if self.gemm_k_half is not None:
+            return self.gemm_k_half
+        return GEMM_K_HALF_BY_ARCHITECTURE.get(self.gpu.architecture, GEMM_K_HALF)
+
+    @property
     def resolved_attention_efficiency(self) -> float:
         """The fused attention kernel's fraction of peak: as given, else the stack's flash
         kernel on this GPU's architecture (:func:`attention_efficiency`)."""
@@ -313,10 +376,10 @@ class RooflineCosts:
         return {"kind": "roofline", "gpu": self.gpu.to_dict(), "precision": self.precision,
                 "matmul_asymptotic_efficiency": self.resolved_matmul_efficiency,
                 "attention_efficiency": self.resolved_attention_efficiency,
-                "memory_efficiency": self.memory_efficiency,
+                "memory_efficiency": self.resolved_memory_efficiency,
                 "launch_overhead_s": self.launch_overhead_s,
                 "gemm_tiles": [list(t) for t in self.gemm_tiles],
-                "gemm_k_half": self.gemm_k_half, "causal": self.causal,
+                "gemm_k_half": self.resolved_gemm_k_half, "causal": self.causal,
                 "optimizer_bytes_per_param": self.optimizer_bytes_per_param,
                 "attention": self.resolved_stack.attention, "stack": self.stack.name,
                 "host_overhead_s": self.resolved_stack.host_overhead_s,
@@ -335,12 +398,12 @@ class RooflineCosts:
                       else self.resolved_matmul_efficiency)
         return matmul_efficiency(m, n, k, sm_count=self.compute_sms,
                                  asymptotic_efficiency=asymptotic,
-                                 tiles=self.gemm_tiles, k_half=self.gemm_k_half)
+                                 tiles=self.gemm_tiles, k_half=self.resolved_gemm_k_half)
 
     def kernel_time_s(self, kernel: Operator) -> float:
         """Seconds for all ``kernel.count`` instances of an operator."""
         memory_s = kernel.bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s
-                                         * self.memory_efficiency)
+                                         * self.resolved_memory_efficiency)
         compute_s = 0.0
         if kernel.flops > 0:
             if kernel.kind in ("gemm", "bmm"):
