@@ -118,7 +118,9 @@ CUDA_GRAPH_LAUNCH_S = COMPILED_HOST_OVERHEAD_S
 # (github.com/NVIDIA/Megatron-LM issue 396: 0.34 -> 0.24 s/step; NVIDIA's answer: 2x is
 # the arithmetic peak, not the achieved rate); Transformer Engine's "GEMM Speedups Across
 # Precisions" page shows the per-GEMM gain below 2x and shape dependent.  0.6 of the FP8
-# peak is 1.61x the 0.745 of its BF16 peak Hopper's BF16 GEMMs reach (roofline.py).
+# peak is 1.61x the 0.745 of its BF16 peak Hopper's BF16 GEMMs reach (roofline.py).  The
+# fallback for a GPU generation without a measured figure (roofline.py's
+# FP8_MATMUL_EFFICIENCY_BY_ARCHITECTURE).
 FP8_MATMUL_EFFICIENCY = 0.6
 
 
@@ -204,7 +206,7 @@ class Stack:
     fused_bias_grad: bool = True
     host_overhead_s: float = 0.0
     host_backward_overhead_s: float | None = None
-    fp8_matmul_efficiency: float = FP8_MATMUL_EFFICIENCY
+    fp8_matmul_efficiency: float | None = None
     overlap_grad_reduce: bool = True
     fp16_grads_reduced_in_fp16: bool = False
     overlap_param_gather: bool = False
@@ -241,8 +243,9 @@ class Stack:
         check_number(self.host_overhead_s, key="host_overhead_s")
         if self.host_backward_overhead_s is not None:
             check_number(self.host_backward_overhead_s, key="host_backward_overhead_s")
-        check_number(self.fp8_matmul_efficiency, key="fp8_matmul_efficiency", above=True,
-                     maximum=1)
+        if self.fp8_matmul_efficiency is not None:
+            check_number(self.fp8_matmul_efficiency, key="fp8_matmul_efficiency",
+                         above=True, maximum=1)
         check_choice(self.flash_kernel, FLASH_KERNELS, key="flash_kernel")
         check_choice(self.fp8_recipe, FP8_RECIPES, key="fp8_recipe", what="FP8 recipe")
 
