@@ -423,11 +423,16 @@ def _check_pipeline(p: ParallelConfig, *, layers: int, source: str | None) -> No
     check_choice(p.partition, PARTITIONS, key="parallelism.partition", source=source)
     if p.partition == "uniform":
         check_uniform_split(layers, p.pp * p.interleave, key="parallelism.pp", source=source)
-    if p.partition == "embedding":
-        chunks = layer_partition(layers, p.pp * p.interleave, "embedding")
-        if any(stop <= first for first, stop in chunks):
-            raise ConfigError(f"{layers} layers leave an empty chunk over pp·interleave = "
-                              f"{p.pp * p.interleave}", key="parallelism.pp", source=source)
+    # The embedding and the output layer count as a unit each, so the first and the last
+    # chunk may hold only them (NeMo's account_for_embedding_in_pipeline_split and
+    # account_for_loss_in_pipeline_split: Llama 3.1 405B's 30-layer proxy on pp 4 x vp 8);
+    # a chunk with no unit at all would be an empty stage.
+    chunks = p.pp * p.interleave
+    if p.partition == "embedding" and layers + 2 < chunks:
+        raise ConfigError(f"{layers} layers and the embedding and output layers leave an "
+                          f"empty chunk over pp·interleave = {chunks}",
+                          key="parallelism.pp", source=source,
+                          hint=f"pp·interleave at most {layers + 2}")
 
 
 def check_interleave(schedule: str, interleave: int, *, key: str = "interleave",
