@@ -353,3 +353,25 @@ def test_a_straggler_in_an_expert_parallel_block_runs_that_block_on_its_own(unif
                               "into 1; the block of replicas 8-11 (stragglers on n2.gpu3) "
                               "simulated on its own")
     assert_same_iteration(folded, full)
+
+
+def test_interleaved_pipeline_on_rails_folds_into_classes_exactly(uniform):
+    """DGX H100 on rails, four nodes per leaf, tp 4 · pp 2 interleaved over 6 nodes: each
+    stage spans 3 nodes, so the sends of replicas 0-1 (node 0 to node 3) stay under
+    their leaf while those of replicas 2-5 (nodes 1-2 to 4-5) cross the spines: two
+    classes, each simulated once, and the run equals the full one."""
+    topology = build_cluster({"preset": "dgx-h100", "nodes": 6,
+                              "fabric": {"kind": "rail-optimized", "routing": "dmodk",
+                                         "nics_per_leaf": 4}})
+    parallel = ParallelConfig(tp=4, pp=2, dp=6, schedule="interleaved", interleave=2, zero=1,
+                              bucket_params=3_000_000)
+    training = TrainingConfig(micro_batch=1, global_batch=24)
+    folded, full = both(uniform, topology, parallel, training)
+    assert folded.folding == "folded 6 data-parallel replicas into 2 classes of alike ones " \
+        "(2, 4)"
+    simulated = {(g.stage, g.replica): [i.replica for i in images]
+                 for g, images in folded.schedules}
+    assert simulated == {(stage, first): members for stage in (0, 1)
+                         for first, members in ((0, [0, 1]), (2, [2, 3, 4, 5]))}
+    assert_same_iteration(folded, full)
+    assert folded.flows < full.flows
