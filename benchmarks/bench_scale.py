@@ -85,8 +85,9 @@ def main() -> None:
         profiler.dump_stats(args.profile)
     done, cpu = time.perf_counter(), time.process_time() - cpu
     print(f"# {platform.machine()}, Python {platform.python_version()}")
-    print(f"case {args.case}: {len(scenario.topology.gpus)} GPUs, build {built - started:.1f} s,"
-          f" iteration {done - built:.1f} s wall ({cpu:.1f} s CPU), peak RSS {peak_rss_bytes() / 2**30:.2f} GiB")
+    print(f"case {args.case}: {len(scenario.topology.gpus)} GPUs, build "
+          f"{built - started:.1f} s, iteration {done - built:.1f} s wall ({cpu:.1f} s CPU), "
+          f"peak RSS {peak_rss_bytes() / 2**30:.2f} GiB")
     print(f"events {result.events:,}, flows {result.flows:,}, "
           f"iteration time {result.iteration_time_s!r} s")
     print(f"simulation: {result.folding}")

@@ -9,27 +9,33 @@ be timed by their closed form).
 **Symmetry folding.**  Data-parallel replicas that run the same schedule on the same view
 of the fabric are simulated once.  With expert parallelism the unit of folding is an
 expert-parallel block of ``ep`` consecutive replicas (its all-to-alls stay inside it); else
-it is one replica.  The first unit is *simulated*; every other unit is its *image*, shifted
-by a whole number of units.  Folding is exact when the images see what the simulated unit
-sees, which is checked constructively before the run (:func:`fold_check`):
+it is one replica.  The units are split into classes of alike ones
+(:mod:`workloads.iteration.fold_classes`): in each class the first unit is *simulated*
+and every other unit is its *image*, shifted by a whole number of units.  A fabric that
+treats every replica alike gives one class; one where a pipeline stage's boundary falls
+inside a leaf's nodes gives a few (the replicas whose sends stay under the leaf, and those
+whose sends cross the spines), each simulated once.  Folding is exact when the images see
+what their simulated unit sees, which is checked constructively before the run
+(:func:`fold_check`):
 
 * same schedule and costs — no trace asked for (its spans are per rank group); a unit
   holding a straggler (a rank group that runs slower) is unlike the rest, so it is
-  simulated on its own, beside one unit standing for all the units without one — which
-  are still images of each other, provided the straggler's unit shares no link of a
+  simulated on its own, beside the classes of the units without one — which are still
+  images of each other, provided the straggler's unit shares no link of a
   folded flow class with them (its traffic runs at other times); its lateness reaches
   them only through the collectives that span replicas, which run in full;
 * same fabric — the routing depends on the two ends only (D-mod-K, adaptive, spraying), not
   on a hash of the queue pair (ECMP), and for every flow class that is folded (each rank
   group's tensor-parallel collectives, by every algorithm ``auto`` may pick, each pipeline
   send between neighbouring stages, both ways, the tied-embedding all-reduces and, per
-  block, the expert all-to-alls) every replica sees the same links: as many, of the same
-  capacities, crossed by the same streams, each shared with as many replicas — pairwise
-  disjoint (typical of D-mod-K on non-blocking trees and of rail-optimized fabrics), or
-  shared evenly (adaptive spraying over spines) — and the same latency; a shared link
-  carries the same streams from every replica on it; and with the streams of the
-  data-parallel collectives that will run added (the plans of the stream's own calls,
-  over every replica), each replica's most loaded link per step is as loaded.
+  block, the expert all-to-alls) every replica of a class sees the same links: as many, of
+  the same capacities, crossed by the same streams, each shared with as many replicas of
+  each class — pairwise disjoint (typical of D-mod-K on non-blocking trees and of
+  rail-optimized fabrics), or shared evenly (adaptive spraying over spines) — and the
+  same latency; a shared link carries the same streams from every replica on it; and
+  with the streams of the data-parallel collectives that will run added (the plans of the
+  stream's own calls, over every replica), each replica's most loaded link per step is as
+  loaded as its class's.  Where every replica is a class of its own, the full simulation runs.
 
 Then every image's flow meets the same capacities, the same sharing and the same
 replica-spanning load as the simulated one's, so under max-min fairness all move at one
