@@ -358,7 +358,8 @@ def test_a_straggler_in_an_expert_parallel_block_runs_that_block_on_its_own(unif
 def test_interleaved_pipeline_on_rails_folds_into_classes_exactly(uniform):
     """DGX H100 on rails, four nodes per leaf, tp 4 · pp 2 interleaved over 6 nodes: each
     stage spans 3 nodes, so the sends of replicas 0-1 (node 0 to node 3) stay under
-    their leaf while those of replicas 2-5 (nodes 1-2 to 4-5) cross the spines: two
+    their leaf while those of replicas 2-5 (nodes 1-2 to 4-5) cross the spines, and the
+    data-parallel rings load the links of replicas 2-3 otherwise than those of 4-5: three
     classes, each simulated once, and the run equals the full one."""
     topology = build_cluster({"preset": "dgx-h100", "nodes": 6,
                               "fabric": {"kind": "rail-optimized", "routing": "dmodk",
@@ -367,11 +368,29 @@ def test_interleaved_pipeline_on_rails_folds_into_classes_exactly(uniform):
                               bucket_params=3_000_000)
     training = TrainingConfig(micro_batch=1, global_batch=24)
     folded, full = both(uniform, topology, parallel, training)
-    assert folded.folding == "folded 6 data-parallel replicas into 2 classes of alike ones " \
-        "(2, 4)"
+    assert folded.folding == "folded 6 data-parallel replicas into 3 classes of alike ones " \
+        "(2, 2, 2)"
     simulated = {(g.stage, g.replica): [i.replica for i in images]
                  for g, images in folded.schedules}
     assert simulated == {(stage, first): members for stage in (0, 1)
-                         for first, members in ((0, [0, 1]), (2, [2, 3, 4, 5]))}
+                         for first, members in ((0, [0, 1]), (2, [2, 3]), (4, [4, 5]))}
     assert_same_iteration(folded, full)
     assert folded.flows < full.flows
+
+
+def test_replicas_alike_but_for_the_data_parallel_rings_on_their_links_are_classed_apart(
+        uniform):
+    """PCIe nodes on an oversubscribed tree, pp 2 · dp 24: replicas 0-3 and 16-19 send
+    over links of the same shape, shared alike, but the data-parallel ring crosses their
+    links otherwise (its load on the links each sends over is part of what must match),
+    and in the full run they do differ; a class of their own each keeps the run exact."""
+    topology = build_cluster({"preset": "pcie-8gpu", "nodes": 6,
+                              "fabric": {"kind": "fat-tree", "routing": "dmodk",
+                                         "nics_per_leaf": 2, "oversubscription": 2}})
+    parallel = ParallelConfig(pp=2, dp=24, bucket_params=3_000_000)
+    folded, full = both(uniform, topology, parallel,
+                        TrainingConfig(micro_batch=1, global_batch=48))
+    assert folded.folding.startswith("folded 24 data-parallel replicas into 6 classes")
+    assert_same_iteration(folded, full)
+    times = {g.replica: g.communication_s for g in full.per_gpu if g.stage == 0}
+    assert times[0] != pytest.approx(times[16], rel=1e-6)  # the asymmetry is real

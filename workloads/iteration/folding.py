@@ -167,11 +167,7 @@ def _asymmetry(spec: IterationSpec, comm: Communicator, groups: list[list[RankGr
                 why = "a straggler's replica shares links with the others"
         for label, per_replica in classes:
             per_unit = len(per_replica) == len(alike[stage])  # else one entry per unit
-            found = why or _members(comm, label, per_replica, load, unit if per_unit else 1)
-            if isinstance(found, str):
-                why = found
-            else:
-                members.append(found)
+            members.append(_members(comm, label, per_replica, load, unit if per_unit else 1))
         if why:
             return [], f"full: stage {stage} {why}"
     units = len(alike[0]) // unit
@@ -284,35 +280,29 @@ def _spanning_load(comm: Communicator, groups: list[list[RankGroup]],
 
 
 def _members(comm: Communicator, label: str, per_replica: list[list[CollectivePlan]],
-             load: dict[Any, float], unit: int) -> list[Member] | str:
+             load: dict[Any, float], unit: int) -> list[Member]:
     """One flow class's plans, per replica (``unit``: replicas per unit; 1 where the
-    class has one entry per unit), as :class:`Member` s to class; or why folding cannot
-    run.  What must match for two replicas to be images: the links, as many, of the same
-    capacities, crossed by as many streams in each step, each shared with as many
-    replicas of the same classes, and the same latency; a shared link must carry the
-    same streams from each replica that shares it (entered as one flow with their
-    multiplicities summed, it is loaded as by their separate flows at the rate they
-    share by symmetry).  With the data-parallel collectives' streams added, the most
+    class has one entry per unit), as :class:`Member` s to class.  What must match for
+    two replicas to be images: the links, as many, of the same capacities, crossed by as
+    many streams in each step and by as many of the data-parallel collectives' streams,
+    each shared with as many replicas of the same classes putting the same streams on it
+    (a class's flow is entered once with its images' multiplicities summed: a link is
+    loaded as by their separate flows at the rate they share by symmetry), and the same
+    latency.  With the data-parallel collectives' streams added, the most
     loaded link (streams per byte/s) of each step must be as loaded: a ring that crosses
     between leaves beside some replicas only adds to links that do not limit them; one
     that loads some replicas' bottleneck more makes them slower."""
     profiles = [_link_profile(plans) for plans in per_replica]
-    first: dict[Any, tuple[float, ...]] = {}  # per link, the streams of its first user
     count: dict[Any, int] = {}
-    uneven: set[Any] = set()  # links whose users put different streams on them
     for profile in profiles:
-        for link, streams in profile.items():
-            seen = first.setdefault(link, streams)
-            if seen is not streams and seen != streams:
-                uneven.add(link)
+        for link in profile:
             count[link] = count.get(link, 0) + 1
     members = []
     for replica, (plans, profile) in enumerate(zip(per_replica, profiles)):
-        if not uneven.isdisjoint(profile):
-            return f"replica {replica} shares links unevenly with others ({label})"
         fixed = (label, tuple(plan.latency_s for plan in plans),
                  _pressure(comm, profile, count, load))
-        links = {link: (comm.capacity[link], streams) for link, streams in profile.items()}
+        links = {link: (comm.capacity[link], streams, load.get(link, 0.0))
+                 for link, streams in profile.items()}
         members.append(Member(replica // unit, replica % unit, links, fixed))
     return members
 
