@@ -80,7 +80,14 @@ from distsim_gpu.workloads.strategy.dimensions import (
 )
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
 
-__all__ = ["exclusive_tp", "fold_check", "unit_rows"]
+__all__ = ["MAX_FOLD_CLASSES", "exclusive_tp", "fold_check", "unit_rows"]
+
+# The most classes of alike replicas folding simulates; with more the full simulation runs.
+# Each class's flows span its images' links, so many classes make the solver's connected
+# components large: measured with benchmarks/bench_scale.py, GPT-3 on 10,752 H100s folded
+# into 11 classes on a rail-optimized fabric ran in 30 s of CPU (full: 113 s), while the
+# SuperPOD fabric's 84 classes took over 17 CPU minutes, unfinished (full: 233 s).
+MAX_FOLD_CLASSES = 32
 
 
 def fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
@@ -174,6 +181,9 @@ def _asymmetry(spec: IterationSpec, comm: Communicator, groups: list[list[RankGr
     alike_units = alike_classes(members, units)
     if len(alike_units) == units:
         return [], "full: no two data-parallel replicas see the fabric alike"
+    if len(alike_units) > MAX_FOLD_CLASSES:
+        return [], (f"full: {len(alike_units)} classes of alike replicas (folding runs "
+                    f"{MAX_FOLD_CLASSES} at most)")
     return alike_units, ""
 
 
