@@ -119,6 +119,9 @@ class LinkStatistics:
         # last solve that touched the link, when that was, busy and saturated seconds.
         self._link_load = np.zeros(0)
         self._link_since = np.zeros(0)
+        # Per link, what the statistics see of its last logged load: 0 idle, 1 busy,
+        # 2 busy and saturated.  A solve logs only the links whose state it changes.
+        self._link_state = np.zeros(0, np.int8)
         self._link_busy = np.zeros(0)
         self._link_saturated = np.zeros(0)
         self._saturation_at = np.zeros(0)  # load at which a link counts as saturated
@@ -135,6 +138,7 @@ class LinkStatistics:
         zeros = np.zeros(grow)
         self._link_load = np.concatenate([self._link_load, zeros])
         self._link_since = np.concatenate([self._link_since, zeros + self.env.now])
+        self._link_state = np.concatenate([self._link_state, np.zeros(grow, np.int8)])
         self._link_busy = np.concatenate([self._link_busy, zeros])
         self._link_saturated = np.concatenate([self._link_saturated, zeros])
         self._saturation_at = saturation_at(self._capacity_array)
@@ -251,10 +255,24 @@ class LinkStatistics:
         """Log that ``links`` carry ``loads`` (None: nothing) from ``now`` on.  Loads are
         piecewise constant between solves; the log is integrated into busy and saturated
         time in batches (:meth:`_integrate`), so a solve pays one append, not a pass over
-        its links, and links no solve touched cost nothing."""
+        its links, and links no solve touched cost nothing.  Only links whose state (idle,
+        busy, saturated) changes are logged: busy and saturated seconds depend on nothing
+        else, and a solve over a folded flow's thousands of links changes few of them."""
+        index = np.asarray(links, np.int64)
+        if loads is None:
+            state = np.zeros(index.size, np.int8)
+        else:
+            state = (loads > 0).astype(np.int8) + (loads >= self._saturation_at[index])
+        changed = self._link_state[index] != state
+        if not changed.all():
+            if not changed.any():
+                return
+            index, state = index[changed], state[changed]
+            loads = None if loads is None else loads[changed]
+        self._link_state[index] = state
         log = self._stats_log
-        log.append((now, links, loads))
-        self._stats_entries += len(links)
+        log.append((now, index, loads))
+        self._stats_entries += index.size
         if len(log) >= _STATS_BATCH or self._stats_entries >= _STATS_BATCH_ENTRIES:
             self._integrate()
 

@@ -9,27 +9,33 @@ be timed by their closed form).
 **Symmetry folding.**  Data-parallel replicas that run the same schedule on the same view
 of the fabric are simulated once.  With expert parallelism the unit of folding is an
 expert-parallel block of ``ep`` consecutive replicas (its all-to-alls stay inside it); else
-it is one replica.  The first unit is *simulated*; every other unit is its *image*, shifted
-by a whole number of units.  Folding is exact when the images see what the simulated unit
-sees, which is checked constructively before the run (:func:`fold_check`):
+it is one replica.  The units are split into classes of alike ones
+(:mod:`workloads.iteration.fold_classes`): in each class the first unit is *simulated*
+and every other unit is its *image*, shifted by a whole number of units.  A fabric that
+treats every replica alike gives one class; one where a pipeline stage's boundary falls
+inside a leaf's nodes gives a few (the replicas whose sends stay under the leaf, and those
+whose sends cross the spines), each simulated once.  Folding is exact when the images see
+what their simulated unit sees, which is checked constructively before the run
+(:func:`fold_check`):
 
 * same schedule and costs — no trace asked for (its spans are per rank group); a unit
   holding a straggler (a rank group that runs slower) is unlike the rest, so it is
-  simulated on its own, beside one unit standing for all the units without one — which
-  are still images of each other, provided the straggler's unit shares no link of a
+  simulated on its own, beside the classes of the units without one — which are still
+  images of each other, provided the straggler's unit shares no link of a
   folded flow class with them (its traffic runs at other times); its lateness reaches
   them only through the collectives that span replicas, which run in full;
 * same fabric — the routing depends on the two ends only (D-mod-K, adaptive, spraying), not
   on a hash of the queue pair (ECMP), and for every flow class that is folded (each rank
   group's tensor-parallel collectives, by every algorithm ``auto`` may pick, each pipeline
   send between neighbouring stages, both ways, the tied-embedding all-reduces and, per
-  block, the expert all-to-alls) every replica sees the same links: as many, of the same
-  capacities, crossed by the same streams, each shared with as many replicas — pairwise
-  disjoint (typical of D-mod-K on non-blocking trees and of rail-optimized fabrics), or
-  shared evenly (adaptive spraying over spines) — and the same latency; a shared link
-  carries the same streams from every replica on it; and with the streams of the
-  data-parallel collectives that will run added (the plans of the stream's own calls,
-  over every replica), each replica's most loaded link per step is as loaded.
+  block, the expert all-to-alls) every replica of a class sees the same links: as many, of
+  the same capacities, crossed by the same streams, each shared with as many replicas of
+  each class — pairwise disjoint (typical of D-mod-K on non-blocking trees and of
+  rail-optimized fabrics), or shared evenly (adaptive spraying over spines) — and the
+  same latency; a shared link carries the same streams from every replica on it; and
+  with the streams of the data-parallel collectives that will run added (the plans of the
+  stream's own calls, over every replica), each replica's most loaded link per step is as
+  loaded as its class's.  Where every replica is a class of its own, the full simulation runs.
 
 Then every image's flow meets the same capacities, the same sharing and the same
 replica-spanning load as the simulated one's, so under max-min fairness all move at one
@@ -62,6 +68,7 @@ from distsim_gpu.collectives.algorithms import gpu_rail
 from distsim_gpu.collectives.plan import CollectivePlan
 from distsim_gpu.collectives.pxn import pxn_applies
 from distsim_gpu.topology import Topology
+from distsim_gpu.workloads.iteration.fold_classes import Member, alike_classes
 from distsim_gpu.workloads.iteration.ops import Collective, Op
 from distsim_gpu.workloads.iteration.records import IterationSpec
 from distsim_gpu.workloads.iteration.timeline import RankGroup
@@ -74,7 +81,14 @@ from distsim_gpu.workloads.strategy.dimensions import (
 )
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
 
-__all__ = ["exclusive_tp", "fold_check", "unit_rows"]
+__all__ = ["MAX_FOLD_CLASSES", "exclusive_tp", "fold_check", "unit_rows"]
+
+# The most classes of alike replicas folding simulates; with more the full simulation runs.
+# Each class's flows span its images' links, so many classes make the solver's connected
+# components large: measured with benchmarks/bench_scale.py, GPT-3 on 10,752 H100s folded
+# into 11 classes on a rail-optimized fabric ran in 30 s of CPU (full: 113 s), while the
+# SuperPOD fabric's 84 classes took over 17 CPU minutes, unfinished (full: 233 s).
+MAX_FOLD_CLASSES = 32
 
 
 def fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
@@ -103,22 +117,32 @@ def fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGr
            else f"full: stragglers on {', '.join(slow)}" if len(healthy) < 2
            else f"full: {spec.topology.routing.policy} routing may route replicas unalike"
            if not spec.topology.routing.folds_replicas
-           else _asymmetry(spec, comm, groups, streams, unit, healthy if odd else None)
-           or ("full: a trace was asked for (spans per rank group)" if spec.trace else ""))
+           else "")
+    classes: list[list[int]] = []
+    if not why:
+        classes, why = _asymmetry(spec, comm, groups, streams, unit, healthy if odd else None)
+        why = why or ("full: a trace was asked for (spans per rank group)" if spec.trace
+                      else "")
     if why:
         return {}, why
     what = ("data-parallel replicas" if unit == 1 or kind is None
             else f"{kind.adjective} {kind.noun}s of {unit}")
-    stands_for = {healthy[0]: tuple(healthy), **{u: (u,) for u in odd}}
+    # Positions among the healthy units -> units; each class's first unit stands for it.
+    alike = [[healthy[p] for p in members] for members in classes]
+    stands_for = {members[0]: tuple(members) for members in alike}
+    stands_for.update({u: (u,) for u in odd})
+    into = "1" if len(alike) == 1 else (
+        f"{len(alike)} classes of alike ones (" + ", ".join(
+            str(len(members)) for members in alike) + ")")
     if not odd:
-        return stands_for, f"folded {units} {what} into 1"
+        return stands_for, f"folded {units} {what} into {into}"
     if unit == 1 or kind is None:
         alone = "replica" + ("s " if len(odd) > 1 else " ") + ", ".join(map(str, odd))
     else:  # an expert-parallel block or a context-parallel ring, by its replicas
         alone = (f"the {kind.noun}{'s' if len(odd) > 1 else ''} of replicas " + ", ".join(
             f"{u * unit}-{u * unit + unit - 1}" for u in odd))
-    return stands_for, (f"folded {len(healthy)} {what} without a straggler into 1; {alone} "
-                        f"(stragglers on {', '.join(slow)}) simulated on "
+    return stands_for, (f"folded {len(healthy)} {what} without a straggler into {into}; "
+                        f"{alone} (stragglers on {', '.join(slow)}) simulated on "
                         f"{'their' if len(odd) > 1 else 'its'} own")
 
 
@@ -127,10 +151,12 @@ _Classes = list[tuple[str, list[list[CollectivePlan]]]]
 
 
 def _asymmetry(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
-               streams: list[list[Op]], unit: int, healthy: list[int] | None = None) -> str:
-    """Why replicas' traffic is not alike on the fabric ("" when it is): see
-    :func:`_unalike`, per flow class, with the load of the data-parallel collectives.
-    With ``healthy`` (the units without a straggler) only those must be alike, and the
+               streams: list[list[Op]], unit: int, healthy: list[int] | None = None,
+               ) -> tuple[list[list[int]], str]:
+    """The classes of alike units (positions among ``healthy``, or among all units), and
+    why folding cannot run ("" when it can): see :func:`_members` per flow class, with the
+    load of the data-parallel collectives, and :mod:`workloads.iteration.fold_classes`.
+    With ``healthy`` (the units without a straggler) only those are classed, and the
     rest (simulated on their own, at their own pace) must share no link of a folded
     class with them."""
     calls = [_calls(stream) for stream in streams]
@@ -139,6 +165,7 @@ def _asymmetry(spec: IterationSpec, comm: Communicator, groups: list[list[RankGr
     odd = None if healthy is None else unit_rows(
         groups, [u for u in range(len(groups[0]) // unit) if u not in healthy], unit)
     wrap = spec.parallel.interleave > 1
+    members: list[list[Member]] = []
     for stage in range(len(groups)):
         why = _tp_candidates_differ(comm, groups[stage])
         classes = [] if why else _flow_classes(comm, alike, stage, calls[stage], unit, wrap)
@@ -147,10 +174,18 @@ def _asymmetry(spec: IterationSpec, comm: Communicator, groups: list[list[RankGr
             if not _class_links(classes).isdisjoint(_class_links(theirs)):
                 why = "a straggler's replica shares links with the others"
         for label, per_replica in classes:
-            why = why or _unalike(comm, label, per_replica, load)
+            per_unit = len(per_replica) == len(alike[stage])  # else one entry per unit
+            members.append(_members(comm, label, per_replica, load, unit if per_unit else 1))
         if why:
-            return f"full: stage {stage} {why}"
-    return ""
+            return [], f"full: stage {stage} {why}"
+    units = len(alike[0]) // unit
+    alike_units = alike_classes(members, units)
+    if len(alike_units) == units:
+        return [], "full: no two data-parallel replicas see the fabric alike"
+    if len(alike_units) > MAX_FOLD_CLASSES:
+        return [], (f"full: {len(alike_units)} classes of alike replicas (folding runs "
+                    f"{MAX_FOLD_CLASSES} at most)")
+    return alike_units, ""
 
 
 def unit_rows(groups: list[list[RankGroup]], units: list[int],
@@ -255,40 +290,32 @@ def _spanning_load(comm: Communicator, groups: list[list[RankGroup]],
     return load
 
 
-def _unalike(comm: Communicator, label: str, per_replica: list[list[CollectivePlan]],
-             load: dict[Any, float]) -> str:
-    """Why one flow class's plans, per replica, are not images of each other ("" when
-    they are).  Each replica must see the same links: as many, of the same capacities,
-    crossed by as many streams in each step, each shared with as many replicas, and the
-    same latency; a shared link must carry the same streams from each replica that
-    shares it (entered as one flow with their multiplicities summed, it is loaded as by
-    their separate flows at the rate they share by symmetry).  With the data-parallel
-    collectives' streams added, the most loaded link (streams per byte/s) of each step
-    must be as loaded for every replica: a ring that crosses between leaves beside some
-    replicas only adds to links that do not limit them; one that loads some replicas'
-    bottleneck more makes them slower."""
+def _members(comm: Communicator, label: str, per_replica: list[list[CollectivePlan]],
+             load: dict[Any, float], unit: int) -> list[Member]:
+    """One flow class's plans, per replica (``unit``: replicas per unit; 1 where the
+    class has one entry per unit), as :class:`Member` s to class.  What must match for
+    two replicas to be images: the links, as many, of the same capacities, crossed by as
+    many streams in each step and by as many of the data-parallel collectives' streams,
+    each shared with as many replicas of the same classes putting the same streams on it
+    (a class's flow is entered once with its images' multiplicities summed: a link is
+    loaded as by their separate flows at the rate they share by symmetry), and the same
+    latency.  With the data-parallel collectives' streams added, the most
+    loaded link (streams per byte/s) of each step must be as loaded: a ring that crosses
+    between leaves beside some replicas only adds to links that do not limit them; one
+    that loads some replicas' bottleneck more makes them slower."""
     profiles = [_link_profile(plans) for plans in per_replica]
-    first: dict[Any, tuple[float, ...]] = {}  # per link, the streams of its first user
     count: dict[Any, int] = {}
-    uneven: set[Any] = set()  # links whose users put different streams on them
     for profile in profiles:
-        for link, streams in profile.items():
-            seen = first.setdefault(link, streams)
-            if seen is not streams and seen != streams:
-                uneven.add(link)
+        for link in profile:
             count[link] = count.get(link, 0) + 1
-    shape: tuple[Any, ...] | None = None
+    members = []
     for replica, (plans, profile) in enumerate(zip(per_replica, profiles)):
-        if not uneven.isdisjoint(profile):
-            return f"replica {replica} shares links unevenly with others ({label})"
-        mine = (sorted((comm.capacity[link], streams, count[link])
-                       for link, streams in profile.items()),
-                [plan.latency_s for plan in plans], _pressure(comm, profile, count, load))
-        if shape is None:
-            shape = mine
-        elif mine != shape:
-            return f"replica {replica}'s {label} links differ from replica 0's"
-    return ""
+        fixed = (label, tuple(plan.latency_s for plan in plans),
+                 _pressure(comm, profile, count, load))
+        links = {link: (comm.capacity[link], streams, load.get(link, 0.0))
+                 for link, streams in profile.items()}
+        members.append(Member(replica // unit, replica % unit, links, fixed))
+    return members
 
 
 def _pressure(comm: Communicator, profile: dict[Any, tuple[float, ...]],
