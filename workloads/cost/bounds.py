@@ -156,6 +156,13 @@ class _Shape:
     dp_ranks: list[tuple[int, ...]]  # stage -> tensor rank 0's data-parallel group
     dp_lanes: list[Lanes]  # stage -> its data-parallel groups, one per tensor rank
 
+    def tp_size(self, kind: str) -> float:
+        """Bytes of one TP collective of ``kind``: an FP8 run's all-gathers at the FP8
+        cast's half, which a stack may or may not gather (a bound must not exceed)."""
+        if kind == "all_gather" and self.training.precision == "fp8":
+            return self.tp_bytes / 2
+        return self.tp_bytes
+
     @classmethod
     def of(cls, model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
            microbatches: int) -> _Shape:
@@ -445,8 +452,10 @@ class IterationBounds:
             tp_all = tuple(placement.tp_group(d, stage) for d in range(parallel.dp_cp))
         else:
             ep_all, tp_all = ep_lanes, (tp_ranks,)
-        tp_call = sum(self._estimate(kind, tp_ranks, shape.tp_bytes) for kind in shape.tp_kinds)
-        tp_low = sum(self._call(kind, tp_lane, shape.tp_bytes)[0] for kind in shape.tp_kinds)
+        tp_call = sum(self._estimate(kind, tp_ranks, shape.tp_size(kind))
+                      for kind in shape.tp_kinds)
+        tp_low = sum(self._call(kind, tp_lane, shape.tp_size(kind))[0]
+                     for kind in shape.tp_kinds)
         # Each kind runs after every block, in each pass of every micro-batch.
         calls_per_layer = 2 * m * (1 + shape.backward_passes)
         gathered = shape.sharded and parallel.dp_cp > 1
@@ -455,7 +464,7 @@ class IterationBounds:
             calls, calls_low = 2 * tp_call, 2 * tp_low
             if gathered:  # else the simulator may fold them (module doc, chain 5)
                 for kind in shape.tp_kinds:
-                    tally.add_everyone((kind, tp_all, shape.tp_bytes), calls_per_layer)
+                    tally.add_everyone((kind, tp_all, shape.tp_size(kind)), calls_per_layer)
             if model.is_moe_layer(layer) and parallel.ep > 1:
                 a2a = 2 * self._estimate("alltoall", placement.ep_groups(0, stage)[0],
                                          shape.a2a_bytes)

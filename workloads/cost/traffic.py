@@ -82,6 +82,7 @@ __all__ = [
     "stage_grad_bytes",
     "stage_param_bytes",
     "stage_params",
+    "tp_all_gather_bytes",
     "tp_collective_kinds",
     "tp_message_bytes",
     "word_embedding_grad_bytes",
@@ -147,6 +148,15 @@ def tp_message_bytes(model: ModelSpec, training: TrainingConfig) -> int:
     ``micro_batch · seq_len · hidden`` activations."""
     tokens = training.micro_batch * seq_len_of(model, training)
     return tokens * model.hidden * activation_bytes_per_element(training.precision)
+
+
+def tp_all_gather_bytes(model: ModelSpec, training: TrainingConfig, *,
+                        fp8_gather: bool) -> int:
+    """Bytes of one tensor-parallel all-gather: :func:`tp_message_bytes`, or the FP8
+    cast's half of it when the stack gathers FP8 (``Stack.fp8_tp_all_gather``) under
+    ``precision: fp8``."""
+    size = tp_message_bytes(model, training)
+    return size // 2 if fp8_gather and training.precision == "fp8" else size
 
 
 def pipeline_message_bytes(model: ModelSpec, parallel: ParallelConfig,

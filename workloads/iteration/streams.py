@@ -62,6 +62,7 @@ from distsim_gpu.workloads.cost.traffic import (
     reduces_in_buckets,
     seq_len_of,
     stage_param_bytes,
+    tp_all_gather_bytes,
     tp_collective_kinds,
     tp_message_bytes,
     word_embedding_grad_bytes,
@@ -129,6 +130,9 @@ class StreamBuilder:
         # Every layer and micro-batch sends messages of the same sizes: count them once.
         self.tp_kinds = tp_collective_kinds(parallel)
         self.tp_bytes = tp_message_bytes(model, local)
+        stack = getattr(costs, "resolved_stack", None)
+        self.tp_gather_bytes = tp_all_gather_bytes(
+            model, local, fp8_gather=stack is not None and stack.fp8_tp_all_gather)
         # 2-D/2.5-D/3-D: each block's collectives on the mesh's sub-groups instead, and
         # the element-wise work split over tp too (workloads.strategy.tp_nd).
         mesh = self.mesh = mesh_of(parallel.tp_mode, parallel.tp, parallel.tp_depth)
@@ -381,7 +385,7 @@ class StreamBuilder:
         rest = max(duration - sum(ag + rs for ag, rs in gemms.values()), 0.0) / 2
         for block, (ag_s, rs_s) in gemms.items():
             ops.append(Compute(rest, f"{label} {block}", *args))
-            ops.append(TpOverlap(Collective("all_gather", self.tp_bytes,
+            ops.append(TpOverlap(Collective("all_gather", self.tp_gather_bytes,
                                             f"{label} {block} all_gather", exclusive=fold),
                                  Compute(ag_s, f"{label} {block} gemm", *args), par.tp,
                                  comm_first=True))
@@ -472,8 +476,8 @@ class StreamBuilder:
             return
         for kind in self.tp_kinds:
             if kind not in saved:
-                ops.append(Collective(kind, self.tp_bytes, f"{label} {kind}",
-                                      exclusive=fold))
+                size = self.tp_gather_bytes if kind == "all_gather" else self.tp_bytes
+                ops.append(Collective(kind, size, f"{label} {kind}", exclusive=fold))
 
     def _gather_params(self, ops: list[Op], order: list[int], position: int) -> None:
         """ZeRO-3/FSDP: the first layer's all-gather, the next one's as prefetch, then wait.

@@ -164,7 +164,13 @@ class Stack:
     * ``fp8_norm_cast_fusion``: the norm before qkv and fc1 writes their FP8 input itself
       (TE ``LayerNormLinear``), where the recipe allows it;
     * ``fp8_activation_cast_fusion``: the MLP activation writes fc2's FP8 input itself
-      (TE ``LayerNormMLP``), where the recipe allows it.
+      (TE ``LayerNormMLP``), where the recipe allows it;
+    * ``fp8_tp_all_gather``: under sequence parallelism the tensor-parallel all-gathers
+      move the FP8 cast (1 byte an element), not the 16-bit tensor: TE's
+      ``LayerNormLinear`` gathers the norm's FP8 output before qkv and fc1, and its
+      row-parallel ``Linear`` the FP8 output gradient before the data-gradient GEMM; the
+      reduce-scatters stay 16-bit (transformer_engine/pytorch/module/layernorm_linear.py,
+      linear.py: ``gather_along_first_dim`` on the FP8 tensor).
 
     ``cuda_graphs``: each layer pass captured as a CUDA graph (Megatron-Core's
     ``--enable-cuda-graph``, TE's ``make_graphed_callables``): the host launches one graph
@@ -202,6 +208,7 @@ class Stack:
     fp8_linear: bool = False
     fp8_recipe: str = "delayed"
     fp8_norm_cast_fusion: bool = False
+    fp8_tp_all_gather: bool = False
     fp8_activation_cast_fusion: bool = False
     fused_bias_grad: bool = True
     host_overhead_s: float = 0.0
@@ -310,7 +317,7 @@ STACKS: dict[str, Stack] = {
         "cuDNN/Dao FlashAttention, fused bias-GeLU/SwiGLU and bias-dropout-add, "
         "--gradient-accumulation-fusion; dropout 0; FP8 GEMMs through Transformer "
         "Engine (TELayerNormColumnParallelLinear for qkv and fc1), delayed scaling",
-        fp8_linear=True, fp8_norm_cast_fusion=True),
+        fp8_linear=True, fp8_norm_cast_fusion=True, fp8_tp_all_gather=True),
     "megatron-lm-2021": Stack(
         "megatron-lm-2021", "Megatron-LM v2.x megatron/model/transformer.py (2021): "
         "baddbmm + scaled_upper_triang_masked_softmax + Dropout(0.1) + bmm; jit "
@@ -338,11 +345,13 @@ STACKS: dict[str, Stack] = {
         "tp_comm_overlap (TE userbuffers), overlap_grad_reduce and overlap_param_gather "
         "with the distributed optimizer, FP8 via TE (TELayerNormColumnParallelLinear for "
         "qkv and fc1), delayed scaling", fp8_linear=True, fp8_norm_cast_fusion=True,
+        fp8_tp_all_gather=True,
         overlap_param_gather=True, tp_comm_overlap=True),
     "transformer-engine": Stack(
         "transformer-engine", "NVIDIA Transformer Engine 1.x layers in Megatron-Core "
         "(LayerNormLinear, LayerNormMLP, DotProductAttention); FP8 delayed scaling",
-        fp8_linear=True, fp8_norm_cast_fusion=True, fp8_activation_cast_fusion=True),
+        fp8_linear=True, fp8_norm_cast_fusion=True, fp8_activation_cast_fusion=True,
+        fp8_tp_all_gather=True),
     "torch-compile": Stack(
         "torch-compile", "torchtitan (github.com/pytorch/torchtitan) with torch.compile "
         "and FSDP2: SDPA flash attention, Inductor-fused element-wise chains; FP8 "
