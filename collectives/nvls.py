@@ -42,7 +42,8 @@ from distsim_gpu.collectives.sharp import aggregation_tree
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import Topology
 
-__all__ = ["double_trees", "nvls_heads", "nvls_plan", "nvls_switches", "nvls_tree_plan"]
+__all__ = ["add_aggregation_trees", "double_trees", "nvls_heads", "nvls_plan", "nvls_switches",
+           "nvls_tree_plan"]
 
 LinkId = Hashable
 
@@ -121,6 +122,20 @@ def _intra_streams(b: _Builder, per_node: dict[int, list[str]], switches: dict[i
     return streams, 2 * way_s
 
 
+def add_aggregation_trees(b: _Builder, heads: list[list[str]],
+                          streams: dict[LinkId, float]) -> float:
+    """Add to ``streams`` the SHARP aggregation tree of each head slot (one per NIC rail,
+    over every node's head GPU in that slot); the slowest tree's latency in seconds."""
+    tree_s = 0.0
+    for slot in range(len(heads[0])):
+        slot_gpus = [node_heads[slot] for node_heads in heads]
+        links, latency_s = aggregation_tree(b, slot_gpus, gpu_rail(b.topo, slot_gpus[0]))
+        for link, weight in links.items():
+            streams[link] = streams.get(link, 0.0) + weight
+        tree_s = max(tree_s, latency_s)
+    return tree_s
+
+
 def _plan(op: str, algorithm: str, n: int, channels: int, step: StepShape,
           params: CommParams) -> CollectivePlan:
     return CollectivePlan(op, algorithm, "simple", n, channels, (step,),
@@ -147,13 +162,7 @@ def nvls_plan(b: _Builder, gpus: list[str], op: str, params: CommParams) -> Coll
     h = len(heads[0])
     streams, way_s = _intra_streams(b, per_node, switches, {g for hs in heads for g in hs},
                                     h, params.nvls_efficiency)
-    tree_s = 0.0
-    for slot in range(h):
-        slot_gpus = [node_heads[slot] for node_heads in heads]
-        links, latency_s = aggregation_tree(b, slot_gpus, gpu_rail(topo, slot_gpus[0]))
-        for link, weight in links.items():
-            streams[link] = streams.get(link, 0.0) + weight
-        tree_s = max(tree_s, latency_s)
+    tree_s = add_aggregation_trees(b, heads, streams)
     latency = nvlink_s + params.hop_latency_s["nvls"]["net"]["simple"] + way_s + tree_s
     # Load, up the aggregation tree, down, store: four stages.
     step = StepShape(streams, 1.0 / h, latency, pipeline_hops=3)

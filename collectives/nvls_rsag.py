@@ -32,11 +32,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from distsim_gpu.collectives.algorithms import _Builder, _node_order, gpu_rail
-from distsim_gpu.collectives.nvls import nvls_heads, nvls_switches
+from distsim_gpu.collectives.algorithms import _Builder, _node_order
+from distsim_gpu.collectives.nvls import add_aggregation_trees, nvls_heads, nvls_switches
 from distsim_gpu.collectives.params import CommParams
 from distsim_gpu.collectives.plan import CollectivePlan, StepShape
-from distsim_gpu.collectives.sharp import aggregation_tree
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import Topology
 
@@ -112,13 +111,7 @@ def nvls_rsag_plan(b: _Builder, gpus: list[str], op: str,
                           hint="use algorithm ring, pat or auto")
     h = len(heads[0])
     streams, way_s = _port_loads(b, per_node, switches, op, h, params.nvls_efficiency)
-    tree_s = 0.0
-    for slot in range(h):
-        slot_gpus = [node_heads[slot] for node_heads in heads]
-        links, latency_s = aggregation_tree(b, slot_gpus, gpu_rail(topo, slot_gpus[0]))
-        for link, weight in links.items():
-            streams[link] = streams.get(link, 0.0) + weight
-        tree_s = max(tree_s, latency_s)
+    tree_s = add_aggregation_trees(b, heads, streams)
     latency_s = nvlink_s + params.hop_latency_s["nvls"]["net"]["simple"] + way_s + tree_s
     # Three stages: through the switch, up the tree, down it (all-gather: the reverse).
     step = StepShape(streams, 1.0 / h, latency_s, pipeline_hops=2)
