@@ -58,6 +58,10 @@ CASES = {
     "gpt3-10752-fp8": lambda: gpt3_10752("fp8"),
     "gpt3-10752-rail": lambda: {**gpt3_10752("bf16"), "cluster": {
         "preset": "dgx-h100", "nodes": 1344, "fabric": {"kind": "rail-optimized"}}},
+    # NeMo's recipe: TP communication pipelined with the GEMMs, the parameter gather with
+    # the forward (docs/overlaps.md).
+    "gpt3-10752-rail-nemo": lambda: {**CASES["gpt3-10752-rail"](), "compute": {
+        "gpu": "h100-sxm", "stack": "nemo"}},
     "llama405b-512": llama405b_512,
 }
 
