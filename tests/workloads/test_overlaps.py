@@ -9,6 +9,8 @@ it leaves exposed (docs/overlaps.md).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
@@ -21,6 +23,7 @@ from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.tp_overlap import (
     TE_PIPELINE_SMS,
     TE_PIPELINE_SPLITS,
+    chunked_operator_times_s,
     gemm_stretch,
     paired_gemms_s,
     pipelined_pair_s,
@@ -193,9 +196,12 @@ def test_tp_overlap_pairs_are_the_pipeline_closed_form():
     for layer in range(TP_MODEL.layers):
         shard = LayerShard(1, 2048, tp=4, sequence_parallel=True, layer_index=layer)
         for pass_ in ("fwd", "bwd"):
-            for ag_s, rs_s in paired_gemms_s(costs, pass_, TP_MODEL, shard).values():
-                pairs = (pipelined_pair_s(t("all_gather", 4), ag_s, 4)
-                         + pipelined_pair_s(t("reduce_scatter", 4), rs_s * stretch, 4))
+            whole = paired_gemms_s(costs, pass_, TP_MODEL, shard)
+            chunked = paired_gemms_s(costs, pass_, TP_MODEL, shard, (4, 4))
+            for (ag_s, rs_s), (ag_chunks_s, rs_chunks_s) in zip(whole.values(),
+                                                                chunked.values(), strict=True):
+                pairs = (pipelined_pair_s(t("all_gather", 4), ag_chunks_s, 4)
+                         + pipelined_pair_s(t("reduce_scatter", 4), rs_chunks_s * stretch, 4))
                 delta += pairs - ag_s - rs_s - t("all_gather", 1) - t("reduce_scatter", 1)
     assert delta < 0  # it hides something
     assert on.iteration_time_s - off.iteration_time_s == pytest.approx(delta, rel=1e-9)
@@ -340,3 +346,25 @@ def test_chakra_export_refuses_tp_overlap_by_its_key():
                          gpu)
     with pytest.raises(ConfigError, match=r"parallelism\.tp_comm_overlap"):
         next(iter_rank_graphs(spec))
+
+
+def test_a_gemm_cut_into_chunks_runs_each_slice_at_its_own_tiles_and_waves():
+    # GPT-3's qkv on tp 4: 2,048 tokens x 9,216 x 12,288, its data gradient likewise; in 4
+    # slices of 512 rows each fills fewer tiles per wave than the whole GEMM does.
+    costs = RooflineCosts(get_gpu("h100-sxm"), launch_overhead_s=0.0)
+    shard = LayerShard(1, 2048, tp=4, sequence_parallel=True)
+    model = model_from_mapping({"name": "g", "layers": 1, "hidden": 12288, "heads": 96,
+                                "seq_len": 2048, "vocab": 50257})
+    work = costs.layer_work("bwd", model, shard)
+    whole = costs.operator_times_s(work)
+    assert chunked_operator_times_s(costs, work, {}, 2048) == whole
+    chunked = chunked_operator_times_s(costs, work, {"qkv": 4}, 2048)
+    for kernel in work.kernels:
+        if kernel.base_name == "qkv" and kernel.kind == "gemm":
+            piece = replace(kernel, m=512, flops=kernel.flops / 4,
+                            bytes_moved=kernel.bytes_moved / 4)
+            expected = (4 * costs.kernel_time_s(piece) if kernel.m == 2048
+                        else costs.kernel_time_s(kernel))  # the weight gradient runs whole
+            whole["qkv"] += expected - costs.kernel_time_s(kernel)
+    assert chunked == pytest.approx(whole, rel=1e-12)
+    assert chunked["qkv"] > costs.operator_times_s(work)["qkv"]

@@ -29,14 +29,16 @@ the ``wgrad`` GEMM).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
 
-__all__ = ["TE_PIPELINE_SMS", "TE_PIPELINE_SPLITS", "gemm_stretch", "paired_gemms_s",
-           "pipelined_pair_s", "roofline_of"]
+__all__ = ["TE_PIPELINE_SMS", "TE_PIPELINE_SPLITS", "chunked_operator_times_s",
+           "gemm_stretch", "paired_gemms_s", "pipelined_pair_s", "roofline_of"]
 
 # Transformer Engine's userbuffers defaults for a pipelined (chunked) overlap: 4 splits on
 # 16 SMs (transformer_engine/pytorch/module/base.py, ``initialize_ub``'s default config;
@@ -80,18 +82,41 @@ def roofline_of(costs: Any) -> Any:
                       hint="use compute.costs: roofline, or tp_comm_overlap: false")
 
 
+def chunked_operator_times_s(roofline: Any, work: Any, chunks: Mapping[str, int],
+                             tokens: int) -> dict[str, float]:
+    """:meth:`operator_times_s` with the GEMMs of the operators in ``chunks`` run as that
+    many GEMMs over a slice of the ``tokens`` rows each (their forward and data-gradient
+    GEMMs, whose ``m`` is the tokens; a weight gradient reduces over them and runs whole):
+    a chunk of fewer rows fills fewer tiles and waves (:func:`matmul_efficiency`), which
+    is what splitting a GEMM under a collective costs."""
+    out: dict[str, float] = {}
+    for item in work.kernels:
+        n = chunks.get(item.base_name, 1)
+        if n > 1 and item.kind == "gemm" and item.m == tokens:
+            piece = replace(item, m=-(-item.m // n), flops=item.flops / n,
+                            bytes_moved=item.bytes_moved / n)
+            seconds = n * roofline.kernel_time_s(piece)
+        else:
+            seconds = roofline.kernel_time_s(item)
+        out[item.base_name] = out.get(item.base_name, 0.0) + seconds
+    return out
+
+
 def paired_gemms_s(costs: Any, pass_: str, model: ModelSpec, shard: LayerShard,
-                   ) -> dict[str, tuple[float, float]]:
+                   chunks: tuple[int, int] = (1, 1)) -> dict[str, tuple[float, float]]:
     """Per block (``attention``, ``mlp``): the seconds of the GEMM the all-gather overlaps
     and of the one the reduce-scatter overlaps, in ``pass_`` (``recompute`` as ``fwd``), as
     fractions of the layer's time under the roofline applied to ``costs``' own layer time
-    (so a cost table keeps its total)."""
+    (so a cost table keeps its total).  ``chunks``: the pieces the all-gather's and the
+    reduce-scatter's GEMMs run in (:func:`chunked_operator_times_s`); whole by default."""
     roofline = roofline_of(costs)
     cost_pass = "recompute" if pass_ == "recompute" else pass_
-    times = roofline.operator_times_s(roofline.layer_work(cost_pass, model, shard))
+    pairs = _PAIRS["bwd" if pass_ == "bwd" else "fwd"]
+    pieces = {op: n for ops in pairs.values() for op, n in zip(ops, chunks, strict=True)}
+    times = chunked_operator_times_s(roofline, roofline.layer_work(cost_pass, model, shard),
+                                     pieces, shard.micro_batch * shard.seq_len)
     layer_s = costs.layer_time_s(cost_pass, model, shard)
     roofline_s = roofline.layer_time_s(cost_pass, model, shard)
     scale = layer_s / roofline_s if roofline_s > 0 else 0.0
-    pairs = _PAIRS["bwd" if pass_ == "bwd" else "fwd"]
     return {block: (times.get(ag, 0.0) * scale, times.get(rs, 0.0) * scale)
             for block, (ag, rs) in pairs.items()}

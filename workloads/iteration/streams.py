@@ -381,8 +381,11 @@ class StreamBuilder:
         ``what``: the layer pass's seconds, label and trace arguments."""
         duration, label, args = what
         par = self.parallel
-        gemms = paired_gemms_s(self.costs, pass_, self.model, shard)
-        rest = max(duration - sum(ag + rs for ag, rs in gemms.values()), 0.0) / 2
+        whole = paired_gemms_s(self.costs, pass_, self.model, shard)
+        rest = max(duration - sum(ag + rs for ag, rs in whole.values()), 0.0) / 2
+        # Each GEMM runs as the chunks its collective is cut into, a slice of rows each.
+        gemms = paired_gemms_s(self.costs, pass_, self.model, shard,
+                               (par.tp, par.tp_comm_overlap_splits))
         for block, (ag_s, rs_s) in gemms.items():
             ops.append(Compute(rest, f"{label} {block}", *args))
             ops.append(TpOverlap(Collective("all_gather", self.tp_gather_bytes,
