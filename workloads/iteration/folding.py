@@ -385,10 +385,14 @@ def exclusive_tp(comm: Communicator, groups: list[list[RankGroup]],
     return True
 
 
-def _tp_links(comm: Communicator, gpus: list[str]) -> set[Any]:
-    """Every link a TP collective of ``gpus`` may use, whatever algorithm auto picks."""
+_ALL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def _tp_links(comm: Communicator, gpus: list[str],
+              ops: tuple[str, ...] = _ALL_OPS) -> set[Any]:
+    """Every link a collective ``ops`` of ``gpus`` may use, whatever algorithm auto picks."""
     links: set[Any] = set()
-    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+    for op in ops:
         for algo in comm.candidates(op, gpus):
             links |= comm.plan_links(comm.plan(op, gpus, algorithm=algo, protocol="simple"))
     return links
@@ -396,8 +400,9 @@ def _tp_links(comm: Communicator, gpus: list[str]) -> set[Any]:
 
 def dp_apart_from_tp(comm: Communicator, groups: list[list[RankGroup]],
                      par: ParallelConfig) -> bool:
-    """Whether data-parallel collectives (gradient reduce-scatter/all-reduce, parameter
-    all-gather) never use a link of any TP group, whatever algorithm auto picks.
+    """Whether data-parallel collectives (gradient reduce-scatter and parameter all-gather
+    under ZeRO, else the gradient all-reduce) never use a link of any TP group, whatever
+    algorithm auto picks.
 
     Then a TP collective stays exclusive while they are in flight — the usual case of TP
     inside an NVLink node and DP across nodes on the NIC rails — and its closed form stays
@@ -408,6 +413,8 @@ def dp_apart_from_tp(comm: Communicator, groups: list[list[RankGroup]],
         return par.tp == 1
     if getattr(par, "ep", 1) > 1:
         return False
+    # ZeRO's gradient reduce-scatter and parameter all-gather, else one all-reduce.
+    dp_ops = ("reduce_scatter", "all_gather") if par.zero >= 1 else ("all_reduce",)
     tp_links: set[Any] = set()
     for stage_groups in groups:
         for group in stage_groups:
@@ -418,7 +425,7 @@ def dp_apart_from_tp(comm: Communicator, groups: list[list[RankGroup]],
             return False
         for rank in range(width):
             gpus = [group.gpus[rank] for group in stage_groups]
-            if not tp_links.isdisjoint(_tp_links(comm, gpus)):
+            if not tp_links.isdisjoint(_tp_links(comm, gpus, dp_ops)):
                 return False
     return True
 
