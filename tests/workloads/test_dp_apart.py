@@ -29,7 +29,7 @@ def _run(mapping: dict, apart: bool | None, monkeypatch: pytest.MonkeyPatch) -> 
         seen.append(dp_apart_from_tp(comm, groups, par))
         return seen[-1] if apart is None else apart
 
-    monkeypatch.setattr(simulator, "dp_apart_from_tp", check)
+    monkeypatch.setattr(simulator, "dp_apart", check)
     result = simulator.simulate_iteration(scenario_from_mapping(mapping, source="t").spec)
     return result.iteration_time_s, seen[0]
 
