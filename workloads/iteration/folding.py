@@ -81,7 +81,7 @@ from distsim_gpu.workloads.strategy.dimensions import (
 )
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
 
-__all__ = ["MAX_FOLD_CLASSES", "exclusive_tp", "fold_check", "unit_rows"]
+__all__ = ["MAX_FOLD_CLASSES", "dp_apart_from_tp", "exclusive_tp", "fold_check", "unit_rows"]
 
 # The most classes of alike replicas folding simulates; with more the full simulation runs.
 # Each class's flows span its images' links, so many classes make the solver's connected
@@ -382,6 +382,51 @@ def exclusive_tp(comm: Communicator, groups: list[list[RankGroup]],
             legs = comm.plan_links(comm.pairs_plan(pairs, 1.0, protocol="simple"))
         if not seen.isdisjoint(legs):
             return False
+    return True
+
+
+_ALL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def _tp_links(comm: Communicator, gpus: list[str],
+              ops: tuple[str, ...] = _ALL_OPS) -> set[Any]:
+    """Every link a collective ``ops`` of ``gpus`` may use, whatever algorithm auto picks."""
+    links: set[Any] = set()
+    for op in ops:
+        for algo in comm.candidates(op, gpus):
+            links |= comm.plan_links(comm.plan(op, gpus, algorithm=algo, protocol="simple"))
+    return links
+
+
+def dp_apart_from_tp(comm: Communicator, groups: list[list[RankGroup]],
+                     par: ParallelConfig) -> bool:
+    """Whether data-parallel collectives (gradient reduce-scatter and parameter all-gather
+    under ZeRO, else the gradient all-reduce) never use a link of any TP group, whatever
+    algorithm auto picks.
+
+    Then a TP collective stays exclusive while they are in flight — the usual case of TP
+    inside an NVLink node and DP across nodes on the NIC rails — and its closed form stays
+    exact.  Only for plain data parallelism (one replica per rank group, no expert or
+    context parallelism, uniform layer groups); False otherwise.
+    """
+    if par.tp == 1 or par.dp_cp <= 1 or par.dp_cp != par.dp:
+        return par.tp == 1
+    if getattr(par, "ep", 1) > 1:
+        return False
+    # ZeRO's gradient reduce-scatter and parameter all-gather, else one all-reduce.
+    dp_ops = ("reduce_scatter", "all_gather") if par.zero >= 1 else ("all_reduce",)
+    tp_links: set[Any] = set()
+    for stage_groups in groups:
+        for group in stage_groups:
+            tp_links |= _tp_links(comm, list(group.gpus))
+    for stage_groups in groups:
+        width = len(stage_groups[0].gpus)
+        if any(len(group.gpus) != width for group in stage_groups):
+            return False
+        for rank in range(width):
+            gpus = [group.gpus[rank] for group in stage_groups]
+            if not tp_links.isdisjoint(_tp_links(comm, gpus, dp_ops)):
+                return False
     return True
 
 

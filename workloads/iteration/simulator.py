@@ -65,6 +65,7 @@ from distsim_gpu.simcore.errors import SimulationError
 from distsim_gpu.simcore.network import LinkUsage
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.workloads.cost.traffic import seq_len_of
+from distsim_gpu.workloads.iteration.folding import dp_apart_from_tp as dp_apart
 from distsim_gpu.workloads.iteration.folding import exclusive_tp, fold_check, unit_rows
 from distsim_gpu.workloads.iteration.offload_step import OffloadStep, offload_streams
 from distsim_gpu.workloads.iteration.ops import (
@@ -179,7 +180,8 @@ class IterationSimulator:
         self._fold_flows: dict[tuple[int, float], tuple[CollectivePlan, _SoloFlows]] = {}
         exclusive = spec.fold_exclusive_tp and exclusive_tp(self.comm, self.groups, par)
         builder = StreamBuilder(model, par, train, spec.costs, microbatches=self.microbatches,
-                                exclusive_tp=exclusive, tp_time_s=self._tp_analytic_s)
+                                exclusive_tp=exclusive, tp_time_s=self._tp_analytic_s,
+                                dp_apart=exclusive and dp_apart(self.comm, self.groups, par))
         self.streams = [builder.stage_stream(s) for s in range(par.pp)]
         self.offload: tuple[OffloadStep, ...] = ()
         if par.offload.enabled:  # the step on the host (workloads.iteration.offload_step)

@@ -111,16 +111,19 @@ class StreamBuilder:
     ``tp_time_s`` (the closed form of an exclusive TP collective) makes the streams fused
     (what the simulator runs); without it they are the plain ops.  ``exclusive_tp``: the
     tensor-parallel collectives may be marked ``exclusive`` — in the passes before the
-    stage launches its first data-parallel collective, the only time they can be.
+    stage launches its first data-parallel collective, the only time they can be — or in
+    every pass when ``dp_apart`` (data-parallel collectives never touch a TP group's links,
+    see :func:`workloads.iteration.folding.dp_apart_from_tp`).
     """
 
     def __init__(self, model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
                  costs: CostModel, *, microbatches: int, exclusive_tp: bool = False,
-                 tp_time_s: TpTime | None = None) -> None:
+                 tp_time_s: TpTime | None = None, dp_apart: bool = False) -> None:
         self.model, self.parallel, self.training, self.costs = (model, parallel, training,
                                                                  costs)
         self.microbatches = microbatches
         self.exclusive_tp = exclusive_tp
+        self.dp_apart = dp_apart
         self.tp_time_s = tp_time_s
         # A context-parallel rank computes and sends its s/cp tokens of each sequence.
         local = rank_training(model, parallel, training)
@@ -194,10 +197,13 @@ class StreamBuilder:
             # Exclusive TP only while no data-parallel collective of this stage can be in
             # flight: before it launched one, and not in a pass that launches one.
             # Nor while parameter gathers are: until every chunk's first forward waited.
-            fold = (self.exclusive_tp and not launched_dp and not sharded and not gathers
-                    and not (last and pass_ == "B" and (par.dp_cp > 1 or self.narrow)))
+            # Unless no data-parallel collective can touch a TP group's links (dp_apart).
+            apart = self.dp_apart and not self.narrow
+            fold = (self.exclusive_tp and (apart or (
+                not launched_dp and not sharded and not gathers
+                and not (last and pass_ == "B" and (par.dp_cp > 1 or self.narrow)))))
             waits = gathers.pop(chunk, ()) if pass_ == "F" else ()
-            fold = fold and not waits
+            fold = fold and (apart or not waits)
             ops = self.pass_ops(stage, chunk, pass_, last, fold, waits)
             launched_dp = launched_dp or any(
                 isinstance(op, Collective) and not op.blocking for op in ops)
