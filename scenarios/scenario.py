@@ -546,7 +546,8 @@ def _stack_defaults(parallel: ParallelConfig, raw: Any, roofline: RooflineCosts,
                                            and parallel.zero in (1, 2))
     if "tp_comm_overlap" not in given:
         changes["tp_comm_overlap"] = (stack.tp_comm_overlap and parallel.sequence_parallel
-                                      and parallel.tp > 1 and parallel.tp_mode == "1d")
+                                      and parallel.tp > 1 and parallel.tp_mode == "1d"
+                                      and parallel.cp == 1 and not parallel.layer_groups)
     return dataclasses.replace(parallel, **changes) if changes else parallel
 
 

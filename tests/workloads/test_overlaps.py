@@ -143,6 +143,25 @@ def test_overlap_param_gather_needs_the_distributed_optimizer():
                        TrainingConfig(global_batch=2), num_gpus=2)
 
 
+def test_tp_overlap_is_refused_with_context_parallelism_and_left_off_by_the_stack():
+    model = model_from_mapping({"name": "m", "layers": 2, "hidden": 1024, "heads": 16,
+                                "seq_len": 512, "vocab": 32000})
+    with pytest.raises(ConfigError, match=r"parallelism\.tp_comm_overlap.*context"):
+        check_strategy(model, parallel_from_mapping(
+            {"tp": 2, "cp": 2, "sequence_parallel": True, "tp_comm_overlap": True}),
+            TrainingConfig(global_batch=1), num_gpus=4)
+    mapping = {"name": "cp", "cluster": {"preset": "dgx-h100", "nodes": 1},
+               "model": {"name": "m", "layers": 2, "hidden": 1024, "heads": 16,
+                         "seq_len": 512, "vocab": 32000},
+               "parallelism": {"tp": 2, "cp": 2, "dp": 2, "sequence_parallel": True,
+                               "zero": 1},
+               "training": {"micro_batch": 1, "global_batch": 2},
+               "compute": {"gpu": "h100-sxm", "stack": "nemo"}}
+    parallel = scenario_from_mapping(mapping).parallel
+    # The stack's other overlap applies; the one it cannot run here is not claimed.
+    assert parallel.overlap_param_gather and not parallel.tp_comm_overlap
+
+
 # --------------------------------------------------------------------------- TP overlap
 
 

@@ -352,8 +352,9 @@ class StreamBuilder:
         op_sac = pass_ == "recompute" and setting.recompute == "op"
         saved = SAVED_COLLECTIVES if op_sac else frozenset()
         args = (kind, table_pass, layer)
-        if (self.tp_overlap and with_comm and not op_sac and par.cp == 1
-                and self.settings is None and not model.is_moe_layer(layer)):
+        # Context parallelism and layer groups are refused with it (check_strategy); an
+        # MoE layer keeps its collectives around the experts' all-to-alls.
+        if self.tp_overlap and with_comm and not op_sac and not model.is_moe_layer(layer):
             self._overlapped_tp_layer(ops, pass_, shard, (duration, label, args), fold)
             return
         half = duration / 2
