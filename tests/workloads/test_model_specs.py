@@ -25,6 +25,7 @@ PUBLISHED_TOTALS = [
     ("llama3.1-405b", 405e9, "Llama Team 2024, The Llama 3 Herd of Models, Table 3"),
     ("bert-large", 340e6, "Devlin et al. 2019, §3 (BERT-large 340M)"),
     ("mixtral-8x7b", 46.7e9, "Jiang et al. 2024 (Mixtral of Experts)"),
+    ("grok-1", 314e9, "xai-org/grok-1 README (314B)"),
     ("megatron-1t", 1008e9, "Narayanan et al. 2021, Table 1 (1008.0 billion)"),
     ("bloom-176b", 176e9, "BigScience BLOOM model card"),
     ("deepseek-v3", 671e9, "DeepSeek-V3 technical report, §4.2 (671B, without MTP)"),

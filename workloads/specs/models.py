@@ -523,6 +523,14 @@ _PRESET_FIELDS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "mixtral-8x7b": {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8,
                      "ffn_hidden": 14336, "experts": 8, "top_k": 2, "seq_len": 4096,
                      "vocab": 32000, **_LLAMA},
+    # xAI, github.com/xai-org/grok-1 (README "Model Specifications" and model.py): 64
+    # layers, embedding 6144, 48 query heads and 8 key/value heads of 128, 8 experts with 2
+    # used per token, each a gated (GELU) MLP of width 32768 (widening factor 8 at 2/3),
+    # vocab 131072, RoPE, RMSNorm, context 8192; the output projection reuses the input
+    # embedding.  Published: 314B parameters.
+    "grok-1": {"layers": 64, "hidden": 6144, "heads": 48, "kv_heads": 8,
+               "ffn_hidden": 32768, "experts": 8, "top_k": 2, "seq_len": 8192,
+               "vocab": 131072, **_LLAMA, "tied_embeddings": True},
     # Narayanan et al. 2021, Table 1, last row: 1T-parameter GPT, 128 layers, hidden
     # 25600, 160 heads; vocabulary 51200 and sequence 2048 as in that paper's §5.1.
     # Published: 1008 billion parameters.
