@@ -55,6 +55,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 WIDE = "dgxc_step_times_wide.csv"
+CONFIG_TABLES = "dgxc_config_tables.csv"
 DATASET = Path("training") / "dgxc_benchmarking"
 
 #: (layers, seq_len) of the full models, for rows whose table states neither: GPT-3 175B
