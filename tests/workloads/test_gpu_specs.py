@@ -30,7 +30,21 @@ DATASHEET = {
     "mi300x": (1307.4, 163.4, 192, 5300, 304),
     "gh200": (989.4, 66.9, 96, 4000, 132),
     "b200": (2250.0, 80.0, 180, 8000, 148),
+    # GB200 / GB300 NVL72 datasheets (rack over 72, sparse halved); HGX B300 datasheet; AMD
+    # Instinct MI355X data sheet (256 compute units).
+    "gb200": (2500.0, 90.0, 186, 8000, 148),
+    "gb300": (2500.0, 90.0, 288, 8000, 160),
+    "b300": (2250.0, 80.0, 288, 8000, 160),
+    "mi355x": (2516.6, 157.3, 288, 8000, 256),
 }
+
+
+def test_blackwell_and_cdna4_fp8_is_twice_bf16_dense():
+    for name in ("gb200", "gb300", "b300", "mi355x"):
+        gpu = get_gpu(name)
+        assert gpu.peak_flops("fp8") == pytest.approx(2 * gpu.peak_flops("bf16"), rel=1e-3)
+    assert get_gpu("NVIDIA GB200").name == "gb200"
+    assert get_gpu("AMD Instinct MI355X").architecture == "cdna4"
 
 
 def test_presets_listed():

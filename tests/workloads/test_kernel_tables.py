@@ -19,9 +19,9 @@ def _write(root: Path, relative: str, text: str) -> None:
 @pytest.mark.parametrize("text, preset", [
     ("NVIDIA H800 SXM5", "h100-sxm"), ("sm_90", "h100-sxm"), ("H100 80GB HBM3", "h100-sxm"),
     ("NVIDIA H100 PCIe", ""), ("NVIDIA GH200 SXM", "gh200"), ("H200 141GB", "h200"),
-    ("NVIDIA GB200", ""), ("sm_100_B200", "b200"), ("A100-SXM4-80GB", "a100-80gb"),
-    ("A100-SXM4-40GB", "a100-40gb"), ("gfx942", "mi300x"), ("gfx950", ""),
-    ("Intel Gaudi 3", "")])
+    ("NVIDIA GB200", "gb200"), ("sm_100_B200", "b200"), ("A100-SXM4-80GB", "a100-80gb"),
+    ("A100-SXM4-40GB", "a100-40gb"), ("gfx942", "mi300x"), ("gfx950", "mi355x"),
+    ("NVIDIA B300 SXM", "b300"), ("Intel Gaudi 3", "")])
 def test_gpu_names_map_to_presets(text, preset):
     assert kt.gpu_preset(text) == preset
 
@@ -47,12 +47,12 @@ def gemm_tables(tmp_path: Path) -> Path:
            "device_key,b,m,n,k,dtype,flops_per_s\n"
            "sm_90,2,1024,2048,4096,bf16xbf16->bf16,5e14\n"
            "sm_90,1,1024,1024,1024,f8e4m3fnxf8e4m3fn->bf16,2.4e15\n"
-           "gfx950,1,256,256,256,bf16xbf16->bf16,1e13\n"
+           "gfx90a,1,256,256,256,bf16xbf16->bf16,1e13\n"
            "sm_100_B200,1,256,256,256,f32xf32->f32,1e13\n")
     _write(tmp_path, "mamf_finder/mamf_best.csv",
            "accelerator,dtype,mamf_tflops,M,N,K\n"
            "NVIDIA B200 SXM,fp8_e4m3fn,3000,1000,2000,3000\n"
-           "AMD MI355X,bf16,1565,1,1,1\n")
+           "AMD MI325X,bf16,785,1,1,1\n")
     _write(tmp_path, "azure_ai_benchmarking_guide/gemm_blaslt.csv",
            "gpu,library,dtype,m,n,k,tflops\nH200 141GB (ND H200 v5),CuBLASLt,FP8,8192,8192,8192,"
            "1000\n")
@@ -84,8 +84,8 @@ def test_gemm_rows_become_records_with_their_measured_seconds(gemm_tables):
     deepgemm = by_source[("deepgemm_h800", "h100-sxm", "fp8")]
     assert deepgemm.time_s == pytest.approx(2 * 4096 * 7168 * 16384 / 1426e12)
     reasons = " | ".join(s.reason for s in skipped)
-    for expected in ("H100 FP8 rows flagged", "no GPU preset for gfx950", "f32xf32->f32",
-                     "MI355X", "block-scaled FP8", "grouped GEMM", "superseded",
+    for expected in ("H100 FP8 rows flagged", "no GPU preset for gfx90a", "f32xf32->f32",
+                     "MI325X", "block-scaled FP8", "grouped GEMM", "superseded",
                      "grouped MoE GEMM", "before-after"):
         assert expected in reasons
     assert len(skipped) == 9  # every one of the 14 rows is a record or a reason
@@ -103,7 +103,7 @@ def test_attention_rows_recover_seconds_and_sum_both_cudnn_passes(tmp_path):
     _write(tmp_path, "cudnn_frontend_sdpa_norms/sdpa/a.csv", header
            + "cudnn,bfloat16,no_mask,1,4096,4096,64,128,128,both,2.0,5.0,,,True,NVIDIA H200\n"
            + "cudnn,fp8,no_mask,1,4096,4096,64,128,128,both,1.0,3.0,,,True,NVIDIA H200\n"
-           + "cudnn,bfloat16,no_mask,1,4096,4096,64,128,128,fwd,,,1.0,,True,NVIDIA GB200\n"
+           + "cudnn,bfloat16,no_mask,1,4096,4096,64,128,128,fwd,,,1.0,,True,NVIDIA L40S\n"
            + "cudnn,bfloat16,top_left,1,4096,4096,64,64,64,both,1,1,,1024,True,NVIDIA H200\n"
            + "cudnn,bfloat16,top_left,1,4096,4096,64,192,128,both,inf,inf,,,False,\n")
     _write(tmp_path, "azure_ai_benchmarking_guide/flash_attention2.csv", "gpu,tflops\nx,1\n")
@@ -121,7 +121,7 @@ def test_attention_rows_recover_seconds_and_sum_both_cudnn_passes(tmp_path):
 def test_memory_rows_count_the_bytes_each_benchmark_moves(tmp_path):
     _write(tmp_path, "azure_ai_benchmarking_guide/hbm_babelstream.csv",
            "gpu,kernel,tb_per_s\nH100 80GB HBM3 (ND H100 v5),Triad,2.97\n"
-           "GB200 (ND GB200 v6),Copy,7.0\n")
+           "L40S (ND L40S v1),Copy,0.8\n")
     _write(tmp_path, "cudnn_frontend_sdpa_norms/norms/h200.csv",
            "norm_type,backend,fwd_time_ms,bwd_time_ms,fwd_gbps,bwd_gbps,success,gpu_name\n"
            "rms_norm,cudnn,0.1,0.2,3700,3800,True,NVIDIA H200\n")

@@ -44,6 +44,21 @@ Sources:
  * B200: NVIDIA Blackwell architecture technical brief, HGX B200 at 1000 W: 2250 TFLOP/s
    bf16/fp16 dense, 4500 fp8 dense, 1100 tf32 dense, 80 fp32; NVIDIA DGX B200 datasheet:
    1,440 GB HBM3e at 64 TB/s for 8 GPUs, i.e. 180 GB at 8 TB/s each; 148 SMs.
+ * GB200: NVIDIA GB200 NVL72 datasheet, per GPU (rack figures over 72, sparse figures
+   halved): 2500 TFLOP/s bf16/fp16 dense, 5000 fp8, 1250 tf32; FP64 45 per GPU, fp32 taken
+   as twice that (90, Blackwell's vector ratio on B200: 80 / 40); 13.4 TB HBM3e over 72 ->
+   186 GB each at 8 TB/s; 148 SMs as B200; 1200 W.  NVIDIA's dgxc-benchmarking READMEs
+   quote 2.45 / 4.9 PFLOP/s bf16 / fp8 for their MFU (a clock 2 % below the datasheet's).
+ * GB300: NVIDIA GB300 NVL72 datasheet, per GPU: bf16/fp16 and fp8 as GB200 (2500 / 5000
+   dense; Blackwell Ultra adds FP4, not 16-bit rate), tf32 1250; fp32 as GB200's (not
+   published; an assumption); 20.7 TB HBM3e over 72 -> 288 GB at 8 TB/s; 160 SMs (Blackwell
+   Ultra, NVIDIA technical blog "Inside NVIDIA Blackwell Ultra"); 1400 W.
+ * B300: NVIDIA HGX B300 datasheet, per GPU: 2250 / 4500 TFLOP/s bf16 / fp8 dense (as B200;
+   Bekman's MAMF table takes the same peaks), 1100 tf32, fp32 as B200 (an assumption); 2.3
+   TB HBM3e over 8 -> 288 GB at 8 TB/s; 160 SMs; 1100 W.
+ * MI355X: AMD Instinct MI355X data sheet (OAM, 1400 W): 2516.6 TFLOP/s bf16/fp16 dense
+   matrix, 5033.2 fp8, 157.3 fp32 vector (no TF32 matrix rate: CDNA 4 drops it, so tf32
+   runs at the fp32 rate here); 288 GB HBM3E at 8 TB/s; 256 compute units.
  * MI300X: AMD Instinct MI300X data sheet (OAM, 2100 MHz peak engine clock): 1307.4
    TFLOP/s bf16/fp16 dense matrix, 2614.9 fp8 dense, 653.7 tf32, 163.4 fp32; 192 GB HBM3
    (eight 24 GB stacks, binary GB as for NVIDIA) at 5.3 TB/s; 304 compute units, counted
@@ -78,7 +93,7 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 # Share of board power that does not scale with the SM clock (module docstring; assumed).
 STATIC_POWER_FRACTION = 0.15
 # GPU generations the cost model tells apart ("" for a custom GPU that does not say).
-ARCHITECTURES = ("volta", "ampere", "hopper", "blackwell", "cdna3")
+ARCHITECTURES = ("volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4")
 
 _GiB = 2.0**30
 _TFLOPS = 1e12
@@ -183,6 +198,13 @@ _GH200_SRC = "NVIDIA GH200 Grace Hopper Superchip datasheet (96 GB HBM3); comput
 _B200_SRC = ("NVIDIA Blackwell architecture technical brief (HGX B200, 1000 W), dense; "
              "DGX B200 datasheet (memory)")
 
+_GB200_SRC = ("NVIDIA GB200 NVL72 datasheet, per GPU (rack over 72, dense); fp32 from FP64 x2 "
+              "(assumed)")
+_GB300_SRC = "NVIDIA GB300 NVL72 datasheet, per GPU (rack over 72, dense); fp32 assumed as GB200"
+_B300_SRC = "NVIDIA HGX B300 datasheet, per GPU (dense); fp32 assumed as B200"
+_MI355X_SRC = "AMD Instinct MI355X data sheet (OAM, 1400 W), dense matrix rates"
+_BLACKWELL_72 = _peaks(fp32=90.0, tf32=1250.0, bf16=2500.0, fp16=2500.0, fp8=5000.0)
+
 _HOPPER_PEAKS = _peaks(fp32=66.9, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9)
 
 GPU_PRESETS: Mapping[str, GpuSpec] = MappingProxyType({
@@ -202,6 +224,16 @@ GPU_PRESETS: Mapping[str, GpuSpec] = MappingProxyType({
     "b200": GpuSpec("b200", _peaks(fp32=80.0, tf32=1100.0, bf16=2250.0, fp16=2250.0,
                                    fp8=4500.0),
                     180 * _GiB, 8000 * _GBPS, 148, _B200_SRC, "blackwell", 1000.0),
+    "gb200": GpuSpec("gb200", _BLACKWELL_72, 186 * _GiB, 8000 * _GBPS, 148, _GB200_SRC,
+                     "blackwell", 1200.0),
+    "gb300": GpuSpec("gb300", _BLACKWELL_72, 288 * _GiB, 8000 * _GBPS, 160, _GB300_SRC,
+                     "blackwell", 1400.0),
+    "b300": GpuSpec("b300", _peaks(fp32=80.0, tf32=1100.0, bf16=2250.0, fp16=2250.0,
+                                   fp8=4500.0),
+                    288 * _GiB, 8000 * _GBPS, 160, _B300_SRC, "blackwell", 1100.0),
+    "mi355x": GpuSpec("mi355x", _peaks(fp32=157.3, tf32=157.3, bf16=2516.6, fp16=2516.6,
+                                       fp8=5033.2),
+                      288 * _GiB, 8000 * _GBPS, 256, _MI355X_SRC, "cdna4", 1400.0),
     "mi300x": GpuSpec("mi300x", _peaks(fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4,
                                        fp8=2614.9),
                       192 * _GiB, 5300 * _GBPS, 304, _MI300X_SRC, "cdna3", 750.0),
@@ -240,6 +272,13 @@ GPU_ALIASES: Mapping[str, str] = MappingProxyType({
     "nvidia gh200 120gb": "gh200",  # what nvidia-smi and nccl-tests call Alps' part
     "b200-180gb": "b200",
     "nvidia b200": "b200",
+    "nvidia gb200": "gb200",
+    "gb200-186gb": "gb200",
+    "nvidia gb300": "gb300",
+    "gb300-288gb": "gb300",
+    "nvidia b300 sxm6 ac": "b300",
+    "b300-288gb": "b300",
+    "amd instinct mi355x": "mi355x",
     "mi300x-oam": "mi300x",
     # PyTorch on ROCm records the marketing name; SR-IOV guests (cloud VMs) add " VF".
     "amd instinct mi300x": "mi300x",

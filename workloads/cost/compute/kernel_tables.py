@@ -107,9 +107,9 @@ class Skipped:
 _GPU_RULES: tuple[tuple[str, str], ...] = (
     ("pcie", ""),           # A100/H100 PCIe: lower clocks and power than the SXM presets
     ("gh200", "gh200"),
-    ("gb200", ""),          # 2500 TFLOP/s dense BF16, not b200's 2250: no preset
-    ("gb300", ""),
-    ("b300", ""),
+    ("gb200", "gb200"),     # 2500 TFLOP/s dense BF16, not b200's 2250
+    ("gb300", "gb300"),
+    ("b300", "b300"),
     ("h800", "h100-sxm"),   # H100 SXM5's export part: same SMs and tensor-core peak
     ("h200", "h200"),
     ("h100", "h100-sxm"),
@@ -118,6 +118,8 @@ _GPU_RULES: tuple[tuple[str, str], ...] = (
     ("a100", "a100-80gb"),
     ("mi300x", "mi300x"),
     ("gfx942", "mi300x"),
+    ("mi355x", "mi355x"),
+    ("gfx950", "mi355x"),
 )
 
 

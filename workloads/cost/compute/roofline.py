@@ -82,10 +82,14 @@ __all__ = [
 # dimension >= 1024) — B200 on XLA's B200 BF16 table + MAMF + vLLM's SM100 row, 110 rows,
 # CV median error 18.9 % (32.0 % at 0.8); MI300X on ROCm XLA's gfx942 BF16 table + MAMF,
 # 109 rows, CV median error 15.6 % (48.4 % at 0.8), with k_half 512 (GEMM_K_HALF_BY_...).
+# The Blackwell fit counts GB200's rows (MAMF, Azure) with B200's: 112 rows, CV median
+# error 18.7 %.  CDNA 4 (MI355X): the same script on ROCm XLA's gfx950 BF16 table + MAMF,
+# 109 rows, 0.393 at k_half 512, CV median error 27.1 % (MAMF's best shape alone reaches
+# 62 % of the data sheet's 2516.6 TFLOP/s: the XLA table's shapes run far lower).
 # A generation without a figure takes MATMUL_EFFICIENCY.
 MATMUL_EFFICIENCY = 0.8
 MATMUL_EFFICIENCY_BY_ARCHITECTURE: dict[str, float] = {
-    "ampere": 0.8, "hopper": 0.745, "blackwell": 0.632, "cdna3": 0.481}
+    "ampere": 0.8, "hopper": 0.745, "blackwell": 0.639, "cdna3": 0.481, "cdna4": 0.393}
 # Fraction of the FP8 dense peak a per-tensor-scaled FP8 GEMM reaches, by the rule that
 # gives Hopper's BF16 figure: 0.93 of the best shape's fraction in Bekman's MAMF table
 # (H100 SXM e4m3: 1402.6 of 1979 TFLOP/s, 70.9 %; BF16: 80.3 % -> 0.745), so 0.66.  The
@@ -112,7 +116,8 @@ GEMM_K_HALF = 64.0
 # Per generation where the kernel tables say otherwise: fitted with the asymptotic
 # efficiency above (validation/kernels/fit_kernels.py; the grid's largest value, 512, is the
 # best fit on B200's and MI300X's XLA tables: their GEMMs keep rising in k up to 4096).
-GEMM_K_HALF_BY_ARCHITECTURE: dict[str, float] = {"blackwell": 512.0, "cdna3": 512.0}
+GEMM_K_HALF_BY_ARCHITECTURE: dict[str, float] = {"blackwell": 512.0, "cdna3": 512.0,
+                                                 "cdna4": 512.0}
 # Fraction of the dense 16-bit peak a fused (flash) attention kernel reaches over its forward
 # and backward, by kernel and GPU architecture.  FlashAttention-2 reaches 50-73 % of A100
 # peak forward and less backward (Dao 2023, "FlashAttention-2", abstract and §4.1: ~0.5 over
@@ -124,13 +129,14 @@ GEMM_K_HALF_BY_ARCHITECTURE: dict[str, float] = {"blackwell": 512.0, "cdna3": 51
 # fa3 on the FlashAttention-3 figure (H100 forward only, 35 bars, CV 10.2 %): 0.590, a
 # forward figure (no FA3 backward table is public).  Ampere keeps 0.5: the A100 FA2 figure
 # fits 0.579 (CV 6.1 %, 14.7 % at 0.5), but the A100 end-to-end validations are calibrated
-# with 0.5.  Blackwell: no preset-matched table (cuDNN's are GB200/GB300); FA2 runs the same
-# pre-Hopper instructions, taken as on Hopper.  Any other pair: ATTENTION_EFFICIENCY.
+# with 0.5.  Blackwell: cudnn on cuDNN frontend's GB200 and GB300 SDPA benchmark (BF16 fwd
+# and bwd, 90 rows, CV 8.8 %): 0.634; FA2 runs the same pre-Hopper instructions, taken as on
+# Hopper.  Any other pair: ATTENTION_EFFICIENCY.
 ATTENTION_EFFICIENCY = 0.5
 ATTENTION_EFFICIENCY_BY_KERNEL: dict[tuple[str, str], float] = {
     ("fa2", "ampere"): 0.5, ("fa2", "hopper"): 0.319, ("fa2", "blackwell"): 0.319,
     ("fa3", "hopper"): 0.590,
-    ("cudnn", "ampere"): 0.5, ("cudnn", "hopper"): 0.512, ("cudnn", "blackwell"): 0.512,
+    ("cudnn", "ampere"): 0.5, ("cudnn", "hopper"): 0.512, ("cudnn", "blackwell"): 0.634,
 }
 # The fitted curves behind those figures: (kernel, architecture) -> (e_inf, s_half, d_half)
 # (validation/kernels/fit_kernels.py, same data as above).  Efficiency falls at short
@@ -139,6 +145,7 @@ ATTENTION_EFFICIENCY_BY_KERNEL: dict[tuple[str, str], float] = {
 ATTENTION_SATURATION: dict[tuple[str, str], tuple[float, float, float]] = {
     ("fa2", "ampere"): (0.712, 384.0, 16.0), ("fa2", "hopper"): (0.415, 384.0, 24.0),
     ("fa3", "hopper"): (0.913, 512.0, 48.0), ("cudnn", "hopper"): (0.640, 1024.0, 0.0),
+    ("cudnn", "blackwell"): (0.800, 768.0, 8.0),
 }
 # Fraction of datasheet HBM bandwidth a streaming kernel achieves.  Device-memory copy
 # benchmarks reach ~80-92 % (e.g. Jia et al. 2018, "Dissecting the NVIDIA Volta GPU
