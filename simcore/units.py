@@ -174,7 +174,10 @@ def format_bytes(size_bytes: float) -> str:
 
 
 def format_bandwidth(bandwidth_bytes_per_s: float) -> str:
-    """Bytes/s as decimal ``GB/s`` (the unit NVIDIA and nccl-tests print)."""
+    """Bytes/s as decimal ``GB/s`` (the unit NVIDIA and nccl-tests print), ``TB/s`` from
+    10 TB/s up (a rack's NVLink) so the figure never turns into an exponent."""
+    if abs(bandwidth_bytes_per_s) >= 1e13:
+        return f"{bandwidth_bytes_per_s / 1e12:.4g} TB/s"
     return f"{bandwidth_bytes_per_s / 1e9:.4g} GB/s"
 
 

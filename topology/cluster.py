@@ -11,7 +11,10 @@ Two spec forms, as Python mappings or YAML files (read with ``yaml.safe_load`` o
       nic: {bandwidth: 200 Gbps}
       nvlink: {bandwidth: 450 GB/s, latency: 0.3 us}
 
-  groups ``gpu`` {model}, ``nvlink`` / ``pcie`` / ``cpu`` {bandwidth, latency} (``cpu`` is
+  ``nvlink_domain`` (NVSwitch presets: GPUs per NVLink domain, a whole number of the
+  preset's boards — 8 for an HGX box, 4 for a GB200 tray; :mod:`topology.domain`; a node
+  is one domain, so the cluster has ``nodes x nvlink_domain`` GPUs), groups ``gpu``
+  {model}, ``nvlink`` / ``pcie`` / ``cpu`` {bandwidth, latency} (``cpu`` is
   the inter-socket link), ``nic`` {model, count, bandwidth, latency}, ``fabric`` {kind,
   oversubscription, nics_per_leaf, spines, link_bandwidth, link_latency, switch_latency,
   sharp} (``sharp: true``: the switches aggregate in the network, InfiniBand SHARP);
@@ -77,11 +80,12 @@ from distsim_gpu.topology.cluster_fabric import (
     routing_config,
     sharp_switches,
 )
+from distsim_gpu.topology.domain import with_domain
 from distsim_gpu.topology.fabrics import build_fabric
 from distsim_gpu.topology.model import Device, Link, Topology
 from distsim_gpu.topology.node_shape import node_config, parse_node
+from distsim_gpu.topology.preset_registry import PRESETS
 from distsim_gpu.topology.presets import (
-    PRESETS,
     LinkFigure,
     NodePreset,
     SwitchPreset,
@@ -98,7 +102,8 @@ from distsim_gpu.topology.spec_values import (
 
 __all__ = ["apply_overrides", "build_cluster", "list_presets", "load_cluster"]
 
-_BOX_KEYS = ("preset", "name", "nodes", "gpu", "nvlink", "pcie", "cpu", "nic", "fabric")
+_BOX_KEYS = ("preset", "name", "nodes", "nvlink_domain", "gpu", "nvlink", "pcie", "cpu", "nic",
+             "fabric")
 _SWITCH_KEYS = ("preset", "name", "nodes", "gpus", "link_bandwidth", "link_latency")
 _FIGURE_KEYS = ("bandwidth", "latency")
 _GPU_KEYS = ("model",)
@@ -140,6 +145,9 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None, 
                   if k != "nvlink" or preset.nvlink is not None)
     check_keys(spec, valid, source=source, context=f" for preset {preset.name!r}")
     nodes = read_count(spec.get("nodes", 1), "nodes", source, minimum=1, maximum=MAX_NODES)
+    if "nvlink_domain" in spec:
+        preset = with_domain(preset, read_count(spec["nvlink_domain"], "nvlink_domain", source,
+                                                minimum=1), source=source)
 
     gpu = spec.get("gpu", {})
     if isinstance(gpu, str):
@@ -196,7 +204,8 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None, 
     fabric_config.update(technology=technology, **routing_config(routing), sharp=sharp)
     name = read_string(spec.get("name", f"{preset.name} x{nodes} {fabric.kind}"), "name", source)
     shape = {"node": node_config(preset)} if written_out else {"preset": preset.name}
-    config: dict[str, Any] = {"name": name, **shape, "nodes": nodes,
+    domain = {"nvlink_domain": preset.gpus} if "nvlink_domain" in spec else {}
+    config: dict[str, Any] = {"name": name, **shape, "nodes": nodes, **domain,
                               "gpu": {"model": gpu_model}}
     if nvlink is not None:
         config["nvlink"] = _figure_config(nvlink)

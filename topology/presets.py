@@ -26,22 +26,21 @@ what a collective pays.  Each figure says whether it is a datasheet value or an 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
 from distsim_gpu.topology.model import Device, Link, full_duplex
 
 __all__ = [
+    "BOXES",
     "CABLE_LATENCY_S",
-    "NODE_PRESETS",
     "PCIE_GEN3_X16_BYTES_PER_S",
     "PCIE_GEN4_X16_BYTES_PER_S",
     "PCIE_GEN5_X16_BYTES_PER_S",
-    "PRESETS",
+    "SWITCH",
     "HostFigure",
     "LinkFigure",
     "NodePreset",
+    "NvlinkInventory",
     "SwitchPreset",
     "build_node",
     "build_switch_node",
@@ -120,6 +119,27 @@ def _ddr_socket_bytes_per_s(channels: int, mega_transfers_per_s: float) -> float
 
 
 @dataclass(frozen=True, slots=True)
+class NvlinkInventory:
+    """The NVLink switch system of a rack-scale node, as cabled: each GPU has
+    ``links_per_gpu`` NVLinks, each to a port of a switch chip with ``ports_per_chip``
+    ports, ``chips_per_tray`` chips to a switch tray; ``gpus_per_tray`` GPUs to a compute
+    tray.  The flow network keeps one non-blocking logical switch (exact for a
+    non-blocking fabric); these figures are for counting what a rack holds."""
+
+    links_per_gpu: int
+    ports_per_chip: int
+    chips_per_tray: int
+    gpus_per_tray: int
+
+    def counts(self, gpus: int) -> dict[str, int]:
+        """Devices and cables of a domain of ``gpus`` GPUs (switch chips rounded up)."""
+        links = gpus * self.links_per_gpu
+        chips = -(-links // self.ports_per_chip)
+        return {"compute_trays": gpus // self.gpus_per_tray, "nvlink_links": links,
+                "nvswitch_chips": chips, "switch_trays": -(-chips // self.chips_per_tray)}
+
+
+@dataclass(frozen=True, slots=True)
 class NodePreset:
     """The shape and default figures of one kind of node.
 
@@ -155,6 +175,16 @@ class NodePreset:
     # The host's memory and drives, for offloading (None: not described; a scenario that
     # offloads must then state them under parallelism.offload.host).
     host: HostFigure | None = None
+    # A node of ``boards`` identical boards (compute trays, baseboards) under one NVSwitch
+    # fabric: GPU i, its PCIe switch and socket belong to board i // (gpus / boards), and
+    # sockets are joined only within a board (topology.domain tiles them).
+    boards: int = 1
+    # Each GPU's link to its own I/O hub where that is NVLink-C2C to a Grace CPU rather than
+    # PCIe (GB200, GB300): its figure replaces ``pcie`` on the GPU's side of ``pcie{k}``.
+    c2c: LinkFigure | None = None
+    # The physical NVLink switch system behind the one logical ``nvswitch`` device, for
+    # reporting true device and cable counts (None: the box's own switches, not counted).
+    inventory: NvlinkInventory | None = None
 
     @property
     def gpus(self) -> int:
@@ -435,13 +465,10 @@ SWITCH = SwitchPreset(
     link=LinkFigure(100e9, 1e-6),
 )
 
-#: The presets made of real boxes, by name (read-only).
-NODE_PRESETS: Mapping[str, NodePreset] = MappingProxyType(
-    {p.name: p for p in (DGX_A100, DGX_H100, DGX1_V100, MI300X, PCIE_8GPU, QUAD_GH200,
-                         GCP_A4)})
-#: Every preset by name, the synthetic ``switch`` included (read-only).
-PRESETS: Mapping[str, NodePreset | SwitchPreset] = MappingProxyType(
-    {**NODE_PRESETS, SWITCH.name: SWITCH})
+#: The boxes defined here (the Blackwell and rack-scale ones are in
+#: :mod:`topology.presets_blackwell`; :mod:`topology.preset_registry` names them all).
+BOXES: tuple[NodePreset, ...] = (DGX_A100, DGX_H100, DGX1_V100, MI300X, PCIE_8GPU, QUAD_GH200,
+                                 GCP_A4)
 
 
 def build_node(node: int, preset: NodePreset, *, nic_layout: tuple[int, ...],
@@ -470,18 +497,23 @@ def build_node(node: int, preset: NodePreset, *, nic_layout: tuple[int, ...],
             links.extend(full_duplex(f"{p}gpu{i}", f"{p}nvswitch", nvlink.bandwidth_bytes_per_s,
                                      nvlink.latency_s, "nvlink"))
     bw, lat = pcie.bandwidth_bytes_per_s, pcie.latency_s
+    host_side = preset.c2c or pcie
     for i, k in enumerate(preset.gpu_pcie_switch):
-        links.extend(full_duplex(f"{p}gpu{i}", f"{p}pcie{k}", bw, lat, "pcie"))
+        links.extend(full_duplex(f"{p}gpu{i}", f"{p}pcie{k}", host_side.bandwidth_bytes_per_s,
+                                 host_side.latency_s, "pcie"))
     for j, k in enumerate(nic_layout):
         links.extend(full_duplex(f"{p}nic{j}", f"{p}pcie{k}", bw, lat, "pcie"))
     # Each switch's upstream port is itself an x16 link into its CPU's root complex.
     for k, c in enumerate(preset.pcie_switch_cpu):
         links.extend(full_duplex(f"{p}pcie{k}", f"{p}cpu{c}", bw, lat, "pcie"))
-    # Sockets are fully connected (one link for two; six for quad-gh200's four Graces).
-    for a in range(preset.cpus):
-        for b in range(a + 1, preset.cpus):
-            links.extend(full_duplex(f"{p}cpu{a}", f"{p}cpu{b}", cpu.bandwidth_bytes_per_s,
-                                     cpu.latency_s, "cpu"))
+    # A board's sockets are fully connected (one link for two; six for quad-gh200's four
+    # Graces); boards' sockets are not joined to each other's (they meet over NVLink).
+    per_board = preset.cpus // preset.boards
+    for first in range(0, preset.cpus, per_board):
+        for a in range(first, first + per_board):
+            for b in range(a + 1, first + per_board):
+                links.extend(full_duplex(f"{p}cpu{a}", f"{p}cpu{b}",
+                                         cpu.bandwidth_bytes_per_s, cpu.latency_s, "cpu"))
     return devices, links
 
 

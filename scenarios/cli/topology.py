@@ -26,7 +26,7 @@ from distsim_gpu.topology.importers.ibnetdiscover import (
     parse_ibnetdiscover,
 )
 from distsim_gpu.topology.importers.layout import without_nics
-from distsim_gpu.topology.presets import PRESETS
+from distsim_gpu.topology.preset_registry import PRESETS
 
 __all__ = ["add_parser", "handle_import", "handle_show"]
 

@@ -38,7 +38,7 @@ from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.trace import Tracer
 from distsim_gpu.simcore.units import format_bytes
 from distsim_gpu.topology import Topology, load_cluster
-from distsim_gpu.topology.presets import NODE_PRESETS
+from distsim_gpu.topology.preset_registry import NODE_PRESETS
 from distsim_gpu.workloads.specs.gpus import canonical_gpu_name
 from distsim_gpu.workloads.traces.kineto_replay import (
     CollectiveResult,

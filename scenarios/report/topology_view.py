@@ -24,6 +24,7 @@ import networkx as nx
 from distsim_gpu.scenarios.report.plots import PlotsUnavailable
 from distsim_gpu.simcore.units import format_bandwidth
 from distsim_gpu.topology import Topology
+from distsim_gpu.topology.preset_registry import NODE_PRESETS
 
 __all__ = ["LinkClass", "TopologySummary", "draw_topology", "format_summary", "summarise"]
 
@@ -51,10 +52,16 @@ class TopologySummary:
     devices: dict[str, int]
     links: tuple[LinkClass, ...]
     bisection_bytes_per_s: float | None = None
+    # One node's (NVLink domain's) first half of GPUs to its second, one way, over NVLink.
+    nvlink_bisection_bytes_per_s: float | None = None
+    # A rack-scale preset's physical counts per NVLink domain (NvlinkInventory.counts).
+    rack: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "gpus": self.gpus, "nodes": self.nodes,
                 "devices": self.devices, "bisection_bytes_per_s": self.bisection_bytes_per_s,
+                "nvlink_bisection_bytes_per_s": self.nvlink_bisection_bytes_per_s,
+                "rack": self.rack,
                 "links": [{"kind": c.kind, "bandwidth_bytes_per_s": c.bandwidth_bytes_per_s,
                            "cables": c.cables, "one_way": c.one_way} for c in self.links]}
 
@@ -76,7 +83,42 @@ def summarise(topology: Topology) -> TopologySummary:
         topology.name, len(topology.gpus), topology.num_nodes,
         dict(sorted(Counter(d.kind for d in topology.devices()).items())),
         tuple(LinkClass(k, b, c, o) for (k, b), (c, o) in sorted(merged.items())),
-        bisection_bytes_per_s(topology))
+        bisection_bytes_per_s(topology), nvlink_bisection_bytes_per_s(topology),
+        rack_counts(topology))
+
+
+def rack_counts(topology: Topology) -> dict[str, int] | None:
+    """Per NVLink domain, what a rack-scale preset physically holds (its logical switch
+    stands for switch trays of chips and cables), or None for other clusters."""
+    preset = NODE_PRESETS.get(str(topology.config.get("preset", "")))
+    if preset is None or preset.inventory is None:
+        return None
+    domain = int(topology.config.get("nvlink_domain", preset.gpus))
+    kinds = Counter(d.kind for d in topology.devices() if d.node == 0)
+    return {"gpus": domain, "cpus": kinds["cpu"], "nics": kinds["nic"],
+            **preset.inventory.counts(domain)}
+
+
+def nvlink_bisection_bytes_per_s(topology: Topology) -> float | None:
+    """The most bytes per second node 0's first half of GPUs can send to its second half
+    over NVLink at once (max-flow over its NVLink links); None without NVLink."""
+    gpus = sorted((d.index, d.name) for d in topology.devices()
+                  if d.kind == "gpu" and d.node == 0)
+    graph = nx.DiGraph()
+    for link in topology.links():
+        if link.kind == "nvlink" and topology.node_of(link.src) == 0 == topology.node_of(
+                link.dst):
+            graph.add_edge(link.src, link.dst, capacity=link.bandwidth_bytes_per_s)
+    if len(gpus) < 2 or graph.number_of_edges() == 0:
+        return None
+    half = len(gpus) // 2
+    for position, (_index, gpu) in enumerate(gpus):
+        if gpu in graph:
+            graph.add_edge(*(("source", gpu) if position < half else (gpu, "sink")))
+    if "source" not in graph or "sink" not in graph:
+        return None
+    value, _flows = nx.maximum_flow(graph, "source", "sink")
+    return float(value)
 
 
 def bisection_bytes_per_s(topology: Topology) -> float | None:
@@ -102,6 +144,16 @@ def format_summary(summary: TopologySummary) -> str:
     if summary.bisection_bytes_per_s is not None:
         lines.append("bisection (first half of the nodes to the second, one way): "
                      + format_bandwidth(summary.bisection_bytes_per_s))
+    if summary.nvlink_bisection_bytes_per_s is not None:
+        lines.append("NVLink bisection of one node (half its GPUs to the other half, one "
+                     "way): " + format_bandwidth(summary.nvlink_bisection_bytes_per_s))
+    if summary.rack is not None:
+        r = summary.rack
+        lines.append(
+            f"each NVLink domain as built: {r['compute_trays']} compute trays ({r['cpus']} "
+            f"CPUs, {r['gpus']} GPUs, {r['nics']} NICs), {r['switch_trays']} NVLink switch "
+            f"trays ({r['nvswitch_chips']} NVSwitch chips), {r['nvlink_links']:,} NVLink "
+            "links (drawn as one switch)")
     lines += ["", f"{'link class':<10} {'speed (one way)':>16} {'cables':>8} {'one-way':>8}"]
     for c in summary.links:
         lines.append(f"{c.kind:<10} {format_bandwidth(c.bandwidth_bytes_per_s):>16} "

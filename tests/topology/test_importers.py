@@ -21,7 +21,7 @@ from distsim_gpu.topology.importers.ibnetdiscover import (
 from distsim_gpu.topology.importers.layout import without_nics
 from distsim_gpu.topology.importers.nccl_xml import parse_nccl_xml
 from distsim_gpu.topology.importers.nvidia_smi import parse_topo_matrix
-from distsim_gpu.topology.presets import PRESETS
+from distsim_gpu.topology.preset_registry import PRESETS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

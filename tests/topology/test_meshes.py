@@ -14,7 +14,7 @@ from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import TopologyError
 from distsim_gpu.topology import Topology, build_cluster
-from distsim_gpu.topology.presets import NODE_PRESETS
+from distsim_gpu.topology.preset_registry import NODE_PRESETS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

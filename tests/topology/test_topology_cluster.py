@@ -254,17 +254,19 @@ def test_switch_preset_is_one_node() -> None:
 
 def test_unknown_preset_lists_the_presets() -> None:
     with pytest.raises(ConfigError) as info:
-        build_cluster({"preset": "dgx-b200"})
-    assert "unknown preset 'dgx-b200'" in _error(info)
-    assert ("dgx-a100, dgx-h100, dgx1-v100, gcp-a4, mi300x, pcie-8gpu, quad-gh200, switch"
+        build_cluster({"preset": "dgx-b100"})
+    assert "unknown preset 'dgx-b100'" in _error(info)
+    assert ("dgx-a100, dgx-b200, dgx-h100, dgx1-v100, gb200-nvl36x2, gb200-nvl72, "
+            "gb300-nvl72, gcp-a4, hgx-b300, mi300x, mi355x, pcie-8gpu, quad-gh200, switch"
             in _error(info))
     with pytest.raises(ConfigError) as info:
         load_cluster("dgx-a10")
     text = _error(info)
     assert "no preset or cluster file named 'dgx-a10'" in text
     assert "did you mean 'dgx-a100'?" in text
-    assert ("valid: dgx-a100, dgx-h100, dgx1-v100, gcp-a4, mi300x, pcie-8gpu, quad-gh200, "
-            "switch" in text)
+    assert ("valid: dgx-a100, dgx-b200, dgx-h100, dgx1-v100, gb200-nvl36x2, gb200-nvl72, "
+            "gb300-nvl72, gcp-a4, hgx-b300, mi300x, mi355x, pcie-8gpu, quad-gh200, switch"
+            in text)
 
 
 def test_spec_without_preset_or_devices() -> None:

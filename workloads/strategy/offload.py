@@ -41,7 +41,8 @@ from typing import Any
 from distsim_gpu.simcore.config import check_bool, check_choice, check_keys, check_mapping
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import parse_bandwidth, parse_size
-from distsim_gpu.topology.presets import NODE_PRESETS, HostFigure
+from distsim_gpu.topology.preset_registry import NODE_PRESETS
+from distsim_gpu.topology.presets import HostFigure
 
 __all__ = [
     "CPU_ADAM_BYTES_PER_PARAM",
