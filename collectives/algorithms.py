@@ -128,9 +128,10 @@ class _Builder:
         relay = None
         if rail is not None and self.params.pxn:
             # The group's GPUs first (NCCL's only candidates); where none of them is beside
-            # the NIC (a group sitting differently on two nodes) any GPU of the node.
+            # the NIC (a group sitting differently on two nodes) any GPU of the node that
+            # belongs to the job (another job's GPU holds none of its buffers).
             among = [*relays, *(g for g in self.topo.gpus_on_node(self.topo.node_of(src))
-                                if g not in relays)]
+                                if g not in relays and self.topo.has_rank(g))]
             relay = pxn_proxy(self.topo, src, dst, rail=rail, among=among)
         return self.relayed_send(streams, src, dst, rail, relay, count)
 

@@ -190,8 +190,11 @@ def nvls_tree_plan(b: _Builder, gpus: list[str], op: str,
         for edges in trees:
             for child, parent in edges:
                 a, c = heads[child][slot], heads[parent][slot]
+                # Heads on different rails (a group placed unevenly on its nodes) send from
+                # and to their own NICs, across the spines, as NCCL's tree channels do.
+                same = gpu_rail(topo, a) == gpu_rail(topo, c)
                 for src, dst in ((a, c), (c, a)):
-                    route = b.route(src, dst, rail)
+                    route = b.route(src, dst, rail if same else None)
                     b.add(streams, route)
                     hop_s = max(hop_s, route.latency_s)
     net_s = params.hop_latency_s["nvls_tree"]["net"]["simple"]

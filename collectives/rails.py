@@ -65,7 +65,9 @@ def pxn_proxy(topo: Topology, src: str, dst: str,
     if among is None:
         if rail_of(src) == target:
             return None
-        serving = [g for g in topo.gpus_on_node(topo.node_of(src)) if rail_of(g) == target]
+        # A GPU of another job cannot forward: PXN stages the bytes in the proxy's memory.
+        serving = [g for g in topo.gpus_on_node(topo.node_of(src))
+                   if rail_of(g) == target and topo.has_rank(g)]
     else:
         if target in topo.local_rails(src):
             return None

@@ -282,6 +282,10 @@ class Topology(PathSearch):
             raise TopologyError(f"{gpu!r} is a fabric device and belongs to no node")
         return node
 
+    def has_rank(self, gpu: str) -> bool:
+        """Whether ``gpu`` is one of :attr:`gpus` (in a job's view: one of the job's)."""
+        return gpu in self._rank
+
     def rank_of(self, gpu: str) -> int:
         """The GPU's global rank: its position in :attr:`gpus`."""
         rank = self._rank.get(gpu)
@@ -465,16 +469,40 @@ class Topology(PathSearch):
                 return None
             src_nic = local[0]
             dst_nic = self._nic_by_index.get((dst_node, self._devices[src_nic].index), "")
+            if dst_nic and self._in_node_path(dst_nic, dst, nvlink_only=False) is None:
+                dst_nic = ""  # the same rail is another tray's NIC there: take dst's own
             if not dst_nic:
                 dst_local = self.local_nics(dst)
                 if not dst_local:
                     return None
                 dst_nic = dst_local[0]
-        up = self._in_node_path(src, src_nic, nvlink_only=False)
-        down = self._in_node_path(dst_nic, dst, nvlink_only=False)
+        up = self._nic_leg(src, src_nic, inbound=False)
+        down = self._nic_leg(dst, dst_nic, inbound=True)
         if up is None or down is None:
-            return None
+            # A rail neither GPU can reach through its own host or a GPU of its job: each
+            # end uses its own NIC and the fabric crosses rails.
+            return None if rail is None else self._node_legs(src, dst, src_node, dst_node,
+                                                             None)
         return up, src_nic, down, dst_nic
+
+    def _nic_leg(self, gpu: str, nic: str, *, inbound: bool) -> tuple[str, ...] | None:
+        """The path ``gpu -> nic`` (``inbound``: ``nic -> gpu``) inside their node: over
+        the host (PCIe, sockets), or, where the host does not join them (a rack's trays
+        share no socket), over NVLink through a GPU beside the NIC — NCCL's PXN, the only
+        way a GPU reaches another tray's NIC."""
+        ends = (nic, gpu) if inbound else (gpu, nic)
+        direct = self._in_node_path(*ends, nvlink_only=False)
+        if direct is not None:
+            return direct
+        for peer in self.gpus_on_node(self._devices[gpu].node):
+            # Only a GPU of the same job can relay (PXN stages bytes in its memory).
+            if self.has_rank(peer) and nic in self.local_nics(peer):
+                nvlink = self._in_node_path(gpu, peer, nvlink_only=True)
+                host = self._in_node_path(peer, nic, nvlink_only=False)
+                if nvlink is not None and host is not None:
+                    path = nvlink + host[1:]
+                    return tuple(reversed(path)) if inbound else path
+        return None
 
     def _inter_node_hops(self, src: str, dst: str, src_node: int, dst_node: int,
                          rail: int | None) -> Weighted | None:
