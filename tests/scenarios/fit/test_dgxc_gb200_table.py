@@ -1,6 +1,7 @@
 """NVIDIA's GB200 NVL72 tables as ``distsim validate runs`` reads them: the table builder
-(validation/dgxc/build_gb200_table.py) against the shared source, and the shipped table's
-invariants."""
+(validation/dgxc/build_gb200_table.py) against the shared source, the shipped table's
+invariants, and the map (scenarios/examples/validation/dgxc-gb200.yaml) turning its rows into
+scenarios."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ import importlib.util
 import sys
 
 import pytest
+from distsim_gpu.scenarios.fit.runs_table import read_map, read_runs
+from distsim_gpu.scenarios.fit.validate_runs import simulate_rows
+from distsim_gpu.scenarios.scenario import scenario_from_mapping
 from distsim_gpu.workloads.specs.models import get_model
 
 from tests.conftest import REPO_ROOT, _shared_data_dir
 
 TABLE = REPO_ROOT / "validation" / "dgxc" / "dgxc-gb200.csv"
+MAP = REPO_ROOT / "scenarios" / "examples" / "validation" / "dgxc-gb200.yaml"
 
 
 def _builder():
@@ -73,3 +78,33 @@ def test_the_shipped_table_is_what_the_builder_makes_of_the_source(tmp_path):
     source = data / "training" / "dgxc_benchmarking"
     assert build_gb200_table.main(["--data", str(source), "--out", str(out)]) == 0
     assert out.read_text(encoding="utf-8") == TABLE.read_text(encoding="utf-8")
+
+
+def _scenario(runs_map, row):
+    return scenario_from_mapping(runs_map.base, source=runs_map.base_source,
+                                 overrides=row.overrides, base_dir=runs_map.base_dir)
+
+
+def test_the_map_turns_every_row_into_a_gb200_scenario_of_64_gpus_per_rack():
+    runs_map = read_map(MAP)
+    rows = read_runs(TABLE, runs_map)
+    assert len(rows) == 24
+    for row, shipped in zip(rows, _shipped(), strict=True):
+        scenario = _scenario(runs_map, row)
+        assert scenario.num_gpus == int(shipped["gpus"])
+        assert scenario.topology.config["nvlink_domain"] == 64
+        assert scenario.topology.config["preset"] == "gb200-nvl72"
+        assert scenario.parallel.ep == int(shipped["ep"])
+    grok = _scenario(runs_map, rows[0])
+    assert (grok.model.name, grok.model.experts, grok.parallel.tp, grok.parallel.ep,
+            grok.parallel.dp) == ("grok-1", 8, 4, 8, 32)
+
+
+def test_the_smallest_gb200_row_simulates():
+    runs_map = read_map(MAP)
+    rows = read_runs(TABLE, runs_map)
+    smallest = next(r for r, s in zip(rows, _shipped(), strict=True)
+                    if (s["model"], s["precision"], s["gpus"], s["gbs"]) == (
+                        "nemotron4-340b", "fp8", "128", "32"))
+    (result,) = simulate_rows(runs_map, [smallest])
+    assert result.predicted_s is not None and result.predicted_s > 0, result.failure
