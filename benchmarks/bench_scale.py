@@ -5,6 +5,7 @@ Run from the repository root, one case per process (peak RSS is the process's):
     python benchmarks/bench_scale.py gpt3-10752            # 10,752 H100s, GPT-3 175B
     python benchmarks/bench_scale.py gpt3-10752-fp8
     python benchmarks/bench_scale.py llama405b-512         # tp 8 · pp 8 · cp 2 · dp 4
+    python benchmarks/bench_scale.py llama405b-8192-gb200  # 128 GB200 racks of 64 used
     python benchmarks/bench_scale.py gpt3-10752 --profile /tmp/gpt3.prof
 
 Each prints the host wall and CPU time of ``simulate_iteration`` (after the scenario is built),
@@ -12,7 +13,8 @@ the process's peak resident memory (``resource.getrusage``), the events and flow
 run, which simulation ran (``IterationResult.folding``) and the iteration time.  The
 GPT-3 case is the 10,752-GPU DGX H100 run of NVIDIA's MLPerf-style scale tables (1,344
 nodes, tp 4 · pp 8 · dp 336, interleaved 12 chunks, the distributed optimizer); the
-405B case is Llama 3.1 405B on 64 DGX H100 with context parallelism.
+405B case is Llama 3.1 405B on 64 DGX H100 with context parallelism; the GB200 cases are
+NVIDIA's GB200 NVL72 recipe for it at 512 and 8,192 GPUs.
 """
 
 from __future__ import annotations
@@ -53,6 +55,22 @@ def llama405b_512() -> dict:
     }
 
 
+def llama405b_gb200(gpus: int) -> dict:
+    """NVIDIA's GB200 recipe (tp 4 · pp 8 · cp 2 · vp 8) weak-scaled to ``gpus``: racks of
+    which a job uses 64 GPUs (16 trays), one 400 Gb/s NIC per GPU, rail-optimized."""
+    return {
+        "name": f"llama3.1-405b-{gpus}-gb200",
+        "cluster": {"preset": "gb200-nvl72", "nvlink_domain": 64, "nodes": gpus // 64,
+                    "fabric": {"kind": "rail-optimized"}},
+        "model": {"preset": "llama3.1-405b"},
+        "parallelism": {"tp": 4, "pp": 8, "cp": 2, "dp": gpus // 64,
+                        "sequence_parallel": True, "schedule": "interleaved", "interleave": 8,
+                        "partition": "embedding", "zero": 1},
+        "training": {"micro_batch": 1, "global_batch": gpus // 2, "precision": "bf16"},
+        "compute": {"gpu": "gb200", "stack": "nemo"},
+    }
+
+
 CASES = {
     "gpt3-10752": lambda: gpt3_10752("bf16"),
     "gpt3-10752-fp8": lambda: gpt3_10752("fp8"),
@@ -63,6 +81,8 @@ CASES = {
     "gpt3-10752-rail-nemo": lambda: {**CASES["gpt3-10752-rail"](), "compute": {
         "gpu": "h100-sxm", "stack": "nemo"}},
     "llama405b-512": llama405b_512,
+    "llama405b-512-gb200": lambda: llama405b_gb200(512),
+    "llama405b-8192-gb200": lambda: llama405b_gb200(8192),
 }
 
 

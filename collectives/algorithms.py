@@ -126,7 +126,7 @@ class _Builder:
         (:func:`collectives.rails.pxn_proxy`; not with ``pxn: false``).
         """
         relay = None
-        if rail is not None and self.params.pxn:
+        if rail is not None and self.params.pxn and rail not in self.topo.local_rails(src):
             # The group's GPUs first (NCCL's only candidates); where none of them is beside
             # the NIC (a group sitting differently on two nodes) any GPU of the node that
             # belongs to the job (another job's GPU holds none of its buffers).
