@@ -169,6 +169,17 @@ def test_full_recompute_stage_adds_one_layer_working_set():
     assert mem.activations_bytes == pytest.approx(inputs + working, rel=1e-12)
 
 
+def test_full_recompute_on_an_embedding_only_first_stage_adds_no_working_set():
+    """NeMo's split puts only the embedding on a 2-layer model's first of 4 stages (2 + 2
+    over 4 chunks); full recompute there keeps nothing of a layer, and must not fail."""
+    model = replace(GPT3, layers=2)
+    parallel = ParallelConfig(tp=8, pp=4, sequence_parallel=True, partition="embedding")
+    assert list(stage_layers(model, pp=4, stage=0, partition="embedding")) == []
+    mem = memory_per_gpu(model, parallel, TrainingConfig(recompute="full"),
+                         num_microbatches=8, stage=0)
+    assert mem.activations_bytes > 0
+
+
 # ------------------------------------------------------------ weights and ZeRO
 def test_model_state_16_bytes_per_param_without_zero():
     mem = memory_per_gpu(GPT3)

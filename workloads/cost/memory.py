@@ -331,9 +331,10 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     stored = sum(per_layer(i, recompute) for i in layers)
     activations = stored * in_flight
     if recompute in ("full", "op"):
-        activations += max(_recompute_transient_bytes(per_layer(i, recompute),
-                                                      per_layer(i, "none"), recompute)
-                           for i in layers)
+        # (a stage may hold no layer: NeMo's embedding-only or loss-only first/last chunk)
+        activations += max((_recompute_transient_bytes(per_layer(i, recompute),
+                                                       per_layer(i, "none"), recompute)
+                            for i in layers), default=0.0)
     if cp > 1:  # the ring's K/V and dK/dV double buffers, one layer at a time
         activations += 4 * cp_kv_block_bytes(model, micro_batch=micro_batch, seq_len=full,
                                              tp=tp, cp=cp, precision=precision)
