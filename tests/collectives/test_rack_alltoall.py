@@ -1,0 +1,51 @@
+"""Expert-parallel all-to-all inside an NVL72 domain: the router's byte count behind the
+HybridEP comparison (validation/deepep/compare_rack_a2a.py) and distsim's rate there, an
+NVLink-bound exchange at any domain size."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from math import comb
+
+import pytest
+from distsim_gpu.collectives.nccl_tests import run_benchmark
+from distsim_gpu.collectives.params import comm_params_for
+from distsim_gpu.topology import build_cluster
+
+from tests.conftest import REPO_ROOT
+
+
+def _script():
+    path = REPO_ROOT / "validation" / "deepep" / "compare_rack_a2a.py"
+    spec = importlib.util.spec_from_file_location("compare_rack_a2a", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+compare = _script()
+
+
+@pytest.mark.parametrize("ep", [2, 8, 36, 72])
+def test_a_token_reaches_the_ranks_top_8_of_8_experts_each_implies(ep):
+    # P(a given rank holds none of a token's 8 experts), without replacement
+    missed = comb(8 * ep - 8, 8) / comb(8 * ep, 8)
+    assert compare.remote_ranks(ep) == pytest.approx((ep - 1) * (1 - missed))
+    assert compare.remote_ranks(ep) <= min(ep - 1, 8)
+
+
+@pytest.mark.parametrize("ep", [8, 36, 72])
+def test_an_alltoall_inside_a_domain_runs_at_each_gpus_nvlink_rate(ep):
+    """Each GPU sends S·(n−1)/n over its own NVLink (900 GB/s at Blackwell's efficiency):
+    time = latency + S·(n−1)/n / (B·e), the same rate at every domain size."""
+    params = comm_params_for("blackwell")
+    rate = 900e9 * params.link_efficiency["nvlink"]
+    size = 64 * ep * 2**20
+    (row,) = run_benchmark(build_cluster({"preset": "gb200-nvl72", "nvlink_domain": ep}),
+                           "alltoall", [size], params=params, dtype="int8")
+    transfer = size * (ep - 1) / ep / rate
+    assert row.time_s == pytest.approx(transfer, rel=0.05)
+    assert row.time_s > transfer

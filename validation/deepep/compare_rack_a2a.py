@@ -1,0 +1,103 @@
+"""Expert-parallel all-to-all inside one NVLink domain: distsim against HybridEP's measured
+dispatch / combine bandwidth on GB200 NVL72 (8–36 ranks) and B200 (8 ranks).
+
+The source (``shared/data/kernels/deepep``, DeepEP's ``hybrid-ep`` branch README): 4,096
+tokens per rank, hidden 7,168, top-8 of 8 local experts per rank under a uniform random
+router, BF16 or FP8 dispatch, "algorithm bandwidth" — the bytes a rank moves to the other
+ranks over the time of the call (its H100 rows, ~50 GB/s, are the 400 Gb/s NIC's rate, so
+the figure counts only what crosses the rank's link).  The same exchange in distsim: an
+all-to-all over the ``ep`` GPUs of one domain (``gb200-nvl72`` with ``nvlink_domain`` = ep;
+``dgx-b200`` for B200) whose per-rank bytes to the others are those of the router:
+
+    bytes_remote = tokens · hidden · element_bytes · E[distinct other ranks a token reaches]
+
+with ``E = (ep − 1) · (1 − C(8·ep − 8, 8) / C(8·ep, 8))`` (top-8 without replacement among
+8·ep experts, 8 per rank), FP8 at 1 byte plus one 4-byte scale per 128 elements, BF16 2.
+Predicted bandwidth = bytes_remote / simulated time.  Uncalibrated::
+
+    python validation/deepep/compare_rack_a2a.py [--data DIR] [--measurement "Kernel Only"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+from collections.abc import Sequence
+from math import comb
+from pathlib import Path
+
+from distsim_gpu.collectives.nccl_tests import run_benchmark
+from distsim_gpu.collectives.params import comm_params_for
+from distsim_gpu.topology import build_cluster
+
+HERE = Path(__file__).resolve().parent
+TOKENS, HIDDEN, TOP_K, LOCAL_EXPERTS = 4096, 7168, 8, 8
+ELEMENT_BYTES = {"BF16": 2.0, "FP8": 1.0 + 4.0 / 128}
+# The B200 table names the kernel-only measurement differently.
+_SAME = {"Only Kernel Time": "Kernel Only"}
+
+
+def remote_ranks(ep: int) -> float:
+    """Expected other ranks one token is sent to (top-k of ep·8 experts, 8 per rank)."""
+    experts = LOCAL_EXPERTS * ep
+    missed = comb(experts - LOCAL_EXPERTS, TOP_K) / comb(experts, TOP_K)
+    return (ep - 1) * (1 - missed)
+
+
+def predicted_bandwidth(gpu: str, ep: int, element_bytes: float) -> float:
+    """distsim's algorithm bandwidth (bytes to other ranks per second) for one exchange."""
+    spec = ({"preset": "gb200-nvl72", "nvlink_domain": ep} if gpu == "GB200"
+            else {"preset": "dgx-b200"})
+    topology = build_cluster(spec)
+    remote = TOKENS * HIDDEN * element_bytes * remote_ranks(ep)
+    size = int(remote * ep / (ep - 1))  # an all-to-all's S sends S/ep to each rank
+    (row,) = run_benchmark(topology, "alltoall", [size],
+                           params=comm_params_for("blackwell"), dtype="int8")
+    return remote / row.time_s
+
+
+def measured_rows(data: Path, measurement: str) -> list[dict[str, str]]:
+    with open(data / "deepep_dispatch_combine.csv", newline="", encoding="utf-8") as handle:
+        return [r for r in csv.DictReader(handle)
+                if r["kernel"] == "HybridEP" and r["gpu"] in ("GB200", "B200")
+                and _SAME.get(r["measurement"], r["measurement"]) == measurement]
+
+
+def compare(data: Path, measurement: str) -> list[tuple[str, int, str, int, float, float]]:
+    """(GPU, ep, phase and dtype, SMs, measured GB/s, predicted GB/s) per row."""
+    cache: dict[tuple[str, int, float], float] = {}
+    out = []
+    for r in measured_rows(data, measurement):
+        dtype = r["dispatch_dtype"] if r["phase"] == "dispatch" else "BF16"
+        key = (r["gpu"], int(r["ep"]), ELEMENT_BYTES[dtype])
+        if key not in cache:
+            cache[key] = predicted_bandwidth(*key) / 1e9
+        out.append((r["gpu"], int(r["ep"]), f"{r['phase']} {dtype}", int(r["num_sms"]),
+                    float(r["bandwidth_GBps"]), cache[key]))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--data", default=str(HERE.parents[2] / "shared" / "data" / "kernels"
+                                              / "deepep"))
+    parser.add_argument("--measurement", default="Kernel Only",
+                        choices=("Kernel Only", "Torch API"))
+    args = parser.parse_args(argv)
+    rows = compare(Path(args.data), args.measurement)
+    print(f"{'GPU':6} {'ep':>3} {'phase':15} {'SMs':>4} {'measured':>9} {'distsim':>8} "
+          f"{'error':>7}")
+    errors = []
+    for gpu, ep, phase, sms, measured, predicted in rows:
+        error = (predicted / measured - 1) * 100
+        errors.append(abs(error))
+        print(f"{gpu:6} {ep:3d} {phase:15} {sms:4d} {measured:9.1f} {predicted:8.1f} "
+              f"{error:+6.1f}%")
+    print(f"{len(rows)} rows ({args.measurement}): median |error| "
+          f"{statistics.median(errors):.1f} %, max {max(errors):.1f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
