@@ -145,8 +145,8 @@ def test_buckets_carry_every_gradient_once(bucket_params, layers, first, precisi
 
 
 @pytest.mark.parametrize(("call", "key", "words"), [
-    (lambda: traffic.activation_bytes_per_element("fp4"), "training.precision",
-     "unknown precision 'fp4'"),
+    (lambda: traffic.activation_bytes_per_element("fp6"), "training.precision",
+     "unknown precision 'fp6'"),
     (lambda: traffic.grad_bytes_per_element("fp8"), "parallelism.grad_reduce_precision",
      "unknown gradient precision 'fp8'"),
 ])

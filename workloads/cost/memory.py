@@ -121,7 +121,8 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 PRECISION_BYTES: dict[str, tuple[int, int, int]] = {
     "bf16": (2, 2, 12),
     "fp16": (2, 2, 12),
-    "fp8": (2, 2, 12),
+    "fp8": (2, 2, 12),  # FP8 / FP4 copies are transient casts of the 16-bit weights
+    "fp4": (2, 2, 12),
     "fp32": (4, 4, 8),
 }
 

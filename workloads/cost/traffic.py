@@ -90,7 +90,7 @@ __all__ = [
 
 #: Bytes per activation (and gathered parameter) element, by training precision.
 ACTIVATION_BYTES: Mapping[str, int] = MappingProxyType(
-    {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4})
+    {"bf16": 2, "fp16": 2, "fp8": 2, "fp4": 2, "fp32": 4})
 #: Bytes per gradient element on the wire, by ``grad_reduce_precision``.
 GRAD_BYTES: Mapping[str, int] = MappingProxyType({"fp32": 4, "bf16": 2, "fp16": 2})
 

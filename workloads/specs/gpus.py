@@ -1,7 +1,8 @@
 """GPU specs: peak compute by precision, memory capacity and bandwidth, SM count, architecture.
 
 A :class:`GpuSpec` holds datasheet figures in SI units.  Peak compute is the dense
-tensor-core rate (no structured sparsity) for ``tf32``, ``bf16``, ``fp16`` and ``fp8``,
+tensor-core rate (no structured sparsity) for ``tf32``, ``bf16``, ``fp16``, ``fp8`` and
+``fp4`` (Blackwell's NVFP4, CDNA 4's MXFP4),
 and the vector (CUDA-core) rate for ``fp32``; a precision the GPU lacks is simply absent.
 What fraction of these peaks a kernel reaches is the cost model's business
 (:mod:`workloads.cost.compute`), not this module's.
@@ -89,7 +90,7 @@ __all__ = [
     "list_gpus",
 ]
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 # Share of board power that does not scale with the SM clock (module docstring; assumed).
 STATIC_POWER_FRACTION = 0.15
 # GPU generations the cost model tells apart ("" for a custom GPU that does not say).
@@ -204,6 +205,12 @@ _GB300_SRC = "NVIDIA GB300 NVL72 datasheet, per GPU (rack over 72, dense); fp32 
 _B300_SRC = "NVIDIA HGX B300 datasheet, per GPU (dense); fp32 assumed as B200"
 _MI355X_SRC = "AMD Instinct MI355X data sheet (OAM, 1400 W), dense matrix rates"
 _BLACKWELL_72 = _peaks(fp32=90.0, tf32=1250.0, bf16=2500.0, fp16=2500.0, fp8=5000.0)
+# Dense FP4 per GPU: B200 9 PFLOP/s (Blackwell technical brief, HGX B200); GB200 10 (GB200
+# NVL72 datasheet, 720 PFLOP/s dense over 72); GB300 15.3 (GB300 NVL72 datasheet, 1,100
+# over 72); B300 13.5 (HGX B300 datasheet, 108 over 8); MI355X MXFP4 10,066 TFLOP/s (AMD
+# data sheet).
+_FP4_TFLOPS = {"b200": 9000.0, "gb200": 10000.0, "gb300": 15278.0, "b300": 13500.0,
+               "mi355x": 10066.4}
 
 _HOPPER_PEAKS = _peaks(fp32=66.9, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9)
 
@@ -222,17 +229,19 @@ GPU_PRESETS: Mapping[str, GpuSpec] = MappingProxyType({
                      700.0),
     "gh200": GpuSpec("gh200", _HOPPER_PEAKS, 96 * _GiB, 4000 * _GBPS, 132, _GH200_SRC, "hopper"),
     "b200": GpuSpec("b200", _peaks(fp32=80.0, tf32=1100.0, bf16=2250.0, fp16=2250.0,
-                                   fp8=4500.0),
+                                   fp8=4500.0, fp4=_FP4_TFLOPS["b200"]),
                     180 * _GiB, 8000 * _GBPS, 148, _B200_SRC, "blackwell", 1000.0),
-    "gb200": GpuSpec("gb200", _BLACKWELL_72, 186 * _GiB, 8000 * _GBPS, 148, _GB200_SRC,
+    "gb200": GpuSpec("gb200", {**_BLACKWELL_72, **_peaks(fp4=_FP4_TFLOPS["gb200"])},
+                     186 * _GiB, 8000 * _GBPS, 148, _GB200_SRC,
                      "blackwell", 1200.0),
-    "gb300": GpuSpec("gb300", _BLACKWELL_72, 288 * _GiB, 8000 * _GBPS, 160, _GB300_SRC,
+    "gb300": GpuSpec("gb300", {**_BLACKWELL_72, **_peaks(fp4=_FP4_TFLOPS["gb300"])},
+                     288 * _GiB, 8000 * _GBPS, 160, _GB300_SRC,
                      "blackwell", 1400.0),
     "b300": GpuSpec("b300", _peaks(fp32=80.0, tf32=1100.0, bf16=2250.0, fp16=2250.0,
-                                   fp8=4500.0),
+                                   fp8=4500.0, fp4=_FP4_TFLOPS["b300"]),
                     288 * _GiB, 8000 * _GBPS, 160, _B300_SRC, "blackwell", 1100.0),
     "mi355x": GpuSpec("mi355x", _peaks(fp32=157.3, tf32=157.3, bf16=2516.6, fp16=2516.6,
-                                       fp8=5033.2),
+                                       fp8=5033.2, fp4=_FP4_TFLOPS["mi355x"]),
                       288 * _GiB, 8000 * _GBPS, 256, _MI355X_SRC, "cdna4", 1400.0),
     "mi300x": GpuSpec("mi300x", _peaks(fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4,
                                        fp8=2614.9),

@@ -70,6 +70,7 @@ from distsim_gpu.workloads.strategy.tp_nd import check_tp_nd
 __all__ = [
     "FP8_RECIPES",
     "GRAD_REDUCE_PRECISIONS",
+    "LOW_PRECISIONS",
     "PLACEMENT_ORDERS",
     "SCHEDULES",
     "Coordinates",
@@ -94,12 +95,16 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 PLACEMENT_ORDERS = (tuple("-".join(p) for p in permutations(("tp", "dp", "pp")))
                     + tuple("-".join(p) for p in permutations(("tp", "cp", "dp", "pp"))))
 RECOMPUTE = RECOMPUTE_MODES  # one home: workloads.specs.recompute
-PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32")
+#: Precisions whose linear-layer GEMMs run on scaled low-precision operands (a recipe).
+LOW_PRECISIONS = ("fp8", "fp4")
 # How FP8 tensors get their scales (docs/fp8.md; the kernels each adds are
 # workloads.cost.compute.fp8_recipes'): Transformer Engine's DelayedScaling (the amax of
 # past iterations), Float8CurrentScaling / torchao's tensorwise dynamic scaling (the
 # tensor's own amax, read before its cast) and DeepSeek-V3's block-wise scales.
-FP8_RECIPES = ("delayed", "current", "blockwise")
+FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8", "nvfp4")
+#: The recipes of each low precision (NVFP4 is the only FP4 one; it needs precision fp4).
+RECIPES_OF_PRECISION = {"fp8": ("delayed", "current", "blockwise", "mxfp8"), "fp4": ("nvfp4",)}
 # What a gradient all-reduce may carry on the wire (traffic.GRAD_BYTES sizes each).
 GRAD_REDUCE_PRECISIONS = ("fp32", "bf16", "fp16")
 PARTITIONS = ("uniform", "embedding")
@@ -552,17 +557,21 @@ def _check_training(t: TrainingConfig, p: ParallelConfig, *, source: str | None)
 
 def check_fp8_recipe(recipe: str | None, precision: str, *, key: str = "training.fp8_recipe",
                      source: str | None = None) -> None:
-    """A ConfigError unless ``recipe`` is None or one of :data:`FP8_RECIPES` under
-    ``precision: fp8``: a recipe under another precision would say FP8 casts run where
-    none do, so it is refused rather than ignored (a precision edited without the recipe
-    is then caught instead of silently running 16-bit)."""
+    """A ConfigError unless ``recipe`` is None or one of the recipes of ``precision``
+    (:data:`RECIPES_OF_PRECISION`): a recipe under another precision would say scaled
+    casts run where none do, so it is refused rather than ignored (a precision edited
+    without the recipe is then caught instead of silently running 16-bit)."""
     if recipe is None:
         return
     check_choice(recipe, FP8_RECIPES, key=key, source=source, what="FP8 recipe")
-    if precision != "fp8":
-        raise ConfigError(f"an FP8 recipe ({recipe!r}) needs training.precision fp8, "
-                          f"not {precision!r}", key=key, source=source,
-                          hint="remove training.fp8_recipe, or set training.precision: fp8")
+    allowed = RECIPES_OF_PRECISION.get(precision, ())
+    if recipe not in allowed:
+        needs = next(p for p, names in RECIPES_OF_PRECISION.items() if recipe in names)
+        raise ConfigError(f"an {needs.upper()} recipe ({recipe!r}) needs training.precision "
+                          f"{needs}, not {precision!r}", key=key, source=source,
+                          hint=(f"set training.precision: {needs}, or remove "
+                                "training.fp8_recipe" if not allowed else
+                                f"{precision} recipes: {', '.join(allowed)}"))
 
 
 def parallel_from_mapping(data: Mapping[str, Any] | None, *, source: str | None = None,

@@ -32,6 +32,24 @@ the GEMM:
     of per-tensor FP8 GEMMs, its weight-gradient kernel less
     (:data:`BLOCKWISE_WGRAD_EFFICIENCY`).
 
+``mxfp8`` (TE ``MXFP8BlockScaling``, Blackwell; OCP Microscaling spec v1.0)
+    One E8M0 (power-of-two, 1-byte) scale per 32 consecutive elements along the GEMM's
+    contraction dimension.  Since the blocks run along k, the forward's row-wise copy
+    cannot serve the weight gradient (whose k is the tokens): each cast writes a row-wise
+    and a column-wise FP8 copy, each with its scales (no transpose kernel: Blackwell's
+    tensor cores take either layout).  Block amax in registers, no history; casts are
+    kernels of their own (torchao's and TE's quantisers).  Its GEMMs, cast kernels and
+    weight gradient run at the rates torchao measured on B200 (module constants).
+``nvfp4`` (TE ``NVFP4BlockScaling``; NVIDIA, "Pretraining Large Language Models with
+    NVFP4", arXiv 2509.25149): FP4 E2M1 elements (half a byte) with one FP8 E4M3 scale per
+    16 elements and an fp32 scale per tensor, under ``training.precision: fp4``.  The
+    per-tensor scale needs the tensor's amax first (an amax pass), the weight-gradient
+    operands go through a 16-point random Hadamard transform, gradients are rounded
+    stochastically; each cast writes a row-wise and a column-wise copy.  These kernels are
+    compute-bound far below HBM's rate (:data:`NVFP4_CAST_MEMORY_EFFICIENCY`).  The
+    recipe keeps the last layers' linear GEMMs in BF16
+    (:data:`NVFP4_BF16_LAYER_FRACTION`); attention stays 16-bit as under FP8.
+
 Weights are cast once per step (after the optimizer updates them) and the FP8 copy is
 cached across the step's micro-batches (TE's ``is_first_microbatch``):
 :attr:`Fp8Recipe.weight_cast_bytes_per_param`, charged with the optimizer step.
@@ -39,7 +57,7 @@ cached across the step's micro-batches (TE's ``is_first_microbatch``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.workloads.strategy.parallel import FP8_RECIPES
@@ -49,6 +67,11 @@ __all__ = [
     "BLOCKWISE_WGRAD_EFFICIENCY",
     "FP8_RECIPES",
     "FP8_RECIPE_SPECS",
+    "MXFP8_CAST_MEMORY_EFFICIENCY",
+    "MXFP8_GEMM_EFFICIENCY",
+    "MXFP8_WGRAD_EFFICIENCY",
+    "NVFP4_BF16_LAYER_FRACTION",
+    "NVFP4_CAST_MEMORY_EFFICIENCY",
     "Fp8Recipe",
     "fp8_recipe",
 ]
@@ -78,6 +101,35 @@ _WEIGHT_CAST_BYTES = 2.0 + 2 * FP8_BYTES
 _WEIGHT_AMAX_BYTES = 2.0
 _WEIGHT_BLOCK_SCALE_BYTES = _FP32_SCALE_BYTES / BLOCK_ELEMENTS ** 2
 
+# MXFP8 (OCP Microscaling v1.0): one 1-byte E8M0 scale per 32 elements; a cast writes two
+# copies (row- and column-wise blocks), so 2/32 scale bytes per element.
+MX_BLOCK_ELEMENTS = 32
+MXFP8_SCALE_BYTES_PER_ELEMENT = 2.0 / MX_BLOCK_ELEMENTS
+# torchao's MXFP8 MoE kernel breakdown on B200 at 1000 W (shared/data/kernels/
+# torchao_lowp_kernels/b200_mxfp8_moe_kernel_breakdown_dsv3.csv, DeepSeek-V3 shapes, 131072
+# tokens): the 2D-3D scaled GEMMs (forward, data gradient) reach 65.6 % and 65.1 % of the
+# FP8 peak, the 2D-2D weight-gradient GEMM 52.1 % (0.795 of the others); its six MXFP8
+# quantisation kernels 68.4-81.9 % of HBM peak, median 75.4 %.
+MXFP8_GEMM_EFFICIENCY = 0.654
+MXFP8_WGRAD_EFFICIENCY = 0.795
+MXFP8_CAST_MEMORY_EFFICIENCY = 0.754
+# NVFP4: half a byte per element plus one 1-byte E4M3 scale per 16, two copies per cast.
+NVFP4_ELEMENT_BYTES = 0.5
+NVFP4_SCALE_BYTES_PER_ELEMENT = 2.0 / 16
+# torchao's NVFP4 pre-processing kernels on GB200 (gb200_nvfp4_*_cutedsl_vs_triton.csv: the
+# CuTe DSL kernels, the faster ones): RHT + row/column quantisation 2421 GB/s, RHT amax
+# 2434 GB/s, 2D weight quantisation 2412 GB/s (medians) against 7928 GB/s peak: 0.305.
+NVFP4_CAST_MEMORY_EFFICIENCY = 0.305
+# NVFP4 GEMMs: no table of them is in the data; taken at MXFP8's measured fraction of its
+# own peak (an assumption, printed with the recipe; docs/fp8.md).
+NVFP4_GEMM_EFFICIENCY = MXFP8_GEMM_EFFICIENCY
+# The NVFP4 recipe keeps a few final blocks' linear layers in BF16 (arXiv 2509.25149, §4:
+# about 15 % of the linear layers, the last ones, for the 12B model); taken as that share
+# of any model's layers, the last ones.
+NVFP4_BF16_LAYER_FRACTION = 0.15
+# NVFP4 weight re-cast per parameter: read 16 bits, an amax pass, two FP4 copies with scales.
+_NVFP4_WEIGHT_CAST_BYTES = 2.0 + 2.0 + 2 * NVFP4_ELEMENT_BYTES + NVFP4_SCALE_BYTES_PER_ELEMENT
+
 
 @dataclass(frozen=True, slots=True)
 class Fp8Recipe:
@@ -100,22 +152,37 @@ class Fp8Recipe:
     scale_update_kernel: bool
     wgrad_efficiency: float
     weight_cast_bytes_per_param: float
+    # Bytes of one low-precision element (FP8: 1, FP4: 0.5); scales are counted apart.
+    element_bytes: float = FP8_BYTES
+    # Where measured for this recipe's kernels (None: the GPU's figures): the GEMMs'
+    # fraction of their peak, and the cast kernels' fraction of HBM bandwidth.
+    gemm_efficiency: float | None = None
+    cast_memory_efficiency: float | None = None
+    # GPU generations with the recipe's hardware (empty: any with FP8).
+    architectures: tuple[str, ...] = field(default=())
+    # Share of the layers, the last ones, whose linear GEMMs stay 16-bit.
+    bf16_layer_fraction: float = 0.0
 
-    def cast_bytes(self, elements: float, input_bytes: int) -> float:
+    def cast_bytes(self, elements: float, input_bytes: float) -> float:
         """Bytes a stand-alone cast of ``elements`` 16-bit values moves: its amax read
-        (``current``), the read it casts, the FP8 tensor and its transpose, the scales."""
+        (``current``, ``nvfp4``), the read it casts, the two low-precision copies (the
+        tensor and its transpose, or its row- and column-wise blocks), the scales."""
         reads = input_bytes * (2 if self.amax_pass else 1)
-        return elements * (reads + 2 * FP8_BYTES + self.scale_bytes_per_element)
+        return elements * (reads + 2 * self.element_bytes + self.scale_bytes_per_element)
+
+    def high_precision_layer(self, layer_index: int, layers: int) -> bool:
+        """Whether layer ``layer_index`` of ``layers`` keeps its GEMMs 16-bit."""
+        keep = round(self.bf16_layer_fraction * layers)
+        return layer_index >= layers - keep
 
     @property
     def cast_launches(self) -> int:
         """Kernels of one stand-alone cast (the amax reduction is a kernel of its own)."""
         return 2 if self.amax_pass else 1
 
-    @staticmethod
-    def transpose_bytes(elements: float) -> float:
+    def transpose_bytes(self, elements: float) -> float:
         """Bytes of the backward ``fp8_transpose`` of a producer-written FP8 tensor."""
-        return 2.0 * FP8_BYTES * elements
+        return 2.0 * self.element_bytes * elements
 
 
 FP8_RECIPE_SPECS: dict[str, Fp8Recipe] = {
@@ -138,6 +205,25 @@ FP8_RECIPE_SPECS: dict[str, Fp8Recipe] = {
         scale_bytes_per_element=BLOCKWISE_SCALE_BYTES_PER_ELEMENT,
         scale_update_kernel=False, wgrad_efficiency=BLOCKWISE_WGRAD_EFFICIENCY,
         weight_cast_bytes_per_param=_WEIGHT_CAST_BYTES + _WEIGHT_BLOCK_SCALE_BYTES),
+    "mxfp8": Fp8Recipe(
+        "mxfp8", "Transformer Engine MXFP8BlockScaling (Blackwell): E8M0 scales per 32 "
+        "elements, row- and column-wise copies; rates from torchao's B200 kernels",
+        fuses_into_producer=False, amax_pass=False,
+        scale_bytes_per_element=MXFP8_SCALE_BYTES_PER_ELEMENT, scale_update_kernel=False,
+        wgrad_efficiency=MXFP8_WGRAD_EFFICIENCY,
+        weight_cast_bytes_per_param=_WEIGHT_CAST_BYTES + MXFP8_SCALE_BYTES_PER_ELEMENT,
+        gemm_efficiency=MXFP8_GEMM_EFFICIENCY,
+        cast_memory_efficiency=MXFP8_CAST_MEMORY_EFFICIENCY, architectures=("blackwell",)),
+    "nvfp4": Fp8Recipe(
+        "nvfp4", "Transformer Engine NVFP4BlockScaling (arXiv 2509.25149): FP4 E2M1 with E4M3 "
+        "scales per 16 and an fp32 tensor scale, RHT on weight-gradient inputs, stochastic "
+        "rounding; the last layers in BF16",
+        fuses_into_producer=False, amax_pass=True,
+        scale_bytes_per_element=NVFP4_SCALE_BYTES_PER_ELEMENT, scale_update_kernel=False,
+        wgrad_efficiency=1.0, weight_cast_bytes_per_param=_NVFP4_WEIGHT_CAST_BYTES,
+        element_bytes=NVFP4_ELEMENT_BYTES, gemm_efficiency=NVFP4_GEMM_EFFICIENCY,
+        cast_memory_efficiency=NVFP4_CAST_MEMORY_EFFICIENCY, architectures=("blackwell",),
+        bf16_layer_fraction=NVFP4_BF16_LAYER_FRACTION),
 }
 
 

@@ -94,7 +94,11 @@ from distsim_gpu.workloads.cost.compute.stacks import DEFAULT_STACK, STACKS, Sta
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.recompute import Matmul, op_sac_matmuls
-from distsim_gpu.workloads.strategy.parallel import check_ep_split, check_tp_split
+from distsim_gpu.workloads.strategy.parallel import (
+    LOW_PRECISIONS,
+    check_ep_split,
+    check_tp_split,
+)
 
 __all__ = [
     "CORE_ATTENTION_KERNELS",
@@ -124,7 +128,7 @@ _OP_SAVED_KINDS = frozenset({"attention"})
 _OP_SAVED_NAMES = frozenset({"fp8_scale_update"})
 # Dao 2023 §3.1: the backward pass runs 5 matmuls (S, dV, dP, dQ, dK) to the forward's 2.
 FLASH_ATTENTION_BWD_FLOP_RATIO = 2.5
-_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
 # FLOP per element of the memory-bound operators (CUDA-core arithmetic; never binding on
 # a GPU whose FLOP/byte ratio is in the tens, but counted so the roofline sees them).
 _NORM_FLOP = {"layernorm": 8.0, "rmsnorm": 4.0}
@@ -134,15 +138,15 @@ _SOFTMAX_FLOP = 5.0  # scale, max, subtract, exp, divide
 _FP32 = 4
 
 
-def bytes_per_element(precision: str) -> tuple[int, int]:
+def bytes_per_element(precision: str) -> tuple[float, int]:
     """``(GEMM operand bytes, activation bytes)`` for a precision.
 
-    fp8 GEMMs read 1-byte operands but keep activations and outputs in 16 bits
-    (Transformer Engine's recipe); other precisions use one size for both.
+    fp8 and fp4 GEMMs read 1- and half-byte operands but keep activations and outputs in
+    16 bits (Transformer Engine's recipes); other precisions use one size for both.
     """
     check_choice(precision, _BYTES, key="precision")
     operand = _BYTES[precision]
-    return operand, 2 if precision == "fp8" else operand
+    return operand, 2 if precision in LOW_PRECISIONS else operand
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +163,7 @@ class Operator:
     ``fp8_input_fused``: an FP8 GEMM whose input its producer wrote in FP8 (no cast
     kernel; the backward transposes it).  ``efficiency_factor``: the fraction of the
     GEMM efficiency model's rate this kernel reaches (block-scaled FP8 weight gradients).
+    ``fp8`` means the GEMM reads the run's low-precision operands (FP8 or FP4).
     """
 
     name: str
@@ -175,6 +180,7 @@ class Operator:
     bias: bool = False
     fp8_input_fused: bool = False
     efficiency_factor: float = 1.0
+    cast: bool = False  # a low-precision cast kernel (the recipe's rate, if it has one)
 
     @property
     def total_flops(self) -> float:
@@ -207,10 +213,12 @@ def gemm(name: str, mnk: tuple[int, int, int], operand_bytes: int, out_bytes: fl
 
 
 def elementwise(name: str, bytes_moved: float, count: int = 1, *, flops: float = 0.0,
-                launches: int = 1, bwd_bytes_factor: float = 2.0) -> Operator:
-    """A memory-bound operator moving ``bytes_moved`` bytes."""
+                launches: int = 1, bwd_bytes_factor: float = 2.0,
+                cast: bool = False) -> Operator:
+    """A memory-bound operator moving ``bytes_moved`` bytes (``cast``: a low-precision
+    cast kernel)."""
     return Operator(name, "elementwise", float(flops), float(bytes_moved), count=count,
-                    launches=launches, bwd_bytes_factor=bwd_bytes_factor)
+                    launches=launches, bwd_bytes_factor=bwd_bytes_factor, cast=cast)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +227,7 @@ class LayerWork:
 
     pass_: str
     kernels: tuple[Operator, ...]
-    operand_bytes: int = 2
+    operand_bytes: float = 2
     activation_bytes: int = 2
     stack: Stack = STACKS[DEFAULT_STACK]
     precision: str = "bf16"
@@ -303,7 +311,7 @@ class LayerWork:
                               hint="pass op_sac_matmuls(model, tp=..., layer_index=...)")
         if len(parts) == 1:
             return [] if parts[0].saved else [item]
-        operand = 1 if item.fp8 else self.activation_bytes
+        operand = self.stack.fp8.element_bytes if item.fp8 else self.activation_bytes
         return [gemm(f"{item.name}_{m.name}", (item.m, m.out_features, item.k), operand,
                      self.activation_bytes, item.count, fp8=item.fp8, bias=item.bias)
                 for m in parts if not m.saved]
@@ -323,7 +331,7 @@ def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
             return []
         return [replace(item, name=f"{name}.bwd", flops=item.flops * factor,
                         bytes_moved=item.bytes_moved * factor)]
-    operand = 1 if item.fp8 else ab  # 16-bit GEMMs stay 16-bit under fp8
+    operand = stack.fp8.element_bytes if item.fp8 else ab  # 16-bit GEMMs stay 16-bit
     out: list[Operator] = _fp8_backward_casts(item, work) if item.fp8 else []
     out.append(gemm(f"{name}.dgrad", (item.m, item.k, item.n), operand, ab, item.count,
                     kind=item.kind, fp8=item.fp8))
@@ -352,11 +360,12 @@ def _fp8_backward_casts(item: Operator, work: LayerWork) -> list[Operator]:
     the transpose of an input its producer wrote in FP8 (the weight gradient's operand)."""
     recipe, ab = work.stack.fp8, work.activation_bytes
     out = [elementwise(f"{item.name}.grad_cast", recipe.cast_bytes(item.m * item.n, ab),
-                       item.count, launches=recipe.cast_launches, bwd_bytes_factor=0.0)]
+                       item.count, launches=recipe.cast_launches, bwd_bytes_factor=0.0,
+                       cast=True)]
     if item.fp8_input_fused:
         out.append(elementwise(f"{item.name}.input_transpose",
                                recipe.transpose_bytes(item.m * item.k), item.count,
-                               bwd_bytes_factor=0.0))
+                               bwd_bytes_factor=0.0, cast=True))
     return out
 
 
@@ -372,7 +381,8 @@ def forward_layer_work(model: ModelSpec, shard: LayerShard, *, precision: str = 
     check_shard(model, shard)
     tp, layer_index = shard.tp, shard.layer_index
     stack = (stack or STACKS[DEFAULT_STACK]).with_attention(attention)
-    fp8 = _fp8(precision, stack)
+    fp8 = _fp8(precision, stack) and not stack.fp8.high_precision_layer(layer_index,
+                                                                         model.layers)
     ob, ab = bytes_per_element(precision)
     shape = _Shape(model, shard, ab, stack, fp8)
     kernels: list[Operator] = [shape.norm("input_norm", shape.norm_cast)]
@@ -400,11 +410,12 @@ def forward_layer_work(model: ModelSpec, shard: LayerShard, *, precision: str = 
 
 
 def _fp8(precision: str, stack: Stack) -> bool:
-    if precision != "fp8":
+    """Whether the linear layers run low-precision GEMMs (fp8 or fp4 on an FP8 stack)."""
+    if precision not in LOW_PRECISIONS:
         return False
     if not stack.fp8_linear:
         raise ConfigError(f"stack {stack.name!r} has no FP8 kernels", key="precision",
-                          hint="precision fp8 runs on compute.stack megatron-core, "
+                          hint=f"precision {precision} runs on compute.stack megatron-core, "
                                "transformer-engine or torch-compile")
     return True
 
@@ -439,7 +450,7 @@ class _Shape:
         fused), or over ``tokens`` rows of ``width`` (MLA's latents)."""
         elements = (tokens or self.tokens_ew) * (width or self.model.hidden)
         flops = _NORM_FLOP[self.model.norm] * elements
-        written = 1.0 if fused_cast else self.ab
+        written = self.stack.fp8.element_bytes if fused_cast else self.ab
         if self.stack.fused_norm:  # backward: 1.5x the 16-bit forward's, whatever it wrote
             return elementwise(name, elements * (self.ab + written), flops=flops,
                                bwd_bytes_factor=3.0 * self.ab / (self.ab + written))
@@ -453,13 +464,15 @@ class _Shape:
         ``fused_cast``) when the stack runs FP8."""
         if not self.fp8:
             return [gemm(name, (m, n, k), self.ab, self.ab, count, bias=bias)]
-        op = replace(gemm(name, (m, n, k), 1, self.ab, count, fp8=True, bias=bias),
+        op = replace(gemm(name, (m, n, k), self.stack.fp8.element_bytes, self.ab, count,
+                          fp8=True, bias=bias),
                      fp8_input_fused=fused_cast)
         if fused_cast:
             return [op]
         recipe = self.stack.fp8
         return [elementwise(f"cast_{name}", recipe.cast_bytes(m * k, self.ab), count,
-                            launches=recipe.cast_launches, bwd_bytes_factor=0.0), op]
+                            launches=recipe.cast_launches, bwd_bytes_factor=0.0, cast=True),
+                op]
 
     def mla_projections(self) -> list[Operator]:
         """MLA's query and key-value projections (:mod:`workloads.specs.mla`): the duplicated

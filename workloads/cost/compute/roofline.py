@@ -46,6 +46,7 @@ from distsim_gpu.workloads.cost.compute.stacks import (
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.gpus import GpuSpec
 from distsim_gpu.workloads.specs.models import ModelSpec
+from distsim_gpu.workloads.strategy.parallel import LOW_PRECISIONS
 
 __all__ = [
     "ADAM_BYTES_PER_PARAM",
@@ -313,10 +314,11 @@ class RooflineCosts:
             check_choice(self.attention, ATTENTION_IMPLEMENTATIONS, key="attention")
         if not isinstance(self.stack, Stack):
             raise ConfigError(f"must be a Stack, got {self.stack!r}", key="stack")
-        if self.precision == "fp8" and not self.stack.fp8_linear:
+        if self.precision in LOW_PRECISIONS and not self.stack.fp8_linear:
             raise ConfigError(f"stack {self.stack.name!r} has no FP8 kernels", key="stack",
-                              hint="precision fp8 runs on stack megatron-core, "
+                              hint=f"precision {self.precision} runs on stack megatron-core, "
                                    "transformer-engine or torch-compile")
+        self._check_recipe_hardware()
         for name in ("matmul_asymptotic_efficiency", "attention_efficiency",
                      "memory_efficiency"):
             if getattr(self, name) is not None:
@@ -336,6 +338,23 @@ class RooflineCosts:
             raise ConfigError(f"{self.comm_sms} SMs for communication leave none of the "
                               f"{self.gpu.sm_count} of {self.gpu.name} for compute",
                               key="comm_sms", hint="DeepEP holds 20 of an H800's 132")
+
+    def _check_recipe_hardware(self) -> None:
+        """MXFP8 and NVFP4 need Blackwell's block-scaled tensor cores: a ConfigError
+        naming the GPU's generation otherwise.  Precision fp4 runs the nvfp4 recipe."""
+        if self.precision not in LOW_PRECISIONS:
+            return
+        if self.precision == "fp4" and self.stack.fp8_recipe != "nvfp4":
+            # FP4 has one recipe; training.fp8_recipe naming another is refused upstream
+            # (strategy.parallel.check_fp8_recipe), so the stack's FP8 default yields.
+            object.__setattr__(self, "stack", self.stack.with_fp8_recipe("nvfp4"))
+        recipe = self.stack.fp8
+        if recipe.architectures and self.gpu.architecture not in recipe.architectures:
+            raise ConfigError(
+                f"recipe {recipe.name!r} needs a {' or '.join(recipe.architectures)} GPU; "
+                f"{self.gpu.name} is {self.gpu.architecture or 'of an unknown generation'}",
+                key="training.fp8_recipe",
+                hint="delayed, current or blockwise run on Hopper's FP8")
 
     @property
     def compute_sms(self) -> int:
@@ -410,24 +429,37 @@ class RooflineCosts:
     def peak_flops_per_s(self) -> float:
         """The GPU's dense peak at this precision's 16-bit GEMMs (FP8 GEMMs: see
         :meth:`kernel_time_s`)."""
-        return self.gpu.peak_flops("bf16" if self.precision == "fp8" else self.precision)
+        return self.gpu.peak_flops("bf16" if self.precision in LOW_PRECISIONS
+                                   else self.precision)
 
     def matmul_efficiency(self, m: int, n: int, k: int, *, fp8: bool = False) -> float:
         """:func:`matmul_efficiency` with this model's GPU and constants."""
-        asymptotic = (self.resolved_fp8_matmul_efficiency if fp8
+        asymptotic = (self.resolved_low_precision_matmul_efficiency if fp8
                       else self.resolved_matmul_efficiency)
         return matmul_efficiency(m, n, k, sm_count=self.compute_sms,
                                  asymptotic_efficiency=asymptotic,
                                  tiles=self.gemm_tiles, k_half=self.resolved_gemm_k_half)
 
+    @property
+    def resolved_low_precision_matmul_efficiency(self) -> float:
+        """The fraction of their peak the run's FP8 / FP4 GEMMs reach: the recipe's where
+        measured (MXFP8, NVFP4), else :attr:`resolved_fp8_matmul_efficiency`."""
+        recipe = self.stack.fp8
+        if recipe.gemm_efficiency is not None and self.stack.fp8_matmul_efficiency is None:
+            return recipe.gemm_efficiency
+        return self.resolved_fp8_matmul_efficiency
+
     def kernel_time_s(self, kernel: Operator) -> float:
         """Seconds for all ``kernel.count`` instances of an operator."""
-        memory_s = kernel.bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s
-                                         * self.resolved_memory_efficiency)
+        efficiency = self.resolved_memory_efficiency
+        if kernel.cast and self.stack.fp8.cast_memory_efficiency is not None:
+            efficiency = self.stack.fp8.cast_memory_efficiency
+        memory_s = kernel.bytes_moved / (self.gpu.memory_bandwidth_bytes_per_s * efficiency)
         compute_s = 0.0
         if kernel.flops > 0:
             if kernel.kind in ("gemm", "bmm"):
-                peak = self.gpu.peak_flops("fp8") if kernel.fp8 else self.peak_flops_per_s
+                peak = (self.gpu.peak_flops(self.precision) if kernel.fp8
+                        else self.peak_flops_per_s)
                 rate = peak * kernel.efficiency_factor * self.matmul_efficiency(
                     kernel.m, kernel.n, kernel.k, fp8=kernel.fp8)
             elif kernel.kind == "attention":
@@ -532,7 +564,7 @@ class RooflineCosts:
         extra = GRAD_CLIP_BYTES_PER_PARAM
         if self.precision == "fp16":
             extra += FP16_UNSCALE_BYTES_PER_PARAM
-        if self.precision == "fp8":
+        if self.precision in LOW_PRECISIONS:
             extra += self.stack.fp8.weight_cast_bytes_per_param
         return self.optimizer_bytes_per_param + extra
 
