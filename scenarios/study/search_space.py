@@ -179,7 +179,12 @@ def enumerate_strategies(scenario: Scenario, *,
                     continue
                 if sp and tp == 1:
                     continue
-                if order != "tp-dp-pp" and (tp == 1 or dp == 1):
+                if schedule == "gpipe" and pp == 1:
+                    continue  # one stage: GPipe's order of passes is 1F1B's
+                if order != "tp-dp-pp" and (tp == 1 or dp == 1 or gpn % (tp * cp * dp) == 0):
+                    # another order moves nothing where a replica's whole tp·cp·dp block
+                    # sits inside one NVLink domain either way: only orders that change
+                    # which GPUs share a domain are candidates
                     continue
                 out.append(Strategy.on(scenario, tp=tp, pp=pp, dp=dp, ep=ep, cp=cp,
                                        micro_batch=mb, schedule=schedule,

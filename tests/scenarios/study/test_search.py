@@ -53,11 +53,31 @@ def test_enumeration_matches_the_hand_count():
     assert {(s.parallel.tp, s.parallel.pp, s.parallel.dp) for s in strategies} == {
         (1, 1, 4), (1, 2, 2), (1, 4, 1), (2, 1, 2), (2, 2, 1), (4, 1, 1)}
     # Sequence parallel only with tp > 1 (3 of the 6), ZeRO-1 only with dp > 1 (3 of 6),
-    # dp-tp-pp only with tp > 1 and dp > 1 (just (2,1,2)): per micro-batch
-    # (1,1,4) 2 + (1,2,2) 2 + (1,4,1) 1 + (2,1,2) 2·2·2 + (2,2,1) 2 + (4,1,1) 2 = 17.
+    # dp-tp-pp only where it changes which GPUs share a node: never on this one 4-GPU
+    # node (tp·dp of (2,1,2) fills it either way).  Per micro-batch
+    # (1,1,4) 2 + (1,2,2) 2 + (1,4,1) 1 + (2,1,2) 2·2 + (2,2,1) 2 + (4,1,1) 2 = 13.
     wide = dict(NARROW, sequence_parallel=[False, True], zero=[0, 1],
                 order=["tp-dp-pp", "dp-tp-pp"])
-    assert len(enumerate_strategies(scenario, space=wide)) == 17 * 2
+    assert len(enumerate_strategies(scenario, space=wide)) == 13 * 2
+
+
+def test_placement_orders_are_candidates_only_where_they_change_a_domain():
+    """On 2 DGX H100 nodes, tp 4 · dp 4: tp-dp-pp puts a tensor-parallel group and two
+    replicas in a node, dp-tp-pp a data-parallel group and half of two tp groups — a
+    different split, so both are candidates; tp 2 · dp 4 fills one node either way.
+    GPipe and 1F1B at pp 1 are one strategy, listed once."""
+    scenario = scenario_from_mapping({
+        **mapping(), "cluster": {"preset": "dgx-h100", "nodes": 2},
+        "parallelism": {"tp": 1, "pp": 1, "dp": 16},
+        "training": {"micro_batch": 1, "global_batch": 32, "recompute": "none"}})
+    space = dict(NARROW, order=["tp-dp-pp", "dp-tp-pp"], micro_batch=[1],
+                 schedule=["1f1b", "gpipe"])
+    found = {(s.parallel.tp, s.parallel.pp, s.parallel.dp, s.parallel.order,
+              s.parallel.schedule) for s in enumerate_strategies(scenario, space=space)}
+    assert (4, 1, 4, "dp-tp-pp", "1f1b") in found
+    assert (2, 2, 4, "dp-tp-pp", "1f1b") not in found  # 2·4 = one node either way
+    assert not any(schedule == "gpipe" and pp == 1 for _, pp, _, _, schedule in found)
+    assert (2, 2, 4, "tp-dp-pp", "gpipe") in found
 
 
 def test_invalid_candidates_are_counted_by_reason():
