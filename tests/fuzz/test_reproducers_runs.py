@@ -115,3 +115,17 @@ def test_keys_beside_the_columns_still_run(capsys, tmp_path):
     table, map_path = _write(tmp_path, map_changes={"set": {"training.recompute": "full"}})
     assert main([*_runs(table, map_path, "--set", "compute.matmul_efficiency=0.7",
                         "--json")]) == 0, capsys.readouterr().err
+
+
+def test_a_row_with_fewer_samples_than_replicas_is_no_division_by_zero(rejects, tmp_path):
+    # dp of 10**30 leaves no micro-batch per replica: the consistency check skips the row
+    # (it divided by its zero slots) and the row's own simulation says what is wrong.
+    table, map_path = _write(tmp_path)
+    lines = table.read_text().splitlines()
+    for i in range(1, len(lines)):
+        cells = lines[i].split(",")
+        cells[4] = "1" + "0" * 29  # the dp column
+        lines[i] = ",".join(cells)
+    table.write_text("\n".join(lines) + "\n")
+    err = rejects(*_runs(table, map_path), names="runs.csv")
+    assert "no row simulates" in err and "the cluster has 8 GPUs" in err
