@@ -363,8 +363,10 @@ def _json_node(raw: object, index: int, source: str) -> ChakraNode:
     return ChakraNode(ident, name or "", kind,
                       _json_ints(get("ctrlDeps", "ctrl_deps"), source, where, "ctrl_deps"),
                       _json_ints(get("dataDeps", "data_deps"), source, where, "data_deps"),
-                      _json_micros(duration or 0, source, f"{where}.runtime"),
-                      _json_micros(start or 0, source, f"{where}.start_time_micros"),
+                      _json_micros(0 if duration is None else duration, source,
+                                   f"{where}.runtime"),
+                      _json_micros(0 if start is None else start, source,
+                                   f"{where}.start_time_micros"),
                       check_attrs(attrs, node=ident, source=source))
 
 

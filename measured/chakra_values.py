@@ -85,7 +85,7 @@ def check_attrs(attrs: Mapping[str, Any], *, node: int, source: str) -> dict[str
                          key=f"node {node}.is_cpu_op")
     ranks = checked.get("pg_ranks")
     if ranks is not None:
-        if not isinstance(ranks, (list, tuple)):
+        if not isinstance(ranks, (list, tuple)) or not ranks:
             raise ParseError(f"pg_ranks must be a list of ranks, got {_show(ranks)}",
                              source=source, key=f"node {node}.pg_ranks")
         checked["pg_ranks"] = [whole(r, what="pg_ranks", source=source,

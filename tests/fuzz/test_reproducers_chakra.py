@@ -54,6 +54,8 @@ def _comp(field_text):
     (_comp('"runtime": 1' + "0" * 400), "", "401 digits"),
     (_comp('"runtime": ' + "9" * 5000), "", "5,000 digits"),
     (_comp('"runtime": -5'), "node [0].runtime", "got -5"),
+    (_comp('"runtime": []'), "node [0].runtime", "got []"),
+    (_comp('"runtime": false'), "node [0].runtime", "got False"),
     ('{"Id": "x", "NodeType": "COMP_NODE"}', "node [0].id", "got 'x'"),
     ('{"Id": "' + "9" * 400 + '", "NodeType": "COMP_NODE"}', "node [0].id", "whole number"),
     (_comp('"data_deps": ["x"]'), "node [0].data_deps", "node ids"),
@@ -97,6 +99,7 @@ def _coll(ident, size=1024, kind=0, **fields):
     ({"name": "pg_ranks", "values": [0, 99]}, "node 0.pg_ranks", "distinct ranks 0..1"),
     ({"name": "pg_ranks", "values": [0, 1, 1]}, "node 0.pg_ranks", "distinct ranks 0..1"),
     ({"name": "pg_ranks", "values": "0,1"}, "node 0.pg_ranks", "a list of ranks"),
+    ({"name": "pg_ranks", "values": []}, "node 0.pg_ranks", "a list of ranks, got []"),
     ({"name": "comm_tag", "values": [1]}, "node 0.comm_tag", "got [1]"),
 ])
 def test_process_groups_and_tags(rejects, tmp_path, attr, key, says):

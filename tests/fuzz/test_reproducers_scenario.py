@@ -141,3 +141,11 @@ def test_a_scenario_takes_nvlink_from_its_compute_gpu(tmp_path):
     doc["cluster"]["gpu"] = {"model": "zz-9000"}
     spec = load_scenario(_write(tmp_path, doc)).spec
     assert spec.comm.link_efficiency["nvlink"] == 0.78  # ampere: compute.gpu a100
+
+
+@pytest.mark.parametrize("gpu", [["n0.gpu0"], {"a": 1}, 3, None])
+def test_a_job_placement_entry_that_is_no_gpu_name(rejects, tmp_path, gpu):
+    doc = _two_jobs()
+    doc["jobs"][1]["placement"] = [gpu] * 64
+    err = rejects("run", _write(tmp_path, doc), names="jobs[1].placement[0]")
+    assert "no GPU" in err and "bad.yaml" in err
