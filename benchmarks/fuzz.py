@@ -6,6 +6,10 @@ the machine), and prints the counts by outcome and by family.  Run from the repo
 root::
 
     .venv/bin/python benchmarks/fuzz.py --count 1200 --seed 0
+    .venv/bin/python benchmarks/fuzz.py --count 0 --read-count 1000   # the newer readers
+
+``--read-count`` adds cases of the newer readers (Chakra ETs binary and JSON, ``validate
+runs`` tables and maps, the scenario sections beside the model: ``tests/fuzz/read_cases.py``).
 
 Outcomes: ``clean`` (exit 2, a ``distsim: error:`` line naming the file or ``--set``),
 ``accepted`` (the mutation was valid input), ``unnamed`` (a clean error without its
@@ -36,6 +40,18 @@ def _batch(count: int, seed: int, cap_s: int, mem_gib: float) -> dict:
     return json.loads(done.stdout)
 
 
+def _read_batch(count: int, seed: int, cap_s: int, mem_gib: float) -> dict:
+    """One batch of the newer readers' cases (tests/fuzz/read_cases.py), as _batch."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.fuzz.read_cases", "--count", str(count), "--seed",
+         str(seed), "--cap-s", str(cap_s), "--mem-gib", str(mem_gib)],
+        cwd=ROOT, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return {"cases": count, "counts": {"batch-died": count}, "by_family": {},
+                "bad": [{"message": done.stderr[-500:]}], "wall_s": 0.0}
+    return json.loads(done.stdout)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1200, help="cases in all")
@@ -43,14 +59,19 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0, help="first batch's seed")
     parser.add_argument("--cap-s", type=int, default=20, help="time cap per case")
     parser.add_argument("--mem-gib", type=float, default=4.0, help="memory cap per batch")
+    parser.add_argument("--read-count", type=int, default=0,
+                        help="cases of the newer readers besides (Chakra, runs tables, "
+                        "scenario sections)")
     args = parser.parse_args()
     counts: Counter[str] = Counter()
     families: dict[str, Counter[str]] = {}
     bad: list[dict] = []
     wall_s = 0.0
-    for i, start in enumerate(range(0, args.count, args.batch)):
-        report = _batch(min(args.batch, args.count - start), args.seed + i, args.cap_s,
-                        args.mem_gib)
+    batches = [(_batch, start, args.count) for start in range(0, args.count, args.batch)]
+    batches += [(_read_batch, start, args.read_count)
+                for start in range(0, args.read_count, args.batch)]
+    for i, (run, start, total) in enumerate(batches):
+        report = run(min(args.batch, total - start), args.seed + i, args.cap_s, args.mem_gib)
         counts.update(report["counts"])
         for family, found in report["by_family"].items():
             families.setdefault(family, Counter()).update(found)

@@ -136,7 +136,9 @@ def run_benchmark(
     seed: int = 0,
     gpus: Sequence[str] | None = None,
 ) -> list[BenchRow]:
-    """Simulate ``op`` over all GPUs of ``topology`` (or ``gpus``) at each size."""
+    """Simulate ``op`` over all GPUs of ``topology`` (or ``gpus``) at each size: each
+    distinct size once (a measured log repeats its sizes run after run; a row per size
+    requested, in order)."""
     check_choice(op, BENCH_OPS, key="op", what="nccl-tests operation")
     check_choice(dtype, DTYPE_BYTES, key="dtype", what="data type")
     group = list(gpus) if gpus is not None else list(topology.gpus)
@@ -146,20 +148,22 @@ def run_benchmark(
     dtype_bytes = DTYPE_BYTES[dtype]
     redop = "sum" if op in ("all_reduce", "reduce_scatter", "reduce") else "none"
     root = 0 if op in ("broadcast", "reduce") else -1
-    rows: list[BenchRow] = []
+    by_size: dict[int, BenchRow] = {}
+    distinct = list(dict.fromkeys(int(requested) for requested in sizes))
     reporter = progress.current()  # (a terminal's progress line, if the caller opened one)
-    for done, requested in enumerate(sizes):
+    for done, requested in enumerate(distinct):
         if reporter is not None:
-            reporter.stage(done, len(sizes), "sizes")
-        size, count = _aligned(int(requested), op, n, dtype_bytes)
+            reporter.stage(done, len(distinct), "sizes")
+        size, count = _aligned(requested, op, n, dtype_bytes)
         process = comm.collective(BENCH_OPS[op], group, size)
         sim.run(until=process)
         record = process.value
         time_s = record.duration_s
         algbw = size / time_s if time_s > 0 else 0.0
-        rows.append(BenchRow(size, count, dtype, redop, root, time_s, algbw,
-                             algbw * bus_factor(op, n), record.algorithm, record.protocol))
-    return rows
+        by_size[requested] = BenchRow(size, count, dtype, redop, root, time_s, algbw,
+                                      algbw * bus_factor(op, n), record.algorithm,
+                                      record.protocol)
+    return [by_size[int(requested)] for requested in sizes]
 
 
 def format_table(rows: Sequence[BenchRow], *, title_lines: Sequence[str] = ()) -> str:

@@ -32,7 +32,7 @@ microseconds) and the protobuf JSON mapping (``id``, ``name``, ``type``, ``ctrlD
 from __future__ import annotations
 
 import functools
-import json
+import math
 import os
 import re
 import struct
@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distsim_gpu.measured.chakra_values import MAX_UINT64, check_attrs, load_json, whole
 from distsim_gpu.measured.protowire import (
     FIXED32,
     FIXED64,
@@ -218,9 +219,10 @@ def _list(kind: str, f: Field, source: str) -> list[Any]:
         if wire == VARINT:
             values.extend(_scalar(kind, Field(1, VARINT, v, item.offset), source)
                           for v in packed_varints(item, source=source))
-        elif item.wire_type == wire or kind in ("string", "bytes"):
+        elif item.wire_type == wire:
             values.append(_scalar(kind, item, source))
         else:  # packed fixed-width values
+            _expect(item, LENGTH, f"{kind} list item", source)
             assert isinstance(item.value, bytes)
             size = 8 if wire == FIXED64 else 4
             for i in range(0, len(item.value) - size + 1, size):
@@ -257,11 +259,13 @@ def _node(data: bytes, offset: int, source: str) -> ChakraNode:
                       data_deps=tuple(values["data_deps"]),
                       duration_micros=values.get("duration_micros", 0),
                       start_time_micros=values.get("start_time_micros", 0),
-                      attrs=values["attrs"])
+                      attrs=check_attrs(values["attrs"], node=values["id"], source=source))
 
 
 def _rank_of(source: str) -> int | None:
-    match = re.search(r"\.(\d+)\.(?:et|json)$", os.path.basename(source))
+    # At most nine digits: a rank past a billion is no cluster's, and a longer run of
+    # digits is a name (int() of 5,000 digits would fail).
+    match = re.search(r"\.(\d{1,9})\.(?:et|json)$", os.path.basename(source))
     return int(match.group(1)) if match else None
 
 
@@ -303,20 +307,28 @@ def _json_attrs(raw: object, source: str, where: str) -> dict[str, Any]:
                                                                "doc_string")), None)
         if isinstance(value, dict) and "values" in value:
             value = value["values"]
-        if isinstance(value, str) and re.fullmatch(r"-?\d+", value):
+        if isinstance(value, str) and re.fullmatch(r"-?\d{1,20}", value):
             value = int(value)  # protobuf JSON writes 64-bit integers as strings
         attrs[str(item["name"])] = value
     return attrs
 
 
-def _json_ints(raw: object, source: str, where: str) -> tuple[int, ...]:
+def _json_ints(raw: object, source: str, where: str, name: str) -> tuple[int, ...]:
     if raw is None:
         return ()
-    if not isinstance(raw, list) or not all(
-            isinstance(v, (int, str)) and str(v).lstrip("-").isdigit() for v in raw):
-        raise ParseError(f"{where}: expected a list of node ids, got {raw!r}"[:200],
-                         source=source)
-    return tuple(int(v) for v in raw)
+    if not isinstance(raw, list):
+        raise ParseError(f"expected a list of node ids, got {raw!r}"[:200], source=source,
+                         key=f"{where}.{name}")
+    return tuple(whole(v, what=f"{name} (node ids)", source=source, key=f"{where}.{name}")
+                 for v in raw)
+
+
+def _json_micros(raw: Any, source: str, key: str) -> int:
+    """A time in microseconds: a whole number or a finite number >= 0 (old Chakra JSON
+    writes ``runtime`` as a float), whole microseconds as Chakra's ``uint64`` has it."""
+    if isinstance(raw, float) and math.isfinite(raw) and 0 <= raw <= MAX_UINT64:
+        raw = int(raw)
+    return whole(raw, what="a time in microseconds", source=source, key=key)
 
 
 def _json_node(raw: object, index: int, source: str) -> ChakraNode:
@@ -331,31 +343,36 @@ def _json_node(raw: object, index: int, source: str) -> ChakraNode:
     kind = get("type", "NodeType")
     if isinstance(kind, str):
         kind = _TYPE_NUMBERS.get(kind, kind)
-    if not isinstance(ident, (int, str)) or not str(ident).isdigit():
+    if ident is None:
         raise ParseError(f"{where} has no id", source=source)
-    if not isinstance(kind, int):
-        raise ParseError(f"{where} (id {ident}) has type {kind!r}", source=source,
+    ident = whole(ident, what="id", source=source, key=f"{where}.id")
+    if isinstance(kind, bool) or not isinstance(kind, int):
+        raise ParseError(f"{where} (id {ident}) has type {kind!r}"[:200], source=source,
                          hint="valid: " + ", ".join(NODE_TYPES.values()))
+    name = get("name", "Name")
+    if name is not None and not isinstance(name, str):
+        raise ParseError(f"the name must be text, got {type(name).__name__}", source=source,
+                         key=f"{where}.name")
     attrs = _json_attrs(get("attr"), source, where)
     for key in ("is_cpu_op", "comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag",
                 "num_ops", "pg_name"):
         if key in raw:
             attrs[key] = raw[key]
-    duration = get("durationMicros", "duration_micros", "runtime") or 0
-    return ChakraNode(int(ident), str(get("name", "Name") or ""), kind,
-                      _json_ints(get("ctrlDeps", "ctrl_deps"), source, where),
-                      _json_ints(get("dataDeps", "data_deps"), source, where),
-                      int(duration), int(get("startTimeMicros", "start_time_micros") or 0),
-                      attrs)
+    duration = get("durationMicros", "duration_micros", "runtime")
+    start = get("startTimeMicros", "start_time_micros")
+    return ChakraNode(ident, name or "", kind,
+                      _json_ints(get("ctrlDeps", "ctrl_deps"), source, where, "ctrl_deps"),
+                      _json_ints(get("dataDeps", "data_deps"), source, where, "data_deps"),
+                      _json_micros(0 if duration is None else duration, source,
+                                   f"{where}.runtime"),
+                      _json_micros(0 if start is None else start, source,
+                                   f"{where}.start_time_micros"),
+                      check_attrs(attrs, node=ident, source=source))
 
 
 def parse_json(text: str, *, source: str) -> ChakraTrace:
     """A Chakra ET in JSON (module docstring)."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ParseError(f"malformed JSON: {error.msg}", source=source,
-                         line=error.lineno) from None
+    data = load_json(text, source=source)
     raw_nodes = (data.get("workload_graph", data.get("nodes")) if isinstance(data, dict)
                  else data)
     if not isinstance(raw_nodes, list):

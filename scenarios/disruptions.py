@@ -25,6 +25,7 @@ JSON (``--json``: ``"incidents"``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -139,11 +140,27 @@ def _nodes(raw: Any, source: str | None) -> tuple[int, ...]:
     nodes = []
     for i, item in enumerate(raw):
         text = str(item).removeprefix("n")
-        if isinstance(item, bool) or not text.isdigit():
-            raise ConfigError(f"not a node: {item!r}", key=f"goodput.storage_nodes[{i}]",
+        if isinstance(item, bool) or not re.fullmatch(r"[0-9]{1,9}", text):
+            raise ConfigError(f"not a node: {str(item)[:40]!r}", key=f"goodput.storage_nodes[{i}]",
                               source=source, hint="a node index, e.g. 15 or n15")
         nodes.append(int(text))
     return tuple(nodes)
+
+
+#: A job's name labels its output rows; longer than this is no label.
+MAX_JOB_NAME_CHARS = 100
+
+
+def _job_name(value: Any, key: str, source: str | None) -> str:
+    """A job's name: text of 1 to :data:`MAX_JOB_NAME_CHARS` characters (``name: null``
+    would otherwise become the job "None")."""
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_JOB_NAME_CHARS \
+            or not value.isprintable():
+        raise ConfigError(f"a job's name must be printable text of 1 to "
+                          f"{MAX_JOB_NAME_CHARS} characters, got {repr(value)[:60]}",
+                          key=key, source=source, hint="e.g. name: a, or leave it out for "
+                          "job0, job1, ...")
+    return value
 
 
 def jobs_from_list(raw: Any, spec: Mapping[str, Any], topology: Topology,
@@ -162,7 +179,7 @@ def jobs_from_list(raw: Any, spec: Mapping[str, Any], topology: Topology,
         check_keys(job, JOB_KEYS, prefix=f"jobs[{i}]", source=source)
         if job.get("model") is None:
             raise ConfigError("a job needs 'model'", key=f"jobs[{i}]", source=source)
-        name = str(job.get("name", f"job{i}"))
+        name = _job_name(job.get("name", f"job{i}"), f"jobs[{i}].name", source)
         parallel = parallel_from_mapping(job.get("parallelism"), source=source,
                                          prefix=f"jobs[{i}].parallelism")
         requests.append((name, parallel.num_gpus, job.get("placement", "packed")))

@@ -108,6 +108,9 @@ from distsim_gpu.workloads.cost.compute import (
 from distsim_gpu.workloads.cost.traffic import seq_len_of
 from distsim_gpu.workloads.iteration.records import IterationSpec
 from distsim_gpu.workloads.job.stragglers import (
+    MAX_FACTOR as MAX_STRAGGLER_FACTOR,
+)
+from distsim_gpu.workloads.job.stragglers import (
     STRAGGLER_KEYS,
     StragglerModel,
     straggler_model_from_mapping,
@@ -593,7 +596,10 @@ def _stragglers(raw: Any, topology: Topology, source: str | None) -> dict[str, f
                               hint=f"did you mean {near[0]!r}? GPUs: {shown}" if near
                               else f"GPUs: {shown}")
         result[str(gpu)] = check_number(factor, key=key, above=True, source=source,
-                                        hint="a slowdown factor, e.g. 1.2: compute 20 % slower")
+                                        maximum=MAX_STRAGGLER_FACTOR,
+                                        hint=f"a slowdown factor up to "
+                                        f"{MAX_STRAGGLER_FACTOR:g}, e.g. 1.2: compute 20 % "
+                                        "slower; a GPU that stopped is a fault")
     return result
 
 

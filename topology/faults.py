@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import re
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -72,6 +73,8 @@ __all__ = [
     "faults_from_list",
     "inject_faults",
 ]
+
+_NODE_INDEX = re.compile(r"[0-9]{1,9}")
 
 FAULT_TARGETS = ("link", "nic", "switch", "gpu", "node")
 FAULT_KINDS = ("degraded", "down")
@@ -178,8 +181,10 @@ def fault_links(topology: Topology, fault: Fault) -> tuple[LinkId, ...]:
         return tuple(ids)
     if fault.target == "node":
         node = fault.name.removeprefix("n")
-        if not node.isdigit() or not topology.gpus_on_node(int(node)):
-            raise ConfigError(f"no node {fault.name!r} in {topology.name!r}",
+        # ASCII digits, at most nine ('²' is a digit to str.isdigit, not to int; a
+        # 5,000-digit index is past int()'s limit and any cluster)
+        if not _NODE_INDEX.fullmatch(node) or not topology.gpus_on_node(int(node)):
+            raise ConfigError(f"no node {_brief(fault.name)} in {topology.name!r}",
                               hint=f"a node index 0..{topology.num_nodes - 1}")
         return ()
     names = {d.name: d for d in topology.devices()}
@@ -223,6 +228,11 @@ def check_job_survives(faults: Iterable[Fault], gpus: Sequence[str], topology: T
                 f"{fault.describe()}: the job loses GPU {sorted(lost)[0]} and stops (its "
                 f"NCCL communicators abort)", source=source,
                 hint="restart it on the remaining GPUs, or see the goodput study")
+
+
+def _brief(name: str) -> str:
+    text = repr(name)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _lost_gpus(fault: Fault, topology: Topology) -> set[str]:

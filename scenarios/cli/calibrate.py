@@ -134,7 +134,7 @@ def handle_trace(args: argparse.Namespace) -> int:
     comm = checked_comm(comm_overrides, path=args.comm)
     chosen = trace_cluster(traces, cluster=args.cluster, nodes=args.nodes,
                            ranks_per_node=args.ranks_per_node, overrides=cluster_overrides)
-    params = comm_params_on(comm, chosen.topology)
+    params = comm_params_on(comm, chosen.topology, cluster=args.cluster)
     network = calibrate_trace(traces, chosen.topology, base=params,
                               ranks_per_node=args.ranks_per_node)
     compute = None

@@ -110,6 +110,10 @@ def handle(args: argparse.Namespace) -> int:
     flops = (check_number(args.flops, key="--flops", above=True)
              if args.flops is not None else None)
     topology, params = cluster_and_params(args)
+    if args.world_size is not None and args.world_size > len(topology.gpus):
+        raise ConfigError(f"{args.world_size:,} ranks on a cluster of "
+                          f"{len(topology.gpus):,} GPUs", key="--world-size",
+                          hint="at most the cluster's GPUs, or a larger --cluster / --nodes")
     traces = load_chakra(args.traces)
     run = run_chakra(traces, topology, params, world_size=args.world_size, flops_per_s=flops,
                      ctrl_deps=args.ctrl_deps, ranks_per_node=args.ranks_per_node)

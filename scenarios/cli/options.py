@@ -170,7 +170,7 @@ def cluster_and_params(args: argparse.Namespace) -> tuple[Topology, CommParams]:
         if args.nodes is not None and error.key == "nodes" and error.source is None:
             error.key = "--nodes"  # (the library names its argument; the user typed this)
         raise
-    return topology, comm_params_on(comm, topology)
+    return topology, comm_params_on(comm, topology, cluster=args.cluster)
 
 
 def checked_comm(comm_overrides: Sequence[tuple[str, Any]], *, path: str | None = None,
@@ -183,10 +183,25 @@ def checked_comm(comm_overrides: Sequence[tuple[str, Any]], *, path: str | None 
                                     source="--set", prefix="comm")
 
 
-def comm_params_on(comm: CommParams, topology: Topology) -> CommParams:
+def comm_params_on(comm: CommParams, topology: Topology, *,
+                   cluster: str | None = None) -> CommParams:
     """Checked communication parameters on a cluster: NVLink's efficiency that of the
-    cluster's GPU generation unless it was given."""
-    return comm.on_architecture(cluster_architecture(topology))
+    cluster's GPU generation unless it was given.  A cluster with NVLink whose GPU model
+    distsim has no spec for is an error unless the efficiency is given: another
+    generation's figure would be a silent guess (generations differ by several percent,
+    :data:`~collectives.params.NVLINK_EFFICIENCY_BY_ARCHITECTURE`).  ``cluster``: what
+    the user named the cluster by (a preset or file), for the error."""
+    if comm.nvlink_efficiency_given:
+        return comm
+    model = str(topology.config.get("gpu", {}).get("model", ""))
+    architecture = cluster_architecture(topology)
+    if model and not architecture and any(link.kind == "nvlink" for link in topology.links()):
+        raise ConfigError(f"the cluster's GPU {model[:60]!r} is no GPU distsim has a spec "
+                          "for, so NVLink's efficiency on it is unknown", key="gpu.model",
+                          source=cluster or topology.name,
+                          hint="name a known GPU model, e.g. h100-sxm5-80gb, or give the "
+                               "figure: --set comm.link_efficiency.nvlink=0.82 (H100's)")
+    return comm.on_architecture(architecture)
 
 
 def cluster_architecture(topology: Topology) -> str:

@@ -174,7 +174,7 @@ def handle_trace(args: argparse.Namespace) -> int:
     comm = checked_comm(comm_overrides, path=args.comm, algo=args.algo, proto=args.proto)
     chosen = trace_cluster(traces, cluster=args.cluster, nodes=args.nodes,
                            ranks_per_node=args.ranks_per_node, overrides=cluster_overrides)
-    params = comm_params_on(comm, chosen.topology)
+    params = comm_params_on(comm, chosen.topology, cluster=args.cluster)
     data, result = validate_traces(traces, chosen.topology, params,
                                    cluster=chosen.description, mode=args.mode,
                                    steps=args.step, ranks_per_node=args.ranks_per_node)

@@ -42,10 +42,12 @@ from distsim_gpu.simcore.config import (
     check_number,
 )
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, ParseError
+from distsim_gpu.simcore.fileio import read_input_text
 from distsim_gpu.simcore.units import parse_duration
 from distsim_gpu.simcore.yamlfile import line_of, read_yaml
 
-__all__ = ["DEFAULT_FIT", "ColumnRule", "RunRow", "RunsMap", "read_map", "read_runs"]
+__all__ = ["DEFAULT_FIT", "ColumnRule", "RunRow", "RunsMap", "column_setting", "read_map",
+           "read_runs"]
 
 MAP_KEYS = ("scenario", "measured", "group_by", "label", "columns", "set", "fit")
 RULE_KEYS = ("key", "multiply", "divide", "round", "at_least", "at_most", "values")
@@ -81,7 +83,7 @@ class ColumnRule:
         """The scenario value for a cell (``where``: ``TABLE:line`` for errors)."""
         if self.values is not None:
             if str(cell) not in self.values:
-                raise ConfigError(f"column {self.column!r}: no value for {cell!r} in the "
+                raise ConfigError(f"column {self.column!r}: no value for {_brief(cell)} in the "
                                   f"map's values", source=where,
                                   hint="valid: " + ", ".join(map(str, self.values)))
             return self.values[str(cell)]
@@ -89,9 +91,16 @@ class ColumnRule:
                 self.at_least is None and self.at_most is None):
             return cell
         if not isinstance(cell, (int, float)) or not math.isfinite(cell):
-            raise ConfigError(f"column {self.column!r}: {cell!r} is not a number",
+            raise ConfigError(f"column {self.column!r}: {_brief(cell)} is not a number",
                               source=where, hint=f"the map transforms it for {self.key}")
-        value = cell * self.multiply / self.divide
+        try:  # (an int of thousands of digits has no float)
+            value = float(cell) * self.multiply / self.divide
+        except OverflowError:
+            value = math.inf
+        if not math.isfinite(value):
+            raise ConfigError(f"column {self.column!r}: {_brief(cell)} transformed for "
+                              f"{self.key} is beyond a double's range", source=where,
+                              hint="a number of the column's unit, as the map expects")
         value = {"up": math.ceil, "down": math.floor, "nearest": round,
                  None: lambda x: x}[self.round](value)
         if self.at_least is not None:
@@ -99,6 +108,11 @@ class ColumnRule:
         if self.at_most is not None:
             value = min(value, self.at_most)
         return int(value) if float(value).is_integer() else value
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,18 +147,36 @@ def read_map(path: str | os.PathLike[str]) -> RunsMap:
     base, base_source, base_dir = _base(data["scenario"], source, where)
     measured = where.mapping(data["measured"], "measured")
     where.keys(measured, ("column", "unit"), "measured")
-    unit = str(measured.get("unit", "s"))
-    try:
+    unit = measured.get("unit", "s")
+    try:  # (an empty unit would read "1 " as seconds: say it instead)
+        if not isinstance(unit, str) or not unit.strip():
+            raise ParseError("empty")
         per_unit = parse_duration(f"1 {unit}")
     except DistsimError:
-        raise where.error(f"unknown time unit {unit!r}", "measured.unit",
-                          hint="e.g. s, ms, us") from None
+        raise where.error(f"unknown time unit {_brief(unit)}", "measured.unit",
+                          hint="e.g. s, ms, us; leave unit out for seconds") from None
     constants = tuple(where.mapping(data.get("set"), "set", optional=True).items())
-    return RunsMap(source, base, base_source, base_dir, _rules(data["columns"], where),
+    rules = _rules(data["columns"], where)
+    fit = _fit(data.get("fit"), where)
+    for key, section in ([(str(k), "set") for k, _v in constants]
+                         + [(p.name, "fit") for p in fit if data.get("fit") is not None]):
+        rule = column_setting(key, rules)
+        if rule is not None:
+            raise where.error(f"column {rule.column!r} sets {rule.key} on every row, so "
+                              f"{section}'s value would be ignored", f"{section}.{key}",
+                              hint=f"drop {key} from {section}, or the column from columns")
+    return RunsMap(source, base, base_source, base_dir, rules,
                    str(where.need(measured, "column", "measured")), per_unit,
                    _optional_str(data, "group_by"), _optional_str(data, "label"),
-                   tuple((str(k), v) for k, v in constants), _fit(data.get("fit"), where),
-                   lines)
+                   tuple((str(k), v) for k, v in constants), fit, lines)
+
+
+def column_setting(key: str, rules: Sequence[ColumnRule]) -> ColumnRule | None:
+    """The column rule that sets ``key``, a key inside it or a section holding it."""
+    for rule in rules:
+        if key == rule.key or key.startswith(rule.key + ".") or rule.key.startswith(key + "."):
+            return rule
+    return None
 
 
 class _Where:
@@ -191,9 +223,14 @@ def _base(raw: Any, source: str, where: _Where) -> tuple[dict[str, Any], str, st
     if not isinstance(raw, str):
         raise where.error("a scenario file path or a scenario mapping", "scenario")
     path = here / raw
-    if not path.is_file():
-        raise where.error(f"no scenario file {raw!r} beside the map", "scenario",
-                          hint=f"looked for {path}")
+    try:
+        found = path.is_file()
+    except OSError as error:  # a name longer than the OS takes (255 bytes a part)
+        raise where.error(f"cannot use the scenario path {_brief(raw)}: "
+                          f"{error.strerror or error}", "scenario") from None
+    if not found:
+        raise where.error(f"no scenario file {_brief(raw)} beside the map", "scenario",
+                          hint=f"looked for {_brief(str(path))}")
     data, _lines = read_yaml(os.fspath(path), "scenario")
     if not isinstance(data, Mapping):
         raise ConfigError("a scenario is a mapping", source=os.fspath(path))
@@ -294,7 +331,15 @@ class RunRow:
 def read_runs(path: str | os.PathLike[str], runs_map: RunsMap) -> tuple[RunRow, ...]:
     """The table's rows as runs; malformed ones are ``TABLE:line`` errors."""
     source = os.fspath(path)
-    reader = csv.reader(_table_text(source).splitlines())
+    reader = csv.reader(read_input_text(source, "runs table", error=ConfigError).splitlines())
+    try:
+        return _read_rows(reader, runs_map, source)
+    except csv.Error as error:  # a field past the csv module's 131,072 characters
+        raise ParseError(f"not a CSV table: {error}", source=source,
+                         line=reader.line_num) from None
+
+
+def _read_rows(reader: Any, runs_map: RunsMap, source: str) -> tuple[RunRow, ...]:
     header = [cell.strip() for cell in next(reader, [])]
     if not any(header):
         raise ParseError("the table is empty: it needs a header line and rows", source=source)
@@ -317,20 +362,6 @@ def read_runs(path: str | os.PathLike[str], runs_map: RunsMap) -> tuple[RunRow, 
     return tuple(rows)
 
 
-def _table_text(source: str) -> str:
-    try:
-        return Path(source).read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise ConfigError("no table file here", source=source) from None
-    except IsADirectoryError:
-        raise ConfigError("a table is a CSV file, this is a directory", source=source) from None
-    except UnicodeDecodeError:
-        raise ParseError("the table is not UTF-8 text", source=source) from None
-    except OSError as error:
-        raise ConfigError(f"cannot read the table: {error.strerror or error}",
-                          source=source) from None
-
-
 def _check_columns(header: Sequence[str], runs_map: RunsMap, table: str) -> None:
     """Every column the map names is in the header (else an error at the map's line)."""
     named = [(rule.column, f"columns.{rule.column}") for rule in runs_map.rules]
@@ -349,7 +380,9 @@ def _check_columns(header: Sequence[str], runs_map: RunsMap, table: str) -> None
 def _cell(text: str) -> Any:
     """A cell as an int, a float or (else) the stripped text."""
     text = text.strip()
-    for kind in (int, float):
+    # (a longer run of digits is no count of anything: as a float it is inf or exact
+    # enough, and an int of thousands of digits has no float to compare or scale)
+    for kind in ((int, float) if len(text) <= 30 else (float,)):
         try:
             return kind(text)
         except ValueError:

@@ -51,12 +51,13 @@ from distsim_gpu.scenarios.fit.runs_table import (
     ColumnRule,
     RunRow,
     RunsMap,
+    column_setting,
     read_map,
     read_runs,
 )
 from distsim_gpu.scenarios.report import format_table
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
-from distsim_gpu.simcore.config import set_path
+from distsim_gpu.simcore.config import check_whole, set_path
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.pool import WorkerPool
 from distsim_gpu.simcore.yamlfile import line_of
@@ -418,7 +419,9 @@ def validate_runs(table: str | os.PathLike[str], map_path: str | os.PathLike[str
     if not isinstance(every, int) or every < 1:
         raise ConfigError(f"must be a whole number >= 1, got {every!r}", key="--every")
     rows = read_runs(table, runs_map)[::every]
-    workers = workers or os.cpu_count() or 1
+    # 0 is no number of processes: "every CPU" is said by leaving --workers out.
+    workers = (os.cpu_count() or 1) if workers is None else check_whole(
+        workers, key="--workers", hint="leave --workers out for one per CPU; 1 runs here")
     with WorkerPool(workers, max_tasks=len(rows)) as pool:
         return _validate(table, map_path, runs_map, rows, fit, folds, pool)
 
@@ -459,7 +462,14 @@ def _validate(table: str | os.PathLike[str], map_path: str | os.PathLike[str],
 
 def _with_constants(runs_map: RunsMap, overrides: Sequence[tuple[str, Any]]) -> RunsMap:
     """The map with ``overrides`` (``--set``) set on every row after the map's ``set``;
-    a column that sets the same key still wins (it is the row's own value)."""
+    a key a column sets (the row's own value) is an error, not silently outvoted."""
+    for key, _value in overrides:
+        rule = column_setting(key, runs_map.rules)
+        if rule is not None:
+            raise ConfigError(f"{key} is set on every row by the table's column "
+                              f"{rule.column!r} (as {rule.key}), so --set would be ignored",
+                              source="--set", key=key,
+                              hint=f"drop the --set, or the column from {runs_map.source}")
     return replace(runs_map, constants=runs_map.constants + tuple(overrides))
 
 

@@ -88,7 +88,7 @@ CASES = {
         ["stragglers.n0.gpu9", "no GPU 'n0.gpu9'", "n0.gpu"]),
     "straggler factor not positive": (
         dict(stragglers={"n0.gpu1": 0}),
-        ["stragglers.n0.gpu1: must be a finite number > 0, got 0 (a slowdown factor"]),
+        ["stragglers.n0.gpu1: must be a number in (0, 1000], got 0 (a slowdown factor"]),
     "roofline knob out of range": (
         dict(compute={"matmul_efficiency": 1.5}), ["compute.matmul_efficiency", "(0, 1]"]),
     "unknown attention implementation": (

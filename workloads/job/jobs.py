@@ -135,8 +135,8 @@ def _explicit(topology: Topology, name: str, count: int, gpus: Sequence[Any],
               taken: dict[str, str], key: str, source: str | None) -> tuple[str, ...]:
     known = set(topology.gpus)
     for j, gpu in enumerate(gpus):
-        if gpu not in known:
-            raise ConfigError(f"no GPU {gpu!r} in the cluster", key=f"{key}[{j}]",
+        if not isinstance(gpu, str) or gpu not in known:  # (a list or mapping: no name)
+            raise ConfigError(f"no GPU {repr(gpu)[:60]} in the cluster", key=f"{key}[{j}]",
                               source=source, hint=f"e.g. {topology.gpus[0]}")
         if gpu in taken:
             raise ConfigError(f"GPU {gpu} is already job {taken[gpu]!r}'s", key=f"{key}[{j}]",

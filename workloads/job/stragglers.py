@@ -47,6 +47,8 @@ from distsim_gpu.simcore.config import (
 
 __all__ = [
     "JITTER_DISTRIBUTIONS",
+    "MAX_FACTOR",
+    "MAX_JITTER_SIGMA",
     "STRAGGLER_KEYS",
     "StragglerCost",
     "StragglerModel",
@@ -111,6 +113,18 @@ class StragglerModel:
         return data
 
 
+#: The largest slowdown factor a straggler may have.  Fail-slow GPUs and nodes measured in
+#: production run tens of percent to a few times slower than their peers; a GPU a
+#: thousand times slower has in effect failed (a ``faults:`` entry says that), and factors
+#: past this turn an iteration into years of simulated time that no reading can use.
+MAX_FACTOR = 1000.0
+#: The largest lognormal jitter sigma: at 1.0 a 4-sigma draw is already a factor of
+#: e**4 = 55; measured run-to-run kernel jitter is a few percent (the docs use 0.05).
+MAX_JITTER_SIGMA = 1.0
+_FACTOR_HINT = (f"a slowdown factor up to {MAX_FACTOR:g}, e.g. 1.2: 20 % slower; a GPU "
+                "that stopped is a fault")
+
+
 def straggler_model_from_mapping(raw: Any, gpus: Iterable[str], *, source: str | None = None,
                                  prefix: str = "stragglers",
                                  check_gpu: Callable[[str, str], None] | None = None,
@@ -130,7 +144,8 @@ def straggler_model_from_mapping(raw: Any, gpus: Iterable[str], *, source: str |
                 jitter.get("distribution", "lognormal"), JITTER_DISTRIBUTIONS,
                 key=f"{key}.distribution", source=source, what="distribution")
             values["jitter_sigma"] = check_number(jitter.get("sigma"), key=f"{key}.sigma",
-                                                  source=source, hint="e.g. 0.05: ~5 % spread")
+                                                  maximum=MAX_JITTER_SIGMA, source=source,
+                                                  hint="e.g. 0.05: ~5 % spread")
         elif name == "slow_nodes":
             slow = check_mapping(value, key=key, source=source)
             check_keys(slow, ("rate", "factor"), prefix=key, source=source)
@@ -138,15 +153,15 @@ def straggler_model_from_mapping(raw: Any, gpus: Iterable[str], *, source: str |
                                                     maximum=1.0, source=source,
                                                     hint="the chance that a node is slow")
             values["slow_node_factor"] = check_number(slow.get("factor"), key=f"{key}.factor",
-                                                      above=True, source=source,
-                                                      hint="e.g. 1.3: 30 % slower")
+                                                      above=True, maximum=MAX_FACTOR,
+                                                      source=source, hint=_FACTOR_HINT)
         elif name == "attribute":
             values["attribute"] = check_bool(value, key=key, source=source)
         else:
             if name not in known and check_gpu is not None:
                 check_gpu(str(name), key)
-            fixed[str(name)] = check_number(value, key=key, above=True, source=source,
-                                            hint="a slowdown factor, e.g. 1.2: 20 % slower")
+            fixed[str(name)] = check_number(value, key=key, above=True, maximum=MAX_FACTOR,
+                                            source=source, hint=_FACTOR_HINT)
     return StragglerModel(fixed=fixed, **values)
 
 

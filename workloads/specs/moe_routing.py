@@ -30,6 +30,7 @@ experts keep: :func:`receive_weights` gives it relative to the uniform ``1/ep``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -318,6 +319,9 @@ def _routing(value: Any, experts: int, source: str | None,
     if not sum(counts) > 0:
         raise ConfigError("a histogram needs a count above 0", key=f"{key}.histogram",
                           source=source)
+    if not math.isfinite(sum(counts)):  # (the shares divide by it)
+        raise ConfigError("the counts sum past a double's range", key=f"{key}.histogram",
+                          source=source, hint="counts are relative: scale them down")
     return "histogram", 0.0, counts
 
 

@@ -146,9 +146,12 @@ class ShardedStrategy(Protocol):
 
 
 def check_operator_sharding(parallel: ShardedStrategy, *, experts: int,
-                            source: str | None = None) -> None:
+                            source: str | None = None, model: Any = None,
+                            tp: int = 1) -> None:
     """The combinations per-operator sharding does not model are clear errors (a model
-    with ``experts`` experts per MoE layer)."""
+    with ``experts`` experts per MoE layer), and so is a split into more slices than the
+    operator's weight has output columns on one tensor-parallel rank (of ``model``,
+    where given: a slice of no column computes nothing)."""
     plan = parallel.operator_sharding
     if plan is None:
         return
@@ -166,12 +169,31 @@ def check_operator_sharding(parallel: ShardedStrategy, *, experts: int,
         if bad:
             raise ConfigError(f"per-operator sharding {what} is not modelled", key=key,
                               source=source, hint=hint)
-    for name in plan.split:
+    columns = _output_columns(model, tp) if model is not None else {}
+    for name, k in plan.split.items():
         if not plan.is_sharded(name):
             raise ConfigError(f"operator {name!r} is split but not sharded (only a gathered "
                               "operator's parameters are live whole)",
                               key=f"{key}.split.{name}", source=source,
                               hint=f"add {name} to {key}.sharded")
+        if name in columns and k > columns[name]:
+            raise ConfigError(f"{k:,} slices of {name}, whose weight has {columns[name]:,} "
+                              f"output columns on a tensor-parallel rank (tp {tp})",
+                              key=f"{key}.split.{name}", source=source,
+                              hint=f"at most {columns[name]:,}: each slice takes a column")
+
+
+def _output_columns(model: Any, tp: int) -> dict[str, int]:
+    """Each shardable operator's output columns on one tensor-parallel rank (the norms:
+    their ``hidden`` scales); empty where the attention is not one per-operator sharding
+    models (multi-head latent attention, refused by :func:`operator_params`)."""
+    if getattr(model, "mla", None) is not None:
+        return {}
+    h = model.hidden
+    qkv = model.heads // tp * model.head_dim + 2 * max(1, model.kv_heads // tp) * model.head_dim
+    fc1 = (2 if model.gated_mlp else 1) * model.ffn_hidden // tp
+    return {"input_norm": h, "qkv": qkv, "attn_out": h, "post_attn_norm": h,
+            "mlp_fc1": max(1, fc1), "mlp_fc2": h}
 
 
 def operator_params(model: Any, tp: int) -> dict[str, float]:

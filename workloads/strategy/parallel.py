@@ -346,7 +346,8 @@ def check_strategy(model: ModelSpec, parallel: ParallelConfig, training: Trainin
                   precision=training.precision, source=source)
     check_tp_nd(parallel, micro_batch=training.micro_batch, heads=heads, kv_heads=kv_heads,
                 experts=experts, source=source)
-    check_operator_sharding(parallel, experts=experts, source=source)
+    check_operator_sharding(parallel, experts=experts, source=source, model=model,
+                            tp=parallel.tp)
     check_cp_split(training.seq_len or seq_len, parallel.cp, key="parallelism.cp",
                    source=source)
     if parallel.layer_groups:

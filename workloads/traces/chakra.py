@@ -53,9 +53,10 @@ from distsim_gpu.measured.chakra import (
 from distsim_gpu.simcore.errors import ConfigError, ParseError
 from distsim_gpu.topology import Topology
 from distsim_gpu.workloads.iteration.ops import Collective, Compute
+from distsim_gpu.workloads.traces.chakra_calls import Call, check_calls
 from distsim_gpu.workloads.traces.replay import SEND, GraphNode, GraphResult, replay_graph
 
-__all__ = ["ChakraRun", "chakra_graphs", "export_chakra", "run_chakra"]
+__all__ = ["ChakraRun", "chakra_graphs", "export_chakra", "run_chakra", "world_of"]
 
 CPU_STREAM, COMPUTE_STREAM, COMM_STREAM = 0, 1, 2
 # Streams of recorded threads and GPU streams (``tid``) are numbered from here.
@@ -128,6 +129,11 @@ def _order(trace: ChakraTrace, notes: list[str], ctrl_deps: bool) -> list[Chakra
     return order
 
 
+def _brief(values: list[int]) -> str:
+    text = repr(values)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _int_attr(node: ChakraNode, name: str, source: str) -> int | None:
     value = node.attrs.get(name)
     if value is None:
@@ -195,11 +201,16 @@ class _Builder:
             raise ParseError(f"node {node.id}: unknown comm_type {kind}", source=source,
                              key=f"node {node.id}.comm_type", hint="valid: 0..9")
         ranks = node.attrs.get("pg_ranks")
-        group = (tuple(int(r) for r in ranks) if isinstance(ranks, list) and ranks
-                 else tuple(range(self.world)))
+        group = tuple(ranks) if ranks else tuple(range(self.world))
         if self.rank not in group:
             raise ParseError(f"node {node.id}: rank {self.rank} is not in its group "
-                             f"{list(group)}", source=source, key=f"node {node.id}.pg_ranks")
+                             f"{_brief(list(group))}", source=source,
+                             key=f"node {node.id}.pg_ranks")
+        if max(group) >= self.world or len(set(group)) < len(group):
+            raise ParseError(f"node {node.id}: pg_ranks must be distinct ranks "
+                             f"0..{self.world - 1}, got {_brief(list(group))}", source=source,
+                             key=f"node {node.id}.pg_ranks",
+                             hint="a larger --world-size if the job had more ranks")
         op = COLLECTIVES.get(kind) if kind is not None else None
         size = _int_attr(node, "comm_size", source)
         key = ("coll", group, self._index(("coll", group)))
@@ -222,19 +233,28 @@ class _Builder:
                                     group=(src, dst)), COMM_STREAM, deps, node.duration_s, key)
 
 
-def chakra_graphs(traces: Sequence[ChakraTrace], *, world_size: int | None = None,
-                  flops_per_s: float | None = None, ctrl_deps: bool = False
-                  ) -> tuple[dict[int, list[GraphNode]], int, list[str]]:
-    """Each rank's graph (see the module docstring), the world size and the notes."""
+def world_of(traces: Sequence[ChakraTrace], world_size: int | None = None) -> int:
+    """The job's ranks: ``world_size``, or more where a trace's rank is higher."""
     if not traces:
         raise ConfigError("no Chakra traces to run")
     ranks = [t.rank if t.rank is not None else i for i, t in enumerate(traces)]
-    world = max(world_size or 0, max(ranks) + 1)
+    return max(world_size or 0, max(ranks) + 1)
+
+
+def chakra_graphs(traces: Sequence[ChakraTrace], *, world_size: int | None = None,
+                  flops_per_s: float | None = None, ctrl_deps: bool = False
+                  ) -> tuple[dict[int, list[GraphNode]], int, list[str]]:
+    """Each rank's graph (see the module docstring), the world size and the notes.
+    Raises :class:`ParseError` where the ranks' calls do not meet
+    (:func:`~workloads.traces.chakra_calls.check_calls`)."""
+    world = world_of(traces, world_size)
+    ranks = [t.rank if t.rank is not None else i for i, t in enumerate(traces)]
     notes: list[str] = []
     if world > len(traces):
         notes.append(f"{world - len(traces)} of {world} ranks have no trace: they are taken "
                      "to reach each collective with the last present rank")
     graphs: dict[int, list[GraphNode]] = {}
+    calls: list[Call] = []
     for rank, trace in zip(ranks, traces):
         builder = _Builder(trace, rank, world, flops_per_s)
         order = _order(trace, notes, ctrl_deps)
@@ -242,6 +262,10 @@ def chakra_graphs(traces: Sequence[ChakraTrace], *, world_size: int | None = Non
         graphs[rank] = [builder.node(node, tuple(position[d] for d in _deps(node, ctrl_deps)
                                                  if d in position and d != node.id))
                         for node in order]
+        calls.extend(Call(rank, trace.source, node, graph_node)
+                     for node, graph_node in zip(order, graphs[rank])
+                     if graph_node.key is not None)
+    check_calls(calls, set(graphs))
     return graphs, world, notes
 
 
@@ -251,11 +275,15 @@ def run_chakra(traces: Sequence[ChakraTrace], topology: Topology,
                ranks_per_node: int | None = None) -> ChakraRun:
     """Run Chakra ETs (one per rank) on ``topology``; rank ``r`` on the GPU
     :func:`~workloads.traces.replay.place_ranks` gives it."""
+    # Before the graphs: a group without pg_ranks spans every rank, so a world of 10**8
+    # would allocate a tuple that large per collective.
+    world = world_of(traces, world_size)
+    if world > len(topology.gpus):
+        raise ConfigError(f"the traces have {world:,} ranks, the cluster "
+                          f"{len(topology.gpus):,} GPUs", key="--cluster",
+                          hint="give a larger cluster (--nodes)")
     graphs, world, notes = chakra_graphs(traces, world_size=world_size,
                                          flops_per_s=flops_per_s, ctrl_deps=ctrl_deps)
-    if world > len(topology.gpus):
-        raise ConfigError(f"the traces have {world} ranks, the cluster {len(topology.gpus)} "
-                          "GPUs", key="--cluster", hint="give a larger cluster (--nodes)")
     result = replay_graph(graphs, topology, params, world_size=world,
                           ranks_per_node=ranks_per_node)
     return ChakraRun(result, tuple(sorted(graphs)), world, sum(map(len, graphs.values())),

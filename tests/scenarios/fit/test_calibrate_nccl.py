@@ -3,6 +3,7 @@ log, and the command line (the optimiser itself: test_fitting.py)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
@@ -74,3 +75,37 @@ def test_comm_file_without_a_communication_section_is_refused(capsys, tmp_path):
     status = main(["nccl-tests", "--cluster", "dgx-a100", "--comm", str(bad)])
     assert status == 2
     assert "no 'communication' mapping" in capsys.readouterr().err
+
+
+def test_a_log_that_repeats_its_sizes_simulates_each_size_once(small_cluster, tmp_path,
+                                                               monkeypatch):
+    # A long log repeats its size sweep run after run: each evaluation of the fit must
+    # cost one simulation per distinct size, not one per row.
+    sizes = size_series(2**20, 2**26, 2)
+    rows = run_benchmark(small_cluster, "all_reduce", sizes)
+    repeated = tmp_path / "repeated.txt"
+    repeated.write_text(format_table(rows * 40))
+    from distsim_gpu.collectives import nccl_tests
+    module = importlib.import_module("distsim_gpu.scenarios.fit.calibrate_nccl")
+
+    simulated, calls = [], []
+    real_collective, real_benchmark = nccl_tests.Communicator.collective, module.run_benchmark
+
+    def collective(self, *args, **kwargs):
+        simulated.append(args[2])
+        return real_collective(self, *args, **kwargs)
+
+    def benchmark(*args, **kwargs):
+        calls.append(len(args[2]))
+        return real_benchmark(*args, **kwargs)
+
+    monkeypatch.setattr(nccl_tests.Communicator, "collective", collective)
+    monkeypatch.setattr(module, "run_benchmark", benchmark)
+    calibrate_nccl(parse_nccl_log(repeated), small_cluster, op="all_reduce")
+    assert max(calls) == 40 * len(sizes)  # the fit's rows: every repeat, weighed as logged
+    assert len(simulated) <= len(calls) * len(sizes)  # ... simulated once per size
+    again = run_benchmark(small_cluster, "all_reduce", [2**21, 2**20, 2**21])
+    # (sizes run one after another on one clock: equal up to the clock's rounding)
+    assert [r.time_s for r in again] == pytest.approx(
+        [rows[1].time_s, rows[0].time_s, rows[1].time_s], rel=1e-12)
+    assert again[0] is again[2]
