@@ -88,6 +88,7 @@ from distsim_gpu.scenarios.disruptions import (
     spec_of,
 )
 from distsim_gpu.scenarios.report.record import Report, RunSetup, build_report
+from distsim_gpu.scenarios.run_notes import run_notes
 from distsim_gpu.simcore.config import (
     check_keys,
     check_mapping,
@@ -623,5 +624,8 @@ def run_scenario(scenario: Scenario, *, trace: bool = False, allow_oom: bool = F
     setup = RunSetup(model=scenario.model, parallel=scenario.parallel,
                      training=scenario.training, gpu=scenario.gpu, config=scenario.resolved(),
                      jobs=max(len(scenario.jobs), 1))
-    return build_report(name=scenario.name, source=scenario.source, result=result,
-                        setup=setup, wall_time_s=wall_time_s)
+    report = build_report(name=scenario.name, source=scenario.source, result=result,
+                          setup=setup, wall_time_s=wall_time_s)
+    costs = [scenario.costs, *(job.costs for _, job in scenario.jobs)]
+    return replace(report, notes=run_notes(costs, scenario.faults, scenario.topology,
+                                           report.iteration_time_s))

@@ -24,6 +24,7 @@ from typing import Any
 from distsim_gpu.scenarios.report.bottlenecks import add_to_trace, bottlenecks
 from distsim_gpu.scenarios.report.linkmap import LinkMap, link_map
 from distsim_gpu.scenarios.report.timelines import Timeline, timelines_of
+from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.simcore.trace import Tracer
 from distsim_gpu.workloads.cost.memory import MemoryBreakdown
 from distsim_gpu.workloads.cost.traffic import seq_len_of
@@ -143,6 +144,8 @@ class Report:
     training: TrainingConfig | None = field(default=None, repr=False, compare=False)
     gpu: GpuSpec | None = field(default=None, repr=False, compare=False)
     jobs: int = field(default=1, repr=False, compare=False)
+    # What the run assumed that moves its answer (simcore.notes): every output prints them.
+    notes: tuple[RunNote, ...] = ()
 
     @property
     def timelines(self) -> tuple[Timeline, ...]:
@@ -184,6 +187,7 @@ class Report:
             "per_gpu": [_gpu_dict(g) for g in self.per_gpu],
             "bottlenecks": self.bottlenecks,
             "config": self.config,
+            "notes": [note.to_dict() for note in self.notes],
         }
         if self.offload:  # absent without offload, as before it existed
             data["offload"] = [step.to_dict() for step in self.offload]

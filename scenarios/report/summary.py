@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from distsim_gpu.scenarios.report.bottlenecks import format_bottlenecks
 from distsim_gpu.scenarios.report.record import Report
+from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.workloads.cost.traffic import seq_len_of
 from distsim_gpu.workloads.iteration.offload_step import offload_lines
@@ -23,7 +24,7 @@ from distsim_gpu.workloads.specs.moe_routing import UNIFORM, describe_loads
 from distsim_gpu.workloads.strategy.dimensions import strategy_summary
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 
-__all__ = ["format_summary", "format_table"]
+__all__ = ["format_notes", "format_summary", "format_table"]
 
 _GiB = 2.0**30
 
@@ -202,4 +203,13 @@ def format_summary(report: Report) -> str:
     extra = format_bottlenecks(report.bottlenecks, t)
     if extra:
         lines += ["", *extra]
+    lines += format_notes(report.notes)
     return "\n".join(lines) + "\n"
+
+
+def format_notes(notes: Sequence[RunNote]) -> list[str]:
+    """The run's notes as terminal lines (none without notes)."""
+    if not notes:
+        return []
+    return ["", "Notes (assumptions that move the answer):",
+            *(f"  note: {note}" for note in notes)]
