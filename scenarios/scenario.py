@@ -98,6 +98,7 @@ from distsim_gpu.simcore.config import (
     set_path,
 )
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, closest
+from distsim_gpu.simcore.units import bandwidths_with_units
 from distsim_gpu.simcore.yamlfile import line_of, read_yaml
 from distsim_gpu.topology import Topology, build_cluster, list_presets
 from distsim_gpu.topology.faults import Fault, apply_faults, faults_from_list
@@ -234,7 +235,8 @@ class Scenario:
             "stragglers": dict(self.stragglers),
         })
         self._resolve_disruptions(data)
-        return data
+        # A bare number is no bandwidth (simcore.units): the file must read back.
+        return bandwidths_with_units(data)
 
     def _resolve_disruptions(self, data: dict[str, Any]) -> None:
         """The faults, stragglers, jobs and goodput keys, where the scenario has them

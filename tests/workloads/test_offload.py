@@ -201,6 +201,12 @@ def test_iteration_charges_the_exposed_step_and_delayed_update_hides_it() -> Non
     ({"optimizer": "nvme"}, 2, {"memory": "64 GB", "memory_bandwidth": "100 GB/s",
                                 "drives": 0}, "needs NVMe drives"),
     ({"optimizer": "cpu"}, 2, {"memory": "64 GB"}, "memory_bandwidth"),
+    # four drives and no figure for them: refused by name, not timed at 1 B/s
+    ({"optimizer": "nvme"}, 2, {"memory": "64 GB", "memory_bandwidth": "100 GB/s",
+                                "drives": 4}, "no drive_read_bandwidth or drive_write"),
+    ({"optimizer": "nvme"}, 2, {"memory": "64 GB", "memory_bandwidth": "100 GB/s",
+                                "drives": 4, "drive_read_bandwidth": "6 GB/s"},
+     "no drive_write_bandwidth"),
     ({"optimizer": "cpu"}, 2, {"memory": "64 GB", "memory_bandwidth": "100 GB/s",
                                "adam_efficiency": 2}, "fraction"),
 ])

@@ -114,3 +114,25 @@ def test_a_fault_stall_is_a_note_with_the_fault_the_time_and_the_delay(capsys, t
     data = json.loads(out)
     assert not [n for n in data["notes"] if n["kind"] == "fault"]
     assert data["iteration_time_s"] < 1.0
+
+
+@pytest.mark.parametrize("value", ["400", "4e11"])
+def test_a_bare_bandwidth_is_an_error_with_units(capsys, tmp_path, tiny, write_scenario,
+                                                 value):
+    path = write_scenario(tmp_path / "tiny.yaml", tiny())
+    status, out, err = run_cli(capsys, "run", path, "--set", f"cluster.link_bandwidth={value}")
+    assert status == 2 and out == ""
+    assert "cluster.link_bandwidth" in err
+    assert "a bandwidth needs a unit" in err and "400Gb/s or 50GB/s" in err
+
+
+def test_a_resolved_configuration_reads_back_with_bandwidth_units(capsys, tmp_path,
+                                                                  tiny, write_scenario):
+    path = write_scenario(tmp_path / "tiny.yaml", tiny())
+    folder = tmp_path / "out"
+    assert run_cli(capsys, "run", path, "--out", folder, "--no-trace", "--json")[0] == 0
+    first = json.loads((folder / "summary.json").read_text())
+    assert first["config"]["cluster"]["link_bandwidth"].endswith(" B/s")
+    status, out, _ = run_cli(capsys, "run", folder / "resolved.yaml", "--json")
+    assert status == 0
+    assert json.loads(out)["iteration_time_s"] == first["iteration_time_s"]
