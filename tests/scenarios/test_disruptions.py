@@ -189,3 +189,23 @@ def test_goodput_with_storage_nodes_beside_a_job():
     data["goodput"]["storage_nodes"] = "n3"
     with pytest.raises(ConfigError, match="list"):
         scenario_from_mapping(data)
+
+
+@pytest.mark.parametrize(("placement", "slowdown", "shared"), [("packed", 1.0, 0),
+                                                               ("spread", 1.300, 64)])
+def test_the_two_jobs_example_shows_what_its_comment_says(capsys, placement, slowdown,
+                                                          shared):
+    """The comment's numbers: packed never meets, spread shares 64 uplinks (4:1) and both
+    jobs slow by 30 %."""
+    from distsim_gpu.scenarios.cli.main import main
+
+    path = FAULT_EXAMPLES / "two-jobs-oversubscribed.yaml"
+    text = path.read_text()
+    assert main(["run", str(path), "--json", "--set", f"jobs[0].placement={placement}",
+                 "--set", f"jobs[1].placement={placement}"]) == 0
+    jobs = json.loads(capsys.readouterr().out)["incidents"]["jobs"]
+    assert jobs["shared_links"] == shared
+    for job in jobs["jobs"]:
+        assert job["slowdown"] == pytest.approx(slowdown, abs=5e-4)
+        assert job["alone_iteration_s"] == pytest.approx(0.8096, abs=5e-5)
+    assert f"{slowdown:.3f}x" in text  # the comment quotes it
