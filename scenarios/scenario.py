@@ -87,7 +87,7 @@ from distsim_gpu.scenarios.disruptions import (
     simulate,
     spec_of,
 )
-from distsim_gpu.scenarios.report.record import Report, RunSetup, build_report
+from distsim_gpu.scenarios.report.record import JobRun, Report, RunSetup, build_report
 from distsim_gpu.scenarios.run_notes import run_notes
 from distsim_gpu.simcore.config import (
     check_keys,
@@ -625,7 +625,9 @@ def run_scenario(scenario: Scenario, *, trace: bool = False, allow_oom: bool = F
     wall_time_s = time.perf_counter() - started
     setup = RunSetup(model=scenario.model, parallel=scenario.parallel,
                      training=scenario.training, gpu=scenario.gpu, config=scenario.resolved(),
-                     jobs=max(len(scenario.jobs), 1))
+                     jobs=max(len(scenario.jobs), 1),
+                     job_runs=tuple(JobRun(name, job.model, job.parallel, job.training)
+                                    for name, job in scenario.jobs))
     report = build_report(name=scenario.name, source=scenario.source, result=result,
                           setup=setup, wall_time_s=wall_time_s)
     costs = [scenario.costs, *(job.costs for _, job in scenario.jobs)]

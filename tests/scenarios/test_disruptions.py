@@ -209,3 +209,16 @@ def test_the_two_jobs_example_shows_what_its_comment_says(capsys, placement, slo
         assert job["slowdown"] == pytest.approx(slowdown, abs=5e-4)
         assert job["alone_iteration_s"] == pytest.approx(0.8096, abs=5e-5)
     assert f"{slowdown:.3f}x" in text  # the comment quotes it
+
+
+def test_a_multi_job_summary_prints_each_jobs_model_and_strategy(capsys):
+    from distsim_gpu.scenarios.cli.main import main
+
+    path = FAULT_EXAMPLES / "two-jobs-oversubscribed.yaml"
+    assert main(["run", str(path), "--set", "jobs[1].parallelism.tp=4",
+                 "--set", "jobs[1].parallelism.dp=16", "--set", "jobs[1].model.layers=16"]) == 0
+    out = capsys.readouterr().out
+    assert "None" not in out and "?" not in out.split("iteration")[0]
+    assert "job a        gpt3-6.7b: 32 layers" in out
+    assert "job b        gpt3-6.7b: 16 layers" in out
+    assert "tp 8 · pp 1 · dp 8" in out and "tp 4 · pp 1 · dp 16" in out

@@ -136,3 +136,15 @@ def test_a_resolved_configuration_reads_back_with_bandwidth_units(capsys, tmp_pa
     status, out, _ = run_cli(capsys, "run", folder / "resolved.yaml", "--json")
     assert status == 0
     assert json.loads(out)["iteration_time_s"] == first["iteration_time_s"]
+
+
+def test_the_strategy_line_names_a_tp_mode_other_than_1d(capsys, tmp_path, tiny,
+                                                         write_scenario):
+    path = write_scenario(tmp_path / "tiny.yaml", tiny(
+        cluster={"preset": "switch", "gpus": 8},
+        parallelism={"tp": 4, "pp": 1, "dp": 2, "tp_mode": "2d"},
+        training={"micro_batch": 2, "global_batch": 8}))
+    status, out, _ = run_cli(capsys, "run", path)
+    assert status == 0
+    (line,) = [x for x in out.splitlines() if x.startswith("  strategy")]
+    assert "tp 4 · pp 1 · dp 2; tp_mode 2d" in line
