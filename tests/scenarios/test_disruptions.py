@@ -107,12 +107,14 @@ def test_jobs_scenario_reports_each_job_and_reproduces():
     again = scenario_from_mapping(scenario.resolved())
     assert [job.topology.gpus for _, job in again.jobs] == [
         job.topology.gpus for _, job in scenario.jobs]
-    # The summary names the first job, whose figures the report holds, and says so.
+    # The summary names each job's model and strategy, and whose figures it holds.
     summary = format_summary(report)
     first = scenario.jobs[0][1]
-    assert "2 share the cluster" in summary and "None" not in summary
-    assert f"model        {first.model.name}:" in summary
-    assert f"strategy     tp {first.parallel.tp} · pp {first.parallel.pp}" in summary
+    assert "2 share the cluster; the figures below are job a's" in summary
+    assert "None" not in summary
+    for name, job in scenario.jobs:
+        assert f"job {name:<8} {job.model.name}:" in summary
+    assert f"tp {first.parallel.tp} · pp {first.parallel.pp}" in summary
 
 
 @pytest.mark.parametrize(("data", "key"), [
