@@ -158,6 +158,7 @@ def enumerate_strategies(scenario: Scenario, *,
         else:
             schedules.append((str(name), 1))
     out: list[Strategy] = []
+    seen: set[tuple[Any, ...]] = set()
     seq_len = scenario.training.seq_len or model.seq_len
     cps = [c for c in axes["cp"] or () if c == 1 or seq_len % (2 * c) == 0]
     for tp, cp in itertools.product(tps, cps):
@@ -181,6 +182,13 @@ def enumerate_strategies(scenario: Scenario, *,
                     continue
                 if order != "tp-dp-pp" and (tp == 1 or dp == 1):
                     continue
+                # One stage has no pipeline to schedule: gpipe and 1f1b at pp 1 run the
+                # same iteration, so only the first of them is a candidate.
+                effective = (tp, pp, dp, ep, cp, mb, schedule if pp > 1 else None,
+                             interleave, zero, recompute, bool(sp), order)
+                if effective in seen:
+                    continue
+                seen.add(effective)
                 out.append(Strategy.on(scenario, tp=tp, pp=pp, dp=dp, ep=ep, cp=cp,
                                        micro_batch=mb, schedule=schedule,
                                        interleave=interleave, zero=zero, recompute=recompute,
