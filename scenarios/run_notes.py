@@ -3,7 +3,8 @@
 :func:`run_notes` gathers them after the run (:mod:`simcore.notes`): the cost table's
 extrapolated rows, the kinds a fallback timed, the table rows that matched nothing (each
 job's table, with several jobs), and each fault whose fabric re-route stalls the job
-(the subnet manager's delay, :mod:`topology.faults`).
+(the subnet manager's delay, :mod:`topology.faults`), and an NVMe offload timed with the
+node preset's estimated drive bandwidth.
 """
 
 from __future__ import annotations
@@ -14,9 +15,31 @@ from distsim_gpu.simcore.notes import RunNote, unique
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.topology import Topology
 from distsim_gpu.topology.faults import Fault
+from distsim_gpu.topology.presets import NODE_PRESETS
 from distsim_gpu.topology.routing import END_TO_END_POLICIES
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig
 
-__all__ = ["fault_notes", "run_notes"]
+__all__ = ["fault_notes", "offload_notes", "run_notes"]
+
+
+def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]:
+    """A note when the optimizer state goes to NVMe drives whose bandwidth nobody gave:
+    the node preset's figures are an estimate (topology.presets)."""
+    offload = parallel.offload
+    if "nvme" not in (offload.optimizer, offload.params):
+        return []
+    preset = NODE_PRESETS.get(str(topology.config.get("preset")))
+    given = dict(offload.host)
+    if preset is None or preset.host is None:
+        return []  # no preset figures: host_figure asks for them by name
+    host = preset.host
+    defaulted = [(key, value) for key, value in (
+        ("drive_read_bandwidth", host.drive_read_bytes_per_s),
+        ("drive_write_bandwidth", host.drive_write_bytes_per_s)) if key not in given]
+    return [RunNote("defaulted", f"NVMe offload: {key.replace('_', ' ')} "
+                    f"{value / 1e9:.3g} GB/s per drive is the {preset.name} preset's "
+                    "estimate (its guide does not name the drive)",
+                    f"parallelism.offload.host.{key}") for key, value in defaulted]
 
 
 def fault_notes(faults: Sequence[Fault], topology: Topology,
@@ -42,11 +65,15 @@ def fault_notes(faults: Sequence[Fault], topology: Topology,
 
 
 def run_notes(costs: Iterable[object], faults: Sequence[Fault], topology: Topology,
-              iteration_time_s: float) -> tuple[RunNote, ...]:
+              iteration_time_s: float,
+              parallels: Iterable[ParallelConfig] = ()) -> tuple[RunNote, ...]:
     """Every note of a run that took ``iteration_time_s`` with the cost models ``costs``
-    (each job's) on ``topology`` under ``faults``, without repeats."""
+    and strategies ``parallels`` (each job's) on ``topology`` under ``faults``, without
+    repeats."""
     notes: list[RunNote] = []
     for model in costs:
         notes += getattr(model, "notes", ())  # a cost table's; the roofline assumes nothing
+    for parallel in parallels:
+        notes += offload_notes(parallel, topology)
     notes += fault_notes(faults, topology, iteration_time_s)
     return unique(notes)

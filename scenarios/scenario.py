@@ -630,6 +630,7 @@ def run_scenario(scenario: Scenario, *, trace: bool = False, allow_oom: bool = F
                                     for name, job in scenario.jobs))
     report = build_report(name=scenario.name, source=scenario.source, result=result,
                           setup=setup, wall_time_s=wall_time_s)
-    costs = [scenario.costs, *(job.costs for _, job in scenario.jobs)]
-    return replace(report, notes=run_notes(costs, scenario.faults, scenario.topology,
-                                           report.iteration_time_s))
+    runs = [scenario, *(job for _, job in scenario.jobs)]
+    return replace(report, notes=run_notes(
+        [run.costs for run in runs], scenario.faults, scenario.topology,
+        report.iteration_time_s, [run.parallel for run in runs]))
