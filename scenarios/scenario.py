@@ -87,7 +87,8 @@ from distsim_gpu.scenarios.disruptions import (
     simulate,
     spec_of,
 )
-from distsim_gpu.scenarios.report.record import Report, RunSetup, build_report
+from distsim_gpu.scenarios.report.record import JobRun, Report, RunSetup, build_report
+from distsim_gpu.scenarios.run_notes import run_notes
 from distsim_gpu.simcore.config import (
     check_keys,
     check_mapping,
@@ -97,6 +98,7 @@ from distsim_gpu.simcore.config import (
     set_path,
 )
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, closest
+from distsim_gpu.simcore.units import bandwidths_with_units
 from distsim_gpu.simcore.yamlfile import line_of, read_yaml
 from distsim_gpu.topology import Topology, build_cluster, list_presets
 from distsim_gpu.topology.faults import Fault, apply_faults, faults_from_list
@@ -236,7 +238,8 @@ class Scenario:
             "stragglers": dict(self.stragglers),
         })
         self._resolve_disruptions(data)
-        return data
+        # A bare number is no bandwidth (simcore.units): the file must read back.
+        return bandwidths_with_units(data)
 
     def _resolve_disruptions(self, data: dict[str, Any]) -> None:
         """The faults, stragglers, jobs and goodput keys, where the scenario has them
@@ -628,6 +631,12 @@ def run_scenario(scenario: Scenario, *, trace: bool = False, allow_oom: bool = F
     wall_time_s = time.perf_counter() - started
     setup = RunSetup(model=scenario.model, parallel=scenario.parallel,
                      training=scenario.training, gpu=scenario.gpu, config=scenario.resolved(),
-                     jobs=max(len(scenario.jobs), 1))
-    return build_report(name=scenario.name, source=scenario.source, result=result,
-                        setup=setup, wall_time_s=wall_time_s)
+                     jobs=max(len(scenario.jobs), 1),
+                     job_runs=tuple(JobRun(name, job.model, job.parallel, job.training)
+                                    for name, job in scenario.jobs))
+    report = build_report(name=scenario.name, source=scenario.source, result=result,
+                          setup=setup, wall_time_s=wall_time_s)
+    runs = [scenario, *(job for _, job in scenario.jobs)]
+    return replace(report, notes=run_notes(
+        [run.costs for run in runs], scenario.faults, scenario.topology,
+        report.iteration_time_s, [run.parallel for run in runs]))

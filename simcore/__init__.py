@@ -21,6 +21,7 @@ from distsim_gpu.simcore.errors import (
 )
 from distsim_gpu.simcore.maxmin import max_min_fair, solve_max_min
 from distsim_gpu.simcore.network import Flow, FlowNetwork, LinkStats
+from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.simcore.trace import Counter, Span, Tracer
 from distsim_gpu.simcore.units import (
@@ -41,6 +42,7 @@ __all__ = [
     "FlowNetwork",
     "LinkStats",
     "ParseError",
+    "RunNote",
     "Simulation",
     "SimulationError",
     "Span",

@@ -16,8 +16,12 @@ part of the network (flows and links reachable from the touched links); from
 re-solves only the flows whose rates the change can move, with the same result; meanwhile
 the flows' rates, bytes left and finish times live in arrays by solver handle, so a solve
 reschedules the flows it moved in a few array operations.  One timer event waits for the
-earliest finish; a flow is finished when its remaining bytes are within a relative
-tolerance of zero and is then set to exactly zero.
+earliest finish; when a rate change brings the finish earlier, the timer armed for the old
+finish is retired (:class:`FinishTimer`): it does nothing when it comes, and an environment
+that honours the mark (:class:`~simcore.simulation.CountingEnvironment`, every
+:class:`~simcore.simulation.Simulation`'s) drops it without moving the clock, so a run ends
+at its last real event, not at a finish time that no longer holds.  A flow is finished
+when its remaining bytes are within a relative tolerance of zero and is then set to exactly zero.
 
 Link statistics (:class:`LinkStats`) count every byte a link carried, also for transfers
 that were never flows: a caller that times a transfer by its closed form because nothing
@@ -50,7 +54,7 @@ from distsim_gpu.simcore.maxmin import solve_max_min
 from distsim_gpu.simcore.maxmin_incremental import IncrementalMaxMin
 from simpy.events import NORMAL, Event
 
-__all__ = ["Flow", "FlowNetwork", "LinkSet", "LinkStats", "LinkUsage"]
+__all__ = ["FinishTimer", "Flow", "FlowNetwork", "LinkSet", "LinkStats", "LinkUsage"]
 
 # Processed after every NORMAL (and URGENT) event of an instant: see the module docstring.
 _LATE = NORMAL + 1
@@ -74,6 +78,14 @@ class _LateEvent(Event):
         self._value = None
         self.callbacks.append(callback)
         env.schedule(self, _LATE)
+
+
+class FinishTimer(simpy.Timeout):
+    """The network's wake-up for its earliest finish.  SimPy cannot take an event off its
+    queue, so a timer an earlier one replaced is marked ``retired`` instead: its callback
+    returns at once, and an environment that checks the mark discards it unprocessed."""
+
+    retired = False
 
 
 RateListener = Callable[[float, list[int], np.ndarray], None]
@@ -110,6 +122,7 @@ class FlowNetwork(LinkStatistics):
         self._idle_links = np.zeros(0, np.int64)
         self._heap: list[tuple[float, int, int, Flow]] = []
         self._timer_at = float("inf")
+        self._timer: FinishTimer | None = None
         self._next_flow_id = 0
         self._heap_seq = 0
         self.active_flows = 0
@@ -510,15 +523,22 @@ class FlowNetwork(LinkStatistics):
         if self._incremental is not None and self._finish_at.size:
             first = min(first, float(self._finish_at.min()))
         if first < self._timer_at:
+            if self._timer is not None:
+                # Its finish time no longer holds: left armed, it would move the clock
+                # to a time when nothing happens (and cost an event at scale).
+                self._timer.retired = True
             self._timer_at = first
-            timer = self.env.timeout(max(first - self.env.now, 0.0))
-            timer.callbacks.append(self._on_timer)
+            self._timer = FinishTimer(self.env, max(first - self.env.now, 0.0))
+            self._timer.callbacks.append(self._on_timer)
 
-    def _on_timer(self, _event: Event) -> None:
+    def _on_timer(self, event: Event) -> None:
         now = self.env.now
+        if getattr(event, "retired", False):
+            return  # replaced by an earlier timer (an environment that kept it)
         if self._timer_at > now + 4 * abs(now) * np.finfo(float).eps:
             return  # an older, later timer; a newer one is armed
         self._timer_at = float("inf")
+        self._timer = None
         heap = self._heap
         finished = False
         # A timer may land an ulp or so before the finish time it was armed for (time

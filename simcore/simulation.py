@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import numbers
+from heapq import heappop
+from typing import Any
 
 import distsim_gpu.simcore.progress as progress_
 import numpy as np
@@ -25,7 +27,12 @@ _TICK_MASK = progress_.TICK_EVENTS - 1
 class CountingEnvironment(simpy.Environment):
     """A simpy environment that counts the events it processes (for benchmarks), and
     ticks ``progress`` (a :class:`~simcore.progress.Reporter`, if any) every
-    :data:`~simcore.progress.TICK_EVENTS` of them."""
+    :data:`~simcore.progress.TICK_EVENTS` of them.
+
+    Events marked ``retired`` (the flow network's superseded finish timers,
+    :class:`~simcore.network.FinishTimer`) are discarded unprocessed and uncounted, without
+    moving the clock: ``run()`` without ``until`` ends at the last event that did something.
+    """
 
     def __init__(self, initial_time: float = 0, *,
                  progress: progress_.Reporter | None = None) -> None:
@@ -33,7 +40,17 @@ class CountingEnvironment(simpy.Environment):
         self.events_processed = 0
         self.progress = progress
 
+    def _drop_retired(self) -> None:
+        queue = self._queue
+        while queue and getattr(queue[0][3], "retired", False):
+            heappop(queue)
+
+    def peek(self) -> Any:
+        self._drop_retired()
+        return super().peek()
+
     def step(self) -> None:
+        self._drop_retired()
         super().step()  # raises EmptySchedule when there is nothing to process
         self.events_processed += 1
         if not self.events_processed & _TICK_MASK and self.progress is not None:

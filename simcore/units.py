@@ -3,7 +3,10 @@
 Inside distsim every quantity is a plain float in SI units (seconds, bytes, bytes per
 second, FLOP, FLOP/s).  Users write units where they type numbers — YAML, ``--set``, the
 command line — and this module is the one place that reads them.  Plain numbers are taken
-as already SI.
+as already SI, except for a bandwidth: ``400`` there is far more often 400 Gb/s or 400 GB/s
+meant than 400 bytes per second, so a whole number or a number written as text (YAML reads
+``4e11`` as text) is refused with the units that would do.  A float is taken as bytes per
+second: it is what code and presets pass, and what no one types by accident.
 
 Conventions (as vendors and nccl-tests use them):
 
@@ -19,10 +22,13 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 from distsim_gpu.simcore.errors import ParseError
 
 __all__ = [
+    "bandwidth_text",
+    "bandwidths_with_units",
     "format_bandwidth",
     "format_bytes",
     "format_duration",
@@ -59,7 +65,6 @@ for _p, _f in _DECIMAL.items():
     _BANDWIDTH_UNITS[f"{_p}bps"] = _f / 8.0
     _BANDWIDTH_UNITS[f"{_p}b/s"] = _f / 8.0
     _BANDWIDTH_UNITS[f"{_p}bit/s"] = _f / 8.0
-_BANDWIDTH_UNITS[""] = 1.0
 
 _TIME_UNITS = {
     "": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6,
@@ -85,10 +90,15 @@ def _parse(
     key: str | None,
     source: str | None,
     allow_zero: bool,
+    bare: bool = True,
 ) -> float:
     if isinstance(value, bool):
         raise ParseError(f"expected a {what}, got {value!r}", key=key, source=source,
                          hint=f"e.g. {example}")
+    if not bare and _is_bare_number(value):
+        raise ParseError(f"a {what} needs a unit, got the bare number {_short(value)}",
+                         key=key, source=source,
+                         hint=f"e.g. {example} (a figure already in SI: '4e11 B/s')")
     if isinstance(value, (int, float)):
         number, factor = _float(value), 1.0
     elif isinstance(value, str):
@@ -114,6 +124,29 @@ def _parse(
     return result
 
 
+def _is_bare_number(value: object) -> bool:
+    """A whole number, or a string that is a number with no unit."""
+    if isinstance(value, int):
+        return True
+    if not isinstance(value, str) or len(value) > _MAX_DIGITS:
+        return False
+    match = _QUANTITY.match(value)
+    return match is not None and not match.group(2)
+
+
+def bandwidths_with_units(data: Any) -> Any:
+    """``data`` (JSON-like) with every number under a key ending in ``bandwidth`` written
+    with its unit (:func:`bandwidth_text`), so a resolved configuration reads back."""
+    if isinstance(data, dict):
+        return {key: (bandwidth_text(value) if isinstance(key, str)
+                      and key.endswith("bandwidth") and isinstance(value, (int, float))
+                      and not isinstance(value, bool) else bandwidths_with_units(value))
+                for key, value in data.items()}
+    if isinstance(data, list):
+        return [bandwidths_with_units(item) for item in data]
+    return data
+
+
 def _float(value: int | float) -> float:
     """A number as a float; a whole number too large for one is infinite (and refused)."""
     try:
@@ -137,9 +170,11 @@ def parse_size(value: object, *, key: str | None = None, source: str | None = No
 
 def parse_bandwidth(value: object, *, key: str | None = None, source: str | None = None,
                     allow_zero: bool = False) -> float:
-    """Bytes per second from ``"450 GB/s"``, ``"400 Gbps"``, ``"25 GiB/s"`` or a number."""
-    return _parse(value, _BANDWIDTH_UNITS, "bandwidth", '"450 GB/s" or "400 Gbps"', key=key,
-                  source=source, allow_zero=allow_zero)
+    """Bytes per second from ``"450 GB/s"``, ``"400 Gbps"``, ``"25 GiB/s"`` or a float (SI);
+    a whole number or a number as text is a :class:`ParseError` (see the module
+    docstring): ``"4e11 B/s"`` is SI."""
+    return _parse(value, _BANDWIDTH_UNITS, "bandwidth", "400Gb/s or 50GB/s", key=key,
+                  source=source, allow_zero=allow_zero, bare=False)
 
 
 def parse_duration(value: object, *, key: str | None = None, source: str | None = None,
@@ -171,6 +206,12 @@ def format_bytes(size_bytes: float) -> str:
             return f"{value:.4g} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def bandwidth_text(bandwidth_bytes_per_s: float) -> str:
+    """Bytes/s written back exactly, with its unit: ``2.5e10`` -> ``"25000000000.0 B/s"``
+    (what :func:`parse_bandwidth` reads to the same float)."""
+    return f"{float(bandwidth_bytes_per_s)!r} B/s"
 
 
 def format_bandwidth(bandwidth_bytes_per_s: float) -> str:

@@ -39,7 +39,8 @@ BASE_GPUS, SCALES = 1152, (1152, 4608, 8064)
 SPACE = {"micro_batch": [1], "zero": [1], "sequence_parallel": [True],
          "recompute": ["none", "selective"], "schedule": ["1f1b", "interleaved"],
          "interleave": [2, 4], "order": ["tp-dp-pp", "dp-tp-pp"]}
-COLUMNS = ("model", "domain", "gpus", "strategy", "iteration_s", "compute_pct", "tp_pct",
+COLUMNS = ("model", "domain", "gpus", "strategy", "searched_s", "iteration_s", "compute_pct",
+           "tp_pct",
            "ep_pct", "pp_pct", "dp_pct", "cp_pct", "bubble_pct", "busiest_link",
            "busiest_class")
 
@@ -56,14 +57,16 @@ def _distsim(*args: str, timeout_s: float | None = None) -> str | None:
     return done.stdout
 
 
-def best_strategy(model: str, domain: int, out: Path, time_limit: int) -> dict:
-    """The search's best scenario (its best.yaml) for one model and domain size."""
+def best_strategy(model: str, domain: int, out: Path, time_limit: int) -> tuple[dict, float]:
+    """The search's best scenario (its best.yaml) for one model and domain size, and the
+    iteration time the search simulated for it."""
     folder = out / f"search-{model}-{domain}"
     scenario = load_scenario(HERE / MODELS[model], overrides=[
         ("cluster.nvlink_domain", domain), ("cluster.nodes", BASE_GPUS // domain)])
-    search_strategies(scenario, top=3, workers=2, out_dir=folder, space=SPACE,
-                      time_limit_s=time_limit)
-    return yaml.safe_load((folder / "best.yaml").read_text())
+    result = search_strategies(scenario, top=3, workers=2, out_dir=folder, space=SPACE,
+                               time_limit_s=time_limit)
+    return (yaml.safe_load((folder / "best.yaml").read_text()),
+            round(result.results[0].iteration_time_s, 4))
 
 
 def scaled(best: dict, domain: int, gpus: int) -> dict:
@@ -120,12 +123,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         writer.writeheader()
         for model in MODELS:
             for domain in DOMAINS:
-                best = best_strategy(model, domain, out, args.time_limit)
+                best, searched_s = best_strategy(model, domain, out, args.time_limit)
                 for gpus in SCALES if domain == 72 else SCALES[:1]:
                     run = measure(scaled(best, domain, gpus),
                                   out / f"{model}-{domain}-{gpus}.yaml", args.run_limit)
                     row = {"model": model, "domain": domain, "gpus": gpus,
-                           "strategy": describe(best["parallelism"]), **run}
+                           "strategy": describe(best["parallelism"]),
+                           "searched_s": searched_s if gpus == BASE_GPUS else "", **run}
                     writer.writerow(row)
                     handle.flush()
                     print(" | ".join(str(row.get(c, "")) for c in COLUMNS), flush=True)

@@ -25,7 +25,7 @@ from distsim_gpu.scenarios.cli.options import (
     comm_params_on,
     split_cluster_overrides,
 )
-from distsim_gpu.scenarios.fit.calibrate_nccl import Calibration, calibrate_nccl
+from distsim_gpu.scenarios.fit.calibrate_nccl import NcclCalibration, calibrate_nccl
 from distsim_gpu.scenarios.fit.calibrate_trace import (
     calibrate_trace,
     fit_compute_efficiency,
@@ -100,6 +100,8 @@ def handle_nccl(args: argparse.Namespace) -> int:
             "median_error_after_pct": result.median_error_after_pct,
             "cross_validation_error_pct": result.cross_validation_error_pct,
             "evaluations": result.evaluations,
+            "bands": [band.to_dict() for band in result.bands],
+            "notes": [note.to_dict() for note in result.notes],
             "overrides": document,
         }, indent=2))
         return 0
@@ -107,7 +109,7 @@ def handle_nccl(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_nccl_fit(args: argparse.Namespace, result: Calibration, params: CommParams, *,
+def _print_nccl_fit(args: argparse.Namespace, result: NcclCalibration, params: CommParams, *,
                     op: str, num_gpus: int) -> None:
     print(f"# {args.log}: {op} on {num_gpus} GPUs, fitted on sizes >= {args.min_bytes}")
     print(f"{'parameter':<28} {'default':>10} {'fitted':>10}")
@@ -118,6 +120,12 @@ def _print_nccl_fit(args: argparse.Namespace, result: Calibration, params: CommP
     print(f"median |error| before: {result.median_error_before_pct:.1f} %   after: "
           f"{result.median_error_after_pct:.1f} %   cross-validated (fit on half the "
           f"sizes, tested on the other): {result.cross_validation_error_pct:.1f} %")
+    print(f"{'sizes':<20} {'count':>6} {'before':>9} {'after':>9}   (median |error|)")
+    for band in result.bands:
+        print(f"{band.label:<20} {band.sizes:>6} {band.median_error_before_pct:>7.1f} % "
+              f"{band.median_error_after_pct:>7.1f} %")
+    for note in result.notes:
+        print(f"note: {note}")
     if args.output:
         print(f"wrote {args.output} (use with --comm {args.output}, or as a scenario's "
               "'communication' section)")

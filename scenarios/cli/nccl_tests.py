@@ -46,8 +46,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 def handle(args: argparse.Namespace) -> int:
     """Run the benchmark's sizes and print nccl-tests' table (or JSON)."""
-    sizes = size_series(parse_size(args.minbytes, key="-b"), parse_size(args.maxbytes, key="-e"),
-                        args.stepfactor)
+    min_bytes = parse_size(args.minbytes, key="-b")
+    max_bytes = parse_size(args.maxbytes, key="-e")
+    sizes = size_series(min_bytes, max_bytes, args.stepfactor)
     with progress.reporting("nccl-tests", enabled=not args.quiet) as reporter:
         if reporter is not None:
             reporter.phase("building the cluster")
@@ -69,7 +70,9 @@ def handle(args: argparse.Namespace) -> int:
             f"distsim nccl-tests (simulated): {args.op}_perf on {topology.name}",
             f"{len(topology.gpus)} GPUs on {topology.num_nodes} node(s); fidelity "
             f"{params.fidelity}; algorithm {params.algorithm}; protocol {params.protocol}",
-            f"minBytes {sizes[0]} maxBytes {sizes[-1]} step: {args.stepfactor:g}(factor)",
+            # the bounds as given, as nccl-tests prints them (-e 1G -f 8 ends at 512M)
+            f"minBytes {int(min_bytes)} maxBytes {int(max_bytes)} step: "
+            f"{args.stepfactor:g}(factor)",
         ]
         sys.stdout.write(format_table(rows, title_lines=title))
     return 0

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 import yaml
+from distsim_gpu.scenarios.report.plots import PlotsUnavailable
 from distsim_gpu.scenarios.report.topology_view import draw_topology, format_summary, summarise
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.fileio import atomic_write_text
@@ -105,7 +106,12 @@ def handle_show(args: argparse.Namespace) -> int:
         if suffix not in (".png", ".svg"):
             raise ConfigError(f"cannot draw to {suffix or 'a file without suffix'}",
                               key="-o", hint="give a .png or .svg file")
-        draw_topology(topology, args.output)
+        try:
+            draw_topology(topology, args.output)
+        except PlotsUnavailable as missing:
+            raise ConfigError(f"cannot draw {args.output}: {missing}", key="-o",
+                              hint="pip install 'distsim-gpu[plot]', or leave out -o for "
+                              "the summary alone") from None
     if args.json:
         print(json.dumps({**summary.to_dict(), "drawing": args.output}, indent=2))
     else:

@@ -17,10 +17,17 @@ per-step latencies both matter; below that a few microseconds of software overhe
 no link parameter models would dominate.  Cross-validation fits on every other of those
 sizes and tests on the rest, so a user sees how well the fitted parameters predict sizes
 they were not fitted to, not only the fit itself.
+
+Every size of the log is then judged before and after, per size band (:data:`SIZE_BANDS`):
+a band the fit made worse — the small, latency-bound sizes, when the latency scale that
+suits the large ones does not suit them — is said in a run note naming the band and both
+errors, since the fitted parameters cannot explain it (a per-call software overhead would).
 """
 
 from __future__ import annotations
 
+import itertools
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Self
@@ -30,12 +37,19 @@ from distsim_gpu.collectives.nccl_tests import run_benchmark
 from distsim_gpu.measured.nccl_log import NcclLog, NcclRow
 from distsim_gpu.scenarios.fit.fitting import FitResult, Parameter, fit_log_ratios
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.notes import RunNote
+from distsim_gpu.simcore.units import format_bytes
 from distsim_gpu.topology import Topology
 
-__all__ = ["Calibration", "apply_calibration", "calibrate_nccl", "calibrated_params",
-           "comm_overrides", "comm_parameters"]
+__all__ = ["SIZE_BANDS", "Calibration", "NcclCalibration", "SizeBand", "apply_calibration",
+           "calibrate_nccl", "calibrated_params", "comm_overrides", "comm_parameters",
+           "size_bands"]
 
 JUDGED_MIN_BYTES = 2**20
+#: The band edges of the before/after table (bytes).  Reporting edges, not model figures:
+#: the small, latency-bound sizes below 64 KiB apart from the mid sizes, and from
+#: ``JUDGED_MIN_BYTES`` (or ``--min-bytes``) the sizes the fit used.
+SIZE_BANDS = (0.0, 64 * 2.0**10, float(JUDGED_MIN_BYTES))
 _EFFICIENCY_BOUNDS = (0.2, 1.0)
 _LATENCY_BOUNDS = (0.1, 20.0)
 _EFFICIENCY = "link_efficiency."
@@ -82,6 +96,40 @@ class Calibration:
     def overrides(self) -> dict[str, Any]:
         """The fitted values as a scenario's ``communication`` section (and ``--set comm.…``)."""
         return comm_overrides(self.params, self.link_efficiency)
+
+
+@dataclass(frozen=True, slots=True)
+class SizeBand:
+    """The log's sizes in ``[low_bytes, high_bytes)``: how many, and their median |error|
+    (%) with the parameters before and after the fit."""
+
+    low_bytes: float
+    high_bytes: float
+    sizes: int
+    median_error_before_pct: float
+    median_error_after_pct: float
+
+    @property
+    def label(self) -> str:
+        if self.high_bytes == float("inf"):
+            return f">= {format_bytes(self.low_bytes)}"
+        if self.low_bytes <= 0:
+            return f"< {format_bytes(self.high_bytes)}"
+        return f"{format_bytes(self.low_bytes)} - {format_bytes(self.high_bytes)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"band": self.label, "sizes": self.sizes,
+                "median_error_before_pct": self.median_error_before_pct,
+                "median_error_after_pct": self.median_error_after_pct}
+
+
+@dataclass(frozen=True, slots=True)
+class NcclCalibration(Calibration):
+    """A calibration to an nccl-tests log, with every size judged per band and a note for
+    each band the fit made worse."""
+
+    bands: tuple[SizeBand, ...] = ()
+    notes: tuple[RunNote, ...] = ()
 
 
 def comm_overrides(params: CommParams, link_efficiency: dict[str, float]) -> dict[str, Any]:
@@ -136,7 +184,7 @@ def calibrated_params(base: CommParams, values: Mapping[str, float]) -> CommPara
 def calibrate_nccl(log: NcclLog, topology: Topology, *, op: str,
                    base: CommParams | None = None,
                    kinds: Sequence[str] = ("network", "nvlink", "pcie"),
-                   min_bytes: float = JUDGED_MIN_BYTES) -> Calibration:
+                   min_bytes: float = JUDGED_MIN_BYTES) -> NcclCalibration:
     """Fit ``kinds`` link efficiencies and a latency scale to the sizes of ``log`` of at
     least ``min_bytes`` (see the module docstring)."""
     base = base or CommParams()
@@ -156,4 +204,35 @@ def calibrate_nccl(log: NcclLog, topology: Topology, *, op: str,
                           source=log.source, hint="lower --min-bytes")
     fit = fit_log_ratios(comm_parameters(base, kinds), predict, judged,
                          [r.time_s for r in judged])
-    return Calibration.from_fit(base, fit)
+    edges = sorted({*(e for e in SIZE_BANDS if e < min_bytes), float(min_bytes)})
+    bands = size_bands(rows, predict({}, rows), predict(fit.values, rows), edges)
+    notes = tuple(RunNote(
+        "fit", f"sizes {band.label}: median |error| {band.median_error_before_pct:.1f} % "
+        f"before the fit, {band.median_error_after_pct:.1f} % after; the fitted link "
+        f"efficiencies and latency scale suit the sizes >= {format_bytes(min_bytes)} but "
+        "do not explain these (a per-call software overhead no parameter models would)",
+        "--min-bytes") for band in bands
+        if band.median_error_after_pct > band.median_error_before_pct + 0.05)
+    return NcclCalibration.from_fit(base, fit, bands=bands, notes=notes)
+
+
+def size_bands(rows: Sequence[NcclRow], before_s: Sequence[float], after_s: Sequence[float],
+               edges: Sequence[float]) -> tuple[SizeBand, ...]:
+    """The rows' median |error| before and after, per band between ``edges`` (the last
+    band open above); bands without a size are left out."""
+    bounds = [*edges, float("inf")]
+    bands = []
+    for low, high in itertools.pairwise(bounds):
+        chosen = [i for i, r in enumerate(rows) if low <= r.size_bytes < high]
+        if not chosen:
+            continue
+        bands.append(SizeBand(low, high, len(chosen),
+                              _median_error([before_s[i] for i in chosen],
+                                            [rows[i].time_s for i in chosen]),
+                              _median_error([after_s[i] for i in chosen],
+                                            [rows[i].time_s for i in chosen])))
+    return tuple(bands)
+
+
+def _median_error(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    return statistics.median(abs(p - m) / m * 100 for p, m in zip(predicted, measured))

@@ -183,6 +183,7 @@ def summarise(results: Sequence[RowResult]) -> dict[str, Any]:
         "spearman": {group: spearman([r.predicted_s or 0.0 for r in rs],
                                      [r.row.measured_s for r in rs])
                      for group, rs in sorted(groups.items())},
+        "group_rows": {group: len(rs) for group, rs in sorted(groups.items())},
     }
 
 
@@ -529,9 +530,17 @@ def _cells(result: RowResult | None) -> list[str]:
     return [f"{result.predicted_s:.4g} s", f"{result.error_pct:+.1f}%"]
 
 
+def _rho_text(rho: float, rows: int) -> str:
+    """A rank correlation, or why there is none: it needs three rows, and a spread."""
+    if rows < 3:
+        return f"n/a ({rows} row{'s' if rows != 1 else ''})"
+    return "n/a (no spread)" if math.isnan(rho) else f"{rho:.2f}"
+
+
 def _summary_lines(name: str, results: Sequence[RowResult]) -> list[str]:
     s = summarise(results)
-    ranks = ", ".join(f"{group or 'all'} {rho:.2f}" for group, rho in s["spearman"].items())
+    ranks = ", ".join(f"{group or 'all'} {_rho_text(rho, s['group_rows'][group])}"
+                      for group, rho in s["spearman"].items())
     return [f"{name}: {s['simulated']}/{s['rows']} rows, mean |error| "
             f"{s['mean_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}%; "
             f"Spearman within groups: {ranks or 'n/a'}"]

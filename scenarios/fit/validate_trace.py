@@ -35,6 +35,7 @@ from distsim_gpu.measured.records import RankTrace
 from distsim_gpu.scenarios.report import format_table
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.fileio import atomic_write_text
+from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.simcore.trace import Tracer
 from distsim_gpu.simcore.units import format_bytes
 from distsim_gpu.topology import Topology, load_cluster
@@ -46,7 +47,8 @@ from distsim_gpu.workloads.traces.kineto_replay import (
     replay_traces,
 )
 
-__all__ = ["WAITING_NOTE", "TraceCluster", "default_cluster", "format_report", "report_json",
+__all__ = ["COLLECTIVES_OFF_PCT", "CPU_BOUND_IDLE_FRACTION", "WAITING_NOTE", "TraceCluster",
+           "default_cluster", "format_report", "headline_notes", "report_json",
            "trace_cluster", "validate_traces", "write_output"]
 
 WAITING_NOTE = (
@@ -55,6 +57,15 @@ WAITING_NOTE = (
     "among the present ranks (the last to arrive hardly waits); measured waiting = each "
     "rank's kernel time beyond that. Predicted: each rank waits until the last rank of the "
     "group arrives, then the transfer runs on the network model.")
+
+# A GPU idle over half the step waits on its host most of the time: the host, replayed as
+# measured, sets the step (the definition of "bound": the larger share).
+CPU_BOUND_IDLE_FRACTION = 0.5
+# Collectives off by more than this (median |error| of the simulated transfers), and more
+# than twice the iteration, are said in the headline.  A reporting threshold, not a model
+# figure: below a tenth the parts roughly agree with the whole; above it the headline would
+# mislead.
+COLLECTIVES_OFF_PCT = 10.0
 
 # GPU family (canonical name prefix) -> the node preset it ships in.
 _BOX_OF_GPU = (("v100", "dgx1-v100"), ("a100", "dgx-a100"), ("h100", "dgx-h100"),
@@ -136,7 +147,7 @@ def report_json(result: ReplayResult, *, cluster: str, sources: Sequence[str]) -
     collectives = _collective_rows(result)
     errors = [abs(row["error_pct"]) for row in collectives
               if row["simulated"] and row["error_pct"] is not None]
-    return {
+    data = {
         "traces": list(sources),
         "cluster": cluster,
         "mode": result.mode,
@@ -155,6 +166,33 @@ def report_json(result: ReplayResult, *, cluster: str, sources: Sequence[str]) -
         "waiting": WAITING_NOTE,
         "notes": list(result.notes),
     }
+    data["run_notes"] = [note.to_dict() for note in headline_notes(data)]
+    return data
+
+
+def headline_notes(data: dict[str, Any]) -> list[RunNote]:
+    """What the iteration's error does not show: a step the host sets (the slowest rank's
+    GPU idle over :data:`CPU_BOUND_IDLE_FRACTION` of it), and simulated collectives off by
+    more than :data:`COLLECTIVES_OFF_PCT` and twice the iteration's error."""
+    notes = []
+    it_error = abs(data["iteration"]["error_pct"] or 0.0)
+    slowest = max(data["ranks"], key=lambda r: r["measured_s"], default=None)
+    if slowest is not None and slowest["measured_s"] > 0:
+        idle = slowest["idle"]["measured_s"] / slowest["measured_s"]
+        if idle > CPU_BOUND_IDLE_FRACTION:
+            notes.append(RunNote(
+                "headline", f"the step is CPU-bound: rank {slowest['rank']}'s GPU is idle "
+                f"{idle:.0%} of the measured step, so the iteration's {_err(it_error)} error "
+                "measures the host side replayed as measured, not the GPU work modelled"))
+    median = data["collective_transfer_error_pct"]["median_abs"]
+    if median is not None and median > max(COLLECTIVES_OFF_PCT, 2 * it_error):
+        worst = max((abs(c["error_pct"]) for c in data["collectives"]
+                     if c["simulated"] and c["error_pct"] is not None), default=median)
+        notes.append(RunNote(
+            "headline", f"the simulated collectives are off by {median:.1f} % (median |error|, "
+            f"up to {worst:.1f} %) while the iteration is off by {it_error:.1f} %: the "
+            "iteration's error hides them"))
+    return notes
 
 
 def _ms(seconds: float) -> str:
@@ -173,6 +211,7 @@ def format_report(data: dict[str, Any]) -> str:
         f"Trace replay: {len(traced)} of {data['world_size']} ranks traced, "
         f"{len(data['steps'])} step(s), cluster {data['cluster']}, collectives "
         f"{'simulated' if data['mode'] == 'simulated' else 'as measured'}",
+        *(f"note: {note['kind']}: {note['message']}" for note in data.get("run_notes", ())),
         "",
         "Iteration (the slowest rank's step; times in ms)",
     ]

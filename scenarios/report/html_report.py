@@ -172,7 +172,9 @@ def run_report_html(report: HtmlRun, summary: str = "") -> str:
     """The page of one run (see the module docstring); ``summary`` is the terminal
     summary, shown verbatim at the end."""
     _go()
+    notes = getattr(report, "notes", ())
     sections: list[tuple[str, Any]] = [
+        *([("Notes: assumptions that move the answer", _notes_html(notes))] if notes else []),
         ("Iteration timeline per GPU", timeline_figure(report)),
         ("Time per GPU", breakdown_figure(report)),
         ("Memory per GPU", memory_figure(report)),
@@ -184,6 +186,11 @@ def run_report_html(report: HtmlRun, summary: str = "") -> str:
         sections.append(("Summary", f"<pre>{html.escape(summary)}</pre>"))
     return page(f"distsim report: {report.name}", _headline(_run_headline(report)),
                 sections)
+
+
+def _notes_html(notes: Sequence[Any]) -> str:
+    items = "".join(f"<li>{html.escape(str(note))}</li>" for note in notes)
+    return f"<ul class=\"notes\">{items}</ul>"
 
 
 # --------------------------------------------------------------------------- timeline

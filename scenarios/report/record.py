@@ -24,6 +24,7 @@ from typing import Any
 from distsim_gpu.scenarios.report.bottlenecks import add_to_trace, bottlenecks
 from distsim_gpu.scenarios.report.linkmap import LinkMap, link_map
 from distsim_gpu.scenarios.report.timelines import Timeline, timelines_of
+from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.simcore.trace import Tracer
 from distsim_gpu.workloads.cost.memory import MemoryBreakdown
 from distsim_gpu.workloads.cost.traffic import seq_len_of
@@ -36,6 +37,7 @@ from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConf
 __all__ = [
     "GROUP_TOLERANCE",
     "GpuGroup",
+    "JobRun",
     "Report",
     "RunSetup",
     "build_report",
@@ -143,6 +145,10 @@ class Report:
     training: TrainingConfig | None = field(default=None, repr=False, compare=False)
     gpu: GpuSpec | None = field(default=None, repr=False, compare=False)
     jobs: int = field(default=1, repr=False, compare=False)
+    # With several jobs: each job's name and what it trains how (the summary prints them).
+    job_runs: tuple[JobRun, ...] = field(default=(), repr=False, compare=False)
+    # What the run assumed that moves its answer (simcore.notes): every output prints them.
+    notes: tuple[RunNote, ...] = ()
 
     @property
     def timelines(self) -> tuple[Timeline, ...]:
@@ -184,6 +190,7 @@ class Report:
             "per_gpu": [_gpu_dict(g) for g in self.per_gpu],
             "bottlenecks": self.bottlenecks,
             "config": self.config,
+            "notes": [note.to_dict() for note in self.notes],
         }
         if self.offload:  # absent without offload, as before it existed
             data["offload"] = [step.to_dict() for step in self.offload]
@@ -203,6 +210,16 @@ def _gpu_dict(g: GpuTimes) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class JobRun:
+    """One job of several sharing the cluster: its name, model, strategy and batch."""
+
+    name: str
+    model: ModelSpec
+    parallel: ParallelConfig
+    training: TrainingConfig
+
+
+@dataclass(frozen=True, slots=True)
 class RunSetup:
     """The typed objects a run was built from, and their resolved configuration.
 
@@ -218,6 +235,7 @@ class RunSetup:
     gpu: GpuSpec
     config: dict[str, Any]
     jobs: int = 1
+    job_runs: tuple[JobRun, ...] = ()
 
 
 def build_report(*, name: str, source: str | None, result: IterationResult,
@@ -250,4 +268,4 @@ def build_report(*, name: str, source: str | None, result: IterationResult,
         critical_path=result.critical_path, offload=result.offload,
         data_loading_s=result.data_loading_s,
         model=setup.model, parallel=setup.parallel, training=training, gpu=setup.gpu,
-        jobs=setup.jobs)
+        jobs=setup.jobs, job_runs=setup.job_runs)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from distsim_gpu.scenarios.report.bottlenecks import format_bottlenecks
 from distsim_gpu.scenarios.report.record import Report
+from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.workloads.cost.traffic import seq_len_of
 from distsim_gpu.workloads.iteration.offload_step import offload_lines
@@ -23,7 +24,7 @@ from distsim_gpu.workloads.specs.moe_routing import UNIFORM, describe_loads
 from distsim_gpu.workloads.strategy.dimensions import strategy_summary
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 
-__all__ = ["format_summary", "format_table"]
+__all__ = ["format_notes", "format_summary", "format_table"]
 
 _GiB = 2.0**30
 
@@ -46,6 +47,9 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[str]],
 
 def _strategy(par: ParallelConfig, train: TrainingConfig) -> str:
     parts = [strategy_summary(par)]
+    if par.tp > 1 and par.tp_mode != "1d":  # (1d, Megatron's, is the default)
+        parts.append(f"tp_mode {par.tp_mode}"
+                     + (f" depth {par.tp_depth}" if par.tp_depth > 1 else ""))
     if par.pp > 1:
         schedule = f"{par.schedule} schedule"
         if par.schedule == "interleaved":
@@ -99,6 +103,8 @@ def _job_lines(report: Report) -> list[str]:
     model, par, train = report.model, report.parallel, report.training
     if model is None or par is None or train is None:  # a Report built by hand
         return []
+    if report.job_runs:
+        return _jobs_lines(report)
     shared = ([f"  jobs         {report.jobs} share the cluster; these lines and figures are "
                "the first job's"] if report.jobs > 1 else [])
     return [*shared, f"  model        {model.name}: {model.layers} layers, hidden {model.hidden}, "
@@ -106,6 +112,20 @@ def _job_lines(report: Report) -> list[str]:
             f"  strategy     {_strategy(par, train)}",
             f"  batch        {_batch(par, train, report.microbatches)}",
             *_experts(model, par)]
+
+
+def _jobs_lines(report: Report) -> list[str]:
+    """Each job's own model, strategy and batch; the figures below are the first's."""
+    first = report.job_runs[0].name
+    lines = [f"  jobs         {len(report.job_runs)} share the cluster; the figures below are "
+             f"job {first}'s (each job's, alone and shared, at the end)"]
+    for job in report.job_runs:
+        model, train = job.model, job.training
+        lines += [f"  job {job.name:<8} {model.name}: {model.layers} layers, hidden "
+                  f"{model.hidden}, {model.heads} heads, sequence {seq_len_of(model, train)}",
+                  f"               {_strategy(job.parallel, train)}; batch "
+                  f"{train.global_batch} sequences, micro-batch {train.micro_batch}"]
+    return lines
 
 
 def _gpu_text(gpu: GpuSpec | None) -> str:
@@ -202,4 +222,13 @@ def format_summary(report: Report) -> str:
     extra = format_bottlenecks(report.bottlenecks, t)
     if extra:
         lines += ["", *extra]
+    lines += format_notes(report.notes)
     return "\n".join(lines) + "\n"
+
+
+def format_notes(notes: Sequence[RunNote]) -> list[str]:
+    """The run's notes as terminal lines (none without notes)."""
+    if not notes:
+        return []
+    return ["", "Notes (assumptions that move the answer):",
+            *(f"  note: {note}" for note in notes)]

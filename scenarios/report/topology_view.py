@@ -171,16 +171,24 @@ def _positions(topology: Topology, nodes: int) -> dict[str, tuple[float, float]]
             count = sum(1 for e in topology.devices() if e.node == d.node and e.kind == d.kind)
             x = d.node * (width + 1) + (d.index + 0.5) * width / max(count, 1)
             pos[d.name] = (x, _LAYER.get(d.kind, 0.0))
-    tier = {n: 0 for n in pos if topology.device(n).kind == "nic"}
-    frontier = list(tier)
-    links = list(topology.links())
+    # A fabric switch's tier is its hops from the nearest NIC, any node's; drawn are those
+    # the drawn NICs reach going up a tier at each hop (an undrawn node's NICs and GPUs,
+    # and the leaves only undrawn nodes use, stay out).
+    links = [link for link in topology.links() if topology.device(link.dst).node is None]
+    tier = {d.name: 0 for d in topology.devices() if d.kind == "nic"}
+    frontier, hops = set(tier), 0
     while frontier:
-        nxt = []
-        for link in links:
-            if link.src in frontier and link.dst not in tier and link.dst not in pos:
-                tier[link.dst] = tier[link.src] + 1
-                nxt.append(link.dst)
-        frontier = nxt
+        hops += 1
+        frontier = {link.dst for link in links if link.src in frontier
+                    and link.dst not in tier}
+        tier.update(dict.fromkeys(frontier, hops))
+    drawn = {n for n in pos if topology.device(n).kind == "nic"}
+    frontier = set(drawn)
+    while frontier:
+        frontier = {link.dst for link in links if link.src in frontier
+                    and link.dst not in drawn and tier.get(link.dst) == tier[link.src] + 1}
+        drawn |= frontier
+    tier = {name: t for name, t in tier.items() if name in drawn}
     by_tier: dict[int, list[str]] = {}
     for name, t in tier.items():
         if t > 0:

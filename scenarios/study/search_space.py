@@ -158,6 +158,7 @@ def enumerate_strategies(scenario: Scenario, *,
         else:
             schedules.append((str(name), 1))
     out: list[Strategy] = []
+    seen: set[tuple[Any, ...]] = set()
     seq_len = scenario.training.seq_len or model.seq_len
     cps = [c for c in axes["cp"] or () if c == 1 or seq_len % (2 * c) == 0]
     for tp, cp in itertools.product(tps, cps):
@@ -179,13 +180,18 @@ def enumerate_strategies(scenario: Scenario, *,
                     continue
                 if sp and tp == 1:
                     continue
-                if schedule == "gpipe" and pp == 1:
-                    continue  # one stage: GPipe's order of passes is 1F1B's
                 if order != "tp-dp-pp" and (tp == 1 or dp == 1 or gpn % (tp * cp * dp) == 0):
                     # another order moves nothing where a replica's whole tp·cp·dp block
                     # sits inside one NVLink domain either way: only orders that change
                     # which GPUs share a domain are candidates
                     continue
+                # One stage has no pipeline to schedule: gpipe and 1f1b at pp 1 run the
+                # same iteration, so only the first of them is a candidate.
+                effective = (tp, pp, dp, ep, cp, mb, schedule if pp > 1 else None,
+                             interleave, zero, recompute, bool(sp), order)
+                if effective in seen:
+                    continue
+                seen.add(effective)
                 out.append(Strategy.on(scenario, tp=tp, pp=pp, dp=dp, ep=ep, cp=cp,
                                        micro_batch=mb, schedule=schedule,
                                        interleave=interleave, zero=zero, recompute=recompute,

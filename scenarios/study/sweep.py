@@ -63,6 +63,7 @@ from distsim_gpu.scenarios.study.sweep_folder import (
     PointResult,
     check_definition,
     claim_folder,
+    leave_folder,
     read_point,
     store_point,
     sweep_definition,
@@ -180,7 +181,8 @@ def run_sweep(scenario_path: str | os.PathLike[str],
                             workers=workers, scheduler=scheduler, metric=metric,
                             progress=progress)
     finally:
-        lock.close()  # (the kernel drops the lock with the file, or with the process)
+        # (the kernel drops the lock with the file, or with the process)
+        leave_folder(directory, lock)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ the headline metrics; needs Plotly)."""
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,15 +71,27 @@ _UNIT_PARSERS: tuple[tuple[Callable[..., float], str], ...] = (
 
 def _numeric_axis(values: Sequence[Any]) -> tuple[list[float], str] | None:
     """The values as numbers (and their unit) when all are numbers or all parse with one
-    unit parser; None otherwise (a categorical axis)."""
+    unit parser; None otherwise (a categorical axis).  Values all written in one unit
+    (``100 Gbps, 400 Gbps``) stay in it, as the user gave them; mixed ones are in SI."""
     if all(is_metric(v) for v in values):
         return [float(v) for v in values], ""
     for parser, unit in _UNIT_PARSERS:
         try:
-            return [parser(v) for v in values], unit
+            numbers = [parser(v) for v in values]
         except DistsimError:
             continue
+        given = {_UNIT_OF.match(v).group(1) if isinstance(v, str) and _UNIT_OF.match(v)
+                 else None for v in values}
+        if len(given) == 1 and None not in given:
+            (suffix,) = given
+            scale = parser(f"1 {suffix}")
+            return [n / scale for n in numbers], str(suffix)
+        return numbers, unit
     return None
+
+
+# The unit a value is written in: "400 Gbps" -> "Gbps".
+_UNIT_OF = re.compile(r"^\s*[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?\s*([A-Za-zµμ/]+)\s*$")
 
 
 def _curves(grids: Sequence[tuple[str, Sequence[Any]]], results: Sequence[PointResult],

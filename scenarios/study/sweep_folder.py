@@ -10,12 +10,13 @@ share the points.  Each point's ``point.json``, ``summary.json`` or ``failed.jso
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -38,6 +39,7 @@ __all__ = [
     "check_definition",
     "claim_folder",
     "is_metric",
+    "leave_folder",
     "read_point",
     "store_point",
     "sweep_definition",
@@ -208,8 +210,7 @@ def claim_folder(directory: Path, definition: Mapping[str, Any]) -> IO[bytes]:
     label = os.fspath(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        with open(directory / _LOCK, "ab") as lock:
-            _flock(lock, exclusive=True, wait=True)
+        with _folder_lock(directory):
             check_definition(directory, definition, running=sweep_running(directory))
             atomic_write_text(directory / DEFINITION, json.dumps(definition, indent=2) + "\n")
             running = open(directory / _RUNNING, "ab")  # noqa: SIM115 (held: it is the mark)
@@ -218,6 +219,43 @@ def claim_folder(directory: Path, definition: Mapping[str, Any]) -> IO[bytes]:
         raise ConfigError(f"cannot write the sweep: {error.strerror or error}",
                           key="--out", source=label) from None
     return running
+
+
+@contextlib.contextmanager
+def _folder_lock(directory: Path) -> Iterator[IO[bytes]]:
+    """Hold the exclusive ``flock`` on ``directory/.sweep.lock``.  The last sweep to
+    leave removes the file (:func:`leave_folder`): a lock taken on a file that was removed
+    meanwhile is let go and taken again on the new one."""
+    path = directory / _LOCK
+    while True:
+        lock = open(path, "ab")  # noqa: SIM115 (closed below, or yielded and closed)
+        _flock(lock, exclusive=True, wait=True)
+        try:
+            same = os.path.samestat(os.fstat(lock.fileno()), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        lock.close()
+    try:
+        yield lock
+    finally:
+        lock.close()
+
+
+def leave_folder(directory: Path, running: IO[bytes]) -> None:
+    """Leave a sweep's folder: close ``running`` (from :func:`claim_folder`); the last
+    sweep out (no other holds ``.sweep.running``) removes ``.sweep.lock`` and
+    ``.sweep.running``, so a finished sweep's folder holds its results alone."""
+    try:
+        with _folder_lock(directory):
+            if fcntl is not None and _flock(running, exclusive=True, wait=False):
+                (directory / _RUNNING).unlink(missing_ok=True)
+                (directory / _LOCK).unlink(missing_ok=True)
+    except OSError:
+        pass  # the marks are only left behind: the next sweep reads them as before
+    finally:
+        running.close()
 
 
 def _flock(handle: IO[bytes], *, exclusive: bool, wait: bool) -> bool:

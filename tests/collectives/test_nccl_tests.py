@@ -121,3 +121,15 @@ def test_validating_with_an_unknown_op_names_the_flag(small_cluster, tmp_path):
         validate_nccl_log(parse_nccl_log(path), small_cluster, op="all-reduce")
     assert str(info.value).startswith("--op: unknown nccl-tests operation 'all-reduce' "
                                       "(did you mean 'all_reduce'?")
+
+
+def test_the_header_prints_the_bounds_as_given(capsys):
+    """nccl-tests prints -e as given: -e 1G -f 8 stops at 512M, but maxBytes is 1G."""
+    from distsim_gpu.scenarios.cli.main import main
+
+    assert main(["nccl-tests", "--cluster", "switch", "-b", "8M", "-e", "1G", "-f", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "minBytes 8388608 maxBytes 1073741824 step: 8(factor)" in out
+    sizes = [int(line.split()[0]) for line in out.splitlines()
+             if line.strip() and line.split()[0].isdigit()]
+    assert sizes == [8 * 2**20, 64 * 2**20, 512 * 2**20]

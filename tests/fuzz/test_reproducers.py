@@ -38,7 +38,9 @@ BIG = "9" * 5000
     ("communication.chunk_bytes.simple=0", "communication.chunk_bytes.simple",
      "must be positive"),
     ("cluster.nic.bandwidth=２００ Gbps", "cluster.nic.bandwidth", "cannot read"),
-    ("cluster.nic.bandwidth=" + "9" * 400, "cluster.nic.bandwidth", "not finite"),
+    # (a bandwidth without a unit is refused before its size is looked at)
+    ("cluster.nic.bandwidth=" + "9" * 400, "cluster.nic.bandwidth", "needs a unit"),
+    ("cluster.nic.bandwidth=1e999 B/s", "cluster.nic.bandwidth", "not finite"),
     ("cluster.nic.bandwidth=" + "9" * 401 + " GB/s", "cluster.nic.bandwidth", "cannot read"),
     ("compute.host_overhead=" + "9" * 400, "compute.host_overhead", "not finite"),
     ("compute.host_overhead=1e9", "compute.host_overhead", "must be a number in [0, 1]"),
@@ -61,6 +63,8 @@ def test_units_read_ascii_digits_only():
         with pytest.raises(ParseError, match="cannot read"):
             parse_size(text)
     with pytest.raises(ParseError, match="not finite"):
+        parse_bandwidth("1e999 B/s")
+    with pytest.raises(ParseError, match="needs a unit"):
         parse_bandwidth(10**400)
 
 

@@ -107,12 +107,14 @@ def test_jobs_scenario_reports_each_job_and_reproduces():
     again = scenario_from_mapping(scenario.resolved())
     assert [job.topology.gpus for _, job in again.jobs] == [
         job.topology.gpus for _, job in scenario.jobs]
-    # The summary names the first job, whose figures the report holds, and says so.
+    # The summary names each job's model and strategy, and whose figures it holds.
     summary = format_summary(report)
     first = scenario.jobs[0][1]
-    assert "2 share the cluster" in summary and "None" not in summary
-    assert f"model        {first.model.name}:" in summary
-    assert f"strategy     tp {first.parallel.tp} · pp {first.parallel.pp}" in summary
+    assert "2 share the cluster; the figures below are job a's" in summary
+    assert "None" not in summary
+    for name, job in scenario.jobs:
+        assert f"job {name:<8} {job.model.name}:" in summary
+    assert f"tp {first.parallel.tp} · pp {first.parallel.pp}" in summary
 
 
 @pytest.mark.parametrize(("data", "key"), [
@@ -189,3 +191,36 @@ def test_goodput_with_storage_nodes_beside_a_job():
     data["goodput"]["storage_nodes"] = "n3"
     with pytest.raises(ConfigError, match="list"):
         scenario_from_mapping(data)
+
+
+@pytest.mark.parametrize(("placement", "slowdown", "shared"), [("packed", 1.0, 0),
+                                                               ("spread", 1.300, 64)])
+def test_the_two_jobs_example_shows_what_its_comment_says(capsys, placement, slowdown,
+                                                          shared):
+    """The comment's numbers: packed never meets, spread shares 64 uplinks (4:1) and both
+    jobs slow by 30 %."""
+    from distsim_gpu.scenarios.cli.main import main
+
+    path = FAULT_EXAMPLES / "two-jobs-oversubscribed.yaml"
+    text = path.read_text()
+    assert main(["run", str(path), "--json", "--set", f"jobs[0].placement={placement}",
+                 "--set", f"jobs[1].placement={placement}"]) == 0
+    jobs = json.loads(capsys.readouterr().out)["incidents"]["jobs"]
+    assert jobs["shared_links"] == shared
+    for job in jobs["jobs"]:
+        assert job["slowdown"] == pytest.approx(slowdown, abs=5e-4)
+        assert job["alone_iteration_s"] == pytest.approx(0.8096, abs=5e-5)
+    assert f"{slowdown:.3f}x" in text  # the comment quotes it
+
+
+def test_a_multi_job_summary_prints_each_jobs_model_and_strategy(capsys):
+    from distsim_gpu.scenarios.cli.main import main
+
+    path = FAULT_EXAMPLES / "two-jobs-oversubscribed.yaml"
+    assert main(["run", str(path), "--set", "jobs[1].parallelism.tp=4",
+                 "--set", "jobs[1].parallelism.dp=16", "--set", "jobs[1].model.layers=16"]) == 0
+    out = capsys.readouterr().out
+    assert "None" not in out and "?" not in out.split("iteration")[0]
+    assert "job a        gpt3-6.7b: 32 layers" in out
+    assert "job b        gpt3-6.7b: 16 layers" in out
+    assert "tp 8 · pp 1 · dp 8" in out and "tp 4 · pp 1 · dp 16" in out

@@ -239,9 +239,23 @@ def test_a_sweep_writes_its_curves_into_report_html(tmp_path, tiny, write_scenar
     compact = page.replace(": ", ":")
     for metric in ("iteration_time_s", "samples_per_s", "model_tflops_per_gpu", "mfu"):
         assert f'"text":"{metric} against cluster.link_bandwidth"' in compact
-    # One curve per micro-batch, two points each, at the bandwidths in B/s.
+    # One curve per micro-batch, two points each, at the bandwidths in the unit given.
     assert compact.count('"name":"training.micro_batch=1"') == 4
-    assert "cluster.link_bandwidth (B\\u002fs)" in page  # Plotly's JSON escapes "/"
+    assert "cluster.link_bandwidth (GB\\u002fs)" in page  # Plotly's JSON escapes "/"
+
+
+def test_a_sweep_axis_keeps_the_unit_the_grid_gave(tmp_path, tiny, write_scenario, capsys):
+    """A Gbps grid is plotted in Gbps (50, 200), not in bytes per second."""
+    from distsim_gpu.scenarios.cli.main import main
+    from distsim_gpu.scenarios.study.sweep_figures import _numeric_axis
+
+    path = write_scenario(tmp_path / "t.yaml", tiny())
+    assert main(["sweep", str(path), "--grid", "cluster.link_bandwidth=50 Gbps,200 Gbps",
+                 "--out", str(tmp_path / "sweep"), "--workers", "1"]) == 0
+    page = (tmp_path / "sweep" / "report.html").read_text(encoding="utf-8")
+    assert "cluster.link_bandwidth (Gbps)" in page
+    assert _numeric_axis(["50 Gbps", "200 Gbps"]) == ([50.0, 200.0], "Gbps")
+    assert _numeric_axis(["50 Gb/s", "25 GB/s"]) == ([6.25e9, 25e9], "B/s")  # mixed: SI
 
 
 def test_compare_out_writes_the_scenarios_side_by_side(tmp_path, tiny, write_scenario,

@@ -10,6 +10,7 @@ import yaml
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.config import parse_assignment
 from distsim_gpu.simcore.errors import DistsimError
+from distsim_gpu.simcore.units import parse_bandwidth
 from distsim_gpu.workloads.cost.compute import (
     CostRow,
     RooflineCosts,
@@ -56,7 +57,8 @@ def test_resolved_fills_every_default_in_scenario_schema(tmp_path, tiny, write_s
     resolved = load_scenario(write_scenario(tmp_path / "s.yaml", tiny())).resolved()
     assert list(resolved) == ["name", "cluster", "model", "parallelism", "training",
                               "compute", "communication", "simulation", "stragglers"]
-    assert resolved["cluster"]["link_bandwidth"] > 0  # the preset's default, in B/s
+    # the preset's default, in B/s with its unit (a bare number is no bandwidth)
+    assert parse_bandwidth(resolved["cluster"]["link_bandwidth"]) > 0
     assert resolved["model"]["kv_heads"] == 8
     assert resolved["parallelism"]["bucket_params"] == 40_000_000
     assert resolved["training"]["seq_len"] == 128

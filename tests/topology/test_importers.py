@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -221,3 +222,31 @@ def test_left_out_nics_leave_the_cluster(tmp_path, capsys):
     assert main(["topology", "import", str(DUMPS / "dgx-a100.topo.xml"), "-o",
                  str(tmp_path / "c.yaml"), "--exclude-nic", "mlx5_9"]) == 2
     assert "--exclude-nic" in capsys.readouterr().err
+
+
+def test_a_drawing_beyond_eight_nodes_draws_fabric_tiers_only(tmp_path):
+    """The first eight nodes are drawn; an undrawn node's NICs and GPUs are not placed as
+    fabric tiers above the switches (leaf and spine: two tiers)."""
+    from distsim_gpu.scenarios.report.topology_view import _LAYER, MAX_DRAWN_NODES, _positions
+
+    topology = build_cluster({"preset": "dgx-a100", "nodes": 16,
+                              "fabric": {"kind": "fat-tree", "nics_per_leaf": 32}})
+    pos = _positions(topology, MAX_DRAWN_NODES)
+    for name in pos:
+        node = topology.device(name).node
+        assert node is None or node < MAX_DRAWN_NODES, name
+    fabric_heights = {y for name, (_, y) in pos.items() if topology.device(name).node is None}
+    assert fabric_heights == {_LAYER["nic"] + 1.5, _LAYER["nic"] + 3.0}
+    assert main(["topology", "show", "dgx-a100", "--nodes", "16", "-o",
+                 str(tmp_path / "c.png")]) == 0
+
+
+def test_drawing_without_matplotlib_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    status = main(["topology", "show", "dgx-h100", "--nodes", "2", "-o",
+                   str(tmp_path / "c.png")])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert "pip install 'distsim-gpu[plot]'" in err and "Traceback" not in err
+    assert not (tmp_path / "c.png").exists()

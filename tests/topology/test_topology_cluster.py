@@ -170,11 +170,11 @@ def test_custom_cluster_defaults_node_and_index() -> None:
 
 def test_custom_cluster_simplex_links() -> None:
     spec = {"devices": [{"name": "x", "kind": "gpu"}, {"name": "y", "kind": "gpu"}],
-            "links": [{"src": "x", "dst": "y", "bandwidth": 1, "kind": "nvlink",
+            "links": [{"src": "x", "dst": "y", "bandwidth": "1 B/s", "kind": "nvlink",
                        "duplex": False}]}
     with pytest.raises(TopologyError, match="GPU 'y' cannot reach GPU 'x'"):
         build_cluster(spec)
-    spec["links"].append({"src": "y", "dst": "x", "bandwidth": 2, "kind": "nvlink",
+    spec["links"].append({"src": "y", "dst": "x", "bandwidth": "2 B/s", "kind": "nvlink",
                           "duplex": False})
     topo = build_cluster(spec)
     assert topo.link("y", "x").bandwidth_bytes_per_s == 2
@@ -218,7 +218,8 @@ def test_key_valid_elsewhere_is_rejected_where_it_means_nothing() -> None:
     ("spec", "key", "words"),
     [
         ({"nic": {"bandwidth": "-5 GB/s"}}, "nic.bandwidth", "bandwidth must be positive"),
-        ({"nvlink": {"bandwidth": 0}}, "nvlink.bandwidth", "bandwidth must be positive"),
+        ({"nvlink": {"bandwidth": "0 GB/s"}}, "nvlink.bandwidth", "bandwidth must be positive"),
+        ({"nvlink": {"bandwidth": 400}}, "nvlink.bandwidth", "a bandwidth needs a unit"),
         ({"fabric": {"link_bandwidth": "0 Gbps"}}, "fabric.link_bandwidth", "positive"),
         ({"pcie": {"latency": "-1 us"}}, "pcie.latency", "duration must be zero or positive"),
         ({"cpu": {"bandwidth": "fast"}}, "cpu.bandwidth", "cannot read 'fast'"),

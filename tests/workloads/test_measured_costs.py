@@ -310,3 +310,31 @@ def test_a_distsim_trace_without_a_whole_shape_names_the_metadata_key():
         costs_from_distsim([trace])
     assert str(err.value).startswith("run.json: otherData.distsim.tp: must be a whole number "
                                      ">= 1, got 0 (the trace's run metadata;")
+
+
+def test_a_gpu_the_scenario_cannot_select_is_refused_by_name(tmp_path, capsys):
+    """The trace spells its GPU 'NVIDIA H800': no preset, so a table keyed by it would be
+    refused by every scenario; --gpu names the GPU, and then the scenario reads it."""
+    trace = two_layer_trace(tmp_path / "rank0.json")
+    data = json.loads(trace.read_text())
+    data["deviceProperties"][0]["name"] = "NVIDIA H800"
+    trace.write_text(json.dumps(data))
+    out = tmp_path / "costs.yaml"
+    shape = ["--micro-batch", "2", "--seq-len", "1024", "--hidden", "768"]
+    assert main(["trace", "costs", str(trace), "-o", str(out), *shape]) == 2
+    err = capsys.readouterr().err
+    assert "--gpu" in err and "'nvidia h800' is not a GPU preset" in err
+    assert "h100-sxm" in err and not out.exists()
+    assert main(["trace", "costs", str(trace), "-o", str(out), *shape,
+                 "--gpu", "h100-sxm"]) == 0
+    header, rows = read_cost_table(out)
+    assert TableCosts(header, rows, gpu="h100-sxm").gpu == "h100-sxm"
+
+
+def test_a_model_that_is_no_preset_is_refused(tmp_path, capsys):
+    trace = two_layer_trace(tmp_path / "rank0.json")
+    out = tmp_path / "costs.yaml"
+    assert main(["trace", "costs", str(trace), "-o", str(out), "--micro-batch", "2",
+                 "--seq-len", "1024", "--hidden", "768", "--model", "bert-larg"]) == 2
+    err = capsys.readouterr().err
+    assert "--model" in err and "bert-large" in err and not out.exists()

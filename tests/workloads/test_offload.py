@@ -201,6 +201,12 @@ def test_iteration_charges_the_exposed_step_and_delayed_update_hides_it() -> Non
     ({"optimizer": "nvme"}, 2, {"memory": "64 GB", "memory_bandwidth": "100 GB/s",
                                 "drives": 0}, "needs NVMe drives"),
     ({"optimizer": "cpu"}, 2, {"memory": "64 GB"}, "memory_bandwidth"),
+    # four drives and no figure for them: refused by name, not timed at 1 B/s
+    ({"optimizer": "nvme"}, 2, {"memory": "64 GB", "memory_bandwidth": "100 GB/s",
+                                "drives": 4}, "no drive_read_bandwidth or drive_write"),
+    ({"optimizer": "nvme"}, 2, {"memory": "64 GB", "memory_bandwidth": "100 GB/s",
+                                "drives": 4, "drive_read_bandwidth": "6 GB/s"},
+     "no drive_write_bandwidth"),
     ({"optimizer": "cpu"}, 2, {"memory": "64 GB", "memory_bandwidth": "100 GB/s",
                                "adam_efficiency": 2}, "fraction"),
 ])
@@ -228,3 +234,20 @@ def test_offload_mapping_reads_units() -> None:
     assert config.optimizer == "nvme"
     assert dict(config.host) == {"memory": 1.5e12, "memory_bandwidth": 128e9, "drives": 4.0,
                                  "drive_read_bandwidth": 3e9, "drive_write_bandwidth": 2e9}
+
+
+def test_an_nvme_offload_on_the_presets_estimated_drives_is_a_note() -> None:
+    data = _scenario({"optimizer": "nvme"}, host={"memory": "1 TB"})
+    data["cluster"] = {"preset": "dgx-a100", "nodes": 1}
+    data["parallelism"].update({"dp": 8})
+    data["training"]["global_batch"] = 32
+    data["compute"] = {"gpu": "a100-80gb"}
+    report = run_scenario(scenario_from_mapping(data))
+    notes = {note.key: note for note in report.notes if note.kind == "defaulted"}
+    assert set(notes) == {"parallelism.offload.host.drive_read_bandwidth",
+                          "parallelism.offload.host.drive_write_bandwidth"}
+    assert "6.5 GB/s per drive" in notes["parallelism.offload.host.drive_read_bandwidth"].message
+    data["parallelism"]["offload"]["host"]["drive_read_bandwidth"] = "7 GB/s"
+    data["parallelism"]["offload"]["host"]["drive_write_bandwidth"] = "4 GB/s"
+    report = run_scenario(scenario_from_mapping(data))
+    assert not [note for note in report.notes if note.kind == "defaulted"]

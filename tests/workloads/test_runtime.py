@@ -314,3 +314,24 @@ def test_the_docs_example_runs_and_prints_its_closed_form():
     assert namespace["step_s"] == pytest.approx(expected, rel=1e-12)
     assert printed.getvalue() == f"step: {expected * 1e3:.3f} ms\n"
     assert f"It prints `step: {expected * 1e3:.3f} ms`" in DOCS.read_text(encoding="utf-8")
+
+
+def test_contending_sends_end_at_max_min_times_and_run_ends_at_the_last():
+    """GPUs 1 and 2 send 1 MB and 10 MB to GPU 0 over one 100 GB/s, 1 us link each way
+    (latency 2 us for two links): both share GPU 0's downlink at 50 GB/s until the small
+    one lands at 2 us + 2 MB / 100 GB/s = 22 us; the big one then has 9 MB left at 100
+    GB/s: 22 us + 90 us = 112 us.  ``run()`` returns the last real event's time, not a
+    timer armed at the half rate (2 us + 10 MB / 50 GB/s = 202 us)."""
+    topology = build_cluster({"preset": "switch", "gpus": 3, "link_bandwidth": "100 GB/s",
+                              "link_latency": "1 us"})
+    cluster = Cluster(topology, params=CommParams(protocol="simple").ideal())
+    # stream=None: both transfer at once (on the comm stream, GPU 0 would take them in turn)
+    small = cluster.send(cluster.gpus[1], cluster.gpus[0], 1e6, stream=None)
+    big = cluster.send(cluster.gpus[2], cluster.gpus[0], 10e6, stream=None)
+    ends: dict[str, float] = {}
+    for name, process in (("small", small), ("big", big)):
+        process.callbacks.append(lambda _e, name=name: ends.setdefault(name, cluster.now))
+    end_s = cluster.run()
+    assert ends["small"] == pytest.approx(22e-6, rel=1e-9)
+    assert ends["big"] == pytest.approx(112e-6, rel=1e-9)
+    assert end_s == pytest.approx(112e-6, rel=1e-9)

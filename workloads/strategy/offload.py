@@ -197,6 +197,16 @@ def host_figure(cluster_config: Mapping[str, Any], offload: OffloadConfig, *,
               "drive_write_bandwidth": "drive_write_bytes_per_s"}
     changes = {fields[k]: (int(v) if k == "drives" else v) for k, v in given.items()
                if k in fields}
+    if preset is None or preset.host is None or not preset.host.drives:
+        # Drives nobody described: their bandwidth is a figure the run needs, not a default.
+        unknown = [k for k in ("drive_read_bandwidth", "drive_write_bandwidth")
+                   if k not in given]
+        if changes.get("drives") and unknown:
+            raise ConfigError(f"{int(given['drives'])} drives, but no "
+                              f"{' or '.join(unknown)}: the NVMe offload's time needs them",
+                              key=f"parallelism.offload.host.{unknown[0]}", source=source,
+                              hint="e.g. host: {drives: 4, drive_read_bandwidth: 6.5 GB/s, "
+                              "drive_write_bandwidth: 3.5 GB/s}")
     return replace(base, **changes)
 
 

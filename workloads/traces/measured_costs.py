@@ -49,7 +49,7 @@ from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.intervals import union
 from distsim_gpu.workloads.cost.compute import TABLE_PASSES, CostRow, TableHeader, write_cost_table
-from distsim_gpu.workloads.specs.gpus import canonical_gpu_name
+from distsim_gpu.workloads.specs.gpus import GPU_PRESETS, canonical_gpu_name
 from distsim_gpu.workloads.specs.models import get_model
 
 __all__ = [
@@ -324,6 +324,9 @@ def _annotation_names(traces: Sequence[RankTrace]) -> str:
 
 
 def _trace_gpu(traces: Sequence[RankTrace], gpu: str | None) -> str:
+    """The table's GPU: ``--gpu`` as given (a custom GPU's name, too), else the traces'
+    GPU when it is a preset — a name as the driver spells it (``NVIDIA H800``) would make a
+    table no scenario selects, so it is refused with the names that would do."""
     if gpu is not None:
         return canonical_gpu_name(gpu)
     names = sorted({canonical_gpu_name(t.gpu_model) for t in traces if t.gpu_model})
@@ -333,6 +336,11 @@ def _trace_gpu(traces: Sequence[RankTrace], gpu: str | None) -> str:
     if len(names) > 1:
         raise ConfigError("the traces come from different GPUs: " + ", ".join(names),
                           key="--gpu", hint="extract one GPU's traces at a time, or --gpu")
+    if names[0] not in GPU_PRESETS:
+        raise ConfigError(f"the traces' GPU {names[0]!r} is not a GPU preset, so no "
+                          "scenario's compute.gpu would select the table's rows",
+                          key="--gpu", hint="name the GPU the scenario runs: --gpu PRESET "
+                          f"({', '.join(GPU_PRESETS)}), or the name of its compute.gpu")
     return names[0]
 
 
@@ -554,8 +562,9 @@ def extract_costs(paths: Sequence[str | Path],
             extracted = ExtractedCosts(extracted.header, extracted.samples,
                                        (*extracted.warnings, note))
         return extracted
-    if hidden is None and model is not None:
-        hidden = get_model(model, key="--model").hidden
+    if model is not None:  # a preset: the header names what the table was measured on
+        preset = get_model(model, key="--model")
+        hidden = preset.hidden if hidden is None else hidden
     missing = [k for k, v in (("--micro-batch", micro_batch), ("--seq-len", seq_len),
                               ("--hidden or --model", hidden)) if v is None]
     if missing:

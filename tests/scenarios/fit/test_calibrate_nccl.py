@@ -109,3 +109,38 @@ def test_a_log_that_repeats_its_sizes_simulates_each_size_once(small_cluster, tm
     assert [r.time_s for r in again] == pytest.approx(
         [rows[1].time_s, rows[0].time_s, rows[1].time_s], rel=1e-12)
     assert again[0] is again[2]
+
+
+def test_every_size_band_is_judged_and_a_worse_one_is_a_note(capsys, shared_data):
+    """The OCI log: the fit on sizes >= 1 MiB helps them and worsens the small ones
+    (5.4 -> 7.3 %); the output says so, per band, and in a note."""
+    log = shared_data / "nccl" / "oci_oke_a100_40gb_2node_roce_allreduce.txt"
+    assert main(["calibrate", "nccl", str(log), "--cluster", "dgx-a100", "--nodes", "2",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    bands = {band["band"]: band for band in data["bands"]}
+    assert list(bands) == ["< 64 KiB", "64 KiB - 1 MiB", ">= 1 MiB"]
+    assert sum(band["sizes"] for band in bands.values()) == len(parse_nccl_log(log).rows)
+    large, small = bands[">= 1 MiB"], bands["< 64 KiB"]
+    assert large["median_error_after_pct"] == pytest.approx(data["median_error_after_pct"])
+    assert large["median_error_after_pct"] < large["median_error_before_pct"]
+    assert small["median_error_after_pct"] > small["median_error_before_pct"]
+    (note,) = [n for n in data["notes"] if "< 64 KiB" in n["message"]]
+    assert note["kind"] == "fit" and note["key"] == "--min-bytes"
+    assert main(["calibrate", "nccl", str(log), "--cluster", "dgx-a100", "--nodes", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "note: fit [--min-bytes]: sizes < 64 KiB: median |error|" in text
+
+
+def test_a_log_the_parameters_explain_gets_no_note(small_cluster, tmp_path):
+    truth = apply_calibration(CommParams(), {"network": 0.6, "nvlink": 0.7, "pcie": 0.9},
+                              2.0)
+    rows = run_benchmark(small_cluster, "all_reduce", size_series(2**10, 2**28, 4),
+                         params=truth)
+    path = tmp_path / "measured.txt"
+    path.write_text(format_table(rows))
+    result = calibrate_nccl(parse_nccl_log(path), small_cluster, op="all_reduce")
+    assert [band.sizes for band in result.bands] == [3, 2, 5]  # 1K 4K 16K, 64K 256K, 1M..
+    assert result.notes == ()
+    for band in result.bands:
+        assert band.median_error_after_pct <= band.median_error_before_pct + 0.05

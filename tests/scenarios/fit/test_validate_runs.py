@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -295,3 +296,12 @@ def test_k_folds_test_every_sample_once(n, k) -> None:
     assert tested == list(range(n))
     for train, test in folds:
         assert sorted(train + test) == list(range(n)) and not set(train) & set(test)
+
+
+def test_spearman_under_three_rows_says_why_there_is_none(tmp_path, capsys) -> None:
+    table, map_path = _write(tmp_path)  # small: 3 rows, big: 2
+    assert main(["validate", "runs", str(table), "--map", str(map_path), "--workers",
+                 "1"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "Spearman" in x]
+    assert "big n/a (2 rows)" in line and "nan" not in line
+    assert re.search(r"small -?[01]\.\d\d", line)

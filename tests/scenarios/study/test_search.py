@@ -266,3 +266,34 @@ def test_without_a_fitting_pure_data_parallel_the_baseline_is_the_smallest_model
     chosen, training = result.baseline.strategy.parallel, result.baseline.strategy.training
     assert chosen.tp * chosen.pp == 1
     assert chosen.zero > 0 or training.recompute != "none"
+
+
+def test_schedules_at_pp_1_are_one_candidate():
+    """gpipe and 1f1b differ only with a pipeline: (tp, pp, dp) with pp 1 are 3 of the 6
+    splits, so two schedules give 3 + 2·3 = 9 candidates per micro-batch, not 12."""
+    scenario = scenario_from_mapping(mapping())
+    both = enumerate_strategies(scenario, space=dict(NARROW, schedule=["1f1b", "gpipe"]))
+    assert len(both) == 9 * 2
+    labels = [s.label() for s in both]
+    assert len(set(labels)) == len(labels)
+    assert not [s for s in both if s.parallel.pp == 1 and s.parallel.schedule == "gpipe"]
+
+
+def test_search_lists_no_duplicate_strategy(tmp_path, capsys):
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(mapping("600 GB/s")))
+    parser = argparse.ArgumentParser(prog="distsim")
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["search", str(path), "--top", "50", "--workers", "1",
+                              "--out", str(tmp_path / "out")])
+    assert args.handler(args) == 0
+    import csv
+
+    from distsim_gpu.scenarios.study.search_space import STRATEGY_KEYS
+    with open(tmp_path / "out" / "results.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows
+    keys = [tuple(v for k, v in row.items() if k in STRATEGY_KEYS) for row in rows]
+    assert len(keys) == len(set(keys))
+    assert not [row for row in rows if row["pp"] == "1" and row["schedule"] == "gpipe"]

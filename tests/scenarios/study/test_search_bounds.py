@@ -53,7 +53,7 @@ def test_the_bound_of_searched_candidates_is_below_their_simulated_time():
         "compute": {"gpu": "a100-80gb"}, "simulation": {"fidelity": "coflow"}})
     valid = [s for s in enumerate_strategies(scenario, space=SPACE)
              if check_candidate(scenario, s)[0] is not None]
-    sample = valid[::16]
+    sample = valid[::max(1, len(valid) // 12)]  # (the schedules at pp 1 are one candidate)
     assert len(sample) >= 12
     for strategy in sample:
         candidate = with_strategy(scenario, strategy)

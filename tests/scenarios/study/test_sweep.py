@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -307,3 +308,26 @@ def test_cli_sweep(scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture
                                  "--out", str(out), "--workers", "0"])
     with pytest.raises(ConfigError, match="--workers"):
         args.handler(args)
+
+
+def test_a_finished_sweep_leaves_no_lock_or_running_mark(scenario: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """Through the CLI, without matplotlib: the folder holds the results alone, and the
+    output says why sweep.png is missing."""
+    from distsim_gpu.scenarios.cli.main import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(scenario), "--grid", "training.global_batch=8,16", "--out",
+                 str(out), "--workers", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "plot skipped: matplotlib is not installed" in captured.err
+    assert "sweep.png" not in captured.out
+    names = {p.name for p in out.iterdir()}
+    assert ".sweep.lock" not in names and ".sweep.running" not in names
+    assert "sweep.png" not in names and "results.csv" in names
+    # Resuming the finished sweep finds it as it was.
+    assert run_sweep(scenario, ["training.global_batch=8,16"], out_dir=out, workers=1,
+                     progress=False).ran == 0

@@ -11,6 +11,7 @@ from typing import Any
 
 from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.workloads.cost.compute.operators import PASSES, RECOMPUTE_GRANULARITIES
 from distsim_gpu.workloads.cost.compute.roofline import CostModel, issue_timeline_s
 from distsim_gpu.workloads.cost.compute.table_io import (
@@ -45,8 +46,10 @@ class TableCosts:
     3. between two points: linear in tokens; outside them (or with one point):
        proportional to tokens from the nearest point, recorded as a warning.
 
-    Warnings accumulate, without repeats, in :attr:`warnings` (a per-instance record; no
-    global state).  Layer kinds: ``transformer_layer`` (dense) and ``moe_layer``; the
+    Warnings accumulate, without repeats, as run notes in :attr:`notes` (their messages in
+    :attr:`warnings`; a per-instance record, no global state): rows extrapolated, kinds the
+    roofline stood in for, table rows no operator matched.
+    Layer kinds: ``transformer_layer`` (dense) and ``moe_layer``; the
     recompute pass reads pass ``recompute`` (full), ``recompute_selective`` or ``recompute_op``
 (torchtitan's per-op checkpointing, :mod:`~distsim_gpu.workloads.specs.recompute`).  Embedding
     and loss read kinds ``embedding`` and ``loss``; expert parallelism and vocabulary size
@@ -59,7 +62,9 @@ class TableCosts:
     whole backward, its data and weight gradients together) is read operator by operator
     when the fallback is a roofline (:class:`RooflineCosts`): each operator the table
     measured at this shape's group takes the table's time, every other operator the
-    roofline's, and the layer is their sum.
+    roofline's, and the layer is their sum.  A table none of whose kinds names a layer, an
+    edge or one of the layer's operators is an error (it would give the roofline's time
+    unchanged); kinds that match nothing beside ones that do are noted as ignored.
     """
 
     __slots__ = ("_groups", "_warnings", "fallback", "gpu", "header", "rows", "source")
@@ -90,7 +95,7 @@ class TableCosts:
                 groups.setdefault((row.kind, row.pass_, row.hidden, row.tp,
                                    row.sequence_parallel), []).append(row)
         self._groups = groups
-        self._warnings: list[str] = []
+        self._warnings: list[RunNote] = []
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, gpu: str | None = None,
@@ -106,16 +111,24 @@ class TableCosts:
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        """Interpolation warnings recorded so far, oldest first."""
+        """The messages of :attr:`notes`, oldest first."""
+        return tuple(note.message for note in self._warnings)
+
+    @property
+    def notes(self) -> tuple[RunNote, ...]:
+        """What the lookups assumed so far (extrapolated rows, the roofline standing in
+        for kinds the table lacks, kinds ignored), oldest first."""
         return tuple(self._warnings)
 
     def kinds(self) -> list[str]:
         """Kinds this table measures for the selected GPU."""
         return sorted({key[0] for key in self._groups})
 
-    def _warn(self, text: str) -> None:
-        if text not in self._warnings:
-            self._warnings.append(text)
+    def _warn(self, text: str, kind: str = "extrapolated") -> None:
+        note = RunNote(kind, f"cost table {os.path.basename(self.source or 'given')}: {text}",
+                       "compute.costs")
+        if note not in self._warnings:
+            self._warnings.append(note)
 
     def lookup(self, kind: str, pass_: str, *, micro_batch: int, seq_len: int, hidden: int,
                tp: int = 1, sequence_parallel: bool = False) -> float:
@@ -178,6 +191,7 @@ class TableCosts:
         if not self._has_kind(kind) and self.fallback is not None:
             if hasattr(self.fallback, "operator_times_s"):
                 return self._by_operator(pass_, model, shard)
+            self._warn(f"no {kind} rows: the fallback cost model times it", "defaulted")
             return self.fallback.layer_time_s(pass_, model, shard)
         return self.lookup(kind, table_pass, micro_batch=shard.micro_batch,
                            seq_len=shard.seq_len, hidden=model.hidden, tp=shard.tp,
@@ -213,6 +227,7 @@ class TableCosts:
         fallback: Any = self.fallback
         times = self.operator_breakdown_s(pass_, model, shard)
         work = fallback.layer_work(pass_, model, shard)
+        self._check_operators(set(times), shard, model.hidden)
         if all(source == "roofline" for _, source in times.values()):
             return fallback.work_time_s(work)
         launches: dict[str, int] = {}
@@ -223,12 +238,36 @@ class TableCosts:
                                  for name, (seconds, _) in times.items()),
                                 work.stack.host_s_per_kernel(work.pass_))
 
+    def _check_operators(self, operators: set[str], shard: LayerShard, hidden: int) -> None:
+        """Refuse a table whose kinds name nothing the run reads; note the kinds that
+        match no operator, and the operators measured only at other shapes."""
+        kinds = set(self.kinds())
+        known = operators | set(_LAYER_KINDS) | set(_EDGE_KINDS)
+        if not kinds & known:
+            raise ConfigError(
+                f"the cost table's kinds ({', '.join(sorted(kinds))}) match no layer kind and "
+                "no operator of the layer: every time would be the roofline's",
+                key="compute.costs", source=self.source,
+                hint="valid kinds: " + ", ".join(sorted(known)))
+        unmatched = sorted(kinds - known)
+        if unmatched:
+            self._warn(f"kinds {', '.join(unmatched)} match no operator of the layer and are "
+                       "ignored", "ignored")
+        elsewhere = sorted(
+            name for name in kinds & operators
+            if not any(k[0] == name and k[2:] == (hidden, shard.tp, shard.sequence_parallel)
+                       for k in self._groups))
+        if elsewhere:
+            self._warn(f"operators {', '.join(elsewhere)} measured only at other shapes than "
+                       f"hidden {hidden} tp {shard.tp}: the roofline times them", "ignored")
+
     def _edge(self, kind: str, pass_: str, model: ModelSpec, micro_batch: int, seq_len: int,
               tp: int, sequence_parallel: bool) -> float:
         check_choice(pass_, PASSES, key="pass")
         if pass_ == "recompute":
             return 0.0
         if not self._has_kind(kind) and self.fallback is not None:
+            self._warn(f"no {kind} rows: the fallback cost model times it", "defaulted")
             method = (self.fallback.embedding_time_s if kind == "embedding"
                       else self.fallback.loss_time_s)
             return method(pass_, model, micro_batch=micro_batch, seq_len=seq_len, tp=tp,

@@ -1,0 +1,79 @@
+"""A run's notes: what the scenario left to defaults or estimates that moves the answer.
+
+:func:`run_notes` gathers them after the run (:mod:`simcore.notes`): the cost table's
+extrapolated rows, the kinds a fallback timed, the table rows that matched nothing (each
+job's table, with several jobs), and each fault whose fabric re-route stalls the job
+(the subnet manager's delay, :mod:`topology.faults`), and an NVMe offload timed with the
+node preset's estimated drive bandwidth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from distsim_gpu.simcore.notes import RunNote, unique
+from distsim_gpu.simcore.units import format_duration
+from distsim_gpu.topology import Topology
+from distsim_gpu.topology.faults import Fault
+from distsim_gpu.topology.preset_registry import NODE_PRESETS
+from distsim_gpu.topology.routing import END_TO_END_POLICIES
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig
+
+__all__ = ["fault_notes", "offload_notes", "run_notes"]
+
+
+def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]:
+    """A note when the optimizer state goes to NVMe drives whose bandwidth nobody gave:
+    the node preset's figures are an estimate (topology.presets)."""
+    offload = parallel.offload
+    if "nvme" not in (offload.optimizer, offload.params):
+        return []
+    preset = NODE_PRESETS.get(str(topology.config.get("preset")))
+    given = dict(offload.host)
+    if preset is None or preset.host is None:
+        return []  # no preset figures: host_figure asks for them by name
+    host = preset.host
+    defaulted = [(key, value) for key, value in (
+        ("drive_read_bandwidth", host.drive_read_bytes_per_s),
+        ("drive_write_bandwidth", host.drive_write_bytes_per_s)) if key not in given]
+    return [RunNote("defaulted", f"NVMe offload: {key.replace('_', ' ')} "
+                    f"{value / 1e9:.3g} GB/s per drive is the {preset.name} preset's "
+                    "estimate (its guide does not name the drive)",
+                    f"parallelism.offload.host.{key}") for key, value in defaulted]
+
+
+def fault_notes(faults: Sequence[Fault], topology: Topology,
+                iteration_time_s: float) -> list[RunNote]:
+    """A note per fault that goes down during the run under static or hashed routing: its
+    flows stop for the subnet manager's re-route (``subnet_manager_delay_s``)."""
+    if topology.routing.policy in END_TO_END_POLICIES:
+        return []  # adaptive routing re-routes at once: no stall
+    notes = []
+    for i, fault in enumerate(faults):
+        if fault.kind != "down" or fault.at_s <= 0 or fault.subnet_manager_delay_s <= 0:
+            continue
+        if fault.at_s >= iteration_time_s:
+            continue  # after the run: check_faults_in_run says so
+        notes.append(RunNote(
+            "fault", f"{fault.describe()}: the flows crossing it stall "
+            f"{format_duration(fault.subnet_manager_delay_s)} from "
+            f"{format_duration(fault.at_s)} while the subnet manager re-routes (its sweep "
+            f"interval; adaptive routing re-routes at once), inside the "
+            f"{format_duration(iteration_time_s)} iteration",
+            f"faults[{i}].subnet_manager_delay_s"))
+    return notes
+
+
+def run_notes(costs: Iterable[object], faults: Sequence[Fault], topology: Topology,
+              iteration_time_s: float,
+              parallels: Iterable[ParallelConfig] = ()) -> tuple[RunNote, ...]:
+    """Every note of a run that took ``iteration_time_s`` with the cost models ``costs``
+    and strategies ``parallels`` (each job's) on ``topology`` under ``faults``, without
+    repeats."""
+    notes: list[RunNote] = []
+    for model in costs:
+        notes += getattr(model, "notes", ())  # a cost table's; the roofline assumes nothing
+    for parallel in parallels:
+        notes += offload_notes(parallel, topology)
+    notes += fault_notes(faults, topology, iteration_time_s)
+    return unique(notes)
