@@ -7,7 +7,8 @@ gives (what a file can make distsim allocate), not UTF-8, a name the OS refuses 
 than 255 bytes) — as a :class:`~simcore.errors.DistsimError` naming the file.
 
 Output (:func:`atomic_write_bytes`, :func:`atomic_write_text`) appears whole or not at
-all: written to a temporary sibling, then renamed over the target.
+all: written to a temporary sibling, then renamed over the target — only a new path or a
+regular file (never a device, link or directory), with the mode a plain ``open()`` gives.
 """
 
 from __future__ import annotations
@@ -89,17 +90,58 @@ def _short(name: str) -> str:
     return name if len(name) <= 120 else f"{name[:60]}...{name[-40:]}"
 
 
+def _check_output(target: Path, name: str) -> int | None:
+    """The mode an existing regular ``target`` has (None: it does not exist yet); a
+    :class:`ConfigError` naming it when it is anything else: a rename over a device
+    (``-o /dev/null`` run as root) would replace the device with a file, over a symbolic
+    link the link with a file, over a directory nothing sensible."""
+    try:
+        mode = os.lstat(name).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as problem:
+        raise ConfigError(f"cannot write output file: {problem.strerror or problem}",
+                          source=_short(name)) from None
+    if stat.S_ISREG(mode):
+        return stat.S_IMODE(mode)
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a symbolic link"
+            if stat.S_ISLNK(mode) else "a device, pipe or socket")
+    raise ConfigError(f"cannot write output file: the path is {kind}, not a regular file",
+                      source=_short(name),
+                      hint="give the name of a new file or of a regular file to replace")
+
+
+def _default_mode() -> int:
+    """What ``open()`` would give a new file under the process's umask (0644 under 022)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (rename over it once fully written)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    """Write ``data`` to ``path`` atomically (rename over it once fully written), with the
+    mode a plain ``open()`` would give it (an existing file keeps its own); only a new path
+    or a regular file is written (:func:`_check_output`)."""
+    name = os.fspath(path)
+    target = Path(name)
+    mode = _check_output(target, name)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name[:64]}.", dir=target.parent)
+    except OSError as problem:
+        raise ConfigError(f"cannot write output file: {problem.strerror or problem}",
+                          source=_short(name)) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
+            os.fchmod(handle.fileno(), _default_mode() if mode is None else mode)
             os.fsync(handle.fileno())
         os.replace(tmp_name, target)
+    except OSError as problem:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise ConfigError(f"cannot write output file: {problem.strerror or problem}",
+                          source=_short(name)) from None
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise

@@ -43,7 +43,13 @@ def _is_previous_output(directory: Path, names_written: Sequence[str]) -> bool:
 
 
 def _check_target(target: Path, label: str, names_written: Sequence[str]) -> None:
-    """Refuse a target that is not a directory, or one holding files distsim did not write."""
+    """Refuse a target that is not a directory, or one holding files distsim did not write.
+    A symbolic link is refused by name: replacing the directory would replace the link, not
+    what it points to."""
+    if target.is_symlink():
+        raise ConfigError("is a symbolic link; distsim replaces its output directory whole, "
+                          "which would replace the link", key="--out", source=label,
+                          hint=f"give the directory it points to: {os.path.realpath(target)}")
     if not target.exists():
         return
     if not target.is_dir():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.fileio import atomic_write_bytes, atomic_write_text
 
 
@@ -42,7 +43,7 @@ def test_failed_rename_keeps_old_file_and_removes_temp(tmp_path, monkeypatch):
         raise OSError("disk on fire")
 
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError, match="disk on fire"):
+    with pytest.raises(ConfigError, match="cannot write output file: disk on fire"):
         atomic_write_text(target, "new")
     assert target.read_text() == "old"
     assert os.listdir(tmp_path) == ["summary.json"]

@@ -1,0 +1,104 @@
+"""Outputs never touch what they should not (issue 27's D24, D39, D52, D53), through the
+``distsim`` command: a device, a FIFO, a symbolic link or a directory named as an output
+file is refused by name and left as it was; ``--out`` given as a symbolic link is refused
+without leaving anything behind; written files get the mode ``open()`` would give them."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+from distsim_gpu.scenarios.cli.main import main
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.fileio import atomic_write_text
+
+from tests.conftest import REPO_ROOT
+
+DUMP = REPO_ROOT / "tests" / "topology" / "dumps" / "dgx-h100.topo.xml"
+
+
+def _import(capsys, output: str) -> tuple[int, str]:
+    status = main(["topology", "import", str(DUMP), "-o", output])
+    err = capsys.readouterr().err
+    return status, err
+
+
+def _one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("distsim: error:"), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_dev_null_stays_a_device(capsys):
+    before = os.stat("/dev/null")
+    status, err = _import(capsys, "/dev/null")
+    assert status == 2
+    assert "/dev/null" in _one_error_line(err) and "device, pipe or socket" in err
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and after.st_ino == before.st_ino
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "directory"])
+def test_a_non_regular_output_path_is_refused_and_left_alone(tmp_path, capsys, kind):
+    target = tmp_path / "out.yaml"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "symlink":
+        target.symlink_to(victim)
+    else:
+        target.mkdir()
+    status, err = _import(capsys, str(target))
+    assert status == 2
+    line = _one_error_line(err)
+    assert str(target) in line
+    assert {"fifo": "device, pipe or socket", "symlink": "symbolic link",
+            "directory": "a directory"}[kind] in line
+    assert victim.read_text() == "keep me"
+    assert (target.is_symlink() if kind == "symlink" else target.exists())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.yaml", "victim.txt"]
+
+
+def test_the_current_directory_and_an_overlong_name_are_refused(tmp_path, capsys,
+                                                                  monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    status, err = _import(capsys, ".")
+    assert status == 2 and "a directory" in _one_error_line(err)
+    status, err = _import(capsys, "x" * 300 + ".yaml")
+    assert status == 2 and "too long" in _one_error_line(err)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_written_files_have_the_mode_open_would_give(tmp_path):
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "new.txt", "x")
+        assert stat.S_IMODE(os.stat(tmp_path / "new.txt").st_mode) == 0o644
+        kept = tmp_path / "kept.txt"
+        kept.write_text("old")
+        kept.chmod(0o600)
+        atomic_write_text(kept, "new")
+        assert stat.S_IMODE(os.stat(kept).st_mode) == 0o600
+    finally:
+        os.umask(old)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        atomic_write_text(tmp_path, "x")
+
+
+def test_out_given_as_a_symlink_is_refused_and_nothing_is_left_behind(tmp_path, capsys):
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    status = main(["run", str(REPO_ROOT / "scenarios" / "examples" / "quickstart.yaml"),
+                   "--out", str(link)])
+    err = capsys.readouterr().err
+    assert status == 2
+    line = _one_error_line(err)
+    assert "--out" in line and "symbolic link" in line
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+    assert list(real.iterdir()) == []
