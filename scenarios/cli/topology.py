@@ -27,6 +27,7 @@ from distsim_gpu.topology.importers.ibnetdiscover import (
     parse_ibnetdiscover,
 )
 from distsim_gpu.topology.importers.layout import without_nics
+from distsim_gpu.topology.importers.writer import comment_text
 from distsim_gpu.topology.preset_registry import PRESETS
 
 __all__ = ["add_parser", "handle_import", "handle_show"]
@@ -81,7 +82,8 @@ def handle_import(args: argparse.Namespace) -> int:
     if looks_like_ibnetdiscover(text):
         fabric = parse_ibnetdiscover(text, source=args.file)
         spec = fabric_cluster_spec(fabric, _node_topology(args.node))
-        out = (f"# Cluster imported by `distsim topology import` from {args.file}\n"
+        out = (f"# Cluster imported by `distsim topology import` from "
+               f"{comment_text(args.file)}\n"
                f"# (ibnetdiscover; every host a copy of {args.node}).  Cables at their "
                "active width x speed; latencies\n# are topology.presets' defaults (cable "
                "50 ns, switch 130 ns, NIC 0.3 us).  Routing: InfiniBand D-mod-K.\n"

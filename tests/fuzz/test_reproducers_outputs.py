@@ -102,3 +102,30 @@ def test_out_given_as_a_symlink_is_refused_and_nothing_is_left_behind(tmp_path, 
     assert link.is_symlink() and os.readlink(link) == str(real)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
     assert list(real.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["a\nb: evil.xml", "a\u2028b.xml", "tab\there.xml"])
+def test_an_imported_files_name_cannot_break_the_yaml_it_writes(tmp_path, capsys, name):
+    """D41: the input's file name goes into the emitted file's header comment escaped."""
+    dump = tmp_path / name
+    dump.write_bytes(DUMP.read_bytes())
+    out = tmp_path / "cluster.yaml"
+    assert main(["topology", "import", str(dump), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["topology", "show", str(out)]) == 0
+    header = out.read_text().splitlines()[0]
+    assert header.startswith("# Cluster imported") and "\\" in header
+
+
+@pytest.mark.parametrize("model_name", ["../..", "/tmp/evil", "a/../../b", "..."])
+def test_chakra_export_writes_only_inside_its_directory(tmp_path, capsys, model_name):
+    """D40: the ET file names come from model.name; none may leave ``-o DIR``."""
+    out = tmp_path / "sub" / "ets"
+    status = main(["trace", "export-chakra",
+                   str(REPO_ROOT / "scenarios" / "examples" / "quickstart.yaml"),
+                   "-o", str(out), "--set", f"model.name={model_name}"])
+    capsys.readouterr()
+    assert status == 0
+    written = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    assert written and all(p.parent == out for p in written)
+    assert all(p.name.endswith(".et") and not p.name.startswith(".") for p in written)

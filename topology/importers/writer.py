@@ -10,6 +10,7 @@ cluster the comments describe; the comments give them in readable units.
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from distsim_gpu.topology.presets import (
     PCIE_HOP_LATENCY_S,
 )
 
-__all__ = ["Generation", "cluster_entries", "cluster_spec", "cluster_yaml"]
+__all__ = ["Generation", "cluster_entries", "cluster_spec", "cluster_yaml", "comment_text"]
 
 # One NVLink (NVLink 2, 3 and 4): 25 GB/s per direction (V100, A100, H100 white papers).
 NVLINK_LINK_BYTES_PER_S = 25e9
@@ -169,9 +170,17 @@ def _flow(value: Any) -> str:
     return text.removesuffix("\n...\n").strip()  # a bare scalar ends its "document"
 
 
+def comment_text(text: str) -> str:
+    """``text`` safe inside a one-line YAML comment: control characters, line breaks
+    (YAML counts U+0085, U+2028 and U+2029 as breaks too) and every other non-ASCII
+    character escaped as JSON escapes them."""
+    return json.dumps(str(text))[1:-1]
+
+
 def cluster_yaml(layout: NodeLayout, *, nodes: int = 1) -> str:
     """The cluster file's text: a header, then one entry per line with its comment."""
-    lines = [f"# Cluster imported by `distsim topology import` from {layout.source}",
+    lines = [f"# Cluster imported by `distsim topology import` from "
+             f"{comment_text(layout.source)}",
              f"# ({layout.kind}).  Figures the dump states are used as stated; every other "
              "one is a",
              "# default named in its comment.  Bandwidths in bytes/s per direction, "

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -56,7 +57,7 @@ from distsim_gpu.workloads.iteration.ops import Collective, Compute
 from distsim_gpu.workloads.traces.chakra_calls import Call, check_calls
 from distsim_gpu.workloads.traces.replay import SEND, GraphNode, GraphResult, replay_graph
 
-__all__ = ["ChakraRun", "chakra_graphs", "export_chakra", "run_chakra", "world_of"]
+__all__ = ["ChakraRun", "chakra_graphs", "export_chakra", "file_stem", "run_chakra", "world_of"]
 
 CPU_STREAM, COMPUTE_STREAM, COMM_STREAM = 0, 1, 2
 # Streams of recorded threads and GPU streams (``tid``) are numbered from here.
@@ -318,6 +319,15 @@ def _export_node(index: int, node: GraphNode, rank: int) -> ChakraNode:
                       duration_micros=round(node.duration_s * 1e6), attrs=attrs)
 
 
+def file_stem(name: str) -> str:
+    """``name`` (a model's, from the scenario) as a file name that stays inside the output
+    directory: letters, digits, ``.``, ``_`` and ``-`` kept, anything else (a ``/``, a
+    ``..``) made ``_``, no leading dot, at most 100 characters; "distsim" if nothing is
+    left."""
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", str(name)).lstrip(".")[:100]
+    return stem if stem.strip("._-") else "distsim"
+
+
 def export_chakra(graphs: Mapping[int, Sequence[GraphNode]]
                   | Iterable[tuple[int, Sequence[GraphNode]]],
                   directory: str | os.PathLike[str], *, name: str = "distsim") -> list[str]:
@@ -328,8 +338,9 @@ def export_chakra(graphs: Mapping[int, Sequence[GraphNode]]
     """
     paths = []
     pairs = sorted(graphs.items()) if isinstance(graphs, Mapping) else graphs
+    stem = file_stem(name)
     for rank, nodes in pairs:
-        path = os.path.join(os.fspath(directory), f"{name}.{rank}.et")
+        path = os.path.join(os.fspath(directory), f"{stem}.{rank}.et")
         trace = ChakraTrace(path, rank, "1.0.1", {"schema": "1.0.1", "generator": "distsim"},
                             tuple(_export_node(i, n, rank) for i, n in enumerate(nodes)))
         try:
