@@ -129,3 +129,40 @@ def test_chakra_export_writes_only_inside_its_directory(tmp_path, capsys, model_
     written = sorted(p for p in tmp_path.rglob("*") if p.is_file())
     assert written and all(p.parent == out for p in written)
     assert all(p.name.endswith(".et") and not p.name.startswith(".") for p in written)
+
+
+_XML = (REPO_ROOT / "tests" / "topology" / "dumps" / "dgx-h100.topo.xml").read_text()
+
+
+def _xml_error(tmp_path, capsys, text: str) -> str:
+    dump = tmp_path / "topo.xml"
+    dump.write_text(text)
+    status = main(["topology", "import", str(dump), "-o", str(tmp_path / "c.yaml")])
+    err = capsys.readouterr().err
+    assert status == 2 and not (tmp_path / "c.yaml").exists()
+    return _one_error_line(err)
+
+
+def test_an_xml_nested_thousands_deep_is_refused_not_a_recursion_error(tmp_path, capsys):
+    """D18."""
+    deep = "<system>" + "<pci>" * 3000 + "</pci>" * 3000 + "</system>"
+    assert "nested more than 64 deep" in _xml_error(tmp_path, capsys, deep)
+
+
+@pytest.mark.parametrize(("old", "new", "words"), [
+    (' sm="90"', ' sm="90.5"', "sm='90.5'> must be a whole number > 0"),
+    (' sm="90"', ' sm="nan"', "must be a whole number > 0"),
+    (' sm="90"', ' sm="-90"', "must be a whole number > 0"),
+    (' sm="90"', ' sm="0"', "must be a whole number > 0"),
+    (' dev="0"', ' dev="inf"', "dev='inf'> must be a whole number >= 0"),
+    (' dev="0"', ' dev="' + "9" * 5000 + '"', "must be a whole number >= 0"),
+    ('tclass="0x068000"', 'tclass="zz"', "must be a hexadecimal number"),
+    (' count="4"', ' count="0"', "must be a whole number > 0"),
+    (' count="4"', ' count="4.5"', "must be a whole number > 0"),
+])
+def test_xml_numbers_that_are_not_what_they_must_be_are_named(tmp_path, capsys, old, new,
+                                                              words):
+    """D19, D46: fractional, infinite, NaN, negative, zero, 5,000-digit or non-hex
+    attributes are errors naming the element and attribute, never dropped or defaulted."""
+    assert old in _XML
+    assert words in _xml_error(tmp_path, capsys, _XML.replace(old, new, 1))

@@ -141,7 +141,7 @@ def _line_of(text: str, needle: str) -> int:
     (_XML.replace("</cpu>", "</cpux>", 1), _line_of(_XML, "</cpu>"), "malformed XML"),
     (_XML.replace(' sm="80"', "", 1), _line_of(_XML, "<gpu "), "no 'sm'"),
     (_XML.replace('speed="200000"', 'speed="fast"'), _line_of(_XML, "<net "),
-     "not a number"),
+     "must be a number > 0"),
     ('<!DOCTYPE x [<!ENTITY a "b">]><system/>', 1, "DTD"),
     ("<topology/>", 1, "expected <system>"),
 ])

@@ -27,6 +27,11 @@ from distsim_gpu.topology.importers.layout import NodeLayout
 __all__ = ["looks_like_nccl_xml", "parse_nccl_xml"]
 
 _NVSWITCH_CLASS = 0x068000
+# A real dump nests system > cpu > pci (a few switch levels) > gpu > nvlink: ten deep at
+# most; far deeper is not a dump (and would exhaust the recursion of a tree walk).
+MAX_DEPTH = 64
+# Digits a number attribute may have: more is not a count, speed or id of any machine.
+_MAX_DIGITS = 30
 
 
 @dataclass(eq=False, slots=True)
@@ -55,6 +60,9 @@ def _parse_tree(text: str, source: str) -> _Element:
     stack: list[_Element] = []
 
     def start(tag: str, attrs: dict[str, str]) -> None:
+        if len(stack) >= MAX_DEPTH:
+            raise ParseError(f"elements nested more than {MAX_DEPTH} deep: not an NCCL "
+                             "topology dump", source=source, line=parser.CurrentLineNumber)
         element = _Element(tag, attrs, parser.CurrentLineNumber)
         (stack[-1].children if stack else root).append(element)
         stack.append(element)
@@ -84,18 +92,38 @@ def _no_dtd(source: str, parser: xml.parsers.expat.XMLParserType) -> Callable[..
     return refuse
 
 
-def _attr(element: _Element, name: str, source: str, *, number: bool = False,
-          base: int = 10) -> str:
+def _attr(element: _Element, name: str, source: str) -> str:
     value = element.attrs.get(name)
     if value is None:
         raise ParseError(f"<{element.tag}> has no {name!r}", source=source, line=element.line)
-    if number:
-        try:
-            float(value) if base == 10 else int(value, base)
-        except ValueError:
-            raise ParseError(f"<{element.tag} {name}={value!r}> is not a number",
-                             source=source, line=element.line) from None
     return value
+
+
+def _number(element: _Element, name: str, source: str, *, whole: bool = False,
+            minimum: float = 0.0, above: bool = False, base: int = 10,
+            default: str | None = None) -> float:
+    """Attribute ``name`` as a finite number (``whole``: an integer; ``base`` 16: hex),
+    at least ``minimum`` (``above``: more than it); a ParseError naming the element, the
+    attribute and what would be valid otherwise."""
+    value = element.attrs.get(name, default)
+    if value is None:
+        raise ParseError(f"<{element.tag}> has no {name!r}", source=source, line=element.line)
+    what = "a hexadecimal number" if base == 16 else ("a whole number" if whole
+                                                        else "a number")
+    bound = f"{'>' if above else '>='} {minimum:g}"
+    try:
+        if len(value.strip().lstrip("+-").removeprefix("0x")) > _MAX_DIGITS:
+            raise ValueError(value)
+        number = float(int(value, 16)) if base == 16 else float(value)
+    except ValueError:
+        number = float("nan")
+    good = number == number and abs(number) != float("inf") and (
+        not whole or number.is_integer()) and (number > minimum if above else
+                                               number >= minimum)
+    if not good:
+        raise ParseError(f"<{element.tag} {name}={value[:40]!r}> must be {what} {bound}",
+                         source=source, line=element.line)
+    return number
 
 
 def _pcie_bytes_per_s(element: _Element, source: str) -> float | None:
@@ -132,7 +160,7 @@ def parse_nccl_xml(text: str, *, source: str) -> NodeLayout:
                 switch_cpu.append(socket)
     if not gpus:
         raise ParseError("no <gpu> in the dump", source=source, line=system.line)
-    gpus.sort(key=lambda g: int(_attr(g[0], "dev", source, number=True)))
+    gpus.sort(key=lambda g: _number(g[0], "dev", source, whole=True))
     return _layout(gpus, nets, switch_cpu, source)
 
 
@@ -161,9 +189,9 @@ def _layout(gpus: list[tuple[_Element, _Element, int]], nets: list[tuple[_Elemen
     for i, (gpu, _, _) in enumerate(gpus):
         links = 0
         for nvlink in gpu.iter("nvlink"):
-            count = int(float(_attr(nvlink, "count", source, number=True)))
+            count = int(_number(nvlink, "count", source, whole=True, above=True))
             target = _attr(nvlink, "target", source).lower()
-            tclass = int(nvlink.attrs.get("tclass", "0x0"), 16)
+            tclass = int(_number(nvlink, "tclass", source, base=16, default="0x0"))
             if target in bus_of and bus_of[target] != i:
                 a, b = sorted((i, bus_of[target]))
                 pairs[(a, b)] = max(pairs.get((a, b), 0), count)
@@ -175,8 +203,8 @@ def _layout(gpus: list[tuple[_Element, _Element, int]], nets: list[tuple[_Elemen
     if nvswitch and len(set(to_switch)) > 1:
         notes.append(f"GPUs have {min(to_switch)} to {max(to_switch)} NVLinks to the "
                      "NVSwitch: the fewest taken")
-    sms = {int(float(_attr(g, "sm", source, number=True))) for g, _, _ in gpus}
-    speeds = [float(_attr(n, "speed", source, number=True)) for n, _ in nets]
+    sms = {int(_number(g, "sm", source, whole=True, above=True)) for g, _, _ in gpus}
+    speeds = [_number(n, "speed", source, above=True) for n, _ in nets]
     pcie = [b for _, pci, _ in gpus if (b := _pcie_bytes_per_s(pci, source)) is not None]
     return NodeLayout(
         source=source, kind="NCCL topology XML",
