@@ -166,3 +166,53 @@ def test_xml_numbers_that_are_not_what_they_must_be_are_named(tmp_path, capsys, 
     attributes are errors naming the element and attribute, never dropped or defaulted."""
     assert old in _XML
     assert words in _xml_error(tmp_path, capsys, _XML.replace(old, new, 1))
+
+
+_IB = (REPO_ROOT / "tests" / "topology" / "dumps" / "two-dgx-a100.ibnetdiscover").read_text()
+
+
+def _ib_import(tmp_path, capsys, text: str) -> tuple[int, str]:
+    dump = tmp_path / "fabric.ibnetdiscover"
+    dump.write_text(text)
+    status = main(["topology", "import", str(dump), "-o", str(tmp_path / "ib.yaml"),
+                   "--node", "dgx-a100"])
+    return status, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("description", ["dgx01 mlx5_²", "dgx01 mlx5_\u0661"])
+def test_hca_descriptions_with_other_digits_import(tmp_path, capsys, description):
+    """D21: an HCA whose name has digits that are not ASCII sorts, and imports."""
+    text = _IB.replace('# "dgx01 mlx5_0"\n', f'# "{description}"\n', 1)
+    status, err = _ib_import(tmp_path, capsys, text)
+    assert status == 0, err
+
+
+def test_a_blank_hca_description_is_its_own_host_not_a_crash(tmp_path, capsys):
+    """D20: no host name to group it by, so the HCA stands alone; dgx01 then has 7 HCAs
+    for 8 NICs and the cluster cannot be built — said in one line, no traceback."""
+    text = _IB.replace('# "dgx01 mlx5_0"\n', '# "   "\n', 1)
+    status, err = _ib_import(tmp_path, capsys, text)
+    assert status == 2 and "cannot reach" in _one_error_line(err)
+
+
+def test_a_router_with_cables_is_forwarded_through_like_a_switch(tmp_path, capsys):
+    """D22."""
+    text = _IB.replace("Switch\t40", "Rt\t40", 1)
+    status, err = _ib_import(tmp_path, capsys, text)
+    assert status == 0, err
+    written = (tmp_path / "ib.yaml").read_text()
+    assert "sw0" in written
+
+
+@pytest.mark.parametrize(("old", "new", "words"), [
+    ("[1]\t", "[" + "1" * 4400 + "]\t", "cannot read"),
+    ("lid 11 4xHDR", "lid 11 " + "4" * 4400 + "xHDR", "no link width and speed"),
+    ('"H-0c42a10300c80000"[1](c42a10300c80000) \t\t# "dgx01 mlx5_0" lid 11 4xHDR',
+     '"H-0c42a10300c80000"[1](c42a10300c80000) \t\t# "dgx01 mlx5_0" lid 11 2xHDR',
+     "disagree on its speed"),
+])
+def test_bad_ibnetdiscover_cells_are_named(tmp_path, capsys, old, new, words):
+    """D23 (4,400-digit numbers), D47 (cable ends that disagree on speed)."""
+    assert old in _IB
+    status, err = _ib_import(tmp_path, capsys, _IB.replace(old, new, 1))
+    assert status == 2 and words in _one_error_line(err)

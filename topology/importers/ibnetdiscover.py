@@ -33,16 +33,18 @@ __all__ = ["IbFabric", "fabric_cluster_spec", "looks_like_ibnetdiscover", "parse
 
 LANE_GBPS = {"SDR": 2.0, "DDR": 4.0, "QDR": 8.0, "FDR10": 10.0, "FDR": 13.64, "EDR": 25.0,
              "HDR": 50.0, "NDR": 100.0, "XDR": 200.0}
-_NODE = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([^"]+)"\s*(?:#\s*"([^"]*)")?')
-_PORT = re.compile(r'^\[(\d+)\](?:\([0-9a-fA-F]+\))?\s+"([^"]+)"\[(\d+)\]'
+# Port numbers and counts are a few digits (ASCII: "\d" would take any script's digits,
+# which int() may refuse); nine at most, so no cell can be a 4,300-digit number.
+_NODE = re.compile(r'^(Switch|Ca|Rt)\s+([0-9]{1,9})\s+"([^"]+)"\s*(?:#\s*"([^"]*)")?')
+_PORT = re.compile(r'^\[([0-9]{1,9})\](?:\([0-9a-fA-F]+\))?\s+"([^"]+)"\[([0-9]{1,9})\]'
                    r'(?:\([0-9a-fA-F]+\))?(.*)$')
-_WIDTH = re.compile(r"(\d+)x([A-Z0-9]+)\s*$")
+_WIDTH = re.compile(r"(?<![0-9])([0-9]{1,3})x([A-Z0-9]+)\s*$")
 
 
 @dataclass(frozen=True, slots=True)
 class IbNode:
-    ident: str  # "S-…" / "H-…"
-    kind: str  # "Switch" or "Ca"
+    ident: str  # "S-…" / "H-…" / "R-…"
+    kind: str  # "Switch", "Ca" or "Rt" (a router: forwarded through like a switch)
     description: str
     line: int
 
@@ -67,18 +69,21 @@ class IbFabric:
 
     @property
     def switches(self) -> list[IbNode]:
-        return [n for n in self.nodes.values() if n.kind == "Switch"]
+        """The switches, and the routers (``Rt``), which forward packets as a switch
+        does as far as a job's traffic is concerned."""
+        return [n for n in self.nodes.values() if n.kind in ("Switch", "Rt")]
 
     def hosts(self) -> dict[str, list[IbNode]]:
         """Each host's HCAs in device order (``mlx5_2`` before ``mlx5_10``)."""
         hosts: dict[str, list[IbNode]] = {}
         for node in self.nodes.values():
-            if node.kind == "Ca":
-                hosts.setdefault(node.description.split()[0] if node.description else
-                                 node.ident, []).append(node)
+            if node.kind == "Ca":  # "host mlx5_0": the host is the first word
+                hosts.setdefault((node.description.split() or [node.ident])[0],
+                                 []).append(node)
         for cas in hosts.values():
-            cas.sort(key=lambda n: [int(p) if p.isdigit() else p
-                                    for p in re.split(r"(\d+)", n.description)])
+            cas.sort(key=lambda n: [(0, int(p), "") if p.isascii() and p.isdigit()
+                                    else (1, 0, p)
+                                    for p in re.split(r"([0-9]+)", n.description)])
         return hosts
 
 
@@ -135,6 +140,12 @@ def _cables(ends: dict[tuple[str, int], tuple[str, int, float, int]],
         if other is not None and other[:2] != (a, a_port):
             raise ParseError(f"{a}[{a_port}] -> {b}[{b_port}], but {b}[{b_port}] -> "
                              f"{other[0]}[{other[1]}]", source=source, line=line)
+        if other is not None and other[2] != bandwidth:
+            raise ParseError(f"the two ends of cable {a}[{a_port}] - {b}[{b_port}] disagree "
+                             f"on its speed: {bandwidth * 8 / 1e9:g} Gb/s here, "
+                             f"{other[2] * 8 / 1e9:g} Gb/s at line {other[3]}",
+                             source=source, line=line,
+                             hint="a cable runs at one width and speed; fix the dump")
         if other is not None and (b, b_port) < (a, a_port):
             continue  # listed from the other end already
         cables.append(IbCable(a, a_port, b, b_port, bandwidth, line))
