@@ -216,3 +216,42 @@ def test_bad_ibnetdiscover_cells_are_named(tmp_path, capsys, old, new, words):
     assert old in _IB
     status, err = _ib_import(tmp_path, capsys, _IB.replace(old, new, 1))
     assert status == 2 and words in _one_error_line(err)
+
+
+def _matrix(names: list[str], cell: str = "NV1") -> str:
+    """GPUs joined by ``cell``, and one NIC beside the first GPU (SYS to the others)."""
+    every = [*names, "NIC0"]
+
+    def relation(a: str, b: str) -> str:
+        if a == b:
+            return "X"
+        if "NIC0" in (a, b):
+            return "PIX" if names[0] in (a, b) else "SYS"
+        return cell
+
+    return ("\t" + "\t".join(every) + "\tCPU Affinity\n" + "".join(
+        f"{a}\t" + "\t".join(relation(a, b) for b in every) + "\n" for a in every))
+
+
+def _smi_import(tmp_path, capsys, text: str) -> tuple[int, str]:
+    dump = tmp_path / "topo.txt"
+    dump.write_text(text)
+    status = main(["topology", "import", str(dump), "-o", str(tmp_path / "c.yaml")])
+    return status, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("names", "cell", "words"), [
+    (["GPU0", "GPU1", "GPUx"], "NV1", "header cell 'GPUx' is not a GPU name"),
+    (["GPU0", "GPU1"], "NV" + "9" * 4400, "unknown connection"),
+])
+def test_bad_topo_matrix_headers_and_cells_are_named(tmp_path, capsys, names, cell, words):
+    """D48 (a GPU-like header taken as a NIC), D23 (a 4,400-digit NV# cell)."""
+    status, err = _smi_import(tmp_path, capsys, _matrix(names, cell))
+    assert status == 2 and words in _one_error_line(err)
+
+
+def test_a_1200_gpu_matrix_imports(tmp_path, capsys):
+    """D38: one pass over the NVLink pairs (the per-GPU sums were cubic: 81 s at 1,200
+    GPUs; benchmarks/README.md has the figures)."""
+    status, err = _smi_import(tmp_path, capsys, _matrix([f"GPU{i}" for i in range(1200)]))
+    assert status == 0, err

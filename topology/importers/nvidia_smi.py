@@ -34,7 +34,7 @@ from distsim_gpu.topology.importers.layout import NodeLayout, UnionFind
 __all__ = ["looks_like_topo_matrix", "parse_topo_matrix"]
 
 _RELATIONS = ("X", "SYS", "SOC", "NODE", "PHB", "PXB", "PIX")
-_NV = re.compile(r"^NV(\d+)$")
+_NV = re.compile(r"^NV([0-9]{1,3})$")  # a link count: a few ASCII digits
 _SAME_SWITCH = ("PIX", "PXB")
 # The most NVLinks one GPU has: Hopper's 18 (H100 white paper); more than this summed over
 # a GPU's peers can only be the same links counted once per peer, through an NVSwitch.
@@ -64,9 +64,21 @@ def _header(lines: Sequence[str], source: str) -> tuple[int, list[str]]:
                 if token in _HEADER_END:
                     break
                 names.append(token)
+            _check_names(names, source, number + 1)
             return number, names
     raise ParseError("no header row naming GPU0 …: not `nvidia-smi topo -m` output",
                      source=source, hint="run `nvidia-smi topo -m > topo.txt` on the machine")
+
+
+def _check_names(names: list[str], source: str, line: int) -> None:
+    """A header cell that starts like a GPU's name must be one (``GPU<n>``): ``GPUx``
+    taken as a NIC would be a wrong machine; names must not repeat."""
+    for name in names:
+        if name.upper().startswith("GPU") and not re.fullmatch(r"GPU[0-9]{1,6}", name):
+            raise ParseError(f"header cell {name[:40]!r} is not a GPU name", source=source,
+                             line=line, hint="GPUs are named GPU0, GPU1, …")
+    if len(set(names)) != len(names):
+        raise ParseError("the header names a device twice", source=source, line=line)
 
 
 def _rows(lines: Sequence[str], start: int, names: list[str],
@@ -131,8 +143,9 @@ def parse_topo_matrix(text: str, *, source: str) -> NodeLayout:
     start, names = _header(lines, source)
     matrix, line_of, numa = _rows(lines, start, names, source)
     _check_symmetric(matrix, names, line_of, source)
-    gpus = [i for i, n in enumerate(names) if re.fullmatch(r"GPU\d+", n)]
-    nics = [i for i, n in enumerate(names) if i not in gpus]
+    gpus = [i for i, n in enumerate(names) if re.fullmatch(r"GPU[0-9]+", n)]
+    gpu_set = set(gpus)
+    nics = [i for i in range(len(names)) if i not in gpu_set]
     switches = UnionFind(len(names))
     for i, row in enumerate(matrix):
         for j in range(i):
@@ -181,7 +194,7 @@ def _nvlinks(matrix: list[list[str]], gpus: list[int], names: list[str]
                 pairs.append((a_pos, b_pos, int(match.group(1))))
     if not pairs:
         return False, 0, (), []
-    totals = [sum(n for a, b, n in pairs if g in (a, b)) for g in range(len(gpus))]
+    totals = _links_per_gpu(pairs, len(gpus))
     if max(totals) <= MAX_NVLINKS_PER_GPU:
         return False, 0, tuple(pairs), [f"NVLink mesh: {len(pairs)} cabled GPU pairs"]
     counts = sorted({n for _, _, n in pairs})
@@ -192,12 +205,23 @@ def _nvlinks(matrix: list[list[str]], gpus: list[int], names: list[str]
     return True, counts[0], (), notes
 
 
+def _links_per_gpu(pairs: Sequence[tuple[int, int, int]], gpus: int) -> list[int]:
+    """Each GPU's NVLinks summed over its cabled peers (one pass over the pairs: a sum per
+    GPU over every pair would be cubic in the GPUs of the matrix)."""
+    totals = [0] * gpus
+    for a, b, n in pairs:
+        totals[a] += n
+        totals[b] += n
+    return totals
+
+
 def _sm(nvswitch: bool, links: int, pairs: tuple[tuple[int, int, int], ...]) -> int | None:
     """The architecture a GPU's NVLink count implies, where it implies one."""
     if nvswitch:
         return SM_BY_NVLINKS.get(links)
     if pairs:
-        per_gpu = {sum(n for a, b, n in pairs if g in (a, b))
-                   for g in {x for p in pairs for x in p[:2]}}
+        cabled = {x for p in pairs for x in p[:2]}
+        totals = _links_per_gpu(pairs, max(cabled) + 1)
+        per_gpu = {totals[g] for g in cabled}
         return SM_BY_NVLINKS.get(per_gpu.pop()) if len(per_gpu) == 1 else None
     return None
