@@ -11,6 +11,9 @@ family             command
 ``runs_map``       the same, the map mutated
 ``sections``       ``distsim run s.yaml`` for a MoE scenario, a per-operator sharded
                    one, an offloaded one and a two-job one (one drawn per case)
+``nccl_xml``       ``distsim topology import topo.xml -o out.yaml`` (NCCL topology XML)
+``ibnetdiscover``  ``distsim topology import fabric.ibnet -o out.yaml --node dgx-a100``
+``topo_matrix``    ``distsim topology import topo.txt -o out.yaml`` (nvidia-smi topo -m)
 =================  ================================================================
 
 Each case is a :class:`~tests.fuzz.cases.Case` of :mod:`tests.fuzz.cases` (its mutations,
@@ -49,7 +52,17 @@ from tests.fuzz.cases import (
     run_case,
 )
 
-READ_FAMILIES = ("chakra_et", "chakra_json", "runs_table", "runs_map", "sections")
+READ_FAMILIES = ("chakra_et", "chakra_json", "runs_table", "runs_map", "sections",
+                 "nccl_xml", "ibnetdiscover", "topo_matrix")
+_DUMPS = Path(__file__).resolve().parents[1] / "topology" / "dumps"
+# The topology importers' families: (file name, the unmutated dump, argv).
+_IMPORT = ("topology", "import", "{file}", "-o", "{dir}/out.yaml")
+IMPORT_BASES: dict[str, tuple[str, bytes, tuple[str, ...]]] = {
+    "nccl_xml": ("topo.xml", (_DUMPS / "dgx-h100.topo.xml").read_bytes(), _IMPORT),
+    "ibnetdiscover": ("fabric.ibnet", (_DUMPS / "two-dgx-a100.ibnetdiscover").read_bytes(),
+                      (*_IMPORT, "--node", "dgx-a100")),
+    "topo_matrix": ("topo.txt", (_DUMPS / "dgx-h100.topo.txt").read_bytes(), _IMPORT),
+}
 CHAKRA_ARGV = ("trace", "chakra", "{dir}", "--cluster", "dgx-a100")
 RUNS_ARGV = ("validate", "runs", "{dir}/runs.csv", "--map", "{dir}/map.yaml",
              "--workers", "1")
@@ -269,6 +282,13 @@ def _sections_case(rng: random.Random) -> ReadCase:
 # --------------------------------------------------------------------------- cases
 
 
+def _import_case(rng: random.Random, family: str) -> ReadCase:
+    """A topology dump with one text mutation (numbers, tokens, lines, nesting...)."""
+    name, data, argv = IMPORT_BASES[family]
+    mutation = rng.choice(sorted(_TEXT_MUTATIONS))
+    return ReadCase(Case(family, mutation, name, _TEXT_MUTATIONS[mutation](rng, data), argv))
+
+
 def read_base_cases() -> list[ReadCase]:
     """Every family's input unmutated: each must run (exit 0)."""
     cases = [
@@ -281,6 +301,8 @@ def read_base_cases() -> list[ReadCase]:
     ]
     cases += [ReadCase(Case("sections", f"{name}:none", "s.yaml", text.encode(),
                             ("run", "{file}"))) for name, text in SECTION_BASES.items()]
+    cases += [ReadCase(Case(family, "none", name, data, argv))
+              for family, (name, data, argv) in IMPORT_BASES.items()]
     return cases
 
 
@@ -294,6 +316,8 @@ def generate_read(count: int, seed: int = 0) -> list[ReadCase]:
             cases.append(_chakra_case(rng, family))
         elif family.startswith("runs"):
             cases.append(_runs_case(rng, family))
+        elif family in IMPORT_BASES:
+            cases.append(_import_case(rng, family))
         else:
             cases.append(_sections_case(rng))
     return cases
