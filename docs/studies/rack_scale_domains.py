@@ -125,10 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             for domain in DOMAINS:
                 best, searched_s = best_strategy(model, domain, out, args.time_limit)
                 for gpus in SCALES if domain == 72 else SCALES[:1]:
-                    run = measure(scaled(best, domain, gpus),
-                                  out / f"{model}-{domain}-{gpus}.yaml", args.run_limit)
+                    scenario = scaled(best, domain, gpus)
+                    run = measure(scenario, out / f"{model}-{domain}-{gpus}.yaml",
+                                  args.run_limit)
                     row = {"model": model, "domain": domain, "gpus": gpus,
-                           "strategy": describe(best["parallelism"]),
+                           "strategy": describe(scenario["parallelism"]),
                            "searched_s": searched_s if gpus == BASE_GPUS else "", **run}
                     writer.writerow(row)
                     handle.flush()
