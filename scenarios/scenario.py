@@ -135,6 +135,7 @@ __all__ = [
     "load_scenario",
     "run_scenario",
     "scenario_from_mapping",
+    "stack_overlap_defaults",
 ]
 
 SCENARIO_KEYS = ("name", "description", "cluster", "model", "parallelism", "training",
@@ -547,14 +548,20 @@ def _stack_defaults(parallel: ParallelConfig, raw: Any, roofline: RooflineCosts,
     if "bucket_params" not in given and not stack.overlap_grad_reduce:
         changes["bucket_params"] = 10**15  # more than any model: one bucket, at the end
     # The stack's overlaps where the strategy has what they overlap (docs/overlaps.md).
-    if "overlap_param_gather" not in given:
-        changes["overlap_param_gather"] = (stack.overlap_param_gather
-                                           and parallel.zero in (1, 2))
-    if "tp_comm_overlap" not in given:
-        changes["tp_comm_overlap"] = (stack.tp_comm_overlap and parallel.sequence_parallel
-                                      and parallel.tp > 1 and parallel.tp_mode == "1d"
-                                      and parallel.cp == 1 and not parallel.layer_groups)
+    overlaps = stack_overlap_defaults(parallel, roofline)
+    changes.update({key: on for key, on in overlaps.items() if key not in given})
     return dataclasses.replace(parallel, **changes) if changes else parallel
+
+
+def stack_overlap_defaults(parallel: ParallelConfig, roofline: RooflineCosts) -> dict[str, bool]:
+    """What ``parallelism.overlap_param_gather`` and ``tp_comm_overlap`` are when a scenario
+    leaves them to its stack: on where the stack runs them and ``parallel`` has what they
+    overlap (a strategy search re-applies this to every candidate it derives)."""
+    stack = roofline.stack
+    return {"overlap_param_gather": stack.overlap_param_gather and parallel.zero in (1, 2),
+            "tp_comm_overlap": (stack.tp_comm_overlap and parallel.sequence_parallel
+                                and parallel.tp > 1 and parallel.tp_mode == "1d"
+                                and parallel.cp == 1 and not parallel.layer_groups)}
 
 
 def _seed_hashing(topology: Topology, seed: int) -> Topology:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from distsim_gpu.scenarios.scenario import Scenario
+from distsim_gpu.scenarios.scenario import Scenario, stack_overlap_defaults
 from distsim_gpu.simcore.config import check_keys
 from distsim_gpu.workloads.specs.moe_routing import routed_comm
 from distsim_gpu.workloads.strategy.dimensions import DIMENSIONS, dimensions
@@ -203,6 +203,12 @@ def with_strategy(scenario: Scenario, strategy: Strategy, *, name: str | None = 
                   ) -> Scenario:
     """``scenario`` with ``strategy`` applied (validated: :class:`ConfigError` if invalid)."""
     parallel, training = strategy.parallel, strategy.training
+    # The stack's overlaps follow the candidate where the scenario left them to the stack
+    # (its value is the stack's default for its own strategy); a value it set stays.
+    given = stack_overlap_defaults(scenario.parallel, scenario.roofline)
+    wanted = stack_overlap_defaults(parallel, scenario.roofline)
+    parallel = dataclasses.replace(parallel, **{
+        key: on for key, on in wanted.items() if getattr(scenario.parallel, key) == given[key]})
     model = scenario.model
     microbatches = check_strategy(model, parallel, training, num_gpus=scenario.num_gpus,
                                   source=scenario.source)

@@ -15,6 +15,7 @@ from distsim_gpu.scenarios.study.search import (
     format_search,
     search_strategies,
 )
+from distsim_gpu.scenarios.study.search_space import with_strategy
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.workloads.cost.memory import memory_per_gpu
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
@@ -297,3 +298,26 @@ def test_search_lists_no_duplicate_strategy(tmp_path, capsys):
     keys = [tuple(v for k, v in row.items() if k in STRATEGY_KEYS) for row in rows]
     assert len(keys) == len(set(keys))
     assert not [row for row in rows if row["pp"] == "1" and row["schedule"] == "gpipe"]
+
+
+def test_a_candidate_gets_its_stacks_overlaps_for_its_own_strategy():
+    """The base runs cp 2, where NeMo's TP overlap is off; a cp-1 candidate derived from it
+    must run with the overlap on, as its own best.yaml does — unless the scenario set the
+    key itself, which then stays."""
+    def scenario(**parallelism):
+        return scenario_from_mapping({
+            **mapping(), "cluster": {"preset": "dgx-h100", "nodes": 1},
+            "model": {**MODEL, "seq_len": 512},
+            "parallelism": {"tp": 2, "pp": 1, "cp": 2, "dp": 2, "sequence_parallel": True,
+                            "zero": 1, **parallelism},
+            "training": {"micro_batch": 1, "global_batch": 8, "recompute": "none"},
+            "compute": {"gpu": "h100-sxm", "stack": "nemo"}})
+    base = scenario()
+    assert not base.parallel.tp_comm_overlap
+    strategy = Strategy.on(base, tp=2, pp=1, dp=4, cp=1, zero=1, sequence_parallel=True)
+    candidate = with_strategy(base, strategy)
+    assert candidate.parallel.tp_comm_overlap and candidate.parallel.overlap_param_gather
+    resolved = scenario_from_mapping(candidate.resolved())
+    assert resolved.parallel.tp_comm_overlap
+    fixed = scenario(tp_comm_overlap=False, cp=1, dp=4)
+    assert not with_strategy(fixed, strategy).parallel.tp_comm_overlap
