@@ -20,6 +20,7 @@ from distsim_gpu.scenarios.cli.options import (
     PROTOCOLS,
     add_log_options,
     add_overrides_option,
+    add_quiet_option,
     add_trace_cluster_options,
     checked_comm,
     cluster_and_params,
@@ -46,6 +47,7 @@ from distsim_gpu.scenarios.fit.validate_trace import (
     write_output,
 )
 from distsim_gpu.scenarios.scenario import load_scenario
+from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.fileio import atomic_write_text
 
@@ -95,6 +97,7 @@ def _add_runs_parser(kinds: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_overrides_option(parser, "a scenario key set on every row (repeatable), e.g. "
                          "compute.stack=megatron-deepspeed")
+    add_quiet_option(parser)
     parser.set_defaults(handler=handle_runs)
 
 
@@ -103,9 +106,12 @@ def handle_runs(args: argparse.Namespace) -> int:
     if args.out is not None and not args.fit:
         raise ConfigError("--out writes the fitted knobs: it needs --fit", key="--out")
     check_folds(args.folds, "--folds")  # before any row runs
-    report = validate_runs(args.table, args.map_path, fit=args.fit, folds=args.folds,
-                           workers=args.workers, every=args.every,
-                           overrides=overrides(args.overrides))
+    with progress.reporting("validate runs", enabled=not args.quiet) as reporter:
+        if reporter is not None:
+            reporter.phase("simulating the rows" + (" (and fitting)" if args.fit else ""))
+        report = validate_runs(args.table, args.map_path, fit=args.fit, folds=args.folds,
+                               workers=args.workers, every=args.every,
+                               overrides=overrides(args.overrides))
     if args.out is not None and report.fit is not None:
         crossed = summarise(report.fit.cross_validated)["mean_abs_error_pct"]
         header = (f"# Fitted by distsim validate runs {args.table} --map {args.map_path} "

@@ -57,6 +57,7 @@ from distsim_gpu.scenarios.fit.runs_table import (
 )
 from distsim_gpu.scenarios.report import format_table
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
+from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.config import check_whole, set_path
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.pool import WorkerPool
@@ -134,9 +135,26 @@ def simulate_rows(runs_map: RunsMap, rows: Sequence[RunRow],
     jobs = [(runs_map.base, runs_map.base_source, runs_map.base_dir,
              tuple(row.overrides) + tuple(extra[i] if extra else ()))
             for i, row in enumerate(rows)]
-    # (in the rows' order either way; a pool runs a single job here)
-    outcomes = [_simulate(job) for job in jobs] if pool is None else pool.map(_simulate, jobs)
+    reporter = progress.current()  # (a terminal's progress line: rows done of all)
+    outcomes: list[tuple[float | None, str]] = [(None, "")] * len(jobs)
+    if pool is None:
+        for i, job in enumerate(jobs):
+            outcomes[i] = _simulate(job)
+            if reporter is not None:
+                reporter.stage(i + 1, len(jobs), "rows")
+    else:  # as the workers finish, placed back in the rows' order
+        for done, finished in enumerate(pool.as_completed(_simulate_numbered,
+                                                          list(enumerate(jobs)))):
+            i, outcome = finished.result()
+            outcomes[i] = outcome
+            if reporter is not None:
+                reporter.stage(done + 1, len(jobs), "rows")
     return tuple(RowResult(row, time_s, why) for row, (time_s, why) in zip(rows, outcomes))
+
+
+def _simulate_numbered(task: tuple[int, Any]) -> tuple[int, tuple[float | None, str]]:
+    """:func:`_simulate` of ``task[1]``, tagged with its row number ``task[0]``."""
+    return task[0], _simulate(task[1])
 
 
 # --------------------------------------------------------------------------- statistics

@@ -4,6 +4,7 @@ maps and tables are file:line errors."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
@@ -305,3 +306,32 @@ def test_spearman_under_three_rows_says_why_there_is_none(tmp_path, capsys) -> N
     (line,) = [x for x in capsys.readouterr().out.splitlines() if "Spearman" in x]
     assert "big n/a (2 rows)" in line and "nan" not in line
     assert re.search(r"small -?[01]\.\d\d", line)
+
+
+
+def test_validate_runs_counts_the_rows_on_a_terminal_and_is_quiet_otherwise(
+        tmp_path, monkeypatch, capsys) -> None:
+    """A table of many rows runs for minutes: on a terminal the progress line counts the
+    rows done; with -q (or in a pipe) nothing but the report is written."""
+    from distsim_gpu.simcore import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    drawn: list[str] = []
+    real = progress.Reporter.stage
+
+    def stage(self, done: int, total: int, what: str = "") -> None:
+        drawn.append(f"{done}/{total} {what}")
+        real(self, done, total, what)
+
+    monkeypatch.setattr(progress.Reporter, "stage", stage)
+    monkeypatch.setattr("sys.stderr", Terminal())
+    table, map_path = _write(tmp_path)
+    argv = ["validate", "runs", str(table), "--map", str(map_path), "--workers", "1"]
+    assert main(argv) == 0
+    assert drawn[-1] == f"{len(ROWS)}/{len(ROWS)} rows"
+    drawn.clear()
+    assert main([*argv, "-q"]) == 0
+    assert drawn == []
