@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
@@ -44,6 +45,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                         help="start no simulation after SECONDS (those running finish); the "
                         "result is then the best found, not necessarily the optimum")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (the counts, the best K, the baseline) "
+                        "instead of the table")
     parser.add_argument("--verbose", action="store_true",
                         help="print each simulated candidate to stderr as it finishes")
     parser.add_argument("--layer-groups", action="store_true",
@@ -73,6 +77,9 @@ def handle(args: argparse.Namespace) -> int:
     result = search_strategies(
         scenario, gpus=args.gpus, top=args.top, workers=args.workers, out_dir=args.out,
         time_limit_s=args.time_limit, progress=_progress if args.verbose else None)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0
     sys.stdout.write(format_search(result))
     print(f"\nwrote {args.out}: {', '.join(result.files)}")
     return 0

@@ -91,3 +91,16 @@ class SearchResult:
         if self.best is None or self.baseline is None:
             return None
         return self.baseline.iteration_time_s / self.best.iteration_time_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as ``distsim search --json`` prints it (SI units): the counts, the
+        best ``k`` and the baseline as result rows, the speed-up, the files written."""
+        return {"name": self.name, "num_gpus": self.num_gpus,
+                "global_batch": self.global_batch, "enumerated": self.enumerated,
+                "simulated": self.simulated, "pruned": dict(self.pruned_counts),
+                "invalid_reasons": dict(self.invalid_reasons),
+                "top": [result.row() for result in self.top],
+                "baseline": None if self.baseline is None else {
+                    **self.baseline.row(), "kind": self.baseline_kind},
+                "speedup": self.speedup, "wall_time_s": self.wall_time_s,
+                "files": list(self.files)}

@@ -253,6 +253,28 @@ def test_cli_handler_prints_the_table_and_writes_the_files(tmp_path, capsys):
         args.handler(args)
 
 
+def test_cli_json_prints_the_best_and_the_counts(tmp_path, capsys):
+    import json
+
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(mapping("600 GB/s")))
+    parser = argparse.ArgumentParser(prog="distsim")
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["search", str(path), "--top", "2", "--workers", "1", "--json",
+                              "--out", str(tmp_path / "out"), "--set",
+                              "training.global_batch=4"])
+    assert args.handler(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["num_gpus"] == 4 and len(data["top"]) == 2
+    assert data["simulated"] + sum(data["pruned"].values()) == data["enumerated"]
+    first, second = data["top"]
+    assert first["iteration_time_s"] <= second["iteration_time_s"]
+    assert data["speedup"] == pytest.approx(
+        data["baseline"]["iteration_time_s"] / first["iteration_time_s"])
+    assert "best.yaml" in data["files"]
+
+
 def test_without_a_fitting_pure_data_parallel_the_baseline_is_the_smallest_model_split():
     pure_dp = _pure_dp_bytes(1)
     # Too small for pure data parallelism at any micro-batch: the naive baseline is the
