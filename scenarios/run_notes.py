@@ -3,8 +3,9 @@
 :func:`run_notes` gathers them after the run (:mod:`simcore.notes`): the cost table's
 extrapolated rows, the kinds a fallback timed, the table rows that matched nothing (each
 job's table, with several jobs), and each fault whose fabric re-route stalls the job
-(the subnet manager's delay, :mod:`topology.faults`), and an NVMe offload timed with the
-node preset's estimated drive bandwidth.
+(the subnet manager's delay, :mod:`topology.faults`), an NVMe offload timed with the
+node preset's estimated drive bandwidth, and a low-precision GEMM rate no kernel table
+measured (the roofline's ``notes``).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def run_notes(costs: Iterable[object], faults: Sequence[Fault], topology: Topolo
     repeats."""
     notes: list[RunNote] = []
     for model in costs:
-        notes += getattr(model, "notes", ())  # a cost table's; the roofline assumes nothing
+        notes += getattr(model, "notes", ())  # a cost table's, or the roofline's defaults
     for parallel in parallels:
         notes += offload_notes(parallel, topology)
     notes += fault_notes(faults, topology, iteration_time_s)

@@ -119,3 +119,32 @@ def test_an_fp4_scenario_runs_on_a_gb200_rack():
         "compute": {"gpu": "gb200", "stack": "transformer-engine"}})
     assert scenario.roofline.stack.fp8.name == "nvfp4"
     assert scenario.resolved()["training"]["precision"] == "fp4"
+
+
+def test_the_figures_no_kernel_table_measured_are_run_notes():
+    """NVFP4's GEMM rate is MXFP8's, and Blackwell's per-tensor FP8 rate the generic 0.6:
+    each run that uses them says so; Hopper's fitted FP8 and MXFP8's measured rate do not."""
+    (fp4,) = _costs("fp4", None).notes
+    assert fp4.kind == "defaulted" and fp4.key == "training.precision"
+    assert "0.654 of the FP4 peak" in fp4.message and "last 15% of the layers" in fp4.message
+    (fp8,) = _costs("fp8", "delayed").notes
+    assert "0.6 of the FP8 peak" in fp8.message and "blackwell" in fp8.message
+    assert _costs("fp8", "mxfp8").notes == ()
+    assert _costs("bf16", None).notes == ()
+    assert RooflineCosts(get_gpu("h100-sxm"), "fp8").notes == ()
+
+
+def test_an_fp4_run_prints_its_assumption(capsys, tmp_path):
+    import yaml
+    from distsim_gpu.scenarios.cli.main import main
+    path = tmp_path / "fp4.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "fp4", "cluster": {"preset": "gb200-nvl72", "nvlink_domain": 8},
+        "model": {"name": "small", "layers": 8, "hidden": 4096, "heads": 32,
+                  "seq_len": 4096, "vocab": 32000},
+        "parallelism": {"tp": 8, "sequence_parallel": True},
+        "training": {"micro_batch": 1, "global_batch": 4, "precision": "fp4"},
+        "compute": {"gpu": "gb200", "stack": "transformer-engine"}}))
+    assert main(["run", str(path)]) == 0
+    assert "note: defaulted [training.precision]: NVFP4 GEMMs run at 0.654" in \
+        capsys.readouterr().out

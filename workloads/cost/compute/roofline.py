@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from distsim_gpu.simcore.config import check_bool, check_choice, check_number, check_whole
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.workloads.cost.compute.operators import (
     PASSES,
     LayerWork,
@@ -448,6 +449,28 @@ class RooflineCosts:
         if recipe.gemm_efficiency is not None and self.stack.fp8_matmul_efficiency is None:
             return recipe.gemm_efficiency
         return self.resolved_fp8_matmul_efficiency
+
+    @property
+    def notes(self) -> tuple[RunNote, ...]:
+        """The figures a low-precision run takes without a measurement of its own (the
+        run prints them, :mod:`scenarios.run_notes`): NVFP4's GEMM rate and BF16 tail, or
+        an FP8 GEMM rate no kernel table of this GPU generation fitted."""
+        if self.precision not in LOW_PRECISIONS:
+            return ()
+        recipe, stack = self.stack.fp8, self.stack
+        if recipe.name == "nvfp4":
+            return (RunNote(
+                "defaulted", f"NVFP4 GEMMs run at {recipe.gemm_efficiency:g} of the FP4 peak, "
+                "MXFP8's measured fraction (no NVFP4 GEMM table is in the kernel data); the "
+                f"last {recipe.bf16_layer_fraction:.0%} of the layers keep BF16 GEMMs",
+                "training.precision"),)
+        fitted = self.gpu.architecture in FP8_MATMUL_EFFICIENCY_BY_ARCHITECTURE
+        if recipe.gemm_efficiency is None and stack.fp8_matmul_efficiency is None and not fitted:
+            return (RunNote(
+                "defaulted", f"FP8 GEMMs run at {FP8_MATMUL_EFFICIENCY:g} of the FP8 peak, the "
+                f"generic figure: no FP8 GEMM fit ships for {self.gpu.architecture or 'this'} "
+                "GPUs", "compute.stack"),)
+        return ()
 
     def kernel_time_s(self, kernel: Operator) -> float:
         """Seconds for all ``kernel.count`` instances of an operator."""
