@@ -93,7 +93,9 @@ from distsim_gpu.topology.presets import (
     build_switch_node,
 )
 from distsim_gpu.topology.spec_values import (
+    MAX_GPUS,
     MAX_NODES,
+    MAX_NVLINK_DOMAIN,
     read_bandwidth,
     read_count,
     read_latency,
@@ -147,7 +149,12 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None, 
     nodes = read_count(spec.get("nodes", 1), "nodes", source, minimum=1, maximum=MAX_NODES)
     if "nvlink_domain" in spec:
         preset = with_domain(preset, read_count(spec["nvlink_domain"], "nvlink_domain", source,
-                                                minimum=1), source=source)
+                                                minimum=1, maximum=MAX_NVLINK_DOMAIN),
+                             source=source)
+    if nodes * preset.gpus > MAX_GPUS:
+        raise ConfigError(f"{nodes:,} nodes of {preset.gpus} GPUs are {nodes * preset.gpus:,} "
+                          f"GPUs, more than distsim builds ({MAX_GPUS:,})", key="nodes",
+                          source=source)
 
     gpu = spec.get("gpu", {})
     if isinstance(gpu, str):

@@ -19,7 +19,9 @@ from distsim_gpu.simcore.units import parse_bandwidth, parse_duration
 
 __all__ = [
     "MAX_COUNT",
+    "MAX_GPUS",
     "MAX_NODES",
+    "MAX_NVLINK_DOMAIN",
     "read_bandwidth",
     "read_count",
     "read_latency",
@@ -32,6 +34,12 @@ __all__ = [
 #: training clusters built (about 100,000 GPUs).  The bound is there so that a typo
 #: (``nodes: 1.0e+30``, ``--nodes 100000``) is an error instead of an endless build.
 MAX_NODES = 16_384
+#: GPUs on one NVLink domain (``nvlink_domain``): 4,608, eight of the largest domain
+#: designed (NVL576); a node of one switch that large models nothing built, and a typo
+#: (``nvlink_domain: 1000000``) must not build a million-GPU node.
+MAX_NVLINK_DOMAIN = 4_608
+#: GPUs a cluster may have in all: 131,072, what MAX_NODES gives in 8-GPU boxes.
+MAX_GPUS = 131_072
 #: Any other count in a cluster spec (GPUs of a switch node, spines, NICs per leaf, ...).
 MAX_COUNT = 2**20
 

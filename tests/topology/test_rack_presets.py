@@ -87,6 +87,7 @@ def test_an_hgx_box_grows_into_a_domain_of_boxes_whose_sockets_stay_apart():
     ({"preset": "mi355x", "nvlink_domain": 16}, "a mesh"),
     ({"preset": "pcie-8gpu", "nvlink_domain": 16}, "no NVLink"),
     ({"preset": "gb200-nvl72", "nvlink_domain": 0}, ">= 1"),
+    ({"preset": "gb200-nvl72", "nvlink_domain": 10**6}, "at most 4,608"),
 ])
 def test_a_domain_that_cannot_be_built_is_an_error_naming_the_key(spec, words):
     with pytest.raises(ConfigError) as info:
@@ -105,3 +106,10 @@ def test_topology_show_of_a_rack_preset_through_the_cli(capsys):
     assert main(["topology", "show", "gb200-nvl72", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["rack"]["switch_trays"] == 9 and data["gpus"] == 72
+
+
+def test_a_cluster_past_131072_gpus_is_refused_before_it_is_built():
+    with pytest.raises(ConfigError) as info:
+        build_cluster({"preset": "gb200-nvl72", "nodes": 2000})
+    assert info.value.key == "nodes" and "144,000 GPUs, more than distsim builds" in str(
+        info.value)
