@@ -79,9 +79,14 @@ def test_bad_context_parallelism_is_a_clear_error(parallel, num_gpus, seq_len, t
     assert str(info.value).startswith(text)
 
 
-def test_cp_with_expert_parallelism_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"parallelism\.cp: context parallelism with expert"):
-        _check(ParallelConfig(cp=2, dp=2, ep=2), num_gpus=4, experts=2)
+def test_expert_parallelism_folds_over_dp_and_cp() -> None:
+    """Megatron-Core's expert grid: ep over dp·cp (here all of it on cp), refused where
+    expert_tp·ep does not divide a stage's tp·cp·dp GPUs."""
+    assert _check(ParallelConfig(cp=2, dp=1, ep=2), num_gpus=2, experts=2) == 8
+    assert _check(ParallelConfig(cp=2, dp=2, ep=4), num_gpus=4, experts=4) == 4
+    with pytest.raises(ConfigError, match=r"parallelism\.ep: expert_tp·ep = 1·8 = 8 does "
+                                          r"not divide the 4 GPUs of a pipeline stage"):
+        _check(ParallelConfig(cp=2, dp=2, ep=8), num_gpus=4, experts=8)
 
 
 def test_cp_splits_the_gpus_not_the_batch() -> None:

@@ -34,8 +34,8 @@ from distsim_gpu.workloads.strategy.parallel import ParallelConfig
 
 
 def test_the_built_in_dimensions_in_summary_order() -> None:
-    assert [d.name for d in DIMENSIONS] == ["tp", "pp", "dp", "ep", "cp"]
-    assert dimensions()[:5] == DIMENSIONS
+    assert [d.name for d in DIMENSIONS] == ["tp", "pp", "dp", "ep", "expert_tp", "cp"]
+    assert dimensions()[:len(DIMENSIONS)] == DIMENSIONS
 
 
 @pytest.mark.parametrize(("group", "kind", "tag", "peering"), [
@@ -84,7 +84,7 @@ def test_fold_units_name_their_blocks() -> None:
 def test_degrees_are_read_from_the_parallel_config() -> None:
     par = ParallelConfig(tp=2, pp=3, dp=4, ep=2, cp=1)
     assert {d.name: d.degree(par) for d in DIMENSIONS} == {
-        "tp": 2, "pp": 3, "dp": 4, "ep": 2, "cp": 1}
+        "tp": 2, "pp": 3, "dp": 4, "ep": 2, "expert_tp": 2, "cp": 1}
     assert peer_degrees(par) == {"tp": 2, "embedding": 3, "dp": 4, "ep": 2, "cp": 1}
 
 
@@ -147,7 +147,7 @@ def toy() -> Iterator[Dimension]:
 
 def test_a_registered_dimension_is_seen_by_every_lookup(toy: Dimension) -> None:
     assert dimension("etp") is toy
-    assert dimensions()[-1] is toy and dimensions()[:5] == DIMENSIONS
+    assert dimensions()[-1] is toy and dimensions()[:len(DIMENSIONS)] == DIMENSIONS
     assert peer_group("etp").comm_kind == "etp comm"
     assert peer_groups()["etp"].peering is Peering.BLOCK
     assert peer_degrees(ParallelConfig())["etp"] == 2
@@ -172,5 +172,5 @@ def test_a_registration_ends_with_its_block() -> None:
     with registered(_TOY):
         assert "etp" in peer_groups()
     assert "etp" not in peer_groups()
-    assert [d.name for d in dimensions()] == ["tp", "pp", "dp", "ep", "cp"]
+    assert [d.name for d in dimensions()] == ["tp", "pp", "dp", "ep", "expert_tp", "cp"]
     assert dims.folding_unit(ParallelConfig(dp=8)) == (None, 1)

@@ -16,7 +16,9 @@ import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.scenarios.report import RunSetup, build_report
 from distsim_gpu.topology import build_cluster
+from distsim_gpu.workloads.cost.compute import RooflineCosts
 from distsim_gpu.workloads.iteration.folding import MAX_FOLD_CLASSES
+from distsim_gpu.workloads.specs.gpus import get_gpu
 from distsim_gpu.workloads.specs.models import model_from_mapping
 from distsim_gpu.workloads.strategy.parallel import PLACEMENT_ORDERS, ParallelConfig, TrainingConfig
 from hypothesis import HealthCheck, event, given, settings
@@ -195,6 +197,27 @@ def test_folded_expert_parallel_blocks_equal_the_full_simulation(uniform):
     training = TrainingConfig(micro_batch=1, global_batch=16)
     folded, full = both(uniform, topology, parallel, training, model=moe)
     assert folded.folding == "folded 4 expert-parallel blocks of 2 into 1"
+    assert_same_iteration(folded, full)
+
+
+@pytest.mark.parametrize(("parallel", "sentence"), [
+    # Megatron-Core's expert grid over dp·cp: a block of 4 replicas = 2 CP rings.
+    (ParallelConfig(tp=2, cp=2, dp=8, ep=4, sequence_parallel=True),
+     "folded 4 expert-parallel blocks of 4 into 1"),
+    # expert_tp 1: an expert group is 4 consecutive GPUs across 2 tensor groups.
+    (ParallelConfig(tp=2, cp=2, dp=8, ep=4, expert_tp=1, sequence_parallel=True),
+     "folded 8 expert-parallel blocks of 2 into 1"),
+])
+def test_folded_expert_blocks_over_context_parallel_rings_equal_the_full_run(
+        uniform, parallel, sentence):
+    moe = model_from_mapping({"name": "small-moe", "layers": 2, "hidden": 1024, "heads": 16,
+                              "seq_len": 512, "vocab": 32000, "experts": 8, "top_k": 2})
+    topology = cluster("rail-optimized", "dmodk")
+    training = TrainingConfig(micro_batch=1, global_batch=16)
+    # Context parallelism's ring needs the roofline's core-attention kernels.
+    costs = RooflineCosts(get_gpu("a100-80gb"))
+    folded, full = both(uniform, topology, parallel, training, model=moe, costs=costs)
+    assert folded.folding == sentence
     assert_same_iteration(folded, full)
 
 
@@ -397,3 +420,26 @@ def test_replicas_alike_but_for_the_data_parallel_rings_on_their_links_are_class
     assert_same_iteration(folded, full)
     times = {g.replica: g.communication_s for g in full.per_gpu if g.stage == 0}
     assert times[0] != pytest.approx(times[16], rel=1e-6)  # the asymmetry is real
+
+
+def test_whole_experts_keep_the_all_to_all_inside_the_node(uniform):
+    """tp 2, cp 2, ep 8 on 8-GPU nodes: with expert_tp = tp an expert group is one tensor
+    rank of 8 consecutive replicas, two nodes, so its all-to-alls cross the NICs; with
+    expert_tp 1 it is 8 consecutive GPUs, one node, and no NIC carries expert bytes."""
+    moe = model_from_mapping({"name": "small-moe", "layers": 2, "hidden": 1024, "heads": 16,
+                              "seq_len": 512, "vocab": 32000, "experts": 8, "top_k": 2})
+    topology = cluster("rail-optimized", "dmodk")
+    training = TrainingConfig(micro_batch=1, global_batch=16)
+    costs = RooflineCosts(get_gpu("a100-80gb"))
+
+    def nic_ep_bytes(expert_tp):
+        parallel = ParallelConfig(tp=2, cp=2, dp=8, ep=8, expert_tp=expert_tp,
+                                  sequence_parallel=True)
+        result = uniform.run(topology, parallel, training, comm=CommParams(), model=moe,
+                             costs=costs)
+        network = result.simulation.network
+        return sum(network.link_bytes_by_tag(link).get("ep", 0.0)
+                   for link in network.link_ids if "nic" in str(link))
+
+    assert nic_ep_bytes(None) > 0
+    assert nic_ep_bytes(1) == 0

@@ -76,6 +76,7 @@ from distsim_gpu.workloads.cost.compute import CostModel
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
+from distsim_gpu.workloads.strategy.expert_grid import expert_block
 from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     Placement,
@@ -312,7 +313,8 @@ class IterationBounds:
         moe = model.is_moe_layer(layer)
         recompute = shape.training.recompute
         key = (pass_, moe, shape.training.micro_batch, shape.seq_len, parallel.tp,
-               parallel.sequence_parallel, parallel.ep if moe else 1, recompute)
+               parallel.sequence_parallel, parallel.ep if moe else 1, recompute,
+               parallel.etp if moe else 1)
         cached = self._layer_times.get(key)
         if cached is None:
             # The recompute mode matters to the recompute pass only (else the default, full).
@@ -320,7 +322,7 @@ class IterationBounds:
             cached = self.costs.layer_time_s(pass_, model, LayerShard(
                 shape.training.micro_batch, shape.seq_len, tp=parallel.tp,
                 sequence_parallel=parallel.sequence_parallel, ep=parallel.ep,
-                layer_index=layer, recompute=mode))
+                layer_index=layer, recompute=mode, expert_tp=parallel.expert_tp))
             if moe:  # the MLP half at the slowest EP rank's pace, as the streams run it
                 cached *= (1.0 + moe_pace(model.moe, experts=model.experts,
                                           top_k=model.top_k, ep=parallel.ep)) / 2
@@ -444,11 +446,12 @@ class IterationBounds:
                       ) -> list[_Layer]:
         """The layers of virtual stage ``vs``, their blocking calls counted in ``tally``."""
         model, parallel, placement = self.model, shape.parallel, shape.placement
-        stage, m, tp = vs % parallel.pp, shape.microbatches, parallel.tp
+        stage, m = vs % parallel.pp, shape.microbatches
         tp_ranks, tp_lane = shape.tp_ranks[stage], (shape.tp_ranks[stage],)
-        ep_lanes = tuple(placement.ep_groups(t, stage)[0] for t in range(tp))
+        # The stage's expert groups, and the first block's (the simulator's unit).
+        ep_all = tuple(placement.ep_groups(stage)) if parallel.ep > 1 else ()
+        ep_lanes = ep_all[:len(expert_block(parallel.expert_grid())[1])] if ep_all else ()
         if everyone:
-            ep_all = tuple(g for t in range(tp) for g in placement.ep_groups(t, stage))
             tp_all = tuple(placement.tp_group(d, stage) for d in range(parallel.dp_cp))
         else:
             ep_all, tp_all = ep_lanes, (tp_ranks,)
@@ -466,7 +469,12 @@ class IterationBounds:
                 for kind in shape.tp_kinds:
                     tally.add_everyone((kind, tp_all, shape.tp_size(kind)), calls_per_layer)
             if model.is_moe_layer(layer) and parallel.ep > 1:
-                a2a = 2 * self._estimate("alltoall", placement.ep_groups(0, stage)[0],
+                # The MLP block's TP calls carry the routed tokens' bytes (or none): its
+                # time scaled with them, the lower bound's by no more than the dense one's.
+                scale = traffic.moe_tp_scale(model, parallel)
+                calls += (scale - 1) * tp_call
+                calls_low += (min(scale, 1.0) - 1) * tp_low
+                a2a = 2 * self._estimate("alltoall", ep_lanes[0],
                                          shape.a2a_bytes)
                 if parallel.moe_overlap:
                     # Half micro-batches' all-to-alls run beside compute: none is a link

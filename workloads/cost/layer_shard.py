@@ -2,7 +2,8 @@
 
 A :class:`LayerShard` is what every per-layer cost asks of the strategy: the micro-batch
 and the sequence length a rank sees, how the layer is split over its tensor-parallel group
-(with or without sequence parallelism) and its expert-parallel group, which layer of the
+(with or without sequence parallelism), its expert-parallel group and the experts' own
+tensor parallelism, which layer of the
 model it is (dense or MoE) and how that layer is recomputed.  The cost models
 (:meth:`~distsim_gpu.workloads.cost.compute.roofline.CostModel.layer_time_s`), the
 operator lists (:func:`~distsim_gpu.workloads.cost.compute.operators.layer_work`), the
@@ -39,3 +40,11 @@ class LayerShard:
     ep: int = 1
     layer_index: int = 0
     recompute: str = "full"
+    #: The routed experts' tensor parallelism (None: ``tp``; 1: each expert whole on its
+    #: GPU, the tokens it serves gathered from the other tensor ranks by the dispatch).
+    expert_tp: int | None = None
+
+    @property
+    def etp(self) -> int:
+        """The routed experts' tensor parallelism: ``expert_tp``, else ``tp``."""
+        return self.tp if self.expert_tp is None else self.expert_tp

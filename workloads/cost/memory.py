@@ -303,9 +303,11 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     full = model.seq_len if training.seq_len is None else training.seq_len
     s = full // cp  # the tokens of each sequence this rank holds
     params = params_on_gpu(model, tp=tp, pp=pp, ep=ep, stage=stage, interleave=interleave,
-                           partition=parallel.partition)
+                           partition=parallel.partition, etp=parallel.etp)
     shard = 3 if parallel.fsdp else parallel.zero
-    expert_dp = dp // ep
+    # ZeRO shards an expert over the ranks holding it: Megatron-Core's expert data
+    # parallelism, tp·dp·cp / (expert_tp·ep) (workloads.strategy.expert_grid).
+    expert_dp = max(1, dp * tp // (parallel.etp * ep))
 
     def sharded(per_param: int, from_stage: int) -> float:
         if shard >= from_stage:
@@ -326,7 +328,8 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     def per_layer(index: int, mode: str) -> float:
         return activation_bytes_per_layer(
             model, LayerShard(micro_batch, s, tp=tp, sequence_parallel=sequence_parallel,
-                              ep=ep, layer_index=index, recompute=mode),
+                              ep=ep, layer_index=index, recompute=mode,
+                              expert_tp=parallel.expert_tp),
             flash_attention=flash_attention, precision=precision)
 
     stored = sum(per_layer(i, recompute) for i in layers)

@@ -68,13 +68,15 @@ def stage_layers(model: ModelSpec, *, pp: int = 1, stage: int = 0,
                  for i in range(*chunks[chunk * pp + stage]))
 
 
-def layer_params_local(model: ModelSpec, index: int, tp: int, ep: int) -> tuple[float, float]:
+def layer_params_local(model: ModelSpec, index: int, tp: int, ep: int,
+                       etp: int | None = None) -> tuple[float, float]:
     """(dense, expert) parameters of layer ``index`` on one GPU.  Shared experts are
-    dense: on every EP rank, split over tp."""
+    dense: on every EP rank, split over tp; the routed ones over ``etp`` (None: tp)."""
     dense = _attention_params_local(model, tp) + 2 * model.norm_params()
     if model.is_moe_layer(index):
-        expert = _mlp_params_local(model, model.ffn_hidden, tp)
-        return (dense + model.router_params() + model.shared_experts * expert,
+        shared = _mlp_params_local(model, model.ffn_hidden, tp)
+        expert = _mlp_params_local(model, model.ffn_hidden, tp if etp is None else etp)
+        return (dense + model.router_params() + model.shared_experts * shared,
                 model.experts / ep * expert)
     return dense + _mlp_params_local(model, model.mlp_width(index), tp), 0.0
 
@@ -105,13 +107,15 @@ def _mlp_params_local(model: ModelSpec, ffn: int, tp: int) -> float:
 
 
 def params_on_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, stage: int = 0,
-                  interleave: int = 1, partition: str = "uniform") -> StageParams:
-    """Parameters held by one GPU of pipeline stage ``stage`` (see the module docstring)."""
+                  interleave: int = 1, partition: str = "uniform",
+                  etp: int | None = None) -> StageParams:
+    """Parameters held by one GPU of pipeline stage ``stage`` (see the module docstring);
+    ``etp``: the routed experts' tensor parallelism (None: ``tp``)."""
     check_model_split(model, tp=tp, ep=ep)
     dense = expert = 0.0
     for index in stage_layers(model, pp=pp, stage=stage, interleave=interleave,
                               partition=partition):
-        d, e = layer_params_local(model, index, tp, ep)
+        d, e = layer_params_local(model, index, tp, ep, etp)
         dense += d
         expert += e
     word = model.vocab * model.hidden / tp

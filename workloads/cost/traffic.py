@@ -73,6 +73,7 @@ __all__ = [
     "layer_params",
     "layer_shard_grad_bytes",
     "layer_sharded_fraction",
+    "moe_tp_scale",
     "optimizer_params",
     "pipeline_message_bytes",
     "rank_training",
@@ -176,6 +177,17 @@ def alltoall_bytes(model: ModelSpec, parallel: ParallelConfig,
             / (parallel.tp if parallel.sequence_parallel else 1))
 
 
+def moe_tp_scale(model: ModelSpec, parallel: ParallelConfig) -> float:
+    """Bytes of an expert-parallel MoE block's tensor-parallel collectives relative to a
+    dense MLP's (``T·h``), as Megatron-Core's all-to-all dispatcher runs them with
+    sequence parallelism: the routed tokens, ``top_k`` copies of the tokens, are gathered
+    over the expert-tensor group after the dispatch and reduce-scattered before the
+    combine (``top_k·etp/tp`` of ``T·h``; none with ``expert_tp`` 1), and shared experts
+    gather and scatter their own input like a dense MLP (1 each)."""
+    routed = model.top_k * parallel.etp / parallel.tp if parallel.etp > 1 else 0.0
+    return routed + (1.0 if model.shared_experts else 0.0)
+
+
 # --------------------------------------------------------------------------- parameters
 
 
@@ -186,7 +198,7 @@ def layer_params(model: ModelSpec, layer: int, parallel: ParallelConfig) -> floa
     if mesh is not None:  # a 2-D/2.5-D/3-D mesh splits every parameter (workloads.strategy.tp_nd)
         dense, expert = layer_params_local(model, layer, 1, parallel.ep)
         return (dense + expert) * weight_replicas(mesh) / mesh.tp
-    dense, expert = layer_params_local(model, layer, parallel.tp, parallel.ep)
+    dense, expert = layer_params_local(model, layer, parallel.tp, parallel.ep, parallel.etp)
     return dense + expert
 
 
@@ -217,7 +229,8 @@ def stage_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> floa
         whole = stage_params(model, replace(parallel, tp=1, tp_mode="1d", tp_depth=1), stage)
         return whole * weight_replicas(mesh) / mesh.tp
     return params_on_gpu(model, tp=parallel.tp, pp=parallel.pp, ep=parallel.ep, stage=stage,
-                         interleave=parallel.interleave, partition=parallel.partition).total
+                         interleave=parallel.interleave, partition=parallel.partition,
+                         etp=parallel.etp).total
 
 
 def stage_param_bytes(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,

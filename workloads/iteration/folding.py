@@ -75,10 +75,12 @@ from distsim_gpu.workloads.iteration.timeline import RankGroup
 from distsim_gpu.workloads.strategy.dimensions import (
     PeerGroup,
     Peering,
+    block_layout,
     folding_unit,
     peer_degrees,
     peer_groups,
 )
+from distsim_gpu.workloads.strategy.expert_grid import BlockLanes
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
 
 __all__ = ["MAX_FOLD_CLASSES", "dp_apart_from_tp", "exclusive_tp", "fold_check", "unit_rows"]
@@ -165,12 +167,15 @@ def _asymmetry(spec: IterationSpec, comm: Communicator, groups: list[list[RankGr
     odd = None if healthy is None else unit_rows(
         groups, [u for u in range(len(groups[0]) // unit) if u not in healthy], unit)
     wrap = spec.parallel.interleave > 1
+    layouts = {name: block_layout(peer, spec.parallel) for name, peer in peer_groups().items()
+               if peer.peering is Peering.BLOCK}
     members: list[list[Member]] = []
     for stage in range(len(groups)):
         why = _tp_candidates_differ(comm, groups[stage])
-        classes = [] if why else _flow_classes(comm, alike, stage, calls[stage], unit, wrap)
+        classes = [] if why else _flow_classes(comm, alike, stage, calls[stage], unit, wrap,
+                                               layouts)
         if not why and odd is not None:
-            theirs = _flow_classes(comm, odd, stage, calls[stage], unit, wrap)
+            theirs = _flow_classes(comm, odd, stage, calls[stage], unit, wrap, layouts)
             if not _class_links(classes).isdisjoint(_class_links(theirs)):
                 why = "a straggler's replica shares links with the others"
         for label, per_replica in classes:
@@ -220,7 +225,8 @@ def _calls(stream: list[Op]) -> set[tuple[str, str, float]]:
 
 
 def _flow_classes(comm: Communicator, groups: list[list[RankGroup]], stage: int,
-                  calls: set[tuple[str, str, float]], unit: int, wrap: bool) -> _Classes:
+                  calls: set[tuple[str, str, float]], unit: int, wrap: bool,
+                  layouts: dict[str, tuple[int, BlockLanes]]) -> _Classes:
     """The traffic of one stage that folding enters with its images: TP collectives (by
     every algorithm ``auto`` may pick), pipeline sends both ways (from the last stage to
     the first too when ``wrap``: interleaved), tied-embedding all-reduces, expert
@@ -243,29 +249,36 @@ def _flow_classes(comm: Communicator, groups: list[list[RankGroup]], stage: int,
     for name, op, size in sorted(calls):
         peer = peers.get(name)
         if peer is not None:
-            classes.extend(_call_class(comm, groups, row, peer, (op, size), unit))
+            classes.extend(_call_class(comm, groups, row, peer, (op, size), unit, layouts))
     return classes
 
 
+def _unit_lanes(row: list[RankGroup], start: int, unit: int,
+                layout: tuple[int, BlockLanes]) -> list[list[str]]:
+    """The communicators (GPU lists) of the blocks in the unit of ``row`` at ``start``."""
+    block, lanes = layout
+    return [[row[s + r].gpus[t] for r, t in lane] for s in range(start, start + unit, block)
+            for lane in lanes]
+
+
 def _call_class(comm: Communicator, groups: list[list[RankGroup]], row: list[RankGroup],
-                peer: PeerGroup, call: tuple[str, float], unit: int) -> _Classes:
+                peer: PeerGroup, call: tuple[str, float], unit: int,
+                layouts: dict[str, tuple[int, BlockLanes]]) -> _Classes:
     """The flow class of one collective call ``(op, size)`` among ``peer`` of ``row``'s
     groups that folding enters with its images (none for data-parallel ones: they span
     replicas and run in full).  A block's (expert all-to-alls, context-parallel ring
     steps) is per unit: the block is the unit."""
     op, size = call
-    tp = len(row[0].gpus)
     if peer.peering is Peering.ENDS:
         lanes = [[[a, b] for a, b in zip(first.gpus, last.gpus)]
                  for first, last in zip(groups[0], groups[-1])]
-    elif peer.peering is Peering.BLOCK and peer.ring:  # every lane's sends to the next rank
-        return [(f"{peer.name} ring", [[comm.pairs_plan(
-            [(g.gpus[t], row[b + (i + 1) % unit].gpus[t]) for t in range(tp)
-             for i, g in enumerate(row[b:b + unit])], 1.0, protocol="simple")]
-            for b in range(0, len(row), unit)])]
-    elif peer.peering is Peering.BLOCK:
-        lanes = [[[g.gpus[t] for g in row[b:b + unit]] for t in range(tp)]
+    elif peer.peering is Peering.BLOCK:  # the unit's blocks' communicators, per unit
+        lanes = [_unit_lanes(row, b, unit, layouts[peer.name])
                  for b in range(0, len(row), unit)]
+        if peer.ring:  # every lane's sends to the next rank
+            return [(f"{peer.name} ring", [[comm.pairs_plan(
+                [(lane[i], lane[(i + 1) % len(lane)]) for lane in mine
+                 for i in range(len(lane))], 1.0, protocol="simple")] for mine in lanes])]
     else:
         return []
     return [(op, [[comm.choose(op, lane, size) for lane in mine] for mine in lanes])]

@@ -105,6 +105,7 @@ from distsim_gpu.workloads.iteration.tracing import record_link_counters, trace_
 from distsim_gpu.workloads.strategy.dimensions import (
     PeerGroup,
     Peering,
+    block_layout,
     folding_unit,
     peer_degrees,
     peer_group,
@@ -168,6 +169,8 @@ class IterationSimulator:
         # communicator, workloads.strategy.dimensions), and a block's size.
         self._peer_groups = peer_groups()
         self._block = peer_degrees(par)
+        self._layouts = {name: block_layout(group, par)[1] for name, group in
+                         self._peer_groups.items() if group.peering is Peering.BLOCK}
         self._own = frozenset(name for name, peer in self._peer_groups.items()
                               if peer.peering is Peering.OWN)
         # A ring communicator's (context parallelism's) plan per (stage, block, size).
@@ -221,6 +224,20 @@ class IterationSimulator:
         """Per tensor-parallel rank, the GPUs of ``members`` (one collective per lane)."""
         return [[member.gpus[t] for member in members]
                 for t in range(self.spec.parallel.tp)]
+
+    def _member_lanes(self, members: list[RankGroup], peer: PeerGroup,
+                      ) -> tuple[list[list[str]], int]:
+        """The communicators of a call among ``members`` (one collective each) and, folded,
+        their images' after them; and how many are the simulated members' own.  A
+        :attr:`Peering.BLOCK` group's are its layout's (Megatron-Core's expert groups
+        may cross tensor ranks); the others', one per tensor rank."""
+        images = self._image_members(members)
+        if peer.peering is not Peering.BLOCK:
+            return [lane for image in images for lane in self._lanes(image)], len(
+                self._lanes(members))
+        layout = self._layouts[peer.name]
+        lanes = [[image[r].gpus[t] for r, t in lane] for image in images for lane in layout]
+        return lanes, len(layout)
 
     # ----------------------------------------------------------------- running
     def run(self) -> IterationResult:
@@ -394,9 +411,7 @@ class IterationSimulator:
         if peer.peering is Peering.STAGE:  # over every replica, folded or not
             lanes, wait = self._lanes(self.groups[group.stage]), None
         else:  # every image's call beside the simulated one's, done when that is
-            lanes = [lane for image in self._image_members(members)
-                     for lane in self._lanes(image)]
-            wait = self.spec.parallel.tp
+            lanes, wait = self._member_lanes(members, peer)
         meeting = self.meetings.meet(key, group, members, lambda: self._run_plans(
             lanes, op.op, op.size_bytes, peer.tag, wait=wait))
         # Between the first and the last stage, waiting for the other is the flush.
@@ -487,10 +502,9 @@ class IterationSimulator:
             plan = self._ring_plan(group.stage, key[2], members, size)
             launch = partial(self.comm.run_plan, plan, size, tag=peer.tag)
         else:
-            lanes = [lane for image in self._image_members(members)
-                     for lane in self._lanes(image)]
+            lanes, wait = self._member_lanes(members, peer)
             launch = partial(self._run_plans, lanes, op.op, op.size_bytes, peer.tag,
-                             wait=self.spec.parallel.tp)
+                             wait=wait)
         self.meetings.arrive(meeting, key, group, members, launch)
         group.handles[op.handle or op.label] = meeting
         if self.sim.tracer.enabled:

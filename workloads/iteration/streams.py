@@ -56,6 +56,7 @@ from distsim_gpu.workloads.cost.traffic import (
     layer_gather_bytes,
     layer_grad_bytes,
     layer_shard_grad_bytes,
+    moe_tp_scale,
     optimizer_params,
     pipeline_message_bytes,
     rank_training,
@@ -145,6 +146,7 @@ class StreamBuilder:
         self.split_elementwise = parallel.sequence_parallel or mesh is not None
         self.p2p_bytes = pipeline_message_bytes(model, parallel, local)
         self.a2a_bytes = alltoall_bytes(model, parallel, local)
+        self.moe_tp_scale = moe_tp_scale(model, parallel)
         self.cp_bytes = cp_message_bytes(model, parallel, training)
         # Skewed routing: every EP rank's experts run at the pace of the most loaded one
         # (workloads.specs.moe_routing; 1 for a uniform, dropless router).
@@ -336,7 +338,7 @@ class StreamBuilder:
         mode = setting.recompute if pass_ == "recompute" else "full"
         shard = LayerShard(setting.micro_batch, self.seq_len, tp=setting.tp,
                            sequence_parallel=self.split_elementwise, ep=par.ep,
-                           layer_index=layer, recompute=mode)
+                           layer_index=layer, recompute=mode, expert_tp=par.expert_tp)
         duration = self.costs.layer_time_s(cost_pass, model, shard)
         # OSDP's split operators: their GEMMs in k slices (workloads.strategy.operator_sharding).
         duration += split_extra_s(par.operator_sharding, self.costs, cost_pass, model, shard)
@@ -376,7 +378,8 @@ class StreamBuilder:
         if moe and with_comm:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} combine", group="ep"))
         if with_comm or op_sac:
-            self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", setting, saved)
+            self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", setting, saved,
+                         scale=self.moe_tp_scale if moe else 1.0)
 
     def _overlapped_tp_layer(self, ops: list[Op], pass_: str, shard: LayerShard,
                              what: tuple[float, str, tuple[str, str, int]],
@@ -433,7 +436,7 @@ class StreamBuilder:
             launch("combine", part)
         for part in ("A", "B"):
             ops.append(Wait(async_handle("ep", f"{label} combine {part}")))
-        self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp")
+        self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", scale=self.moe_tp_scale)
 
     def _cp_attention(self, ops: list[Op], cost_pass: str, duration: float, label: str,
                       args: tuple[str, str, int], recompute: str) -> float:
@@ -465,11 +468,15 @@ class StreamBuilder:
 
     def _tp_ops(self, ops: list[Op], label: str, fold: bool, pass_: str = "fwd",
                 block: str = "attention", setting: LayerSetting | None = None,
-                saved: frozenset[str] = frozenset()) -> None:
+                saved: frozenset[str] = frozenset(), scale: float = 1.0) -> None:
         """The TP collectives after an attention or MLP block (forward or backward); a
         2-D/2.5-D/3-D mesh's run on its sub-groups and are never fused (their closed form
         is the whole group's), as do a narrower layer group's (``setting``).  ``saved``:
-        kinds a recompute does not run again (their outputs were kept)."""
+        kinds a recompute does not run again (their outputs were kept); ``scale``: the
+        1-D collectives' bytes relative to a dense block's (an expert-parallel MoE
+        block's, :func:`~workloads.cost.traffic.moe_tp_scale`; 0: none)."""
+        if scale == 0:
+            return
         if setting is not None and setting.k > 1:
             self._block_tp_ops(ops, label, setting, saved)
             return
@@ -487,7 +494,7 @@ class StreamBuilder:
         for kind in self.tp_kinds:
             if kind not in saved:
                 size = self.tp_gather_bytes if kind == "all_gather" else self.tp_bytes
-                ops.append(Collective(kind, size, f"{label} {kind}", exclusive=fold))
+                ops.append(Collective(kind, size * scale, f"{label} {kind}", exclusive=fold))
 
     def _gather_params(self, ops: list[Op], order: list[int], position: int) -> None:
         """ZeRO-3/FSDP: the first layer's all-gather, the next one's as prefetch, then wait.

@@ -17,6 +17,7 @@ emits its collectives.  The built-in entries are :data:`DIMENSIONS`, in summary 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from enum import Enum
 from operator import attrgetter
 
 from distsim_gpu.simcore.errors import ConfigError, SimulationError, closest
+from distsim_gpu.workloads.strategy.expert_grid import BlockLanes, expert_block
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "PeerGroup",
     "Peering",
     "async_handle",
+    "block_layout",
     "critical_kinds",
     "dimension",
     "dimensions",
@@ -72,7 +75,9 @@ class PeerGroup:
     kind of the time spent in its calls; ``tag`` the flow tag the network counts their
     bytes under.  ``ring``: each call is every member's send to the next member of its
     block (one step of a ring, as context parallelism's attention runs), not a collective
-    algorithm among them.
+    algorithm among them.  ``layout``: for a :attr:`Peering.BLOCK` group, its block size
+    in replicas and the block's communicators (lanes) under a strategy; None: blocks of
+    the dimension's degree, one lane per tensor rank (:func:`block_layout`).
     """
 
     name: str
@@ -80,6 +85,7 @@ class PeerGroup:
     peering: Peering
     tag: str
     ring: bool = False
+    layout: Callable[[ParallelConfig], tuple[int, BlockLanes]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +123,8 @@ class Dimension:
     always_printed: bool = True
     searched: bool = False
     search_default: tuple[int, ...] | None = None
+    #: Where a summary names the dimension only when a strategy sets it: whether it does.
+    set_in: Callable[[ParallelConfig], bool] | None = None
 
     def printed(self, degree: int) -> str | None:
         """How the dimension prints in a strategy summary (``"tp 4"``); None where the
@@ -137,10 +145,17 @@ DIMENSIONS: tuple[Dimension, ...] = (
     # Not searched: its degree is what the others leave of the cluster.
     Dimension("dp", attrgetter("dp"), "dp comm",
               (PeerGroup("dp", "dp comm", Peering.STAGE, "dp"),)),
+    # The expert groups are Megatron-Core's (workloads.strategy.expert_grid): over dp·cp,
+    # and over tp too where expert_tp < tp.
     Dimension("ep", attrgetter("ep"), "ep comm",
-              (PeerGroup("ep", "ep comm", Peering.BLOCK, "ep"),),
+              (PeerGroup("ep", "ep comm", Peering.BLOCK, "ep",
+                         layout=lambda p: expert_block(p.expert_grid())),),
               FoldUnit("expert-parallel", "block", "expert parallelism"),
               always_printed=False, searched=True),
+    # The experts' own tensor parallelism: its collectives run on the tensor-parallel
+    # group (expert_tp = tp) or not at all (1), so it has no communicator of its own.
+    Dimension("expert_tp", attrgetter("etp"), "tp comm",
+              set_in=lambda p: p.expert_tp is not None),
     # Context parallelism only when asked for: it pays off for long sequences only, and
     # multiplies a search's candidates.
     Dimension("cp", attrgetter("cp"), "cp comm",
@@ -183,10 +198,21 @@ def peer_group(name: str) -> PeerGroup:
 
 
 def peer_degrees(parallel: ParallelConfig) -> dict[str, int]:
-    """Per communicator name, the degree of the dimension it belongs to in ``parallel``
-    (a :attr:`Peering.BLOCK` group's block size)."""
-    return {group.name: dim.degree(parallel) for dim in _registry.values()
-            for group in dim.groups}
+    """Per communicator name, the degree of the dimension it belongs to in ``parallel``;
+    a :attr:`Peering.BLOCK` group's block size in replicas."""
+    return {group.name: (block_layout(group, parallel)[0] if group.peering is Peering.BLOCK
+                         else dim.degree(parallel))
+            for dim in _registry.values() for group in dim.groups}
+
+
+def block_layout(group: PeerGroup, parallel: ParallelConfig) -> tuple[int, BlockLanes]:
+    """A :attr:`Peering.BLOCK` group's block size in replicas and its communicators in a
+    block, each as (replica offset, tensor rank) pairs: the group's ``layout``, else
+    blocks of the dimension's degree with one lane per tensor rank."""
+    size = next(d.degree(parallel) for d in _registry.values() if group in d.groups)
+    if group.layout is not None and size > 1:  # (degree 1: nobody else meets)
+        return group.layout(parallel)
+    return size, tuple(tuple((r, t) for r in range(size)) for t in range(parallel.tp))
 
 
 def critical_kinds() -> tuple[str, ...]:
@@ -195,19 +221,25 @@ def critical_kinds() -> tuple[str, ...]:
 
 
 def folding_unit(parallel: ParallelConfig) -> tuple[Dimension | None, int]:
-    """The dimension whose blocks of replicas the iteration folds by, and the block size
-    (``(None, 1)``: single replicas): the first folding dimension of degree > 1."""
+    """The dimension the iteration's folding unit is named after, and the unit in
+    replicas (``(None, 1)``: single replicas): the first folding dimension of degree > 1
+    names it; the unit holds a whole block of every one (the least common multiple of
+    their blocks: expert parallelism over a context-parallel ring's replicas)."""
+    named, unit = None, 1
     for dim in _registry.values():
-        if dim.fold_unit is not None:
-            degree = dim.degree(parallel)
-            if degree > 1:
-                return dim, degree
-    return None, 1
+        if dim.fold_unit is not None and dim.degree(parallel) > 1:
+            for group in dim.groups:
+                block = block_layout(group, parallel)[0] if (
+                    group.peering is Peering.BLOCK) else 1
+                named = named or (dim if block > 1 else None)
+                unit = math.lcm(unit, block)
+    return named, unit
 
 
 def strategy_summary(parallel: ParallelConfig) -> str:
     """The degrees of ``parallel`` as a summary prints them (``"tp 4 · pp 2 · dp 8"``)."""
-    printed = (dim.printed(dim.degree(parallel)) for dim in _registry.values())
+    printed = (dim.printed(dim.degree(parallel)) for dim in _registry.values()
+               if dim.set_in is None or dim.set_in(parallel))
     return " · ".join(p for p in printed if p is not None)
 
 

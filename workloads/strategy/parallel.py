@@ -7,8 +7,11 @@ Megatron-LM's 3D parallelism plus what PyTorch adds:
 * ``pp`` pipeline parallel (layers split into stages; ``schedule`` gpipe, 1f1b or
   interleaved with ``interleave`` model chunks per stage),
 * ``dp`` data parallel (``zero`` stage 0-3 of ZeRO sharding, or ``fsdp``),
-* ``ep`` expert parallel for MoE layers, carved out of data parallelism (``ep`` divides
-  ``dp``, as Megatron-Core does),
+* ``ep`` expert parallel for MoE layers and ``expert_tp`` the experts' own tensor
+  parallelism (Megatron-Core's ``expert_tensor_parallel_size``; unset: ``tp``): the routed
+  experts are laid out on a grid of their own over each stage's ``tp·cp·dp`` GPUs, so
+  expert parallelism is carved out of ``dp·cp`` (and of ``tp`` where ``expert_tp < tp``)
+  as Megatron-Core does it (:mod:`workloads.strategy.expert_grid`),
 * ``cp`` context parallel (Megatron-Core with Transformer Engine's ring attention): each
   sequence is cut into ``2·cp`` chunks and CP rank ``i`` keeps chunks ``i`` and
   ``2·cp − 1 − i`` (so every rank has the same share of a causal mask's work); attention
@@ -48,6 +51,7 @@ from distsim_gpu.simcore.units import parse_size
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.recompute import RECOMPUTE_MODES
 from distsim_gpu.workloads.strategy.data_loading import DataLoader, data_loader_from_mapping
+from distsim_gpu.workloads.strategy.expert_grid import ExpertGrid, check_expert_grid
 from distsim_gpu.workloads.strategy.layer_groups import (
     LayerGroup,
     check_layer_group_strategy,
@@ -154,6 +158,8 @@ class ParallelConfig:
     dp: int = 1
     ep: int = 1
     cp: int = 1
+    # The routed experts' tensor parallelism (None: tp's); expert_grid() lays it out.
+    expert_tp: int | None = None
     sequence_parallel: bool = False
     # 1d: Megatron's; 2d / 2.5d / 3d: a mesh of the tp GPUs (workloads.strategy.tp_nd), 2.5d with
     # tp_depth layers.
@@ -198,6 +204,16 @@ class ParallelConfig:
         return self.tp * self.cp * self.pp * self.dp
 
     @property
+    def etp(self) -> int:
+        """The routed experts' tensor parallelism: ``expert_tp``, else ``tp``."""
+        return self.tp if self.expert_tp is None else self.expert_tp
+
+    def expert_grid(self) -> ExpertGrid:
+        """The dense and expert rank grids of this strategy (which GPUs form each group)."""
+        return ExpertGrid(self.tp, self.etp, self.cp, self.ep, self.dp, self.pp,
+                          placement_axes(self.order))
+
+    @property
     def dp_cp(self) -> int:
         """Ranks that hold the same parameters and reduce gradients together: ``dp·cp``
         (the simulator's replicas of a stage, see the module docstring)."""
@@ -211,6 +227,8 @@ class ParallelConfig:
             del data["offload"]
         if not self.moe_overlap:  # likewise
             del data["moe_overlap"]
+        if self.expert_tp is None:  # likewise
+            del data["expert_tp"]
         for key in _OVERLAP_KEYS:  # likewise, while their overlap is off
             if not getattr(self, key):
                 del data[key]
@@ -319,11 +337,18 @@ class Placement:
         ring order."""
         return tuple(self.rank(tp, dp, pp, c) for c in range(self.parallel.cp))
 
-    def ep_groups(self, tp: int, pp: int) -> list[tuple[int, ...]]:
-        """Expert-parallel groups: consecutive blocks of ``ep`` data-parallel replicas."""
-        ep = self.parallel.ep
-        dp_ranks = self.dp_group(tp, pp)
-        return [dp_ranks[i:i + ep] for i in range(0, len(dp_ranks), ep)]
+    def ep_groups(self, pp: int) -> list[tuple[int, ...]]:
+        """The expert-parallel groups of stage ``pp`` (global ranks), in Megatron-Core's
+        order (:mod:`workloads.strategy.expert_grid`): with ``expert_tp = tp`` each
+        tensor rank's ``ep`` consecutive replicas, one group per tensor rank."""
+        grid = self.parallel.expert_grid()
+        stage = set(self.stage_ranks(pp))
+        return [g for g in grid.expert_groups("ep") if g[0] in stage]
+
+    def stage_ranks(self, pp: int) -> tuple[int, ...]:
+        """Every global rank of pipeline stage ``pp``."""
+        return tuple(self.replica_rank(t, r, pp) for r in range(self.parallel.dp_cp)
+                     for t in range(self.parallel.tp))
 
 
 def check_strategy(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig, *,
@@ -474,13 +499,8 @@ def check_zero(zero: int, fsdp: bool, *, key: str = "zero", source: str | None =
 
 def _check_sharding(p: ParallelConfig, *, experts: int, source: str | None) -> None:
     """Experts, ZeRO/FSDP, sequence parallelism, gradient precision and placement order."""
-    if p.dp % p.ep:
-        raise ConfigError(f"ep = {p.ep} must divide dp = {p.dp} (experts are spread over "
-                          "data-parallel replicas)", key="parallelism.ep", source=source)
-    if p.cp > 1 and p.ep > 1:
-        raise ConfigError("context parallelism with expert parallelism is not modelled",
-                          key="parallelism.cp", source=source, hint="use cp: 1 or ep: 1")
     check_ep_split(experts=experts, ep=p.ep, key="parallelism.ep", source=source)
+    _check_expert_tp(p, experts=experts, source=source)
     check_zero(p.zero, p.fsdp, key="parallelism.zero", source=source)
     if (p.fsdp or p.zero == 3) and p.pp > 1:
         raise ConfigError("ZeRO-3/FSDP with pipeline parallelism is not modelled",
@@ -494,6 +514,28 @@ def _check_sharding(p: ParallelConfig, *, experts: int, source: str | None) -> N
     check_choice(p.order, PLACEMENT_ORDERS, key="parallelism.order", source=source,
                  what="placement order")
     _check_overlaps(p, source=source)
+
+
+def _check_expert_tp(p: ParallelConfig, *, experts: int, source: str | None) -> None:
+    """An expert layout Megatron-Core accepts (:func:`check_expert_grid`) whose expert
+    tensor parallelism distsim runs: the dense ``tp`` or none (1), Megatron-Core's default
+    and the recipes that keep each expert whole (DeepSeek-V3, NVIDIA's Grok-1 on H100)."""
+    if p.expert_tp is not None:
+        check_whole(p.expert_tp, key="parallelism.expert_tp", source=source)
+        if experts == 1:
+            raise ConfigError("expert_tp needs a MoE model, one with experts > 1",
+                              key="parallelism.expert_tp", source=source,
+                              hint="remove expert_tp for a dense model")
+    if experts > 1:  # a dense model has no expert grid to lay out
+        check_expert_grid(p.expert_grid(), source=source)
+    if p.etp not in (1, p.tp):
+        raise ConfigError(f"expert_tp {p.etp} beside tp {p.tp} is not modelled",
+                          key="parallelism.expert_tp", source=source,
+                          hint=f"expert_tp 1 (whole experts) or {p.tp} (the dense tp)")
+    if p.etp != p.tp and p.tp_mode != "1d":
+        raise ConfigError(f"expert_tp with tp_mode {p.tp_mode} is not modelled",
+                          key="parallelism.expert_tp", source=source,
+                          hint="tp_mode: 1d, or remove expert_tp")
 
 
 def _check_overlaps(p: ParallelConfig, *, source: str | None) -> None:
@@ -611,7 +653,8 @@ def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
                                    allow_zero=False))
         elif isinstance(default, str) or (key == "fp8_recipe" and value is not None):
             value = str(value).lower()
-        elif isinstance(default, int) or (key == "seq_len" and value is not None):
+        elif isinstance(default, int) or (key in ("seq_len", "expert_tp")
+                                          and value is not None):
             # Degrees, batch sizes, the ZeRO stage: whole numbers from the start, so the
             # typed config never holds a string or a float (check_strategy then checks how
             # they fit together, the model and the cluster).

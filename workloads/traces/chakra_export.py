@@ -45,7 +45,13 @@ from distsim_gpu.workloads.iteration.ops import (
 )
 from distsim_gpu.workloads.iteration.simulator import IterationSimulator, IterationSpec
 from distsim_gpu.workloads.iteration.timeline import RankGroup
-from distsim_gpu.workloads.strategy.dimensions import PeerGroup, Peering, peer_degrees, peer_group
+from distsim_gpu.workloads.strategy.dimensions import (
+    PeerGroup,
+    Peering,
+    block_layout,
+    peer_degrees,
+    peer_group,
+)
 from distsim_gpu.workloads.traces.replay import SEND, GraphNode, place_ranks
 
 __all__ = ["MAIN_STREAM", "iter_rank_graphs", "iteration_graphs"]
@@ -92,6 +98,19 @@ class _Exporter:
     def _lanes(self, members: list[RankGroup]) -> list[tuple[int, ...]]:
         return [tuple(self.rank_of[m.gpus[t]] for m in members)
                 for t in range(self.sim.spec.parallel.tp)]
+
+    def _lanes_of(self, group: RankGroup, members: list[RankGroup],
+                  peer: PeerGroup) -> list[tuple[int, ...]]:
+        """Per tensor rank of ``group``, the ranks of the communicator it calls among
+        ``members``: a block's layout's (expert groups may cross tensor ranks)."""
+        if peer.peering is not Peering.BLOCK:
+            return self._lanes(members)
+        offset = members.index(group)
+        mine: dict[int, tuple[int, ...]] = {}
+        for lane in block_layout(peer, self.sim.spec.parallel)[1]:
+            ranks = tuple(self.rank_of[members[r].gpus[t]] for r, t in lane)
+            mine.update((t, ranks) for r, t in lane if r == offset)
+        return [mine[t] for t in range(self.sim.spec.parallel.tp)]
 
     def done(self, group: RankGroup) -> list[tuple[int, list[GraphNode]]]:
         """The graphs of ``group``'s GPUs, complete once its stream is through: handed
@@ -146,7 +165,7 @@ class _Exporter:
                               "supported",
                               key=f"parallelism.{op.group}")
         members = self._members(group, peer)
-        lanes = self._lanes(members)
+        lanes = self._lanes_of(group, members, peer)
         if op.subgroups:  # a narrower layer group's gradients: a ring per shard, as run
             for sub in op.subgroups:
                 merged = tuple(lanes[t][r] for r in range(len(members)) for t in sub)

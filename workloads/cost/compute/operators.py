@@ -398,7 +398,7 @@ def forward_layer_work(model: ModelSpec, shard: LayerShard, *, precision: str = 
     kernels += [shape.residual("attn_residual"),
                 shape.norm("post_attn_norm", shape.norm_cast)]
     if model.is_moe_layer(layer_index):
-        kernels += shape.moe(shard.ep)
+        kernels += shape.moe(shard.ep, shard.etp)
         if model.shared_experts:
             kernels += shape.mlp("shared", model.shared_experts * model.ffn_hidden // tp)
     else:
@@ -599,19 +599,26 @@ class _Shape:
         return elementwise(name, moved - fp8_saved, count, flops=flops, launches=launches,
                            bwd_bytes_factor=1.5 * moved / (moved - fp8_saved))
 
-    def moe(self, ep: int) -> list[Operator]:
-        """Router, dispatch, the local experts' MLPs and combine."""
+    def moe(self, ep: int, etp: int) -> list[Operator]:
+        """Router, dispatch, the local experts' MLPs and combine.  With expert tensor
+        parallelism ``etp`` an expert's GEMMs are ``1/etp`` of its width over the tokens
+        of ``ep·etp/tp`` tensor ranks' worth of replicas (Megatron-Core's dispatcher
+        gathers the routed tokens over the expert-tensor group): the FLOP per GPU is the
+        same for every ``etp``, the GEMMs' shapes are not."""
         model, tokens, ab, h = self.model, self.tokens, self.ab, self.model.hidden
         local_experts = model.experts // ep
-        per_expert = max(1, math.ceil(tokens * model.top_k * ep / model.experts))
+        per_expert = max(1, math.ceil(tokens * model.top_k * ep * etp
+                                      / (model.experts * self.tp)))
+        f_local = model.ffn_hidden // etp
+        up_width = (2 if model.gated_mlp else 1) * f_local
         return [
             gemm("router", (tokens, model.experts, h), ab, ab),
             elementwise("moe_dispatch", (tokens + tokens * model.top_k) * h * ab,
                         bwd_bytes_factor=1.0),
-            *self.linear("expert_fc1", per_expert, self.up_width, h, bias=model.mlp_bias,
+            *self.linear("expert_fc1", per_expert, up_width, h, bias=model.mlp_bias,
                          count=local_experts),
-            self.activation("expert_act", per_expert, local_experts),
-            *self.linear("expert_fc2", per_expert, h, self.f_local, bias=model.mlp_bias,
+            self.activation("expert_act", per_expert, local_experts, f_local=f_local),
+            *self.linear("expert_fc2", per_expert, h, f_local, bias=model.mlp_bias,
                          count=local_experts),
             elementwise("moe_combine", (tokens * model.top_k + tokens) * h * ab,
                         bwd_bytes_factor=1.0),

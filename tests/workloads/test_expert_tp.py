@@ -1,0 +1,59 @@
+"""Expert-tensor parallelism as physics: the same FLOP per GPU whatever ``expert_tp``,
+the GEMMs' shapes, the parameters each GPU holds and the bytes of a MoE block's
+tensor-parallel collectives (Megatron-Core's all-to-all dispatcher)."""
+
+from __future__ import annotations
+
+import pytest
+from distsim_gpu.workloads.cost.compute.operators import layer_work
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
+from distsim_gpu.workloads.cost.parameters import layer_params_local
+from distsim_gpu.workloads.cost.traffic import moe_tp_scale
+from distsim_gpu.workloads.specs.models import get_model, model_from_mapping
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig
+
+GROK = get_model("grok-1")
+
+
+def _experts(shard: LayerShard) -> dict[str, object]:
+    work = layer_work("fwd", GROK, shard)
+    return {k.name: k for k in work.kernels if k.name.startswith("expert_")}
+
+
+@pytest.mark.parametrize("ep", [1, 2, 8])
+def test_expert_flop_per_gpu_does_not_depend_on_expert_tp(ep) -> None:
+    """Grok-1, tp 4, s 4096: FLOP of the expert GEMMs per GPU equal for expert_tp 1 and 4;
+    expert_fc1 is M = T·k·ep·etp/(E·tp) rows by 2F/etp (gated) columns."""
+    tokens, tp = 4096, 4
+    flops = {}
+    for etp in (1, 4):
+        shard = LayerShard(1, tokens, tp=tp, sequence_parallel=True, ep=ep, layer_index=0,
+                           expert_tp=etp)
+        kernels = _experts(shard)
+        fc1 = kernels["expert_fc1"]
+        assert (fc1.m, fc1.n, fc1.count) == (tokens * 2 * ep * etp // (8 * tp),
+                                             2 * 32768 // etp, 8 // ep)
+        flops[etp] = sum(k.total_flops for k in kernels.values())
+    assert flops[1] == pytest.approx(flops[4], rel=1e-12)
+
+
+def test_whole_experts_hold_tp_times_the_expert_parameters() -> None:
+    dense4, expert4 = layer_params_local(GROK, 0, 4, 8)
+    dense1, expert1 = layer_params_local(GROK, 0, 4, 8, etp=1)
+    assert dense1 == dense4
+    assert expert1 == pytest.approx(4 * expert4)
+    assert expert1 == 3 * 6144 * 32768  # one whole gated expert per EP rank
+
+
+@pytest.mark.parametrize(("tp", "etp", "shared", "scale"), [
+    (4, None, 0, 2.0),     # top-2 routed tokens gathered over the tensor group
+    (4, 1, 0, 0.0),        # whole experts: no tensor-parallel collective in the block
+    (4, None, 1, 3.0),     # and a shared expert's own gather and scatter
+    (4, 1, 1, 1.0),
+])
+def test_a_moe_blocks_tensor_collectives_carry_the_routed_tokens(tp, etp, shared, scale):
+    model = model_from_mapping({"name": "m", "layers": 2, "hidden": 1024, "heads": 16,
+                                "seq_len": 512, "vocab": 32000, "experts": 8, "top_k": 2,
+                                "shared_experts": shared})
+    parallel = ParallelConfig(tp=tp, dp=8, ep=8, expert_tp=etp, sequence_parallel=True)
+    assert moe_tp_scale(model, parallel) == scale
