@@ -29,6 +29,9 @@ PUBLISHED_TOTALS = [
     ("megatron-1t", 1008e9, "Narayanan et al. 2021, Table 1 (1008.0 billion)"),
     ("bloom-176b", 176e9, "BigScience BLOOM model card"),
     ("deepseek-v3", 671e9, "DeepSeek-V3 technical report, §4.2 (671B, without MTP)"),
+    ("mixtral-8x22b", 141e9, "Mistral AI, Mixtral 8x22B announcement (141B)"),
+    ("qwen3-235b-a22b", 235e9, "Qwen3 Technical Report (arXiv 2505.09388), Table 2"),
+    ("gpt-oss-120b", 116.83e9, "OpenAI gpt-oss model card, Table 1 (116.83B)"),
 ]
 
 # Exact counts of the released checkpoints (Hugging Face model cards / configs); our

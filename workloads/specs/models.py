@@ -79,17 +79,17 @@ NORMS = ("layernorm", "rmsnorm")
 
 _INT_FIELDS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads",
                "experts", "top_k", "moe_every", "first_dense_layers", "shared_experts",
-               "dense_ffn_hidden")
+               "dense_ffn_hidden", "attention_head_dim")
 # Fields whose 0 means "unset / none" (the others are at least 1).
 _ZERO_FIELDS = ("ffn_hidden", "kv_heads", "first_dense_layers", "shared_experts",
-                "dense_ffn_hidden")
+                "dense_ffn_hidden", "attention_head_dim")
 # Upper bounds, far past any model built (the largest have ~200 layers, hidden 2^15,
 # 10^6-token contexts, a 256k vocabulary, 256 experts): a value above one is a typo, and
 # would have distsim allocate per layer or per token without end.
 _MAXIMA = {"layers": 100_000, "hidden": 2**20, "heads": 2**16, "seq_len": 2**24,
            "vocab": 2**24, "ffn_hidden": 2**22, "kv_heads": 2**16, "experts": 2**16,
            "top_k": 2**16, "moe_every": 100_000, "first_dense_layers": 100_000,
-           "shared_experts": 2**16, "dense_ffn_hidden": 2**22}
+           "shared_experts": 2**16, "dense_ffn_hidden": 2**22, "attention_head_dim": 2**16}
 _BOOL_FIELDS = ("gated_mlp", "tied_embeddings", "attention_bias", "mlp_bias",
                 "embedding_norm")
 
@@ -137,6 +137,9 @@ class ModelSpec:
     shared_experts: int = 0
     dense_ffn_hidden: int = 0
     mla: MlaSpec | None = None
+    # The width of one attention head where it is not hidden/heads (Qwen3: 64 heads of 128
+    # over hidden 4096; 0: hidden/heads).
+    attention_head_dim: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -155,7 +158,7 @@ class ModelSpec:
         if self.dense_ffn_hidden == 0:
             object.__setattr__(self, "dense_ffn_hidden", self.ffn_hidden)
         self._check_deepseek_keys()
-        if self.mla is None and self.hidden % self.heads:
+        if self.mla is None and not self.attention_head_dim and self.hidden % self.heads:
             raise ConfigError(f"hidden {self.hidden} is not divisible by heads {self.heads}",
                               key="hidden", hint="head size = hidden / heads must be whole")
         if self.heads % self.kv_heads:
@@ -205,8 +208,13 @@ class ModelSpec:
     # ----------------------------------------------------------------- shapes
     @property
     def head_dim(self) -> int:
-        """Size of one attention head (hidden / heads)."""
-        return self.hidden // self.heads
+        """Size of one attention head: ``attention_head_dim``, else hidden / heads."""
+        return self.attention_head_dim or self.hidden // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection (and of the output projection's input)."""
+        return self.heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
@@ -257,7 +265,7 @@ class ModelSpec:
         its down, up and output projections, :meth:`MlaSpec.weight_params`)."""
         if self.mla:
             return self.mla.weight_params(self.hidden, self.heads)
-        return 2 * self.hidden * self.hidden + 2 * self.hidden * self.kv_dim
+        return 2 * self.hidden * self.q_dim + 2 * self.hidden * self.kv_dim
 
     def attention_params(self) -> int:
         """Parameters of one attention block (weights and, if any, biases; MLA: and the
@@ -266,7 +274,7 @@ class ModelSpec:
             per_element = 2 if self.norm == "layernorm" else 1
             return self.attention_weight_params() + per_element * sum(
                 self.mla.latent_widths())
-        bias = (2 * self.hidden + 2 * self.kv_dim) if self.attention_bias else 0
+        bias = (self.q_dim + self.hidden + 2 * self.kv_dim) if self.attention_bias else 0
         return self.attention_weight_params() + bias
 
     def mlp_weight_params(self, ffn: int | None = None) -> int:
@@ -523,6 +531,32 @@ _PRESET_FIELDS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "mixtral-8x7b": {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8,
                      "ffn_hidden": 14336, "experts": 8, "top_k": 2, "seq_len": 4096,
                      "vocab": 32000, **_LLAMA},
+    # Mistral AI, "Cheaper, Better, Faster, Stronger" (mistral.ai/news/mixtral-8x22b) and
+    # the HF config.json of Mixtral-8x22B-v0.1: 56 layers, 6144, 48 heads, 8 KV heads, FFN
+    # 16384, 8 experts top-2, vocab 32768, context 65536 (trained here at 4096, as the
+    # 8x7B); 141B total, 39B active.
+    "mixtral-8x22b": {"layers": 56, "hidden": 6144, "heads": 48, "kv_heads": 8,
+                      "ffn_hidden": 16384, "experts": 8, "top_k": 2, "seq_len": 4096,
+                      "vocab": 32768, **_LLAMA},
+    # Qwen Team 2025, "Qwen3 Technical Report" (arXiv 2505.09388) Table 2 and the HF
+    # config.json of Qwen3-235B-A22B: 94 layers, hidden 4096, 64 query heads and 4 KV heads
+    # of 128, every layer MoE with 128 experts top-8 of width 1536 (no shared expert),
+    # vocab 151936, untied output; pre-trained at sequence 4096 (its first two stages).
+    # Its QK-norm (two 128-wide RMSNorms per layer) is left out.  235B total, 22B active.
+    "qwen3-235b-a22b": {"layers": 94, "hidden": 4096, "heads": 64, "kv_heads": 4,
+                        "attention_head_dim": 128, "ffn_hidden": 1536, "experts": 128,
+                        "top_k": 8, "seq_len": 4096, "vocab": 151936, **_LLAMA},
+    # OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card" and the HF config.json of
+    # gpt-oss-120b: 36 layers, hidden 2880, 64 query heads and 8 KV heads of 64, biases in
+    # attention and experts, 128 experts top-4 of width 2880 (gated), vocab 201088, untied
+    # output, initial context 4096.  Not modelled: its alternate layers attend within a
+    # 128-token window (distsim gives every layer full causal attention, overstating the
+    # core attention of half the layers) and the attention sinks (64 scalars a layer).
+    # 116.8B total, 5.1B active.
+    "gpt-oss-120b": {"layers": 36, "hidden": 2880, "heads": 64, "kv_heads": 8,
+                     "attention_head_dim": 64, "ffn_hidden": 2880, "experts": 128,
+                     "top_k": 4, "seq_len": 4096, "vocab": 201088,
+                     **{**_LLAMA, "attention_bias": True, "mlp_bias": True}},
     # xAI, github.com/xai-org/grok-1 (README "Model Specifications" and model.py): 64
     # layers, embedding 6144, 48 query heads and 8 key/value heads of 128, 8 experts with 2
     # used per token, each a gated (GELU) MLP of width 32768 (widening factor 8 at 2/3),
