@@ -195,7 +195,8 @@ def _pipelined(legs: list[StepShape]) -> StepShape:
 def alltoall_plans(topo: Topology, group: Sequence[str], params: CommParams,
                    protocol: str) -> list[CollectivePlan]:
     """The plans ``params.all_to_all`` weighs for an all-to-all over ``group``: the flat
-    one, the hierarchical one, or both for ``auto`` (the caller times them), with
+    one, the hierarchical one, or both for ``auto`` (the caller times them; ``deepep``'s
+    is :func:`collectives.deepep.deepep_plans`), with
     ``params.alltoall_weights`` when the group has that many ranks."""
     gpus = list(group)
     weights = params.alltoall_weights if len(params.alltoall_weights) == len(gpus) else None

@@ -20,6 +20,7 @@ import simpy
 from distsim_gpu.collectives.algorithms import OPS, pairs_plan
 from distsim_gpu.collectives.alltoall_hier import alltoall_plans
 from distsim_gpu.collectives.catalog import ALGORITHM_PROTOCOLS, build_plan, candidates
+from distsim_gpu.collectives.deepep import deepep_plans
 from distsim_gpu.collectives.params import ALGORITHMS, FIDELITIES, PROTOCOLS, CommParams
 from distsim_gpu.collectives.plan import CollectivePlan, StepShape
 from distsim_gpu.collectives.sharp import fabric_reduces
@@ -146,8 +147,10 @@ class Communicator:
             key = ("alltoall_hier", tuple(group), proto)
             plans = self._alltoall_plans.get(key)
             if plans is None:
-                plans = self._alltoall_plans[key] = alltoall_plans(self.topology, group,
-                                                                   self.params, proto)
+                build = (deepep_plans if self.params.all_to_all == "deepep"
+                         else alltoall_plans)
+                plans = self._alltoall_plans[key] = build(self.topology, group, self.params,
+                                                          proto)
             for plan in plans:
                 time_s = self.time_s(plan, size_bytes)
                 if best is None or time_s < best[0]:

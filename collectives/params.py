@@ -179,10 +179,14 @@ class CommParams:
     the fraction of the NVLink rate NVLink SHARP reaches; ``pxn`` whether sends to another
     rail go through the local GPU on that rail (NCCL's PXN, on by default), a ring's hop
     out of a node included (:mod:`collectives.rails`).
-    ``all_to_all``: ``flat`` (NCCL's), ``hierarchical`` (HetuMoE's) or ``auto`` (the
-    faster, :mod:`collectives.alltoall_hier`); ``alltoall_weights``: per rank of an
-    all-to-all group of that many ranks, the share it receives relative to uniform (a
-    MoE router's skew, :mod:`workloads.specs.moe_routing`; empty: uniform).
+    ``all_to_all``: ``flat`` (NCCL's), ``hierarchical`` (HetuMoE's), ``deepep``
+    (DeepEP's two-hop dispatch and combine, :mod:`collectives.deepep`) or ``auto`` (the
+    faster of flat and hierarchical, :mod:`collectives.alltoall_hier`);
+    ``alltoall_weights``: per rank of an all-to-all group of that many ranks, the share it
+    receives relative to uniform (a MoE router's skew, :mod:`workloads.specs.moe_routing`;
+    empty: uniform).  ``deepep_max_nodes``: DeepEP's node-limited routing, the nodes a
+    token may reach (0: no limit); ``moe_experts`` and ``moe_top_k``: the router a
+    ``deepep`` exchange deduplicates tokens for (set from the model; 0: not a MoE run).
     """
 
     algorithm: str = "auto"
@@ -200,6 +204,9 @@ class CommParams:
     pxn: bool = True
     all_to_all: str = "flat"
     alltoall_weights: tuple[float, ...] = ()
+    deepep_max_nodes: int = 0
+    moe_experts: int = 0
+    moe_top_k: int = 0
     #: Whether ``link_efficiency["nvlink"]`` was set by the user (or by :meth:`ideal`); if
     #: not, it is the GPU generation's figure, resolved by :meth:`on_architecture` once the
     #: cluster is known.  Not compared: it says where a figure came from, not what it is.
@@ -250,14 +257,15 @@ class CommParams:
             "nvls_efficiency": self.nvls_efficiency,
             "pxn": self.pxn,
             "all_to_all": self.all_to_all,
+            **({"deepep_max_nodes": self.deepep_max_nodes} if self.deepep_max_nodes else {}),
         }
 
 
 _COMM_KEYS = ("algorithm", "protocol", "fidelity", "max_channels", "link_efficiency",
               "protocol_efficiency", "chunk_bytes", "base_latency", "hop_latency",
-              "peer_latency", "nvls_efficiency", "pxn", "all_to_all")
-#: How an all-to-all runs (collectives.alltoall_hier).
-ALLTOALL_MODES = ("flat", "hierarchical", "auto")
+              "peer_latency", "nvls_efficiency", "pxn", "all_to_all", "deepep_max_nodes")
+#: How an all-to-all runs (collectives.alltoall_hier, collectives.deepep).
+ALLTOALL_MODES = ("flat", "hierarchical", "deepep", "auto")
 _CHOICES = {"algorithm": ALGORITHMS, "protocol": PROTOCOLS, "fidelity": FIDELITIES,
             "all_to_all": ALLTOALL_MODES}
 # What the keys of each per-name table are, for "unknown <what>" errors.
@@ -299,7 +307,8 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
     ``hop_latency: {ring|tree|nvls|…: {nvlink|pcie|net: {ll|ll128|simple: "3.4 us"}}}``,
     ``peer_latency: {nvlink|pcie|net: {ll|ll128|simple: "1 us"}}``,
     ``nvls_efficiency`` (a fraction), ``pxn`` (true or false),
-    ``all_to_all`` (flat, hierarchical or auto).  Keys not given take the defaults for
+    ``all_to_all`` (flat, hierarchical, deepep or auto), ``deepep_max_nodes`` (a whole
+    number of nodes, DeepEP's node-limited routing).  Keys not given take the defaults for
     GPUs of ``architecture`` (:func:`comm_params_for`); with ``architecture`` "" NVLink's
     efficiency stays the generation's until :meth:`CommParams.on_architecture` meets the
     cluster, so a mapping is parsed once, before the cluster is built.
@@ -322,6 +331,9 @@ def _parsed_comm(data: Mapping[str, Any] | None, source: str | None,
                                         fold_case=True)
         elif key == "max_channels":
             changes["max_channels"] = check_whole(value, key=path, minimum=0, source=source)
+        elif key == "deepep_max_nodes":
+            changes[key] = check_whole(value, key=path, minimum=1, maximum=2**16,
+                                       source=source)
         elif key == "nvls_efficiency":
             changes[key] = _fraction(value, path, source)
         elif key == "pxn":

@@ -18,7 +18,7 @@ from distsim_gpu.workloads.iteration.ops import (
     Send,
     Wait,
 )
-from distsim_gpu.workloads.iteration.streams import StreamBuilder, fuse
+from distsim_gpu.workloads.iteration.streams import RunHints, StreamBuilder, fuse
 from distsim_gpu.workloads.specs.models import model_from_mapping
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 from distsim_gpu.workloads.strategy.schedule import stage_program
@@ -51,7 +51,7 @@ def builder(m: int = 8, *, recompute: str = "none", tp_time_s=None, exclusive_tp
     par = ParallelConfig(**{"tp": 2, "pp": 4, "dp": 2, **parallel})
     train = TrainingConfig(micro_batch=1, global_batch=m * par.dp, recompute=recompute)
     return StreamBuilder(MODEL, par, train, Costs(), microbatches=m,
-                         exclusive_tp=exclusive_tp, tp_time_s=tp_time_s)
+                         hints=RunHints(exclusive_tp=exclusive_tp, tp_time_s=tp_time_s))
 
 
 def flat(stream):

@@ -57,12 +57,14 @@ from distsim_gpu.workloads.strategy.tp_nd import mesh_of, weight_replicas
 
 __all__ = [
     "ACTIVATION_BYTES",
+    "DEEPEP_FP8_ELEMENT_BYTES",
     "GRAD_BYTES",
     "GradientBucket",
     "activation_bytes_per_element",
     "alltoall_bytes",
     "bucket_bytes",
     "cp_message_bytes",
+    "dispatch_bytes",
     "gathers_layer_params",
     "grad_bytes_per_element",
     "gradient_buckets",
@@ -175,6 +177,23 @@ def alltoall_bytes(model: ModelSpec, parallel: ParallelConfig,
     act = activation_bytes_per_element(training.precision)
     return (tokens * model.top_k * model.hidden * act
             / (parallel.tp if parallel.sequence_parallel else 1))
+
+
+#: Bytes per element DeepEP's FP8 dispatch sends: one e4m3 byte and one fp32 scale per 128
+#: elements (DeepEP README; DeepSeek-V3 report §3.3.1, 1x128 activation tiles).
+DEEPEP_FP8_ELEMENT_BYTES = 1.0 + 4.0 / 128
+
+
+def dispatch_bytes(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
+                   all_to_all: str = "flat") -> float:
+    """Bytes of one MoE dispatch: :func:`alltoall_bytes`, but with DeepEP's kernels
+    (``all_to_all: deepep``) under an FP8 or FP4 run the tokens travel as FP8 with their
+    scales (its combine stays 16-bit, :func:`alltoall_bytes`)."""
+    size = alltoall_bytes(model, parallel, training)
+    if all_to_all == "deepep" and training.precision in ("fp8", "fp4"):
+        return size * DEEPEP_FP8_ELEMENT_BYTES / activation_bytes_per_element(
+            training.precision)
+    return size
 
 
 def moe_tp_scale(model: ModelSpec, parallel: ParallelConfig) -> float:

@@ -4,7 +4,8 @@ A rank group is the ``tp`` GPUs of one pipeline stage of one replica
 (:class:`~workloads.iteration.timeline.RankGroup`): :func:`make_group` finds its GPUs and
 its pace (its slowest GPU's slowdown), :func:`stage_memory` what each of a stage's GPUs
 holds; :func:`check_stragglers` and :func:`check_memory` reject a spec that names unknown
-GPUs or does not fit.
+GPUs or does not fit; :func:`tensor_lanes` and :func:`call_lanes` say which of a call's
+GPUs form each of its communicators.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from distsim_gpu.workloads.cost.compute import stores_attention_scores
 from distsim_gpu.workloads.cost.memory import MemoryBreakdown, memory_of_strategy
 from distsim_gpu.workloads.iteration.records import IterationSpec
 from distsim_gpu.workloads.iteration.timeline import RankGroup
+from distsim_gpu.workloads.strategy.expert_grid import BlockLanes
 from distsim_gpu.workloads.strategy.parallel import Placement
 
-__all__ = ["check_memory", "check_stragglers", "make_group", "stage_memory"]
+__all__ = ["call_lanes", "check_memory", "check_stragglers", "make_group", "stage_memory",
+           "tensor_lanes"]
 
 
 def check_stragglers(spec: IterationSpec) -> None:
@@ -65,3 +68,20 @@ def check_memory(spec: IterationSpec, memory: list[MemoryBreakdown],
                 hint="more tensor/pipeline parallelism, ZeRO, recompute, a smaller "
                 "micro-batch, offloading the optimizer (parallelism.offload), or "
                 "--allow-oom to simulate anyway")
+
+
+def tensor_lanes(members: list[RankGroup], tp: int) -> list[list[str]]:
+    """Per tensor-parallel rank, the GPUs of ``members`` (one collective per lane)."""
+    return [[member.gpus[t] for member in members] for t in range(tp)]
+
+
+def call_lanes(images: list[list[RankGroup]], layout: BlockLanes | None,
+               tp: int) -> tuple[list[list[str]], int]:
+    """The communicators of a call among ``images[0]`` (one collective each) and, folded,
+    among the other images after them; and how many are the first's.  With a block
+    ``layout`` (:attr:`~workloads.strategy.dimensions.Peering.BLOCK`: Megatron-Core's
+    expert groups may cross tensor ranks) its lanes; else one per tensor rank."""
+    if layout is None:
+        return [lane for image in images for lane in tensor_lanes(image, tp)], tp
+    lanes = [[image[r].gpus[t] for r, t in lane] for image in images for lane in layout]
+    return lanes, len(layout)

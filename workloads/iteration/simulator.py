@@ -52,9 +52,7 @@ was in flight, overlapped or not.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Generator
 from functools import partial
 from typing import Any
 
@@ -62,6 +60,7 @@ import simpy
 from distsim_gpu.collectives import Communicator
 from distsim_gpu.collectives.plan import CollectivePlan
 from distsim_gpu.simcore.errors import SimulationError
+from distsim_gpu.simcore.gc_batch import young_collections_batched
 from distsim_gpu.simcore.network import LinkUsage
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.workloads.cost.traffic import seq_len_of
@@ -79,10 +78,12 @@ from distsim_gpu.workloads.iteration.ops import (
     Wait,
 )
 from distsim_gpu.workloads.iteration.rank_groups import (
+    call_lanes,
     check_memory,
     check_stragglers,
     make_group,
     stage_memory,
+    tensor_lanes,
 )
 from distsim_gpu.workloads.iteration.records import (
     GpuTimes,
@@ -90,7 +91,7 @@ from distsim_gpu.workloads.iteration.records import (
     IterationSpec,
     per_gpu_times,
 )
-from distsim_gpu.workloads.iteration.streams import StreamBuilder
+from distsim_gpu.workloads.iteration.streams import RunHints, StreamBuilder
 from distsim_gpu.workloads.iteration.timeline import (
     CRITICAL_KINDS,
     Meeting,
@@ -182,9 +183,11 @@ class IterationSimulator:
         self._usage_by_shape: dict[tuple[RankGroup, tuple[Any, ...]], LinkUsage | None] = {}
         self._fold_flows: dict[tuple[int, float], tuple[CollectivePlan, _SoloFlows]] = {}
         exclusive = spec.fold_exclusive_tp and exclusive_tp(self.comm, self.groups, par)
+        hints = RunHints(exclusive_tp=exclusive, tp_time_s=self._tp_analytic_s,
+                         dp_apart=exclusive and dp_apart(self.comm, self.groups, par),
+                         all_to_all=spec.comm.all_to_all)
         builder = StreamBuilder(model, par, train, spec.costs, microbatches=self.microbatches,
-                                exclusive_tp=exclusive, tp_time_s=self._tp_analytic_s,
-                                dp_apart=exclusive and dp_apart(self.comm, self.groups, par))
+                                hints=hints)
         self.streams = [builder.stage_stream(s) for s in range(par.pp)]
         self.offload: tuple[OffloadStep, ...] = ()
         if par.offload.enabled:  # the step on the host (workloads.iteration.offload_step)
@@ -222,22 +225,14 @@ class IterationSimulator:
 
     def _lanes(self, members: list[RankGroup]) -> list[list[str]]:
         """Per tensor-parallel rank, the GPUs of ``members`` (one collective per lane)."""
-        return [[member.gpus[t] for member in members]
-                for t in range(self.spec.parallel.tp)]
+        return tensor_lanes(members, self.spec.parallel.tp)
 
     def _member_lanes(self, members: list[RankGroup], peer: PeerGroup,
                       ) -> tuple[list[list[str]], int]:
-        """The communicators of a call among ``members`` (one collective each) and, folded,
-        their images' after them; and how many are the simulated members' own.  A
-        :attr:`Peering.BLOCK` group's are its layout's (Megatron-Core's expert groups
-        may cross tensor ranks); the others', one per tensor rank."""
-        images = self._image_members(members)
-        if peer.peering is not Peering.BLOCK:
-            return [lane for image in images for lane in self._lanes(image)], len(
-                self._lanes(members))
-        layout = self._layouts[peer.name]
-        lanes = [[image[r].gpus[t] for r, t in lane] for image in images for lane in layout]
-        return lanes, len(layout)
+        """A call among ``members``: its communicators, folded with their images', and how
+        many are the members' own (:func:`~workloads.iteration.rank_groups.call_lanes`)."""
+        return call_lanes(self._image_members(members), self._layouts.get(peer.name),
+                          self.spec.parallel.tp)
 
     # ----------------------------------------------------------------- running
     def run(self) -> IterationResult:
@@ -683,7 +678,7 @@ def _result(simulator: IterationSimulator) -> IterationResult:
 
 def simulate_iteration(spec: IterationSpec) -> IterationResult:
     """Simulate one training iteration of ``spec``; see the module docstring."""
-    with _young_collections_batched():
+    with young_collections_batched():
         simulator = IterationSimulator(spec)
         if spec.trace:
             record_link_counters(simulator.sim)
@@ -692,22 +687,3 @@ def simulate_iteration(spec: IterationSpec) -> IterationResult:
         simulator.sim.tracer.metadata["distsim"] = trace_metadata(
             spec, simulator.everyone, simulator.seq_len, result)
     return result
-
-
-# Objects allocated between two young-generation collections while an iteration runs
-# (CPython's default is 700).  A 16,384-GPU iteration allocates tens of millions of
-# short-lived tuples and dicts (routes, plans, events); collecting every 700 of them cost
-# about 9 % of its CPU (4,096 GPUs: 3.55 -> 3.25 s, three runs each).  Nothing is
-# left uncollected: the threshold is restored after the run.
-_YOUNG_BATCH = 100_000
-
-
-@contextmanager
-def _young_collections_batched() -> Iterator[None]:
-    thresholds = gc.get_threshold()
-    gc.set_threshold(max(thresholds[0], _YOUNG_BATCH), *thresholds[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
-

@@ -32,7 +32,7 @@ iteration's lower bound (:mod:`workloads.cost.bounds`) counts with too.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from distsim_gpu.workloads.cost.compute import CostModel
@@ -49,6 +49,7 @@ from distsim_gpu.workloads.cost.traffic import (
     activation_bytes_per_element,
     alltoall_bytes,
     cp_message_bytes,
+    dispatch_bytes,
     gathers_layer_params,
     grad_bytes_per_element,
     gradient_buckets,
@@ -97,7 +98,7 @@ from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConf
 from distsim_gpu.workloads.strategy.schedule import stage_program, virtual_stage
 from distsim_gpu.workloads.strategy.tp_nd import layer_comm, mesh_of
 
-__all__ = ["StreamBuilder", "fuse"]
+__all__ = ["RunHints", "StreamBuilder", "fuse"]
 
 #: The closed-form time of a tensor-parallel collective: (op, size_bytes, stage) -> s.
 TpTime = Callable[[str, float, int], float]
@@ -106,26 +107,38 @@ TpTime = Callable[[str, float, int], float]
 ParamBuckets = tuple[tuple[int | None, float, str], ...]
 
 
-class StreamBuilder:
-    """Builds each stage's stream of ops for ``microbatches`` micro-batches.
+@dataclass(frozen=True, slots=True)
+class RunHints:
+    """What the simulator knows of the run that shapes its streams.
 
     ``tp_time_s`` (the closed form of an exclusive TP collective) makes the streams fused
     (what the simulator runs); without it they are the plain ops.  ``exclusive_tp``: the
     tensor-parallel collectives may be marked ``exclusive`` — in the passes before the
     stage launches its first data-parallel collective, the only time they can be — or in
     every pass when ``dp_apart`` (data-parallel collectives never touch a TP group's links,
-    see :func:`workloads.iteration.folding.dp_apart_from_tp`).
+    see :func:`workloads.iteration.folding.dp_apart_from_tp`).  ``all_to_all``: how the
+    expert all-to-alls run (DeepEP's dispatch sends FP8 under a low-precision run).
     """
 
+    exclusive_tp: bool = False
+    tp_time_s: TpTime | None = None
+    dp_apart: bool = False
+    all_to_all: str = "flat"
+
+
+class StreamBuilder:
+    """Builds each stage's stream of ops for ``microbatches`` micro-batches, shaped by the
+    run's :class:`RunHints` (the plain ops without them)."""
+
     def __init__(self, model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
-                 costs: CostModel, *, microbatches: int, exclusive_tp: bool = False,
-                 tp_time_s: TpTime | None = None, dp_apart: bool = False) -> None:
+                 costs: CostModel, *, microbatches: int, hints: RunHints = RunHints(),
+                 ) -> None:
         self.model, self.parallel, self.training, self.costs = (model, parallel, training,
                                                                  costs)
         self.microbatches = microbatches
-        self.exclusive_tp = exclusive_tp
-        self.dp_apart = dp_apart
-        self.tp_time_s = tp_time_s
+        self.exclusive_tp = hints.exclusive_tp
+        self.dp_apart = hints.dp_apart
+        self.tp_time_s = hints.tp_time_s
         # A context-parallel rank computes and sends its s/cp tokens of each sequence.
         local = rank_training(model, parallel, training)
         self.seq_len = seq_len_of(model, local)
@@ -146,6 +159,8 @@ class StreamBuilder:
         self.split_elementwise = parallel.sequence_parallel or mesh is not None
         self.p2p_bytes = pipeline_message_bytes(model, parallel, local)
         self.a2a_bytes = alltoall_bytes(model, parallel, local)
+        # DeepEP dispatches FP8 (with its scales) under a low-precision run; combines 16-bit.
+        self.dispatch_bytes = dispatch_bytes(model, parallel, local, hints.all_to_all)
         self.moe_tp_scale = moe_tp_scale(model, parallel)
         self.cp_bytes = cp_message_bytes(model, parallel, training)
         # Skewed routing: every EP rank's experts run at the pace of the most loaded one
@@ -373,7 +388,8 @@ class StreamBuilder:
         if with_comm or op_sac:
             self._tp_ops(ops, f"{label} attention", fold, pass_, "attention", setting, saved)
         if moe and with_comm:
-            ops.append(Collective("alltoall", self.a2a_bytes, f"{label} dispatch", group="ep"))
+            ops.append(Collective("alltoall", self.dispatch_bytes, f"{label} dispatch",
+                                  group="ep"))
         ops.append(Compute(mlp, f"{label} mlp", *args))
         if moe and with_comm:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} combine", group="ep"))
@@ -418,9 +434,8 @@ class StreamBuilder:
         A's combine under B's experts; B's combine is the exposed part.  ``times_s``:
         the attention's and the experts' time for the whole micro-batch."""
         attention_s, mlp_s = times_s
-        half_bytes = self.a2a_bytes / 2
-
         def launch(what: str, part: str) -> None:
+            half_bytes = (self.dispatch_bytes if what == "dispatch" else self.a2a_bytes) / 2
             ops.append(Collective("alltoall", half_bytes, f"{label} {what} {part}",
                                   group="ep", blocking=False,
                                   handle=async_handle("ep", f"{label} {what} {part}")))

@@ -263,13 +263,18 @@ class RoutedModel(Protocol):
 def routed_comm(comm: CommParams, model: RoutedModel, ep: int,
                 source: str | None = None) -> CommParams:
     """``comm`` with the router's skew carried into the expert all-to-alls of a run at
-    ``ep`` (an explicit placement checked against it); ``comm`` itself for the plain
-    router or without expert parallelism."""
+    ``ep`` (an explicit placement checked against it), and for ``all_to_all: deepep`` its
+    experts and top-k; ``comm`` itself for the plain router or without expert
+    parallelism."""
     check_placement(model.moe, experts=model.experts, ep=ep, source=source)
     weights = alltoall_weights(model.moe, experts=model.experts, top_k=model.top_k, ep=ep)
-    if weights == comm.alltoall_weights:
+    # DeepEP's exchange sends a token once per destination: it needs the router's shape.
+    router = ((model.experts, model.top_k) if comm.all_to_all == "deepep" and ep > 1
+              else (comm.moe_experts, comm.moe_top_k))
+    if weights == comm.alltoall_weights and router == (comm.moe_experts, comm.moe_top_k):
         return comm
-    return replace(comm, alltoall_weights=weights)
+    return replace(comm, alltoall_weights=weights, moe_experts=router[0],
+                   moe_top_k=router[1])
 
 
 # --------------------------------------------------------------------------- parsing

@@ -1,0 +1,124 @@
+"""DeepEP's expert-parallel dispatch and combine: one copy per destination, two hops.
+
+DeepEP's normal (training and prefill) kernels, as its README and the DeepSeek-V3 report
+(arXiv 2412.19437, §2.1.2 node-limited routing, §3.2.2) describe them, send a token not
+once per expert it is routed to, as an all-to-all of ``top_k`` copies does, but:
+
+* **once per destination GPU** holding at least one of its experts (the GPU expands it to
+  its local experts), over NVLink inside the sender's node;
+* **once per destination node** over InfiniBand, to the GPU with the sender's local index
+  on that node (the same NIC rail: no spine hop on a rail-optimised fabric), which
+  **forwards** it over NVLink to that node's destination GPUs;
+* with **node-limited routing** a token's experts lie on at most ``M`` nodes (DeepSeek-V3:
+  4), so its InfiniBand copies are at most ``M − 1``.
+
+The combine sends the experts' outputs back the same way (the forwarding GPU sums a
+node's contributions before the InfiniBand hop), so both are one plan.  Under a uniform
+router of ``k`` experts out of ``E`` over ``n`` ranks on ``N`` nodes (:func:`reach`):
+
+    P(token reaches a given GPU)  = 1 − C(E − E/n, k) / C(E, k)
+    P(token reaches a given node) = 1 − C(E − E/N, k) / C(E, k)
+
+and with a node limit ``M < N`` each token picks ``M`` nodes and its ``k`` experts among
+their ``M·E/N``: a node with probability ``M/N``, a GPU of a picked node with
+``1 − C(M·E/N − E/n, k) / C(M·E/N, k)``.  The plan's streams are relative to a flat
+all-to-all of the same ``S`` (``k`` copies of every token: ``S/n`` per pair), so the
+iteration's bytes stay the router's and the plan says how many of them move where.
+
+Not modelled: the SMs the kernels hold bound their rate when few are given (DeepEP's
+HybridEP tables: 4 SMs reach ~60 % of 16 SMs' rate on H100); the SMs they take from
+compute are ``compute.comm_sms``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import comb
+
+from distsim_gpu.collectives.algorithms import _Builder, _node_order, gpu_rail
+from distsim_gpu.collectives.alltoall_hier import _pipelined, _plan, _Step, _weights
+from distsim_gpu.collectives.params import CommParams
+from distsim_gpu.collectives.plan import CollectivePlan, StepShape
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.topology import Topology
+
+__all__ = ["deepep_plan", "deepep_plans", "reach"]
+
+
+def _hit(pool: int, held: int, top_k: int) -> float:
+    """P(at least one of ``held`` experts among ``top_k`` drawn from ``pool``)."""
+    if held >= pool or top_k >= pool - held + 1:
+        return 1.0
+    return 1.0 - comb(pool - held, top_k) / comb(pool, top_k)
+
+
+def reach(*, ranks: int, nodes: int, experts: int, top_k: int,
+          max_nodes: int = 0) -> tuple[float, float]:
+    """``(P(a token reaches a given GPU), P(it reaches a given node))`` under a uniform
+    router of ``top_k`` of ``experts`` over ``ranks`` GPUs on ``nodes`` nodes, each token's
+    experts on at most ``max_nodes`` nodes (0: no limit); see the module docstring."""
+    if experts % ranks or ranks % nodes or not 1 <= top_k <= experts:
+        raise ConfigError(f"{experts} experts top-{top_k} do not spread evenly over "
+                          f"{ranks} ranks on {nodes} nodes", key="communication.all_to_all",
+                          hint="deepep needs whole experts per rank and ranks per node")
+    per_gpu = experts // ranks
+    if max_nodes and max_nodes < nodes:
+        pool = max_nodes * experts // nodes
+        node = max_nodes / nodes
+        return node * _hit(pool, per_gpu, min(top_k, pool)), node
+    return _hit(experts, per_gpu, top_k), _hit(experts, experts // nodes, top_k)
+
+
+def deepep_plan(b: _Builder, gpus: Sequence[str],
+                weights: Sequence[float] | None = None) -> CollectivePlan:
+    """The dispatch (or combine) over ``gpus`` as one pipelined step: NVLink sends inside
+    each node, one InfiniBand send per (GPU, other node) to the same-rail GPU there, and
+    that GPU's NVLink forwarding (module docstring).  ``weights``: receive weights per
+    rank (a skewed router), as for the flat all-to-all."""
+    params, topo = b.params, b.topo
+    n = len(gpus)
+    w = dict(zip(gpus, _weights(gpus, weights), strict=True))
+    per_node = _node_order(topo, gpus)
+    if params.moe_experts < 2 or params.moe_top_k < 1:
+        raise ConfigError("all_to_all: deepep needs a MoE model's router (experts, top_k)",
+                          key="communication.all_to_all", hint="use flat for other models")
+    p_gpu, p_node = reach(ranks=n, nodes=len(per_node), experts=params.moe_experts,
+                          top_k=params.moe_top_k, max_nodes=params.deepep_max_nodes)
+    # Streams relative to S/n, S being top_k copies of every token (module docstring).
+    per_gpu, per_node_copy = p_gpu * n / params.moe_top_k, p_node * n / params.moe_top_k
+    local, network, forward = _Step(b), _Step(b), _Step(b)
+    for node, members in per_node.items():
+        for src in members:
+            for dst in members:
+                local.send(src, dst, per_gpu * w[dst])
+            rail = gpu_rail(topo, src)
+            for other, remote in per_node.items():
+                if other == node:
+                    continue
+                relay = _same_rail(topo, remote, rail, members.index(src))
+                share = sum(w[d] for d in remote) / len(remote)
+                network.send(src, relay, per_node_copy * share, rail)
+                for dst in remote:
+                    forward.send(relay, dst, per_gpu * w[dst])
+    fraction = 1.0 / n
+    legs = [s for s in (local.shape(fraction), network.shape(fraction),
+                        forward.shape(fraction)) if s is not None]
+    steps: list[StepShape] = [_pipelined(legs)] if legs else []
+    return _plan(b, n, steps, "deepep")
+
+
+def deepep_plans(topo: Topology, group: Sequence[str], params: CommParams,
+                 protocol: str) -> list[CollectivePlan]:
+    """``all_to_all: deepep``'s plan for an exchange over ``group`` (one candidate), with
+    ``params.alltoall_weights`` when the group has that many ranks."""
+    gpus = list(group)
+    weights = params.alltoall_weights if len(params.alltoall_weights) == len(gpus) else None
+    return [deepep_plan(_Builder(topo, params, "ring", protocol), gpus, weights)]
+
+
+def _same_rail(topo: Topology, remote: Sequence[str], rail: int | None, index: int) -> str:
+    """The GPU of a remote node on ``rail`` (else the one at the sender's local index)."""
+    for gpu in remote:
+        if rail is not None and gpu_rail(topo, gpu) == rail:
+            return gpu
+    return remote[index % len(remote)]

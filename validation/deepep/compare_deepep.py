@@ -1,0 +1,146 @@
+"""DeepEP's normal dispatch and combine on H800: distsim's ``all_to_all: deepep`` against
+the bandwidths DeepEP's README publishes, EP 8 (one node) to EP 64 (eight nodes).
+
+The source (``shared/data/kernels/deepep``): DeepEP's V1 normal kernels on H800 (NVLink
+at DeepSeek's quoted ~160 GB/s, one ConnectX-7 400 Gb/s InfiniBand NIC per GPU), 4,096
+tokens per rank, hidden 7,168, top-8 of 256 experts (its ``tests/test_internode.py``),
+top-4 groups (node-limited routing to 4 nodes), FP8 dispatch (1 byte and one 4-byte
+scale per 128 elements) and BF16 combine.  The README's figure is the bottleneck's: the
+NVLink bytes a rank receives over the kernel's time at EP 8, the "RDMA" bytes at EP 16 and
+more — as its test counts them, a token once per node it reaches, the sender's own node
+included (:func:`bottleneck_bytes`).  Each README revision re-measured; every row is
+compared.
+
+distsim runs the same exchange on ``dgx-h100`` nodes with NVLink at H800's 200 GB/s per
+direction (400 GB/s bidirectional) and the 400 Gb/s rails, uncalibrated::
+
+    python validation/deepep/compare_deepep.py [--data DIR]
+
+and divides the closed-form bottleneck bytes (:func:`collectives.deepep.reach`) by the
+simulated time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from distsim_gpu.collectives.deepep import reach
+from distsim_gpu.collectives.nccl_tests import run_benchmark
+from distsim_gpu.collectives.params import comm_params_for
+from distsim_gpu.topology import build_cluster
+
+HERE = Path(__file__).resolve().parent
+TOKENS, HIDDEN, TOP_K, EXPERTS, MAX_NODES, GPUS_PER_NODE = 4096, 7168, 8, 256, 4, 8
+ELEMENT_BYTES = {"FP8": 1.0 + 4.0 / 128, "BF16": 2.0}
+#: H800's NVLink: 400 GB/s bidirectional (NVIDIA's H800 datasheet), 200 GB/s each way.
+#: The NVLink fractions a leave-one-EP-size-out fit tries (DeepEP's copy kernels against
+#: NCCL's payload rate): 0.50 to 1.00.
+FRACTIONS = tuple(round(0.5 + 0.02 * i, 2) for i in range(26))
+
+
+def bottleneck_bytes(ep: int, element_bytes: float) -> float:
+    """The bytes DeepEP's test divides by the kernel's time (its ``tests/test_internode.py``
+    and ``test_intranode.py``): at EP 8 the tokens a rank receives (``recv_x``, its own
+    included), beyond the tokens times the distinct nodes each reaches (``inplace_unique``
+    of the node indices, the sender's own node included)."""
+    nodes = max(1, ep // GPUS_PER_NODE)
+    p_gpu, p_node = reach(ranks=ep, nodes=nodes, experts=EXPERTS, top_k=TOP_K,
+                          max_nodes=MAX_NODES)
+    copies = ep * p_gpu if nodes == 1 else nodes * p_node
+    return TOKENS * HIDDEN * element_bytes * copies
+
+
+def predicted_bandwidth(ep: int, element_bytes: float, nvlink_fraction: float = 1.0) -> float:
+    """distsim's bottleneck bandwidth (bytes per second) for one dispatch or combine, with
+    NVLink at ``nvlink_fraction`` of H800's rate (1: uncalibrated)."""
+    nvlink = f"{200 * nvlink_fraction} GB/s"
+    topology = build_cluster({"preset": "dgx-h100", "nodes": max(1, ep // GPUS_PER_NODE),
+                              "nvlink": {"bandwidth": nvlink}})
+    params = replace(comm_params_for("hopper"), all_to_all="deepep", moe_experts=EXPERTS,
+                     moe_top_k=TOP_K, deepep_max_nodes=MAX_NODES)
+    size = int(TOKENS * TOP_K * HIDDEN * element_bytes)  # top-k copies, as the iteration's
+    (row,) = run_benchmark(topology, "alltoall", [size], params=params, dtype="int8")
+    return bottleneck_bytes(ep, element_bytes) / row.time_s
+
+
+def measured_rows(data: Path) -> list[dict[str, str]]:
+    """The V1 normal-kernel rows of the DeepEP table."""
+    with open(data / "deepep_dispatch_combine.csv", newline="", encoding="utf-8") as handle:
+        return [r for r in csv.DictReader(handle) if r["kernel"].startswith("V1 normal")]
+
+
+def find_data(given: str | None) -> Path:
+    """``--data``, else ``shared/data/kernels/deepep`` above the repository."""
+    candidates = [Path(given)] if given else [
+        parent / "shared" / "data" / "kernels" / "deepep" for parent in HERE.parents]
+    for candidate in candidates:
+        if (candidate / "deepep_dispatch_combine.csv").is_file():
+            return candidate
+    raise SystemExit("no deepep_dispatch_combine.csv found: pass --data DIR")
+
+
+def compare(data: Path, nvlink_fraction: float = 1.0,
+            ) -> list[tuple[str, int, str, float, float]]:
+    """(phase, ep, README date, measured GB/s, predicted GB/s) per row."""
+    cache: dict[tuple[int, str], float] = {}
+    out = []
+    for row in measured_rows(data):
+        ep, phase = int(row["ep"]), row["phase"]
+        dtype = row["dispatch_dtype"] if phase == "dispatch" else row["combine_dtype"]
+        key = (ep, dtype)
+        if key not in cache:
+            cache[key] = predicted_bandwidth(ep, ELEMENT_BYTES[dtype], nvlink_fraction) / 1e9
+        out.append((phase, ep, row["readme_date"] or "legacy", float(row["bandwidth_GBps"]),
+                    cache[key]))
+    return out
+
+
+def _median_error(rows: Sequence[tuple[str, int, str, float, float]]) -> float:
+    return statistics.median(abs(p / m - 1) for *_r, m, p in rows)
+
+
+def cross_validated(data: Path) -> list[tuple[int, float, float]]:
+    """Per EP size: the NVLink fraction fitted on the other sizes (least median |error|)
+    and that size's median |error| with it."""
+    runs = {f: compare(data, f) for f in FRACTIONS}
+    sizes = sorted({ep for _p, ep, *_ in runs[1.0]})
+    out = []
+    for held in sizes:
+        fitted = min(FRACTIONS, key=lambda f: _median_error(
+            [r for r in runs[f] if r[1] != held]))
+        out.append((held, fitted, _median_error([r for r in runs[fitted] if r[1] == held])))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--data", help="the deepep data folder")
+    args = parser.parse_args(argv)
+    rows = compare(find_data(args.data))
+    print(f"{'phase':9} {'ep':>3} {'README':>10} {'measured':>9} {'distsim':>8} {'error':>7}")
+    errors = []
+    for phase, ep, date, measured, predicted in rows:
+        error = predicted / measured - 1
+        errors.append(abs(error))
+        print(f"{phase:9} {ep:3d} {date:>10} {measured:7.1f} GB/s {predicted:6.1f} "
+              f"{error:+7.1%}")
+    by_ep: dict[int, list[float]] = {}
+    for (_phase, ep, *_), error in zip(rows, errors, strict=True):
+        by_ep.setdefault(ep, []).append(error)
+    for ep, errs in sorted(by_ep.items()):
+        print(f"EP {ep:3d}: median |error| {statistics.median(errs):.1%} over {len(errs)} rows")
+    print(f"all: median |error| {statistics.median(errors):.1%}, max {max(errors):.1%}")
+    print("calibrated (one figure: NVLink's fraction for DeepEP's copies), each EP size "
+          "predicted with the fraction fitted on the others:")
+    for held, fitted, error in cross_validated(find_data(args.data)):
+        print(f"EP {held:3d}: fraction {fitted:.2f}, median |error| {error:.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
