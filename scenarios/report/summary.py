@@ -107,8 +107,9 @@ def _job_lines(report: Report) -> list[str]:
         return _jobs_lines(report)
     shared = ([f"  jobs         {report.jobs} share the cluster; these lines and figures are "
                "the first job's"] if report.jobs > 1 else [])
-    return [*shared, f"  model        {model.name}: {model.layers} layers, hidden {model.hidden}, "
-            f"{model.heads} heads, sequence {seq_len_of(model, train)}",
+    mtp = f" + {model.mtp_depth} MTP module(s)" if model.mtp_depth else ""
+    return [*shared, f"  model        {model.name}: {model.layers} layers{mtp}, hidden "
+            f"{model.hidden}, {model.heads} heads, sequence {seq_len_of(model, train)}",
             f"  strategy     {_strategy(par, train)}",
             f"  batch        {_batch(par, train, report.microbatches)}",
             *_experts(model, par)]

@@ -129,6 +129,11 @@ def params_on_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, st
         dense += model.final_norm_params()
         if not model.tied_embeddings or pp > 1:
             dense += word
+        if model.mtp_depth:  # beside the output head they share (column-parallel 2h -> h)
+            d, e = layer_params_local(model, model.layers - 1, tp, ep, etp)
+            projection = 2 * model.hidden * model.hidden / tp + 2 * model.norm_params()
+            dense += model.mtp_depth * (d + projection)
+            expert += model.mtp_depth * e
     return StageParams(dense, expert)
 
 

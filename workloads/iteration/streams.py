@@ -38,6 +38,7 @@ from typing import Any
 from distsim_gpu.workloads.cost.compute import CostModel
 from distsim_gpu.workloads.cost.context_parallel import core_attention_time_s, ring_step_blocks
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
+from distsim_gpu.workloads.cost.mtp import mtp_projection_s
 from distsim_gpu.workloads.cost.parameters import layer_group_extra_params
 from distsim_gpu.workloads.cost.tp_overlap import (
     gemm_stretch,
@@ -283,13 +284,38 @@ class StreamBuilder:
             self._layer_pass(ops, "fwd", layer, fold)
         if vs == self.virtual_stages - 1:
             ops.append(self._edge("loss", "fwd"))
+            self._mtp(ops, "fwd", fold)
         return ops
+
+    def _mtp(self, ops: list[Op], pass_: str, fold: bool) -> None:
+        """The multi-token-prediction modules after the loss (``model.mtp_depth``; their
+        backward before the last layer's): each the 2h → h projection, a block like the
+        last layer, and the shared output head and loss once more."""
+        model = self.model
+        depths = range(model.mtp_depth) if pass_ == "fwd" else reversed(
+            range(model.mtp_depth))
+        for depth in depths:
+            label = f"MTP{depth}"
+            duration = mtp_projection_s(self.costs, model, pass_=pass_, tp=self.parallel.tp,
+                                        tokens=self.training.micro_batch * self.seq_len)
+            projection = Compute(duration, f"{label} {pass_} projection", layer="mtp",
+                                 pass_name=pass_)
+            if pass_ == "fwd":
+                ops.append(projection)
+                self._layer_pass(ops, "fwd", model.layers - 1, fold, name=label)
+                ops.append(self._edge("loss", "fwd"))
+            else:
+                ops.append(self._edge("loss", "bwd"))
+                self._layer_pass(ops, "recompute", model.layers - 1, fold, name=label)
+                self._layer_pass(ops, "bwd", model.layers - 1, fold, name=label)
+                ops.append(projection)
 
     def _backward(self, vs: int, chunk: int, last: bool, fold: bool) -> list[Op]:
         par = self.parallel
         sharded = gathers_layer_params(par)
         ops: list[Op] = []
         if vs == self.virtual_stages - 1:
+            self._mtp(ops, "bwd", fold)
             ops.append(self._edge("loss", "bwd"))
         order = list(reversed(range(*self.chunks[vs])))
         # Without ZeRO-3/FSDP the last micro-batch reduces the gradients in buckets, each
@@ -342,8 +368,10 @@ class StreamBuilder:
                   ) -> Collective:
         return Collective(op, size_bytes, label, group="dp", blocking=False, handle=handle)
 
-    def _layer_pass(self, ops: list[Op], pass_: str, layer: int, fold: bool) -> None:
-        """One layer's compute and in-layer communication for ``fwd``/``bwd``/recompute."""
+    def _layer_pass(self, ops: list[Op], pass_: str, layer: int, fold: bool,
+                    name: str | None = None) -> None:
+        """One layer's compute and in-layer communication for ``fwd``/``bwd``/recompute
+        (``name``: what its labels call it, ``L<layer>`` by default)."""
         model, par = self.model, self.parallel
         setting = self._setting(layer)
         if pass_ == "recompute" and setting.recompute == "none":
@@ -357,7 +385,7 @@ class StreamBuilder:
         duration = self.costs.layer_time_s(cost_pass, model, shard)
         # OSDP's split operators: their GEMMs in k slices (workloads.strategy.operator_sharding).
         duration += split_extra_s(par.operator_sharding, self.costs, cost_pass, model, shard)
-        label = f"L{layer} {pass_}"
+        label = f"{name or f'L{layer}'} {pass_}"
         # What a cost table calls this layer pass (trace args, read by ``trace costs``).
         kind = "moe_layer" if model.is_moe_layer(layer) else "transformer_layer"
         table_pass = recompute_table_pass(mode) if pass_ == "recompute" else cost_pass

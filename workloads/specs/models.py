@@ -79,17 +79,18 @@ NORMS = ("layernorm", "rmsnorm")
 
 _INT_FIELDS = ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "kv_heads",
                "experts", "top_k", "moe_every", "first_dense_layers", "shared_experts",
-               "dense_ffn_hidden", "attention_head_dim")
+               "dense_ffn_hidden", "attention_head_dim", "mtp_depth")
 # Fields whose 0 means "unset / none" (the others are at least 1).
 _ZERO_FIELDS = ("ffn_hidden", "kv_heads", "first_dense_layers", "shared_experts",
-                "dense_ffn_hidden", "attention_head_dim")
+                "dense_ffn_hidden", "attention_head_dim", "mtp_depth")
 # Upper bounds, far past any model built (the largest have ~200 layers, hidden 2^15,
 # 10^6-token contexts, a 256k vocabulary, 256 experts): a value above one is a typo, and
 # would have distsim allocate per layer or per token without end.
 _MAXIMA = {"layers": 100_000, "hidden": 2**20, "heads": 2**16, "seq_len": 2**24,
            "vocab": 2**24, "ffn_hidden": 2**22, "kv_heads": 2**16, "experts": 2**16,
            "top_k": 2**16, "moe_every": 100_000, "first_dense_layers": 100_000,
-           "shared_experts": 2**16, "dense_ffn_hidden": 2**22, "attention_head_dim": 2**16}
+           "shared_experts": 2**16, "dense_ffn_hidden": 2**22, "attention_head_dim": 2**16,
+           "mtp_depth": 64}
 _BOOL_FIELDS = ("gated_mlp", "tied_embeddings", "attention_bias", "mlp_bias",
                 "embedding_norm")
 
@@ -140,6 +141,11 @@ class ModelSpec:
     # The width of one attention head where it is not hidden/heads (Qwen3: 64 heads of 128
     # over hidden 4096; 0: hidden/heads).
     attention_head_dim: int = 0
+    # DeepSeek-V3's multi-token prediction (report §2.2): this many sequential modules after
+    # the last layer, each a projection of [norm(h); norm(embedding of the next token)]
+    # (2h -> h), one transformer block like the last layer, and the shared output head and
+    # loss once more.  0: none.
+    mtp_depth: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -343,13 +349,23 @@ class ModelSpec:
         return self.norm_params()
 
     def total_params(self) -> int:
-        """Every parameter: embeddings, layers, final norm and untied output layer."""
+        """Every parameter: embeddings, layers, final norm, untied output layer and the
+        multi-token-prediction modules."""
         return (self.embedding_params() + self.transformer_params()
-                + self.final_norm_params() + self.output_params())
+                + self.final_norm_params() + self.output_params()
+                + self.mtp_depth * self.mtp_module_params())
+
+    def mtp_module_params(self) -> int:
+        """One multi-token-prediction module: its block (the last layer's kind), the 2h → h
+        projection and the two input norms; embedding and output head are shared."""
+        return (self.layer_params(self.layers - 1) + 2 * self.hidden * self.hidden
+                + 2 * self.norm_params())
 
     def active_params(self) -> int:
         """Parameters one token uses: as :meth:`total_params` with only top_k experts."""
-        idle = self.moe_layers * (self.experts - self.top_k) * self.mlp_params()
+        moe_blocks = self.moe_layers + (
+            self.mtp_depth if self.is_moe_layer(self.layers - 1) else 0)
+        idle = moe_blocks * (self.experts - self.top_k) * self.mlp_params()
         return self.total_params() - idle
 
     # ----------------------------------------------------------------- FLOPs
@@ -583,8 +599,8 @@ _PRESET_FIELDS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     # kv_lora_rank 512, query-key heads 128 + 64 rotary wide, values 128), the first 3
     # layers dense (SwiGLU 18432), the rest 256 routed experts top-8 plus 1 shared, each
     # SwiGLU 2048; vocab 129280, RMSNorm, untied output; pre-trained at sequence 4096.
-    # Published 671B total, 37B activated (the multi-token-prediction module, 11.5B more
-    # in the released checkpoint, is not modelled).
+    # Published 671B total, 37B activated, without the multi-token-prediction module
+    # (`mtp_depth: 1` adds it: one more MoE block and its projection, 11.6B).
     "deepseek-v3": {"layers": 61, "hidden": 7168, "heads": 128, "seq_len": 4096,
                     "vocab": 129280, "ffn_hidden": 2048, "dense_ffn_hidden": 18432,
                     "experts": 256, "top_k": 8, "shared_experts": 1,

@@ -164,6 +164,7 @@ class Operator:
     kernel; the backward transposes it).  ``efficiency_factor``: the fraction of the
     GEMM efficiency model's rate this kernel reaches (block-scaled FP8 weight gradients).
     ``fp8`` means the GEMM reads the run's low-precision operands (FP8 or FP4).
+    ``grouped``: the ``count`` instances are the groups of one grouped GEMM kernel.
     """
 
     name: str
@@ -181,6 +182,10 @@ class Operator:
     fp8_input_fused: bool = False
     efficiency_factor: float = 1.0
     cast: bool = False  # a low-precision cast kernel (the recipe's rate, if it has one)
+    # The ``count`` instances run as one grouped GEMM (the experts of a MoE layer under
+    # Megatron-Core's TEGroupedMLP, torchtitan's grouped_mm, DeepGEMM): one launch whose
+    # tiles, every group's, share the waves.
+    grouped: bool = False
 
     @property
     def total_flops(self) -> float:
@@ -333,15 +338,16 @@ def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
                         bytes_moved=item.bytes_moved * factor)]
     operand = stack.fp8.element_bytes if item.fp8 else ab  # 16-bit GEMMs stay 16-bit
     out: list[Operator] = _fp8_backward_casts(item, work) if item.fp8 else []
-    out.append(gemm(f"{name}.dgrad", (item.m, item.k, item.n), operand, ab, item.count,
-                    kind=item.kind, fp8=item.fp8))
+    out.append(replace(gemm(f"{name}.dgrad", (item.m, item.k, item.n), operand, ab,
+                            item.count, kind=item.kind, fp8=item.fp8), grouped=item.grouped))
     if item.kind == "bmm":  # both operands are activations: two data gradients
         out.append(gemm(f"{name}.dgrad2", (item.m, item.k, item.n), operand, ab, item.count,
                         kind="bmm"))
         return out
     wgrad_out = 2.0 * _FP32 if stack.fp32_grad_accumulation else ab
-    wgrad = gemm(f"{name}.wgrad", (item.k, item.n, item.m), operand, wgrad_out, item.count,
-                 fp8=item.fp8)
+    # A grouped GEMM's weight gradient is k-grouped: each group reduces over its own tokens.
+    wgrad = replace(gemm(f"{name}.wgrad", (item.k, item.n, item.m), operand, wgrad_out,
+                         item.count, fp8=item.fp8), grouped=item.grouped)
     if item.fp8:
         wgrad = replace(wgrad, efficiency_factor=stack.fp8.wgrad_efficiency)
     out.append(wgrad)
@@ -459,14 +465,17 @@ class _Shape:
                            bwd_bytes_factor=1.5)
 
     def linear(self, name: str, m: int, n: int, k: int, *, bias: bool,
-               fused_cast: bool = False, count: int = 1) -> list[Operator]:
+               fused_cast: bool = False, count: int = 1,
+               grouped: bool = False) -> list[Operator]:
         """A weight GEMM, in FP8 with its input cast (by its producer when
-        ``fused_cast``) when the stack runs FP8."""
+        ``fused_cast``) when the stack runs FP8; ``grouped``: its ``count`` instances are
+        one grouped GEMM."""
         if not self.fp8:
-            return [gemm(name, (m, n, k), self.ab, self.ab, count, bias=bias)]
+            return [replace(gemm(name, (m, n, k), self.ab, self.ab, count, bias=bias),
+                            grouped=grouped)]
         op = replace(gemm(name, (m, n, k), self.stack.fp8.element_bytes, self.ab, count,
                           fp8=True, bias=bias),
-                     fp8_input_fused=fused_cast)
+                     fp8_input_fused=fused_cast, grouped=grouped)
         if fused_cast:
             return [op]
         recipe = self.stack.fp8
@@ -611,15 +620,16 @@ class _Shape:
                                       / (model.experts * self.tp)))
         f_local = model.ffn_hidden // etp
         up_width = (2 if model.gated_mlp else 1) * f_local
+        grouped = self.stack.grouped_gemm and local_experts > 1
         return [
             gemm("router", (tokens, model.experts, h), ab, ab),
             elementwise("moe_dispatch", (tokens + tokens * model.top_k) * h * ab,
                         bwd_bytes_factor=1.0),
             *self.linear("expert_fc1", per_expert, up_width, h, bias=model.mlp_bias,
-                         count=local_experts),
+                         count=local_experts, grouped=grouped),
             self.activation("expert_act", per_expert, local_experts, f_local=f_local),
             *self.linear("expert_fc2", per_expert, h, f_local, bias=model.mlp_bias,
-                         count=local_experts),
+                         count=local_experts, grouped=grouped),
             elementwise("moe_combine", (tokens * model.top_k + tokens) * h * ab,
                         bwd_bytes_factor=1.0),
         ]

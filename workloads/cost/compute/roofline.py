@@ -184,21 +184,23 @@ FP16_UNSCALE_BYTES_PER_PARAM = 8.0
 def matmul_efficiency(m: int, n: int, k: int, *, sm_count: int,
                       asymptotic_efficiency: float = MATMUL_EFFICIENCY,
                       tiles: Sequence[tuple[int, int, float]] = DEFAULT_GEMM_TILES,
-                      k_half: float = GEMM_K_HALF) -> float:
+                      k_half: float = GEMM_K_HALF, groups: int = 1) -> float:
     """Fraction of peak a ``(m×k)·(k×n)`` GEMM reaches on a GPU with ``sm_count`` SMs.
 
     For each candidate tile ``(tm, tn, r)``: ``tiles = ⌈m/tm⌉·⌈n/tn⌉``,
     ``waves = ⌈tiles/sm_count⌉``; wave efficiency ``tiles / (waves·sm_count)`` (idle SMs
     in the last wave), tile efficiency ``m·n / (⌈m/tm⌉·tm·⌈n/tn⌉·tn)`` (padding).  The
     result is ``asymptotic_efficiency · max_tile(r · wave · tile) · k/(k + k_half)``.  It is
-    ~asymptotic for large GEMMs and falls for small or skinny ones.
+    ~asymptotic for large GEMMs and falls for small or skinny ones.  ``groups``: a grouped
+    GEMM of that many equal groups in one launch — each group pads to the tile on its own,
+    and all groups' tiles share the waves.
     """
     for name, value in (("m", m), ("n", n), ("k", k), ("sm_count", sm_count)):
         check_whole(value, key=name)
     best = 0.0
     for tile_m, tile_n, relative in tiles:
         tiles_m, tiles_n = -(-m // tile_m), -(-n // tile_n)
-        count = tiles_m * tiles_n
+        count = tiles_m * tiles_n * groups
         waves = -(-count // sm_count)
         wave_eff = count / (waves * sm_count)
         tile_eff = (m * n) / (tiles_m * tile_m * tiles_n * tile_n)
@@ -433,13 +435,15 @@ class RooflineCosts:
         return self.gpu.peak_flops("bf16" if self.precision in LOW_PRECISIONS
                                    else self.precision)
 
-    def matmul_efficiency(self, m: int, n: int, k: int, *, fp8: bool = False) -> float:
+    def matmul_efficiency(self, m: int, n: int, k: int, *, fp8: bool = False,
+                          groups: int = 1) -> float:
         """:func:`matmul_efficiency` with this model's GPU and constants."""
         asymptotic = (self.resolved_low_precision_matmul_efficiency if fp8
                       else self.resolved_matmul_efficiency)
         return matmul_efficiency(m, n, k, sm_count=self.compute_sms,
                                  asymptotic_efficiency=asymptotic,
-                                 tiles=self.gemm_tiles, k_half=self.resolved_gemm_k_half)
+                                 tiles=self.gemm_tiles, k_half=self.resolved_gemm_k_half,
+                                 groups=groups)
 
     @property
     def resolved_low_precision_matmul_efficiency(self) -> float:
@@ -484,7 +488,8 @@ class RooflineCosts:
                 peak = (self.gpu.peak_flops(self.precision) if kernel.fp8
                         else self.peak_flops_per_s)
                 rate = peak * kernel.efficiency_factor * self.matmul_efficiency(
-                    kernel.m, kernel.n, kernel.k, fp8=kernel.fp8)
+                    kernel.m, kernel.n, kernel.k, fp8=kernel.fp8,
+                    groups=kernel.count if kernel.grouped else 1)
             elif kernel.kind == "attention":
                 rate = self.peak_flops_per_s * self.resolved_attention_efficiency
             else:
@@ -494,6 +499,8 @@ class RooflineCosts:
             share = self.compute_sms / self.gpu.sm_count
             compute_s = kernel.flops / (rate * self.gpu.clock_fraction * share)
         launches_s = kernel.launches * self.launch_overhead_s
+        if kernel.grouped:  # one launch for every group
+            return kernel.count * max(compute_s, memory_s) + launches_s
         return kernel.count * (max(compute_s, memory_s) + launches_s)
 
     def work_time_s(self, work: LayerWork) -> float:
@@ -501,7 +508,8 @@ class RooflineCosts:
         kernel no earlier than the host has issued it (:func:`issue_timeline_s`); a
         pass captured as a CUDA graph is one graph launch, then its kernels back to back."""
         gpu_s = issue_timeline_s(
-            ((self.kernel_time_s(k), k.count * k.launches) for k in work.kernels),
+            ((self.kernel_time_s(k), (1 if k.grouped else k.count) * k.launches)
+             for k in work.kernels),
             work.stack.host_s_per_kernel(work.pass_))
         return max(gpu_s, CUDA_GRAPH_LAUNCH_S) if work.stack.cuda_graphs else gpu_s
 

@@ -172,6 +172,11 @@ class Stack:
       reduce-scatters stay 16-bit (transformer_engine/pytorch/module/layernorm_linear.py,
       linear.py: ``gather_along_first_dim`` on the FP8 tensor).
 
+    ``grouped_gemm``: a MoE layer's local experts run as one grouped GEMM per projection
+    (Megatron-Core's ``--moe-grouped-gemm`` / TEGroupedMLP, torchtitan's ``grouped_mm``,
+    DeepGEMM): one launch whose tiles share the waves; else one GEMM per expert
+    (SequentialMLP), each with its own waves and launch.
+
     ``cuda_graphs``: each layer pass captured as a CUDA graph (Megatron-Core's
     ``--enable-cuda-graph``, TE's ``make_graphed_callables``): the host launches one graph
     instead of every kernel, so no per-kernel host time (:meth:`host_s_per_kernel`); the
@@ -219,6 +224,7 @@ class Stack:
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
     cuda_graphs: bool = False
+    grouped_gemm: bool = True
 
     def grad_accum_bytes(self, activation_bytes: int, precision: str) -> float:
         """Bytes per weight element of a separate gradient accumulation (a per-micro-batch

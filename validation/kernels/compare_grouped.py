@@ -1,0 +1,86 @@
+"""Grouped MoE GEMMs: distsim's grouped-GEMM rate against the published grouped kernels.
+
+The tables (``shared/data/kernels``): DeepGEMM's released README (2025-03-25, H800,
+block-scaled FP8): m-grouped contiguous GEMMs (4 or 8 groups of 4,096-8,192 rows) and
+masked ones (1-4 groups of 256-1,024 rows), DeepSeek-V3's expert shapes; torchao's H100
+benchmark of the same DeepGEMM kernels in training (8 experts of 4,096 tokens, N 2,048,
+K 7,168): forward, data gradient and the k-grouped weight gradient.
+
+distsim prices a grouped GEMM as one launch whose tiles — every group padded to the tile
+on its own — share the waves (:func:`~distsim_gpu.workloads.cost.compute.roofline.
+matmul_efficiency` with ``groups``), at the FP8 GEMM rate the kernel fits give Hopper;
+the per-expert alternative is one GEMM per group, each with its own waves.  Uncalibrated;
+nothing here is fitted::
+
+    python validation/kernels/compare_grouped.py [--data DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+from distsim_gpu.workloads.cost.compute import RooflineCosts
+from distsim_gpu.workloads.specs.gpus import get_gpu
+
+HERE = Path(__file__).resolve().parent
+RELEASED = "55ab91f72f76"  # DeepGEMM's README of 2025-03-25, the released kernels
+#: torchao's H100 rows (blockwise FP8 training README): (kernel, groups, m, n, k, TFLOP/s).
+TORCHAO_H100 = (("torchao fwd", 8, 4096, 2048, 7168, 1234.0),
+                ("torchao dgrad", 8, 4096, 7168, 2048, 1236.0),
+                ("torchao wgrad (k-grouped)", 8, 7168, 2048, 4096, 457.0))
+
+
+def rows(data: Path) -> list[tuple[str, int, int, int, int, float]]:
+    """(kernel, groups, m per group, n, k, measured TFLOP/s) of every grouped row."""
+    out = []
+    path = data / "deepgemm_h800" / "deepgemm_readme_h800_fp8.csv"
+    with open(path, newline="", encoding="utf-8") as handle:
+        for r in csv.DictReader(handle):
+            if r["commit"] == RELEASED and r["kernel"] != "normal_gemm":
+                out.append((r["kernel"], int(r["num_groups"]), int(r["m_per_group"]),
+                            int(r["n"]), int(r["k"]), float(r["tflops"])))
+    return out + list(TORCHAO_H100)
+
+
+def predicted_tflops(groups: int, m: int, n: int, k: int, *, grouped: bool) -> float:
+    """distsim's FP8 rate for ``groups`` GEMMs of ``m×k·k×n`` on an H100 (H800 compute)."""
+    costs = RooflineCosts(get_gpu("h100-sxm"), "fp8")
+    efficiency = costs.matmul_efficiency(m, n, k, fp8=True, groups=groups if grouped else 1)
+    return efficiency * get_gpu("h100-sxm").peak_flops("fp8") / 1e12
+
+
+def find_data(given: str | None) -> Path:
+    candidates = [Path(given)] if given else [parent / "shared" / "data" / "kernels"
+                                              for parent in HERE.parents]
+    for candidate in candidates:
+        if (candidate / "deepgemm_h800").is_dir():
+            return candidate
+    raise SystemExit("no kernels data found: pass --data DIR (shared/data/kernels)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--data", help="the shared/data/kernels folder")
+    args = parser.parse_args(argv)
+    errors: dict[bool, list[float]] = {True: [], False: []}
+    print(f"{'kernel':28} {'G':>2} {'m':>5} {'n':>5} {'k':>5} {'measured':>8} "
+          f"{'grouped':>8} {'per-expert':>10}")
+    for kernel, groups, m, n, k, measured in rows(find_data(args.data)):
+        got = {g: predicted_tflops(groups, m, n, k, grouped=g) for g in (True, False)}
+        for g, value in got.items():
+            errors[g].append(value / measured - 1)
+        print(f"{kernel:28} {groups:2d} {m:5d} {n:5d} {k:5d} {measured:8.0f} "
+              f"{got[True]:8.0f} {got[False]:10.0f}")
+    for g, name in ((True, "grouped"), (False, "per-expert")):
+        errs = errors[g]
+        print(f"{name}: median |error| {statistics.median(abs(e) for e in errs):.1%}, "
+              f"signed median {statistics.median(errs):+.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
