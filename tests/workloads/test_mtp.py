@@ -56,3 +56,15 @@ def test_mtp_needs_gemm_costs() -> None:
 
     with pytest.raises(ConfigError, match=r"model\.mtp_depth: multi-token prediction"):
         mtp_projection_s(object(), DSV3, tokens=4096, tp=1, pass_="fwd")
+
+
+def test_mtp_with_fsdp_is_refused() -> None:
+    from distsim_gpu.workloads.strategy.parallel import check_strategy
+
+    model = replace(model_from_mapping({"name": "m", "layers": 4, "hidden": 1024,
+                                        "heads": 16, "seq_len": 512, "vocab": 32000}),
+                    mtp_depth=1)
+    with pytest.raises(ConfigError, match=r"model\.mtp_depth: multi-token prediction with "
+                                          r"ZeRO-3/FSDP is not modelled"):
+        check_strategy(model, ParallelConfig(dp=2, fsdp=True), TrainingConfig(global_batch=2),
+                       num_gpus=2)

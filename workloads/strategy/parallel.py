@@ -366,6 +366,11 @@ def check_strategy(model: ModelSpec, parallel: ParallelConfig, training: Trainin
     _check_degrees(parallel, num_gpus=num_gpus, heads=heads, kv_heads=kv_heads, source=source)
     _check_pipeline(parallel, layers=layers, source=source)
     _check_sharding(parallel, experts=experts, source=source)
+    if model.mtp_depth and (parallel.fsdp or parallel.zero == 3):
+        # Its block's parameters would need a gather of their own before each pass.
+        raise ConfigError("multi-token prediction with ZeRO-3/FSDP is not modelled",
+                          key="model.mtp_depth", source=source,
+                          hint="zero 1 or 2 (DeepSeek-V3 trains with ZeRO-1), or mtp_depth 0")
     microbatches = _check_training(training, parallel, source=source)
     check_offload(parallel.offload, zero=parallel.zero, fsdp=parallel.fsdp,
                   precision=training.precision, source=source)
