@@ -29,10 +29,18 @@ from __future__ import annotations
 import argparse
 import csv
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
-from build_table import CONFIG_TABLES, FULL_MODEL, WIDE, RowError, find_data, partition_for
+from build_table import (
+    CONFIG_TABLES,
+    FULL_MODEL,
+    WIDE,
+    RowError,
+    find_data,
+    partition_for,
+    write_table,
+)
 
 HERE = Path(__file__).resolve().parent
 #: Model presets of the GB200 tables, by the wide table's model family and size.
@@ -128,11 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=str(HERE / "dgxc-gb200.csv"))
     args = parser.parse_args(argv)
     rows = build(find_data(args.data))
-    with open(args.out, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[f.name for f in fields(Gb200Row)],
-                                lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(asdict(row) for row in rows)
+    write_table(rows, Path(args.out))
     print(f"{len(rows)} rows -> {args.out}")
     return 0
 

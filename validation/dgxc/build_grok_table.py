@@ -26,13 +26,12 @@ GB200 rows are ``dgxc-gb200.csv``'s (``build_gb200_table.py``).
 from __future__ import annotations
 
 import argparse
-import csv
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from build_table import find_data
+from build_table import find_data, write_table
 
 HERE = Path(__file__).resolve().parent
 CONFIG_HEADER = re.compile(r"^\|\s*GPUs\s*\|\s*SeqLen")
@@ -151,11 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     raw = find_data(args.data) / "raw"
     rows = build(raw)
-    with open(args.out, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[f.name for f in fields(GrokRow)],
-                                lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(asdict(r) for r in rows)
+    write_table(rows, Path(args.out))
     print(f"{len(rows)} measured H100 Grok-1 runs -> {args.out}")
     return 0
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import os
 import re
 import sys
@@ -51,6 +52,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
+
+from distsim_gpu.simcore.fileio import atomic_write_text
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -307,13 +311,14 @@ def build(data: Path) -> tuple[list[Row], Counter[str], list[str]]:
     return kept, left_out, notes
 
 
-def write_table(rows: Sequence[Row], path: Path) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[f.name for f in fields(Row)],
-                                lineterminator="\n")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow(asdict(row))
+def write_table(rows: Sequence[Any], path: Path) -> None:
+    """``rows`` (dataclass records of one type) as a CSV at ``path``, whole or not at all."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=[f.name for f in fields(type(rows[0]))],
+                            lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(asdict(row) for row in rows)
+    atomic_write_text(path, buffer.getvalue())
 
 
 def find_data(given: str | None) -> Path:
