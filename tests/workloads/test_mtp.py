@@ -11,12 +11,13 @@ from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.compute import RooflineCosts
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
-from distsim_gpu.workloads.cost.parameters import params_on_gpu
+from distsim_gpu.workloads.cost.parameters import Chunking, params_on_gpu
 from distsim_gpu.workloads.specs.gpus import get_gpu
 from distsim_gpu.workloads.specs.models import get_model, model_from_mapping
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 
 DSV3 = get_model("deepseek-v3")
+EMBEDDING = Chunking(partition="embedding")  # 61 layers do not split into 4 equal stages
 
 
 def test_one_module_is_a_last_layer_a_projection_and_two_norms() -> None:
@@ -25,10 +26,10 @@ def test_one_module_is_a_last_layer_a_projection_and_two_norms() -> None:
     assert with_mtp.total_params() - DSV3.total_params() == module
     assert module == pytest.approx(11.61e9, rel=1e-3)  # the report: 671B + the MTP module
     # On the last stage only, its experts split over ep like a layer's.
-    base = params_on_gpu(DSV3, pp=4, ep=8, stage=3, partition="embedding")
-    more = params_on_gpu(with_mtp, pp=4, ep=8, stage=3, partition="embedding")
+    base = params_on_gpu(DSV3, pp=4, ep=8, stage=3, chunking=EMBEDDING)
+    more = params_on_gpu(with_mtp, pp=4, ep=8, stage=3, chunking=EMBEDDING)
     assert more.expert - base.expert == pytest.approx(256 / 8 * DSV3.mlp_params())
-    first = {"pp": 4, "ep": 8, "stage": 0, "partition": "embedding"}
+    first = {"pp": 4, "ep": 8, "stage": 0, "chunking": EMBEDDING}
     assert params_on_gpu(with_mtp, **first) == params_on_gpu(DSV3, **first)
 
 

@@ -18,7 +18,8 @@ from distsim_gpu.workloads.iteration.ops import (
     Send,
     Wait,
 )
-from distsim_gpu.workloads.iteration.streams import RunHints, StreamBuilder, fuse
+from distsim_gpu.workloads.iteration.run_hints import RunHints
+from distsim_gpu.workloads.iteration.streams import StreamBuilder, fuse
 from distsim_gpu.workloads.specs.models import model_from_mapping
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 from distsim_gpu.workloads.strategy.schedule import stage_program

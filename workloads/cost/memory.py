@@ -84,6 +84,7 @@ from dataclasses import dataclass, replace
 from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.parameters import (
+    Chunking,
     check_model_split,
     check_stage,
     layer_group_extra_params,
@@ -101,6 +102,7 @@ from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     TrainingConfig,
 )
+from distsim_gpu.workloads.strategy.schedule import V_SCHEDULES, peak_chunks_held, stage_program
 from distsim_gpu.workloads.strategy.tp_nd import mesh_of, weight_replicas
 
 __all__ = [
@@ -115,7 +117,7 @@ __all__ = [
     "offloaded",
 ]
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipev")
 
 # (weight, gradient, optimizer) bytes per parameter, ZeRO paper §3.1.
 PRECISION_BYTES: dict[str, tuple[int, int, int]] = {
@@ -275,6 +277,9 @@ def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatch
         return float(num_microbatches)
     if schedule == "1f1b":
         return float(min(pp - stage, num_microbatches))
+    if schedule in V_SCHEDULES:  # the peak of its program's forwards not yet backward
+        return peak_chunks_held(stage_program(schedule, pp=pp, stage=stage,
+                                              microbatches=num_microbatches)) / interleave
     chunks = min(2 * (pp - stage - 1) + (interleave - 1) * pp + 1,
                  num_microbatches * interleave)
     return chunks / interleave
@@ -302,8 +307,8 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     precision = training.precision
     full = model.seq_len if training.seq_len is None else training.seq_len
     s = full // cp  # the tokens of each sequence this rank holds
-    params = params_on_gpu(model, tp=tp, pp=pp, ep=ep, stage=stage, interleave=interleave,
-                           partition=parallel.partition, etp=parallel.etp)
+    params = params_on_gpu(model, tp=tp, pp=pp, ep=ep, stage=stage, etp=parallel.etp,
+                           chunking=Chunking.of(parallel))
     shard = 3 if parallel.fsdp else parallel.zero
     # ZeRO shards an expert over the ranks holding it: Megatron-Core's expert data
     # parallelism, tp·dp·cp / (expert_tp·ep) (workloads.strategy.expert_grid).
@@ -323,7 +328,7 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
                                        num_microbatches=num_microbatches,
                                        interleave=interleave)
     layers = stage_layers(model, pp=pp, stage=stage, interleave=interleave,
-                          partition=parallel.partition)
+                          partition=parallel.partition, schedule=parallel.schedule)
 
     def per_layer(index: int, mode: str) -> float:
         return activation_bytes_per_layer(
@@ -432,6 +437,7 @@ def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: Trainin
             flash_attention=flash_attention, precision=training.precision)
 
     layers = stage_layers(model, pp=parallel.pp, stage=stage, interleave=parallel.interleave,
+                          schedule=parallel.schedule,
                           partition=parallel.partition)
     stored = sum(act(i, settings[i].tp, settings[i].micro_batch, settings[i].recompute)
                  - act(i, parallel.tp, training.micro_batch, "none") for i in layers)

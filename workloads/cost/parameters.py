@@ -26,8 +26,10 @@ from distsim_gpu.workloads.strategy.parallel import (
     check_uniform_split,
     layer_partition,
 )
+from distsim_gpu.workloads.strategy.schedule import stage_of, virtual_stage
 
 __all__ = [
+    "Chunking",
     "StageParams",
     "check_model_split",
     "check_stage",
@@ -52,11 +54,28 @@ class StageParams:
         return self.dense + self.expert
 
 
+@dataclass(frozen=True, slots=True)
+class Chunking:
+    """How a pipeline stage's layers are chosen: ``interleave`` model chunks a stage, the
+    ``partition`` of the layers into chunks, and the ``schedule``'s placement of them (a V
+    for dualpipev: the first stage holds the first and the last chunk)."""
+
+    interleave: int = 1
+    partition: str = "uniform"
+    schedule: str = "1f1b"
+
+    @classmethod
+    def of(cls, parallel: ParallelConfig) -> Chunking:
+        return cls(parallel.interleave, parallel.partition, parallel.schedule)
+
+
 def stage_layers(model: ModelSpec, *, pp: int = 1, stage: int = 0,
-                 interleave: int = 1, partition: str = "uniform") -> tuple[int, ...]:
+                 interleave: int = 1, partition: str = "uniform",
+                 schedule: str = "1f1b") -> tuple[int, ...]:
     """Indices of the layers pipeline stage ``stage`` holds (all its model chunks).
 
-    ``partition`` as :func:`workloads.strategy.parallel.layer_partition`.
+    ``partition`` as :func:`workloads.strategy.parallel.layer_partition`; ``schedule``
+    places the chunks (:func:`workloads.strategy.schedule.virtual_stage`).
     """
     check_whole(pp, key="pp")
     check_whole(interleave, key="interleave")
@@ -65,7 +84,7 @@ def stage_layers(model: ModelSpec, *, pp: int = 1, stage: int = 0,
         check_uniform_split(model.layers, pp * interleave)
     chunks = layer_partition(model.layers, pp * interleave, partition)
     return tuple(i for chunk in range(interleave)
-                 for i in range(*chunks[chunk * pp + stage]))
+                 for i in range(*chunks[virtual_stage(stage, chunk, pp, schedule)]))
 
 
 def layer_params_local(model: ModelSpec, index: int, tp: int, ep: int,
@@ -107,27 +126,29 @@ def _mlp_params_local(model: ModelSpec, ffn: int, tp: int) -> float:
 
 
 def params_on_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, stage: int = 0,
-                  interleave: int = 1, partition: str = "uniform",
-                  etp: int | None = None) -> StageParams:
+                  etp: int | None = None, chunking: Chunking = Chunking()) -> StageParams:
     """Parameters held by one GPU of pipeline stage ``stage`` (see the module docstring);
-    ``etp``: the routed experts' tensor parallelism (None: ``tp``)."""
+    ``etp``: the routed experts' tensor parallelism (None: ``tp``); ``chunking``: which
+    chunks the stage holds (one by default)."""
     check_model_split(model, tp=tp, ep=ep)
     dense = expert = 0.0
-    for index in stage_layers(model, pp=pp, stage=stage, interleave=interleave,
-                              partition=partition):
+    for index in stage_layers(model, pp=pp, stage=stage, interleave=chunking.interleave,
+                              partition=chunking.partition, schedule=chunking.schedule):
         d, e = layer_params_local(model, index, tp, ep, etp)
         dense += d
         expert += e
     word = model.vocab * model.hidden / tp
+    # The output layer sits with the last chunk: the last stage, or the first in a V.
+    last = stage_of(pp * chunking.interleave - 1, pp, chunking.schedule)
     if stage == 0:
         dense += word
         if model.position == "learned":
             dense += model.seq_len * model.hidden
         if model.embedding_norm:
             dense += model.norm_params()
-    if stage == pp - 1:
+    if stage == last:
         dense += model.final_norm_params()
-        if not model.tied_embeddings or pp > 1:
+        if not model.tied_embeddings or last != 0:
             dense += word
         if model.mtp_depth:  # beside the output head they share (column-parallel 2h -> h)
             d, e = layer_params_local(model, model.layers - 1, tp, ep, etp)
@@ -146,7 +167,7 @@ def layer_group_extra_params(model: ModelSpec, parallel: ParallelConfig, stage: 
     tps = [g.tp for g in parallel.layer_groups for _ in range(g.layers)]
     extra = 0.0
     for i in stage_layers(model, pp=parallel.pp, stage=stage, interleave=parallel.interleave,
-                          partition=parallel.partition):
+                          partition=parallel.partition, schedule=parallel.schedule):
         if tps[i] != parallel.tp:
             extra += (sum(layer_params_local(model, i, tps[i], parallel.ep))
                       - sum(layer_params_local(model, i, parallel.tp, parallel.ep)))

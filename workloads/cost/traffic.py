@@ -45,7 +45,7 @@ from types import MappingProxyType
 
 from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.workloads.cost.memory import cp_kv_block_bytes
-from distsim_gpu.workloads.cost.parameters import layer_params_local, params_on_gpu
+from distsim_gpu.workloads.cost.parameters import Chunking, layer_params_local, params_on_gpu
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.strategy.operator_sharding import (
     SHARDABLE_OPERATORS,
@@ -248,8 +248,7 @@ def stage_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> floa
         whole = stage_params(model, replace(parallel, tp=1, tp_mode="1d", tp_depth=1), stage)
         return whole * weight_replicas(mesh) / mesh.tp
     return params_on_gpu(model, tp=parallel.tp, pp=parallel.pp, ep=parallel.ep, stage=stage,
-                         interleave=parallel.interleave, partition=parallel.partition,
-                         etp=parallel.etp).total
+                         etp=parallel.etp, chunking=Chunking.of(parallel)).total
 
 
 def stage_param_bytes(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,

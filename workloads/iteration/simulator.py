@@ -91,7 +91,8 @@ from distsim_gpu.workloads.iteration.records import (
     IterationSpec,
     per_gpu_times,
 )
-from distsim_gpu.workloads.iteration.streams import RunHints, StreamBuilder
+from distsim_gpu.workloads.iteration.run_hints import RunHints
+from distsim_gpu.workloads.iteration.streams import StreamBuilder
 from distsim_gpu.workloads.iteration.timeline import (
     CRITICAL_KINDS,
     Meeting,
@@ -113,6 +114,7 @@ from distsim_gpu.workloads.strategy.dimensions import (
     peer_groups,
 )
 from distsim_gpu.workloads.strategy.parallel import Placement, check_strategy
+from distsim_gpu.workloads.strategy.schedule import stage_of
 
 # The records live in their own module; they are imported from here too.
 __all__ = ["CRITICAL_KINDS", "GpuTimes", "IterationResult", "IterationSpec", "PathEntry",
@@ -575,7 +577,8 @@ class IterationSimulator:
 
     def _send(self, group: RankGroup, op: Send) -> None:
         key = (op.pass_name, group.replica, op.microbatch, op.virtual_stage)
-        target = self.groups[op.virtual_stage % self.spec.parallel.pp][group.replica]
+        par = self.spec.parallel
+        target = self.groups[stage_of(op.virtual_stage, par.pp, par.schedule)][group.replica]
         self._p2p_sent[key] = (self.env.now, (group, len(group.path)))
         waiting = self._p2p.get(key)  # the receiver's event, where it is there already
         start = self.env.now

@@ -32,7 +32,7 @@ iteration's lower bound (:mod:`workloads.cost.bounds`) counts with too.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from distsim_gpu.workloads.cost.compute import CostModel
@@ -81,6 +81,7 @@ from distsim_gpu.workloads.iteration.ops import (
     TpOverlap,
     Wait,
 )
+from distsim_gpu.workloads.iteration.run_hints import PLAIN, RunHints
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
 from distsim_gpu.workloads.specs.recompute import SAVED_COLLECTIVES
@@ -96,35 +97,14 @@ from distsim_gpu.workloads.strategy.layer_groups import (
 )
 from distsim_gpu.workloads.strategy.operator_sharding import split_extra_s
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig, layer_partition
-from distsim_gpu.workloads.strategy.schedule import stage_program, virtual_stage
+from distsim_gpu.workloads.strategy.schedule import stage_of, stage_program, virtual_stage
 from distsim_gpu.workloads.strategy.tp_nd import layer_comm, mesh_of
 
-__all__ = ["RunHints", "StreamBuilder", "fuse"]
+__all__ = ["StreamBuilder", "fuse"]
 
-#: The closed-form time of a tensor-parallel collective: (op, size_bytes, stage) -> s.
-TpTime = Callable[[str, float, int], float]
 #: A chunk's parameter buckets in the order its forward needs them: (the layer before which
 #: the forward waits for it, None: the chunk's start; bytes per GPU; handle).
 ParamBuckets = tuple[tuple[int | None, float, str], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class RunHints:
-    """What the simulator knows of the run that shapes its streams.
-
-    ``tp_time_s`` (the closed form of an exclusive TP collective) makes the streams fused
-    (what the simulator runs); without it they are the plain ops.  ``exclusive_tp``: the
-    tensor-parallel collectives may be marked ``exclusive`` — in the passes before the
-    stage launches its first data-parallel collective, the only time they can be — or in
-    every pass when ``dp_apart`` (data-parallel collectives never touch a TP group's links,
-    see :func:`workloads.iteration.folding.dp_apart_from_tp`).  ``all_to_all``: how the
-    expert all-to-alls run (DeepEP's dispatch sends FP8 under a low-precision run).
-    """
-
-    exclusive_tp: bool = False
-    tp_time_s: TpTime | None = None
-    dp_apart: bool = False
-    all_to_all: str = "flat"
 
 
 class StreamBuilder:
@@ -132,7 +112,7 @@ class StreamBuilder:
     run's :class:`RunHints` (the plain ops without them)."""
 
     def __init__(self, model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
-                 costs: CostModel, *, microbatches: int, hints: RunHints = RunHints(),
+                 costs: CostModel, *, microbatches: int, hints: RunHints = PLAIN,
                  ) -> None:
         self.model, self.parallel, self.training, self.costs = (model, parallel, training,
                                                                  costs)
@@ -206,7 +186,7 @@ class StreamBuilder:
         program = stage_program(par.schedule, pp=par.pp, stage=stage,
                                 microbatches=self.microbatches, interleave=par.interleave)
         for pass_, mb, chunk in program:
-            vs = virtual_stage(stage, chunk, par.pp)
+            vs = virtual_stage(stage, chunk, par.pp, par.schedule)
             # Forward: input from the virtual stage before, output to the one after.
             upstream, downstream = (vs - 1, vs + 1) if pass_ == "F" else (vs + 1, vs - 1)
             if 0 <= upstream < self.virtual_stages:
@@ -235,7 +215,10 @@ class StreamBuilder:
         """Gradients in, tied embedding, gradient norm, optimizer, ZeRO-1/2 gather."""
         model, par = self.model, self.parallel
         ops: list[Op] = [Wait()]
-        if par.pp > 1 and model.tied_embeddings and stage in (0, par.pp - 1):
+        # The tied embedding's two ends: on one stage in a V (no all-reduce between them).
+        ends = {stage_of(0, par.pp, par.schedule),
+                stage_of(self.virtual_stages - 1, par.pp, par.schedule)}
+        if len(ends) > 1 and model.tied_embeddings and stage in ends:
             ops.append(Collective("all_reduce", word_embedding_grad_bytes(model, par),
                                   "tied embedding grads", group="embedding"))
         ops.append(Barrier("gradient norm"))
@@ -258,7 +241,8 @@ class StreamBuilder:
         key = (stage, chunk, pass_, last, fold, bool(waits))
         cached = self._passes.get(key)
         if cached is None:
-            vs = virtual_stage(stage, chunk, self.parallel.pp)
+            vs = virtual_stage(stage, chunk, self.parallel.pp,
+                               self.parallel.schedule)
             ops = (self._forward(vs, fold, waits) if pass_ == "F"
                    else self._backward(vs, chunk, last, fold))
             cached = self._passes[key] = self._fused(ops, stage)
@@ -616,7 +600,7 @@ class StreamBuilder:
                  / grad_bytes_per_element(par.grad_reduce_precision))
         plan: dict[int, list[list[Any]]] = {}
         for chunk in range(par.interleave):
-            vs = virtual_stage(stage, chunk, par.pp)
+            vs = virtual_stage(stage, chunk, par.pp, par.schedule)
             order = list(reversed(range(*self.chunks[vs])))
             buckets = self._buckets(order, first_chunk=vs == 0)
             # The end-of-pass bucket (None) holds the forward's first layers.

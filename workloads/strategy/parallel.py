@@ -4,8 +4,9 @@ Megatron-LM's 3D parallelism plus what PyTorch adds:
 
 * ``tp`` tensor parallel (heads, MLP width and vocabulary split; ``sequence_parallel``
   splits the element-wise part along the sequence),
-* ``pp`` pipeline parallel (layers split into stages; ``schedule`` gpipe, 1f1b or
-  interleaved with ``interleave`` model chunks per stage),
+* ``pp`` pipeline parallel (layers split into stages; ``schedule`` gpipe, 1f1b,
+  interleaved with ``interleave`` model chunks per stage, or dualpipev with two placed as a
+  V, :mod:`workloads.strategy.schedule`),
 * ``dp`` data parallel (``zero`` stage 0-3 of ZeRO sharding, or ``fsdp``),
 * ``ep`` expert parallel for MoE layers and ``expert_tp`` the experts' own tensor
   parallelism (Megatron-Core's ``expert_tensor_parallel_size``; unset: ``tp``): the routed
@@ -95,7 +96,7 @@ __all__ = [
     "training_from_mapping",
 ]
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipev")
 PLACEMENT_ORDERS = (tuple("-".join(p) for p in permutations(("tp", "dp", "pp")))
                     + tuple("-".join(p) for p in permutations(("tp", "cp", "dp", "pp"))))
 RECOMPUTE = RECOMPUTE_MODES  # one home: workloads.specs.recompute
@@ -453,8 +454,8 @@ def _check_pipeline(p: ParallelConfig, *, layers: int, source: str | None) -> No
     """A known schedule and partition, and layers that split into the pipeline's chunks."""
     check_choice(p.schedule, SCHEDULES, key="parallelism.schedule", source=source)
     check_interleave(p.schedule, p.interleave, key="parallelism.interleave", source=source)
-    if p.schedule == "interleaved" and p.pp < 2:
-        raise ConfigError("the interleaved schedule needs pp >= 2", key="parallelism.pp",
+    if p.schedule in ("interleaved", "dualpipev") and p.pp < 2:
+        raise ConfigError(f"the {p.schedule} schedule needs pp >= 2", key="parallelism.pp",
                           source=source)
     check_choice(p.partition, PARTITIONS, key="parallelism.partition", source=source)
     if p.partition == "uniform":
@@ -473,11 +474,15 @@ def _check_pipeline(p: ParallelConfig, *, layers: int, source: str | None) -> No
 
 def check_interleave(schedule: str, interleave: int, *, key: str = "interleave",
                      source: str | None = None) -> None:
-    """``interleave`` (written at ``key``) >= 2 for the interleaved schedule, 1 otherwise."""
+    """``interleave`` (written at ``key``) >= 2 for the interleaved schedule, 2 for
+    dualpipev (its V of two chunks a stage), 1 otherwise."""
     if schedule == "interleaved" and interleave < 2:
         raise ConfigError("the interleaved schedule needs interleave >= 2", key=key,
                           source=source, hint="or use schedule 1f1b")
-    if schedule != "interleaved" and interleave != 1:
+    if schedule == "dualpipev" and interleave != 2:
+        raise ConfigError(f"the dualpipev schedule runs two chunks a stage, got interleave "
+                          f"{interleave}", key=key, source=source, hint="set interleave: 2")
+    if schedule not in ("interleaved", "dualpipev") and interleave != 1:
         raise ConfigError(f"interleave {interleave} needs schedule: interleaved", key=key,
                           source=source)
 

@@ -13,20 +13,52 @@ stage ``v − 1`` and a backward pass its gradient from ``v + 1``.
 * **Interleaved 1F1B** (Narayanan et al. 2021 §2.2.2, Megatron-LM's schedule): ``v``
   chunks per stage, micro-batches in groups of ``p``; warm-up ``2·(p − s − 1) + (v − 1)·p``
   chunk-passes; the bubble shrinks by ``v`` to ``(p − 1)/(v·m)`` of the ideal time.
+* **DualPipeV** (DeepSeek's DualPipe cut in half, deepseek-ai/DualPipe; the V-shape of
+  Qi et al. 2024, "Zero Bubble Pipeline Parallelism"): two chunks per stage placed as a V —
+  stage ``s`` holds virtual stages ``s`` and ``2p − 1 − s`` — so a micro-batch goes down
+  the stages and back up, the first stage holding both the embedding and the loss, the
+  last stage running its two chunks back to back.  Each stage's order comes from a list
+  schedule on unit times (a chunk's forward 1, its backward 2): an idle stage with a ready
+  backward (the oldest micro-batch's, the deeper chunk's) and a ready forward (the deeper
+  chunk's, else the first's — this one only while fewer than its warm-up depth are ahead
+  of their backward) runs the kind it did not run last, else whichever is ready, at most
+  ``3p`` chunk activations held.  With ``m`` micro-batches its bubble is about
+  ``(p − 1)/(2m)`` of the ideal time, as two interleaved chunks'.
+  Backward is not split into input and weight gradients here (DualPipe's zero-bubble
+  part), nor is a forward paired with a backward to overlap their communication
+  (``parallelism.moe_overlap`` overlaps a MoE layer's own halves).
 """
 
 from __future__ import annotations
 
+import math
+from functools import lru_cache
+
 from distsim_gpu.simcore.errors import ConfigError
 
-__all__ = ["Step", "stage_program", "virtual_stage"]
+__all__ = ["V_SCHEDULES", "Step", "peak_chunks_held", "stage_of", "stage_program",
+           "virtual_stage"]
 
 Step = tuple[str, int, int]
+#: Schedules that place a stage's two chunks as a V (chunk 1 of stage s is 2p − 1 − s).
+V_SCHEDULES = ("dualpipev",)
+# Unit times of the list schedule that orders a V pipeline's passes (a chunk's forward,
+# its backward): only their ratio matters, backward about twice the forward's FLOP.
+_V_FORWARD, _V_BACKWARD = 1, 2
 
 
-def virtual_stage(stage: int, chunk: int, pp: int) -> int:
+def virtual_stage(stage: int, chunk: int, pp: int, schedule: str = "1f1b") -> int:
     """The position of ``chunk`` of ``stage`` in the whole model's sequence of chunks."""
+    if schedule in V_SCHEDULES and chunk == 1:
+        return 2 * pp - 1 - stage
     return chunk * pp + stage
+
+
+def stage_of(vs: int, pp: int, schedule: str = "1f1b") -> int:
+    """The pipeline stage that holds virtual stage ``vs``."""
+    if schedule in V_SCHEDULES and vs >= pp:
+        return 2 * pp - 1 - vs
+    return vs % pp
 
 
 def _interleaved_unit(k: int, *, pp: int, chunks: int, forward: bool) -> tuple[int, int]:
@@ -70,5 +102,113 @@ def stage_program(schedule: str, *, pp: int, stage: int, microbatches: int,
             mb, chunk = _interleaved_unit(k, pp=pp, chunks=v, forward=False)
             program.append(("B", mb, chunk))
         return program
+    if schedule in V_SCHEDULES:
+        return list(_v_programs(pp, m)[stage])
     raise ConfigError(f"unknown schedule {schedule!r}", key="parallelism.schedule",
-                      hint="valid: gpipe, 1f1b, interleaved")
+                      hint="valid: gpipe, 1f1b, interleaved, dualpipev")
+
+
+def peak_chunks_held(program: list[Step]) -> int:
+    """The most chunk activations a stage holds at once running ``program``: forwards
+    whose backward has not run yet."""
+    held = peak = 0
+    for pass_, _mb, _chunk in program:
+        held += 1 if pass_ == "F" else -1
+        peak = max(peak, held)
+    return peak
+
+
+#: The V list schedule's limits (module docstring): a stage ``s`` runs at most
+#: ``⌈3·(2p − 1 − s)/2⌉`` first-chunk forwards ahead of their backward (three times the
+#: micro-batches a round trip through the deeper stages keeps busy) and holds at most
+#: ``3p`` chunk activations.  Against the best of a grid of both (depth factor 1-6, hold
+#: p-4p) on unit times, for p 2-32 and 4-64 micro-batches, these were never longer, and
+#: they halve 1F1B's bubble as two interleaved chunks do.
+_V_WARMUP_FACTOR, _V_HOLD_FACTOR = 3, 3
+
+
+@lru_cache(maxsize=32)
+def _v_programs(pp: int, m: int) -> tuple[tuple[Step, ...], ...]:
+    """Every stage's order of a V pipeline (module docstring)."""
+    return _v_list_schedule(pp, m)[1]
+
+
+def _v_list_schedule(pp: int, m: int) -> tuple[int, tuple[tuple[Step, ...], ...]]:
+    """One list schedule on unit times: its length and every stage's order, which then
+    runs under any positive durations without deadlock (each order respects every
+    dependency the unit-time run met)."""
+    done: set[tuple[str, int, int]] = set()  # (pass, micro-batch, virtual stage) finished
+    stages = [_VStage(stage, pp, m,
+                      max(1, math.ceil(_V_WARMUP_FACTOR * (2 * pp - 1 - stage) / 2)))
+              for stage in range(pp)]
+    running: dict[int, tuple[int, tuple[str, int, int]]] = {}  # stage -> (end, pass)
+    now, left = 0, 4 * pp * m  # F and B of 2 chunks of m micro-batches on pp stages
+    while left:
+        for state in stages:
+            step = None if state.stage in running else state.next(done)
+            if step is not None:
+                pass_, mb, chunk = step
+                end = now + (_V_FORWARD if pass_ == "F" else _V_BACKWARD)
+                running[state.stage] = (end, (pass_, mb, state.vs[chunk]))
+        if not running:
+            raise AssertionError(f"the V schedule stalled with {left} passes left")
+        now = min(end for end, _ in running.values())
+        for stage in [s for s, (end, _) in running.items() if end == now]:
+            done.add(running.pop(stage)[1])
+            left -= 1
+    return now, tuple(tuple(state.program) for state in stages)
+
+
+class _VStage:
+    """One stage of the V list schedule: what it ran and what it may run next."""
+
+    def __init__(self, stage: int, pp: int, m: int, warmup: int) -> None:
+        self.stage, self.pp, self.m, self.last = stage, pp, m, 2 * pp - 1
+        self.warmup = warmup  # first-chunk forwards at most ahead of their backward
+        self.vs = (virtual_stage(stage, 0, pp, "dualpipev"),
+                   virtual_stage(stage, 1, pp, "dualpipev"))
+        self.program: list[Step] = []
+        self.next_forward = [0, 0]  # per chunk, the next micro-batch to run forward
+        self.waiting: list[tuple[int, int]] = []  # (micro-batch, -chunk) run forward only
+        self.last_kind = ""
+
+    def next(self, done: set[tuple[str, int, int]]) -> Step | None:
+        """The pass this idle stage takes (module docstring), or None if none is ready:
+        with a backward and a forward both ready, the kind it did not run last."""
+        backward, forward = self._backward(done), self._forward(done)
+        if backward is not None and (forward is None or self.last_kind != "B"):
+            self.waiting.remove(backward)
+            return self._ran(("B", backward[0], -backward[1]))
+        if forward is not None:
+            mb, chunk = forward
+            self.next_forward[chunk] += 1
+            self.waiting.append((mb, -chunk))
+            return self._ran(("F", mb, chunk))
+        return None
+
+    def _backward(self, done: set[tuple[str, int, int]]) -> tuple[int, int] | None:
+        """The oldest (micro-batch, −chunk) whose gradient has arrived, deeper chunk first."""
+        for mb, negative in sorted(self.waiting):
+            vs = self.vs[-negative]
+            if (("F", mb, vs) if vs == self.last else ("B", mb, vs + 1)) in done:
+                return mb, negative
+        return None
+
+    def _forward(self, done: set[tuple[str, int, int]]) -> tuple[int, int] | None:
+        """The next (micro-batch, chunk) whose input has arrived, deeper chunk first,
+        within the stage's limits."""
+        if len(self.waiting) >= _V_HOLD_FACTOR * self.pp:
+            return None
+        first_chunk = sum(1 for _mb, negative in self.waiting if negative == 0)
+        for chunk in (1, 0):
+            mb, vs = self.next_forward[chunk], self.vs[chunk]
+            if chunk == 0 and first_chunk >= self.warmup:
+                continue
+            if mb < self.m and (vs == 0 or ("F", mb, vs - 1) in done):
+                return mb, chunk
+        return None
+
+    def _ran(self, step: Step) -> Step:
+        self.program.append(step)
+        self.last_kind = step[0]
+        return step

@@ -52,6 +52,7 @@ from distsim_gpu.workloads.strategy.dimensions import (
     peer_degrees,
     peer_group,
 )
+from distsim_gpu.workloads.strategy.schedule import stage_of
 from distsim_gpu.workloads.traces.replay import SEND, GraphNode, place_ranks
 
 __all__ = ["MAIN_STREAM", "iter_rank_graphs", "iteration_graphs"]
@@ -200,7 +201,9 @@ class _Exporter:
                       deps=awaited)
 
     def _send(self, group: RankGroup, op: Send) -> None:
-        target = self.sim.groups[op.virtual_stage % self.sim.spec.parallel.pp][group.replica]
+        par = self.sim.spec.parallel
+        target = self.sim.groups[stage_of(op.virtual_stage, par.pp, par.schedule)][
+            group.replica]
         if target is group:
             return  # the next chunk lives on this stage: nothing moves
         tag = _tag(op.pass_name, group.replica, op.microbatch, op.virtual_stage)
