@@ -139,8 +139,10 @@ def test_megatrons_tp_pp_dp_mapping_accepts_expert_tp_times_ep_equal_to_tp_cp() 
 
 
 @pytest.mark.parametrize(("parallel", "message"), [
-    (ParallelConfig(tp=4, dp=2, ep=2, expert_tp=2, sequence_parallel=True),
-     r"parallelism\.expert_tp: expert_tp 2 beside tp 4 is not modelled"),
+    (ParallelConfig(tp=4, dp=3, ep=2, expert_tp=3, sequence_parallel=True),
+     r"parallelism\.expert_tp: expert_tp 3 that does not divide tp 4 is not modelled"),
+    (ParallelConfig(tp=4, dp=2, ep=2, expert_tp=2, sequence_parallel=True, order="dp-tp-pp"),
+     r"parallelism\.expert_tp: expert_tp 2 between 1 and tp needs tp innermost"),
     (ParallelConfig(tp=2, dp=2, ep=2, expert_tp=0),
      r"parallelism\.expert_tp: must be a whole number"),
 ])

@@ -57,3 +57,26 @@ def test_a_moe_blocks_tensor_collectives_carry_the_routed_tokens(tp, etp, shared
                                 "shared_experts": shared})
     parallel = ParallelConfig(tp=tp, dp=8, ep=8, expert_tp=etp, sequence_parallel=True)
     assert moe_tp_scale(model, parallel) == scale
+
+
+def test_expert_tensor_groups_between_one_and_tp_gather_on_their_pairs() -> None:
+    """tp 4, expert_tp 2, top-2: the MoE block's gathers run on tensor ranks {0, 1} and
+    {2, 3} and carry top_k·etp/tp = 1 dense block's bytes; the attention's stay on all 4."""
+    from distsim_gpu.workloads.cost.compute import RooflineCosts
+    from distsim_gpu.workloads.iteration.ops import Collective
+    from distsim_gpu.workloads.iteration.streams import StreamBuilder
+    from distsim_gpu.workloads.specs.gpus import get_gpu
+    from distsim_gpu.workloads.strategy.parallel import TrainingConfig
+
+    model = model_from_mapping({"name": "m", "layers": 1, "hidden": 1024, "heads": 16,
+                                "seq_len": 512, "vocab": 32000, "experts": 8, "top_k": 2})
+    parallel = ParallelConfig(tp=4, dp=8, ep=4, expert_tp=2, sequence_parallel=True)
+    training = TrainingConfig(micro_batch=1, global_batch=8)
+    builder = StreamBuilder(model, parallel, training, RooflineCosts(get_gpu("a100-80gb")),
+                            microbatches=1)
+    gathers = {op.label: op for op in builder.stage_stream(0)
+               if isinstance(op, Collective) and op.op == "all_gather"}
+    dense = 512 * 1024 * 2
+    assert gathers["L0 fwd mlp all_gather"].subgroups == ((0, 1), (2, 3))
+    assert gathers["L0 fwd mlp all_gather"].size_bytes == dense * 2 * 2 / 4
+    assert gathers["L0 fwd attention all_gather"].subgroups is None

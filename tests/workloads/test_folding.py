@@ -207,6 +207,10 @@ def test_folded_expert_parallel_blocks_equal_the_full_simulation(uniform):
     # expert_tp 1: an expert group is 4 consecutive GPUs across 2 tensor groups.
     (ParallelConfig(tp=2, cp=2, dp=8, ep=4, expert_tp=1, sequence_parallel=True),
      "folded 8 expert-parallel blocks of 2 into 1"),
+    # expert_tp 2 of tp 4: expert groups at stride 2 over 2 replicas, the routed tokens'
+    # gathers on pairs of tensor ranks.
+    (ParallelConfig(tp=4, dp=8, ep=4, expert_tp=2, sequence_parallel=True),
+     "folded 4 expert-parallel blocks of 2 into 1"),
 ])
 def test_folded_expert_blocks_over_context_parallel_rings_equal_the_full_run(
         uniform, parallel, sentence):

@@ -143,6 +143,12 @@ class StreamBuilder:
         # DeepEP dispatches FP8 (with its scales) under a low-precision run; combines 16-bit.
         self.dispatch_bytes = dispatch_bytes(model, parallel, local, hints.all_to_all)
         self.moe_tp_scale = moe_tp_scale(model, parallel)
+        # expert_tp between 1 and tp: the routed tokens' collectives on each expert-tensor
+        # group, etp consecutive tensor ranks (workloads.strategy.expert_grid).
+        etp = parallel.etp
+        self.expert_tp_groups = (tuple(tuple(range(g, g + etp))
+                                       for g in range(0, parallel.tp, etp))
+                                 if 1 < etp < parallel.tp else None)
         self.cp_bytes = cp_message_bytes(model, parallel, training)
         # Skewed routing: every EP rank's experts run at the pace of the most loaded one
         # (workloads.specs.moe_routing; 1 for a uniform, dropless router).
@@ -406,8 +412,7 @@ class StreamBuilder:
         if moe and with_comm:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} combine", group="ep"))
         if with_comm or op_sac:
-            self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", setting, saved,
-                         scale=self.moe_tp_scale if moe else 1.0)
+            self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", setting, saved, moe=moe)
 
     def _overlapped_tp_layer(self, ops: list[Op], pass_: str, shard: LayerShard,
                              what: tuple[float, str, tuple[str, str, int]],
@@ -463,7 +468,7 @@ class StreamBuilder:
             launch("combine", part)
         for part in ("A", "B"):
             ops.append(Wait(async_handle("ep", f"{label} combine {part}")))
-        self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", scale=self.moe_tp_scale)
+        self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", moe=True)
 
     def _cp_attention(self, ops: list[Op], cost_pass: str, duration: float, label: str,
                       args: tuple[str, str, int], recompute: str) -> float:
@@ -495,13 +500,16 @@ class StreamBuilder:
 
     def _tp_ops(self, ops: list[Op], label: str, fold: bool, pass_: str = "fwd",
                 block: str = "attention", setting: LayerSetting | None = None,
-                saved: frozenset[str] = frozenset(), scale: float = 1.0) -> None:
+                saved: frozenset[str] = frozenset(), moe: bool = False) -> None:
         """The TP collectives after an attention or MLP block (forward or backward); a
         2-D/2.5-D/3-D mesh's run on its sub-groups and are never fused (their closed form
         is the whole group's), as do a narrower layer group's (``setting``).  ``saved``:
-        kinds a recompute does not run again (their outputs were kept); ``scale``: the
-        1-D collectives' bytes relative to a dense block's (an expert-parallel MoE
-        block's, :func:`~workloads.cost.traffic.moe_tp_scale`; 0: none)."""
+        kinds a recompute does not run again (their outputs were kept); ``moe``: an
+        expert-parallel MoE block's, whose 1-D collectives carry the routed tokens
+        (:func:`~workloads.cost.traffic.moe_tp_scale`; none with expert_tp 1) over the
+        expert-tensor groups."""
+        scale = self.moe_tp_scale if moe else 1.0
+        subgroups = self.expert_tp_groups if moe else None
         if scale == 0:
             return
         if setting is not None and setting.k > 1:
@@ -521,7 +529,9 @@ class StreamBuilder:
         for kind in self.tp_kinds:
             if kind not in saved:
                 size = self.tp_gather_bytes if kind == "all_gather" else self.tp_bytes
-                ops.append(Collective(kind, size * scale, f"{label} {kind}", exclusive=fold))
+                ops.append(Collective(kind, size * scale, f"{label} {kind}",
+                                      exclusive=fold and subgroups is None,
+                                      subgroups=subgroups))
 
     def _gather_params(self, ops: list[Op], order: list[int], position: int) -> None:
         """ZeRO-3/FSDP: the first layer's all-gather, the next one's as prefetch, then wait.

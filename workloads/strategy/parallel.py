@@ -528,8 +528,9 @@ def _check_sharding(p: ParallelConfig, *, experts: int, source: str | None) -> N
 
 def _check_expert_tp(p: ParallelConfig, *, experts: int, source: str | None) -> None:
     """An expert layout Megatron-Core accepts (:func:`check_expert_grid`) whose expert
-    tensor parallelism distsim runs: the dense ``tp`` or none (1), Megatron-Core's default
-    and the recipes that keep each expert whole (DeepSeek-V3, NVIDIA's Grok-1 on H100)."""
+    tensor parallelism distsim runs: a divisor of ``tp`` — the dense ``tp`` (Megatron-Core's
+    default), 1 (whole experts: DeepSeek-V3, NVIDIA's Grok-1 on H100) or between, each
+    expert-tensor group then ``expert_tp`` consecutive ranks of a tensor group."""
     if p.expert_tp is not None:
         check_whole(p.expert_tp, key="parallelism.expert_tp", source=source)
         if experts == 1:
@@ -538,10 +539,16 @@ def _check_expert_tp(p: ParallelConfig, *, experts: int, source: str | None) -> 
                               hint="remove expert_tp for a dense model")
     if experts > 1:  # a dense model has no expert grid to lay out
         check_expert_grid(p.expert_grid(), source=source)
-    if p.etp not in (1, p.tp):
-        raise ConfigError(f"expert_tp {p.etp} beside tp {p.tp} is not modelled",
+    if p.tp % p.etp:
+        raise ConfigError(f"expert_tp {p.etp} that does not divide tp {p.tp} is not modelled",
                           key="parallelism.expert_tp", source=source,
-                          hint=f"expert_tp 1 (whole experts) or {p.tp} (the dense tp)")
+                          hint=f"a divisor of {p.tp}: 1 (whole experts) … {p.tp} (the dense tp)")
+    if 1 < p.etp < p.tp and placement_axes(p.order)[0] != "tp":
+        # Each expert-tensor group is then etp consecutive ranks inside a tensor group.
+        raise ConfigError(f"expert_tp {p.etp} between 1 and tp needs tp innermost in the "
+                          f"order, got {p.order}", key="parallelism.expert_tp", source=source,
+                          hint="an order starting with tp (Megatron-Core's), or expert_tp "
+                          f"1 or {p.tp}")
     if p.etp != p.tp and p.tp_mode != "1d":
         raise ConfigError(f"expert_tp with tp_mode {p.tp_mode} is not modelled",
                           key="parallelism.expert_tp", source=source,
