@@ -22,8 +22,9 @@ stage ``v − 1`` and a backward pass its gradient from ``v + 1``.
   backward (the oldest micro-batch's, the deeper chunk's) and a ready forward (the deeper
   chunk's, else the first's — this one only while fewer than its warm-up depth are ahead
   of their backward) runs the kind it did not run last, else whichever is ready, at most
-  ``3p`` chunk activations held.  With ``m`` micro-batches its bubble is about
-  ``(p − 1)/(2m)`` of the ideal time, as two interleaved chunks'.
+  ``3p`` chunk activations held.  With ``m ≥ 1.5·p`` micro-batches its bubble is
+  ``(p − 1)/(2m)`` of the ideal time on those unit times, as two interleaved chunks'
+  (fewer micro-batches fill the V less).
   Backward is not split into input and weight gradients here (DualPipe's zero-bubble
   part), nor is a forward paired with a backward to overlap their communication
   (``parallelism.moe_overlap`` overlaps a MoE layer's own halves).
@@ -34,7 +35,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.errors import ConfigError, SimulationError
 
 __all__ = ["V_SCHEDULES", "Step", "peak_chunks_held", "stage_of", "stage_program",
            "virtual_stage"]
@@ -123,7 +124,7 @@ def peak_chunks_held(program: list[Step]) -> int:
 #: micro-batches a round trip through the deeper stages keeps busy) and holds at most
 #: ``3p`` chunk activations.  Against the best of a grid of both (depth factor 1-6, hold
 #: p-4p) on unit times, for p 2-32 and 4-64 micro-batches, these were never longer, and
-#: they halve 1F1B's bubble as two interleaved chunks do.
+#: from m = 1.5·p micro-batches on they halve 1F1B's bubble, as two interleaved chunks do.
 _V_WARMUP_FACTOR, _V_HOLD_FACTOR = 3, 3
 
 
@@ -150,8 +151,9 @@ def _v_list_schedule(pp: int, m: int) -> tuple[int, tuple[tuple[Step, ...], ...]
                 pass_, mb, chunk = step
                 end = now + (_V_FORWARD if pass_ == "F" else _V_BACKWARD)
                 running[state.stage] = (end, (pass_, mb, state.vs[chunk]))
-        if not running:
-            raise AssertionError(f"the V schedule stalled with {left} passes left")
+        if not running:  # a bug in the rules above, not in the user's input
+            raise SimulationError(f"the dualpipev schedule stalled with {left} passes left "
+                                  f"(pp {pp}, {m} micro-batches)")
         now = min(end for end, _ in running.values())
         for stage in [s for s, (end, _) in running.items() if end == now]:
             done.add(running.pop(stage)[1])
