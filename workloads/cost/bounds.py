@@ -185,7 +185,9 @@ class _Shape:
                                    parallel.partition),
             tp_bytes=traffic.tp_message_bytes(model, local),
             p2p_bytes=traffic.pipeline_message_bytes(model, parallel, local),
-            a2a_bytes=traffic.alltoall_bytes(model, parallel, local),
+            # Both expert all-to-alls at the smaller of their sizes (DeepEP's FP8 dispatch
+            # is smaller than its combine), which keeps a lower bound.
+            a2a_bytes=traffic.dispatch_bytes(model, parallel, local, "deepep"),
             grad_op=traffic.gradient_reduce_op(parallel),
             tp_kinds=tp_kinds,
             tp_ranks=[placement.tp_group(0, s) for s in range(pp)],
