@@ -153,7 +153,8 @@ DIMENSIONS: tuple[Dimension, ...] = (
               FoldUnit("expert-parallel", "block", "expert parallelism"),
               always_printed=False, searched=True),
     # The experts' own tensor parallelism: its collectives run on the tensor-parallel
-    # group (expert_tp = tp) or not at all (1), so it has no communicator of its own.
+    # group or sub-groups of it (none with expert_tp 1), so it has no communicator of
+    # its own.
     Dimension("expert_tp", attrgetter("etp"), "tp comm",
               set_in=lambda p: p.expert_tp is not None),
     # Context parallelism only when asked for: it pays off for long sequences only, and
