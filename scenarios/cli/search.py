@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from distsim_gpu.scenarios.cli.options import add_overrides_option, overrides
+from distsim_gpu.scenarios.cli.options import add_overrides_option, add_quiet_option, overrides
 from distsim_gpu.scenarios.scenario import load_scenario
 from distsim_gpu.scenarios.study.layer_search import (
     format_layer_search,
@@ -16,6 +16,7 @@ from distsim_gpu.scenarios.study.layer_search import (
     write_layer_search,
 )
 from distsim_gpu.scenarios.study.search import format_search, search_strategies
+from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.errors import ConfigError
 
 __all__ = ["add_parser", "handle"]
@@ -50,6 +51,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                         "instead of the table")
     parser.add_argument("--verbose", action="store_true",
                         help="print each simulated candidate to stderr as it finishes")
+    add_quiet_option(parser)
     parser.add_argument("--layer-groups", action="store_true",
                         help="instead: per-layer strategies (Galvatron) at the scenario's "
                         "pp — the best two-group mix of tp and recompute against the best "
@@ -74,9 +76,10 @@ def handle(args: argparse.Namespace) -> int:
         sys.stdout.write(format_layer_search(found))
         print(f"\nwrote {args.out}: {', '.join(write_layer_search(found, args.out))}")
         return 0
-    result = search_strategies(
-        scenario, gpus=args.gpus, top=args.top, workers=args.workers, out_dir=args.out,
-        time_limit_s=args.time_limit, progress=_progress if args.verbose else None)
+    with progress.reporting("search", enabled=not args.quiet):
+        result = search_strategies(
+            scenario, gpus=args.gpus, top=args.top, workers=args.workers, out_dir=args.out,
+            time_limit_s=args.time_limit, progress=_progress if args.verbose else None)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return 0

@@ -15,6 +15,7 @@ from distsim_gpu.scenarios.scenario import Scenario, run_scenario, scenario_from
 from distsim_gpu.scenarios.study.search_prune import Candidate, StrategyBounds
 from distsim_gpu.scenarios.study.search_results import CandidateResult, PrunedCandidate
 from distsim_gpu.scenarios.study.search_space import Strategy, with_strategy
+from distsim_gpu.simcore import progress as progress_line
 from distsim_gpu.simcore.errors import DistsimError
 from distsim_gpu.simcore.pool import WorkerPool
 
@@ -97,10 +98,14 @@ class Simulations:
         self.results: list[CandidateResult] = []
         self.times: list[float] = []
         self.baseline_outcome: Outcome | None = None
+        # A terminal's progress line (simcore.progress): candidates decided of all queued.
+        self.reporter = progress_line.current()
+        self.decided, self.queued = 0, 0
 
     def run(self, queue: list[tuple[Candidate | None, bool]],
             baseline: Strategy | None) -> None:
         """Run ``queue`` in order (:func:`simulation_queue`), up to ``workers`` at a time."""
+        self.queued = len(queue)
         simulate: Callable[[_Task], Outcome]
         if self.workers == 1:
             pool = WorkerPool(1)
@@ -116,6 +121,7 @@ class Simulations:
                     self.baseline_outcome = done.result()
                 else:
                     self._record(owner, done.result())
+                self._decided()
 
     def _admitted(self, queue: list[tuple[Candidate | None, bool]],
                   baseline: Strategy | None) -> Iterator[_Task]:
@@ -126,6 +132,14 @@ class Simulations:
                 yield None, baseline
             elif forced or self._admit(candidate):
                 yield candidate, candidate.strategy
+            else:  # pruned: decided without a simulation
+                self._decided()
+
+    def _decided(self) -> None:
+        """One more queued candidate simulated or pruned (the progress line's count)."""
+        self.decided += 1
+        if self.reporter is not None:
+            self.reporter.stage(self.decided, self.queued, "candidates")
 
     def _admit(self, candidate: Candidate) -> bool:
         """Whether ``candidate`` starts now; if not, it is pruned (bound or time limit)."""

@@ -343,3 +343,41 @@ def test_a_candidate_gets_its_stacks_overlaps_for_its_own_strategy():
     assert resolved.parallel.tp_comm_overlap
     fixed = scenario(tp_comm_overlap=False, cp=1, dp=4)
     assert not with_strategy(fixed, strategy).parallel.tp_comm_overlap
+
+
+def test_search_counts_the_candidates_on_a_terminal_and_is_quiet_otherwise(
+        tmp_path, monkeypatch):
+    """A search runs for minutes: on a terminal the progress line counts the queued
+    candidates decided (simulated or pruned) to the last; with -q nothing is drawn."""
+    import io
+
+    import yaml
+    from distsim_gpu.simcore import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    drawn: list[tuple[int, int, str]] = []
+    real = progress.Reporter.stage
+
+    def stage(self, done: int, total: int, what: str = "") -> None:
+        drawn.append((done, total, what))
+        real(self, done, total, what)
+
+    monkeypatch.setattr(progress.Reporter, "stage", stage)
+    monkeypatch.setattr("sys.stderr", Terminal())
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(mapping("600 GB/s")))
+    parser = argparse.ArgumentParser(prog="distsim")
+    add_parser(parser.add_subparsers(dest="command"))
+    argv = ["search", str(path), "--workers", "1", "--out", str(tmp_path / "out")]
+    args = parser.parse_args(argv)
+    assert args.handler(args) == 0
+    done, total, what = drawn[-1]
+    assert (done, what) == (total, "candidates") and total > 1
+    assert [d for d, _t, _w in drawn] == list(range(1, total + 1))
+    drawn.clear()
+    args = parser.parse_args([*argv[:-2], "--out", str(tmp_path / "out2"), "-q"])
+    assert args.handler(args) == 0
+    assert drawn == []
