@@ -18,21 +18,28 @@ Two ways to run tasks:
 A task's progress is the caller's: it sees each result as it lands.  Leaving the pool
 (``with``), an exception or a ``KeyboardInterrupt`` in the caller cancels the tasks not
 started and waits for the running ones; a parent killed outright takes its workers with it.
+
+With ``scheduler`` (a Dask scheduler's address, ``tcp://host:8786``) the tasks run on that
+Dask cluster instead, as many at once as its workers have threads, through the client's
+:class:`concurrent.futures.Executor`; the initializer runs once on every worker connected
+when the pool opens (start the workers first).  Dask is an optional extra
+(``pip install 'distsim-gpu[dask]'``).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from itertools import islice
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.workers import die_with_parent
 
-__all__ = ["Finished", "WorkerPool"]
+__all__ = ["DASK_CONNECT_S", "Finished", "WorkerPool", "Workers"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -49,6 +56,26 @@ class Finished(Generic[T, R]):
         """The task's return value; raises what the task raised (or, from a worker, why the
         worker could not return it: it died, or the value could not be pickled)."""
         return self.future.result()
+
+
+#: Seconds to keep trying to reach a Dask scheduler before the command stops with an error.
+DASK_CONNECT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Workers:
+    """Where a command's tasks run: ``processes`` local worker processes (1: this process),
+    or, with ``scheduler``, the Dask cluster at that address (``--scheduler``)."""
+
+    processes: int = 1
+    scheduler: str | None = None
+
+    def pool(self, *, max_tasks: int | None = None,
+             initializer: Callable[..., None] | None = None,
+             initargs: tuple[Any, ...] = ()) -> WorkerPool:
+        """A :class:`WorkerPool` running tasks here."""
+        return WorkerPool(self.processes, max_tasks=max_tasks, initializer=initializer,
+                          initargs=initargs, scheduler=self.scheduler)
 
 
 def _start_worker(parent_pid: int, initializer: Callable[..., None] | None,
@@ -69,13 +96,17 @@ class WorkerPool:
 
     def __init__(self, workers: int, *, max_tasks: int | None = None,
                  initializer: Callable[..., None] | None = None,
-                 initargs: tuple[Any, ...] = ()) -> None:
+                 initargs: tuple[Any, ...] = (), scheduler: str | None = None) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         processes = workers if max_tasks is None else min(workers, max_tasks)
         self.workers = workers
-        self._executor: ProcessPoolExecutor | None = None
-        if processes > 1:
+        self._executor: Executor | None = None
+        self._client: Any = None
+        if scheduler is not None:
+            self._client, self._executor, self.workers = _dask(scheduler, initializer,
+                                                               initargs)
+        elif processes > 1:
             self._executor = ProcessPoolExecutor(
                 max_workers=processes, initializer=_start_worker,
                 initargs=(os.getpid(), initializer, initargs))
@@ -94,9 +125,14 @@ class WorkerPool:
 
     def close(self) -> None:
         """Cancel the tasks not started, wait for the running ones, end the workers."""
-        if self._executor is not None:
+        if self._executor is not None and self._client is None:
             self._executor.shutdown(wait=True, cancel_futures=True)
-            self._executor = None
+        elif self._executor is not None:  # (Dask's executor cancels nothing itself)
+            self._executor.shutdown(wait=True)
+        self._executor = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
         """``fn`` of every task, in the tasks' order; raises the first failure in that
@@ -136,3 +172,29 @@ def _run_here(fn: Callable[[T], R], task: T) -> Future[R]:
     except Exception as error:
         future.set_exception(error)
     return future
+
+
+def _dask(address: str, initializer: Callable[..., None] | None,
+          initargs: tuple[Any, ...]) -> tuple[Any, Executor, int]:
+    """A client of the Dask scheduler at ``address``, its executor, and how many tasks its
+    workers run at once; the initializer run on each of them."""
+    try:
+        from distributed import Client  # (an optional extra: imported only when asked for)
+    except ImportError:
+        raise ConfigError("running on a Dask cluster needs dask.distributed",
+                          key="--scheduler", hint="pip install 'distsim-gpu[dask]'") from None
+    try:
+        client = Client(address, timeout=DASK_CONNECT_S)
+    except (OSError, TimeoutError, ValueError) as error:
+        raise ConfigError(f"cannot connect to the Dask scheduler: {error}",
+                          key="--scheduler", source=address,
+                          hint="start one with `dask scheduler` and workers with "
+                          "`dask worker ADDRESS` (docs/dask.md)") from None
+    if initializer is not None:
+        client.run(initializer, *initargs)
+    threads = sum(client.nthreads().values())
+    if threads < 1:
+        client.close()
+        raise ConfigError("the Dask scheduler has no workers", key="--scheduler",
+                          source=address, hint="start workers with `dask worker ADDRESS`")
+    return client, client.get_executor(pure=False), threads

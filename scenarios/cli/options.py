@@ -17,6 +17,7 @@ from distsim_gpu.collectives import ALGORITHMS, FIDELITIES, CommParams, comm_par
 from distsim_gpu.collectives.nccl_tests import BENCH_OPS
 from distsim_gpu.simcore.config import parse_assignment, set_path, split_overrides
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
+from distsim_gpu.simcore.pool import Workers
 from distsim_gpu.simcore.yamlfile import read_yaml
 from distsim_gpu.topology import Topology, list_presets, load_cluster
 from distsim_gpu.workloads.specs.gpus import get_gpu
@@ -56,6 +57,22 @@ def add_quiet_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no progress line (shown on a terminal for runs over a second: "
                              "simulated time, events, an estimate of what is left)")
+
+
+def add_workers_options(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """``--workers N`` (local processes) and ``--scheduler ADDRESS`` (a Dask cluster)."""
+    parser.add_argument("--workers", type=int, default=None, metavar="N", help=help_text)
+    parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                        help="run on an existing Dask cluster, e.g. tcp://host:8786 "
+                        "(pip install 'distsim-gpu[dask]'; docs/dask.md)")
+
+
+def workers_of(args: argparse.Namespace) -> Workers | int | None:
+    """Where ``--workers`` / ``--scheduler`` say the command's tasks run: the Dask cluster
+    when given, else the number of processes (None: one per CPU)."""
+    if args.scheduler is not None:
+        return Workers(scheduler=args.scheduler)
+    return args.workers
 
 
 def add_cluster_options(parser: argparse.ArgumentParser) -> None:

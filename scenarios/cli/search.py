@@ -8,7 +8,13 @@ import json
 import sys
 from typing import Any
 
-from distsim_gpu.scenarios.cli.options import add_overrides_option, add_quiet_option, overrides
+from distsim_gpu.scenarios.cli.options import (
+    add_overrides_option,
+    add_quiet_option,
+    add_workers_options,
+    overrides,
+    workers_of,
+)
 from distsim_gpu.scenarios.scenario import load_scenario
 from distsim_gpu.scenarios.study.layer_search import (
     format_layer_search,
@@ -39,8 +45,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                         help="how many of the best to report (default 10)")
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="write results.csv, pruned.csv and best.yaml into DIR")
-    parser.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="simulation processes (default: the CPU count; 1: in-process)")
+    add_workers_options(parser, "simulation processes (default: the CPU count; "
+                        "1: in-process)")
     add_overrides_option(parser, "override a scenario field by dotted path before "
                          "searching (repeatable)")
     parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
@@ -78,7 +84,7 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     with progress.reporting("search", enabled=not args.quiet):
         result = search_strategies(
-            scenario, gpus=args.gpus, top=args.top, workers=args.workers, out_dir=args.out,
+            scenario, gpus=args.gpus, top=args.top, workers=workers_of(args), out_dir=args.out,
             time_limit_s=args.time_limit, progress=_progress if args.verbose else None)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))

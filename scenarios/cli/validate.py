@@ -22,11 +22,13 @@ from distsim_gpu.scenarios.cli.options import (
     add_overrides_option,
     add_quiet_option,
     add_trace_cluster_options,
+    add_workers_options,
     checked_comm,
     cluster_and_params,
     comm_params_on,
     overrides,
     split_cluster_overrides,
+    workers_of,
 )
 from distsim_gpu.scenarios.fit.validate_nccl import format_validation, validate_nccl_log
 from distsim_gpu.scenarios.fit.validate_operators import (
@@ -89,9 +91,8 @@ def _add_runs_parser(kinds: Any) -> None:
                         help="folds of the cross-validation (default 5)")
     parser.add_argument("--every", type=int, default=1, metavar="N",
                         help="simulate every N-th row only (a quick look)")
-    parser.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="worker processes (default: the CPU count; 1 runs in this "
-                        "process)")
+    add_workers_options(parser, "worker processes (default: the CPU count; 1 runs in "
+                        "this process)")
     parser.add_argument("--out", default=None, metavar="FRAGMENT.yaml",
                         help="with --fit: write the fitted knobs as a scenario fragment")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -110,7 +111,7 @@ def handle_runs(args: argparse.Namespace) -> int:
         if reporter is not None:
             reporter.phase("simulating the rows" + (" (and fitting)" if args.fit else ""))
         report = validate_runs(args.table, args.map_path, fit=args.fit, folds=args.folds,
-                               workers=args.workers, every=args.every,
+                               workers=workers_of(args), every=args.every,
                                overrides=overrides(args.overrides))
     if args.out is not None and report.fit is not None:
         crossed = summarise(report.fit.cross_validated)["mean_abs_error_pct"]

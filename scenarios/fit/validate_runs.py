@@ -60,7 +60,7 @@ from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.config import check_whole, set_path
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
-from distsim_gpu.simcore.pool import WorkerPool
+from distsim_gpu.simcore.pool import WorkerPool, Workers
 from distsim_gpu.simcore.yamlfile import line_of
 
 __all__ = [
@@ -426,11 +426,12 @@ def _row_dict(i: int, columns: Mapping[str, Sequence[RowResult]]) -> dict[str, A
 
 
 def validate_runs(table: str | os.PathLike[str], map_path: str | os.PathLike[str], *,
-                  fit: bool = False, folds: int = 5, workers: int | None = None,
+                  fit: bool = False, folds: int = 5, workers: int | Workers | None = None,
                   every: int = 1, overrides: Sequence[tuple[str, Any]] = ()) -> RunsReport:
     """Simulate every ``every``-th row of ``table`` as ``map_path`` says (module
     docstring), with ``overrides`` after each row's keys, over ``workers`` processes
-    (default: the CPUs; 1: in this process); with ``fit``, fit the map's knobs and
+    (default: the CPUs; 1: in this process) or a :class:`~simcore.pool.Workers` (a Dask
+    cluster); with ``fit``, fit the map's knobs and
     cross-validate them over ``folds`` folds."""
     runs_map = read_map(map_path)
     if overrides:
@@ -439,9 +440,10 @@ def validate_runs(table: str | os.PathLike[str], map_path: str | os.PathLike[str
         raise ConfigError(f"must be a whole number >= 1, got {every!r}", key="--every")
     rows = read_runs(table, runs_map)[::every]
     # 0 is no number of processes: "every CPU" is said by leaving --workers out.
-    workers = (os.cpu_count() or 1) if workers is None else check_whole(
-        workers, key="--workers", hint="leave --workers out for one per CPU; 1 runs here")
-    with WorkerPool(workers, max_tasks=len(rows)) as pool:
+    where = workers if isinstance(workers, Workers) else Workers(
+        (os.cpu_count() or 1) if workers is None else check_whole(
+            workers, key="--workers", hint="leave --workers out for one per CPU; 1 runs here"))
+    with where.pool(max_tasks=len(rows)) as pool:
         return _validate(table, map_path, runs_map, rows, fit, folds, pool)
 
 

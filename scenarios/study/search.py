@@ -104,6 +104,7 @@ from distsim_gpu.scenarios.study.search_space import (
 )
 from distsim_gpu.simcore.config import check_whole
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.pool import Workers
 from distsim_gpu.topology import build_cluster
 
 __all__ = [
@@ -166,7 +167,8 @@ def _baseline(scenario: Scenario) -> tuple[Strategy | None, str]:
 
 
 def search_strategies(scenario: Scenario, *, gpus: int | None = None, top: int = 10,
-                      workers: int | None = None, out_dir: str | os.PathLike[str] | None = None,
+                      workers: int | Workers | None = None,
+                      out_dir: str | os.PathLike[str] | None = None,
                       space: Mapping[str, Iterable[Any]] | None = None,
                       time_limit_s: float | None = None,
                       progress: Callable[[str], None] | None = None) -> SearchResult:
@@ -174,7 +176,8 @@ def search_strategies(scenario: Scenario, *, gpus: int | None = None, top: int =
     ``top`` fastest with the counts of what was enumerated, pruned and simulated.
 
     ``gpus``: search on the first ``gpus`` GPUs' worth of nodes instead of the whole
-    cluster; ``workers``: simulation processes (default ``os.cpu_count()``, 1 runs in this
+    cluster; ``workers``: simulation processes, or a :class:`~simcore.pool.Workers` (a Dask
+    cluster's scheduler) (default ``os.cpu_count()`` processes, 1 runs in this
     process); ``out_dir``: write ``results.csv``, ``pruned.csv`` and ``best.yaml`` there;
     ``space``: restrict axes (``{"schedule": ["1f1b"], "recompute": ["none"]}``);
     ``time_limit_s``: start no simulation after this many seconds (those in flight finish;
@@ -203,10 +206,13 @@ def search_strategies(scenario: Scenario, *, gpus: int | None = None, top: int =
     return result
 
 
-def _check_options(top: int, workers: int | None) -> int:
-    """Check ``top`` and ``workers``; the number of workers to use."""
+def _check_options(top: int, workers: int | Workers | None) -> Workers:
+    """Check ``top`` and ``workers``; where the simulations run."""
     check_whole(top, key="--top")
-    return check_whole((os.cpu_count() or 1) if workers is None else workers, key="--workers")
+    if isinstance(workers, Workers):
+        return workers
+    return Workers(check_whole((os.cpu_count() or 1) if workers is None else workers,
+                               key="--workers"))
 
 
 def _baseline_result(run: Simulations, alive: list[Candidate], strategy: Strategy | None,

@@ -17,7 +17,7 @@ from distsim_gpu.scenarios.study.search_results import CandidateResult, PrunedCa
 from distsim_gpu.scenarios.study.search_space import Strategy, with_strategy
 from distsim_gpu.simcore import progress as progress_line
 from distsim_gpu.simcore.errors import DistsimError
-from distsim_gpu.simcore.pool import WorkerPool
+from distsim_gpu.simcore.pool import WorkerPool, Workers
 
 __all__ = ["Outcome", "Simulations"]
 
@@ -84,13 +84,13 @@ class Simulations:
     time so far (refined to every replica's calls first) and the time limit has not
     passed; the others are pruned."""
 
-    def __init__(self, scenario: Scenario, bounds: StrategyBounds, *, top: int, workers: int,
+    def __init__(self, scenario: Scenario, bounds: StrategyBounds, *, top: int, workers: Workers,
                  pruned: list[PrunedCandidate], time_limit_s: float | None,
                  started_s: float, progress: Callable[[str], None] | None) -> None:
         self.scenario = scenario
         self.bounds = bounds
         self.top = top
-        self.workers = workers
+        self.workers = workers  # where the simulations run (processes, or a Dask cluster)
         self.time_limit_s = time_limit_s
         self.started_s = started_s
         self.progress = progress
@@ -107,12 +107,12 @@ class Simulations:
         """Run ``queue`` in order (:func:`simulation_queue`), up to ``workers`` at a time."""
         self.queued = len(queue)
         simulate: Callable[[_Task], Outcome]
-        if self.workers == 1:
+        if self.workers == Workers(1):
             pool = WorkerPool(1)
             simulate = partial(_simulate_here, self.scenario)
         else:
-            pool = WorkerPool(self.workers, initializer=_worker_init,
-                              initargs=(self.scenario.resolved(), self.scenario.source))
+            pool = self.workers.pool(initializer=_worker_init,
+                                     initargs=(self.scenario.resolved(), self.scenario.source))
             simulate = _simulate_in_worker
         with pool:
             for done in pool.as_completed(simulate, self._admitted(queue, baseline)):
