@@ -8,11 +8,14 @@ return the function itself: a test names it as a parameter and calls it as befor
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
+import sys
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -44,6 +47,24 @@ def examples_dir() -> Path:
 
 
 # ---------------------------------------------------------------------- real measurements
+
+
+def load_script(relative: str, name: str) -> ModuleType:
+    """The script at ``relative`` (to the repository) imported as module ``name``,
+    registered in ``sys.modules`` (dataclasses look their module up while the class is
+    built), with its own folder on the path while it loads (a script imports its
+    siblings as scripts do)."""
+    path = REPO_ROOT / relative
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
 
 
 def _shared_data_dir(part: str) -> Path | None:

@@ -4,8 +4,6 @@ NVLink-bound exchange at any domain size."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from math import comb
 
 import pytest
@@ -13,20 +11,9 @@ from distsim_gpu.collectives.nccl_tests import run_benchmark
 from distsim_gpu.collectives.params import comm_params_for
 from distsim_gpu.topology import build_cluster
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import load_script
 
-
-def _script():
-    path = REPO_ROOT / "validation" / "deepep" / "compare_rack_a2a.py"
-    spec = importlib.util.spec_from_file_location("compare_rack_a2a", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-compare = _script()
+compare = load_script("validation/deepep/compare_rack_a2a.py", "compare_rack_a2a")
 
 
 @pytest.mark.parametrize("ep", [2, 8, 36, 72])

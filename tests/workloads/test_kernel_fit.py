@@ -4,9 +4,7 @@ present) the roofline's shipped constants are what it fits."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 
 import pytest
 from distsim_gpu.workloads.cost.compute import kernel_tables as kt
@@ -14,21 +12,9 @@ from distsim_gpu.workloads.cost.compute import roofline as rf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import REPO_ROOT, _shared_data_dir
+from tests.conftest import _shared_data_dir, load_script
 
-SCRIPT = REPO_ROOT / "validation" / "kernels" / "fit_kernels.py"
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("fit_kernels", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fit_kernels"] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-fk = _load_script()
+fk = load_script("validation/kernels/fit_kernels.py", "fit_kernels")
 SHAPES = [(m, n, k) for m in (1024, 2048, 8192) for n in (1024, 4096) for k in
           (1024, 2048, 4096, 16384)]
 

@@ -6,8 +6,6 @@ scenarios."""
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 
 import pytest
 from distsim_gpu.scenarios.fit.runs_table import read_map, read_runs
@@ -15,29 +13,13 @@ from distsim_gpu.scenarios.fit.validate_runs import simulate_rows
 from distsim_gpu.scenarios.scenario import scenario_from_mapping
 from distsim_gpu.workloads.specs.models import get_model
 
-from tests.conftest import REPO_ROOT, _shared_data_dir
+from tests.conftest import REPO_ROOT, _shared_data_dir, load_script
 
 TABLE = REPO_ROOT / "validation" / "dgxc" / "dgxc-gb200.csv"
 MAP = REPO_ROOT / "scenarios" / "examples" / "validation" / "dgxc-gb200.yaml"
 
 
-def _builder():
-    folder = REPO_ROOT / "validation" / "dgxc"
-    # build_gb200_table imports its sibling build_table as a script does
-    sys.path.insert(0, str(folder))
-    try:
-        spec = importlib.util.spec_from_file_location("dgxc_build_gb200_table",
-                                                      folder / "build_gb200_table.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(folder))
-    return module
-
-
-build_gb200_table = _builder()
+build_gb200_table = load_script("validation/dgxc/build_gb200_table.py", "dgxc_build_gb200_table")
 
 
 def _shipped() -> list[dict[str, str]]:

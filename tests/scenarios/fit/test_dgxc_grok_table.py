@@ -5,15 +5,13 @@ the shared source, and the map turning its rows into accepted scenarios."""
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 
 import pytest
 from distsim_gpu.scenarios.fit.runs_table import read_map, read_runs
 from distsim_gpu.scenarios.fit.validate_runs import simulate_rows
 from distsim_gpu.scenarios.scenario import scenario_from_mapping
 
-from tests.conftest import REPO_ROOT, _shared_data_dir
+from tests.conftest import REPO_ROOT, _shared_data_dir, load_script
 
 TABLE = REPO_ROOT / "validation" / "dgxc" / "dgxc-grok-h100.csv"
 MAP = REPO_ROOT / "scenarios" / "examples" / "validation" / "dgxc-grok-h100.yaml"
@@ -42,22 +40,7 @@ README = """\
 """
 
 
-def _builder():
-    folder = REPO_ROOT / "validation" / "dgxc"
-    sys.path.insert(0, str(folder))  # it imports its sibling build_table as a script does
-    try:
-        spec = importlib.util.spec_from_file_location("dgxc_build_grok_table",
-                                                      folder / "build_grok_table.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(folder))
-    return module
-
-
-build_grok_table = _builder()
+build_grok_table = load_script("validation/dgxc/build_grok_table.py", "dgxc_build_grok_table")
 
 
 def test_a_readme_becomes_h100_rows_with_dp_from_the_gpus(tmp_path) -> None:
