@@ -18,6 +18,8 @@ from typing import Any
 from distsim_gpu.measured.chakra import load_chakra
 from distsim_gpu.scenarios.cli.options import (
     add_cluster_options,
+    add_output_dir_option,
+    add_output_file_option,
     add_overrides_option,
     cluster_and_params,
     overrides,
@@ -55,18 +57,18 @@ def add_parser(kinds: Any) -> argparse.ArgumentParser:
                         "Chakra's ET feeder)")
     parser.add_argument("--flops", default=None, metavar="FLOP/S", type=float,
                         help="speed for compute nodes that give FLOPs (num_ops) only")
-    parser.add_argument("--export", default=None, metavar="DIR",
-                        help="write the graphs that ran as Chakra ETs, one per rank")
-    parser.add_argument("--trace", default=None, metavar="FILE.json",
-                        help="write the run as a Chrome/Perfetto trace (a track per rank and "
-                        "stream)")
+    add_output_dir_option(parser, "write the graphs that ran as Chakra ETs, one per rank",
+                          old=("--export",))
+    add_output_file_option(parser, "write the run as a Chrome/Perfetto trace (a track per "
+                           "rank and stream)", metavar="FILE.json", old=("--trace",))
     parser.set_defaults(handler=handle)
     export = kinds.add_parser(
         "export-chakra", help="write a scenario's simulated iteration as Chakra ETs",
         description="Write the iteration a scenario simulates as Chakra execution traces, "
         "one <name>.<rank>.et per GPU, that `distsim trace chakra` runs back.")
     export.add_argument("scenario", metavar="SCENARIO")
-    export.add_argument("-o", "--output", required=True, metavar="DIR")
+    add_output_dir_option(export, "the folder for the ETs, one <name>.<rank>.et per GPU",
+                          required=True, old=("-o", "--output"))
     add_overrides_option(export, "override a scenario field by dotted path (repeatable)")
     export.add_argument("--check", action="store_true",
                         help="also simulate the iteration and run the graphs, and print "
@@ -86,14 +88,14 @@ def handle_export(args: argparse.Namespace) -> int:
                 counted[0] += len(graph)
                 yield rank, graph
 
-        paths = export_chakra(count(iter_rank_graphs(spec)), args.output,
+        paths = export_chakra(count(iter_rank_graphs(spec)), args.out,
                               name=spec.model.name)
-        print(f"wrote {len(paths)} Chakra ETs ({counted[0]} nodes) to {args.output}")
+        print(f"wrote {len(paths)} Chakra ETs ({counted[0]} nodes) to {args.out}")
         return 0
     graphs, world = iteration_graphs(spec)
-    paths = export_chakra(graphs, args.output, name=spec.model.name)
+    paths = export_chakra(graphs, args.out, name=spec.model.name)
     nodes = sum(map(len, graphs.values()))
-    print(f"wrote {len(paths)} Chakra ETs ({nodes} nodes) to {args.output}")
+    print(f"wrote {len(paths)} Chakra ETs ({nodes} nodes) to {args.out}")
     if args.check:
         simulated = simulate_iteration(spec).iteration_time_s
         replayed = replay_graph(graphs, spec.topology, spec.comm, world_size=world).time_s
@@ -118,17 +120,17 @@ def handle(args: argparse.Namespace) -> int:
     run = run_chakra(traces, topology, params, world_size=args.world_size, flops_per_s=flops,
                      ctrl_deps=args.ctrl_deps, ranks_per_node=args.ranks_per_node)
     written = []
-    if args.export:
+    if args.out:
         graphs, _world, _notes = chakra_graphs(traces, world_size=args.world_size,
                                                flops_per_s=flops, ctrl_deps=args.ctrl_deps)
-        written = export_chakra(graphs, args.export)
+        written = export_chakra(graphs, args.out)
     result = run.result
-    if args.trace:
+    if args.output:
         tracer = Tracer()
         tracer.spans.extend(result.spans)
-        atomic_write_text(args.trace, json.dumps(tracer.to_chrome_trace(),
+        atomic_write_text(args.output, json.dumps(tracer.to_chrome_trace(),
                                                  separators=(",", ":")))
-        written.append(args.trace)
+        written.append(args.output)
     if args.json:
         print(json.dumps({"cluster": topology.name, "world_size": run.world_size,
                           "ranks": list(run.ranks), "nodes": run.nodes,

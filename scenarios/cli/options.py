@@ -10,6 +10,7 @@ sees an ``argparse.Namespace``.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,6 +58,48 @@ def add_quiet_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no progress line (shown on a terminal for runs over a second: "
                              "simulated time, events, an estimate of what is left)")
+
+
+# --------------------------------------------------------------------------- outputs
+# One grammar for every command: ``--out DIR`` writes a folder, ``-o FILE`` one file.
+# A spelling a command used before is kept for a release, hidden, as an alias that says
+# what to write instead.
+
+
+class _Deprecated(argparse.Action):
+    """An old spelling of an option: stores like the new one and says to use that."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, use: str,
+                 **kwargs: Any) -> None:
+        self.use = use
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(f"distsim: note: {option_string} is deprecated here; write {self.use}",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_output_file_option(parser: argparse.ArgumentParser, help_text: str, *,
+                           required: bool = False, metavar: str = "FILE",
+                           old: Sequence[str] = ()) -> None:
+    """``-o/--output FILE`` (``args.output``), with ``old`` spellings as aliases."""
+    group = parser.add_mutually_exclusive_group(required=required)
+    group.add_argument("-o", "--output", default=None, metavar=metavar, help=help_text)
+    if old:
+        group.add_argument(*old, dest="output", action=_Deprecated, use=f"-o {metavar}",
+                           metavar=metavar)
+
+
+def add_output_dir_option(parser: argparse.ArgumentParser, help_text: str, *,
+                          required: bool = False, old: Sequence[str] = ()) -> None:
+    """``--out DIR`` (``args.out``), with ``old`` spellings as aliases."""
+    group = parser.add_mutually_exclusive_group(required=required)
+    group.add_argument("--out", default=None, metavar="DIR", help=help_text)
+    if old:
+        group.add_argument(*old, dest="out", action=_Deprecated, use="--out DIR",
+                           metavar="DIR")
 
 
 def add_workers_options(parser: argparse.ArgumentParser, help_text: str) -> None:

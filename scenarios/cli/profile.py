@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from distsim_gpu.scenarios.cli.options import add_output_file_option
 from distsim_gpu.workloads.cost.profile_layer import PRECISIONS, ProfileSettings, profile_layer
 from distsim_gpu.workloads.specs.models import get_model
 
@@ -40,7 +41,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                        help="untimed runs before timing (default 5)")
     layer.add_argument("--repeats", type=int, default=20, metavar="N",
                        help="timed runs, median kept (default 20)")
-    layer.add_argument("--out", required=True, help="output .yaml or .csv")
+    add_output_file_option(layer, "the cost table to write (.yaml or .csv)", required=True,
+                           metavar="TABLE", old=("--out",))
     layer.set_defaults(handler=handle_layer)
     return parser
 
@@ -51,6 +53,6 @@ def handle_layer(args: argparse.Namespace) -> int:
                                tps=args.tp, precision=args.precision, warmup=args.warmup,
                                repeats=args.repeats)
     _, rows = profile_layer(get_model(args.model, key="--model"), gpu=args.gpu,
-                            settings=settings, output=args.out)
-    print(f"wrote {len(rows)} rows to {args.out}")
+                            settings=settings, output=args.output)
+    print(f"wrote {len(rows)} rows to {args.output}")
     return 0

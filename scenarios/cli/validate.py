@@ -19,6 +19,7 @@ from distsim_gpu.scenarios.cli.options import (
     ALGORITHMS,
     PROTOCOLS,
     add_log_options,
+    add_output_file_option,
     add_overrides_option,
     add_quiet_option,
     add_trace_cluster_options,
@@ -93,8 +94,8 @@ def _add_runs_parser(kinds: Any) -> None:
                         help="simulate every N-th row only (a quick look)")
     add_workers_options(parser, "worker processes (default: the CPU count; 1 runs in "
                         "this process)")
-    parser.add_argument("--out", default=None, metavar="FRAGMENT.yaml",
-                        help="with --fit: write the fitted knobs as a scenario fragment")
+    add_output_file_option(parser, "with --fit: write the fitted knobs as a scenario "
+                           "fragment", metavar="FRAGMENT.yaml", old=("--out",))
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_overrides_option(parser, "a scenario key set on every row (repeatable), e.g. "
                          "compute.stack=megatron-deepspeed")
@@ -104,8 +105,8 @@ def _add_runs_parser(kinds: Any) -> None:
 
 def handle_runs(args: argparse.Namespace) -> int:
     """Simulate the table's rows; print the error table (or JSON); write ``--out``."""
-    if args.out is not None and not args.fit:
-        raise ConfigError("--out writes the fitted knobs: it needs --fit", key="--out")
+    if args.output is not None and not args.fit:
+        raise ConfigError("-o writes the fitted knobs: it needs --fit", key="-o")
     check_folds(args.folds, "--folds")  # before any row runs
     with progress.reporting("validate runs", enabled=not args.quiet) as reporter:
         if reporter is not None:
@@ -113,19 +114,19 @@ def handle_runs(args: argparse.Namespace) -> int:
         report = validate_runs(args.table, args.map_path, fit=args.fit, folds=args.folds,
                                workers=workers_of(args), every=args.every,
                                overrides=overrides(args.overrides))
-    if args.out is not None and report.fit is not None:
+    if args.output is not None and report.fit is not None:
         crossed = summarise(report.fit.cross_validated)["mean_abs_error_pct"]
         header = (f"# Fitted by distsim validate runs {args.table} --map {args.map_path} "
                   f"({len(report.fit.fitted)} runs; {report.fit.folds}-fold cross-validated "
                   f"mean |error| {crossed:.1f} %)\n")
-        atomic_write_text(args.out, header + yaml.safe_dump(fit_fragment(report.fit),
-                                                            sort_keys=False))
+        atomic_write_text(args.output, header + yaml.safe_dump(fit_fragment(report.fit),
+                                                               sort_keys=False))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
         sys.stdout.write(format_runs_report(report))
-        if args.out is not None:
-            print(f"wrote {args.out}")
+        if args.output is not None:
+            print(f"wrote {args.output}")
     return 0
 
 

@@ -119,11 +119,11 @@ def test_an_imported_files_name_cannot_break_the_yaml_it_writes(tmp_path, capsys
 
 @pytest.mark.parametrize("model_name", ["../..", "/tmp/evil", "a/../../b", "..."])
 def test_chakra_export_writes_only_inside_its_directory(tmp_path, capsys, model_name):
-    """D40: the ET file names come from model.name; none may leave ``-o DIR``."""
+    """D40: the ET file names come from model.name; none may leave ``--out DIR``."""
     out = tmp_path / "sub" / "ets"
     status = main(["trace", "export-chakra",
                    str(REPO_ROOT / "scenarios" / "examples" / "quickstart.yaml"),
-                   "-o", str(out), "--set", f"model.name={model_name}"])
+                   "--out", str(out), "--set", f"model.name={model_name}"])
     capsys.readouterr()
     assert status == 0
     written = sorted(p for p in tmp_path.rglob("*") if p.is_file())

@@ -45,11 +45,11 @@ def test_context_parallel_is_refused_clearly(tiny):
 
 def test_cli_exports_and_checks(tiny, write_scenario, tmp_path, capsys):
     scenario = write_scenario(tmp_path / "tiny.yaml", tiny())
-    assert main(["trace", "export-chakra", str(scenario), "-o", str(tmp_path / "et"),
+    assert main(["trace", "export-chakra", str(scenario), "--out", str(tmp_path / "et"),
                  "--check"]) == 0
     out = capsys.readouterr().out
     assert "wrote 8 Chakra ETs" in out and "relative difference" in out
     assert len(list((tmp_path / "et").glob("tiny-gpt.*.et"))) == 8
     (tmp_path / "a-file").write_text("")
-    assert main(["trace", "export-chakra", str(scenario), "-o", str(tmp_path / "a-file")]) == 2
+    assert main(["trace", "export-chakra", str(scenario), "--out", str(tmp_path / "a-file")]) == 2
     assert "cannot write" in capsys.readouterr().err

@@ -153,7 +153,7 @@ def test_cli_runs_and_exports(tmp_path, capsys):
                                             trace(1, comp(0, 5), coll(1, 1 << 20, (0,)))])
     export_chakra(graphs, tmp_path / "in")
     assert main(["trace", "chakra", str(tmp_path / "in"), "--cluster", "dgx-a100",
-                 "--export", str(tmp_path / "out"), "--trace", str(tmp_path / "t.json")]) == 0
+                 "--out", str(tmp_path / "out"), "-o", str(tmp_path / "t.json")]) == 0
     out = capsys.readouterr().out
     assert "2 rank(s) of 2" in out and "wrote" in out
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]

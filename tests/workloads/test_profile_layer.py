@@ -71,7 +71,7 @@ def test_profile_without_measure_and_without_torch(no_torch, tmp_path):
 
 def test_cli_reports_missing_torch(no_torch, tmp_path, capsys):
     code = main(["profile", "layer", "--model", "llama3-8b", "--gpu", "h100",
-                 "--out", str(tmp_path / "t.csv")])
+                 "-o", str(tmp_path / "t.csv")])
     assert code == 2
     assert "profile' extra" in capsys.readouterr().err
 

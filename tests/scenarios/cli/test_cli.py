@@ -116,3 +116,21 @@ def test_console_script_runs_as_a_module():
                           check=False)
     assert done.returncode == 0, done.stderr
     assert "1048576" in done.stdout
+
+
+def test_old_output_spellings_still_work_and_say_what_to_write(
+        tiny, write_scenario, tmp_path, capsys) -> None:
+    """One grammar: --out DIR writes a folder, -o FILE one file; a command's old spelling
+    is kept as an alias that says which to write instead."""
+    from distsim_gpu.scenarios.cli.main import main
+
+    scenario = str(write_scenario(tmp_path / "tiny.yaml", tiny()))
+    assert main(["trace", "export-chakra", scenario, "-o", str(tmp_path / "old")]) == 0
+    assert "-o is deprecated here; write --out DIR" in capsys.readouterr().err
+    assert list((tmp_path / "old").glob("*.et"))
+    assert main(["trace", "export-chakra", scenario, "--out", str(tmp_path / "new")]) == 0
+    assert "deprecated" not in capsys.readouterr().err
+    # Both at once is an error, not a silent choice.
+    with pytest.raises(SystemExit):
+        main(["trace", "export-chakra", scenario, "--out", str(tmp_path / "a"), "-o",
+              str(tmp_path / "b")])

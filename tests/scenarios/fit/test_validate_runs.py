@@ -158,7 +158,7 @@ def test_the_cli_prints_the_table_and_writes_the_fragment(tmp_path, capsys) -> N
     table, map_path = _write(tmp_path, rows, times_ms)
     out = tmp_path / "fitted.yaml"
     status = main(["validate", "runs", str(table), "--map", str(map_path), "--workers", "1",
-                   "--fit", "--folds", "3", "--out", str(out)])
+                   "--fit", "--folds", "3", "-o", str(out)])
     text = capsys.readouterr().out
     assert status == 0
     assert "uncalibrated: 3/3 rows" in text and "3-fold cross-validated" in text
@@ -174,7 +174,7 @@ def test_out_needs_fit(tmp_path, capsys) -> None:
     table, map_path = _write(tmp_path)
     status = main(["validate", "runs", str(table), "--map", str(map_path), "--out", "x.yaml"])
     assert status != 0
-    assert "--out: --out writes the fitted knobs: it needs --fit" in capsys.readouterr().err
+    assert "-o: -o writes the fitted knobs: it needs --fit" in capsys.readouterr().err
 
 
 def _error(tmp_path, **kwargs) -> str:
