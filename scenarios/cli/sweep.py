@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
+from distsim_gpu.scenarios.cli.options import add_quiet_option
 from distsim_gpu.scenarios.study.sweep import SUMMARY_METRICS, format_sweep, run_sweep
 
 __all__ = ["add_parser", "handle"]
@@ -43,6 +45,10 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--metric", default="iteration_time_s", metavar="NAME",
                         help="the metric sweep.png plots (default iteration_time_s; one of "
                         + ", ".join(SUMMARY_METRICS) + ")")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (the counts, every point's overrides, "
+                        "status and headline metrics) instead of the summary")
+    add_quiet_option(parser)
     parser.set_defaults(handler=handle)
     return parser
 
@@ -50,9 +56,13 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 def handle(args: argparse.Namespace) -> int:
     """Run the sweep (resuming one in ``--out``) and print what ran and what failed."""
     result = run_sweep(args.scenario, args.grids, zip_=args.zip_, out_dir=args.out,
-                       workers=args.workers, scheduler=args.scheduler, metric=args.metric)
+                       workers=args.workers, scheduler=args.scheduler, metric=args.metric,
+                       progress=not args.quiet)
     for note in result.notes:
         print(f"distsim: note: {note}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0
     sys.stdout.write(format_sweep(result))
     print(f"wrote {args.out}: {', '.join(result.files)}")
     return 0

@@ -114,6 +114,17 @@ class SweepResult:
     def failed(self) -> int:
         return sum(1 for p in self.points if p.status != "ok")
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (``sweep --json``): the folder, the counts, each point's overrides,
+        status, error and headline metrics, and the files written."""
+        return {"out_dir": str(self.out_dir), "points": len(self.points),
+                "failed": self.failed, "ran": self.ran, "reused": self.reused,
+                "files": list(self.files), "notes": list(self.notes),
+                "results": [{"id": p.id, "overrides": dict(p.overrides), "status": p.status,
+                             "error": p.error,
+                             **{m: (p.summary or {}).get(m) for m in SUMMARY_METRICS}}
+                            for p in self.points]}
+
 
 def format_sweep(result: SweepResult) -> str:
     """The terminal summary: how many points ran, failed and were already done, and each

@@ -331,3 +331,23 @@ def test_a_finished_sweep_leaves_no_lock_or_running_mark(scenario: Path, tmp_pat
     # Resuming the finished sweep finds it as it was.
     assert run_sweep(scenario, ["training.global_batch=8,16"], out_dir=out, workers=1,
                      progress=False).ran == 0
+
+
+def test_sweep_json_is_one_object_with_every_point(scenario: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """--json: the counts and each point's overrides, status and headline metrics; -q
+    draws no bar."""
+    import json
+
+    from distsim_gpu.scenarios.cli.main import main
+
+    assert main(["sweep", str(scenario), "--grid", "model.layers=2,100000", "--out",
+                 str(tmp_path / "s"), "--workers", "1", "--json", "-q"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert (data["points"], data["ran"], data["failed"]) == (2, 2, 1)
+    ok, failed = data["results"]
+    assert ok["status"] == "ok" and ok["iteration_time_s"] > 0
+    assert failed["status"] == "failed" and failed["iteration_time_s"] is None
+    assert ok["overrides"] == {"model.layers": 2}
+    assert "sweep" not in captured.err  # no progress bar
