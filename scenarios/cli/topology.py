@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 import yaml
+from distsim_gpu.scenarios.cli.options import add_overrides_option, overrides
 from distsim_gpu.scenarios.report.plots import PlotsUnavailable
 from distsim_gpu.scenarios.report.topology_view import draw_topology, format_summary, summarise
 from distsim_gpu.simcore.errors import ConfigError
@@ -60,6 +61,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     show.add_argument("--nodes", type=int, default=None, metavar="N")
     show.add_argument("-o", "--output", default=None, metavar="FILE.png|FILE.svg")
     show.add_argument("--json", action="store_true", help="print one JSON object")
+    add_overrides_option(show, "override a cluster field by dotted path, e.g. "
+                         "nvlink_domain=36 or fabric.oversubscription=2 (repeatable)")
     show.set_defaults(handler=handle_show)
     return parser
 
@@ -101,7 +104,8 @@ def handle_import(args: argparse.Namespace) -> int:
 
 def handle_show(args: argparse.Namespace) -> int:
     """Print the summary (or JSON); draw the cluster with ``-o``."""
-    topology = load_cluster(args.cluster, nodes=args.nodes)
+    topology = load_cluster(args.cluster, nodes=args.nodes,
+                            overrides=overrides(args.overrides))
     summary = summarise(topology)
     if args.output:
         suffix = os.path.splitext(args.output)[1].lower()

@@ -108,6 +108,15 @@ def test_topology_show_of_a_rack_preset_through_the_cli(capsys):
     assert data["rack"]["switch_trays"] == 9 and data["gpus"] == 72
 
 
+def test_topology_show_takes_set_as_every_command_does(capsys):
+    """--set on topology show: the 36-GPU domain what-if, and a bare bandwidth refused."""
+    assert main(["topology", "show", "gb200-nvl72", "--nodes", "2", "--set",
+                 "nvlink_domain=36"]) == 0
+    assert "72 GPUs on 2 node(s)" in capsys.readouterr().out
+    assert main(["topology", "show", "dgx-h100", "--set", "nic.bandwidth=400"]) == 2
+    assert "a bandwidth needs a unit" in capsys.readouterr().err
+
+
 def test_a_cluster_past_131072_gpus_is_refused_before_it_is_built():
     with pytest.raises(ConfigError) as info:
         build_cluster({"preset": "gb200-nvl72", "nodes": 2000})
