@@ -55,7 +55,7 @@ def fake_gpu(monkeypatch):
 def test_without_torch_the_error_names_the_profile_extra(no_torch, tmp_path, capsys):
     out = tmp_path / "t.yaml"
     status = main(["profile", "layer", "--model", "llama3-8b", "--gpu", "h100",
-                   "--out", str(out)])
+                   "-o", str(out)])
     err = capsys.readouterr().err
     assert status == 2
     assert err.startswith("distsim: error: ") and "profiling needs PyTorch" in err
@@ -68,7 +68,7 @@ def test_options_reach_the_profiler_and_the_table(fake_gpu, tmp_path, capsys):
     status = main(["profile", "layer", "--model", "llama3-8b", "--gpu", "H100 SXM",
                    "--micro-batch", "1", "2", "--seq-len", "1024", "--tp", "1", "4",
                    "--precision", "fp16", "--warmup", "2", "--repeats", "3",
-                   "--out", str(out)])
+                   "-o", str(out)])
     assert status == 0
     assert capsys.readouterr().out == f"wrote 12 rows to {out}\n"  # 2 mb x 2 tp x 3 passes
     assert sorted(set(fake_gpu)) == [(mb, 1024, tp, "fp16", 2, 3)
@@ -82,7 +82,7 @@ def test_options_reach_the_profiler_and_the_table(fake_gpu, tmp_path, capsys):
 
 def test_defaults_are_one_micro_batch_the_models_sequence_and_tp_1(fake_gpu, tmp_path):
     assert main(["profile", "layer", "--model", "llama3-8b", "--gpu", "h100",
-                 "--out", str(tmp_path / "t.yaml")]) == 0
+                 "-o", str(tmp_path / "t.yaml")]) == 0
     assert fake_gpu == [(1, 8192, 1, "bf16", 5, 20)]
 
 
@@ -93,7 +93,7 @@ def test_defaults_are_one_micro_batch_the_models_sequence_and_tp_1(fake_gpu, tmp
 ])
 def test_bad_input_is_a_clear_error(fake_gpu, tmp_path, capsys, argv, message):
     status = main(["profile", "layer", *argv, "--gpu", "h100",
-                   "--out", str(tmp_path / "t.yaml")])
+                   "-o", str(tmp_path / "t.yaml")])
     err = capsys.readouterr().err
     assert status == 2 and err.startswith("distsim: error: ") and message in err
 
