@@ -98,7 +98,10 @@ class Strategy:
         par, train = self.parallel, self.training
         parts = [f"tp{par.tp} pp{par.pp} dp{par.dp}"]
         parts += [f"{d.name}{d.degree(par)}" for d in dimensions()
-                  if d.name not in ("tp", "pp", "dp") and d.degree(par) > 1]
+                  if d.name not in ("tp", "pp", "dp") and d.degree(par) > 1
+                  and (d.set_in is None or d.set_in(par))]
+        if par.tp > 1 and par.tp_mode != "1d":
+            parts.append(f"tp_mode {par.tp_mode}")
         parts.append(f"mb{train.micro_batch}")
         parts.append(f"interleaved×{par.interleave}" if par.schedule == "interleaved"
                      else par.schedule)

@@ -381,3 +381,19 @@ def test_search_counts_the_candidates_on_a_terminal_and_is_quiet_otherwise(
     args = parser.parse_args([*argv[:-2], "--out", str(tmp_path / "out2"), "-q"])
     assert args.handler(args) == 0
     assert drawn == []
+
+
+def test_a_label_names_only_what_the_strategy_sets():
+    """A dense model's candidates have no expert_tp (it would read as an expert split);
+    a non-default tensor-parallel mode is named, as the run summary names it."""
+    scenario = scenario_from_mapping(mapping())
+    labels = [s.label() for s in enumerate_strategies(scenario, space=NARROW)]
+    assert [label for label in labels if label.startswith("tp4")]
+    assert not [label for label in labels if "expert_tp" in label]
+    base = mapping()
+    base["parallelism"] = {"tp": 4, "pp": 1, "dp": 1, "tp_mode": "2d"}
+    base["training"]["micro_batch"] = 2
+    two_d = enumerate_strategies(scenario_from_mapping(base), space=NARROW)
+    assert [s.label() for s in two_d if s.parallel.tp == 4] == [
+        "tp4 pp1 dp1, tp_mode 2d, mb1, 1f1b, recompute none",
+        "tp4 pp1 dp1, tp_mode 2d, mb2, 1f1b, recompute none"]
