@@ -1,0 +1,102 @@
+"""Numbers quoted in the docs' prose and tables come from the code, so they cannot drift.
+
+Where a whole output is too long for a sample (``test_docs_samples``), a number is checked
+on its own.  A document names a command once, in a comment the page does not show:
+
+    <!-- command spread: run scenarios/examples/faults/two-jobs-oversubscribed.yaml
+         --set 'jobs[0].placement=spread' -->
+
+and a number quoted from it is followed by a comment naming the command and where the
+figure sits in its ``--json`` output (a dotted path; list items by their index):
+
+    809.6 → 1052.3 ms<!-- = spread :: incidents.jobs.jobs.0.shared_iteration_s -->
+
+This test runs each named command once (``distsim ARGS --json -q``) and checks that every
+marked number is the figure at that path, in the unit written before the comment (``s``,
+``ms``, ``µs``, ``×`` or none; ``%`` is a fraction times 100) — or the one the comment
+names (``:: KEY in ms``, for a number whose unit is written further on) — rounded as the
+document rounds it.  ``:: KEY / KEY`` is the ratio of two figures (a share quoted in %).
+After an intended change, run it and copy the figures it reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shlex
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from distsim_gpu.scenarios.cli.main import main
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+COMMAND = re.compile(r"<!-- command (?P<name>[\w-]+): (?P<args>.+?) -->", re.DOTALL)
+QUOTE = re.compile(r"(?P<number>−?-?\d[\d,]*(?:\.\d+)?)\s?(?P<unit>ms|µs|s|×|%)?"
+                   r"<!-- = (?P<name>[\w-]+) :: (?P<key>[\w.]+(?: / [\w.]+)?)"
+                   r"(?: in (?P<in>ms|µs|s))? -->")
+SCALE = {"s": 1.0, "ms": 1e3, "µs": 1e6, "×": 1.0, "%": 100.0, None: 1.0}
+
+
+def documents() -> list[Path]:
+    return [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
+
+
+@cache
+def run_json(args: str) -> Any:
+    """``distsim ARGS --json -q``'s JSON object (run once per command)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main([*shlex.split(args), "--json", "-q"])
+    assert status == 0, f"distsim {args} failed: {err.getvalue()}"
+    return json.loads(out.getvalue())
+
+
+def figure(data: Any, key: str) -> float:
+    """The number at dotted ``key`` of ``data``, or the ratio of two (``KEY / KEY``)."""
+    if " / " in key:
+        numerator, denominator = key.split(" / ")
+        return figure(data, numerator) / figure(data, denominator)
+    value = data
+    for part in key.split("."):
+        value = value[int(part)] if isinstance(value, list) else value[part]
+    return float(value)
+
+
+def quotes() -> list[tuple[str, str, str, str, str | None]]:
+    """(document, command args, key, number as written, unit) of every marked number."""
+    found = []
+    for path in documents():
+        text = path.read_text(encoding="utf-8")
+        commands = {m["name"]: " ".join(m["args"].split()) for m in COMMAND.finditer(text)}
+        for m in QUOTE.finditer(text):
+            assert m["name"] in commands, f"{path.name}: no command named {m['name']!r}"
+            found.append((path.name, commands[m["name"]], m["key"], m["number"],
+                          m["in"] or m["unit"]))
+    return found
+
+
+def test_the_docs_mark_some_numbers() -> None:
+    assert len(quotes()) >= 10
+
+
+def test_every_mark_is_read() -> None:
+    """A mark the pattern does not read (a typo, a unit it does not know) would check
+    nothing: each ``<!-- =`` and ``<!-- command`` must be one the test reads."""
+    for path in documents():
+        text = path.read_text(encoding="utf-8")
+        assert text.count("<!-- = ") == len(QUOTE.findall(text)), path.name
+        assert text.count("<!-- command ") == len(COMMAND.findall(text)), path.name
+
+
+@pytest.mark.parametrize(("document", "args", "key", "number", "unit"), quotes(),
+                         ids=lambda value: str(value)[:40])
+def test_a_quoted_number_is_what_the_code_gives(document, args, key, number, unit) -> None:
+    written = number.replace(",", "").replace("−", "-")
+    decimals = len(written.split(".")[1]) if "." in written else 0
+    got = f"{figure(run_json(args), key) * SCALE[unit]:.{decimals}f}"
+    assert got == written, f"{document}: {key} of `distsim {args}` is {got}, the page says " \
+                           f"{number}"
