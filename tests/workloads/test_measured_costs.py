@@ -313,22 +313,28 @@ def test_a_distsim_trace_without_a_whole_shape_names_the_metadata_key():
 
 
 def test_a_gpu_the_scenario_cannot_select_is_refused_by_name(tmp_path, capsys):
-    """The trace spells its GPU 'NVIDIA H800': no preset, so a table keyed by it would be
-    refused by every scenario; --gpu names the GPU, and then the scenario reads it."""
+    """The trace spells its GPU 'NVIDIA H20' (no preset, nor an alias of one), so a table
+    keyed by it would be refused by every scenario; --gpu names the GPU, and then the
+    scenario reads it.  An H800 is an H100 SXM to the cost model (the alias)."""
     trace = two_layer_trace(tmp_path / "rank0.json")
     data = json.loads(trace.read_text())
-    data["deviceProperties"][0]["name"] = "NVIDIA H800"
+    data["deviceProperties"][0]["name"] = "NVIDIA H20"
     trace.write_text(json.dumps(data))
     out = tmp_path / "costs.yaml"
     shape = ["--micro-batch", "2", "--seq-len", "1024", "--hidden", "768"]
     assert main(["trace", "costs", str(trace), "-o", str(out), *shape]) == 2
     err = capsys.readouterr().err
-    assert "--gpu" in err and "'nvidia h800' is not a GPU preset" in err
+    assert "--gpu" in err and "'nvidia h20' is not a GPU preset" in err
     assert "h100-sxm" in err and not out.exists()
     assert main(["trace", "costs", str(trace), "-o", str(out), *shape,
                  "--gpu", "h100-sxm"]) == 0
     header, rows = read_cost_table(out)
     assert TableCosts(header, rows, gpu="h100-sxm").gpu == "h100-sxm"
+    data["deviceProperties"][0]["name"] = "NVIDIA H800"
+    trace.write_text(json.dumps(data))
+    assert main(["trace", "costs", str(trace), "-o", str(out), *shape]) == 0
+    header, rows = read_cost_table(out)
+    assert {row.gpu for row in rows} == {"h100-sxm"}
 
 
 def test_a_model_that_is_no_preset_is_refused(tmp_path, capsys):

@@ -263,6 +263,11 @@ GPU_ALIASES: Mapping[str, str] = MappingProxyType({
     "h100-sxm5": "h100-sxm",
     "h100-80gb": "h100-sxm",
     "h200-sxm": "h200",
+    # H100 SXM5's export part (DeepSeek's clusters): the same SMs, clocks, HBM3 and
+    # tensor-core peaks; its narrower NVLink (400 GB/s) belongs to the cluster, not here.
+    "h800": "h100-sxm",
+    "h800-sxm": "h100-sxm",
+    "nvidia h800": "h100-sxm",
     "h200-141gb": "h200",
     # The GPU models the cluster presets name (topology.presets).
     "a100-sxm4-40gb": "a100-40gb",
