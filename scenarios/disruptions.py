@@ -364,8 +364,9 @@ def simulate(scenario: Disrupted, spec: IterationSpec) -> IterationResult:
 
 def spec_of(scenario: Disrupted, *, trace: bool = False, allow_oom: bool = False) -> IterationSpec:
     """The :class:`IterationSpec` a scenario runs: the one it holds, traced or allowed to
-    run out of memory as asked."""
-    return replace(scenario.spec, trace=trace, allow_oom=allow_oom)
+    run out of memory as asked (``allow_oom`` adds to ``simulation.allow_oom``)."""
+    return replace(scenario.spec, trace=trace,
+                   allow_oom=allow_oom or scenario.spec.allow_oom)
 
 
 def analyse(scenario: Disrupted, report: Report) -> Incidents | None:

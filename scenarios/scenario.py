@@ -90,6 +90,7 @@ from distsim_gpu.scenarios.disruptions import (
 from distsim_gpu.scenarios.report.record import JobRun, Report, RunSetup, build_report
 from distsim_gpu.scenarios.run_notes import run_notes
 from distsim_gpu.simcore.config import (
+    check_bool,
     check_keys,
     check_mapping,
     check_number,
@@ -141,7 +142,7 @@ __all__ = [
 SCENARIO_KEYS = ("name", "description", "cluster", "model", "parallelism", "training",
                  "compute", "communication", "simulation", "stragglers", "faults", "jobs",
                  "goodput")
-SIMULATION_KEYS = ("fidelity", "seed")
+SIMULATION_KEYS = ("fidelity", "seed", "allow_oom")
 _REQUIRED = ("cluster", "model")
 
 # A group written as a bare string is shorthand for this key (for --set into it).
@@ -238,6 +239,8 @@ class Scenario:
             "simulation": {"fidelity": fidelity, "seed": self.seed},
             "stragglers": dict(self.stragglers),
         })
+        if self.spec.allow_oom:  # (said only when set: a plain run's file stays as it was)
+            data["simulation"]["allow_oom"] = True
         self._resolve_disruptions(data)
         # A bare number is no bandwidth (simcore.units): the file must read back.
         return bandwidths_with_units(data)
@@ -424,6 +427,8 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
     check_keys(simulation, SIMULATION_KEYS, prefix="simulation", source=source)
     seed = check_whole(simulation.get("seed", 0), key="simulation.seed", minimum=0,
                        source=source)
+    allow_oom = check_bool(simulation.get("allow_oom", False), key="simulation.allow_oom",
+                           source=source)
 
     # cluster
     cluster = spec["cluster"]
@@ -492,7 +497,8 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
     comm = _routed_comm(comm, model, parallel, source)
     run = IterationSpec(topology=topology, model=model, parallel=parallel,
                         training=training, costs=costs, gpu=gpu, comm=comm, seed=seed,
-                        stragglers=stragglers, source=source, microbatches=microbatches)
+                        stragglers=stragglers, source=source, microbatches=microbatches,
+                        allow_oom=allow_oom)
     return Scenario(name=name.strip(), spec=run, roofline=roofline, description=description,
                     cost_table=cost_table, _locator=locator, faults=faults,
                     straggler_model=straggler_model,

@@ -21,10 +21,12 @@ from distsim_gpu.scenarios.cli.options import (
     add_output_dir_option,
     add_output_file_option,
     add_overrides_option,
+    add_quiet_option,
     cluster_and_params,
     overrides,
 )
 from distsim_gpu.scenarios.scenario import load_scenario, spec_of
+from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.config import check_number
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.fileio import atomic_write_text
@@ -61,6 +63,7 @@ def add_parser(kinds: Any) -> argparse.ArgumentParser:
                           old=("--export",))
     add_output_file_option(parser, "write the run as a Chrome/Perfetto trace (a track per "
                            "rank and stream)", metavar="FILE.json", old=("--trace",))
+    add_quiet_option(parser)
     parser.set_defaults(handler=handle)
     export = kinds.add_parser(
         "export-chakra", help="write a scenario's simulated iteration as Chakra ETs",
@@ -73,6 +76,7 @@ def add_parser(kinds: Any) -> argparse.ArgumentParser:
     export.add_argument("--check", action="store_true",
                         help="also simulate the iteration and run the graphs, and print "
                         "both times (holds every rank's graph in memory)")
+    add_quiet_option(export)
     export.set_defaults(handler=handle_export)
     return parser
 
@@ -80,6 +84,14 @@ def add_parser(kinds: Any) -> argparse.ArgumentParser:
 def handle_export(args: argparse.Namespace) -> int:
     """Write the ETs (and, with --check, compare the two runs)."""
     spec = spec_of(load_scenario(args.scenario, overrides(args.overrides)))
+    with progress.reporting("trace export-chakra", enabled=not args.quiet) as reporter:
+        if reporter is not None:
+            reporter.phase("writing the ETs" + (" and running them" if args.check else ""))
+        return _export(args, spec)
+
+
+def _export(args: argparse.Namespace, spec: Any) -> int:
+    """:func:`handle_export`'s work, inside its progress line."""
     if not args.check:  # rank group by rank group: one group's graphs in memory at a time
         counted = [0]
 
@@ -117,8 +129,10 @@ def handle(args: argparse.Namespace) -> int:
                           f"{len(topology.gpus):,} GPUs", key="--world-size",
                           hint="at most the cluster's GPUs, or a larger --cluster / --nodes")
     traces = load_chakra(args.traces)
-    run = run_chakra(traces, topology, params, world_size=args.world_size, flops_per_s=flops,
-                     ctrl_deps=args.ctrl_deps, ranks_per_node=args.ranks_per_node)
+    with progress.reporting("trace chakra", enabled=not args.quiet):
+        run = run_chakra(traces, topology, params, world_size=args.world_size,
+                         flops_per_s=flops, ctrl_deps=args.ctrl_deps,
+                         ranks_per_node=args.ranks_per_node)
     written = []
     if args.out:
         graphs, _world, _notes = chakra_graphs(traces, world_size=args.world_size,

@@ -7,12 +7,18 @@ import json
 import sys
 from typing import Any
 
-from distsim_gpu.scenarios.cli.options import add_overrides_option, overrides
+from distsim_gpu.scenarios.cli.options import (
+    add_allow_oom_option,
+    add_overrides_option,
+    add_quiet_option,
+    overrides,
+)
 from distsim_gpu.scenarios.study.compare import (
     compare_scenarios,
     format_comparison,
     write_comparison,
 )
+from distsim_gpu.simcore import progress
 
 __all__ = ["add_parser", "handle"]
 
@@ -34,16 +40,17 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                         help="also write comparison.json and report.html (the scenarios "
                         "side by side) into DIR, a new or empty directory or a previous "
                         "comparison's")
-    parser.add_argument("--allow-oom", action="store_true",
-                        help="simulate even if a GPU's memory would not hold a configuration")
+    add_allow_oom_option(parser)
+    add_quiet_option(parser)
     parser.set_defaults(handler=handle)
     return parser
 
 
 def handle(args: argparse.Namespace) -> int:
     """Run the scenarios and print the comparison (or JSON)."""
-    comparison = compare_scenarios(args.scenarios, overrides(args.overrides),
-                                   allow_oom=args.allow_oom)
+    with progress.reporting("compare", enabled=not args.quiet):
+        comparison = compare_scenarios(args.scenarios, overrides(args.overrides),
+                                       allow_oom=args.allow_oom)
     files: list[str] = []
     if args.out is not None:
         files, notes = write_comparison(comparison, args.out)

@@ -53,6 +53,14 @@ def add_overrides_option(parser: argparse.ArgumentParser, help_text: str) -> Non
                         dest="overrides", help=help_text)
 
 
+def add_allow_oom_option(parser: argparse.ArgumentParser) -> None:
+    """``--allow-oom``: simulate what would not fit in a GPU's memory (the flag of the
+    scenario key ``simulation.allow_oom``, which every command takes through ``--set``)."""
+    parser.add_argument("--allow-oom", action="store_true",
+                        help="simulate even if a GPU's memory would not hold the "
+                        "configuration (as --set simulation.allow_oom=true)")
+
+
 def add_quiet_option(parser: argparse.ArgumentParser) -> None:
     """``--quiet``: no progress line on a terminal (:mod:`simcore.progress`)."""
     parser.add_argument("-q", "--quiet", action="store_true",
@@ -114,6 +122,9 @@ def workers_of(args: argparse.Namespace) -> Workers | int | None:
     """Where ``--workers`` / ``--scheduler`` say the command's tasks run: the Dask cluster
     when given, else the number of processes (None: one per CPU)."""
     if args.scheduler is not None:
+        if args.workers is not None:
+            raise ConfigError("--workers sizes the local pool; with --scheduler the Dask "
+                              "cluster has its own workers", key="--workers")
         return Workers(scheduler=args.scheduler)
     return args.workers
 

@@ -9,7 +9,12 @@ import sys
 import threading
 from typing import Any
 
-from distsim_gpu.scenarios.cli.options import add_overrides_option, add_quiet_option, overrides
+from distsim_gpu.scenarios.cli.options import (
+    add_allow_oom_option,
+    add_overrides_option,
+    add_quiet_option,
+    overrides,
+)
 from distsim_gpu.scenarios.disruptions import analyse, format_incidents
 from distsim_gpu.scenarios.report import OutputResult, format_summary, write_output_dir
 from distsim_gpu.scenarios.scenario import Scenario, load_scenario, run_scenario
@@ -42,9 +47,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--no-trace", action="store_true",
                         help="with --out: do not trace (no trace.json or timeline.png; for "
                         "runs too large to trace in memory)")
-    parser.add_argument("--allow-oom", action="store_true",
-                        help="simulate even if a GPU's memory would not hold the "
-                        "configuration")
+    add_allow_oom_option(parser)
     add_quiet_option(parser)
     parser.set_defaults(handler=handle)
     return parser

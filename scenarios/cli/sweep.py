@@ -7,7 +7,14 @@ import json
 import sys
 from typing import Any
 
-from distsim_gpu.scenarios.cli.options import add_quiet_option
+from distsim_gpu.scenarios.cli.options import (
+    add_allow_oom_option,
+    add_overrides_option,
+    add_quiet_option,
+    add_workers_options,
+    overrides,
+    workers_of,
+)
 from distsim_gpu.scenarios.study.sweep import SUMMARY_METRICS, format_sweep, run_sweep
 
 __all__ = ["add_parser", "handle"]
@@ -36,12 +43,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                         "of running every combination")
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="the sweep's directory: new, empty, or this sweep's to resume")
-    parser.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="local worker processes (default: the CPU count; 1 runs in "
+    add_workers_options(parser, "local worker processes (default: the CPU count; 1 runs in "
                         "this process)")
-    parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                        help="run on an existing Dask cluster, e.g. tcp://host:8786 "
-                        "(pip install 'distsim-gpu[dask]')")
+    add_overrides_option(parser, "a scenario key set at every point (repeatable), e.g. "
+                         "training.global_batch=1024")
+    add_allow_oom_option(parser)
     parser.add_argument("--metric", default="iteration_time_s", metavar="NAME",
                         help="the metric sweep.png plots (default iteration_time_s; one of "
                         + ", ".join(SUMMARY_METRICS) + ")")
@@ -55,8 +61,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 def handle(args: argparse.Namespace) -> int:
     """Run the sweep (resuming one in ``--out``) and print what ran and what failed."""
+    fixed = overrides(args.overrides)
+    if args.allow_oom:
+        fixed.append(("simulation.allow_oom", True))
     result = run_sweep(args.scenario, args.grids, zip_=args.zip_, out_dir=args.out,
-                       workers=args.workers, scheduler=args.scheduler, metric=args.metric,
+                       workers=workers_of(args), overrides=fixed, metric=args.metric,
                        progress=not args.quiet)
     for note in result.notes:
         print(f"distsim: note: {note}", file=sys.stderr)

@@ -155,6 +155,7 @@ def _add_trace_parser(kinds: Any) -> None:
                         help="instead of replaying: predict each annotated operator scope "
                              "(attn(F), mlp(B), dispatch(W), ...) from SCENARIO's cost "
                              "model and report predicted vs measured per operator")
+    add_quiet_option(parser)
     parser.set_defaults(handler=handle_trace)
 
 
@@ -183,9 +184,10 @@ def handle_trace(args: argparse.Namespace) -> int:
     chosen = trace_cluster(traces, cluster=args.cluster, nodes=args.nodes,
                            ranks_per_node=args.ranks_per_node, overrides=cluster_overrides)
     params = comm_params_on(comm, chosen.topology, cluster=args.cluster)
-    data, result = validate_traces(traces, chosen.topology, params,
-                                   cluster=chosen.description, mode=args.mode,
-                                   steps=args.step, ranks_per_node=args.ranks_per_node)
+    with progress.reporting("validate trace", enabled=not args.quiet):
+        data, result = validate_traces(traces, chosen.topology, params,
+                                       cluster=chosen.description, mode=args.mode,
+                                       steps=args.step, ranks_per_node=args.ranks_per_node)
     if args.out is not None:
         write_output(args.out, data, result)
     if args.json:

@@ -29,6 +29,7 @@ from distsim_gpu.scenarios.report import Report, format_table
 from distsim_gpu.scenarios.report.bottlenecks import format_link
 from distsim_gpu.scenarios.report.html_report import HtmlUnavailable, compare_report_html
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.config import parse_assignment
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.fileio import atomic_write_text
@@ -167,8 +168,15 @@ def compare_scenarios(paths: Sequence[str], overrides: Iterable[tuple[str, Any] 
                           key="scenarios", hint="e.g. distsim compare a.yaml b.yaml")
     pairs = _as_pairs(overrides)
     scenarios = [load_scenario(path, pairs) for path in paths]
-    reports = tuple(run_scenario(s, allow_oom=allow_oom) for s in scenarios)
-    return Comparison(tuple(paths), reports)
+    reporter = progress.current()  # the command's progress line, if it shows one
+    reports = []
+    for scenario in scenarios:
+        if reporter is not None:
+            reporter.phase(f"running {scenario.name}")
+        reports.append(run_scenario(scenario, allow_oom=allow_oom))
+        if reporter is not None:
+            reporter.stage(len(reports), len(scenarios), "scenarios")
+    return Comparison(tuple(paths), tuple(reports))
 
 
 def names_of(comparison: Comparison) -> list[str]:

@@ -80,6 +80,7 @@ from distsim_gpu.scenarios.study.sweep_grid import (
 from distsim_gpu.scenarios.study.sweep_runner import Job, run_dask, run_local
 from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
+from distsim_gpu.simcore.pool import Workers
 
 __all__ = [
     "SUMMARY_METRICS",
@@ -139,15 +140,16 @@ def format_sweep(result: SweepResult) -> str:
 
 def run_sweep(scenario_path: str | os.PathLike[str],
               grids: Sequence[tuple[str, Sequence[Any]] | str], *, zip_: bool = False,
-              out_dir: str | os.PathLike[str], workers: int | None = None,
-              scheduler: str | None = None, metric: str = "iteration_time_s",
+              out_dir: str | os.PathLike[str], workers: Workers | int | None = None,
+              overrides: Sequence[tuple[str, Any]] = (), metric: str = "iteration_time_s",
               progress: bool = True) -> SweepResult:
     """Run ``scenario_path`` at every point of ``grids`` and write the results to ``out_dir``.
 
     ``grids`` are ``(dotted_key, values)`` pairs or ``"KEY=V1,V2"`` texts; ``zip_`` pairs
-    them element-wise instead of taking their product.  ``workers`` processes run the points
-    (default ``os.cpu_count()``; 1 runs them here), or the Dask cluster at ``scheduler``
-    (``tcp://host:port``).  ``metric`` (a name of :data:`SUMMARY_METRICS`) is plotted
+    them element-wise instead of taking their product; ``overrides`` (``(dotted_key,
+    value)``, ``--set``) hold at every point.  ``workers`` processes run the points
+    (default ``os.cpu_count()``; 1 runs them here), or the Dask cluster a :class:`Workers`
+    names (``tcp://host:port``).  ``metric`` (a name of :data:`SUMMARY_METRICS`) is plotted
     against the first key.  ``progress`` shows a progress bar on stderr (when it is a
     terminal).  Points already done in ``out_dir`` are not run again.
 
@@ -159,17 +161,12 @@ def run_sweep(scenario_path: str | os.PathLike[str],
         if not values:
             raise ConfigError("no values", key=key, source="--grid")
     check_choice(metric, SUMMARY_METRICS, key="--metric")
-    if scheduler is not None and workers is not None:
-        raise ConfigError("--workers sizes the local pool; with --scheduler the Dask "
-                          "cluster has its own workers", key="--workers")
-    if workers is None:
-        workers = os.cpu_count() or 1
-    if workers < 1:
-        raise ConfigError(f"must be at least 1, got {workers}", key="--workers")
+    processes, scheduler = _where(workers)
     points = sweep_points(parsed, zip_=zip_)
     path = Path(scenario_path)
     directory = Path(out_dir)
-    definition = sweep_definition(path, parsed, zip_)
+    fixed = [(key, value) for key, value in overrides]
+    definition = sweep_definition(path, parsed, zip_, fixed)
     check_definition(directory, definition, running=sweep_running(directory))
 
     # Validate every point before running any.
@@ -177,7 +174,7 @@ def run_sweep(scenario_path: str | os.PathLike[str],
     source = os.fspath(path)
     for point in points:
         try:
-            scenario = load_scenario(path, list(point))
+            scenario = load_scenario(path, [*fixed, *point])
         except DistsimError as error:
             if error.source == "--set":
                 error.source = "--grid"
@@ -189,11 +186,24 @@ def run_sweep(scenario_path: str | os.PathLike[str],
     lock = claim_folder(directory, definition)
     try:
         return _run_claimed(_Plan(directory, parsed, points, configs, source),
-                            workers=workers, scheduler=scheduler, metric=metric,
+                            workers=processes, scheduler=scheduler, metric=metric,
                             progress=progress)
     finally:
         # (the kernel drops the lock with the file, or with the process)
         leave_folder(directory, lock)
+
+
+def _where(workers: Workers | int | None) -> tuple[int, str | None]:
+    """(local processes, Dask scheduler address or None) of a sweep's ``workers``."""
+    if isinstance(workers, Workers):
+        if workers.scheduler is not None:
+            return 1, workers.scheduler
+        workers = workers.processes
+    if workers is None:
+        workers = os.cpu_count() or 1
+    if workers < 1:
+        raise ConfigError(f"must be at least 1, got {workers}", key="--workers")
+    return workers, None
 
 
 @dataclass(frozen=True, slots=True)

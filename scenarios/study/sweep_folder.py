@@ -137,8 +137,9 @@ def _cell(value: Any) -> str:
 
 
 def sweep_definition(scenario_path: Path, grids: Sequence[tuple[str, Sequence[Any]]],
-                     zip_: bool) -> dict[str, Any]:
-    """What sweep.json holds: the scenario (path and content hash), grids and zip."""
+                     zip_: bool, overrides: Sequence[tuple[str, Any]] = ()) -> dict[str, Any]:
+    """What sweep.json holds: the scenario (path and content hash), grids and zip, and
+    the overrides every point shares (only when there are: older sweeps' folders match)."""
     try:
         content = scenario_path.read_bytes()
     except OSError as error:
@@ -148,6 +149,8 @@ def sweep_definition(scenario_path: Path, grids: Sequence[tuple[str, Sequence[An
             "scenario_sha256": hashlib.sha256(content).hexdigest(),
             "grids": [[key, list(values)] for key, values in grids],
             "zip": zip_}
+    if overrides:
+        data["set"] = [[key, value] for key, value in overrides]
     return json.loads(json.dumps(data, default=str))
 
 
@@ -189,6 +192,10 @@ def check_definition(directory: Path, definition: Mapping[str, Any], *,
         differences.append(f"grid order {', '.join(old)} -> {', '.join(new)}")
     if bool(stored.get("zip")) != definition["zip"]:
         differences.append("--zip " + ("added" if definition["zip"] else "dropped"))
+    if stored.get("set", []) != definition.get("set", []):
+        was, now = (", ".join(f"{k}={v}" for k, v in d.get("set", [])) or "none"
+                    for d in (stored, definition))
+        differences.append(f"--set {was} -> {now}")
     if differences:
         what = "a different sweep is running into it" if running else "holds a different sweep"
         raise ConfigError(f"{what}: " + "; ".join(differences), key="--out",

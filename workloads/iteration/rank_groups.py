@@ -67,7 +67,7 @@ def check_memory(spec: IterationSpec, memory: list[MemoryBreakdown],
                 f"{mem.activations_bytes / gib:.1f} GiB", source=spec.source,
                 hint="more tensor/pipeline parallelism, ZeRO, recompute, a smaller "
                 "micro-batch, offloading the optimizer (parallelism.offload), or "
-                "--allow-oom to simulate anyway")
+                "--allow-oom (simulation.allow_oom: true) to simulate anyway")
 
 
 def tensor_lanes(members: list[RankGroup], tp: int) -> list[list[str]]:

@@ -74,6 +74,14 @@ def test_out_of_memory_needs_allow_oom(capsys, tmp_path, tiny, write_scenario):
     assert status == 2 and "out of memory" in err and "--allow-oom" in err
     status, out, _ = run_cli(capsys, "run", path, "--allow-oom", "--json")
     assert status == 0 and json.loads(out)["iteration_time_s"] > 0
+    # The scenario key does the same, for the commands without the flag; the resolved
+    # configuration keeps it (it reruns as it ran).
+    status, same, _ = run_cli(capsys, "run", path, "--set", "simulation.allow_oom=true",
+                              "--json")
+    assert status == 0
+    assert json.loads(same)["iteration_time_s"] == json.loads(out)["iteration_time_s"]
+    assert json.loads(same)["config"]["simulation"]["allow_oom"] is True
+    assert "allow_oom" not in json.loads(out)["config"]["simulation"]
 
 
 def test_out_writes_the_directory_and_says_so(capsys, tiny_path, tmp_path):

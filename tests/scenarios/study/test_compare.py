@@ -111,3 +111,34 @@ def test_one_scenario_or_a_bad_override_is_refused(paths):
         compare_scenarios(paths[:1])
     with pytest.raises(DistsimError, match="parallelism"):
         compare_scenarios(paths, ["parallelism.tpp=2"])
+
+
+def test_compare_counts_the_scenarios_on_a_terminal_and_is_quiet_otherwise(
+        paths, monkeypatch, capsys):
+    """On a terminal the progress line counts the scenarios run; with -q nothing is drawn."""
+    import io
+
+    from distsim_gpu.simcore import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    drawn: list[tuple[int, int, str]] = []
+    real = progress.Reporter.stage
+
+    def stage(self, done: int, total: int, what: str = "") -> None:
+        drawn.append((done, total, what))
+        real(self, done, total, what)
+
+    monkeypatch.setattr(progress.Reporter, "stage", stage)
+    monkeypatch.setattr("sys.stderr", Terminal())
+    parser = argparse.ArgumentParser(prog="distsim")
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["compare", *map(str, paths), "--json"])
+    assert args.handler(args) == 0
+    assert drawn == [(k + 1, len(paths), "scenarios") for k in range(len(paths))]
+    drawn.clear()
+    args = parser.parse_args(["compare", *map(str, paths), "--json", "-q"])
+    assert args.handler(args) == 0
+    assert drawn == []

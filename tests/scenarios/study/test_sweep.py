@@ -21,6 +21,7 @@ from distsim_gpu.scenarios.study.sweep import (
     sweep_points,
 )
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.pool import Workers
 
 SCENARIO = """\
 cluster: {preset: switch, gpus: 8, link_bandwidth: "100 GB/s", link_latency: "1 us"}
@@ -260,7 +261,8 @@ def test_dask_cluster_matches_local(scenario: Path, tmp_path: Path) -> None:
                                   protocol="tcp://",
                                   host="127.0.0.1", dashboard_address=None) as cluster:
         remote = run_sweep(scenario, grids, out_dir=tmp_path / "dask",
-                           scheduler=cluster.scheduler_address, progress=False)
+                           workers=Workers(scheduler=cluster.scheduler_address),
+                           progress=False)
     assert remote.ran == 4
     assert [(p.id, p.status, p.error) for p in remote.points] == [
         (p.id, p.status, p.error) for p in local.points]
@@ -282,7 +284,7 @@ def test_dask_missing_is_a_clear_error(scenario: Path, tmp_path: Path,
     monkeypatch.setattr(builtins, "__import__", no_dask)
     with pytest.raises(ConfigError, match=r"distsim-gpu\[dask\]"):
         run_sweep(scenario, ["model.layers=2,4"], out_dir=tmp_path / "out",
-                  scheduler="tcp://127.0.0.1:1", progress=False)
+                  workers=Workers(scheduler="tcp://127.0.0.1:1"), progress=False)
 
 
 # --------------------------------------------------------------------------- the CLI
@@ -351,3 +353,36 @@ def test_sweep_json_is_one_object_with_every_point(scenario: Path, tmp_path: Pat
     assert failed["status"] == "failed" and failed["iteration_time_s"] is None
     assert ok["overrides"] == {"model.layers": 2}
     assert "sweep" not in captured.err  # no progress bar
+
+
+def test_set_holds_at_every_point_and_is_part_of_the_sweep(scenario: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    """--set fixes a key at every point (each point is what `run --set` gives); resuming
+    with another --set is refused by name; --allow-oom runs the point memory refuses."""
+    from distsim_gpu.scenarios.cli.main import main
+
+    out = tmp_path / "s"
+    grid = ["--grid", "model.hidden=512,65536"]  # 65536: 206B parameters
+    assert main(["sweep", str(scenario), *grid, "--set", "training.global_batch=16",
+                 "--out", str(out), "--workers", "1", "--json", "-q"]) == 0
+    ok, failed = json.loads(capsys.readouterr().out)["results"]
+    assert ok["iteration_time_s"] == pytest.approx(_single(
+        scenario, [("training.global_batch", 16), ("model.hidden", 512)])["iteration_time_s"])
+    assert failed["status"] == "failed" and "out of memory" in failed["error"]
+    assert main(["sweep", str(scenario), *grid, "--out", str(out), "--workers", "1"]) == 2
+    assert "--set training.global_batch=16 -> none" in capsys.readouterr().err
+    assert main(["sweep", str(scenario), *grid, "--allow-oom", "--out",
+                 str(tmp_path / "oom"), "--workers", "1", "--json", "-q"]) == 0
+    statuses = [p["status"] for p in json.loads(capsys.readouterr().out)["results"]]
+    assert statuses == ["ok", "ok"]
+
+
+def test_workers_and_scheduler_together_are_refused(scenario: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]
+                                                    ) -> None:
+    from distsim_gpu.scenarios.cli.main import main
+
+    assert main(["sweep", str(scenario), "--grid", "model.layers=2", "--out",
+                 str(tmp_path / "s"), "--workers", "2", "--scheduler", "tcp://h:1"]) == 2
+    assert "--workers sizes the local pool" in capsys.readouterr().err
