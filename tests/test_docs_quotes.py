@@ -13,9 +13,10 @@ figure sits in its ``--json`` output (a dotted path; list items by their index):
 
 This test runs each named command once (``distsim ARGS --json -q``) and checks that every
 marked number is the figure at that path, in the unit written before the comment (``s``,
-``ms``, ``µs``, ``×`` or none; ``%`` is a fraction times 100) — or the one the comment
-names (``:: KEY in ms``, for a number whose unit is written further on) — rounded as the
-document rounds it.  ``:: KEY / KEY`` is the ratio of two figures (a share quoted in %).
+``ms``, ``µs``, ``GiB``, ``GB``, ``×`` or none; ``%`` is a fraction times 100) — or the
+one the comment names (``:: KEY in ms``, for a number whose unit is written further on) —
+rounded as the document rounds it.  ``:: KEY / KEY`` is the ratio of two figures (a share
+quoted in %).
 After an intended change, run it and copy the figures it reports.
 """
 
@@ -26,6 +27,7 @@ import io
 import json
 import re
 import shlex
+import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -35,10 +37,11 @@ from distsim_gpu.scenarios.cli.main import main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COMMAND = re.compile(r"<!-- command (?P<name>[\w-]+): (?P<args>.+?) -->", re.DOTALL)
-QUOTE = re.compile(r"(?P<number>−?-?\d[\d,]*(?:\.\d+)?)\s?(?P<unit>ms|µs|s|×|%)?"
+QUOTE = re.compile(r"(?P<number>−?-?\d[\d,]*(?:\.\d+)?)\s?(?P<unit>GiB|GB|ms|µs|s|×|%)?"
                    r"<!-- = (?P<name>[\w-]+) :: (?P<key>[\w.]+(?: / [\w.]+)?)"
                    r"(?: in (?P<in>ms|µs|s))? -->")
-SCALE = {"s": 1.0, "ms": 1e3, "µs": 1e6, "×": 1.0, "%": 100.0, None: 1.0}
+SCALE = {"s": 1.0, "ms": 1e3, "µs": 1e6, "×": 1.0, "%": 100.0, "GiB": 2.0 ** -30,
+         "GB": 1e-9, None: 1.0}
 
 
 def documents() -> list[Path]:
@@ -47,10 +50,13 @@ def documents() -> list[Path]:
 
 @cache
 def run_json(args: str) -> Any:
-    """``distsim ARGS --json -q``'s JSON object (run once per command)."""
+    """``distsim ARGS --json -q``'s JSON object (run once per command; ``{tmp}`` in ARGS
+    is a new empty folder, for a command that must write one)."""
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main([*shlex.split(args), "--json", "-q"])
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+            tempfile.TemporaryDirectory() as folder:
+        argv = [part.replace("{tmp}", folder) for part in shlex.split(args)]
+        status = main([*argv, "--json", "-q"])
     assert status == 0, f"distsim {args} failed: {err.getvalue()}"
     return json.loads(out.getvalue())
 

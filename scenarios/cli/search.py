@@ -18,6 +18,7 @@ from distsim_gpu.scenarios.cli.options import (
 from distsim_gpu.scenarios.scenario import load_scenario
 from distsim_gpu.scenarios.study.layer_search import (
     format_layer_search,
+    layer_search_dict,
     search_layer_groups,
     write_layer_search,
 )
@@ -78,9 +79,14 @@ def handle(args: argparse.Namespace) -> int:
         raise ConfigError(f"must be a number of seconds > 0, got {args.time_limit!r}",
                           key="--time-limit")
     if args.layer_groups:
-        found = search_layer_groups(scenario)
+        with progress.reporting("search", enabled=not args.quiet):
+            found = search_layer_groups(scenario)
+        written = write_layer_search(found, args.out)
+        if args.json:
+            print(json.dumps(layer_search_dict(found), indent=2))
+            return 0
         sys.stdout.write(format_layer_search(found))
-        print(f"\nwrote {args.out}: {', '.join(write_layer_search(found, args.out))}")
+        print(f"\nwrote {args.out}: {', '.join(written)}")
         return 0
     with progress.reporting("search", enabled=not args.quiet):
         result = search_strategies(

@@ -26,17 +26,19 @@ import io
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from distsim_gpu.scenarios.scenario import Scenario, run_scenario
 from distsim_gpu.scenarios.study.search import gpus_per_node
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.workloads.cost.compute import stores_attention_scores
 from distsim_gpu.workloads.cost.memory import memory_of_strategy
 from distsim_gpu.workloads.strategy.layer_groups import LayerGroup
 from distsim_gpu.workloads.strategy.parallel import check_strategy
 
-__all__ = ["LayerCandidate", "format_layer_search", "search_layer_groups",
+__all__ = ["LayerCandidate", "format_layer_search", "layer_search_dict", "search_layer_groups",
            "write_layer_search"]
 
 # Megatron's modes; torchtitan's per-op ``op`` is not tried (a framework's policy, and
@@ -142,6 +144,24 @@ def format_layer_search(found: list[LayerCandidate]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def layer_search_dict(found: list[LayerCandidate]) -> dict[str, Any]:
+    """The search as one JSON-ready object: how many ran, the best uniform and the best
+    mixed candidate (None where none fits) and how they compare."""
+    best = {kind: next((c for c in found if c.uniform == kind), None) for kind in (True, False)}
+
+    def entry(c: LayerCandidate | None) -> dict[str, Any] | None:
+        if c is None:
+            return None
+        return {"groups": [{"layers": g.layers, "tp": g.tp, "recompute": g.recompute}
+                           for g in c.groups], "label": c.label,
+                "iteration_time_s": c.iteration_time_s,
+                "peak_memory_bytes": c.peak_memory_bytes}
+
+    u, m = best[True], best[False]
+    return {"candidates": len(found), "best_uniform": entry(u), "best_mixed": entry(m),
+            "mixed_speedup": (u.iteration_time_s / m.iteration_time_s if u and m else None)}
+
+
 def write_layer_search(found: list[LayerCandidate], directory: str | Path) -> list[str]:
     """``results.csv`` and ``best.yaml`` into ``directory``; the names written."""
     out = Path(directory)
@@ -151,7 +171,8 @@ def write_layer_search(found: list[LayerCandidate], directory: str | Path) -> li
     writer.writerow(["groups", "uniform", "iteration_time_s", "peak_memory_bytes"])
     for c in found:
         writer.writerow([c.label, c.uniform, c.iteration_time_s, c.peak_memory_bytes])
-    (out / "results.csv").write_text(buffer.getvalue(), encoding="utf-8")
-    (out / "best.yaml").write_text(yaml.safe_dump(found[0].scenario.resolved(),
-                                                  sort_keys=False), encoding="utf-8")
+    # (each file whole or not at all)
+    atomic_write_text(out / "results.csv", buffer.getvalue())
+    atomic_write_text(out / "best.yaml", yaml.safe_dump(found[0].scenario.resolved(),
+                                                        sort_keys=False))
     return ["results.csv", "best.yaml"]

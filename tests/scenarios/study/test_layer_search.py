@@ -58,3 +58,15 @@ def test_the_cli_writes_results_and_the_best_scenario(tmp_path, capsys) -> None:
     assert "best uniform" in capsys.readouterr().out
     assert (out / "results.csv").read_text().count("\n") > 2
     assert "parallelism" in yaml.safe_load((out / "best.yaml").read_text())
+    # --json: the same search as one object, its figures those of results.csv.
+    assert main(["search", str(path), "--layer-groups", "--out", str(tmp_path / "j"),
+                 "--json", "-q"]) == 0
+    import json
+    data = json.loads(capsys.readouterr().out)
+    rows = (tmp_path / "j" / "results.csv").read_text().splitlines()[1:]
+    assert data["candidates"] == len(rows)
+    best = data["best_uniform"] if rows[0].split(",")[1] == "True" else data["best_mixed"]
+    assert best["iteration_time_s"] == float(rows[0].split(",")[2])
+    if data["best_mixed"] and data["best_uniform"]:
+        assert data["mixed_speedup"] == pytest.approx(
+            data["best_uniform"]["iteration_time_s"] / data["best_mixed"]["iteration_time_s"])

@@ -1,0 +1,70 @@
+"""The tables a study's script prints are in its page as the script prints them now.
+
+A study whose figures come from a script (``docs/studies/*.py``) holds its table between
+two HTML comments that name the command:
+
+    <!-- table: python docs/studies/per_layer_strategies.py --budgets 5 6 -->
+    | budget | best uniform | … |
+    …
+    <!-- /table -->
+
+This test runs each command from the repository root and checks that the block is exactly
+what it prints, so the page cannot drift from the code.  After an intended change, rewrite
+the tables with
+
+    DISTSIM_REGENERATE_DOCS=1 python -m pytest tests/test_docs_tables.py
+
+and read the page's prose again: it quotes these figures.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TABLE = re.compile(r"<!-- table: (?P<command>[^\n]*?) -->\n(?P<body>.*?)<!-- /table -->",
+                   re.DOTALL)
+# A full run of the slowest table here takes about 20 s on 2 cores.
+TIMEOUT_S = 300
+
+
+def tables() -> list[tuple[Path, str]]:
+    return [(path, m["command"]) for path in sorted((REPO_ROOT / "docs").rglob("*.md"))
+            for m in TABLE.finditer(path.read_text(encoding="utf-8"))]
+
+
+def printed(command: str) -> str:
+    """What ``python docs/studies/SCRIPT ARGS`` prints (stdout)."""
+    argv = shlex.split(command)
+    assert argv[0] == "python" and argv[1].startswith("docs/studies/"), command
+    done = subprocess.run([sys.executable, *argv[1:]], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=TIMEOUT_S, check=False)
+    assert done.returncode == 0, f"`{command}` failed: {done.stderr[-2000:]}"
+    return done.stdout.strip() + "\n"
+
+
+def test_the_studies_have_tables() -> None:
+    assert len(tables()) >= 3
+
+
+@pytest.mark.parametrize(("path", "command"), tables(),
+                         ids=lambda v: v.name if isinstance(v, Path) else v[-60:])
+def test_a_table_is_what_its_script_prints(path: Path, command: str) -> None:
+    got = printed(command)
+    text = path.read_text(encoding="utf-8")
+    match = next(m for m in TABLE.finditer(text) if m["command"] == command)
+    if os.environ.get("DISTSIM_REGENERATE_DOCS"):
+        text = text[:match.start("body")] + got + text[match.end("body"):]
+        path.write_text(text, encoding="utf-8")
+        match = next(m for m in TABLE.finditer(text) if m["command"] == command)
+    assert match["body"] == got, (
+        f"{path.name}: the table of `{command}` is stale; rewrite it with "
+        "DISTSIM_REGENERATE_DOCS=1 python -m pytest tests/test_docs_tables.py, then "
+        "read the page's prose again")
