@@ -7,16 +7,17 @@ on its own.  A document names a command once, in a comment the page does not sho
          --set 'jobs[0].placement=spread' -->
 
 and a number quoted from it is followed by a comment naming the command and where the
-figure sits in its ``--json`` output (a dotted path; list items by their index):
+figure sits in its ``--json`` output (a dotted path; list items by their index, spaces in
+a key as underscores):
 
     809.6 → 1052.3 ms<!-- = spread :: incidents.jobs.jobs.0.shared_iteration_s -->
 
 This test runs each named command once (``distsim ARGS --json -q``) and checks that every
 marked number is the figure at that path, in the unit written before the comment (``s``,
-``ms``, ``µs``, ``GiB``, ``GB``, ``×`` or none; ``%`` is a fraction times 100) — or the
-one the comment names (``:: KEY in ms``, for a number whose unit is written further on) —
-rounded as the document rounds it.  ``:: KEY / KEY`` is the ratio of two figures (a share
-quoted in %).
+``ms``, ``µs``, ``GiB``, ``GB``, ``GB/s``, ``×`` or none; ``%`` is a fraction times 100) —
+or the one the comment names (``:: KEY in ms``, for a number whose unit is written further
+on) — rounded as the document rounds it.  ``:: KEY / KEY`` is the ratio of two figures (a
+share quoted in %).
 After an intended change, run it and copy the figures it reports.
 """
 
@@ -37,11 +38,12 @@ from distsim_gpu.scenarios.cli.main import main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COMMAND = re.compile(r"<!-- command (?P<name>[\w-]+): (?P<args>.+?) -->", re.DOTALL)
-QUOTE = re.compile(r"(?P<number>−?-?\d[\d,]*(?:\.\d+)?)\s?(?P<unit>GiB|GB|ms|µs|s|×|%)?"
+QUOTE = re.compile(r"(?P<number>−?-?\d[\d,]*(?:\.\d+)?)\s?(?P<unit>GiB|GB/s|GB|ms|µs|s|×|%)?"
                    r"<!-- = (?P<name>[\w-]+) :: (?P<key>[\w.]+(?: / [\w.]+)?)"
-                   r"(?: in (?P<in>ms|µs|s))? -->")
+                   r"(?: in (?P<in>GiB|GB/s|GB|ms|µs|s))? -->")
 SCALE = {"s": 1.0, "ms": 1e3, "µs": 1e6, "×": 1.0, "%": 100.0, "GiB": 2.0 ** -30,
-         "GB": 1e-9, None: 1.0}
+         "GB": 1e-9,
+         "GB/s": 1e-9, None: 1.0}
 
 
 def documents() -> list[Path]:
@@ -68,7 +70,10 @@ def figure(data: Any, key: str) -> float:
         return figure(data, numerator) / figure(data, denominator)
     value = data
     for part in key.split("."):
-        value = value[int(part)] if isinstance(value, list) else value[part]
+        if isinstance(value, list):
+            value = value[int(part)]
+        else:  # (a key with spaces, "tp comm", is written with underscores: tp_comm)
+            value = value[part] if part in value else value[part.replace("_", " ")]
     return float(value)
 
 
