@@ -36,6 +36,7 @@ from distsim_gpu.scenarios.fit.calibrate_trace import (
 )
 from distsim_gpu.scenarios.fit.validate_nccl import select_run
 from distsim_gpu.scenarios.fit.validate_trace import trace_cluster
+from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.units import parse_size
 
@@ -81,8 +82,9 @@ def handle_nccl(args: argparse.Namespace) -> int:
     topology, params = cluster_and_params(args)
     log = select_run(parse_nccl_log(args.log), len(topology.gpus), args.run)
     op = args.op or log.op or "all_reduce"
-    result = calibrate_nccl(log, topology, op=op, base=params,
-                            min_bytes=parse_size(args.min_bytes, key="--min-bytes"))
+    with progress.reporting("calibrate nccl", enabled=not args.quiet):
+        result = calibrate_nccl(log, topology, op=op, base=params,
+                                min_bytes=parse_size(args.min_bytes, key="--min-bytes"))
     document = {"communication": result.overrides()}
     if args.output:
         header = (f"# distsim calibrate nccl {args.log} --cluster {args.cluster}"
@@ -143,11 +145,12 @@ def handle_trace(args: argparse.Namespace) -> int:
     chosen = trace_cluster(traces, cluster=args.cluster, nodes=args.nodes,
                            ranks_per_node=args.ranks_per_node, overrides=cluster_overrides)
     params = comm_params_on(comm, chosen.topology, cluster=args.cluster)
-    network = calibrate_trace(traces, chosen.topology, base=params,
-                              ranks_per_node=args.ranks_per_node)
-    compute = None
-    if args.scenario:
-        compute = fit_compute_efficiency(args.scenario, measured_compute_s(traces))
+    with progress.reporting("calibrate trace", enabled=not args.quiet):
+        network = calibrate_trace(traces, chosen.topology, base=params,
+                                  ranks_per_node=args.ranks_per_node)
+        compute = None
+        if args.scenario:
+            compute = fit_compute_efficiency(args.scenario, measured_compute_s(traces))
     if args.output:
         header = (f"# distsim calibrate trace {' '.join(args.traces)} --cluster "
                   f"{chosen.cluster} --nodes {chosen.topology.num_nodes}\n"

@@ -160,6 +160,7 @@ def add_log_options(parser: argparse.ArgumentParser, verb: str) -> None:
                         help="the operation (default: as the log says, else all_reduce)")
     parser.add_argument("--run", type=int, default=None, metavar="K",
                         help=f"for a log holding several runs: {verb} run K (1-based)")
+    add_quiet_option(parser)
 
 
 def add_trace_cluster_options(parser: argparse.ArgumentParser) -> None:
@@ -177,6 +178,7 @@ def add_trace_cluster_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--comm", default=None, metavar="FILE",
                         help="communication parameters from a YAML file (e.g. from "
                              "'distsim calibrate nccl -o' or 'calibrate trace -o')")
+    add_quiet_option(parser)
 
 
 # --------------------------------------------------------------------------- values

@@ -155,7 +155,6 @@ def _add_trace_parser(kinds: Any) -> None:
                         help="instead of replaying: predict each annotated operator scope "
                              "(attn(F), mlp(B), dispatch(W), ...) from SCENARIO's cost "
                              "model and report predicted vs measured per operator")
-    add_quiet_option(parser)
     parser.set_defaults(handler=handle_trace)
 
 
@@ -163,7 +162,8 @@ def handle_nccl(args: argparse.Namespace) -> int:
     """Compare the log with the simulated cluster; print the table (or JSON)."""
     log = parse_nccl_log(args.log)
     topology, params = cluster_and_params(args)
-    report = validate_nccl_log(log, topology, op=args.op, params=params, run=args.run)
+    with progress.reporting("validate nccl", enabled=not args.quiet):
+        report = validate_nccl_log(log, topology, op=args.op, params=params, run=args.run)
     if args.json:
         data = report.to_dict()
         data["cluster"] = topology.config

@@ -176,8 +176,8 @@ def run_sweep(scenario_path: str | os.PathLike[str],
         try:
             scenario = load_scenario(path, [*fixed, *point])
         except DistsimError as error:
-            if error.source == "--set":
-                error.source = "--grid"
+            if error.source == "--set" and error.key in dict(parsed):  # (a fixed --set's
+                error.source = "--grid"                                # error stays its own)
             raise type(error)(f"{error.message} (at grid point {describe_point(point)})",
                               source=error.source, key=error.key, line=error.line,
                               hint=error.hint) from None

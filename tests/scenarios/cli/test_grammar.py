@@ -37,7 +37,8 @@ def options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
 
 
 SIMULATING = ["run", "sweep", "search", "compare", "nccl-tests", "validate runs",
-              "validate trace", "trace chakra", "trace export-chakra"]
+              "validate trace", "validate nccl", "calibrate nccl", "calibrate trace",
+              "trace chakra", "trace export-chakra"]
 MANY_RUNS = ["sweep", "search", "validate runs"]
 TAKE_SET = [*SIMULATING, "topology show", "calibrate nccl", "validate nccl"]
 
