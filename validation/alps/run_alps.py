@@ -12,6 +12,7 @@ a Slingshot dragonfly) with distsim's defaults, and prints Markdown tables:
   measured and predicted, with the error of the predicted time.
 
     python validation/alps/run_alps.py [--data DIR] [--algo ring] [--max-nodes N]
+        [--table medians|busbw] [--plugin aws-ofi-1.13.0]
 
 The measured time of a size is the mean of its out-of-place and in-place times, the
 error ``100·(predicted − measured)/measured`` on time — as for every log in
@@ -151,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", type=Path, default=CLUSTER)
     parser.add_argument("--algo", default="auto", help="collective algorithm (default auto)")
     parser.add_argument("--max-nodes", type=int, default=None, metavar="N")
+    parser.add_argument("--table", choices=("all", "medians", "busbw"), default="all",
+                        help="print one table alone, without its heading (the form "
+                        "docs/validation.md holds and tests/test_docs_tables.py checks)")
+    parser.add_argument("--plugin", default=None, help="busbw: this plugin's runs only")
     args = parser.parse_args(argv)
     params = CommParams(algorithm=args.algo)
     results: dict[tuple[str, int], NcclValidation] = {}
@@ -161,11 +166,18 @@ def main(argv: list[str] | None = None) -> int:
         results[(run.plugin, run.nodes)] = validate_run(run, params, args.cluster)
         print(f"# {run.plugin} {run.nodes} nodes: {time.perf_counter() - start:.1f} s",
               file=sys.stderr)
-    print(f"Medians of |error| (algorithm {args.algo}):\n")
-    print("\n".join(medians_table(results)))
-    for plugin in sorted({p for p, _ in results}):
-        print(f"\nBus bandwidth (GB/s) against node count, {plugin} (algorithm {args.algo}):\n")
-        print("\n".join(busbw_table(results, plugin)))
+    plugins = sorted({p for p, _ in results if args.plugin in (None, p)})
+    if args.table == "medians":
+        print("\n".join(medians_table(results)))
+    elif args.table == "busbw":
+        print("\n\n".join("\n".join(busbw_table(results, plugin)) for plugin in plugins))
+    else:
+        print(f"Medians of |error| (algorithm {args.algo}):\n")
+        print("\n".join(medians_table(results)))
+        for plugin in plugins:
+            print(f"\nBus bandwidth (GB/s) against node count, {plugin} "
+                  f"(algorithm {args.algo}):\n")
+            print("\n".join(busbw_table(results, plugin)))
     return 0
 
 
