@@ -124,8 +124,8 @@ def test_a_quoted_number_is_what_the_code_gives(document, args, key, number, uni
         pytest.skip("the measurements in ../shared/data are not on this machine")
     written = number.replace(",", "").replace("−", "-")
     decimals = len(written.split(".")[1]) if "." in written else 0
-    # A figure the code gives in per cent already (``*_pct``) is quoted as it is.
-    scale = 1.0 if unit == "%" and key.endswith("_pct") else SCALE[unit]
+    # A figure the code gives in per cent already (``*_pct``, or under one) is quoted as it is.
+    scale = 1.0 if unit == "%" and "_pct" in key else SCALE[unit]
     got = f"{figure(run_json(args), key) * scale:.{decimals}f}"
     assert got == written, f"{document}: {key} of `distsim {args}` is {got}, the page says " \
                            f"{number}"
