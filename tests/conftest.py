@@ -25,11 +25,19 @@ from distsim_gpu.topology import Topology, build_cluster
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.gpus import GpuSpec, get_gpu
 from distsim_gpu.workloads.specs.models import ModelSpec, model_from_mapping
+from hypothesis import settings
 
 if TYPE_CHECKING:
     from distsim_gpu.workloads.iteration.simulator import IterationResult
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Property tests draw the same examples on every run ("derandomize"): the suite's verdict
+# must not depend on the day, and a CI failure must reproduce on a laptop.  Random search
+# for new counterexamples is a deliberate act: ``pytest --hypothesis-profile=explore``.
+settings.register_profile("reproducible", derandomize=True, print_blob=True)
+settings.register_profile("explore", print_blob=True)
+settings.load_profile("reproducible")
 
 # ---------------------------------------------------------------------- places
 
