@@ -35,7 +35,10 @@ what their simulated unit sees, which is checked constructively before the run
   same latency; a shared link carries the same streams from every replica on it; and
   with the streams of the data-parallel collectives that will run added (the plans of the
   stream's own calls, over every replica), each replica's most loaded link per step is as
-  loaded as its class's.  Where every replica is a class of its own, the full simulation runs.
+  loaded as its class's.  Which data-parallel collectives cross a link counts, not only
+  how many streams: each lane's collective is one flow whose rate its other links set,
+  so the classing refines units and those flows together (``fold_classes``).  Where every
+  replica is a class of its own, the full simulation runs.
 
 Then every image's flow meets the same capacities, the same sharing and the same
 replica-spanning load as the simulated one's, so under max-min fairness all move at one
@@ -68,7 +71,7 @@ from distsim_gpu.collectives.algorithms import gpu_rail
 from distsim_gpu.collectives.plan import CollectivePlan
 from distsim_gpu.collectives.pxn import pxn_applies
 from distsim_gpu.topology import Topology
-from distsim_gpu.workloads.iteration.fold_classes import Member, alike_classes
+from distsim_gpu.workloads.iteration.fold_classes import Member, SpanningFlow, alike_classes
 from distsim_gpu.workloads.iteration.ops import Collective, Op
 from distsim_gpu.workloads.iteration.records import IterationSpec
 from distsim_gpu.workloads.iteration.timeline import RankGroup
@@ -162,7 +165,7 @@ def _asymmetry(spec: IterationSpec, comm: Communicator, groups: list[list[RankGr
     rest (simulated on their own, at their own pace) must share no link of a folded
     class with them."""
     calls = [_calls(stream) for stream in streams]
-    load = _spanning_load(comm, groups, calls, spec.parallel.tp)
+    load, spanning = _spanning(comm, groups, calls, spec.parallel.tp)
     alike = groups if healthy is None else unit_rows(groups, healthy, unit)
     odd = None if healthy is None else unit_rows(
         groups, [u for u in range(len(groups[0]) // unit) if u not in healthy], unit)
@@ -184,7 +187,7 @@ def _asymmetry(spec: IterationSpec, comm: Communicator, groups: list[list[RankGr
         if why:
             return [], f"full: stage {stage} {why}"
     units = len(alike[0]) // unit
-    alike_units = alike_classes(members, units)
+    alike_units = alike_classes(members, units, spanning)
     if len(alike_units) == units:
         return [], "full: no two data-parallel replicas see the fabric alike"
     if len(alike_units) > MAX_FOLD_CLASSES:
@@ -284,23 +287,29 @@ def _call_class(comm: Communicator, groups: list[list[RankGroup]], row: list[Ran
     return [(op, [[comm.choose(op, lane, size) for lane in mine] for mine in lanes])]
 
 
-def _spanning_load(comm: Communicator, groups: list[list[RankGroup]],
-                   calls: list[set[tuple[str, str, float]]], tp: int,
-                   ) -> dict[Any, float]:
-    """Per link, the streams the data-parallel collectives put on it (every call's)."""
+def _spanning(comm: Communicator, groups: list[list[RankGroup]],
+              calls: list[set[tuple[str, str, float]]], tp: int,
+              ) -> tuple[dict[Any, float], list[SpanningFlow]]:
+    """The data-parallel collectives that will run (every call's, every lane's): per
+    link the streams they put on it, and each as a flow of its own (its links' streams
+    per step) for the classing to tell apart."""
     load: dict[Any, float] = {}
+    flows: list[SpanningFlow] = []
     spanning = {name for name, peer in peer_groups().items()
                 if peer.peering is Peering.STAGE}
     for stage, row in enumerate(groups):
         lanes = [[g.gpus[t] for g in row] for t in range(tp)]
-        for name, op, size in calls[stage]:
+        for name, op, size in sorted(calls[stage]):
             if name not in spanning:
                 continue
             for lane in lanes:
-                for step in comm.choose(op, lane, size).steps:
+                plan = comm.choose(op, lane, size)
+                for step in plan.steps:
                     for link, streams in step.link_streams.items():
                         load[link] = load.get(link, 0.0) + streams * step.repeat
-    return load
+                flows.append(SpanningFlow(_link_profile([plan]), (
+                    stage, name, op, size, plan.algorithm, plan.latency_s)))
+    return load, flows
 
 
 def _members(comm: Communicator, label: str, per_replica: list[list[CollectivePlan]],
