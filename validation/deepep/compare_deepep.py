@@ -14,10 +14,11 @@ compared.
 distsim runs the same exchange on ``dgx-h100`` nodes with NVLink at H800's 200 GB/s per
 direction (400 GB/s bidirectional) and the 400 Gb/s rails, uncalibrated::
 
-    python validation/deepep/compare_deepep.py [--data DIR]
+    python validation/deepep/compare_deepep.py [--data DIR] [--table]
 
 and divides the closed-form bottleneck bytes (:func:`collectives.deepep.reach`) by the
-simulated time.
+simulated time.  ``--table`` prints the summary by EP size that docs/validation.md holds
+(and tests/test_docs_tables.py checks) instead of the rows.
 """
 
 from __future__ import annotations
@@ -117,10 +118,35 @@ def cross_validated(data: Path) -> list[tuple[int, float, float]]:
     return out
 
 
+def summary_table(data: Path) -> list[str]:
+    """The Markdown table of docs/validation.md's DeepEP section: per EP size, the
+    uncalibrated errors and the leave-this-size-out fit of NVLink's fraction."""
+    rows = compare(data)
+    fits = {held: (fitted, error) for held, fitted, error in cross_validated(data)}
+    lines = ["| EP | rows | median \\|error\\|, uncalibrated | signed | NVLink fraction "
+             "fitted on the other EP sizes | median \\|error\\| with it |",
+             "|---:|---:|---:|---|---:|---:|"]
+    for ep in sorted(fits):
+        signed = [100 * (p / m - 1) for _ph, e, _d, m, p in rows if e == ep]
+        low, high = (f"{v:+.0f}".replace("-", "−") for v in (min(signed), max(signed)))
+        fitted, error = fits[ep]
+        lines.append(f"| {ep} | {len(signed)} | {statistics.median(map(abs, signed)):.1f} % | "
+                     f"{low} … {high} % | {fitted:.2f} | {100 * error:.1f} % |")
+    errors = [100 * abs(p / m - 1) for *_r, m, p in rows]
+    lines.append(f"| all | {len(errors)} | {statistics.median(errors):.1f} % "
+                 f"(max {max(errors):.0f} %) | | | |")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--data", help="the deepep data folder")
+    parser.add_argument("--table", action="store_true",
+                        help="print the summary table of docs/validation.md alone")
     args = parser.parse_args(argv)
+    if args.table:
+        print("\n".join(summary_table(find_data(args.data))))
+        return 0
     rows = compare(find_data(args.data))
     print(f"{'phase':9} {'ep':>3} {'README':>10} {'measured':>9} {'distsim':>8} {'error':>7}")
     errors = []

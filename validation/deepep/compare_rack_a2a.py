@@ -16,6 +16,9 @@ with ``E = (ep − 1) · (1 − C(8·ep − 8, 8) / C(8·ep, 8))`` (top-8 withou
 Predicted bandwidth = bytes_remote / simulated time.  Uncalibrated::
 
     python validation/deepep/compare_rack_a2a.py [--data DIR] [--measurement "Kernel Only"]
+
+``--table`` prints the summary by row group that docs/validation.md holds (and
+tests/test_docs_tables.py checks) instead of the rows.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from math import comb
 from pathlib import Path
 
@@ -78,13 +81,50 @@ def compare(data: Path, measurement: str) -> list[tuple[str, int, str, int, floa
     return out
 
 
+_Row = tuple[str, int, str, int, float, float]
+#: The summary's row groups: (label, which kernel-time rows).
+GROUPS: tuple[tuple[str, Callable[[_Row], bool]], ...] = (
+    ("every kernel-time row: GB200 8–36 ranks, B200 8", lambda r: True),
+    ("8–16 ranks at 32 SMs", lambda r: r[1] <= 16 and r[3] == 32),
+    ("BF16 dispatch and combine at 32 SMs", lambda r: "BF16" in r[2] and r[3] == 32),
+    ("FP8 dispatch at 16 SMs, 24–36 ranks", lambda r: "FP8" in r[2] and r[3] == 16
+     and r[1] >= 24),
+)
+
+
+def _errors(rows: Sequence[_Row]) -> list[float]:
+    return [100 * (predicted / measured - 1) for *_r, measured, predicted in rows]
+
+
+def _line(label: str, errors: Sequence[float]) -> str:
+    low, high = (f"{v:+.1f}".replace("-", "−") for v in (min(errors), max(errors)))
+    return (f"| {label} | {len(errors)} | {statistics.median(map(abs, errors)):.1f} % | "
+            f"{low} … {high} % |")
+
+
+def summary_table(data: Path) -> list[str]:
+    """The Markdown table of docs/validation.md's HybridEP section."""
+    kernel = compare(data, "Kernel Only")
+    lines = ["| rows | n | median \\|error\\| | signed |", "|---|---:|---:|---|"]
+    lines += [_line(label, _errors([r for r in kernel if keep(r)]))
+              for label, keep in GROUPS]
+    lines.append(_line('every "Torch API" row (the Python call around the kernel)',
+                       _errors(compare(data, "Torch API"))))
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--data", default=str(HERE.parents[2] / "shared" / "data" / "kernels"
                                               / "deepep"))
     parser.add_argument("--measurement", default="Kernel Only",
                         choices=("Kernel Only", "Torch API"))
+    parser.add_argument("--table", action="store_true",
+                        help="print the summary table of docs/validation.md alone")
     args = parser.parse_args(argv)
+    if args.table:
+        print("\n".join(summary_table(Path(args.data))))
+        return 0
     rows = compare(Path(args.data), args.measurement)
     print(f"{'GPU':6} {'ep':>3} {'phase':15} {'SMs':>4} {'measured':>9} {'distsim':>8} "
           f"{'error':>7}")

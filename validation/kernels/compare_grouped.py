@@ -12,7 +12,10 @@ matmul_efficiency` with ``groups``), at the FP8 GEMM rate the kernel fits give H
 the per-expert alternative is one GEMM per group, each with its own waves.  Uncalibrated;
 nothing here is fitted::
 
-    python validation/kernels/compare_grouped.py [--data DIR]
+    python validation/kernels/compare_grouped.py [--data DIR] [--table]
+
+``--table`` prints the summary by kernel layout that docs/validation.md holds (and
+tests/test_docs_tables.py checks) instead of the rows.
 """
 
 from __future__ import annotations
@@ -53,6 +56,42 @@ def predicted_tflops(groups: int, m: int, n: int, k: int, *, grouped: bool) -> f
     return efficiency * get_gpu("h100-sxm").peak_flops("fp8") / 1e12
 
 
+#: The summary's row groups: (label, kernels).
+LAYOUTS = (("DeepGEMM contiguous (H800, FP8)", ("m_grouped_contiguous",)),
+           ("DeepGEMM masked (H800, FP8)", ("m_grouped_masked",)),
+           ("torchao's DeepGEMM forward and data gradient (H100)", ("torchao fwd",
+                                                                     "torchao dgrad")),
+           ("torchao's DeepGEMM k-grouped weight gradient (H100)",
+            ("torchao wgrad (k-grouped)",)))
+
+
+def _span(values: Sequence[float], form: str, sep: str = "–") -> str:
+    """``low–high`` of ``values`` (one figure where they agree), each in ``form``."""
+    low, high = (format(v, form).replace("-", "−") for v in (min(values), max(values)))
+    return low if low == high else f"{low}{sep}{high}"
+
+
+def summary_table(data: Path) -> list[str]:
+    """The Markdown table of docs/validation.md's "Grouped MoE GEMMs"."""
+    lines = ["| rows | n | groups × m a group | measured TFLOP/s | distsim, grouped | error |",
+             "|---|---:|---|---:|---:|---:|"]
+    every = rows(data)
+    errors = []
+    for label, kernels in LAYOUTS:
+        mine = [r for r in every if r[0] in kernels]
+        got = [predicted_tflops(g, m, n, k, grouped=True) for _, g, m, n, k, _ in mine]
+        errs = [100 * (p / r[5] - 1) for p, r in zip(got, mine)]
+        errors += errs
+        shape = (f"{_span([r[1] for r in mine], 'd')} × "
+                 f"{_span([r[2] for r in mine], ',d')}")
+        lines.append(f"| {label} | {len(mine)} | {shape} | "
+                     f"{_span([r[5] for r in mine], ',.0f')} | {_span(got, ',.0f')} | "
+                     f"{_span(errs, '+.0f', ' … ')} % |")
+    median = statistics.median(abs(e) for e in errors)
+    lines.append(f"| all | {len(errors)} | | | | median {median:.1f} % |")
+    return lines
+
+
 def find_data(given: str | None) -> Path:
     candidates = [Path(given)] if given else [parent / "shared" / "data" / "kernels"
                                               for parent in HERE.parents]
@@ -65,7 +104,12 @@ def find_data(given: str | None) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--data", help="the shared/data/kernels folder")
+    parser.add_argument("--table", action="store_true",
+                        help="print the summary table of docs/validation.md alone")
     args = parser.parse_args(argv)
+    if args.table:
+        print("\n".join(summary_table(find_data(args.data))))
+        return 0
     errors: dict[bool, list[float]] = {True: [], False: []}
     print(f"{'kernel':28} {'G':>2} {'m':>5} {'n':>5} {'k':>5} {'measured':>8} "
           f"{'grouped':>8} {'per-expert':>10}")
