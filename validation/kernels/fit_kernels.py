@@ -12,7 +12,10 @@ shape groups (5 folds, or one group at a time when fewer).  Prints, per data set
 median and p90 |predicted/measured - 1| with the shipped constants ("before") and with
 the fit ("cv" = each row predicted by the fold that did not see it).
 
-    python validation/kernels/fit_kernels.py [--data shared/data]
+    python validation/kernels/fit_kernels.py [--data shared/data] [--table]
+
+``--table`` prints the summary that docs/validation.md holds (and tests/test_docs_tables.py
+checks): the data sets and families of ``DOC_ROWS``, under their names there.
 """
 
 from __future__ import annotations
@@ -295,15 +298,67 @@ def _print(results: Sequence[Result]) -> None:
             print(f"{name:52s} {n:5d}  {bm:6.1%} / {bp:6.1%}   {am:6.1%} / {ap:6.1%}")
 
 
+#: docs/validation.md's rows: (label, a data set's name as the fit reports it, or a
+#: family's "family:architecture/dtype" for its cross-validated median alone).
+DOC_ROWS = (
+    ("XLA H100 BF16", "xla_matmul_perf_table/h100-sxm/bf16/xla"),
+    ("XLA B200 BF16", "xla_matmul_perf_table/b200/bf16/xla"),
+    ("XLA B200 FP8 e4m3", "xla_matmul_perf_table/b200/fp8/xla"),
+    ("XLA MI300X BF16", "xla_matmul_perf_table/mi300x/bf16/xla"),
+    ("XLA MI300X FP8", "xla_matmul_perf_table/mi300x/fp8/xla"),
+    ("Azure cuBLASLt FP8 H100", "azure_ai_benchmarking_guide/h100-sxm/fp8/cublaslt"),
+    ("Azure cuBLASLt FP8 H200", "azure_ai_benchmarking_guide/h200/fp8/cublaslt"),
+    ("Azure hipBLASLt FP8 MI300X", "azure_ai_benchmarking_guide/mi300x/fp8/hipblaslt"),
+    ("Azure cuBLASLt FP16 A100", "azure_ai_benchmarking_guide/a100-80gb/fp16/cublaslt"),
+    ("DeepGEMM H800 dense (evaluated, not fitted)", "deepgemm_h800/h100-sxm/fp8/deepgemm-block"),
+    ("FA2 figure A100 fwd+bwd", "flash_attention/a100-80gb/fwd+bwd"),
+    ("FA2 figure H100 fwd+bwd", "flash_attention/h100-sxm/fwd+bwd"),
+    ("FA3 figure H100 fwd (FA3, cuDNN, FA2 pooled by kernel)", "flash_attention/h100-sxm/fwd"),
+    ("cuDNN SDPA H200 BF16 fwd+bwd", "cudnn_frontend_sdpa_norms/h200/fwd+bwd"),
+    ("cuDNN SDPA GB200 and GB300 BF16 fwd, bwd", "attention:cudnn/blackwell"),
+    ("GEMMs Blackwell BF16 (XLA B200; MAMF B200, B300, GB200; a GitHub thread's B200)",
+     "gemm:blackwell/16-bit"),
+    ("GEMMs CDNA 4 BF16 (XLA gfx950, MAMF MI355X)", "gemm:cdna4/16-bit"),
+    ("HBM H100 BabelStream", "azure_ai_benchmarking_guide/h100-sxm/babelstream"),
+    ("HBM H100 Liger LayerNorm", "liger_kernel/h100-sxm/layer_norm"),
+    ("HBM H100 Liger RMSNorm (Megatron's)", "liger_kernel/h100-sxm/megatron_rms_norm"),
+    ("HBM H100 Liger SwiGLU (Megatron's)", "liger_kernel/h100-sxm/megatron_swiglu"),
+    ("HBM H200 BabelStream", "azure_ai_benchmarking_guide/h200/babelstream"),
+    ("HBM H200 cuDNN RMSNorm", "cudnn_frontend_sdpa_norms/h200/rms_norm"),
+)
+
+
+def doc_table(results: Sequence[Result]) -> list[str]:
+    """The Markdown table of docs/validation.md's "Kernel fits" (see ``DOC_ROWS``)."""
+    sets = {name: (n, before, after) for res in results for name, n, before, after in res.lines}
+    families = {f"{res.family}:{'/'.join(res.key)}": res for res in results}
+    lines = ["| data set | rows | before median / p90 | after (CV) median / p90 |",
+             "|---|---:|---|---|"]
+    for label, name in DOC_ROWS:
+        if name in families:
+            res = families[name]
+            lines.append(f"| {label} | {res.fit.rows} | — | {res.cv_median:.1%} median |")
+            continue
+        n, (bm, bp), (am, ap) = sets[name]
+        lines.append(f"| {label} | {n} | {bm:.1%} / {bp:.1%} | {am:.1%} / {ap:.1%} |")
+    return [line.replace("%", " %") for line in lines]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
                         help="shared/data (holding kernels/)")
+    parser.add_argument("--table", action="store_true",
+                        help="print the summary table of docs/validation.md alone")
     args = parser.parse_args(argv)
     if not (args.data / "kernels").is_dir():
         print(f"no kernel tables under {args.data}", file=sys.stderr)
         return 1
-    _print(fit_all(args.data))
+    results = fit_all(args.data)
+    if args.table:
+        print("\n".join(doc_table(results)))
+    else:
+        _print(results)
     return 0
 
 
