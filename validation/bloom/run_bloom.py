@@ -60,11 +60,23 @@ def scenario_for(row: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _run_name(text: str) -> str:
+    """A run's name: its description up to the first comma outside parentheses
+    ("BLOOM-176B early (GBS=16, MBS=2), iteration 3707 log line" → the part before
+    ", iteration")."""
+    depth = 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            return text[:i]
+    return text
+
+
 def production_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     rows, skipped = [], []
     with open(path, encoding="utf-8", newline="") as handle:
         for raw in csv.DictReader(handle):
-            label = raw["run"].split(",")[0]
+            label = _run_name(raw["run"])
             try:
                 measured = float(raw["sec_per_iter"])
             except ValueError:
@@ -132,6 +144,10 @@ def main() -> int:
                         help="skip the runs that take more than a minute")
     parser.add_argument("--fit", action="store_true",
                         help="fit the stack's knobs to the rows, cross-validated")
+    parser.add_argument("--table", action="store_true",
+                        help="the table alone, without host times or the rows not "
+                        "simulated (docs/validation.md holds it; tests/test_docs_tables.py "
+                        "checks it)")
     args = parser.parse_args()
     rows, skipped = production_rows(args.data / "bloom_176b_production_and_scaling.csv")
     more, more_skipped = sweep_rows(args.data / "bloom_jeanzay_3d_topology_benchmarks.csv")
@@ -140,9 +156,10 @@ def main() -> int:
     if args.fit:
         print(fit_report(rows), end="")
         return 0
+    host_column = not args.table
     print("| run | GPUs | tp·pp·dp | mbs | gbs | layers × hidden | measured (s) | "
-          "predicted (s) | error | MFU (pred.) | host (s) |")
-    print("|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|")
+          "predicted (s) | error | MFU (pred.) |" + (" host (s) |" if host_column else ""))
+    print("|---|---:|---|---:|---:|---|---:|---:|---:|---:|" + ("---:|" if host_column else ""))
     errors = []
     for row in rows:
         if args.quick and row["tp"] < 8 and row["gbs"] > 64:
@@ -159,7 +176,10 @@ def main() -> int:
         print(f"| {row['label']} | {gpus} | {row['tp']}·{row['pp']}·{row['dp']} | "
               f"{row['mbs']} | {row['gbs']} | {row['layers']} × {row['hidden']} | "
               f"{row['measured']:.2f} | {report.iteration_time_s:.2f} | {error:+.1f} % | "
-              f"{100 * report.mfu:.1f} % | {host:.0f} |", flush=True)
+              f"{100 * report.mfu:.1f} % |" + (f" {host:.0f} |" if host_column else ""),
+              flush=True)
+    if args.table:
+        return 0
     if errors:
         errors.sort()
         print(f"\nmedian |error| over {len(errors)} rows: {errors[len(errors) // 2]:.1f} %")
