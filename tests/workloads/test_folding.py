@@ -456,10 +456,11 @@ def test_whole_experts_keep_the_all_to_all_inside_the_node(uniform):
 def test_replicas_apart_on_their_own_links_but_met_by_unalike_rings(uniform):
     """Found by the property test above: data parallelism innermost (12 replicas over 1.5
     nodes) on a D-mod-K fat tree with one NIC per leaf.  Replicas 4-7 cross the same
-    links in the same numbers, data-parallel streams included, yet the full run gives 4
-    and 6 other communication times than 5 and 7 (by up to 1.6 %): the rings that meet
-    them on those links are held back elsewhere differently.  Classing by which spanning
-    flows cross each link (not only how many streams) splits them; the run is exact."""
+    links in the same numbers within each flow class, data-parallel streams included,
+    yet the full run gives 4 and 6 other communication times than 5 and 7 (by up to
+    1.6 %): what else crosses those links, from the other flow classes, differs.
+    Classing each link by everything on it, not per flow class, splits them; the run is
+    exact."""
     topology = build_cluster({"preset": "dgx-a100", "nodes": 6,
                               "fabric": {"kind": "fat-tree", "routing": "dmodk",
                                          "nics_per_leaf": 1, "oversubscription": 1}})

@@ -5,12 +5,18 @@
 it, latency, the most loaded link), and the links of every flow that spans replicas (each
 data-parallel collective of each lane: one flow whose rate the max-min solver sets from
 all of its links).  Two units are *alike* when, for every flow class, their links match
-one to one in all of that and in *what else crosses each link*: which classes the units
-sharing it belong to, and which classes of spanning flows run over it.  That last clause
-is what makes several simulated units exact together: a unit whose send meets another
-class's send on a spine link is not the image of one whose send meets its own class's, and
-a unit whose link carries a data-parallel ring held back elsewhere is not the image of one
-whose link carries a ring that runs free, even where their own links look the same.
+one to one in all of that and in *everything else that crosses each link*: the members of
+every flow class on it (not only the member's own class), by the classes of their units,
+and the spanning flows on it, by their own classes.  That clause is what makes several
+simulated units exact together: a unit whose send meets another class's send on a spine
+link is not the image of one whose send meets its own class's; a unit whose link in one
+flow class also carries other units' traffic of another class is not the image of one
+whose link carries none (classing link by link within each flow class missed that: the
+folding tests' dp-innermost counterexample and GPT-3 on 336 rail-optimized nodes); and a
+unit whose link carries a data-parallel ring held back elsewhere is not the image of one
+whose link carries a ring that runs free, even where their own links look the same (no
+simulated case in the suite needs this last one yet: it only keeps apart two sets of the
+PCIe test's replicas that the full run times alike).
 
 The partition is found by colour refinement (the 1-dimensional Weisfeiler-Leman test of
 graph symmetry) on the graph of units, spanning flows and the links they cross: start

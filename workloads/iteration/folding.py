@@ -35,8 +35,9 @@ what their simulated unit sees, which is checked constructively before the run
   same latency; a shared link carries the same streams from every replica on it; and
   with the streams of the data-parallel collectives that will run added (the plans of the
   stream's own calls, over every replica), each replica's most loaded link per step is as
-  loaded as its class's.  Which data-parallel collectives cross a link counts, not only
-  how many streams: each lane's collective is one flow whose rate its other links set,
+  loaded as its class's.  A link is told by everything that crosses it: every folded
+  class's members (not only one class's), and which data-parallel collectives, not only
+  how many streams (each lane's collective is one flow whose rate its other links set),
   so the classing refines units and those flows together (``fold_classes``).  Where every
   replica is a class of its own, the full simulation runs.
 
