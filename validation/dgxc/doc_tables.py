@@ -6,8 +6,7 @@ saved result instead of hand-copied::
 
     distsim validate runs validation/dgxc/dgxc-h100.csv \\
         --map scenarios/examples/validation/dgxc-h100.yaml --json -q > h100.json
-    python validation/dgxc/doc_tables.py h100 h100.json            # summary
-    python validation/dgxc/doc_tables.py h100 h100.json --rows     # one line per row
+    python validation/dgxc/doc_tables.py h100 h100.json
 
 (``grok`` with ``dgxc-grok-h100.csv`` / ``dgxc-grok-h100.yaml``, ``gb200`` with
 ``dgxc-gb200.csv`` / ``dgxc-gb200.yaml``.)  The table's CSV is read beside this script;
@@ -56,11 +55,15 @@ def _rows(kind: str, result: dict) -> list[tuple[Row, dict]]:
                          f"{GROUPS[kind][0]} ({kind}): pass the matching kind")
     with open(HERE / GROUPS[kind][0], newline="", encoding="utf-8") as handle:
         table = {line: row for line, row in enumerate(csv.DictReader(handle), start=2)}
+    missing = sorted({r["line"] for r in result["rows"]} - table.keys())
+    if missing:
+        raise SystemExit(f"this result has lines {missing[:5]} that {GROUPS[kind][0]} does "
+                         "not: the table changed since; rerun validate runs")
     return [(table[r["line"]], r) for r in result["rows"]]
 
 
-def _signed(value: float, digits: int = 1) -> str:
-    return f"{value:+.{digits}f}".replace("-", "−")
+def _signed(value: float) -> str:
+    return f"{value:+.1f}".replace("-", "−")
 
 
 def _errors(pairs: Sequence[tuple[Row, dict]]) -> list[float]:
@@ -114,33 +117,13 @@ def summary(kind: str, result: dict) -> list[str]:
     return lines
 
 
-def per_row(kind: str, result: dict) -> list[str]:
-    """One line per row: its configuration, measured and predicted step time, error."""
-    lines = ["| line | model | prec | GPUs | tp·pp·cp·vp | dp | GBS | layers | release | "
-             "measured s | predicted s | error |",
-             "|---|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|"]
-    for row, r in _rows(kind, result):
-        shape = "·".join(row[k] for k in ("tp", "pp", "cp", "vp"))
-        head = (f"| {r['line']} | {row.get('model', 'grok-1')} | {row['precision']} | "
-                f"{row['gpus']} | {shape} | {row['dp']} | {row['gbs']} | {row['layers']} | "
-                f"{row['release']} | {r['measured_s']:g} |")
-        if r.get("predicted_s") is None:
-            why = r.get("failure", "").split(": ", 2)[-1][:60]
-            lines.append(f"{head} — | fails: {why} |")
-        else:
-            error = 100 * (r["predicted_s"] / r["measured_s"] - 1)
-            lines.append(f"{head} {r['predicted_s']:.3f} | {_signed(error)} % |")
-    return lines
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kind", choices=sorted(GROUPS))
     parser.add_argument("result", type=Path, help="distsim validate runs --json's output")
-    parser.add_argument("--rows", action="store_true", help="one line per row instead")
     args = parser.parse_args(argv)
     result = json.loads(args.result.read_text(encoding="utf-8"))
-    print("\n".join((per_row if args.rows else summary)(args.kind, result)))
+    print("\n".join(summary(args.kind, result)))
     return 0
 
 

@@ -334,6 +334,10 @@ def doc_table(results: Sequence[Result]) -> list[str]:
     families = {f"{res.family}:{'/'.join(res.key)}": res for res in results}
     lines = ["| data set | rows | before median / p90 | after (CV) median / p90 |",
              "|---|---:|---|---|"]
+    unknown = [name for _label, name in DOC_ROWS if name not in families and name not in sets]
+    if unknown:
+        raise SystemExit(f"the fit has no data set or family {', '.join(unknown)}: the "
+                         "kernel tables changed; update DOC_ROWS")
     for label, name in DOC_ROWS:
         if name in families:
             res = families[name]
