@@ -25,9 +25,16 @@ their ``M·E/N``: a node with probability ``M/N``, a GPU of a picked node with
 all-to-all of the same ``S`` (``k`` copies of every token: ``S/n`` per pair), so the
 iteration's bytes stay the router's and the plan says how many of them move where.
 
+DeepEP's copies inside a node reach ``deepep_nvlink_efficiency`` of the payload rate
+NCCL's reach on the same NVLink (:mod:`collectives.params`: 0.84, fitted on DeepEP's own
+intranode H800 rows): the NVLink legs' streams count ``1/efficiency`` each, the time they
+hold the links, as NVLink SHARP's do.  The InfiniBand leg is the NIC's RDMA, at the
+network's rate.
+
 Not modelled: the SMs the kernels hold bound their rate when few are given (DeepEP's
-HybridEP tables: 4 SMs reach ~60 % of 16 SMs' rate on H100); the SMs they take from
-compute are ``compute.comm_sms``.
+HybridEP tables: 4 SMs reach ~60 % of 16 SMs' rate on H100; on B200 the normal kernels
+gain ~20 GB/s an SM up to ~36 SMs); the SMs they take from compute are
+``compute.comm_sms``.
 """
 
 from __future__ import annotations
@@ -86,11 +93,12 @@ def deepep_plan(b: _Builder, gpus: Sequence[str],
                           top_k=params.moe_top_k, max_nodes=params.deepep_max_nodes)
     # Streams relative to S/n, S being top_k copies of every token (module docstring).
     per_gpu, per_node_copy = p_gpu * n / params.moe_top_k, p_node * n / params.moe_top_k
+    copy = per_gpu / params.deepep_nvlink_efficiency  # an NVLink copy's hold (docstring)
     local, network, forward = _Step(b), _Step(b), _Step(b)
     for node, members in per_node.items():
         for src in members:
             for dst in members:
-                local.send(src, dst, per_gpu * w[dst])
+                local.send(src, dst, copy * w[dst])
             rail = gpu_rail(topo, src)
             for other, remote in per_node.items():
                 if other == node:
@@ -99,7 +107,7 @@ def deepep_plan(b: _Builder, gpus: Sequence[str],
                 share = sum(w[d] for d in remote) / len(remote)
                 network.send(src, relay, per_node_copy * share, rail)
                 for dst in remote:
-                    forward.send(relay, dst, per_gpu * w[dst])
+                    forward.send(relay, dst, copy * w[dst])
     fraction = 1.0 / n
     legs = [s for s in (local.shape(fraction), network.shape(fraction),
                         forward.shape(fraction)) if s is not None]

@@ -121,6 +121,12 @@ _PEER_LATENCY_US = {
 }
 # NVLink SHARP's achieved fraction of the NVLink rate on Hopper (tuning.cc nvlsEfficiency).
 _NVLS_EFFICIENCY = 0.85
+# DeepEP's normal kernels' NVLink copies as a fraction of the payload rate NCCL reaches on
+# the same links: the median of measured / distsim-at-1.0 over DeepEP's intranode (EP 8)
+# H800 rows, its own microbenchmark on one node (validation/deepep/compare_deepep.py
+# --fit; tests/validation checks it against the data).  Their warps copy token by token
+# into per-rank ring buffers and signal each chunk, which NCCL's bulk copies do not pay.
+_DEEPEP_NVLINK_EFFICIENCY = 0.84
 
 # Achievable payload fraction of each link kind's nominal one-direction rate.
 #  nvlink  0.82: NVLink packets carry a 16 B header per <=256 B payload plus data-link
@@ -185,8 +191,10 @@ class CommParams:
     ``alltoall_weights``: per rank of an all-to-all group of that many ranks, the share it
     receives relative to uniform (a MoE router's skew, :mod:`workloads.specs.moe_routing`;
     empty: uniform).  ``deepep_max_nodes``: DeepEP's node-limited routing, the nodes a
-    token may reach (0: no limit); ``moe_experts`` and ``moe_top_k``: the router a
-    ``deepep`` exchange deduplicates tokens for (set from the model; 0: not a MoE run).
+    token may reach (0: no limit); ``deepep_nvlink_efficiency``: the fraction of NVLink's
+    payload rate (``link_efficiency``) DeepEP's copy kernels reach; ``moe_experts`` and
+    ``moe_top_k``: the router a ``deepep`` exchange deduplicates tokens for (set from the
+    model; 0: not a MoE run).
     """
 
     algorithm: str = "auto"
@@ -205,6 +213,7 @@ class CommParams:
     all_to_all: str = "flat"
     alltoall_weights: tuple[float, ...] = ()
     deepep_max_nodes: int = 0
+    deepep_nvlink_efficiency: float = _DEEPEP_NVLINK_EFFICIENCY
     moe_experts: int = 0
     moe_top_k: int = 0
     #: Whether ``link_efficiency["nvlink"]`` was set by the user (or by :meth:`ideal`); if
@@ -232,6 +241,7 @@ class CommParams:
             link_efficiency={k: 1.0 for k in self.link_efficiency},
             protocol_efficiency={k: 1.0 for k in self.protocol_efficiency},
             nvls_efficiency=1.0,
+            deepep_nvlink_efficiency=1.0,
             peer_latency_s={t: dict.fromkeys(r, 0.0) for t, r in self.peer_latency_s.items()},
             chunk_bytes=dict.fromkeys(self.chunk_bytes, 0.0),
             base_latency_s={a: dict.fromkeys(r, 0.0) for a, r in self.base_latency_s.items()},
@@ -258,12 +268,15 @@ class CommParams:
             "pxn": self.pxn,
             "all_to_all": self.all_to_all,
             **({"deepep_max_nodes": self.deepep_max_nodes} if self.deepep_max_nodes else {}),
+            **({"deepep_nvlink_efficiency": self.deepep_nvlink_efficiency}
+               if self.all_to_all == "deepep" else {}),
         }
 
 
 _COMM_KEYS = ("algorithm", "protocol", "fidelity", "max_channels", "link_efficiency",
               "protocol_efficiency", "chunk_bytes", "base_latency", "hop_latency",
-              "peer_latency", "nvls_efficiency", "pxn", "all_to_all", "deepep_max_nodes")
+              "peer_latency", "nvls_efficiency", "pxn", "all_to_all", "deepep_max_nodes",
+              "deepep_nvlink_efficiency")
 #: How an all-to-all runs (collectives.alltoall_hier, collectives.deepep).
 ALLTOALL_MODES = ("flat", "hierarchical", "deepep", "auto")
 _CHOICES = {"algorithm": ALGORITHMS, "protocol": PROTOCOLS, "fidelity": FIDELITIES,
@@ -308,7 +321,8 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
     ``peer_latency: {nvlink|pcie|net: {ll|ll128|simple: "1 us"}}``,
     ``nvls_efficiency`` (a fraction), ``pxn`` (true or false),
     ``all_to_all`` (flat, hierarchical, deepep or auto), ``deepep_max_nodes`` (a whole
-    number of nodes, DeepEP's node-limited routing).  Keys not given take the defaults for
+    number of nodes, DeepEP's node-limited routing), ``deepep_nvlink_efficiency`` (a
+    fraction).  Keys not given take the defaults for
     GPUs of ``architecture`` (:func:`comm_params_for`); with ``architecture`` "" NVLink's
     efficiency stays the generation's until :meth:`CommParams.on_architecture` meets the
     cluster, so a mapping is parsed once, before the cluster is built.
@@ -334,7 +348,7 @@ def _parsed_comm(data: Mapping[str, Any] | None, source: str | None,
         elif key == "deepep_max_nodes":
             changes[key] = check_whole(value, key=path, minimum=1, maximum=2**16,
                                        source=source)
-        elif key == "nvls_efficiency":
+        elif key in ("nvls_efficiency", "deepep_nvlink_efficiency"):
             changes[key] = _fraction(value, path, source)
         elif key == "pxn":
             changes[key] = check_bool(value, key=path, source=source)

@@ -92,10 +92,47 @@ def test_fp8_dispatch_bytes() -> None:
     ({"all_to_all": "deep-ep"}, r"comm\.all_to_all: .*deepep"),
     ({"deepep_max_nodes": 0}, r"comm\.deepep_max_nodes: must be a whole number >= 1"),
     ({"deepep_max_nodes": 1.5}, r"comm\.deepep_max_nodes: must be a whole number"),
+    ({"deepep_nvlink_efficiency": 1.2}, r"comm\.deepep_nvlink_efficiency: .*1"),
+    ({"deepep_nvlink_efficiency": 0}, r"comm\.deepep_nvlink_efficiency: .*0"),
 ])
 def test_bad_keys_are_clear_errors(mapping, message) -> None:
     with pytest.raises(ConfigError, match=message):
         comm_params_from_mapping(mapping)
+
+
+ONE_NODE = build_cluster({"preset": "dgx-h100", "nodes": 1})
+
+
+@pytest.mark.parametrize("efficiency", [1.0, 0.84, 0.5])
+def test_nvlink_copies_hold_their_links_one_over_the_efficiency(efficiency) -> None:
+    """On one node with ideal links, a dispatch of S bytes (top-8 copies) puts on each
+    GPU's NVLink out-port the (n−1)·P(gpu)·S/k bytes it sends, over ``efficiency`` —
+    and at EP 8 that port is the bottleneck: time = latency + those bytes /
+    (B·efficiency)."""
+    from distsim_gpu.collectives.nccl_tests import run_benchmark
+
+    params = replace(CommParams().ideal(), all_to_all="deepep", moe_experts=256,
+                     moe_top_k=8, deepep_nvlink_efficiency=efficiency)
+    size = 8 * 2**20
+    p_gpu, _ = reach(ranks=8, nodes=1, experts=256, top_k=8)
+    sent = size / 8 * p_gpu * 7  # bytes one GPU copies to the 7 others
+    (plan,) = deepep_plans(ONE_NODE, list(ONE_NODE.gpus), params, "simple")
+    out_port = {k: v for k, v in link_bytes(plan, size).items() if k[0] == "n0.gpu0"}
+    assert sum(out_port.values()) == pytest.approx(sent / efficiency)
+    (row,) = run_benchmark(ONE_NODE, "alltoall", [size], params=params, dtype="int8")
+    nvlink = ONE_NODE.link("n0.gpu0", next(iter(out_port))[1]).bandwidth_bytes_per_s
+    transfer_s = row.time_s - plan.latency_s  # the links' own latency, ~0.6 us
+    assert transfer_s == pytest.approx(sent / (nvlink * efficiency), rel=1e-6)
+
+
+def test_the_nvlink_efficiency_leaves_the_infiniband_copies_alone() -> None:
+    size = 8 * 1000.0
+    slow = replace(PARAMS, deepep_nvlink_efficiency=0.5)
+    nic = ("n0.nic0", "leaf0")
+    assert link_bytes(_plan(slow), size)[nic] == pytest.approx(link_bytes(_plan(), size)[nic])
+    assert comm_params_from_mapping({"all_to_all": "deepep", "deepep_nvlink_efficiency": 0.7}
+                                    ).to_dict()["deepep_nvlink_efficiency"] == 0.7
+    assert "deepep_nvlink_efficiency" not in CommParams().to_dict()
 
 
 def test_deepep_without_a_router_is_a_clear_error() -> None:
@@ -123,3 +160,13 @@ def test_an_iteration_with_deepep_dispatch(write_scenario, tmp_path) -> None:
                               {**base, "communication": {"all_to_all": mode}})
         times[mode] = run_scenario(load_scenario(path)).iteration_time_s
     assert times["deepep"] < times["flat"]
+
+
+def test_the_default_nvlink_efficiency_is_the_intranode_rows_fit(shared_data) -> None:
+    """The default is what DeepEP's own EP 8 rows give (compare_deepep.py --fit), so a
+    change of the model that moves the fit shows here, not as a silent drift."""
+    from tests.conftest import load_script
+
+    compare = load_script("validation/deepep/compare_deepep.py", "compare_deepep")
+    fitted = compare.fit_intranode(shared_data / "kernels" / "deepep")
+    assert fitted == CommParams().deepep_nvlink_efficiency

@@ -12,13 +12,17 @@ included (:func:`bottleneck_bytes`).  Each README revision re-measured; every ro
 compared.
 
 distsim runs the same exchange on ``dgx-h100`` nodes with NVLink at H800's 200 GB/s per
-direction (400 GB/s bidirectional) and the 400 Gb/s rails, uncalibrated::
+direction (400 GB/s bidirectional) and the 400 Gb/s rails::
 
-    python validation/deepep/compare_deepep.py [--data DIR] [--table]
+    python validation/deepep/compare_deepep.py [--data DIR] [--table | --fit]
 
 and divides the closed-form bottleneck bytes (:func:`collectives.deepep.reach`) by the
-simulated time.  ``--table`` prints the summary by EP size that docs/validation.md holds
-(and tests/test_docs_tables.py checks) instead of the rows.
+simulated time: first uncalibrated (DeepEP's NVLink copies at the payload rate NCCL's
+reach, ``deepep_nvlink_efficiency`` 1), then with distsim's default fraction, which
+``--fit`` derives from the intranode (EP 8) rows alone — so EP 16 to 64 are predictions —
+and, as a check of that choice, with the fraction fitted on every other EP size.
+``--table`` prints the summary by EP size that docs/validation.md holds (and
+tests/test_docs_tables.py checks) instead of the rows.
 """
 
 from __future__ import annotations
@@ -32,16 +36,19 @@ from pathlib import Path
 
 from distsim_gpu.collectives.deepep import reach
 from distsim_gpu.collectives.nccl_tests import run_benchmark
-from distsim_gpu.collectives.params import comm_params_for
+from distsim_gpu.collectives.params import CommParams, comm_params_for
 from distsim_gpu.topology import build_cluster
 
 HERE = Path(__file__).resolve().parent
 TOKENS, HIDDEN, TOP_K, EXPERTS, MAX_NODES, GPUS_PER_NODE = 4096, 7168, 8, 256, 4, 8
 ELEMENT_BYTES = {"FP8": 1.0 + 4.0 / 128, "BF16": 2.0}
 #: H800's NVLink: 400 GB/s bidirectional (NVIDIA's H800 datasheet), 200 GB/s each way.
+H800_NVLINK = "200 GB/s"
 #: The NVLink fractions a leave-one-EP-size-out fit tries (DeepEP's copy kernels against
 #: NCCL's payload rate): 0.50 to 1.00.
 FRACTIONS = tuple(round(0.5 + 0.02 * i, 2) for i in range(26))
+#: The default fraction (collectives.params), which ``--fit`` derives.
+DEFAULT_FRACTION = CommParams().deepep_nvlink_efficiency
 
 
 def bottleneck_bytes(ep: int, element_bytes: float) -> float:
@@ -58,12 +65,12 @@ def bottleneck_bytes(ep: int, element_bytes: float) -> float:
 
 def predicted_bandwidth(ep: int, element_bytes: float, nvlink_fraction: float = 1.0) -> float:
     """distsim's bottleneck bandwidth (bytes per second) for one dispatch or combine, with
-    NVLink at ``nvlink_fraction`` of H800's rate (1: uncalibrated)."""
-    nvlink = f"{200 * nvlink_fraction} GB/s"
+    DeepEP's NVLink copies at ``nvlink_fraction`` of NCCL's payload rate (1: uncalibrated)."""
     topology = build_cluster({"preset": "dgx-h100", "nodes": max(1, ep // GPUS_PER_NODE),
-                              "nvlink": {"bandwidth": nvlink}})
+                              "nvlink": {"bandwidth": H800_NVLINK}})
     params = replace(comm_params_for("hopper"), all_to_all="deepep", moe_experts=EXPERTS,
-                     moe_top_k=TOP_K, deepep_max_nodes=MAX_NODES)
+                     moe_top_k=TOP_K, deepep_max_nodes=MAX_NODES,
+                     deepep_nvlink_efficiency=nvlink_fraction)
     size = int(TOKENS * TOP_K * HIDDEN * element_bytes)  # top-k copies, as the iteration's
     (row,) = run_benchmark(topology, "alltoall", [size], params=params, dtype="int8")
     return bottleneck_bytes(ep, element_bytes) / row.time_s
@@ -101,6 +108,13 @@ def compare(data: Path, nvlink_fraction: float = 1.0,
     return out
 
 
+def fit_intranode(data: Path) -> float:
+    """The default ``deepep_nvlink_efficiency``: the median of measured / uncalibrated over
+    the EP 8 rows (NVLink alone carries them), to two decimals."""
+    ratios = [m / p for _ph, ep, _d, m, p in compare(data) if ep == GPUS_PER_NODE]
+    return round(statistics.median(ratios), 2)
+
+
 def _median_error(rows: Sequence[tuple[str, int, str, float, float]]) -> float:
     return statistics.median(abs(p / m - 1) for *_r, m, p in rows)
 
@@ -118,23 +132,33 @@ def cross_validated(data: Path) -> list[tuple[int, float, float]]:
     return out
 
 
+def _errors(rows: Sequence[tuple[str, int, str, float, float]], ep: int) -> list[float]:
+    return [100 * (p / m - 1) for _ph, e, _d, m, p in rows if ep in (0, e)]
+
+
+def _cell(signed: list[float]) -> str:
+    low, high = (f"{v:+.0f}".replace("-", "−") for v in (min(signed), max(signed)))
+    return f"{statistics.median(map(abs, signed)):.1f} % ({low} … {high} %)"
+
+
 def summary_table(data: Path) -> list[str]:
     """The Markdown table of docs/validation.md's DeepEP section: per EP size, the
-    uncalibrated errors and the leave-this-size-out fit of NVLink's fraction."""
-    rows = compare(data)
+    uncalibrated errors, those with the default fraction (fitted on EP 8), and those with
+    the fraction fitted on the other EP sizes."""
+    plain, default = compare(data), compare(data, DEFAULT_FRACTION)
     fits = {held: (fitted, error) for held, fitted, error in cross_validated(data)}
-    lines = ["| EP | rows | median \\|error\\|, uncalibrated | signed | NVLink fraction "
-             "fitted on the other EP sizes | median \\|error\\| with it |",
-             "|---:|---:|---:|---|---:|---:|"]
+    lines = ["| EP | rows | median \\|error\\| (signed range), uncalibrated | with "
+             f"the default {DEFAULT_FRACTION:.2f} | fraction fitted on the other EP sizes "
+             "| median \\|error\\| with it |",
+             "|---:|---:|---|---|---:|---:|"]
     for ep in sorted(fits):
-        signed = [100 * (p / m - 1) for _ph, e, _d, m, p in rows if e == ep]
-        low, high = (f"{v:+.0f}".replace("-", "−") for v in (min(signed), max(signed)))
         fitted, error = fits[ep]
-        lines.append(f"| {ep} | {len(signed)} | {statistics.median(map(abs, signed)):.1f} % | "
-                     f"{low} … {high} % | {fitted:.2f} | {100 * error:.1f} % |")
-    errors = [100 * abs(p / m - 1) for *_r, m, p in rows]
-    lines.append(f"| all | {len(errors)} | {statistics.median(errors):.1f} % "
-                 f"(max {max(errors):.0f} %) | | | |")
+        lines.append(f"| {ep} | {len(_errors(plain, ep))} | {_cell(_errors(plain, ep))} | "
+                     f"{_cell(_errors(default, ep))} | {fitted:.2f} | {100 * error:.1f} % |")
+    predicted = [r for r in default if r[1] != GPUS_PER_NODE]
+    lines.append(f"| all | {len(plain)} | {_cell(_errors(plain, 0))} | "
+                 f"{_cell(_errors(default, 0))} | | |")
+    lines.append(f"| 16–64 | {len(predicted)} | | {_cell(_errors(predicted, 0))} | | |")
     return lines
 
 
@@ -143,9 +167,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", help="the deepep data folder")
     parser.add_argument("--table", action="store_true",
                         help="print the summary table of docs/validation.md alone")
+    parser.add_argument("--fit", action="store_true",
+                        help="print the NVLink fraction the EP 8 rows give (the default's)")
     args = parser.parse_args(argv)
     if args.table:
         print("\n".join(summary_table(find_data(args.data))))
+        return 0
+    if args.fit:
+        print(f"deepep_nvlink_efficiency fitted on the EP 8 rows: "
+              f"{fit_intranode(find_data(args.data)):.2f} (default {DEFAULT_FRACTION:.2f})")
         return 0
     rows = compare(find_data(args.data))
     print(f"{'phase':9} {'ep':>3} {'README':>10} {'measured':>9} {'distsim':>8} {'error':>7}")
