@@ -116,9 +116,10 @@ def handle_runs(args: argparse.Namespace) -> int:
                                overrides=overrides(args.overrides))
     if args.output is not None and report.fit is not None:
         crossed = summarise(report.fit.cross_validated)["mean_abs_error_pct"]
+        crossed_text = "n/a" if crossed is None else f"{crossed:.1f} %"
         header = (f"# Fitted by distsim validate runs {args.table} --map {args.map_path} "
                   f"({len(report.fit.fitted)} runs; {report.fit.folds}-fold cross-validated "
-                  f"mean |error| {crossed:.1f} %)\n")
+                  f"mean |error| {crossed_text})\n")
         atomic_write_text(args.output, header + yaml.safe_dump(fit_fragment(report.fit),
                                                                sort_keys=False))
     if args.json:

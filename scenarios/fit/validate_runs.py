@@ -187,8 +187,14 @@ def _ranks(values: Sequence[float]) -> list[float]:
     return ranks
 
 
+def _finite(value: float) -> float | None:
+    """``value``, or None (JSON's null) where it is NaN: JSON has no NaN."""
+    return None if math.isnan(value) else value
+
+
 def summarise(results: Sequence[RowResult]) -> dict[str, Any]:
-    """Mean and max |error| (%) over the rows that ran, and Spearman per group."""
+    """Mean and max |error| (%) over the rows that ran, and Spearman per group (None
+    where there is none: under 3 rows or no spread; likewise the errors without rows)."""
     ok = [r for r in results if r.predicted_s is not None]
     errors = [abs(r.error_pct or 0.0) for r in ok]
     groups: dict[str, list[RowResult]] = {}
@@ -196,10 +202,10 @@ def summarise(results: Sequence[RowResult]) -> dict[str, Any]:
         groups.setdefault(r.row.group, []).append(r)
     return {
         "rows": len(results), "simulated": len(ok),
-        "mean_abs_error_pct": statistics.fmean(errors) if errors else float("nan"),
-        "max_abs_error_pct": max(errors) if errors else float("nan"),
-        "spearman": {group: spearman([r.predicted_s or 0.0 for r in rs],
-                                     [r.row.measured_s for r in rs])
+        "mean_abs_error_pct": statistics.fmean(errors) if errors else None,
+        "max_abs_error_pct": max(errors) if errors else None,
+        "spearman": {group: _finite(spearman([r.predicted_s or 0.0 for r in rs],
+                                             [r.row.measured_s for r in rs]))
                      for group, rs in sorted(groups.items())},
         "group_rows": {group: len(rs) for group, rs in sorted(groups.items())},
     }
@@ -550,17 +556,19 @@ def _cells(result: RowResult | None) -> list[str]:
     return [f"{result.predicted_s:.4g} s", f"{result.error_pct:+.1f}%"]
 
 
-def _rho_text(rho: float, rows: int) -> str:
+def _rho_text(rho: float | None, rows: int) -> str:
     """A rank correlation, or why there is none: it needs three rows, and a spread."""
     if rows < 3:
         return f"n/a ({rows} row{'s' if rows != 1 else ''})"
-    return "n/a (no spread)" if math.isnan(rho) else f"{rho:.2f}"
+    return "n/a (no spread)" if rho is None else f"{rho:.2f}"
 
 
 def _summary_lines(name: str, results: Sequence[RowResult]) -> list[str]:
     s = summarise(results)
     ranks = ", ".join(f"{group or 'all'} {_rho_text(rho, s['group_rows'][group])}"
                       for group, rho in s["spearman"].items())
+    if not s["simulated"]:
+        return [f"{name}: 0/{s['rows']} rows simulated"]
     return [f"{name}: {s['simulated']}/{s['rows']} rows, mean |error| "
             f"{s['mean_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}%; "
             f"Spearman within groups: {ranks or 'n/a'}"]

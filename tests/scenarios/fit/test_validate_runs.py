@@ -87,7 +87,12 @@ def test_every_row_is_its_scenario_simulated(tmp_path) -> None:
     assert summary["mean_abs_error_pct"] == pytest.approx(sum(errors) / 5)
     assert summary["max_abs_error_pct"] == pytest.approx(max(errors))
     assert set(summary["spearman"]) == {"small", "big"}
-    assert math.isnan(summary["spearman"]["big"])  # two rows: no rank correlation
+    assert summary["spearman"]["big"] is None  # two rows: no rank correlation (JSON null)
+    json.loads(json.dumps(summary), parse_constant=_no_nan)  # strict JSON: no NaN
+
+
+def _no_nan(name: str) -> None:
+    raise AssertionError(f"{name} in the JSON")
 
 
 def test_rows_carry_their_overrides_and_groups(tmp_path) -> None:
