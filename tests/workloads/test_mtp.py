@@ -69,3 +69,54 @@ def test_mtp_with_fsdp_is_refused() -> None:
                                           r"ZeRO-3/FSDP is not modelled"):
         check_strategy(model, ParallelConfig(dp=2, fsdp=True), TrainingConfig(global_batch=2),
                        num_gpus=2)
+
+
+SMALL_MOE = model_from_mapping({"name": "m", "layers": 4, "hidden": 1024, "heads": 16,
+                                "seq_len": 512, "vocab": 32000, "experts": 8, "top_k": 2})
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_each_module_holds_a_last_layer_and_the_head_once_more(recompute) -> None:
+    """On the last stage of pp 2 (2 micro-batches in flight under 1F1B with 4), per
+    module and micro-batch: the last layer's activations, the norms' and projection's
+    inputs (4·s·b·h bytes of 16-bit, /t with s.p.) and the head's (2·s·b·h/t + fp32
+    logits 4·s·b·V/t); the first stage does not move."""
+    from distsim_gpu.workloads.cost.memory import activation_bytes_per_layer, memory_per_gpu
+
+    parallel = ParallelConfig(tp=2, pp=2, dp=2, ep=2, sequence_parallel=True)
+    training = TrainingConfig(micro_batch=1, global_batch=8, recompute=recompute)
+
+    def activations(depth: int, stage: int) -> float:
+        return memory_per_gpu(replace(SMALL_MOE, mtp_depth=depth), parallel, training,
+                              stage=stage, num_microbatches=4).activations_bytes
+
+    shard = LayerShard(1, 512, tp=2, sequence_parallel=True, ep=2, layer_index=3,
+                       recompute=recompute)
+    layer = activation_bytes_per_layer(SMALL_MOE, shard)
+    sbh = 512 * 1024
+    module = layer + 2 * 4 * sbh / 2 + 2 * 2 * sbh / 2 + 4 * 512 * 32000 / 2
+    in_flight = 1  # 1F1B's last stage holds one micro-batch
+    assert activations(2, 1) - activations(0, 1) == pytest.approx(2 * module * in_flight)
+    assert activations(2, 0) == activations(0, 0)
+
+
+def test_a_v_schedule_keeps_the_logits_on_its_first_stage() -> None:
+    """DualPipeV places the output layer on stage 0 (the V's end): a larger vocabulary
+    grows that stage's activations by the fp32 logits, 4·s·b·ΔV/t per micro-batch in
+    flight, and not the last stage's."""
+    from distsim_gpu.workloads.cost.memory import memory_per_gpu, microbatches_in_flight
+
+    model = model_from_mapping({"name": "m", "layers": 8, "hidden": 1024, "heads": 16,
+                                "seq_len": 512, "vocab": 32000})
+    parallel = ParallelConfig(pp=2, dp=1, interleave=2, schedule="dualpipev")
+    training = TrainingConfig(micro_batch=1, global_batch=6)
+
+    def activations(vocab: int, stage: int) -> float:
+        return memory_per_gpu(replace(model, vocab=vocab), parallel, training, stage=stage,
+                              num_microbatches=6).activations_bytes
+
+    in_flight = microbatches_in_flight("dualpipev", pp=2, stage=0, num_microbatches=6,
+                                       interleave=2)
+    assert activations(64000, 0) - activations(32000, 0) == pytest.approx(
+        4 * 512 * 32000 * in_flight)
+    assert activations(64000, 1) == activations(32000, 1)

@@ -64,9 +64,14 @@ double-buffered K/V blocks and, in backward, their gradients: ``4`` K/V blocks o
 ``2·(s/cp)·b·kv_heads/t·d_head`` elements (:func:`cp_kv_block_bytes`), added once per
 stage like the recomputed layer.
 
-First stage extra: the embedding dropout mask, ``s·b·h`` bytes (/t with s.p.); last stage
-extra: final-norm input, output-layer input and fp32 logits, ``4·s·b·h·(1 + V/h)/t`` with
-s.p. (Korthikanti et al. 2022 §4.3), each per micro-batch in flight.
+First stage extra: the embedding dropout mask, ``s·b·h`` bytes (/t with s.p.); the
+output layer's stage (the last, or the first in a V schedule such as DualPipeV) extra:
+final-norm input, output-layer input and fp32 logits, ``4·s·b·h·(1 + V/h)/t`` with s.p.
+(Korthikanti et al. 2022 §4.3), each per micro-batch in flight.  Each of DeepSeek-V3's
+``mtp_depth`` multi-token-prediction modules (report §2.2, on the output layer's stage)
+adds a transformer block's activations like the model's last layer, the inputs of its two
+norms and of its ``2h → h`` projection (``2·s·b·h`` 16-bit elements each way, /t with s.p.)
+and the output head's again: final-norm and head inputs and its fp32 logits.
 
 **Micro-batches in flight** on stage ``r`` of ``p`` (counted in whole stages' worth of
 layers): GPipe ``m`` (all forwards before any backward); 1F1B ``min(p − r, m)``
@@ -102,7 +107,12 @@ from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     TrainingConfig,
 )
-from distsim_gpu.workloads.strategy.schedule import V_SCHEDULES, peak_chunks_held, stage_program
+from distsim_gpu.workloads.strategy.schedule import (
+    V_SCHEDULES,
+    peak_chunks_held,
+    stage_of,
+    stage_program,
+)
 from distsim_gpu.workloads.strategy.tp_nd import mesh_of, weight_replicas
 
 __all__ = [
@@ -352,9 +362,13 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     sp_shard = tp if sequence_parallel else 1
     if stage == 0:
         activations += sbh / sp_shard * in_flight  # embedding dropout mask
-    if stage == pp - 1:
-        logits = 4.0 * s * micro_batch * model.vocab / tp
-        activations += (2 * e * sbh / sp_shard + logits) * in_flight
+    if stage == stage_of(pp * interleave - 1, pp, parallel.schedule):  # the output layer's
+        head = 2 * e * sbh / sp_shard + 4.0 * s * micro_batch * model.vocab / tp
+        # Each MTP module: a block like the last layer, its norms' and projection's
+        # inputs (2h wide each) and the shared head once more (module docstring).
+        mtp = model.mtp_depth * (per_layer(model.layers - 1, recompute)
+                                 + 4 * e * sbh / sp_shard + head)
+        activations += (head + mtp) * in_flight
     return MemoryBreakdown.of(weights, gradients, optimizer, activations)
 
 
