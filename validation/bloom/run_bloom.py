@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import re
 import sys
 import time
@@ -27,6 +28,7 @@ from typing import Any
 import yaml
 from distsim_gpu.scenarios.fit.validate_runs import (
     DEFAULT_FIT,
+    RunsReport,
     format_runs_report,
     validate_scenarios,
 )
@@ -128,13 +130,12 @@ def sweep_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
 FIT = {**DEFAULT_FIT, "compute.host_overhead": (1e-6, 3e-4, True)}
 
 
-def fit_report(rows: list[dict[str, Any]]) -> str:
+def fit_report(rows: list[dict[str, Any]]) -> RunsReport:
     """The rows' uncalibrated, fitted and cross-validated errors (module docstring)."""
     runs = [(row["label"], "prequel" if "prequel" in row["label"] else "BLOOM",
              scenario_for(row), row["measured"]) for row in rows]
-    report = validate_scenarios(runs, source=str(Path(__file__)), base_dir=str(HERE),
-                                fit=FIT, folds=3)
-    return format_runs_report(report)
+    return validate_scenarios(runs, source=str(Path(__file__)), base_dir=str(HERE),
+                              fit=FIT, folds=3)
 
 
 def main() -> int:
@@ -144,6 +145,9 @@ def main() -> int:
                         help="skip the runs that take more than a minute")
     parser.add_argument("--fit", action="store_true",
                         help="fit the stack's knobs to the rows, cross-validated")
+    parser.add_argument("--json", action="store_true",
+                        help="with --fit: print the report as one JSON object (what "
+                        "validation/fit_tables.py reads)")
     parser.add_argument("--table", action="store_true",
                         help="the table alone, without host times or the rows not "
                         "simulated (docs/validation.md holds it; tests/test_docs_tables.py "
@@ -154,7 +158,9 @@ def main() -> int:
     rows += more
     skipped += more_skipped
     if args.fit:
-        print(fit_report(rows), end="")
+        report = fit_report(rows)
+        print(json.dumps(report.to_dict(), indent=1) if args.json
+              else format_runs_report(report), end="\n" if args.json else "")
         return 0
     host_column = not args.table
     print("| run | GPUs | tp·pp·dp | mbs | gbs | layers × hidden | measured (s) | "

@@ -29,13 +29,18 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
-from distsim_gpu.scenarios.fit.validate_runs import format_runs_report, validate_scenarios
+from distsim_gpu.scenarios.fit.validate_runs import (
+    RunsReport,
+    format_runs_report,
+    validate_scenarios,
+)
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.errors import DistsimError
 
@@ -119,7 +124,7 @@ def read_rows(data: Path, tables: set[str]) -> list[dict[str, str]]:
 FIT = {"compute.matmul_efficiency": (0.3, 1.0, False),
        "compute.attention_efficiency": (0.1, 1.0, False),
        "compute.memory_efficiency": (0.3, 1.0, False)}
-def fit_report(rows: list[dict[str, str]], folds: int) -> str:
+def fit_report(rows: list[dict[str, str]], folds: int) -> RunsReport:
     """Uncalibrated, fitted and cross-validated errors on iteration time (module
     docstring): a row's measured seconds are its tokens per iteration over the measured
     tokens/s of all its GPUs."""
@@ -128,9 +133,8 @@ def fit_report(rows: list[dict[str, str]], folds: int) -> str:
         tokens = int(row["local_batch_size"]) * int(row["fsdp"]) * int(row["seq_len"])
         runs.append((f"{row['technique']} ({row['gpus']} GPUs)", row["source_table"],
                      scenario_for(row), tokens / (float(row["tps_per_gpu"]) * int(row["gpus"]))))
-    report = validate_scenarios(runs, source=str(Path(__file__)), base_dir=str(HERE),
-                                fit=FIT, folds=folds)
-    return format_runs_report(report)
+    return validate_scenarios(runs, source=str(Path(__file__)), base_dir=str(HERE),
+                              fit=FIT, folds=folds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,11 +144,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit", action="store_true",
                         help="fit the stacks' knobs to the rows, cross-validated")
     parser.add_argument("--folds", type=int, default=3)
+    parser.add_argument("--json", action="store_true",
+                        help="with --fit: print the report as one JSON object (what "
+                        "validation/fit_tables.py reads)")
     args = parser.parse_args(argv)
     names = [t.strip() for t in args.tables.split(",")]
     tables = {name if name in ("h200", "asynctp") else f"Table{name}" for name in names}
     if args.fit:
-        print(fit_report(read_rows(args.data, tables), args.folds), end="")
+        report = fit_report(read_rows(args.data, tables), args.folds)
+        print(json.dumps(report.to_dict(), indent=1) if args.json
+              else format_runs_report(report), end="\n" if args.json else "")
         return 0
     print("| table | model | GPUs | fsdp·tp·pp·cp | technique | measured tok/s/GPU | "
           "predicted | error |\n|---|---|---:|---|---|---:|---:|---:|")
