@@ -33,7 +33,8 @@ network's rate.
 
 Not modelled: the SMs the kernels hold bound their rate when few are given (DeepEP's
 HybridEP tables: 4 SMs reach ~60 % of 16 SMs' rate on H100; on B200 the normal kernels
-gain ~20 GB/s an SM up to ~36 SMs); the SMs they take from compute are
+gain ~20 GB/s an SM up to ~36 SMs, :data:`SM_COPY_BYTES_PER_S`; a run on fewer SMs than
+its NVLink rate needs says so in its notes); the SMs they take from compute are
 ``compute.comm_sms``.
 """
 
@@ -49,7 +50,13 @@ from distsim_gpu.collectives.plan import CollectivePlan, StepShape
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import Topology
 
-__all__ = ["deepep_plan", "deepep_plans", "reach"]
+__all__ = ["SM_COPY_BYTES_PER_S", "deepep_plan", "deepep_plans", "nvlink_copy_rate", "reach"]
+
+#: What one SM of DeepEP's normal kernels moves, in the bytes its test counts: B200's SM
+#: sweep (the ``hybrid-ep`` branch README's DeepEP rows, BF16 dispatch on 8 GPUs) rises
+#: from 348 GB/s on 16 SMs to 619 on 32 — 21.8 to 19.3 GB/s an SM — before NVLink caps it.
+#: Not a rate distsim applies (module docstring): a run is told when its SMs would bind.
+SM_COPY_BYTES_PER_S = 20e9
 
 
 def _hit(pool: int, held: int, top_k: int) -> float:
@@ -122,6 +129,15 @@ def deepep_plans(topo: Topology, group: Sequence[str], params: CommParams,
     gpus = list(group)
     weights = params.alltoall_weights if len(params.alltoall_weights) == len(gpus) else None
     return [deepep_plan(_Builder(topo, params, "ring", protocol), gpus, weights)]
+
+
+def nvlink_copy_rate(topo: Topology, params: CommParams) -> float:
+    """Bytes per second DeepEP's NVLink copies leave one GPU at (its NVLink ports at the
+    payload efficiency and ``deepep_nvlink_efficiency``); 0 without NVLink."""
+    gpu = next(iter(topo.gpus))
+    ports = sum(link.bandwidth_bytes_per_s for link in topo.links()
+                if link.src == gpu and link.kind == "nvlink")
+    return ports * params.efficiency_of("nvlink") * params.deepep_nvlink_efficiency
 
 
 def _same_rail(topo: Topology, remote: Sequence[str], rail: int | None, index: int) -> str:

@@ -4,14 +4,17 @@
 extrapolated rows, the kinds a fallback timed, the table rows that matched nothing (each
 job's table, with several jobs), and each fault whose fabric re-route stalls the job
 (the subnet manager's delay, :mod:`topology.faults`), an NVMe offload timed with the
-node preset's estimated drive bandwidth, and a low-precision GEMM rate no kernel table
-measured (the roofline's ``notes``).
+node preset's estimated drive bandwidth, a low-precision GEMM rate no kernel table
+measured (the roofline's ``notes``), and a DeepEP exchange on fewer SMs than its NVLink
+rate needs (:mod:`collectives.deepep`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from distsim_gpu.collectives.deepep import SM_COPY_BYTES_PER_S, nvlink_copy_rate
+from distsim_gpu.collectives.params import CommParams
 from distsim_gpu.simcore.notes import RunNote, unique
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.topology import Topology
@@ -20,7 +23,7 @@ from distsim_gpu.topology.preset_registry import NODE_PRESETS
 from distsim_gpu.topology.routing import END_TO_END_POLICIES
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
 
-__all__ = ["fault_notes", "offload_notes", "run_notes"]
+__all__ = ["deepep_notes", "fault_notes", "offload_notes", "run_notes"]
 
 
 def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]:
@@ -41,6 +44,24 @@ def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]
                     f"{value / 1e9:.3g} GB/s per drive is the {preset.name} preset's "
                     "estimate (its guide does not name the drive)",
                     f"parallelism.offload.host.{key}") for key, value in defaulted]
+
+
+def deepep_notes(comm: CommParams, costs: object, topology: Topology) -> list[RunNote]:
+    """A note when ``all_to_all: deepep`` runs on fewer SMs (``compute.comm_sms``) than
+    its NVLink copies need at :data:`~collectives.deepep.SM_COPY_BYTES_PER_S` an SM:
+    distsim times them at NVLink's rate, which such a run does not reach."""
+    if comm.all_to_all != "deepep":
+        return []
+    sms = getattr(getattr(costs, "fallback", None) or costs, "comm_sms", 0)
+    link_rate = nvlink_copy_rate(topology, comm)
+    sm_rate = sms * SM_COPY_BYTES_PER_S
+    if sm_rate >= link_rate:
+        return []
+    return [RunNote(
+        "unmodelled", f"DeepEP's NVLink copies are timed at NVLink's {link_rate / 1e9:.0f} GB/s "
+        f"a GPU; its kernels on {sms} SMs move about {sm_rate / 1e9:.0f} GB/s "
+        f"(~{SM_COPY_BYTES_PER_S / 1e9:.0f} GB/s an SM, B200's SM sweep), a limit distsim "
+        "does not model: the exchange is optimistic", "compute.comm_sms")]
 
 
 def fault_notes(faults: Sequence[Fault], topology: Topology,
@@ -66,15 +87,18 @@ def fault_notes(faults: Sequence[Fault], topology: Topology,
 
 
 def run_notes(costs: Iterable[object], faults: Sequence[Fault], topology: Topology,
-              iteration_time_s: float,
-              parallels: Iterable[ParallelConfig] = ()) -> tuple[RunNote, ...]:
-    """Every note of a run that took ``iteration_time_s`` with the cost models ``costs``
-    and strategies ``parallels`` (each job's) on ``topology`` under ``faults``, without
-    repeats."""
+              iteration_time_s: float, parallels: Iterable[ParallelConfig] = (),
+              comms: Iterable[CommParams] = ()) -> tuple[RunNote, ...]:
+    """Every note of a run that took ``iteration_time_s`` with the cost models ``costs``,
+    strategies ``parallels`` and collectives ``comms`` (each job's, in the same order) on
+    ``topology`` under ``faults``, without repeats."""
     notes: list[RunNote] = []
+    costs = list(costs)
     for model in costs:
         notes += getattr(model, "notes", ())  # a cost table's, or the roofline's defaults
     for parallel in parallels:
         notes += offload_notes(parallel, topology)
+    for comm, model in zip(comms, costs, strict=False):
+        notes += deepep_notes(comm, model, topology)
     notes += fault_notes(faults, topology, iteration_time_s)
     return unique(notes)

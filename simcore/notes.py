@@ -16,8 +16,10 @@ __all__ = ["NOTE_KINDS", "RunNote", "unique"]
 #: What a note can say: a value outside what was measured (``extrapolated``), a figure the
 #: run took from a default (``defaulted``), something given that the run did not use
 #: (``ignored``), a fault's effect (``fault``), a headline that hides its parts
-#: (``headline``), what a fit could not explain (``fit``).
-NOTE_KINDS = ("extrapolated", "defaulted", "ignored", "fault", "headline", "fit")
+#: (``headline``), what a fit could not explain (``fit``), a limit the run meets that the
+#: model leaves out, so that its answer is optimistic (``unmodelled``).
+NOTE_KINDS = ("extrapolated", "defaulted", "ignored", "fault", "headline", "fit",
+              "unmodelled")
 
 
 @dataclass(frozen=True, slots=True)

@@ -170,3 +170,30 @@ def test_the_default_nvlink_efficiency_is_the_intranode_rows_fit(shared_data) ->
     compare = load_script("validation/deepep/compare_deepep.py", "compare_deepep")
     fitted = compare.fit_intranode(shared_data / "kernels" / "deepep")
     assert fitted == CommParams().deepep_nvlink_efficiency
+
+
+@pytest.mark.parametrize(("preset", "gpu", "sms", "noted"), [
+    ("dgx-b200", "b200", 16, True),     # 16 · 20 GB/s = 320 < 900 · 0.82 · 0.84 = 620
+    ("dgx-b200", "b200", 32, False),    # 640 GB/s: NVLink binds first
+    ("dgx-h100", "h100-sxm", 20, False),  # 400 > 450 · 0.82 · 0.84 = 310
+])
+def test_a_deepep_run_on_too_few_sms_says_so(write_scenario, tmp_path, preset, gpu, sms,
+                                             noted) -> None:
+    """DeepEP's SM-bound rate is not modelled; a run whose SMs would bind it says the
+    exchange is optimistic, naming compute.comm_sms, and one whose NVLink binds first
+    says nothing."""
+    from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+
+    path = write_scenario(tmp_path / "moe.yaml", {
+        "name": "moe", "cluster": {"preset": preset, "nodes": 1},
+        "model": {"name": "m", "layers": 2, "hidden": 1024, "heads": 16, "seq_len": 1024,
+                  "vocab": 32000, "experts": 16, "top_k": 4},
+        "parallelism": {"dp": 8, "ep": 8}, "training": {"micro_batch": 1, "global_batch": 8},
+        "communication": {"all_to_all": "deepep"},
+        "compute": {"gpu": gpu, "costs": "roofline", "comm_sms": sms}})
+    notes = run_scenario(load_scenario(path)).notes
+    mine = [n for n in notes if n.key == "compute.comm_sms"]
+    assert bool(mine) == noted
+    if noted:
+        assert mine[0].kind == "unmodelled"
+        assert f"on {sms} SMs move about {sms * 20} GB/s" in mine[0].message
