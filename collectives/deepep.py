@@ -133,7 +133,8 @@ def deepep_plans(topo: Topology, group: Sequence[str], params: CommParams,
 
 def nvlink_copy_rate(topo: Topology, params: CommParams) -> float:
     """Bytes per second DeepEP's NVLink copies leave one GPU at (its NVLink ports at the
-    payload efficiency and ``deepep_nvlink_efficiency``); 0 without NVLink."""
+    payload efficiency and ``deepep_nvlink_efficiency``; the first GPU's, a cluster's
+    nodes being alike); 0 without NVLink."""
     gpu = next(iter(topo.gpus))
     ports = sum(link.bandwidth_bytes_per_s for link in topo.links()
                 if link.src == gpu and link.kind == "nvlink")

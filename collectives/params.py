@@ -124,7 +124,7 @@ _NVLS_EFFICIENCY = 0.85
 # DeepEP's normal kernels' NVLink copies as a fraction of the payload rate NCCL reaches on
 # the same links: the median of measured / distsim-at-1.0 over DeepEP's intranode (EP 8)
 # H800 rows, its own microbenchmark on one node (validation/deepep/compare_deepep.py
-# --fit; tests/validation checks it against the data).  Their warps copy token by token
+# --fit; tests/collectives/test_deepep.py holds it to the data).  Their warps copy token by token
 # into per-rank ring buffers and signal each chunk, which NCCL's bulk copies do not pay.
 _DEEPEP_NVLINK_EFFICIENCY = 0.84
 

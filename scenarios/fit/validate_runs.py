@@ -565,10 +565,10 @@ def _rho_text(rho: float | None, rows: int) -> str:
 
 def _summary_lines(name: str, results: Sequence[RowResult]) -> list[str]:
     s = summarise(results)
-    ranks = ", ".join(f"{group or 'all'} {_rho_text(rho, s['group_rows'][group])}"
-                      for group, rho in s["spearman"].items())
     if not s["simulated"]:
         return [f"{name}: 0/{s['rows']} rows simulated"]
+    ranks = ", ".join(f"{group or 'all'} {_rho_text(rho, s['group_rows'][group])}"
+                      for group, rho in s["spearman"].items())
     return [f"{name}: {s['simulated']}/{s['rows']} rows, mean |error| "
             f"{s['mean_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}%; "
             f"Spearman within groups: {ranks or 'n/a'}"]

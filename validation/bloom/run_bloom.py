@@ -147,7 +147,7 @@ def main() -> int:
                         help="fit the stack's knobs to the rows, cross-validated")
     parser.add_argument("--json", action="store_true",
                         help="with --fit: print the report as one JSON object (what "
-                        "validation/fit_tables.py reads)")
+                        "validation/training_tables.py reads)")
     parser.add_argument("--table", action="store_true",
                         help="the table alone, without host times or the rows not "
                         "simulated (docs/validation.md holds it; tests/test_docs_tables.py "

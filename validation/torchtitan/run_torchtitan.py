@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folds", type=int, default=3)
     parser.add_argument("--json", action="store_true",
                         help="with --fit: print the report as one JSON object (what "
-                        "validation/fit_tables.py reads)")
+                        "validation/training_tables.py reads)")
     args = parser.parse_args(argv)
     names = [t.strip() for t in args.tables.split(",")]
     tables = {name if name in ("h200", "asynctp") else f"Table{name}" for name in names}

@@ -70,8 +70,9 @@ final-norm input, output-layer input and fp32 logits, ``4·s·b·h·(1 + V/h)/t`
 (Korthikanti et al. 2022 §4.3), each per micro-batch in flight.  Each of DeepSeek-V3's
 ``mtp_depth`` multi-token-prediction modules (report §2.2, on the output layer's stage)
 adds a transformer block's activations like the model's last layer, the inputs of its two
-norms and of its ``2h → h`` projection (``2·s·b·h`` 16-bit elements each way, /t with s.p.)
-and the output head's again: final-norm and head inputs and its fp32 logits.
+norms (``h`` wide each) and of its ``2h → h`` projection (``2h`` wide) — ``4·s·b·h``
+16-bit elements, /t with s.p. — and the output head's again: final-norm and head inputs
+and its fp32 logits.
 
 **Micro-batches in flight** on stage ``r`` of ``p`` (counted in whole stages' worth of
 layers): GPipe ``m`` (all forwards before any backward); 1F1B ``min(p − r, m)``
