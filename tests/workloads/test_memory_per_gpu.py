@@ -299,3 +299,57 @@ def test_memory_of_a_strategy_passes_every_field_through():
                                   stage=stage, flash_attention=False) == memory_per_gpu(
             model, parallel, replace(training, seq_len=1024), num_microbatches=16, stage=stage,
             flash_attention=False)
+
+
+# ------------------------------------------- low-precision linear inputs (TE keeps FP8)
+@pytest.mark.parametrize("q", [1.0, 1.0 + 4 / 128, 0.5 + 1 / 16])
+@pytest.mark.parametrize("t", [1, 4])
+def test_linear_inputs_kept_quantized_save_their_bytes(q, t):
+    """GPT-3's linear inputs per layer — QKV's and FC1's (2·sbh, /t with s.p.), the
+    attention output (sbh/t) and FC2's (4·sbh/t) — kept at ``q`` bytes instead of 2: the
+    layer shrinks by (2 − q) times those elements, exactly."""
+    shard = LayerShard(micro_batch=B, seq_len=S, tp=t, sequence_parallel=True,
+                       recompute="selective")
+    plain = activation_bytes_per_layer(GPT3, shard, precision="fp8")
+    kept = activation_bytes_per_layer(GPT3, shard, precision="fp8", linear_input_bytes=q)
+    elements = 2 * SBH / t + SBH / t + 4 * SBH / t
+    assert plain - kept == pytest.approx((2 - q) * elements)
+    assert plain == activation_bytes_per_layer(GPT3, shard, precision="fp8",
+                                               linear_input_bytes=2.0)
+
+
+def test_moe_and_mla_linear_inputs_kept_quantized():
+    """DeepSeek-V3's MoE layer at ep 8: the routed copies' FC2 and FC1 (dispatched token)
+    inputs, top_k·(f + h) per token; the shared expert's FC2 input f_shared; QKV/FC1
+    input 2h; the attention output (the output projection's input) a·d_v; MLA's normed
+    latents r_q + r_kv — each 1 byte instead of 2."""
+    model = get_model("deepseek-v3")
+    shard = LayerShard(micro_batch=1, seq_len=4096, ep=8, layer_index=10,
+                       recompute="none")
+    plain = activation_bytes_per_layer(model, shard, precision="fp8", flash_attention=True)
+    kept = activation_bytes_per_layer(model, shard, precision="fp8", flash_attention=True,
+                                      linear_input_bytes=1.0)
+    mla = model.mla
+    per_token = (model.top_k * (model.ffn_hidden + model.hidden)
+                 + model.shared_experts * model.ffn_hidden + 2 * model.hidden
+                 + model.heads * model.v_head_dim + mla.q_lora_rank + mla.kv_lora_rank)
+    assert plain - kept == pytest.approx(4096 * per_token)
+
+
+def test_transformer_engine_stacks_keep_quantized_inputs_and_torchao_does_not():
+    from distsim_gpu.workloads.cost.compute import RooflineCosts, saved_linear_input_bytes
+    from distsim_gpu.workloads.cost.compute.stacks import get_stack
+    from distsim_gpu.workloads.specs.gpus import get_gpu
+
+    h100 = get_gpu("h100-sxm")
+
+    def saved(stack: str, precision: str, recipe: str | None = None) -> float | None:
+        chosen = get_stack(stack).with_fp8_recipe(recipe)
+        return saved_linear_input_bytes(RooflineCosts(h100, precision=precision,
+                                                      stack=chosen))
+
+    assert saved("megatron-core", "fp8") == 1.0  # delayed scaling: per-tensor scales
+    assert saved("megatron-core", "fp8", "blockwise") == pytest.approx(1 + 4 / 128)
+    assert saved("nemo", "fp8") == 1.0
+    assert saved("megatron-core", "bf16") is None
+    assert saved("torch-compile", "fp8") is None  # torchao keeps the 16-bit input

@@ -56,6 +56,19 @@ are recomputed, not stored (unfused attention is recomputed too: no s² term).  
 layer is back-propagated, what ``op`` did not keep is held once more (added once per
 stage, as for full recompute).
 
+**Low-precision linear inputs.**  Under ``precision: fp8`` (or ``fp4``) Transformer
+Engine's linear layers keep for the backward not their 16-bit input but the quantized
+column-wise copy the weight-gradient GEMM reads (transformer_engine/pytorch/module/
+linear.py: "Discard row-wise data since it is not needed in backward pass"; ``saved_
+inputmat`` is the quantized input): one byte an element plus the recipe's scales
+(``linear_input_bytes``; :func:`~workloads.cost.compute.roofline.saved_linear_input_bytes`,
+stacks with ``fp8_saves_quantized_inputs``).  The inputs that are a linear layer's: QKV's
+and FC1's, the attention output (the output projection's), FC2's, the dispatched tokens
+(the experts' FC1), MLA's normed latents (the up projections'); norm inputs, Q, K, V,
+activation inputs and masks stay as above.  torchao's float8 linears keep the 16-bit
+input, and so does every stack without the flag; NVFP4's 16-bit last layers are counted
+at the FP4 size.
+
 **Context parallelism** (``cp`` ranks share each sequence, :mod:`workloads.cost.context_parallel`):
 every activation above is counted at the rank's ``s/cp`` tokens (Transformer Engine's
 ring attention saves only the local Q, K, V, output and log-sum-exp; the K/V blocks of
@@ -165,14 +178,18 @@ class MemoryBreakdown:
 
 
 def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
-                               flash_attention: bool = False, precision: str = "bf16") -> float:
+                               flash_attention: bool = False, precision: str = "bf16",
+                               linear_input_bytes: float | None = None) -> float:
     """Activation bytes layer ``shard.layer_index`` keeps for backward, per micro-batch,
     under recomputation ``shard.recompute`` (``none``, ``selective``, ``full``, ``op``;
     module docstring).
 
     A MoE layer's routed part is the most loaded EP rank's (``shard.ep``; its
     :attr:`~workloads.specs.moe_routing.MoeLoads.pace_factor` times a uniform router's): the
-    peak is that GPU's."""
+    peak is that GPU's.  ``linear_input_bytes``: bytes per element of what a linear layer
+    keeps of its input for the backward where that is not the activations' 16 bits (a
+    low-precision run whose stack keeps the quantized copy, module docstring); None: 16
+    bits like the rest."""
     micro_batch = check_whole(shard.micro_batch, key="micro_batch")
     s = check_whole(shard.seq_len, key="seq_len")
     tp, sequence_parallel, recompute = shard.tp, shard.sequence_parallel, shard.recompute
@@ -180,6 +197,7 @@ def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
     check_model_split(model, tp=tp, ep=ep)
     check_choice(recompute, RECOMPUTE_MODES, key="recompute")
     e = _activation_element_bytes(precision)
+    q = e if linear_input_bytes is None else linear_input_bytes  # a linear layer's input
     b, h, a = micro_batch, model.hidden, model.heads
     sbh = float(s) * b * h
     spread = tp if sequence_parallel else 1  # element-wise ops: the sequence-parallel split
@@ -192,13 +210,13 @@ def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
     tokens = float(s) * b
     f = model.mlp_width(layer_index)
     # Replicated unless sequence parallel: two norm inputs, QKV and FC1 inputs, 2 masks.
-    replicated = 4 * e * sbh + 2 * sbh
+    replicated = 2 * e * sbh + 2 * q * sbh + 2 * sbh
     # Split over tp: Q, K, V, attention output; MLP activation input and FC2 input.
-    attention_part = _attention_activations(model, tokens, e)
-    mlp_part = e * tokens * f * (3 if model.gated_mlp else 2)
+    attention_part = _attention_activations(model, tokens, e, q)
+    mlp_part = tokens * f * (e * (2 if model.gated_mlp else 1) + q)
     if model.is_moe_layer(layer_index):
         shared = model.shared_experts * mlp_part  # dense, beside the routed experts
-        mlp_part = model.top_k * (mlp_part + e * sbh)  # + dispatched tokens (FC1 input)
+        mlp_part = model.top_k * (mlp_part + q * sbh)  # + dispatched tokens (FC1 input)
         mlp_part *= moe_pace(model.moe, experts=model.experts, top_k=model.top_k, ep=ep)
         mlp_part += shared
         replicated += 4.0 * tokens * model.experts  # fp32 router logits
@@ -207,26 +225,31 @@ def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
         squared = 4.0 * a * tokens if flash_attention and recompute == "none" else 0.0
     else:
         squared = (2 * e + 1) * a * float(s) * s * b  # softmax out, dropout mask and out
-    return replicated / spread + (split + squared) / tp + _mla_latent_bytes(model, tokens, e)
+    return (replicated / spread + (split + squared) / tp
+            + _mla_latent_bytes(model, tokens, e, q))
 
 
-def _attention_activations(model: ModelSpec, tokens: float, e: int) -> float:
+def _attention_activations(model: ModelSpec, tokens: float, e: float, q: float) -> float:
     """Q, K, V and the attention output of one layer over all ranks' heads: ``2·s·b·h +
     2·s·b·kv_dim`` elements, or under MLA ``s·b·heads·(2·d_qk + 2·d_v)`` (whole query
-    and key heads after the rotary part is joined, values and output at d_v)."""
+    and key heads after the rotary part is joined, values and output at d_v); the output,
+    the output projection's input, at ``q`` bytes an element, the rest at ``e``."""
     if model.mla is None:
-        return e * (2 * tokens * model.hidden + 2 * tokens * model.kv_dim)
-    return e * tokens * model.heads * (2 * model.qk_head_dim + 2 * model.v_head_dim)
+        return tokens * (e * (model.hidden + 2 * model.kv_dim) + q * model.hidden)
+    return tokens * model.heads * (e * (2 * model.qk_head_dim + model.v_head_dim)
+                                   + q * model.v_head_dim)
 
 
-def _mla_latent_bytes(model: ModelSpec, tokens: float, e: int) -> float:
+def _mla_latent_bytes(model: ModelSpec, tokens: float, e: float, q: float) -> float:
     """MLA's latents, kept whole on every TP rank (the down projections are duplicated):
     the query latent before and after its norm (2·r_q), the key-value latent with the
-    rotary key (r_kv + d_r) and the normed key-value latent (r_kv)."""
+    rotary key (r_kv + d_r) and the normed key-value latent (r_kv); the normed latents,
+    the up projections' inputs, at ``q`` bytes an element."""
     if model.mla is None:
         return 0.0
     mla = model.mla
-    return e * tokens * (2 * mla.q_lora_rank + 2 * mla.kv_lora_rank + mla.qk_rope_head_dim)
+    return tokens * (e * (mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim)
+                     + q * (mla.q_lora_rank + mla.kv_lora_rank))
 
 
 def _op_saved_bytes(model: ModelSpec, *, tokens: float, tp: int, sequence_parallel: bool,
@@ -298,9 +321,11 @@ def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatch
 
 def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
                    training: TrainingConfig | None = None, *, stage: int = 0,
-                   num_microbatches: int = 1, flash_attention: bool = False) -> MemoryBreakdown:
+                   num_microbatches: int = 1, flash_attention: bool = False,
+                   linear_input_bytes: float | None = None) -> MemoryBreakdown:
     """Bytes one GPU of pipeline stage ``stage`` needs (module docstring for formulas),
-    with ``num_microbatches`` micro-batches per step.
+    with ``num_microbatches`` micro-batches per step; ``linear_input_bytes`` as for
+    :func:`activation_bytes_per_layer`.
 
     ``parallel`` and ``training`` (defaults: one GPU, one sequence of the model's length)
     are taken as valid — built by ``parallel_from_mapping`` / ``training_from_mapping``
@@ -346,7 +371,8 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
             model, LayerShard(micro_batch, s, tp=tp, sequence_parallel=sequence_parallel,
                               ep=ep, layer_index=index, recompute=mode,
                               expert_tp=parallel.expert_tp),
-            flash_attention=flash_attention, precision=precision)
+            flash_attention=flash_attention, precision=precision,
+            linear_input_bytes=linear_input_bytes)
 
     stored = sum(per_layer(i, recompute) for i in layers)
     activations = stored * in_flight
@@ -376,7 +402,8 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
 
 def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
                        *, seq_len: int, microbatches: int, stage: int,
-                       flash_attention: bool) -> MemoryBreakdown:
+                       flash_attention: bool,
+                       linear_input_bytes: float | None = None) -> MemoryBreakdown:
     """:func:`memory_per_gpu` of pipeline stage ``stage`` under a strategy, as the simulated
     iteration and the strategy search both count it.
 
@@ -388,7 +415,8 @@ def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: Tra
     if mesh is not None:
         whole = memory_of_strategy(model, replace(parallel, tp=1, tp_mode="1d", tp_depth=1),
                                    training, seq_len=seq_len, microbatches=microbatches,
-                                   stage=stage, flash_attention=flash_attention)
+                                   stage=stage, flash_attention=flash_attention,
+                                   linear_input_bytes=linear_input_bytes)
         params = weight_replicas(mesh) / mesh.tp
         return MemoryBreakdown.of(whole.weights_bytes * params,
                                   whole.gradients_bytes * params,
@@ -397,19 +425,23 @@ def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: Tra
     if parallel.layer_groups:
         return _layer_grouped(model, parallel, training, seq_len=seq_len,
                               microbatches=microbatches, stage=stage,
-                              flash_attention=flash_attention)
+                              flash_attention=flash_attention,
+                              linear_input_bytes=linear_input_bytes)
     if parallel.operator_sharding is not None:
         return _operator_sharded(model, parallel, training, seq_len=seq_len,
                                  microbatches=microbatches, stage=stage,
-                                 flash_attention=flash_attention)
+                                 flash_attention=flash_attention,
+                                 linear_input_bytes=linear_input_bytes)
     return offloaded(memory_per_gpu(
         model, parallel, replace(training, seq_len=seq_len), stage=stage,
-        num_microbatches=microbatches, flash_attention=flash_attention), parallel.offload)
+        num_microbatches=microbatches, flash_attention=flash_attention,
+        linear_input_bytes=linear_input_bytes), parallel.offload)
 
 
 def _operator_sharded(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
                       *, seq_len: int, microbatches: int, stage: int,
-                      flash_attention: bool) -> MemoryBreakdown:
+                      flash_attention: bool,
+                      linear_input_bytes: float | None) -> MemoryBreakdown:
     """Per-operator sharding (:mod:`workloads.strategy.operator_sharding`): the replicated memory
     with the sharded operators' weights, gradients and optimizer state divided by dp, plus
     the largest gathered operator's whole weights (÷ its split) live while it runs."""
@@ -417,7 +449,8 @@ def _operator_sharded(model: ModelSpec, parallel: ParallelConfig, training: Trai
     assert plan is not None
     whole = memory_of_strategy(model, replace(parallel, operator_sharding=None), training,
                                seq_len=seq_len, microbatches=microbatches, stage=stage,
-                               flash_attention=flash_attention)
+                               flash_attention=flash_attention,
+                               linear_input_bytes=linear_input_bytes)
     params = params_on_gpu(model, tp=parallel.tp, pp=parallel.pp, stage=stage).total
     layers = sum(layer_params_local(model, i, parallel.tp, 1)[0]
                  for i in stage_layers(model, pp=parallel.pp, stage=stage))
@@ -433,7 +466,7 @@ def _operator_sharded(model: ModelSpec, parallel: ParallelConfig, training: Trai
 
 def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
                    *, seq_len: int, microbatches: int, stage: int,
-                   flash_attention: bool) -> MemoryBreakdown:
+                   flash_attention: bool, linear_input_bytes: float | None) -> MemoryBreakdown:
     """Layer groups (:mod:`workloads.strategy.layer_groups`): each layer's weights, gradients and
     optimizer state at its own tp, its activations at its share of the micro-batch, its
     tp and its recompute (plus, with full recompute, the largest such layer's whole
@@ -441,7 +474,8 @@ def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: Trainin
     base = memory_of_strategy(model, replace(parallel, layer_groups=()),
                               replace(training, recompute="none"), seq_len=seq_len,
                               microbatches=microbatches, stage=stage,
-                              flash_attention=flash_attention)
+                              flash_attention=flash_attention,
+                              linear_input_bytes=linear_input_bytes)
     settings = layer_settings(parallel.layer_groups, tp=parallel.tp,
                               micro_batch=training.micro_batch, recompute=training.recompute)
 
@@ -449,7 +483,8 @@ def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: Trainin
         return activation_bytes_per_layer(
             model, LayerShard(micro_batch, seq_len, tp=tp, ep=parallel.ep, layer_index=i,
                               recompute=mode),
-            flash_attention=flash_attention, precision=training.precision)
+            flash_attention=flash_attention, precision=training.precision,
+            linear_input_bytes=linear_input_bytes)
 
     layers = stage_layers(model, pp=parallel.pp, stage=stage, interleave=parallel.interleave,
                           schedule=parallel.schedule,

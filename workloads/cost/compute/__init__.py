@@ -49,6 +49,7 @@ from distsim_gpu.workloads.cost.compute.roofline import (
     RooflineCosts,
     attention_efficiency,
     matmul_efficiency,
+    saved_linear_input_bytes,
     stores_attention_scores,
 )
 from distsim_gpu.workloads.cost.compute.stacks import (
@@ -105,6 +106,7 @@ __all__ = [
     "layer_work",
     "matmul_efficiency",
     "read_cost_table",
+    "saved_linear_input_bytes",
     "stores_attention_scores",
     "write_cost_table",
 ]

@@ -68,6 +68,7 @@ __all__ = [
     "attention_efficiency",
     "issue_timeline_s",
     "matmul_efficiency",
+    "saved_linear_input_bytes",
     "stores_attention_scores",
 ]
 
@@ -223,6 +224,21 @@ def stores_attention_scores(costs: object) -> bool:
     is taken as flash, the kernels current stacks use."""
     stack = getattr(costs, "resolved_stack", None)
     return stack is not None and stack.attention == "unfused"
+
+
+def saved_linear_input_bytes(costs: object) -> float | None:
+    """Bytes per element a linear layer keeps of its input for the backward where that is
+    not the 16-bit activation (the memory model's ``linear_input_bytes``): under a
+    low-precision run whose stack keeps the quantized copy
+    (``Stack.fp8_saves_quantized_inputs``), its recipe's element and scale bytes; None
+    otherwise.  A profiled table is taken to have run as its fallback roofline's stack."""
+    model = costs if hasattr(costs, "resolved_stack") else getattr(costs, "fallback", None)
+    stack = getattr(model, "resolved_stack", None)
+    if (stack is None or getattr(model, "precision", "") not in LOW_PRECISIONS
+            or not (stack.fp8_linear and stack.fp8_saves_quantized_inputs)):
+        return None
+    # One copy's scales: the recipe's figure counts a cast's two copies (row-, column-wise).
+    return stack.fp8.element_bytes + stack.fp8.scale_bytes_per_element / 2
 
 
 @runtime_checkable

@@ -170,7 +170,10 @@ class Stack:
       ``LayerNormLinear`` gathers the norm's FP8 output before qkv and fc1, and its
       row-parallel ``Linear`` the FP8 output gradient before the data-gradient GEMM; the
       reduce-scatters stay 16-bit (transformer_engine/pytorch/module/layernorm_linear.py,
-      linear.py: ``gather_along_first_dim`` on the FP8 tensor).
+      linear.py: ``gather_along_first_dim`` on the FP8 tensor);
+    * ``fp8_saves_quantized_inputs``: a linear layer keeps its quantized input (the
+      column-wise copy) for the backward, not the 16-bit one (Transformer Engine's
+      ``Linear``, ``LayerNormLinear``, ``GroupedLinear``; :mod:`workloads.cost.memory`).
 
     ``grouped_gemm``: a MoE layer's local experts run as one grouped GEMM per projection
     (Megatron-Core's ``--moe-grouped-gemm`` / TEGroupedMLP, torchtitan's ``grouped_mm``,
@@ -215,6 +218,7 @@ class Stack:
     fp8_norm_cast_fusion: bool = False
     fp8_tp_all_gather: bool = False
     fp8_activation_cast_fusion: bool = False
+    fp8_saves_quantized_inputs: bool = False
     fused_bias_grad: bool = True
     host_overhead_s: float = 0.0
     host_backward_overhead_s: float | None = None
@@ -323,7 +327,8 @@ STACKS: dict[str, Stack] = {
         "cuDNN/Dao FlashAttention, fused bias-GeLU/SwiGLU and bias-dropout-add, "
         "--gradient-accumulation-fusion; dropout 0; FP8 GEMMs through Transformer "
         "Engine (TELayerNormColumnParallelLinear for qkv and fc1), delayed scaling",
-        fp8_linear=True, fp8_norm_cast_fusion=True, fp8_tp_all_gather=True),
+        fp8_linear=True, fp8_norm_cast_fusion=True, fp8_tp_all_gather=True,
+        fp8_saves_quantized_inputs=True),
     "megatron-lm-2021": Stack(
         "megatron-lm-2021", "Megatron-LM v2.x megatron/model/transformer.py (2021): "
         "baddbmm + scaled_upper_triang_masked_softmax + Dropout(0.1) + bmm; jit "
@@ -351,13 +356,13 @@ STACKS: dict[str, Stack] = {
         "tp_comm_overlap (TE userbuffers), overlap_grad_reduce and overlap_param_gather "
         "with the distributed optimizer, FP8 via TE (TELayerNormColumnParallelLinear for "
         "qkv and fc1), delayed scaling", fp8_linear=True, fp8_norm_cast_fusion=True,
-        fp8_tp_all_gather=True,
+        fp8_tp_all_gather=True, fp8_saves_quantized_inputs=True,
         overlap_param_gather=True, tp_comm_overlap=True),
     "transformer-engine": Stack(
         "transformer-engine", "NVIDIA Transformer Engine 1.x layers in Megatron-Core "
         "(LayerNormLinear, LayerNormMLP, DotProductAttention); FP8 delayed scaling",
         fp8_linear=True, fp8_norm_cast_fusion=True, fp8_activation_cast_fusion=True,
-        fp8_tp_all_gather=True),
+        fp8_tp_all_gather=True, fp8_saves_quantized_inputs=True),
     "torch-compile": Stack(
         "torch-compile", "torchtitan (github.com/pytorch/torchtitan) with torch.compile "
         "and FSDP2: SDPA flash attention, Inductor-fused element-wise chains; FP8 "
