@@ -96,11 +96,12 @@ def gpu_of(raw: Any, topology: Topology, source: str | None) -> GpuSpec:
 
 
 def roofline_of(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,
-                source: str | None, fp8_recipe: str | None = None) -> RooflineCosts:
+                source: str | None, fp8_recipe: str | None = None,
+                optimizer_moments: str = "fp32") -> RooflineCosts:
     """The roofline cost model with the section's knobs and stack, each checked, the
     stack running ``fp8_recipe`` (``training.fp8_recipe``; None: the stack's own); errors
     name the ``compute.`` key (or ``training.precision`` / ``training.fp8_recipe``) they
-    came from."""
+    came from; ``optimizer_moments``: ``training.optimizer_moments``."""
     check_fp8_recipe(fp8_recipe, precision, source=source)
     knobs: dict[str, Any] = {}
     for knob, attr in ROOFLINE_KNOBS.items():
@@ -124,7 +125,8 @@ def roofline_of(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,
         "stack" in compute) else STACKS[DEFAULT_STACK]
     knobs["stack"] = stack.with_fp8_recipe(fp8_recipe)
     try:
-        return RooflineCosts(gpu, precision=precision, **knobs)
+        return RooflineCosts(gpu, precision=precision, optimizer_moments=optimizer_moments,
+                             **knobs)
     except ConfigError as error:
         if error.key == "precision":
             error.key = "training.precision"

@@ -463,7 +463,8 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
     compute = check_mapping(spec.get("compute"), key="compute", source=source, optional=True)
     check_keys(compute, COMPUTE_KEYS, prefix="compute", source=source)
     gpu = gpu_of(compute.get("gpu"), topology, source)
-    roofline = roofline_of(compute, gpu, training.precision, source, training.fp8_recipe)
+    roofline = roofline_of(compute, gpu, training.precision, source, training.fp8_recipe,
+                           training.optimizer_moments)
     parallel = _stack_defaults(parallel, spec.get("parallelism"), roofline, training)
     costs_raw = compute.get("costs", "roofline")
     costs: CostModel = roofline

@@ -353,3 +353,60 @@ def test_transformer_engine_stacks_keep_quantized_inputs_and_torchao_does_not():
     assert saved("nemo", "fp8") == 1.0
     assert saved("megatron-core", "bf16") is None
     assert saved("torch-compile", "fp8") is None  # torchao keeps the 16-bit input
+
+
+# --------------------------------------------------------- bf16 optimizer moments
+@pytest.mark.parametrize(("precision", "fp32_state", "bf16_state"),
+                         [("bf16", 12, 8), ("fp8", 12, 8), ("fp32", 8, 4)])
+def test_bf16_moments_hold_four_bytes_less_a_parameter(precision, fp32_state, bf16_state):
+    """Adam's two moments at 2 bytes instead of 4 (DeepSeek-V3 §3.3): the optimizer state
+    per parameter is K − 4, ZeRO-sharded as before; weights and gradients do not move."""
+    parallel = ParallelConfig(tp=8, pp=8, dp=4, zero=1)
+    plain = memory_per_gpu(GPT3, parallel, TrainingConfig(precision=precision), stage=3)
+    moments = memory_per_gpu(GPT3, parallel, TrainingConfig(
+        precision=precision, optimizer_moments="bf16"), stage=3)
+    assert moments.optimizer_bytes == pytest.approx(plain.optimizer_bytes * bf16_state
+                                                    / fp32_state)
+    assert (moments.weights_bytes, moments.gradients_bytes) == (plain.weights_bytes,
+                                                                plain.gradients_bytes)
+
+
+def test_bf16_moments_step_moves_eight_bytes_less_a_parameter():
+    from distsim_gpu.workloads.cost.compute import RooflineCosts
+    from distsim_gpu.workloads.specs.gpus import get_gpu
+
+    gpu = get_gpu("h100-sxm")
+    plain = RooflineCosts(gpu).optimizer_bytes()
+    assert RooflineCosts(gpu, optimizer_moments="bf16").optimizer_bytes() == plain - 8
+
+
+@pytest.mark.parametrize(("training", "parallel", "message"), [
+    ({"optimizer_moments": "fp16"}, {},
+     r"training\.optimizer_moments: unknown .*valid: bf16, fp32"),
+    ({"optimizer_moments": "bf16"}, {"zero": 1, "offload": {"optimizer": "cpu"}},
+     r"training\.optimizer_moments: bf16 optimizer moments with the optimizer offloaded"),
+])
+def test_optimizer_moments_errors_name_the_key(training, parallel, message):
+    with pytest.raises(ConfigError, match=message):
+        check_strategy(GPT3, parallel_from_mapping({"dp": 2, **parallel}),
+                       training_from_mapping({"global_batch": 2, **training}), num_gpus=2)
+
+
+def test_a_run_with_bf16_moments_holds_less_and_steps_faster(write_scenario, tmp_path):
+    """Through the scenario: the optimizer state per GPU is 8/12 of fp32 moments', and the
+    iteration (with its optimizer step) is no slower."""
+    from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+
+    base = {"name": "m", "cluster": {"preset": "dgx-h100", "nodes": 1},
+            "model": {"name": "m", "layers": 4, "hidden": 2048, "heads": 16,
+                      "seq_len": 1024, "vocab": 32000},
+            "parallelism": {"tp": 2, "dp": 4, "zero": 1},
+            "compute": {"gpu": "h100-sxm", "costs": "roofline"}}
+    reports = {}
+    for moments in ("fp32", "bf16"):
+        training = {"micro_batch": 1, "global_batch": 8, "optimizer_moments": moments}
+        path = write_scenario(tmp_path / f"{moments}.yaml", {**base, "training": training})
+        reports[moments] = run_scenario(load_scenario(path))
+    fp32, bf16 = (reports[m].per_gpu[0].memory for m in ("fp32", "bf16"))
+    assert bf16.optimizer_bytes == pytest.approx(fp32.optimizer_bytes * 8 / 12)
+    assert reports["bf16"].iteration_time_s <= reports["fp32"].iteration_time_s

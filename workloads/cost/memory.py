@@ -3,7 +3,8 @@
 **Model state** (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
 Trillion Parameter Models", §3.1): mixed-precision Adam holds per parameter 2 bytes of
 16-bit weights, 2 bytes of 16-bit gradients and K = 12 bytes of fp32 optimizer state
-(master weights, momentum, variance) — 16 bytes in all.  ZeRO-1 shards the optimizer
+(master weights, momentum, variance) — 16 bytes in all; with bf16 moments
+(``training.optimizer_moments``, DeepSeek-V3 report §3.3) K = 8.  ZeRO-1 shards the optimizer
 state over the data-parallel group, ZeRO-2 also the gradients, ZeRO-3 (and PyTorch FSDP
 with full sharding) also the weights.  fp32 training holds 4 + 4 + 8 bytes (no master
 copy).  ``fp8`` training keeps 16-bit weights (Transformer Engine), so it counts as
@@ -139,6 +140,7 @@ __all__ = [
     "memory_per_gpu",
     "microbatches_in_flight",
     "offloaded",
+    "state_bytes",
 ]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipev")
@@ -355,7 +357,7 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
             return per_param * (params.dense / dp + params.expert / expert_dp)
         return per_param * params.total
 
-    weight_b, grad_b, optim_b = PRECISION_BYTES[precision]
+    weight_b, grad_b, optim_b = state_bytes(training)
     weights = sharded(weight_b, 3)
     gradients = sharded(grad_b, 2)
     optimizer = sharded(optim_b, 1)
@@ -500,7 +502,7 @@ def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: Trainin
         for i in layers]
     activations = base.activations_bytes + stored * in_flight + max(transient, default=0.0)
     extra = layer_group_extra_params(model, parallel, stage)
-    weight_b, grad_b, optim_b = PRECISION_BYTES[training.precision]
+    weight_b, grad_b, optim_b = state_bytes(training)
     return MemoryBreakdown.of(base.weights_bytes + weight_b * extra,
                               base.gradients_bytes + grad_b * extra,
                               base.optimizer_bytes + optim_b * extra, activations)
@@ -515,6 +517,19 @@ def offloaded(memory: MemoryBreakdown, offload: OffloadConfig) -> MemoryBreakdow
         return memory
     weights = 0.0 if offload.params != "none" else memory.weights_bytes
     return MemoryBreakdown.of(weights, 0.0, 0.0, memory.activations_bytes)
+
+# Bytes per parameter bf16 moments save: two moments at 2 bytes instead of 4.
+BF16_MOMENTS_SAVED_BYTES = 4
+
+
+def state_bytes(training: TrainingConfig) -> tuple[int, int, int]:
+    """(weight, gradient, optimizer) bytes per parameter: the precision's (ZeRO paper
+    §3.1), the optimizer's 4 bytes less with ``training.optimizer_moments: bf16``."""
+    weight_b, grad_b, optim_b = PRECISION_BYTES[training.precision]
+    if training.optimizer_moments == "bf16":
+        optim_b -= BF16_MOMENTS_SAVED_BYTES
+    return weight_b, grad_b, optim_b
+
 
 def _activation_element_bytes(precision: str) -> int:
     check_choice(precision, PRECISION_BYTES, key="precision")

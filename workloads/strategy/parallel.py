@@ -76,6 +76,7 @@ __all__ = [
     "FP8_RECIPES",
     "GRAD_REDUCE_PRECISIONS",
     "LOW_PRECISIONS",
+    "OPTIMIZER_MOMENTS",
     "PLACEMENT_ORDERS",
     "SCHEDULES",
     "Coordinates",
@@ -112,6 +113,10 @@ FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8", "nvfp4")
 RECIPES_OF_PRECISION = {"fp8": ("delayed", "current", "blockwise", "mxfp8"), "fp4": ("nvfp4",)}
 # What a gradient all-reduce may carry on the wire (traffic.GRAD_BYTES sizes each).
 GRAD_REDUCE_PRECISIONS = ("fp32", "bf16", "fp16")
+#: How Adam's two moments are stored (``training.optimizer_moments``): fp32, or bf16 as
+#: DeepSeek-V3 trains (report §3.3) and Megatron-Core's precision-aware optimizer offers
+#: (``--exp-avg-dtype`` / ``--exp-avg-sq-dtype bf16``); the master weights stay fp32.
+OPTIMIZER_MOMENTS = ("fp32", "bf16")
 PARTITIONS = ("uniform", "embedding")
 # Whole-number keys for which 0 is a valid setting.
 _MAY_BE_ZERO = ("zero", "tp_comm_overlap_sms")
@@ -257,6 +262,7 @@ class TrainingConfig:
     seq_len: int | None = None  # None: the model's
     data_loader: DataLoader | None = None  # None: loading never holds the GPUs up
     fp8_recipe: str | None = None  # None: the compute stack's (FP8 only)
+    optimizer_moments: str = "fp32"  # OPTIMIZER_MOMENTS
 
     def to_dict(self) -> dict[str, Any]:
         data = {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -265,6 +271,8 @@ class TrainingConfig:
             data["data_loader"] = loader.to_dict()
         if data["fp8_recipe"] is None:  # the stack's default: nothing to record
             del data["fp8_recipe"]
+        if data["optimizer_moments"] == "fp32":  # the default: resolved configs as before
+            del data["optimizer_moments"]
         return data
 
 
@@ -612,6 +620,13 @@ def _check_training(t: TrainingConfig, p: ParallelConfig, *, source: str | None)
         check_whole(t.seq_len, key="training.seq_len", source=source)
     check_choice(t.precision, PRECISIONS, key="training.precision", source=source)
     check_fp8_recipe(t.fp8_recipe, t.precision, source=source)
+    check_choice(t.optimizer_moments, OPTIMIZER_MOMENTS, key="training.optimizer_moments",
+                 source=source, what="moment precision")
+    if t.optimizer_moments != "fp32" and p.offload.optimizer != "none":
+        raise ConfigError("bf16 optimizer moments with the optimizer offloaded are not "
+                          "modelled (ZeRO-Offload's CPU Adam keeps them in fp32)",
+                          key="training.optimizer_moments", source=source,
+                          hint="keep fp32 moments, or the optimizer on the GPU")
     return microbatches
 
 

@@ -180,6 +180,9 @@ ADAM_BYTES_PER_PARAM = 30.0
 # (fp8_recipes.Fp8Recipe.weight_cast_bytes_per_param).
 GRAD_CLIP_BYTES_PER_PARAM = 4.0
 FP16_UNSCALE_BYTES_PER_PARAM = 8.0
+# bf16 Adam moments (training.optimizer_moments): each of the two is read and written at 2
+# bytes instead of 4, 8 bytes a parameter less per step.
+BF16_MOMENTS_STEP_SAVED_BYTES = 8.0
 
 
 def matmul_efficiency(m: int, n: int, k: int, *, sm_count: int,
@@ -302,12 +305,14 @@ class RooflineCosts:
     seconds per forward kernel (:meth:`Stack.with_host_overhead`).  ``attention_efficiency``,
     when given, overrides :func:`attention_efficiency` of the stack's flash kernel on the
     GPU's architecture.  ``optimizer_bytes_per_param``
-    is Adam's traffic; clipping, fp16 unscaling and FP8 weight casts are added by the
-    precision and stack.  ``comm_sms``: SMs that communication kernels hold throughout,
-    overlapped with compute (DeepEP under DualPipe keeps 20 of an H800's 132): compute
-    runs on the rest — GEMM waves over them, every FLOP rate scaled by their share —
-    while memory-bound kernels, which saturate HBM with a fraction of the SMs, keep their
-    rate.  Every default is a module constant with its source.
+    is Adam's traffic with fp32 moments; ``optimizer_moments`` ``bf16`` (the scenario's
+    ``training.optimizer_moments``) reads and writes them at 2 bytes, 8 bytes less;
+    clipping, fp16 unscaling and FP8 weight casts are added by the precision and stack.
+    ``comm_sms``: SMs that communication kernels hold throughout, overlapped with compute
+    (DeepEP under DualPipe keeps 20 of an H800's 132): compute runs on the rest — GEMM
+    waves over them, every FLOP rate scaled by their share — while memory-bound kernels,
+    which saturate HBM with a fraction of the SMs, keep their rate.  Every default is a
+    module constant with its source.
     """
 
     gpu: GpuSpec
@@ -325,6 +330,7 @@ class RooflineCosts:
     host_overhead_s: float | None = None
     comm_sms: int = 0
     cuda_graphs: bool | None = None
+    optimizer_moments: str = "fp32"
 
     def __post_init__(self) -> None:
         self.gpu.peak_flops(self.precision)  # ConfigError if the GPU lacks the precision
@@ -439,6 +445,8 @@ class RooflineCosts:
                 "gemm_tiles": [list(t) for t in self.gemm_tiles],
                 "gemm_k_half": self.resolved_gemm_k_half, "causal": self.causal,
                 "optimizer_bytes_per_param": self.optimizer_bytes_per_param,
+                **({"optimizer_moments": self.optimizer_moments}
+                   if self.optimizer_moments != "fp32" else {}),
                 "attention": self.resolved_stack.attention, "stack": self.stack.name,
                 "host_overhead_s": self.resolved_stack.host_overhead_s,
                 "comm_sms": self.comm_sms,
@@ -613,6 +621,8 @@ class RooflineCosts:
             extra += FP16_UNSCALE_BYTES_PER_PARAM
         if self.precision in LOW_PRECISIONS:
             extra += self.stack.fp8.weight_cast_bytes_per_param
+        if self.optimizer_moments == "bf16":  # both moments read and written at 2 bytes
+            extra -= BF16_MOMENTS_STEP_SAVED_BYTES
         return self.optimizer_bytes_per_param + extra
 
     def optimizer_step_time_s(self, params_on_gpu: float) -> float:
