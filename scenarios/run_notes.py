@@ -21,6 +21,7 @@ from distsim_gpu.topology import Topology
 from distsim_gpu.topology.faults import Fault
 from distsim_gpu.topology.preset_registry import NODE_PRESETS
 from distsim_gpu.topology.routing import END_TO_END_POLICIES
+from distsim_gpu.workloads.cost.compute import roofline_behind
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
 
 __all__ = ["deepep_notes", "fault_notes", "offload_notes", "run_notes"]
@@ -52,7 +53,8 @@ def deepep_notes(comm: CommParams, costs: object, topology: Topology) -> list[Ru
     distsim times them at NVLink's rate, which such a run does not reach."""
     if comm.all_to_all != "deepep":
         return []
-    sms = getattr(getattr(costs, "fallback", None) or costs, "comm_sms", 0)
+    roofline = roofline_behind(costs)
+    sms = roofline.comm_sms if roofline is not None else 0
     link_rate = nvlink_copy_rate(topology, comm)
     sm_rate = sms * SM_COPY_BYTES_PER_S
     if sm_rate >= link_rate:

@@ -25,7 +25,7 @@ from typing import Any
 
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.errors import DistsimError
-from distsim_gpu.workloads.cost.compute import saved_linear_input_bytes, stores_attention_scores
+from distsim_gpu.workloads.cost.compute import activation_storage
 from distsim_gpu.workloads.cost.memory import memory_of_strategy
 
 LAYERS, TPS, SPLITS = 32, (1, 2, 4, 8), (8, 16, 24)
@@ -71,9 +71,7 @@ def peak_bytes(scenario: Any) -> float:
     """Bytes per GPU as the simulator counts them (pp = 1: one stage)."""
     return memory_of_strategy(scenario.model, scenario.parallel, scenario.training,
                               seq_len=scenario.seq_len, microbatches=4, stage=0,
-                              flash_attention=not stores_attention_scores(scenario.costs),
-                              linear_input_bytes=saved_linear_input_bytes(
-                                  scenario.costs)).total_bytes
+                              **activation_storage(scenario.costs)).total_bytes
 
 
 def best(budget_gib: float, times: dict[str, float]) -> dict[str, tuple[str, float, float]]:

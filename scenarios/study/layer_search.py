@@ -33,7 +33,7 @@ from distsim_gpu.scenarios.scenario import Scenario, run_scenario
 from distsim_gpu.scenarios.study.search import gpus_per_node
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.fileio import atomic_write_text
-from distsim_gpu.workloads.cost.compute import saved_linear_input_bytes, stores_attention_scores
+from distsim_gpu.workloads.cost.compute import activation_storage
 from distsim_gpu.workloads.cost.memory import memory_of_strategy
 from distsim_gpu.workloads.strategy.layer_groups import LayerGroup
 from distsim_gpu.workloads.strategy.parallel import check_strategy
@@ -99,11 +99,9 @@ def _candidate(scenario: Scenario, groups: tuple[LayerGroup, ...], tp_min: int,
                                       num_gpus=scenario.num_gpus)
     except ConfigError:
         return None
-    flash = not stores_attention_scores(scenario.costs)
+    storage = activation_storage(scenario.costs)
     peak = max(memory_of_strategy(model, parallel, training, seq_len=scenario.seq_len,
-                                  microbatches=microbatches, stage=s, flash_attention=flash,
-                                  linear_input_bytes=saved_linear_input_bytes(
-                                      scenario.costs)).total_bytes
+                                  microbatches=microbatches, stage=s, **storage).total_bytes
                for s in range(parallel.pp))
     if peak > scenario.gpu.memory_bytes:
         return None

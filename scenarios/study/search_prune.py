@@ -17,7 +17,7 @@ from distsim_gpu.scenarios.study.search_space import (
 )
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.bounds import IterationBound, IterationBounds
-from distsim_gpu.workloads.cost.compute import saved_linear_input_bytes, stores_attention_scores
+from distsim_gpu.workloads.cost.compute import activation_storage
 from distsim_gpu.workloads.cost.memory import memory_of_strategy
 from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
@@ -42,11 +42,9 @@ _GIB = 2.0**30
 def stage_memory(scenario: Scenario, parallel: ParallelConfig, training: TrainingConfig,
                  microbatches: int) -> float:
     """The largest bytes per GPU over the pipeline stages (as the simulator counts it)."""
-    flash = not stores_attention_scores(scenario.costs)
-    saved = saved_linear_input_bytes(scenario.costs)
+    storage = activation_storage(scenario.costs)
     return max(memory_of_strategy(scenario.model, parallel, training, seq_len=scenario.seq_len,
-                                  microbatches=microbatches, stage=stage,
-                                  flash_attention=flash, linear_input_bytes=saved).total_bytes
+                                  microbatches=microbatches, stage=stage, **storage).total_bytes
                for stage in range(parallel.pp))
 
 

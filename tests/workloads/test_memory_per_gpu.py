@@ -410,3 +410,24 @@ def test_a_run_with_bf16_moments_holds_less_and_steps_faster(write_scenario, tmp
     fp32, bf16 = (reports[m].per_gpu[0].memory for m in ("fp32", "bf16"))
     assert bf16.optimizer_bytes == pytest.approx(fp32.optimizer_bytes * 8 / 12)
     assert reports["bf16"].iteration_time_s <= reports["fp32"].iteration_time_s
+
+
+def test_a_profiled_table_keeps_activations_as_its_fallback_roofline():
+    """activation_storage reads the roofline behind a cost table (its fallback): an FP8
+    table on megatron-core keeps its linear inputs at a byte; no roofline, 16 bits."""
+    from types import SimpleNamespace
+
+    from distsim_gpu.workloads.cost.compute import (
+        RooflineCosts,
+        activation_storage,
+        roofline_behind,
+    )
+    from distsim_gpu.workloads.specs.gpus import get_gpu
+
+    roofline = RooflineCosts(get_gpu("h100-sxm"), precision="fp8")
+    table = SimpleNamespace(fallback=roofline)
+    assert roofline_behind(table) is roofline
+    assert roofline_behind(object()) is None
+    assert activation_storage(table) == {"flash_attention": True, "linear_input_bytes": 1.0}
+    assert activation_storage(object()) == {"flash_attention": True,
+                                            "linear_input_bytes": None}

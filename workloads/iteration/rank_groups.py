@@ -11,7 +11,7 @@ GPUs form each of its communicators.
 from __future__ import annotations
 
 from distsim_gpu.simcore.errors import ConfigError, closest
-from distsim_gpu.workloads.cost.compute import saved_linear_input_bytes, stores_attention_scores
+from distsim_gpu.workloads.cost.compute import activation_storage
 from distsim_gpu.workloads.cost.memory import MemoryBreakdown, memory_of_strategy
 from distsim_gpu.workloads.iteration.records import IterationSpec
 from distsim_gpu.workloads.iteration.timeline import RankGroup
@@ -48,8 +48,7 @@ def stage_memory(spec: IterationSpec, stage: int, seq_len: int,
                   microbatches: int) -> MemoryBreakdown:
     return memory_of_strategy(spec.model, spec.parallel, spec.training, seq_len=seq_len,
                               microbatches=microbatches, stage=stage,
-                              flash_attention=not stores_attention_scores(spec.costs),
-                              linear_input_bytes=saved_linear_input_bytes(spec.costs))
+                              **activation_storage(spec.costs))
 
 
 def check_memory(spec: IterationSpec, memory: list[MemoryBreakdown],

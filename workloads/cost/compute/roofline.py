@@ -65,9 +65,11 @@ __all__ = [
     "MEMORY_EFFICIENCY_BY_GPU",
     "CostModel",
     "RooflineCosts",
+    "activation_storage",
     "attention_efficiency",
     "issue_timeline_s",
     "matmul_efficiency",
+    "roofline_behind",
     "saved_linear_input_bytes",
     "stores_attention_scores",
 ]
@@ -229,19 +231,37 @@ def stores_attention_scores(costs: object) -> bool:
     return stack is not None and stack.attention == "unfused"
 
 
+def roofline_behind(costs: object) -> RooflineCosts | None:
+    """The roofline behind ``costs``: itself, or a profiled table's fallback; None when
+    there is none."""
+    for candidate in (costs, getattr(costs, "fallback", None)):
+        if isinstance(candidate, RooflineCosts):
+            return candidate
+    return None
+
+
 def saved_linear_input_bytes(costs: object) -> float | None:
     """Bytes per element a linear layer keeps of its input for the backward where that is
     not the 16-bit activation (the memory model's ``linear_input_bytes``): under a
     low-precision run whose stack keeps the quantized copy
     (``Stack.fp8_saves_quantized_inputs``), its recipe's element and scale bytes; None
     otherwise.  A profiled table is taken to have run as its fallback roofline's stack."""
-    model = costs if hasattr(costs, "resolved_stack") else getattr(costs, "fallback", None)
-    stack = getattr(model, "resolved_stack", None)
-    if (stack is None or getattr(model, "precision", "") not in LOW_PRECISIONS
-            or not (stack.fp8_linear and stack.fp8_saves_quantized_inputs)):
+    model = roofline_behind(costs)
+    if model is None or model.precision not in LOW_PRECISIONS:
+        return None
+    stack = model.resolved_stack
+    if not (stack.fp8_linear and stack.fp8_saves_quantized_inputs):
         return None
     # One copy's scales: the recipe's figure counts a cast's two copies (row-, column-wise).
     return stack.fp8.element_bytes + stack.fp8.scale_bytes_per_element / 2
+
+
+def activation_storage(costs: object) -> dict[str, Any]:
+    """How ``costs`` keeps a layer's activations, as the memory model's keywords
+    (``memory_of_strategy``): whether attention stores its scores, and the bytes a linear
+    layer's saved input takes."""
+    return {"flash_attention": not stores_attention_scores(costs),
+            "linear_input_bytes": saved_linear_input_bytes(costs)}
 
 
 @runtime_checkable
