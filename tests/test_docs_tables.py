@@ -98,3 +98,20 @@ def test_a_table_is_what_its_script_prints(path: Path, command: str) -> None:
         f"{path.name}: the table of `{command}` is stale; rewrite it with "
         "DISTSIM_REGENERATE_DOCS=1 python -m pytest tests/test_docs_tables.py, then "
         "read the page's prose again")
+
+
+def test_a_saved_result_without_a_rank_correlation_prints_n_a() -> None:
+    """`validate runs --json` writes null for a group of under 3 rows; the scripts that
+    print the page's tables from saved results say n/a there, not a traceback."""
+    from tests.conftest import load_script
+
+    vtrain = load_script("validation/vtrain/doc_table.py", "vtrain_doc_table")
+    training = load_script("validation/training_tables.py", "training_tables")
+    result = {"rows": [{"group": "7", "measured_s": 1.0, "predicted_s": 1.1},
+                       {"group": "7", "measured_s": 2.0, "predicted_s": 2.0}],
+              "uncalibrated": {"spearman": {"7": None}}}
+    assert vtrain.table(result)[2] == "| 7B | 2 | 5.0 % | 10.0 % | n/a |"
+    summary = {"spearman": {"7": None, "13": 0.95}, "mean_abs_error_pct": 4.0,
+               "max_abs_error_pct": 20.0}
+    assert training._spearman(summary, "B") == "n/a / 0.95 (7B / 13B)"
+    assert training._targets(summary).endswith("Spearman ≥ 0.9: 13B")

@@ -83,12 +83,14 @@ def _pct(value: float) -> str:
 def _spearman(summary: dict[str, Any], unit: str = "") -> str:
     """Spearman per group, groups in numeric order, with the groups named after."""
     groups = sorted(summary["spearman"], key=float)
-    values = " / ".join(f"{summary['spearman'][g]:.2f}" for g in groups)
+    values = " / ".join("n/a" if summary["spearman"][g] is None
+                        else f"{summary['spearman'][g]:.2f}" for g in groups)
     return f"{values} ({' / '.join(f'{g}{unit}' for g in groups)})"
 
 
 def _targets(summary: dict[str, Any]) -> str:
-    met = [g for g, rho in summary["spearman"].items() if rho >= TARGET_SPEARMAN]
+    met = [g for g, rho in summary["spearman"].items()
+           if rho is not None and rho >= TARGET_SPEARMAN]
     mean_ok = summary["mean_abs_error_pct"] <= TARGET_MEAN_PCT
     max_ok = summary["max_abs_error_pct"] <= TARGET_MAX_PCT
     sizes = ", ".join(f"{g}B" for g in sorted(met, key=float)) or "none"

@@ -27,6 +27,11 @@ def _errors(rows: Sequence[dict]) -> list[float]:
             if r.get("predicted_s") is not None]
 
 
+def _rho(value: float | None) -> str:
+    """A rank correlation, or n/a where the result has none (under 3 rows, no spread)."""
+    return "n/a" if value is None else f"{value:.2f}"
+
+
 def table(result: dict) -> list[str]:
     """The Markdown table by model size, with the whole table's line last."""
     by_size: dict[str, list[dict]] = {}
@@ -38,7 +43,7 @@ def table(result: dict) -> list[str]:
     for size in sorted(by_size, key=float):
         errors = _errors(by_size[size])
         lines.append(f"| {size}B | {len(errors)} | {statistics.mean(errors):.1f} % | "
-                     f"{max(errors):.1f} % | {spearman[size]:.2f} |")
+                     f"{max(errors):.1f} % | {_rho(spearman.get(size))} |")
     every = _errors(result["rows"])
     lines.append(f"| all | {len(every)} | {statistics.mean(every):.1f} % | "
                  f"{max(every):.1f} % | |")
