@@ -63,6 +63,8 @@ from distsim_gpu.simcore.units import parse_duration, parse_size
 __all__ = [
     "ALGORITHMS",
     "ALLTOALL_MODES",
+    "DEEPEP_FIT_ARCHITECTURE",
+    "DEEPEP_NVLINK_EFFICIENCY",
     "FIDELITIES",
     "NVLINK_EFFICIENCY_BY_ARCHITECTURE",
     "PROTOCOLS",
@@ -126,7 +128,9 @@ _NVLS_EFFICIENCY = 0.85
 # H800 rows, its own microbenchmark on one node (validation/deepep/compare_deepep.py
 # --fit; tests/collectives/test_deepep.py holds it to the data).  Their warps copy token by token
 # into per-rank ring buffers and signal each chunk, which NCCL's bulk copies do not pay.
-_DEEPEP_NVLINK_EFFICIENCY = 0.84
+DEEPEP_NVLINK_EFFICIENCY = 0.84
+#: The GPU generation that figure was measured on (H800); elsewhere a run says it assumed it.
+DEEPEP_FIT_ARCHITECTURE = "hopper"
 
 # Achievable payload fraction of each link kind's nominal one-direction rate.
 #  nvlink  0.82: NVLink packets carry a 16 B header per <=256 B payload plus data-link
@@ -213,7 +217,7 @@ class CommParams:
     all_to_all: str = "flat"
     alltoall_weights: tuple[float, ...] = ()
     deepep_max_nodes: int = 0
-    deepep_nvlink_efficiency: float = _DEEPEP_NVLINK_EFFICIENCY
+    deepep_nvlink_efficiency: float = DEEPEP_NVLINK_EFFICIENCY
     moe_experts: int = 0
     moe_top_k: int = 0
     #: Whether ``link_efficiency["nvlink"]`` was set by the user (or by :meth:`ideal`); if

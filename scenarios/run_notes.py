@@ -14,7 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from distsim_gpu.collectives.deepep import SM_COPY_BYTES_PER_S, nvlink_copy_rate
-from distsim_gpu.collectives.params import CommParams
+from distsim_gpu.collectives.params import (
+    DEEPEP_FIT_ARCHITECTURE,
+    DEEPEP_NVLINK_EFFICIENCY,
+    CommParams,
+)
 from distsim_gpu.simcore.notes import RunNote, unique
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.topology import Topology
@@ -48,18 +52,28 @@ def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]
 
 
 def deepep_notes(comm: CommParams, costs: object, topology: Topology) -> list[RunNote]:
-    """A note when ``all_to_all: deepep`` runs on fewer SMs (``compute.comm_sms``) than
-    its NVLink copies need at :data:`~collectives.deepep.SM_COPY_BYTES_PER_S` an SM:
-    distsim times them at NVLink's rate, which such a run does not reach."""
+    """Notes of an ``all_to_all: deepep`` run: its copy fraction taken from H800's fit on
+    another GPU generation, and fewer SMs (``compute.comm_sms``) than its NVLink copies
+    need at :data:`~collectives.deepep.SM_COPY_BYTES_PER_S` an SM (distsim times them at
+    NVLink's rate, which such a run does not reach)."""
     if comm.all_to_all != "deepep":
         return []
     roofline = roofline_behind(costs)
+    notes = []
+    architecture = roofline.gpu.architecture if roofline is not None else ""
+    if (architecture != DEEPEP_FIT_ARCHITECTURE
+            and comm.deepep_nvlink_efficiency == DEEPEP_NVLINK_EFFICIENCY):
+        notes.append(RunNote(
+            "defaulted", f"DeepEP's NVLink copies run at {comm.deepep_nvlink_efficiency:g} "
+            "of NCCL's payload rate, the figure DeepEP's own H800 table gives; no table "
+            f"measures them on {architecture or 'this'} GPUs",
+            "communication.deepep_nvlink_efficiency"))
     sms = roofline.comm_sms if roofline is not None else 0
     link_rate = nvlink_copy_rate(topology, comm)
     sm_rate = sms * SM_COPY_BYTES_PER_S
     if sm_rate >= link_rate:
-        return []
-    return [RunNote(
+        return notes
+    return [*notes, RunNote(
         "unmodelled", f"DeepEP's NVLink copies are timed at NVLink's {link_rate / 1e9:.0f} GB/s "
         f"a GPU; its kernels on {sms} SMs move about {sm_rate / 1e9:.0f} GB/s "
         f"(~{SM_COPY_BYTES_PER_S / 1e9:.0f} GB/s an SM, B200's SM sweep), a limit distsim "

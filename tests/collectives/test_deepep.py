@@ -197,3 +197,30 @@ def test_a_deepep_run_on_too_few_sms_says_so(write_scenario, tmp_path, preset, g
     if noted:
         assert mine[0].kind == "unmodelled"
         assert f"on {sms} SMs move about {sms * 20} GB/s" in mine[0].message
+
+
+@pytest.mark.parametrize(("preset", "gpu", "given", "noted"), [
+    ("dgx-b200", "b200", None, True),       # H800's figure taken on Blackwell: said
+    ("dgx-b200", "b200", 0.7, False),       # the user's own figure: nothing to say
+    ("dgx-h100", "h100-sxm", None, False),  # the generation it was fitted on
+])
+def test_deepeps_copy_fraction_off_its_generation_is_a_note(write_scenario, tmp_path, preset,
+                                                            gpu, given, noted) -> None:
+    from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+
+    comm = {"all_to_all": "deepep",
+            **({} if given is None else {"deepep_nvlink_efficiency": given})}
+    path = write_scenario(tmp_path / "moe.yaml", {
+        "name": "moe", "cluster": {"preset": preset, "nodes": 1},
+        "model": {"name": "m", "layers": 2, "hidden": 1024, "heads": 16, "seq_len": 1024,
+                  "vocab": 32000, "experts": 16, "top_k": 4},
+        "parallelism": {"dp": 8, "ep": 8}, "training": {"micro_batch": 1, "global_batch": 8},
+        "communication": comm,
+        "compute": {"gpu": gpu, "costs": "roofline", "comm_sms": 48}})
+    notes = [n for n in run_scenario(load_scenario(path)).notes
+             if n.key == "communication.deepep_nvlink_efficiency"]
+    assert bool(notes) == noted
+    if noted:
+        assert notes[0].kind == "defaulted"
+        assert "0.84 of NCCL's payload rate" in notes[0].message
+        assert "blackwell GPUs" in notes[0].message
