@@ -119,10 +119,17 @@ def _median_error(rows: Sequence[tuple[str, int, str, float, float]]) -> float:
     return statistics.median(abs(p / m - 1) for *_r, m, p in rows)
 
 
-def cross_validated(data: Path) -> list[tuple[int, float, float]]:
+Rows = list[tuple[str, int, str, float, float]]
+
+
+def sweep(data: Path) -> dict[float, Rows]:
+    """The rows at every fraction the leave-one-out fit tries, and at the default."""
+    return {f: compare(data, f) for f in sorted({*FRACTIONS, DEFAULT_FRACTION})}
+
+
+def cross_validated(runs: dict[float, Rows]) -> list[tuple[int, float, float]]:
     """Per EP size: the NVLink fraction fitted on the other sizes (least median |error|)
-    and that size's median |error| with it."""
-    runs = {f: compare(data, f) for f in FRACTIONS}
+    and that size's median |error| with it, from :func:`sweep`'s rows."""
     sizes = sorted({ep for _p, ep, *_ in runs[1.0]})
     out = []
     for held in sizes:
@@ -145,8 +152,9 @@ def summary_table(data: Path) -> list[str]:
     """The Markdown table of docs/validation.md's DeepEP section: per EP size, the
     uncalibrated errors, those with the default fraction (fitted on EP 8), and those with
     the fraction fitted on the other EP sizes."""
-    plain, default = compare(data), compare(data, DEFAULT_FRACTION)
-    fits = {held: (fitted, error) for held, fitted, error in cross_validated(data)}
+    runs = sweep(data)
+    plain, default = runs[1.0], runs[DEFAULT_FRACTION]
+    fits = {held: (fitted, error) for held, fitted, error in cross_validated(runs)}
     lines = ["| EP | rows | median \\|error\\| (signed range), uncalibrated | with "
              f"the default {DEFAULT_FRACTION:.2f} | fraction fitted on the other EP sizes "
              "| median \\|error\\| with it |",
@@ -193,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"all: median |error| {statistics.median(errors):.1%}, max {max(errors):.1%}")
     print("calibrated (one figure: NVLink's fraction for DeepEP's copies), each EP size "
           "predicted with the fraction fitted on the others:")
-    for held, fitted, error in cross_validated(find_data(args.data)):
+    for held, fitted, error in cross_validated(sweep(find_data(args.data))):
         print(f"EP {held:3d}: fraction {fitted:.2f}, median |error| {error:.1%}")
     return 0
 
