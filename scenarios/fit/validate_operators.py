@@ -28,32 +28,17 @@ from distsim_gpu.scenarios.fit.fitting import error_pct
 from distsim_gpu.scenarios.report import format_table
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.compute import LayerWork, RooflineCosts
+from distsim_gpu.workloads.cost.compute.blocks import BLOCK_OPERATORS, is_weight_gradient
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.traces.measured_costs import scope_gpu_times
 
 __all__ = ["BLOCKS", "COMM_KERNELS", "OperatorRow", "format_operator_report",
            "operator_rows", "validate_operators"]
 
-# Block names (lower case, as traces annotate them) -> the forward operators they hold.
-_ATTENTION = ("input_norm", "cast_qkv", "qkv", "attention", "attn_scores", "attn_softmax",
-              "attn_dropout", "attn_context", "attn_context_copy", "cast_attn_out",
-              "attn_out", "attn_residual",
-              # multi-head latent attention's projections (workloads.specs.mla)
-              "cast_q_down", "q_down", "q_norm", "cast_q_up", "q_up", "cast_q_proj",
-              "q_proj", "cast_kv_down", "kv_down", "kv_norm", "cast_kv_up", "kv_up",
-              "attn_rope")
-_MLP = ("post_attn_norm", "router", "cast_expert_fc1", "expert_fc1", "expert_act",
-        "cast_expert_fc2", "expert_fc2", "cast_mlp_fc1", "mlp_fc1", "mlp_act",
-        "cast_mlp_fc2", "mlp_fc2", "mlp_residual",
-        "cast_shared_fc1", "shared_fc1", "shared_act", "cast_shared_fc2", "shared_fc2")
-BLOCKS: dict[str, tuple[str, ...]] = {
-    "attn": _ATTENTION, "attention": _ATTENTION, "self_attn": _ATTENTION,
-    "mlp": _MLP, "moe": _MLP, "ffn": _MLP, "experts": _MLP,
-    "dispatch": ("moe_dispatch",), "combine": ("moe_combine",),
-}
+#: Block names -> forward operators (one home: workloads.cost.compute.blocks).
+BLOCKS = BLOCK_OPERATORS
 COMM_KERNELS = r"(?i)nccl|dpsk::ep|deep_?ep"
 _SCOPE = re.compile(r"^(?P<block>[A-Za-z_]+)(?:\((?P<pass>[FBW])\))?$")
-_WEIGHT_SUFFIXES = (".wgrad", ".grad_accum")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +64,8 @@ def _pass_operators(work: dict[str, LayerWork], names: tuple[str, ...],
         return [k for k in work["fwd"].kernels if k.name in names]
     weight = [k for k in work["bwd"].kernels if k.base_name in names]
     if pass_ == "W":
-        return [k for k in weight if k.name.endswith(_WEIGHT_SUFFIXES)]
-    return [k for k in weight if not k.name.endswith(_WEIGHT_SUFFIXES)]
+        return [k for k in weight if is_weight_gradient(k)]
+    return [k for k in weight if not is_weight_gradient(k)]
 
 
 def operator_rows(measured: dict[str, list[tuple[float, float]]], costs: RooflineCosts,

@@ -59,6 +59,8 @@ def _strategy(par: ParallelConfig, train: TrainingConfig) -> str:
         parts.append("sequence parallel")
     if par.moe_overlap:
         parts.append("MoE all-to-alls overlapped")
+    if par.fb_overlap:
+        parts.append("forward-backward pairs overlapped")
     if par.fsdp:
         parts.append("FSDP")
     elif par.zero:

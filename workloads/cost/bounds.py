@@ -20,11 +20,12 @@ meeting, so any one replica's chains bound the iteration):
 1. a pass of a model chunk is its compute plus every blocking call inside it: the
    tensor-parallel collectives after each attention and MLP block (also in the recomputed
    forward with full recomputation), the expert all-to-alls of MoE layers (not with
-   ``parallelism.moe_overlap``: then they run beside the compute; a MoE layer's MLP half
-   runs at the slowest EP rank's pace, :mod:`workloads.specs.moe_routing`), and with
-   ZeRO-3 each layer's parameter all-gather — the gathers run one after another on their
-   stream from the pass's start and layer ``k`` waits for gather ``k``, so a pass takes at
-   least ``max_k (Σ_{j≤k} gather_j + Σ_{j≥k} layer_j)`` (:func:`gathered_pass_s`);
+   ``parallelism.moe_overlap`` or ``fb_overlap``: then they run beside the compute; a MoE
+   layer's MLP half runs at the slowest EP rank's pace,
+   :mod:`workloads.specs.moe_routing`), and with ZeRO-3 each layer's parameter
+   all-gather — the gathers run one after another on their stream from the pass's
+   start and layer ``k`` waits for gather ``k``, so a pass takes at least
+   ``max_k (Σ_{j≤k} gather_j + Σ_{j≥k} layer_j)`` (:func:`gathered_pass_s`);
 2. stage ``s`` cannot start before the first micro-batch's forward passed the virtual
    stages before it (each pass, then its send to the next stage); from then on it runs all
    its passes, ``m`` micro-batches of each of its chunks, in sequence.  Its last pass, the
@@ -478,9 +479,10 @@ class IterationBounds:
                 calls_low += (min(scale, 1.0) - 1) * tp_low
                 a2a = 2 * self._estimate("alltoall", ep_lanes[0],
                                          shape.a2a_bytes)
-                if parallel.moe_overlap:
-                    # Half micro-batches' all-to-alls run beside compute: none is a link
-                    # of the chain; the estimate takes the last half's combine as exposed.
+                if parallel.moe_overlap or parallel.fb_overlap:
+                    # Half micro-batches' (or paired passes') all-to-alls run beside
+                    # compute: none is a link of the chain; the estimate takes a quarter
+                    # of them as exposed (the last half's combine).
                     calls += a2a / 4
                 else:
                     calls += a2a

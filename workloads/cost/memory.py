@@ -115,6 +115,7 @@ from distsim_gpu.workloads.cost.parameters import (
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
 from distsim_gpu.workloads.specs.recompute import RECOMPUTE_MODES, op_sac_matmuls
+from distsim_gpu.workloads.strategy.fb_pairs import pair_warmup
 from distsim_gpu.workloads.strategy.layer_groups import layer_settings
 from distsim_gpu.workloads.strategy.offload import OffloadConfig
 from distsim_gpu.workloads.strategy.operator_sharding import peak_gathered_params, sharded_params
@@ -301,9 +302,10 @@ def cp_kv_block_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: i
 
 
 def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatches: int,
-                           interleave: int = 1) -> float:
+                           interleave: int = 1, extra_warmup: int = 0) -> float:
     """Micro-batches whose activations stage ``stage`` holds at its peak, in units of the
-    stage's full set of layers (module docstring)."""
+    stage's full set of layers (module docstring); ``extra_warmup``: forwards run ahead
+    beyond the schedule's warm-up (:func:`~workloads.strategy.fb_pairs.pair_warmup`)."""
     check_choice(schedule, SCHEDULES, key="schedule")
     check_whole(pp, key="pp")
     check_whole(num_microbatches, key="num_microbatches")
@@ -312,11 +314,11 @@ def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatch
     if schedule == "gpipe":
         return float(num_microbatches)
     if schedule == "1f1b":
-        return float(min(pp - stage, num_microbatches))
+        return float(min(pp - stage + extra_warmup, num_microbatches))
     if schedule in V_SCHEDULES:  # the peak of its program's forwards not yet backward
         return peak_chunks_held(stage_program(schedule, pp=pp, stage=stage,
                                               microbatches=num_microbatches)) / interleave
-    chunks = min(2 * (pp - stage - 1) + (interleave - 1) * pp + 1,
+    chunks = min(2 * (pp - stage - 1) + (interleave - 1) * pp + 1 + extra_warmup,
                  num_microbatches * interleave)
     return chunks / interleave
 
@@ -364,7 +366,8 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
 
     in_flight = microbatches_in_flight(parallel.schedule, pp=pp, stage=stage,
                                        num_microbatches=num_microbatches,
-                                       interleave=interleave)
+                                       interleave=interleave,
+                                       extra_warmup=pair_warmup(parallel))
     layers = stage_layers(model, pp=pp, stage=stage, interleave=interleave,
                           partition=parallel.partition, schedule=parallel.schedule)
 
@@ -495,7 +498,8 @@ def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: Trainin
                  - act(i, parallel.tp, training.micro_batch, "none") for i in layers)
     in_flight = microbatches_in_flight(parallel.schedule, pp=parallel.pp, stage=stage,
                                        num_microbatches=microbatches,
-                                       interleave=parallel.interleave)
+                                       interleave=parallel.interleave,
+                                       extra_warmup=pair_warmup(parallel))
     transient = [_recompute_transient_bytes(
         act(i, settings[i].tp, settings[i].micro_batch, settings[i].recompute),
         act(i, settings[i].tp, settings[i].micro_batch, "none"), settings[i].recompute)

@@ -42,7 +42,6 @@ from distsim_gpu.workloads.cost.mtp import mtp_projection_s
 from distsim_gpu.workloads.cost.parameters import layer_group_extra_params
 from distsim_gpu.workloads.cost.tp_overlap import (
     gemm_stretch,
-    paired_gemms_s,
     pipelined_pair_s,
     roofline_of,
 )
@@ -81,12 +80,14 @@ from distsim_gpu.workloads.iteration.ops import (
     TpOverlap,
     Wait,
 )
+from distsim_gpu.workloads.iteration.overlaps import OverlappedOps
 from distsim_gpu.workloads.iteration.run_hints import PLAIN, RunHints
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
 from distsim_gpu.workloads.specs.recompute import SAVED_COLLECTIVES
 from distsim_gpu.workloads.specs.recompute import table_pass as recompute_table_pass
 from distsim_gpu.workloads.strategy.dimensions import async_handle
+from distsim_gpu.workloads.strategy.fb_pairs import Pair, Unit, paired_programs
 from distsim_gpu.workloads.strategy.layer_groups import (
     LayerSetting,
     block_subgroups,
@@ -107,7 +108,7 @@ __all__ = ["StreamBuilder", "fuse"]
 ParamBuckets = tuple[tuple[int | None, float, str], ...]
 
 
-class StreamBuilder:
+class StreamBuilder(OverlappedOps):
     """Builds each stage's stream of ops for ``microbatches`` micro-batches, shaped by the
     run's :class:`RunHints` (the plain ops without them)."""
 
@@ -189,15 +190,19 @@ class StreamBuilder:
         gathers = self._param_gathers(stage) if self.param_gather else {}
         stream.extend(self._async_dp("all_gather", size, f"gather params {handle}", handle)
                       for buckets in gathers.values() for _at, size, handle in buckets)
-        program = stage_program(par.schedule, pp=par.pp, stage=stage,
-                                microbatches=self.microbatches, interleave=par.interleave)
-        for pass_, mb, chunk in program:
-            vs = virtual_stage(stage, chunk, par.pp, par.schedule)
+        program: Sequence[Unit] = (
+            paired_programs(par.schedule, pp=par.pp, microbatches=self.microbatches,
+                            interleave=par.interleave)[stage] if par.fb_overlap
+            else stage_program(par.schedule, pp=par.pp, stage=stage,
+                               microbatches=self.microbatches, interleave=par.interleave))
+        for unit in program:
+            steps = (unit.forward, unit.backward) if isinstance(unit, Pair) else (unit,)
             # Forward: input from the virtual stage before, output to the one after.
-            upstream, downstream = (vs - 1, vs + 1) if pass_ == "F" else (vs + 1, vs - 1)
-            if 0 <= upstream < self.virtual_stages:
-                stream.append(Recv(pass_, mb, vs))
-            last = mb == last_mb
+            sides = [(pass_, mb, virtual_stage(stage, chunk, par.pp, par.schedule))
+                     for pass_, mb, chunk in steps]
+            stream.extend(Recv(pass_, mb, vs) for pass_, mb, vs in sides
+                          if 0 <= (vs - 1 if pass_ == "F" else vs + 1) < self.virtual_stages)
+            last = steps[-1][1] == last_mb
             # Exclusive TP only while no data-parallel collective of this stage can be in
             # flight: before it launched one, and not in a pass that launches one.
             # Nor while parameter gathers are: until every chunk's first forward waited.
@@ -205,15 +210,17 @@ class StreamBuilder:
             apart = self.dp_apart and not self.narrow
             fold = (self.exclusive_tp and (apart or (
                 not launched_dp and not sharded and not gathers
-                and not (last and pass_ == "B" and (par.dp_cp > 1 or self.narrow)))))
-            waits = gathers.pop(chunk, ()) if pass_ == "F" else ()
+                and not (last and steps[-1][0] == "B" and (par.dp_cp > 1 or self.narrow)))))
+            waits = gathers.pop(steps[0][2], ()) if steps[0][0] == "F" else ()
             fold = fold and (apart or not waits)
-            ops = self.pass_ops(stage, chunk, pass_, last, fold, waits)
+            ops = (self.pair_ops(stage, unit, last, fold, waits) if isinstance(unit, Pair)
+                   else self.pass_ops(stage, unit[2], unit[0], last, fold, waits))
             launched_dp = launched_dp or any(
                 isinstance(op, Collective) and not op.blocking for op in ops)
             stream.extend(ops)
-            if 0 <= downstream < self.virtual_stages:
-                stream.append(Send(pass_, mb, downstream, self.p2p_bytes))
+            stream.extend(Send(pass_, mb, vs + 1 if pass_ == "F" else vs - 1, self.p2p_bytes)
+                          for pass_, mb, vs in sides
+                          if 0 <= (vs + 1 if pass_ == "F" else vs - 1) < self.virtual_stages)
         stream.extend(self._fused(self._iteration_end(stage), stage))
         return stream
 
@@ -369,12 +376,7 @@ class StreamBuilder:
         cost_pass = "recompute" if pass_ == "recompute" else pass_
         # The recompute mode matters to the recompute pass only (otherwise the default, full).
         mode = setting.recompute if pass_ == "recompute" else "full"
-        shard = LayerShard(setting.micro_batch, self.seq_len, tp=setting.tp,
-                           sequence_parallel=self.split_elementwise, ep=par.ep,
-                           layer_index=layer, recompute=mode, expert_tp=par.expert_tp)
-        duration = self.costs.layer_time_s(cost_pass, model, shard)
-        # OSDP's split operators: their GEMMs in k slices (workloads.strategy.operator_sharding).
-        duration += split_extra_s(par.operator_sharding, self.costs, cost_pass, model, shard)
+        duration, shard = self._layer_cost(cost_pass, layer, mode)
         label = f"{name or f'L{layer}'} {pass_}"
         # What a cost table calls this layer pass (trace args, read by ``trace costs``).
         kind = "moe_layer" if model.is_moe_layer(layer) else "transformer_layer"
@@ -414,61 +416,19 @@ class StreamBuilder:
         if with_comm or op_sac:
             self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", setting, saved, moe=moe)
 
-    def _overlapped_tp_layer(self, ops: list[Op], pass_: str, shard: LayerShard,
-                             what: tuple[float, str, tuple[str, str, int]],
-                             fold: bool) -> None:
-        """``parallelism.tp_comm_overlap``: each block's all-gather pipelined with the
-        GEMM it feeds (ring exchange: ``tp`` chunks, no SMs) and its reduce-scatter with
-        the GEMM it drains (``tp_comm_overlap_splits`` chunks on ``tp_comm_overlap_sms``
-        SMs); the rest of the block computes alone (workloads.cost.tp_overlap).
-        ``what``: the layer pass's seconds, label and trace arguments."""
-        duration, label, args = what
-        par = self.parallel
-        whole = paired_gemms_s(self.costs, pass_, self.model, shard)
-        rest = max(duration - sum(ag + rs for ag, rs in whole.values()), 0.0) / 2
-        # Each GEMM runs as the chunks its collective is cut into, a slice of rows each.
-        gemms = paired_gemms_s(self.costs, pass_, self.model, shard,
-                               (par.tp, par.tp_comm_overlap_splits))
-        for block, (ag_s, rs_s) in gemms.items():
-            ops.append(Compute(rest, f"{label} {block}", *args))
-            ops.append(TpOverlap(Collective("all_gather", self.tp_gather_bytes,
-                                            f"{label} {block} all_gather", exclusive=fold),
-                                 Compute(ag_s, f"{label} {block} gemm", *args), par.tp,
-                                 comm_first=True))
-            ops.append(TpOverlap(Collective("reduce_scatter", self.tp_bytes,
-                                            f"{label} {block} reduce_scatter",
-                                            exclusive=fold),
-                                 Compute(rs_s, f"{label} {block} gemm", *args),
-                                 par.tp_comm_overlap_splits, comm_first=False,
-                                 gemm_stretch=self.rs_stretch))
-
-    def _overlapped_moe(self, ops: list[Op], label: str, times_s: tuple[float, float],
-                        args: tuple[str, str, int], fold: bool, pass_: str) -> None:
-        """``parallelism.moe_overlap``: the layer as two half micro-batches A and B
-        (DeepSeek-V3's two micro-batches; its trace shows DeepEP's dispatch and combine
-        kernels on their own stream, ~90 % of their time under the other stream's
-        compute): A's dispatch runs under B's attention, B's dispatch under A's experts,
-        A's combine under B's experts; B's combine is the exposed part.  ``times_s``:
-        the attention's and the experts' time for the whole micro-batch."""
-        attention_s, mlp_s = times_s
-        def launch(what: str, part: str) -> None:
-            half_bytes = (self.dispatch_bytes if what == "dispatch" else self.a2a_bytes) / 2
-            ops.append(Collective("alltoall", half_bytes, f"{label} {what} {part}",
-                                  group="ep", blocking=False,
-                                  handle=async_handle("ep", f"{label} {what} {part}")))
-
-        ops.append(Compute(attention_s / 2, f"{label} attention A", *args))
-        launch("dispatch", "A")
-        ops.append(Compute(attention_s / 2, f"{label} attention B", *args))
-        self._tp_ops(ops, f"{label} attention", fold, pass_, "attention")
-        launch("dispatch", "B")
-        for part in ("A", "B"):
-            ops.append(Wait(async_handle("ep", f"{label} dispatch {part}")))
-            ops.append(Compute(mlp_s / 2, f"{label} mlp {part}", *args))
-            launch("combine", part)
-        for part in ("A", "B"):
-            ops.append(Wait(async_handle("ep", f"{label} combine {part}")))
-        self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", moe=True)
+    def _layer_cost(self, cost_pass: str, layer: int, mode: str = "full",
+                    ) -> tuple[float, LayerShard]:
+        """Seconds of one pass (``fwd``, ``bwd``, ``recompute`` in ``mode``) of ``layer``
+        on one rank, and the shard it times."""
+        par, setting = self.parallel, self._setting(layer)
+        shard = LayerShard(setting.micro_batch, self.seq_len, tp=setting.tp,
+                           sequence_parallel=self.split_elementwise, ep=par.ep,
+                           layer_index=layer, recompute=mode, expert_tp=par.expert_tp)
+        duration = self.costs.layer_time_s(cost_pass, self.model, shard)
+        # OSDP's split operators: their GEMMs in k slices (workloads.strategy.operator_sharding).
+        duration += split_extra_s(par.operator_sharding, self.costs, cost_pass, self.model,
+                                  shard)
+        return duration, shard
 
     def _cp_attention(self, ops: list[Op], cost_pass: str, duration: float, label: str,
                       args: tuple[str, str, int], recompute: str) -> float:

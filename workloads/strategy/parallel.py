@@ -53,6 +53,7 @@ from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.recompute import RECOMPUTE_MODES
 from distsim_gpu.workloads.strategy.data_loading import DataLoader, data_loader_from_mapping
 from distsim_gpu.workloads.strategy.expert_grid import ExpertGrid, check_expert_grid
+from distsim_gpu.workloads.strategy.fb_pairs import check_fb_overlap
 from distsim_gpu.workloads.strategy.layer_groups import (
     LayerGroup,
     check_layer_group_strategy,
@@ -152,7 +153,7 @@ def layer_partition(layers: int, parts: int, partition: str = "uniform",
 
 
 #: The overlaps a resolved configuration names only when they are on.
-_OVERLAP_KEYS = ("overlap_param_gather", "tp_comm_overlap")
+_OVERLAP_KEYS = ("overlap_param_gather", "tp_comm_overlap", "moe_overlap", "fb_overlap")
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +187,9 @@ class ParallelConfig:
     # DeepSeek-V3 style: each MoE layer runs as two half micro-batches, one's dispatch /
     # combine overlapping the other's compute (workloads.iteration.streams).
     moe_overlap: bool = False
+    # DualPipe's / Megatron-Core's combined 1F1B: steady-state forward-backward pairs
+    # interleaved, each one's all-to-alls under the other's compute (workloads.strategy.fb_pairs).
+    fb_overlap: bool = False
     # Megatron-Core's distributed optimizer (ZeRO 1/2) with ``--overlap-param-gather``: the
     # updated parameters all-gathered by bucket during the next forward instead of after the
     # optimizer step (workloads.iteration.streams); the default comes from compute.stack.
@@ -231,8 +235,6 @@ class ParallelConfig:
             data["offload"] = self.offload.to_dict()
         else:
             del data["offload"]
-        if not self.moe_overlap:  # likewise
-            del data["moe_overlap"]
         if self.expert_tp is None:  # likewise
             del data["expert_tp"]
         for key in _OVERLAP_KEYS:  # likewise, while their overlap is off
@@ -381,6 +383,7 @@ def check_strategy(model: ModelSpec, parallel: ParallelConfig, training: Trainin
                           key="model.mtp_depth", source=source,
                           hint="zero 1 or 2 (DeepSeek-V3 trains with ZeRO-1), or mtp_depth 0")
     microbatches = _check_training(training, parallel, source=source)
+    check_fb_overlap(parallel, experts=experts, recompute=training.recompute, source=source)
     check_offload(parallel.offload, zero=parallel.zero, fsdp=parallel.fsdp,
                   precision=training.precision, source=source)
     check_tp_nd(parallel, micro_batch=training.micro_batch, heads=heads, kv_heads=kv_heads,

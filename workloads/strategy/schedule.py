@@ -73,13 +73,15 @@ def _interleaved_unit(k: int, *, pp: int, chunks: int, forward: bool) -> tuple[i
 
 
 def stage_program(schedule: str, *, pp: int, stage: int, microbatches: int,
-                  interleave: int = 1) -> list[Step]:
-    """The passes stage ``stage`` of ``pp`` runs, in order, for one iteration."""
+                  interleave: int = 1, extra_warmup: int = 0) -> list[Step]:
+    """The passes stage ``stage`` of ``pp`` runs, in order, for one iteration;
+    ``extra_warmup``: forwards a 1F1B or interleaved stage runs ahead beyond its usual
+    warm-up (:mod:`workloads.strategy.fb_pairs`)."""
     m = microbatches
     if schedule == "gpipe":
         return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
     if schedule == "1f1b":
-        warmup = min(pp - stage - 1, m)
+        warmup = min(pp - stage - 1 + extra_warmup, m)
         program: list[Step] = [("F", i, 0) for i in range(warmup)]
         for i in range(m - warmup):
             program.append(("F", warmup + i, 0))
@@ -89,7 +91,8 @@ def stage_program(schedule: str, *, pp: int, stage: int, microbatches: int,
     if schedule == "interleaved":
         v = interleave
         total = m * v
-        warmup = total if m == pp else min((pp - stage - 1) * 2 + (v - 1) * pp, total)
+        warmup = total if m == pp else min((pp - stage - 1) * 2 + (v - 1) * pp
+                                           + extra_warmup, total)
         program = []
         for k in range(warmup):
             mb, chunk = _interleaved_unit(k, pp=pp, chunks=v, forward=True)

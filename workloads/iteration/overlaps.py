@@ -1,0 +1,221 @@
+"""The op sequences of the overlaps that interleave a layer's communication with compute.
+
+:class:`OverlappedOps` is the part of :class:`~workloads.iteration.streams.StreamBuilder`
+that builds them (a mixin: it uses the builder's costs, bytes and collective helpers):
+
+* ``parallelism.tp_comm_overlap`` — each tensor-parallel all-gather and reduce-scatter
+  pipelined with the GEMM it feeds or drains (:mod:`workloads.cost.tp_overlap`);
+* ``parallelism.moe_overlap`` — a MoE layer as two half micro-batches, one's all-to-alls
+  under the other's compute;
+* ``parallelism.fb_overlap`` — a stage's forward and backward of two micro-batches as one
+  unit (:mod:`workloads.strategy.fb_pairs`), layer by layer in DeepSeek's order (its
+  DualPipe trace, ``../shared/data/traces/deepseek/``): the backward's combine gradients
+  go out under the forward's attention, the forward's dispatch and the backward's
+  dispatch gradients under the backward's expert weight gradients, the forward's combine
+  under the backward's attention.  Each block's time is its share of the layer pass
+  (:func:`~workloads.cost.compute.blocks.block_shares`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distsim_gpu.workloads.cost.compute.blocks import BlockShares, block_shares
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
+from distsim_gpu.workloads.cost.tp_overlap import paired_gemms_s
+from distsim_gpu.workloads.cost.traffic import gradient_reduce_op, reduces_in_buckets
+from distsim_gpu.workloads.iteration.ops import Collective, Compute, Op, TpOverlap, Wait
+from distsim_gpu.workloads.strategy.dimensions import async_handle
+from distsim_gpu.workloads.strategy.fb_pairs import Pair
+from distsim_gpu.workloads.strategy.schedule import virtual_stage
+
+__all__ = ["OverlappedOps"]
+
+
+class OverlappedOps:
+    """Op sequences of the overlaps (module docstring), for a ``StreamBuilder``."""
+
+    # The builder's state and helpers these methods use (streams.StreamBuilder sets them).
+    costs: Any
+    model: Any
+    parallel: Any
+    training: Any
+    chunks: Any
+    virtual_stages: int
+    dispatch_bytes: float
+    a2a_bytes: float
+    tp_bytes: float
+    tp_gather_bytes: float
+    rs_stretch: float
+    moe_pace: float
+    _passes: dict[Any, tuple[Op, ...]]
+    _tp_ops: Any
+    _edge: Any
+    _mtp: Any
+    _layer_pass: Any
+    _layer_cost: Any
+    _buckets: Any
+    _async_dp: Any
+    _fused: Any
+
+    def _overlapped_tp_layer(self, ops: list[Op], pass_: str, shard: LayerShard,
+                             what: tuple[float, str, tuple[str, str, int]],
+                             fold: bool) -> None:
+        """``parallelism.tp_comm_overlap``: each block's all-gather pipelined with the
+        GEMM it feeds (ring exchange: ``tp`` chunks, no SMs) and its reduce-scatter with
+        the GEMM it drains (``tp_comm_overlap_splits`` chunks on ``tp_comm_overlap_sms``
+        SMs); the rest of the block computes alone (workloads.cost.tp_overlap).
+        ``what``: the layer pass's seconds, label and trace arguments."""
+        duration, label, args = what
+        par = self.parallel
+        whole = paired_gemms_s(self.costs, pass_, self.model, shard)
+        rest = max(duration - sum(ag + rs for ag, rs in whole.values()), 0.0) / 2
+        # Each GEMM runs as the chunks its collective is cut into, a slice of rows each.
+        gemms = paired_gemms_s(self.costs, pass_, self.model, shard,
+                               (par.tp, par.tp_comm_overlap_splits))
+        for block, (ag_s, rs_s) in gemms.items():
+            ops.append(Compute(rest, f"{label} {block}", *args))
+            ops.append(TpOverlap(Collective("all_gather", self.tp_gather_bytes,
+                                            f"{label} {block} all_gather", exclusive=fold),
+                                 Compute(ag_s, f"{label} {block} gemm", *args), par.tp,
+                                 comm_first=True))
+            ops.append(TpOverlap(Collective("reduce_scatter", self.tp_bytes,
+                                            f"{label} {block} reduce_scatter",
+                                            exclusive=fold),
+                                 Compute(rs_s, f"{label} {block} gemm", *args),
+                                 par.tp_comm_overlap_splits, comm_first=False,
+                                 gemm_stretch=self.rs_stretch))
+
+    def _overlapped_moe(self, ops: list[Op], label: str, times_s: tuple[float, float],
+                        args: tuple[str, str, int], fold: bool, pass_: str) -> None:
+        """``parallelism.moe_overlap``: the layer as two half micro-batches A and B
+        (DeepSeek-V3's two micro-batches; its trace shows DeepEP's dispatch and combine
+        kernels on their own stream, ~90 % of their time under the other stream's
+        compute): A's dispatch runs under B's attention, B's dispatch under A's experts,
+        A's combine under B's experts; B's combine is the exposed part.  ``times_s``:
+        the attention's and the experts' time for the whole micro-batch."""
+        attention_s, mlp_s = times_s
+        def launch(what: str, part: str) -> None:
+            half_bytes = (self.dispatch_bytes if what == "dispatch" else self.a2a_bytes) / 2
+            ops.append(Collective("alltoall", half_bytes, f"{label} {what} {part}",
+                                  group="ep", blocking=False,
+                                  handle=async_handle("ep", f"{label} {what} {part}")))
+
+        ops.append(Compute(attention_s / 2, f"{label} attention A", *args))
+        launch("dispatch", "A")
+        ops.append(Compute(attention_s / 2, f"{label} attention B", *args))
+        self._tp_ops(ops, f"{label} attention", fold, pass_, "attention")
+        launch("dispatch", "B")
+        for part in ("A", "B"):
+            ops.append(Wait(async_handle("ep", f"{label} dispatch {part}")))
+            ops.append(Compute(mlp_s / 2, f"{label} mlp {part}", *args))
+            launch("combine", part)
+        for part in ("A", "B"):
+            ops.append(Wait(async_handle("ep", f"{label} combine {part}")))
+        self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", moe=True)
+
+    # ----------------------------------------------------------------- fb pairs
+    def pair_ops(self, stage: int, pair: Pair, last: bool, fold: bool,
+                 waits: tuple[tuple[int | None, float, str], ...] = ()) -> tuple[Op, ...]:
+        """A forward-backward pair without its receives and sends (cached): the
+        backward's loss and the forward's embedding, then their layers side by side
+        (the i-th of the forward's with the i-th of the backward's), then the forward's
+        loss and the backward's embedding; ``last``: the backward is the last
+        micro-batch's (its gradient buckets go out as its layers end)."""
+        (_, _, f_chunk), (_, _, b_chunk) = pair.forward, pair.backward
+        key = ("pair", stage, f_chunk, b_chunk, last, fold, bool(waits))
+        cached = self._passes.get(key)
+        if cached is not None:
+            return cached
+        par, ends = self.parallel, self.virtual_stages - 1
+        vf, vb = (virtual_stage(stage, chunk, par.pp, par.schedule)
+                  for chunk in (f_chunk, b_chunk))
+        forward = list(range(*self.chunks[vf]))
+        backward = list(reversed(range(*self.chunks[vb])))
+        before = {at: handle for at, _size, handle in waits}
+        buckets = (self._buckets(backward, first_chunk=vb == 0)
+                   if last and par.dp_cp > 1 and reduces_in_buckets(par) else {})
+        ops: list[Op] = []
+        if vb == ends:
+            self._mtp(ops, "bwd", fold)
+            ops.append(self._edge("loss", "bwd"))
+        if None in before:
+            ops.append(Wait(before.pop(None)))
+        if vf == 0:
+            ops.append(self._edge("embedding", "fwd"))
+        for position in range(max(len(forward), len(backward))):
+            f_layer = forward[position] if position < len(forward) else None
+            b_layer = backward[position] if position < len(backward) else None
+            if f_layer in before:
+                ops.append(Wait(before.pop(f_layer)))
+            self._paired_layers(ops, f_layer, b_layer, fold)
+            if b_layer is not None and position + 1 in buckets:
+                ops.append(self._async_dp(gradient_reduce_op(par), buckets[position + 1],
+                                          f"grads to L{b_layer}"))
+        if vf == ends:
+            ops.append(self._edge("loss", "fwd"))
+            self._mtp(ops, "fwd", fold)
+        if vb == 0:
+            ops.append(self._edge("embedding", "bwd"))
+        if None in buckets:
+            ops.append(self._async_dp(gradient_reduce_op(par), buckets[None],
+                                      f"grads of chunk {b_chunk}"))
+        cached = self._passes[key] = self._fused(ops, stage)
+        return cached
+
+    def _paired_layers(self, ops: list[Op], f_layer: int | None, b_layer: int | None,
+                       fold: bool) -> None:
+        """Forward layer ``f_layer`` beside backward layer ``b_layer`` (either None past
+        the shorter chunk's end): interleaved when both are expert-parallel MoE layers,
+        else one after the other."""
+        moe = self.model.is_moe_layer
+        if f_layer is None or b_layer is None or not (moe(f_layer) and moe(b_layer)):
+            if f_layer is not None:
+                self._layer_pass(ops, "fwd", f_layer, fold)
+            if b_layer is not None:
+                self._layer_pass(ops, "recompute", b_layer, fold)
+                self._layer_pass(ops, "bwd", b_layer, fold)
+            return
+        f_label, b_label = f"L{f_layer} fwd", f"L{b_layer} bwd"
+        f_args, b_args = ("moe_layer", "fwd", f_layer), ("moe_layer", "bwd", b_layer)
+        fwd, bwd = self._block_times("fwd", f_layer), self._block_times("bwd", b_layer)
+        recompute_s = (self._layer_cost("recompute", b_layer, "selective")[0]
+                       if self.training.recompute == "selective" else 0.0)
+
+        def launch(size_bytes: float, label: str) -> None:
+            ops.append(Collective("alltoall", size_bytes, label, group="ep", blocking=False,
+                                  handle=async_handle("ep", label)))
+
+        def wait(label: str) -> None:
+            ops.append(Wait(async_handle("ep", label)))
+
+        self._tp_ops(ops, f"{b_label} mlp", fold, "bwd", "mlp", moe=True)
+        launch(self.dispatch_bytes, f"{b_label} dispatch")  # combine's gradients, to experts
+        ops.append(Compute(fwd.attention, f"{f_label} attention", *f_args))
+        self._tp_ops(ops, f"{f_label} attention", fold, "fwd", "attention")
+        launch(self.dispatch_bytes, f"{f_label} dispatch")
+        wait(f"{b_label} dispatch")
+        ops.append(Compute(bwd.mlp, f"{b_label} mlp", *b_args))
+        launch(self.a2a_bytes, f"{b_label} combine")  # dispatch's gradients, back
+        ops.append(Compute(bwd.mlp_weights, f"{b_label} mlp weights", *b_args))
+        wait(f"{f_label} dispatch")
+        ops.append(Compute(fwd.mlp, f"{f_label} mlp", *f_args))
+        launch(self.a2a_bytes, f"{f_label} combine")
+        wait(f"{b_label} combine")
+        ops.append(Compute(recompute_s + bwd.attention, f"{b_label} attention", *b_args))
+        ops.append(Compute(bwd.attention_weights, f"{b_label} attention weights", *b_args))
+        self._tp_ops(ops, f"{b_label} attention", fold, "bwd", "attention")
+        wait(f"{f_label} combine")
+        self._tp_ops(ops, f"{f_label} mlp", fold, "fwd", "mlp", moe=True)
+
+    def _block_times(self, pass_: str, layer: int) -> BlockShares:
+        """Seconds of each block of a MoE layer's pass: its share of the pass's time, the
+        MLP's input and weight parts each with its part of the skewed router's extra
+        time, counted as the plain layer counts it (half the layer at the most loaded
+        expert-parallel rank's pace), so the pass's total is the plain layer's."""
+        duration, shard = self._layer_cost(pass_, layer)
+        share = block_shares(self.costs, pass_, self.model, shard)
+        mlp = share.mlp + share.mlp_weights
+        extra = (self.moe_pace - 1.0) * duration / 2 / mlp if mlp > 0 else 0.0
+        return BlockShares(share.attention * duration, share.attention_weights * duration,
+                           share.mlp * (duration + extra), share.mlp_weights * (duration + extra))

@@ -1,0 +1,213 @@
+"""Forward-backward pairs: a stage's forward and backward run as one interleaved unit.
+
+DeepSeek's DualPipe (deepseek-ai/DualPipe: "overlapped forward and backward chunks";
+DeepSeek-V3 report §3.2.1) and Megatron-Core's combined 1F1B with expert-parallel
+all-to-all overlap (``--overlap-moe-expert-parallel-comm`` with ``--delay-wgrad-compute``)
+run a stage's steady-state forward of one micro-batch together with the backward of
+another: layer by layer, each one's expert all-to-alls run while the other computes, and
+the backward's weight gradients are computed while both wait (the ops:
+:mod:`workloads.iteration.overlaps`).  ``parallelism.fb_overlap`` switches it on.
+
+Which passes pair: a forward immediately followed in the stage's program by a backward of
+another micro-batch (a backward of the same micro-batch needs that forward's result).  A
+pair receives both inputs before it starts and sends both outputs when it ends, so a
+pairing must never make a pair wait, through other stages, for its own outputs:
+:func:`paired_programs` checks the dependency graph of every stage's units and raises if
+one would.  1F1B and interleaved 1F1B run one more warm-up forward on every stage, as
+Megatron-Core's combined 1F1B does, so that the last stage's steady state alternates
+micro-batches (without it, its forward and backward are of the same micro-batch); it costs
+a micro-batch more of activations (:func:`pair_warmup`, read by the memory model).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Protocol
+
+from distsim_gpu.simcore.errors import ConfigError, SimulationError
+from distsim_gpu.workloads.strategy.schedule import Step, stage_program, virtual_stage
+
+__all__ = ["PAIRED_SCHEDULES", "Pair", "Unit", "check_fb_overlap", "pair_program",
+           "pair_warmup", "paired_programs"]
+
+#: Schedules whose steady state alternates forwards and backwards (GPipe's does not).
+PAIRED_SCHEDULES = ("1f1b", "interleaved", "dualpipev")
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """A forward and a backward of one stage run as one interleaved unit."""
+
+    forward: Step
+    backward: Step
+
+
+Unit = Step | Pair
+
+
+class _Strategy(Protocol):
+    """What the checks read of a :class:`~workloads.strategy.parallel.ParallelConfig`
+    (which validates through this module)."""
+
+    fb_overlap: bool
+    moe_overlap: bool
+    tp_comm_overlap: bool
+    fsdp: bool
+    schedule: str
+    ep: int
+    cp: int
+    zero: int
+    layer_groups: tuple[object, ...]
+
+
+def pair_warmup(parallel: _Strategy) -> int:
+    """Forwards a stage runs ahead beyond its schedule's warm-up: 1 for 1F1B and
+    interleaved 1F1B with ``fb_overlap`` (module docstring), else 0."""
+    return int(parallel.fb_overlap and parallel.schedule in ("1f1b", "interleaved"))
+
+
+def pair_program(program: Sequence[Step],
+                 ready: Callable[[int], bool] = lambda _index: True) -> list[Unit]:
+    """``program`` with each forward that a backward of another micro-batch follows
+    merged with it into a :class:`Pair` — where ``ready(index)`` says the backward at
+    ``index`` could have started instead of the forward before it."""
+    units: list[Unit] = []
+    index = 0
+    while index < len(program):
+        step = program[index]
+        after = program[index + 1] if index + 1 < len(program) else None
+        if (step[0] == "F" and after is not None and after[0] == "B" and after[1] != step[1]
+                and ready(index + 1)):
+            units.append(Pair(step, after))
+            index += 2
+        else:
+            units.append(step)
+            index += 1
+    return units
+
+
+@lru_cache(maxsize=32)
+def paired_programs(schedule: str, *, pp: int, microbatches: int,
+                    interleave: int = 1) -> tuple[tuple[Unit, ...], ...]:
+    """Every stage's units under ``fb_overlap``: every forward with the backward after
+    it, unless that could deadlock; then only where the backward's input had arrived
+    when the forward started, the programs run on unit times (a forward 1, a backward
+    2) — such a pair waits for nothing its forward would not have.  A SimulationError
+    (a bug, not the user's input) if even those could deadlock."""
+    extra = int(schedule in ("1f1b", "interleaved"))
+    steps = [stage_program(schedule, pp=pp, stage=stage, microbatches=microbatches,
+                           interleave=interleave, extra_warmup=extra) for stage in range(pp)]
+    programs = tuple(tuple(pair_program(program)) for program in steps)
+    if _acyclic(programs, schedule, pp=pp, interleave=interleave):
+        return programs
+    starts, arrivals = _unit_times(steps, schedule, pp=pp, interleave=interleave)
+    programs = tuple(tuple(pair_program(
+        program, lambda i, s=stage: arrivals[s][i] <= starts[s][i - 1]))
+        for stage, program in enumerate(steps))
+    if not _acyclic(programs, schedule, pp=pp, interleave=interleave):
+        raise SimulationError(f"fb_overlap: the {schedule} schedule's forward-backward "
+                              f"pairs would deadlock (pp {pp}, {microbatches} micro-batches)")
+    return programs
+
+
+def _source(pass_: str, mb: int, vs: int, last: int) -> tuple[str, int, int] | None:
+    """The pass whose output pass ``(pass_, mb, vs)`` takes as its input (None: the
+    first virtual stage's forward reads the data)."""
+    if pass_ == "F":
+        return ("F", mb, vs - 1) if vs > 0 else None
+    return ("B", mb, vs + 1) if vs < last else ("F", mb, vs)
+
+
+def _unit_times(programs: Sequence[Sequence[Step]], schedule: str, *, pp: int,
+                interleave: int) -> tuple[list[list[float]], list[list[float]]]:
+    """Each step's start, and when its input arrived, with every stage running its
+    program in order on unit times (a forward 1, a backward 2)."""
+    last = pp * interleave - 1
+    ends: dict[tuple[str, int, int], float] = {}
+    starts = [[0.0] * len(p) for p in programs]
+    arrivals = [[0.0] * len(p) for p in programs]
+    position, free = [0] * pp, [0.0] * pp
+    progress = True
+    while progress:
+        progress = False
+        for stage, program in enumerate(programs):
+            while position[stage] < len(program):
+                pass_, mb, chunk = program[position[stage]]
+                vs = virtual_stage(stage, chunk, pp, schedule)
+                source = _source(pass_, mb, vs, last)
+                if source is not None and source not in ends:
+                    break
+                arrived = ends[source] if source is not None else 0.0
+                start = max(free[stage], arrived)
+                arrivals[stage][position[stage]], starts[stage][position[stage]] = (arrived,
+                                                                                   start)
+                free[stage] = ends[(pass_, mb, vs)] = start + (1 if pass_ == "F" else 2)
+                position[stage] += 1
+                progress = True
+    return starts, arrivals
+
+
+def _acyclic(programs: Sequence[Sequence[Unit]], schedule: str, *, pp: int,
+             interleave: int) -> bool:
+    """Kahn's algorithm on the units: program order on each stage, and each pass after
+    the pass it takes its input from (the forward of the virtual stage before, the
+    backward of the one after, the last forward for the last backward)."""
+    last = pp * interleave - 1
+    node: dict[tuple[str, int, int], tuple[int, int]] = {}
+    for stage, units in enumerate(programs):
+        for index, unit in enumerate(units):
+            for pass_, mb, chunk in (unit.forward, unit.backward) if isinstance(
+                    unit, Pair) else (unit,):
+                node[(pass_, mb, virtual_stage(stage, chunk, pp, schedule))] = (stage, index)
+    after: dict[tuple[int, int], list[tuple[int, int]]] = {n: [] for n in node.values()}
+    for stage, units in enumerate(programs):
+        for index in range(1, len(units)):
+            after[(stage, index - 1)].append((stage, index))
+    for (pass_, mb, vs), unit in node.items():
+        source = _source(pass_, mb, vs, last)
+        if source is not None:
+            after[node[source]].append(unit)
+    waiting = {n: 0 for n in after}
+    for targets in after.values():
+        for target in targets:
+            waiting[target] += 1
+    ready, done = deque(n for n, count in waiting.items() if count == 0), 0
+    while ready:
+        done += 1
+        for target in after[ready.popleft()]:
+            waiting[target] -= 1
+            if waiting[target] == 0:
+                ready.append(target)
+    return done == len(after)
+
+
+def check_fb_overlap(parallel: _Strategy, *, experts: int, recompute: str,
+                     source: str | None = None) -> None:
+    """``fb_overlap`` where its pairs are modelled: expert all-to-alls to hide, a schedule
+    that alternates forwards and backwards, and none of the features whose ops a pair
+    would have to interleave too (context parallelism's ring, per-layer groups, ZeRO-3
+    gathers, full recomputation, the other overlaps of the same links)."""
+    if not parallel.fb_overlap:
+        return
+    key = "parallelism.fb_overlap"
+    if not (experts > 1 and parallel.ep > 1):
+        raise ConfigError("fb_overlap hides expert all-to-alls: it needs a MoE model and "
+                          f"ep > 1 (got {experts} experts, ep {parallel.ep})", key=key,
+                          source=source, hint="set ep > 1, or fb_overlap: false")
+    if parallel.schedule not in PAIRED_SCHEDULES:
+        raise ConfigError(f"fb_overlap pairs a forward with a backward; the "
+                          f"{parallel.schedule} schedule runs them apart", key=key,
+                          source=source, hint="schedule: " + ", ".join(PAIRED_SCHEDULES))
+    clashes = {"moe_overlap": parallel.moe_overlap, "tp_comm_overlap": parallel.tp_comm_overlap,
+               "cp > 1": parallel.cp > 1, "layer_groups": bool(parallel.layer_groups),
+               "zero 3 / fsdp": parallel.zero == 3 or parallel.fsdp,
+               f"recompute {recompute}": recompute not in ("none", "selective")}
+    named = [name for name, on in clashes.items() if on]
+    if named:
+        raise ConfigError(f"fb_overlap with {', '.join(named)} is not modelled", key=key,
+                          source=source, hint="fb_overlap runs with recompute none or "
+                          "selective, cp 1, zero 0-2 and neither moe_overlap nor "
+                          "tp_comm_overlap")
