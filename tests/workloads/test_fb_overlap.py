@@ -1,0 +1,193 @@
+"""Forward-backward pairs (``parallelism.fb_overlap``): which passes pair, that pairs never
+deadlock, the block shares a pair interleaves, and what the overlap hides."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from distsim_gpu.scenarios.report import format_summary
+from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.cost.bounds import IterationBounds
+from distsim_gpu.workloads.cost.compute import RooflineCosts
+from distsim_gpu.workloads.cost.compute.blocks import (
+    ATTENTION_OPERATORS,
+    block_shares,
+    is_weight_gradient,
+)
+from distsim_gpu.workloads.cost.layer_shard import LayerShard
+from distsim_gpu.workloads.cost.memory import microbatches_in_flight
+from distsim_gpu.workloads.iteration.ops import Collective, Compute, Wait
+from distsim_gpu.workloads.iteration.streams import StreamBuilder
+from distsim_gpu.workloads.specs.gpus import get_gpu
+from distsim_gpu.workloads.specs.models import model_from_mapping
+from distsim_gpu.workloads.strategy import fb_pairs
+from distsim_gpu.workloads.strategy.fb_pairs import Pair, pair_program, paired_programs
+from distsim_gpu.workloads.strategy.schedule import peak_chunks_held, stage_program
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+MOE = {"name": "tiny-moe", "layers": 4, "hidden": 256, "heads": 8, "seq_len": 128,
+       "vocab": 1024, "experts": 4, "top_k": 2}
+
+
+def _scenario(tiny, *, model=None, training=None, **parallel):
+    return scenario_from_mapping(tiny(
+        model=model or MOE,
+        parallelism={"tp": 1, "pp": 1, "dp": 8, "ep": 4, **parallel},
+        training={"micro_batch": 1, "global_batch": 32, **(training or {})}))
+
+
+def _passes(units):
+    return [step for unit in units
+            for step in ((unit.forward, unit.backward) if isinstance(unit, Pair) else (unit,))]
+
+
+def test_one_stage_pairs_each_forward_with_the_backward_before_it():
+    # pp 1 with one warm-up forward more: F0, then (F k+1, B k), then the last backward.
+    (units,) = paired_programs("1f1b", pp=1, microbatches=4)
+    assert list(units) == [("F", 0, 0), Pair(("F", 1, 0), ("B", 0, 0)),
+                           Pair(("F", 2, 0), ("B", 1, 0)), Pair(("F", 3, 0), ("B", 2, 0)),
+                           ("B", 3, 0)]
+
+
+def test_1f1b_pairs_every_steady_state_forward():
+    # Stage s warms up pp - s forwards (one more than 1F1B), then pairs F(w + k) with B(k).
+    pp, m = 4, 12
+    for stage, units in enumerate(paired_programs("1f1b", pp=pp, microbatches=m)):
+        warmup = pp - stage
+        pairs = [u for u in units if isinstance(u, Pair)]
+        assert [(p.forward[1], p.backward[1]) for p in pairs] == [
+            (warmup + k, k) for k in range(m - warmup)]
+
+
+def test_a_backward_of_the_same_micro_batch_never_pairs():
+    program = [("F", 0, 0), ("B", 0, 0), ("F", 1, 0), ("B", 0, 1)]
+    assert pair_program(program) == [("F", 0, 0), ("B", 0, 0),
+                                     Pair(("F", 1, 0), ("B", 0, 1))]
+
+
+@settings(max_examples=60, deadline=None)
+@given(schedule=st.sampled_from([("1f1b", 1), ("interleaved", 2), ("interleaved", 3),
+                                 ("dualpipev", 2)]),
+       pp=st.integers(2, 8), groups=st.integers(1, 6))
+def test_pairs_hold_every_pass_once_and_never_deadlock(schedule, pp, groups):
+    name, interleave = schedule
+    m = pp * groups  # the interleaved schedule wants whole groups of pp micro-batches
+    programs = paired_programs(name, pp=pp, microbatches=m, interleave=interleave)
+    extra = int(name != "dualpipev")
+    for stage, units in enumerate(programs):
+        plain = stage_program(name, pp=pp, stage=stage, microbatches=m, interleave=interleave,
+                              extra_warmup=extra)
+        assert _passes(units) == plain  # the same order, pairs only grouped
+        assert all(u.forward[1] != u.backward[1] for u in units if isinstance(u, Pair))
+    assert fb_pairs._acyclic(programs, name, pp=pp, interleave=interleave)
+
+
+def test_a_deadlocking_pairing_falls_back_to_ready_backwards():
+    # DualPipeV with few micro-batches: pairing every forward would deadlock; what is
+    # paired then had its backward's input when the forward began, and is acyclic.
+    steps = [stage_program("dualpipev", pp=16, stage=s, microbatches=8) for s in range(16)]
+    greedy = tuple(tuple(pair_program(p)) for p in steps)
+    assert not fb_pairs._acyclic(greedy, "dualpipev", pp=16, interleave=2)
+    programs = paired_programs("dualpipev", pp=16, microbatches=8, interleave=2)
+    assert fb_pairs._acyclic(programs, "dualpipev", pp=16, interleave=2)
+
+
+@pytest.mark.parametrize(("schedule", "interleave"), [("1f1b", 1), ("interleaved", 2)])
+def test_the_extra_warmup_is_a_micro_batch_of_memory(schedule, interleave):
+    # The memory model's closed form against the forwards the paired program holds.
+    for stage in range(4):
+        held = peak_chunks_held(stage_program(schedule, pp=4, stage=stage, microbatches=8,
+                                              interleave=interleave, extra_warmup=1))
+        assert microbatches_in_flight(schedule, pp=4, stage=stage, num_microbatches=8,
+                                      interleave=interleave, extra_warmup=1) == pytest.approx(
+            held / interleave)
+    assert microbatches_in_flight("1f1b", pp=4, stage=0, num_microbatches=8,
+                                  extra_warmup=1) == 5
+
+
+@pytest.mark.parametrize("pass_", ["fwd", "bwd"])
+def test_block_shares_are_the_operators_times(pass_):
+    model = model_from_mapping(MOE)
+    costs = RooflineCosts(get_gpu("h100-sxm"), precision="bf16")
+    shard = LayerShard(1, 128, ep=4, layer_index=1)
+    shares = block_shares(costs, pass_, model, shard)
+    kernels = costs.layer_work(pass_, model, shard).kernels
+    total = sum(costs.kernel_time_s(k) for k in kernels)
+    attention = [k for k in kernels if k.base_name in ATTENTION_OPERATORS]
+    weights = sum(costs.kernel_time_s(k) for k in attention if is_weight_gradient(k))
+    assert shares.attention_weights == pytest.approx(weights / total)
+    assert shares.attention + shares.attention_weights == pytest.approx(
+        sum(costs.kernel_time_s(k) for k in attention) / total)
+    assert (shares.attention + shares.attention_weights + shares.mlp
+            + shares.mlp_weights) == pytest.approx(1.0)
+    if pass_ == "fwd":
+        assert shares.attention_weights == shares.mlp_weights == 0
+    else:  # every GEMM's weight gradient has its input gradient's FLOP
+        assert 0 < shares.mlp_weights < shares.mlp + shares.mlp_weights
+
+
+def test_a_cost_model_without_roofline_splits_evenly():
+    shares = block_shares(object(), "bwd", model_from_mapping(MOE), LayerShard(1, 128))
+    assert (shares.attention, shares.attention_weights, shares.mlp,
+            shares.mlp_weights) == (0.25, 0.25, 0.25, 0.25)
+
+
+@pytest.mark.parametrize("routing", [None, {"routing": {"zipf": 1.2}}])
+def test_pairs_hide_all_to_alls_and_keep_the_compute(tiny, routing):
+    model = dict(MOE, moe=routing) if routing else MOE
+    plain_scenario = _scenario(tiny, model=model)
+    paired_scenario = _scenario(tiny, model=model, fb_overlap=True)
+    plain, paired = run_scenario(plain_scenario), run_scenario(paired_scenario)
+    assert sum(g.compute_s for g in paired.per_gpu) == pytest.approx(
+        sum(g.compute_s for g in plain.per_gpu))
+    assert paired.iteration_time_s < plain.iteration_time_s
+    exposed = max(g.exposed_communication_s for g in plain.per_gpu)
+    assert paired.iteration_time_s > plain.iteration_time_s - exposed
+    assert "forward-backward pairs overlapped" in format_summary(paired)
+    spec = paired_scenario
+    ops = StreamBuilder(spec.model, spec.parallel, spec.training, spec.costs,
+                        microbatches=spec.microbatches).stage_stream(0)
+    ep = [op for op in ops if isinstance(op, Collective) and op.group == "ep"]
+    # Bytes conserved: the same all-to-alls as the plain stream, none of them blocking in
+    # a pair, and each waited for once.
+    plain_ops = StreamBuilder(plain_scenario.model, plain_scenario.parallel,
+                              plain_scenario.training, plain_scenario.costs,
+                              microbatches=plain_scenario.microbatches).stage_stream(0)
+    assert sum(op.size_bytes for op in ep) == pytest.approx(sum(
+        op.size_bytes for op in plain_ops if isinstance(op, Collective) and op.group == "ep"))
+    waited = Counter(op.handle for op in ops if isinstance(op, Wait)
+                     and (op.handle or "").startswith("ep:"))
+    assert waited == Counter(op.handle for op in ep if not op.blocking)
+    labels = [op.label for op in ops if isinstance(op, Compute)]
+    assert any(label.endswith("bwd mlp weights") for label in labels)
+
+
+@pytest.mark.parametrize(("schedule", "interleave"), [("1f1b", 1), ("interleaved", 2),
+                                                      ("dualpipev", 2)])
+def test_pairs_in_a_pipeline_stay_above_the_lower_bound(tiny, schedule, interleave):
+    scenario = _scenario(tiny, tp=1, pp=2, dp=4, ep=4, schedule=schedule,
+                         interleave=interleave, fb_overlap=True)
+    report = run_scenario(scenario)
+    bounds = IterationBounds(scenario.topology, scenario.model, scenario.costs,
+                             comm=scenario.comm)
+    lower, _estimate = bounds.bound(scenario.parallel, scenario.training,
+                                    scenario.microbatches)
+    assert 0 < lower <= report.iteration_time_s
+    assert run_scenario(scenario).iteration_time_s == report.iteration_time_s  # same seed
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"parallelism": {"ep": 1}}, "needs a MoE model and ep > 1"),
+    ({"parallelism": {"pp": 2, "dp": 4, "schedule": "gpipe"}}, "gpipe schedule runs them"),
+    ({"parallelism": {"moe_overlap": True}}, "with moe_overlap is not modelled"),
+    ({"parallelism": {"cp": 2, "dp": 4}}, "with cp > 1 is not modelled"),
+    ({"training": {"recompute": "full"}}, "recompute full is not modelled"),
+])
+def test_unmodelled_combinations_are_refused(tiny, changes, message):
+    with pytest.raises(ConfigError, match=message) as caught:
+        _scenario(tiny, training=changes.get("training"), fb_overlap=True,
+                  **changes.get("parallelism", {}))
+    assert caught.value.key == "parallelism.fb_overlap"
