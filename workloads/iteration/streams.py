@@ -5,7 +5,8 @@ stream of :mod:`workloads.iteration.ops`, built here from the model, the paralle
 training setup and the compute costs:
 
 * per pass of the stage's schedule (:mod:`workloads.strategy.schedule`): receive the input from
-  the neighbouring virtual stage, run the chunk's layers, send the output on;
+  the neighbouring virtual stage, run the chunk's layers, send the output on (with
+  ``fb_overlap``, a forward-backward pair as one unit: :mod:`workloads.iteration.overlaps`);
 * per layer and pass: attention and MLP compute, each followed by its tensor-parallel
   collectives (all-reduce; all-gather + reduce-scatter with sequence parallelism) and, in
   a MoE layer with expert parallelism, the dispatch / combine all-to-alls; the backward

@@ -26,8 +26,9 @@ stage ``v − 1`` and a backward pass its gradient from ``v + 1``.
   ``(p − 1)/(2m)`` of the ideal time on those unit times, as two interleaved chunks'
   (fewer micro-batches fill the V less).
   Backward is not split into input and weight gradients here (DualPipe's zero-bubble
-  part), nor is a forward paired with a backward to overlap their communication
-  (``parallelism.moe_overlap`` overlaps a MoE layer's own halves).
+  part); ``parallelism.fb_overlap`` pairs a forward with the backward after it to overlap
+  their all-to-alls (:mod:`workloads.strategy.fb_pairs`), ``parallelism.moe_overlap`` a
+  MoE layer's own halves.
 """
 
 from __future__ import annotations
