@@ -22,7 +22,7 @@ from distsim_gpu.workloads.iteration.ops import Collective, Compute, Wait
 from distsim_gpu.workloads.iteration.streams import StreamBuilder
 from distsim_gpu.workloads.specs.gpus import get_gpu
 from distsim_gpu.workloads.specs.models import model_from_mapping
-from distsim_gpu.workloads.strategy import fb_pairs
+from distsim_gpu.workloads.strategy import fb_pairs, schedule
 from distsim_gpu.workloads.strategy.fb_pairs import Pair, pair_program, paired_programs
 from distsim_gpu.workloads.strategy.schedule import peak_chunks_held, stage_program
 from hypothesis import given, settings
@@ -76,36 +76,78 @@ def test_pairs_hold_every_pass_once_and_never_deadlock(schedule, pp, groups):
     name, interleave = schedule
     m = pp * groups  # the interleaved schedule wants whole groups of pp micro-batches
     programs = paired_programs(name, pp=pp, microbatches=m, interleave=interleave)
-    extra = int(name != "dualpipev")
     for stage, units in enumerate(programs):
         plain = stage_program(name, pp=pp, stage=stage, microbatches=m, interleave=interleave,
-                              extra_warmup=extra)
+                              fb_overlap=True)
         assert _passes(units) == plain  # the same order, pairs only grouped
         assert all(u.forward[1] != u.backward[1] for u in units if isinstance(u, Pair))
     assert fb_pairs._acyclic(programs, name, pp=pp, interleave=interleave)
 
 
 def test_a_deadlocking_pairing_falls_back_to_ready_backwards():
-    # DualPipeV with few micro-batches: pairing every forward would deadlock; what is
-    # paired then had its backward's input when the forward began, and is acyclic.
-    steps = [stage_program("dualpipev", pp=16, stage=s, microbatches=8) for s in range(16)]
+    # 1F1B on 8 stages with 8 micro-batches: pairing every candidate would deadlock; what
+    # is paired then had its backward's input when the forward began, and is acyclic.
+    steps = [stage_program("1f1b", pp=8, stage=s, microbatches=8, fb_overlap=True)
+             for s in range(8)]
     greedy = tuple(tuple(pair_program(p)) for p in steps)
-    assert not fb_pairs._acyclic(greedy, "dualpipev", pp=16, interleave=2)
-    programs = paired_programs("dualpipev", pp=16, microbatches=8, interleave=2)
-    assert fb_pairs._acyclic(programs, "dualpipev", pp=16, interleave=2)
+    assert not fb_pairs._acyclic(greedy, "1f1b", pp=8, interleave=1)
+    programs = paired_programs("1f1b", pp=8, microbatches=8)
+    assert fb_pairs._acyclic(programs, "1f1b", pp=8, interleave=1)
+    assert 0 < sum(isinstance(u, Pair) for p in programs for u in p) < sum(
+        isinstance(u, Pair) for p in greedy for u in p)
 
 
-@pytest.mark.parametrize(("schedule", "interleave"), [("1f1b", 1), ("interleaved", 2)])
+@pytest.mark.parametrize(("pp", "m"), [(2, 3), (4, 6), (16, 30)])
+def test_with_few_micro_batches_the_v_pairs_where_both_passes_are_ready(pp, m):
+    # Below DualPipeV's 2·pp micro-batches the V's list schedule pairs by itself where an
+    # idle stage has a forward and a backward both ready (unpaired it pairs none).
+    _length, _programs, none = schedule.v_list_schedule(pp, m)
+    _length, _programs, starts = schedule.v_list_schedule(pp, m, paired=True)
+    assert not any(none) and any(starts)
+    assert schedule.v_pair_starts(pp, m) == starts
+    units = paired_programs("dualpipev", pp=pp, microbatches=m, interleave=2)
+    assert [[i for i, u in enumerate(_passes_index(p)) if u] for p in units] == [
+        list(s) for s in starts]
+
+
+@pytest.mark.parametrize(("pp", "m"), [(2, 4), (4, 8), (4, 30), (16, 32), (16, 64)])
+def test_deepseeks_dualpipev_order(pp, m):
+    # Every pass once, each kind in micro-batch order; the main part's 2(m - 2p + s + 1)
+    # pairs and step 5's p - s - 1 more; no pair of one micro-batch; no deadlock.
+    units = paired_programs("dualpipev", pp=pp, microbatches=m, interleave=2)
+    for stage, stage_units in enumerate(units):
+        steps, starts = schedule.deepseek_v_program(pp, m, stage)
+        assert Counter((p, c) for p, _mb, c in steps) == {
+            ("F", 0): m, ("F", 1): m, ("B", 0): m, ("B", 1): m}
+        for kind in (("F", 0), ("F", 1), ("B", 0), ("B", 1)):
+            assert [mb for p, mb, c in steps if (p, c) == kind] == list(range(m))
+        assert len(starts) == 2 * (m - 2 * pp + stage + 1) + (pp - stage - 1)
+        assert _passes(stage_units) == steps
+        assert sum(isinstance(u, Pair) for u in stage_units) == len(starts)
+        assert steps[: 2 * (pp - stage - 1)] == [("F", i, 0) for i in range(
+            2 * (pp - stage - 1))]
+
+
+def _passes_index(units):
+    """For each pass of ``units`` in order, whether a pair starts there."""
+    out = []
+    for unit in units:
+        out += [True, False] if isinstance(unit, Pair) else [False]
+    return out
+
+
+@pytest.mark.parametrize(("schedule", "interleave"), [("1f1b", 1), ("interleaved", 2),
+                                                      ("dualpipev", 2)])
 def test_the_extra_warmup_is_a_micro_batch_of_memory(schedule, interleave):
     # The memory model's closed form against the forwards the paired program holds.
     for stage in range(4):
         held = peak_chunks_held(stage_program(schedule, pp=4, stage=stage, microbatches=8,
-                                              interleave=interleave, extra_warmup=1))
+                                              interleave=interleave, fb_overlap=True))
         assert microbatches_in_flight(schedule, pp=4, stage=stage, num_microbatches=8,
-                                      interleave=interleave, extra_warmup=1) == pytest.approx(
+                                      interleave=interleave, fb_overlap=True) == pytest.approx(
             held / interleave)
     assert microbatches_in_flight("1f1b", pp=4, stage=0, num_microbatches=8,
-                                  extra_warmup=1) == 5
+                                  fb_overlap=True) == 5
 
 
 @pytest.mark.parametrize("pass_", ["fwd", "bwd"])

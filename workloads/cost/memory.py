@@ -115,7 +115,6 @@ from distsim_gpu.workloads.cost.parameters import (
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
 from distsim_gpu.workloads.specs.recompute import RECOMPUTE_MODES, op_sac_matmuls
-from distsim_gpu.workloads.strategy.fb_pairs import pair_warmup
 from distsim_gpu.workloads.strategy.layer_groups import layer_settings
 from distsim_gpu.workloads.strategy.offload import OffloadConfig
 from distsim_gpu.workloads.strategy.operator_sharding import peak_gathered_params, sharded_params
@@ -302,10 +301,11 @@ def cp_kv_block_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: i
 
 
 def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatches: int,
-                           interleave: int = 1, extra_warmup: int = 0) -> float:
+                           interleave: int = 1, fb_overlap: bool = False) -> float:
     """Micro-batches whose activations stage ``stage`` holds at its peak, in units of the
-    stage's full set of layers (module docstring); ``extra_warmup``: forwards run ahead
-    beyond the schedule's warm-up (:func:`~workloads.strategy.fb_pairs.pair_warmup`)."""
+    stage's full set of layers (module docstring); ``fb_overlap``: as forward-backward
+    pairs run the schedule (:mod:`workloads.strategy.fb_pairs`)."""
+    extra_warmup = int(fb_overlap)
     check_choice(schedule, SCHEDULES, key="schedule")
     check_whole(pp, key="pp")
     check_whole(num_microbatches, key="num_microbatches")
@@ -317,7 +317,8 @@ def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatch
         return float(min(pp - stage + extra_warmup, num_microbatches))
     if schedule in V_SCHEDULES:  # the peak of its program's forwards not yet backward
         return peak_chunks_held(stage_program(schedule, pp=pp, stage=stage,
-                                              microbatches=num_microbatches)) / interleave
+                                              microbatches=num_microbatches,
+                                              fb_overlap=fb_overlap)) / interleave
     chunks = min(2 * (pp - stage - 1) + (interleave - 1) * pp + 1 + extra_warmup,
                  num_microbatches * interleave)
     return chunks / interleave
@@ -367,7 +368,7 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     in_flight = microbatches_in_flight(parallel.schedule, pp=pp, stage=stage,
                                        num_microbatches=num_microbatches,
                                        interleave=interleave,
-                                       extra_warmup=pair_warmup(parallel))
+                                       fb_overlap=parallel.fb_overlap)
     layers = stage_layers(model, pp=pp, stage=stage, interleave=interleave,
                           partition=parallel.partition, schedule=parallel.schedule)
 
@@ -499,7 +500,7 @@ def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: Trainin
     in_flight = microbatches_in_flight(parallel.schedule, pp=parallel.pp, stage=stage,
                                        num_microbatches=microbatches,
                                        interleave=parallel.interleave,
-                                       extra_warmup=pair_warmup(parallel))
+                                       fb_overlap=parallel.fb_overlap)
     transient = [_recompute_transient_bytes(
         act(i, settings[i].tp, settings[i].micro_batch, settings[i].recompute),
         act(i, settings[i].tp, settings[i].micro_batch, "none"), settings[i].recompute)

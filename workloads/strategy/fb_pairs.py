@@ -16,7 +16,11 @@ pairing must never make a pair wait, through other stages, for its own outputs:
 one would.  1F1B and interleaved 1F1B run one more warm-up forward on every stage, as
 Megatron-Core's combined 1F1B does, so that the last stage's steady state alternates
 micro-batches (without it, its forward and backward are of the same micro-batch); it costs
-a micro-batch more of activations (:func:`pair_warmup`, read by the memory model).
+a micro-batch more of activations, which the memory model counts.  ``dualpipev`` pairs as
+DeepSeek's DualPipeV does with at least ``2·pp`` micro-batches
+(:func:`~workloads.strategy.schedule.deepseek_v_program`); with fewer, its list schedule
+pairs where a stage has a forward and a backward both ready
+(:func:`~workloads.strategy.schedule.v_list_schedule`).
 """
 
 from __future__ import annotations
@@ -28,10 +32,15 @@ from functools import lru_cache
 from typing import Protocol
 
 from distsim_gpu.simcore.errors import ConfigError, SimulationError
-from distsim_gpu.workloads.strategy.schedule import Step, stage_program, virtual_stage
+from distsim_gpu.workloads.strategy.schedule import (
+    Step,
+    stage_program,
+    v_pair_starts,
+    virtual_stage,
+)
 
 __all__ = ["PAIRED_SCHEDULES", "Pair", "Unit", "check_fb_overlap", "pair_program",
-           "pair_warmup", "paired_programs"]
+           "paired_programs"]
 
 #: Schedules whose steady state alternates forwards and backwards (GPipe's does not).
 PAIRED_SCHEDULES = ("1f1b", "interleaved", "dualpipev")
@@ -63,12 +72,6 @@ class _Strategy(Protocol):
     layer_groups: tuple[object, ...]
 
 
-def pair_warmup(parallel: _Strategy) -> int:
-    """Forwards a stage runs ahead beyond its schedule's warm-up: 1 for 1F1B and
-    interleaved 1F1B with ``fb_overlap`` (module docstring), else 0."""
-    return int(parallel.fb_overlap and parallel.schedule in ("1f1b", "interleaved"))
-
-
 def pair_program(program: Sequence[Step],
                  ready: Callable[[int], bool] = lambda _index: True) -> list[Unit]:
     """``program`` with each forward that a backward of another micro-batch follows
@@ -97,9 +100,16 @@ def paired_programs(schedule: str, *, pp: int, microbatches: int,
     when the forward started, the programs run on unit times (a forward 1, a backward
     2) — such a pair waits for nothing its forward would not have.  A SimulationError
     (a bug, not the user's input) if even those could deadlock."""
-    extra = int(schedule in ("1f1b", "interleaved"))
     steps = [stage_program(schedule, pp=pp, stage=stage, microbatches=microbatches,
-                           interleave=interleave, extra_warmup=extra) for stage in range(pp)]
+                           interleave=interleave, fb_overlap=True) for stage in range(pp)]
+    if schedule == "dualpipev":  # its list schedule pairs where both passes are ready
+        starts = v_pair_starts(pp, microbatches)
+        programs = tuple(tuple(pair_program(program, lambda i, s=set(starts[stage]): i - 1 in s))
+                         for stage, program in enumerate(steps))
+        if not _acyclic(programs, schedule, pp=pp, interleave=interleave):
+            raise SimulationError(f"fb_overlap: the dualpipev list schedule's pairs would "
+                                  f"deadlock (pp {pp}, {microbatches} micro-batches)")
+        return programs
     programs = tuple(tuple(pair_program(program)) for program in steps)
     if _acyclic(programs, schedule, pp=pp, interleave=interleave):
         return programs

@@ -27,8 +27,9 @@ stage ``v − 1`` and a backward pass its gradient from ``v + 1``.
   (fewer micro-batches fill the V less).
   Backward is not split into input and weight gradients here (DualPipe's zero-bubble
   part); ``parallelism.fb_overlap`` pairs a forward with the backward after it to overlap
-  their all-to-alls (:mod:`workloads.strategy.fb_pairs`), ``parallelism.moe_overlap`` a
-  MoE layer's own halves.
+  their all-to-alls (:mod:`workloads.strategy.fb_pairs`; with ``m ≥ 2p`` micro-batches
+  in DeepSeek's own DualPipeV order, :func:`deepseek_v_program`), ``parallelism.moe_overlap``
+  a MoE layer's own halves.
 """
 
 from __future__ import annotations
@@ -38,8 +39,17 @@ from functools import lru_cache
 
 from distsim_gpu.simcore.errors import ConfigError, SimulationError
 
-__all__ = ["V_SCHEDULES", "Step", "peak_chunks_held", "stage_of", "stage_program",
-           "virtual_stage"]
+__all__ = [
+    "V_SCHEDULES",
+    "Step",
+    "deepseek_v_program",
+    "peak_chunks_held",
+    "stage_of",
+    "stage_program",
+    "v_list_schedule",
+    "v_pair_starts",
+    "virtual_stage",
+]
 
 Step = tuple[str, int, int]
 #: Schedules that place a stage's two chunks as a V (chunk 1 of stage s is 2p − 1 − s).
@@ -74,10 +84,11 @@ def _interleaved_unit(k: int, *, pp: int, chunks: int, forward: bool) -> tuple[i
 
 
 def stage_program(schedule: str, *, pp: int, stage: int, microbatches: int,
-                  interleave: int = 1, extra_warmup: int = 0) -> list[Step]:
+                  interleave: int = 1, fb_overlap: bool = False) -> list[Step]:
     """The passes stage ``stage`` of ``pp`` runs, in order, for one iteration;
-    ``extra_warmup``: forwards a 1F1B or interleaved stage runs ahead beyond its usual
-    warm-up (:mod:`workloads.strategy.fb_pairs`)."""
+    ``fb_overlap``: as forward-backward pairs run them (:mod:`workloads.strategy.fb_pairs`:
+    a 1F1B or interleaved stage one forward more ahead, the V's list schedule pairing)."""
+    extra_warmup = int(fb_overlap)
     m = microbatches
     if schedule == "gpipe":
         return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
@@ -108,7 +119,7 @@ def stage_program(schedule: str, *, pp: int, stage: int, microbatches: int,
             program.append(("B", mb, chunk))
         return program
     if schedule in V_SCHEDULES:
-        return list(_v_programs(pp, m)[stage])
+        return list(_v_programs(pp, m, fb_overlap)[stage])
     raise ConfigError(f"unknown schedule {schedule!r}", key="parallelism.schedule",
                       hint="valid: gpipe, 1f1b, interleaved, dualpipev")
 
@@ -133,36 +144,100 @@ _V_WARMUP_FACTOR, _V_HOLD_FACTOR = 3, 3
 
 
 @lru_cache(maxsize=32)
-def _v_programs(pp: int, m: int) -> tuple[tuple[Step, ...], ...]:
-    """Every stage's order of a V pipeline (module docstring)."""
-    return _v_list_schedule(pp, m)[1]
+def _v_programs(pp: int, m: int, paired: bool = False) -> tuple[tuple[Step, ...], ...]:
+    """Every stage's order of a V pipeline (module docstring); ``paired``: as
+    forward-backward pairs run it (:func:`v_pair_starts`)."""
+    if paired and m >= 2 * pp:
+        return tuple(tuple(deepseek_v_program(pp, m, stage)[0]) for stage in range(pp))
+    return v_list_schedule(pp, m, paired=paired)[1]
 
 
-def _v_list_schedule(pp: int, m: int) -> tuple[int, tuple[tuple[Step, ...], ...]]:
-    """One list schedule on unit times: its length and every stage's order, which then
-    runs under any positive durations without deadlock (each order respects every
-    dependency the unit-time run met)."""
+@lru_cache(maxsize=32)
+def v_pair_starts(pp: int, m: int) -> tuple[tuple[int, ...], ...]:
+    """Where each stage's forward-backward pairs start in its paired V program: DeepSeek's
+    DualPipeV order with ``m ≥ 2·pp`` micro-batches (:func:`deepseek_v_program`), else the
+    list schedule's pairs."""
+    if m >= 2 * pp:
+        return tuple(tuple(deepseek_v_program(pp, m, stage)[1]) for stage in range(pp))
+    return v_list_schedule(pp, m, paired=True)[2]
+
+
+def deepseek_v_program(pp: int, m: int, stage: int) -> tuple[list[Step], list[int]]:
+    """Stage ``stage``'s passes in DeepSeek's DualPipeV order (deepseek-ai/DualPipe; its
+    steps for ``m ≥ 2·pp`` micro-batches), and where its forward-backward pairs start.
+    Chunk 0 is the V's way down, chunk 1 its way back; each kind of pass takes its
+    chunk's micro-batches in order.  Steps: ``2(p − s − 1)`` forwards of chunk 0;
+    ``s + 1`` times a forward of each chunk; ``p − s − 1`` times chunk 1's backward then
+    forward; the main part, ``m − 2p + s + 1`` times the pairs (F0, B1) and (F1, B0);
+    ``p − s − 1`` times B1 then the pair (F1, B0); ``s + 1`` times B1, B0; ``p − s − 1``
+    times B0.  DualPipe's deferred weight gradients (zero-bubble fill outside the pairs)
+    are not split off: a backward here is the whole backward."""
+    taken = {("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0}
+    steps: list[Step] = []
+    pairs: list[int] = []
+
+    def run(*kinds: tuple[str, int]) -> None:
+        if len(kinds) == 2:
+            pairs.append(len(steps))
+        for pass_, chunk in kinds:
+            steps.append((pass_, taken[(pass_, chunk)], chunk))
+            taken[(pass_, chunk)] += 1
+
+    rest = pp - stage - 1
+    for _ in range(2 * rest):
+        run(("F", 0))
+    for _ in range(stage + 1):
+        run(("F", 0))
+        run(("F", 1))
+    for _ in range(rest):
+        run(("B", 1))
+        run(("F", 1))
+    for _ in range(m - 2 * pp + stage + 1):
+        run(("F", 0), ("B", 1))
+        run(("F", 1), ("B", 0))
+    for _ in range(rest):
+        run(("B", 1))
+        run(("F", 1), ("B", 0))
+    for _ in range(stage + 1):
+        run(("B", 1))
+        run(("B", 0))
+    for _ in range(rest):
+        run(("B", 0))
+    return steps, pairs
+
+
+def v_list_schedule(pp: int, m: int, *, paired: bool = False,
+                    ) -> tuple[int, tuple[tuple[Step, ...], ...], tuple[tuple[int, ...], ...]]:
+    """One list schedule on unit times: its length, every stage's order, which then runs
+    under any positive durations without deadlock (each order respects every dependency
+    the unit-time run met), and where each stage's forward-backward pairs start.
+    ``paired``: a stage with a forward and a backward both ready runs them as one pair
+    (DualPipe's overlapped chunks; :mod:`workloads.strategy.fb_pairs`), else none pair."""
     done: set[tuple[str, int, int]] = set()  # (pass, micro-batch, virtual stage) finished
     stages = [_VStage(stage, pp, m,
                       max(1, math.ceil(_V_WARMUP_FACTOR * (2 * pp - 1 - stage) / 2)))
               for stage in range(pp)]
-    running: dict[int, tuple[int, tuple[str, int, int]]] = {}  # stage -> (end, pass)
+    running: dict[int, tuple[int, list[tuple[str, int, int]]]] = {}  # stage -> (end, passes)
+    pairs: list[list[int]] = [[] for _ in range(pp)]
     now, left = 0, 4 * pp * m  # F and B of 2 chunks of m micro-batches on pp stages
     while left:
         for state in stages:
-            step = None if state.stage in running else state.next(done)
-            if step is not None:
-                pass_, mb, chunk = step
-                end = now + (_V_FORWARD if pass_ == "F" else _V_BACKWARD)
-                running[state.stage] = (end, (pass_, mb, state.vs[chunk]))
+            steps = () if state.stage in running else state.next(done, paired)
+            if steps:
+                if len(steps) == 2:
+                    pairs[state.stage].append(len(state.program) - 2)
+                end = now + sum(_V_FORWARD if p == "F" else _V_BACKWARD for p, _, _ in steps)
+                running[state.stage] = (end, [(p, mb, state.vs[c]) for p, mb, c in steps])
         if not running:  # a bug in the rules above, not in the user's input
             raise SimulationError(f"the dualpipev schedule stalled with {left} passes left "
                                   f"(pp {pp}, {m} micro-batches)")
         now = min(end for end, _ in running.values())
         for stage in [s for s, (end, _) in running.items() if end == now]:
-            done.add(running.pop(stage)[1])
-            left -= 1
-    return now, tuple(tuple(state.program) for state in stages)
+            finished = running.pop(stage)[1]
+            done.update(finished)
+            left -= len(finished)
+    return (now, tuple(tuple(state.program) for state in stages),
+            tuple(tuple(starts) for starts in pairs))
 
 
 class _VStage:
@@ -178,19 +253,28 @@ class _VStage:
         self.waiting: list[tuple[int, int]] = []  # (micro-batch, -chunk) run forward only
         self.last_kind = ""
 
-    def next(self, done: set[tuple[str, int, int]]) -> Step | None:
-        """The pass this idle stage takes (module docstring), or None if none is ready:
-        with a backward and a forward both ready, the kind it did not run last."""
+    def next(self, done: set[tuple[str, int, int]], paired: bool = False,
+             ) -> tuple[Step, ...]:
+        """The passes this idle stage takes (module docstring), none if none is ready:
+        with a backward and a forward both ready, the kind it did not run last — or,
+        ``paired``, the forward and then the backward as one pair."""
         backward, forward = self._backward(done), self._forward(done)
+        if paired and backward is not None and forward is not None:
+            self.waiting.remove(backward)
+            return (self._take_forward(forward),
+                    self._ran(("B", backward[0], -backward[1])))
         if backward is not None and (forward is None or self.last_kind != "B"):
             self.waiting.remove(backward)
-            return self._ran(("B", backward[0], -backward[1]))
+            return (self._ran(("B", backward[0], -backward[1])),)
         if forward is not None:
-            mb, chunk = forward
-            self.next_forward[chunk] += 1
-            self.waiting.append((mb, -chunk))
-            return self._ran(("F", mb, chunk))
-        return None
+            return (self._take_forward(forward),)
+        return ()
+
+    def _take_forward(self, forward: tuple[int, int]) -> Step:
+        mb, chunk = forward
+        self.next_forward[chunk] += 1
+        self.waiting.append((mb, -chunk))
+        return self._ran(("F", mb, chunk))
 
     def _backward(self, done: set[tuple[str, int, int]]) -> tuple[int, int] | None:
         """The oldest (micro-batch, −chunk) whose gradient has arrived, deeper chunk first."""
