@@ -95,19 +95,20 @@ def pair_program(program: Sequence[Step],
 @lru_cache(maxsize=32)
 def paired_programs(schedule: str, *, pp: int, microbatches: int,
                     interleave: int = 1) -> tuple[tuple[Unit, ...], ...]:
-    """Every stage's units under ``fb_overlap``: every forward with the backward after
-    it, unless that could deadlock; then only where the backward's input had arrived
-    when the forward started, the programs run on unit times (a forward 1, a backward
-    2) — such a pair waits for nothing its forward would not have.  A SimulationError
-    (a bug, not the user's input) if even those could deadlock."""
+    """Every stage's units under ``fb_overlap``.  ``dualpipev``: the pairs its paired
+    program names (module docstring).  1F1B and interleaved: every forward with the
+    backward after it, unless that could deadlock; then only where the backward's input
+    had arrived when the forward started, the programs run on unit times (a forward 1, a
+    backward 2) — such a pair waits for nothing its forward would not have.  A
+    SimulationError (a bug, not the user's input) if the pairs could still deadlock."""
     steps = [stage_program(schedule, pp=pp, stage=stage, microbatches=microbatches,
                            interleave=interleave, fb_overlap=True) for stage in range(pp)]
-    if schedule == "dualpipev":  # its list schedule pairs where both passes are ready
+    if schedule == "dualpipev":  # DeepSeek's order, or the list schedule's ready pairs
         starts = v_pair_starts(pp, microbatches)
         programs = tuple(tuple(pair_program(program, lambda i, s=set(starts[stage]): i - 1 in s))
                          for stage, program in enumerate(steps))
         if not _acyclic(programs, schedule, pp=pp, interleave=interleave):
-            raise SimulationError(f"fb_overlap: the dualpipev list schedule's pairs would "
+            raise SimulationError(f"fb_overlap: the dualpipev schedule's pairs would "
                                   f"deadlock (pp {pp}, {microbatches} micro-batches)")
         return programs
     programs = tuple(tuple(pair_program(program)) for program in steps)
