@@ -12,6 +12,7 @@ from distsim_gpu.workloads.traces.chakra import export_chakra, run_chakra
 from distsim_gpu.workloads.traces.chakra_export import iteration_graphs
 
 A100 = {"preset": "dgx-a100", "nodes": 2}
+SLOW = {"preset": "switch", "gpus": 16, "link_bandwidth": "2 GB/s"}
 MOE = {"name": "tiny-moe", "layers": 4, "hidden": 256, "heads": 8, "seq_len": 128,
        "vocab": 1024, "experts": 8, "top_k": 2}
 
@@ -23,7 +24,15 @@ MOE = {"name": "tiny-moe", "layers": 4, "hidden": 256, "heads": 8, "seq_len": 12
      "training": {"global_batch": 32}},
     {"cluster": A100, "model": MOE, "parallelism": {"tp": 2, "pp": 1, "dp": 8, "ep": 4},
      "training": {"global_batch": 32}},
-], ids=["1f1b", "interleaved", "zero3-a100", "moe-a100"])
+    # Overlapped expert all-to-alls, long enough on a slow switch to queue behind each
+    # other: one after another on their stream in both runs.
+    {"cluster": SLOW, "model": MOE, "parallelism": {"tp": 1, "pp": 1, "dp": 16, "ep": 8,
+                                                    "moe_overlap": True},
+     "training": {"global_batch": 64}},
+    {"cluster": SLOW, "model": MOE, "parallelism": {"tp": 1, "pp": 2, "dp": 8, "ep": 8,
+                                                    "fb_overlap": True},
+     "training": {"global_batch": 64}},
+], ids=["1f1b", "interleaved", "zero3-a100", "moe-a100", "moe-halves", "moe-pairs"])
 def test_export_import_run_gives_the_iterations_time(tiny, tmp_path, changes):
     data = tiny(**{k: v for k, v in changes.items() if k != "cluster"})
     data["cluster"] = changes.get("cluster", data["cluster"])  # replaced, not merged

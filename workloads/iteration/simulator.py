@@ -464,18 +464,8 @@ class IterationSimulator:
         lanes = ([[m.gpus[t] for m in row for t in sub] for sub in op.subgroups]
                  if op.subgroups else self._lanes(row))
         launch = partial(self._run_plans, lanes, op.op, op.size_bytes, peer.tag)
-        # One NCCL stream per kind: a collective starts after the previous one of its
-        # stream (DDP's bucket all-reduces, FSDP's gathers and its reductions each run in
-        # order).
-        stream = "gather" if op.op == "all_gather" else "reduce"
-        previous = group.streams.get(stream)
-        group.streams[stream] = meeting
-        if previous is None or previous.done.triggered:
-            self.meetings.arrive(meeting, key, group, members, launch)
-        else:
-            previous.done.callbacks.append(
-                lambda _e, m=meeting, k=key, ms=members, f=launch, p=previous:
-                self.meetings.arrive(m, k, group, ms, f, cause=p))
+        self._on_stream("gather" if op.op == "all_gather" else "reduce", group, meeting,
+                        (key, members, launch))
         if op.handle is None:
             group.pending.append(meeting)
         else:
@@ -487,9 +477,9 @@ class IterationSimulator:
         """An asynchronous call among ``group``'s block (:attr:`Peering.BLOCK`): one step
         of a context-parallel ring (workloads.cost.context_parallel: every rank sends its
         block to the next, on every tensor lane) or an expert all-to-all on its own stream
-        (``parallelism.moe_overlap``, as ``_join`` runs it) — over the block's lanes and,
-        folded, its images', starting when the block has arrived; the rank's compute goes
-        on."""
+        (``moe_overlap``, ``fb_overlap``; as ``_join`` runs it, after the one before it) —
+        over the block's lanes and, folded, its images', starting when the block has
+        arrived; the rank's compute goes on."""
         key, members = self._peers(group, peer)
         meeting = self.meetings.get(key)
         meeting.label = op.label
@@ -502,10 +492,28 @@ class IterationSimulator:
             lanes, wait = self._member_lanes(members, peer)
             launch = partial(self._run_plans, lanes, op.op, op.size_bytes, peer.tag,
                              wait=wait)
-        self.meetings.arrive(meeting, key, group, members, launch)
+        if peer.ring:
+            self.meetings.arrive(meeting, key, group, members, launch)
+        else:  # expert all-to-alls: one communication stream (NCCL's, DeepEP's)
+            self._on_stream(peer.name, group, meeting, (key, members, launch))
         group.handles[op.handle or op.label] = meeting
         if self.sim.tracer.enabled:
             self._trace_async(group, meeting, op.label, op.op or "")
+
+    def _on_stream(self, stream: str, group: RankGroup, meeting: Meeting,
+                   call: tuple[Any, list[RankGroup], Any]) -> None:
+        """Join ``meeting`` once the previous call on ``group``'s ``stream`` is done: one
+        NCCL stream per kind, a collective after the one before it (DDP's bucket
+        all-reduces, FSDP's gathers and reductions, the expert all-to-alls)."""
+        key, members, launch = call
+        previous = group.streams.get(stream)
+        group.streams[stream] = meeting
+        if previous is None or previous.done.triggered:
+            self.meetings.arrive(meeting, key, group, members, launch)
+        else:
+            previous.done.callbacks.append(
+                lambda _e, m=meeting, k=key, ms=members, f=launch, p=previous:
+                self.meetings.arrive(m, k, group, ms, f, cause=p))
 
     def _ring_plan(self, stage: int, block: int, members: list[RankGroup],
                    size: float) -> CollectivePlan:

@@ -10,8 +10,9 @@ rank group; here each GPU of each rank group gets that stream as a graph of
   among rank groups (data-parallel, expert-parallel, tied embedding) one call per tensor
   lane — the ``t``-th GPU of every member, as the iteration runs it;
 * an **asynchronous** data-parallel collective runs on its own stream (one for gathers,
-  one for reductions: each starts after the previous one of its stream), launched when the
-  main stream reaches it; a ``Wait`` is a zero-time node depending on what it waits for;
+  one for reductions: each starts after the previous one of its stream), and an overlapped
+  expert all-to-all on a third, launched when the main stream reaches it; a ``Wait`` is a
+  zero-time node depending on what it waits for;
 * a **pipeline send** starts when the main stream reaches it, on a stream of its own (sends
   do not wait for each other); the receive blocks the receiver's main stream until the
   bytes are in (a hand-off within one stage, between interleaved chunks, is free);
@@ -24,9 +25,7 @@ Running the graphs (:func:`workloads.traces.replay.replay_graph`, or written out
 with :mod:`workloads.traces.chakra`) reproduces the iteration's time where every tensor lane of a
 collective among rank groups takes as long as the others (the iteration waits for all
 lanes; a rank here for its own) and pipeline sends between two groups take as long one by
-one as together — true on symmetric clusters.  Context parallelism is not exported, and
-expert all-to-alls overlapped with compute (``moe_overlap``, ``fb_overlap``) replay up to
-~10 % faster than they simulate (``--check`` shows it; not yet explained).
+one as together — true on symmetric clusters.  Context parallelism is not exported.
 """
 
 from __future__ import annotations
@@ -59,7 +58,7 @@ from distsim_gpu.workloads.traces.replay import SEND, GraphNode, place_ranks
 
 __all__ = ["MAIN_STREAM", "iter_rank_graphs", "iteration_graphs"]
 
-MAIN_STREAM, REDUCE_STREAM, GATHER_STREAM, FIRST_SEND_STREAM = 1, 3, 4, 16
+MAIN_STREAM, REDUCE_STREAM, GATHER_STREAM, EXPERT_STREAM, FIRST_SEND_STREAM = 1, 3, 4, 5, 16
 
 
 class _Exporter:
@@ -175,7 +174,8 @@ class _Exporter:
                 for t in sub:
                     lanes[t] = merged
         stream = MAIN_STREAM if op.blocking else (
-            GATHER_STREAM if op.op == "all_gather" else REDUCE_STREAM)
+            EXPERT_STREAM if peer.peering is Peering.BLOCK
+            else GATHER_STREAM if op.op == "all_gather" else REDUCE_STREAM)
         for t, rank in enumerate(self._ranks(group)):
             node = self._call(rank, lanes[t], op, stream, main=op.blocking)
             if not op.blocking and op.handle is not None:
