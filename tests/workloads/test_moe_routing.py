@@ -179,9 +179,11 @@ def test_the_slowest_ep_rank_sets_the_mlp_pace(tiny):
     hist = {"routing": {"histogram": [4, 2, 1, 1]}, "placement": "contiguous"}
     skewed = scenario_from_mapping(_moe_scenario(tiny, hist))
     # Contiguous over ep 4: one expert each, the hot one takes 4/8 of the assignments,
-    # twice the uniform 1/4: its rank's experts take twice as long, and everyone waits.
+    # twice the uniform 1/4: pace 2, half the layer (the expert work's share by
+    # convention) runs twice as long on its rank, and everyone waits.
     (mlp, attention), (mlp_skewed, attention_skewed) = _mlp_times(plain), _mlp_times(skewed)
-    assert mlp_skewed == pytest.approx([2 * t for t in mlp])
+    assert mlp_skewed == pytest.approx([m + (m + a) / 2 for m, a in zip(mlp, attention,
+                                                                         strict=True)])
     assert attention_skewed == pytest.approx(attention)
     assert plain.comm.alltoall_weights == ()
     assert skewed.comm.alltoall_weights == pytest.approx([2.0, 1.0, 0.5, 0.5])

@@ -7,10 +7,11 @@ training setup and the compute costs:
 * per pass of the stage's schedule (:mod:`workloads.strategy.schedule`): receive the input from
   the neighbouring virtual stage, run the chunk's layers, send the output on (with
   ``fb_overlap``, a forward-backward pair as one unit: :mod:`workloads.iteration.overlaps`);
-* per layer and pass: attention and MLP compute, each followed by its tensor-parallel
-  collectives (all-reduce; all-gather + reduce-scatter with sequence parallelism) and, in
-  a MoE layer with expert parallelism, the dispatch / combine all-to-alls; the backward
-  pass re-runs the forward first when activations are recomputed;
+* per layer and pass: attention and MLP compute (each its share of the layer pass from
+  the roofline's operators, :mod:`workloads.cost.compute.blocks`), each followed by its
+  tensor-parallel collectives (all-reduce; all-gather + reduce-scatter with sequence
+  parallelism) and, in a MoE layer with expert parallelism, the dispatch / combine
+  all-to-alls; the backward pass re-runs the forward first when activations are recomputed;
 * context parallelism (``cp`` > 1): a rank runs the layer at its ``s/cp`` tokens, and
   its core attention as ``cp`` blocks around the CP ring, each block's compute overlapped
   with the asynchronous send of the next K/V block (:mod:`workloads.cost.context_parallel`);
@@ -37,6 +38,7 @@ from dataclasses import replace
 from typing import Any
 
 from distsim_gpu.workloads.cost.compute import CostModel
+from distsim_gpu.workloads.cost.compute.blocks import block_shares
 from distsim_gpu.workloads.cost.context_parallel import core_attention_time_s, ring_step_blocks
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.mtp import mtp_projection_s
@@ -395,16 +397,18 @@ class StreamBuilder(OverlappedOps):
         if self.tp_overlap and with_comm and not op_sac and not model.is_moe_layer(layer):
             self._overlapped_tp_layer(ops, pass_, shard, (duration, label, args), fold)
             return
-        half = duration / 2
+        # A skewed router's MLP runs half the layer at the slowest EP rank's pace.
+        extra = (self.moe_pace - 1) * duration / 2 if model.is_moe_layer(layer) else 0.0
         if par.cp > 1 and not op_sac:
-            half = self._cp_attention(ops, cost_pass, duration, label, args,
-                                      mode)
+            attention = self._cp_attention(ops, cost_pass, duration, label, args, mode)
+            mlp = attention + extra * (2 * attention / duration if duration else 0.0)
         else:
-            ops.append(Compute(half, f"{label} attention", *args))
-        mlp = half * self.moe_pace if model.is_moe_layer(layer) else half
+            attention = duration * self._attention_share(cost_pass, shard)
+            mlp = duration - attention + extra
+            ops.append(Compute(attention, f"{label} attention", *args))
         if moe and with_comm and par.moe_overlap:
             ops.pop()  # the attention, split in two below
-            self._overlapped_moe(ops, label, (half, mlp), args, fold, pass_)
+            self._overlapped_moe(ops, label, (attention, mlp), args, fold, pass_)
             return
         if with_comm or op_sac:
             self._tp_ops(ops, f"{label} attention", fold, pass_, "attention", setting, saved)
@@ -430,6 +434,15 @@ class StreamBuilder(OverlappedOps):
         duration += split_extra_s(par.operator_sharding, self.costs, cost_pass, self.model,
                                   shard)
         return duration, shard
+
+    def _attention_share(self, cost_pass: str, shard: LayerShard) -> float:
+        """The attention block's share of a layer pass (its input and weight gradients in
+        a backward; :func:`~workloads.cost.compute.blocks.block_shares`); half of a
+        recompute, whose operators depend on the recompute mode."""
+        if cost_pass not in ("fwd", "bwd"):
+            return 0.5
+        share = block_shares(self.costs, cost_pass, self.model, shard)
+        return share.attention + share.attention_weights
 
     def _cp_attention(self, ops: list[Op], cost_pass: str, duration: float, label: str,
                       args: tuple[str, str, int], recompute: str) -> float:

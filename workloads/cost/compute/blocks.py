@@ -5,7 +5,8 @@ copies, experts and shared experts are its MLP block).  A backward pass splits f
 into the input gradients (``dgrad``: what the block before waits for) and the weight
 gradients (``wgrad``: what nobody waits for until the optimizer), the split DualPipe and
 zero-bubble schedules run apart.  Profiler traces annotate the same blocks (``attn(F)``,
-``mlp(W)``: :mod:`scenarios.fit.validate_operators` checks the cost model against them),
+``mlp(W)``: :mod:`scenarios.fit.validate_operators` checks the cost model against them);
+the iteration runs a layer pass as its two blocks (:mod:`workloads.iteration.streams`),
 and forward-backward pairs overlap one pass's all-to-alls with the other's blocks
 (:mod:`workloads.iteration.overlaps`).
 
