@@ -104,7 +104,7 @@ def test_with_few_micro_batches_the_v_pairs_where_both_passes_are_ready(pp, m):
     _length, _programs, none = schedule.v_list_schedule(pp, m)
     _length, _programs, starts = schedule.v_list_schedule(pp, m, paired=True)
     assert not any(none) and any(starts)
-    assert schedule.v_pair_starts(pp, m) == starts
+    assert schedule.v_paired_schedule(pp, m)[1] == starts
     units = paired_programs("dualpipev", pp=pp, microbatches=m, interleave=2)
     assert [[i for i, u in enumerate(_passes_index(p)) if u] for p in units] == [
         list(s) for s in starts]
@@ -126,6 +126,8 @@ def test_deepseeks_dualpipev_order(pp, m):
         assert sum(isinstance(u, Pair) for u in stage_units) == len(starts)
         assert steps[: 2 * (pp - stage - 1)] == [("F", i, 0) for i in range(
             2 * (pp - stage - 1))]
+    with pytest.raises(ValueError, match="needs m >= 2·pp"):
+        schedule.deepseek_v_program(pp, 2 * pp - 1, 0)
 
 
 def _passes_index(units):
@@ -167,8 +169,11 @@ def test_block_shares_are_the_operators_times(pass_):
             + shares.mlp_weights) == pytest.approx(1.0)
     if pass_ == "fwd":
         assert shares.attention_weights == shares.mlp_weights == 0
-    else:  # every GEMM's weight gradient has its input gradient's FLOP
-        assert 0 < shares.mlp_weights < shares.mlp + shares.mlp_weights
+    mlp = [k for k in kernels if k.base_name not in ATTENTION_OPERATORS]
+    assert shares.mlp_weights == pytest.approx(
+        sum(costs.kernel_time_s(k) for k in mlp if is_weight_gradient(k)) / total)
+    if pass_ == "bwd":  # every GEMM's weight gradient has its input gradient's FLOP
+        assert 0 < shares.mlp_weights < shares.mlp
 
 
 def test_a_cost_model_without_roofline_splits_evenly():

@@ -35,7 +35,7 @@ from distsim_gpu.simcore.errors import ConfigError, SimulationError
 from distsim_gpu.workloads.strategy.schedule import (
     Step,
     stage_program,
-    v_pair_starts,
+    v_paired_schedule,
     virtual_stage,
 )
 
@@ -104,7 +104,7 @@ def paired_programs(schedule: str, *, pp: int, microbatches: int,
     steps = [stage_program(schedule, pp=pp, stage=stage, microbatches=microbatches,
                            interleave=interleave, fb_overlap=True) for stage in range(pp)]
     if schedule == "dualpipev":  # DeepSeek's order, or the list schedule's ready pairs
-        starts = v_pair_starts(pp, microbatches)
+        starts = v_paired_schedule(pp, microbatches)[1]
         programs = tuple(tuple(pair_program(program, lambda i, s=set(starts[stage]): i - 1 in s))
                          for stage, program in enumerate(steps))
         if not _acyclic(programs, schedule, pp=pp, interleave=interleave):

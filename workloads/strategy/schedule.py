@@ -47,7 +47,7 @@ __all__ = [
     "stage_of",
     "stage_program",
     "v_list_schedule",
-    "v_pair_starts",
+    "v_paired_schedule",
     "virtual_stage",
 ]
 
@@ -146,20 +146,22 @@ _V_WARMUP_FACTOR, _V_HOLD_FACTOR = 3, 3
 @lru_cache(maxsize=32)
 def _v_programs(pp: int, m: int, paired: bool = False) -> tuple[tuple[Step, ...], ...]:
     """Every stage's order of a V pipeline (module docstring); ``paired``: as
-    forward-backward pairs run it (:func:`v_pair_starts`)."""
-    if paired and m >= 2 * pp:
-        return tuple(tuple(deepseek_v_program(pp, m, stage)[0]) for stage in range(pp))
-    return v_list_schedule(pp, m, paired=paired)[1]
+    forward-backward pairs run it (:func:`v_paired_schedule`)."""
+    return v_paired_schedule(pp, m)[0] if paired else v_list_schedule(pp, m)[1]
 
 
 @lru_cache(maxsize=32)
-def v_pair_starts(pp: int, m: int) -> tuple[tuple[int, ...], ...]:
-    """Where each stage's forward-backward pairs start in its paired V program: DeepSeek's
-    DualPipeV order with ``m ≥ 2·pp`` micro-batches (:func:`deepseek_v_program`), else the
-    list schedule's pairs."""
+def v_paired_schedule(pp: int, m: int) -> tuple[tuple[tuple[Step, ...], ...],
+                                                tuple[tuple[int, ...], ...]]:
+    """Every stage's order of a V pipeline run as forward-backward pairs, and where each
+    stage's pairs start: DeepSeek's DualPipeV order with ``m ≥ 2·pp`` micro-batches
+    (:func:`deepseek_v_program`), else the list schedule's pairs."""
     if m >= 2 * pp:
-        return tuple(tuple(deepseek_v_program(pp, m, stage)[1]) for stage in range(pp))
-    return v_list_schedule(pp, m, paired=True)[2]
+        stages = [deepseek_v_program(pp, m, stage) for stage in range(pp)]
+        return (tuple(tuple(steps) for steps, _ in stages),
+                tuple(tuple(starts) for _, starts in stages))
+    _length, programs, starts = v_list_schedule(pp, m, paired=True)
+    return programs, starts
 
 
 def deepseek_v_program(pp: int, m: int, stage: int) -> tuple[list[Step], list[int]]:
@@ -172,6 +174,8 @@ def deepseek_v_program(pp: int, m: int, stage: int) -> tuple[list[Step], list[in
     ``p − s − 1`` times B1 then the pair (F1, B0); ``s + 1`` times B1, B0; ``p − s − 1``
     times B0.  DualPipe's deferred weight gradients (zero-bubble fill outside the pairs)
     are not split off: a backward here is the whole backward."""
+    if m < 2 * pp:  # a caller's mistake: the main part would run a negative count
+        raise ValueError(f"DualPipeV's order needs m >= 2·pp micro-batches, got m {m}, pp {pp}")
     taken = {("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0}
     steps: list[Step] = []
     pairs: list[int] = []
