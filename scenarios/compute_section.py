@@ -24,7 +24,7 @@ from distsim_gpu.workloads.cost.compute import (
     get_stack,
 )
 from distsim_gpu.workloads.specs.gpus import GpuSpec, get_gpu, gpu_from_mapping
-from distsim_gpu.workloads.strategy.parallel import check_fp8_recipe
+from distsim_gpu.workloads.strategy.precision import check_fp8_recipe
 
 __all__ = ["COMPUTE_KEYS", "ROOFLINE_KNOBS", "gpu_of", "resolved_compute", "roofline_of"]
 

@@ -16,7 +16,7 @@ from distsim_gpu.workloads.cost.compute import fp8_recipes as fr
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.gpus import get_gpu
 from distsim_gpu.workloads.specs.models import ModelSpec
-from distsim_gpu.workloads.strategy.parallel import check_fp8_recipe
+from distsim_gpu.workloads.strategy.precision import check_fp8_recipe
 
 GB200 = get_gpu("gb200")
 MODEL = ModelSpec("gpt-small", layers=8, hidden=4096, heads=32, seq_len=4096, vocab=32000)

@@ -22,7 +22,8 @@ from distsim_gpu.workloads.cost.compute.fp8_recipes import (
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.gpus import get_gpu
 from distsim_gpu.workloads.specs.models import ModelSpec
-from distsim_gpu.workloads.strategy.parallel import TrainingConfig, check_fp8_recipe
+from distsim_gpu.workloads.strategy.parallel import TrainingConfig
+from distsim_gpu.workloads.strategy.precision import check_fp8_recipe
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

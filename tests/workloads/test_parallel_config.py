@@ -10,7 +10,6 @@ import pytest
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost import traffic
 from distsim_gpu.workloads.strategy.parallel import (
-    GRAD_REDUCE_PRECISIONS,
     ParallelConfig,
     Placement,
     TrainingConfig,
@@ -20,6 +19,7 @@ from distsim_gpu.workloads.strategy.parallel import (
     parallel_from_mapping,
     training_from_mapping,
 )
+from distsim_gpu.workloads.strategy.precision import GRAD_REDUCE_PRECISIONS
 
 from tests.workloads.layouts import shape_model
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from distsim_gpu.workloads.specs.recompute_modules import DEFAULT_RECOMPUTE_MODULES
+
 __all__ = ["LayerShard"]
 
 
@@ -30,8 +32,9 @@ class LayerShard:
 
     ``recompute`` is the layer's recomputation mode: the kind of ``recompute`` pass a cost
     model times (``full``, ``selective``, ``op``), and what the activation memory keeps
-    (``none`` too).  Its default ``full`` is the cost models'; the memory model's
-    no-recomputation case is ``recompute="none"``."""
+    (``none`` too), ``recompute_modules`` what a ``selective`` one covers.  Its default
+    ``full`` is the cost models'; the memory model's no-recomputation case is
+    ``recompute="none"``."""
 
     micro_batch: int
     seq_len: int
@@ -43,6 +46,9 @@ class LayerShard:
     #: The routed experts' tensor parallelism (None: ``tp``; 1: each expert whole on its
     #: GPU, the tokens it serves gathered from the other tensor ranks by the dispatch).
     expert_tp: int | None = None
+    #: What a ``selective`` recompute re-runs and does not keep (Megatron-Core's
+    #: submodules, :mod:`~distsim_gpu.workloads.specs.recompute_modules`).
+    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
 
     @property
     def etp(self) -> int:

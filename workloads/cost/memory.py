@@ -68,7 +68,8 @@ and FC1's, the attention output (the output projection's), FC2's, the dispatched
 (the experts' FC1), MLA's normed latents (the up projections'); norm inputs, Q, K, V,
 activation inputs and masks stay as above.  torchao's float8 linears keep the 16-bit
 input, and so does every stack without the flag; NVFP4's 16-bit last layers are counted
-at the FP4 size.
+at the FP4 size.  Megatron-Core's ``activation_func_fp8_input_store`` keeps every
+SwiGLU's input at one byte an element (:mod:`workloads.strategy.precision`).
 
 **Context parallelism** (``cp`` ranks share each sequence, :mod:`workloads.cost.context_parallel`):
 every activation above is counted at the rank's ``s/cp`` tokens (Transformer Engine's
@@ -115,6 +116,10 @@ from distsim_gpu.workloads.cost.parameters import (
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
 from distsim_gpu.workloads.specs.recompute import RECOMPUTE_MODES, op_sac_matmuls
+from distsim_gpu.workloads.specs.recompute_modules import (
+    DEFAULT_RECOMPUTE_MODULES,
+    separate_norms,
+)
 from distsim_gpu.workloads.strategy.layer_groups import layer_settings
 from distsim_gpu.workloads.strategy.offload import OffloadConfig
 from distsim_gpu.workloads.strategy.operator_sharding import peak_gathered_params, sharded_params
@@ -122,6 +127,7 @@ from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     TrainingConfig,
 )
+from distsim_gpu.workloads.strategy.precision import SWIGLU_FP8_INPUT_BYTES
 from distsim_gpu.workloads.strategy.schedule import (
     V_SCHEDULES,
     peak_chunks_held,
@@ -181,7 +187,8 @@ class MemoryBreakdown:
 
 def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
                                flash_attention: bool = False, precision: str = "bf16",
-                               linear_input_bytes: float | None = None) -> float:
+                               linear_input_bytes: float | None = None,
+                               activation_input_bytes: float | None = None) -> float:
     """Activation bytes layer ``shard.layer_index`` keeps for backward, per micro-batch,
     under recomputation ``shard.recompute`` (``none``, ``selective``, ``full``, ``op``;
     module docstring).
@@ -191,7 +198,9 @@ def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
     peak is that GPU's.  ``linear_input_bytes``: bytes per element of what a linear layer
     keeps of its input for the backward where that is not the activations' 16 bits (a
     low-precision run whose stack keeps the quantized copy, module docstring); None: 16
-    bits like the rest."""
+    bits like the rest; ``activation_input_bytes`` the same for an MLP activation's input
+    (Megatron-Core's ``activation_func_fp8_input_store``: :mod:`workloads.strategy.precision`).
+    """
     micro_batch = check_whole(shard.micro_batch, key="micro_batch")
     s = check_whole(shard.seq_len, key="seq_len")
     tp, sequence_parallel, recompute = shard.tp, shard.sequence_parallel, shard.recompute
@@ -211,47 +220,78 @@ def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
             layer_index=layer_index, ep=ep)
     tokens = float(s) * b
     f = model.mlp_width(layer_index)
+    # Megatron-Core's submodules a selective recompute does not keep (recompute_modules).
+    dropped = frozenset(shard.recompute_modules) if recompute == "selective" else frozenset()
+    moe_layer = model.is_moe_layer(layer_index)
     # Replicated unless sequence parallel: two norm inputs, QKV and FC1 inputs, 2 masks.
-    replicated = 2 * e * sbh + 2 * q * sbh + 2 * sbh
+    replicated = 2 * e * sbh + _kept_norm_outputs(model, layer_index, dropped) * q * sbh \
+        + 2 * sbh
     # Split over tp: Q, K, V, attention output; MLP activation input and FC2 input.
-    attention_part = _attention_activations(model, tokens, e, q)
-    mlp_part = tokens * f * (e * (2 if model.gated_mlp else 1) + q)
-    if model.is_moe_layer(layer_index):
-        shared = model.shared_experts * mlp_part  # dense, beside the routed experts
-        mlp_part = model.top_k * (mlp_part + q * sbh)  # + dispatched tokens (FC1 input)
+    attention_part = _attention_activations(model, tokens, e, q,
+                                            up_projections="mla_up_proj" not in dropped)
+    activation_input = tokens * f * (activation_input_bytes or e) * (
+        2 if model.gated_mlp else 1)
+    mlp_part = activation_input + tokens * f * q
+    if moe_layer:
+        # dense, beside the routed experts
+        shared = 0.0 if "shared_experts" in dropped else model.shared_experts * mlp_part
+        routed = activation_input + (0.0 if "moe_act" in dropped else tokens * f * q)
+        mlp_part = model.top_k * (routed + q * sbh)  # + dispatched tokens (FC1 input)
         mlp_part *= moe_pace(model.moe, experts=model.experts, top_k=model.top_k, ep=ep)
         mlp_part += shared
         replicated += 4.0 * tokens * model.experts  # fp32 router logits
+    elif "mlp" in dropped:
+        mlp_part = 0.0
     split = attention_part + mlp_part
-    if recompute == "selective" or flash_attention:
-        squared = 4.0 * a * tokens if flash_attention and recompute == "none" else 0.0
+    core_recomputed = "core_attn" in dropped
+    if core_recomputed or flash_attention:
+        squared = 4.0 * a * tokens if flash_attention and not core_recomputed else 0.0
     else:
         squared = (2 * e + 1) * a * float(s) * s * b  # softmax out, dropout mask and out
     return (replicated / spread + (split + squared) / tp
-            + _mla_latent_bytes(model, tokens, e, q))
+            + _mla_latent_bytes(model, tokens, e, q, normed="mla_up_proj" not in dropped))
 
 
-def _attention_activations(model: ModelSpec, tokens: float, e: float, q: float) -> float:
+def _kept_norm_outputs(model: ModelSpec, layer_index: int, dropped: frozenset[str]) -> int:
+    """How many of the layer's two norm outputs (QKV's and FC1's inputs) are kept: a
+    separate norm's not under ``layernorm`` recomputation, a dense MLP's input not
+    under ``mlp`` (:mod:`~workloads.specs.recompute_modules`)."""
+    kept = 2
+    if "layernorm" in dropped:
+        kept -= len(separate_norms(model, layer_index))
+    if "mlp" in dropped and not model.is_moe_layer(layer_index):
+        kept -= 1
+    return kept
+
+
+def _attention_activations(model: ModelSpec, tokens: float, e: float, q: float, *,
+                           up_projections: bool = True) -> float:
     """Q, K, V and the attention output of one layer over all ranks' heads: ``2·s·b·h +
     2·s·b·kv_dim`` elements, or under MLA ``s·b·heads·(2·d_qk + 2·d_v)`` (whole query
     and key heads after the rotary part is joined, values and output at d_v); the output,
-    the output projection's input, at ``q`` bytes an element, the rest at ``e``."""
+    the output projection's input, at ``q`` bytes an element, the rest at ``e``.  Not
+    ``up_projections``: MLA's Q, K and V are recomputed (``mla_up_proj``), the output
+    alone is kept."""
     if model.mla is None:
         return tokens * (e * (model.hidden + 2 * model.kv_dim) + q * model.hidden)
-    return tokens * model.heads * (e * (2 * model.qk_head_dim + model.v_head_dim)
-                                   + q * model.v_head_dim)
+    qkv = e * (2 * model.qk_head_dim + model.v_head_dim) if up_projections else 0.0
+    return tokens * model.heads * (qkv + q * model.v_head_dim)
 
 
-def _mla_latent_bytes(model: ModelSpec, tokens: float, e: float, q: float) -> float:
+def _mla_latent_bytes(model: ModelSpec, tokens: float, e: float, q: float, *,
+                      normed: bool = True) -> float:
     """MLA's latents, kept whole on every TP rank (the down projections are duplicated):
     the query latent before and after its norm (2·r_q), the key-value latent with the
     rotary key (r_kv + d_r) and the normed key-value latent (r_kv); the normed latents,
-    the up projections' inputs, at ``q`` bytes an element."""
+    the up projections' inputs, at ``q`` bytes an element, and not kept unless
+    ``normed`` (``mla_up_proj`` recomputes them with the up projections they are fused
+    into)."""
     if model.mla is None:
         return 0.0
     mla = model.mla
+    kept_normed = q * (mla.q_lora_rank + mla.kv_lora_rank) if normed else 0.0
     return tokens * (e * (mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim)
-                     + q * (mla.q_lora_rank + mla.kv_lora_rank))
+                     + kept_normed)
 
 
 def _op_saved_bytes(model: ModelSpec, *, tokens: float, tp: int, sequence_parallel: bool,
@@ -275,16 +315,27 @@ def _op_saved_bytes(model: ModelSpec, *, tokens: float, tp: int, sequence_parall
     return kept
 
 
-def _recompute_transient_bytes(stored_bytes: float, none_bytes: float, mode: str) -> float:
+def _recompute_transient_bytes(stored_bytes: float, held_bytes: float, mode: str) -> float:
     """Bytes the layer being back-propagated holds again while its activations are
-    recomputed: all of them (``full``; ``none_bytes``, as without recomputation), or those
-    ``op`` did not keep (``none_bytes − stored_bytes``); 0 for the other modes (the
-    recomputed core attention of ``selective`` is left out, as before)."""
+    recomputed: all of them (``full``; ``held_bytes``, as without recomputation), or
+    those ``op`` or ``selective``'s submodules did not keep (``held_bytes −
+    stored_bytes``, ``held_bytes`` being the layer's activations with only what is never
+    held again left out: :func:`_held_modules`); 0 without recomputation."""
     if mode == "full":
-        return none_bytes
-    if mode == "op":
-        return max(none_bytes - stored_bytes, 0.0)
+        return held_bytes
+    if mode in ("op", "selective"):
+        return max(held_bytes - stored_bytes, 0.0)
     return 0.0
+
+
+def _held_modules(mode: str, modules: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """The recompute mode and submodules whose activations are what a layer holds while
+    it is back-propagated under ``mode``: without recomputation for ``full`` and ``op``;
+    for ``selective``, all but core attention, whose recomputed scores live one kernel
+    (flash attention's backward) or one head's softmax at a time and are left out."""
+    if mode == "selective":
+        return "selective", tuple(m for m in modules if m == "core_attn")
+    return "none", DEFAULT_RECOMPUTE_MODULES
 
 
 def cp_kv_block_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int, cp: int,
@@ -372,20 +423,25 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     layers = stage_layers(model, pp=pp, stage=stage, interleave=interleave,
                           partition=parallel.partition, schedule=parallel.schedule)
 
-    def per_layer(index: int, mode: str) -> float:
+    swiglu_bytes = SWIGLU_FP8_INPUT_BYTES if training.activation_func_fp8_input_store \
+        else None
+
+    def per_layer(index: int, mode: str,
+                  modules: tuple[str, ...] = training.recompute_modules) -> float:
         return activation_bytes_per_layer(
             model, LayerShard(micro_batch, s, tp=tp, sequence_parallel=sequence_parallel,
                               ep=ep, layer_index=index, recompute=mode,
-                              expert_tp=parallel.expert_tp),
+                              expert_tp=parallel.expert_tp, recompute_modules=modules),
             flash_attention=flash_attention, precision=precision,
-            linear_input_bytes=linear_input_bytes)
+            linear_input_bytes=linear_input_bytes, activation_input_bytes=swiglu_bytes)
 
     stored = sum(per_layer(i, recompute) for i in layers)
     activations = stored * in_flight
-    if recompute in ("full", "op"):
+    if recompute != "none":
+        held = _held_modules(recompute, training.recompute_modules)
         # (a stage may hold no layer: NeMo's embedding-only or loss-only first/last chunk)
         activations += max((_recompute_transient_bytes(per_layer(i, recompute),
-                                                       per_layer(i, "none"), recompute)
+                                                       per_layer(i, *held), recompute)
                             for i in layers), default=0.0)
     if cp > 1:  # the ring's K/V and dK/dV double buffers, one layer at a time
         activations += 4 * cp_kv_block_bytes(model, micro_batch=micro_batch, seq_len=full,
@@ -485,12 +541,14 @@ def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: Trainin
     settings = layer_settings(parallel.layer_groups, tp=parallel.tp,
                               micro_batch=training.micro_batch, recompute=training.recompute)
 
-    def act(i: int, tp: int, micro_batch: int, mode: str) -> float:
+    def act(i: int, tp: int, micro_batch: int, mode: str,
+            modules: tuple[str, ...] = training.recompute_modules) -> float:
         return activation_bytes_per_layer(
             model, LayerShard(micro_batch, seq_len, tp=tp, ep=parallel.ep, layer_index=i,
-                              recompute=mode),
+                              recompute=mode, recompute_modules=modules),
             flash_attention=flash_attention, precision=training.precision,
-            linear_input_bytes=linear_input_bytes)
+            linear_input_bytes=linear_input_bytes, activation_input_bytes=(
+                SWIGLU_FP8_INPUT_BYTES if training.activation_func_fp8_input_store else None))
 
     layers = stage_layers(model, pp=parallel.pp, stage=stage, interleave=parallel.interleave,
                           schedule=parallel.schedule,
@@ -503,8 +561,9 @@ def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: Trainin
                                        fb_overlap=parallel.fb_overlap)
     transient = [_recompute_transient_bytes(
         act(i, settings[i].tp, settings[i].micro_batch, settings[i].recompute),
-        act(i, settings[i].tp, settings[i].micro_batch, "none"), settings[i].recompute)
-        for i in layers]
+        act(i, settings[i].tp, settings[i].micro_batch,
+            *_held_modules(settings[i].recompute, training.recompute_modules)),
+        settings[i].recompute) for i in layers]
     activations = base.activations_bytes + stored * in_flight + max(transient, default=0.0)
     extra = layer_group_extra_params(model, parallel, stage)
     weight_b, grad_b, optim_b = state_bytes(training)

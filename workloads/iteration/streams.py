@@ -399,7 +399,13 @@ class StreamBuilder(OverlappedOps):
             return
         # A skewed router's MLP runs half the layer at the slowest EP rank's pace.
         extra = (self.moe_pace - 1) * duration / 2 if model.is_moe_layer(layer) else 0.0
-        if par.cp > 1 and not op_sac:
+        # Megatron-Core's selective submodules: core attention (the CP ring) and a dense
+        # MLP (its TP collectives) re-run only when named (workloads.specs.recompute_modules).
+        selected = self.training.recompute_modules if (
+            pass_ == "recompute" and mode == "selective") else None
+        ring = not op_sac and (selected is None or "core_attn" in selected)
+        mlp_rerun = selected is not None and "mlp" in selected and not model.is_moe_layer(layer)
+        if par.cp > 1 and ring:
             attention = self._cp_attention(ops, cost_pass, duration, label, args, mode)
             mlp = attention + extra * (2 * attention / duration if duration else 0.0)
         else:
@@ -418,7 +424,7 @@ class StreamBuilder(OverlappedOps):
         ops.append(Compute(mlp, f"{label} mlp", *args))
         if moe and with_comm:
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} combine", group="ep"))
-        if with_comm or op_sac:
+        if with_comm or op_sac or mlp_rerun:
             self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", setting, saved, moe=moe)
 
     def _layer_cost(self, cost_pass: str, layer: int, mode: str = "full",
@@ -428,7 +434,8 @@ class StreamBuilder(OverlappedOps):
         par, setting = self.parallel, self._setting(layer)
         shard = LayerShard(setting.micro_batch, self.seq_len, tp=setting.tp,
                            sequence_parallel=self.split_elementwise, ep=par.ep,
-                           layer_index=layer, recompute=mode, expert_tp=par.expert_tp)
+                           layer_index=layer, recompute=mode, expert_tp=par.expert_tp,
+                           recompute_modules=self.training.recompute_modules)
         duration = self.costs.layer_time_s(cost_pass, self.model, shard)
         # OSDP's split operators: their GEMMs in k slices (workloads.strategy.operator_sharding).
         duration += split_extra_s(par.operator_sharding, self.costs, cost_pass, self.model,
@@ -437,10 +444,8 @@ class StreamBuilder(OverlappedOps):
 
     def _attention_share(self, cost_pass: str, shard: LayerShard) -> float:
         """The attention block's share of a layer pass (its input and weight gradients in
-        a backward; :func:`~workloads.cost.compute.blocks.block_shares`); half of a
-        recompute, whose operators depend on the recompute mode."""
-        if cost_pass not in ("fwd", "bwd"):
-            return 0.5
+        a backward; a recompute's from the operators its mode re-runs:
+        :func:`~workloads.cost.compute.blocks.block_shares`)."""
         share = block_shares(self.costs, cost_pass, self.model, shard)
         return share.attention + share.attention_weights
 

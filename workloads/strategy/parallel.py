@@ -51,6 +51,11 @@ from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import parse_size
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.recompute import RECOMPUTE_MODES
+from distsim_gpu.workloads.specs.recompute_modules import (
+    DEFAULT_RECOMPUTE_MODULES,
+    check_recompute_modules,
+    recompute_modules_from,
+)
 from distsim_gpu.workloads.strategy.data_loading import DataLoader, data_loader_from_mapping
 from distsim_gpu.workloads.strategy.expert_grid import ExpertGrid, check_expert_grid
 from distsim_gpu.workloads.strategy.fb_pairs import check_fb_overlap
@@ -71,13 +76,16 @@ from distsim_gpu.workloads.strategy.operator_sharding import (
     check_operator_sharding,
     operator_sharding_from_mapping,
 )
+from distsim_gpu.workloads.strategy.precision import (
+    GRAD_REDUCE_PRECISIONS,
+    OPTIMIZER_MOMENTS,
+    PRECISIONS,
+    check_activation_fp8_store,
+    check_fp8_recipe,
+)
 from distsim_gpu.workloads.strategy.tp_nd import check_tp_nd
 
 __all__ = [
-    "FP8_RECIPES",
-    "GRAD_REDUCE_PRECISIONS",
-    "LOW_PRECISIONS",
-    "OPTIMIZER_MOMENTS",
     "PLACEMENT_ORDERS",
     "SCHEDULES",
     "Coordinates",
@@ -86,7 +94,6 @@ __all__ = [
     "TrainingConfig",
     "check_cp_split",
     "check_ep_split",
-    "check_fp8_recipe",
     "check_interleave",
     "check_strategy",
     "check_tp_split",
@@ -102,22 +109,6 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipev")
 PLACEMENT_ORDERS = (tuple("-".join(p) for p in permutations(("tp", "dp", "pp")))
                     + tuple("-".join(p) for p in permutations(("tp", "cp", "dp", "pp"))))
 RECOMPUTE = RECOMPUTE_MODES  # one home: workloads.specs.recompute
-PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32")
-#: Precisions whose linear-layer GEMMs run on scaled low-precision operands (a recipe).
-LOW_PRECISIONS = ("fp8", "fp4")
-# How FP8 tensors get their scales (docs/fp8.md; the kernels each adds are
-# workloads.cost.compute.fp8_recipes'): Transformer Engine's DelayedScaling (the amax of
-# past iterations), Float8CurrentScaling / torchao's tensorwise dynamic scaling (the
-# tensor's own amax, read before its cast) and DeepSeek-V3's block-wise scales.
-FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8", "nvfp4")
-#: The recipes of each low precision (NVFP4 is the only FP4 one; it needs precision fp4).
-RECIPES_OF_PRECISION = {"fp8": ("delayed", "current", "blockwise", "mxfp8"), "fp4": ("nvfp4",)}
-# What a gradient all-reduce may carry on the wire (traffic.GRAD_BYTES sizes each).
-GRAD_REDUCE_PRECISIONS = ("fp32", "bf16", "fp16")
-#: How Adam's two moments are stored (``training.optimizer_moments``): fp32, or bf16 as
-#: DeepSeek-V3 trains (report §3.3) and Megatron-Core's precision-aware optimizer offers
-#: (``--exp-avg-dtype`` / ``--exp-avg-sq-dtype bf16``); the master weights stay fp32.
-OPTIMIZER_MOMENTS = ("fp32", "bf16")
 PARTITIONS = ("uniform", "embedding")
 # Whole-number keys for which 0 is a valid setting.
 _MAY_BE_ZERO = ("zero", "tp_comm_overlap_sms")
@@ -265,6 +256,9 @@ class TrainingConfig:
     data_loader: DataLoader | None = None  # None: loading never holds the GPUs up
     fp8_recipe: str | None = None  # None: the compute stack's (FP8 only)
     optimizer_moments: str = "fp32"  # OPTIMIZER_MOMENTS
+    # What ``selective`` re-runs (workloads.specs.recompute_modules; Megatron-Core's list).
+    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
+    activation_func_fp8_input_store: bool = False  # workloads.strategy.precision
 
     def to_dict(self) -> dict[str, Any]:
         data = {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -275,6 +269,11 @@ class TrainingConfig:
             del data["fp8_recipe"]
         if data["optimizer_moments"] == "fp32":  # the default: resolved configs as before
             del data["optimizer_moments"]
+        data["recompute_modules"] = list(self.recompute_modules)
+        if self.recompute_modules == DEFAULT_RECOMPUTE_MODULES:
+            del data["recompute_modules"]
+        if not self.activation_func_fp8_input_store:
+            del data["activation_func_fp8_input_store"]
         return data
 
 
@@ -384,6 +383,9 @@ def check_strategy(model: ModelSpec, parallel: ParallelConfig, training: Trainin
                           hint="zero 1 or 2 (DeepSeek-V3 trains with ZeRO-1), or mtp_depth 0")
     microbatches = _check_training(training, parallel, source=source)
     check_fb_overlap(parallel, experts=experts, recompute=training.recompute, source=source)
+    check_recompute_modules(training.recompute_modules, model, tp=parallel.tp, source=source)
+    check_activation_fp8_store(training.activation_func_fp8_input_store,
+                               gated_mlp=model.gated_mlp, source=source)
     check_offload(parallel.offload, zero=parallel.zero, fsdp=parallel.fsdp,
                   precision=training.precision, source=source)
     check_tp_nd(parallel, micro_batch=training.micro_batch, heads=heads, kv_heads=kv_heads,
@@ -633,25 +635,6 @@ def _check_training(t: TrainingConfig, p: ParallelConfig, *, source: str | None)
     return microbatches
 
 
-def check_fp8_recipe(recipe: str | None, precision: str, *, key: str = "training.fp8_recipe",
-                     source: str | None = None) -> None:
-    """A ConfigError unless ``recipe`` is None or one of the recipes of ``precision``
-    (:data:`RECIPES_OF_PRECISION`): a recipe under another precision would say scaled
-    casts run where none do, so it is refused rather than ignored (a precision edited
-    without the recipe is then caught instead of silently running 16-bit)."""
-    if recipe is None:
-        return
-    check_choice(recipe, FP8_RECIPES, key=key, source=source, what="FP8 recipe")
-    allowed = RECIPES_OF_PRECISION.get(precision, ())
-    if recipe not in allowed:
-        needs = next(p for p, names in RECIPES_OF_PRECISION.items() if recipe in names)
-        raise ConfigError(f"an {needs.upper()} recipe ({recipe!r}) needs training.precision "
-                          f"{needs}, not {precision!r}", key=key, source=source,
-                          hint=(f"set training.precision: {needs}, or remove "
-                                "training.fp8_recipe" if not allowed else
-                                f"{precision} recipes: {', '.join(allowed)}"))
-
-
 def parallel_from_mapping(data: Mapping[str, Any] | None, *, source: str | None = None,
                           prefix: str = "parallelism") -> ParallelConfig:
     """A :class:`ParallelConfig` from YAML keys (unknown keys rejected with a suggestion)."""
@@ -680,6 +663,8 @@ def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
         elif key == "operator_sharding":
             value = operator_sharding_from_mapping(value, source=source,
                                                    prefix=f"{prefix}.operator_sharding")
+        elif key == "recompute_modules":
+            value = recompute_modules_from(value, key=f"{prefix}.{key}", source=source)
         elif key == "data_loader":
             value = data_loader_from_mapping(value, source=source,
                                              prefix=f"{prefix}.data_loader")

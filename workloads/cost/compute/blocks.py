@@ -73,14 +73,16 @@ class BlockShares:
     mlp_weights: float
 
 
-_EVEN = {"fwd": BlockShares(0.5, 0.0, 0.5, 0.0), "bwd": BlockShares(0.25, 0.25, 0.25, 0.25)}
+_EVEN = {"fwd": BlockShares(0.5, 0.0, 0.5, 0.0), "bwd": BlockShares(0.25, 0.25, 0.25, 0.25),
+         "recompute": BlockShares(0.5, 0.0, 0.5, 0.0)}
 
 
 def block_shares(costs: object, pass_: str, model: ModelSpec, shard: LayerShard,
                  ) -> BlockShares:
-    """Each block's share of pass ``pass_`` (``fwd`` or ``bwd``) of the layer ``shard``
-    describes, from the operators of the roofline behind ``costs`` (module docstring);
-    the token copies around a MoE layer's all-to-alls count to its MLP block."""
+    """Each block's share of pass ``pass_`` (``fwd``, ``bwd``, or ``recompute``: of
+    what ``shard.recompute`` re-runs) of the layer ``shard`` describes, from the
+    operators of the roofline behind ``costs`` (module docstring); the token copies
+    around a MoE layer's all-to-alls count to its MLP block."""
     roofline = roofline_behind(costs)
     if roofline is None:
         return _EVEN[pass_]

@@ -60,7 +60,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from distsim_gpu.simcore.config import check_choice
-from distsim_gpu.workloads.strategy.parallel import FP8_RECIPES
+from distsim_gpu.workloads.strategy.precision import FP8_RECIPES
 
 __all__ = [
     "BLOCKWISE_SCALE_BYTES_PER_ELEMENT",

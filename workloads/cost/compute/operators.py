@@ -72,7 +72,8 @@ a batched GEMM becomes two batched GEMMs; flash attention runs 5 matmuls to the 
 2 (Dao 2023, "FlashAttention-2", §3.1: 2.5× FLOP, ~2× bytes); an element-wise op moves its own
 ``bwd_bytes_factor`` times its forward bytes (softmax and norms 1.5: read the saved output
 or input and the gradient, write one gradient; dropout and copies 1). Recompute: ``full``
-repeats the forward, ``selective`` (Korthikanti et al. 2022 §5) only core attention,
+repeats the forward, ``selective`` (Korthikanti et al. 2022 §5) only core attention
+(or the operators of Megatron-Core's ``recompute_modules``: an FP8 cast with its GEMM),
 ``op`` (torchtitan's per-op checkpointing, :mod:`~distsim_gpu.workloads.specs.recompute`) every
 element-wise operator and unfused attention matmul, and every second weight mm of the
 layer counted as torchtitan's unfused model runs them (``wq wk wv wo w1 w3 w2``): the
@@ -94,11 +95,13 @@ from distsim_gpu.workloads.cost.compute.stacks import DEFAULT_STACK, STACKS, Sta
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.recompute import Matmul, op_sac_matmuls
-from distsim_gpu.workloads.strategy.parallel import (
-    LOW_PRECISIONS,
-    check_ep_split,
-    check_tp_split,
+from distsim_gpu.workloads.specs.recompute_modules import (
+    CORE_ATTENTION_KERNELS,
+    is_recomputed,
+    recomputed_operators,
 )
+from distsim_gpu.workloads.strategy.parallel import check_ep_split, check_tp_split
+from distsim_gpu.workloads.strategy.precision import LOW_PRECISIONS
 
 __all__ = [
     "CORE_ATTENTION_KERNELS",
@@ -117,10 +120,6 @@ __all__ = [
 ]
 
 PASSES = ("fwd", "bwd", "recompute")
-# The operators selective recomputation re-runs (Korthikanti et al. 2022 §5: "core
-# attention", from the scores to the context), for either implementation.
-CORE_ATTENTION_KERNELS = frozenset({"attention", "attn_scores", "attn_softmax",
-                                    "attn_dropout", "attn_context"})
 RECOMPUTE_GRANULARITIES = ("full", "selective", "op")
 # What torchtitan's op policy keeps besides the saved mms: the SDPA (flash) attention's
 # outputs, and the float8 amax (``aten.max``) the delayed-scaling update stands for.
@@ -280,20 +279,22 @@ class LayerWork:
         return LayerWork("bwd", tuple(out), self.operand_bytes, self.activation_bytes,
                          self.stack, self.precision)
 
-    def recompute(self, granularity: str = "full",
-                  matmuls: Sequence[Matmul] = ()) -> LayerWork:
-        """What activation recomputation re-runs: everything (``full``), only core
-        attention (``selective``), or (``op``, torchtitan's per-op policy) every
-        element-wise operator and unfused attention matmul and the weight mms of
-        ``matmuls`` (:func:`~distsim_gpu.workloads.specs.recompute.op_sac_matmuls`) it does not
-        keep, each at its own shape (module docstring of :mod:`workloads.specs.recompute`)."""
+    def recompute(self, granularity: str = "full", matmuls: Sequence[Matmul] = (),
+                  selected: frozenset[str] = CORE_ATTENTION_KERNELS) -> LayerWork:
+        """What activation recomputation re-runs: everything (``full``), the operators
+        ``selected`` (``selective``: core attention, or Megatron-Core's submodules of
+        :mod:`~distsim_gpu.workloads.specs.recompute_modules`), or (``op``, torchtitan's
+        per-op policy) every element-wise operator and unfused attention matmul and the
+        weight mms of ``matmuls`` (``op_sac_matmuls`` of
+        :mod:`workloads.specs.recompute`) it does not keep, each at its own shape (that
+        module's docstring)."""
         if self.pass_ != "fwd":
             raise ConfigError(f"recompute() needs forward work, this is {self.pass_!r}")
         check_choice(granularity, RECOMPUTE_GRANULARITIES, key="recompute")
         if granularity == "full":
             kernels = self.kernels
         elif granularity == "selective":
-            kernels = tuple(k for k in self.kernels if k.name in CORE_ATTENTION_KERNELS)
+            kernels = tuple(k for k in self.kernels if is_recomputed(k.name, selected))
         else:
             kernels = tuple(part for k in self.kernels
                             for part in self._op_recomputed(k, matmuls))
@@ -648,7 +649,8 @@ def layer_work(pass_: str, model: ModelSpec, shard: LayerShard, *, precision: st
     if pass_ == "recompute":
         matmuls = op_sac_matmuls(model, tp=shard.tp, layer_index=shard.layer_index) if (
             shard.recompute == "op") else ()
-        return forward.recompute(shard.recompute, matmuls)
+        return forward.recompute(shard.recompute, matmuls, recomputed_operators(
+            shard.recompute_modules, model, shard.layer_index))
     return forward
 
 

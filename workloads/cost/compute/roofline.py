@@ -47,7 +47,7 @@ from distsim_gpu.workloads.cost.compute.stacks import (
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.gpus import GpuSpec
 from distsim_gpu.workloads.specs.models import ModelSpec
-from distsim_gpu.workloads.strategy.parallel import LOW_PRECISIONS
+from distsim_gpu.workloads.strategy.precision import LOW_PRECISIONS
 
 __all__ = [
     "ADAM_BYTES_PER_PARAM",

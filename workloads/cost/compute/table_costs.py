@@ -24,6 +24,7 @@ from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.gpus import canonical_gpu_name
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.recompute import table_pass as recompute_table_pass
+from distsim_gpu.workloads.specs.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 
 __all__ = ["TableCosts"]
 
@@ -188,6 +189,12 @@ class TableCosts:
         check_choice(shard.recompute, RECOMPUTE_GRANULARITIES, key="recompute")
         kind = "moe_layer" if model.is_moe_layer(shard.layer_index) else "transformer_layer"
         table_pass = recompute_table_pass(shard.recompute) if pass_ == "recompute" else pass_
+        if table_pass == "recompute_selective" and (
+                shard.recompute_modules != DEFAULT_RECOMPUTE_MODULES):
+            raise ConfigError("a cost table's recompute_selective rows time core attention's "
+                              "recomputation, not the submodules of recompute_modules",
+                              key="training.recompute_modules", source=self.source,
+                              hint="compute.costs: roofline, or remove recompute_modules")
         if not self._has_kind(kind) and self.fallback is not None:
             if hasattr(self.fallback, "operator_times_s"):
                 return self._by_operator(pass_, model, shard)
