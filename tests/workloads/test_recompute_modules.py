@@ -312,3 +312,18 @@ def test_the_fp8_swiglu_store_reaches_a_stage_and_needs_a_gated_mlp():
             {"global_batch": 8, "activation_func_fp8_input_store": True}), num_gpus=8)
     assert err.value.key == "training.activation_func_fp8_input_store"
     assert "activation_func_fp8_input_store" not in TrainingConfig().to_dict()
+
+
+@pytest.mark.parametrize("modules", [[], ["core_attn", "moe_act"], ["layernorm", "mlp"]])
+def test_the_lower_bound_counts_the_modules_recompute(tiny, modules):
+    from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
+    from distsim_gpu.scenarios.study.search import iteration_bounds
+
+    model = model_from_mapping({"name": "tiny-moe", "layers": 4, "hidden": 256, "heads": 8,
+                                "ffn_hidden": 512, "experts": 4, "top_k": 2, "moe_every": 2,
+                                "gated_mlp": True, "seq_len": 256, "vocab": 1024})
+    data = tiny(model=model.to_dict(), parallelism={"ep": 2, "sequence_parallel": True},
+                training={"recompute": "selective", "recompute_modules": modules})
+    scenario = scenario_from_mapping(data)
+    assert 0 < iteration_bounds(scenario).lower_bound_s <= run_scenario(
+        scenario).iteration_time_s

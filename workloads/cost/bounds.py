@@ -315,8 +315,9 @@ class IterationBounds:
         model, parallel = self.model, shape.parallel
         moe = model.is_moe_layer(layer)
         recompute = shape.training.recompute
+        modules = shape.training.recompute_modules
         key = (pass_, moe, shape.training.micro_batch, shape.seq_len, parallel.tp,
-               parallel.sequence_parallel, parallel.ep if moe else 1, recompute,
+               parallel.sequence_parallel, parallel.ep if moe else 1, recompute, modules,
                parallel.etp if moe else 1)
         cached = self._layer_times.get(key)
         if cached is None:
@@ -325,7 +326,8 @@ class IterationBounds:
             cached = self.costs.layer_time_s(pass_, model, LayerShard(
                 shape.training.micro_batch, shape.seq_len, tp=parallel.tp,
                 sequence_parallel=parallel.sequence_parallel, ep=parallel.ep,
-                layer_index=layer, recompute=mode, expert_tp=parallel.expert_tp))
+                layer_index=layer, recompute=mode, expert_tp=parallel.expert_tp,
+                recompute_modules=modules))
             if moe:  # the MLP half at the slowest EP rank's pace, as the streams run it
                 cached *= (1.0 + moe_pace(model.moe, experts=model.experts,
                                           top_k=model.top_k, ep=parallel.ep)) / 2
