@@ -3,6 +3,7 @@ deadlock, the block shares a pair interleaves, and what the overlap hides."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
@@ -112,16 +113,28 @@ def test_with_few_micro_batches_the_v_pairs_where_both_passes_are_ready(pp, m):
 
 @pytest.mark.parametrize(("pp", "m"), [(2, 4), (4, 8), (4, 30), (16, 32), (16, 64)])
 def test_deepseeks_dualpipev_order(pp, m):
-    # Every pass once, each kind in micro-batch order; the main part's 2(m - 2p + s + 1)
-    # pairs and step 5's p - s - 1 more; no pair of one micro-batch; no deadlock.
+    # Every forward and backward once, each kind in micro-batch order (a backward whole,
+    # "B", or split, "I" then later its "W", the weight passes in the order of the input
+    # ones); the main part's 2(m - 2p + s + 1) pairs (one fewer on the last stage, which
+    # runs its first F0 and B1 apart) and step 5's p - s - 1 more; no deadlock.
     units = paired_programs("dualpipev", pp=pp, microbatches=m, interleave=2)
     for stage, stage_units in enumerate(units):
         steps, starts = schedule.deepseek_v_program(pp, m, stage)
+        rest, half = pp - stage - 1, (stage + 1) // 2
+        split_b1 = rest + (stage + 1 - half if stage % 2 else stage - half)
+        split_b0 = rest + stage + 1 - half
         assert Counter((p, c) for p, _mb, c in steps) == {
-            ("F", 0): m, ("F", 1): m, ("B", 0): m, ("B", 1): m}
-        for kind in (("F", 0), ("F", 1), ("B", 0), ("B", 1)):
-            assert [mb for p, mb, c in steps if (p, c) == kind] == list(range(m))
-        assert len(starts) == 2 * (m - 2 * pp + stage + 1) + (pp - stage - 1)
+            ("F", 0): m, ("F", 1): m, ("B", 0): m - split_b0, ("B", 1): m - split_b1,
+            ("I", 0): split_b0, ("I", 1): split_b1, ("W", 0): split_b0, ("W", 1): split_b1}
+        for chunk in (0, 1):
+            assert [mb for p, mb, c in steps if (p, c) == ("F", chunk)] == list(range(m))
+            assert [mb for p, mb, c in steps if p in "BI" and c == chunk] == list(range(m))
+        inputs = [(mb, c) for p, mb, c in steps if p == "I"]
+        assert [(mb, c) for p, mb, c in steps if p == "W"] == inputs
+        for index, (p, mb, c) in enumerate(steps):  # a W after its I, never before
+            if p == "W":
+                assert steps.index(("I", mb, c)) < index
+        assert len(starts) == 2 * (m - 2 * pp + stage + 1) + rest - (stage == pp - 1)
         assert _passes(stage_units) == steps
         assert sum(isinstance(u, Pair) for u in stage_units) == len(starts)
         assert steps[: 2 * (pp - stage - 1)] == [("F", i, 0) for i in range(
@@ -210,6 +223,63 @@ def test_pairs_hide_all_to_alls_and_keep_the_compute(tiny, routing):
     assert waited == Counter(op.handle for op in ep if not op.blocking)
     labels = [op.label for op in ops if isinstance(op, Compute)]
     assert any(label.endswith("bwd mlp weights") for label in labels)
+
+
+def _clear_schedule_caches() -> None:
+    for cached in (schedule.v_paired_schedule, schedule._v_programs,
+                   fb_pairs.paired_programs):
+        cached.cache_clear()
+
+
+@pytest.fixture
+def whole_backwards(monkeypatch):
+    """DeepSeek's DualPipeV order with every split backward whole again (its ``I`` a
+    ``B``, its ``W`` dropped): what the order would run without zero bubble."""
+    split_order = schedule.deepseek_v_program
+
+    def whole(pp, m, stage):
+        steps, starts = split_order(pp, m, stage)
+        kept = [i for i, step in enumerate(steps) if step[0] != "W"]
+        return ([("B", mb, c) if p == "I" else (p, mb, c) for p, mb, c in
+                 (steps[i] for i in kept)], [kept.index(i) for i in starts])
+
+    monkeypatch.setattr(schedule, "deepseek_v_program", whole)
+    _clear_schedule_caches()
+    yield
+    _clear_schedule_caches()
+
+
+def _dualpipev(tiny):
+    model = dict(MOE, layers=8)
+    return _scenario(tiny, model=model, pp=2, dp=4, schedule="dualpipev", interleave=2,
+                     fb_overlap=True)  # 8 micro-batches: DeepSeek's order (m >= 2·pp)
+
+
+def test_deepseeks_weight_passes_run_later_without_sends(tiny):
+    scenario = _dualpipev(tiny)
+    ops = StreamBuilder(scenario.model, scenario.parallel, scenario.training, scenario.costs,
+                        microbatches=scenario.microbatches).stage_stream(0)
+    steps, _starts = schedule.deepseek_v_program(2, 8, 0)
+    weights = [op for op in ops if isinstance(op, Compute)
+               and re.fullmatch(r"L\d+ bwd weights", op.label)]
+    # Each W runs its chunk's layers' weight gradients, 2 layers a chunk.
+    assert len(weights) == 2 * sum(p == "W" for p, _mb, _c in steps) > 0
+    costs, model = scenario.costs, scenario.model
+    shard = LayerShard(1, 128, ep=4, layer_index=0)
+    share = block_shares(costs, "bwd", model, shard)
+    layer_bwd = costs.layer_time_s("bwd", model, shard)
+    assert weights[0].duration_s == pytest.approx(
+        layer_bwd * (share.attention_weights + share.mlp_weights))
+
+
+def test_deepseeks_weight_passes_shorten_the_v_and_keep_the_compute(tiny, request):
+    split = run_scenario(_dualpipev(tiny))
+    request.getfixturevalue("whole_backwards")
+    whole = run_scenario(_dualpipev(tiny))
+    assert sum(g.compute_s for g in split.per_gpu) == pytest.approx(
+        sum(g.compute_s for g in whole.per_gpu))
+    assert split.iteration_time_s < whole.iteration_time_s
+    assert max(g.bubble_s for g in split.per_gpu) < max(g.bubble_s for g in whole.per_gpu)
 
 
 @pytest.mark.parametrize(("schedule", "interleave"), [("1f1b", 1), ("interleaved", 2),

@@ -13,7 +13,11 @@ that builds them (a mixin: it uses the builder's costs, bytes and collective hel
   go out under the forward's attention, the forward's dispatch and the backward's
   dispatch gradients under the backward's expert weight gradients, the forward's combine
   under the backward's attention.  Each block's time is its share of the layer pass
-  (:func:`~workloads.cost.compute.blocks.block_shares`).
+  (:func:`~workloads.cost.compute.blocks.block_shares`);
+* DualPipe's zero-bubble split of a backward (DeepSeek's DualPipeV order under
+  ``fb_overlap``): its input half (``"I"``) runs the layers' input gradients and sends
+  the gradient on, its weight half (``"W"``) later the weight gradients and the gradient
+  buckets they fill.
 """
 
 from __future__ import annotations
@@ -209,13 +213,46 @@ class OverlappedOps:
         self._tp_ops(ops, f"{f_label} mlp", fold, "fwd", "mlp", moe=True)
 
     def _block_times(self, pass_: str, layer: int) -> BlockShares:
-        """Seconds of each block of a MoE layer's pass: its share of the pass's time, the
-        MLP's input and weight parts each with its part of the skewed router's extra
-        time, counted as the plain layer counts it (half the layer at the most loaded
-        expert-parallel rank's pace), so the pass's total is the plain layer's."""
+        """Seconds of each block of a layer's pass: its share of the pass's time, a MoE
+        layer's MLP input and weight parts each with its part of the skewed router's
+        extra time, counted as the plain layer counts it (half the layer at the most
+        loaded expert-parallel rank's pace), so the pass's total is the plain layer's."""
         duration, shard = self._layer_cost(pass_, layer)
         share = block_shares(self.costs, pass_, self.model, shard)
         mlp = share.mlp + share.mlp_weights
-        extra = (self.moe_pace - 1.0) * duration / 2 / mlp if mlp > 0 else 0.0
+        skewed = self.model.is_moe_layer(layer) and mlp > 0
+        extra = (self.moe_pace - 1.0) * duration / 2 / mlp if skewed else 0.0
         return BlockShares(share.attention * duration, share.attention_weights * duration,
                            share.mlp * (duration + extra), share.mlp_weights * (duration + extra))
+
+    # ----------------------------------------------------------------- zero bubble
+    def input_gradient_times(self, layer: int) -> tuple[float, float]:
+        """The attention's and the MLP's input-gradient seconds of ``layer``'s backward
+        (a split backward's ``"I"``: :mod:`workloads.strategy.schedule`)."""
+        times = self._block_times("bwd", layer)
+        return times.attention, times.mlp
+
+    def weight_pass(self, vs: int, chunk: int, last: bool) -> list[Op]:
+        """A split backward's ``"W"`` of virtual stage ``vs``: each layer's weight
+        gradients in backward order, the embedding's on the first virtual stage, and on
+        the last micro-batch the gradient buckets each fills (DualPipe's deferred
+        weight passes: the input gradients went to the stage before without them)."""
+        par = self.parallel
+        order = list(reversed(range(*self.chunks[vs])))
+        buckets = (self._buckets(order, first_chunk=vs == 0)
+                   if last and par.dp_cp > 1 and reduces_in_buckets(par) else {})
+        ops: list[Op] = []
+        for position, layer in enumerate(order):
+            times = self._block_times("bwd", layer)
+            kind = "moe_layer" if self.model.is_moe_layer(layer) else "transformer_layer"
+            ops.append(Compute(times.attention_weights + times.mlp_weights,
+                               f"L{layer} bwd weights", kind, "bwd", layer))
+            if position + 1 in buckets:
+                ops.append(self._async_dp(gradient_reduce_op(par), buckets[position + 1],
+                                          f"grads to L{layer}"))
+        if vs == 0:
+            ops.append(self._edge("embedding", "bwd"))
+        if None in buckets:
+            ops.append(self._async_dp(gradient_reduce_op(par), buckets[None],
+                                      f"grads of chunk {chunk}"))
+        return ops

@@ -200,9 +200,12 @@ class StreamBuilder(OverlappedOps):
                                microbatches=self.microbatches, interleave=par.interleave))
         for unit in program:
             steps = (unit.forward, unit.backward) if isinstance(unit, Pair) else (unit,)
-            # Forward: input from the virtual stage before, output to the one after.
-            sides = [(pass_, mb, virtual_stage(stage, chunk, par.pp, par.schedule))
-                     for pass_, mb, chunk in steps]
+            # Forward: input from the virtual stage before, output to the one after; a
+            # gradient from the one after to the one before (a split backward's weight
+            # half, "W", neither receives nor sends).
+            sides = [("F" if pass_ == "F" else "B", mb,
+                      virtual_stage(stage, chunk, par.pp, par.schedule))
+                     for pass_, mb, chunk in steps if pass_ != "W"]
             stream.extend(Recv(pass_, mb, vs) for pass_, mb, vs in sides
                           if 0 <= (vs - 1 if pass_ == "F" else vs + 1) < self.virtual_stages)
             last = steps[-1][1] == last_mb
@@ -213,7 +216,8 @@ class StreamBuilder(OverlappedOps):
             apart = self.dp_apart and not self.narrow
             fold = (self.exclusive_tp and (apart or (
                 not launched_dp and not sharded and not gathers
-                and not (last and steps[-1][0] == "B" and (par.dp_cp > 1 or self.narrow)))))
+                and not (last and steps[-1][0] in ("B", "W")
+                         and (par.dp_cp > 1 or self.narrow)))))
             waits = gathers.pop(steps[0][2], ()) if steps[0][0] == "F" else ()
             fold = fold and (apart or not waits)
             ops = (self.pair_ops(stage, unit, last, fold, waits) if isinstance(unit, Pair)
@@ -250,17 +254,18 @@ class StreamBuilder(OverlappedOps):
     # ----------------------------------------------------------------- a pass
     def pass_ops(self, stage: int, chunk: int, pass_: str, last: bool,
                  fold: bool, waits: ParamBuckets = ()) -> tuple[Op, ...]:
-        """One pass (``"F"``/``"B"``) of one model chunk, without its receive and send
-        (cached); ``last``: the last micro-batch's; ``fold``: its tensor-parallel
-        collectives are exclusive; ``waits``: the parameter buckets a first forward waits
-        for (:meth:`_param_gathers`)."""
+        """One pass (``"F"``/``"B"``, or a split backward's ``"I"``/``"W"``) of one model
+        chunk, without its receive and send (cached); ``last``: the last micro-batch's;
+        ``fold``: its tensor-parallel collectives are exclusive; ``waits``: the parameter
+        buckets a first forward waits for (:meth:`_param_gathers`)."""
         key = (stage, chunk, pass_, last, fold, bool(waits))
         cached = self._passes.get(key)
         if cached is None:
             vs = virtual_stage(stage, chunk, self.parallel.pp,
                                self.parallel.schedule)
             ops = (self._forward(vs, fold, waits) if pass_ == "F"
-                   else self._backward(vs, chunk, last, fold))
+                   else self.weight_pass(vs, chunk, last) if pass_ == "W"
+                   else self._backward(vs, chunk, last, fold, weights=pass_ == "B"))
             cached = self._passes[key] = self._fused(ops, stage)
         return cached
 
@@ -310,7 +315,11 @@ class StreamBuilder(OverlappedOps):
                 self._layer_pass(ops, "bwd", model.layers - 1, fold, name=label)
                 ops.append(projection)
 
-    def _backward(self, vs: int, chunk: int, last: bool, fold: bool) -> list[Op]:
+    def _backward(self, vs: int, chunk: int, last: bool, fold: bool,
+                  weights: bool = True) -> list[Op]:
+        """A chunk's backward; without its ``weights`` (a split backward's input half:
+        the weight gradients, the embedding's and the gradient reductions are its
+        :meth:`weight_pass`)."""
         par = self.parallel
         sharded = gathers_layer_params(par)
         ops: list[Op] = []
@@ -322,15 +331,15 @@ class StreamBuilder(OverlappedOps):
         # launched after the layer that fills it (by backward position); with it, every
         # micro-batch reduce-scatters each layer's.  A per-operator plan does both: its
         # sharded operators' gradients reduce-scattered, its replicated ones' bucketed.
-        buckets = (self._buckets(order, first_chunk=vs == 0)
-                   if last and par.dp_cp > 1 and reduces_in_buckets(par) else {})
+        buckets = (self._buckets(order, first_chunk=vs == 0) if weights and last
+                   and par.dp_cp > 1 and reduces_in_buckets(par) else {})
         for position, layer in enumerate(order):
             if sharded:
                 self._gather_params(ops, order, position)
             if self.settings and position:
                 self._reshard(ops, order[position - 1], layer)
             self._layer_pass(ops, "recompute", layer, fold)
-            self._layer_pass(ops, "bwd", layer, fold)
+            self._layer_pass(ops, "bwd", layer, fold, weights=weights)
             if self.settings and last:
                 self._reduce_narrow(ops, layer)
             if sharded:
@@ -340,7 +349,7 @@ class StreamBuilder(OverlappedOps):
             if position + 1 in buckets:
                 ops.append(self._async_dp(gradient_reduce_op(par), buckets[position + 1],
                                           f"grads to L{layer}"))
-        if vs == 0:
+        if vs == 0 and weights:
             ops.append(self._edge("embedding", "bwd"))
             if sharded and not reduces_in_buckets(par):
                 # Sharded throughout (ZeRO-3/FSDP): the word embedding's gradients are
@@ -369,9 +378,10 @@ class StreamBuilder(OverlappedOps):
         return Collective(op, size_bytes, label, group="dp", blocking=False, handle=handle)
 
     def _layer_pass(self, ops: list[Op], pass_: str, layer: int, fold: bool,
-                    name: str | None = None) -> None:
+                    name: str | None = None, weights: bool = True) -> None:
         """One layer's compute and in-layer communication for ``fwd``/``bwd``/recompute
-        (``name``: what its labels call it, ``L<layer>`` by default)."""
+        (``name``: what its labels call it, ``L<layer>`` by default); a backward without
+        its ``weights`` computes only the input gradients (:meth:`weight_pass` the rest)."""
         model, par = self.model, self.parallel
         setting = self._setting(layer)
         if pass_ == "recompute" and setting.recompute == "none":
@@ -408,6 +418,9 @@ class StreamBuilder(OverlappedOps):
         if par.cp > 1 and ring:
             attention = self._cp_attention(ops, cost_pass, duration, label, args, mode)
             mlp = attention + extra * (2 * attention / duration if duration else 0.0)
+        elif not weights:  # each block's input-gradient share, the router's skew with it
+            attention, mlp = self.input_gradient_times(layer)
+            ops.append(Compute(attention, f"{label} attention", *args))
         else:
             attention = duration * self._attention_share(cost_pass, shard)
             mlp = duration - attention + extra

@@ -18,7 +18,9 @@ Megatron-Core's combined 1F1B does, so that the last stage's steady state altern
 micro-batches (without it, its forward and backward are of the same micro-batch); it costs
 a micro-batch more of activations, which the memory model counts.  ``dualpipev`` pairs as
 DeepSeek's DualPipeV does with at least ``2·pp`` micro-batches
-(:func:`~workloads.strategy.schedule.deepseek_v_program`); with fewer, its list schedule
+(:func:`~workloads.strategy.schedule.deepseek_v_program`, zero-bubble split backwards
+included: an input half is a backward to the stage before, a weight half follows it on
+its own stage); with fewer, its list schedule
 pairs where a stage has a forward and a backward both ready
 (:func:`~workloads.strategy.schedule.v_list_schedule`).
 """
@@ -33,6 +35,7 @@ from typing import Protocol
 
 from distsim_gpu.simcore.errors import ConfigError, SimulationError
 from distsim_gpu.workloads.strategy.schedule import (
+    GRADIENT_PASSES,
     Step,
     stage_program,
     v_paired_schedule,
@@ -42,6 +45,8 @@ from distsim_gpu.workloads.strategy.schedule import (
 __all__ = ["PAIRED_SCHEDULES", "Pair", "Unit", "check_fb_overlap", "pair_program",
            "paired_programs"]
 
+# Unit times of the passes (a backward twice a forward; each half of a split one, one).
+_UNIT_TIME = {"F": 1, "B": 2, "I": 1, "W": 1}
 #: Schedules whose steady state alternates forwards and backwards (GPipe's does not).
 PAIRED_SCHEDULES = ("1f1b", "interleaved", "dualpipev")
 
@@ -126,10 +131,20 @@ def paired_programs(schedule: str, *, pp: int, microbatches: int,
 
 def _source(pass_: str, mb: int, vs: int, last: int) -> tuple[str, int, int] | None:
     """The pass whose output pass ``(pass_, mb, vs)`` takes as its input (None: the
-    first virtual stage's forward reads the data)."""
+    first virtual stage's forward reads the data; a split backward's weight gradients,
+    which follow its input gradients on the same stage).  A backward's input half counts
+    as the backward (:func:`_node_key`)."""
     if pass_ == "F":
         return ("F", mb, vs - 1) if vs > 0 else None
+    if pass_ == "W":
+        return None
     return ("B", mb, vs + 1) if vs < last else ("F", mb, vs)
+
+
+def _node_key(pass_: str, mb: int, vs: int) -> tuple[str, int, int]:
+    """A pass as the dependency graph names it: the input half of a split backward is
+    what the stage before waits for, as a whole backward is."""
+    return ("B" if pass_ in GRADIENT_PASSES else pass_, mb, vs)
 
 
 def _unit_times(programs: Sequence[Sequence[Step]], schedule: str, *, pp: int,
@@ -155,7 +170,7 @@ def _unit_times(programs: Sequence[Sequence[Step]], schedule: str, *, pp: int,
                 start = max(free[stage], arrived)
                 arrivals[stage][position[stage]], starts[stage][position[stage]] = (arrived,
                                                                                    start)
-                free[stage] = ends[(pass_, mb, vs)] = start + (1 if pass_ == "F" else 2)
+                free[stage] = ends[_node_key(pass_, mb, vs)] = start + _UNIT_TIME[pass_]
                 position[stage] += 1
                 progress = True
     return starts, arrivals
@@ -172,7 +187,8 @@ def _acyclic(programs: Sequence[Sequence[Unit]], schedule: str, *, pp: int,
         for index, unit in enumerate(units):
             for pass_, mb, chunk in (unit.forward, unit.backward) if isinstance(
                     unit, Pair) else (unit,):
-                node[(pass_, mb, virtual_stage(stage, chunk, pp, schedule))] = (stage, index)
+                vs = virtual_stage(stage, chunk, pp, schedule)
+                node[_node_key(pass_, mb, vs)] = (stage, index)
     after: dict[tuple[int, int], list[tuple[int, int]]] = {n: [] for n in node.values()}
     for stage, units in enumerate(programs):
         for index in range(1, len(units)):

@@ -1,7 +1,10 @@
 """Pipeline schedules: the order in which a stage runs forward and backward passes.
 
 A stage's program is a list of ``(pass, micro_batch, chunk)`` with pass ``"F"`` or
-``"B"``; ``chunk`` is the model chunk (always 0 unless interleaved).  Model chunk ``c`` of
+``"B"`` — or, in DeepSeek's DualPipeV order, a backward split as zero-bubble schedules
+split it (Qi et al. 2024): ``"I"``, the input gradients (what the stage before waits
+for), and later ``"W"``, the weight gradients of the oldest ``"I"`` not yet followed by
+its ``"W"``; ``chunk`` is the model chunk (always 0 unless interleaved).  Model chunk ``c`` of
 stage ``s`` is *virtual stage* ``c·p + s``: a forward pass takes its input from virtual
 stage ``v − 1`` and a backward pass its gradient from ``v + 1``.
 
@@ -25,21 +28,23 @@ stage ``v − 1`` and a backward pass its gradient from ``v + 1``.
   ``3p`` chunk activations held.  With ``m ≥ 1.5·p`` micro-batches its bubble is
   ``(p − 1)/(2m)`` of the ideal time on those unit times, as two interleaved chunks'
   (fewer micro-batches fill the V less).
-  Backward is not split into input and weight gradients here (DualPipe's zero-bubble
-  part); ``parallelism.fb_overlap`` pairs a forward with the backward after it to overlap
-  their all-to-alls (:mod:`workloads.strategy.fb_pairs`; with ``m ≥ 2p`` micro-batches
-  in DeepSeek's own DualPipeV order, :func:`deepseek_v_program`), ``parallelism.moe_overlap``
-  a MoE layer's own halves.
+  The list schedule does not split a backward; ``parallelism.fb_overlap`` pairs a forward
+  with the backward after it to overlap their all-to-alls (:mod:`workloads.strategy.fb_pairs`;
+  with ``m ≥ 2p`` micro-batches in DeepSeek's own DualPipeV order, zero-bubble splits
+  included, :func:`deepseek_v_program`), ``parallelism.moe_overlap`` a MoE layer's own
+  halves.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from functools import lru_cache
 
 from distsim_gpu.simcore.errors import ConfigError, SimulationError
 
 __all__ = [
+    "GRADIENT_PASSES",
     "V_SCHEDULES",
     "Step",
     "deepseek_v_program",
@@ -52,6 +57,8 @@ __all__ = [
 ]
 
 Step = tuple[str, int, int]
+#: Passes that send a gradient to the stage before: a whole backward, or its input half.
+GRADIENT_PASSES = ("B", "I")
 #: Schedules that place a stage's two chunks as a V (chunk 1 of stage s is 2p − 1 − s).
 V_SCHEDULES = ("dualpipev",)
 # Unit times of the list schedule that orders a V pipeline's passes (a chunk's forward,
@@ -126,10 +133,11 @@ def stage_program(schedule: str, *, pp: int, stage: int, microbatches: int,
 
 def peak_chunks_held(program: list[Step]) -> int:
     """The most chunk activations a stage holds at once running ``program``: forwards
-    whose backward has not run yet."""
+    whose backward has not run yet (a split backward frees them with its weight
+    gradients, which read the saved inputs)."""
     held = peak = 0
     for pass_, _mb, _chunk in program:
-        held += 1 if pass_ == "F" else -1
+        held += {"F": 1, "I": 0}.get(pass_, -1)
         peak = max(peak, held)
     return peak
 
@@ -165,27 +173,41 @@ def v_paired_schedule(pp: int, m: int) -> tuple[tuple[tuple[Step, ...], ...],
 
 
 def deepseek_v_program(pp: int, m: int, stage: int) -> tuple[list[Step], list[int]]:
-    """Stage ``stage``'s passes in DeepSeek's DualPipeV order (deepseek-ai/DualPipe; its
-    steps for ``m ≥ 2·pp`` micro-batches), and where its forward-backward pairs start.
-    Chunk 0 is the V's way down, chunk 1 its way back; each kind of pass takes its
-    chunk's micro-batches in order.  Steps: ``2(p − s − 1)`` forwards of chunk 0;
-    ``s + 1`` times a forward of each chunk; ``p − s − 1`` times chunk 1's backward then
-    forward; the main part, ``m − 2p + s + 1`` times the pairs (F0, B1) and (F1, B0);
-    ``p − s − 1`` times B1 then the pair (F1, B0); ``s + 1`` times B1, B0; ``p − s − 1``
-    times B0.  DualPipe's deferred weight gradients (zero-bubble fill outside the pairs)
-    are not split off: a backward here is the whole backward."""
+    """Stage ``stage``'s passes in DeepSeek's DualPipeV order (deepseek-ai/DualPipe,
+    ``dualpipev.py``; its steps for ``m ≥ 2·pp`` micro-batches), and where its
+    forward-backward pairs start.  Chunk 0 is the V's way down, chunk 1 its way back; each
+    kind of pass takes its chunk's micro-batches in order.  With ``r = p − s − 1``:
+
+    1. ``2r`` forwards of chunk 0;  2. ``s + 1`` times F0, F1;
+    3. ``r`` times I1, W, F1 (zero bubble: the gradient goes out before the weights);
+    4. the main part, ``m − 2p + s + 1`` times the pairs (F0, B1) and (F1, B0) — the last
+       stage runs its first F0 and B1 apart ("to further reduce bubble size");
+    5. ``r`` times B1 then the pair (F1, B0);
+    6. ``s + 1`` times B1, B0, split into I from the middle on (an odd stage from the
+       middle one's B1, an even one from its B0);
+    7. ``r`` times W, I0;  8. ``s + 1`` times W.
+
+    A ``W`` runs the weight gradients of the oldest ``I`` still waiting for them (the
+    order of DualPipe's ``WeightGradStore`` queue)."""
     if m < 2 * pp:  # a caller's mistake: the main part would run a negative count
         raise ValueError(f"DualPipeV's order needs m >= 2·pp micro-batches, got m {m}, pp {pp}")
     taken = {("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0}
     steps: list[Step] = []
     pairs: list[int] = []
+    deferred: deque[Step] = deque()
 
     def run(*kinds: tuple[str, int]) -> None:
         if len(kinds) == 2:
             pairs.append(len(steps))
         for pass_, chunk in kinds:
-            steps.append((pass_, taken[(pass_, chunk)], chunk))
-            taken[(pass_, chunk)] += 1
+            if pass_ == "W":
+                steps.append(("W", *deferred.popleft()[1:]))
+                continue
+            counter = ("F" if pass_ == "F" else "B", chunk)
+            steps.append((pass_, taken[counter], chunk))
+            taken[counter] += 1
+            if pass_ == "I":
+                deferred.append(steps[-1])
 
     rest = pp - stage - 1
     for _ in range(2 * rest):
@@ -194,19 +216,32 @@ def deepseek_v_program(pp: int, m: int, stage: int) -> tuple[list[Step], list[in
         run(("F", 0))
         run(("F", 1))
     for _ in range(rest):
-        run(("B", 1))
+        run(("I", 1))
+        run(("W", 1))
         run(("F", 1))
-    for _ in range(m - 2 * pp + stage + 1):
-        run(("F", 0), ("B", 1))
+    for i in range(m - 2 * pp + stage + 1):
+        if i == 0 and stage == pp - 1:
+            run(("F", 0))
+            run(("B", 1))
+        else:
+            run(("F", 0), ("B", 1))
         run(("F", 1), ("B", 0))
     for _ in range(rest):
         run(("B", 1))
         run(("F", 1), ("B", 0))
+    split = False
+    for i in range(stage + 1):
+        split = split or (i == (stage + 1) // 2 and stage % 2 == 1)
+        run(("I" if split else "B", 1))
+        split = split or (i == (stage + 1) // 2 and stage % 2 == 0)
+        run(("I" if split else "B", 0))
+    for _ in range(rest):
+        run(("W", 0))
+        run(("I", 0))
     for _ in range(stage + 1):
-        run(("B", 1))
-        run(("B", 0))
-    for _ in range(rest):
-        run(("B", 0))
+        run(("W", 0))
+    if deferred:  # DualPipe asserts its queue is empty here
+        raise SimulationError(f"DualPipeV's order left {len(deferred)} weight passes")
     return steps, pairs
 
 
