@@ -155,7 +155,8 @@ def _add_trace_parser(kinds: Any) -> None:
     parser.add_argument("--operators", default=None, metavar="SCENARIO",
                         help="instead of replaying: predict each annotated operator scope "
                              "(attn(F), mlp(B), dispatch(W), ...) from SCENARIO's cost "
-                             "model and report predicted vs measured per operator")
+                             "model and report predicted vs measured per operator "
+                             "(--set then sets SCENARIO's keys, e.g. training.recompute)")
     parser.set_defaults(handler=handle_trace)
 
 
@@ -201,8 +202,9 @@ def handle_trace(args: argparse.Namespace) -> int:
 
 
 def _handle_operators(args: argparse.Namespace, traces: Any) -> int:
-    """``validate trace --operators SCENARIO``: per-operator predicted vs measured."""
-    scenario = load_scenario(args.operators)
+    """``validate trace --operators SCENARIO``: per-operator predicted vs measured
+    (``--set`` overrides the scenario's keys)."""
+    scenario = load_scenario(args.operators, overrides(args.overrides))
     data = validate_operators(traces, scenario)
     if args.json:
         print(json.dumps(data, indent=2))

@@ -11,8 +11,11 @@ kernels of a communication library (``--comm-kernels``, default NCCL and DeepEP)
 out and shown apart: the network model, not the cost model, predicts them.
 *Predicted* is the roofline time of the operators the block names (:data:`BLOCKS`) in the
 scenario's stack, for one micro-batch of one layer on one rank — not the trace's own
-durations.  The roofline is used even when the scenario names a cost table: the point is
-to check the model.
+durations.  A ``B`` scope also holds the block's forward operators that the scenario's
+activation recomputation re-runs (``training.recompute`` and ``recompute_modules``): a
+framework recomputes them inside the backward, as DeepSeek's trace shows with its norms'
+forward kernels and MLA up-projection GEMMs under ``attn(B)``.  The roofline is used even
+when the scenario names a cost table: the point is to check the model.
 """
 
 from __future__ import annotations
@@ -59,13 +62,16 @@ class OperatorRow:
 
 def _pass_operators(work: dict[str, LayerWork], names: tuple[str, ...],
                     pass_: str) -> list[Any]:
-    """The operators of block ``names`` in pass F, B or W."""
+    """The operators of block ``names`` in pass F, B or W (B: the recomputed forward
+    operators first, when ``work`` has a ``recompute`` pass)."""
     if pass_ == "F":
         return [k for k in work["fwd"].kernels if k.name in names]
     weight = [k for k in work["bwd"].kernels if k.base_name in names]
     if pass_ == "W":
         return [k for k in weight if is_weight_gradient(k)]
-    return [k for k in weight if not is_weight_gradient(k)]
+    recomputed = [k for k in work["recompute"].kernels
+                  if k.name in names] if "recompute" in work else []
+    return recomputed + [k for k in weight if not is_weight_gradient(k)]
 
 
 def operator_rows(measured: dict[str, list[tuple[float, float]]], costs: RooflineCosts,
@@ -101,7 +107,11 @@ def validate_operators(traces: Sequence[RankTrace], scenario: Any, *,
              "tp": scenario.parallel.tp, "ep": scenario.parallel.ep,
              "sequence_parallel": scenario.parallel.sequence_parallel,
              "layer_index": layer}
-    work = {p: costs.layer_work(p, model, LayerShard(**shape)) for p in ("fwd", "bwd")}
+    training = scenario.training
+    passes = ("fwd", "bwd") + (("recompute",) if training.recompute != "none" else ())
+    work = {p: costs.layer_work(p, model, LayerShard(
+        **shape, recompute=training.recompute if p == "recompute" else "full",
+        recompute_modules=training.recompute_modules)) for p in passes}
     rows = operator_rows(measured, costs, work)
     errors = [abs(r.error_pct) for r in rows if r.measured_s > 0]
     return {"scenario": scenario.name, "stack": costs.stack.name,

@@ -3,7 +3,10 @@ a scenario's roofline, operator by operator."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import yaml
 from distsim_gpu.measured.traces import load_traces
 from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.fit.validate_operators import validate_operators
@@ -28,7 +31,7 @@ SCENARIO = {
 def dualpipe_trace(path):
     """attn(F) twice (20 and 40 µs of kernels), mlp(W) once (10 µs), dispatch(F) with a
     DeepEP kernel (30 µs, communication) and a 4 µs copy; attn(B) launched by the autograd
-    thread (16 µs) while the main thread's scope launches nothing."""
+    thread (16 µs) while the main thread's scope launches nothing; mlp(B) (8 µs)."""
     t = KinetoBuilder()
     t.cpu("attn(F)", "user_annotation", 0, 50, 1)
     t.launch(5, 1, 20)
@@ -43,6 +46,8 @@ def dualpipe_trace(path):
     t.launch(405, 2, 16)
     t.cpu("unrelated", "user_annotation", 500, 50, 1)
     t.launch(505, 1, 1000)
+    t.cpu("mlp(B)", "user_annotation", 600, 50, 1)
+    t.launch(605, 1, 8)
     return t.write(path)
 
 
@@ -80,7 +85,6 @@ def test_each_scope_predicted_from_its_operators(tmp_path):
 def test_cli_and_a_trace_without_scopes(tmp_path, capsys):
     trace = dualpipe_trace(tmp_path / "r0.json")
     scenario = tmp_path / "s.yaml"
-    import yaml
     scenario.write_text(yaml.safe_dump(SCENARIO))
     assert main(["validate", "trace", str(trace), "--operators", str(scenario)]) == 0
     out = capsys.readouterr().out
@@ -120,3 +124,38 @@ def test_trace_costs_per_operator_fill_a_table_the_roofline_completes(tmp_path):
     roof = roofline.operator_times_s(roofline.layer_work("fwd", model, LayerShard(**args)))
     assert table.layer_time_s("fwd", model, LayerShard(**args)) == pytest.approx(
         sum(roof.values()) - roof["qkv"] - roof["attn_softmax"] + 33 * US)
+
+
+def test_a_backward_scope_holds_the_recomputed_forward_operators(tmp_path, capsys):
+    """Recomputation runs inside the backward: a B scope predicts the block's recomputed
+    forward operators too (core attention under selective; the norms with
+    ``recompute_modules: [layernorm]``), its F and W scopes are unchanged; ``--set`` sets
+    the scenario's keys."""
+    traces = load_traces([dualpipe_trace(tmp_path / "r0.json")])
+
+    def rows(training):
+        data = validate_operators(traces, scenario_from_mapping(
+            {**SCENARIO, "training": {**SCENARIO["training"], **training}}))
+        return {r["scope"]: r for r in data["rows"]}
+
+    plain = rows({})
+    core = rows({"recompute": "selective"})
+    assert core["attn(B)"]["operators"] == ["attention"] + plain["attn(B)"]["operators"]
+    # The MoE layer's pre-MLP norm is a module of its own; the input norm is fused.
+    norms = rows({"recompute": "selective", "recompute_modules": ["layernorm"]})
+    assert norms["attn(B)"]["operators"] == plain["attn(B)"]["operators"]
+    assert norms["mlp(B)"]["operators"] == ["post_attn_norm"] + plain["mlp(B)"]["operators"]
+    for scope in ("attn(F)", "mlp(W)"):
+        assert core[scope] == plain[scope]
+    scenario = scenario_from_mapping(SCENARIO)
+    roofline = scenario.roofline
+    fwd = roofline.layer_work("fwd", scenario.model,
+                              LayerShard(micro_batch=1, seq_len=512, ep=8))
+    assert core["attn(B)"]["predicted_s"] == pytest.approx(
+        plain["attn(B)"]["predicted_s"] + roofline.kernel_time_s(fwd.kernel("attention")))
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(SCENARIO))
+    assert main(["validate", "trace", str(tmp_path / "r0.json"), "--operators", str(path),
+                 "--json", "--set", "training.recompute=selective"]) == 0
+    printed = {r["scope"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert printed["attn(B)"]["operators"] == core["attn(B)"]["operators"]
