@@ -22,7 +22,7 @@ between rank groups is simulated explicitly:
   With ``overlap_param_gather`` the gather runs by bucket from the start of the forward
   instead, each chunk's first forward waiting for its buckets (docs/overlaps.md).
 * **expert parallel** — a MoE layer dispatches tokens to experts and combines them back
-  with two all-to-alls per pass, inside the layer (blocking).
+  with two all-to-alls per pass (blocking; on their own stream when overlapped).
 * **iteration end** — tied word-embedding gradients are all-reduced between the first and
   last stage, every rank meets at the gradient-norm reduction, then the optimizer runs.
 
@@ -178,9 +178,9 @@ class IterationSimulator:
                               if peer.peering is Peering.OWN)
         # A ring communicator's (context parallelism's) plan per (stage, block, size).
         self._ring_plans: dict[tuple[int, int, float], CollectivePlan] = {}
-        # What a folded op's TP collectives do to the group's links: per (group, id of
-        # the Fused op) their total (None: it has none), and per (plan id, size) the
-        # flows one call stands for (see _fold_flows_of).
+        self._block_lanes: dict[tuple[Any, ...], tuple[list[list[str]], int]] = {}
+        # A folded op's TP collectives on the group's links: per (group, id of the Fused
+        # op) their total (None: none), per (plan id, size) one call's flows (_fold_flows_of).
         self._fold_usage: dict[tuple[RankGroup, int], LinkUsage | None] = {}
         self._usage_by_shape: dict[tuple[RankGroup, tuple[Any, ...]], LinkUsage | None] = {}
         self._fold_flows: dict[tuple[int, float], tuple[CollectivePlan, _SoloFlows]] = {}
@@ -197,11 +197,9 @@ class IterationSimulator:
                                                   microbatches=self.microbatches,
                                                   source=spec.source)
             self.offload = tuple(steps)
-        # Folding: the replicas are cut into units of ``unit`` (an expert-parallel block,
-        # a context-parallel ring: their traffic stays inside; else one replica).  Each
-        # simulated unit stands for the units ``stands_for`` maps it to (itself first, its
-        # images after); the full simulation is one unit of every replica standing for
-        # itself.
+        # Folding: replicas cut into units of ``unit`` (an expert-parallel block, a CP ring:
+        # their traffic stays inside; else one replica); each simulated unit stands for
+        # ``stands_for``'s (itself first); unfolded, every replica stands for itself.
         self.unit = folding_unit(par)[1]
         self.stands_for, self.folding = fold_check(spec, self.comm, self.groups,
                                                     self.streams, self.unit)
@@ -232,9 +230,15 @@ class IterationSimulator:
     def _member_lanes(self, members: list[RankGroup], peer: PeerGroup,
                       ) -> tuple[list[list[str]], int]:
         """A call among ``members``: its communicators, folded with their images', and how
-        many are the members' own (:func:`~workloads.iteration.rank_groups.call_lanes`)."""
-        return call_lanes(self._image_members(members), self._layouts.get(peer.name),
-                          self.spec.parallel.tp)
+        many are the members' own (:func:`~workloads.iteration.rank_groups.call_lanes`),
+        built once: every call of a block (each member's, each layer's) is alike."""
+        key = (peer.name, members[0].stage, members[0].replica, len(members))
+        lanes = self._block_lanes.get(key)
+        if lanes is None:
+            lanes = self._block_lanes[key] = call_lanes(
+                self._image_members(members), self._layouts.get(peer.name),
+                self.spec.parallel.tp)
+        return lanes
 
     # ----------------------------------------------------------------- running
     def run(self) -> IterationResult:
@@ -275,9 +279,8 @@ class IterationSimulator:
         group.compute_s += op.compute_s * scale
         group.exposed_s += op.comm_s
         key = (group, id(op))  # the op object lives as long as the streams
-        try:
-            usage = self._fold_usage[key]
-        except KeyError:
+        usage = self._fold_usage.get(key, False)
+        if usage is False:
             usage = self._fold_usage[key] = self._folded_usage(group, op)
         if usage is not None:
             # Its collectives' bytes and busy time count on their links, as flows' would.
@@ -300,16 +303,14 @@ class IterationSimulator:
             offset += length
 
     def _folded_usage(self, group: RankGroup, op: Fused) -> LinkUsage | None:
-        """The total link usage of ``op``'s collectives on ``group``'s links (None: it
-        has none); the same for every op with the same collectives, so it is worked out
-        once per group and (op, size) sequence — not per op: at 16,384 GPUs each is a sum
-        over 256 images."""
+        """The total link usage of ``op``'s collectives on ``group``'s links (None: none);
+        alike for ops with the same collectives, so worked out once per group and (op,
+        size) sequence — not per op: at 16,384 GPUs each is a sum over 256 images."""
         shape = tuple((step.op, step.size_bytes) for step in op.steps
                       if isinstance(step, Collective))
-        key = (group, shape)
-        if key not in self._usage_by_shape:
-            self._usage_by_shape[key] = self._sum_usage(group, op)
-        return self._usage_by_shape[key]
+        if (group, shape) not in self._usage_by_shape:
+            self._usage_by_shape[(group, shape)] = self._sum_usage(group, op)
+        return self._usage_by_shape[(group, shape)]
 
     def _sum_usage(self, group: RankGroup, op: Fused) -> LinkUsage | None:
         times: dict[LinkUsage, float] = {}
@@ -369,9 +370,8 @@ class IterationSimulator:
         return events[0]
 
     def _tp_mesh_call(self, group: RankGroup, op: Collective) -> simpy.Event:
-        """A 2-D/2.5-D/3-D TP step (:mod:`workloads.strategy.tp_nd`): the call on every sub-group
-        of ``group``'s mesh at once, and of its images' (folded replicas); done when all
-        are."""
+        """A 2-D/2.5-D/3-D TP step (:mod:`workloads.strategy.tp_nd`): the call on every
+        sub-group of ``group``'s mesh and its images' (folded replicas); done when all are."""
         events = []
         for image in self._images(group):
             for members in op.subgroups or ():
