@@ -318,8 +318,8 @@ class StreamBuilder(OverlappedOps):
     def _backward(self, vs: int, chunk: int, last: bool, fold: bool,
                   weights: bool = True) -> list[Op]:
         """A chunk's backward; without its ``weights`` (a split backward's input half:
-        the weight gradients, the embedding's and the gradient reductions are its
-        :meth:`weight_pass`)."""
+        the layers' weight gradients, the embedding's and the gradient reductions are its
+        :meth:`weight_pass`; multi-token prediction's modules run whole here)."""
         par = self.parallel
         sharded = gathers_layer_params(par)
         ops: list[Op] = []
