@@ -21,6 +21,7 @@ from distsim_gpu.workloads.iteration.offload_step import offload_lines
 from distsim_gpu.workloads.specs.gpus import GpuSpec
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import UNIFORM, describe_loads
+from distsim_gpu.workloads.specs.recompute_modules import DEFAULT_RECOMPUTE_MODULES
 from distsim_gpu.workloads.strategy.dimensions import strategy_summary
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 
@@ -80,7 +81,11 @@ def _strategy(par: ParallelConfig, train: TrainingConfig) -> str:
     if offload.enabled:
         parts.append(f"offload optimizer {offload.optimizer}, params {offload.params}"
                      + (", delayed update" if offload.delayed_update else ""))
-    parts.append(f"recompute {train.recompute}; {train.precision}")
+    modules = ("" if train.recompute != "selective"
+               or train.recompute_modules == DEFAULT_RECOMPUTE_MODULES
+               else f" ({', '.join(train.recompute_modules) or 'nothing'})")
+    fp8_swiglu = ", SwiGLU inputs in FP8" if train.activation_func_fp8_input_store else ""
+    parts.append(f"recompute {train.recompute}{modules}; {train.precision}{fp8_swiglu}")
     return "; ".join(parts)
 
 

@@ -242,12 +242,13 @@ def test_recomputing_a_dense_mlp_runs_its_tensor_parallel_collectives_again():
 
 
 def test_a_scenario_with_recompute_modules_runs_and_costs_between_selective_and_full(tiny):
+    from distsim_gpu.scenarios.report import format_summary
     from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 
     model = model_from_mapping({"name": "tiny-moe", "layers": 4, "hidden": 256, "heads": 8,
                                 "ffn_hidden": 512, "experts": 4, "top_k": 2,
                                 "gated_mlp": True, "seq_len": 256, "vocab": 1024})
-    seconds = {}
+    seconds, summaries = {}, {}
     for name, training in {
             "selective": {"recompute": "selective"},
             "modules": {"recompute": "selective",
@@ -257,7 +258,10 @@ def test_a_scenario_with_recompute_modules_runs_and_costs_between_selective_and_
                     parallelism={"ep": 2})
         report = run_scenario(scenario_from_mapping(data, source=f"{name}.yaml"))
         seconds[name] = report.iteration_time_s
+        summaries[name] = format_summary(report)
     assert seconds["selective"] < seconds["modules"] < seconds["full"]
+    assert "recompute selective (core_attn, layernorm, moe_act);" in summaries["modules"]
+    assert "recompute selective; " in summaries["selective"]
 
 
 def test_a_cost_tables_selective_rows_are_core_attentions_only():
