@@ -57,6 +57,14 @@ are recomputed, not stored (unfused attention is recomputed too: no s² term).  
 layer is back-propagated, what ``op`` did not keep is held once more (added once per
 stage, as for full recompute).
 
+``selective`` with Megatron-Core's ``recompute_modules``
+(:mod:`~workloads.specs.recompute_modules`) keeps the terms above less each module's:
+``core_attn`` the s² (or log-sum-exp) term, ``layernorm`` a separate norm's output (the
+QKV or FC1 input term), ``mla_up_proj`` MLA's Q, K, V and normed latents, ``moe_act`` the
+routed FC2 inputs, ``mlp`` a dense layer's FC1, activation and FC2 inputs,
+``shared_experts`` the shared experts' activation and FC2 inputs; the layer being
+back-propagated holds them once more (added once per stage).
+
 **Low-precision linear inputs.**  Under ``precision: fp8`` (or ``fp4``) Transformer
 Engine's linear layers keep for the backward not their 16-bit input but the quantized
 column-wise copy the weight-gradient GEMM reads (transformer_engine/pytorch/module/
