@@ -181,7 +181,8 @@ def deepseek_v_program(pp: int, m: int, stage: int) -> tuple[list[Step], list[in
     1. ``2r`` forwards of chunk 0;  2. ``s + 1`` times F0, F1;
     3. ``r`` times I1, W, F1 (zero bubble: the gradient goes out before the weights);
     4. the main part, ``m − 2p + s + 1`` times the pairs (F0, B1) and (F1, B0) — the last
-       stage runs its first F0 and B1 apart ("to further reduce bubble size");
+       stage runs its first F0 and B1 apart (which, DeepSeek's code notes, shrinks the
+       bubble);
     5. ``r`` times B1 then the pair (F1, B0);
     6. ``s + 1`` times B1, B0, split into I from the middle on (an odd stage from the
        middle one's B1, an even one from its B0);
