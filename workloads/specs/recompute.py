@@ -4,7 +4,8 @@
 
 * ``none`` — every activation the backward needs is kept;
 * ``selective`` — Megatron-LM's selective recomputation (Korthikanti et al. 2022, §5):
-  only core attention (scores to context) is recomputed;
+  only core attention (scores to context) is recomputed, unless Megatron-Core's
+  ``recompute_modules`` name other submodules (:mod:`workloads.specs.recompute_modules`);
 * ``op`` — torchtitan's per-operator selective activation checkpointing
   (``activation_checkpoint.mode = "selective"``, ``selective_ac_option = "op"``, its
   default): see below;
