@@ -189,17 +189,17 @@ class TableCosts:
         check_choice(shard.recompute, RECOMPUTE_GRANULARITIES, key="recompute")
         kind = "moe_layer" if model.is_moe_layer(shard.layer_index) else "transformer_layer"
         table_pass = recompute_table_pass(shard.recompute) if pass_ == "recompute" else pass_
+        if not self._has_kind(kind) and self.fallback is not None:
+            if hasattr(self.fallback, "operator_times_s"):
+                return self._by_operator(pass_, model, shard)
+            self._warn(f"no {kind} rows: the fallback cost model times it", "defaulted")
+            return self.fallback.layer_time_s(pass_, model, shard)
         if table_pass == "recompute_selective" and (
                 shard.recompute_modules != DEFAULT_RECOMPUTE_MODULES):
             raise ConfigError("a cost table's recompute_selective rows time core attention's "
                               "recomputation, not the submodules of recompute_modules",
                               key="training.recompute_modules", source=self.source,
                               hint="compute.costs: roofline, or remove recompute_modules")
-        if not self._has_kind(kind) and self.fallback is not None:
-            if hasattr(self.fallback, "operator_times_s"):
-                return self._by_operator(pass_, model, shard)
-            self._warn(f"no {kind} rows: the fallback cost model times it", "defaulted")
-            return self.fallback.layer_time_s(pass_, model, shard)
         return self.lookup(kind, table_pass, micro_batch=shard.micro_batch,
                            seq_len=shard.seq_len, hidden=model.hidden, tp=shard.tp,
                            sequence_parallel=shard.sequence_parallel)
