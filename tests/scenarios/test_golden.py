@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 
-QUICK_EXAMPLES = ["quickstart", "bert-large-dp-32-v100", "mixtral-8x7b-ep-64-h100"]
+QUICK_EXAMPLES = ["quickstart", "bert-large-dp-32-v100", "mixtral-8x7b-ep-64-h100",
+                  "gpt-oss-120b-64-h100"]
 
 
 def summary(example: Path) -> dict:
