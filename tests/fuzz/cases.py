@@ -150,6 +150,7 @@ SET_KEYS = (
     "model.layers", "model.hidden", "model.heads", "model.seq_len", "model.vocab",
     "model.ffn_hidden", "model.kv_heads", "model.experts", "model.position",
     "training.global_batch", "training.micro_batch", "training.recompute",
+    "training.recompute_modules", "training.activation_func_fp8_input_store",
     "parallelism.tp", "parallelism.pp", "parallelism.dp", "parallelism.interleave",
     "parallelism.schedule", "cluster.nodes", "cluster.gpus", "cluster.link_bandwidth",
     "cluster.link_latency", "cluster.preset", "communication.chunk_bytes.simple",
