@@ -5,8 +5,9 @@ extrapolated rows, the kinds a fallback timed, the table rows that matched nothi
 job's table, with several jobs), and each fault whose fabric re-route stalls the job
 (the subnet manager's delay, :mod:`topology.faults`), an NVMe offload timed with the
 node preset's estimated drive bandwidth, a low-precision GEMM rate no kernel table
-measured (the roofline's ``notes``), and a DeepEP exchange on fewer SMs than its NVLink
-rate needs (:mod:`collectives.deepep`).
+measured (the roofline's ``notes``), a DeepEP exchange on fewer SMs than its NVLink
+rate needs (:mod:`collectives.deepep`), and forward-backward pairs on the V with too few
+micro-batches for DeepSeek's own order.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from distsim_gpu.topology.routing import END_TO_END_POLICIES
 from distsim_gpu.workloads.cost.compute import roofline_behind
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
 
-__all__ = ["deepep_notes", "fault_notes", "offload_notes", "run_notes"]
+__all__ = ["deepep_notes", "fault_notes", "offload_notes", "run_notes", "schedule_notes"]
 
 
 def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]:
@@ -80,6 +81,20 @@ def deepep_notes(comm: CommParams, costs: object, topology: Topology) -> list[Ru
         "does not model: the exchange is optimistic", "compute.comm_sms")]
 
 
+def schedule_notes(parallel: ParallelConfig, microbatches: int) -> list[RunNote]:
+    """A note when ``fb_overlap`` on the V pairs by distsim's list schedule because
+    DeepSeek's own DualPipeV order, with its zero-bubble split backwards, needs at least
+    ``2·pp`` micro-batches (:func:`~workloads.strategy.schedule.deepseek_v_program`)."""
+    needed = 2 * parallel.pp
+    if not (parallel.fb_overlap and parallel.schedule == "dualpipev") or microbatches >= needed:
+        return []
+    return [RunNote(
+        "defaulted", f"fb_overlap on dualpipev with {microbatches} micro-batches a pipeline, "
+        f"fewer than the 2·pp = {needed} DeepSeek's DualPipeV order needs: the pairs follow "
+        "distsim's V list schedule, without DualPipe's zero-bubble split backwards",
+        "training.global_batch")]
+
+
 def fault_notes(faults: Sequence[Fault], topology: Topology,
                 iteration_time_s: float) -> list[RunNote]:
     """A note per fault that goes down during the run under static or hashed routing: its
@@ -104,16 +119,20 @@ def fault_notes(faults: Sequence[Fault], topology: Topology,
 
 def run_notes(costs: Iterable[object], faults: Sequence[Fault], topology: Topology,
               iteration_time_s: float, parallels: Iterable[ParallelConfig] = (),
-              comms: Iterable[CommParams] = ()) -> tuple[RunNote, ...]:
+              comms: Iterable[CommParams] = (),
+              microbatches: Iterable[int] = ()) -> tuple[RunNote, ...]:
     """Every note of a run that took ``iteration_time_s`` with the cost models ``costs``,
-    strategies ``parallels`` and collectives ``comms`` (each job's, in the same order) on
-    ``topology`` under ``faults``, without repeats."""
+    strategies ``parallels`` (with ``microbatches`` a pipeline), and collectives ``comms``
+    (each job's, in the same order) on ``topology`` under ``faults``, without repeats."""
     notes: list[RunNote] = []
     costs = list(costs)
     for model in costs:
         notes += getattr(model, "notes", ())  # a cost table's, or the roofline's defaults
+    parallels = list(parallels)
     for parallel in parallels:
         notes += offload_notes(parallel, topology)
+    for parallel, count in zip(parallels, microbatches, strict=False):
+        notes += schedule_notes(parallel, count)
     for comm, model in zip(comms, costs, strict=False):
         notes += deepep_notes(comm, model, topology)
     notes += fault_notes(faults, topology, iteration_time_s)

@@ -308,3 +308,16 @@ def test_unmodelled_combinations_are_refused(tiny, changes, message):
         _scenario(tiny, training=changes.get("training"), fb_overlap=True,
                   **changes.get("parallelism", {}))
     assert caught.value.key == "parallelism.fb_overlap"
+
+
+def test_too_few_micro_batches_for_deepseeks_order_is_said(tiny):
+    def notes(global_batch):
+        scenario = _scenario(tiny, model=dict(MOE, layers=8), pp=2, dp=4,
+                             schedule="dualpipev", interleave=2, fb_overlap=True,
+                             training={"global_batch": global_batch})
+        return [n for n in run_scenario(scenario).notes if "DualPipeV order" in n.message]
+
+    (note,) = notes(12)  # 3 micro-batches a pipeline, fewer than 2·pp = 4
+    assert note.kind == "defaulted" and note.key == "training.global_batch"
+    assert "3 micro-batches" in note.message and "zero-bubble" in note.message
+    assert notes(16) == []  # 4: DeepSeek's order runs
