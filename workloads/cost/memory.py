@@ -135,7 +135,7 @@ from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     TrainingConfig,
 )
-from distsim_gpu.workloads.strategy.precision import SWIGLU_FP8_INPUT_BYTES
+from distsim_gpu.workloads.strategy.precision import swiglu_input_bytes
 from distsim_gpu.workloads.strategy.schedule import (
     V_SCHEDULES,
     peak_chunks_held,
@@ -431,8 +431,7 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     layers = stage_layers(model, pp=pp, stage=stage, interleave=interleave,
                           partition=parallel.partition, schedule=parallel.schedule)
 
-    swiglu_bytes = SWIGLU_FP8_INPUT_BYTES if training.activation_func_fp8_input_store \
-        else None
+    swiglu_bytes = swiglu_input_bytes(training.activation_func_fp8_input_store)
 
     def per_layer(index: int, mode: str,
                   modules: tuple[str, ...] = training.recompute_modules) -> float:
@@ -555,8 +554,8 @@ def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: Trainin
             model, LayerShard(micro_batch, seq_len, tp=tp, ep=parallel.ep, layer_index=i,
                               recompute=mode, recompute_modules=modules),
             flash_attention=flash_attention, precision=training.precision,
-            linear_input_bytes=linear_input_bytes, activation_input_bytes=(
-                SWIGLU_FP8_INPUT_BYTES if training.activation_func_fp8_input_store else None))
+            linear_input_bytes=linear_input_bytes, activation_input_bytes=swiglu_input_bytes(
+                training.activation_func_fp8_input_store))
 
     layers = stage_layers(model, pp=parallel.pp, stage=stage, interleave=parallel.interleave,
                           schedule=parallel.schedule,

@@ -32,6 +32,7 @@ __all__ = [
     "SWIGLU_FP8_INPUT_BYTES",
     "check_activation_fp8_store",
     "check_fp8_recipe",
+    "swiglu_input_bytes",
 ]
 
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "fp32")
@@ -82,3 +83,10 @@ def check_activation_fp8_store(enabled: bool, *, gated_mlp: bool,
                           "this model's MLP is not gated", source=source,
                           key="training.activation_func_fp8_input_store",
                           hint="remove it, or use a gated-MLP model (model.gated_mlp: true)")
+
+
+def swiglu_input_bytes(fp8_input_store: bool) -> float | None:
+    """Bytes an element of a SwiGLU's input kept for the backward:
+    :data:`SWIGLU_FP8_INPUT_BYTES` under ``activation_func_fp8_input_store``, else None
+    (the activations' own width)."""
+    return SWIGLU_FP8_INPUT_BYTES if fp8_input_store else None
