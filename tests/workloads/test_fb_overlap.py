@@ -19,7 +19,7 @@ from distsim_gpu.workloads.cost.compute.blocks import (
 )
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import microbatches_in_flight
-from distsim_gpu.workloads.iteration.ops import Collective, Compute, Wait
+from distsim_gpu.workloads.iteration.ops import Collective, Compute, Recv, Send, Wait
 from distsim_gpu.workloads.iteration.streams import StreamBuilder
 from distsim_gpu.workloads.specs.gpus import get_gpu
 from distsim_gpu.workloads.specs.models import model_from_mapping
@@ -264,6 +264,11 @@ def test_deepseeks_weight_passes_run_later_without_sends(tiny):
                and re.fullmatch(r"L\d+ bwd weights", op.label)]
     # Each W runs its chunk's layers' weight gradients, 2 layers a chunk.
     assert len(weights) == 2 * sum(p == "W" for p, _mb, _c in steps) > 0
+    # Stage 0 holds virtual stages 0 and 3 of the V: chunk 0's forwards send on, chunk
+    # 1's backwards (whole or their input halves) send back, 8 micro-batches each; the
+    # receives mirror them.  A weight half neither sends nor receives.
+    assert sum(isinstance(op, Send) for op in ops) == 2 * 8
+    assert sum(isinstance(op, Recv) for op in ops) == 2 * 8
     costs, model = scenario.costs, scenario.model
     shard = LayerShard(1, 128, ep=4, layer_index=0)
     share = block_shares(costs, "bwd", model, shard)

@@ -83,18 +83,18 @@ def test_other_modes_ignore_the_list_so_one_sweeps_over_them():
             DSV3, MOE, ("core_attn",), recompute=mode)
 
 
-@pytest.mark.parametrize(("model", "modules", "recompute", "tp", "match"), [
-    (LLAMA, ("mla_up_proj",), "selective", 1, "no multi-head latent attention"),
-    (LLAMA, ("moe_act",), "selective", 1, "no MoE layer"),
-    (LLAMA, ("layernorm",), "selective", 1, "fused into the linear"),
-    (get_model("qwen3-235b-a22b"), ("mlp",), "selective", 1, "every layer"),
-    (get_model("qwen3-235b-a22b"), ("shared_experts",), "selective", 1, "no shared"),
-    (DSV3, ("shared_experts",), "selective", 2, "tp > 1"),
+@pytest.mark.parametrize(("model", "modules", "tp", "match"), [
+    (LLAMA, ("mla_up_proj",), 1, "no multi-head latent attention"),
+    (LLAMA, ("moe_act",), 1, "no MoE layer"),
+    (LLAMA, ("layernorm",), 1, "fused into the linear"),
+    (get_model("qwen3-235b-a22b"), ("mlp",), 1, "every layer"),
+    (get_model("qwen3-235b-a22b"), ("shared_experts",), 1, "no shared"),
+    (DSV3, ("shared_experts",), 2, "tp > 1"),
 ])
-def test_a_module_that_cannot_apply_is_refused(model, modules, recompute, tp, match):
+def test_a_module_that_cannot_apply_is_refused(model, modules, tp, match):
     ep = 1 if model.experts <= 1 else 8 // tp
     parallel = ParallelConfig(tp=tp, ep=ep, dp=8 // tp, sequence_parallel=tp > 1)
-    training = TrainingConfig(micro_batch=1, global_batch=8, recompute=recompute,
+    training = TrainingConfig(micro_batch=1, global_batch=8, recompute="selective",
                               recompute_modules=modules)
     with pytest.raises(ConfigError, match=match) as err:
         check_strategy(model, parallel, training, num_gpus=8, seq_len=4096)
@@ -307,7 +307,11 @@ def test_the_fp8_swiglu_store_reaches_a_stage_and_needs_a_gated_mlp():
     fp8 = memory_per_gpu(DSV3, parallel, TrainingConfig(
         micro_batch=1, global_batch=64, seq_len=S, activation_func_fp8_input_store=True),
         stage=1, num_microbatches=8)
-    assert fp8.activations_bytes < plain.activations_bytes
+    # Stage 1 holds layers 15-30, all MoE, 3 micro-batches in flight (1F1B, stage 1 of
+    # 4); each saves a byte an element of its routed and shared SwiGLU inputs (tp 1).
+    per_layer = S * 2 * DSV3.ffn_hidden * (E - 1) * (DSV3.top_k + DSV3.shared_experts)
+    assert plain.activations_bytes - fp8.activations_bytes == pytest.approx(
+        16 * 3 * per_layer)
     assert fp8.weights_bytes == plain.weights_bytes
     gelu = model_from_mapping({"name": "gelu", "layers": 2, "hidden": 1024, "heads": 16,
                                "seq_len": 1024, "vocab": 32000})
