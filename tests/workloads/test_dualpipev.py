@@ -9,6 +9,7 @@ from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.memory import microbatches_in_flight
 from distsim_gpu.workloads.cost.parameters import Chunking, params_on_gpu, stage_layers
 from distsim_gpu.workloads.specs.models import model_from_mapping
+from distsim_gpu.workloads.strategy import schedule
 from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     TrainingConfig,
@@ -44,28 +45,67 @@ def test_the_v_places_chunk_one_back_up_the_stages() -> None:
 
 
 def _runs(pp: int, m: int) -> float:
-    """The programs run on unit times (forward 1, backward 2 a chunk): their length, and
-    a check that each pass waits only for what it needs."""
-    progs = [stage_program(V, pp=pp, stage=s, microbatches=m) for s in range(pp)]
+    """The list schedule's programs run on unit times (forward 1, backward 2 a chunk)."""
+    programs = [stage_program(V, pp=pp, stage=s, microbatches=m) for s in range(pp)]
+    return _span(programs, [[] for _ in programs], {"F": 1.0, "B": 2.0})[0]
+
+
+def _span(programs, pair_starts, seconds, pair_s=0.0) -> tuple[float, list[float]]:
+    """Run the stages' ``programs`` with each kind of pass taking ``seconds[kind]`` and a
+    pair (two passes from a start in ``pair_starts``) ``pair_s``, each unit as soon as
+    its stage is free and its inputs are there; the span and each stage's busy time.  A
+    backward, or its input half ``I``, needs the gradient of the chunk after; a ``W`` its
+    own ``I``.  Asserts that the programs run: no unit waits for ever."""
+    pp = len(programs)
+    units = [_units(program, starts) for program, starts in zip(programs, pair_starts)]
     done: dict[tuple[str, int, int], float] = {}
-    clock, position = [0.0] * pp, [0] * pp
-    while any(position[s] < len(progs[s]) for s in range(pp)):
+    clock, busy, position = [0.0] * pp, [0.0] * pp, [0] * pp
+    while any(position[s] < len(units[s]) for s in range(pp)):
         moved = False
         for s in range(pp):
-            if position[s] == len(progs[s]):
-                continue
-            pass_, mb, chunk = progs[s][position[s]]
-            vs = virtual_stage(s, chunk, pp, V)
-            need = (None if vs == 0 else ("F", mb, vs - 1)) if pass_ == "F" else (
-                ("F", mb, vs) if vs == 2 * pp - 1 else ("B", mb, vs + 1))
-            if need is not None and need not in done:
-                continue
-            start = max(clock[s], done[need] if need else 0.0)
-            clock[s] = done[(pass_, mb, vs)] = start + (1 if pass_ == "F" else 2)
-            position[s] += 1
-            moved = True
+            while position[s] < len(units[s]):
+                unit = units[s][position[s]]
+                keys = [_key(s, step, pp) for step in unit]
+                needs = [_needs(s, step, pp) for step in unit]
+                if any(need is not None and need not in done for need in needs):
+                    break
+                start = max([clock[s]] + [done[n] for n in needs if n is not None])
+                took = pair_s if len(unit) == 2 else seconds[unit[0][0]]
+                clock[s] = start + took
+                busy[s] += took
+                done.update(dict.fromkeys(keys, clock[s]))
+                position[s] += 1
+                moved = True
         assert moved, "the programs deadlock"
-    return max(clock)
+    return max(clock), busy
+
+
+def _units(program, starts) -> list[tuple]:
+    """``program`` cut into what runs as one: a pair from each start, else one pass."""
+    units, index = [], 0
+    while index < len(program):
+        width = 2 if index in starts else 1
+        units.append(tuple(program[index:index + width]))
+        index += width
+    return units
+
+
+def _key(stage, step, pp) -> tuple[str, int, int]:
+    """What a finished pass makes available: a forward's output, a (split) backward's
+    input gradient "G", or its weight gradients."""
+    pass_, mb, chunk = step
+    return ({"F": "F", "B": "G", "I": "G"}.get(pass_, "W"), mb,
+            virtual_stage(stage, chunk, pp, V))
+
+
+def _needs(stage, step, pp) -> tuple[str, int, int] | None:
+    pass_, mb, chunk = step
+    vs = virtual_stage(stage, chunk, pp, V)
+    if pass_ == "F":
+        return None if vs == 0 else ("F", mb, vs - 1)
+    if pass_ == "W":
+        return ("G", mb, vs)
+    return ("F", mb, vs) if vs == 2 * pp - 1 else ("G", mb, vs + 1)
 
 
 @settings(max_examples=25, deadline=None)
@@ -84,6 +124,33 @@ def test_the_bubble_is_half_of_1f1b(pp, m) -> None:
     """Unit times: (p − 1)/(2m) of the ideal, as two interleaved chunks give (1F1B's is
     (p − 1)/m)."""
     assert _runs(pp, m) == pytest.approx(6 * m * (1 + (pp - 1) / (2 * m)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(pp=st.integers(2, 12), extra=st.integers(0, 40),
+       forward_s=st.floats(0.1, 10.0), weights=st.floats(0.05, 3.0))
+def test_deepseeks_order_has_dualpipes_published_bubble(pp, extra, forward_s,
+                                                        weights) -> None:
+    """DualPipe's table (deepseek-ai/DualPipe README; DeepSeek-V3 report, Table 2) gives
+    DualPipeV on PP/2 ranks a bubble of (PP/2 − 1)(F&B + B − 3W) a rank and PP + 1 chunks'
+    activations, PP being its chunks (2p here), F, B, W a chunk's forward, whole backward
+    and weight half, F&B a forward and a backward overlapped.  DeepSeek's order, run with
+    the input half as long as a forward (the zero-bubble papers' setting) and a pair as
+    long as its two passes, has exactly that bubble on every stage, for any m ≥ 2p, while
+    W ≤ F; a longer W no longer fits the gaps, and the bubble stays the one at W = F."""
+    m = 2 * pp + extra
+    weight_s = weights * forward_s
+    backward_s = forward_s + weight_s  # the input half I as long as a forward
+    pair_s = forward_s + backward_s
+    programs = [schedule.deepseek_v_program(pp, m, stage) for stage in range(pp)]
+    span, busy = _span([steps for steps, _ in programs], [starts for _, starts in programs],
+                       {"F": forward_s, "B": backward_s, "I": forward_s, "W": weight_s},
+                       pair_s=pair_s)
+    published = (pp - 1) * (pair_s + backward_s - 3 * weight_s)
+    # Past W = F each weight half overruns its gap by W − F: (p − 1)·2F in all.
+    bubble = published + (pp - 1) * max(weight_s - forward_s, 0.0)
+    assert [span - b for b in busy] == pytest.approx([bubble] * pp, rel=1e-9, abs=1e-9)
+    assert [peak_chunks_held(steps) for steps, _ in programs] == [2 * pp + 1] * pp
 
 
 def test_an_iteration_has_that_bubble(uniform) -> None:
