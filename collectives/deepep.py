@@ -31,11 +31,16 @@ intranode H800 rows): the NVLink legs' streams count ``1/efficiency`` each, the 
 hold the links, as NVLink SHARP's do.  The InfiniBand leg is the NIC's RDMA, at the
 network's rate.
 
-Not modelled: the SMs the kernels hold bound their rate when few are given (DeepEP's
-HybridEP tables: 4 SMs reach ~60 % of 16 SMs' rate on H100; on B200 the normal kernels
-gain ~20 GB/s an SM up to ~36 SMs, :data:`SM_COPY_BYTES_PER_S`; a run on fewer SMs than
-its NVLink rate needs says so in its notes); the SMs they take from compute are
-``compute.comm_sms``.
+The SMs the kernels run on (``deepep_sms``, a run's ``compute.comm_sms``) bound their
+rate: at ``deepep_sm_bytes_per_s`` an SM (B200's SM sweep,
+:data:`~collectives.params.DEEPEP_SM_BYTES_PER_S`), a
+GPU's NVLink copies leave it at most at ``sms`` times that, so when that is below what
+its NVLink ports give them (:func:`nvlink_copy_rate`) each NVLink leg's stream holds its
+link longer by the ratio (:func:`sm_bound_factor`; traffic beside them on those links then
+gets less of them than the bytes alone would leave it).  On Hopper the 20-24 SMs DeepEP
+runs on outpace NVLink and nothing changes; on Blackwell's NVLink they bind.  The
+InfiniBand leg, a NIC's 50-100 GB/s, is not bounded; the SMs the kernels take from compute are
+``compute.comm_sms`` too (:mod:`workloads.cost.compute.roofline`).
 """
 
 from __future__ import annotations
@@ -50,13 +55,7 @@ from distsim_gpu.collectives.plan import CollectivePlan, StepShape
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import Topology
 
-__all__ = ["SM_COPY_BYTES_PER_S", "deepep_plan", "deepep_plans", "nvlink_copy_rate", "reach"]
-
-#: What one SM of DeepEP's normal kernels moves, in the bytes its test counts: B200's SM
-#: sweep (the ``hybrid-ep`` branch README's DeepEP rows, BF16 dispatch on 8 GPUs) rises
-#: from 348 GB/s on 16 SMs to 619 on 32 — 21.8 to 19.3 GB/s an SM — before NVLink caps it.
-#: Not a rate distsim applies (module docstring): a run is told when its SMs would bind.
-SM_COPY_BYTES_PER_S = 20e9
+__all__ = ["deepep_plan", "deepep_plans", "nvlink_copy_rate", "reach", "sm_bound_factor"]
 
 
 def _hit(pool: int, held: int, top_k: int) -> float:
@@ -100,7 +99,8 @@ def deepep_plan(b: _Builder, gpus: Sequence[str],
                           top_k=params.moe_top_k, max_nodes=params.deepep_max_nodes)
     # Streams relative to S/n, S being top_k copies of every token (module docstring).
     per_gpu, per_node_copy = p_gpu * n / params.moe_top_k, p_node * n / params.moe_top_k
-    copy = per_gpu / params.deepep_nvlink_efficiency  # an NVLink copy's hold (docstring)
+    # An NVLink copy's hold: its kernels' fraction of the link, and their SMs' bound.
+    copy = per_gpu / params.deepep_nvlink_efficiency * sm_bound_factor(topo, params)
     local, network, forward = _Step(b), _Step(b), _Step(b)
     for node, members in per_node.items():
         for src in members:
@@ -139,6 +139,17 @@ def nvlink_copy_rate(topo: Topology, params: CommParams) -> float:
     ports = sum(link.bandwidth_bytes_per_s for link in topo.links()
                 if link.src == gpu and link.kind == "nvlink")
     return ports * params.efficiency_of("nvlink") * params.deepep_nvlink_efficiency
+
+
+def sm_bound_factor(topo: Topology, params: CommParams) -> float:
+    """How much longer DeepEP's NVLink copies hold their links than NVLink alone would
+    have them (module docstring): the NVLink copy rate over what ``params.deepep_sms``
+    SMs move, at least 1; 1 when the SMs are not counted or there is no NVLink."""
+    link_rate = nvlink_copy_rate(topo, params)
+    sm_rate = params.deepep_sms * params.deepep_sm_bytes_per_s
+    if not sm_rate or not link_rate:
+        return 1.0
+    return max(1.0, link_rate / sm_rate)
 
 
 def _same_rail(topo: Topology, remote: Sequence[str], rail: int | None, index: int) -> str:

@@ -58,13 +58,14 @@ from distsim_gpu.simcore.config import (
     check_number,
     check_whole,
 )
-from distsim_gpu.simcore.units import parse_duration, parse_size
+from distsim_gpu.simcore.units import parse_bandwidth, parse_duration, parse_size
 
 __all__ = [
     "ALGORITHMS",
     "ALLTOALL_MODES",
     "DEEPEP_FIT_ARCHITECTURE",
     "DEEPEP_NVLINK_EFFICIENCY",
+    "DEEPEP_SM_BYTES_PER_S",
     "FIDELITIES",
     "NVLINK_EFFICIENCY_BY_ARCHITECTURE",
     "PROTOCOLS",
@@ -131,6 +132,13 @@ _NVLS_EFFICIENCY = 0.85
 DEEPEP_NVLINK_EFFICIENCY = 0.84
 #: The GPU generation that figure was measured on (H800); elsewhere a run says it assumed it.
 DEEPEP_FIT_ARCHITECTURE = "hopper"
+#: What one SM of DeepEP's normal kernels moves of its NVLink copies: fitted on B200's SM
+#: sweep (the ``hybrid-ep`` branch README's DeepEP rows, BF16 dispatch on 8 GPUs, 16 to 48
+#: SMs: 348 GB/s on 16, 619 on 32, ~640 from 36 on, where NVLink caps it), the least
+#: median |error| (validation/deepep/compare_sms.py --fit; tests/collectives/test_deepep.py
+#: holds it to the data).  The only SM sweep of DeepEP's normal kernels published; its
+#: FP8 dispatch and combine move fewer bytes an SM (docs/validation.md).
+DEEPEP_SM_BYTES_PER_S = 18e9
 
 # Achievable payload fraction of each link kind's nominal one-direction rate.
 #  nvlink  0.82: NVLink packets carry a 16 B header per <=256 B payload plus data-link
@@ -198,7 +206,9 @@ class CommParams:
     token may reach (0: no limit); ``deepep_nvlink_efficiency``: the fraction of NVLink's
     payload rate (``link_efficiency``) DeepEP's copy kernels reach; ``moe_experts`` and
     ``moe_top_k``: the router a ``deepep`` exchange deduplicates tokens for (set from the
-    model; 0: not a MoE run).
+    model; 0: not a MoE run); ``deepep_sms``: the SMs DeepEP's kernels run on
+    (``compute.comm_sms``; 0: not counted), each moving at most ``deepep_sm_bytes_per_s``
+    of its NVLink copies.
     """
 
     algorithm: str = "auto"
@@ -220,6 +230,8 @@ class CommParams:
     deepep_nvlink_efficiency: float = DEEPEP_NVLINK_EFFICIENCY
     moe_experts: int = 0
     moe_top_k: int = 0
+    deepep_sms: int = 0
+    deepep_sm_bytes_per_s: float = DEEPEP_SM_BYTES_PER_S
     #: Whether ``link_efficiency["nvlink"]`` was set by the user (or by :meth:`ideal`); if
     #: not, it is the GPU generation's figure, resolved by :meth:`on_architecture` once the
     #: cluster is known.  Not compared: it says where a figure came from, not what it is.
@@ -239,13 +251,15 @@ class CommParams:
         return self.link_efficiency.get(link_kind, 1.0)
 
     def ideal(self) -> CommParams:
-        """These parameters with every efficiency 1 and every protocol latency 0."""
+        """These parameters with every efficiency 1, every protocol latency 0 and DeepEP's
+        copies unbound by their SMs."""
         return replace(
             self,
             link_efficiency={k: 1.0 for k in self.link_efficiency},
             protocol_efficiency={k: 1.0 for k in self.protocol_efficiency},
             nvls_efficiency=1.0,
             deepep_nvlink_efficiency=1.0,
+            deepep_sms=0,
             peer_latency_s={t: dict.fromkeys(r, 0.0) for t, r in self.peer_latency_s.items()},
             chunk_bytes=dict.fromkeys(self.chunk_bytes, 0.0),
             base_latency_s={a: dict.fromkeys(r, 0.0) for a, r in self.base_latency_s.items()},
@@ -272,7 +286,9 @@ class CommParams:
             "pxn": self.pxn,
             "all_to_all": self.all_to_all,
             **({"deepep_max_nodes": self.deepep_max_nodes} if self.deepep_max_nodes else {}),
-            **({"deepep_nvlink_efficiency": self.deepep_nvlink_efficiency}
+            **({"deepep_nvlink_efficiency": self.deepep_nvlink_efficiency,
+                "deepep_sms": self.deepep_sms,
+                "deepep_sm_bytes_per_s": self.deepep_sm_bytes_per_s}
                if self.all_to_all == "deepep" else {}),
         }
 
@@ -280,7 +296,7 @@ class CommParams:
 _COMM_KEYS = ("algorithm", "protocol", "fidelity", "max_channels", "link_efficiency",
               "protocol_efficiency", "chunk_bytes", "base_latency", "hop_latency",
               "peer_latency", "nvls_efficiency", "pxn", "all_to_all", "deepep_max_nodes",
-              "deepep_nvlink_efficiency")
+              "deepep_nvlink_efficiency", "deepep_sm_rate")
 #: How an all-to-all runs (collectives.alltoall_hier, collectives.deepep).
 ALLTOALL_MODES = ("flat", "hierarchical", "deepep", "auto")
 _CHOICES = {"algorithm": ALGORITHMS, "protocol": PROTOCOLS, "fidelity": FIDELITIES,
@@ -326,7 +342,8 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
     ``nvls_efficiency`` (a fraction), ``pxn`` (true or false),
     ``all_to_all`` (flat, hierarchical, deepep or auto), ``deepep_max_nodes`` (a whole
     number of nodes, DeepEP's node-limited routing), ``deepep_nvlink_efficiency`` (a
-    fraction).  Keys not given take the defaults for
+    fraction), ``deepep_sm_rate`` (a bandwidth, what one SM of DeepEP's kernels moves).
+    Keys not given take the defaults for
     GPUs of ``architecture`` (:func:`comm_params_for`); with ``architecture`` "" NVLink's
     efficiency stays the generation's until :meth:`CommParams.on_architecture` meets the
     cluster, so a mapping is parsed once, before the cluster is built.
@@ -354,6 +371,8 @@ def _parsed_comm(data: Mapping[str, Any] | None, source: str | None,
                                        source=source)
         elif key in ("nvls_efficiency", "deepep_nvlink_efficiency"):
             changes[key] = _fraction(value, path, source)
+        elif key == "deepep_sm_rate":
+            changes["deepep_sm_bytes_per_s"] = parse_bandwidth(value, key=path, source=source)
         elif key == "pxn":
             changes[key] = check_bool(value, key=path, source=source)
         elif key == "peer_latency":

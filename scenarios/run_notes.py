@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from distsim_gpu.collectives.deepep import SM_COPY_BYTES_PER_S, nvlink_copy_rate
+from distsim_gpu.collectives.deepep import nvlink_copy_rate, sm_bound_factor
 from distsim_gpu.collectives.params import (
     DEEPEP_FIT_ARCHITECTURE,
     DEEPEP_NVLINK_EFFICIENCY,
+    DEEPEP_SM_BYTES_PER_S,
     CommParams,
 )
 from distsim_gpu.simcore.notes import RunNote, unique
@@ -54,9 +55,9 @@ def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]
 
 def deepep_notes(comm: CommParams, costs: object, topology: Topology) -> list[RunNote]:
     """Notes of an ``all_to_all: deepep`` run: its copy fraction taken from H800's fit on
-    another GPU generation, and fewer SMs (``compute.comm_sms``) than its NVLink copies
-    need at :data:`~collectives.deepep.SM_COPY_BYTES_PER_S` an SM (distsim times them at
-    NVLink's rate, which such a run does not reach)."""
+    another GPU generation; its kernels' SMs not counted (``compute.comm_sms`` 0); or
+    those SMs binding its NVLink copies at B200's figure an SM, not the user's
+    (:func:`~collectives.deepep.sm_bound_factor`)."""
     if comm.all_to_all != "deepep":
         return []
     roofline = roofline_behind(costs)
@@ -69,16 +70,20 @@ def deepep_notes(comm: CommParams, costs: object, topology: Topology) -> list[Ru
             "of NCCL's payload rate, the figure DeepEP's own H800 table gives; no table "
             f"measures them on {architecture or 'this'} GPUs",
             "communication.deepep_nvlink_efficiency"))
-    sms = roofline.comm_sms if roofline is not None else 0
     link_rate = nvlink_copy_rate(topology, comm)
-    sm_rate = sms * SM_COPY_BYTES_PER_S
-    if sm_rate >= link_rate:
-        return notes
+    if not comm.deepep_sms:
+        return [*notes, RunNote(
+            "defaulted", "compute.comm_sms is 0: DeepEP's kernels take no SMs from compute "
+            "and their SMs do not bound its copies (it runs on 20-24; Megatron-Core's "
+            "default is 20)", "compute.comm_sms")]
+    factor = sm_bound_factor(topology, comm)
+    if factor == 1.0 or comm.deepep_sm_bytes_per_s != DEEPEP_SM_BYTES_PER_S:
+        return notes  # unbound, or bound at the user's own rate an SM
     return [*notes, RunNote(
-        "unmodelled", f"DeepEP's NVLink copies are timed at NVLink's {link_rate / 1e9:.0f} GB/s "
-        f"a GPU; its kernels on {sms} SMs move about {sm_rate / 1e9:.0f} GB/s "
-        f"(~{SM_COPY_BYTES_PER_S / 1e9:.0f} GB/s an SM, B200's SM sweep), a limit distsim "
-        "does not model: the exchange is optimistic", "compute.comm_sms")]
+        "defaulted", f"DeepEP's NVLink copies are bound by its {comm.deepep_sms} SMs: "
+        f"{link_rate / factor / 1e9:.0f} GB/s a GPU of NVLink's {link_rate / 1e9:.0f}, at "
+        f"{comm.deepep_sm_bytes_per_s / 1e9:.0f} GB/s an SM (B200's SM sweep of its normal "
+        "kernels)", "communication.deepep_sm_rate")]
 
 
 def schedule_notes(parallel: ParallelConfig, microbatches: int) -> list[RunNote]:

@@ -495,7 +495,7 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
                                                      source)
     microbatches = check_strategy(model, parallel, training, num_gpus=len(topology.gpus),
                                   source=source, seq_len=training.seq_len or model.seq_len)
-    comm = _routed_comm(comm, model, parallel, source)
+    comm = _routed_comm(comm, model, parallel, roofline, source)
     run = IterationSpec(topology=topology, model=model, parallel=parallel,
                         training=training, costs=costs, gpu=gpu, comm=comm, seed=seed,
                         stragglers=stragglers, source=source, microbatches=microbatches,
@@ -507,9 +507,12 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
 
 
 def _routed_comm(comm: CommParams, model: ModelSpec, parallel: ParallelConfig,
-                 source: str | None) -> CommParams:
+                 roofline: RooflineCosts, source: str | None) -> CommParams:
     """``model.moe``'s explicit placement checked against ``ep``, and its skew carried
-    into the expert all-to-alls (workloads.specs.moe_routing)."""
+    into the expert all-to-alls (workloads.specs.moe_routing); DeepEP's kernels on the
+    SMs ``compute.comm_sms`` holds (collectives.deepep)."""
+    if comm.all_to_all == "deepep":
+        comm = replace(comm, deepep_sms=roofline.comm_sms)
     return routed_comm(comm, model, parallel.ep, source)
 
 

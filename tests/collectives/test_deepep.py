@@ -10,9 +10,9 @@ from math import comb
 import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.collectives.alltoall_hier import link_bytes
-from distsim_gpu.collectives.deepep import deepep_plans, reach
+from distsim_gpu.collectives.deepep import deepep_plans, reach, sm_bound_factor
 from distsim_gpu.collectives.params import comm_params_from_mapping
-from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.traffic import alltoall_bytes, dispatch_bytes
 from distsim_gpu.workloads.specs.models import get_model
@@ -125,6 +125,41 @@ def test_nvlink_copies_hold_their_links_one_over_the_efficiency(efficiency) -> N
     assert transfer_s == pytest.approx(sent / (nvlink * efficiency), rel=1e-6)
 
 
+B200_NODE = build_cluster({"preset": "dgx-b200", "nodes": 1})
+
+
+@pytest.mark.parametrize("sms", [0, 8, 16, 30, 50, 64, 132])
+def test_few_sms_bound_the_nvlink_copies(sms) -> None:
+    """On a B200 node (NVLink 900 GB/s a direction) with ideal links, an EP 8 dispatch's
+    NVLink copies leave a GPU at min(NVLink, sms · 18 GB/s): its out-port bytes over that
+    rate, plus latency; unbounded with the SMs not counted (0)."""
+    from distsim_gpu.collectives.nccl_tests import run_benchmark
+
+    params = replace(CommParams().ideal(), all_to_all="deepep", moe_experts=64,
+                     moe_top_k=8, deepep_sms=sms)
+    size = 64 * 2**20
+    p_gpu, _ = reach(ranks=8, nodes=1, experts=64, top_k=8)
+    sent = size / 8 * p_gpu * 7  # bytes one GPU copies to the 7 others
+    (plan,) = deepep_plans(B200_NODE, list(B200_NODE.gpus), params, "simple")
+    (row,) = run_benchmark(B200_NODE, "alltoall", [size], params=params, dtype="int8")
+    port = next(link for link in B200_NODE.links()
+                if link.src == "n0.gpu0" and link.kind == "nvlink")
+    rate = min(port.bandwidth_bytes_per_s, sms * 18e9) if sms else port.bandwidth_bytes_per_s
+    assert row.time_s - plan.latency_s == pytest.approx(sent / rate, rel=1e-6)
+    assert sm_bound_factor(B200_NODE, params) == pytest.approx(
+        port.bandwidth_bytes_per_s / rate)
+
+
+def test_sms_that_outpace_nvlink_change_nothing_on_hopper() -> None:
+    """DeepEP's 20 SMs move 360 GB/s, more than an H100's NVLink gives its copies (450 ·
+    0.82 · 0.84 = 310): the plan is the unbounded one."""
+    hopper = replace(CommParams().on_architecture("hopper"), all_to_all="deepep",
+                     moe_experts=256, moe_top_k=8)
+    assert sm_bound_factor(ONE_NODE, replace(hopper, deepep_sms=20)) == 1.0
+    assert sm_bound_factor(ONE_NODE, replace(hopper, deepep_sms=12)) == pytest.approx(
+        450e9 * 0.82 * 0.84 / (12 * 18e9), rel=1e-3)
+
+
 def test_the_nvlink_efficiency_leaves_the_infiniband_copies_alone() -> None:
     size = 8 * 1000.0
     slow = replace(PARAMS, deepep_nvlink_efficiency=0.5)
@@ -133,6 +168,10 @@ def test_the_nvlink_efficiency_leaves_the_infiniband_copies_alone() -> None:
     assert comm_params_from_mapping({"all_to_all": "deepep", "deepep_nvlink_efficiency": 0.7}
                                     ).to_dict()["deepep_nvlink_efficiency"] == 0.7
     assert "deepep_nvlink_efficiency" not in CommParams().to_dict()
+    with_sms = replace(PARAMS, deepep_sms=4)  # bound: NVLink legs 450·0.82·0.84/80 longer
+    assert link_bytes(_plan(with_sms), size)[nic] == pytest.approx(
+        link_bytes(_plan(), size)[nic])
+    assert with_sms.to_dict()["deepep_sms"] == 4
 
 
 def test_deepep_without_a_router_is_a_clear_error() -> None:
@@ -172,16 +211,52 @@ def test_the_default_nvlink_efficiency_is_the_intranode_rows_fit(shared_data) ->
     assert fitted == CommParams().deepep_nvlink_efficiency
 
 
-@pytest.mark.parametrize(("preset", "gpu", "sms", "noted"), [
-    ("dgx-b200", "b200", 16, True),     # 16 · 20 GB/s = 320 < 900 · 0.82 · 0.84 = 620
-    ("dgx-b200", "b200", 32, False),    # 640 GB/s: NVLink binds first
-    ("dgx-h100", "h100-sxm", 20, False),  # 400 > 450 · 0.82 · 0.84 = 310
+def test_the_sm_rate_is_a_communication_key(write_scenario, tmp_path) -> None:
+    """``communication.deepep_sm_rate`` sets what an SM moves (a run bound at the user's
+    own rate has nothing to say about it); a bad one is a clear error."""
+    from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+
+    params = comm_params_from_mapping({"all_to_all": "deepep", "deepep_sm_rate": "12 GB/s"})
+    assert params.deepep_sm_bytes_per_s == 12e9
+    assert params.to_dict()["deepep_sm_bytes_per_s"] == 12e9
+    with pytest.raises(DistsimError, match=r"communication\.deepep_sm_rate: bandwidth must be"):
+        comm_params_from_mapping({"deepep_sm_rate": "-3 GB/s"}, prefix="communication")
+    base = {"name": "moe", "cluster": {"preset": "dgx-b200", "nodes": 1},
+            "model": {"name": "m", "layers": 2, "hidden": 1024, "heads": 16,
+                      "seq_len": 1024, "vocab": 32000, "experts": 16, "top_k": 4},
+            "parallelism": {"dp": 8, "ep": 8},
+            "training": {"micro_batch": 1, "global_batch": 8},
+            "compute": {"gpu": "b200", "costs": "roofline", "comm_sms": 16}}
+    times, notes = {}, {}
+    for rate in ("9 GB/s", "18 GB/s"):
+        path = write_scenario(tmp_path / "moe.yaml", {**base, "communication": {
+            "all_to_all": "deepep", "deepep_sm_rate": rate}})
+        result = run_scenario(load_scenario(path))
+        times[rate] = result.iteration_time_s
+        notes[rate] = [n for n in result.notes if n.key == "communication.deepep_sm_rate"]
+    assert times["9 GB/s"] > times["18 GB/s"]
+    assert not notes["9 GB/s"] and notes["18 GB/s"]
+
+
+def test_the_default_sm_rate_is_b200s_sweep_fit(shared_data) -> None:
+    """The default is what B200's BF16 dispatch rows give (compare_sms.py --fit)."""
+    from tests.conftest import load_script
+
+    compare = load_script("validation/deepep/compare_sms.py", "compare_sms")
+    assert compare.fit_sm_rate(shared_data / "kernels" / "deepep") == \
+        CommParams().deepep_sm_bytes_per_s
+
+
+@pytest.mark.parametrize(("preset", "gpu", "sms", "bound"), [
+    ("dgx-b200", "b200", 16, 288),     # 16 · 18 GB/s = 288 < 900 · 0.82 · 0.84 = 620
+    ("dgx-b200", "b200", 36, None),    # 648 GB/s: NVLink binds first
+    ("dgx-h100", "h100-sxm", 20, None),  # 360 > 450 · 0.82 · 0.84 = 310
+    ("dgx-h100", "h100-sxm", 0, None),   # SMs not counted: said so
 ])
-def test_a_deepep_run_on_too_few_sms_says_so(write_scenario, tmp_path, preset, gpu, sms,
-                                             noted) -> None:
-    """DeepEP's SM-bound rate is not modelled; a run whose SMs would bind it says the
-    exchange is optimistic, naming compute.comm_sms, and one whose NVLink binds first
-    says nothing."""
+def test_a_deepep_run_says_what_its_sms_did(write_scenario, tmp_path, preset, gpu, sms,
+                                            bound) -> None:
+    """A run whose SMs bind DeepEP's copies says at what rate, naming compute.comm_sms;
+    one whose NVLink binds first says nothing; one that counts no SMs says that."""
     from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 
     path = write_scenario(tmp_path / "moe.yaml", {
@@ -191,12 +266,17 @@ def test_a_deepep_run_on_too_few_sms_says_so(write_scenario, tmp_path, preset, g
         "parallelism": {"dp": 8, "ep": 8}, "training": {"micro_batch": 1, "global_batch": 8},
         "communication": {"all_to_all": "deepep"},
         "compute": {"gpu": gpu, "costs": "roofline", "comm_sms": sms}})
-    notes = run_scenario(load_scenario(path)).notes
-    mine = [n for n in notes if n.key == "compute.comm_sms"]
-    assert bool(mine) == noted
-    if noted:
-        assert mine[0].kind == "unmodelled"
-        assert f"on {sms} SMs move about {sms * 20} GB/s" in mine[0].message
+    scenario = load_scenario(path)
+    assert scenario.comm.deepep_sms == sms
+    mine = [n for n in run_scenario(scenario).notes
+            if n.key in ("compute.comm_sms", "communication.deepep_sm_rate")]
+    assert len(mine) == (bound is not None or sms == 0)
+    if bound:
+        assert mine[0].kind == "defaulted"
+        assert mine[0].key == "communication.deepep_sm_rate"
+        assert f"bound by its {sms} SMs: {bound} GB/s a GPU of NVLink's 620" in mine[0].message
+    if sms == 0:
+        assert "compute.comm_sms is 0: DeepEP's kernels take no SMs" in mine[0].message
 
 
 @pytest.mark.parametrize(("preset", "gpu", "given", "noted"), [
