@@ -18,6 +18,7 @@ from distsim_gpu.simcore.units import parse_duration
 from distsim_gpu.topology import Topology
 from distsim_gpu.workloads.cost.compute import (
     ATTENTION_IMPLEMENTATIONS,
+    CROSS_ENTROPY,
     DEFAULT_STACK,
     STACKS,
     RooflineCosts,
@@ -40,6 +41,7 @@ ROOFLINE_KNOBS = {
     "causal": "causal",
     "optimizer_bytes_per_param": "optimizer_bytes_per_param",
     "attention": "attention",
+    "cross_entropy": "cross_entropy",
     "comm_sms": "comm_sms",
     "cuda_graphs": "cuda_graphs",
 }
@@ -65,6 +67,7 @@ def resolved_compute(gpu: GpuSpec, roofline: RooflineCosts,
         value = getattr(roofline, attr)
         compute[knob] = [list(t) for t in value] if knob == "gemm_tiles" else value
     compute["attention"] = roofline.resolved_stack.attention
+    compute["cross_entropy"] = roofline.resolved_stack.cross_entropy
     compute["matmul_efficiency"] = roofline.resolved_matmul_efficiency
     compute["attention_efficiency"] = roofline.resolved_attention_efficiency
     compute["memory_efficiency"] = roofline.resolved_memory_efficiency
@@ -118,6 +121,9 @@ def roofline_of(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,
         elif knob == "attention":
             check_choice(value, ATTENTION_IMPLEMENTATIONS, key=key, source=source,
                          what="attention implementation")
+        elif knob == "cross_entropy":
+            check_choice(value, CROSS_ENTROPY, key=key, source=source,
+                         what="cross entropy implementation")
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"must be a number, got {value!r}", key=key, source=source)
         knobs[attr] = value

@@ -94,6 +94,10 @@ CASES = {
     "unknown attention implementation": (
         dict(compute={"attention": "paged"}),
         ["compute.attention", "unknown attention implementation 'paged'", "flash, unfused"]),
+    "unknown cross entropy": (
+        dict(compute={"cross_entropy": "fused"}),
+        ["compute.cross_entropy", "unknown cross entropy implementation 'fused'",
+         "eager, megatron_fused, one_pass"]),
     "bad gemm tiles": (
         dict(compute={"gemm_tiles": [[128, 128]]}), ["compute.gemm_tiles[0]"]),
     "section not a mapping": (dict(training=[1, 2]), ["training", "mapping"]),

@@ -75,16 +75,35 @@ def test_megatron_2021_layer_hand_counts():
         (24 * T * H * H + 4 * B * S * S * H) / TP, rel=1e-12)
 
 
-def test_loss_hand_counts():
-    costs = RooflineCosts(A100, precision="fp16", stack=get_stack("megatron-lm-2021"))
+@pytest.mark.parametrize(("stack", "override", "forward", "backward", "launches"), [
+    # Eager fp32 cross entropy: cast (2 + 4 B), max, subtract, exp, sum, divide: 38 B;
+    # backward: minus the one-hot (8), times the gradient (8), the cast back (4 + 2).
+    ("megatron-lm-2021", None, 38, 22, 6),
+    # Megatron-Core's fused path (NeMo 2's): the subtract and the exp one TorchScript
+    # kernel: 30 B.
+    ("nemo", None, 30, 14, 5),
+    ("megatron-core", "megatron_fused", 30, 14, 5),
+    # A one-pass kernel (TE's, Liger's, Inductor's): the logits read, fp32 written.
+    ("megatron-core", None, 6, 6, 1),
+    ("torch-compile", None, 6, 6, 1),
+    ("megatron-deepspeed", "megatron_fused", 30, 14, 5),
+])
+def test_loss_hand_counts(stack, override, forward, backward, launches):
+    costs = RooflineCosts(A100, precision="fp16", stack=get_stack(stack),
+                          cross_entropy=override)
     loss = costs.loss_work(MODEL, micro_batch=B, seq_len=S, tp=TP)
     logits = loss.kernel("logits")
     assert (logits.m, logits.n, logits.k) == (T, 50304 // TP, H)
-    # Eager fp32 cross entropy: cast (2 + 4 B), max, subtract, exp, sum, divide: 38 B.
-    assert loss.kernel("cross_entropy").bytes_moved == T * 50304 // TP * 38
-    fused = RooflineCosts(A100, precision="fp16").loss_work(MODEL, micro_batch=B,
-                                                            seq_len=S, tp=TP)
-    assert fused.kernel("cross_entropy").bytes_moved == T * 50304 // TP * 6
+    entropy = loss.kernel("cross_entropy")
+    assert entropy.bytes_moved == T * 50304 // TP * forward
+    assert entropy.launches == launches
+    assert loss.backward().kernel("cross_entropy.bwd").bytes_moved == pytest.approx(
+        T * 50304 // TP * backward, rel=1e-12)
+
+
+def test_a_bad_cross_entropy_is_a_clear_error():
+    with pytest.raises(ConfigError, match=r"cross_entropy: unknown cross entropy"):
+        RooflineCosts(A100, cross_entropy="fused")
 
 
 def test_deepspeed_bf16_accumulates_gradients_in_fp32():

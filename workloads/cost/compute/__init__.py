@@ -17,6 +17,7 @@ norm, logits GEMM, cross entropy) and the optimizer step.  One job per module:
   operator) and :class:`TableCosts`, which reads them with the roofline filling gaps.
 """
 
+from distsim_gpu.workloads.cost.compute.cross_entropy import CROSS_ENTROPY, CrossEntropy
 from distsim_gpu.workloads.cost.compute.fp8_recipes import (
     FP8_RECIPE_SPECS,
     FP8_RECIPES,
@@ -76,6 +77,7 @@ __all__ = [
     "ATTENTION_EFFICIENCY_BY_KERNEL",
     "ATTENTION_IMPLEMENTATIONS",
     "CORE_ATTENTION_KERNELS",
+    "CROSS_ENTROPY",
     "DEFAULT_GEMM_TILES",
     "DEFAULT_STACK",
     "FLASH_ATTENTION_BWD_FLOP_RATIO",
@@ -92,6 +94,7 @@ __all__ = [
     "TABLE_PASSES",
     "CostModel",
     "CostRow",
+    "CrossEntropy",
     "Fp8Recipe",
     "Kernel",
     "LayerWork",

@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 from distsim_gpu.simcore.config import check_bool, check_choice, check_number, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.notes import RunNote
+from distsim_gpu.workloads.cost.compute.cross_entropy import CROSS_ENTROPY
 from distsim_gpu.workloads.cost.compute.operators import (
     PASSES,
     LayerWork,
@@ -321,7 +322,8 @@ class RooflineCosts:
 
     ``peak`` is the GPU's dense rate at ``precision``; ``matmul_asymptotic_efficiency``,
     when given, overrides the GPU generation's GEMM efficiency.  ``attention`` (``flash`` |
-    ``unfused``), when given, overrides the stack's attention; ``host_overhead_s`` its host
+    ``unfused``), when given, overrides the stack's attention, ``cross_entropy`` its loss
+    (:mod:`~workloads.cost.compute.cross_entropy`); ``host_overhead_s`` its host
     seconds per forward kernel (:meth:`Stack.with_host_overhead`).  ``attention_efficiency``,
     when given, overrides :func:`attention_efficiency` of the stack's flash kernel on the
     GPU's architecture.  ``optimizer_bytes_per_param``
@@ -347,6 +349,7 @@ class RooflineCosts:
     optimizer_bytes_per_param: float = ADAM_BYTES_PER_PARAM
     attention: str | None = None
     stack: Stack = field(default=STACKS[DEFAULT_STACK])
+    cross_entropy: str | None = None
     host_overhead_s: float | None = None
     comm_sms: int = 0
     cuda_graphs: bool | None = None
@@ -357,6 +360,9 @@ class RooflineCosts:
         bytes_per_element(self.precision)
         if self.attention is not None:
             check_choice(self.attention, ATTENTION_IMPLEMENTATIONS, key="attention")
+        if self.cross_entropy is not None:
+            check_choice(self.cross_entropy, CROSS_ENTROPY, key="cross_entropy",
+                         what="cross entropy")
         if not isinstance(self.stack, Stack):
             raise ConfigError(f"must be a Stack, got {self.stack!r}", key="stack")
         if self.precision in LOW_PRECISIONS and not self.stack.fp8_linear:
@@ -450,9 +456,11 @@ class RooflineCosts:
 
     @property
     def resolved_stack(self) -> Stack:
-        """The stack with ``attention``, ``host_overhead_s`` and ``cuda_graphs`` applied."""
-        return self.stack.with_attention(self.attention).with_host_overhead(
-            self.host_overhead_s).with_cuda_graphs(self.cuda_graphs)
+        """The stack with ``attention``, ``cross_entropy``, ``host_overhead_s`` and
+        ``cuda_graphs`` applied."""
+        return self.stack.with_attention(self.attention).with_cross_entropy(
+            self.cross_entropy).with_host_overhead(self.host_overhead_s).with_cuda_graphs(
+            self.cuda_graphs)
 
     def to_dict(self) -> dict[str, Any]:
         """Resolved settings, every default filled in (JSON/YAML-ready)."""
@@ -468,6 +476,7 @@ class RooflineCosts:
                 **({"optimizer_moments": self.optimizer_moments}
                    if self.optimizer_moments != "fp32" else {}),
                 "attention": self.resolved_stack.attention, "stack": self.stack.name,
+                "cross_entropy": self.resolved_stack.cross_entropy,
                 "host_overhead_s": self.resolved_stack.host_overhead_s,
                 "comm_sms": self.comm_sms,
                 **({"cuda_graphs": True} if self.resolved_stack.cuda_graphs else {})}
@@ -599,10 +608,8 @@ class RooflineCosts:
     def loss_work(self, model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
                   sequence_parallel: bool = False) -> LayerWork:
         """Final norm, logits GEMM (m=T, k=h, n=V/tp, 16-bit also under FP8) and
-        vocabulary-parallel cross entropy: fused, it reads the logits and writes fp32
-        softmax (T·V/tp·(a + 4) bytes; backward the same); eager fp32 PyTorch (Megatron
-        2021: cast to fp32, max, subtract, exp, sum, divide) moves T·V/tp·(a + 36) bytes
-        in 6 kernels, and its backward (softmax minus one-hot, scale, cast back) ~22."""
+        vocabulary-parallel cross entropy over the T·V/tp logits, as the stack's
+        implementation moves them (:mod:`~workloads.cost.compute.cross_entropy`)."""
         check_shard(model, LayerShard(micro_batch, seq_len, tp))
         _, ab = bytes_per_element(self.precision)
         stack = self.resolved_stack
@@ -613,13 +620,10 @@ class RooflineCosts:
         norm = elementwise("final_norm", 2 * tokens_ew * model.hidden * ab,
                            bwd_bytes_factor=1.5)
         logits = gemm("logits", (tokens, vocab_local, model.hidden), ab, ab)
-        if stack.fused_cross_entropy:
-            entropy = elementwise("cross_entropy", logits_elems * (ab + 4), flops=
-                                  5.0 * logits_elems, bwd_bytes_factor=1.0)
-        else:
-            entropy = elementwise("cross_entropy", logits_elems * (ab + 36), flops=
-                                  5.0 * logits_elems, launches=6,
-                                  bwd_bytes_factor=22.0 / (ab + 36))
+        loss = CROSS_ENTROPY[stack.cross_entropy]
+        entropy = elementwise("cross_entropy", logits_elems * loss.forward_bytes(ab),
+                              flops=5.0 * logits_elems, launches=loss.launches,
+                              bwd_bytes_factor=loss.backward_bytes(ab) / loss.forward_bytes(ab))
         return LayerWork("fwd", (norm, logits, entropy), ab, ab, stack, self.precision)
 
     def loss_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int, seq_len: int,

@@ -78,6 +78,7 @@ from typing import Any
 
 from distsim_gpu.simcore.config import check_bool, check_choice, check_number
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.cost.compute.cross_entropy import CROSS_ENTROPY
 from distsim_gpu.workloads.cost.compute.fp8_recipes import FP8_RECIPES, Fp8Recipe, fp8_recipe
 
 __all__ = [
@@ -147,7 +148,9 @@ class Stack:
       dropout and add: three kernels and their bytes);
     * ``fused_bias_activation``: ``mlp_act`` includes the bias (else a separate bias add);
     * ``fused_norm``: norms are one kernel (else PyTorch's composite: four kernels);
-    * ``fused_cross_entropy``: the loss reads the logits once (else eager fp32 PyTorch);
+    * ``cross_entropy``: the loss's implementation, what it moves per logit
+      (:mod:`~workloads.cost.compute.cross_entropy`: ``one_pass``, ``megatron_fused``,
+      ``eager``);
     * ``fp32_grad_accumulation``: weight-gradient GEMMs accumulate into fp32 main grads
       in their epilogue (else ``grad_bytes``-wide ``.grad``);
     * ``separate_grad_accumulation``: an extra ``<gemm>.grad_accum`` add per weight gradient;
@@ -209,7 +212,7 @@ class Stack:
     fused_bias_dropout_add: bool = True
     fused_bias_activation: bool = True
     fused_norm: bool = True
-    fused_cross_entropy: bool = True
+    cross_entropy: str = "one_pass"
     fp32_grad_accumulation: bool = True
     separate_grad_accumulation: bool = False
     bf16_grads_accumulated_in_fp32: bool = False
@@ -265,6 +268,8 @@ class Stack:
                          above=True, maximum=1)
         check_choice(self.flash_kernel, FLASH_KERNELS, key="flash_kernel")
         check_choice(self.fp8_recipe, FP8_RECIPES, key="fp8_recipe", what="FP8 recipe")
+        check_choice(self.cross_entropy, CROSS_ENTROPY, key="cross_entropy",
+                     what="cross entropy")
 
     @property
     def fp8(self) -> Fp8Recipe:
@@ -310,6 +315,12 @@ class Stack:
             return self
         return replace(self, cuda_graphs=cuda_graphs)
 
+    def with_cross_entropy(self, cross_entropy: str | None) -> Stack:
+        """This stack with another loss implementation (``compute.cross_entropy``)."""
+        if cross_entropy is None or cross_entropy == self.cross_entropy:
+            return self
+        return replace(self, cross_entropy=cross_entropy)
+
     def with_attention(self, attention: str | None) -> Stack:
         """This stack with another attention implementation (``compute.attention``)."""
         if attention is None or attention == self.attention:
@@ -325,8 +336,10 @@ STACKS: dict[str, Stack] = {
     "megatron-core": Stack(
         "megatron-core", "Megatron-Core (github.com/NVIDIA/Megatron-LM, core_r0.x) with "
         "cuDNN/Dao FlashAttention, fused bias-GeLU/SwiGLU and bias-dropout-add, "
-        "--gradient-accumulation-fusion; dropout 0; FP8 GEMMs through Transformer "
-        "Engine (TELayerNormColumnParallelLinear for qkv and fc1), delayed scaling",
+        "--gradient-accumulation-fusion, Transformer Engine's one-pass cross entropy "
+        "(--cross-entropy-loss-fusion --cross-entropy-fusion-impl te); dropout 0; FP8 "
+        "GEMMs through Transformer Engine (TELayerNormColumnParallelLinear for qkv and "
+        "fc1), delayed scaling",
         fp8_linear=True, fp8_norm_cast_fusion=True, fp8_tp_all_gather=True,
         fp8_saves_quantized_inputs=True),
     "megatron-lm-2021": Stack(
@@ -334,7 +347,7 @@ STACKS: dict[str, Stack] = {
         "baddbmm + scaled_upper_triang_masked_softmax + Dropout(0.1) + bmm; jit "
         "bias_gelu, bias_dropout_add; apex FusedLayerNorm",
         attention="unfused", flash_kernel="fa2", attention_dropout=True, context_copy=True,
-        hidden_dropout=True, fused_cross_entropy=False, fused_bias_grad=False,
+        hidden_dropout=True, cross_entropy="eager", fused_bias_grad=False,
         host_overhead_s=EAGER_HOST_OVERHEAD_S,
         host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S),
     "megatron-deepspeed": Stack(
@@ -342,7 +355,7 @@ STACKS: dict[str, Stack] = {
         "the 2021 Megatron layer under DeepSpeed's engine; gradients accumulate in .grad "
         "(fp16) or, under bf16, in fp32 by DeepSpeed's BF16_Optimizer",
         attention="unfused", flash_kernel="fa2", attention_dropout=True, context_copy=True,
-        hidden_dropout=True, fused_cross_entropy=False, fp32_grad_accumulation=False,
+        hidden_dropout=True, cross_entropy="eager", fp32_grad_accumulation=False,
         separate_grad_accumulation=True, bf16_grads_accumulated_in_fp32=True,
         fused_bias_grad=False, host_overhead_s=EAGER_HOST_OVERHEAD_S,
         host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S, overlap_grad_reduce=False,
@@ -354,10 +367,12 @@ STACKS: dict[str, Stack] = {
     "nemo": Stack(
         "nemo", "NeMo 2.x performance recipes on Megatron-Core + Transformer Engine: "
         "tp_comm_overlap (TE userbuffers), overlap_grad_reduce and overlap_param_gather "
-        "with the distributed optimizer, FP8 via TE (TELayerNormColumnParallelLinear for "
-        "qkv and fc1), delayed scaling", fp8_linear=True, fp8_norm_cast_fusion=True,
+        "with the distributed optimizer, Megatron-Core's fused cross entropy (NeMo 2's "
+        "cross_entropy_loss_fusion, before TE's), FP8 via TE "
+        "(TELayerNormColumnParallelLinear for qkv and fc1), delayed scaling",
+        fp8_linear=True, fp8_norm_cast_fusion=True,
         fp8_tp_all_gather=True, fp8_saves_quantized_inputs=True,
-        overlap_param_gather=True, tp_comm_overlap=True),
+        overlap_param_gather=True, tp_comm_overlap=True, cross_entropy="megatron_fused"),
     "transformer-engine": Stack(
         "transformer-engine", "NVIDIA Transformer Engine 1.x layers in Megatron-Core "
         "(LayerNormLinear, LayerNormMLP, DotProductAttention); FP8 delayed scaling",
