@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.compute import (
+    CROSS_ENTROPY,
     STACKS,
     CostRow,
     RooflineCosts,
@@ -87,6 +88,9 @@ def test_megatron_2021_layer_hand_counts():
     ("megatron-core", None, 6, 6, 1),
     ("torch-compile", None, 6, 6, 1),
     ("megatron-deepspeed", "megatron_fused", 30, 14, 5),
+    # PyTorch's F.cross_entropy on the fp32 copy: log_softmax reads thrice, writes once
+    # (16); backward nll's zeroed gradient (4), log_softmax's (16), the cast back.
+    ("torch-eager", None, 22, 26, 3),
 ])
 def test_loss_hand_counts(stack, override, forward, backward, launches):
     costs = RooflineCosts(A100, precision="fp16", stack=get_stack(stack),
@@ -99,6 +103,14 @@ def test_loss_hand_counts(stack, override, forward, backward, launches):
     assert entropy.launches == launches
     assert loss.backward().kernel("cross_entropy.bwd").bytes_moved == pytest.approx(
         T * 50304 // TP * backward, rel=1e-12)
+
+
+@pytest.mark.parametrize(("implementation", "forward", "backward"), [
+    ("one_pass", 8, 8), ("megatron_fused", 24, 8), ("eager", 32, 16), ("torch", 16, 20)])
+def test_fp32_logits_are_not_copied(implementation, forward, backward):
+    """With fp32 logits there is no fp32 copy to make nor gradient to cast back."""
+    loss = CROSS_ENTROPY[implementation]
+    assert (loss.forward_bytes(4), loss.backward_bytes(4)) == (forward, backward)
 
 
 def test_a_bad_cross_entropy_is_a_clear_error():

@@ -41,7 +41,7 @@ def _error(pair: tuple[float, float]) -> float:
 
 
 @pytest.mark.parametrize("key, low, high", [
-    (("Table1", "8", "FSDP"), 38, 48),
+    (("Table1", "8", "FSDP"), 32, 42),
     (("Table1", "8", "FSDP+torch.compile"), 24, 34),
     (("Table1", "8", "FSDP+torch.compile+Float8"), 19, 29),
     (("h200", "32", "FSDP+torch.compile+Float8"), 11, 21),

@@ -150,7 +150,7 @@ class Stack:
     * ``fused_norm``: norms are one kernel (else PyTorch's composite: four kernels);
     * ``cross_entropy``: the loss's implementation, what it moves per logit
       (:mod:`~workloads.cost.compute.cross_entropy`: ``one_pass``, ``megatron_fused``,
-      ``eager``);
+      ``eager``, ``torch``);
     * ``fp32_grad_accumulation``: weight-gradient GEMMs accumulate into fp32 main grads
       in their epilogue (else ``grad_bytes``-wide ``.grad``);
     * ``separate_grad_accumulation``: an extra ``<gemm>.grad_accum`` add per weight gradient;
@@ -386,9 +386,11 @@ STACKS: dict[str, Stack] = {
         host_overhead_s=COMPILED_HOST_OVERHEAD_S),
     "torch-eager": Stack(
         "torch-eager", "torchtitan without torch.compile: SDPA flash attention, PyTorch's "
-        "composite RMSNorm, SwiGLU and residual adds as separate eager kernels",
+        "composite RMSNorm, SwiGLU and residual adds as separate eager kernels, "
+        "F.cross_entropy on the logits cast to fp32",
         flash_kernel="fa2", fused_norm=False, fused_bias_dropout_add=False,
-        fp32_grad_accumulation=False, host_overhead_s=EAGER_HOST_OVERHEAD_S,
+        cross_entropy="torch", fp32_grad_accumulation=False,
+        host_overhead_s=EAGER_HOST_OVERHEAD_S,
         host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S),
 }
 DEFAULT_STACK = "megatron-core"
