@@ -17,6 +17,8 @@ from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.traffic import alltoall_bytes, dispatch_bytes
 from distsim_gpu.workloads.specs.models import get_model
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 TOPOLOGY = build_cluster({"preset": "dgx-h100", "nodes": 4, "fabric": "rail-optimized"})
 GPUS = list(TOPOLOGY.gpus)  # 32 GPUs, 8 per node
@@ -148,6 +150,27 @@ def test_few_sms_bound_the_nvlink_copies(sms) -> None:
     assert row.time_s - plan.latency_s == pytest.approx(sent / rate, rel=1e-6)
     assert sm_bound_factor(B200_NODE, params) == pytest.approx(
         port.bandwidth_bytes_per_s / rate)
+
+
+@settings(max_examples=20, deadline=None)
+@given(fewer=st.integers(1, 132), more=st.integers(1, 132),
+       rate_gb_s=st.floats(2.0, 40.0))
+def test_more_sms_never_slow_the_exchange(fewer, more, rate_gb_s) -> None:
+    """Across four H100 nodes (NVLink and InfiniBand legs), for any SM rate: more SMs
+    never take longer, no count is faster than the exchange unbounded by SMs, and the
+    InfiniBand bytes do not depend on them."""
+    from distsim_gpu.collectives.nccl_tests import run_benchmark
+
+    fewer, more = sorted((fewer, more))
+    size = 32 * 2**20
+    times, nic_bytes = [], []
+    for sms in (fewer, more, 0):
+        params = replace(PARAMS, deepep_sms=sms, deepep_sm_bytes_per_s=rate_gb_s * 1e9)
+        (row,) = run_benchmark(TOPOLOGY, "alltoall", [size], params=params, dtype="int8")
+        times.append(row.time_s)
+        nic_bytes.append(link_bytes(_plan(params), size)[("n0.nic0", "leaf0")])
+    assert times[0] >= times[1] * (1 - 1e-9) and times[1] >= times[2] * (1 - 1e-9)
+    assert nic_bytes[0] == pytest.approx(nic_bytes[2]) == pytest.approx(nic_bytes[1])
 
 
 def test_sms_that_outpace_nvlink_change_nothing_on_hopper() -> None:
