@@ -155,7 +155,8 @@ SET_KEYS = (
     "parallelism.schedule", "cluster.nodes", "cluster.gpus", "cluster.link_bandwidth",
     "cluster.link_latency", "cluster.preset", "communication.chunk_bytes.simple",
     "communication.link_efficiency.nvlink", "communication.algorithm",
-    "compute.matmul_efficiency", "compute.gpu", "simulation.seed", "simulation.fidelity",
+    "compute.matmul_efficiency", "compute.gpu", "compute.cross_entropy", "compute.comm_sms",
+    "communication.deepep_sm_rate", "simulation.seed", "simulation.fidelity",
     "stragglers", "name", "unknown.key", "model", "cluster", "a..b", "model[3]", "",
 )
 
