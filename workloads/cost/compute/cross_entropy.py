@@ -13,10 +13,10 @@ rivals a transformer layer's element-wise work).  Most first copy 16-bit logits 
   Inductor's (``torch-compile``); ``a + 4`` bytes each way, no copy.
 * ``megatron_fused`` — Megatron-Core's ``fused_vocab_parallel_cross_entropy``
   (``cross_entropy_loss_fusion``, on in NeMo 2's GPT configs before TE's kernel: the
-  ``nemo`` stack): the copy, its max (4), TorchScript's subtract-and-exp (8), the sum (4)
-  and the in-place division into the softmax it saves (8) — 30 in 5 kernels; backward the
-  softmax minus the one-hot times the loss gradient in one fused kernel (8) and the cast
-  back — 14.
+  ``nemo`` and ``transformer-engine`` stacks): the copy, its max (4), TorchScript's
+  subtract-and-exp (8), the sum (4) and the in-place division into the softmax it saves
+  (8) — 30 in 5 kernels; backward the softmax minus the one-hot times the loss gradient in
+  one fused kernel (8) and the cast back — 14.
 * ``eager`` — Megatron's ``vocab_parallel_cross_entropy`` without the fusion (and the
   2021 Megatron-LM's: the ``megatron-lm-2021`` and ``megatron-deepspeed`` stacks): as
   above with the subtract (8) and the exp (8) apart — 38 in 6 kernels; backward as the

@@ -375,9 +375,11 @@ STACKS: dict[str, Stack] = {
         overlap_param_gather=True, tp_comm_overlap=True, cross_entropy="megatron_fused"),
     "transformer-engine": Stack(
         "transformer-engine", "NVIDIA Transformer Engine 1.x layers in Megatron-Core "
-        "(LayerNormLinear, LayerNormMLP, DotProductAttention); FP8 delayed scaling",
+        "(LayerNormLinear, LayerNormMLP, DotProductAttention); FP8 delayed scaling; "
+        "Megatron-Core's fused cross entropy (TE 1.x has no loss kernel)",
         fp8_linear=True, fp8_norm_cast_fusion=True, fp8_activation_cast_fusion=True,
-        fp8_tp_all_gather=True, fp8_saves_quantized_inputs=True),
+        fp8_tp_all_gather=True, fp8_saves_quantized_inputs=True,
+        cross_entropy="megatron_fused"),
     "torch-compile": Stack(
         "torch-compile", "torchtitan (github.com/pytorch/torchtitan) with torch.compile "
         "and FSDP2: SDPA flash attention, Inductor-fused element-wise chains; FP8 "
