@@ -70,7 +70,6 @@ def deepep_notes(comm: CommParams, costs: object, topology: Topology) -> list[Ru
             "of NCCL's payload rate, the figure DeepEP's own H800 table gives; no table "
             f"measures them on {architecture or 'this'} GPUs",
             "communication.deepep_nvlink_efficiency"))
-    link_rate = nvlink_copy_rate(topology, comm)
     if not comm.deepep_sms:
         return [*notes, RunNote(
             "defaulted", "compute.comm_sms is 0: DeepEP's kernels take no SMs from compute "
@@ -79,6 +78,7 @@ def deepep_notes(comm: CommParams, costs: object, topology: Topology) -> list[Ru
     factor = sm_bound_factor(topology, comm)
     if factor == 1.0 or comm.deepep_sm_bytes_per_s != DEEPEP_SM_BYTES_PER_S:
         return notes  # unbound, or bound at the user's own rate an SM
+    link_rate = nvlink_copy_rate(topology, comm)
     return [*notes, RunNote(
         "defaulted", f"DeepEP's NVLink copies are bound by its {comm.deepep_sms} SMs: "
         f"{link_rate / factor / 1e9:.0f} GB/s a GPU of NVLink's {link_rate / 1e9:.0f}, at "

@@ -191,7 +191,7 @@ def test_the_nvlink_efficiency_leaves_the_infiniband_copies_alone() -> None:
     assert comm_params_from_mapping({"all_to_all": "deepep", "deepep_nvlink_efficiency": 0.7}
                                     ).to_dict()["deepep_nvlink_efficiency"] == 0.7
     assert "deepep_nvlink_efficiency" not in CommParams().to_dict()
-    with_sms = replace(PARAMS, deepep_sms=4)  # bound: NVLink legs 450·0.82·0.84/80 longer
+    with_sms = replace(PARAMS, deepep_sms=4)  # bound: NVLink legs 450·0.82·0.84/72 longer
     assert link_bytes(_plan(with_sms), size)[nic] == pytest.approx(
         link_bytes(_plan(), size)[nic])
     assert with_sms.to_dict()["deepep_sms"] == 4
@@ -278,8 +278,9 @@ def test_the_default_sm_rate_is_b200s_sweep_fit(shared_data) -> None:
 ])
 def test_a_deepep_run_says_what_its_sms_did(write_scenario, tmp_path, preset, gpu, sms,
                                             bound) -> None:
-    """A run whose SMs bind DeepEP's copies says at what rate, naming compute.comm_sms;
-    one whose NVLink binds first says nothing; one that counts no SMs says that."""
+    """A run whose SMs bind DeepEP's copies says at what rate, naming
+    communication.deepep_sm_rate; one whose NVLink binds first says nothing; one that
+    counts no SMs says that, naming compute.comm_sms."""
     from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 
     path = write_scenario(tmp_path / "moe.yaml", {
@@ -299,6 +300,7 @@ def test_a_deepep_run_says_what_its_sms_did(write_scenario, tmp_path, preset, gp
         assert mine[0].key == "communication.deepep_sm_rate"
         assert f"bound by its {sms} SMs: {bound} GB/s a GPU of NVLink's 620" in mine[0].message
     if sms == 0:
+        assert mine[0].key == "compute.comm_sms"
         assert "compute.comm_sms is 0: DeepEP's kernels take no SMs" in mine[0].message
 
 

@@ -32,7 +32,7 @@ from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
-from compare_deepep import find_data  # a sibling script, as build_table is in dgxc/
+from compare_deepep import _cell, find_data  # a sibling script, as dgxc/'s build_table
 from distsim_gpu.collectives.deepep import reach
 from distsim_gpu.collectives.nccl_tests import run_benchmark
 from distsim_gpu.collectives.params import DEEPEP_SM_BYTES_PER_S, comm_params_for
@@ -96,21 +96,20 @@ def compare(data: Path, sm_rate: float = DEEPEP_SM_BYTES_PER_S) -> list[Row]:
 
 def fit_sm_rate(data: Path) -> float:
     """The SM rate (bytes per second) B200's BF16 dispatch rows give: of 10 to 30 GB/s in
-    steps of 1, the one with the least median |error| over them."""
+    steps of 1, the one with the least median |error| over them (only they are run)."""
+    rows = [(int(r["num_sms"]), float(r["bandwidth_GBps"]) * 1e9) for r in measured_rows(data)
+            if (r["gpu"], r["phase"], r["dispatch_dtype"]) == ("B200", "dispatch", "BF16")]
+
     def error(rate: float) -> float:
-        rows = [r for r in compare(data, rate) if r[:3] == ("B200", "dispatch", "BF16")]
-        return statistics.median(abs(r[6] / r[4] - 1) for r in rows)
+        return statistics.median(
+            abs(predicted_bandwidth("B200", ELEMENT_BYTES["BF16"], sms, rate) / measured - 1)
+            for sms, measured in rows)
 
     return min((step * 1e9 for step in range(10, 31)), key=error)
 
 
 def _errors(rows: Sequence[Row], column: int) -> list[float]:
     return [100 * (row[column] / row[4] - 1) for row in rows]
-
-
-def _cell(signed: list[float]) -> str:
-    low, high = (f"{v:+.0f}".replace("-", "−") for v in (min(signed), max(signed)))
-    return f"{statistics.median(map(abs, signed)):.1f} % ({low} … {high} %)"
 
 
 def summary_table(data: Path) -> list[str]:
