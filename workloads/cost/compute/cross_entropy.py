@@ -53,7 +53,6 @@ class CrossEntropy:
     (``forward_fp32_bytes``, ``backward_fp32_bytes``; without a copy, beyond the read of
     the logits), and the kernels it launches."""
 
-    name: str
     fp32_copy: bool
     forward_fp32_bytes: float
     backward_fp32_bytes: float
@@ -76,8 +75,8 @@ class CrossEntropy:
 
 #: The implementations (module docstring), by the name ``compute.cross_entropy`` takes.
 CROSS_ENTROPY: dict[str, CrossEntropy] = {
-    "one_pass": CrossEntropy("one_pass", False, 4.0, 4.0, 1),
-    "megatron_fused": CrossEntropy("megatron_fused", True, 24.0, 8.0, 5),
-    "eager": CrossEntropy("eager", True, 32.0, 8.0, 6),
-    "torch": CrossEntropy("torch", True, 16.0, 20.0, 3),
+    "one_pass": CrossEntropy(False, 4.0, 4.0, 1),
+    "megatron_fused": CrossEntropy(True, 24.0, 8.0, 5),
+    "eager": CrossEntropy(True, 32.0, 8.0, 6),
+    "torch": CrossEntropy(True, 16.0, 20.0, 3),
 }
