@@ -5,17 +5,21 @@ The trace's ``record_function`` scopes name blocks of a layer and the pass they 
 ``attn(F)``, ``mlp(B)``, ``dispatch(W)``: a block name, then ``F`` (forward), ``B``
 (backward for inputs: data gradients) or ``W`` (backward for weights), as DualPipe and
 zero-bubble schedules split the backward; a scope without the suffix is a forward.
-*Measured* is the median over the scope's instances of the GPU time of the kernels
-launched inside it (:func:`~distsim_gpu.workloads.traces.measured_costs.scope_gpu_times`);
+*Measured* is the median over the scope's instances of the time the GPU ran the kernels
+launched inside it — the union of their intervals, so that two streams' kernels running
+at once count once (:func:`~distsim_gpu.workloads.traces.measured_costs.scope_gpu_times`);
 kernels of a communication library (``--comm-kernels``, default NCCL and DeepEP) are left
 out and shown apart: the network model, not the cost model, predicts them.
-*Predicted* is the roofline time of the operators the block names (:data:`BLOCKS`) in the
-scenario's stack, for one micro-batch of one layer on one rank — not the trace's own
-durations.  A ``B`` scope also holds the block's forward operators that the scenario's
-activation recomputation re-runs (``training.recompute`` and ``recompute_modules``): a
-framework recomputes them inside the backward, as DeepSeek's trace shows with its norms'
-forward kernels and MLA up-projection GEMMs under ``attn(B)``.  The roofline is used even
-when the scenario names a cost table: the point is to check the model.
+*Predicted* is the roofline time of the operators the block holds in the scenario's stack
+(:func:`~distsim_gpu.workloads.cost.compute.blocks.block_operators`: a MoE layer's norm
+and router end its attention block, its token copies are its MLP block's, and
+``dispatch`` and ``combine`` are communication, with no operator to predict), for one
+micro-batch of one layer on one rank — not the trace's own durations. A ``B`` scope also
+holds the block's forward operators that the scenario's activation recomputation re-runs
+(``training.recompute`` and ``recompute_modules``): a framework recomputes them inside
+the backward, as DeepSeek's trace shows with its norms' forward kernels and MLA
+up-projection GEMMs under ``attn(B)``. The roofline is used even when the scenario names
+a cost table: the point is to check the model.
 """
 
 from __future__ import annotations
@@ -31,15 +35,17 @@ from distsim_gpu.scenarios.fit.fitting import error_pct
 from distsim_gpu.scenarios.report import format_table
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.compute import LayerWork, RooflineCosts
-from distsim_gpu.workloads.cost.compute.blocks import BLOCK_OPERATORS, is_weight_gradient
+from distsim_gpu.workloads.cost.compute.blocks import (
+    BLOCK_NAMES,
+    block_operators,
+    is_weight_gradient,
+)
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.traces.measured_costs import scope_gpu_times
 
-__all__ = ["BLOCKS", "COMM_KERNELS", "OperatorRow", "format_operator_report",
-           "operator_rows", "validate_operators"]
+__all__ = ["COMM_KERNELS", "OperatorRow", "format_operator_report", "operator_rows",
+           "pass_operators", "scenario_layer_work", "validate_operators"]
 
-#: Block names -> forward operators (one home: workloads.cost.compute.blocks).
-BLOCKS = BLOCK_OPERATORS
 COMM_KERNELS = r"(?i)nccl|dpsk::ep|deep_?ep"
 _SCOPE = re.compile(r"^(?P<block>[A-Za-z_]+)(?:\((?P<pass>[FBW])\))?$")
 
@@ -56,12 +62,16 @@ class OperatorRow:
     operators: tuple[str, ...]
 
     @property
-    def error_pct(self) -> float:
+    def error_pct(self) -> float | None:
+        """Predicted over measured, in per cent; ``None`` for a scope without compute
+        measured or without an operator of the model's (an all-to-all's)."""
+        if self.measured_s <= 0 or not self.operators:
+            return None
         return error_pct(self.predicted_s, self.measured_s)
 
 
-def _pass_operators(work: dict[str, LayerWork], names: tuple[str, ...],
-                    pass_: str) -> list[Any]:
+def pass_operators(work: dict[str, LayerWork], names: tuple[str, ...],
+                   pass_: str) -> list[Any]:
     """The operators of block ``names`` in pass F, B or W (B: the recomputed forward
     operators first, when ``work`` has a ``recompute`` pass)."""
     if pass_ == "F":
@@ -75,15 +85,15 @@ def _pass_operators(work: dict[str, LayerWork], names: tuple[str, ...],
 
 
 def operator_rows(measured: dict[str, list[tuple[float, float]]], costs: RooflineCosts,
-                  work: dict[str, LayerWork]) -> list[OperatorRow]:
-    """Rows for every measured scope whose block :data:`BLOCKS` knows."""
+                  work: dict[str, LayerWork], moe: bool) -> list[OperatorRow]:
+    """Rows for every measured scope of a block (of a MoE layer if ``moe``)."""
     rows = []
     for scope, instances in sorted(measured.items()):
         match = _SCOPE.match(scope)
-        names = BLOCKS.get(match.group("block").lower()) if match else None
+        names = block_operators(match.group("block"), moe) if match else None
         if names is None:
             continue
-        kernels = _pass_operators(work, names, (match.group("pass") or "F"))
+        kernels = pass_operators(work, names, (match.group("pass") or "F"))
         rows.append(OperatorRow(
             scope, len(instances), statistics.median(c for c, _ in instances),
             statistics.median(e for _, e in instances),
@@ -92,28 +102,37 @@ def operator_rows(measured: dict[str, list[tuple[float, float]]], costs: Rooflin
     return rows
 
 
-def validate_operators(traces: Sequence[RankTrace], scenario: Any, *,
-                       comm_kernels: str = COMM_KERNELS) -> dict[str, Any]:
-    """Per-operator report (JSON-ready) of ``traces`` against ``scenario``'s roofline."""
-    pattern = r"^(?:" + "|".join(BLOCKS) + r")(?:\([FBW]\))?$"
-    measured = scope_gpu_times(traces, f"(?i){pattern}", exclude=comm_kernels)
-    if not measured:
-        raise ConfigError("no annotated operator scope in the traces", key="--operators",
-                          hint="scopes named attn(F), mlp(B), dispatch(W), ... (block "
-                               "names: " + ", ".join(BLOCKS) + ")")
-    model, costs = scenario.model, scenario.roofline
+def scenario_layer_work(scenario: Any) -> tuple[dict[str, Any], dict[str, LayerWork]]:
+    """The shape of one micro-batch of ``scenario``'s first MoE layer (its first layer
+    without one) on one rank, and that layer's operators per pass (``fwd``, ``bwd`` and,
+    under activation recomputation, ``recompute``)."""
+    model, costs, training = scenario.model, scenario.roofline, scenario.training
     layer = next((i for i in range(model.layers) if model.is_moe_layer(i)), 0)
-    shape = {"micro_batch": scenario.training.micro_batch, "seq_len": scenario.seq_len,
+    shape = {"micro_batch": training.micro_batch, "seq_len": scenario.seq_len,
              "tp": scenario.parallel.tp, "ep": scenario.parallel.ep,
              "sequence_parallel": scenario.parallel.sequence_parallel,
              "layer_index": layer}
-    training = scenario.training
     passes = ("fwd", "bwd") + (("recompute",) if training.recompute != "none" else ())
     work = {p: costs.layer_work(p, model, LayerShard(
         **shape, recompute=training.recompute if p == "recompute" else "full",
         recompute_modules=training.recompute_modules)) for p in passes}
-    rows = operator_rows(measured, costs, work)
-    errors = [abs(r.error_pct) for r in rows if r.measured_s > 0]
+    return shape, work
+
+
+def validate_operators(traces: Sequence[RankTrace], scenario: Any, *,
+                       comm_kernels: str = COMM_KERNELS) -> dict[str, Any]:
+    """Per-operator report (JSON-ready) of ``traces`` against ``scenario``'s roofline."""
+    pattern = r"^(?:" + "|".join(BLOCK_NAMES) + r")(?:\([FBW]\))?$"
+    measured = scope_gpu_times(traces, f"(?i){pattern}", exclude=comm_kernels)
+    if not measured:
+        raise ConfigError("no annotated operator scope in the traces", key="--operators",
+                          hint="scopes named attn(F), mlp(B), dispatch(W), ... (block "
+                               "names: " + ", ".join(BLOCK_NAMES) + ")")
+    model, costs = scenario.model, scenario.roofline
+    shape, work = scenario_layer_work(scenario)
+    rows = operator_rows(measured, costs, work, model.is_moe_layer(shape["layer_index"]))
+    # The all-to-alls' scopes have no operator of the model's: the network model's.
+    errors = [abs(r.error_pct) for r in rows if r.error_pct is not None]
     return {"scenario": scenario.name, "stack": costs.stack.name,
             "precision": costs.precision, "gpu": costs.gpu.name, "shape": shape,
             "comm_kernels": comm_kernels,
@@ -130,7 +149,7 @@ def format_operator_report(data: dict[str, Any]) -> str:
               "operators"]
     body = [[r["scope"], str(r["instances"]), f"{r['measured_s'] * 1e3:.3f}",
              f"{r['predicted_s'] * 1e3:.3f}",
-             "n/a" if r["measured_s"] <= 0 else f"{r['error_pct']:+.1f} %",
+             "n/a" if r["error_pct"] is None else f"{r['error_pct']:+.1f} %",
              f"{r['excluded_s'] * 1e3:.3f}", ", ".join(r["operators"]) or "-"]
             for r in data["rows"]]
     shape = data["shape"]
@@ -139,9 +158,10 @@ def format_operator_report(data: dict[str, Any]) -> str:
              f"tp {shape['tp']}, ep {shape['ep']}",
              *format_table(header, body)]
     if data["mean_abs_error_pct"] is not None:
-        lines.append(f"mean |error| over scopes with compute: "
+        lines.append(f"mean |error| over the blocks' scopes with compute: "
                      f"{data['mean_abs_error_pct']:.1f} %")
-    lines.append("measured = median GPU time of the scope's kernels, communication "
+    lines.append("measured = median time the GPU ran the scope's kernels (their union), "
+                 "communication "
                  f"kernels (/{data['comm_kernels']}/) apart; predicted = the scenario's "
                  "roofline for one micro-batch of one layer")
     return "\n".join(lines) + "\n"

@@ -45,14 +45,16 @@ class KinetoBuilder:
         self.cpu(name, "cpu_op", ts, dur, tid, **args)
 
     def launch(self, ts: float, tid: int, gpu_dur: float, name: str = "sm80_gemm",
-               cat: str = "kernel") -> None:
-        """A cudaLaunchKernel at ``ts`` on ``tid`` and the GPU event it launched."""
+               cat: str = "kernel", gpu_ts: float | None = None, stream: int = 7) -> None:
+        """A cudaLaunchKernel at ``ts`` on ``tid`` and the GPU event it launched (at
+        ``gpu_ts`` on ``stream``; by default 1 ms after the previous one's start)."""
         self.correlation += 1
         self.cpu("cudaLaunchKernel", "cuda_runtime", ts, 1.0, tid,
                  correlation=self.correlation)
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7,
-                            "ts": 10_000.0 + self.correlation * 1000.0, "dur": gpu_dur,
-                            "args": {"correlation": self.correlation, "stream": 7,
+        start = 10_000.0 + self.correlation * 1000.0 if gpu_ts is None else gpu_ts
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream,
+                            "ts": start, "dur": gpu_dur,
+                            "args": {"correlation": self.correlation, "stream": stream,
                                      "device": 0}})
 
     def write(self, path: Path) -> Path:

@@ -43,11 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from distsim_gpu.measured.distsim_trace import DistsimTrace
-from distsim_gpu.measured.records import CpuEvent, RankTrace
+from distsim_gpu.measured.records import CpuEvent, GpuEvent, RankTrace
 from distsim_gpu.measured.traces import load_traces, read_trace_file
 from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.simcore.intervals import union
+from distsim_gpu.simcore.intervals import union, union_length
 from distsim_gpu.workloads.cost.compute import TABLE_PASSES, CostRow, TableHeader, write_cost_table
 from distsim_gpu.workloads.specs.gpus import GPU_PRESETS, canonical_gpu_name
 from distsim_gpu.workloads.specs.models import get_model
@@ -65,6 +65,7 @@ __all__ = [
     "format_costs",
     "operator_costs_from_kineto",
     "scope_gpu_times",
+    "scope_kernels",
 ]
 
 #: Transformer-block module names of common implementations (Hugging Face GPT-2, GPT-J,
@@ -422,37 +423,55 @@ def costs_from_kineto(traces: Sequence[RankTrace], *, shape: ShapeKeys,
     return ExtractedCosts(header, samples, tuple(warnings))
 
 
-def scope_gpu_times(traces: Sequence[RankTrace], pattern: str, *,
-                    exclude: str | None = None) -> dict[str, list[tuple[float, float]]]:
-    """Per annotation name matching ``pattern`` (outermost scopes), one
-    ``(compute_s, excluded_s)`` per instance: the GPU time of the non-NCCL kernels
-    launched inside it — by its thread, or by any thread when its own launched none (an
-    autograd backward runs on the engine's thread) — split by ``exclude`` (a kernel-name
-    regex, e.g. a communication library's kernels that are not NCCL's)."""
+def scope_kernels(traces: Sequence[RankTrace], pattern: str,
+                  ) -> dict[str, list[list[GpuEvent]]]:
+    """Per annotation name matching ``pattern`` (outermost scopes), one list per instance:
+    the non-NCCL GPU events launched inside it — by its thread, or by any thread when its
+    own launched none (an autograd backward runs on the engine's thread)."""
     try:
-        matcher, skip = re.compile(pattern), re.compile(exclude) if exclude else None
+        matcher = re.compile(pattern)
     except re.error as error:
         raise ConfigError(f"not a regular expression: {error}", key="pattern") from None
-    out: dict[str, list[tuple[float, float]]] = {}
+    out: dict[str, list[list[GpuEvent]]] = {}
     for trace in traces:
         scopes = _scopes(trace, matcher)
         if not scopes:
             continue
         index = _index(trace)
-        names = {k.correlation: k.name for k in trace.gpu_events
-                 if k.correlation is not None}
+        events: dict[int, list[GpuEvent]] = {}
+        for kernel in trace.gpu_events:
+            if kernel.kind != "communication" and kernel.correlation is not None:
+                events.setdefault(kernel.correlation, []).append(kernel)
         for scope in scopes:
-            compute = excluded = 0.0
             launched = _launched(index, scope.tid, scope.start_s, scope.end_s) or [
                 c for tid in index.launches
                 for c in _launched(index, tid, scope.start_s, scope.end_s)]
-            for corr in launched:
-                seconds = index.gpu_time.get(corr, 0.0)
-                if skip is not None and skip.search(names.get(corr, "")):
-                    excluded += seconds
-                else:
-                    compute += seconds
-            out.setdefault(scope.name, []).append((compute, excluded))
+            out.setdefault(scope.name, []).append(
+                [kernel for corr in launched for kernel in events.get(corr, ())])
+    return out
+
+
+def scope_gpu_times(traces: Sequence[RankTrace], pattern: str, *,
+                    exclude: str | None = None) -> dict[str, list[tuple[float, float]]]:
+    """Per annotation name matching ``pattern``, one ``(compute_s, excluded_s)`` per
+    instance: how long the GPU ran the kernels :func:`scope_kernels` finds, split by
+    ``exclude`` (a kernel-name regex, e.g. a communication library's kernels that are
+    not NCCL's).  Each is the length of the union of the kernels' intervals, not the sum
+    of their durations: a scope whose kernels run on two streams at once (DeepSeek's
+    expert weight gradients) holds the GPU for less than their sum, and a cost model that
+    runs them one after the other at the whole GPU's rate predicts that time."""
+    try:
+        skip = re.compile(exclude) if exclude else None
+    except re.error as error:
+        raise ConfigError(f"not a regular expression: {error}", key="exclude") from None
+    out: dict[str, list[tuple[float, float]]] = {}
+    for name, instances in scope_kernels(traces, pattern).items():
+        for kernels in instances:
+            spans: tuple[list[tuple[float, float]], ...] = ([], [])  # compute, excluded
+            for kernel in kernels:
+                excluded = skip is not None and bool(skip.search(kernel.name))
+                spans[excluded].append((kernel.start_s, kernel.end_s))
+            out.setdefault(name, []).append((union_length(spans[0]), union_length(spans[1])))
     return out
 
 

@@ -1,13 +1,18 @@
 """A layer's two blocks — attention and MLP — and the share of a pass each takes.
 
-A transformer layer is an attention block then an MLP block (a MoE layer's router, token
-copies, experts and shared experts are its MLP block).  A backward pass splits further
-into the input gradients (``dgrad``: what the block before waits for) and the weight
-gradients (``wgrad``: what nobody waits for until the optimizer), the split DualPipe and
-zero-bubble schedules run apart.  Profiler traces annotate the same blocks (``attn(F)``,
-``mlp(W)``: :mod:`scenarios.fit.validate_operators` checks the cost model against them);
-the iteration runs a layer pass as its two blocks (:mod:`workloads.iteration.streams`),
-and forward-backward pairs overlap one pass's all-to-alls with the other's blocks
+A transformer layer is an attention block then an MLP block. A MoE layer's norm and
+router run before its dispatch — its tokens are routed before they are sent — so they end
+its attention block (DeepSeek's trace annotates them inside ``attn``); its token copies
+(permutation and un-permutation, around the all-to-alls), experts and shared experts are
+its MLP block, and the dispatch and combine between them are communication alone. In a
+dense layer the norm is the MLP block's: it follows the attention's TP reduce-scatter. A
+backward pass splits further into the input gradients (``dgrad``: what the block before
+waits for) and the weight gradients (``wgrad``: what nobody waits for until the
+optimizer), the split DualPipe and zero-bubble schedules run apart. Profiler traces
+annotate the same blocks (``attn(F)``, ``mlp(W)``:
+:mod:`scenarios.fit.validate_operators` checks the cost model against them); the
+iteration runs a layer pass as its two blocks (:mod:`workloads.iteration.streams`), and
+forward-backward pairs overlap one pass's all-to-alls with the other's blocks
 (:mod:`workloads.iteration.overlaps`).
 
 :func:`block_shares` gives each block's share of a pass from the operators of the
@@ -25,8 +30,9 @@ from distsim_gpu.workloads.cost.compute.roofline import roofline_behind
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
 
-__all__ = ["ATTENTION_OPERATORS", "BLOCK_OPERATORS", "MLP_OPERATORS",
-           "WEIGHT_GRADIENT_SUFFIXES", "BlockShares", "block_shares", "is_weight_gradient"]
+__all__ = ["ATTENTION_OPERATORS", "BLOCK_NAMES", "GATE_OPERATORS", "MLP_OPERATORS",
+           "TOKEN_COPY_OPERATORS", "WEIGHT_GRADIENT_SUFFIXES", "BlockShares",
+           "block_operators", "block_shares", "is_weight_gradient"]
 
 #: The forward operators of the attention block (a backward operator counts to the forward
 #: one it derives from, :attr:`Operator.base_name`).
@@ -37,21 +43,39 @@ ATTENTION_OPERATORS = (
     # multi-head latent attention's projections (workloads.specs.mla)
     "cast_q_down", "q_down", "q_norm", "cast_q_up", "q_up", "cast_q_proj", "q_proj",
     "cast_kv_down", "kv_down", "kv_norm", "cast_kv_up", "kv_up", "attn_rope")
-#: The forward operators of the MLP block, a MoE layer's router, experts and shared ones.
+#: The forward operators of the MLP block: a dense layer's, a MoE layer's experts and shared
+#: ones (its norm and router, :data:`GATE_OPERATORS`, end its attention block).
 MLP_OPERATORS = (
     "post_attn_norm", "router", "cast_expert_fc1", "expert_fc1", "expert_act",
     "cast_expert_fc2", "expert_fc2", "cast_mlp_fc1", "mlp_fc1", "mlp_act", "cast_mlp_fc2",
     "mlp_fc2", "mlp_residual", "cast_shared_fc1", "shared_fc1", "shared_act",
     "cast_shared_fc2", "shared_fc2")
-#: Block names (lower case, as traces annotate them) -> the forward operators they hold;
-#: the token copies around the all-to-alls are blocks of their own there.
-BLOCK_OPERATORS: dict[str, tuple[str, ...]] = {
-    "attn": ATTENTION_OPERATORS, "attention": ATTENTION_OPERATORS,
-    "self_attn": ATTENTION_OPERATORS,
-    "mlp": MLP_OPERATORS, "moe": MLP_OPERATORS, "ffn": MLP_OPERATORS,
-    "experts": MLP_OPERATORS,
-    "dispatch": ("moe_dispatch",), "combine": ("moe_combine",),
-}
+#: A MoE layer's operators that run before its dispatch: the attention block's there.
+GATE_OPERATORS = ("post_attn_norm", "router")
+#: A MoE layer's token copies around its all-to-alls: the MLP block's.
+TOKEN_COPY_OPERATORS = ("moe_dispatch", "moe_combine")
+_ATTENTION_NAMES = ("attn", "attention", "self_attn")
+_MLP_NAMES = ("mlp", "moe", "ffn", "experts")
+#: Block names as traces annotate them (lower case): the attention and MLP blocks, and the
+#: all-to-alls between them, whose kernels are communication (no operator of the model's).
+BLOCK_NAMES = (*_ATTENTION_NAMES, *_MLP_NAMES, "dispatch", "combine")
+
+
+def block_operators(block: str, moe: bool) -> tuple[str, ...] | None:
+    """The forward operators block ``block`` (a name of :data:`BLOCK_NAMES`, any case)
+    holds in a MoE layer (``moe``) or a dense one; ``()`` for the all-to-alls, ``None``
+    for a name that is not a block's."""
+    name = block.lower()
+    if name in _ATTENTION_NAMES:
+        return ATTENTION_OPERATORS + (GATE_OPERATORS if moe else ())
+    if name in _MLP_NAMES:
+        if not moe:
+            return MLP_OPERATORS
+        return tuple(n for n in MLP_OPERATORS if n not in GATE_OPERATORS) + \
+            TOKEN_COPY_OPERATORS
+    return () if name in ("dispatch", "combine") else None
+
+
 #: Backward operators that compute weight gradients (or accumulate them).
 WEIGHT_GRADIENT_SUFFIXES = (".wgrad", ".grad_accum")
 
@@ -81,14 +105,15 @@ def block_shares(costs: object, pass_: str, model: ModelSpec, shard: LayerShard,
                  ) -> BlockShares:
     """Each block's share of pass ``pass_`` (``fwd``, ``bwd``, or ``recompute``: of
     what ``shard.recompute`` re-runs) of the layer ``shard`` describes, from the
-    operators of the roofline behind ``costs`` (module docstring); the token copies
-    around a MoE layer's all-to-alls count to its MLP block."""
+    operators of the roofline behind ``costs`` (module docstring): a MoE layer's norm and
+    router count to its attention block, its token copies to its MLP block."""
     roofline = roofline_behind(costs)
     if roofline is None:
         return _EVEN[pass_]
+    attention = block_operators("attn", model.is_moe_layer(shard.layer_index))
     parts = [0.0, 0.0, 0.0, 0.0]  # attention, its weights, MLP, its weights
     for item in roofline.layer_work(pass_, model, shard).kernels:
-        index = (0 if item.base_name in ATTENTION_OPERATORS else 2) + is_weight_gradient(item)
+        index = (0 if item.base_name in attention else 2) + is_weight_gradient(item)
         parts[index] += roofline.kernel_time_s(item)
     total = sum(parts)
     if total <= 0:
