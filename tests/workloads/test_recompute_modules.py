@@ -63,7 +63,6 @@ def test_a_list_reads_in_one_order_and_the_default_is_core_attention():
 @pytest.mark.parametrize(("value", "match"), [
     ("moe_act", "expected a list"),
     (["moe_ac"], r"unknown submodule 'moe_ac'.*moe_act"),
-    (["moe"], "whole MoE layer"),
     (["layernorm", "layernorm"], "layernorm named twice"),
 ])
 def test_a_bad_list_names_the_key_and_what_is_valid(value, match):
@@ -89,7 +88,7 @@ def test_other_modes_ignore_the_list_so_one_sweeps_over_them():
     (LLAMA, ("layernorm",), 1, "fused into the linear"),
     (get_model("qwen3-235b-a22b"), ("mlp",), 1, "every layer"),
     (get_model("qwen3-235b-a22b"), ("shared_experts",), 1, "no shared"),
-    (DSV3, ("shared_experts",), 2, "tp > 1"),
+    (LLAMA, ("moe",), 1, "no MoE layer"),
 ])
 def test_a_module_that_cannot_apply_is_refused(model, modules, tp, match):
     ep = 1 if model.experts <= 1 else 8 // tp
@@ -140,17 +139,38 @@ def test_each_module_stops_keeping_its_tensors_by_closed_form():
     f = DSV3.dense_ffn_hidden
     assert _saved_by(DSV3, DENSE, "mlp") == pytest.approx(
         Q * sbh_spread + S * f * (2 * E + Q) / TP)
+    # moe: the whole MoE layer but its input — each routed copy's dispatched tokens (h),
+    # SwiGLU input (2f) and FC2 input (f), the shared expert's as above (split over tp),
+    # and the router's fp32 logits (element-wise: split over tp by sequence parallelism).
+    f = DSV3.ffn_hidden
+    assert _saved_by(DSV3, MOE, "moe") == pytest.approx(
+        DSV3.top_k * S * (Q * h + 2 * E * f + Q * f) / TP
+        + DSV3.shared_experts * S * f * (2 * E + Q) / TP + 4.0 * S * DSV3.experts / TP)
+    # mlp: a dense layer's FC1 input (the norm's output) and its activation and FC2 inputs.
+    f = DSV3.dense_ffn_hidden
+    assert _saved_by(DSV3, DENSE, "mlp") == pytest.approx(
+        Q * sbh_spread + S * f * (2 * E + Q) / TP)
     # Modules that have nothing in a layer leave it alone.
-    for module in ("moe_act", "shared_experts"):
+    for module in ("moe_act", "shared_experts", "moe"):
         assert _saved_by(DSV3, DENSE, module) == 0
     assert _saved_by(DSV3, MOE, "mlp") == 0
 
 
+def test_the_whole_moe_layer_covers_its_parts():
+    """``moe`` frees what ``moe_act`` and ``shared_experts`` do and more; with them it
+    frees no more than alone."""
+    alone = _saved_by(DSV3, MOE, "moe")
+    assert alone > _saved_by(DSV3, MOE, "moe_act") + _saved_by(DSV3, MOE, "shared_experts")
+    assert _bytes(DSV3, MOE, ("core_attn", "moe_act", "moe", "shared_experts")) == \
+        _bytes(DSV3, MOE, ("core_attn", "moe"))
+
+
 @settings(max_examples=40, deadline=None)
-@given(st.sets(st.sampled_from(RECOMPUTE_MODULES[1:])), st.sampled_from([DENSE, MOE]),
-       st.sampled_from([1, 2, 4]))
+@given(st.sets(st.sampled_from([m for m in RECOMPUTE_MODULES[1:] if m != "moe"])),
+       st.sampled_from([DENSE, MOE]), st.sampled_from([1, 2, 4]))
 def test_what_modules_stop_keeping_adds_up(extra, layer, tp):
-    """The submodules' tensors are disjoint: together they free the sum of each alone."""
+    """The submodules' tensors are disjoint (``moe`` holds its parts): together they free
+    the sum of each alone."""
     modules = tuple(m for m in RECOMPUTE_MODULES if m == "core_attn" or m in extra)
     together = _bytes(DSV3, layer, ("core_attn",), tp=tp) - _bytes(DSV3, layer, modules,
                                                                     tp=tp)
@@ -191,6 +211,9 @@ def test_the_recompute_pass_runs_each_modules_operators():
                                             "attn_rope"}
     assert names(MOE, ("moe_act",)) == {"expert_act"}
     assert names(MOE, ("shared_experts",)) == {"shared_fc1", "shared_act", "shared_fc2"}
+    assert names(MOE, ("moe",)) == {"router", "moe_dispatch", "expert_fc1", "expert_act",
+                                    "expert_fc2", "moe_combine", "shared_fc1",
+                                    "shared_act", "shared_fc2"}
     assert names(DENSE, ("mlp",)) == {"mlp_fc1", "mlp_act", "mlp_fc2"}
     assert names(DENSE, ()) == set()
 
@@ -239,6 +262,78 @@ def test_recomputing_a_dense_mlp_runs_its_tensor_parallel_collectives_again():
               if isinstance(op, Compute)}
     assert blocks["attention"] > 0 and blocks["mlp"] > 0
     assert [op.duration_s for op in core if isinstance(op, Compute)][-1] == 0
+
+
+TINY_MOE = {"name": "tiny-moe", "layers": 2, "hidden": 1024, "heads": 16, "seq_len": 1024,
+            "vocab": 32000, "experts": 8, "top_k": 2, "gated_mlp": True, "ffn_hidden": 512,
+            "shared_experts": 1}
+
+
+def _moe_recompute_ops(modules: tuple[str, ...], *, tp: int, ep: int) -> list:
+    training = TrainingConfig(micro_batch=1, global_batch=1, recompute="selective",
+                              recompute_modules=modules)
+    builder = StreamBuilder(model_from_mapping(TINY_MOE),
+                            ParallelConfig(tp=tp, ep=ep, sequence_parallel=tp > 1), training,
+                            RooflineCosts(H100), microbatches=1)
+    ops: list = []
+    builder._layer_pass(ops, "recompute", 0, False)
+    return ops
+
+
+def _collectives(ops: list) -> list[tuple[str, str, float]]:
+    return [(op.op, op.label.split(" ", 2)[-1], op.size_bytes) for op in ops
+            if isinstance(op, Collective)]
+
+
+def test_recomputing_the_moe_layer_dispatches_and_combines_again():
+    """``moe`` re-runs the layer from its input: the recompute pass dispatches and
+    combines as the forward does, with the MLP block's TP collectives (the routed tokens'
+    over the expert-tensor group and the shared expert's); ``moe_act`` alone runs none."""
+    training = TrainingConfig(micro_batch=1, global_batch=1)
+    builder = StreamBuilder(model_from_mapping(TINY_MOE),
+                            ParallelConfig(tp=2, ep=4, sequence_parallel=True), training,
+                            RooflineCosts(H100), microbatches=1)
+    forward: list = []
+    builder._layer_pass(forward, "fwd", 0, False)
+    mlp_side = [c for c in _collectives(forward) if not c[1].startswith("attention")]
+    rerun = _collectives(_moe_recompute_ops(("core_attn", "moe"), tp=2, ep=4))
+    assert [(op, size) for op, _, size in rerun] == [(op, size) for op, _, size in mlp_side]
+    assert [op for op, _, _ in rerun] == ["alltoall", "alltoall", "all_gather",
+                                          "reduce_scatter"]
+    assert not _collectives(_moe_recompute_ops(("core_attn", "moe_act"), tp=2, ep=4))
+    # Without expert parallelism the layer's MLP collectives alone run again.
+    assert [op for op, _, _ in _collectives(_moe_recompute_ops(("moe",), tp=2, ep=1))] == [
+        "all_gather", "reduce_scatter"]
+    # The recompute pass's router runs in the attention block, before the dispatch.
+    ops = _moe_recompute_ops(("moe",), tp=1, ep=4)
+    kinds = [type(op).__name__ for op in ops]
+    assert kinds == ["Compute", "Collective", "Compute", "Collective"]
+    assert ops[0].duration_s > 0
+
+
+def test_recomputed_shared_experts_gather_again_over_the_tensor_group():
+    """``shared_experts`` at tp > 1 re-runs the shared expert's gather and scatter — a
+    dense MLP's, on the whole TP group — and no all-to-all; at tp 1 nothing."""
+    rerun = _collectives(_moe_recompute_ops(("shared_experts",), tp=4, ep=2))
+    dense = _collectives(_recompute_ops(("mlp",), model_from_mapping(
+        {k: v for k, v in TINY_MOE.items() if k not in ("experts", "top_k",
+                                                        "shared_experts")}), 4))
+    assert [(op, size) for op, _, size in rerun] == [(op, size) for op, _, size in dense]
+    assert all("shared experts" in what for _, what, _ in rerun)
+    assert not _collectives(_moe_recompute_ops(("shared_experts",), tp=1, ep=2))
+
+
+def test_pairs_refuse_a_recompute_that_communicates():
+    parallel = ParallelConfig(tp=1, pp=2, ep=4, dp=4, fb_overlap=True)
+    for modules in (("moe",), ("core_attn", "moe")):
+        training = TrainingConfig(micro_batch=1, global_batch=16, recompute="selective",
+                                  recompute_modules=modules)
+        with pytest.raises(ConfigError, match=r"recompute_modules .*moe") as err:
+            check_strategy(model_from_mapping(TINY_MOE), parallel, training, num_gpus=8)
+        assert err.value.key == "parallelism.fb_overlap"
+    training = TrainingConfig(micro_batch=1, global_batch=16, recompute="selective",
+                              recompute_modules=("shared_experts",))
+    check_strategy(model_from_mapping(TINY_MOE), parallel, training, num_gpus=8)  # tp 1
 
 
 def test_a_scenario_with_recompute_modules_runs_and_costs_between_selective_and_full(tiny):
@@ -322,7 +417,7 @@ def test_the_fp8_swiglu_store_reaches_a_stage_and_needs_a_gated_mlp():
     assert "activation_func_fp8_input_store" not in TrainingConfig().to_dict()
 
 
-@pytest.mark.parametrize("modules", [[], ["core_attn", "moe_act"], ["layernorm", "mlp"]])
+@pytest.mark.parametrize("modules", [[], ["core_attn", "moe_act"], ["layernorm", "mlp"], ["moe"]])
 def test_the_lower_bound_counts_the_modules_recompute(tiny, modules):
     from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
     from distsim_gpu.scenarios.study.search import iteration_bounds
@@ -335,3 +430,22 @@ def test_the_lower_bound_counts_the_modules_recompute(tiny, modules):
     scenario = scenario_from_mapping(data)
     assert 0 < iteration_bounds(scenario).lower_bound_s <= run_scenario(
         scenario).iteration_time_s
+
+
+def test_the_bounds_count_a_recomputed_moe_layers_calls(tiny):
+    """``moe``'s recompute runs the all-to-alls and the MLP block's TP calls again: the
+    estimate follows what that adds to the simulated step (without counting them it
+    caught a third of it), and the lower bound stays below it."""
+    from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
+    from distsim_gpu.scenarios.study.search import iteration_bounds
+
+    def run(modules: list[str]):
+        scenario = scenario_from_mapping(tiny(
+            model=dict(TINY_MOE, layers=4), parallelism={"ep": 2, "sequence_parallel": True},
+            training={"recompute": "selective", "recompute_modules": modules}))
+        return iteration_bounds(scenario), run_scenario(scenario).iteration_time_s
+
+    (act, act_s), (moe, moe_s) = run(["moe_act"]), run(["moe"])
+    assert moe.estimate_s - act.estimate_s >= 0.6 * (moe_s - act_s) > 0
+    assert act.lower_bound_s <= act_s and moe.lower_bound_s <= moe_s
+    assert moe.lower_bound_s - act.lower_bound_s > 0.5 * (moe_s - act_s)

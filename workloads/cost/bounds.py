@@ -19,7 +19,8 @@ meeting, so any one replica's chains bound the iteration):
 
 1. a pass of a model chunk is its compute plus every blocking call inside it: the
    tensor-parallel collectives after each attention and MLP block (also in the recomputed
-   forward with full recomputation), the expert all-to-alls of MoE layers (not with
+   forward with full recomputation, and those a selective one's ``moe`` or
+   ``shared_experts`` runs again), the expert all-to-alls of MoE layers (not with
    ``parallelism.moe_overlap`` or ``fb_overlap``: then they run beside the compute; a MoE
    layer's MLP half runs at the slowest EP rank's pace,
    :mod:`workloads.specs.moe_routing`), and with ZeRO-3 each layer's parameter
@@ -245,6 +246,8 @@ class _Layer:
     gather_s: float  # ZeRO-3: the parameter gather's estimate
     gather_low_s: float  # and its lower bound
     reduce_s: float  # ZeRO-3: the gradient reduce-scatter's estimate
+    rerun_s: float = 0.0  # a selective recompute's calls in the backward (moe, shared_experts)
+    rerun_low_s: float = 0.0  # their lower bound
 
 
 @dataclass(slots=True)
@@ -432,13 +435,13 @@ class IterationBounds:
             chunk.fwd_s += layer.fwd_s
             chunk.bwd_s += layer.bwd_s
             chunk.fwd_comm_s += layer.calls_s
-            chunk.bwd_comm_s += layer.calls_s * shape.backward_passes
+            chunk.bwd_comm_s += layer.calls_s * shape.backward_passes + layer.rerun_s
             if shape.sharded and shape.parallel.dp_cp > 1:
                 chunk.fwd_comm_s += layer.gather_s
                 chunk.bwd_comm_s += layer.gather_s + layer.reduce_s
         passes_b = shape.backward_passes
-        backward = [(layer.bwd_s * f + layer.calls_low_s * passes_b, layer.gather_low_s)
-                    for layer in reversed(layers)]
+        backward = [(layer.bwd_s * f + layer.calls_low_s * passes_b + layer.rerun_low_s,
+                     layer.gather_low_s) for layer in reversed(layers)]
         chunk.fwd_lower_s = (head_f + tail_f) * f + gathered_pass_s(
             [(layer.fwd_s * f + layer.calls_low_s, layer.gather_low_s) for layer in layers])
         chunk.bwd_lower_s = (head_b + tail_b) * f + gathered_pass_s(backward)
@@ -490,8 +493,34 @@ class IterationBounds:
                     calls += a2a
                     calls_low += 2 * self._call("alltoall", ep_lanes, shape.a2a_bytes)[0]
                 tally.add_everyone(("alltoall", ep_all, shape.a2a_bytes), calls_per_layer)
-            layers.append(self._layer_terms(shape, layer, stage, calls, calls_low, gathered, tally))
+            terms = self._layer_terms(shape, layer, stage, calls, calls_low, gathered, tally)
+            rerun = self._rerun_calls(shape, layer, (tp_call, tp_low), ep_lanes, ep_all, tally)
+            layers.append(replace(terms, rerun_s=rerun[0], rerun_low_s=rerun[1]))
         return layers
+
+    def _rerun_calls(self, shape: _Shape, layer: int, tp: tuple[float, float],
+                     ep_lanes: tuple[Any, ...], ep_all: tuple[Any, ...], tally: _Tally,
+                     ) -> tuple[float, float]:
+        """The calls a selective recompute runs again in layer ``layer``'s backward, as
+        ``(estimate, lower bound)`` (``tp``: one pass's TP calls of a block, likewise):
+        a recomputed MoE layer (``moe``) its two all-to-alls, counted in ``tally``, and
+        its MLP block's TP calls; recomputed shared experts a dense MLP's TP calls."""
+        model, parallel, training = self.model, shape.parallel, shape.training
+        modules = training.recompute_modules
+        if training.recompute != "selective" or not model.is_moe_layer(layer):
+            return 0.0, 0.0
+        if "moe" in modules:
+            scale = traffic.moe_tp_scale(model, parallel) if parallel.ep > 1 else 1.0
+            estimate, low = scale * tp[0], min(scale, 1.0) * tp[1]
+            if parallel.ep > 1:
+                estimate += 2 * self._estimate("alltoall", ep_lanes[0], shape.a2a_bytes)
+                low += 2 * self._call("alltoall", ep_lanes, shape.a2a_bytes)[0]
+                tally.add_everyone(("alltoall", ep_all, shape.a2a_bytes),
+                                   2 * shape.microbatches)
+            return estimate, low
+        if "shared_experts" in modules and model.shared_experts:
+            return tp
+        return 0.0, 0.0
 
     def _layer_terms(self, shape: _Shape, layer: int, stage: int, calls: float,
                      calls_low: float, gathered: bool, tally: _Tally) -> _Layer:

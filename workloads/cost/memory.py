@@ -62,8 +62,10 @@ stage, as for full recompute).
 ``core_attn`` the s² (or log-sum-exp) term, ``layernorm`` a separate norm's output (the
 QKV or FC1 input term), ``mla_up_proj`` MLA's Q, K, V and normed latents, ``moe_act`` the
 routed FC2 inputs, ``mlp`` a dense layer's FC1, activation and FC2 inputs,
-``shared_experts`` the shared experts' activation and FC2 inputs; the layer being
-back-propagated holds them once more (added once per stage).
+``shared_experts`` the shared experts' activation and FC2 inputs, ``moe`` all of a MoE
+layer's MLP side but its input (the router's logits, the dispatched tokens, the routed
+and shared experts' activations); the layer being back-propagated holds them once more
+(added once per stage).
 
 **Low-precision linear inputs.**  Under ``precision: fp8`` (or ``fp4``) Transformer
 Engine's linear layers keep for the backward not their 16-bit input but the quantized
@@ -240,7 +242,9 @@ def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
     activation_input = tokens * f * (activation_input_bytes or e) * (
         2 if model.gated_mlp else 1)
     mlp_part = activation_input + tokens * f * q
-    if moe_layer:
+    if moe_layer and "moe" in dropped:  # re-run from its input, the FC1-side norm's output
+        mlp_part = 0.0
+    elif moe_layer:
         # dense, beside the routed experts
         shared = 0.0 if "shared_experts" in dropped else model.shared_experts * mlp_part
         routed = activation_input + (0.0 if "moe_act" in dropped else tokens * f * q)

@@ -415,6 +415,11 @@ class StreamBuilder(OverlappedOps):
             pass_ == "recompute" and mode == "selective") else None
         ring = not op_sac and (selected is None or "core_attn" in selected)
         mlp_rerun = selected is not None and "mlp" in selected and not model.is_moe_layer(layer)
+        # A recomputed MoE layer dispatches and combines again, its MLP block's TP
+        # collectives with it; recomputed shared experts gather and scatter again.
+        moe_rerun = selected is not None and "moe" in selected and model.is_moe_layer(layer)
+        shared_rerun = (selected is not None and "shared_experts" in selected
+                        and model.is_moe_layer(layer) and not moe_rerun)
         if par.cp > 1 and ring:
             attention = self._cp_attention(ops, cost_pass, duration, label, args, mode)
             mlp = attention + extra * (2 * attention / duration if duration else 0.0)
@@ -431,14 +436,16 @@ class StreamBuilder(OverlappedOps):
             return
         if with_comm or op_sac:
             self._tp_ops(ops, f"{label} attention", fold, pass_, "attention", setting, saved)
-        if moe and with_comm:
+        if moe and (with_comm or moe_rerun):
             ops.append(Collective("alltoall", self.dispatch_bytes, f"{label} dispatch",
                                   group="ep"))
         ops.append(Compute(mlp, f"{label} mlp", *args))
-        if moe and with_comm:
+        if moe and (with_comm or moe_rerun):
             ops.append(Collective("alltoall", self.a2a_bytes, f"{label} combine", group="ep"))
-        if with_comm or op_sac or mlp_rerun:
+        if with_comm or op_sac or mlp_rerun or moe_rerun:
             self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", setting, saved, moe=moe)
+        elif shared_rerun:  # a dense MLP's gather and scatter, on the whole TP group
+            self._tp_ops(ops, f"{label} shared experts", fold, pass_, "mlp", setting, saved)
 
     def _layer_cost(self, cost_pass: str, layer: int, mode: str = "full",
                     ) -> tuple[float, LayerShard]:

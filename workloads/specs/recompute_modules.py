@@ -25,18 +25,22 @@ RMSNorms and MLA up-projections and caches only the SwiGLU inputs (§3.2.3, §3.
   activation and FC2 inputs are not kept, and with tensor parallelism its collectives run
   again.
 * ``shared_experts`` — a MoE layer's shared experts, the same way: their activation and
-  FC2 inputs are not kept.
+  FC2 inputs are not kept, and with tensor parallelism their gather and scatter run again.
+* ``moe`` — the whole MoE layer, re-run from its input (Megatron-Core's ``MoELayer``
+  checkpoints its router, dispatch, experts, shared experts and combine as one function):
+  nothing of it is kept but that input, and its backward runs the router, the expert
+  all-to-alls and the expert-tensor collectives again.
 
 What "not kept" means for memory is :func:`~workloads.cost.memory.activation_bytes_per_layer`'s;
-which operators the recompute pass runs is :func:`recomputed_operators`.  Under FP8 a
+which operators the recompute pass runs is :func:`recomputed_operators`, and which
+collectives with them the iteration's (:mod:`workloads.iteration.streams`).  Under FP8 a
 Transformer Engine linear keeps its own quantized copy of its input; Megatron-Core's FP8
 support for these modules (0.14) recomputes that copy too, which is what is counted.
 The list describes ``selective`` and the other modes ignore it (a sweep over
 ``training.recompute`` keeps one list; a layer group's ``selective`` uses it too).
-Refused with a clear error: ``moe`` (the whole MoE layer, which would run its dispatch and
-combine again: not modelled), a module the model has nothing for (``mla_up_proj`` without
-MLA, ``moe_act`` without experts, ``layernorm`` where every norm is fused), and
-``shared_experts`` with tp > 1, whose gathers would run again.
+Refused with a clear error: a module the model has nothing for (``mla_up_proj`` without
+MLA, ``moe_act``, ``moe`` or ``shared_experts`` without experts, ``layernorm`` where every
+norm is fused).
 """
 
 from __future__ import annotations
@@ -54,10 +58,11 @@ __all__ = [
     "is_recomputed",
     "recompute_modules_from",
     "recomputed_operators",
+    "recomputes_communication",
     "separate_norms",
 ]
 
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp",
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "moe",
                      "shared_experts")
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)  # Megatron-Core's default, and distsim's before
 # The operators selective recomputation of core attention re-runs (Korthikanti et al.
@@ -71,6 +76,10 @@ _MODULE_OPERATORS = {
     "moe_act": frozenset({"expert_act"}),
     "mlp": frozenset({"mlp_fc1", "mlp_act", "mlp_fc2"}),
     "shared_experts": frozenset({"shared_fc1", "shared_act", "shared_fc2"}),
+    # Megatron-Core's MoELayer.forward under its checkpoint (the gate's norm is the
+    # layer's input, kept): routing, token copies, experts, shared experts.
+    "moe": frozenset({"router", "moe_dispatch", "expert_fc1", "expert_act", "expert_fc2",
+                      "moe_combine", "shared_fc1", "shared_act", "shared_fc2"}),
 }
 _KEY = "training.recompute_modules"
 
@@ -96,10 +105,6 @@ def recompute_modules_from(value: Any, *, key: str = _KEY,
                           f"choices: {', '.join(RECOMPUTE_MODULES)}")
     names = [str(v).lower() for v in value]
     for name in names:
-        if name == "moe":
-            raise ConfigError("recomputing the whole MoE layer (its dispatch and combine "
-                              "again) is not modelled", key=key, source=source,
-                              hint="moe_act and shared_experts recompute its parts")
         if name not in RECOMPUTE_MODULES:
             raise ConfigError(f"unknown submodule {name!r}", key=key, source=source,
                               hint=closest(name, RECOMPUTE_MODULES)
@@ -136,11 +141,11 @@ def recomputed_operators(modules: Sequence[str], model: _Model,
     return frozenset(names)
 
 
-def check_recompute_modules(modules: tuple[str, ...], model: _Model, *, tp: int,
+def check_recompute_modules(modules: tuple[str, ...], model: _Model, *,
                             source: str | None = None) -> None:
     """A ConfigError unless each of ``modules`` has something to recompute in ``model``
-    on ``tp`` tensor ranks (module docstring); checked whatever the recompute mode, so a
-    list is right before a sweep or a layer group makes it ``selective``."""
+    (module docstring); checked whatever the recompute mode, so a list is right before a
+    sweep or a layer group makes it ``selective``."""
     if modules == DEFAULT_RECOMPUTE_MODULES:
         return
     moe_layers = [i for i in range(model.layers) if model.is_moe_layer(i)]
@@ -149,6 +154,7 @@ def check_recompute_modules(modules: tuple[str, ...], model: _Model, *, tp: int,
                       "every norm of this model is fused into the linear after it"),
         "mla_up_proj": (model.mla is None, "the model has no multi-head latent attention"),
         "moe_act": (not moe_layers, "the model has no MoE layer"),
+        "moe": (not moe_layers, "the model has no MoE layer"),
         "mlp": (len(moe_layers) == model.layers, "every layer of the model is a MoE layer"),
         "shared_experts": (not model.shared_experts or not moe_layers,
                            "the model has no shared experts"),
@@ -158,10 +164,14 @@ def check_recompute_modules(modules: tuple[str, ...], model: _Model, *, tp: int,
         if absent:
             raise ConfigError(f"recompute module {module!r} has nothing to recompute: {why}",
                               key=_KEY, source=source, hint=f"remove {module}")
-    if "shared_experts" in modules and tp > 1:
-        raise ConfigError("recomputing shared experts re-runs their tensor-parallel "
-                          "gathers, which is not modelled (tp > 1)", key=_KEY,
-                          source=source, hint="tp 1, or remove shared_experts")
+
+
+def recomputes_communication(modules: Sequence[str], *, tp: int, ep: int) -> bool:
+    """Whether recomputing ``modules`` of a MoE layer runs communication again: ``moe``
+    its all-to-alls (``ep > 1``) or its tensor-parallel collectives, ``shared_experts``
+    their gather and scatter (``tp > 1``)."""
+    return ("moe" in modules and (ep > 1 or tp > 1)) or (
+        "shared_experts" in modules and tp > 1)
 
 
 def is_recomputed(operator_name: str, names: frozenset[str]) -> bool:

@@ -34,6 +34,7 @@ from functools import lru_cache
 from typing import Protocol
 
 from distsim_gpu.simcore.errors import ConfigError, SimulationError
+from distsim_gpu.workloads.specs.recompute_modules import recomputes_communication
 from distsim_gpu.workloads.strategy.schedule import (
     GRADIENT_PASSES,
     Step,
@@ -71,6 +72,7 @@ class _Strategy(Protocol):
     tp_comm_overlap: bool
     fsdp: bool
     schedule: str
+    tp: int
     ep: int
     cp: int
     zero: int
@@ -212,11 +214,13 @@ def _acyclic(programs: Sequence[Sequence[Unit]], schedule: str, *, pp: int,
 
 
 def check_fb_overlap(parallel: _Strategy, *, experts: int, recompute: str,
+                     recompute_modules: tuple[str, ...] = (),
                      source: str | None = None) -> None:
     """``fb_overlap`` where its pairs are modelled: expert all-to-alls to hide, a schedule
     that alternates forwards and backwards, and none of the features whose ops a pair
     would have to interleave too (context parallelism's ring, per-layer groups, ZeRO-3
-    gathers, full recomputation, the other overlaps of the same links)."""
+    gathers, full recomputation, a selective one that communicates — ``moe``'s
+    all-to-alls, ``shared_experts``' gathers — the other overlaps of the same links)."""
     if not parallel.fb_overlap:
         return
     key = "parallelism.fb_overlap"
@@ -231,10 +235,14 @@ def check_fb_overlap(parallel: _Strategy, *, experts: int, recompute: str,
     clashes = {"moe_overlap": parallel.moe_overlap, "tp_comm_overlap": parallel.tp_comm_overlap,
                "cp > 1": parallel.cp > 1, "layer_groups": bool(parallel.layer_groups),
                "zero 3 / fsdp": parallel.zero == 3 or parallel.fsdp,
-               f"recompute {recompute}": recompute not in ("none", "selective")}
+               f"recompute {recompute}": recompute not in ("none", "selective"),
+               "recompute_modules " + "+".join(recompute_modules): recompute == "selective"
+               and recomputes_communication(recompute_modules, tp=parallel.tp,
+                                            ep=parallel.ep)}
     named = [name for name, on in clashes.items() if on]
     if named:
         raise ConfigError(f"fb_overlap with {', '.join(named)} is not modelled", key=key,
                           source=source, hint="fb_overlap runs with recompute none or "
-                          "selective, cp 1, zero 0-2 and neither moe_overlap nor "
+                          "selective (without moe, or shared_experts at tp > 1, among its "
+                          "modules), cp 1, zero 0-2 and neither moe_overlap nor "
                           "tp_comm_overlap")

@@ -382,8 +382,9 @@ def check_strategy(model: ModelSpec, parallel: ParallelConfig, training: Trainin
                           key="model.mtp_depth", source=source,
                           hint="zero 1 or 2 (DeepSeek-V3 trains with ZeRO-1), or mtp_depth 0")
     microbatches = _check_training(training, parallel, source=source)
-    check_fb_overlap(parallel, experts=experts, recompute=training.recompute, source=source)
-    check_recompute_modules(training.recompute_modules, model, tp=parallel.tp, source=source)
+    check_fb_overlap(parallel, experts=experts, recompute=training.recompute,
+                     recompute_modules=training.recompute_modules, source=source)
+    check_recompute_modules(training.recompute_modules, model, source=source)
     check_activation_fp8_store(training.activation_func_fp8_input_store,
                                gated_mlp=model.gated_mlp, source=source)
     check_offload(parallel.offload, zero=parallel.zero, fsdp=parallel.fsdp,
