@@ -80,3 +80,37 @@ def test_expert_tensor_groups_between_one_and_tp_gather_on_their_pairs() -> None
     assert gathers["L0 fwd mlp all_gather"].subgroups == ((0, 1), (2, 3))
     assert gathers["L0 fwd mlp all_gather"].size_bytes == dense * 2 * 2 / 4
     assert gathers["L0 fwd attention all_gather"].subgroups is None
+
+
+def test_a_shared_experts_gather_stays_on_the_whole_tensor_group() -> None:
+    """tp 4, expert_tp 2 with a shared expert: the routed tokens' gathers run on the
+    expert-tensor pairs at top_k·etp/tp of a dense block's bytes, the shared expert's —
+    a dense MLP's — on all 4 ranks at a dense block's; with expert_tp = tp both in one."""
+    from distsim_gpu.workloads.cost.compute import RooflineCosts
+    from distsim_gpu.workloads.iteration.ops import Collective
+    from distsim_gpu.workloads.iteration.streams import StreamBuilder
+    from distsim_gpu.workloads.specs.gpus import get_gpu
+    from distsim_gpu.workloads.strategy.parallel import TrainingConfig
+
+    model = model_from_mapping({"name": "m", "layers": 1, "hidden": 1024, "heads": 16,
+                                "seq_len": 512, "vocab": 32000, "experts": 8, "top_k": 2,
+                                "shared_experts": 1})
+    dense = 512 * 1024 * 2
+
+    def gathers(etp: int) -> dict[str, Collective]:
+        parallel = ParallelConfig(tp=4, dp=8, ep=4 if etp == 2 else 2, expert_tp=etp,
+                                  sequence_parallel=True)
+        builder = StreamBuilder(model, parallel, TrainingConfig(micro_batch=1, global_batch=8),
+                                RooflineCosts(get_gpu("a100-80gb")), microbatches=1)
+        return {op.label: op for op in builder.stage_stream(0)
+                if isinstance(op, Collective) and op.op == "all_gather"
+                and op.label.startswith("L0 fwd mlp")}
+
+    split = gathers(2)
+    assert split["L0 fwd mlp all_gather"].subgroups == ((0, 1), (2, 3))
+    assert split["L0 fwd mlp all_gather"].size_bytes == dense * 2 * 2 / 4
+    assert split["L0 fwd mlp shared experts all_gather"].subgroups is None
+    assert split["L0 fwd mlp shared experts all_gather"].size_bytes == dense
+    whole = gathers(4)
+    assert list(whole) == ["L0 fwd mlp all_gather"]
+    assert whole["L0 fwd mlp all_gather"].size_bytes == dense * (2 + 1)

@@ -506,7 +506,7 @@ class StreamBuilder(OverlappedOps):
         kinds a recompute does not run again (their outputs were kept); ``moe``: an
         expert-parallel MoE block's, whose 1-D collectives carry the routed tokens
         (:func:`~workloads.cost.traffic.moe_tp_scale`; none with expert_tp 1) over the
-        expert-tensor groups."""
+        expert-tensor groups, and its shared experts' gather over the whole group."""
         scale = self.moe_tp_scale if moe else 1.0
         subgroups = self.expert_tp_groups if moe else None
         if scale == 0:
@@ -525,12 +525,18 @@ class StreamBuilder(OverlappedOps):
                                       f"{label} {step.op} {step.what} {step.axis} {n}",
                                       subgroups=groups))
             return
+        # Shared experts are dense: on expert-tensor sub-groups their gather is apart, on
+        # the whole TP group (the routed tokens' on the sub-groups).
+        shared = 1.0 if subgroups is not None and self.model.shared_experts else 0.0
         for kind in self.tp_kinds:
             if kind not in saved:
                 size = self.tp_gather_bytes if kind == "all_gather" else self.tp_bytes
-                ops.append(Collective(kind, size * scale, f"{label} {kind}",
+                ops.append(Collective(kind, size * (scale - shared), f"{label} {kind}",
                                       exclusive=fold and subgroups is None,
                                       subgroups=subgroups))
+                if shared:
+                    ops.append(Collective(kind, size, f"{label} shared experts {kind}",
+                                          exclusive=fold))
 
     def _gather_params(self, ops: list[Op], order: list[int], position: int) -> None:
         """ZeRO-3/FSDP: the first layer's all-gather, the next one's as prefetch, then wait.
