@@ -143,14 +143,17 @@ class Communicator:
         uncontended time."""
         protocols = [protocol] if protocol != "auto" else ALGORITHM_PROTOCOLS["pxn"]
         best: tuple[float, CollectivePlan] | None = None
+        # DeepEP's SMs spend a time per token: its plan is the token size's (a dispatch's
+        # and a combine's differ under FP8; collectives.deepep).
+        deepep = self.params.all_to_all == "deepep"
+        token_bytes = self.params.token_bytes(size_bytes) if deepep else 0.0
         for proto in protocols:
-            key = ("alltoall_hier", tuple(group), proto)
+            key = ("alltoall_hier", tuple(group), proto, token_bytes)
             plans = self._alltoall_plans.get(key)
             if plans is None:
-                build = (deepep_plans if self.params.all_to_all == "deepep"
-                         else alltoall_plans)
-                plans = self._alltoall_plans[key] = build(self.topology, group, self.params,
-                                                          proto)
+                plans = self._alltoall_plans[key] = (
+                    deepep_plans(self.topology, group, self.params, proto, token_bytes)
+                    if deepep else alltoall_plans(self.topology, group, self.params, proto))
             for plan in plans:
                 time_s = self.time_s(plan, size_bytes)
                 if best is None or time_s < best[0]:

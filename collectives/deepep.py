@@ -32,12 +32,16 @@ hold the links, as NVLink SHARP's do.  The InfiniBand leg is the NIC's RDMA, at 
 network's rate.
 
 The SMs the kernels run on (``deepep_sms``, a run's ``compute.comm_sms``) bound their
-rate: at ``deepep_sm_bytes_per_s`` an SM (B200's SM sweep,
-:data:`~collectives.params.DEEPEP_SM_BYTES_PER_S`), a
-GPU's NVLink copies leave it at most at ``sms`` times that, so when that is below what
-its NVLink ports give them (:func:`nvlink_copy_rate`) each NVLink leg's stream holds its
-link longer by the ratio (:func:`sm_bound_factor`; traffic beside them on those links then
-gets less of them than the bytes alone would leave it).  On Hopper the 20-24 SMs DeepEP
+rate: an SM spends ``deepep_sm_token_s`` on each token and moves its bytes at
+``deepep_sm_bytes_per_s`` (B200's SM sweep, :data:`~collectives.params.DEEPEP_SM_TOKEN_S`
+and :data:`~collectives.params.DEEPEP_SM_BYTES_PER_S`: FP8 tokens, half the bytes, move at
+0.7 of the BF16 tokens' byte rate), so a GPU's NVLink copies of tokens of ``B`` bytes leave
+it at most at ``sms · B / (t + B / rate)``; when that is below what its NVLink ports give
+them (:func:`nvlink_copy_rate`) each NVLink leg's stream holds its link longer by the
+ratio (:func:`sm_bound_factor`; traffic beside them on those links then gets less of them
+than the bytes alone would leave it).  ``B`` is the exchange's size over the token copies
+it carries (``CommParams.token_bytes``): a dispatch's and a combine's differ under FP8, so
+each size gets its own plan.  On Hopper the 20-24 SMs DeepEP
 runs on outpace NVLink and nothing changes; on Blackwell's NVLink they bind.  The
 InfiniBand leg, a NIC's 50-100 GB/s, is not bounded; the SMs the kernels take from compute are
 ``compute.comm_sms`` too (:mod:`workloads.cost.compute.roofline`).
@@ -83,11 +87,13 @@ def reach(*, ranks: int, nodes: int, experts: int, top_k: int,
 
 
 def deepep_plan(b: _Builder, gpus: Sequence[str],
-                weights: Sequence[float] | None = None) -> CollectivePlan:
+                weights: Sequence[float] | None = None, token_bytes: float = 0.0,
+                ) -> CollectivePlan:
     """The dispatch (or combine) over ``gpus`` as one pipelined step: NVLink sends inside
     each node, one InfiniBand send per (GPU, other node) to the same-rail GPU there, and
     that GPU's NVLink forwarding (module docstring).  ``weights``: receive weights per
-    rank (a skewed router), as for the flat all-to-all."""
+    rank (a skewed router), as for the flat all-to-all; ``token_bytes``: a token's bytes
+    (0: not known), for the SMs' bound."""
     params, topo = b.params, b.topo
     n = len(gpus)
     w = dict(zip(gpus, _weights(gpus, weights), strict=True))
@@ -100,7 +106,8 @@ def deepep_plan(b: _Builder, gpus: Sequence[str],
     # Streams relative to S/n, S being top_k copies of every token (module docstring).
     per_gpu, per_node_copy = p_gpu * n / params.moe_top_k, p_node * n / params.moe_top_k
     # An NVLink copy's hold: its kernels' fraction of the link, and their SMs' bound.
-    copy = per_gpu / params.deepep_nvlink_efficiency * sm_bound_factor(topo, params)
+    copy = per_gpu / params.deepep_nvlink_efficiency * sm_bound_factor(topo, params,
+                                                                       token_bytes)
     local, network, forward = _Step(b), _Step(b), _Step(b)
     for node, members in per_node.items():
         for src in members:
@@ -123,12 +130,14 @@ def deepep_plan(b: _Builder, gpus: Sequence[str],
 
 
 def deepep_plans(topo: Topology, group: Sequence[str], params: CommParams,
-                 protocol: str) -> list[CollectivePlan]:
-    """``all_to_all: deepep``'s plan for an exchange over ``group`` (one candidate), with
-    ``params.alltoall_weights`` when the group has that many ranks."""
+                 protocol: str, token_bytes: float = 0.0) -> list[CollectivePlan]:
+    """``all_to_all: deepep``'s plan for an exchange of tokens of ``token_bytes`` over
+    ``group`` (one candidate), with ``params.alltoall_weights`` when the group has that
+    many ranks."""
     gpus = list(group)
     weights = params.alltoall_weights if len(params.alltoall_weights) == len(gpus) else None
-    return [deepep_plan(_Builder(topo, params, "ring", protocol), gpus, weights)]
+    return [deepep_plan(_Builder(topo, params, "ring", protocol), gpus, weights,
+                        token_bytes)]
 
 
 def nvlink_copy_rate(topo: Topology, params: CommParams) -> float:
@@ -141,12 +150,13 @@ def nvlink_copy_rate(topo: Topology, params: CommParams) -> float:
     return ports * params.efficiency_of("nvlink") * params.deepep_nvlink_efficiency
 
 
-def sm_bound_factor(topo: Topology, params: CommParams) -> float:
-    """How much longer DeepEP's NVLink copies hold their links than NVLink alone would
-    have them (module docstring): the NVLink copy rate over what ``params.deepep_sms``
-    SMs move, at least 1; 1 when the SMs are not counted or there is no NVLink."""
+def sm_bound_factor(topo: Topology, params: CommParams, token_bytes: float = 0.0) -> float:
+    """How much longer DeepEP's NVLink copies of tokens of ``token_bytes`` (0: not known,
+    their bytes alone counted) hold their links than NVLink alone would have them (module
+    docstring): the NVLink copy rate over what ``params.deepep_sms`` SMs move, at least 1;
+    1 when the SMs are not counted or there is no NVLink."""
     link_rate = nvlink_copy_rate(topo, params)
-    sm_rate = params.deepep_sms * params.deepep_sm_bytes_per_s
+    sm_rate = params.deepep_sms * params.deepep_sm_rate(token_bytes)
     if not sm_rate or not link_rate:
         return 1.0
     return max(1.0, link_rate / sm_rate)

@@ -66,6 +66,7 @@ __all__ = [
     "DEEPEP_FIT_ARCHITECTURE",
     "DEEPEP_NVLINK_EFFICIENCY",
     "DEEPEP_SM_BYTES_PER_S",
+    "DEEPEP_SM_TOKEN_S",
     "FIDELITIES",
     "NVLINK_EFFICIENCY_BY_ARCHITECTURE",
     "PROTOCOLS",
@@ -132,13 +133,17 @@ _NVLS_EFFICIENCY = 0.85
 DEEPEP_NVLINK_EFFICIENCY = 0.84
 #: The GPU generation that figure was measured on (H800); elsewhere a run says it assumed it.
 DEEPEP_FIT_ARCHITECTURE = "hopper"
-#: What one SM of DeepEP's normal kernels moves of its NVLink copies: fitted on B200's SM
-#: sweep (the ``hybrid-ep`` branch README's DeepEP rows, BF16 dispatch on 8 GPUs, 16 to 48
-#: SMs: 348 GB/s on 16, 619 on 32, ~640 from 36 on, where NVLink caps it), the least
-#: median |error| (validation/deepep/compare_sms.py --fit; tests/collectives/test_deepep.py
-#: holds it to the data).  The only SM sweep of DeepEP's normal kernels published; its
-#: FP8 dispatch and combine move fewer bytes an SM (docs/validation.md).
-DEEPEP_SM_BYTES_PER_S = 18e9
+#: What one SM of DeepEP's normal kernels streams of its NVLink copies, and the time it
+#: spends on each token besides (its routing metadata, scales and signals): a token of
+#: ``B`` bytes takes an SM ``DEEPEP_SM_TOKEN_S + B / DEEPEP_SM_BYTES_PER_S``.  Fitted on
+#: B200's SM sweep (the ``hybrid-ep`` branch README's DeepEP rows, dispatch on 8 GPUs, 16
+#: to 48 SMs): its BF16 rows give 18.5 GB/s an SM, its FP8 rows (half the bytes, and their
+#: scales) 12.5, and these two constants both (validation/deepep/compare_sms.py --fit;
+#: tests/collectives/test_deepep.py holds them to the data).  The only SM sweep of
+#: DeepEP's normal kernels published; its combine, which also sums each token's top-k
+#: copies, moves fewer bytes an SM still (docs/validation.md).
+DEEPEP_SM_BYTES_PER_S = 38e9
+DEEPEP_SM_TOKEN_S = 0.4e-6
 
 # Achievable payload fraction of each link kind's nominal one-direction rate.
 #  nvlink  0.82: NVLink packets carry a 16 B header per <=256 B payload plus data-link
@@ -207,8 +212,10 @@ class CommParams:
     payload rate (``link_efficiency``) DeepEP's copy kernels reach; ``moe_experts`` and
     ``moe_top_k``: the router a ``deepep`` exchange deduplicates tokens for (set from the
     model; 0: not a MoE run); ``deepep_sms``: the SMs DeepEP's kernels run on
-    (``compute.comm_sms``; 0: not counted), each moving at most ``deepep_sm_bytes_per_s``
-    of its NVLink copies.
+    (``compute.comm_sms``; 0: not counted), each taking ``deepep_sm_token_s`` a token plus
+    its bytes at ``deepep_sm_bytes_per_s`` (:meth:`deepep_sm_rate`); ``moe_tokens``: the
+    tokens a rank routes in one exchange (set from the model and batch; 0: unknown, and
+    the per-token time is not counted) and ``moe_hidden`` their width.
     """
 
     algorithm: str = "auto"
@@ -232,6 +239,9 @@ class CommParams:
     moe_top_k: int = 0
     deepep_sms: int = 0
     deepep_sm_bytes_per_s: float = DEEPEP_SM_BYTES_PER_S
+    deepep_sm_token_s: float = DEEPEP_SM_TOKEN_S
+    moe_tokens: int = 0
+    moe_hidden: int = 0
     #: Whether ``link_efficiency["nvlink"]`` was set by the user (or by :meth:`ideal`); if
     #: not, it is the GPU generation's figure, resolved by :meth:`on_architecture` once the
     #: cluster is known.  Not compared: it says where a figure came from, not what it is.
@@ -245,6 +255,20 @@ class CommParams:
             return self
         nvlink = _default_link_efficiency(architecture)["nvlink"]
         return replace(self, link_efficiency={**self.link_efficiency, "nvlink": nvlink})
+
+    def deepep_sm_rate(self, token_bytes: float) -> float:
+        """Bytes per second one SM of DeepEP's kernels moves of tokens of ``token_bytes``
+        (0: not known, the byte rate alone)."""
+        if token_bytes <= 0 or not self.deepep_sm_token_s:
+            return self.deepep_sm_bytes_per_s
+        return token_bytes / (self.deepep_sm_token_s
+                              + token_bytes / self.deepep_sm_bytes_per_s)
+
+    def token_bytes(self, size_bytes: float) -> float:
+        """Bytes of one token of a MoE exchange of ``size_bytes`` (``top_k`` copies of
+        ``moe_tokens`` tokens); 0 when the tokens are not known."""
+        copies = self.moe_tokens * self.moe_top_k
+        return size_bytes / copies if copies > 0 else 0.0
 
     def efficiency_of(self, link_kind: str) -> float:
         """Payload fraction of a link kind (1.0 for kinds not listed)."""
@@ -288,7 +312,8 @@ class CommParams:
             **({"deepep_max_nodes": self.deepep_max_nodes} if self.deepep_max_nodes else {}),
             **({"deepep_nvlink_efficiency": self.deepep_nvlink_efficiency,
                 "deepep_sms": self.deepep_sms,
-                "deepep_sm_bytes_per_s": self.deepep_sm_bytes_per_s}
+                "deepep_sm_bytes_per_s": self.deepep_sm_bytes_per_s,
+                "deepep_sm_token_s": self.deepep_sm_token_s}
                if self.all_to_all == "deepep" else {}),
         }
 
@@ -296,7 +321,7 @@ class CommParams:
 _COMM_KEYS = ("algorithm", "protocol", "fidelity", "max_channels", "link_efficiency",
               "protocol_efficiency", "chunk_bytes", "base_latency", "hop_latency",
               "peer_latency", "nvls_efficiency", "pxn", "all_to_all", "deepep_max_nodes",
-              "deepep_nvlink_efficiency", "deepep_sm_rate")
+              "deepep_nvlink_efficiency", "deepep_sm_rate", "deepep_sm_token_time")
 #: How an all-to-all runs (collectives.alltoall_hier, collectives.deepep).
 ALLTOALL_MODES = ("flat", "hierarchical", "deepep", "auto")
 _CHOICES = {"algorithm": ALGORITHMS, "protocol": PROTOCOLS, "fidelity": FIDELITIES,
@@ -342,7 +367,8 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
     ``nvls_efficiency`` (a fraction), ``pxn`` (true or false),
     ``all_to_all`` (flat, hierarchical, deepep or auto), ``deepep_max_nodes`` (a whole
     number of nodes, DeepEP's node-limited routing), ``deepep_nvlink_efficiency`` (a
-    fraction), ``deepep_sm_rate`` (a bandwidth, what one SM of DeepEP's kernels moves).
+    fraction), ``deepep_sm_rate`` (a bandwidth, what one SM of DeepEP's kernels streams)
+    and ``deepep_sm_token_time`` (a duration, what it spends on each token besides).
     Keys not given take the defaults for
     GPUs of ``architecture`` (:func:`comm_params_for`); with ``architecture`` "" NVLink's
     efficiency stays the generation's until :meth:`CommParams.on_architecture` meets the
@@ -373,6 +399,8 @@ def _parsed_comm(data: Mapping[str, Any] | None, source: str | None,
             changes[key] = _fraction(value, path, source)
         elif key == "deepep_sm_rate":
             changes["deepep_sm_bytes_per_s"] = parse_bandwidth(value, key=path, source=source)
+        elif key == "deepep_sm_token_time":
+            changes["deepep_sm_token_s"] = parse_duration(value, key=path, source=source)
         elif key == "pxn":
             changes[key] = check_bool(value, key=path, source=source)
         elif key == "peer_latency":

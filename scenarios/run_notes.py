@@ -19,6 +19,7 @@ from distsim_gpu.collectives.params import (
     DEEPEP_FIT_ARCHITECTURE,
     DEEPEP_NVLINK_EFFICIENCY,
     DEEPEP_SM_BYTES_PER_S,
+    DEEPEP_SM_TOKEN_S,
     CommParams,
 )
 from distsim_gpu.simcore.notes import RunNote, unique
@@ -75,14 +76,18 @@ def deepep_notes(comm: CommParams, costs: object, topology: Topology) -> list[Ru
             "defaulted", "compute.comm_sms is 0: DeepEP's kernels take no SMs from compute "
             "and their SMs do not bound its copies (it runs on 20-24; Megatron-Core's "
             "default is 20)", "compute.comm_sms")]
-    factor = sm_bound_factor(topology, comm)
-    if factor == 1.0 or comm.deepep_sm_bytes_per_s != DEEPEP_SM_BYTES_PER_S:
-        return notes  # unbound, or bound at the user's own rate an SM
+    token_bytes = 2.0 * comm.moe_hidden  # a 16-bit token: the combine's
+    factor = sm_bound_factor(topology, comm, token_bytes)
+    if factor == 1.0 or (comm.deepep_sm_bytes_per_s, comm.deepep_sm_token_s) != (
+            DEEPEP_SM_BYTES_PER_S, DEEPEP_SM_TOKEN_S):
+        return notes  # unbound, or bound at the user's own figures an SM
     link_rate = nvlink_copy_rate(topology, comm)
     return [*notes, RunNote(
         "defaulted", f"DeepEP's NVLink copies are bound by its {comm.deepep_sms} SMs: "
-        f"{link_rate / factor / 1e9:.0f} GB/s a GPU of NVLink's {link_rate / 1e9:.0f}, at "
-        f"{comm.deepep_sm_bytes_per_s / 1e9:.0f} GB/s an SM (B200's SM sweep of its normal "
+        f"{link_rate / factor / 1e9:.0f} GB/s a GPU of NVLink's {link_rate / 1e9:.0f} for "
+        f"16-bit tokens, {comm.deepep_sm_rate(token_bytes) / 1e9:.0f} GB/s an SM "
+        f"({comm.deepep_sm_token_s * 1e6:.2f} us a token and "
+        f"{comm.deepep_sm_bytes_per_s / 1e9:.0f} GB/s, B200's SM sweep of its normal "
         "kernels)", "communication.deepep_sm_rate")]
 
 

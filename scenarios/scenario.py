@@ -108,7 +108,7 @@ from distsim_gpu.workloads.cost.compute import (
     RooflineCosts,
     TableCosts,
 )
-from distsim_gpu.workloads.cost.traffic import seq_len_of
+from distsim_gpu.workloads.cost.traffic import rank_training, seq_len_of
 from distsim_gpu.workloads.iteration.records import IterationSpec
 from distsim_gpu.workloads.job.stragglers import (
     MAX_FACTOR as MAX_STRAGGLER_FACTOR,
@@ -495,7 +495,7 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
                                                      source)
     microbatches = check_strategy(model, parallel, training, num_gpus=len(topology.gpus),
                                   source=source, seq_len=training.seq_len or model.seq_len)
-    comm = _routed_comm(comm, model, parallel, roofline, source)
+    comm = _routed_comm(comm, model, parallel, training, roofline, source)
     run = IterationSpec(topology=topology, model=model, parallel=parallel,
                         training=training, costs=costs, gpu=gpu, comm=comm, seed=seed,
                         stragglers=stragglers, source=source, microbatches=microbatches,
@@ -507,12 +507,18 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
 
 
 def _routed_comm(comm: CommParams, model: ModelSpec, parallel: ParallelConfig,
-                 roofline: RooflineCosts, source: str | None) -> CommParams:
+                 training: TrainingConfig, roofline: RooflineCosts,
+                 source: str | None) -> CommParams:
     """``model.moe``'s explicit placement checked against ``ep``, and its skew carried
     into the expert all-to-alls (workloads.specs.moe_routing); DeepEP's kernels on the
-    SMs ``compute.comm_sms`` holds (collectives.deepep)."""
+    SMs ``compute.comm_sms`` holds, with the tokens a rank routes and their width
+    (collectives.deepep)."""
     if comm.all_to_all == "deepep":
-        comm = replace(comm, deepep_sms=roofline.comm_sms)
+        local = rank_training(model, parallel, training)  # a CP rank's share of a sequence
+        tokens = local.micro_batch * seq_len_of(model, local) // (
+            parallel.tp if parallel.sequence_parallel else 1)  # as alltoall_bytes counts
+        comm = replace(comm, deepep_sms=roofline.comm_sms, moe_tokens=tokens,
+                       moe_hidden=model.hidden)
     return routed_comm(comm, model, parallel.ep, source)
 
 

@@ -131,41 +131,62 @@ B200_NODE = build_cluster({"preset": "dgx-b200", "nodes": 1})
 
 
 @pytest.mark.parametrize("sms", [0, 8, 16, 30, 50, 64, 132])
-def test_few_sms_bound_the_nvlink_copies(sms) -> None:
+@pytest.mark.parametrize("tokens", [0, 4096])
+def test_few_sms_bound_the_nvlink_copies(sms, tokens) -> None:
     """On a B200 node (NVLink 900 GB/s a direction) with ideal links, an EP 8 dispatch's
-    NVLink copies leave a GPU at min(NVLink, sms · 18 GB/s): its out-port bytes over that
-    rate, plus latency; unbounded with the SMs not counted (0)."""
+    NVLink copies leave a GPU at min(NVLink, sms · B / (t + B / rate)) for tokens of B
+    bytes (the exchange's size over its top_k copies of 4,096 tokens: 2 KiB; with the
+    tokens not known the byte rate alone): its out-port bytes over that rate, plus
+    latency; unbounded with the SMs not counted (0)."""
     from distsim_gpu.collectives.nccl_tests import run_benchmark
 
     params = replace(CommParams().ideal(), all_to_all="deepep", moe_experts=64,
-                     moe_top_k=8, deepep_sms=sms)
+                     moe_top_k=8, deepep_sms=sms, moe_tokens=tokens)
     size = 64 * 2**20
+    token_bytes = size / (tokens * 8) if tokens else 0.0
     p_gpu, _ = reach(ranks=8, nodes=1, experts=64, top_k=8)
     sent = size / 8 * p_gpu * 7  # bytes one GPU copies to the 7 others
-    (plan,) = deepep_plans(B200_NODE, list(B200_NODE.gpus), params, "simple")
+    (plan,) = deepep_plans(B200_NODE, list(B200_NODE.gpus), params, "simple", token_bytes)
     (row,) = run_benchmark(B200_NODE, "alltoall", [size], params=params, dtype="int8")
     port = next(link for link in B200_NODE.links()
                 if link.src == "n0.gpu0" and link.kind == "nvlink")
-    rate = min(port.bandwidth_bytes_per_s, sms * 18e9) if sms else port.bandwidth_bytes_per_s
+    per_sm = (token_bytes / (0.4e-6 + token_bytes / 38e9)) if tokens else 38e9
+    rate = min(port.bandwidth_bytes_per_s, sms * per_sm) if sms else port.bandwidth_bytes_per_s
     assert row.time_s - plan.latency_s == pytest.approx(sent / rate, rel=1e-6)
-    assert sm_bound_factor(B200_NODE, params) == pytest.approx(
+    assert sm_bound_factor(B200_NODE, params, token_bytes) == pytest.approx(
         port.bandwidth_bytes_per_s / rate)
+
+
+def test_an_sms_rate_falls_with_the_tokens_size() -> None:
+    """Each token costs an SM its time besides its bytes: an FP8 token (7,168 bytes and
+    their scales) moves at 0.67 of a BF16 token's byte rate, B200's rows 0.68 (12.5 and
+    18.5 GB/s an SM); the bytes' rate bounds it from above."""
+    params = CommParams()
+    bf16, fp8 = params.deepep_sm_rate(7168 * 2.0), params.deepep_sm_rate(7168 * 1.03125)
+    assert bf16 == pytest.approx(18.44e9, rel=1e-3) and fp8 == pytest.approx(12.43e9, rel=1e-3)
+    assert fp8 / bf16 == pytest.approx(12.5 / 18.5, rel=0.02)
+    assert params.deepep_sm_rate(1e9) < params.deepep_sm_bytes_per_s == \
+        params.deepep_sm_rate(0.0)
+    assert params.token_bytes(8 * 4096 * 14336.0) == 0.0  # tokens not known
+    assert replace(params, moe_tokens=4096, moe_top_k=8).token_bytes(8 * 4096 * 14336.0) == \
+        14336.0
 
 
 @settings(max_examples=20, deadline=None)
 @given(fewer=st.integers(1, 132), more=st.integers(1, 132),
-       rate_gb_s=st.floats(2.0, 40.0))
-def test_more_sms_never_slow_the_exchange(fewer, more, rate_gb_s) -> None:
-    """Across four H100 nodes (NVLink and InfiniBand legs), for any SM rate: more SMs
-    never take longer, no count is faster than the exchange unbounded by SMs, and the
-    InfiniBand bytes do not depend on them."""
+       rate_gb_s=st.floats(2.0, 40.0), token_us=st.floats(0.0, 2.0))
+def test_more_sms_never_slow_the_exchange(fewer, more, rate_gb_s, token_us) -> None:
+    """Across four H100 nodes (NVLink and InfiniBand legs), for any SM rate and time a
+    token: more SMs never take longer, no count is faster than the exchange unbounded by
+    SMs, and the InfiniBand bytes do not depend on them."""
     from distsim_gpu.collectives.nccl_tests import run_benchmark
 
     fewer, more = sorted((fewer, more))
     size = 32 * 2**20
     times, nic_bytes = [], []
     for sms in (fewer, more, 0):
-        params = replace(PARAMS, deepep_sms=sms, deepep_sm_bytes_per_s=rate_gb_s * 1e9)
+        params = replace(PARAMS, deepep_sms=sms, deepep_sm_bytes_per_s=rate_gb_s * 1e9,
+                         deepep_sm_token_s=token_us * 1e-6, moe_tokens=1024)
         (row,) = run_benchmark(TOPOLOGY, "alltoall", [size], params=params, dtype="int8")
         times.append(row.time_s)
         nic_bytes.append(link_bytes(_plan(params), size)[("n0.nic0", "leaf0")])
@@ -174,13 +195,15 @@ def test_more_sms_never_slow_the_exchange(fewer, more, rate_gb_s) -> None:
 
 
 def test_sms_that_outpace_nvlink_change_nothing_on_hopper() -> None:
-    """DeepEP's 20 SMs move 360 GB/s, more than an H100's NVLink gives its copies (450 ·
-    0.82 · 0.84 = 310): the plan is the unbounded one."""
+    """DeepEP's 20 SMs move 369 GB/s of DeepSeek-V3's 16-bit tokens (7,168 wide: 18.4 GB/s
+    an SM), more than an H100's NVLink gives its copies (450 · 0.82 · 0.84 = 310): the
+    plan is the unbounded one; 12 SMs bind."""
     hopper = replace(CommParams().on_architecture("hopper"), all_to_all="deepep",
                      moe_experts=256, moe_top_k=8)
-    assert sm_bound_factor(ONE_NODE, replace(hopper, deepep_sms=20)) == 1.0
-    assert sm_bound_factor(ONE_NODE, replace(hopper, deepep_sms=12)) == pytest.approx(
-        450e9 * 0.82 * 0.84 / (12 * 18e9), rel=1e-3)
+    token = 7168 * 2.0
+    assert sm_bound_factor(ONE_NODE, replace(hopper, deepep_sms=20), token) == 1.0
+    assert sm_bound_factor(ONE_NODE, replace(hopper, deepep_sms=12), token) == pytest.approx(
+        450e9 * 0.82 * 0.84 / (12 * hopper.deepep_sm_rate(token)), rel=1e-3)
 
 
 def test_the_nvlink_efficiency_leaves_the_infiniband_copies_alone() -> None:
@@ -235,57 +258,64 @@ def test_the_default_nvlink_efficiency_is_the_intranode_rows_fit(shared_data) ->
 
 
 def test_the_sm_rate_is_a_communication_key(write_scenario, tmp_path) -> None:
-    """``communication.deepep_sm_rate`` sets what an SM moves (a run bound at the user's
-    own rate has nothing to say about it); a bad one is a clear error."""
+    """``communication.deepep_sm_rate`` sets what an SM streams and
+    ``deepep_sm_token_time`` what it spends a token (a run bound at the user's own
+    figures has nothing to say about them); bad ones are clear errors."""
     from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 
-    params = comm_params_from_mapping({"all_to_all": "deepep", "deepep_sm_rate": "12 GB/s"})
-    assert params.deepep_sm_bytes_per_s == 12e9
+    params = comm_params_from_mapping({"all_to_all": "deepep", "deepep_sm_rate": "12 GB/s",
+                                       "deepep_sm_token_time": "0.2 us"})
+    assert params.deepep_sm_bytes_per_s == 12e9 and params.deepep_sm_token_s == 0.2e-6
     assert params.to_dict()["deepep_sm_bytes_per_s"] == 12e9
+    assert params.to_dict()["deepep_sm_token_s"] == pytest.approx(0.2e-6)
     with pytest.raises(DistsimError, match=r"communication\.deepep_sm_rate: bandwidth must be"):
         comm_params_from_mapping({"deepep_sm_rate": "-3 GB/s"}, prefix="communication")
+    with pytest.raises(DistsimError, match=r"communication\.deepep_sm_token_time"):
+        comm_params_from_mapping({"deepep_sm_token_time": "fast"}, prefix="communication")
     base = {"name": "moe", "cluster": {"preset": "dgx-b200", "nodes": 1},
-            "model": {"name": "m", "layers": 2, "hidden": 1024, "heads": 16,
+            "model": {"name": "m", "layers": 2, "hidden": 7168, "heads": 56,
                       "seq_len": 1024, "vocab": 32000, "experts": 16, "top_k": 4},
             "parallelism": {"dp": 8, "ep": 8},
             "training": {"micro_batch": 1, "global_batch": 8},
             "compute": {"gpu": "b200", "costs": "roofline", "comm_sms": 16}}
     times, notes = {}, {}
-    for rate in ("9 GB/s", "18 GB/s"):
+    for name, keys in {"slow": {"deepep_sm_rate": "9 GB/s"}, "default": {},
+                        "slow tokens": {"deepep_sm_token_time": "2 us"}}.items():
         path = write_scenario(tmp_path / "moe.yaml", {**base, "communication": {
-            "all_to_all": "deepep", "deepep_sm_rate": rate}})
+            "all_to_all": "deepep", **keys}})
         result = run_scenario(load_scenario(path))
-        times[rate] = result.iteration_time_s
-        notes[rate] = [n for n in result.notes if n.key == "communication.deepep_sm_rate"]
-    assert times["9 GB/s"] > times["18 GB/s"]
-    assert not notes["9 GB/s"] and notes["18 GB/s"]
+        times[name] = result.iteration_time_s
+        notes[name] = [n for n in result.notes if n.key == "communication.deepep_sm_rate"]
+    assert times["slow"] > times["default"] and times["slow tokens"] > times["default"]
+    assert notes["default"] and not notes["slow"] and not notes["slow tokens"]
 
 
-def test_the_default_sm_rate_is_b200s_sweep_fit(shared_data) -> None:
-    """The default is what B200's BF16 dispatch rows give (compare_sms.py --fit)."""
+def test_the_default_sm_costs_are_b200s_sweep_fit(shared_data) -> None:
+    """The defaults are what B200's dispatch rows give (compare_sms.py --fit)."""
     from tests.conftest import load_script
 
     compare = load_script("validation/deepep/compare_sms.py", "compare_sms")
-    assert compare.fit_sm_rate(shared_data / "kernels" / "deepep") == \
-        CommParams().deepep_sm_bytes_per_s
+    params = CommParams()
+    assert compare.fit_sm_costs(shared_data / "kernels" / "deepep") == (
+        params.deepep_sm_token_s, params.deepep_sm_bytes_per_s)
 
 
 @pytest.mark.parametrize(("preset", "gpu", "sms", "bound"), [
-    ("dgx-b200", "b200", 16, 288),     # 16 · 18 GB/s = 288 < 900 · 0.82 · 0.84 = 620
-    ("dgx-b200", "b200", 36, None),    # 648 GB/s: NVLink binds first
-    ("dgx-h100", "h100-sxm", 20, None),  # 360 > 450 · 0.82 · 0.84 = 310
+    ("dgx-b200", "b200", 16, 295),     # 16 · 18.44 GB/s = 295 < 900 · 0.82 · 0.84 = 620
+    ("dgx-b200", "b200", 36, None),    # 664 GB/s: NVLink binds first
+    ("dgx-h100", "h100-sxm", 20, None),  # 369 > 450 · 0.82 · 0.84 = 310
     ("dgx-h100", "h100-sxm", 0, None),   # SMs not counted: said so
 ])
 def test_a_deepep_run_says_what_its_sms_did(write_scenario, tmp_path, preset, gpu, sms,
                                             bound) -> None:
-    """A run whose SMs bind DeepEP's copies says at what rate, naming
-    communication.deepep_sm_rate; one whose NVLink binds first says nothing; one that
-    counts no SMs says that, naming compute.comm_sms."""
+    """A run whose SMs bind DeepEP's copies of its 16-bit tokens (7,168 wide: 18.44 GB/s an
+    SM) says at what rate, naming communication.deepep_sm_rate; one whose NVLink binds
+    first says nothing; one that counts no SMs says that, naming compute.comm_sms."""
     from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 
     path = write_scenario(tmp_path / "moe.yaml", {
         "name": "moe", "cluster": {"preset": preset, "nodes": 1},
-        "model": {"name": "m", "layers": 2, "hidden": 1024, "heads": 16, "seq_len": 1024,
+        "model": {"name": "m", "layers": 2, "hidden": 7168, "heads": 56, "seq_len": 1024,
                   "vocab": 32000, "experts": 16, "top_k": 4},
         "parallelism": {"dp": 8, "ep": 8}, "training": {"micro_batch": 1, "global_batch": 8},
         "communication": {"all_to_all": "deepep"},
@@ -298,7 +328,9 @@ def test_a_deepep_run_says_what_its_sms_did(write_scenario, tmp_path, preset, gp
     if bound:
         assert mine[0].kind == "defaulted"
         assert mine[0].key == "communication.deepep_sm_rate"
-        assert f"bound by its {sms} SMs: {bound} GB/s a GPU of NVLink's 620" in mine[0].message
+        assert f"bound by its {sms} SMs: {bound} GB/s a GPU of NVLink's 620 for 16-bit " \
+            "tokens, 18 GB/s an SM (0.40 us a token and 38 GB/s" in mine[0].message
+        assert scenario.comm.moe_tokens == 1024 and scenario.comm.moe_hidden == 7168
     if sms == 0:
         assert mine[0].key == "compute.comm_sms"
         assert "compute.comm_sms is 0: DeepEP's kernels take no SMs" in mine[0].message

@@ -156,7 +156,8 @@ SET_KEYS = (
     "cluster.link_latency", "cluster.preset", "communication.chunk_bytes.simple",
     "communication.link_efficiency.nvlink", "communication.algorithm",
     "compute.matmul_efficiency", "compute.gpu", "compute.cross_entropy", "compute.comm_sms",
-    "communication.deepep_sm_rate", "simulation.seed", "simulation.fidelity",
+    "communication.deepep_sm_rate", "communication.deepep_sm_token_time", "simulation.seed",
+    "simulation.fidelity",
     "stragglers", "name", "unknown.key", "model", "cluster", "a..b", "model[3]", "",
 )
 
