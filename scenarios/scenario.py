@@ -517,6 +517,8 @@ def _routed_comm(comm: CommParams, model: ModelSpec, parallel: ParallelConfig,
         local = rank_training(model, parallel, training)  # a CP rank's share of a sequence
         tokens = local.micro_batch * seq_len_of(model, local) // (
             parallel.tp if parallel.sequence_parallel else 1)  # as alltoall_bytes counts
+        if parallel.moe_overlap:  # every exchange carries half a micro-batch's tokens
+            tokens //= 2
         comm = replace(comm, deepep_sms=roofline.comm_sms, moe_tokens=tokens,
                        moe_hidden=model.hidden)
     return routed_comm(comm, model, parallel.ep, source)

@@ -361,3 +361,30 @@ def test_deepeps_copy_fraction_off_its_generation_is_a_note(write_scenario, tmp_
         assert notes[0].kind == "defaulted"
         assert "0.84 of NCCL's payload rate" in notes[0].message
         assert "blackwell GPUs" in notes[0].message
+
+
+def test_halves_exchanges_carry_half_the_tokens_at_the_same_width(write_scenario,
+                                                                  tmp_path) -> None:
+    """Under ``moe_overlap`` every exchange is half a micro-batch's: the tokens a call
+    carries are halved with it, so a half's tokens keep their 7,168 16-bit elements
+    (14,336 bytes) and DeepEP's SMs spend their time per token on half as many."""
+    from distsim_gpu.scenarios.scenario import load_scenario
+    from distsim_gpu.workloads.cost.traffic import alltoall_bytes
+
+    def comm(overlap: bool) -> CommParams:
+        path = write_scenario(tmp_path / "moe.yaml", {
+            "name": "moe", "cluster": {"preset": "dgx-b200", "nodes": 1},
+            "model": {"name": "m", "layers": 2, "hidden": 7168, "heads": 56,
+                      "seq_len": 1024, "vocab": 32000, "experts": 16, "top_k": 4},
+            "parallelism": {"dp": 8, "ep": 8, "moe_overlap": overlap},
+            "training": {"micro_batch": 1, "global_batch": 8},
+            "communication": {"all_to_all": "deepep"},
+            "compute": {"gpu": "b200", "costs": "roofline", "comm_sms": 16}})
+        scenario = load_scenario(path)
+        full = alltoall_bytes(scenario.model, scenario.parallel, scenario.training)
+        return scenario.comm, full
+
+    whole, full = comm(False)
+    halves, _ = comm(True)
+    assert (whole.moe_tokens, halves.moe_tokens) == (1024, 512)
+    assert whole.token_bytes(full) == halves.token_bytes(full / 2) == 14336.0

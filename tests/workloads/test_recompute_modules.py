@@ -449,3 +449,21 @@ def test_the_bounds_count_a_recomputed_moe_layers_calls(tiny):
     assert moe.estimate_s - act.estimate_s >= 0.6 * (moe_s - act_s) > 0
     assert act.lower_bound_s <= act_s and moe.lower_bound_s <= moe_s
     assert moe.lower_bound_s - act.lower_bound_s > 0.5 * (moe_s - act_s)
+
+
+def test_a_recomputed_moe_layer_under_halves_exchanges_by_halves():
+    """With ``moe_overlap`` every exchange of the run is a half micro-batch's: the
+    recompute of a ``moe`` layer dispatches and combines as two halves each, one after
+    the other, the same bytes in all."""
+    training = TrainingConfig(micro_batch=1, global_batch=1, recompute="selective",
+                              recompute_modules=("moe",))
+    builder = StreamBuilder(model_from_mapping(TINY_MOE),
+                            ParallelConfig(tp=1, ep=4, moe_overlap=True), training,
+                            RooflineCosts(H100), microbatches=1)
+    ops: list = []
+    builder._layer_pass(ops, "recompute", 0, False)
+    calls = _collectives(ops)
+    whole = _collectives(_moe_recompute_ops(("moe",), tp=1, ep=4))
+    assert [what for _, what, _ in calls] == ["dispatch A", "dispatch B", "combine A",
+                                              "combine B"]
+    assert [size for _, _, size in calls] == [whole[0][2] / 2] * 2 + [whole[1][2] / 2] * 2

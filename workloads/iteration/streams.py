@@ -437,15 +437,25 @@ class StreamBuilder(OverlappedOps):
         if with_comm or op_sac:
             self._tp_ops(ops, f"{label} attention", fold, pass_, "attention", setting, saved)
         if moe and (with_comm or moe_rerun):
-            ops.append(Collective("alltoall", self.dispatch_bytes, f"{label} dispatch",
-                                  group="ep"))
+            self._exchange(ops, "dispatch", label)
         ops.append(Compute(mlp, f"{label} mlp", *args))
         if moe and (with_comm or moe_rerun):
-            ops.append(Collective("alltoall", self.a2a_bytes, f"{label} combine", group="ep"))
+            self._exchange(ops, "combine", label)
         if with_comm or op_sac or mlp_rerun or moe_rerun:
             self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", setting, saved, moe=moe)
         elif shared_rerun:  # a dense MLP's gather and scatter, on the whole TP group
             self._tp_ops(ops, f"{label} shared experts", fold, pass_, "mlp", setting, saved)
+
+    def _exchange(self, ops: list[Op], what: str, label: str) -> None:
+        """A MoE layer's ``dispatch`` or ``combine``, blocking; under ``moe_overlap`` as
+        its two halves' exchanges one after the other (what a recompute runs there: every
+        exchange of such a run carries half a micro-batch's tokens, as DeepEP's per-token
+        cost counts them, :mod:`collectives.deepep`)."""
+        size = self.dispatch_bytes if what == "dispatch" else self.a2a_bytes
+        parts = (" A", " B") if self.parallel.moe_overlap else ("",)
+        for part in parts:
+            ops.append(Collective("alltoall", size / len(parts), f"{label} {what}{part}",
+                                  group="ep"))
 
     def _layer_cost(self, cost_pass: str, layer: int, mode: str = "full",
                     ) -> tuple[float, LayerShard]:
