@@ -118,6 +118,17 @@ class OverlappedOps:
             ops.append(Wait(async_handle("ep", f"{label} combine {part}")))
         self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", moe=True)
 
+    def _exchange(self, ops: list[Op], what: str, label: str) -> None:
+        """A MoE layer's ``dispatch`` or ``combine``, blocking; under ``moe_overlap`` as
+        its two halves' exchanges one after the other (what a recompute runs there: every
+        exchange of such a run carries half a micro-batch's tokens, as DeepEP's per-token
+        cost counts them, :mod:`collectives.deepep`)."""
+        size = self.dispatch_bytes if what == "dispatch" else self.a2a_bytes
+        parts = (" A", " B") if self.parallel.moe_overlap else ("",)
+        for part in parts:
+            ops.append(Collective("alltoall", size / len(parts), f"{label} {what}{part}",
+                                  group="ep"))
+
     # ----------------------------------------------------------------- fb pairs
     def pair_ops(self, stage: int, pair: Pair, last: bool, fold: bool,
                  waits: tuple[tuple[int | None, float, str], ...] = ()) -> tuple[Op, ...]:

@@ -446,17 +446,6 @@ class StreamBuilder(OverlappedOps):
         elif shared_rerun:  # a dense MLP's gather and scatter, on the whole TP group
             self._tp_ops(ops, f"{label} shared experts", fold, pass_, "mlp", setting, saved)
 
-    def _exchange(self, ops: list[Op], what: str, label: str) -> None:
-        """A MoE layer's ``dispatch`` or ``combine``, blocking; under ``moe_overlap`` as
-        its two halves' exchanges one after the other (what a recompute runs there: every
-        exchange of such a run carries half a micro-batch's tokens, as DeepEP's per-token
-        cost counts them, :mod:`collectives.deepep`)."""
-        size = self.dispatch_bytes if what == "dispatch" else self.a2a_bytes
-        parts = (" A", " B") if self.parallel.moe_overlap else ("",)
-        for part in parts:
-            ops.append(Collective("alltoall", size / len(parts), f"{label} {what}{part}",
-                                  group="ep"))
-
     def _layer_cost(self, cost_pass: str, layer: int, mode: str = "full",
                     ) -> tuple[float, LayerShard]:
         """Seconds of one pass (``fwd``, ``bwd``, ``recompute`` in ``mode``) of ``layer``
