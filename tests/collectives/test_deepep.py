@@ -14,7 +14,7 @@ from distsim_gpu.collectives.deepep import deepep_plans, reach, sm_bound_factor
 from distsim_gpu.collectives.params import comm_params_from_mapping
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.cost.traffic import alltoall_bytes, dispatch_bytes
+from distsim_gpu.workloads.cost.traffic import alltoall_bytes, dispatch_bytes, dispatches_fp8
 from distsim_gpu.workloads.specs.models import get_model
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 from hypothesis import given, settings
@@ -88,6 +88,11 @@ def test_fp8_dispatch_bytes() -> None:
     assert dispatch_bytes(model, parallel, fp8, "flat") == plain
     assert dispatch_bytes(model, parallel, TrainingConfig(), "deepep") == alltoall_bytes(
         model, parallel, TrainingConfig())
+    # Whether the tokens go as FP8 (and the layer casts them before): DeepEP's, FP8 or
+    # FP4, and a dispatch at all (ep > 1).
+    assert dispatches_fp8("deepep", "fp8", 64) and dispatches_fp8("deepep", "fp4", 2)
+    assert not dispatches_fp8("deepep", "fp8", 1)
+    assert not dispatches_fp8("flat", "fp8", 64) and not dispatches_fp8("deepep", "bf16", 64)
 
 
 @pytest.mark.parametrize(("mapping", "message"), [
@@ -245,6 +250,35 @@ def test_an_iteration_with_deepep_dispatch(write_scenario, tmp_path) -> None:
                               {**base, "communication": {"all_to_all": mode}})
         times[mode] = run_scenario(load_scenario(path)).iteration_time_s
     assert times["deepep"] < times["flat"]
+
+
+@pytest.mark.parametrize(("mode", "precision", "cast"), [
+    ("deepep", "fp8", True), ("flat", "fp8", False), ("deepep", "bf16", False)])
+def test_an_fp8_deepep_iteration_casts_its_tokens_before_the_dispatch(
+        write_scenario, tmp_path, monkeypatch, mode, precision, cast) -> None:
+    """The iteration times its MoE layers with the dispatch-side cast exactly when the
+    dispatch sends FP8 (DeepEP's, under FP8), and the operator comparison reads the same."""
+    from distsim_gpu.scenarios.fit.validate_operators import scenario_layer_work
+    from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+    from distsim_gpu.workloads.cost.compute import RooflineCosts
+
+    asked = []
+    timed = RooflineCosts.layer_time_s
+    monkeypatch.setattr(RooflineCosts, "layer_time_s", lambda self, pass_, model, shard: (
+        asked.append(shard.fp8_dispatch) or timed(self, pass_, model, shard)))
+    path = write_scenario(tmp_path / "moe.yaml", {
+        "name": "moe", "cluster": {"preset": "dgx-h100", "nodes": 1},
+        "model": {"name": "m", "layers": 2, "hidden": 2048, "heads": 16, "seq_len": 2048,
+                  "vocab": 32000, "experts": 16, "top_k": 4},
+        "parallelism": {"dp": 8, "ep": 8},
+        "training": {"micro_batch": 1, "global_batch": 8, "precision": precision},
+        "communication": {"all_to_all": mode},
+        "compute": {"gpu": "h100-sxm", "costs": "roofline"}})
+    scenario = load_scenario(path)
+    run_scenario(scenario)
+    assert asked and set(asked) == {cast}
+    _, work = scenario_layer_work(scenario)
+    assert ("cast_moe_dispatch" in work["fwd"].names()) is cast
 
 
 def test_the_default_nvlink_efficiency_is_the_intranode_rows_fit(shared_data) -> None:

@@ -1,6 +1,7 @@
 """FP8 recipes (training.fp8_recipe): the bytes of each recipe's cast, amax and transpose
 kernels on a small layer against hand counts, the block-scaled weight-gradient rate, the
-per-step weight re-cast, the stacks' defaults, and the recipe's validation."""
+per-step weight re-cast, the stacks' defaults, the recipe's validation, and the casts
+around a MoE dispatch that sends FP8 (DeepEP's)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from distsim_gpu.workloads.cost.compute import (
     RooflineCosts,
     forward_layer_work,
     get_stack,
+    layer_work,
 )
+from distsim_gpu.workloads.cost.compute.blocks import block_operators
 from distsim_gpu.workloads.cost.compute.fp8_recipes import (
     BLOCKWISE_SCALE_BYTES_PER_ELEMENT,
     BLOCKWISE_WGRAD_EFFICIENCY,
@@ -161,3 +164,81 @@ def test_recipe_validation():
     assert TrainingConfig(precision="fp8", fp8_recipe="current").to_dict()["fp8_recipe"] == \
         "current"
 
+
+
+# A MoE layer whose dispatch sends FP8 (DeepEP's): 8 experts of FFN 1024 (SwiGLU), top 2,
+# over ep 4 at tp 2 with sequence parallelism (each rank dispatches T/tp tokens).
+MOE = ModelSpec("moe-small", layers=2, hidden=H, heads=16, seq_len=S, vocab=50304,
+                ffn_hidden=1024, experts=8, top_k=2, gated_mlp=True)
+EP = 4
+# The routed copies a rank's experts take: T·top_k / ep of its EP group's, each gathered
+# over the tensor group (expert_tp = tp): T·top_k.
+COPIES = T * 2
+
+
+def moe_work(recipe: str, fp8_dispatch: bool, precision: str = "fp8", pass_: str = "fwd",
+             recompute: str = "full", modules: tuple[str, ...] = ("core_attn",)):
+    shard = LayerShard(micro_batch=B, seq_len=S, tp=TP, sequence_parallel=True, ep=EP,
+                       fp8_dispatch=fp8_dispatch, recompute=recompute,
+                       recompute_modules=modules)
+    stack = get_stack("megatron-core").with_fp8_recipe(
+        recipe if precision == "fp8" else "nvfp4")
+    return layer_work(pass_, MOE, shard, precision=precision, stack=stack)
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "current", "blockwise"])
+def test_an_fp8_dispatch_casts_the_tokens_once_before_it(recipe):
+    plain, dispatched = moe_work(recipe, False), moe_work(recipe, True)
+    assert "cast_moe_dispatch" not in plain.names()
+    cast = dispatched.kernel("cast_moe_dispatch")
+    # The rank's T/tp tokens: read 16-bit, write e4m3 with one fp32 scale per 128.
+    assert cast.bytes_moved == pytest.approx(T / TP * H * (A + 1 + 4 / 128))
+    assert cast.cast and cast.launches == 1
+    # Run before the dispatch, with the router: the attention block's (as DeepSeek's trace).
+    names = dispatched.names()
+    assert names.index("router") < names.index("cast_moe_dispatch") < names.index(
+        "moe_dispatch")
+    assert "cast_moe_dispatch" in block_operators("attn", moe=True)
+    assert "cast_moe_dispatch" not in block_operators("mlp", moe=True)
+    # Its backward is a 16-bit combine of gradients: nothing to cast.
+    assert not any(n.startswith("cast_moe_dispatch") for n in dispatched.backward().names())
+
+
+def test_blockwise_experts_only_write_the_column_wise_copy_of_what_arrived():
+    plain = moe_work("blockwise", False).kernel("cast_expert_fc1")
+    arrived = moe_work("blockwise", True).kernel("cast_expert_fc1")
+    s = BLOCKWISE_SCALE_BYTES_PER_ELEMENT / 2  # one copy's fp32 scales per element
+    assert plain.total_bytes == pytest.approx(COPIES * H * (A + 2 + 2 * s))
+    # Read the 1x128 copy that arrived, write the 128x1 one: no 16-bit read.
+    assert arrived.total_bytes == pytest.approx(COPIES * H * 2 * (1 + s))
+    assert arrived.launches == 1
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "current"])
+def test_per_tensor_recipes_cast_the_arrived_fp8_tokens_again(recipe):
+    spec = FP8_RECIPE_SPECS[recipe]
+    arrived = moe_work(recipe, True).kernel("cast_expert_fc1")
+    assert arrived.total_bytes == pytest.approx(spec.cast_bytes(COPIES * H, 1 + 4 / 128))
+    assert arrived.launches == spec.cast_launches
+
+
+def test_fp8_dispatch_changes_nothing_in_16_bits_or_under_fp4_but_the_casts():
+    bf16 = [moe_work("delayed", f, precision="bf16") for f in (False, True)]
+    assert bf16[0] == bf16[1]
+    fp4 = moe_work("delayed", True, precision="fp4")  # NVFP4 experts re-cast the FP8 copies
+    spec = FP8_RECIPE_SPECS["nvfp4"]
+    assert fp4.kernel("cast_expert_fc1").total_bytes == pytest.approx(
+        spec.cast_bytes(COPIES * H, 1 + 4 / 128))
+    plain, dispatched = moe_work("blockwise", False), moe_work("blockwise", True)
+    keep = {"cast_moe_dispatch", "cast_expert_fc1"}
+    assert [k for k in plain.kernels if k.name not in keep] == [
+        k for k in dispatched.kernels if k.name not in keep]
+
+
+def test_a_moe_recompute_casts_the_dispatch_again():
+    names = moe_work("blockwise", True, pass_="recompute", recompute="selective",
+                     modules=("moe",)).names()
+    assert "cast_moe_dispatch" in names and "cast_expert_fc1" in names
+    assert "cast_moe_dispatch" not in moe_work(
+        "blockwise", True, pass_="recompute", recompute="selective",
+        modules=("moe_act",)).names()

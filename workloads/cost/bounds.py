@@ -326,11 +326,17 @@ class IterationBounds:
         if cached is None:
             # The recompute mode matters to the recompute pass only (else the default, full).
             mode = recompute if pass_ == "recompute" else "full"
-            cached = self.costs.layer_time_s(pass_, model, LayerShard(
+            shard = LayerShard(
                 shape.training.micro_batch, shape.seq_len, tp=parallel.tp,
                 sequence_parallel=parallel.sequence_parallel, ep=parallel.ep,
                 layer_index=layer, recompute=mode, expert_tp=parallel.expert_tp,
-                recompute_modules=modules))
+                recompute_modules=modules)
+            # The exchange is not known here: the cheaper of casting the tokens before an
+            # FP8 dispatch (DeepEP's) or the copies after a 16-bit one keeps a bound.
+            fp8_dispatch = moe and traffic.dispatches_fp8("deepep", shape.training.precision,
+                                                          parallel.ep)
+            cached = min(self.costs.layer_time_s(pass_, model, replace(shard, fp8_dispatch=f))
+                         for f in {False, fp8_dispatch})
             if moe:  # the MLP half at the slowest EP rank's pace, as the streams run it
                 cached *= (1.0 + moe_pace(model.moe, experts=model.experts,
                                           top_k=model.top_k, ep=parallel.ep)) / 2

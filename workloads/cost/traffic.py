@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from distsim_gpu.simcore.config import check_choice
+from distsim_gpu.workloads.cost.compute.fp8_recipes import DISPATCH_FP8_ELEMENT_BYTES
 from distsim_gpu.workloads.cost.memory import cp_kv_block_bytes
 from distsim_gpu.workloads.cost.parameters import Chunking, layer_params_local, params_on_gpu
 from distsim_gpu.workloads.specs.models import ModelSpec
@@ -57,7 +58,6 @@ from distsim_gpu.workloads.strategy.tp_nd import mesh_of, weight_replicas
 
 __all__ = [
     "ACTIVATION_BYTES",
-    "DEEPEP_FP8_ELEMENT_BYTES",
     "GRAD_BYTES",
     "GradientBucket",
     "activation_bytes_per_element",
@@ -65,6 +65,7 @@ __all__ = [
     "bucket_bytes",
     "cp_message_bytes",
     "dispatch_bytes",
+    "dispatches_fp8",
     "gathers_layer_params",
     "grad_bytes_per_element",
     "gradient_buckets",
@@ -179,9 +180,12 @@ def alltoall_bytes(model: ModelSpec, parallel: ParallelConfig,
             / (parallel.tp if parallel.sequence_parallel else 1))
 
 
-#: Bytes per element DeepEP's FP8 dispatch sends: one e4m3 byte and one fp32 scale per 128
-#: elements (DeepEP README; DeepSeek-V3 report §3.3.1, 1x128 activation tiles).
-DEEPEP_FP8_ELEMENT_BYTES = 1.0 + 4.0 / 128
+def dispatches_fp8(all_to_all: str, precision: str, ep: int) -> bool:
+    """Whether a MoE layer's tokens go to their experts as FP8: DeepEP's dispatch
+    (``all_to_all: deepep``, over ``ep > 1`` ranks) under an FP8 or FP4 run (the layer then
+    casts its tokens before it:
+    :attr:`~distsim_gpu.workloads.cost.layer_shard.LayerShard.fp8_dispatch`)."""
+    return all_to_all == "deepep" and precision in ("fp8", "fp4") and ep > 1
 
 
 def dispatch_bytes(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
@@ -190,8 +194,8 @@ def dispatch_bytes(model: ModelSpec, parallel: ParallelConfig, training: Trainin
     (``all_to_all: deepep``) under an FP8 or FP4 run the tokens travel as FP8 with their
     scales (its combine stays 16-bit, :func:`alltoall_bytes`)."""
     size = alltoall_bytes(model, parallel, training)
-    if all_to_all == "deepep" and training.precision in ("fp8", "fp4"):
-        return size * DEEPEP_FP8_ELEMENT_BYTES / activation_bytes_per_element(
+    if dispatches_fp8(all_to_all, training.precision, parallel.ep):
+        return size * DISPATCH_FP8_ELEMENT_BYTES / activation_bytes_per_element(
             training.precision)
     return size
 

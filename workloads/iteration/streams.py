@@ -53,6 +53,7 @@ from distsim_gpu.workloads.cost.traffic import (
     alltoall_bytes,
     cp_message_bytes,
     dispatch_bytes,
+    dispatches_fp8,
     gathers_layer_params,
     grad_bytes_per_element,
     gradient_buckets,
@@ -118,8 +119,7 @@ class StreamBuilder(OverlappedOps):
     def __init__(self, model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
                  costs: CostModel, *, microbatches: int, hints: RunHints = PLAIN,
                  ) -> None:
-        self.model, self.parallel, self.training, self.costs = (model, parallel, training,
-                                                                 costs)
+        self.model, self.parallel, self.training, self.costs = model, parallel, training, costs
         self.microbatches = microbatches
         self.exclusive_tp = hints.exclusive_tp
         self.dp_apart = hints.dp_apart
@@ -146,6 +146,7 @@ class StreamBuilder(OverlappedOps):
         self.a2a_bytes = alltoall_bytes(model, parallel, local)
         # DeepEP dispatches FP8 (with its scales) under a low-precision run; combines 16-bit.
         self.dispatch_bytes = dispatch_bytes(model, parallel, local, hints.all_to_all)
+        self.fp8_dispatch = dispatches_fp8(hints.all_to_all, training.precision, parallel.ep)
         self.moe_tp_scale = moe_tp_scale(model, parallel)
         # expert_tp between 1 and tp: the routed tokens' collectives on each expert-tensor
         # group, etp consecutive tensor ranks (workloads.strategy.expert_grid).
@@ -454,7 +455,8 @@ class StreamBuilder(OverlappedOps):
         shard = LayerShard(setting.micro_batch, self.seq_len, tp=setting.tp,
                            sequence_parallel=self.split_elementwise, ep=par.ep,
                            layer_index=layer, recompute=mode, expert_tp=par.expert_tp,
-                           recompute_modules=self.training.recompute_modules)
+                           recompute_modules=self.training.recompute_modules,
+                           fp8_dispatch=self.fp8_dispatch)
         duration = self.costs.layer_time_s(cost_pass, self.model, shard)
         # OSDP's split operators: their GEMMs in k slices (workloads.strategy.operator_sharding).
         duration += split_extra_s(par.operator_sharding, self.costs, cost_pass, self.model,

@@ -50,8 +50,9 @@ MLP_OPERATORS = (
     "cast_expert_fc2", "expert_fc2", "cast_mlp_fc1", "mlp_fc1", "mlp_act", "cast_mlp_fc2",
     "mlp_fc2", "mlp_residual", "cast_shared_fc1", "shared_fc1", "shared_act",
     "cast_shared_fc2", "shared_fc2")
-#: A MoE layer's operators that run before its dispatch: the attention block's there.
-GATE_OPERATORS = ("post_attn_norm", "router")
+#: A MoE layer's operators that run before its dispatch (the router, and the FP8 cast of
+#: the tokens a DeepEP dispatch sends): the attention block's there.
+GATE_OPERATORS = ("post_attn_norm", "router", "cast_moe_dispatch")
 #: A MoE layer's token copies around its all-to-alls: the MLP block's.
 TOKEN_COPY_OPERATORS = ("moe_dispatch", "moe_combine")
 _ATTENTION_NAMES = ("attn", "attention", "self_attn")

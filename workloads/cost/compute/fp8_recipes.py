@@ -65,6 +65,7 @@ from distsim_gpu.workloads.strategy.precision import FP8_RECIPES
 __all__ = [
     "BLOCKWISE_SCALE_BYTES_PER_ELEMENT",
     "BLOCKWISE_WGRAD_EFFICIENCY",
+    "DISPATCH_FP8_ELEMENT_BYTES",
     "FP8_RECIPES",
     "FP8_RECIPE_SPECS",
     "MXFP8_CAST_MEMORY_EFFICIENCY",
@@ -84,6 +85,10 @@ _FP32_SCALE_BYTES = 4
 # 128×1 blocks for the weight gradient), each with one fp32 scale per 128 elements.
 BLOCK_ELEMENTS = 128
 BLOCKWISE_SCALE_BYTES_PER_ELEMENT = 2 * _FP32_SCALE_BYTES / BLOCK_ELEMENTS
+#: Bytes per element of the tokens DeepEP's FP8 dispatch sends: one e4m3 byte and one fp32
+#: scale per 128 elements (DeepEP README; DeepSeek-V3 report §3.3.1, 1×128 activation
+#: tiles) — the row-wise copy of the ``blockwise`` recipe.
+DISPATCH_FP8_ELEMENT_BYTES = FP8_BYTES + _FP32_SCALE_BYTES / BLOCK_ELEMENTS
 # Block-scaled weight-gradient GEMM rate over the per-tensor FP8 GEMM's at a like shape.
 # DeepGEMM's dense wgrad kernel (deepseek-ai/DeepGEMM PR #95, table in
 # shared/data/kernels/deepgemm_h800/deepgemm_pr_tables_fp8.csv): median 931 TFLOP/s over
@@ -162,6 +167,10 @@ class Fp8Recipe:
     architectures: tuple[str, ...] = field(default=())
     # Share of the layers, the last ones, whose linear GEMMs stay 16-bit.
     bf16_layer_fraction: float = 0.0
+    # The recipe's row-wise activation copy is the format DeepEP's FP8 dispatch sends
+    # (1×128 blocks with fp32 scales): the tokens a dispatch delivers need only their
+    # column-wise copy.
+    rowwise_is_dispatch_format: bool = False
 
     def cast_bytes(self, elements: float, input_bytes: float) -> float:
         """Bytes a stand-alone cast of ``elements`` 16-bit values moves: its amax read
@@ -184,6 +193,16 @@ class Fp8Recipe:
         """Bytes of the backward ``fp8_transpose`` of a producer-written FP8 tensor."""
         return 2.0 * self.element_bytes * elements
 
+    def dispatched_cast(self, elements: float) -> tuple[float, int]:
+        """Bytes and kernels that make a GEMM input of ``elements`` values a dispatch
+        delivered in FP8 (:data:`DISPATCH_FP8_ELEMENT_BYTES`): under ``blockwise`` the
+        row-wise copy is what arrived, and one kernel writes the column-wise copy (reads
+        one copy, writes the other, each with its scales); any other recipe casts the
+        FP8 tokens again into its own format, as it would 16-bit ones."""
+        if self.rowwise_is_dispatch_format:
+            return elements * (2 * self.element_bytes + self.scale_bytes_per_element), 1
+        return self.cast_bytes(elements, DISPATCH_FP8_ELEMENT_BYTES), self.cast_launches
+
 
 FP8_RECIPE_SPECS: dict[str, Fp8Recipe] = {
     "delayed": Fp8Recipe(
@@ -204,7 +223,8 @@ FP8_RECIPE_SPECS: dict[str, Fp8Recipe] = {
         fuses_into_producer=False, amax_pass=False,
         scale_bytes_per_element=BLOCKWISE_SCALE_BYTES_PER_ELEMENT,
         scale_update_kernel=False, wgrad_efficiency=BLOCKWISE_WGRAD_EFFICIENCY,
-        weight_cast_bytes_per_param=_WEIGHT_CAST_BYTES + _WEIGHT_BLOCK_SCALE_BYTES),
+        weight_cast_bytes_per_param=_WEIGHT_CAST_BYTES + _WEIGHT_BLOCK_SCALE_BYTES,
+        rowwise_is_dispatch_format=True),
     "mxfp8": Fp8Recipe(
         "mxfp8", "Transformer Engine MXFP8BlockScaling (Blackwell): E8M0 scales per 32 "
         "elements, row- and column-wise copies; rates from torchao's B200 kernels",

@@ -57,8 +57,13 @@ scaling, plus block scales under block-wise scaling) unless its producer writes 
 copy itself (a delayed-scaling stack's ``fp8_norm_cast_fusion`` for qkv and fc1,
 ``fp8_activation_cast_fusion`` for fc2: the producer then writes 1 byte per element
 instead of ``a``, and the backward transposes it, ``<gemm>.input_transpose``, 2·T·k
-bytes).  Delayed scaling adds one ``fp8_scale_update`` kernel per layer pass.  The
-attention core, the router, embedding and logits stay in 16 bits.  Backward casts each
+bytes).  A MoE layer whose dispatch sends FP8 (``LayerShard.fp8_dispatch``, DeepEP's)
+casts its Tₑ·h tokens once before it (``cast_moe_dispatch``: read ``a``, write
+DeepEP's 1×128-scaled FP8), and ``cast_expert_fc1`` only makes what the experts' GEMM
+needs of the copies received (:meth:`Fp8Recipe.dispatched_cast`: under ``blockwise`` the
+column-wise copy alone).  Delayed scaling adds one ``fp8_scale_update`` kernel per
+layer pass.  The attention core, the router, embedding and logits stay in 16 bits.
+Backward casts each
 FP8 GEMM's output gradient (``<gemm>.grad_cast``, E5M2, with its transpose: the same
 cast bytes over T·n elements); a block-scaled weight gradient runs at the recipe's
 ``wgrad_efficiency`` of the FP8 rate (``Operator.efficiency_factor``).
@@ -91,6 +96,7 @@ from dataclasses import dataclass, replace
 
 from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.workloads.cost.compute.fp8_recipes import DISPATCH_FP8_ELEMENT_BYTES
 from distsim_gpu.workloads.cost.compute.stacks import DEFAULT_STACK, STACKS, Stack
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
@@ -435,6 +441,7 @@ class _Shape:
         b, s, tp, sp = shard.micro_batch, shard.seq_len, shard.tp, shard.sequence_parallel
         self.model, self.b, self.s, self.tp, self.ab = model, b, s, tp, ab
         self.stack, self.fp8 = stack, fp8
+        self.fp8_dispatch = fp8 and shard.fp8_dispatch
         self.tokens = b * s
         self.tokens_ew = self.tokens / tp if sp else float(self.tokens)
         self.heads_local = model.heads // tp
@@ -622,12 +629,21 @@ class _Shape:
         f_local = model.ffn_hidden // etp
         up_width = (2 if model.gated_mlp else 1) * f_local
         grouped = self.stack.grouped_gemm and local_experts > 1
+        fc1 = self.linear("expert_fc1", per_expert, up_width, h, bias=model.mlp_bias,
+                          count=local_experts, grouped=grouped)
+        gate = [gemm("router", (tokens, model.experts, h), ab, ab)]
+        if self.fp8_dispatch:  # cast once before the dispatch, not each copy after it
+            gate.append(elementwise(
+                "cast_moe_dispatch", self.tokens_ew * h * (ab + DISPATCH_FP8_ELEMENT_BYTES),
+                bwd_bytes_factor=0.0, cast=True))
+            moved, launches = self.stack.fp8.dispatched_cast(per_expert * h)
+            assert fc1[0].cast  # an FP8 GEMM's stand-alone input cast comes first
+            fc1[0] = replace(fc1[0], bytes_moved=moved, launches=launches)
         return [
-            gemm("router", (tokens, model.experts, h), ab, ab),
+            *gate,
             elementwise("moe_dispatch", (tokens + tokens * model.top_k) * h * ab,
                         bwd_bytes_factor=1.0),
-            *self.linear("expert_fc1", per_expert, up_width, h, bias=model.mlp_bias,
-                         count=local_experts, grouped=grouped),
+            *fc1,
             self.activation("expert_act", per_expert, local_experts, f_local=f_local),
             *self.linear("expert_fc2", per_expert, h, f_local, bias=model.mlp_bias,
                          count=local_experts, grouped=grouped),
