@@ -1,6 +1,7 @@
 """Megatron-Core's fine-grained selective recomputation (``training.recompute_modules``):
 the list as configured, what each submodule stops keeping (closed forms per activation
-term), which operators the recompute pass runs, its collectives, and an iteration."""
+term), which operators the recompute pass runs, which of the layer's calls each pass runs again,
+its collectives, and an iteration."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ from distsim_gpu.workloads.iteration.ops import Collective, Compute
 from distsim_gpu.workloads.iteration.streams import StreamBuilder
 from distsim_gpu.workloads.specs.gpus import get_gpu
 from distsim_gpu.workloads.specs.models import get_model, model_from_mapping
+from distsim_gpu.workloads.specs.recompute import SAVED_COLLECTIVES
 from distsim_gpu.workloads.specs.recompute_modules import (
     RECOMPUTE_MODULES,
+    PassCommunication,
+    pass_communication,
     recompute_modules_from,
 )
 from distsim_gpu.workloads.strategy.parallel import (
@@ -467,3 +471,31 @@ def test_a_recomputed_moe_layer_under_halves_exchanges_by_halves():
     assert [what for _, what, _ in calls] == ["dispatch A", "dispatch B", "combine A",
                                               "combine B"]
     assert [size for _, _, size in calls] == [whole[0][2] / 2] * 2 + [whole[1][2] / 2] * 2
+
+
+@pytest.mark.parametrize(("pass_", "mode", "modules", "moe_layer", "expected"), [
+    # Forward, backward and a full recompute run every call of the layer.
+    ("fwd", "selective", ("moe",), True, PassCommunication(full=True)),
+    ("bwd", "op", (), False, PassCommunication(full=True)),
+    ("recompute", "full", (), True, PassCommunication(full=True)),
+    # torchtitan's op policy keeps reduce-scatters and all-to-alls, re-gathers, no ring.
+    ("recompute", "op", (), True, PassCommunication(full=False, op_sac=True, ring=False)),
+    # Megatron-Core's modules: each re-runs its own calls, and only in layers that have it.
+    ("recompute", "selective", ("layernorm",), True, PassCommunication(full=False,
+                                                                       ring=False)),
+    ("recompute", "selective", ("core_attn",), True, PassCommunication(full=False)),
+    ("recompute", "selective", ("mlp",), False, PassCommunication(full=False, ring=False,
+                                                                  mlp=True)),
+    ("recompute", "selective", ("mlp",), True, PassCommunication(full=False, ring=False)),
+    ("recompute", "selective", ("moe", "shared_experts"), True,
+     PassCommunication(full=False, ring=False, moe=True)),
+    ("recompute", "selective", ("shared_experts",), True,
+     PassCommunication(full=False, ring=False, shared_experts=True)),
+    ("recompute", "selective", ("moe", "shared_experts"), False,
+     PassCommunication(full=False, ring=False)),
+])
+def test_what_a_pass_runs_of_its_layers_communication(pass_, mode, modules, moe_layer,
+                                                      expected):
+    comm = pass_communication(pass_, mode, modules, moe_layer)
+    assert comm == expected
+    assert comm.saved == (SAVED_COLLECTIVES if comm.op_sac else frozenset())

@@ -88,8 +88,8 @@ from distsim_gpu.workloads.iteration.overlaps import OverlappedOps
 from distsim_gpu.workloads.iteration.run_hints import PLAIN, RunHints
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
-from distsim_gpu.workloads.specs.recompute import SAVED_COLLECTIVES
 from distsim_gpu.workloads.specs.recompute import table_pass as recompute_table_pass
+from distsim_gpu.workloads.specs.recompute_modules import PassCommunication, pass_communication
 from distsim_gpu.workloads.strategy.dimensions import async_handle
 from distsim_gpu.workloads.strategy.fb_pairs import Pair, Unit, paired_programs
 from distsim_gpu.workloads.strategy.layer_groups import (
@@ -143,22 +143,8 @@ class StreamBuilder(OverlappedOps):
             element_bytes=activation_bytes_per_element(training.precision))
         self.split_elementwise = parallel.sequence_parallel or mesh is not None
         self.p2p_bytes = pipeline_message_bytes(model, parallel, local)
-        self.a2a_bytes = alltoall_bytes(model, parallel, local)
-        # DeepEP dispatches FP8 (with its scales) under a low-precision run; combines 16-bit.
-        self.dispatch_bytes = dispatch_bytes(model, parallel, local, hints.all_to_all)
-        self.fp8_dispatch = dispatches_fp8(hints.all_to_all, training.precision, parallel.ep)
-        self.moe_tp_scale = moe_tp_scale(model, parallel)
-        # expert_tp between 1 and tp: the routed tokens' collectives on each expert-tensor
-        # group, etp consecutive tensor ranks (workloads.strategy.expert_grid).
-        etp = parallel.etp
-        self.expert_tp_groups = (tuple(tuple(range(g, g + etp))
-                                       for g in range(0, parallel.tp, etp))
-                                 if 1 < etp < parallel.tp else None)
+        self._moe_exchange(local, hints.all_to_all)
         self.cp_bytes = cp_message_bytes(model, parallel, training)
-        # Skewed routing: every EP rank's experts run at the pace of the most loaded one
-        # (workloads.specs.moe_routing; 1 for a uniform, dropless router).
-        self.moe_pace = moe_pace(model.moe, experts=model.experts, top_k=model.top_k,
-                                 ep=parallel.ep)
         self._passes: dict[tuple[int, int, str, bool, bool], tuple[Op, ...]] = {}
         # Per-layer strategies (workloads.strategy.layer_groups): each layer's tp, share of the
         # micro-batch and recompute; None when every layer runs as the strategy says.
@@ -180,6 +166,25 @@ class StreamBuilder(OverlappedOps):
         self.rs_stretch = (gemm_stretch(roofline_of(costs).gpu.sm_count,
                                         parallel.tp_comm_overlap_sms)
                            if self.tp_overlap else 1.0)
+
+    def _moe_exchange(self, local: TrainingConfig, all_to_all: str) -> None:
+        """The sizes of a MoE layer's exchanges (``local``: a rank's share of the batch)."""
+        model, parallel = self.model, self.parallel
+        self.a2a_bytes = alltoall_bytes(model, parallel, local)
+        # DeepEP dispatches FP8 (with its scales) under a low-precision run; combines 16-bit.
+        self.dispatch_bytes = dispatch_bytes(model, parallel, local, all_to_all)
+        self.fp8_dispatch = dispatches_fp8(all_to_all, local.precision, parallel.ep)
+        self.moe_tp_scale = moe_tp_scale(model, parallel)
+        # expert_tp between 1 and tp: the routed tokens' collectives on each expert-tensor
+        # group, etp consecutive tensor ranks (workloads.strategy.expert_grid).
+        etp = parallel.etp
+        self.expert_tp_groups = (tuple(tuple(range(g, g + etp))
+                                       for g in range(0, parallel.tp, etp))
+                                 if 1 < etp < parallel.tp else None)
+        # Skewed routing: every EP rank's experts run at the pace of the most loaded one
+        # (workloads.specs.moe_routing; 1 for a uniform, dropless router).
+        self.moe_pace = moe_pace(model.moe, experts=model.experts, top_k=model.top_k,
+                                 ep=parallel.ep)
 
     # ----------------------------------------------------------------- a stage
     def stage_stream(self, stage: int) -> list[Op]:
@@ -396,32 +401,19 @@ class StreamBuilder(OverlappedOps):
         kind = "moe_layer" if model.is_moe_layer(layer) else "transformer_layer"
         table_pass = recompute_table_pass(mode) if pass_ == "recompute" else cost_pass
         moe = model.is_moe_layer(layer) and par.ep > 1
-        with_comm = pass_ != "recompute" or setting.recompute == "full"
-        # torchtitan's per-op checkpointing keeps the reduce-scatters' (and all-to-alls')
-        # outputs and core attention: its recompute runs only the TP all-gathers (or
-        # all-reduces) again, their inputs being recomputed (workloads.specs.recompute).
-        op_sac = pass_ == "recompute" and setting.recompute == "op"
-        saved = SAVED_COLLECTIVES if op_sac else frozenset()
+        # What this pass runs of the layer's communication (all of it but in a partial
+        # recompute: workloads.specs.recompute_modules).
+        comm = pass_communication(pass_, setting.recompute, self.training.recompute_modules,
+                                  model.is_moe_layer(layer))
         args = (kind, table_pass, layer)
         # Context parallelism and layer groups are refused with it (check_strategy); an
         # MoE layer keeps its collectives around the experts' all-to-alls.
-        if self.tp_overlap and with_comm and not op_sac and not model.is_moe_layer(layer):
+        if self.tp_overlap and comm.full and not model.is_moe_layer(layer):
             self._overlapped_tp_layer(ops, pass_, shard, (duration, label, args), fold)
             return
         # A skewed router's MLP runs half the layer at the slowest EP rank's pace.
         extra = (self.moe_pace - 1) * duration / 2 if model.is_moe_layer(layer) else 0.0
-        # Megatron-Core's selective submodules: core attention (the CP ring) and a dense
-        # MLP (its TP collectives) re-run only when named (workloads.specs.recompute_modules).
-        selected = self.training.recompute_modules if (
-            pass_ == "recompute" and mode == "selective") else None
-        ring = not op_sac and (selected is None or "core_attn" in selected)
-        mlp_rerun = selected is not None and "mlp" in selected and not model.is_moe_layer(layer)
-        # A recomputed MoE layer dispatches and combines again, its MLP block's TP
-        # collectives with it; recomputed shared experts gather and scatter again.
-        moe_rerun = selected is not None and "moe" in selected and model.is_moe_layer(layer)
-        shared_rerun = (selected is not None and "shared_experts" in selected
-                        and model.is_moe_layer(layer) and not moe_rerun)
-        if par.cp > 1 and ring:
+        if par.cp > 1 and comm.ring:
             attention = self._cp_attention(ops, cost_pass, duration, label, args, mode)
             mlp = attention + extra * (2 * attention / duration if duration else 0.0)
         elif not weights:  # each block's input-gradient share, the router's skew with it
@@ -431,20 +423,28 @@ class StreamBuilder(OverlappedOps):
             attention = duration * self._attention_share(cost_pass, shard)
             mlp = duration - attention + extra
             ops.append(Compute(attention, f"{label} attention", *args))
-        if moe and with_comm and par.moe_overlap:
+        if moe and comm.full and par.moe_overlap:
             ops.pop()  # the attention, split in two below
             self._overlapped_moe(ops, label, (attention, mlp), args, fold, pass_)
             return
-        if with_comm or op_sac:
+        self._block_ops(ops, comm, (label, fold, pass_), mlp, args, moe)
+
+    def _block_ops(self, ops: list[Op], comm: PassCommunication, where: tuple[str, bool, str],
+                   mlp: float, args: tuple[str, str, int], moe: bool) -> None:
+        """After a layer pass's attention block (``where``: its label, fold and pass): the
+        communication ``comm`` says the pass runs around the MLP block of ``mlp`` s."""
+        label, fold, pass_ = where
+        setting, saved = self._setting(args[2]), comm.saved
+        if comm.full or comm.op_sac:
             self._tp_ops(ops, f"{label} attention", fold, pass_, "attention", setting, saved)
-        if moe and (with_comm or moe_rerun):
+        if moe and (comm.full or comm.moe):
             self._exchange(ops, "dispatch", label)
         ops.append(Compute(mlp, f"{label} mlp", *args))
-        if moe and (with_comm or moe_rerun):
+        if moe and (comm.full or comm.moe):
             self._exchange(ops, "combine", label)
-        if with_comm or op_sac or mlp_rerun or moe_rerun:
+        if comm.full or comm.op_sac or comm.mlp or comm.moe:
             self._tp_ops(ops, f"{label} mlp", fold, pass_, "mlp", setting, saved, moe=moe)
-        elif shared_rerun:  # a dense MLP's gather and scatter, on the whole TP group
+        elif comm.shared_experts:  # a dense MLP's gather and scatter, on the whole TP group
             self._tp_ops(ops, f"{label} shared experts", fold, pass_, "mlp", setting, saved)
 
     def _layer_cost(self, cost_pass: str, layer: int, mode: str = "full",

@@ -46,16 +46,20 @@ norm is fused).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.workloads.specs.recompute import SAVED_COLLECTIVES
 
 __all__ = [
     "CORE_ATTENTION_KERNELS",
     "DEFAULT_RECOMPUTE_MODULES",
     "RECOMPUTE_MODULES",
+    "PassCommunication",
     "check_recompute_modules",
     "is_recomputed",
+    "pass_communication",
     "recompute_modules_from",
     "recomputed_operators",
     "recomputes_communication",
@@ -178,3 +182,44 @@ def is_recomputed(operator_name: str, names: frozenset[str]) -> bool:
     """Whether forward operator ``operator_name`` is one of ``names`` or the FP8 input
     cast of one (``cast_<gemm>``)."""
     return operator_name in names or operator_name.removeprefix("cast_") in names
+
+
+@dataclass(frozen=True, slots=True)
+class PassCommunication:
+    """Which of a layer's communication one of its passes runs.
+
+    ``full``: all of it (a forward, a backward, a ``full`` recompute).  ``op_sac``:
+    torchtitan's per-op recompute, which keeps the reduce-scatters' and all-to-alls'
+    outputs (``saved``) and runs only the TP all-gathers again.  A ``selective`` recompute
+    runs what its modules re-run: the CP ring with core attention (``ring``), a dense
+    MLP's TP collectives (``mlp``), a MoE layer's all-to-alls and its MLP block's TP
+    collectives (``moe``), or the shared experts' gather and scatter (``shared_experts``).
+    """
+
+    full: bool
+    op_sac: bool = False
+    ring: bool = True
+    mlp: bool = False
+    moe: bool = False
+    shared_experts: bool = False
+
+    @property
+    def saved(self) -> frozenset[str]:
+        """The collectives whose outputs the pass keeps rather than runs again."""
+        return SAVED_COLLECTIVES if self.op_sac else frozenset()
+
+
+def pass_communication(pass_: str, recompute: str, modules: Sequence[str],
+                       moe_layer: bool) -> PassCommunication:
+    """What pass ``pass_`` (``fwd``, ``bwd``, ``recompute``) of a layer recomputed as
+    ``recompute`` with ``modules`` (a ``selective`` one's) runs of its communication."""
+    if pass_ != "recompute" or recompute == "full":
+        return PassCommunication(full=True)
+    if recompute == "op":
+        return PassCommunication(full=False, op_sac=True, ring=False)
+    selected = modules if recompute == "selective" else ()
+    moe = moe_layer and "moe" in selected
+    return PassCommunication(
+        full=False, ring="core_attn" in selected,
+        mlp="mlp" in selected and not moe_layer, moe=moe,
+        shared_experts=moe_layer and "shared_experts" in selected and not moe)
