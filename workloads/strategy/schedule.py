@@ -192,58 +192,76 @@ def deepseek_v_program(pp: int, m: int, stage: int) -> tuple[list[Step], list[in
     order of DualPipe's ``WeightGradStore`` queue)."""
     if m < 2 * pp:  # a caller's mistake: the main part would run a negative count
         raise ValueError(f"DualPipeV's order needs m >= 2·pp micro-batches, got m {m}, pp {pp}")
-    taken = {("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0}
-    steps: list[Step] = []
-    pairs: list[int] = []
-    deferred: deque[Step] = deque()
-
-    def run(*kinds: tuple[str, int]) -> None:
-        if len(kinds) == 2:
-            pairs.append(len(steps))
-        for pass_, chunk in kinds:
-            if pass_ == "W":
-                steps.append(("W", *deferred.popleft()[1:]))
-                continue
-            counter = ("F" if pass_ == "F" else "B", chunk)
-            steps.append((pass_, taken[counter], chunk))
-            taken[counter] += 1
-            if pass_ == "I":
-                deferred.append(steps[-1])
-
+    order = _StepOrder()
     rest = pp - stage - 1
-    for _ in range(2 * rest):
-        run(("F", 0))
-    for _ in range(stage + 1):
-        run(("F", 0))
-        run(("F", 1))
-    for _ in range(rest):
-        run(("I", 1))
-        run(("W", 1))
-        run(("F", 1))
+    _dualpipev_warm_up(order, rest, stage)
     for i in range(m - 2 * pp + stage + 1):
         if i == 0 and stage == pp - 1:
-            run(("F", 0))
-            run(("B", 1))
+            order.run(("F", 0))
+            order.run(("B", 1))
         else:
-            run(("F", 0), ("B", 1))
-        run(("F", 1), ("B", 0))
+            order.run(("F", 0), ("B", 1))
+        order.run(("F", 1), ("B", 0))
+    _dualpipev_cool_down(order, rest, stage)
+    if order.deferred:  # DualPipe asserts its queue is empty here
+        raise SimulationError(f"DualPipeV's order left {len(order.deferred)} weight passes")
+    return order.steps, order.pairs
+
+
+class _StepOrder:
+    """A stage's passes as they are appended: each kind of pass takes its chunk's
+    micro-batches in order, a ``W`` the weight gradients of the oldest ``I`` waiting."""
+
+    def __init__(self) -> None:
+        self.taken = {("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0}
+        self.steps: list[Step] = []
+        self.pairs: list[int] = []  # where each forward-backward pair starts
+        self.deferred: deque[Step] = deque()
+
+    def run(self, *kinds: tuple[str, int]) -> None:
+        """Append one pass, or two as a pair."""
+        if len(kinds) == 2:
+            self.pairs.append(len(self.steps))
+        for pass_, chunk in kinds:
+            if pass_ == "W":
+                self.steps.append(("W", *self.deferred.popleft()[1:]))
+                continue
+            counter = ("F" if pass_ == "F" else "B", chunk)
+            self.steps.append((pass_, self.taken[counter], chunk))
+            self.taken[counter] += 1
+            if pass_ == "I":
+                self.deferred.append(self.steps[-1])
+
+
+def _dualpipev_warm_up(order: _StepOrder, rest: int, stage: int) -> None:
+    """Steps 1–3 of :func:`deepseek_v_program` (``rest``: the stages after ``stage``)."""
+    for _ in range(2 * rest):
+        order.run(("F", 0))
+    for _ in range(stage + 1):
+        order.run(("F", 0))
+        order.run(("F", 1))
     for _ in range(rest):
-        run(("B", 1))
-        run(("F", 1), ("B", 0))
+        order.run(("I", 1))
+        order.run(("W", 1))
+        order.run(("F", 1))
+
+
+def _dualpipev_cool_down(order: _StepOrder, rest: int, stage: int) -> None:
+    """Steps 5–8 of :func:`deepseek_v_program`."""
+    for _ in range(rest):
+        order.run(("B", 1))
+        order.run(("F", 1), ("B", 0))
     split = False
     for i in range(stage + 1):
         split = split or (i == (stage + 1) // 2 and stage % 2 == 1)
-        run(("I" if split else "B", 1))
+        order.run(("I" if split else "B", 1))
         split = split or (i == (stage + 1) // 2 and stage % 2 == 0)
-        run(("I" if split else "B", 0))
+        order.run(("I" if split else "B", 0))
     for _ in range(rest):
-        run(("W", 0))
-        run(("I", 0))
+        order.run(("W", 0))
+        order.run(("I", 0))
     for _ in range(stage + 1):
-        run(("W", 0))
-    if deferred:  # DualPipe asserts its queue is empty here
-        raise SimulationError(f"DualPipeV's order left {len(deferred)} weight passes")
-    return steps, pairs
+        order.run(("W", 0))
 
 
 def v_list_schedule(pp: int, m: int, *, paired: bool = False,
