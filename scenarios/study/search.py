@@ -9,8 +9,11 @@ prunes what cannot run or cannot win, simulates the rest and reports the best ``
 
 * ``tp`` divides the GPUs per node and the attention heads [all such];
 * ``pp``: with ``partition: uniform`` a divisor of the layers, with ``embedding`` any
-  ``pp`` ≤ layers [all such]; ``tp·pp`` must divide the GPU count, ``dp = GPUs/(tp·pp)``;
-* ``ep`` (MoE models only) divides the experts and ``dp`` [all such]; 1 for dense models;
+  ``pp`` ≤ layers [all such]; ``tp·pp·cp`` must divide the GPU count,
+  ``dp = GPUs/(tp·pp·cp)``;
+* ``cp`` [1] (a value > 1 needs ``seq_len`` divisible by ``2·cp``);
+* ``ep`` (MoE models only) divides the experts and ``cp·dp``, the ranks Megatron-Core
+  folds the expert groups over [all such]; 1 for dense models;
 * ``micro_batch`` divides ``global_batch/dp`` [1, 2, 4, 8];
 * ``schedule`` [1f1b, gpipe, interleaved]; interleaved only with ``pp`` ≥ 2, once per
   ``interleave`` [2, 4];

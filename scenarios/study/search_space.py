@@ -143,7 +143,6 @@ def enumerate_strategies(scenario: Scenario, *,
     axes = _space(space)
     model, n = scenario.model, scenario.num_gpus
     gpn = gpus_per_node(scenario)
-    global_batch = scenario.training.global_batch
 
     def allowed(key: str, value: Any) -> bool:
         values = axes[key]
@@ -154,52 +153,65 @@ def enumerate_strategies(scenario: Scenario, *,
         pps = _divisors(model.layers)
     else:
         pps = list(range(1, model.layers + 1))
+    out: list[Strategy] = []
+    seen: set[tuple[Any, ...]] = set()
+    seq_len = scenario.training.seq_len or model.seq_len
+    cps = [c for c in axes["cp"] or () if c == 1 or seq_len % (2 * c) == 0]
+    for tp, cp, pp in itertools.product(tps, cps, pps):
+        if n % (tp * pp * cp) or not allowed("pp", pp):
+            continue
+        dp = n // (tp * pp * cp)
+        # Megatron-Core folds the expert groups over cp·dp (the experts' tp the dense one).
+        eps = ([e for e in _divisors(model.experts) if (cp * dp) % e == 0]
+               if model.experts > 1 else [1])
+        for ep, mb, (schedule, interleave), zero, recompute, sp, order in itertools.product(
+                [e for e in eps if allowed("ep", e)], axes["micro_batch"] or (),
+                _schedules(axes), axes["zero"] or (), axes["recompute"] or (),
+                axes["sequence_parallel"] or (), axes["order"] or ()):
+            combo = {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "cp": cp, "micro_batch": mb,
+                     "schedule": schedule, "interleave": interleave, "zero": zero,
+                     "recompute": recompute, "sequence_parallel": bool(sp), "order": order}
+            if not _is_candidate(scenario.training.global_batch, gpn, combo):
+                continue
+            # One stage has no pipeline to schedule: gpipe and 1f1b at pp 1 run the
+            # same iteration, so only the first of them is a candidate.
+            effective = tuple({**combo, "schedule": schedule if pp > 1 else None}.values())
+            if effective in seen:
+                continue
+            seen.add(effective)
+            out.append(Strategy.on(scenario, **combo))
+    return out
+
+
+def _schedules(axes: Mapping[str, tuple[Any, ...] | None]) -> list[tuple[str, int]]:
+    """The (schedule, interleave) pairs of the space: interleaved once per interleave."""
     schedules: list[tuple[str, int]] = []
     for name in axes["schedule"] or ():
         if name == "interleaved":
             schedules += [(name, v) for v in axes["interleave"] or ()]
         else:
             schedules.append((str(name), 1))
-    out: list[Strategy] = []
-    seen: set[tuple[Any, ...]] = set()
-    seq_len = scenario.training.seq_len or model.seq_len
-    cps = [c for c in axes["cp"] or () if c == 1 or seq_len % (2 * c) == 0]
-    for tp, cp in itertools.product(tps, cps):
-        for pp in pps:
-            if n % (tp * pp * cp) or not allowed("pp", pp):
-                continue
-            dp = n // (tp * pp * cp)
-            eps = ([e for e in _divisors(model.experts) if dp % e == 0]
-                   if model.experts > 1 and cp == 1 else [1])
-            for ep, mb, (schedule, interleave), zero, recompute, sp, order in itertools.product(
-                    [e for e in eps if allowed("ep", e)], axes["micro_batch"] or (),
-                    schedules, axes["zero"] or (), axes["recompute"] or (),
-                    axes["sequence_parallel"] or (), axes["order"] or ()):
-                if global_batch % dp or (global_batch // dp) % mb:
-                    continue
-                if schedule == "interleaved" and pp < 2:
-                    continue
-                if (zero and dp == 1) or (zero == 3 and pp > 1):
-                    continue
-                if sp and tp == 1:
-                    continue
-                if order != "tp-dp-pp" and (tp == 1 or dp == 1 or gpn % (tp * cp * dp) == 0):
-                    # another order moves nothing where a replica's whole tp·cp·dp block
-                    # sits inside one NVLink domain either way: only orders that change
-                    # which GPUs share a domain are candidates
-                    continue
-                # One stage has no pipeline to schedule: gpipe and 1f1b at pp 1 run the
-                # same iteration, so only the first of them is a candidate.
-                effective = (tp, pp, dp, ep, cp, mb, schedule if pp > 1 else None,
-                             interleave, zero, recompute, bool(sp), order)
-                if effective in seen:
-                    continue
-                seen.add(effective)
-                out.append(Strategy.on(scenario, tp=tp, pp=pp, dp=dp, ep=ep, cp=cp,
-                                       micro_batch=mb, schedule=schedule,
-                                       interleave=interleave, zero=zero, recompute=recompute,
-                                       sequence_parallel=bool(sp), order=order))
-    return out
+    return schedules
+
+
+def _is_candidate(global_batch: int, gpn: int, combo: Mapping[str, Any]) -> bool:
+    """Whether a combination of the axes is worth a candidate (the rules of
+    :mod:`.search`; ``gpn``: GPUs per node)."""
+    tp, pp, dp, cp, mb = (combo[k] for k in ("tp", "pp", "dp", "cp", "micro_batch"))
+    schedule, zero, sp, order = (combo[k] for k in ("schedule", "zero", "sequence_parallel",
+                                                     "order"))
+    if global_batch % dp or (global_batch // dp) % mb:
+        return False
+    if schedule == "interleaved" and pp < 2:
+        return False
+    if (zero and dp == 1) or (zero == 3 and pp > 1):
+        return False
+    if sp and tp == 1:
+        return False
+    # Another order moves nothing where a replica's whole tp·cp·dp block sits inside one
+    # NVLink domain either way: only orders that change which GPUs share a domain are
+    # candidates.
+    return order == "tp-dp-pp" or not (tp == 1 or dp == 1 or gpn % (tp * cp * dp) == 0)
 
 
 def with_strategy(scenario: Scenario, strategy: Strategy, *, name: str | None = None,

@@ -261,6 +261,28 @@ def test_the_search_enumerates_cp_when_asked(tiny) -> None:
     assert "cp2" in with_cp_label
 
 
+def test_the_search_folds_experts_over_cp_and_dp(tiny) -> None:
+    """Megatron-Core folds the expert groups over cp·dp: with cp 2 the search tries every
+    ep dividing the experts and cp·dp — ep 2 where dp is 1 — and each candidate checks."""
+    from distsim_gpu.scenarios.scenario import scenario_from_mapping
+    from distsim_gpu.scenarios.study.search import enumerate_strategies
+    from distsim_gpu.workloads.strategy.parallel import check_strategy
+    data = tiny()
+    data["model"].update({"experts": 4, "top_k": 2})
+    scenario = scenario_from_mapping(data)
+    found = [s.parallel for s in enumerate_strategies(
+        scenario, space={"cp": [2], "micro_batch": [1], "zero": [0], "recompute": ["none"],
+                         "schedule": ["1f1b"], "sequence_parallel": [False],
+                         "order": ["tp-dp-pp"]})]
+    assert found and all(p.cp == 2 for p in found)
+    assert {(p.ep, p.dp) for p in found if p.tp * p.pp == 4} == {(1, 1), (2, 1)}
+    for p in found:
+        assert (p.cp * p.dp) % p.ep == 0 and 4 % p.ep == 0
+    assert any(p.ep > p.dp for p in found)  # refused before EP ran with CP
+    check_strategy(scenario.model, next(p for p in found if p.ep > p.dp),
+                   scenario.training, num_gpus=scenario.num_gpus)
+
+
 def test_the_lower_bound_stays_below_a_cp_iteration(tiny) -> None:
     from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
     from distsim_gpu.scenarios.study.search import iteration_bounds
