@@ -32,6 +32,20 @@ PUBLISHED_TOTALS = [
     ("mixtral-8x22b", 141e9, "Mistral AI, Mixtral 8x22B announcement (141B)"),
     ("qwen3-235b-a22b", 235e9, "Qwen3 Technical Report (arXiv 2505.09388), Table 2"),
     ("gpt-oss-120b", 116.83e9, "OpenAI gpt-oss model card, Table 1 (116.83B)"),
+    ("qwen3-30b-a3b", 30.5e9, "Qwen3-30B-A3B model card (30.5B)"),
+    ("llama4-scout", 109e9, "Meta Llama 4 model card (109B with the vision encoder)"),
+    ("llama4-maverick", 400e9, "Meta Llama 4 model card (400B)"),
+    ("kimi-k2", 1.04e12, "Kimi K2 report (arXiv 2507.20534): 1.04 trillion"),
+]
+
+# (preset, published activated parameters per token, source).  Tolerance 3 %.
+PUBLISHED_ACTIVE = [
+    ("deepseek-v3", 37e9, "DeepSeek-V3 technical report, §4.2 (37B)"),
+    ("qwen3-30b-a3b", 3.3e9, "Qwen3-30B-A3B model card (3.3B)"),
+    ("qwen3-235b-a22b", 22e9, "Qwen3 Technical Report, Table 2 (22B)"),
+    ("llama4-scout", 17e9, "Meta Llama 4 model card (17B)"),
+    ("llama4-maverick", 17e9, "Meta Llama 4 model card (17B)"),
+    ("kimi-k2", 32e9, "Kimi K2 report: 32 billion activated"),
 ]
 
 # Exact counts of the released checkpoints (Hugging Face model cards / configs); our
@@ -91,6 +105,26 @@ def test_bert_large_matches_hf_bertmodel_within_half_percent():
     # HF BertModel (bert-large-uncased): 335,141,888, incl. token types and the pooler
     # (~1.05M) that we do not model.
     assert get_model("bert-large").total_params() == pytest.approx(335_141_888, rel=0.005)
+
+
+@pytest.mark.parametrize(("preset", "published", "source"), PUBLISHED_ACTIVE)
+def test_active_params_match_published(preset, published, source):
+    assert get_model(preset).active_params() == pytest.approx(published, rel=0.03), source
+
+
+def test_maverick_alternates_dense_and_moe_layers():
+    """Llama 4 Maverick: experts in layers 1, 3, 5, ... (interleave_moe_layer_step 2), dense
+    SwiGLU layers of 16384 between them; each MoE layer 128 routed experts of 8192 and a
+    shared one: 3·h·f (SwiGLU) each, and the router's h·E."""
+    model = get_model("llama4-maverick")
+    assert [model.is_moe_layer(i) for i in range(6)] == [False, True] * 3
+    assert [model.mlp_width(i) for i in range(2)] == [16384, 8192]
+    h = 5120
+    attention = 2 * h * h + 2 * h * 8 * 128 + 2 * h  # Q, O; K, V of 8 heads; two norms
+    dense = 3 * h * 16384
+    moe = (128 + 1) * 3 * h * 8192 + h * 128
+    embeddings = 2 * 202048 * h + h  # untied input and output, final norm
+    assert model.total_params() == 48 * attention + 24 * (dense + moe) + embeddings
 
 
 def test_mixtral_active_params():
