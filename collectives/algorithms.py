@@ -179,17 +179,7 @@ def build_plan(
     ``ll``, ``ll128``, ``simple``.  ``root`` is the broadcast/reduce root (default: the
     first GPU of the group), ``peer`` the destination of a ``p2p`` send from ``group[0]``.
     """
-    check_choice(op, OPS, key="op", what="collective")
-    # NVLS, CollNet and PXN plans are built by collectives.catalog (its build_plan).
-    check_choice(algorithm, ("ring", "tree"), key="algorithm")
-    if algorithm == "tree" and op != "all_reduce":
-        raise ConfigError(f"the tree algorithm implements all_reduce only, not {op}",
-                          hint="use algorithm ring or auto")
-    gpus = list(dict.fromkeys(group))
-    if len(gpus) != len(group):
-        raise ConfigError("a collective group names a GPU twice", hint=f"group: {list(group)}")
-    for gpu in gpus:
-        topo.node_of(gpu)  # raises for an unknown GPU
+    gpus = _checked_gpus(topo, group, op, algorithm)
     n = len(gpus)
     b = _Builder(topo, params, algorithm, protocol)
     base = params.base_latency_s["tree" if algorithm == "tree" else "ring"][protocol]
@@ -213,23 +203,52 @@ def build_plan(
     if op == "alltoall":
         return plan([_alltoall_step(b, gpus)], 1)
     if op == "sendrecv":
-        streams = {}
-        latency = 0.0
-        ordered = sorted(gpus, key=topo.rank_of)
-        for i, src in enumerate(ordered):
-            route = b.route(src, ordered[(i + 1) % n], None)
-            b.add(streams, route)
-            latency = max(latency, b.hop_latency_s(route))
-        return plan([StepShape(streams, 1.0, latency)], 1)
+        return plan([_sendrecv_step(b, gpus)], 1)
     if algorithm == "tree":
         return _tree_plan(b, gpus, params, plan)
     channels = ring_channels(topo, gpus, params.max_channels)
     if op in ("broadcast", "reduce"):
         return plan([_chain_step(b, channels, root or gpus[0], towards_root=op == "reduce")],
                     len(channels))
+    return plan([_ring_step(b, gpus, channels, op)], len(channels))
+
+
+def _checked_gpus(topo: Topology, group: Sequence[str], op: str, algorithm: str) -> list[str]:
+    """``op`` and ``algorithm`` checked; ``group``'s GPUs, each known and named once."""
+    check_choice(op, OPS, key="op", what="collective")
+    # NVLS, CollNet and PXN plans are built by collectives.catalog (its build_plan).
+    check_choice(algorithm, ("ring", "tree"), key="algorithm")
+    if algorithm == "tree" and op != "all_reduce":
+        raise ConfigError(f"the tree algorithm implements all_reduce only, not {op}",
+                          hint="use algorithm ring or auto")
+    gpus = list(dict.fromkeys(group))
+    if len(gpus) != len(group):
+        raise ConfigError("a collective group names a GPU twice", hint=f"group: {list(group)}")
+    for gpu in gpus:
+        topo.node_of(gpu)  # raises for an unknown GPU
+    return gpus
+
+
+def _sendrecv_step(b: _Builder, gpus: list[str]) -> StepShape:
+    """Every rank sends the full size to the next in rank order, all at once."""
+    n = len(gpus)
+    streams: dict[LinkId, float] = {}
+    latency = 0.0
+    ordered = sorted(gpus, key=b.topo.rank_of)
+    for i, src in enumerate(ordered):
+        route = b.route(src, ordered[(i + 1) % n], None)
+        b.add(streams, route)
+        latency = max(latency, b.hop_latency_s(route))
+    return StepShape(streams, 1.0, latency)
+
+
+def _ring_step(b: _Builder, gpus: list[str], channels: list[Channel], op: str) -> StepShape:
+    """Ring all-reduce, reduce-scatter or all-gather: one step, repeated n-1 times a pass."""
+    topo = b.topo
+    n = len(gpus)
     passes = 2 if op == "all_reduce" else 1
     steps_per_pass = n - 1
-    streams = {}
+    streams: dict[LinkId, float] = {}
     pass_latency = 0.0
     relays = _node_order(topo, gpus)
     for order, rails in channels:
@@ -239,9 +258,8 @@ def build_plan(
                                              relays[topo.node_of(src)]))
         # One pass of the ring crosses every hop but the one back to where it started.
         pass_latency = max(pass_latency, sum(hop_latencies) - max(hop_latencies))
-    step = StepShape(streams, 1.0 / (n * len(channels)), pass_latency / steps_per_pass,
+    return StepShape(streams, 1.0 / (n * len(channels)), pass_latency / steps_per_pass,
                      repeat=passes * steps_per_pass)
-    return plan([step], len(channels))
 
 
 def pairs_plan(topo: Topology, pairs: Sequence[tuple[str, str]], *, protocol: str,
@@ -335,21 +353,9 @@ def _tree_plan(b: _Builder, gpus: list[str], params: CommParams, plan) -> Collec
     topo = b.topo
     per_node = _node_order(topo, gpus)
     nodes = list(per_node)
-    streams: dict[LinkId, float] = {}
     if len(nodes) == 1:
-        # One node: a chain, reduced up and broadcast down, pipelined; in a mesh node along
-        # direct links (the first ring's order), as NCCL's tree search keeps to NVLink.
-        rings = mesh_rings(topo, per_node[nodes[0]])
-        chain = list(rings[0]) if rings else per_node[nodes[0]]
-        latency = 0.0
-        for up, down in zip(chain[1:], chain[:-1]):
-            for src, dst in ((up, down), (down, up)):
-                route = b.route(src, dst, None)
-                b.add(streams, route)
-                latency += b.hop_latency_s(route)
-        # A chunk goes up the chain and back down: 2(n-1) hops, the first one paid by S.
-        return plan([StepShape(streams, 1.0, latency,
-                               pipeline_hops=max(2 * (len(chain) - 1) - 1, 0))], 1)
+        return plan([_one_node_tree_step(b, per_node[nodes[0]])], 1)
+    streams: dict[LinkId, float] = {}
     channels = ring_channels(topo, gpus, params.max_channels)
     num_trees = 2
     depth_latency = 0.0
@@ -365,15 +371,7 @@ def _tree_plan(b: _Builder, gpus: list[str], params: CommParams, plan) -> Collec
         for g in order:
             by_node[topo.node_of(g)].append(g)
         chains = [by_node[node] for node in nodes]
-        intra = 0.0
-        for chain in chains:
-            chain_latency = 0.0
-            for up, down in zip(chain[1:], chain[:-1]):
-                for src, dst in ((up, down), (down, up)):
-                    route = b.route(src, dst, None)
-                    b.add(streams, route, num_trees)
-                    chain_latency += b.hop_latency_s(route) / 2
-            intra = max(intra, chain_latency)
+        intra = _node_chains(b, streams, chains, num_trees)
         inter = 0.0
         for tree in range(num_trees):
             # Tree 0: heap order over nodes; tree 1: the mirror, so that the leaves of one
@@ -396,3 +394,35 @@ def _tree_plan(b: _Builder, gpus: list[str], params: CommParams, plan) -> Collec
     fraction = 1.0 / (num_trees * len(channels))
     return plan([StepShape(streams, fraction, depth_latency,
                            pipeline_hops=max(path_hops - 1, 0))], len(channels))
+
+
+def _one_node_tree_step(b: _Builder, gpus: list[str]) -> StepShape:
+    """NCCL's tree inside one node: one pipelined step along a chain of ``gpus``."""
+    streams: dict[LinkId, float] = {}
+    # One node: a chain, reduced up and broadcast down, pipelined; in a mesh node along
+    # direct links (the first ring's order), as NCCL's tree search keeps to NVLink.
+    rings = mesh_rings(b.topo, gpus)
+    chain = list(rings[0]) if rings else gpus
+    latency = 0.0
+    for up, down in zip(chain[1:], chain[:-1]):
+        for src, dst in ((up, down), (down, up)):
+            route = b.route(src, dst, None)
+            b.add(streams, route)
+            latency += b.hop_latency_s(route)
+    # A chunk goes up the chain and back down: 2(n-1) hops, the first one paid by S.
+    return StepShape(streams, 1.0, latency, pipeline_hops=max(2 * (len(chain) - 1) - 1, 0))
+
+
+def _node_chains(b: _Builder, streams: dict[LinkId, float], chains: list[list[str]],
+                 num_trees: int) -> float:
+    """Add each node's chain, both ways for every tree; return the slowest chain's latency."""
+    intra = 0.0
+    for chain in chains:
+        chain_latency = 0.0
+        for up, down in zip(chain[1:], chain[:-1]):
+            for src, dst in ((up, down), (down, up)):
+                route = b.route(src, dst, None)
+                b.add(streams, route, num_trees)
+                chain_latency += b.hop_latency_s(route) / 2
+        intra = max(intra, chain_latency)
+    return intra

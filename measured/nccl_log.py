@@ -505,21 +505,7 @@ def _read_row(text: str, header: _Layout | None, source: str, number: int) -> Nc
     while tokens and (_DATE.match(tokens[-1]) or _CLOCK.match(tokens[-1])):
         tokens.pop()  # the newest nccl-tests can end a row with a timestamp
 
-    if header is not None:
-        layout = header
-        full = len(layout.prefix) + sum(len(g) for g in layout.groups)
-        out_only = len(layout.prefix) + len(layout.groups[0])
-        if len(tokens) not in (full, out_only):
-            counts = f"{full}" if full == out_only else f"{full} (or {out_only} out-of-place only)"
-            raise _Place(source, number, f"columns: {_describe(layout)}").error(
-                f"expected {counts} fields as the table header declares, found {len(tokens)}")
-        halves = layout.groups if len(tokens) == full else layout.groups[:1]
-    else:
-        fallback = _fallback_layout(tokens)
-        if fallback is None:
-            raise _Place(source, number, _ROW_EXAMPLE).error(
-                f"found {len(tokens)} fields, expected 7 to 9 (out-of-place only) or 11 to 13")
-        layout, halves = fallback, fallback.groups
+    layout, halves = _row_layout(tokens, header, source, number)
     place = _Place(source, number, f"columns: {_describe(layout)}")
 
     values = dict(zip(layout.prefix, tokens, strict=False))
@@ -537,8 +523,46 @@ def _read_row(text: str, header: _Layout | None, source: str, number: int) -> Nc
     if not _INT.match(root_text):
         raise place.error(f"root {root_text!r} is not a whole number (-1 when unused)")
 
+    measured = _measured_halves(tokens, len(layout.prefix), halves, place)
+    out_of_place = measured[0]
+    in_place: tuple[float | None, float | None, float | None] = (
+        measured[1] if len(measured) > 1 else (None, None, None))
+    return NcclRow(
+        size_bytes=int(size_text), count=int(count_text), dtype=dtype, redop=redop,
+        root=int(root_text),
+        out_of_place_time_s=out_of_place[0],
+        out_of_place_algbw_bytes_per_s=out_of_place[1],
+        out_of_place_busbw_bytes_per_s=out_of_place[2],
+        in_place_time_s=in_place[0],
+        in_place_algbw_bytes_per_s=in_place[1],
+        in_place_busbw_bytes_per_s=in_place[2],
+        line=number,
+    )
+
+
+def _row_layout(tokens: list[str], header: _Layout | None, source: str, number: int,
+                ) -> tuple[_Layout, tuple[tuple[str, ...], ...]]:
+    """The row's grammar (the header's, else guessed from its width) and the halves it has."""
+    if header is not None:
+        layout = header
+        full = len(layout.prefix) + sum(len(g) for g in layout.groups)
+        out_only = len(layout.prefix) + len(layout.groups[0])
+        if len(tokens) not in (full, out_only):
+            counts = f"{full}" if full == out_only else f"{full} (or {out_only} out-of-place only)"
+            raise _Place(source, number, f"columns: {_describe(layout)}").error(
+                f"expected {counts} fields as the table header declares, found {len(tokens)}")
+        return layout, layout.groups if len(tokens) == full else layout.groups[:1]
+    fallback = _fallback_layout(tokens)
+    if fallback is None:
+        raise _Place(source, number, _ROW_EXAMPLE).error(
+            f"found {len(tokens)} fields, expected 7 to 9 (out-of-place only) or 11 to 13")
+    return fallback, fallback.groups
+
+
+def _measured_halves(tokens: list[str], position: int, halves: tuple[tuple[str, ...], ...],
+                     place: _Place) -> list[tuple[float, float, float]]:
+    """Each half's (time s, algbw B/s, busbw B/s), its other columns checked as numbers."""
     measured: list[tuple[float, float, float]] = []
-    position = len(layout.prefix)
     for half_name, group in zip(("out-of-place", "in-place"), halves, strict=False):
         found: dict[str, float] = {}
         for column in group:
@@ -554,20 +578,7 @@ def _read_row(text: str, header: _Layout | None, source: str, number: int) -> Nc
         measured.append((found["time"] * _SECONDS_PER_US,
                          found["algbw"] * _BYTES_PER_S_PER_GB_S,
                          found["busbw"] * _BYTES_PER_S_PER_GB_S))
-    out_of_place = measured[0]
-    in_place: tuple[float | None, float | None, float | None] = (
-        measured[1] if len(measured) > 1 else (None, None, None))
-    return NcclRow(
-        size_bytes=int(size_text), count=int(count_text), dtype=dtype, redop=redop,
-        root=int(root_text),
-        out_of_place_time_s=out_of_place[0],
-        out_of_place_algbw_bytes_per_s=out_of_place[1],
-        out_of_place_busbw_bytes_per_s=out_of_place[2],
-        in_place_time_s=in_place[0],
-        in_place_algbw_bytes_per_s=in_place[1],
-        in_place_busbw_bytes_per_s=in_place[2],
-        line=number,
-    )
+    return measured
 
 
 # --- helpers ---------------------------------------------------------------------------

@@ -118,6 +118,7 @@ from distsim_gpu.workloads.job.stragglers import (
     StragglerModel,
     straggler_model_from_mapping,
 )
+from distsim_gpu.workloads.specs.gpus import GpuSpec
 from distsim_gpu.workloads.specs.models import ModelSpec, model_from_mapping
 from distsim_gpu.workloads.specs.moe_routing import routed_comm
 from distsim_gpu.workloads.strategy.parallel import (
@@ -407,19 +408,7 @@ def _resolve_file(name: str, base: Path, key: str, what: str, source: str | None
 
 def _validate(spec: dict[str, Any], source: str | None, base: Path,
               locator: _Locator) -> Scenario:
-    check_keys(spec, SCENARIO_KEYS, source=source)
-    for required in _REQUIRED:
-        if spec.get(required) is None and not (required == "model" and "jobs" in spec):
-            raise ConfigError(f"a scenario needs '{required}'", key=required, source=source,
-                              hint="e.g. cluster: {preset: dgx-a100, nodes: 2}"
-                              if required == "cluster" else "e.g. model: {preset: gpt3-175b}")
-    name = spec.get("name", "scenario")
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"must be a non-empty string, got {name!r}", key="name",
-                          source=source)
-    description = spec.get("description", "") or ""
-    if not isinstance(description, str):
-        raise ConfigError("must be a string", key="description", source=source)
+    name, description = _header(spec, source)
 
     # simulation: checked first, since the seed also draws the fabric's ECMP hashes
     simulation = check_mapping(spec.get("simulation"), key="simulation", source=source,
@@ -430,20 +419,7 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
     allow_oom = check_bool(simulation.get("allow_oom", False), key="simulation.allow_oom",
                            source=source)
 
-    # cluster
-    cluster = spec["cluster"]
-    if isinstance(cluster, Topology):  # a job's view of a shared cluster (``jobs``)
-        cluster = {"view": cluster}
-    if isinstance(cluster, str):
-        cluster = {"preset": cluster}
-    if not isinstance(cluster, Mapping):
-        raise ConfigError(f"must be a cluster mapping, a preset or a file, got {cluster!r}",
-                          key="cluster", source=source)
-    try:
-        topology = (cluster["view"] if "view" in cluster
-                    else _seed_hashing(build_cluster(cluster), seed))
-    except DistsimError as error:
-        raise locator.locate(error, cluster=True) from None
+    topology = _cluster_topology(spec["cluster"], seed, source, locator)
     if "jobs" in spec:
         return _jobs_scenario(spec, topology, source, base, locator)
     faults = faults_from_list(spec.get("faults"), topology, source=source)
@@ -466,31 +442,11 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
     roofline = roofline_of(compute, gpu, training.precision, source, training.fp8_recipe,
                            training.optimizer_moments)
     parallel = _stack_defaults(parallel, spec.get("parallelism"), roofline, training)
-    costs_raw = compute.get("costs", "roofline")
-    costs: CostModel = roofline
-    cost_table: str | None = None
-    if not isinstance(costs_raw, str) or not costs_raw.strip():
-        raise ConfigError(f"must be 'roofline' or the path of a cost table, got {costs_raw!r}",
-                          key="compute.costs", source=source)
-    if costs_raw != "roofline":
-        cost_table = _resolve_file(costs_raw, base, "compute.costs", "cost table", source)
-        costs = TableCosts.from_file(cost_table, gpu=gpu.name, fallback=roofline)
+    costs, cost_table = _cost_model(compute.get("costs", "roofline"), gpu, roofline, base,
+                                    source)
 
     # communication and simulation
-    communication = dict(check_mapping(spec.get("communication"), key="communication",
-                                       source=source, optional=True))
-    if "fidelity" in communication:
-        raise ConfigError("fidelity is a simulation setting", key="communication.fidelity",
-                          source=source, hint="write it as simulation.fidelity")
-    if "fidelity" in simulation:
-        communication["fidelity"] = simulation["fidelity"]
-    try:
-        comm = comm_params_from_mapping(communication, source=source, prefix="communication",
-                                        architecture=gpu.architecture)
-    except ConfigError as error:
-        if error.key == "communication.fidelity":
-            error.key = "simulation.fidelity"
-        raise
+    comm = _communication(spec.get("communication"), simulation, gpu, source)
     stragglers, straggler_model = _straggler_factors(spec.get("stragglers"), topology, seed,
                                                      source)
     microbatches = check_strategy(model, parallel, training, num_gpus=len(topology.gpus),
@@ -504,6 +460,72 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
                     cost_table=cost_table, _locator=locator, faults=faults,
                     straggler_model=straggler_model,
                     goodput=goodput_from_mapping(spec.get("goodput"), source=source))
+
+
+def _header(spec: dict[str, Any], source: str | None) -> tuple[str, str]:
+    """The spec's keys and required sections checked; its ``name`` and ``description``."""
+    check_keys(spec, SCENARIO_KEYS, source=source)
+    for required in _REQUIRED:
+        if spec.get(required) is None and not (required == "model" and "jobs" in spec):
+            raise ConfigError(f"a scenario needs '{required}'", key=required, source=source,
+                              hint="e.g. cluster: {preset: dgx-a100, nodes: 2}"
+                              if required == "cluster" else "e.g. model: {preset: gpt3-175b}")
+    name = spec.get("name", "scenario")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"must be a non-empty string, got {name!r}", key="name",
+                          source=source)
+    description = spec.get("description", "") or ""
+    if not isinstance(description, str):
+        raise ConfigError("must be a string", key="description", source=source)
+    return name, description
+
+
+def _cluster_topology(cluster: Any, seed: int, source: str | None,
+                      locator: _Locator) -> Topology:
+    """The ``cluster`` section (a mapping, a preset, a file or a job's view) built."""
+    if isinstance(cluster, Topology):  # a job's view of a shared cluster (``jobs``)
+        cluster = {"view": cluster}
+    if isinstance(cluster, str):
+        cluster = {"preset": cluster}
+    if not isinstance(cluster, Mapping):
+        raise ConfigError(f"must be a cluster mapping, a preset or a file, got {cluster!r}",
+                          key="cluster", source=source)
+    try:
+        return (cluster["view"] if "view" in cluster
+                else _seed_hashing(build_cluster(cluster), seed))
+    except DistsimError as error:
+        raise locator.locate(error, cluster=True) from None
+
+
+def _cost_model(costs_raw: Any, gpu: GpuSpec, roofline: RooflineCosts, base: Path,
+                source: str | None) -> tuple[CostModel, str | None]:
+    """``compute.costs``: the roofline, or a cost table over it; the table's path."""
+    if not isinstance(costs_raw, str) or not costs_raw.strip():
+        raise ConfigError(f"must be 'roofline' or the path of a cost table, got {costs_raw!r}",
+                          key="compute.costs", source=source)
+    if costs_raw == "roofline":
+        return roofline, None
+    cost_table = _resolve_file(costs_raw, base, "compute.costs", "cost table", source)
+    return TableCosts.from_file(cost_table, gpu=gpu.name, fallback=roofline), cost_table
+
+
+def _communication(raw: Any, simulation: Mapping[str, Any], gpu: GpuSpec,
+                   source: str | None) -> CommParams:
+    """The ``communication`` section, with ``simulation.fidelity`` carried into it."""
+    communication = dict(check_mapping(raw, key="communication", source=source,
+                                       optional=True))
+    if "fidelity" in communication:
+        raise ConfigError("fidelity is a simulation setting", key="communication.fidelity",
+                          source=source, hint="write it as simulation.fidelity")
+    if "fidelity" in simulation:
+        communication["fidelity"] = simulation["fidelity"]
+    try:
+        return comm_params_from_mapping(communication, source=source, prefix="communication",
+                                        architecture=gpu.architecture)
+    except ConfigError as error:
+        if error.key == "communication.fidelity":
+            error.key = "simulation.fidelity"
+        raise
 
 
 def _routed_comm(comm: CommParams, model: ModelSpec, parallel: ParallelConfig,

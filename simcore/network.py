@@ -421,35 +421,47 @@ class FlowNetwork(LinkStatistics):
             if now > flow._updated_s:
                 flow._remaining -= flow._rate * (now - flow._updated_s)
                 flow._updated_s = now
+        rates, component_links, loads = self._solve_rates(flows)
+        if self._idle_links.size:
+            self._account(now, self._idle_links, None)
+        self._account(now, component_links, loads)
+        self._schedule_finishes(now, flows, rates)
+        if self._listeners:
+            touched = list(dict.fromkeys([*component_links.tolist(), *freed.tolist()]))
+            self._notify(now, touched, loads, component_links.tolist())
+        self._arm_timer()
+
+    def _solve_rates(self, flows: list[Flow]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The flows' max-min fair rates, the links they cross and each link's load."""
         if len(flows) == 1:
             # Alone on its links (the common case): its bottleneck, no filling needed.
             flow = flows[0]
             fair = self._capacity_array[flow._link_array] / flow._mult_array
             rates = np.array([fair.min()])
-            component_links, entry_link = flow._link_array, np.arange(len(flow.links))
-            entry_mult, entry_flow = flow._mult_array, np.zeros(len(flow.links), np.int64)
-            loads = entry_mult * rates[0]  # a link set holds each link once
-        else:
-            counts = np.fromiter((len(f.links) for f in flows), np.int64, len(flows))
-            global_links = np.concatenate([f._link_array for f in flows])
-            entry_mult = np.concatenate([f._mult_array for f in flows])
-            entry_flow = np.repeat(np.arange(len(flows)), counts)
-            # The sorted distinct links and each entry's position among them (what
-            # np.unique(..., return_inverse=True) gives) by marking, without sorting.
-            marked = self._scratch_mark
-            marked[global_links] = True
-            component_links = np.flatnonzero(marked)
-            marked[component_links] = False
-            position = self._scratch_position
-            position[component_links] = np.arange(component_links.size)
-            entry_link = position[global_links]
-            rates = solve_max_min(entry_flow, entry_link, entry_mult,
-                                  self._capacity_array[component_links], len(flows))
-            loads = np.bincount(entry_link, weights=entry_mult * rates[entry_flow],
-                                minlength=component_links.size)
-        if self._idle_links.size:
-            self._account(now, self._idle_links, None)
-        self._account(now, component_links, loads)
+            component_links = flow._link_array
+            loads = flow._mult_array * rates[0]  # a link set holds each link once
+            return rates, component_links, loads
+        counts = np.fromiter((len(f.links) for f in flows), np.int64, len(flows))
+        global_links = np.concatenate([f._link_array for f in flows])
+        entry_mult = np.concatenate([f._mult_array for f in flows])
+        entry_flow = np.repeat(np.arange(len(flows)), counts)
+        # The sorted distinct links and each entry's position among them (what
+        # np.unique(..., return_inverse=True) gives) by marking, without sorting.
+        marked = self._scratch_mark
+        marked[global_links] = True
+        component_links = np.flatnonzero(marked)
+        marked[component_links] = False
+        position = self._scratch_position
+        position[component_links] = np.arange(component_links.size)
+        entry_link = position[global_links]
+        rates = solve_max_min(entry_flow, entry_link, entry_mult,
+                              self._capacity_array[component_links], len(flows))
+        loads = np.bincount(entry_link, weights=entry_mult * rates[entry_flow],
+                            minlength=component_links.size)
+        return rates, component_links, loads
+
+    def _schedule_finishes(self, now: float, flows: list[Flow], rates: np.ndarray) -> None:
+        """Give each flow its new rate and push its finish time at that rate on the heap."""
         heap = self._heap
         for flow, rate in zip(flows, rates.tolist()):
             flow._rate = rate
@@ -459,10 +471,6 @@ class FlowNetwork(LinkStatistics):
             flow._finish_s = finish
             self._heap_seq += 1
             heapq.heappush(heap, (finish, self._heap_seq, flow._version, flow))
-        if self._listeners:
-            touched = list(dict.fromkeys([*component_links.tolist(), *freed.tolist()]))
-            self._notify(now, touched, loads, component_links.tolist())
-        self._arm_timer()
 
     def _resolve_incremental(self) -> None:
         """Solve with :class:`IncrementalMaxMin`: only flows whose rate may change are

@@ -81,6 +81,7 @@ from distsim_gpu.topology.cluster_fabric import (
     sharp_switches,
 )
 from distsim_gpu.topology.domain import with_domain
+from distsim_gpu.topology.fabric_spec import FabricSpec
 from distsim_gpu.topology.fabrics import build_fabric
 from distsim_gpu.topology.model import Device, Link, Topology
 from distsim_gpu.topology.node_shape import node_config, parse_node
@@ -92,6 +93,7 @@ from distsim_gpu.topology.presets import (
     build_node,
     build_switch_node,
 )
+from distsim_gpu.topology.routing import RoutingSpec
 from distsim_gpu.topology.spec_values import (
     MAX_GPUS,
     MAX_NODES,
@@ -156,18 +158,51 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None, 
                           f"GPUs, more than distsim builds ({MAX_GPUS:,})", key="nodes",
                           source=source)
 
+    gpu_model = _box_gpu_model(spec, preset, source)
+    nvlink = (_figure(spec.get("nvlink"), preset.nvlink, "nvlink", source)
+              if preset.nvlink is not None else None)
+    pcie = _figure(spec.get("pcie"), preset.pcie, "pcie", source)
+    cpu = _figure(spec.get("cpu"), preset.cpu, "cpu", source)
+    nic_model, nic_count, layout, nic = _box_nic(spec, preset, source)
+    fabric = parse_fabric(spec.get("fabric", DEFAULT_FABRIC), nic.bandwidth_bytes_per_s,
+                          preset, source)
+    technology, routing = fabric_routing(spec.get("fabric"), preset, source)
+    sharp = fabric_sharp(spec.get("fabric"), source)
+
+    devices, links = _box_nodes(nodes, preset, layout, nvlink, pcie, cpu)
+    nics = [[f"n{node}.nic{j}" for j in range(len(layout))] for node in range(nodes)]
+    built = build_fabric(fabric, nics, nic_bandwidth_bytes_per_s=nic.bandwidth_bytes_per_s,
+                         nic_latency_s=nic.latency_s)
+    devices.extend(sharp_switches(built.devices) if sharp else built.devices)
+    links.extend(built.links)
+
+    name = read_string(spec.get("name", f"{preset.name} x{nodes} {fabric.kind}"), "name", source)
+    shape = {"node": node_config(preset)} if written_out else {"preset": preset.name}
+    domain = {"nvlink_domain": preset.gpus} if "nvlink_domain" in spec else {}
+    config: dict[str, Any] = {"name": name, **shape, "nodes": nodes, **domain,
+                              "gpu": {"model": gpu_model}}
+    if nvlink is not None:
+        config["nvlink"] = _figure_config(nvlink)
+    config["pcie"] = _figure_config(pcie)
+    config["cpu"] = _figure_config(cpu)
+    config["nic"] = {"model": nic_model, "count": nic_count, **_figure_config(nic)}
+    config["fabric"] = _fabric_config(fabric, built.config, technology, routing, sharp)
+    return Topology(name, devices, links, config=config, routing=routing)
+
+
+def _box_gpu_model(spec: Mapping[Any, Any], preset: NodePreset, source: str | None) -> str:
+    """``gpu`` (a model name or {model}): the GPU model, by default the preset's."""
     gpu = spec.get("gpu", {})
     if isinstance(gpu, str):
         gpu = {"model": gpu}
     gpu = check_mapping(gpu, key="gpu", source=source)
     check_keys(gpu, _GPU_KEYS, prefix="gpu", source=source)
-    gpu_model = read_string(gpu.get("model", preset.gpu_model), "gpu.model", source)
+    return read_string(gpu.get("model", preset.gpu_model), "gpu.model", source)
 
-    nvlink = (_figure(spec.get("nvlink"), preset.nvlink, "nvlink", source)
-              if preset.nvlink is not None else None)
-    pcie = _figure(spec.get("pcie"), preset.pcie, "pcie", source)
-    cpu = _figure(spec.get("cpu"), preset.cpu, "cpu", source)
 
+def _box_nic(spec: Mapping[Any, Any], preset: NodePreset, source: str | None,
+             ) -> tuple[str, int, tuple[int, ...], LinkFigure]:
+    """``nic``: the NICs' model, count per node, layout over the node, and link figure."""
     nic_spec = check_mapping(spec.get("nic", {}), key="nic", source=source)
     check_keys(nic_spec, _NIC_KEYS, prefix="nic", source=source)
     nic_model = read_string(nic_spec.get("model", preset.nic_model), "nic.model", source)
@@ -183,11 +218,13 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None, 
                        "nic.bandwidth", source),
         read_latency(nic_spec.get("latency", preset.nic.latency_s), "nic.latency", source),
     )
-    fabric = parse_fabric(spec.get("fabric", DEFAULT_FABRIC), nic.bandwidth_bytes_per_s,
-                          preset, source)
-    technology, routing = fabric_routing(spec.get("fabric"), preset, source)
-    sharp = fabric_sharp(spec.get("fabric"), source)
+    return nic_model, nic_count, layout, nic
 
+
+def _box_nodes(nodes: int, preset: NodePreset, layout: tuple[int, ...],
+               nvlink: LinkFigure | None, pcie: LinkFigure,
+               cpu: LinkFigure) -> tuple[list[Device], list[Link]]:
+    """The devices and links of ``nodes`` nodes of ``preset``, node by node."""
     devices: list[Device] = []
     links: list[Link] = []
     for node in range(nodes):
@@ -195,32 +232,21 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None, 
                                               pcie=pcie, cpu=cpu)
         devices.extend(node_devices)
         links.extend(node_links)
-    nics = [[f"n{node}.nic{j}" for j in range(len(layout))] for node in range(nodes)]
-    built = build_fabric(fabric, nics, nic_bandwidth_bytes_per_s=nic.bandwidth_bytes_per_s,
-                         nic_latency_s=nic.latency_s)
-    devices.extend(sharp_switches(built.devices) if sharp else built.devices)
-    links.extend(built.links)
+    return devices, links
 
+
+def _fabric_config(fabric: FabricSpec, built: Mapping[str, Any], technology: str,
+                   routing: RoutingSpec, sharp: bool) -> dict[str, Any]:
+    """The resolved ``fabric`` a preset cluster records (every default filled in)."""
     fabric_config: dict[str, Any] = {
         "kind": fabric.kind,
         "link_bandwidth": fabric.link_bandwidth_bytes_per_s,
         "link_latency": fabric.link_latency_s,
         "switch_latency": fabric.switch_latency_s,
     }
-    fabric_config.update(built.config)  # the kind's own figures, derived ones resolved
+    fabric_config.update(built)  # the kind's own figures, derived ones resolved
     fabric_config.update(technology=technology, **routing_config(routing), sharp=sharp)
-    name = read_string(spec.get("name", f"{preset.name} x{nodes} {fabric.kind}"), "name", source)
-    shape = {"node": node_config(preset)} if written_out else {"preset": preset.name}
-    domain = {"nvlink_domain": preset.gpus} if "nvlink_domain" in spec else {}
-    config: dict[str, Any] = {"name": name, **shape, "nodes": nodes, **domain,
-                              "gpu": {"model": gpu_model}}
-    if nvlink is not None:
-        config["nvlink"] = _figure_config(nvlink)
-    config["pcie"] = _figure_config(pcie)
-    config["cpu"] = _figure_config(cpu)
-    config["nic"] = {"model": nic_model, "count": nic_count, **_figure_config(nic)}
-    config["fabric"] = fabric_config
-    return Topology(name, devices, links, config=config, routing=routing)
+    return fabric_config
 
 
 def _build_switch(spec: Mapping[Any, Any], preset: SwitchPreset,

@@ -104,6 +104,41 @@ def _check_rail(rail: object) -> int:
     raise ConfigError(f"rail must be a non-negative integer, got {rail!r}")
 
 
+# A device's links in one direction: (the device at the other end, the link).
+_Adjacency = dict[str, list[tuple[str, Link]]]
+
+
+def _add_devices(graph: nx.DiGraph, devices: Iterable[Device]) -> dict[str, Device]:
+    """``devices`` by name, each added to ``graph`` as a node; a repeated name is an error."""
+    devs: dict[str, Device] = {}
+    for device in devices:
+        if device.name in devs:
+            raise TopologyError(f"duplicate device name {device.name!r}")
+        devs[device.name] = device
+        graph.add_node(device.name, device=device)
+    return devs
+
+
+def _add_links(graph: nx.DiGraph, devs: Mapping[str, Device], links: Iterable[Link],
+               ) -> tuple[_Adjacency, _Adjacency, dict[tuple[str, str], Link]]:
+    """``links`` added to ``graph``: each device's out- and in-links, the links by id."""
+    succ: _Adjacency = {name_: [] for name_ in devs}
+    pred: _Adjacency = {name_: [] for name_ in devs}
+    by_id: dict[tuple[str, str], Link] = {}
+    for link in links:
+        for end in (link.src, link.dst):
+            if end not in devs:
+                raise TopologyError(f"link {link.src} -> {link.dst} names unknown device "
+                                    f"{end!r}", hint=closest(end, devs))
+        if link.id in by_id:
+            raise TopologyError(f"duplicate link {link.src} -> {link.dst}")
+        by_id[link.id] = link
+        graph.add_edge(link.src, link.dst, link=link)
+        succ[link.src].append((link.dst, link))
+        pred[link.dst].append((link.src, link))
+    return succ, pred, by_id
+
+
 class Topology(PathSearch):
     """A networkx DiGraph of Devices (node attr 'device') and directed Links (edge attr 'link').
 
@@ -123,26 +158,8 @@ class Topology(PathSearch):
         self.config: dict[str, Any] = dict(config) if config is not None else {}
         self.routing: RoutingSpec = routing if routing is not None else RoutingSpec()
         graph = nx.DiGraph(name=name)
-        devs: dict[str, Device] = {}
-        for device in devices:
-            if device.name in devs:
-                raise TopologyError(f"duplicate device name {device.name!r}")
-            devs[device.name] = device
-            graph.add_node(device.name, device=device)
-        succ: dict[str, list[tuple[str, Link]]] = {name_: [] for name_ in devs}
-        pred: dict[str, list[tuple[str, Link]]] = {name_: [] for name_ in devs}
-        by_id: dict[tuple[str, str], Link] = {}
-        for link in links:
-            for end in (link.src, link.dst):
-                if end not in devs:
-                    raise TopologyError(f"link {link.src} -> {link.dst} names unknown device "
-                                        f"{end!r}", hint=closest(end, devs))
-            if link.id in by_id:
-                raise TopologyError(f"duplicate link {link.src} -> {link.dst}")
-            by_id[link.id] = link
-            graph.add_edge(link.src, link.dst, link=link)
-            succ[link.src].append((link.dst, link))
-            pred[link.dst].append((link.src, link))
+        devs = _add_devices(graph, devices)
+        succ, pred, by_id = _add_links(graph, devs, links)
         self.graph: nx.DiGraph = nx.freeze(graph)
         self._devices = devs
         self._links = by_id
@@ -154,6 +171,12 @@ class Topology(PathSearch):
         # order the builder happened to add links in.
         self._succ = {k: tuple(sorted(v, key=lambda e: e[0])) for k, v in succ.items()}
         self._pred = {k: tuple(sorted(v, key=lambda e: e[0])) for k, v in pred.items()}
+        self._index_devices(pred, faults)
+        self._init_caches()
+
+    def _index_devices(self, pred: _Adjacency, faults: FaultState) -> None:
+        """The GPUs' rank order, the GPUs and NICs of each node, and the destination indices."""
+        devs = self._devices
 
         def order(name_: str) -> tuple[bool, int, int, str]:
             d = devs[name_]
@@ -177,6 +200,13 @@ class Topology(PathSearch):
         self._nics_by_node = {k: tuple(v) for k, v in nics_by_node.items()}
         self._nic_by_index = {(devs[n].node, devs[n].index): n
                               for nics in self._nics_by_node.values() for n in nics}
+        self._dest_index = self._destination_order(pred, order, faults)
+        self.num_nodes: int = len({d.node for d in devs.values() if d.node is not None})
+
+    def _destination_order(self, pred: _Adjacency, order: Callable[[str], Any],
+                           faults: FaultState) -> dict[str, int]:
+        """Each NIC's (and GPU's) destination index for D-mod-K (:attr:`destination_indices`)."""
+        devs = self._devices
         # Destination indices for D-mod-K, in fabric order as a subnet manager numbers
         # them: edge switch by edge switch in the order the fabric was built, each one's
         # NICs node-major (a fat tree: node-major; rail-optimized: a rail leaf's nodes
@@ -189,14 +219,15 @@ class Topology(PathSearch):
 
         fabric_order = sorted((n for nics in self._nics_by_node.values() for n in nics),
                               key=lambda n: (edge_switch(n), order(n)))
-        self._dest_index = {n: i for i, n in enumerate(fabric_order)}
-        self._dest_index.update(self._rank)
+        dest_index = {n: i for i, n in enumerate(fabric_order)}
+        dest_index.update(self._rank)
         if faults.destination_indices is not None:
             # A fabric that lost devices keeps its numbering (addresses do not move).
-            self._dest_index = {n: i for n, i in faults.destination_indices.items()
-                                if n in devs}
-        self.num_nodes: int = len({d.node for d in devs.values() if d.node is not None})
+            dest_index = {n: i for n, i in faults.destination_indices.items() if n in devs}
+        return dest_index
 
+    def _init_caches(self) -> None:
+        """Empty route and path caches."""
         # Caches (per instance: a Topology owns its routes, nothing is module-global).
         self._routes: dict[tuple[str, str, int | None], Route] = {}
         self._in_node_paths: dict[tuple[str, str, bool], tuple[str, ...] | None] = {}

@@ -110,6 +110,7 @@ interleaving factor.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from distsim_gpu.simcore.config import check_choice, check_whole
@@ -219,7 +220,7 @@ def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
     check_choice(recompute, RECOMPUTE_MODES, key="recompute")
     e = _activation_element_bytes(precision)
     q = e if linear_input_bytes is None else linear_input_bytes  # a linear layer's input
-    b, h, a = micro_batch, model.hidden, model.heads
+    b, h = micro_batch, model.hidden
     sbh = float(s) * b * h
     spread = tp if sequence_parallel else 1  # element-wise ops: the sequence-parallel split
     if recompute == "full":
@@ -228,6 +229,18 @@ def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
         return _op_saved_bytes(model, tokens=float(s) * b, tp=tp, sequence_parallel=(
             sequence_parallel), flash_attention=flash_attention, element_bytes=e,
             layer_index=layer_index, ep=ep)
+    return _selective_saved_bytes(model, shard, s, b, e, q, flash_attention=flash_attention,
+                                  activation_input_bytes=activation_input_bytes)
+
+
+def _selective_saved_bytes(model: ModelSpec, shard: LayerShard, s: int, b: int, e: int,
+                           q: float, *, flash_attention: bool,
+                           activation_input_bytes: float | None) -> float:
+    """What a layer keeps for backward without recomputation or under ``selective``."""
+    tp, layer_index, ep, recompute = shard.tp, shard.layer_index, shard.ep, shard.recompute
+    h, a = model.hidden, model.heads
+    sbh = float(s) * b * h
+    spread = tp if shard.sequence_parallel else 1  # as in activation_bytes_per_layer
     tokens = float(s) * b
     f = model.mlp_width(layer_index)
     # Megatron-Core's submodules a selective recompute does not keep (recompute_modules).
@@ -405,28 +418,13 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     """
     parallel = parallel or ParallelConfig()
     training = training or TrainingConfig()
-    tp, pp, ep, dp, cp = parallel.tp, parallel.pp, parallel.ep, parallel.dp_cp, parallel.cp
+    tp, pp, ep, cp = parallel.tp, parallel.pp, parallel.ep, parallel.cp
     sequence_parallel, interleave = parallel.sequence_parallel, parallel.interleave
     micro_batch, recompute = training.micro_batch, training.recompute
     precision = training.precision
     full = model.seq_len if training.seq_len is None else training.seq_len
     s = full // cp  # the tokens of each sequence this rank holds
-    params = params_on_gpu(model, tp=tp, pp=pp, ep=ep, stage=stage, etp=parallel.etp,
-                           chunking=Chunking.of(parallel))
-    shard = 3 if parallel.fsdp else parallel.zero
-    # ZeRO shards an expert over the ranks holding it: Megatron-Core's expert data
-    # parallelism, tp·dp·cp / (expert_tp·ep) (workloads.strategy.expert_grid).
-    expert_dp = max(1, dp * tp // (parallel.etp * ep))
-
-    def sharded(per_param: int, from_stage: int) -> float:
-        if shard >= from_stage:
-            return per_param * (params.dense / dp + params.expert / expert_dp)
-        return per_param * params.total
-
-    weight_b, grad_b, optim_b = state_bytes(training)
-    weights = sharded(weight_b, 3)
-    gradients = sharded(grad_b, 2)
-    optimizer = sharded(optim_b, 1)
+    weights, gradients, optimizer = _model_state_bytes(model, parallel, training, stage)
 
     in_flight = microbatches_in_flight(parallel.schedule, pp=pp, stage=stage,
                                        num_microbatches=num_microbatches,
@@ -457,19 +455,52 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     if cp > 1:  # the ring's K/V and dK/dV double buffers, one layer at a time
         activations += 4 * cp_kv_block_bytes(model, micro_batch=micro_batch, seq_len=full,
                                              tp=tp, cp=cp, precision=precision)
-    e = _activation_element_bytes(precision)
+    for edge in _edge_activation_bytes(model, parallel, training, s=s, stage=stage,
+                                       per_layer=per_layer):
+        activations += edge * in_flight
+    return MemoryBreakdown.of(weights, gradients, optimizer, activations)
+
+
+def _model_state_bytes(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
+                       stage: int) -> tuple[float, float, float]:
+    """Weights, gradients and optimizer state on one GPU of ``stage``, ZeRO/FSDP-sharded."""
+    tp, pp, ep, dp = parallel.tp, parallel.pp, parallel.ep, parallel.dp_cp
+    params = params_on_gpu(model, tp=tp, pp=pp, ep=ep, stage=stage, etp=parallel.etp,
+                           chunking=Chunking.of(parallel))
+    shard = 3 if parallel.fsdp else parallel.zero
+    # ZeRO shards an expert over the ranks holding it: Megatron-Core's expert data
+    # parallelism, tp·dp·cp / (expert_tp·ep) (workloads.strategy.expert_grid).
+    expert_dp = max(1, dp * tp // (parallel.etp * ep))
+
+    def sharded(per_param: int, from_stage: int) -> float:
+        if shard >= from_stage:
+            return per_param * (params.dense / dp + params.expert / expert_dp)
+        return per_param * params.total
+
+    weight_b, grad_b, optim_b = state_bytes(training)
+    return sharded(weight_b, 3), sharded(grad_b, 2), sharded(optim_b, 1)
+
+
+def _edge_activation_bytes(model: ModelSpec, parallel: ParallelConfig,
+                           training: TrainingConfig, *, s: int, stage: int,
+                           per_layer: Callable[[int, str], float]) -> list[float]:
+    """Per micro-batch in flight: the first stage's embedding and the last one's output head."""
+    tp, pp, interleave = parallel.tp, parallel.pp, parallel.interleave
+    micro_batch = training.micro_batch
+    e = _activation_element_bytes(training.precision)
     sbh = float(s) * micro_batch * model.hidden
-    sp_shard = tp if sequence_parallel else 1
+    sp_shard = tp if parallel.sequence_parallel else 1
+    edges: list[float] = []
     if stage == 0:
-        activations += sbh / sp_shard * in_flight  # embedding dropout mask
+        edges.append(sbh / sp_shard)  # embedding dropout mask
     if stage == stage_of(pp * interleave - 1, pp, parallel.schedule):  # the output layer's
         head = 2 * e * sbh / sp_shard + 4.0 * s * micro_batch * model.vocab / tp
         # Each MTP module: a block like the last layer, its norms' and projection's
         # inputs (2h wide each) and the shared head once more (module docstring).
-        mtp = model.mtp_depth * (per_layer(model.layers - 1, recompute)
+        mtp = model.mtp_depth * (per_layer(model.layers - 1, training.recompute)
                                  + 4 * e * sbh / sp_shard + head)
-        activations += (head + mtp) * in_flight
-    return MemoryBreakdown.of(weights, gradients, optimizer, activations)
+        edges.append(head + mtp)
+    return edges
 
 
 

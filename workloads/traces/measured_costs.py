@@ -362,41 +362,7 @@ def costs_from_kineto(traces: Sequence[RankTrace], *, shape: ShapeKeys,
     check_choice(kind, LAYER_KINDS, key="--kind", what="layer kind")
     name = _trace_gpu(traces, gpu)
     times: dict[str, list[float]] = {"fwd": [], "bwd": [], "recompute": []}
-    scopes_found = 0
-    for trace in traces:
-        scopes = _scopes(trace, pattern)
-        if not scopes:
-            continue
-        scopes_found += len(scopes)
-        index = _index(trace)
-        for scope in scopes:
-            recompute = _inside(index.backward_spans.get(scope.tid, []), scope.start_s,
-                                scope.end_s)
-            own = _launched(index, scope.tid, scope.start_s, scope.end_s)
-            forward_s = sum(index.gpu_time.get(c, 0.0) for c in own)
-            if forward_s > 0:
-                times["recompute" if recompute else "fwd"].append(forward_s)
-            # Backward: the autograd ops of the forward ops this scope ran (a recompute
-            # scope's ops have their own sequence numbers: the backward that follows it).
-            starts, ops = index.forward_ops.get(scope.tid, ([], []))
-            low = bisect.bisect_left(starts, scope.start_s)
-            high = bisect.bisect_right(starts, scope.end_s)
-            sequences = {op.sequence for op in ops[low:high]
-                         if op.sequence is not None and op.end_s <= scope.end_s}
-            intervals: dict[Any, list[tuple[float, float]]] = {}
-            for sequence in sequences:
-                for op in index.backward.get(sequence, []):
-                    intervals.setdefault(op.tid, []).append((op.start_s, op.end_s))
-            claimed = set(own)
-            backward_s = 0.0
-            for tid, spans in intervals.items():
-                for start, end in union(spans):
-                    for corr in _launched(index, tid, start, end):
-                        if corr not in claimed:  # a nested recompute's kernels are its own
-                            claimed.add(corr)
-                            backward_s += index.gpu_time.get(corr, 0.0)
-            if backward_s > 0:
-                times["bwd"].append(backward_s)
+    scopes_found = sum(_trace_times(trace, pattern, times) for trace in traces)
     if not scopes_found:
         which = ("the default --layer pattern (common transformer blocks)"
                  if layer == DEFAULT_LAYER_REGEX else f"--layer {layer!r}")
@@ -421,6 +387,50 @@ def costs_from_kineto(traces: Sequence[RankTrace], *, shape: ShapeKeys,
                "autograd ops with the sequence numbers of its forward ops",
         gpu=name, model=model, notes=_notes(samples, "; ".join(warnings)))
     return ExtractedCosts(header, samples, tuple(warnings))
+
+
+def _trace_times(trace: RankTrace, pattern: re.Pattern[str],
+                 times: dict[str, list[float]]) -> int:
+    """Add the GPU times of ``trace``'s layer scopes to ``times``; return how many matched."""
+    scopes = _scopes(trace, pattern)
+    if not scopes:
+        return 0
+    index = _index(trace)
+    for scope in scopes:
+        recompute = _inside(index.backward_spans.get(scope.tid, []), scope.start_s,
+                            scope.end_s)
+        own = _launched(index, scope.tid, scope.start_s, scope.end_s)
+        forward_s = sum(index.gpu_time.get(c, 0.0) for c in own)
+        if forward_s > 0:
+            times["recompute" if recompute else "fwd"].append(forward_s)
+        backward_s = _backward_s(index, scope, own)
+        if backward_s > 0:
+            times["bwd"].append(backward_s)
+    return len(scopes)
+
+
+def _backward_s(index: _RankIndex, scope: CpuEvent, own: list[int]) -> float:
+    """GPU seconds of the kernels the backward of ``scope``'s forward ops launched."""
+    # Backward: the autograd ops of the forward ops this scope ran (a recompute
+    # scope's ops have their own sequence numbers: the backward that follows it).
+    starts, ops = index.forward_ops.get(scope.tid, ([], []))
+    low = bisect.bisect_left(starts, scope.start_s)
+    high = bisect.bisect_right(starts, scope.end_s)
+    sequences = {op.sequence for op in ops[low:high]
+                 if op.sequence is not None and op.end_s <= scope.end_s}
+    intervals: dict[Any, list[tuple[float, float]]] = {}
+    for sequence in sequences:
+        for op in index.backward.get(sequence, []):
+            intervals.setdefault(op.tid, []).append((op.start_s, op.end_s))
+    claimed = set(own)
+    backward_s = 0.0
+    for tid, spans in intervals.items():
+        for start, end in union(spans):
+            for corr in _launched(index, tid, start, end):
+                if corr not in claimed:  # a nested recompute's kernels are its own
+                    claimed.add(corr)
+                    backward_s += index.gpu_time.get(corr, 0.0)
+    return backward_s
 
 
 def scope_kernels(traces: Sequence[RankTrace], pattern: str,
