@@ -321,7 +321,7 @@ class IterationBounds:
         modules = shape.training.recompute_modules
         key = (pass_, moe, shape.training.micro_batch, shape.seq_len, parallel.tp,
                parallel.sequence_parallel, parallel.ep if moe else 1, recompute, modules,
-               parallel.etp if moe else 1)
+               parallel.etp if moe else 1, model.attention_pair_fraction(layer, shape.seq_len))
         cached = self._layer_times.get(key)
         if cached is None:
             # The recompute mode matters to the recompute pass only (else the default, full).

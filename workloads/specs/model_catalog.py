@@ -15,10 +15,14 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from distsim_gpu.workloads.specs.attention_window import AttentionWindow
 from distsim_gpu.workloads.specs.mla import MlaSpec
 
 __all__ = ["PRESET_FIELDS"]
 
+# Llama 4's local layers: causal attention within chunks of 8,192 tokens, every fourth
+# layer in full.
+_LLAMA4_CHUNKS = AttentionWindow(8192, "chunked", full_every=4)
 _LLAMA = {"gated_mlp": True, "tied_embeddings": False, "position": "rotary",
           "norm": "rmsnorm", "attention_bias": False, "mlp_bias": False}
 
@@ -102,13 +106,13 @@ PRESET_FIELDS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     # OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card" and the HF config.json of
     # gpt-oss-120b: 36 layers, hidden 2880, 64 query heads and 8 KV heads of 64, biases in
     # attention and experts, 128 experts top-4 of width 2880 (gated), vocab 201088, untied
-    # output, initial context 4096.  Not modelled: its alternate layers attend within a
-    # 128-token window (distsim gives every layer full causal attention, overstating the
-    # core attention of half the layers) and the attention sinks (64 scalars a layer).
-    # 116.8B total, 5.1B active.
+    # output, initial context 4096; its layers alternate a 128-token sliding window (layers
+    # 0, 2, 4, ...: layer_types) with full attention.  Not modelled: the attention sinks
+    # (64 scalars a layer).  116.8B total, 5.1B active.
     "gpt-oss-120b": {"layers": 36, "hidden": 2880, "heads": 64, "kv_heads": 8,
                      "attention_head_dim": 64, "ffn_hidden": 2880, "experts": 128,
                      "top_k": 4, "seq_len": 4096, "vocab": 201088,
+                     "attention_window": AttentionWindow(128, "sliding", full_every=2),
                      **{**_LLAMA, "attention_bias": True, "mlp_bias": True}},
     # xAI, github.com/xai-org/grok-1 (README "Model Specifications" and model.py): 64
     # layers, embedding 6144, 48 query heads and 8 key/value heads of 128, 8 experts with 2
@@ -154,13 +158,15 @@ PRESET_FIELDS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     # Meta, Llama 4 model card and the HF config.json of Llama-4-Scout-17B-16E (text
     # model): 48 layers, hidden 5120, 40 query heads and 8 KV heads of 128, every layer MoE
     # with 16 experts top-1 of width 8192 plus one shared expert of the same width, vocab
-    # 202048, untied output.  Left out: the QK-norm, the sigmoid router's scaling of the
-    # input, attention within 8,192-token chunks on three layers of four (at sequence
-    # 8192 the same as causal attention) and the vision encoder.  Published 109B total
+    # 202048, untied output; three layers of four attend within chunks of 8,192 tokens
+    # (attention_chunk_size; the fourth, without RoPE, in full: no_rope_layers), which
+    # at the preset's sequence of 8192 is causal attention.  Left out: the QK-norm, the
+    # sigmoid router's scaling of the input and the vision encoder.  Published 109B total
     # (with the vision encoder), 17B active.
     "llama4-scout": {"layers": 48, "hidden": 5120, "heads": 40, "kv_heads": 8,
                      "ffn_hidden": 8192, "experts": 16, "top_k": 1, "shared_experts": 1,
-                     "seq_len": 8192, "vocab": 202048, **_LLAMA},
+                     "seq_len": 8192, "vocab": 202048, "attention_window": _LLAMA4_CHUNKS,
+                     **_LLAMA},
     # Meta, Llama 4 model card and the HF config.json of Llama-4-Maverick-17B-128E: as
     # Scout, but 128 experts in every second layer (interleave_moe_layer_step 2: layers
     # 1, 3, 5, ...) and dense SwiGLU layers of width 16384 between them.  Published 400B
@@ -168,7 +174,7 @@ PRESET_FIELDS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "llama4-maverick": {"layers": 48, "hidden": 5120, "heads": 40, "kv_heads": 8,
                         "ffn_hidden": 8192, "dense_ffn_hidden": 16384, "experts": 128,
                         "top_k": 1, "moe_every": 2, "shared_experts": 1, "seq_len": 8192,
-                        "vocab": 202048, **_LLAMA},
+                        "vocab": 202048, "attention_window": _LLAMA4_CHUNKS, **_LLAMA},
     # Kimi Team 2025, "Kimi K2: Open Agentic Intelligence" (arXiv 2507.20534) and its HF
     # config.json: DeepSeek-V3's architecture with 64 attention heads under the same MLA,
     # one dense first layer (SwiGLU 18432), then 384 routed experts top-8 plus 1 shared,

@@ -59,6 +59,10 @@ from distsim_gpu.simcore.config import (
     describe,
 )
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.specs.attention_window import (
+    AttentionWindow,
+    attention_window_from_mapping,
+)
 from distsim_gpu.workloads.specs.mla import MlaSpec, mla_from_mapping
 from distsim_gpu.workloads.specs.model_catalog import PRESET_FIELDS
 from distsim_gpu.workloads.specs.moe_routing import UNIFORM, MoeRouting, moe_from_mapping
@@ -109,8 +113,10 @@ class ModelSpec:
     ``experts`` MLPs of width ``ffn_hidden`` and a router; each token uses ``top_k`` of
     them.  ``position`` is ``learned`` (adds ``seq_len·hidden`` parameters), ``rotary``,
     ``alibi`` or ``none`` (no parameters).  ``norm`` is ``layernorm`` (scale and bias) or
-    ``rmsnorm`` (scale only).  ``embedding_norm`` adds a norm right after the word
-    embedding (BLOOM).  Invalid values raise :class:`ConfigError` naming the field.
+    ``rmsnorm`` (scale only).  ``attention_window``: layers that attend within a sliding
+    window or chunk (:mod:`workloads.specs.attention_window`).  ``embedding_norm`` adds a
+    norm right after the word embedding (BLOOM).  Invalid values raise
+    :class:`ConfigError` naming the field.
     """
 
     name: str
@@ -147,6 +153,9 @@ class ModelSpec:
     # (2h -> h), one transformer block like the last layer, and the shared output head and
     # loss once more.  0: none.
     mtp_depth: int = 0
+    # Local attention in some layers: a sliding window or chunks (GPT-OSS, Llama 4,
+    # Mistral; workloads.specs.attention_window).  None: every layer attends in full.
+    attention_window: AttentionWindow | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -186,6 +195,14 @@ class ModelSpec:
                               hint=f"at most {self.layers - self.moe_every}")
         check_choice(self.position, POSITIONS, key="position", what="position encoding")
         check_choice(self.norm, NORMS, key="norm")
+        window = self.attention_window
+        if window is not None and not isinstance(window, AttentionWindow):
+            raise ConfigError(f"must be an attention window, got {window!r}",
+                              key="attention_window")
+        if window is not None and window.full_every > self.layers:
+            raise ConfigError(f"full_every {window.full_every} exceeds layers {self.layers}",
+                              key="attention_window.full_every",
+                              hint="no layer would attend in full: write 0 for that")
 
     def _check_deepseek_keys(self) -> None:
         """The MoE-layout keys need experts; MLA has one K/V head per query head, no
@@ -388,15 +405,34 @@ class ModelSpec:
                                         + (self.top_k + self.shared_experts)
                                         * self.mlp_weight_params()
                                         + self.router_params())
-        attention_scores = self.layers * self._scores_flops_per_token(s)
+        attention_scores = self._scored_layers(s) * self._scores_flops_per_token(s)
         logits = 2.0 * self.hidden * self.vocab
         return layer_flops + attention_scores + logits
 
+    def attention_pair_fraction(self, layer_index: int, seq_len: int) -> float:
+        """The query-key pairs layer ``layer_index``'s causal attention computes over a
+        sequence of ``seq_len`` tokens, as a fraction of ``seq_len²``: 1/2, or less in a
+        layer that attends locally (:mod:`workloads.specs.attention_window`)."""
+        self._check_index(layer_index)
+        window = self.attention_window
+        if window is None or not window.is_local(layer_index):
+            return 0.5
+        return window.pair_fraction(seq_len)
+
+    def _scored_layers(self, s: int) -> float:
+        """The layers' attention scores in full layers' worth (``layers`` without local
+        attention): the model FLOP counts a full layer's ``s × s`` square."""
+        if self.attention_window is None:
+            return float(self.layers)
+        return sum(2.0 * self.attention_pair_fraction(i, s) for i in range(self.layers))
+
     def _scores_flops_per_token(self, s: int) -> float:
         """Q·Kᵀ and P·V of one layer per token over the full s×s square:
-        ``2·s·heads·(d_qk + d_v)``, which is ``4·s·h`` without MLA."""
+        ``2·s·heads·(d_qk + d_v)``, which is ``4·s·h`` without MLA when the heads span the
+        hidden size (Megatron-LM's count uses the query width, ``heads·head_dim``: Qwen3's
+        64 heads of 128 over hidden 4096)."""
         if self.mla is None:
-            return 4.0 * s * self.hidden
+            return 4.0 * s * self.q_dim
         return 2.0 * s * self.heads * (self.qk_head_dim + self.v_head_dim)
 
     def model_flops_per_iteration(self, global_batch: int, seq_len: int | None = None) -> float:
@@ -425,7 +461,7 @@ class ModelSpec:
         s = self._seq(seq_len)
         tokens = float(global_batch) * s
         base = self.model_flops_per_iteration(global_batch, s)
-        scores = self.layers * self._scores_flops_per_token(s)
+        scores = self._scored_layers(s) * self._scores_flops_per_token(s)
         if recompute == "full":
             layer_forward = self.flops_per_token_forward(s) - 2.0 * self.hidden * self.vocab
             return base + layer_forward * tokens
@@ -460,6 +496,10 @@ class ModelSpec:
             del data["mla"]
         else:
             data["mla"] = self.mla.to_dict()
+        if self.attention_window is None:
+            del data["attention_window"]
+        else:
+            data["attention_window"] = self.attention_window.to_dict()
         return data
 
     def _seq(self, seq_len: int | None) -> int:
@@ -518,6 +558,9 @@ def model_from_mapping(data: Mapping[str, Any], *, source: str | None = None,
     if written.get("mla") is not None:
         written["mla"] = mla_from_mapping(written["mla"], source=source,
                                           prefix=f"{prefix}.mla")
+    if written.get("attention_window") is not None:
+        written["attention_window"] = attention_window_from_mapping(
+            written["attention_window"], source=source, prefix=f"{prefix}.attention_window")
     if preset_name is not None:
         preset = get_model(str(preset_name), key=f"{prefix}.preset", source=source)
         merged: dict[str, Any] = {"name": preset.name, **PRESET_FIELDS[preset.name]}
@@ -530,8 +573,8 @@ def model_from_mapping(data: Mapping[str, Any], *, source: str | None = None,
                               hint="write them out, or start from a preset: "
                                    + ", ".join(list_models()))
     for key, value in written.items():
-        merged[key] = value if key == "mla" else _coerce(key, value, f"{prefix}.{key}",
-                                                          source)
+        merged[key] = value if key in ("mla", "attention_window") else _coerce(
+            key, value, f"{prefix}.{key}", source)
     try:
         spec = ModelSpec(**merged)
     except ConfigError as error:

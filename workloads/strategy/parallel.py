@@ -395,6 +395,11 @@ def check_strategy(model: ModelSpec, parallel: ParallelConfig, training: Trainin
                             tp=parallel.tp)
     check_cp_split(training.seq_len or seq_len, parallel.cp, key="parallelism.cp",
                    source=source)
+    if parallel.cp > 1 and model.attention_window is not None:
+        raise ConfigError("context parallelism with local attention is not modelled",
+                          key="parallelism.cp", source=source,
+                          hint="cp 1, or leave model.attention_window out (a CP ring would "
+                          "skip the blocks outside the window)")
     if parallel.layer_groups:
         check_layer_group_strategy(
             tp_mode=parallel.tp_mode, sequence_parallel=parallel.sequence_parallel,

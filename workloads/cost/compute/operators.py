@@ -440,6 +440,7 @@ class _Shape:
                  fp8: bool) -> None:
         b, s, tp, sp = shard.micro_batch, shard.seq_len, shard.tp, shard.sequence_parallel
         self.model, self.b, self.s, self.tp, self.ab = model, b, s, tp, ab
+        self.layer_index = shard.layer_index
         self.stack, self.fp8 = stack, fp8
         self.fp8_dispatch = fp8 and shard.fp8_dispatch
         self.tokens = b * s
@@ -531,13 +532,16 @@ class _Shape:
         key heads ``d_qk`` wide, values ``d_v``: different under MLA)."""
         b, s, ab = self.b, self.s, self.ab
         if self.stack.attention == "flash":
+            # The blocks a causal kernel computes: half the square, less in a layer
+            # attending locally (the kernel skips the blocks outside the window).
+            pairs = self.model.attention_pair_fraction(self.layer_index, s) if causal \
+                else 1.0
             if self.model.mla is None:
-                flops = 4.0 * b * s * s * self.q_width * (0.5 if causal else 1.0)
+                flops = 4.0 * b * s * s * self.q_width * pairs
                 moved = self.tokens * (2 * self.q_width + 2 * self.kv_width) * ab \
                     + 4.0 * b * self.heads_local * s
             else:  # Q·Kᵀ over d_qk, P·V over d_v; reads q, k, v, writes o
-                flops = 2.0 * b * s * s * (self.q_width + self.v_width) * (
-                    0.5 if causal else 1.0)
+                flops = 2.0 * b * s * s * (self.q_width + self.v_width) * pairs
                 moved = self.tokens * (2 * self.q_width + 2 * self.v_width) * ab \
                     + 4.0 * b * self.heads_local * s
             return [Operator("attention", "attention", flops, moved)]
