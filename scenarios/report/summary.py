@@ -105,6 +105,17 @@ def _batch(par: ParallelConfig, train: TrainingConfig, microbatches: int) -> str
             f"{train.micro_batch} per {per} × dp {par.dp}")
 
 
+def _window(model: ModelSpec) -> str:
+    """``; <kind> attention within <tokens> tokens ...`` for a model with local layers."""
+    window = model.attention_window
+    if window is None:
+        return ""
+    where = (f", one layer in {window.full_every} in full" if window.full_every
+             else " in every layer")
+    what = "a sliding window of" if window.kind == "sliding" else "chunks of"
+    return f"; attention within {what} {window.tokens} tokens{where}"
+
+
 def _job_lines(report: Report) -> list[str]:
     """The model, strategy, batch (and router) lines."""
     model, par, train = report.model, report.parallel, report.training
@@ -116,7 +127,8 @@ def _job_lines(report: Report) -> list[str]:
                "the first job's"] if report.jobs > 1 else [])
     mtp = f" + {model.mtp_depth} MTP module(s)" if model.mtp_depth else ""
     return [*shared, f"  model        {model.name}: {model.layers} layers{mtp}, hidden "
-            f"{model.hidden}, {model.heads} heads, sequence {seq_len_of(model, train)}",
+            f"{model.hidden}, {model.heads} heads, sequence {seq_len_of(model, train)}"
+            f"{_window(model)}",
             f"  strategy     {_strategy(par, train)}",
             f"  batch        {_batch(par, train, report.microbatches)}",
             *_experts(model, par)]

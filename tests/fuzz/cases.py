@@ -149,6 +149,8 @@ HOSTILE_VALUES: tuple[Any, ...] = (
 SET_KEYS = (
     "model.layers", "model.hidden", "model.heads", "model.seq_len", "model.vocab",
     "model.ffn_hidden", "model.kv_heads", "model.experts", "model.position",
+    "model.attention_window", "model.attention_window.tokens",
+    "model.attention_window.full_every",
     "training.global_batch", "training.micro_batch", "training.recompute",
     "training.recompute_modules", "training.activation_func_fp8_input_store",
     "parallelism.tp", "parallelism.pp", "parallelism.dp", "parallelism.interleave",

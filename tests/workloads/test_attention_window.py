@@ -119,3 +119,14 @@ def test_context_parallelism_with_a_window_is_refused():
                                           r"local attention is not modelled"):
         check_strategy(model, ParallelConfig(cp=2, dp=4, ep=8),
                        TrainingConfig(micro_batch=1, global_batch=8), num_gpus=8)
+
+
+def test_the_summary_says_which_layers_attend_locally(tiny):
+    from distsim_gpu.scenarios.report import format_summary
+    from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
+    data = tiny()
+    data["model"]["attention_window"] = {"tokens": 64, "kind": "chunked", "full_every": 2}
+    text = format_summary(run_scenario(scenario_from_mapping(data)))
+    assert "; attention within chunks of 64 tokens, one layer in 2 in full" in text
+    assert "attention within" not in format_summary(run_scenario(scenario_from_mapping(
+        tiny())))
