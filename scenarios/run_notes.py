@@ -6,8 +6,8 @@ job's table, with several jobs), and each fault whose fabric re-route stalls the
 (the subnet manager's delay, :mod:`topology.faults`), an NVMe offload timed with the
 node preset's estimated drive bandwidth, a low-precision GEMM rate no kernel table
 measured (the roofline's ``notes``), a DeepEP exchange on fewer SMs than its NVLink
-rate needs (:mod:`collectives.deepep`), and forward-backward pairs on the V with too few
-micro-batches for DeepSeek's own order.
+rate needs (:mod:`collectives.deepep`), forward-backward pairs on the V with too few
+micro-batches for DeepSeek's own order, and a MoE model's router left perfectly even.
 """
 
 from __future__ import annotations
@@ -29,9 +29,12 @@ from distsim_gpu.topology.faults import Fault
 from distsim_gpu.topology.preset_registry import NODE_PRESETS
 from distsim_gpu.topology.routing import END_TO_END_POLICIES
 from distsim_gpu.workloads.cost.compute import roofline_behind
+from distsim_gpu.workloads.specs.models import ModelSpec
+from distsim_gpu.workloads.specs.moe_routing import UNIFORM
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
 
-__all__ = ["deepep_notes", "fault_notes", "offload_notes", "run_notes", "schedule_notes"]
+__all__ = ["deepep_notes", "fault_notes", "offload_notes", "routing_notes", "run_notes",
+           "schedule_notes"]
 
 
 def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]:
@@ -127,13 +130,27 @@ def fault_notes(faults: Sequence[Fault], topology: Topology,
     return notes
 
 
+def routing_notes(model: ModelSpec) -> list[RunNote]:
+    """A note when a MoE model's router is left at its default: every expert as loaded as
+    every other, which no trained router is (:mod:`workloads.specs.moe_routing`).  The
+    default is the :data:`UNIFORM` object itself: a scenario that writes ``routing:
+    uniform`` has chosen it, and is not told."""
+    if not model.is_moe or model.moe is not UNIFORM:
+        return []
+    return [RunNote(
+        "defaulted", f"{model.name}'s router spreads every micro-batch's tokens evenly over "
+        f"its {model.experts} experts (uniform and dropless): a real router's imbalance "
+        "slows the busiest expert-parallel rank and its all-to-alls", "model.moe.routing")]
+
+
 def run_notes(costs: Iterable[object], faults: Sequence[Fault], topology: Topology,
               iteration_time_s: float, parallels: Iterable[ParallelConfig] = (),
-              comms: Iterable[CommParams] = (),
-              microbatches: Iterable[int] = ()) -> tuple[RunNote, ...]:
+              comms: Iterable[CommParams] = (), microbatches: Iterable[int] = (),
+              models: Iterable[ModelSpec] = ()) -> tuple[RunNote, ...]:
     """Every note of a run that took ``iteration_time_s`` with the cost models ``costs``,
-    strategies ``parallels`` (with ``microbatches`` a pipeline), and collectives ``comms``
-    (each job's, in the same order) on ``topology`` under ``faults``, without repeats."""
+    strategies ``parallels`` (with ``microbatches`` a pipeline), collectives ``comms`` and
+    ``models`` (each job's, in the same order) on ``topology`` under ``faults``, without
+    repeats."""
     notes: list[RunNote] = []
     costs = list(costs)
     for model in costs:
@@ -145,5 +162,7 @@ def run_notes(costs: Iterable[object], faults: Sequence[Fault], topology: Topolo
         notes += schedule_notes(parallel, count)
     for comm, model in zip(comms, costs, strict=False):
         notes += deepep_notes(comm, model, topology)
+    for trained in models:
+        notes += routing_notes(trained)
     notes += fault_notes(faults, topology, iteration_time_s)
     return unique(notes)

@@ -687,4 +687,4 @@ def run_scenario(scenario: Scenario, *, trace: bool = False, allow_oom: bool = F
     return replace(report, notes=run_notes(
         [run.costs for run in runs], scenario.faults, scenario.topology,
         report.iteration_time_s, [run.parallel for run in runs], [run.comm for run in runs],
-        [run.microbatches for run in runs]))
+        [run.microbatches for run in runs], [run.model for run in runs]))

@@ -379,3 +379,19 @@ def test_placements_order_for_sorted_loads(ep, per_rank, raw):
 
     assert busiest("balanced") <= busiest("round-robin") + 1e-12
     assert busiest("round-robin") <= busiest("contiguous") + 1e-12
+
+
+def test_a_router_left_at_its_default_is_a_note(tiny):
+    """A MoE run that never says how its router spreads tokens is told it ran a perfectly
+    even one; one that writes a routing (uniform included) is not; a dense run neither."""
+    from distsim_gpu.scenarios.run_notes import routing_notes
+    data = tiny()
+    data["model"].update({"experts": 4, "top_k": 2})
+    notes = run_scenario(scenario_from_mapping(data)).notes
+    routing = [n for n in notes if n.key == "model.moe.routing"]
+    assert len(routing) == 1 and routing[0].kind == "defaulted"
+    assert "evenly over its 4 experts" in routing[0].message
+    data["model"]["moe"] = {"routing": "uniform"}
+    assert not [n for n in run_scenario(scenario_from_mapping(data)).notes
+                if n.key == "model.moe.routing"]
+    assert routing_notes(scenario_from_mapping(tiny()).model) == []
