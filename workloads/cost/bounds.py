@@ -78,6 +78,7 @@ from distsim_gpu.workloads.cost.compute import CostModel
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
+from distsim_gpu.workloads.specs.recompute_modules import pass_communication
 from distsim_gpu.workloads.strategy.expert_grid import expert_block
 from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
@@ -512,10 +513,9 @@ class IterationBounds:
         a recomputed MoE layer (``moe``) its two all-to-alls, counted in ``tally``, and
         its MLP block's TP calls; recomputed shared experts a dense MLP's TP calls."""
         model, parallel, training = self.model, shape.parallel, shape.training
-        modules = training.recompute_modules
-        if training.recompute != "selective" or not model.is_moe_layer(layer):
-            return 0.0, 0.0
-        if "moe" in modules:
+        rerun = pass_communication("recompute", training.recompute,
+                                   training.recompute_modules, model.is_moe_layer(layer))
+        if rerun.moe:
             scale = traffic.moe_tp_scale(model, parallel) if parallel.ep > 1 else 1.0
             estimate, low = scale * tp[0], min(scale, 1.0) * tp[1]
             if parallel.ep > 1:
@@ -524,7 +524,7 @@ class IterationBounds:
                 tally.add_everyone(("alltoall", ep_all, shape.a2a_bytes),
                                    2 * shape.microbatches)
             return estimate, low
-        if "shared_experts" in modules and model.shared_experts:
+        if rerun.shared_experts and model.shared_experts:
             return tp
         return 0.0, 0.0
 

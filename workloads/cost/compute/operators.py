@@ -63,10 +63,9 @@ DeepEP's 1×128-scaled FP8), and ``cast_expert_fc1`` only makes what the experts
 needs of the copies received (:meth:`Fp8Recipe.dispatched_cast`: under ``blockwise`` the
 column-wise copy alone).  Delayed scaling adds one ``fp8_scale_update`` kernel per
 layer pass.  The attention core, the router, embedding and logits stay in 16 bits.
-Backward casts each
-FP8 GEMM's output gradient (``<gemm>.grad_cast``, E5M2, with its transpose: the same
-cast bytes over T·n elements); a block-scaled weight gradient runs at the recipe's
-``wgrad_efficiency`` of the FP8 rate (``Operator.efficiency_factor``).
+Backward casts each FP8 GEMM's output gradient (``<gemm>.grad_cast``, E5M2, with its
+transpose: the same cast bytes over T·n elements); a block-scaled weight gradient runs
+at the recipe's ``wgrad_efficiency`` of the FP8 rate (``Operator.efficiency_factor``).
 
 Backward: a weight GEMM becomes its data gradient ``(m, n=k, k=n)`` and weight gradient
 ``(m=k, n, k=m)`` — the weight gradient accumulating into fp32 main grads (reads and
