@@ -161,7 +161,7 @@ def enumerate_strategies(scenario: Scenario, *,
         if n % (tp * pp * cp) or not allowed("pp", pp):
             continue
         dp = n // (tp * pp * cp)
-        # Megatron-Core folds the expert groups over cp·dp (the experts' tp the dense one).
+        # Megatron-Core folds the expert groups over cp·dp (expert_tp left at the dense tp).
         eps = ([e for e in _divisors(model.experts) if (cp * dp) % e == 0]
                if model.experts > 1 else [1])
         for ep, mb, (schedule, interleave), zero, recompute, sp, order in itertools.product(
