@@ -41,7 +41,7 @@ from distsim_gpu.workloads.cost.compute.blocks import (
     is_weight_gradient,
 )
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
-from distsim_gpu.workloads.cost.traffic import dispatches_fp8
+from distsim_gpu.workloads.cost.traffic import exchanges_by_deepep
 from distsim_gpu.workloads.traces.measured_costs import scope_gpu_times
 
 __all__ = ["COMM_KERNELS", "OperatorRow", "format_operator_report", "operator_rows",
@@ -114,11 +114,10 @@ def scenario_layer_work(scenario: Any) -> tuple[dict[str, Any], dict[str, LayerW
              "sequence_parallel": scenario.parallel.sequence_parallel,
              "layer_index": layer}
     passes = ("fwd", "bwd") + (("recompute",) if training.recompute != "none" else ())
-    fp8_dispatch = dispatches_fp8(scenario.comm.all_to_all, training.precision,
-                                  scenario.parallel.ep)
+    deepep = exchanges_by_deepep(scenario.comm.all_to_all, scenario.parallel.ep)
     work = {p: costs.layer_work(p, model, LayerShard(
         **shape, recompute=training.recompute if p == "recompute" else "full",
-        recompute_modules=training.recompute_modules, fp8_dispatch=fp8_dispatch))
+        recompute_modules=training.recompute_modules, deepep=deepep))
         for p in passes}
     return shape, work
 

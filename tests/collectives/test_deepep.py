@@ -265,7 +265,8 @@ def test_an_fp8_deepep_iteration_casts_its_tokens_before_the_dispatch(
     asked = []
     timed = RooflineCosts.layer_time_s
     monkeypatch.setattr(RooflineCosts, "layer_time_s", lambda self, pass_, model, shard: (
-        asked.append(shard.fp8_dispatch) or timed(self, pass_, model, shard)))
+        asked.append(shard.deepep and precision == "fp8") or timed(self, pass_, model,
+                                                                    shard)))
     path = write_scenario(tmp_path / "moe.yaml", {
         "name": "moe", "cluster": {"preset": "dgx-h100", "nodes": 1},
         "model": {"name": "m", "layers": 2, "hidden": 2048, "heads": 16, "seq_len": 2048,

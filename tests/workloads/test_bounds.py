@@ -200,8 +200,9 @@ def _run(comm: Communicator, plan: Any, size_bytes: float):
 
 def test_the_bound_takes_the_cheaper_cast_around_an_fp8_dispatch(write_scenario, tmp_path):
     """Under FP8 a DeepEP dispatch casts the tokens before it, a 16-bit exchange the
-    experts' copies after it; the bound, which does not know the exchange, holds for both
-    — on links fast enough that compute is the iteration, where it is tight."""
+    experts' copies after it, and the two copy the tokens differently; the bound, which
+    does not know the exchange, holds for both — on links fast enough that compute is the
+    iteration, where it is tight for the cheaper."""
     from distsim_gpu.scenarios.scenario import load_scenario, spec_of
 
     ratios = {}
@@ -222,4 +223,6 @@ def test_the_bound_takes_the_cheaper_cast_around_an_fp8_dispatch(write_scenario,
             run.parallel, run.training, spec.microbatches)
         ratios[mode] = lower / simulate_iteration(spec).iteration_time_s
     assert 0.99 < ratios["deepep"] <= 1.0  # above 1 with the copies' cast in the bound
-    assert 0.98 < ratios["flat"] <= 1.0
+    # The all-to-all dispatcher's permute and sort cost more than DeepEP's copies, which
+    # the bound takes: looser, still a bound.
+    assert 0.85 < ratios["flat"] <= 1.0

@@ -332,12 +332,11 @@ class IterationBounds:
                 sequence_parallel=parallel.sequence_parallel, ep=parallel.ep,
                 layer_index=layer, recompute=mode, expert_tp=parallel.expert_tp,
                 recompute_modules=modules)
-            # The exchange is not known here: the cheaper of casting the tokens before an
-            # FP8 dispatch (DeepEP's) or the copies after a 16-bit one keeps a bound.
-            fp8_dispatch = moe and traffic.dispatches_fp8("deepep", shape.training.precision,
-                                                          parallel.ep)
-            cached = min(self.costs.layer_time_s(pass_, model, replace(shard, fp8_dispatch=f))
-                         for f in {False, fp8_dispatch})
+            # The exchange is not known here: the cheaper of DeepEP's token copies (and its
+            # FP8 cast) and Megatron-Core's all-to-all dispatcher's keeps a bound.
+            deepep = moe and traffic.exchanges_by_deepep("deepep", parallel.ep)
+            cached = min(self.costs.layer_time_s(pass_, model, replace(shard, deepep=d))
+                         for d in {False, deepep})
             if moe:  # the MLP half at the slowest EP rank's pace, as the streams run it
                 cached *= (1.0 + moe_pace(model.moe, experts=model.experts,
                                           top_k=model.top_k, ep=parallel.ep)) / 2

@@ -4,8 +4,8 @@ A :class:`LayerShard` is what every per-layer cost asks of the strategy: the mic
 and the sequence length a rank sees, how the layer is split over its tensor-parallel group
 (with or without sequence parallelism), its expert-parallel group and the experts' own
 tensor parallelism, which layer of the
-model it is (dense or MoE), whether its dispatch sends FP8 tokens and how that layer is
-recomputed.  The cost models
+model it is (dense or MoE), whether its experts' tokens move by DeepEP's kernels and how
+that layer is recomputed.  The cost models
 (:meth:`~distsim_gpu.workloads.cost.compute.roofline.CostModel.layer_time_s`), the
 operator lists (:func:`~distsim_gpu.workloads.cost.compute.operators.layer_work`), the
 activation memory (:func:`~distsim_gpu.workloads.cost.memory.activation_bytes_per_layer`)
@@ -50,10 +50,11 @@ class LayerShard:
     #: What a ``selective`` recompute re-runs and does not keep (Megatron-Core's
     #: submodules, :mod:`~distsim_gpu.workloads.specs.recompute_modules`).
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
-    #: The MoE dispatch sends FP8 tokens (DeepEP's kernels under a low-precision run,
-    #: :func:`~distsim_gpu.workloads.cost.traffic.dispatch_bytes`): the layer casts its
-    #: tokens once before the dispatch, and its experts take the FP8 copies they receive.
-    fp8_dispatch: bool = False
+    #: The MoE exchange runs DeepEP's kernels (``communication.all_to_all: deepep``,
+    #: :func:`~distsim_gpu.workloads.cost.traffic.exchanges_by_deepep`): a token arrives
+    #: once at each GPU holding one of its experts and is copied into expert order there,
+    #: and a low-precision run sends it in FP8, cast once before the dispatch.
+    deepep: bool = False
 
     @property
     def etp(self) -> int:

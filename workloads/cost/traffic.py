@@ -66,6 +66,7 @@ __all__ = [
     "cp_message_bytes",
     "dispatch_bytes",
     "dispatches_fp8",
+    "exchanges_by_deepep",
     "gathers_layer_params",
     "grad_bytes_per_element",
     "gradient_buckets",
@@ -180,12 +181,16 @@ def alltoall_bytes(model: ModelSpec, parallel: ParallelConfig,
             / (parallel.tp if parallel.sequence_parallel else 1))
 
 
+def exchanges_by_deepep(all_to_all: str, ep: int) -> bool:
+    """Whether a MoE layer's tokens move by DeepEP's kernels (``all_to_all: deepep``,
+    over ``ep > 1`` ranks: :attr:`~distsim_gpu.workloads.cost.layer_shard.LayerShard.deepep`)."""
+    return all_to_all == "deepep" and ep > 1
+
+
 def dispatches_fp8(all_to_all: str, precision: str, ep: int) -> bool:
-    """Whether a MoE layer's tokens go to their experts as FP8: DeepEP's dispatch
-    (``all_to_all: deepep``, over ``ep > 1`` ranks) under an FP8 or FP4 run (the layer then
-    casts its tokens before it:
-    :attr:`~distsim_gpu.workloads.cost.layer_shard.LayerShard.fp8_dispatch`)."""
-    return all_to_all == "deepep" and precision in ("fp8", "fp4") and ep > 1
+    """Whether a MoE layer's tokens go to their experts as FP8: DeepEP's dispatch under an
+    FP8 or FP4 run (the layer then casts its tokens once before it)."""
+    return exchanges_by_deepep(all_to_all, ep) and precision in ("fp8", "fp4")
 
 
 def dispatch_bytes(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,

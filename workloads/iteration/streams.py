@@ -53,7 +53,7 @@ from distsim_gpu.workloads.cost.traffic import (
     alltoall_bytes,
     cp_message_bytes,
     dispatch_bytes,
-    dispatches_fp8,
+    exchanges_by_deepep,
     gathers_layer_params,
     grad_bytes_per_element,
     gradient_buckets,
@@ -173,7 +173,7 @@ class StreamBuilder(OverlappedOps):
         self.a2a_bytes = alltoall_bytes(model, parallel, local)
         # DeepEP dispatches FP8 (with its scales) under a low-precision run; combines 16-bit.
         self.dispatch_bytes = dispatch_bytes(model, parallel, local, all_to_all)
-        self.fp8_dispatch = dispatches_fp8(all_to_all, local.precision, parallel.ep)
+        self.deepep = exchanges_by_deepep(all_to_all, parallel.ep)
         self.moe_tp_scale = moe_tp_scale(model, parallel)
         # expert_tp between 1 and tp: the routed tokens' collectives on each expert-tensor
         # group, etp consecutive tensor ranks (workloads.strategy.expert_grid).
@@ -456,7 +456,7 @@ class StreamBuilder(OverlappedOps):
                            sequence_parallel=self.split_elementwise, ep=par.ep,
                            layer_index=layer, recompute=mode, expert_tp=par.expert_tp,
                            recompute_modules=self.training.recompute_modules,
-                           fp8_dispatch=self.fp8_dispatch)
+                           deepep=self.deepep)
         duration = self.costs.layer_time_s(cost_pass, self.model, shard)
         # OSDP's split operators: their GEMMs in k slices (workloads.strategy.operator_sharding).
         duration += split_extra_s(par.operator_sharding, self.costs, cost_pass, self.model,

@@ -57,7 +57,7 @@ scaling, plus block scales under block-wise scaling) unless its producer writes 
 copy itself (a delayed-scaling stack's ``fp8_norm_cast_fusion`` for qkv and fc1,
 ``fp8_activation_cast_fusion`` for fc2: the producer then writes 1 byte per element
 instead of ``a``, and the backward transposes it, ``<gemm>.input_transpose``, 2·T·k
-bytes).  A MoE layer whose dispatch sends FP8 (``LayerShard.fp8_dispatch``, DeepEP's)
+bytes).  A MoE layer whose dispatch sends FP8 (``LayerShard.deepep`` under FP8)
 casts its Tₑ·h tokens once before it (``cast_moe_dispatch``: read ``a``, write
 DeepEP's 1×128-scaled FP8), and ``cast_expert_fc1`` only makes what the experts' GEMM
 needs of the copies received (:meth:`Fp8Recipe.dispatched_cast`: under ``blockwise`` the
@@ -97,6 +97,7 @@ from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError, closest
 from distsim_gpu.workloads.cost.compute.fp8_recipes import DISPATCH_FP8_ELEMENT_BYTES
 from distsim_gpu.workloads.cost.compute.stacks import DEFAULT_STACK, STACKS, Stack
+from distsim_gpu.workloads.cost.compute.token_copies import token_copies
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.recompute import Matmul, op_sac_matmuls
@@ -441,7 +442,8 @@ class _Shape:
         self.model, self.b, self.s, self.tp, self.ab = model, b, s, tp, ab
         self.layer_index = shard.layer_index
         self.stack, self.fp8 = stack, fp8
-        self.fp8_dispatch = fp8 and shard.fp8_dispatch
+        self.deepep = shard.deepep
+        self.fp8_dispatch = fp8 and shard.deepep
         self.tokens = b * s
         self.tokens_ew = self.tokens / tp if sp else float(self.tokens)
         self.heads_local = model.heads // tp
@@ -624,7 +626,9 @@ class _Shape:
         parallelism ``etp`` an expert's GEMMs are ``1/etp`` of its width over the tokens
         of ``ep·etp/tp`` tensor ranks' worth of replicas (Megatron-Core's dispatcher
         gathers the routed tokens over the expert-tensor group): the FLOP per GPU is the
-        same for every ``etp``, the GEMMs' shapes are not."""
+        same for every ``etp``, the GEMMs' shapes are not.  The router sees the rank's own
+        tokens (its sequence-parallel share); the copies around the exchange are the
+        dispatcher's (:mod:`~distsim_gpu.workloads.cost.compute.token_copies`)."""
         model, tokens, ab, h = self.model, self.tokens, self.ab, self.model.hidden
         local_experts = model.experts // ep
         per_expert = max(1, math.ceil(tokens * model.top_k * ep * etp
@@ -634,7 +638,7 @@ class _Shape:
         grouped = self.stack.grouped_gemm and local_experts > 1
         fc1 = self.linear("expert_fc1", per_expert, up_width, h, bias=model.mlp_bias,
                           count=local_experts, grouped=grouped)
-        gate = [gemm("router", (tokens, model.experts, h), ab, ab)]
+        gate = [gemm("router", (math.ceil(self.tokens_ew), model.experts, h), ab, ab)]
         if self.fp8_dispatch:  # cast once before the dispatch, not each copy after it
             gate.append(elementwise(
                 "cast_moe_dispatch", self.tokens_ew * h * (ab + DISPATCH_FP8_ELEMENT_BYTES),
@@ -642,17 +646,19 @@ class _Shape:
             moved, launches = self.stack.fp8.dispatched_cast(per_expert * h)
             assert fc1[0].cast  # an FP8 GEMM's stand-alone input cast comes first
             fc1[0] = replace(fc1[0], bytes_moved=moved, launches=launches)
+        sent = DISPATCH_FP8_ELEMENT_BYTES if self.fp8_dispatch else ab
+        dispatch, combine = (
+            elementwise(name, side.bytes_moved, launches=side.launches,
+                        bwd_bytes_factor=side.bwd_bytes_factor)
+            for name, side in zip(("moe_dispatch", "moe_combine"), token_copies(
+                model, routed_tokens=self.tokens_ew, copies=per_expert * local_experts,
+                ep=ep, etp=etp, deepep=self.deepep, element_bytes=(ab, sent)), strict=True))
         return [
-            *gate,
-            elementwise("moe_dispatch", (tokens + tokens * model.top_k) * h * ab,
-                        bwd_bytes_factor=1.0),
-            *fc1,
+            *gate, dispatch, *fc1,
             self.activation("expert_act", per_expert, local_experts, f_local=f_local),
             *self.linear("expert_fc2", per_expert, h, f_local, bias=model.mlp_bias,
                          count=local_experts, grouped=grouped),
-            elementwise("moe_combine", (tokens * model.top_k + tokens) * h * ab,
-                        bwd_bytes_factor=1.0),
-        ]
+            combine]
 
 
 def layer_work(pass_: str, model: ModelSpec, shard: LayerShard, *, precision: str = "bf16",
