@@ -49,6 +49,7 @@ __all__ = [
     "OPS",
     "alltoall_peer_latency_s",
     "build_plan",
+    "check_group",
     "gpu_rail",
     "pairs_plan",
     "ring_channels",
@@ -221,6 +222,11 @@ def _checked_gpus(topo: Topology, group: Sequence[str], op: str, algorithm: str)
     if algorithm == "tree" and op != "all_reduce":
         raise ConfigError(f"the tree algorithm implements all_reduce only, not {op}",
                           hint="use algorithm ring or auto")
+    return check_group(topo, group)
+
+
+def check_group(topo: Topology, group: Sequence[str]) -> list[str]:
+    """The group's GPUs, each once: an error for a GPU named twice or not in ``topo``."""
     gpus = list(dict.fromkeys(group))
     if len(gpus) != len(group):
         raise ConfigError("a collective group names a GPU twice", hint=f"group: {list(group)}")

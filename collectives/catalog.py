@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import MappingProxyType
 
-from distsim_gpu.collectives.algorithms import OPS, _Builder
+from distsim_gpu.collectives.algorithms import OPS, _Builder, check_group
 from distsim_gpu.collectives.algorithms import build_plan as _ring_or_tree_plan
 from distsim_gpu.collectives.nvls import nvls_heads, nvls_plan, nvls_switches, nvls_tree_plan
 from distsim_gpu.collectives.nvls_rsag import NVLS_RSAG_OPS, nvls_rsag_applies, nvls_rsag_plan
@@ -65,15 +65,6 @@ ALGORITHM_PROTOCOLS = MappingProxyType({
 })
 
 
-def _check_group(topo: Topology, group: Sequence[str]) -> list[str]:
-    gpus = list(dict.fromkeys(group))
-    if len(gpus) != len(group):
-        raise ConfigError("a collective group names a GPU twice", hint=f"group: {list(group)}")
-    for gpu in gpus:
-        topo.node_of(gpu)  # raises for an unknown GPU
-    return gpus
-
-
 def build_plan(topo: Topology, group: Sequence[str], op: str, *, algorithm: str,
                protocol: str, params: CommParams, root: str | None = None,
                peer: str | None = None) -> CollectivePlan:
@@ -96,7 +87,7 @@ def build_plan(topo: Topology, group: Sequence[str], op: str, *, algorithm: str,
         raise ConfigError(f"the {algorithm} algorithm runs the "
                           f"{'/'.join(ALGORITHM_PROTOCOLS[algorithm])} protocol only, "
                           f"not {protocol}", hint="use protocol simple or auto")
-    gpus = _check_group(topo, group)
+    gpus = check_group(topo, group)
     # A PXN send is a ring-class send to NCCL: the ring's latency tables.
     b = _Builder(topo, params, "ring" if algorithm == "pxn" else algorithm, protocol)
     if algorithm == "pxn":
