@@ -257,3 +257,18 @@ def test_unknown_names_in_a_csv_table_name_the_line(tmp_path, text, message):
     with pytest.raises(ParseError) as info:
         read_cost_table(path)
     assert str(info.value).startswith(f"{path}{message}")
+
+
+def test_a_local_attention_layer_timed_by_the_table_is_a_note(table_path):
+    """A profiled layer attended in full: the table times a windowed layer with it, and
+    the run says so; full layers of the same model, and models without windows, do not."""
+    from distsim_gpu.workloads.specs.models import model_from_mapping
+    windowed = model_from_mapping({"preset": "llama3-8b", "attention_window": {
+        "tokens": 1024, "full_every": 2}})
+    costs = TableCosts.from_file(table_path)
+    full = LayerShard(micro_batch=1, seq_len=4096, layer_index=1)
+    assert costs.layer_time_s("fwd", windowed, full) == 0.010 and costs.notes == ()
+    local = LayerShard(micro_batch=1, seq_len=4096, layer_index=0)
+    assert costs.layer_time_s("fwd", windowed, local) == 0.010
+    (note,) = costs.notes
+    assert note.kind == "defaulted" and "model.attention_window" in note.message

@@ -200,6 +200,9 @@ class TableCosts:
                               "recomputation, not the submodules of recompute_modules",
                               key="training.recompute_modules", source=self.source,
                               hint="compute.costs: roofline, or remove recompute_modules")
+        if model.attention_pair_fraction(shard.layer_index, shard.seq_len) < 0.5:
+            self._warn(f"its {kind} rows time the layers that attend within "
+                       f"model.attention_window as layers that attend in full", "defaulted")
         return self.lookup(kind, table_pass, micro_batch=shard.micro_batch,
                            seq_len=shard.seq_len, hidden=model.hidden, tp=shard.tp,
                            sequence_parallel=shard.sequence_parallel)
