@@ -54,8 +54,8 @@ def kernel_class(name: str) -> str:
 def operator_class(item) -> str:
     """The class of one of distsim's operators."""
     name = item.name
-    if name.startswith("cast_") or ".grad_cast" in name:
-        return "cast"
+    if item.cast:  # a cache's cast back is its backward
+        return "cast back" if name.endswith(".bwd") else "cast"
     if item.kind in ("gemm", "bmm"):
         return "gemm"
     if item.kind == "attention":

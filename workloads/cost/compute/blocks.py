@@ -38,7 +38,8 @@ __all__ = ["ATTENTION_OPERATORS", "BLOCK_NAMES", "GATE_OPERATORS", "MLP_OPERATOR
 #: one it derives from, :attr:`Operator.base_name`).
 ATTENTION_OPERATORS = (
     "input_norm", "cast_qkv", "qkv", "attention", "attn_scores", "attn_softmax",
-    "attn_dropout", "attn_context", "attn_context_copy", "cast_attn_out", "attn_out",
+    "attn_dropout", "attn_context", "attn_context_copy", "attn_out_cache", "cast_attn_out",
+    "attn_out",
     "attn_residual",
     # multi-head latent attention's projections (workloads.specs.mla)
     "cast_q_down", "q_down", "q_norm", "cast_q_up", "q_up", "cast_q_proj", "q_proj",
@@ -46,10 +47,11 @@ ATTENTION_OPERATORS = (
 #: The forward operators of the MLP block: a dense layer's, a MoE layer's experts and shared
 #: ones (its norm and router, :data:`GATE_OPERATORS`, end its attention block).
 MLP_OPERATORS = (
-    "post_attn_norm", "router", "cast_expert_fc1", "expert_fc1", "expert_act",
-    "cast_expert_fc2", "expert_fc2", "cast_mlp_fc1", "mlp_fc1", "mlp_act", "cast_mlp_fc2",
-    "mlp_fc2", "mlp_residual", "cast_shared_fc1", "shared_fc1", "shared_act",
-    "cast_shared_fc2", "shared_fc2")
+    "post_attn_norm", "router", "cast_expert_fc1", "transpose_expert_fc1", "expert_fc1",
+    "expert_act_cache", "expert_act", "cast_expert_fc2", "transpose_expert_fc2",
+    "expert_fc2", "cast_mlp_fc1", "mlp_fc1", "mlp_act_cache", "mlp_act", "cast_mlp_fc2",
+    "mlp_fc2", "mlp_residual", "cast_shared_fc1", "shared_fc1", "shared_act_cache",
+    "shared_act", "cast_shared_fc2", "shared_fc2")
 #: A MoE layer's operators that run before its dispatch (the router, and the FP8 cast of
 #: the tokens a DeepEP dispatch sends): the attention block's there.
 GATE_OPERATORS = ("post_attn_norm", "router", "cast_moe_dispatch")

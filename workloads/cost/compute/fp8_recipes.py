@@ -28,9 +28,10 @@ the GEMM:
     writes the FP8 tensor, its transpose (re-blocked 128×1 for the weight gradient) and
     both copies' scales.  No fusion into producers (our assumption: TE's block-scaled
     norms run in 16 bits and quantise after).  The GEMM promotes partial sums to fp32 every
-    128 of k on the CUDA cores: DeepGEMM's forward and data-gradient kernels reach the rate
-    of per-tensor FP8 GEMMs, its weight-gradient kernel less
-    (:data:`BLOCKWISE_WGRAD_EFFICIENCY`).
+    128 of k on the CUDA cores and writes its output after the main loop: its time is the
+    main loop at :data:`BLOCKWISE_GEMM_EFFICIENCY` of the FP8 peak (Hopper, DeepGEMM's
+    tables) plus the output's bytes at HBM bandwidth — which makes small-k GEMMs and the
+    weight gradient (fp32, read and accumulated) slower than per-tensor FP8's.
 
 ``mxfp8`` (TE ``MXFP8BlockScaling``, Blackwell; OCP Microscaling spec v1.0)
     One E8M0 (power-of-two, 1-byte) scale per 32 consecutive elements along the GEMM's
@@ -63,8 +64,8 @@ from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.workloads.strategy.precision import FP8_RECIPES
 
 __all__ = [
+    "BLOCKWISE_GEMM_EFFICIENCY",
     "BLOCKWISE_SCALE_BYTES_PER_ELEMENT",
-    "BLOCKWISE_WGRAD_EFFICIENCY",
     "DISPATCH_FP8_ELEMENT_BYTES",
     "FP8_RECIPES",
     "FP8_RECIPE_SPECS",
@@ -89,16 +90,18 @@ BLOCKWISE_SCALE_BYTES_PER_ELEMENT = 2 * _FP32_SCALE_BYTES / BLOCK_ELEMENTS
 #: scale per 128 elements (DeepEP README; DeepSeek-V3 report §3.3.1, 1×128 activation
 #: tiles) — the row-wise copy of the ``blockwise`` recipe.
 DISPATCH_FP8_ELEMENT_BYTES = FP8_BYTES + _FP32_SCALE_BYTES / BLOCK_ELEMENTS
-# Block-scaled weight-gradient GEMM rate over the per-tensor FP8 GEMM's at a like shape.
-# DeepGEMM's dense wgrad kernel (deepseek-ai/DeepGEMM PR #95, table in
-# shared/data/kernels/deepgemm_h800/deepgemm_pr_tables_fp8.csv): median 931 TFLOP/s over
-# its six k = 4096 shapes and 1052 over its three k = 8192 ones; cuBLASLt per-tensor FP8
-# on H100 reaches 1216.9 at 4096³ and 1290.1 at 8192³ (Azure AI benchmarking guide,
-# shared/data/kernels/azure_ai_benchmarking_guide/gemm_blaslt.csv): 0.765 and 0.815,
-# mean 0.79.  DeepGEMM's forward kernel is not slower than per-tensor FP8 (4096×4096×7168:
-# 1265 TFLOP/s, deepgemm_readme_h800_fp8.csv of 2025-03-25, to cuBLASLt's 1216.9 at
-# 4096³), so forward and data-gradient GEMMs keep the per-tensor rate (factor 1).
-BLOCKWISE_WGRAD_EFFICIENCY = 0.79
+# DeepGEMM's block-scaled GEMMs on Hopper (deepseek-ai/DeepGEMM; shared/data/kernels/
+# deepgemm_h800): the main loop promotes partial sums on the CUDA cores every 128 of k, and
+# the output is written after it, not under the next tile's main loop — so a GEMM takes
+# its main loop at this fraction of the FP8 peak (tiles and waves counted, no small-k
+# half point) plus its output's bytes at HBM bandwidth: 2 a bf16 element (forward, data
+# gradient), 8 an fp32 weight-gradient element it reads and accumulates into.  Fitted on
+# the 2025-03-25 README's six M = 4,096 forward GEMMs and PR #95's fourteen weight-gradient
+# GEMMs (dense and k-grouped) together (validation/kernels/compare_blockwise.py --fit;
+# leave-one-out median 4.9 %, max 12.4 %): one main-loop rate serves both, the weight
+# gradient's lower one is its fp32 epilogue.  Other measurements of the same kernels are
+# slower (a user's H200 weight gradients −23 %, torchao's H100 one −52 %): docs/fp8.md.
+BLOCKWISE_GEMM_EFFICIENCY = 0.683
 # Weight re-cast after each optimizer step, per parameter: read the 16-bit weight (2 B),
 # write its FP8 copy and the transpose (1 + 1 B).  Current scaling reads it once more for
 # its amax; block scales add 4 B per 128×128 block (the square block serves the transpose).
@@ -167,6 +170,12 @@ class Fp8Recipe:
     architectures: tuple[str, ...] = field(default=())
     # Share of the layers, the last ones, whose linear GEMMs stay 16-bit.
     bf16_layer_fraction: float = 0.0
+    # The GPU generation ``gemm_efficiency`` was measured on (None: any the recipe runs
+    # on); elsewhere the GPU's own FP8 figure.
+    gemm_efficiency_architecture: str | None = None
+    # The GEMM writes its output after its main loop (DeepGEMM): the output's bytes at HBM
+    # bandwidth are added to the main loop's time, in place of the small-k half point.
+    gemm_epilogue_exposed: bool = False
     # The recipe's row-wise activation copy is the format DeepEP's FP8 dispatch sends
     # (1×128 blocks with fp32 scales): the tokens a dispatch delivers need only their
     # column-wise copy.
@@ -179,6 +188,13 @@ class Fp8Recipe:
         reads = input_bytes * (2 if self.amax_pass else 1)
         return elements * (reads + 2 * self.element_bytes + self.scale_bytes_per_element)
 
+    def one_copy_cast_bytes(self, elements: float, input_bytes: float) -> float:
+        """Bytes of a cast that writes one of the two copies (the row-wise one) with its
+        scales: :meth:`cast_bytes` less one copy
+        (:mod:`~distsim_gpu.workloads.cost.compute.fp8_casts`)."""
+        reads = input_bytes * (2 if self.amax_pass else 1)
+        return elements * (reads + self.element_bytes + self.scale_bytes_per_element / 2)
+
     def high_precision_layer(self, layer_index: int, layers: int) -> bool:
         """Whether layer ``layer_index`` of ``layers`` keeps its GEMMs 16-bit."""
         keep = round(self.bf16_layer_fraction * layers)
@@ -190,8 +206,10 @@ class Fp8Recipe:
         return 2 if self.amax_pass else 1
 
     def transpose_bytes(self, elements: float) -> float:
-        """Bytes of the backward ``fp8_transpose`` of a producer-written FP8 tensor."""
-        return 2.0 * self.element_bytes * elements
+        """Bytes of a kernel that makes an FP8 tensor's second copy from its first: the
+        backward ``fp8_transpose`` of a producer-written tensor, or a block-scaled copy's
+        re-blocking (read one copy and its scales, write the other and its own)."""
+        return elements * (2.0 * self.element_bytes + self.scale_bytes_per_element)
 
     def dispatched_cast(self, elements: float) -> tuple[float, int]:
         """Bytes and kernels that make a GEMM input of ``elements`` values a dispatch
@@ -200,7 +218,7 @@ class Fp8Recipe:
         one copy, writes the other, each with its scales); any other recipe casts the
         FP8 tokens again into its own format, as it would 16-bit ones."""
         if self.rowwise_is_dispatch_format:
-            return elements * (2 * self.element_bytes + self.scale_bytes_per_element), 1
+            return self.transpose_bytes(elements), 1
         return self.cast_bytes(elements, DISPATCH_FP8_ELEMENT_BYTES), self.cast_launches
 
 
@@ -222,9 +240,10 @@ FP8_RECIPE_SPECS: dict[str, Fp8Recipe] = {
         "DeepGEMM, TE Float8BlockScaling)",
         fuses_into_producer=False, amax_pass=False,
         scale_bytes_per_element=BLOCKWISE_SCALE_BYTES_PER_ELEMENT,
-        scale_update_kernel=False, wgrad_efficiency=BLOCKWISE_WGRAD_EFFICIENCY,
+        scale_update_kernel=False, wgrad_efficiency=1.0,
         weight_cast_bytes_per_param=_WEIGHT_CAST_BYTES + _WEIGHT_BLOCK_SCALE_BYTES,
-        rowwise_is_dispatch_format=True),
+        gemm_efficiency=BLOCKWISE_GEMM_EFFICIENCY, gemm_efficiency_architecture="hopper",
+        gemm_epilogue_exposed=True, rowwise_is_dispatch_format=True),
     "mxfp8": Fp8Recipe(
         "mxfp8", "Transformer Engine MXFP8BlockScaling (Blackwell): E8M0 scales per 32 "
         "elements, row- and column-wise copies; rates from torchao's B200 kernels",

@@ -12,20 +12,18 @@ Forward of one layer on one TP rank (``T = b·s`` tokens, ``h`` hidden, ``f`` FF
 ``t`` TP size, ``a`` activation bytes, ``o`` GEMM operand bytes; element-wise ops see
 ``Tₑ = T/t`` tokens with sequence parallelism, else ``T``)::
 
-    input_norm       norm         reads and writes Tₑ·h            (fused; else 4 kernels,
-                                                                    5 passes over Tₑ·h)
+    input_norm       norm         reads and writes Tₑ·h (fused; else 4 kernels, 5 passes)
     qkv              GEMM         m=T, k=h, n=(h + 2·d_kv)/t
     attention        flash        4·b·s²·h/t FLOP (halved when causal)
       or, unfused, over B = b·a_heads/t heads of head size d:
     attn_scores      batched GEMM Q·Kᵀ: 2·B·s²·d FLOP, writes B·s² scores
-    attn_softmax     element-wise reads and writes B·s² (fused scale-mask-softmax;
-                                  else scale, mask, softmax: 3 kernels, ~3× the bytes)
+    attn_softmax     element-wise reads and writes B·s² (fused; else 3 kernels, ~3× bytes)
     attn_dropout     element-wise reads B·s², writes B·s² and a 1-byte mask
     attn_context     batched GEMM P·V: 2·B·s²·d FLOP
     attn_context_copy element-wise permute().contiguous(): reads and writes T·h/t
     attn_out         GEMM         m=T, k=h/t, n=h
     attn_residual    element-wise bias + dropout + residual add: reads 2·Tₑ·h, writes Tₑ·h
-                                  (+ a 1-byte mask with hidden dropout; unfused: 3 kernels)
+                                  (+ a 1-byte mask with dropout; unfused: 3 kernels)
     post_attn_norm   norm         as input_norm
     mlp_fc1          GEMM         m=T, k=h, n=f/t (2·f/t gated)
     mlp_act          element-wise bias + GeLU: 2·T·f/t, SwiGLU 3·T·f/t (unfused bias: +2·T·f/t)
@@ -33,11 +31,10 @@ Forward of one layer on one TP rank (``T = b·s`` tokens, ``h`` hidden, ``f`` FF
     mlp_residual     element-wise as attn_residual
 
 A MoE layer replaces the MLP by a router GEMM (m=T, k=h, n=experts), token dispatch and
-combine copies (T·top_k·h each) and ``experts/ep`` local expert MLPs, each fed
-``T·top_k·ep/experts`` tokens (balanced routing), expert weights split over ``t``; its
-shared experts (``shared_experts``) are one dense MLP of their summed width over all T
-tokens, split over ``t`` (``shared_fc1``, ``shared_act``, ``shared_fc2``), as Megatron-Core
-runs them on every EP rank.  A MoE model's dense layers use ``dense_ffn_hidden``.
+combine copies and ``experts/ep`` local expert MLPs, each fed ``T·top_k·ep/experts``
+tokens (balanced routing); its shared experts are one dense MLP of their summed width over
+all T tokens (``shared_fc1``, ``shared_act``, ``shared_fc2``), as Megatron-Core runs them
+on every EP rank.  A MoE model's dense layers use ``dense_ffn_hidden``.
 
 Multi-head latent attention (``model.mla``, :mod:`~distsim_gpu.workloads.specs.mla`) replaces
 ``qkv`` by ``q_down`` (m=T, k=h, n=r_q, duplicated: not split by ``t``), ``q_norm``
@@ -50,22 +47,15 @@ core attention runs over query-key heads ``d_qk = d_n + d_r`` and values ``d_v``
 
 FP8 (``precision: fp8`` on a stack with ``fp8_linear``, scaled by the stack's recipe,
 :mod:`~distsim_gpu.workloads.cost.compute.fp8_recipes`): the linear GEMMs (qkv, attn_out,
-mlp_fc1/fc2, experts) read 1-byte operands.  Each FP8 GEMM's input is cast to FP8 with its
-transpose for the weight gradient (``cast_<gemm>``: :meth:`Fp8Recipe.cast_bytes` of T·k
-elements — T·k·(a + 2) under delayed scaling, plus an amax read T·k·a under current
-scaling, plus block scales under block-wise scaling) unless its producer writes the FP8
-copy itself (a delayed-scaling stack's ``fp8_norm_cast_fusion`` for qkv and fc1,
-``fp8_activation_cast_fusion`` for fc2: the producer then writes 1 byte per element
-instead of ``a``, and the backward transposes it, ``<gemm>.input_transpose``, 2·T·k
-bytes).  A MoE layer whose dispatch sends FP8 (``LayerShard.deepep`` under FP8)
-casts its Tₑ·h tokens once before it (``cast_moe_dispatch``: read ``a``, write
-DeepEP's 1×128-scaled FP8), and ``cast_expert_fc1`` only makes what the experts' GEMM
-needs of the copies received (:meth:`Fp8Recipe.dispatched_cast`: under ``blockwise`` the
-column-wise copy alone).  Delayed scaling adds one ``fp8_scale_update`` kernel per
-layer pass.  The attention core, the router, embedding and logits stay in 16 bits.
-Backward casts each FP8 GEMM's output gradient (``<gemm>.grad_cast``, E5M2, with its
-transpose: the same cast bytes over T·n elements); a block-scaled weight gradient runs
-at the recipe's ``wgrad_efficiency`` of the FP8 rate (``Operator.efficiency_factor``).
+mlp_fc1/fc2, experts) read 1-byte operands, each input cast by ``cast_<gemm>`` unless its
+producer writes the FP8 copy (a delayed-scaling stack's ``fp8_norm_cast_fusion`` and
+``fp8_activation_cast_fusion``), each output gradient by ``<gemm>.grad_cast`` in the
+backward — which copies each writes, and the transposes, re-blockings and caches beside
+them, are :mod:`~distsim_gpu.workloads.cost.compute.fp8_casts`'.  A MoE layer whose
+dispatch sends FP8 (``LayerShard.deepep``) casts its Tₑ·h tokens once before it
+(``cast_moe_dispatch``) and the experts make only what they need of the copies received
+(:meth:`Fp8Recipe.dispatched_cast`).  Delayed scaling adds one ``fp8_scale_update``
+kernel per layer pass.  The attention core, the router, embedding and logits stay 16-bit.
 
 Backward: a weight GEMM becomes its data gradient ``(m, n=k, k=n)`` and weight gradient
 ``(m=k, n, k=m)`` — the weight gradient accumulating into fp32 main grads (reads and
@@ -78,13 +68,10 @@ a batched GEMM becomes two batched GEMMs; flash attention runs 5 matmuls to the 
 or input and the gradient, write one gradient; dropout and copies 1). Recompute: ``full``
 repeats the forward, ``selective`` (Korthikanti et al. 2022 §5) only core attention
 (or the operators of Megatron-Core's ``recompute_modules``: an FP8 cast with its GEMM),
-``op`` (torchtitan's per-op checkpointing, :mod:`~distsim_gpu.workloads.specs.recompute`) every
-element-wise operator and unfused attention matmul, and every second weight mm of the
-layer counted as torchtitan's unfused model runs them (``wq wk wv wo w1 w3 w2``): the
-re-run ``wk`` of a fused ``qkv`` is a GEMM of its own, ``qkv_wk`` (n = the k/v width,
-``kv_heads·head_dim/t``), as is a gated ``mlp_fc1``'s ``w3`` half, ``mlp_fc1_w3`` —
-splitting rather than scaling the fused GEMM, so each re-run mm has its real shape (and
-tile efficiency) and a cost table's ``qkv`` row is not charged for it.
+``op`` (torchtitan's per-op checkpointing, :mod:`~distsim_gpu.workloads.specs.recompute`:
+every element-wise operator and unfused attention matmul, and every second weight mm as
+torchtitan's unfused model runs them; a re-run ``wk`` of a fused ``qkv`` is a GEMM of its
+own at its real shape, ``qkv_wk``, as is a gated ``mlp_fc1``'s ``mlp_fc1_w3``).
 """
 
 from __future__ import annotations
@@ -95,6 +82,7 @@ from dataclasses import dataclass, replace
 
 from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError, closest
+from distsim_gpu.workloads.cost.compute import fp8_casts
 from distsim_gpu.workloads.cost.compute.fp8_recipes import DISPATCH_FP8_ELEMENT_BYTES
 from distsim_gpu.workloads.cost.compute.stacks import DEFAULT_STACK, STACKS, Stack
 from distsim_gpu.workloads.cost.compute.token_copies import token_copies
@@ -167,9 +155,13 @@ class Operator:
     tokens, in the GEMM's epilogue or a kernel of its own as the stack does).
     ``fp8_input_fused``: an FP8 GEMM whose input its producer wrote in FP8 (no cast
     kernel; the backward transposes it).  ``efficiency_factor``: the fraction of the
-    GEMM efficiency model's rate this kernel reaches (block-scaled FP8 weight gradients).
+    GEMM efficiency model's rate this kernel reaches (MXFP8 weight gradients).
     ``fp8`` means the GEMM reads the run's low-precision operands (FP8 or FP4).
-    ``grouped``: the ``count`` instances are the groups of one grouped GEMM kernel.
+    ``cast``: a low-precision cast kernel (at the recipe's rate, where it has one).
+    ``output_bytes``: what a GEMM instance writes of its output (and reads, when it
+    accumulates).  ``grouped``: the ``count`` instances are the groups of one grouped
+    GEMM kernel (Megatron-Core's TEGroupedMLP, torchtitan's grouped_mm, DeepGEMM): one
+    launch whose tiles, every group's, share the waves.
     """
 
     name: str
@@ -186,10 +178,8 @@ class Operator:
     bias: bool = False
     fp8_input_fused: bool = False
     efficiency_factor: float = 1.0
-    cast: bool = False  # a low-precision cast kernel (the recipe's rate, if it has one)
-    # The ``count`` instances run as one grouped GEMM (the experts of a MoE layer under
-    # Megatron-Core's TEGroupedMLP, torchtitan's grouped_mm, DeepGEMM): one launch whose
-    # tiles, every group's, share the waves.
+    cast: bool = False
+    output_bytes: float = 0.0
     grouped: bool = False
 
     @property
@@ -219,7 +209,7 @@ def gemm(name: str, mnk: tuple[int, int, int], operand_bytes: int, out_bytes: fl
     m, n, k = mnk
     moved = (m * k + k * n) * operand_bytes + m * n * out_bytes
     return Operator(name, kind, 2.0 * m * n * k, float(moved), m, n, k, count, fp8=fp8,
-                    bias=bias)
+                    bias=bias, output_bytes=m * n * out_bytes)
 
 
 def elementwise(name: str, bytes_moved: float, count: int = 1, *, flops: float = 0.0,
@@ -369,17 +359,15 @@ def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
 
 
 def _fp8_backward_casts(item: Operator, work: LayerWork) -> list[Operator]:
-    """An FP8 GEMM's backward casts: its output gradient to E5M2 with the transpose, and
-    the transpose of an input its producer wrote in FP8 (the weight gradient's operand)."""
-    recipe, ab = work.stack.fp8, work.activation_bytes
-    out = [elementwise(f"{item.name}.grad_cast", recipe.cast_bytes(item.m * item.n, ab),
-                       item.count, launches=recipe.cast_launches, bwd_bytes_factor=0.0,
-                       cast=True)]
-    if item.fp8_input_fused:
-        out.append(elementwise(f"{item.name}.input_transpose",
-                               recipe.transpose_bytes(item.m * item.k), item.count,
-                               bwd_bytes_factor=0.0, cast=True))
-    return out
+    """An FP8 GEMM's backward casts (:func:`~distsim_gpu.workloads.cost.compute.fp8_casts.
+    backward_casts`): its output gradient's, its input's second copy where the stack makes
+    it then, the weight's transpose where the stack does not cache it."""
+    return [elementwise(f"{item.name}.{kernel.suffix}", kernel.bytes_moved, item.count,
+                        launches=kernel.launches, bwd_bytes_factor=0.0, cast=True)
+            for kernel in fp8_casts.backward_casts(work.stack, (item.m, item.n, item.k),
+                                         input_fused=item.fp8_input_fused,
+                                         grouped=item.grouped,
+                                         activation_bytes=work.activation_bytes)]
 
 
 def forward_layer_work(model: ModelSpec, shard: LayerShard, *, precision: str = "bf16",
@@ -406,6 +394,9 @@ def forward_layer_work(model: ModelSpec, shard: LayerShard, *, precision: str = 
                                 model.hidden, bias=model.attention_bias,
                                 fused_cast=shape.norm_cast)
     kernels += shape.core_attention(causal)
+    if fp8 and stack.fp8_activation_caches:  # its E5M6 copy, cast back in the backward
+        cache = fp8_casts.attention_output_cache(shape.tokens * shape.v_width, ab)
+        kernels.append(_cache("attn_out", cache))
     kernels += shape.linear("attn_out", shape.tokens, model.hidden, shape.v_width,
                             bias=model.attention_bias)
     kernels += [shape.residual("attn_residual"),
@@ -420,6 +411,12 @@ def forward_layer_work(model: ModelSpec, shard: LayerShard, *, precision: str = 
     if fp8 and stack.fp8.scale_update_kernel:  # amax histories rolled, scales updated
         kernels.append(elementwise("fp8_scale_update", 0.0, bwd_bytes_factor=1.0))
     return LayerWork("fwd", tuple(kernels), ob, ab, stack, precision)
+
+
+def _cache(name: str, kernel: fp8_casts.CastKernel, count: int = 1) -> Operator:
+    """``<name>_cache``: a cast that keeps a tensor for the backward, cast back there."""
+    return elementwise(f"{name}_{kernel.suffix}", kernel.bytes_moved, count,
+                       bwd_bytes_factor=1.0, cast=True)
 
 
 def _fp8(precision: str, stack: Stack) -> bool:
@@ -488,9 +485,10 @@ class _Shape:
                      fp8_input_fused=fused_cast, grouped=grouped)
         if fused_cast:
             return [op]
-        recipe = self.stack.fp8
-        return [elementwise(f"cast_{name}", recipe.cast_bytes(m * k, self.ab), count,
-                            launches=recipe.cast_launches, bwd_bytes_factor=0.0, cast=True),
+        return [*(elementwise(f"{kernel.suffix}_{name}", kernel.bytes_moved, kernel.count,
+                              launches=kernel.launches, bwd_bytes_factor=0.0, cast=True)
+                  for kernel in fp8_casts.forward_casts(self.stack, (m, n, k), count,
+                                                        grouped, self.ab)),
                 op]
 
     def mla_projections(self) -> list[Operator]:
@@ -596,15 +594,17 @@ class _Shape:
         up = (2 if model.gated_mlp else 1) * f_local
         return [*self.linear(f"{prefix}_fc1", tokens, up, model.hidden, bias=model.mlp_bias,
                              fused_cast=self.norm_cast),
-                self.activation(f"{prefix}_act", tokens, f_local=f_local,
-                                fused_cast=self.activation_cast),
+                *self.activation(f"{prefix}_act", tokens, f_local=f_local,
+                                 fused_cast=self.activation_cast),
                 *self.linear(f"{prefix}_fc2", tokens, model.hidden, f_local,
                              bias=model.mlp_bias, fused_cast=self.activation_cast)]
 
     def activation(self, name: str, tokens: float, count: int = 1,
-                   f_local: int = 0, fused_cast: bool = False) -> Operator:
+                   f_local: int = 0, fused_cast: bool = False) -> list[Operator]:
         """Bias + GeLU (reads and writes T·f/t) or SwiGLU (reads 2, writes 1); ``f_local``
-        the per-rank width (default the experts'); ``fused_cast``: it writes FP8."""
+        the per-rank width (default the experts'); ``fused_cast``: it writes FP8.  A
+        stack that caches a SwiGLU's input in FP8 by a kernel of its own runs that first
+        (``<name>_cache``, cast back in the backward)."""
         gated = self.model.gated_mlp
         f_local = f_local or self.f_local
         read = (2 if gated else 1) * tokens * f_local
@@ -618,8 +618,12 @@ class _Shape:
         # Writing FP8 saves a byte per output element; the backward (1.5x the 16-bit
         # forward's bytes) reads the saved 16-bit input either way.
         fp8_saved = written * (self.ab - 1) if fused_cast else 0.0
-        return elementwise(name, moved - fp8_saved, count, flops=flops, launches=launches,
-                           bwd_bytes_factor=1.5 * moved / (moved - fp8_saved))
+        act = elementwise(name, moved - fp8_saved, count, flops=flops, launches=launches,
+                          bwd_bytes_factor=1.5 * moved / (moved - fp8_saved))
+        if not (gated and self.fp8 and self.stack.fp8_activation_caches):
+            return [act]
+        cache = fp8_casts.activation_cache(self.stack.fp8, read, self.ab)
+        return [_cache(name, cache, count), act]
 
     def moe(self, ep: int, etp: int) -> list[Operator]:
         """Router, dispatch, the local experts' MLPs and combine.  With expert tensor
@@ -643,9 +647,12 @@ class _Shape:
             gate.append(elementwise(
                 "cast_moe_dispatch", self.tokens_ew * h * (ab + DISPATCH_FP8_ELEMENT_BYTES),
                 bwd_bytes_factor=0.0, cast=True))
-            moved, launches = self.stack.fp8.dispatched_cast(per_expert * h)
             assert fc1[0].cast  # an FP8 GEMM's stand-alone input cast comes first
-            fc1[0] = replace(fc1[0], bytes_moved=moved, launches=launches)
+            if fp8_casts.dispatched_row_copy_kept(self.stack):  # the row-wise copy arrived
+                del fc1[0]
+            else:
+                moved, launches = self.stack.fp8.dispatched_cast(per_expert * h)
+                fc1[0] = replace(fc1[0], bytes_moved=moved, launches=launches)
         sent = DISPATCH_FP8_ELEMENT_BYTES if self.fp8_dispatch else ab
         dispatch, combine = (
             elementwise(name, side.bytes_moved, launches=side.launches,
@@ -655,7 +662,7 @@ class _Shape:
                 ep=ep, etp=etp, deepep=self.deepep, element_bytes=(ab, sent)), strict=True))
         return [
             *gate, dispatch, *fc1,
-            self.activation("expert_act", per_expert, local_experts, f_local=f_local),
+            *self.activation("expert_act", per_expert, local_experts, f_local=f_local),
             *self.linear("expert_fc2", per_expert, h, f_local, bias=model.mlp_bias,
                          count=local_experts, grouped=grouped),
             combine]

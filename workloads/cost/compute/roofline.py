@@ -493,19 +493,28 @@ class RooflineCosts:
         """:func:`matmul_efficiency` with this model's GPU and constants."""
         asymptotic = (self.resolved_low_precision_matmul_efficiency if fp8
                       else self.resolved_matmul_efficiency)
+        # A recipe whose epilogue is exposed times small k by its output's bytes instead.
+        exposed = fp8 and self.stack.fp8.gemm_epilogue_exposed
         return matmul_efficiency(m, n, k, sm_count=self.compute_sms,
-                                 asymptotic_efficiency=asymptotic,
-                                 tiles=self.gemm_tiles, k_half=self.resolved_gemm_k_half,
+                                 asymptotic_efficiency=asymptotic, tiles=self.gemm_tiles,
+                                 k_half=0.0 if exposed else self.resolved_gemm_k_half,
                                  groups=groups)
 
     @property
     def resolved_low_precision_matmul_efficiency(self) -> float:
         """The fraction of their peak the run's FP8 / FP4 GEMMs reach: the recipe's where
         measured (MXFP8, NVFP4), else :attr:`resolved_fp8_matmul_efficiency`."""
-        recipe = self.stack.fp8
-        if recipe.gemm_efficiency is not None and self.stack.fp8_matmul_efficiency is None:
-            return recipe.gemm_efficiency
+        if self._recipe_gemm_efficiency_applies:
+            return self.stack.fp8.gemm_efficiency
         return self.resolved_fp8_matmul_efficiency
+
+    @property
+    def _recipe_gemm_efficiency_applies(self) -> bool:
+        """Whether the recipe's measured GEMM rate holds here: it has one, measured on this
+        GPU generation (or any), and the stack sets none of its own."""
+        recipe = self.stack.fp8
+        return (recipe.gemm_efficiency is not None and self.stack.fp8_matmul_efficiency is None
+                and recipe.gemm_efficiency_architecture in (None, self.gpu.architecture))
 
     @property
     def notes(self) -> tuple[RunNote, ...]:
@@ -522,7 +531,8 @@ class RooflineCosts:
                 f"last {recipe.bf16_layer_fraction:.0%} of the layers keep BF16 GEMMs",
                 "training.precision"),)
         fitted = self.gpu.architecture in FP8_MATMUL_EFFICIENCY_BY_ARCHITECTURE
-        if recipe.gemm_efficiency is None and stack.fp8_matmul_efficiency is None and not fitted:
+        if not self._recipe_gemm_efficiency_applies and stack.fp8_matmul_efficiency is None \
+                and not fitted:
             return (RunNote(
                 "defaulted", f"FP8 GEMMs run at {FP8_MATMUL_EFFICIENCY:g} of the FP8 peak, the "
                 f"generic figure: no FP8 GEMM fit ships for {self.gpu.architecture or 'this'} "
@@ -551,6 +561,8 @@ class RooflineCosts:
             # by communication take their share of every FLOP rate.
             share = self.compute_sms / self.gpu.sm_count
             compute_s = kernel.flops / (rate * self.gpu.clock_fraction * share)
+            if kernel.fp8 and self.stack.fp8.gemm_epilogue_exposed:
+                compute_s += kernel.output_bytes / self.gpu.memory_bandwidth_bytes_per_s
         launches_s = kernel.launches * self.launch_overhead_s
         if kernel.grouped:  # one launch for every group
             return kernel.count * max(compute_s, memory_s) + launches_s

@@ -176,7 +176,18 @@ class Stack:
       linear.py: ``gather_along_first_dim`` on the FP8 tensor);
     * ``fp8_saves_quantized_inputs``: a linear layer keeps its quantized input (the
       column-wise copy) for the backward, not the 16-bit one (Transformer Engine's
-      ``Linear``, ``LayerNormLinear``, ``GroupedLinear``; :mod:`workloads.cost.memory`).
+      ``Linear``, ``LayerNormLinear``, ``GroupedLinear``; :mod:`workloads.cost.memory`);
+    * ``fp8_colwise_in_backward``: an FP8 GEMM input's column-wise copy (the weight
+      gradient's) is made in the backward from the row-wise copy the forward cast wrote,
+      and the output gradient is cast row-wise, then re-blocked (DeepSeek's framework;
+      :mod:`~distsim_gpu.workloads.cost.compute.fp8_casts`); else the casts write both;
+    * ``fp8_weight_transpose_per_pass``: each backward transposes every FP8 weight for its
+      data gradient (DeepGEMM takes the NT layout only; DeepSeek's profile) instead of
+      caching the transpose with the step's weight cast;
+    * ``fp8_activation_caches``: under FP8 the attention output and the SwiGLU inputs
+      are kept for the backward by cast kernels of their own and cast back in it
+      (``attn_out_cache``: DeepSeek's E5M6, ``<act>_cache``: FP8 with 1×128 scales; the
+      V3 report, §3.3.3; :mod:`~distsim_gpu.workloads.cost.compute.fp8_casts`).
 
     ``grouped_gemm``: a MoE layer's local experts run as one grouped GEMM per projection
     (Megatron-Core's ``--moe-grouped-gemm`` / TEGroupedMLP, torchtitan's ``grouped_mm``,
@@ -222,6 +233,9 @@ class Stack:
     fp8_tp_all_gather: bool = False
     fp8_activation_cast_fusion: bool = False
     fp8_saves_quantized_inputs: bool = False
+    fp8_colwise_in_backward: bool = False
+    fp8_weight_transpose_per_pass: bool = False
+    fp8_activation_caches: bool = False
     fused_bias_grad: bool = True
     host_overhead_s: float = 0.0
     host_backward_overhead_s: float | None = None
@@ -380,6 +394,21 @@ STACKS: dict[str, Stack] = {
         fp8_linear=True, fp8_norm_cast_fusion=True, fp8_activation_cast_fusion=True,
         fp8_tp_all_gather=True, fp8_saves_quantized_inputs=True,
         cross_entropy="megatron_fused"),
+    # DeepSeek's training framework (HAI-LLM, not released) as the DeepSeek-V3 report
+    # (arXiv 2412.19437 §3.2-3.3) and its released profile (deepseek-ai/profile-data,
+    # train.json: H800, EP 64) show it: FlashAttention-3, fused RMSNorm, DeepGEMM's
+    # block-scaled FP8 GEMMs, FP8 activations cached row-wise and re-blocked column-wise
+    # in the backward, FP8 weights transposed for each data gradient, the attention output
+    # cached in E5M6 and the SwiGLU inputs in FP8; fp32 gradient accumulation in the
+    # weight-gradient GEMM (its kernel's "_acc").
+    "deepseek": Stack(
+        "deepseek", "DeepSeek's framework as the V3 report and its released profile show "
+        "it: DeepGEMM block-scaled FP8 (1x128 / 128x128), FP8 activations cached row-wise "
+        "and re-blocked column-wise in the backward, FP8 weights transposed each "
+        "micro-batch, the attention output cached in E5M6 and SwiGLU inputs in FP8",
+        fp8_linear=True, fp8_recipe="blockwise", fp8_saves_quantized_inputs=True,
+        fp8_colwise_in_backward=True, fp8_weight_transpose_per_pass=True,
+        fp8_activation_caches=True),
     "torch-compile": Stack(
         "torch-compile", "torchtitan (github.com/pytorch/torchtitan) with torch.compile "
         "and FSDP2: SDPA flash attention, Inductor-fused element-wise chains; FP8 "
