@@ -8,6 +8,7 @@ import pytest
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import (
+    SavedFormats,
     activation_bytes_per_layer,
     memory_of_strategy,
     memory_per_gpu,
@@ -355,6 +356,35 @@ def test_transformer_engine_stacks_keep_quantized_inputs_and_torchao_does_not():
     assert saved("torch-compile", "fp8") is None  # torchao keeps the 16-bit input
 
 
+def test_deepseeks_caches_keep_the_attention_output_in_e5m6_and_swiglu_inputs_in_fp8():
+    """The deepseek stack's formats (activation_storage): linear inputs and SwiGLU inputs
+    one FP8 copy with its 1×128 scales, the attention output E5M6 with its scales.  On
+    DeepSeek-V3's MoE layer the attention output costs a·d_v·(1.5 − 1) bytes a token more
+    than a linear input's FP8 copy, the SwiGLU inputs 2·f·(1 + 4/128 − 1) more than
+    Megatron's scale-less FP8 store — per routed copy and for the shared expert."""
+    from distsim_gpu.workloads.cost.compute import RooflineCosts, activation_storage
+    from distsim_gpu.workloads.cost.compute.stacks import get_stack
+    from distsim_gpu.workloads.specs.gpus import get_gpu
+
+    row = 1 + 4 / 128
+    costs = RooflineCosts(get_gpu("h100-sxm"), precision="fp8", stack=get_stack("deepseek"))
+    formats = activation_storage(costs)["formats"]
+    assert formats == SavedFormats(row, row, 1.5 + 4 / 128)
+    assert activation_storage(RooflineCosts(get_gpu("h100-sxm"), precision="bf16",
+                                            stack=get_stack("deepseek")))["formats"] == \
+        SavedFormats()
+    model = get_model("deepseek-v3")
+    shard = LayerShard(micro_batch=1, seq_len=4096, ep=8, layer_index=10, recompute="none")
+    te = activation_bytes_per_layer(model, shard, precision="fp8", flash_attention=True,
+                                    linear_input_bytes=row, activation_input_bytes=1.0)
+    deepseek = activation_bytes_per_layer(
+        model, shard, precision="fp8", flash_attention=True, linear_input_bytes=row,
+        activation_input_bytes=row, attention_output_bytes=1.5 + 4 / 128)
+    swiglu = 2 * model.ffn_hidden * (model.top_k + model.shared_experts)
+    assert deepseek - te == pytest.approx(4096 * (model.heads * model.v_head_dim * 0.5
+                                                  + swiglu * 4 / 128))
+
+
 # --------------------------------------------------------- bf16 optimizer moments
 @pytest.mark.parametrize(("precision", "fp32_state", "bf16_state"),
                          [("bf16", 12, 8), ("fp8", 12, 8), ("fp32", 8, 4)])
@@ -428,6 +458,7 @@ def test_a_profiled_table_keeps_activations_as_its_fallback_roofline():
     table = SimpleNamespace(fallback=roofline)
     assert roofline_behind(table) is roofline
     assert roofline_behind(object()) is None
-    assert activation_storage(table) == {"flash_attention": True, "linear_input_bytes": 1.0}
+    assert activation_storage(table) == {"flash_attention": True,
+                                         "formats": SavedFormats(linear_input_bytes=1.0)}
     assert activation_storage(object()) == {"flash_attention": True,
-                                            "linear_input_bytes": None}
+                                            "formats": SavedFormats()}

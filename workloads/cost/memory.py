@@ -151,6 +151,7 @@ __all__ = [
     "PRECISION_BYTES",
     "SCHEDULES",
     "MemoryBreakdown",
+    "SavedFormats",
     "activation_bytes_per_layer",
     "cp_kv_block_bytes",
     "memory_of_strategy",
@@ -159,6 +160,20 @@ __all__ = [
     "offloaded",
     "state_bytes",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class SavedFormats:
+    """Bytes an element of what a layer keeps for the backward where that is not the
+    activations' 16 bits (None: 16 bits): a linear layer's input (a low-precision run
+    whose stack keeps the quantized copy), an MLP activation's input (else
+    ``training.activation_func_fp8_input_store``'s), the attention output (else a linear
+    input's) — the last two where a stack caches them (``Stack.fp8_activation_caches``:
+    DeepSeek's FP8 and E5M6; :func:`~workloads.cost.compute.roofline.activation_storage`)."""
+
+    linear_input_bytes: float | None = None
+    activation_input_bytes: float | None = None
+    attention_output_bytes: float | None = None
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipev")
 
@@ -199,7 +214,8 @@ class MemoryBreakdown:
 def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
                                flash_attention: bool = False, precision: str = "bf16",
                                linear_input_bytes: float | None = None,
-                               activation_input_bytes: float | None = None) -> float:
+                               activation_input_bytes: float | None = None,
+                               attention_output_bytes: float | None = None) -> float:
     """Activation bytes layer ``shard.layer_index`` keeps for backward, per micro-batch,
     under recomputation ``shard.recompute`` (``none``, ``selective``, ``full``, ``op``;
     module docstring).
@@ -210,7 +226,8 @@ def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
     keeps of its input for the backward where that is not the activations' 16 bits (a
     low-precision run whose stack keeps the quantized copy, module docstring); None: 16
     bits like the rest; ``activation_input_bytes`` the same for an MLP activation's input
-    (Megatron-Core's ``activation_func_fp8_input_store``: :mod:`workloads.strategy.precision`).
+    (Megatron-Core's ``activation_func_fp8_input_store``: :mod:`workloads.strategy.precision`)
+    and ``attention_output_bytes`` for the attention output (:class:`SavedFormats`).
     """
     micro_batch = check_whole(shard.micro_batch, key="micro_batch")
     s = check_whole(shard.seq_len, key="seq_len")
@@ -229,14 +246,15 @@ def activation_bytes_per_layer(model: ModelSpec, shard: LayerShard, *,
         return _op_saved_bytes(model, tokens=float(s) * b, tp=tp, sequence_parallel=(
             sequence_parallel), flash_attention=flash_attention, element_bytes=e,
             layer_index=layer_index, ep=ep)
-    return _selective_saved_bytes(model, shard, s, b, e, q, flash_attention=flash_attention,
-                                  activation_input_bytes=activation_input_bytes)
+    formats = SavedFormats(q, activation_input_bytes, attention_output_bytes)
+    return _selective_saved_bytes(model, shard, s, b, e, q, formats,
+                                  flash_attention=flash_attention)
 
 
 def _selective_saved_bytes(model: ModelSpec, shard: LayerShard, s: int, b: int, e: int,
-                           q: float, *, flash_attention: bool,
-                           activation_input_bytes: float | None) -> float:
-    """What a layer keeps for backward without recomputation or under ``selective``."""
+                           q: float, formats: SavedFormats, *, flash_attention: bool) -> float:
+    """What a layer keeps for backward without recomputation or under ``selective``: a
+    linear layer's input at ``q`` bytes an element, the caches at ``formats``'."""
     tp, layer_index, ep, recompute = shard.tp, shard.layer_index, shard.ep, shard.recompute
     h, a = model.hidden, model.heads
     sbh = float(s) * b * h
@@ -251,8 +269,9 @@ def _selective_saved_bytes(model: ModelSpec, shard: LayerShard, s: int, b: int, 
         + 2 * sbh
     # Split over tp: Q, K, V, attention output; MLP activation input and FC2 input.
     attention_part = _attention_activations(model, tokens, e, q,
-                                            up_projections="mla_up_proj" not in dropped)
-    activation_input = tokens * f * (activation_input_bytes or e) * (
+                                            up_projections="mla_up_proj" not in dropped,
+                                            output_bytes=formats.attention_output_bytes)
+    activation_input = tokens * f * (formats.activation_input_bytes or e) * (
         2 if model.gated_mlp else 1)
     mlp_part = activation_input + tokens * f * q
     if moe_layer and "moe" in dropped:  # re-run from its input, the FC1-side norm's output
@@ -290,17 +309,20 @@ def _kept_norm_outputs(model: ModelSpec, layer_index: int, dropped: frozenset[st
 
 
 def _attention_activations(model: ModelSpec, tokens: float, e: float, q: float, *,
-                           up_projections: bool = True) -> float:
+                           up_projections: bool = True,
+                           output_bytes: float | None = None) -> float:
     """Q, K, V and the attention output of one layer over all ranks' heads: ``2·s·b·h +
     2·s·b·kv_dim`` elements, or under MLA ``s·b·heads·(2·d_qk + 2·d_v)`` (whole query
     and key heads after the rotary part is joined, values and output at d_v); the output,
-    the output projection's input, at ``q`` bytes an element, the rest at ``e``.  Not
+    the output projection's input, at ``q`` bytes an element (``output_bytes`` where a
+    cache sets them), the rest at ``e``.  Not
     ``up_projections``: MLA's Q, K and V are recomputed (``mla_up_proj``), the output
     alone is kept."""
+    out = q if output_bytes is None else output_bytes
     if model.mla is None:
-        return tokens * (e * (model.hidden + 2 * model.kv_dim) + q * model.hidden)
+        return tokens * (e * (model.hidden + 2 * model.kv_dim) + out * model.hidden)
     qkv = e * (2 * model.qk_head_dim + model.v_head_dim) if up_projections else 0.0
-    return tokens * model.heads * (qkv + q * model.v_head_dim)
+    return tokens * model.heads * (qkv + out * model.v_head_dim)
 
 
 def _mla_latent_bytes(model: ModelSpec, tokens: float, e: float, q: float, *,
@@ -403,10 +425,10 @@ def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatch
 def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
                    training: TrainingConfig | None = None, *, stage: int = 0,
                    num_microbatches: int = 1, flash_attention: bool = False,
-                   linear_input_bytes: float | None = None) -> MemoryBreakdown:
+                   formats: SavedFormats = SavedFormats()) -> MemoryBreakdown:
     """Bytes one GPU of pipeline stage ``stage`` needs (module docstring for formulas),
-    with ``num_microbatches`` micro-batches per step; ``linear_input_bytes`` as for
-    :func:`activation_bytes_per_layer`.
+    with ``num_microbatches`` micro-batches per step; ``formats``: what a layer keeps
+    where not in 16 bits (:class:`SavedFormats`).
 
     ``parallel`` and ``training`` (defaults: one GPU, one sequence of the model's length)
     are taken as valid — built by ``parallel_from_mapping`` / ``training_from_mapping``
@@ -433,7 +455,8 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     layers = stage_layers(model, pp=pp, stage=stage, interleave=interleave,
                           partition=parallel.partition, schedule=parallel.schedule)
 
-    swiglu_bytes = swiglu_input_bytes(training.activation_func_fp8_input_store)
+    swiglu_bytes = formats.activation_input_bytes or swiglu_input_bytes(
+        training.activation_func_fp8_input_store)
 
     def per_layer(index: int, mode: str,
                   modules: tuple[str, ...] = training.recompute_modules) -> float:
@@ -442,7 +465,8 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
                               ep=ep, layer_index=index, recompute=mode,
                               expert_tp=parallel.expert_tp, recompute_modules=modules),
             flash_attention=flash_attention, precision=precision,
-            linear_input_bytes=linear_input_bytes, activation_input_bytes=swiglu_bytes)
+            linear_input_bytes=formats.linear_input_bytes, activation_input_bytes=swiglu_bytes,
+            attention_output_bytes=formats.attention_output_bytes)
 
     stored = sum(per_layer(i, recompute) for i in layers)
     activations = stored * in_flight
@@ -507,7 +531,7 @@ def _edge_activation_bytes(model: ModelSpec, parallel: ParallelConfig,
 def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
                        *, seq_len: int, microbatches: int, stage: int,
                        flash_attention: bool,
-                       linear_input_bytes: float | None = None) -> MemoryBreakdown:
+                       formats: SavedFormats = SavedFormats()) -> MemoryBreakdown:
     """:func:`memory_per_gpu` of pipeline stage ``stage`` under a strategy, as the simulated
     iteration and the strategy search both count it.
 
@@ -520,7 +544,7 @@ def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: Tra
         whole = memory_of_strategy(model, replace(parallel, tp=1, tp_mode="1d", tp_depth=1),
                                    training, seq_len=seq_len, microbatches=microbatches,
                                    stage=stage, flash_attention=flash_attention,
-                                   linear_input_bytes=linear_input_bytes)
+                                   formats=formats)
         params = weight_replicas(mesh) / mesh.tp
         return MemoryBreakdown.of(whole.weights_bytes * params,
                                   whole.gradients_bytes * params,
@@ -530,22 +554,21 @@ def memory_of_strategy(model: ModelSpec, parallel: ParallelConfig, training: Tra
         return _layer_grouped(model, parallel, training, seq_len=seq_len,
                               microbatches=microbatches, stage=stage,
                               flash_attention=flash_attention,
-                              linear_input_bytes=linear_input_bytes)
+                              formats=formats)
     if parallel.operator_sharding is not None:
         return _operator_sharded(model, parallel, training, seq_len=seq_len,
                                  microbatches=microbatches, stage=stage,
                                  flash_attention=flash_attention,
-                                 linear_input_bytes=linear_input_bytes)
+                                 formats=formats)
     return offloaded(memory_per_gpu(
         model, parallel, replace(training, seq_len=seq_len), stage=stage,
         num_microbatches=microbatches, flash_attention=flash_attention,
-        linear_input_bytes=linear_input_bytes), parallel.offload)
+        formats=formats), parallel.offload)
 
 
 def _operator_sharded(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
                       *, seq_len: int, microbatches: int, stage: int,
-                      flash_attention: bool,
-                      linear_input_bytes: float | None) -> MemoryBreakdown:
+                      flash_attention: bool, formats: SavedFormats) -> MemoryBreakdown:
     """Per-operator sharding (:mod:`workloads.strategy.operator_sharding`): the replicated memory
     with the sharded operators' weights, gradients and optimizer state divided by dp, plus
     the largest gathered operator's whole weights (÷ its split) live while it runs."""
@@ -554,7 +577,7 @@ def _operator_sharded(model: ModelSpec, parallel: ParallelConfig, training: Trai
     whole = memory_of_strategy(model, replace(parallel, operator_sharding=None), training,
                                seq_len=seq_len, microbatches=microbatches, stage=stage,
                                flash_attention=flash_attention,
-                               linear_input_bytes=linear_input_bytes)
+                               formats=formats)
     params = params_on_gpu(model, tp=parallel.tp, pp=parallel.pp, stage=stage).total
     layers = sum(layer_params_local(model, i, parallel.tp, 1)[0]
                  for i in stage_layers(model, pp=parallel.pp, stage=stage))
@@ -570,7 +593,7 @@ def _operator_sharded(model: ModelSpec, parallel: ParallelConfig, training: Trai
 
 def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
                    *, seq_len: int, microbatches: int, stage: int,
-                   flash_attention: bool, linear_input_bytes: float | None) -> MemoryBreakdown:
+                   flash_attention: bool, formats: SavedFormats) -> MemoryBreakdown:
     """Layer groups (:mod:`workloads.strategy.layer_groups`): each layer's weights, gradients and
     optimizer state at its own tp, its activations at its share of the micro-batch, its
     tp and its recompute (plus, with full recompute, the largest such layer's whole
@@ -579,7 +602,7 @@ def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: Trainin
                               replace(training, recompute="none"), seq_len=seq_len,
                               microbatches=microbatches, stage=stage,
                               flash_attention=flash_attention,
-                              linear_input_bytes=linear_input_bytes)
+                              formats=formats)
     settings = layer_settings(parallel.layer_groups, tp=parallel.tp,
                               micro_batch=training.micro_batch, recompute=training.recompute)
 
@@ -589,7 +612,9 @@ def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: Trainin
             model, LayerShard(micro_batch, seq_len, tp=tp, ep=parallel.ep, layer_index=i,
                               recompute=mode, recompute_modules=modules),
             flash_attention=flash_attention, precision=training.precision,
-            linear_input_bytes=linear_input_bytes, activation_input_bytes=swiglu_input_bytes(
+            linear_input_bytes=formats.linear_input_bytes,
+            attention_output_bytes=formats.attention_output_bytes,
+            activation_input_bytes=formats.activation_input_bytes or swiglu_input_bytes(
                 training.activation_func_fp8_input_store))
 
     layers = stage_layers(model, pp=parallel.pp, stage=stage, interleave=parallel.interleave,

@@ -80,9 +80,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import distsim_gpu.workloads.cost.compute.fp8_casts as fp8_casts
 from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError, closest
-from distsim_gpu.workloads.cost.compute import fp8_casts
 from distsim_gpu.workloads.cost.compute.fp8_recipes import DISPATCH_FP8_ELEMENT_BYTES
 from distsim_gpu.workloads.cost.compute.stacks import DEFAULT_STACK, STACKS, Stack
 from distsim_gpu.workloads.cost.compute.token_copies import token_copies

@@ -27,6 +27,7 @@ from distsim_gpu.simcore.config import check_bool, check_choice, check_number, c
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.workloads.cost.compute.cross_entropy import CROSS_ENTROPY
+from distsim_gpu.workloads.cost.compute.fp8_casts import ATTENTION_CACHE_ELEMENT_BYTES
 from distsim_gpu.workloads.cost.compute.operators import (
     PASSES,
     LayerWork,
@@ -46,6 +47,7 @@ from distsim_gpu.workloads.cost.compute.stacks import (
     Stack,
 )
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
+from distsim_gpu.workloads.cost.memory import SavedFormats
 from distsim_gpu.workloads.specs.gpus import GpuSpec
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.strategy.precision import LOW_PRECISIONS
@@ -259,10 +261,24 @@ def saved_linear_input_bytes(costs: object) -> float | None:
 
 def activation_storage(costs: object) -> dict[str, Any]:
     """How ``costs`` keeps a layer's activations, as the memory model's keywords
-    (``memory_of_strategy``): whether attention stores its scores, and the bytes a linear
+    (``memory_of_strategy``): whether attention stores its scores, and the formats
+    (:class:`~workloads.cost.memory.SavedFormats`) of what it keeps — the bytes a linear
     layer's saved input takes."""
     return {"flash_attention": not stores_attention_scores(costs),
-            "linear_input_bytes": saved_linear_input_bytes(costs)}
+            "formats": SavedFormats(saved_linear_input_bytes(costs), *_cached_bytes(costs))}
+
+
+def _cached_bytes(costs: object) -> tuple[float | None, float | None]:
+    """(SwiGLU input, attention output) bytes an element where the run's stack caches
+    them for the backward in low precision (``Stack.fp8_activation_caches``)."""
+    model = roofline_behind(costs)
+    if model is None or model.precision not in LOW_PRECISIONS:
+        return None, None
+    stack = model.resolved_stack
+    if not (stack.fp8_linear and stack.fp8_activation_caches):
+        return None, None
+    return (stack.fp8.element_bytes + stack.fp8.scale_bytes_per_element / 2,
+            ATTENTION_CACHE_ELEMENT_BYTES)
 
 
 @runtime_checkable
