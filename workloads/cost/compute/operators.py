@@ -84,7 +84,7 @@ import distsim_gpu.workloads.cost.compute.fp8_casts as fp8_casts
 from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError, closest
 from distsim_gpu.workloads.cost.compute.fp8_recipes import DISPATCH_FP8_ELEMENT_BYTES
-from distsim_gpu.workloads.cost.compute.stacks import DEFAULT_STACK, STACKS, Stack
+from distsim_gpu.workloads.cost.compute.stacks import DEFAULT_STACK, FP8_STACKS, STACKS, Stack
 from distsim_gpu.workloads.cost.compute.token_copies import token_copies
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
@@ -425,8 +425,8 @@ def _fp8(precision: str, stack: Stack) -> bool:
         return False
     if not stack.fp8_linear:
         raise ConfigError(f"stack {stack.name!r} has no FP8 kernels", key="precision",
-                          hint=f"precision {precision} runs on compute.stack megatron-core, "
-                               "transformer-engine or torch-compile")
+                          hint=f"precision {precision} runs on compute.stack "
+                               + ", ".join(FP8_STACKS))
     return True
 
 

@@ -43,6 +43,7 @@ from distsim_gpu.workloads.cost.compute.stacks import (
     CUDA_GRAPH_LAUNCH_S,
     DEFAULT_STACK,
     FP8_MATMUL_EFFICIENCY,
+    FP8_STACKS,
     STACKS,
     Stack,
 )
@@ -383,8 +384,8 @@ class RooflineCosts:
             raise ConfigError(f"must be a Stack, got {self.stack!r}", key="stack")
         if self.precision in LOW_PRECISIONS and not self.stack.fp8_linear:
             raise ConfigError(f"stack {self.stack.name!r} has no FP8 kernels", key="stack",
-                              hint=f"precision {self.precision} runs on stack megatron-core, "
-                                   "transformer-engine or torch-compile")
+                              hint=f"precision {self.precision} runs on stack "
+                                   + ", ".join(FP8_STACKS))
         self._check_recipe_hardware()
         for name in ("matmul_asymptotic_efficiency", "attention_efficiency",
                      "memory_efficiency"):

@@ -89,6 +89,7 @@ __all__ = [
     "EAGER_HOST_OVERHEAD_S",
     "FLASH_KERNELS",
     "FP8_MATMUL_EFFICIENCY",
+    "FP8_STACKS",
     "STACKS",
     "Stack",
     "get_stack",
@@ -425,6 +426,8 @@ STACKS: dict[str, Stack] = {
         host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S),
 }
 DEFAULT_STACK = "megatron-core"
+#: The stacks with FP8 kernels (``precision: fp8`` / ``fp4`` runs on these).
+FP8_STACKS = tuple(name for name, stack in STACKS.items() if stack.fp8_linear)
 
 
 def get_stack(name: str, *, key: str = "compute.stack", source: str | None = None) -> Stack:
