@@ -383,6 +383,10 @@ def test_deepseeks_caches_keep_the_attention_output_in_e5m6_and_swiglu_inputs_in
     swiglu = 2 * model.ffn_hidden * (model.top_k + model.shared_experts)
     assert deepseek - te == pytest.approx(4096 * (model.heads * model.v_head_dim * 0.5
                                                   + swiglu * 4 / 128))
+    # Only a SwiGLU's input is cached: GPT-3's GeLU input stays 16-bit.
+    gelu = LayerShard(micro_batch=B, seq_len=S, tp=1, recompute="none")
+    assert activation_bytes_per_layer(GPT3, gelu, precision="fp8", activation_input_bytes=row) \
+        == activation_bytes_per_layer(GPT3, gelu, precision="fp8")
 
 
 # --------------------------------------------------------- bf16 optimizer moments

@@ -271,8 +271,9 @@ def _selective_saved_bytes(model: ModelSpec, shard: LayerShard, s: int, b: int, 
     attention_part = _attention_activations(model, tokens, e, q,
                                             up_projections="mla_up_proj" not in dropped,
                                             output_bytes=formats.attention_output_bytes)
-    activation_input = tokens * f * (formats.activation_input_bytes or e) * (
-        2 if model.gated_mlp else 1)
+    # Only a SwiGLU's input is cached in FP8 (Megatron-Core refuses the store otherwise).
+    cached = formats.activation_input_bytes if model.gated_mlp else None
+    activation_input = tokens * f * (cached or e) * (2 if model.gated_mlp else 1)
     mlp_part = activation_input + tokens * f * q
     if moe_layer and "moe" in dropped:  # re-run from its input, the FC1-side norm's output
         mlp_part = 0.0

@@ -362,12 +362,12 @@ def _fp8_backward_casts(item: Operator, work: LayerWork) -> list[Operator]:
     """An FP8 GEMM's backward casts (:func:`~distsim_gpu.workloads.cost.compute.fp8_casts.
     backward_casts`): its output gradient's, its input's second copy where the stack makes
     it then, the weight's transpose where the stack does not cache it."""
+    kernels = fp8_casts.backward_casts(work.stack, (item.m, item.n, item.k),
+                                       input_fused=item.fp8_input_fused, grouped=item.grouped,
+                                       activation_bytes=work.activation_bytes)
     return [elementwise(f"{item.name}.{kernel.suffix}", kernel.bytes_moved, item.count,
                         launches=kernel.launches, bwd_bytes_factor=0.0, cast=True)
-            for kernel in fp8_casts.backward_casts(work.stack, (item.m, item.n, item.k),
-                                         input_fused=item.fp8_input_fused,
-                                         grouped=item.grouped,
-                                         activation_bytes=work.activation_bytes)]
+            for kernel in kernels]
 
 
 def forward_layer_work(model: ModelSpec, shard: LayerShard, *, precision: str = "bf16",
