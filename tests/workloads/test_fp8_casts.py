@@ -130,3 +130,14 @@ def test_tokens_a_deepep_dispatch_delivered_need_no_forward_cast():
     assert reblock.bytes_moved == pytest.approx(item.m * item.k * REBLOCK)
     te = work("megatron-core", model=MOE, ep=4, deepep=True)
     assert "cast_expert_fc1" in te.names()  # TE's blockwise writes the column-wise copy
+
+
+def test_a_te_stack_on_the_block_scaled_recipe_says_it_borrowed_deepgemms_rate():
+    from distsim_gpu.workloads.cost.compute import RooflineCosts
+    from distsim_gpu.workloads.specs.gpus import get_gpu
+
+    h100 = get_gpu("h100-sxm")
+    te = RooflineCosts(h100, "fp8", stack=TE_BLOCKWISE).notes
+    assert [n.key for n in te] == ["training.fp8_recipe"] and "DeepGEMM" in te[0].message
+    assert not RooflineCosts(h100, "fp8", stack=STACKS["deepseek"]).notes
+    assert not RooflineCosts(h100, "fp8", stack=STACKS["megatron-core"]).notes

@@ -554,6 +554,13 @@ class RooflineCosts:
                 "defaulted", f"FP8 GEMMs run at {FP8_MATMUL_EFFICIENCY:g} of the FP8 peak, the "
                 f"generic figure: no FP8 GEMM fit ships for {self.gpu.architecture or 'this'} "
                 "GPUs", "compute.stack"),)
+        if recipe.gemm_epilogue_exposed and self._recipe_gemm_efficiency_applies \
+                and not stack.deepgemm:
+            return (RunNote(
+                "defaulted", f"block-scaled FP8 GEMMs timed as DeepGEMM's kernels (main loop "
+                f"at {recipe.gemm_efficiency:g} of the FP8 peak, then the output written; "
+                f"docs/fp8.md): stack {stack.name}'s own were not measured",
+                "training.fp8_recipe"),)
         return ()
 
     def kernel_time_s(self, kernel: Operator) -> float:

@@ -185,6 +185,8 @@ class Stack:
     * ``fp8_weight_transpose_per_pass``: each backward transposes every FP8 weight for its
       data gradient (DeepGEMM takes the NT layout only; DeepSeek's profile) instead of
       caching the transpose with the step's weight cast;
+    * ``deepgemm``: its block-scaled FP8 GEMMs are DeepGEMM's kernels, whose measured rate
+      the ``blockwise`` recipe carries (another stack's run says it borrowed it);
     * ``fp8_activation_caches``: under FP8 the attention output and the SwiGLU inputs
       are kept for the backward by cast kernels of their own and cast back in it
       (``attn_out_cache``: DeepSeek's E5M6, ``<act>_cache``: FP8 with 1×128 scales; the
@@ -237,6 +239,7 @@ class Stack:
     fp8_colwise_in_backward: bool = False
     fp8_weight_transpose_per_pass: bool = False
     fp8_activation_caches: bool = False
+    deepgemm: bool = False
     fused_bias_grad: bool = True
     host_overhead_s: float = 0.0
     host_backward_overhead_s: float | None = None
@@ -409,7 +412,7 @@ STACKS: dict[str, Stack] = {
         "micro-batch, the attention output cached in E5M6 and SwiGLU inputs in FP8",
         fp8_linear=True, fp8_recipe="blockwise", fp8_saves_quantized_inputs=True,
         fp8_colwise_in_backward=True, fp8_weight_transpose_per_pass=True,
-        fp8_activation_caches=True),
+        fp8_activation_caches=True, deepgemm=True),
     "torch-compile": Stack(
         "torch-compile", "torchtitan (github.com/pytorch/torchtitan) with torch.compile "
         "and FSDP2: SDPA flash attention, Inductor-fused element-wise chains; FP8 "
