@@ -1,53 +1,44 @@
 """One training iteration, simulated: per-GPU op streams composed by the parallel strategy.
 
 The unit of simulation is a **rank group**: the ``tp`` GPUs of one pipeline stage of one
-data-parallel replica.  Tensor-parallel ranks run the same kernels and meet in a
-collective after every attention and MLP block, so they move in lockstep; one SimPy
-process walks their shared op stream (a straggler among them slows all of them, as it
-does on real hardware).  The streams are typed ops (:mod:`workloads.iteration.ops`), one per
-pipeline stage, built by :mod:`workloads.iteration.streams`; this module runs them, each op type
-by its own handler, and keeps the accounting of :mod:`workloads.iteration.timeline`.  Everything
-between rank groups is simulated explicitly:
+data-parallel replica, which meet in a collective after every block and so move in
+lockstep; one SimPy process walks their shared op stream (a straggler slows them all).
+The streams are typed ops (:mod:`workloads.iteration.ops`), one per pipeline stage, built
+by :mod:`workloads.iteration.streams`; this module runs them, each op type by its own
+handler, with :mod:`workloads.iteration.timeline`'s accounting.  Everything between rank
+groups is simulated explicitly:
 
-* **pipeline** — each stage runs its schedule (:mod:`workloads.strategy.schedule`); an activation
-  (forward) or its gradient (backward) goes to the neighbouring stage as point-to-point
-  flows, one per tensor-parallel rank, on the real route; the receiver waits for it.
-  Sends are asynchronous, receives block, as in Megatron-LM.
-* **data parallel** — gradients are reduced in buckets as the backward pass of the last
-  micro-batch produces them (all-reduce, or reduce-scatter with ZeRO ≥ 1), on a separate
-  stream that overlaps the remaining backward compute; the optimizer step waits for all
-  buckets; ZeRO ≥ 1 all-gathers the updated parameters after it.  ZeRO-3/FSDP all-gathers
-  each layer's parameters before its forward and backward (prefetching the next layer)
-  and reduce-scatters its gradients after the backward, every micro-batch.
-  With ``overlap_param_gather`` the gather runs by bucket from the start of the forward
-  instead, each chunk's first forward waiting for its buckets (docs/overlaps.md).
-* **expert parallel** — a MoE layer dispatches tokens to experts and combines them back
-  with two all-to-alls per pass (blocking; on their own stream when overlapped).
-* **iteration end** — tied word-embedding gradients are all-reduced between the first and
-  last stage, every rank meets at the gradient-norm reduction, then the optimizer runs.
+* **pipeline** — each stage runs its schedule (:mod:`workloads.strategy.schedule`); an
+  activation or its gradient goes to the neighbour as point-to-point flows, one per TP
+  rank, on the real route; sends are asynchronous, receives block (Megatron-LM's).
+* **data parallel** — gradients are reduced in buckets as the last micro-batch's backward
+  produces them (all-reduce, or reduce-scatter with ZeRO ≥ 1) on a stream of their own;
+  the optimizer step waits for all; ZeRO ≥ 1 all-gathers the updated parameters after it
+  (``overlap_param_gather``: by bucket from the start of the forward, docs/overlaps.md).
+  ZeRO-3/FSDP gathers each layer's parameters before its forward and backward
+  (prefetching the next) and reduce-scatters its gradients after, every micro-batch.
+* **expert parallel** — a MoE layer's two all-to-alls a pass (on their own stream when
+  overlapped).  **Iteration end** — tied embeddings' gradients all-reduced between the
+  first and last stage, the gradient-norm reduction, then the optimizer.
 
 Collectives are :class:`~collectives.Communicator` flows that contend for links with
-everything else.  A tensor-parallel collective is timed by its closed form instead, and
-folded with the surrounding compute into one event, when nothing else can be on its
-links meanwhile: no pipeline send can cross them, and its stage's data-parallel
-collectives cannot have started yet (they start only after every replica launched them,
-and from its first launch on a group runs its TP collectives as flows).  Exact, and it
-keeps a 1024-GPU GPT-3 iteration to a few hundred thousand events.  The link statistics
-still count a folded collective's bytes, busy and saturated seconds on its links, as the
-flows it stands for would have (:meth:`~collectives.Communicator.solo_usages`).
+everything else.  A tensor-parallel collective is timed by its closed form instead, folded
+with the surrounding compute into one event, when nothing else can be on its links: no
+pipeline send can cross them and its stage's data-parallel collectives have not started
+(exact; a 1024-GPU GPT-3 iteration stays at a few hundred thousand events).  The link
+statistics still count a folded collective's bytes and busy seconds on its links
+(:meth:`~collectives.Communicator.solo_usages`).
 
 **Symmetry folding.**  Data-parallel replicas that run the same schedule on the same view
-of the fabric are simulated once (:mod:`workloads.iteration.folding` decides which, before
-the run): the simulated unit's flows are entered with its images', collectives that span
-replicas run in full, and at the end the images' GPUs get their simulated group's
-accounting.  :attr:`IterationResult.folding` says which simulation ran and why.
+of the fabric are simulated once (:mod:`workloads.iteration.folding`): the unit's flows are
+entered with its images', collectives spanning replicas run in full, and the images' GPUs
+get their unit's accounting (:attr:`IterationResult.folding` says which ran and why).
 
 Time on a rank group's main stream is split into **compute**, **exposed communication**
-(blocked in a collective or waiting for an asynchronous one, or for activations already
-in flight), **bubble** (waiting for a pipeline neighbour that has not sent yet, and for
-the slowest stage at the end) and **idle** (waiting for data-parallel or expert peers that
-arrived late, and the rest).  **Communication** is the time any collective of the group
-was in flight, overlapped or not.
+(blocked in a collective, or waiting for activations already in flight), **bubble**
+(waiting for a pipeline neighbour that has not sent yet, and for the slowest stage at the
+end) and **idle** (waiting for late data-parallel or expert peers, and the rest).
+**Communication** is the time any collective of the group was in flight.
 """
 
 from __future__ import annotations
@@ -116,18 +107,15 @@ from distsim_gpu.workloads.strategy.dimensions import (
 from distsim_gpu.workloads.strategy.parallel import Placement, check_strategy
 from distsim_gpu.workloads.strategy.schedule import stage_of
 
-# The records live in their own module; they are imported from here too.
 __all__ = ["CRITICAL_KINDS", "GpuTimes", "IterationResult", "IterationSpec", "PathEntry",
            "simulate_iteration"]
 
 # Tensor parallelism's communicator: its calls run in the fast paths below (fused into the
 # compute stream, or timed in closed form on links nobody else uses).
 _TP = peer_group("tp")
-
 # What runs an op on a rank group's main stream: a generator to wait on, or None when the
 # op only launches something (a send, an asynchronous collective).
 _Handler = Callable[[RankGroup, Any], Generator[simpy.Event, Any, None] | None]
-
 # The flows one collective call stands for: (start after the call began, link usage) each.
 _SoloFlows = tuple[tuple[float, LinkUsage], ...]
 
@@ -153,8 +141,7 @@ class IterationSimulator:
         self.env = self.sim.env
         self.comm = Communicator(self.sim, topo, spec.comm)
         placement = Placement(par)
-        # A replica is one (cp, dp) pair: the dp·cp rank groups of a stage reduce
-        # gradients together (workloads.strategy.parallel).
+        # A replica is one (cp, dp) pair: a stage's dp·cp rank groups reduce together.
         self.groups = [[make_group(spec, placement, s, d) for d in range(par.dp_cp)]
                        for s in range(par.pp)]
         self.everyone = [g for stage_groups in self.groups for g in stage_groups]
@@ -163,13 +150,23 @@ class IterationSimulator:
         if not spec.allow_oom:
             check_memory(spec, self.memory, self.groups)
         self.meetings = Meetings(self.env)
+        self._init_lookups()
+        self._build_streams(spec)
+        self._fold(spec)
+        self._handlers: dict[type, _Handler] = {
+            Fused: self._run_fused, Collective: self._run_collective, Send: self._send,
+            Recv: self._receive, Wait: self._run_wait, Barrier: self._barrier,
+            TpOverlap: partial(run_tp_overlap, self.env, self._tp_call, self.sim.tracer)}
+
+    def _init_lookups(self) -> None:
+        """Who takes part in each collective and the caches of its plans and flows."""
+        par = self.spec.parallel
         self._p2p: dict[Any, simpy.Event] = {}
         self._p2p_sent: dict[Any, tuple[float, tuple[RankGroup, int]]] = {}
         self._tp_time: dict[tuple[str, int], float] = {}
         self._send_plans: dict[tuple[RankGroup, RankGroup], CollectivePlan] = {}
         self._tp_joint: dict[tuple[RankGroup, str, float], Any] = {}
-        # Who takes part in a collective, by the name its op's group says (a dimension's
-        # communicator, workloads.strategy.dimensions), and a block's size.
+        # A collective's peers by its op's group name (workloads.strategy.dimensions).
         self._peer_groups = peer_groups()
         self._block = peer_degrees(par)
         self._layouts = {name: block_layout(group, par)[1] for name, group in
@@ -179,11 +176,15 @@ class IterationSimulator:
         # A ring communicator's (context parallelism's) plan per (stage, block, size).
         self._ring_plans: dict[tuple[int, int, float], CollectivePlan] = {}
         self._block_lanes: dict[tuple[Any, ...], tuple[list[list[str]], int]] = {}
-        # A folded op's TP collectives on the group's links: per (group, id of the Fused
-        # op) their total (None: none), per (plan id, size) one call's flows (_fold_flows_of).
+        # A folded op's TP collectives' link usage per (group, Fused op id); one call's
+        # flows per (plan id, size) (_fold_flows_of).
         self._fold_usage: dict[tuple[RankGroup, int], LinkUsage | None] = {}
         self._usage_by_shape: dict[tuple[RankGroup, tuple[Any, ...]], LinkUsage | None] = {}
         self._fold_flows: dict[tuple[int, float], tuple[CollectivePlan, _SoloFlows]] = {}
+
+    def _build_streams(self, spec: IterationSpec) -> None:
+        """Each stage's op stream, with the host's optimizer step where it is offloaded."""
+        model, par, train = spec.model, spec.parallel, spec.training
         exclusive = spec.fold_exclusive_tp and exclusive_tp(self.comm, self.groups, par)
         hints = RunHints(exclusive_tp=exclusive, tp_time_s=self._tp_analytic_s,
                          dp_apart=exclusive and dp_apart(self.comm, self.groups, par),
@@ -197,9 +198,12 @@ class IterationSimulator:
                                                   microbatches=self.microbatches,
                                                   source=spec.source)
             self.offload = tuple(steps)
-        # Folding: replicas cut into units of ``unit`` (an expert-parallel block, a CP ring:
-        # their traffic stays inside; else one replica); each simulated unit stands for
-        # ``stands_for``'s (itself first); unfolded, every replica stands for itself.
+
+    def _fold(self, spec: IterationSpec) -> None:
+        """Folding: replicas cut into units of ``unit`` (an expert-parallel block, a CP
+        ring: their traffic stays inside; else one replica); each simulated unit stands for
+        ``stands_for``'s (itself first); unfolded, every replica stands for itself."""
+        par = spec.parallel
         self.unit = folding_unit(par)[1]
         self.stands_for, self.folding = fold_check(spec, self.comm, self.groups,
                                                     self.streams, self.unit)
@@ -209,10 +213,6 @@ class IterationSimulator:
         # Per stage, the rank groups that run (simulated units, in replica order).
         self.rows = unit_rows(self.groups, sorted(self.stands_for), self.unit)
         self.active = [g for row in self.rows for g in row]
-        self._handlers: dict[type, _Handler] = {
-            Fused: self._run_fused, Collective: self._run_collective, Send: self._send,
-            Recv: self._receive, Wait: self._run_wait, Barrier: self._barrier,
-            TpOverlap: partial(run_tp_overlap, self.env, self._tp_call, self.sim.tracer)}
 
     def _tp_analytic_s(self, kind: str, size: float, stage: int) -> float:
         key = (kind, size, stage)
