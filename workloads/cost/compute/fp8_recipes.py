@@ -15,8 +15,11 @@ the GEMM:
     transposed).  A producer-fused cast writes the FP8 tensor only; its transpose is a
     ``fp8_transpose`` in the backward (read and write one byte per element).  The amax of
     every cast is taken in the same kernel; the histories are rolled and the scales
-    updated by one small kernel per pass (``fp8_scale_update``) and reduced across the
-    group once per step (a few kB: not modelled as traffic).
+    updated by one small kernel per pass (``fp8_scale_update``), after Transformer Engine
+    all-reduces the pass's amaxes over the tensor-, context- and data-parallel group at the
+    end of every forward and backward (``reduce_and_update_fp8_tensors`` at the outermost
+    ``fp8_autocast`` exit; Megatron-Core's amax reduction group): a few kB, a latency-bound
+    collective a pass that is not modelled.
 ``current`` (TE ``Float8CurrentScaling``; torchao's tensorwise dynamic scaling)
     The scale comes from the tensor's own amax: one more read pass of every cast tensor
     before the cast (TE's FP8 current-scaling page: "the tensor needs to be read twice"),
