@@ -60,14 +60,19 @@ def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]
 
 
 def deepep_notes(comm: CommParams, costs: object, topology: Topology) -> list[RunNote]:
-    """Notes of an ``all_to_all: deepep`` run: its copy fraction taken from H800's fit on
-    another GPU generation; its kernels' SMs not counted (``compute.comm_sms`` 0); or
-    those SMs binding its NVLink copies at B200's figure an SM, not the user's
+    """Notes of an ``all_to_all: deepep`` run: the host's wait for each dispatch's token
+    counts, not counted; its copy fraction taken from H800's fit on another GPU
+    generation; its kernels' SMs not counted (``compute.comm_sms`` 0); or those SMs
+    binding its NVLink copies at B200's figure an SM, not the user's
     (:func:`~collectives.deepep.sm_bound_factor`)."""
     if comm.all_to_all != "deepep":
         return []
     roofline = roofline_behind(costs)
-    notes = []
+    notes = [RunNote(
+        "unmodelled", "DeepEP's normal dispatch makes the host wait for the count of tokens "
+        "each GPU received before it can issue the experts' kernels (a CPU-GPU "
+        "synchronisation every MoE layer's forward); the GPU's wait for the host after "
+        "it is not counted", "communication.all_to_all")]
     architecture = roofline.gpu.architecture if roofline is not None else ""
     if (architecture != DEEPEP_FIT_ARCHITECTURE
             and comm.deepep_nvlink_efficiency == DEEPEP_NVLINK_EFFICIENCY):

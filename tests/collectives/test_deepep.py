@@ -423,3 +423,17 @@ def test_halves_exchanges_carry_half_the_tokens_at_the_same_width(write_scenario
     halves, _ = comm(True)
     assert (whole.moe_tokens, halves.moe_tokens) == (1024, 512)
     assert whole.token_bytes(full) == halves.token_bytes(full / 2) == 14336.0
+
+
+def test_a_deepep_run_says_its_hosts_wait_for_the_token_counts_is_left_out():
+    """DeepEP's normal dispatch makes the CPU wait for the received-token counts; distsim
+    does not count the GPU's wait for the host after it, and every DeepEP run says so."""
+    from distsim_gpu.scenarios.run_notes import deepep_notes
+    from distsim_gpu.workloads.cost.compute import RooflineCosts
+    from distsim_gpu.workloads.specs.gpus import get_gpu
+
+    costs = RooflineCosts(get_gpu("h100-sxm"), "bf16")
+    notes = deepep_notes(CommParams(all_to_all="deepep"), costs, TOPOLOGY)
+    sync = [n for n in notes if n.key == "communication.all_to_all"]
+    assert len(sync) == 1 and sync[0].kind == "unmodelled" and "host" in sync[0].message
+    assert not deepep_notes(CommParams(all_to_all="flat"), costs, TOPOLOGY)
