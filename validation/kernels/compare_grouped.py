@@ -9,8 +9,10 @@ K 7,168): forward, data gradient and the k-grouped weight gradient.
 distsim prices a grouped GEMM as one launch whose tiles — every group padded to the tile
 on its own — share the waves (:func:`~distsim_gpu.workloads.cost.compute.roofline.
 matmul_efficiency` with ``groups``), at the FP8 GEMM rate the kernel fits give Hopper;
-the per-expert alternative is one GEMM per group, each with its own waves.  Uncalibrated;
-nothing here is fitted::
+the per-expert alternative is one GEMM per group, each with its own waves; "blockwise"
+is the rate ``training.fp8_recipe: blockwise`` gives these block-scaled kernels
+(DeepGEMM's main loop and output, fitted on its dense tables: compare_blockwise.py).
+Uncalibrated; nothing here is fitted::
 
     python validation/kernels/compare_grouped.py [--data DIR] [--table]
 
@@ -24,9 +26,11 @@ import argparse
 import csv
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from distsim_gpu.workloads.cost.compute import RooflineCosts
+from distsim_gpu.workloads.cost.compute import STACKS, RooflineCosts
+from distsim_gpu.workloads.cost.compute.operators import gemm
 from distsim_gpu.workloads.specs.gpus import get_gpu
 
 HERE = Path(__file__).resolve().parent
@@ -54,6 +58,16 @@ def predicted_tflops(groups: int, m: int, n: int, k: int, *, grouped: bool) -> f
     costs = RooflineCosts(get_gpu("h100-sxm"), "fp8")
     efficiency = costs.matmul_efficiency(m, n, k, fp8=True, groups=groups if grouped else 1)
     return efficiency * get_gpu("h100-sxm").peak_flops("fp8") / 1e12
+
+
+def blockwise_tflops(kernel: str, groups: int, m: int, n: int, k: int) -> float:
+    """The rate ``training.fp8_recipe: blockwise`` gives the same grouped kernel: DeepGEMM's
+    main loop, then its output (bf16, or fp32 read and accumulated by a weight gradient)."""
+    costs = RooflineCosts(get_gpu("h100-sxm"), "fp8", stack=STACKS["deepseek"],
+                          launch_overhead_s=0.0)
+    item = replace(gemm("g", (m, n, k), 1, 8.0 if "wgrad" in kernel else 2.0, groups,
+                        fp8=True), grouped=True)
+    return item.total_flops / costs.kernel_time_s(item) / 1e12
 
 
 #: The summary's row groups: (label, kernels).
@@ -110,17 +124,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.table:
         print("\n".join(summary_table(find_data(args.data))))
         return 0
-    errors: dict[bool, list[float]] = {True: [], False: []}
+    errors: dict[str, list[float]] = {"grouped": [], "per-expert": [], "blockwise": []}
     print(f"{'kernel':28} {'G':>2} {'m':>5} {'n':>5} {'k':>5} {'measured':>8} "
-          f"{'grouped':>8} {'per-expert':>10}")
+          f"{'grouped':>8} {'per-expert':>10} {'blockwise':>9}")
     for kernel, groups, m, n, k, measured in rows(find_data(args.data)):
-        got = {g: predicted_tflops(groups, m, n, k, grouped=g) for g in (True, False)}
-        for g, value in got.items():
-            errors[g].append(value / measured - 1)
+        got = {"grouped": predicted_tflops(groups, m, n, k, grouped=True),
+               "per-expert": predicted_tflops(groups, m, n, k, grouped=False),
+               "blockwise": blockwise_tflops(kernel, groups, m, n, k)}
+        for name, value in got.items():
+            errors[name].append(value / measured - 1)
         print(f"{kernel:28} {groups:2d} {m:5d} {n:5d} {k:5d} {measured:8.0f} "
-              f"{got[True]:8.0f} {got[False]:10.0f}")
-    for g, name in ((True, "grouped"), (False, "per-expert")):
-        errs = errors[g]
+              f"{got['grouped']:8.0f} {got['per-expert']:10.0f} {got['blockwise']:9.0f}")
+    for name, errs in errors.items():
         print(f"{name}: median |error| {statistics.median(abs(e) for e in errs):.1%}, "
               f"signed median {statistics.median(errs):+.1%}")
     return 0
