@@ -169,7 +169,7 @@ class SavedFormats:
     whose stack keeps the quantized copy), an MLP activation's input (else
     ``training.activation_func_fp8_input_store``'s), the attention output (else a linear
     input's) — the last two where a stack caches them (``Stack.fp8_activation_caches``:
-    DeepSeek's FP8 and E5M6; :func:`~workloads.cost.compute.roofline.activation_storage`)."""
+    DeepSeek's FP8 and E5M6; :func:`~workloads.cost.compute.roofline.saved_formats`)."""
 
     linear_input_bytes: float | None = None
     activation_input_bytes: float | None = None
@@ -423,6 +423,13 @@ def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatch
     return chunks / interleave
 
 
+def _swiglu_bytes(formats: SavedFormats, training: TrainingConfig) -> float | None:
+    """A SwiGLU input's bytes an element: the stack's cache, else Megatron-Core's
+    ``activation_func_fp8_input_store``, else None (16 bits)."""
+    return formats.activation_input_bytes or swiglu_input_bytes(
+        training.activation_func_fp8_input_store)
+
+
 def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
                    training: TrainingConfig | None = None, *, stage: int = 0,
                    num_microbatches: int = 1, flash_attention: bool = False,
@@ -456,8 +463,7 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     layers = stage_layers(model, pp=pp, stage=stage, interleave=interleave,
                           partition=parallel.partition, schedule=parallel.schedule)
 
-    swiglu_bytes = formats.activation_input_bytes or swiglu_input_bytes(
-        training.activation_func_fp8_input_store)
+    swiglu_bytes = _swiglu_bytes(formats, training)
 
     def per_layer(index: int, mode: str,
                   modules: tuple[str, ...] = training.recompute_modules) -> float:
@@ -615,8 +621,7 @@ def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: Trainin
             flash_attention=flash_attention, precision=training.precision,
             linear_input_bytes=formats.linear_input_bytes,
             attention_output_bytes=formats.attention_output_bytes,
-            activation_input_bytes=formats.activation_input_bytes or swiglu_input_bytes(
-                training.activation_func_fp8_input_store))
+            activation_input_bytes=_swiglu_bytes(formats, training))
 
     layers = stage_layers(model, pp=parallel.pp, stage=stage, interleave=parallel.interleave,
                           schedule=parallel.schedule,

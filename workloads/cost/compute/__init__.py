@@ -52,6 +52,7 @@ from distsim_gpu.workloads.cost.compute.roofline import (
     attention_efficiency,
     matmul_efficiency,
     roofline_behind,
+    saved_formats,
     saved_linear_input_bytes,
     stores_attention_scores,
 )
@@ -113,6 +114,7 @@ __all__ = [
     "matmul_efficiency",
     "read_cost_table",
     "roofline_behind",
+    "saved_formats",
     "saved_linear_input_bytes",
     "stores_attention_scores",
     "write_cost_table",

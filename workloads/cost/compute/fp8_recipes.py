@@ -103,7 +103,8 @@ DISPATCH_FP8_ELEMENT_BYTES = FP8_BYTES + _FP32_SCALE_BYTES / BLOCK_ELEMENTS
 # GEMMs (dense and k-grouped) together (validation/kernels/compare_blockwise.py --fit;
 # leave-one-out median 4.9 %, max 12.4 %): one main-loop rate serves both, the weight
 # gradient's lower one is its fp32 epilogue.  Other measurements of the same kernels are
-# slower (a user's H200 weight gradients −23 %, torchao's H100 one −52 %): docs/fp8.md.
+# slower (the model is 21-26 % fast on a user's H200 weight gradients, 52 % on torchao's
+# H100 one): docs/fp8.md.
 BLOCKWISE_GEMM_EFFICIENCY = 0.683
 # Weight re-cast after each optimizer step, per parameter: read the 16-bit weight (2 B),
 # write its FP8 copy and the transpose (1 + 1 B).  Current scaling reads it once more for
@@ -191,12 +192,18 @@ class Fp8Recipe:
         reads = input_bytes * (2 if self.amax_pass else 1)
         return elements * (reads + 2 * self.element_bytes + self.scale_bytes_per_element)
 
+    @property
+    def one_copy_bytes(self) -> float:
+        """Bytes an element of one low-precision copy takes with its scales (the
+        recipe's scale figure counts a cast's two copies, row- and column-wise)."""
+        return self.element_bytes + self.scale_bytes_per_element / 2
+
     def one_copy_cast_bytes(self, elements: float, input_bytes: float) -> float:
         """Bytes of a cast that writes one of the two copies (the row-wise one) with its
         scales: :meth:`cast_bytes` less one copy
         (:mod:`~distsim_gpu.workloads.cost.compute.fp8_casts`)."""
         reads = input_bytes * (2 if self.amax_pass else 1)
-        return elements * (reads + self.element_bytes + self.scale_bytes_per_element / 2)
+        return elements * (reads + self.one_copy_bytes)
 
     def high_precision_layer(self, layer_index: int, layers: int) -> bool:
         """Whether layer ``layer_index`` of ``layers`` keeps its GEMMs 16-bit."""

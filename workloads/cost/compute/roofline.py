@@ -74,6 +74,7 @@ __all__ = [
     "issue_timeline_s",
     "matmul_efficiency",
     "roofline_behind",
+    "saved_formats",
     "saved_linear_input_bytes",
     "stores_attention_scores",
 ]
@@ -244,42 +245,38 @@ def roofline_behind(costs: object) -> RooflineCosts | None:
     return None
 
 
-def saved_linear_input_bytes(costs: object) -> float | None:
-    """Bytes per element a linear layer keeps of its input for the backward where that is
-    not the 16-bit activation (the memory model's ``linear_input_bytes``): under a
-    low-precision run whose stack keeps the quantized copy
-    (``Stack.fp8_saves_quantized_inputs``), its recipe's element and scale bytes; None
-    otherwise.  A profiled table is taken to have run as its fallback roofline's stack."""
+def saved_formats(costs: object) -> SavedFormats:
+    """What a layer keeps for the backward in other than 16 bits
+    (:class:`~workloads.cost.memory.SavedFormats`), under a low-precision run: a linear
+    layer's input as one quantized copy where the stack keeps it
+    (``Stack.fp8_saves_quantized_inputs``), and where the stack caches them
+    (``Stack.fp8_activation_caches``) the SwiGLU inputs likewise and the attention output
+    in E5M6.  A profiled table is taken to have run as its fallback roofline's stack."""
     model = roofline_behind(costs)
     if model is None or model.precision not in LOW_PRECISIONS:
-        return None
+        return SavedFormats()
     stack = model.resolved_stack
-    if not (stack.fp8_linear and stack.fp8_saves_quantized_inputs):
-        return None
-    # One copy's scales: the recipe's figure counts a cast's two copies (row-, column-wise).
-    return stack.fp8.element_bytes + stack.fp8.scale_bytes_per_element / 2
+    if not stack.fp8_linear:
+        return SavedFormats()
+    copy = stack.fp8.one_copy_bytes
+    linear = copy if stack.fp8_saves_quantized_inputs else None
+    if not stack.fp8_activation_caches:
+        return SavedFormats(linear)
+    return SavedFormats(linear, copy, ATTENTION_CACHE_ELEMENT_BYTES)
+
+
+def saved_linear_input_bytes(costs: object) -> float | None:
+    """Bytes per element a linear layer keeps of its input for the backward where that is
+    not the 16-bit activation (:func:`saved_formats`'); None otherwise."""
+    return saved_formats(costs).linear_input_bytes
 
 
 def activation_storage(costs: object) -> dict[str, Any]:
     """How ``costs`` keeps a layer's activations, as the memory model's keywords
-    (``memory_of_strategy``): whether attention stores its scores, and the formats
-    (:class:`~workloads.cost.memory.SavedFormats`) of what it keeps — the bytes a linear
-    layer's saved input takes."""
+    (``memory_of_strategy``): whether attention stores its scores, and the formats of what
+    it keeps (:func:`saved_formats`)."""
     return {"flash_attention": not stores_attention_scores(costs),
-            "formats": SavedFormats(saved_linear_input_bytes(costs), *_cached_bytes(costs))}
-
-
-def _cached_bytes(costs: object) -> tuple[float | None, float | None]:
-    """(SwiGLU input, attention output) bytes an element where the run's stack caches
-    them for the backward in low precision (``Stack.fp8_activation_caches``)."""
-    model = roofline_behind(costs)
-    if model is None or model.precision not in LOW_PRECISIONS:
-        return None, None
-    stack = model.resolved_stack
-    if not (stack.fp8_linear and stack.fp8_activation_caches):
-        return None, None
-    return (stack.fp8.element_bytes + stack.fp8.scale_bytes_per_element / 2,
-            ATTENTION_CACHE_ELEMENT_BYTES)
+            "formats": saved_formats(costs)}
 
 
 @runtime_checkable
