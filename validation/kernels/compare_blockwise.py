@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from distsim_gpu.workloads.cost.compute.fp8_recipes import BLOCKWISE_GEMM_EFFICIENCY
+from distsim_gpu.workloads.cost.compute.kernel_tables import deepgemm_gemms
 from distsim_gpu.workloads.cost.compute.roofline import matmul_efficiency
 from distsim_gpu.workloads.specs.gpus import get_gpu
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-RELEASED_README = "55ab91f72f76"
 #: bf16 output written; fp32 weight gradient read and written.
 OUTPUT_BYTES = {"forward": 2.0, "wgrad": 8.0}
 GRID = [step / 1000 for step in range(300, 950)]
@@ -70,13 +70,8 @@ def _timed(flops: float, tflops: str) -> float:
 def load_rows(data: Path) -> list[Row]:
     """The fitted and evaluated rows (module docstring)."""
     folder = data / "kernels"
-    rows = []
-    with open(folder / "deepgemm_h800" / "deepgemm_readme_h800_fp8.csv") as handle:
-        for r in csv.DictReader(handle):
-            m, n, k = int(r["m_per_group"]), int(r["n"]), int(r["k"])
-            if r["kernel"] == "normal_gemm" and r["commit"] == RELEASED_README and m >= 1024:
-                rows.append(Row("DeepGEMM README", "h100-sxm", "forward", 1, m, n, k,
-                                _timed(2.0 * m * n * k, r["tflops"]), True))
+    rows = [Row("DeepGEMM README", g.gpu, "forward", 1, g.m, g.n, g.k, g.time_s, True)
+            for g in deepgemm_gemms(folder)[0] if g.m >= 1024]
     with open(folder / "deepgemm_h800" / "deepgemm_pr_tables_fp8.csv") as handle:
         for r in csv.DictReader(handle):
             if "wgrad" not in r["kernel"]:

@@ -30,11 +30,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from distsim_gpu.workloads.cost.compute import STACKS, RooflineCosts
+from distsim_gpu.workloads.cost.compute.kernel_tables import DEEPGEMM_README_COMMIT
 from distsim_gpu.workloads.cost.compute.operators import gemm
 from distsim_gpu.workloads.specs.gpus import get_gpu
 
 HERE = Path(__file__).resolve().parent
-RELEASED = "55ab91f72f76"  # DeepGEMM's README of 2025-03-25, the released kernels
+RELEASED = DEEPGEMM_README_COMMIT  # DeepGEMM's README of 2025-03-25, the released kernels
 #: torchao's H100 rows (blockwise FP8 training README): (kernel, groups, m, n, k, TFLOP/s).
 TORCHAO_H100 = (("torchao fwd", 8, 4096, 2048, 7168, 1234.0),
                 ("torchao dgrad", 8, 4096, 7168, 2048, 1236.0),

@@ -25,11 +25,13 @@ from pathlib import Path
 from distsim_gpu.simcore.errors import ConfigError
 
 __all__ = [
+    "DEEPGEMM_README_COMMIT",
     "AttentionRecord",
     "GemmRecord",
     "MemoryRecord",
     "Skipped",
     "attention_flops",
+    "deepgemm_gemms",
     "gpu_preset",
     "load_attention",
     "load_gemms",
@@ -239,16 +241,18 @@ def _thread_gemm(folder: Path) -> tuple[list[GemmRecord], list[Skipped]]:
 
 # The 2025-03-25 README is the released kernel; the earlier table and the PR before/after
 # tile experiments measure superseded code.
-_DEEPGEMM_README = "55ab91f72f76"
+DEEPGEMM_README_COMMIT = "55ab91f72f76"
 
 
-def _deepgemm(folder: Path) -> tuple[list[GemmRecord], list[Skipped]]:
+def deepgemm_gemms(folder: Path) -> tuple[list[GemmRecord], list[Skipped]]:
+    """DeepGEMM's dense block-scaled GEMMs of its released README (kernel
+    ``deepgemm-block``), and why the other rows of its tables are left out."""
     out, skipped = [], []
     src = "deepgemm_h800"
     for row in _rows(folder / src / "deepgemm_readme_h800_fp8.csv"):
         if row["kernel"] != "normal_gemm":
             skipped.append(Skipped(src, "grouped MoE GEMM: not a dense GEMM"))
-        elif row["commit"] != _DEEPGEMM_README:
+        elif row["commit"] != DEEPGEMM_README_COMMIT:
             skipped.append(Skipped(src, "superseded by the 2025-03-25 README table"))
         else:
             m, n, k = int(row["m_per_group"]), int(row["n"]), int(row["k"])
@@ -265,7 +269,7 @@ def load_gemms(data_dir: Path) -> tuple[list[GemmRecord], list[Skipped]]:
     folder = _kernels_dir(data_dir)
     records: list[GemmRecord] = []
     skipped: list[Skipped] = []
-    for reader in (_xla, _mamf, _azure_gemm, _thread_gemm, _deepgemm):
+    for reader in (_xla, _mamf, _azure_gemm, _thread_gemm, deepgemm_gemms):
         got, left = reader(folder)
         records += got
         skipped += left
