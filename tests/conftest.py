@@ -39,6 +39,19 @@ settings.register_profile("reproducible", derandomize=True, print_blob=True)
 settings.register_profile("explore", print_blob=True)
 settings.load_profile("reproducible")
 
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Rewriting the docs (``DISTSIM_REGENERATE_DOCS``) or the golden summaries
+    (``DISTSIM_REGENERATE_GOLDEN``) runs in one process: two pytest-xdist workers
+    rewriting tables of the same page would each write back the page as they read it,
+    and one's tables would be lost."""
+    regenerating = (os.environ.get("DISTSIM_REGENERATE_DOCS")
+                    or os.environ.get("DISTSIM_REGENERATE_GOLDEN"))
+    if regenerating and getattr(config.option, "numprocesses", None):
+        config.option.numprocesses = 0
+        config.option.dist = "no"
+
 # ---------------------------------------------------------------------- places
 
 

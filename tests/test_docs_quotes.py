@@ -24,6 +24,7 @@ After an intended change, run it and copy the figures it reports.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -117,7 +118,16 @@ def test_every_mark_is_read() -> None:
         assert text.count("<!-- command ") == len(COMMAND.findall(text)), path.name
 
 
-@pytest.mark.parametrize(("document", "args", "key", "number", "unit"), quotes(),
+def _on_one_worker(quote: tuple[str, str, str, str, str | None]) -> Any:
+    """``quote`` as a test parameter grouped by its command: under pytest-xdist
+    (``--dist loadgroup``) every number of one command is checked on the same worker, whose
+    :func:`run_json` cache then runs the command once."""
+    group = "docs-command-" + hashlib.sha1(quote[1].encode()).hexdigest()[:10]
+    return pytest.param(*quote, marks=pytest.mark.xdist_group(group))
+
+
+@pytest.mark.parametrize(("document", "args", "key", "number", "unit"),
+                         [_on_one_worker(quote) for quote in quotes()],
                          ids=lambda value: str(value)[:40])
 def test_a_quoted_number_is_what_the_code_gives(document, args, key, number, unit) -> None:
     if "../shared/data" in args and not SHARED_DATA.is_dir():
