@@ -7,8 +7,7 @@ job's table, with several jobs), and each fault whose fabric re-route stalls the
 node preset's estimated drive bandwidth, a low-precision GEMM rate no kernel table
 measured (the roofline's ``notes``), a DeepEP exchange on fewer SMs than its NVLink
 rate needs (:mod:`collectives.deepep`), forward-backward pairs on the V with too few
-micro-batches for DeepSeek's own order, a MoE model's router left perfectly even, and
-FP8 delayed scaling's amax all-reduces, which are not counted.
+micro-batches for DeepSeek's own order, and a MoE model's router left perfectly even.
 """
 
 from __future__ import annotations
@@ -33,9 +32,8 @@ from distsim_gpu.workloads.cost.compute import roofline_behind
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import UNIFORM
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
-from distsim_gpu.workloads.strategy.precision import LOW_PRECISIONS
 
-__all__ = ["amax_notes", "deepep_notes", "fault_notes", "offload_notes", "routing_notes",
+__all__ = ["deepep_notes", "fault_notes", "offload_notes", "routing_notes",
            "run_notes", "schedule_notes"]
 
 
@@ -150,26 +148,6 @@ def routing_notes(model: ModelSpec) -> list[RunNote]:
         "slows the busiest expert-parallel rank and its all-to-alls", "model.moe.routing")]
 
 
-def amax_notes(costs: object, parallel: ParallelConfig) -> list[RunNote]:
-    """A note when FP8 delayed scaling runs on several GPUs a stage: Transformer Engine
-    all-reduces the amaxes over the stage's tensor-, context- and data-parallel GPUs at the
-    end of every forward and backward (``reduce_and_update_fp8_tensors``), a
-    latency-bound collective distsim does not count (:mod:`workloads.cost.compute.
-    fp8_recipes`)."""
-    model = roofline_behind(costs)
-    group = parallel.tp * parallel.dp_cp
-    if model is None or model.precision not in LOW_PRECISIONS or group == 1:
-        return []
-    stack = model.resolved_stack
-    if not (stack.fp8_linear and stack.fp8.scale_update_kernel):
-        return []
-    return [RunNote(
-        "unmodelled", f"FP8 delayed scaling: Transformer Engine all-reduces the amaxes over "
-        f"a stage's {group} tensor-, context- and data-parallel GPUs after every forward "
-        "and backward; that latency-bound collective, two a micro-batch and chunk, is not "
-        "counted", "training.fp8_recipe")]
-
-
 def run_notes(costs: Iterable[object], faults: Sequence[Fault], topology: Topology,
               iteration_time_s: float, parallels: Iterable[ParallelConfig] = (),
               comms: Iterable[CommParams] = (), microbatches: Iterable[int] = (),
@@ -189,8 +167,6 @@ def run_notes(costs: Iterable[object], faults: Sequence[Fault], topology: Topolo
         notes += schedule_notes(parallel, count)
     for comm, model in zip(comms, costs, strict=False):
         notes += deepep_notes(comm, model, topology)
-    for model, parallel in zip(costs, parallels, strict=False):
-        notes += amax_notes(model, parallel)
     for trained in models:
         notes += routing_notes(trained)
     notes += fault_notes(faults, topology, iteration_time_s)

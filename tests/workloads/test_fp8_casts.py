@@ -141,26 +141,3 @@ def test_a_te_stack_on_the_block_scaled_recipe_says_it_borrowed_deepgemms_rate()
     assert [n.key for n in te] == ["training.fp8_recipe"] and "DeepGEMM" in te[0].message
     assert not RooflineCosts(h100, "fp8", stack=STACKS["deepseek"]).notes
     assert not RooflineCosts(h100, "fp8", stack=STACKS["megatron-core"]).notes
-
-
-@pytest.mark.parametrize(("stack", "precision", "tp", "dp", "noted"), [
-    ("megatron-core", "fp8", 2, 2, True),     # delayed scaling, four GPUs a stage
-    ("megatron-core", "fp8", 1, 1, False),    # one GPU a stage: nothing to reduce
-    ("megatron-core", "bf16", 2, 2, False),
-    ("torch-compile", "fp8", 2, 2, False),    # current scaling: no amax history
-    ("deepseek", "fp8", 2, 2, False),         # block scales: none either
-])
-def test_delayed_scalings_amax_all_reduce_is_said_to_be_left_out(stack, precision, tp, dp,
-                                                                   noted):
-    """Transformer Engine all-reduces a delayed-scaling run's amaxes over a stage's GPUs
-    after every forward and backward; distsim does not count it, and says so."""
-    from distsim_gpu.scenarios.run_notes import amax_notes
-    from distsim_gpu.workloads.cost.compute import RooflineCosts
-    from distsim_gpu.workloads.specs.gpus import get_gpu
-    from distsim_gpu.workloads.strategy.parallel import ParallelConfig
-
-    costs = RooflineCosts(get_gpu("h100-sxm"), precision, stack=STACKS[stack])
-    notes = amax_notes(costs, ParallelConfig(tp=tp, dp=dp))
-    assert bool(notes) is noted
-    if noted:
-        assert notes[0].kind == "unmodelled" and "stage's 4 tensor-" in notes[0].message

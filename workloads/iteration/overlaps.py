@@ -28,6 +28,7 @@ from distsim_gpu.workloads.cost.compute.blocks import BlockShares, block_shares
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.tp_overlap import paired_gemms_s
 from distsim_gpu.workloads.cost.traffic import gradient_reduce_op, reduces_in_buckets
+from distsim_gpu.workloads.iteration.amax import fp8_linears
 from distsim_gpu.workloads.iteration.ops import Collective, Compute, Op, TpOverlap, Wait
 from distsim_gpu.workloads.strategy.dimensions import async_handle
 from distsim_gpu.workloads.strategy.fb_pairs import Pair
@@ -52,6 +53,8 @@ class OverlappedOps:
     tp_gather_bytes: float
     rs_stretch: float
     moe_pace: float
+    amax: Any
+    _fp8_linears: dict[int, int]
     _passes: dict[Any, tuple[Op, ...]]
     _tp_ops: Any
     _edge: Any
@@ -175,8 +178,23 @@ class OverlappedOps:
         if None in buckets:
             ops.append(self._async_dp(gradient_reduce_op(par), buckets[None],
                                       f"grads of chunk {b_chunk}"))
+        ops += self.amax_ops("F", vf) + self.amax_ops("B", vb)
         cached = self._passes[key] = self._fused(ops, stage)
         return cached
+
+    def amax_ops(self, pass_: str, vs: int) -> list[Op]:
+        """FP8 delayed scaling's amax all-reduce at the end of a forward (``F``) or a
+        backward (``B``, a split backward's ``I``) of virtual stage ``vs``
+        (:mod:`~workloads.iteration.amax`); none without it, nor after a ``W``."""
+        if self.amax is None or pass_ == "W":
+            return []
+        linears = self._fp8_linears.get(vs)
+        if linears is None:
+            linears = self._fp8_linears[vs] = sum(
+                fp8_linears(self.costs, self.model, self._layer_cost("fwd", layer)[1])
+                for layer in range(*self.chunks[vs]))
+        name = "fwd" if pass_ == "F" else "bwd"
+        return [self.amax.op(name, linears, f"amax {name} (FP8 scales)")]
 
     def _paired_layers(self, ops: list[Op], f_layer: int | None, b_layer: int | None,
                        fold: bool) -> None:

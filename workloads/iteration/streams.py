@@ -43,11 +43,7 @@ from distsim_gpu.workloads.cost.context_parallel import core_attention_time_s, r
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.mtp import mtp_projection_s
 from distsim_gpu.workloads.cost.parameters import layer_group_extra_params
-from distsim_gpu.workloads.cost.tp_overlap import (
-    gemm_stretch,
-    pipelined_pair_s,
-    roofline_of,
-)
+from distsim_gpu.workloads.cost.tp_overlap import gemm_stretch, pipelined_pair_s, roofline_of
 from distsim_gpu.workloads.cost.traffic import (
     activation_bytes_per_element,
     alltoall_bytes,
@@ -73,6 +69,7 @@ from distsim_gpu.workloads.cost.traffic import (
     tp_message_bytes,
     word_embedding_grad_bytes,
 )
+from distsim_gpu.workloads.iteration.amax import amax_reduction
 from distsim_gpu.workloads.iteration.ops import (
     Barrier,
     Collective,
@@ -144,6 +141,8 @@ class StreamBuilder(OverlappedOps):
         self.split_elementwise = parallel.sequence_parallel or mesh is not None
         self.p2p_bytes = pipeline_message_bytes(model, parallel, local)
         self._moe_exchange(local, hints.all_to_all)
+        self.amax = amax_reduction(costs, parallel, training.fp8_amax_reduction)
+        self._fp8_linears: dict[int, int] = {}
         self.cp_bytes = cp_message_bytes(model, parallel, training)
         self._passes: dict[tuple[int, int, str, bool, bool], tuple[Op, ...]] = {}
         # Per-layer strategies (workloads.strategy.layer_groups): each layer's tp, share of the
@@ -272,7 +271,7 @@ class StreamBuilder(OverlappedOps):
             ops = (self._forward(vs, fold, waits) if pass_ == "F"
                    else self.weight_pass(vs, chunk, last) if pass_ == "W"
                    else self._backward(vs, chunk, last, fold, weights=pass_ == "B"))
-            cached = self._passes[key] = self._fused(ops, stage)
+            cached = self._passes[key] = self._fused(ops + self.amax_ops(pass_, vs), stage)
         return cached
 
     def _forward(self, vs: int, fold: bool, waits: ParamBuckets = ()) -> list[Op]:

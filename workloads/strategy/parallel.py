@@ -77,6 +77,7 @@ from distsim_gpu.workloads.strategy.operator_sharding import (
     operator_sharding_from_mapping,
 )
 from distsim_gpu.workloads.strategy.precision import (
+    FP8_AMAX_REDUCTIONS,
     GRAD_REDUCE_PRECISIONS,
     OPTIMIZER_MOMENTS,
     PRECISIONS,
@@ -256,6 +257,7 @@ class TrainingConfig:
     data_loader: DataLoader | None = None  # None: loading never holds the GPUs up
     fp8_recipe: str | None = None  # None: the compute stack's (FP8 only)
     optimizer_moments: str = "fp32"  # OPTIMIZER_MOMENTS
+    fp8_amax_reduction: str = "stage"  # FP8_AMAX_REDUCTIONS (delayed scaling only)
     # What ``selective`` re-runs (workloads.specs.recompute_modules; Megatron-Core's list).
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
     activation_func_fp8_input_store: bool = False  # workloads.strategy.precision
@@ -267,8 +269,9 @@ class TrainingConfig:
             data["data_loader"] = loader.to_dict()
         if data["fp8_recipe"] is None:  # the stack's default: nothing to record
             del data["fp8_recipe"]
-        if data["optimizer_moments"] == "fp32":  # the default: resolved configs as before
-            del data["optimizer_moments"]
+        for key, default in (("optimizer_moments", "fp32"), ("fp8_amax_reduction", "stage")):
+            if data[key] == default:  # the default: resolved configs as before
+                del data[key]
         data["recompute_modules"] = list(self.recompute_modules)
         if self.recompute_modules == DEFAULT_RECOMPUTE_MODULES:
             del data["recompute_modules"]
@@ -633,6 +636,8 @@ def _check_training(t: TrainingConfig, p: ParallelConfig, *, source: str | None)
     check_fp8_recipe(t.fp8_recipe, t.precision, source=source)
     check_choice(t.optimizer_moments, OPTIMIZER_MOMENTS, key="training.optimizer_moments",
                  source=source, what="moment precision")
+    check_choice(t.fp8_amax_reduction, FP8_AMAX_REDUCTIONS, key="training.fp8_amax_reduction",
+                 source=source, what="amax reduction group")
     if t.optimizer_moments != "fp32" and p.offload.optimizer != "none":
         raise ConfigError("bf16 optimizer moments with the optimizer offloaded are not "
                           "modelled (ZeRO-Offload's CPU Adam keeps them in fp32)",

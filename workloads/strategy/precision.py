@@ -53,6 +53,12 @@ GRAD_REDUCE_PRECISIONS = ("fp32", "bf16", "fp16")
 #: DeepSeek-V3 trains (report §3.3) and Megatron-Core's precision-aware optimizer offers
 #: (``--exp-avg-dtype`` / ``--exp-avg-sq-dtype bf16``); the master weights stay fp32.
 OPTIMIZER_MOMENTS = ("fp32", "bf16")
+#: Over whom FP8 delayed scaling all-reduces its amaxes after each pass
+#: (``training.fp8_amax_reduction``, workloads.iteration.amax): the stage's tensor-,
+#: context- and data-parallel GPUs (Transformer Engine's ``reduce_amax`` with Megatron-Core's
+#: amax group, the default), the tensor-parallel group alone (``--tp-only-amax-red``), or
+#: no one (``reduce_amax=False``).
+FP8_AMAX_REDUCTIONS = ("stage", "tp", "none")
 
 
 def check_fp8_recipe(recipe: str | None, precision: str, *, key: str = "training.fp8_recipe",

@@ -19,7 +19,7 @@ the GEMM:
     all-reduces the pass's amaxes over the tensor-, context- and data-parallel group at the
     end of every forward and backward (``reduce_and_update_fp8_tensors`` at the outermost
     ``fp8_autocast`` exit; Megatron-Core's amax reduction group): a few kB, a latency-bound
-    collective a pass that is not modelled.
+    collective a pass that the iteration runs (:mod:`workloads.iteration.amax`).
 ``current`` (TE ``Float8CurrentScaling``; torchao's tensorwise dynamic scaling)
     The scale comes from the tensor's own amax: one more read pass of every cast tensor
     before the cast (TE's FP8 current-scaling page: "the tensor needs to be read twice"),

@@ -1,0 +1,96 @@
+"""FP8 delayed scaling's amax all-reduce (workloads.iteration.amax): after every forward
+and backward of a model chunk, over the stage's GPUs, 4 bytes an amax — three a linear
+layer after a forward, two after a backward — and nowhere a recipe keeps no history."""
+
+from __future__ import annotations
+
+import pytest
+from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.cost.compute.roofline import RooflineCosts
+from distsim_gpu.workloads.cost.compute.stacks import get_stack
+from distsim_gpu.workloads.iteration.amax import amax_reduction
+from distsim_gpu.workloads.iteration.ops import Collective
+from distsim_gpu.workloads.iteration.streams import StreamBuilder
+from distsim_gpu.workloads.specs.gpus import get_gpu
+from distsim_gpu.workloads.specs.models import model_from_mapping
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
+
+MODEL = model_from_mapping({"name": "m", "layers": 4, "hidden": 1024, "heads": 16,
+                            "seq_len": 512, "vocab": 32000})
+
+
+def _costs(stack: str = "megatron-core", precision: str = "fp8") -> RooflineCosts:
+    return RooflineCosts(get_gpu("h100-sxm"), precision=precision, stack=get_stack(stack))
+
+
+@pytest.mark.parametrize(("stack", "precision", "tp", "dp", "over", "group"), [
+    ("megatron-core", "fp8", 2, 2, "stage", "dp"),   # the stage's tp·dp GPUs
+    ("megatron-core", "fp8", 2, 1, "stage", "tp"),   # one replica: its tensor ranks
+    ("megatron-core", "fp8", 1, 2, "stage", "dp"),
+    ("megatron-core", "fp8", 1, 1, "stage", None),   # one GPU a stage: nobody to meet
+    ("megatron-core", "fp8", 2, 2, "tp", "tp"),      # --tp-only-amax-red
+    ("megatron-core", "fp8", 1, 2, "tp", None),
+    ("megatron-core", "fp8", 2, 2, "none", None),    # reduce_amax=False
+    ("megatron-core", "bf16", 2, 2, "stage", None),
+    ("nemo", "fp8", 2, 2, "stage", "dp"),
+    ("torch-compile", "fp8", 2, 2, "stage", None),   # current scaling: no amax history
+    ("deepseek", "fp8", 2, 2, "stage", None),        # block scales: none either
+])
+def test_who_reduces_the_amaxes(stack, precision, tp, dp, over, group):
+    reduction = amax_reduction(_costs(stack, precision), ParallelConfig(tp=tp, dp=dp), over)
+    assert (reduction.group if reduction else None) == group
+
+
+def test_every_chunks_forward_and_backward_end_with_one():
+    """pp 2 × 2 chunks of one layer each, 4 micro-batches: on each stage one call after
+    each of the 8 forwards and 8 backwards, 4 B × 3 × 4 linears after a forward and
+    4 B × 2 × 4 after a backward (qkv, proj, fc1, fc2), blocking, among the replicas."""
+    par = ParallelConfig(tp=2, pp=2, dp=2, schedule="interleaved", interleave=2)
+    train = TrainingConfig(micro_batch=1, global_batch=8, precision="fp8")
+    builder = StreamBuilder(MODEL, par, train, _costs(), microbatches=4)
+    for stage in range(2):
+        calls = [op for op in builder.stage_stream(stage)
+                 if isinstance(op, Collective) and op.label.startswith("amax")]
+        assert sorted(op.size_bytes for op in calls) == [32.0] * 8 + [48.0] * 8
+        assert all(op.blocking and op.group == "dp" and op.op == "all_reduce"
+                   for op in calls)
+
+
+def test_a_moe_layer_counts_each_local_expert():
+    """8 experts over ep 2: each rank's 4 experts hold 2 FP8 linears each, besides the
+    attention's 2: a forward's call carries 4 B × 3 × 10 amaxes."""
+    moe = model_from_mapping({"name": "moe", "layers": 1, "hidden": 1024, "heads": 16,
+                              "seq_len": 512, "vocab": 32000, "experts": 8, "top_k": 2})
+    par = ParallelConfig(tp=1, dp=2, ep=2)
+    train = TrainingConfig(micro_batch=1, global_batch=2, precision="fp8")
+    stream = StreamBuilder(moe, par, train, _costs(), microbatches=1).stage_stream(0)
+    sizes = sorted(op.size_bytes for op in stream
+                   if isinstance(op, Collective) and op.label.startswith("amax"))
+    assert sizes == [4.0 * 2 * 10, 4.0 * 3 * 10]
+
+
+def test_the_calls_cost_a_latency_bound_all_reduce_each(tmp_path, tiny, write_scenario):
+    """Each further micro-batch adds the same two calls' time, a few microseconds each;
+    the last backward's call runs while the gradients' all-reduce does, and is hidden."""
+    def iteration_s(over: str, batch: int) -> float:
+        path = write_scenario(tmp_path / f"{over}-{batch}.yaml", tiny(
+            training={"precision": "fp8", "global_batch": batch,
+                      "fp8_amax_reduction": over},
+            parallelism={"tp": 2, "pp": 1, "dp": 4}, compute={"gpu": "h100-sxm"}))
+        return run_scenario(load_scenario(path)).iteration_time_s
+
+    added = {m: iteration_s("stage", 4 * m) - iteration_s("none", 4 * m) for m in (2, 3, 5)}
+    per_call = (added[3] - added[2]) / 2
+    assert 1e-6 < per_call < 100e-6  # latency, not bandwidth: 4 B × 5 × 4 linears
+    assert added[5] - added[3] == pytest.approx(4 * per_call, rel=1e-4)
+    assert added[2] == pytest.approx(3 * per_call, rel=1e-4)  # 4 calls, one hidden
+
+
+def test_a_bad_reduction_group_is_refused(tmp_path, tiny, write_scenario):
+    path = write_scenario(tmp_path / "s.yaml", tiny(
+        training={"precision": "fp8", "fp8_amax_reduction": "world"},
+        compute={"gpu": "h100-sxm"}))
+    with pytest.raises(ConfigError, match=r"training\.fp8_amax_reduction") as error:
+        load_scenario(path)
+    assert "stage" in str(error.value)
