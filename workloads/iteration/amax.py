@@ -53,7 +53,8 @@ class AmaxReduction:
         """The blocking call after a ``pass_`` (``fwd``/``bwd``) of a chunk whose layers
         hold ``fp8_linears`` FP8 linear layers (expert instances counted each)."""
         size = AMAX_BYTES * AMAXES_PER_LINEAR[pass_] * max(fp8_linears, 1)
-        return Collective("all_reduce", float(size), label, group=self.group)
+        return Collective("all_reduce", float(size), label, group=self.group,
+                          latency_bound=True)
 
 
 def amax_reduction(costs: object, parallel: ParallelConfig,

@@ -85,8 +85,11 @@ class Collective:
     ``blocking``: the stream waits for it; else it runs on a communication stream, waited
     for by a :class:`Wait` — for its ``handle``, or at the end without one.  ``exclusive``:
     nothing else can use its links while it runs, so its closed form times it exactly (a
-    tensor-parallel call that :class:`Fused` may absorb).  A replay leaves ``op`` or
-    ``size_bytes`` ``None`` where the trace does not say them.
+    tensor-parallel call that :class:`Fused` may absorb).  ``latency_bound``: a call of a
+    few bytes that its members meet for and that then takes its uncontended closed-form
+    time, no flows (nothing on its links could slow a few bytes; FP8 delayed scaling's
+    amax reduction).  A replay leaves ``op`` or ``size_bytes`` ``None`` where the trace
+    does not say them.
     """
 
     op: str | None
@@ -96,6 +99,7 @@ class Collective:
     blocking: bool = True
     handle: str | None = None
     exclusive: bool = False
+    latency_bound: bool = False
     # A 2-D/2.5-D/3-D TP step (workloads.strategy.tp_nd): the call runs on each of these
     # sub-groups of the TP group's local ranks at once, each sub-group's root first.
     subgroups: tuple[tuple[int, ...], ...] | None = None

@@ -163,7 +163,7 @@ class IterationSimulator:
         par = self.spec.parallel
         self._p2p: dict[Any, simpy.Event] = {}
         self._p2p_sent: dict[Any, tuple[float, tuple[RankGroup, int]]] = {}
-        self._tp_time: dict[tuple[str, int], float] = {}
+        self._tp_time: dict[tuple[str, float, tuple[str, ...]], float] = {}
         self._send_plans: dict[tuple[RankGroup, RankGroup], CollectivePlan] = {}
         self._tp_joint: dict[tuple[RankGroup, str, float], Any] = {}
         # A collective's peers by its op's group name (workloads.strategy.dimensions).
@@ -215,13 +215,14 @@ class IterationSimulator:
         self.active = [g for row in self.rows for g in row]
 
     def _tp_analytic_s(self, kind: str, size: float, stage: int) -> float:
-        key = (kind, size, stage)
-        cached = self._tp_time.get(key)
-        if cached is None:
-            gpus = list(self.groups[stage][0].gpus)
-            cached = self.comm.estimate_s(kind, gpus, size)
-            self._tp_time[key] = cached
-        return cached
+        return self._analytic_s(kind, size, tuple(self.groups[stage][0].gpus))
+
+    def _analytic_s(self, kind: str, size: float, gpus: tuple[str, ...]) -> float:
+        """A call's closed-form time alone on the network (cached)."""
+        key = (kind, size, gpus)
+        if key not in self._tp_time:
+            self._tp_time[key] = self.comm.estimate_s(kind, list(gpus), size)
+        return self._tp_time[key]
 
     def _lanes(self, members: list[RankGroup]) -> list[list[str]]:
         """Per tensor-parallel rank, the GPUs of ``members`` (one collective per lane)."""
@@ -403,25 +404,24 @@ class IterationSimulator:
         env = self.env
         peer = self._peer(op.group)
         key, members = self._peers(group, peer)
-        kind = peer.comm_kind
         start = env.now
         if peer.peering is Peering.STAGE:  # over every replica, folded or not
             lanes, wait = self._lanes(self.groups[group.stage]), None
         else:  # every image's call beside the simulated one's, done when that is
             lanes, wait = self._member_lanes(members, peer)
-        meeting = self.meetings.meet(key, group, members, lambda: self._run_plans(
-            lanes, op.op, op.size_bytes, peer.tag, wait=wait))
+        meeting = self.meetings.meet(key, group, members, lambda: self.env.timeout(
+            self._analytic_s(op.op, op.size_bytes, tuple(lanes[0]))) if op.latency_bound
+            else self._run_plans(lanes, op.op, op.size_bytes, peer.tag, wait=wait))
         # Between the first and the last stage, waiting for the other is the flush.
-        yield from self.meetings.wait(group, meeting, kind=kind, label=op.label,
+        yield from self.meetings.wait(group, meeting, kind=peer.comm_kind, label=op.label,
                                       flush=peer.peering is Peering.ENDS)
         # The span is the collective itself, as the GPU's communication time counts it;
         # waiting for late peers before it is idle time.
-        self.sim.tracer.span(group.name, kind, op.label, started(meeting, start), env.now,
+        self.sim.tracer.span(group.name, peer.comm_kind, op.label, started(meeting, start), env.now,
                              collective=op.op)
 
     def _peer(self, name: Any) -> PeerGroup:
-        """The communicator an op's ``group`` names; an error naming the valid ones if no
-        registered dimension has it."""
+        """The communicator an op's ``group`` names (an error naming the valid ones)."""
         peer = self._peer_groups.get(name)
         return peer if peer is not None else peer_group(name)
 
