@@ -5,8 +5,11 @@ layer after a forward, two after a backward — and nowhere a recipe keeps no hi
 from __future__ import annotations
 
 import pytest
+from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.simulation import Simulation
+from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.compute.roofline import RooflineCosts
 from distsim_gpu.workloads.cost.compute.stacks import get_stack
 from distsim_gpu.workloads.iteration.amax import amax_reduction
@@ -71,8 +74,8 @@ def test_a_moe_layer_counts_each_local_expert():
 
 
 def test_the_calls_cost_a_latency_bound_all_reduce_each(tmp_path, tiny, write_scenario):
-    """Each further micro-batch adds the same two calls' time, a few microseconds each;
-    the last backward's call runs while the gradients' all-reduce does, and is hidden."""
+    """Each further micro-batch adds its two calls' closed forms; the last backward's
+    call runs while the gradients' all-reduce does, and is hidden."""
     def iteration_s(over: str, batch: int) -> float:
         path = write_scenario(tmp_path / f"{over}-{batch}.yaml", tiny(
             training={"precision": "fp8", "global_batch": batch,
@@ -81,10 +84,19 @@ def test_the_calls_cost_a_latency_bound_all_reduce_each(tmp_path, tiny, write_sc
         return run_scenario(load_scenario(path)).iteration_time_s
 
     added = {m: iteration_s("stage", 4 * m) - iteration_s("none", 4 * m) for m in (2, 3, 5)}
-    per_call = (added[3] - added[2]) / 2
-    assert 1e-6 < per_call < 100e-6  # latency, not bandwidth: 4 B × 5 × 4 linears
-    assert added[5] - added[3] == pytest.approx(4 * per_call, rel=1e-4)
-    assert added[2] == pytest.approx(3 * per_call, rel=1e-4)  # 4 calls, one hidden
+    # Per micro-batch: the closed forms of the forward's and the backward's call among a
+    # tensor rank's four replicas, 4 layers × 4 FP8 linears × 3 and × 2 amaxes of 4 B.
+    topology = build_cluster({"preset": "switch", "gpus": 8})
+    comm = Communicator(Simulation(), topology, CommParams())
+    lane = [topology.gpus[i] for i in (0, 2, 4, 6)]
+    per_microbatch = sum(comm.estimate_s("all_reduce", lane, 4.0 * amaxes * 16)
+                         for amaxes in (3, 2))
+    assert 1e-6 < per_microbatch < 200e-6  # latency, not bandwidth
+    assert added[3] - added[2] == pytest.approx(per_microbatch, rel=1e-4)
+    assert added[5] - added[3] == pytest.approx(2 * per_microbatch, rel=1e-4)
+    # The last backward's call runs beside the gradients' all-reduce, hidden.
+    assert added[2] == pytest.approx(2 * per_microbatch - comm.estimate_s(
+        "all_reduce", lane, 4.0 * 2 * 16), rel=1e-4)
 
 
 def test_a_bad_reduction_group_is_refused(tmp_path, tiny, write_scenario):
