@@ -145,6 +145,7 @@ class IterationSimulator:
         self.groups = [[make_group(spec, placement, s, d) for d in range(par.dp_cp)]
                        for s in range(par.pp)]
         self.everyone = [g for stage_groups in self.groups for g in stage_groups]
+        self._stage_lanes = [tensor_lanes(row, par.tp) for row in self.groups]  # every replica's
         self.memory = [stage_memory(spec, s, self.seq_len, self.microbatches)
                        for s in range(par.pp)]
         if not spec.allow_oom:
@@ -406,7 +407,7 @@ class IterationSimulator:
         key, members = self._peers(group, peer)
         start = env.now
         if peer.peering is Peering.STAGE:  # over every replica, folded or not
-            lanes, wait = self._lanes(self.groups[group.stage]), None
+            lanes, wait = self._stage_lanes[group.stage], None
         else:  # every image's call beside the simulated one's, done when that is
             lanes, wait = self._member_lanes(members, peer)
         meeting = self.meetings.meet(key, group, members, lambda: self.env.timeout(
@@ -422,8 +423,7 @@ class IterationSimulator:
 
     def _peer(self, name: Any) -> PeerGroup:
         """The communicator an op's ``group`` names (an error naming the valid ones)."""
-        peer = self._peer_groups.get(name)
-        return peer if peer is not None else peer_group(name)
+        return self._peer_groups.get(name) or peer_group(name)
 
     def _peers(self, group: RankGroup, peer: PeerGroup) -> tuple[Any, list[RankGroup]]:
         """The meeting key and the members of a collective among ``peer`` of ``group``
@@ -462,7 +462,7 @@ class IterationSimulator:
         # A narrower layer group's gradients (workloads.strategy.layer_groups): one ring per shard
         # over every replica's GPUs holding it, each replica's consecutive.
         lanes = ([[m.gpus[t] for m in row for t in sub] for sub in op.subgroups]
-                 if op.subgroups else self._lanes(row))
+                 if op.subgroups else self._stage_lanes[group.stage])
         launch = partial(self._run_plans, lanes, op.op, op.size_bytes, peer.tag)
         self._on_stream("gather" if op.op == "all_gather" else "reduce", group, meeting,
                         (key, members, launch))
