@@ -4,8 +4,11 @@ layer after a forward, two after a backward — and nowhere a recipe keeps no hi
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from distsim_gpu.collectives import CommParams, Communicator
+from distsim_gpu.scenarios.disruptions import spec_of
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.simulation import Simulation
@@ -13,7 +16,9 @@ from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.compute.roofline import RooflineCosts
 from distsim_gpu.workloads.cost.compute.stacks import get_stack
 from distsim_gpu.workloads.iteration.amax import amax_reduction
+from distsim_gpu.workloads.iteration.folding import _calls as stream_calls
 from distsim_gpu.workloads.iteration.ops import Collective
+from distsim_gpu.workloads.iteration.simulator import simulate_iteration
 from distsim_gpu.workloads.iteration.streams import StreamBuilder
 from distsim_gpu.workloads.specs.gpus import get_gpu
 from distsim_gpu.workloads.specs.models import model_from_mapping
@@ -106,3 +111,27 @@ def test_a_bad_reduction_group_is_refused(tmp_path, tiny, write_scenario):
     with pytest.raises(ConfigError, match=r"training\.fp8_amax_reduction") as error:
         load_scenario(path)
     assert "stage" in str(error.value)
+
+
+def test_the_calls_keep_replicas_folded_and_the_fold_exact(tmp_path, tiny, write_scenario):
+    """A latency-bound call puts no flow on a link, so it cannot tell replicas apart:
+    four DGX H100 replicas still fold into one, and the folded run is the full one."""
+    data = tiny(training={"precision": "fp8", "global_batch": 16},
+                parallelism={"tp": 8, "pp": 1, "dp": 4}, compute={"gpu": "h100-sxm"})
+    data["cluster"] = {"preset": "dgx-h100", "nodes": 4}
+    spec = spec_of(load_scenario(write_scenario(tmp_path / "s.yaml", data)))
+    folded, full = (simulate_iteration(replace(spec, fold_replicas=fold))
+                    for fold in (True, False))
+    assert folded.folding.startswith("folded 4"), folded.folding
+    assert folded.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-9)
+    without = replace(spec, training=replace(spec.training, fp8_amax_reduction="none"))
+    assert simulate_iteration(without).iteration_time_s < folded.iteration_time_s
+
+
+def test_folding_classes_replicas_by_the_calls_that_run_as_flows():
+    """A latency-bound call runs no flow, so folding does not class replicas by its plans
+    (a few hundred bytes take tree plans that differ between the replicas of a 2,048-GPU
+    Grok-1 run, which then simulated three times the rank groups)."""
+    amax = Collective("all_reduce", 48.0, "amax", group="dp", latency_bound=True)
+    grads = Collective("all_reduce", 1e6, "grads", group="dp", blocking=False)
+    assert stream_calls([amax, grads]) == {("dp", "all_reduce", 1e6)}

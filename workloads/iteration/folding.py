@@ -221,11 +221,13 @@ def _tp_candidates_differ(comm: Communicator, row: list[RankGroup]) -> str:
 
 
 def _calls(stream: list[Op]) -> set[tuple[str, str, float]]:
-    """The distinct (peers, op, size) of a stream's collectives among rank groups."""
+    """The distinct (peers, op, size) of a stream's collectives among rank groups that
+    run as flows (a latency-bound one puts none on any link: it cannot tell replicas
+    apart)."""
     own = {name for name, peer in peer_groups().items() if peer.peering is Peering.OWN}
     return {(op.group, op.op, op.size_bytes) for op in stream
             if isinstance(op, Collective) and op.group not in own and op.op is not None
-            and op.size_bytes is not None}
+            and op.size_bytes is not None and not op.latency_bound}
 
 
 def _flow_classes(comm: Communicator, groups: list[list[RankGroup]], stage: int,
