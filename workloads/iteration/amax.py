@@ -19,8 +19,11 @@ of Transformer Engine's one call over all of the stage's GPUs: the same inter-no
 without the few NVLink hops a tensor-parallel group adds to a latency-bound call — or,
 with one replica or ``training.fp8_amax_reduction: tp`` (Megatron-Core's
 ``--tp-only-amax-red``), among the tensor ranks; ``none`` (``reduce_amax=False``) runs
-nothing.  Stacks whose recipes take scales from the tensor itself (current, block-wise,
-MX) reduce nothing: their ``scale_update_kernel`` is off.
+nothing.  The call is ``latency_bound``: once the stage's rank groups meet it takes its
+closed-form time, no flows (a few hundred bytes; as flows over every replica's GPUs each
+pass it cost large runs minutes and moved nothing), and folding does not class replicas by
+it.  Stacks whose recipes take scales from the tensor itself (current, block-wise, MX)
+reduce nothing: their ``scale_update_kernel`` is off.
 """
 
 from __future__ import annotations
