@@ -126,9 +126,14 @@ def quotes_by_command() -> dict[str, list[tuple[str, str, str, str | None]]]:
     return grouped
 
 
+def plain(number: str) -> str:
+    """A number as the page writes it, without thousands separators, with ASCII minus."""
+    return number.replace(",", "").replace("−", "-")
+
+
 def as_written(value: float, key: str, number: str, unit: str | None) -> str:
     """``value`` in ``unit``, rounded as the page writes ``number``."""
-    written = number.replace(",", "").replace("−", "-")
+    written = plain(number)
     decimals = len(written.split(".")[1]) if "." in written else 0
     # A figure the code gives in per cent already (``*_pct``, or under one) is quoted as it is.
     scale = 1.0 if unit == "%" and "_pct" in key else SCALE[unit]
@@ -145,6 +150,6 @@ def test_the_numbers_quoted_from_a_command_are_what_it_gives(args: str) -> None:
     wrong = []
     for document, key, number, unit in quotes_by_command()[args]:
         got = as_written(figure(data, key), key, number, unit)
-        if got != number.replace(",", "").replace("−", "-"):
+        if got != plain(number):
             wrong.append(f"{document}: {key} is {got}, the page says {number}")
     assert not wrong, f"`distsim {args}`:\n  " + "\n  ".join(wrong)

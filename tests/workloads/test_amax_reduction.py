@@ -15,7 +15,7 @@ from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.compute.roofline import RooflineCosts
 from distsim_gpu.workloads.cost.compute.stacks import get_stack
-from distsim_gpu.workloads.iteration.amax import amax_reduction
+from distsim_gpu.workloads.iteration.amax import AmaxReduction, amax_reduction
 from distsim_gpu.workloads.iteration.folding import _calls as stream_calls
 from distsim_gpu.workloads.iteration.ops import Collective
 from distsim_gpu.workloads.iteration.simulator import simulate_iteration
@@ -135,3 +135,28 @@ def test_folding_classes_replicas_by_the_calls_that_run_as_flows():
     amax = Collective("all_reduce", 48.0, "amax", group="dp", latency_bound=True)
     grads = Collective("all_reduce", 1e6, "grads", group="dp", blocking=False)
     assert stream_calls([amax, grads]) == {("dp", "all_reduce", 1e6)}
+
+
+def test_among_the_tensor_ranks_the_call_is_fused_in_closed_form(tmp_path, tiny,
+                                                                  write_scenario):
+    """``fp8_amax_reduction: tp``: the call is a tensor-parallel one on links nothing else
+    uses, timed in closed form with the compute around it; each further micro-batch adds
+    the two calls' closed forms on a tensor-parallel pair."""
+    assert AmaxReduction("tp").op("fwd", 4, "a") == Collective(
+        "all_reduce", 48.0, "a", group="tp", latency_bound=True, exclusive=True)
+    assert not AmaxReduction("dp").op("bwd", 4, "a").exclusive
+
+    def iteration_s(over: str, batch: int) -> float:
+        path = write_scenario(tmp_path / f"{over}-{batch}.yaml", tiny(
+            training={"precision": "fp8", "global_batch": batch,
+                      "fp8_amax_reduction": over},
+            parallelism={"tp": 2, "pp": 1, "dp": 4}, compute={"gpu": "h100-sxm"}))
+        return run_scenario(load_scenario(path)).iteration_time_s
+
+    added = {m: iteration_s("tp", 4 * m) - iteration_s("none", 4 * m) for m in (2, 3)}
+    topology = build_cluster({"preset": "switch", "gpus": 8})
+    comm = Communicator(Simulation(), topology, CommParams())
+    pair = list(topology.gpus[:2])
+    per_microbatch = sum(comm.estimate_s("all_reduce", pair, 4.0 * amaxes * 16)
+                         for amaxes in (3, 2))
+    assert added[3] - added[2] == pytest.approx(per_microbatch, rel=1e-4)

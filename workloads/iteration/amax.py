@@ -54,10 +54,12 @@ class AmaxReduction:
 
     def op(self, pass_: str, fp8_linears: int, label: str) -> Collective:
         """The blocking call after a ``pass_`` (``fwd``/``bwd``) of a chunk whose layers
-        hold ``fp8_linears`` FP8 linear layers (expert instances counted each)."""
-        size = AMAX_BYTES * AMAXES_PER_LINEAR[pass_] * max(fp8_linears, 1)
+        hold ``fp8_linears`` FP8 linear layers (expert instances counted each).  Among
+        the tensor ranks alone it is ``exclusive`` too: timed in closed form with the
+        compute around it, as a tensor-parallel call on links nothing else uses."""
+        size = AMAX_BYTES * AMAXES_PER_LINEAR[pass_] * fp8_linears
         return Collective("all_reduce", float(size), label, group=self.group,
-                          latency_bound=True)
+                          latency_bound=True, exclusive=self.group == "tp")
 
 
 def amax_reduction(costs: object, parallel: ParallelConfig,

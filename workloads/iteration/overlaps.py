@@ -185,7 +185,8 @@ class OverlappedOps:
     def amax_ops(self, pass_: str, vs: int) -> list[Op]:
         """FP8 delayed scaling's amax all-reduce at the end of a forward (``F``) or a
         backward (``B``, a split backward's ``I``) of virtual stage ``vs``
-        (:mod:`~workloads.iteration.amax`); none without it, nor after a ``W``."""
+        (:mod:`~workloads.iteration.amax`); none without it, after a ``W``, or where the
+        chunk holds no FP8 linear (Transformer Engine then has no amax to reduce)."""
         if self.amax is None or pass_ == "W":
             return []
         linears = self._fp8_linears.get(vs)
@@ -194,7 +195,7 @@ class OverlappedOps:
                 fp8_linears(self.costs, self.model, self._layer_cost("fwd", layer)[1])
                 for layer in range(*self.chunks[vs]))
         name = "fwd" if pass_ == "F" else "bwd"
-        return [self.amax.op(name, linears, f"amax {name} (FP8 scales)")]
+        return [self.amax.op(name, linears, f"amax {name} (FP8 scales)")] if linears else []
 
     def _paired_layers(self, ops: list[Op], f_layer: int | None, b_layer: int | None,
                        fold: bool) -> None:
