@@ -144,6 +144,12 @@ DEEPEP_FIT_ARCHITECTURE = "hopper"
 #: copies, moves fewer bytes an SM still (docs/validation.md).
 DEEPEP_SM_BYTES_PER_S = 38e9
 DEEPEP_SM_TOKEN_S = 0.4e-6
+#: The SMs one NCCL collective's kernel holds while it runs, one CTA a channel, none shared
+#: with compute: "on DGX with 8 NICs and a top speed of 190 GB/s, [NCCL] would use 16
+#: SMs", 2 on a PCIe system with one NIC (the NCCL maintainers, NVIDIA/nccl#689; an FSDP
+#: all-gather on H100 has been seen launching 24).  Overlapped compute runs on the rest
+#: (:mod:`workloads.iteration.nccl_sms`).
+NCCL_SMS = 16
 
 # Achievable payload fraction of each link kind's nominal one-direction rate.
 #  nvlink  0.82: NVLink packets carry a 16 B header per <=256 B payload plus data-link
@@ -215,7 +221,9 @@ class CommParams:
     (``compute.comm_sms``; 0: not counted), each taking ``deepep_sm_token_s`` a token plus
     its bytes at ``deepep_sm_bytes_per_s`` (:meth:`deepep_sm_rate`); ``moe_tokens``: the
     tokens a rank routes in one exchange (set from the model and batch; 0: unknown, and
-    the per-token time is not counted) and ``moe_hidden`` their width.
+    the per-token time is not counted) and ``moe_hidden`` their width.  ``nccl_sms``: the
+    SMs an NCCL collective overlapped with compute takes from it while it runs (0: none,
+    :mod:`workloads.iteration.nccl_sms`).
     """
 
     algorithm: str = "auto"
@@ -242,6 +250,7 @@ class CommParams:
     deepep_sm_token_s: float = DEEPEP_SM_TOKEN_S
     moe_tokens: int = 0
     moe_hidden: int = 0
+    nccl_sms: int = NCCL_SMS
     #: Whether ``link_efficiency["nvlink"]`` was set by the user (or by :meth:`ideal`); if
     #: not, it is the GPU generation's figure, resolved by :meth:`on_architecture` once the
     #: cluster is known.  Not compared: it says where a figure came from, not what it is.
@@ -284,6 +293,7 @@ class CommParams:
             nvls_efficiency=1.0,
             deepep_nvlink_efficiency=1.0,
             deepep_sms=0,
+            nccl_sms=0,
             peer_latency_s={t: dict.fromkeys(r, 0.0) for t, r in self.peer_latency_s.items()},
             chunk_bytes=dict.fromkeys(self.chunk_bytes, 0.0),
             base_latency_s={a: dict.fromkeys(r, 0.0) for a, r in self.base_latency_s.items()},
@@ -309,6 +319,7 @@ class CommParams:
             "nvls_efficiency": self.nvls_efficiency,
             "pxn": self.pxn,
             "all_to_all": self.all_to_all,
+            "nccl_sms": self.nccl_sms,
             **({"deepep_max_nodes": self.deepep_max_nodes} if self.deepep_max_nodes else {}),
             **({"deepep_nvlink_efficiency": self.deepep_nvlink_efficiency,
                 "deepep_sms": self.deepep_sms,
@@ -321,7 +332,8 @@ class CommParams:
 _COMM_KEYS = ("algorithm", "protocol", "fidelity", "max_channels", "link_efficiency",
               "protocol_efficiency", "chunk_bytes", "base_latency", "hop_latency",
               "peer_latency", "nvls_efficiency", "pxn", "all_to_all", "deepep_max_nodes",
-              "deepep_nvlink_efficiency", "deepep_sm_rate", "deepep_sm_token_time")
+              "deepep_nvlink_efficiency", "deepep_sm_rate", "deepep_sm_token_time",
+              "nccl_sms")
 #: How an all-to-all runs (collectives.alltoall_hier, collectives.deepep).
 ALLTOALL_MODES = ("flat", "hierarchical", "deepep", "auto")
 _CHOICES = {"algorithm": ALGORITHMS, "protocol": PROTOCOLS, "fidelity": FIDELITIES,
@@ -368,10 +380,10 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
     ``all_to_all`` (flat, hierarchical, deepep or auto), ``deepep_max_nodes`` (a whole
     number of nodes, DeepEP's node-limited routing), ``deepep_nvlink_efficiency`` (a
     fraction), ``deepep_sm_rate`` (a bandwidth, what one SM of DeepEP's kernels streams)
-    and ``deepep_sm_token_time`` (a duration, what it spends on each token besides).
-    Keys not given take the defaults for
-    GPUs of ``architecture`` (:func:`comm_params_for`); with ``architecture`` "" NVLink's
-    efficiency stays the generation's until :meth:`CommParams.on_architecture` meets the
+    and ``deepep_sm_token_time`` (a duration, what it spends on each token besides),
+    ``nccl_sms`` (the SMs an NCCL collective holds, 0 to 1024).  Keys not given take the
+    defaults for GPUs of ``architecture`` (:func:`comm_params_for`); with ``architecture``
+    "" NVLink's efficiency stays the generation's until :meth:`CommParams.on_architecture` meets the
     cluster, so a mapping is parsed once, before the cluster is built.
     """
     return _parsed_comm(data, source, prefix).on_architecture(architecture)
@@ -390,8 +402,9 @@ def _parsed_comm(data: Mapping[str, Any] | None, source: str | None,
         if key in _CHOICES:
             changes[key] = check_choice(value, _CHOICES[key], key=path, source=source,
                                         fold_case=True)
-        elif key == "max_channels":
-            changes["max_channels"] = check_whole(value, key=path, minimum=0, source=source)
+        elif key in ("max_channels", "nccl_sms"):
+            changes[key] = check_whole(value, key=path, minimum=0, maximum=1024,
+                                       source=source)
         elif key == "deepep_max_nodes":
             changes[key] = check_whole(value, key=path, minimum=1, maximum=2**16,
                                        source=source)

@@ -6,13 +6,17 @@ job's table, with several jobs), and each fault whose fabric re-route stalls the
 (the subnet manager's delay, :mod:`topology.faults`), an NVMe offload timed with the
 node preset's estimated drive bandwidth, a low-precision GEMM rate no kernel table
 measured (the roofline's ``notes``), a DeepEP exchange on fewer SMs than its NVLink
-rate needs (:mod:`collectives.deepep`), forward-backward pairs on the V with too few
-micro-batches for DeepSeek's own order, and a MoE model's router left perfectly even.
+rate needs (:mod:`collectives.deepep`), compute slowed by the SMs overlapped NCCL
+collectives hold, at NCCL's figure for a DGX node (:mod:`workloads.iteration.nccl_sms`),
+an FP8 run's amax all-reduce left out for want of a roofline to say its recipe,
+forward-backward pairs on the V with too few micro-batches for DeepSeek's own order, and
+a MoE model's router left perfectly even.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from distsim_gpu.collectives.deepep import nvlink_copy_rate, sm_bound_factor
 from distsim_gpu.collectives.params import (
@@ -20,6 +24,7 @@ from distsim_gpu.collectives.params import (
     DEEPEP_NVLINK_EFFICIENCY,
     DEEPEP_SM_BYTES_PER_S,
     DEEPEP_SM_TOKEN_S,
+    NCCL_SMS,
     CommParams,
 )
 from distsim_gpu.simcore.notes import RunNote, unique
@@ -29,12 +34,14 @@ from distsim_gpu.topology.faults import Fault
 from distsim_gpu.topology.preset_registry import NODE_PRESETS
 from distsim_gpu.topology.routing import END_TO_END_POLICIES
 from distsim_gpu.workloads.cost.compute import roofline_behind
+from distsim_gpu.workloads.iteration.nccl_sms import nccl_streams
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import UNIFORM
-from distsim_gpu.workloads.strategy.parallel import ParallelConfig
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
+from distsim_gpu.workloads.strategy.precision import LOW_PRECISIONS
 
-__all__ = ["deepep_notes", "fault_notes", "offload_notes", "routing_notes",
-           "run_notes", "schedule_notes"]
+__all__ = ["RunParts", "amax_notes", "deepep_notes", "fault_notes", "nccl_sm_notes",
+           "offload_notes", "routing_notes", "run_notes", "schedule_notes"]
 
 
 def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]:
@@ -99,6 +106,46 @@ def deepep_notes(comm: CommParams, costs: object, topology: Topology) -> list[Ru
         "kernels)", "communication.deepep_sm_rate")]
 
 
+def nccl_sm_notes(comm: CommParams, costs: object, parallel: ParallelConfig) -> list[RunNote]:
+    """A note when compute overlapped with NCCL collectives runs on the SMs they leave at
+    the default figure, NCCL's for a DGX node (:mod:`workloads.iteration.nccl_sms`), or
+    is not slowed at all because a cost table without a roofline does not say the GPU's
+    SMs."""
+    streams = nccl_streams(parallel, comm)
+    if not comm.nccl_sms or not streams:
+        return []
+    roofline = roofline_behind(costs)
+    if roofline is None:
+        return [RunNote(
+            "unmodelled", "compute overlapped with NCCL collectives is not slowed by the SMs "
+            "their kernels hold: the cost table has no roofline fallback to give the GPU's "
+            "SMs", "communication.nccl_sms")]
+    if comm.nccl_sms != NCCL_SMS:
+        return []
+    sms = roofline.compute_sms
+    what = "data-parallel gathers and reductions" + (
+        ", expert all-to-alls" if "ep" in streams else "")
+    return [RunNote(
+        "defaulted", f"compute overlapped with NCCL collectives ({what}) runs on the SMs "
+        f"their kernels leave: {comm.nccl_sms} a collective, NCCL's figure for a DGX node "
+        f"with 8 NICs ({sms - comm.nccl_sms} of {sms} with one in flight)",
+        "communication.nccl_sms")]
+
+
+def amax_notes(training: TrainingConfig, costs: object,
+               parallel: ParallelConfig) -> list[RunNote]:
+    """A note when an FP8 run's amax all-reduce is not simulated because its cost table
+    has no roofline fallback to say whether the stack's recipe keeps an amax history
+    (:mod:`workloads.iteration.amax`)."""
+    if (training.precision not in LOW_PRECISIONS or training.fp8_amax_reduction == "none"
+            or roofline_behind(costs) is not None or parallel.dp_cp * parallel.tp == 1):
+        return []
+    return [RunNote(
+        "unmodelled", "FP8 delayed scaling's amax all-reduce after each chunk's forward and "
+        "backward is not simulated: the cost table has no roofline fallback to say whether "
+        "the stack's recipe keeps an amax history", "training.fp8_amax_reduction")]
+
+
 def schedule_notes(parallel: ParallelConfig, microbatches: int) -> list[RunNote]:
     """A note when ``fb_overlap`` on the V pairs by distsim's list schedule because
     DeepSeek's own DualPipeV order, with its zero-bubble split backwards, needs at least
@@ -148,26 +195,30 @@ def routing_notes(model: ModelSpec) -> list[RunNote]:
         "slows the busiest expert-parallel rank and its all-to-alls", "model.moe.routing")]
 
 
-def run_notes(costs: Iterable[object], faults: Sequence[Fault], topology: Topology,
-              iteration_time_s: float, parallels: Iterable[ParallelConfig] = (),
-              comms: Iterable[CommParams] = (), microbatches: Iterable[int] = (),
-              models: Iterable[ModelSpec] = ()) -> tuple[RunNote, ...]:
-    """Every note of a run that took ``iteration_time_s`` with the cost models ``costs``,
-    strategies ``parallels`` (with ``microbatches`` a pipeline), collectives ``comms`` and
-    ``models`` (each job's, in the same order) on ``topology`` under ``faults``, without
-    repeats."""
+class RunParts(Protocol):
+    """What the notes read of one job of a run (a scenario or one of its jobs)."""
+
+    costs: object
+    parallel: ParallelConfig
+    comm: CommParams
+    microbatches: int
+    model: ModelSpec
+    training: TrainingConfig
+
+
+def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topology,
+              iteration_time_s: float) -> tuple[RunNote, ...]:
+    """Every note of a run of ``runs`` (each job's cost model, strategy, micro-batches a
+    pipeline, collectives, model and training) that took ``iteration_time_s`` on
+    ``topology`` under ``faults``, without repeats."""
     notes: list[RunNote] = []
-    costs = list(costs)
-    for model in costs:
-        notes += getattr(model, "notes", ())  # a cost table's, or the roofline's defaults
-    parallels = list(parallels)
-    for parallel in parallels:
-        notes += offload_notes(parallel, topology)
-    for parallel, count in zip(parallels, microbatches, strict=False):
-        notes += schedule_notes(parallel, count)
-    for comm, model in zip(comms, costs, strict=False):
-        notes += deepep_notes(comm, model, topology)
-    for trained in models:
-        notes += routing_notes(trained)
+    for run in runs:
+        notes += getattr(run.costs, "notes", ())  # a cost table's, or the roofline's defaults
+        notes += offload_notes(run.parallel, topology)
+        notes += schedule_notes(run.parallel, run.microbatches)
+        notes += deepep_notes(run.comm, run.costs, topology)
+        notes += nccl_sm_notes(run.comm, run.costs, run.parallel)
+        notes += amax_notes(run.training, run.costs, run.parallel)
+        notes += routing_notes(run.model)
     notes += fault_notes(faults, topology, iteration_time_s)
     return unique(notes)

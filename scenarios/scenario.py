@@ -684,7 +684,5 @@ def run_scenario(scenario: Scenario, *, trace: bool = False, allow_oom: bool = F
     report = build_report(name=scenario.name, source=scenario.source, result=result,
                           setup=setup, wall_time_s=wall_time_s)
     runs = [scenario, *(job for _, job in scenario.jobs)]
-    return replace(report, notes=run_notes(
-        [run.costs for run in runs], scenario.faults, scenario.topology,
-        report.iteration_time_s, [run.parallel for run in runs], [run.comm for run in runs],
-        [run.microbatches for run in runs], [run.model for run in runs]))
+    return replace(report, notes=run_notes(runs, scenario.faults, scenario.topology,
+                                           report.iteration_time_s))

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.scenarios.disruptions import spec_of
+from distsim_gpu.scenarios.run_notes import amax_notes
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.simulation import Simulation
@@ -160,3 +161,16 @@ def test_among_the_tensor_ranks_the_call_is_fused_in_closed_form(tmp_path, tiny,
     per_microbatch = sum(comm.estimate_s("all_reduce", pair, 4.0 * amaxes * 16)
                          for amaxes in (3, 2))
     assert added[3] - added[2] == pytest.approx(per_microbatch, rel=1e-4)
+
+
+def test_a_cost_table_without_roofline_says_the_call_is_left_out():
+    """A profiled table with no roofline fallback does not say the recipe, so no amax
+    call runs; the run says so (none to say with the call off, in BF16, or on one GPU)."""
+    fp8 = TrainingConfig(precision="fp8")
+    par = ParallelConfig(tp=2, dp=2)
+    [note] = amax_notes(fp8, object(), par)
+    assert note.kind == "unmodelled" and note.key == "training.fp8_amax_reduction"
+    assert amax_notes(fp8, _costs(), par) == []  # the roofline says: the call runs
+    assert amax_notes(replace(fp8, fp8_amax_reduction="none"), object(), par) == []
+    assert amax_notes(TrainingConfig(precision="bf16"), object(), par) == []
+    assert amax_notes(fp8, object(), ParallelConfig()) == []

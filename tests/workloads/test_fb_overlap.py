@@ -33,11 +33,12 @@ MOE = {"name": "tiny-moe", "layers": 4, "hidden": 256, "heads": 8, "seq_len": 12
        "vocab": 1024, "experts": 4, "top_k": 2}
 
 
-def _scenario(tiny, *, model=None, training=None, **parallel):
+def _scenario(tiny, *, model=None, training=None, communication=None, **parallel):
     return scenario_from_mapping(tiny(
         model=model or MOE,
         parallelism={"tp": 1, "pp": 1, "dp": 8, "ep": 4, **parallel},
-        training={"micro_batch": 1, "global_batch": 32, **(training or {})}))
+        training={"micro_batch": 1, "global_batch": 32, **(training or {})},
+        communication=communication or {}))
 
 
 def _passes(units):
@@ -200,12 +201,20 @@ def test_a_cost_model_without_roofline_splits_evenly():
 
 @pytest.mark.parametrize("routing", [None, {"routing": {"zipf": 1.2}}])
 def test_pairs_hide_all_to_alls_and_keep_the_compute(tiny, routing):
+    """The same compute, less exposed all-to-all — with the SMs the overlapped NCCL
+    all-to-alls hold left out (``nccl_sms: 0``); with them, the pairs' compute grows, by
+    at most the SMs' ratio (gathers, reductions and all-to-alls all in flight)."""
     model = dict(MOE, moe=routing) if routing else MOE
-    plain_scenario = _scenario(tiny, model=model)
-    paired_scenario = _scenario(tiny, model=model, fb_overlap=True)
+    free = {"nccl_sms": 0}
+    plain_scenario = _scenario(tiny, model=model, communication=free)
+    paired_scenario = _scenario(tiny, model=model, communication=free, fb_overlap=True)
     plain, paired = run_scenario(plain_scenario), run_scenario(paired_scenario)
     assert sum(g.compute_s for g in paired.per_gpu) == pytest.approx(
         sum(g.compute_s for g in plain.per_gpu))
+    held = run_scenario(_scenario(tiny, model=model, fb_overlap=True))
+    sms = paired_scenario.costs.compute_sms
+    assert sum(g.compute_s for g in paired.per_gpu) < sum(g.compute_s for g in held.per_gpu) \
+        <= sum(g.compute_s for g in paired.per_gpu) * sms / (sms - 3 * 16)
     assert paired.iteration_time_s < plain.iteration_time_s
     exposed = max(g.exposed_communication_s for g in plain.per_gpu)
     assert paired.iteration_time_s > plain.iteration_time_s - exposed
@@ -254,8 +263,10 @@ def whole_backwards(monkeypatch):
 
 def _dualpipev(tiny):
     model = dict(MOE, layers=8)
+    # 8 micro-batches: DeepSeek's order (m >= 2·pp); compute not slowed by the SMs its
+    # overlapped all-to-alls hold, so that orders are compared by their schedule alone.
     return _scenario(tiny, model=model, pp=2, dp=4, schedule="dualpipev", interleave=2,
-                     fb_overlap=True)  # 8 micro-batches: DeepSeek's order (m >= 2·pp)
+                     fb_overlap=True, communication={"nccl_sms": 0})
 
 
 def test_deepseeks_weight_passes_run_later_without_sends(tiny):

@@ -47,7 +47,9 @@ class Compute:
 
     ``layer``, ``pass_name`` and ``layer_index`` say what a cost table calls it
     (``"transformer_layer"``, ``"fwd"``, 3); they travel as the trace span's arguments,
-    which ``distsim trace costs`` reads back.
+    which ``distsim trace costs`` reads back.  ``own_sms``: it runs on an SM share of its
+    own (a userbuffers pair's GEMM, :mod:`workloads.cost.tp_overlap`), so an overlapped
+    NCCL collective does not slow it (:mod:`workloads.iteration.nccl_sms`).
     """
 
     duration_s: float
@@ -55,6 +57,7 @@ class Compute:
     layer: str | None = None
     pass_name: str | None = None
     layer_index: int | None = None
+    own_sms: bool = False
 
     def trace_args(self) -> dict[str, Any]:
         """The span arguments: the cost-table keys that are set, in table order."""

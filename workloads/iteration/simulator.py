@@ -18,16 +18,17 @@ groups is simulated explicitly:
   ZeRO-3/FSDP gathers each layer's parameters before its forward and backward
   (prefetching the next) and reduce-scatters its gradients after, every micro-batch.
 * **expert parallel** — a MoE layer's two all-to-alls a pass (on their own stream when
-  overlapped).  **Iteration end** — tied embeddings' gradients all-reduced between the
-  first and last stage, the gradient-norm reduction, then the optimizer.
+  overlapped).  Compute overlapped with a collective on a stream of its own runs on the
+  SMs its NCCL kernel leaves (:mod:`workloads.iteration.nccl_sms`).  **Iteration end** —
+  tied embeddings' gradients all-reduced between the first and last stage, the
+  gradient-norm reduction, then the optimizer.
 
 Collectives are :class:`~collectives.Communicator` flows that contend for links with
 everything else.  A tensor-parallel collective is timed by its closed form instead, folded
 with the surrounding compute into one event, when nothing else can be on its links: no
 pipeline send can cross them and its stage's data-parallel collectives have not started
-(exact; a 1024-GPU GPT-3 iteration stays at a few hundred thousand events).  The link
-statistics still count a folded collective's bytes and busy seconds on its links
-(:meth:`~collectives.Communicator.solo_usages`).
+(exact).  The link statistics still count a folded collective's bytes and busy seconds
+on its links (:meth:`~collectives.Communicator.solo_usages`).
 
 **Symmetry folding.**  Data-parallel replicas that run the same schedule on the same view
 of the fabric are simulated once (:mod:`workloads.iteration.folding`): the unit's flows are
@@ -57,6 +58,7 @@ from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.workloads.cost.traffic import seq_len_of
 from distsim_gpu.workloads.iteration.folding import dp_apart_from_tp as dp_apart
 from distsim_gpu.workloads.iteration.folding import exclusive_tp, fold_check, unit_rows
+from distsim_gpu.workloads.iteration.nccl_sms import NcclSmShare
 from distsim_gpu.workloads.iteration.offload_step import OffloadStep, offload_streams
 from distsim_gpu.workloads.iteration.ops import (
     Barrier,
@@ -124,9 +126,8 @@ class IterationSimulator:
     """Runs every rank group's op stream (:mod:`workloads.iteration.streams`) on one simulation.
 
     ``sim``: the simulation to run on (several jobs share one, :mod:`workloads.job.jobs`);
-    by default one of its own, seeded from the spec.  :meth:`run` is :meth:`start`, the
-    simulation's run and :meth:`finish`; a caller that shares ``sim`` calls the three
-    itself."""
+    by default its own, seeded from the spec.  :meth:`run` is :meth:`start`, the
+    simulation's run and :meth:`finish` (a caller that shares ``sim`` calls the three)."""
 
     def __init__(self, spec: IterationSpec, sim: Simulation | None = None) -> None:
         self.spec = spec
@@ -140,6 +141,7 @@ class IterationSimulator:
         self.sim = sim if sim is not None else Simulation(spec.seed, trace=spec.trace)
         self.env = self.sim.env
         self.comm = Communicator(self.sim, topo, spec.comm)
+        self._sm_share = NcclSmShare(spec.costs, spec.comm, par)
         placement = Placement(par)
         # A replica is one (cp, dp) pair: a stage's dp·cp rank groups reduce together.
         self.groups = [[make_group(spec, placement, s, d) for d in range(par.dp_cp)]
@@ -177,8 +179,7 @@ class IterationSimulator:
         # A ring communicator's (context parallelism's) plan per (stage, block, size).
         self._ring_plans: dict[tuple[int, int, float], CollectivePlan] = {}
         self._block_lanes: dict[tuple[Any, ...], tuple[list[list[str]], int]] = {}
-        # A folded op's TP collectives' link usage per (group, Fused op id); one call's
-        # flows per (plan id, size) (_fold_flows_of).
+        # A folded op's TP link usage per (group, op id); a call's flows per (plan id, size).
         self._fold_usage: dict[tuple[RankGroup, int], LinkUsage | None] = {}
         self._usage_by_shape: dict[tuple[RankGroup, tuple[Any, ...]], LinkUsage | None] = {}
         self._fold_flows: dict[tuple[int, float], tuple[CollectivePlan, _SoloFlows]] = {}
@@ -271,21 +272,20 @@ class IterationSimulator:
         group.end_s = self.env.now
 
     def _run_fused(self, group: RankGroup, op: Fused) -> Generator[simpy.Event, Any, None]:
-        """Compute and closed-form TP collectives as one timeout; only compute slows down
-        on a straggler."""
+        """Compute, then its closed-form TP collectives; compute slows on a straggler."""
         env, tracer = self.env, self.sim.tracer
         start = env.now
-        scale = group.slowdown
-        yield env.timeout(op.compute_s * scale + op.comm_s)
+        computed = yield from self._sm_share.run(env, group.streams, op,  # NCCL's SMs
+                                                 group.slowdown)
+        scale = computed / op.compute_s if op.compute_s else group.slowdown
         group.path.append((start, env.now, "compute", op, None))
-        group.compute_s += op.compute_s * scale
+        group.compute_s += computed
         group.exposed_s += op.comm_s
         key = (group, id(op))  # the op object lives as long as the streams
         usage = self._fold_usage.get(key, False)
         if usage is False:
             usage = self._fold_usage[key] = self._folded_usage(group, op)
-        if usage is not None:
-            # Its collectives' bytes and busy time count on their links, as flows' would.
+        if usage is not None:  # its collectives' bytes and busy time, as flows' would
             self.sim.network.record_usage(usage)
         if not (op.comm_s or tracer.enabled):
             return  # no communication interval to record, no span to draw
@@ -459,8 +459,8 @@ class IterationSimulator:
         meeting.kind = peer.comm_kind
         # Over every replica, folded or not: the simulated members stand for the rest.
         row = self.groups[group.stage]
-        # A narrower layer group's gradients (workloads.strategy.layer_groups): one ring per shard
-        # over every replica's GPUs holding it, each replica's consecutive.
+        # A narrower layer group's gradients (workloads.strategy.layer_groups): a ring a
+        # shard over every replica's GPUs holding it.
         lanes = ([[m.gpus[t] for m in row for t in sub] for sub in op.subgroups]
                  if op.subgroups else self._stage_lanes[group.stage])
         launch = partial(self._run_plans, lanes, op.op, op.size_bytes, peer.tag)

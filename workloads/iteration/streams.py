@@ -678,7 +678,7 @@ def fuse(ops: Sequence[Op], closed_form_s: Callable[[Collective], float]) -> tup
             gemm_s = op.stretched_gemm_s
             chunk = replace(op.comm, size_bytes=(op.comm.size_bytes or 0.0) / op.splits)
             exposed_s = pipelined_pair_s(closed_form_s(chunk), gemm_s, op.splits) - gemm_s
-            run.extend((replace(op.gemm, duration_s=gemm_s), op.comm))
+            run.extend((replace(op.gemm, duration_s=gemm_s, own_sms=True), op.comm))
             durations.extend((gemm_s, exposed_s))
             compute += gemm_s
             comm += exposed_s

@@ -17,15 +17,19 @@ rank group; here each GPU of each rank group gets that stream as a graph of
   do not wait for each other); the receive blocks the receiver's main stream until the
   bytes are in (a hand-off within one stage, between interleaved chunks, is free);
 * the **barrier** before the optimizer is a zero-time meeting of every rank;
-* compute takes its time times the GPU's straggler slowdown.  Collectives the iteration
-  times by their closed form (exclusive tensor-parallel ones) are ordinary collectives
-  here: alone on their links, the flows give the same time.
+* compute takes its time times the GPU's straggler slowdown — its time alone: the SMs
+  overlapped NCCL collectives take from it in the iteration
+  (:mod:`workloads.iteration.nccl_sms`) are not in the graph, as a measured trace's kernel
+  times already hold them.  Collectives the iteration times by their closed form
+  (exclusive tensor-parallel ones) are ordinary collectives here: alone on their links,
+  the flows give the same time.
 
 Running the graphs (:func:`workloads.traces.replay.replay_graph`, or written out and read back
 with :mod:`workloads.traces.chakra`) reproduces the iteration's time where every tensor lane of a
 collective among rank groups takes as long as the others (the iteration waits for all
 lanes; a rank here for its own) and pipeline sends between two groups take as long one by
-one as together — true on symmetric clusters.  Context parallelism is not exported.
+one as together — true on symmetric clusters — with ``communication.nccl_sms: 0``.
+Context parallelism is not exported.
 """
 
 from __future__ import annotations
