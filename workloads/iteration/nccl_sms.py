@@ -22,9 +22,9 @@ counted, nor are userbuffers' TP overlaps, whose GEMMs run on an SM share of the
 Compute runs at the pace the calls in flight leave it and speeds up as each ends
 (:meth:`NcclSmShare.run`), step by step through a fused op's compute and closed-form
 collectives; no call starts while a rank group computes, since its own stream launches
-them between ops, so the pace is exact.  Memory-bound
-kernels, which need fewer SMs to reach HBM's rate, are slowed as compute-bound ones are:
-a bound from above on their share, small beside the GEMMs'.
+them between ops, so the pace is exact.  Memory-bound kernels, which need fewer SMs to
+reach HBM's rate, are slowed as compute-bound ones are: a bound from above on their
+share, small beside the GEMMs'.
 """
 
 from __future__ import annotations
