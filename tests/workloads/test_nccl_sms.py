@@ -1,7 +1,7 @@
 """The SMs overlapped NCCL collectives take from compute (workloads.iteration.nccl_sms):
-while a call is in flight on one of a rank group's communication streams, compute runs on
-``compute_sms − nccl_sms`` SMs and takes ``compute_sms / (compute_sms − nccl_sms)`` of its
-time; nothing changes where no collective overlaps compute."""
+while ``k`` calls are in flight on a rank group's own communication streams, compute runs
+on ``compute_sms − k·nccl_sms`` SMs, at that share of its pace, and speeds up as each
+ends; nothing changes where no collective overlaps compute."""
 
 from __future__ import annotations
 
@@ -53,17 +53,22 @@ def test_compute_takes_the_sms_ratio_longer_per_call_in_flight(held):
     assert share.scale({}) == 1.0
 
 
-def _run(share: NcclSmShare, ends_s: list[float], compute_s: float, then_s: float = 0.0):
-    """Run ``compute_s`` beside calls ending at ``ends_s``: (end time, compute seconds)."""
+def _op(*steps_s: tuple[str, float]) -> Fused:
+    """A fused op of (``"compute"`` or ``"tp"``, seconds) steps."""
+    steps = tuple(Compute(s, "c") if kind == "compute" else
+                  Collective("all_reduce", 1.0, "tp", group="tp") for kind, s in steps_s)
+    compute = sum(s for kind, s in steps_s if kind == "compute")
+    return Fused(steps, tuple(s for _, s in steps_s), compute,
+                 sum(s for _, s in steps_s) - compute)
+
+
+def _run(share: NcclSmShare, ends_s: list[float], op: Fused) -> tuple[float, float]:
+    """Run ``op`` beside calls ending at ``ends_s``: (its end, its compute seconds)."""
     env = simpy.Environment()
     calls = {name: _Call(env, ended=False) for name in ("reduce", "gather")[:len(ends_s)]}
     for call, end in zip(calls.values(), ends_s, strict=True):
         env.process(_end(env, call, end))
     out = {}
-
-    steps = (Compute(compute_s, "c"), Collective("all_reduce", 1.0, "tp", group="tp"))
-    op = Fused(steps[:2 if then_s else 1], (compute_s, then_s)[:2 if then_s else 1],
-               compute_s, then_s)
 
     def body():
         out["computed"] = yield from share.run(env, calls, op)
@@ -81,42 +86,31 @@ def _end(env, call, at_s):
 def test_compute_speeds_up_as_each_call_ends():
     """1 s of compute with a reduction ending at 0.5 s: 0.5 s at 116/132 of its pace, the
     rest at full pace; with a gather besides ending at 0.2 s, 0.2 s at 100/132 first.
-    Closed-form collectives after it (``then_s``) run at their own time."""
+    Closed-form collectives after it run at their own time."""
     share = NcclSmShare(H100, CommParams(), DP)
     one = 0.5 + (1 - 0.5 * 116 / 132)
-    assert _run(share, [0.5], 1.0) == pytest.approx((one, one))
+    assert _run(share, [0.5], _op(("compute", 1.0))) == pytest.approx((one, one))
     done_by_02 = 0.2 * 100 / 132
     done_by_05 = done_by_02 + 0.3 * 116 / 132
     two = 0.5 + (1 - done_by_05)
-    assert _run(share, [0.5, 0.2], 1.0) == pytest.approx((two, two))
-    assert _run(share, [0.5], 1.0, then_s=0.25) == pytest.approx((one + 0.25, one))
+    assert _run(share, [0.5, 0.2], _op(("compute", 1.0))) == pytest.approx((two, two))
+    assert _run(share, [0.5], _op(("compute", 1.0), ("tp", 0.25))) == pytest.approx(
+        (one + 0.25, one))
     # A call outlasting the compute slows all of it.
-    assert _run(share, [5.0], 1.0) == pytest.approx((132 / 116, 132 / 116))
+    assert _run(share, [5.0], _op(("compute", 1.0))) == pytest.approx((132 / 116,) * 2)
 
 
 def test_a_fused_ops_steps_run_in_order():
     """Compute 1 s, a closed-form collective 1 s, compute 1 s, beside a reduction ending
     at 2.5 s: the first compute slowed throughout, the collective not, the second compute
-    slowed until 1.5 s — as the same steps run as separate ops would be."""
+    slowed until 2.5 s — as the same steps run as separate ops would be."""
     share = NcclSmShare(H100, CommParams(), DP)
-    env = simpy.Environment()
-    call = _Call(env, ended=False)
-    env.process(_end(env, call, 2.5))
-    steps = (Compute(1.0, "a"), Collective("all_reduce", 1.0, "tp", group="tp"),
-             Compute(1.0, "b"))
-    op = Fused(steps, (1.0, 1.0, 1.0), 2.0, 1.0)
-    out = {}
-
-    def body():
-        out["computed"] = yield from share.run(env, {"reduce": call}, op)
-        out["end"] = env.now
-    env.process(body())
-    env.run()
+    end, computed = _run(share, [2.5], _op(("compute", 1.0), ("tp", 1.0), ("compute", 1.0)))
     first = 132 / 116
     second_slow = 2.5 - (first + 1.0)
     second = second_slow + (1.0 - second_slow * 116 / 132)
-    assert out["end"] == pytest.approx(first + 1.0 + second)
-    assert out["computed"] == pytest.approx(first + second)
+    assert end == pytest.approx(first + 1.0 + second)
+    assert computed == pytest.approx(first + second)
 
 
 def test_deepeps_sms_are_taken_once_and_its_all_to_alls_hold_none_here():
