@@ -149,8 +149,16 @@ def amax_notes(training: TrainingConfig, costs: object,
 def schedule_notes(parallel: ParallelConfig, microbatches: int) -> list[RunNote]:
     """A note when ``fb_overlap`` on the V pairs by distsim's list schedule because
     DeepSeek's own DualPipeV order, with its zero-bubble split backwards, needs at least
-    ``2·pp`` micro-batches (:func:`~workloads.strategy.schedule.deepseek_v_program`)."""
+    ``2·pp`` micro-batches (:func:`~workloads.strategy.schedule.deepseek_v_program`); under
+    DualPipe, how its two copies of a stage sum their gradients."""
     needed = 2 * parallel.pp
+    if parallel.schedule == "dualpipe":
+        return [RunNote(
+            "defaulted", "DualPipe's two copies of each stage sum their gradients in an "
+            "all-reduce between the mirror ranks (s and pp − 1 − s) of what each one's "
+            "optimizer updates, after the data-parallel reduction (DeepSeek does not say "
+            "how its run sums them); each copy keeps its own optimizer state",
+            "parallelism.schedule")]
     if not (parallel.fb_overlap and parallel.schedule == "dualpipev") or microbatches >= needed:
         return []
     return [RunNote(

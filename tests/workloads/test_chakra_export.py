@@ -40,8 +40,13 @@ MOE = {"name": "tiny-moe", "layers": 4, "hidden": 256, "heads": 8, "seq_len": 12
                                                     "schedule": "dualpipev", "interleave": 2,
                                                     "fb_overlap": True},
      "training": {"global_batch": 128}},
+    # DualPipe's two directions, and the mirror ranks' gradient all-reduce.
+    {"cluster": SLOW, "model": MOE, "parallelism": {"tp": 1, "pp": 2, "dp": 8, "ep": 8,
+                                                    "schedule": "dualpipe", "interleave": 2,
+                                                    "zero": 1, "fb_overlap": True},
+     "training": {"global_batch": 64}},
 ], ids=["1f1b", "interleaved", "zero3-a100", "moe-a100", "moe-halves", "moe-pairs",
-        "dualpipev-zero-bubble"])
+        "dualpipev-zero-bubble", "dualpipe"])
 def test_export_import_run_gives_the_iterations_time(tiny, tmp_path, changes):
     data = tiny(**{k: v for k, v in changes.items() if k != "cluster"})
     data["cluster"] = changes.get("cluster", data["cluster"])  # replaced, not merged

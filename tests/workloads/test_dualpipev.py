@@ -1,22 +1,30 @@
-"""The V-shaped two-chunk schedule (``schedule: dualpipev``): its placement, its programs
-(every pass once, in an order that runs), its bubble in closed form, and where the
-embedding and the output layer sit."""
+"""The two-chunk schedules: the V (``schedule: dualpipev``) and DeepSeek's bidirectional
+DualPipe (``schedule: dualpipe``) — their placement, their programs (every pass once, in
+an order that runs), their bubbles in closed form, and where the embedding and the output
+layer sit."""
 
 from __future__ import annotations
 
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.cost.compute import RooflineCosts
 from distsim_gpu.workloads.cost.memory import microbatches_in_flight
 from distsim_gpu.workloads.cost.parameters import Chunking, params_on_gpu, stage_layers
+from distsim_gpu.workloads.cost.traffic import optimizer_params
+from distsim_gpu.workloads.iteration.ops import Collective
+from distsim_gpu.workloads.iteration.streams import StreamBuilder
 from distsim_gpu.workloads.specs.models import model_from_mapping
 from distsim_gpu.workloads.strategy import schedule
+from distsim_gpu.workloads.strategy.fb_pairs import Pair, paired_programs
 from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     TrainingConfig,
     check_strategy,
+    chunk_layers,
 )
 from distsim_gpu.workloads.strategy.schedule import (
     peak_chunks_held,
+    route_ends,
     stage_of,
     stage_program,
     virtual_stage,
@@ -50,13 +58,14 @@ def _runs(pp: int, m: int) -> float:
     return _span(programs, [[] for _ in programs], {"F": 1.0, "B": 2.0})[0]
 
 
-def _span(programs, pair_starts, seconds, pair_s=0.0) -> tuple[float, list[float]]:
+def _span(programs, pair_starts, seconds, pair_s=0.0, schedule=V) -> tuple[float, list[float]]:
     """Run the stages' ``programs`` with each kind of pass taking ``seconds[kind]`` and a
     pair (two passes from a start in ``pair_starts``) ``pair_s``, each unit as soon as
     its stage is free and its inputs are there; the span and each stage's busy time.  A
     backward, or its input half ``I``, needs the gradient of the chunk after; a ``W`` its
     own ``I``.  Asserts that the programs run: no unit waits for ever."""
     pp = len(programs)
+    ends = route_ends(schedule, pp, 2)
     units = [_units(program, starts) for program, starts in zip(programs, pair_starts)]
     done: dict[tuple[str, int, int], float] = {}
     clock, busy, position = [0.0] * pp, [0.0] * pp, [0] * pp
@@ -65,8 +74,8 @@ def _span(programs, pair_starts, seconds, pair_s=0.0) -> tuple[float, list[float
         for s in range(pp):
             while position[s] < len(units[s]):
                 unit = units[s][position[s]]
-                keys = [_key(s, step, pp) for step in unit]
-                needs = [_needs(s, step, pp) for step in unit]
+                keys = [_key(s, step, pp, schedule) for step in unit]
+                needs = [_needs(s, step, pp, schedule, ends) for step in unit]
                 if any(need is not None and need not in done for need in needs):
                     break
                 start = max([clock[s]] + [done[n] for n in needs if n is not None])
@@ -90,22 +99,23 @@ def _units(program, starts) -> list[tuple]:
     return units
 
 
-def _key(stage, step, pp) -> tuple[str, int, int]:
+def _key(stage, step, pp, schedule) -> tuple[str, int, int]:
     """What a finished pass makes available: a forward's output, a (split) backward's
     input gradient "G", or its weight gradients."""
     pass_, mb, chunk = step
     return ({"F": "F", "B": "G", "I": "G"}.get(pass_, "W"), mb,
-            virtual_stage(stage, chunk, pp, V))
+            virtual_stage(stage, chunk, pp, schedule))
 
 
-def _needs(stage, step, pp) -> tuple[str, int, int] | None:
+def _needs(stage, step, pp, schedule, ends) -> tuple[str, int, int] | None:
+    """The input a pass waits for (``ends``: where micro-batches enter and leave)."""
     pass_, mb, chunk = step
-    vs = virtual_stage(stage, chunk, pp, V)
+    vs = virtual_stage(stage, chunk, pp, schedule)
     if pass_ == "F":
-        return None if vs == 0 else ("F", mb, vs - 1)
+        return None if vs in ends[0] else ("F", mb, vs - 1)
     if pass_ == "W":
         return ("G", mb, vs)
-    return ("F", mb, vs) if vs == 2 * pp - 1 else ("G", mb, vs + 1)
+    return ("F", mb, vs) if vs in ends[1] else ("G", mb, vs + 1)
 
 
 @settings(max_examples=25, deadline=None)
@@ -181,3 +191,148 @@ def test_bad_v_strategies_are_clear_errors(parallel, message) -> None:
                                 "seq_len": 128, "vocab": 1000})
     with pytest.raises(ConfigError, match=message):
         check_strategy(model, parallel, TrainingConfig(global_batch=8), num_gpus=4)
+
+
+# ------------------------------------------------------------------ DualPipe: two directions
+DUAL = "dualpipe"
+
+
+def test_dualpipe_places_every_stage_twice() -> None:
+    """pp 4: rank s holds model stages s (the first direction's virtual stage s) and
+    3 − s (the second's, virtual stage 7 − s); both ends hold the embedding and the
+    output layer, and a tied one once."""
+    assert [virtual_stage(s, 1, 4, DUAL) for s in range(4)] == [7, 6, 5, 4]
+    assert route_ends(DUAL, 4, 2) == ((0, 4), (3, 7))
+    assert chunk_layers(8, 4, 2, "uniform", DUAL) == [(0, 2), (2, 4), (4, 6), (6, 8)] * 2
+    model = model_from_mapping({"name": "m", "layers": 8, "hidden": 256, "heads": 4,
+                                "seq_len": 128, "vocab": 1000, "position": "rotary"})
+    assert [stage_layers(model, pp=4, stage=s, interleave=2, schedule=DUAL)
+            for s in range(4)] == [(0, 1, 6, 7), (2, 3, 4, 5), (4, 5, 2, 3), (6, 7, 0, 1)]
+    chunking = Chunking(interleave=2, schedule=DUAL)
+    end, middle = (params_on_gpu(model, pp=4, stage=s, chunking=chunking) for s in (0, 1))
+    one_way = [params_on_gpu(model, pp=4, stage=s).total for s in range(4)]
+    # Both ends' stages, with one copy of the tied word embedding (1F1B's last stage
+    # holds a second).
+    assert end.total == pytest.approx(one_way[0] + one_way[3] - model.vocab * model.hidden)
+    assert middle.total == pytest.approx(one_way[1] + one_way[2])
+    assert end.total - middle.total == pytest.approx(
+        model.vocab * model.hidden + model.final_norm_params())
+
+
+@settings(max_examples=40, deadline=None)
+@given(half=st.integers(1, 8), extra=st.integers(0, 12))
+def test_dualpipes_order_is_dualpipev_on_half_the_ranks(half, extra) -> None:
+    """DualPipe's eight steps on pp ranks are DualPipeV's on pp/2 with m/2 micro-batches a
+    direction: rank s runs the V's stage min(s, pp − 1 − s), the second half with the
+    chunks swapped — mirror ranks run mirror images; each direction's passes once and in
+    order, a weight half after its input half; a rank starts with its own direction's
+    forwards and holds pp + 1 chunks' activations (DualPipe's table)."""
+    pp, m = 2 * half, 4 * half + 2 * extra
+    programs = [schedule.deepseek_dualpipe_program(pp, m, s) for s in range(pp)]
+    for s, (steps, starts) in enumerate(programs):
+        v_steps, v_starts = schedule.deepseek_v_program(half, m // 2, min(s, pp - 1 - s))
+        assert starts == v_starts
+        assert steps == [(p, mb, c if s < half else 1 - c) for p, mb, c in v_steps]
+        mirror = programs[pp - 1 - s][0]
+        assert steps == [(p, mb, 1 - c) for p, mb, c in mirror]
+        for chunk in (0, 1):
+            assert [mb for p, mb, c in steps if (p, c) == ("F", chunk)] == list(range(m // 2))
+            assert [mb for p, mb, c in steps if p in "BI" and c == chunk] == list(range(m // 2))
+        assert [(mb, c) for p, mb, c in steps if p == "W"] == [
+            (mb, c) for p, mb, c in steps if p == "I"]
+        first = 2 * (half - min(s, pp - 1 - s) - 1)
+        assert steps[:first] == [("F", i, int(s >= half)) for i in range(first)]
+        assert peak_chunks_held(steps) == pp + 1
+        assert stage_program(DUAL, pp=pp, stage=s, microbatches=m) == steps
+
+
+@pytest.mark.parametrize(("pp", "m"), [(2, 4), (4, 8), (4, 14), (8, 16), (16, 40)])
+def test_dualpipes_pairs_never_deadlock(pp, m) -> None:
+    """Under fb_overlap DeepSeek's pairs, in program order, with both directions'
+    dependencies (``paired_programs`` checks the graph and raises on a cycle)."""
+    programs = paired_programs(DUAL, pp=pp, microbatches=m, interleave=2)
+    for s, units in enumerate(programs):
+        steps, starts = schedule.deepseek_dualpipe_program(pp, m, s)
+        assert sum(isinstance(u, Pair) for u in units) == len(starts) > 0
+        assert [p for u in units for p in ((u.forward, u.backward) if isinstance(u, Pair)
+                                           else (u,))] == steps
+
+
+@settings(max_examples=40, deadline=None)
+@given(half=st.integers(1, 8), extra=st.integers(0, 20),
+       forward_s=st.floats(0.1, 10.0), weights=st.floats(0.05, 1.0))
+def test_dualpipes_published_bubble(half, extra, forward_s, weights) -> None:
+    """DualPipe's table: (PP/2 − 1)(F&B + B − 3W) on every rank, PP its ranks and F, B, W
+    a stage's passes (the input half as long as a forward, W ≤ F), with its two
+    directions' dependencies: a forward of the second direction waits for the rank
+    after, its backward for the rank before."""
+    pp, m = 2 * half, 4 * half + 2 * extra
+    weight_s = weights * forward_s
+    backward_s = forward_s + weight_s
+    pair_s = forward_s + backward_s
+    programs = [schedule.deepseek_dualpipe_program(pp, m, s) for s in range(pp)]
+    span, busy = _span([p for p, _ in programs], [s for _, s in programs],
+                       {"F": forward_s, "B": backward_s, "I": forward_s, "W": weight_s},
+                       pair_s=pair_s, schedule=DUAL)
+    bubble = (half - 1) * (pair_s + backward_s - 3 * weight_s)
+    assert [span - b for b in busy] == pytest.approx([bubble] * pp, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize(("pp", "m"), [(2, 4), (4, 8), (4, 12)])
+def test_a_dualpipe_iteration_runs_deepseeks_order(uniform, pp, m) -> None:
+    """8 layers, 1 ms forward and 2 ms backward a layer (a split backward's halves 1 ms
+    each), ideal links: every rank computes m/2 micro-batches on each of its two stages —
+    1F1B's work — and the iteration is DeepSeek's order run on those times, the forwards
+    and backwards apart (no pairs without fb_overlap)."""
+    layers = uniform.model.layers // pp
+    result = uniform.run(uniform.fast_switch(pp),
+                         ParallelConfig(pp=pp, schedule=DUAL, interleave=2),
+                         TrainingConfig(micro_batch=1, global_batch=m))
+    work = m * layers * (uniform.t_fwd_s + uniform.t_bwd_s)
+    assert [g.compute_s for g in result.per_gpu] == pytest.approx([work] * pp, rel=1e-9)
+    chunk_f = layers * uniform.t_fwd_s
+    span, _busy = _span([schedule.deepseek_dualpipe_program(pp, m, s)[0] for s in range(pp)],
+                        [[] for _ in range(pp)],
+                        {"F": chunk_f, "B": 2 * chunk_f, "I": chunk_f, "W": chunk_f},
+                        schedule=DUAL)
+    assert result.iteration_time_s == pytest.approx(span, rel=1e-6)
+    bubbles = [g.bubble_s for g in result.per_gpu]
+    assert bubbles == pytest.approx(bubbles[::-1], abs=1e-9)  # mirror ranks alike
+
+
+def test_dualpipes_two_copies_sum_their_gradients(uniform) -> None:
+    """Each rank all-reduces with its mirror what its optimizer updates (its ZeRO shard of
+    both stages' gradients) before the step; no tied-embedding all-reduce besides (the
+    ends hold both)."""
+    parallel = ParallelConfig(pp=4, dp=2, zero=1, schedule=DUAL, interleave=2)
+    builder = StreamBuilder(uniform.model, parallel, TrainingConfig(global_batch=16),
+                            RooflineCosts(uniform.gpu), microbatches=8)
+    for stage in range(4):
+        calls = [op for op in builder._iteration_end(stage) if isinstance(op, Collective)]
+        (mirror,) = [op for op in calls if op.group == "mirror"]
+        assert mirror.op == "all_reduce"
+        assert mirror.size_bytes == pytest.approx(
+            optimizer_params(uniform.model, parallel, stage) * 4)  # fp32 gradients
+        assert optimizer_params(uniform.model, parallel, stage) == pytest.approx(
+            params_on_gpu(uniform.model, pp=4, stage=stage,
+                          chunking=Chunking.of(parallel)).total / 2)
+        assert not [op for op in calls if op.group == "embedding"]
+
+
+@pytest.mark.parametrize(("parallel", "batch", "message"), [
+    (ParallelConfig(pp=3, dp=1, schedule=DUAL, interleave=2), 12,
+     r"parallelism\.pp: the dualpipe schedule needs an even pp"),
+    (ParallelConfig(pp=2, dp=2, schedule=DUAL), 16,
+     r"parallelism\.interleave: the dualpipe schedule runs two chunks a stage"),
+    (ParallelConfig(pp=4, dp=1, schedule=DUAL, interleave=2), 6,
+     r"training\.global_batch: DualPipe needs an even number of micro-batches .* at least "
+     r"2·pp = 8 .* got 6"),
+    (ParallelConfig(pp=2, dp=2, schedule=DUAL, interleave=2), 10,
+     r"training\.global_batch: DualPipe needs an even number .* got 5"),
+])
+def test_bad_dualpipe_strategies_are_clear_errors(parallel, batch, message) -> None:
+    model = model_from_mapping({"name": "m", "layers": 12, "hidden": 256, "heads": 4,
+                                "seq_len": 128, "vocab": 1000})
+    gpus = parallel.pp * parallel.dp
+    with pytest.raises(ConfigError, match=message):
+        check_strategy(model, parallel, TrainingConfig(global_batch=batch), num_gpus=gpus)

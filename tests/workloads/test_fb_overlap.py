@@ -302,7 +302,7 @@ def test_deepseeks_weight_passes_shorten_the_v_and_keep_the_compute(tiny, reques
 
 
 @pytest.mark.parametrize(("schedule", "interleave"), [("1f1b", 1), ("interleaved", 2),
-                                                      ("dualpipev", 2)])
+                                                      ("dualpipev", 2), ("dualpipe", 2)])
 def test_pairs_in_a_pipeline_stay_above_the_lower_bound(tiny, schedule, interleave):
     scenario = _scenario(tiny, tp=1, pp=2, dp=4, ep=4, schedule=schedule,
                          interleave=interleave, fb_overlap=True)
@@ -340,3 +340,10 @@ def test_too_few_micro_batches_for_deepseeks_order_is_said(tiny):
     assert note.kind == "defaulted" and note.key == "training.global_batch"
     assert "3 micro-batches" in note.message and "zero-bubble" in note.message
     assert notes(16) == []  # 4: DeepSeek's order runs
+
+
+def test_dualpipe_says_how_its_copies_sum_their_gradients(tiny):
+    scenario = _scenario(tiny, pp=2, dp=4, schedule="dualpipe", interleave=2,
+                         fb_overlap=True)
+    (note,) = [n for n in run_scenario(scenario).notes if "mirror ranks" in n.message]
+    assert note.kind == "defaulted" and note.key == "parallelism.schedule"

@@ -90,6 +90,16 @@ def test_folded_replicas_equal_the_full_simulation(uniform, name, kind, routing)
     assert_same_iteration(*both(uniform, cluster(kind, routing), parallel, training))
 
 
+@pytest.mark.parametrize("zero", [0, 1])
+def test_folded_dualpipe_equals_the_full_simulation(uniform, zero):
+    """DualPipe's mirror ranks sum their gradients between stages s and pp − 1 − s of
+    each replica: folded, every replica's pair is entered with its images'."""
+    parallel = ParallelConfig(tp=2, pp=4, dp=4, zero=zero, schedule="dualpipe", interleave=2)
+    training = TrainingConfig(micro_batch=1, global_batch=8 * parallel.dp)
+    assert_same_iteration(*both(uniform, cluster("rail-optimized", "dmodk"), parallel,
+                                training))
+
+
 @pytest.mark.parametrize("routing", ["dmodk", "adaptive"])
 def test_folding_counts_contention_of_replicas_on_an_oversubscribed_tree(uniform, routing):
     """Two nodes per leaf at 4:1: the data-parallel rings of every replica share uplinks."""

@@ -37,7 +37,8 @@ def test_a_valid_strategy_passes() -> None:
 
 @pytest.mark.parametrize(("change", "text"), [
     ({"schedule": "1f1"}, "s.yaml: parallelism.schedule: unknown schedule '1f1' "
-                          "(did you mean '1f1b'? valid: 1f1b, dualpipev, gpipe, interleaved)"),
+                          "(did you mean '1f1b'? valid: 1f1b, dualpipe, dualpipev, gpipe, "
+                          "interleaved)"),
     ({"partition": "even"}, "s.yaml: parallelism.partition: unknown partition 'even' "
                             "(valid: embedding, uniform)"),
     ({"grad_reduce_precision": "fp8"}, "s.yaml: parallelism.grad_reduce_precision: unknown "

@@ -84,7 +84,14 @@ from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     Placement,
     TrainingConfig,
-    layer_partition,
+    chunk_layers,
+)
+from distsim_gpu.workloads.strategy.schedule import (
+    BIDIRECTIONAL,
+    chunk_microbatches,
+    route_ends,
+    stage_of,
+    virtual_stage,
 )
 
 __all__ = ["IterationBound", "IterationBounds", "gathered_pass_s", "transfer_lower_bound_s"]
@@ -184,8 +191,8 @@ class _Shape:
         return cls(
             parallel=parallel, training=training, microbatches=microbatches,
             seq_len=traffic.seq_len_of(model, local), placement=placement,
-            chunks=layer_partition(model.layers, pp * parallel.interleave,
-                                   parallel.partition),
+            chunks=chunk_layers(model.layers, pp, parallel.interleave, parallel.partition,
+                                parallel.schedule),
             tp_bytes=traffic.tp_message_bytes(model, local),
             p2p_bytes=traffic.pipeline_message_bytes(model, parallel, local),
             # Both expert all-to-alls at the smaller of their sizes (DeepEP's FP8 dispatch
@@ -200,6 +207,26 @@ class _Shape:
     @property
     def virtual_stages(self) -> int:
         return len(self.chunks)
+
+    @property
+    def chunk_mb(self) -> int:
+        """Micro-batches each chunk runs (half of them each way under DualPipe)."""
+        return chunk_microbatches(self.parallel.schedule, self.microbatches)
+
+    @property
+    def ends(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Where micro-batches enter and leave (virtual stages)."""
+        p = self.parallel
+        return route_ends(p.schedule, p.pp, p.interleave)
+
+    def stage(self, vs: int) -> int:
+        """The stage holding virtual stage ``vs``."""
+        return stage_of(vs, self.parallel.pp, self.parallel.schedule)
+
+    def own(self, stage: int) -> list[int]:
+        """The virtual stages ``stage`` holds."""
+        p = self.parallel
+        return [virtual_stage(stage, c, p.pp, p.schedule) for c in range(p.interleave)]
 
     @property
     def sharded(self) -> bool:
@@ -427,10 +454,10 @@ class IterationBounds:
         gradient reductions of its last backward (chain 3)."""
         model, costs, f = self.model, self.costs, self.speedup_factor
         head_f = head_b = tail_f = tail_b = 0.0  # embedding and loss, per pass
-        if vs == 0:
+        if vs in shape.ends[0]:
             head_f = costs.embedding_time_s("fwd", model, **shape.shard)
             tail_b = costs.embedding_time_s("bwd", model, **shape.shard)
-        if vs == shape.virtual_stages - 1:
+        if vs in shape.ends[1]:
             tail_f = costs.loss_time_s("fwd", model, **shape.shard)
             head_b = costs.loss_time_s("bwd", model, **shape.shard)
         layers = self._chunk_layers(shape, vs, tally, everyone)
@@ -460,7 +487,7 @@ class IterationBounds:
                       ) -> list[_Layer]:
         """The layers of virtual stage ``vs``, their blocking calls counted in ``tally``."""
         model, parallel, placement = self.model, shape.parallel, shape.placement
-        stage, m = vs % parallel.pp, shape.microbatches
+        stage, m = shape.stage(vs), shape.chunk_mb
         tp_ranks, tp_lane = shape.tp_ranks[stage], (shape.tp_ranks[stage],)
         # The stage's expert groups, and the first block's (the simulator's unit).
         ep_all = tuple(placement.ep_groups(stage)) if parallel.ep > 1 else ()
@@ -521,7 +548,7 @@ class IterationBounds:
                 estimate += 2 * self._estimate("alltoall", ep_lanes[0], shape.a2a_bytes)
                 low += 2 * self._call("alltoall", ep_lanes, shape.a2a_bytes)[0]
                 tally.add_everyone(("alltoall", ep_all, shape.a2a_bytes),
-                                   2 * shape.microbatches)
+                                   2 * shape.chunk_mb)
             return estimate, low
         if rerun.shared_experts and model.shared_experts:
             return tp
@@ -539,7 +566,7 @@ class IterationBounds:
             grads = traffic.layer_shard_grad_bytes(self.model, layer, shape.parallel)
             params = traffic.layer_gather_bytes(self.model, layer, shape.parallel,
                                                 shape.training)
-            dp_ranks, lanes, m = shape.dp_ranks[stage], shape.dp_lanes[stage], shape.microbatches
+            dp_ranks, lanes, m = shape.dp_ranks[stage], shape.dp_lanes[stage], shape.chunk_mb
             gather = self._estimate("all_gather", dp_ranks, params)
             gather_low = self._counted_call(tally, "all_gather", lanes, params, 2 * m)
             self._counted_call(tally, "reduce_scatter", lanes, grads, m)
@@ -556,7 +583,7 @@ class IterationBounds:
         before it, its own bound)``: with ZeRO-3 one reduce-scatter per layer (counted
         with the layer), else the buckets as the simulator forms them."""
         parallel = shape.parallel
-        lanes = shape.dp_lanes[vs % parallel.pp]
+        lanes = shape.dp_lanes[shape.stage(vs)]
         first, stop = shape.chunks[vs]
         order = range(stop - 1, first - 1, -1)
         done = [head_s]
@@ -571,16 +598,18 @@ class IterationBounds:
         return [(pass_s if bucket.after_layers is None else done[bucket.after_layers],
                  self._counted_call(tally, shape.grad_op, lanes, bucket.size_bytes))
                 for bucket in traffic.gradient_buckets(self.model, parallel, order,
-                                                       first_chunk=vs == 0)]
+                                                       first_chunk=vs in shape.ends[0])]
 
     # ----------------------------------------------------------------- chain 2: pipeline
     def _pipeline_sends(self, shape: _Shape, tally: _Tally) -> list[float]:
         """Per virtual stage, the lower bound of its forward send to the next one; both
         directions counted on the link volume for every micro-batch."""
-        pp, p2p, m = shape.parallel.pp, shape.p2p_bytes, shape.microbatches
+        p2p, m = shape.p2p_bytes, shape.chunk_mb
         send_f = [0.0] * shape.virtual_stages
         for j in range(shape.virtual_stages - 1):
-            here, there = shape.tp_ranks[j % pp], shape.tp_ranks[(j + 1) % pp]
+            if j in shape.ends[1] or shape.stage(j) == shape.stage(j + 1):
+                continue  # no micro-batch goes on, or it stays on the stage (a V's turn)
+            here, there = shape.tp_ranks[shape.stage(j)], shape.tp_ranks[shape.stage(j + 1)]
             send_f[j] = self._send(here, there, p2p)[0]
             self._send(there, here, p2p)  # the gradient's way back
             tally.add(("pairs", here, there, p2p), m)
@@ -589,18 +618,20 @@ class IterationBounds:
 
     def _last_pass_ends(self, shape: _Shape, chunks: Sequence[_Chunk], tally: _Tally,
                         ) -> list[float]:
-        """Per stage, the bound of when its last pass (chunk 0's last backward) ends."""
-        pp, m, nvs = shape.parallel.pp, shape.microbatches, shape.virtual_stages
+        """Per stage, the bound of when its last pass (chunk 0's last backward) ends.
+        Under DualPipe a stage may start and end with either direction's passes: only
+        its own work counts."""
+        pp, m = shape.parallel.pp, shape.chunk_mb
         send_f = self._pipeline_sends(shape, tally)
+        one_way = shape.parallel.schedule not in BIDIRECTIONAL
         first_start = [0.0] * pp
-        for s in range(1, pp):
+        for s in range(1, pp if one_way else 0):
             first_start[s] = first_start[s - 1] + chunks[s - 1].fwd_lower_s + send_f[s - 1]
         last_end = [0.0] * pp
         for s in reversed(range(pp)):
-            own = range(s, nvs, pp)
             last_end[s] = first_start[s] + m * sum(chunks[j].fwd_lower_s + chunks[j].bwd_lower_s
-                                                   for j in own)
-            if s + 1 < pp:
+                                                   for j in shape.own(s))
+            if s + 1 < pp and one_way:
                 gradient = self._send(shape.tp_ranks[s + 1], shape.tp_ranks[s],
                                       shape.p2p_bytes)[0]
                 last_end[s] = max(last_end[s],
@@ -619,7 +650,8 @@ class IterationBounds:
                 tail += reduction
                 reduced = max(reduced, start + done + tail)
             arrive.append(reduced)
-        if shape.parallel.pp > 1 and self.model.tied_embeddings:
+        entries, exits = ({shape.stage(vs) for vs in ends} for ends in shape.ends)
+        if entries != exits and self.model.tied_embeddings:  # not on one stage (a V)
             size = traffic.word_embedding_grad_bytes(self.model, shape.parallel)
             lanes = tuple(zip(shape.tp_ranks[0], shape.tp_ranks[-1]))
             tied = max(arrive[0], arrive[-1]) + self._counted_call(tally, "all_reduce",
@@ -677,10 +709,10 @@ class IterationBounds:
 def _stage_estimate_s(shape: _Shape, chunks: Sequence[_Chunk]) -> float:
     """The compute-and-collectives critical path of the slowest stage: the ramp of the
     stages before it, then ``m`` micro-batches of its chunks' passes."""
-    pp, m, nvs = shape.parallel.pp, shape.microbatches, shape.virtual_stages
+    pp, m = shape.parallel.pp, shape.chunk_mb
     worst = 0.0
     for s in range(pp):
-        own = range(s, nvs, pp)
+        own = shape.own(s)
         work = sum(chunks[j].fwd_s + chunks[j].bwd_s for j in own)
         ramp = sum(chunks[j].fwd_s + chunks[j].bwd_s for j in range(s))
         work += sum(chunks[j].fwd_comm_s + chunks[j].bwd_comm_s for j in own)

@@ -135,14 +135,15 @@ from distsim_gpu.workloads.strategy.layer_groups import layer_settings
 from distsim_gpu.workloads.strategy.offload import OffloadConfig
 from distsim_gpu.workloads.strategy.operator_sharding import peak_gathered_params, sharded_params
 from distsim_gpu.workloads.strategy.parallel import (
+    SCHEDULES,
     ParallelConfig,
     TrainingConfig,
 )
 from distsim_gpu.workloads.strategy.precision import swiglu_input_bytes
 from distsim_gpu.workloads.strategy.schedule import (
     V_SCHEDULES,
+    end_stages,
     peak_chunks_held,
-    stage_of,
     stage_program,
 )
 from distsim_gpu.workloads.strategy.tp_nd import mesh_of, weight_replicas
@@ -175,7 +176,6 @@ class SavedFormats:
     activation_input_bytes: float | None = None
     attention_output_bytes: float | None = None
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipev")
 
 # (weight, gradient, optimizer) bytes per parameter, ZeRO paper §3.1.
 PRECISION_BYTES: dict[str, tuple[int, int, int]] = {
@@ -522,9 +522,10 @@ def _edge_activation_bytes(model: ModelSpec, parallel: ParallelConfig,
     sbh = float(s) * micro_batch * model.hidden
     sp_shard = tp if parallel.sequence_parallel else 1
     edges: list[float] = []
-    if stage == 0:
+    firsts, lasts = end_stages(parallel.schedule, pp, interleave)
+    if stage in firsts:
         edges.append(sbh / sp_shard)  # embedding dropout mask
-    if stage == stage_of(pp * interleave - 1, pp, parallel.schedule):  # the output layer's
+    if stage in lasts:  # the output layer's
         head = 2 * e * sbh / sp_shard + 4.0 * s * micro_batch * model.vocab / tp
         # Each MTP module: a block like the last layer, its norms' and projection's
         # inputs (2h wide each) and the shared head once more (module docstring).

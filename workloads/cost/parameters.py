@@ -24,9 +24,9 @@ from distsim_gpu.workloads.strategy.parallel import (
     check_ep_split,
     check_tp_split,
     check_uniform_split,
-    layer_partition,
+    chunk_layers,
 )
-from distsim_gpu.workloads.strategy.schedule import stage_of, virtual_stage
+from distsim_gpu.workloads.strategy.schedule import end_stages, model_chunks, virtual_stage
 
 __all__ = [
     "Chunking",
@@ -81,8 +81,8 @@ def stage_layers(model: ModelSpec, *, pp: int = 1, stage: int = 0,
     check_whole(interleave, key="interleave")
     check_stage(stage, pp)
     if partition == "uniform":
-        check_uniform_split(model.layers, pp * interleave)
-    chunks = layer_partition(model.layers, pp * interleave, partition)
+        check_uniform_split(model.layers, model_chunks(schedule, pp, interleave))
+    chunks = chunk_layers(model.layers, pp, interleave, partition, schedule)
     return tuple(i for chunk in range(interleave)
                  for i in range(*chunks[virtual_stage(stage, chunk, pp, schedule)]))
 
@@ -138,17 +138,18 @@ def params_on_gpu(model: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, st
         dense += d
         expert += e
     word = model.vocab * model.hidden / tp
-    # The output layer sits with the last chunk: the last stage, or the first in a V.
-    last = stage_of(pp * chunking.interleave - 1, pp, chunking.schedule)
-    if stage == 0:
+    # The output layer sits with the last chunk: the last stage, or the first in a V;
+    # DualPipe's two ends hold both it and the embedding.
+    firsts, lasts = end_stages(chunking.schedule, pp, chunking.interleave)
+    if stage in firsts:
         dense += word
         if model.position == "learned":
             dense += model.seq_len * model.hidden
         if model.embedding_norm:
             dense += model.norm_params()
-    if stage == last:
+    if stage in lasts:
         dense += model.final_norm_params()
-        if not model.tied_embeddings or last != 0:
+        if not model.tied_embeddings or stage not in firsts:
             dense += word
         if model.mtp_depth:  # beside the output head they share (column-parallel 2h -> h)
             d, e = layer_params_local(model, model.layers - 1, tp, ep, etp)

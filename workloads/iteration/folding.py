@@ -275,9 +275,11 @@ def _call_class(comm: Communicator, groups: list[list[RankGroup]], row: list[Ran
     replicas and run in full).  A block's (expert all-to-alls, context-parallel ring
     steps) is per unit: the block is the unit."""
     op, size = call
-    if peer.peering is Peering.ENDS:
+    if peer.peering is Peering.ENDS:  # the row's stage and its mirror
+        stage = row[0].stage
         lanes = [[[a, b] for a, b in zip(first.gpus, last.gpus)]
-                 for first, last in zip(groups[0], groups[-1])]
+                 for first, last in zip(groups[min(stage, len(groups) - 1 - stage)],
+                                        groups[max(stage, len(groups) - 1 - stage)])]
     elif peer.peering is Peering.BLOCK:  # the unit's blocks' communicators, per unit
         lanes = [_unit_lanes(row, b, unit, layouts[peer.name])
                  for b in range(0, len(row), unit)]

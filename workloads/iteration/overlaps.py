@@ -47,6 +47,8 @@ class OverlappedOps:
     training: Any
     chunks: Any
     virtual_stages: int
+    entries: tuple[int, ...]  # virtual stages where micro-batches enter (the embedding's)
+    exits: tuple[int, ...]  # and where they leave (the output layer's)
     dispatch_bytes: float
     a2a_bytes: float
     tp_bytes: float
@@ -145,21 +147,21 @@ class OverlappedOps:
         cached = self._passes.get(key)
         if cached is not None:
             return cached
-        par, ends = self.parallel, self.virtual_stages - 1
+        par = self.parallel
         vf, vb = (virtual_stage(stage, chunk, par.pp, par.schedule)
                   for chunk in (f_chunk, b_chunk))
         forward = list(range(*self.chunks[vf]))
         backward = list(reversed(range(*self.chunks[vb])))
         before = {at: handle for at, _size, handle in waits}
-        buckets = (self._buckets(backward, first_chunk=vb == 0)
+        buckets = (self._buckets(backward, first_chunk=vb in self.entries)
                    if last and par.dp_cp > 1 and reduces_in_buckets(par) else {})
         ops: list[Op] = []
-        if vb == ends:
+        if vb in self.exits:
             self._mtp(ops, "bwd", fold)
             ops.append(self._edge("loss", "bwd"))
         if None in before:
             ops.append(Wait(before.pop(None)))
-        if vf == 0:
+        if vf in self.entries:
             ops.append(self._edge("embedding", "fwd"))
         for position in range(max(len(forward), len(backward))):
             f_layer = forward[position] if position < len(forward) else None
@@ -170,10 +172,10 @@ class OverlappedOps:
             if b_layer is not None and position + 1 in buckets:
                 ops.append(self._async_dp(gradient_reduce_op(par), buckets[position + 1],
                                           f"grads to L{b_layer}"))
-        if vf == ends:
+        if vf in self.exits:
             ops.append(self._edge("loss", "fwd"))
             self._mtp(ops, "fwd", fold)
-        if vb == 0:
+        if vb in self.entries:
             ops.append(self._edge("embedding", "bwd"))
         if None in buckets:
             ops.append(self._async_dp(gradient_reduce_op(par), buckets[None],
@@ -269,7 +271,7 @@ class OverlappedOps:
         weight passes: the input gradients went to the stage before without them)."""
         par = self.parallel
         order = list(reversed(range(*self.chunks[vs])))
-        buckets = (self._buckets(order, first_chunk=vs == 0)
+        buckets = (self._buckets(order, first_chunk=vs in self.entries)
                    if last and par.dp_cp > 1 and reduces_in_buckets(par) else {})
         ops: list[Op] = []
         for position, layer in enumerate(order):
@@ -280,7 +282,7 @@ class OverlappedOps:
             if position + 1 in buckets:
                 ops.append(self._async_dp(gradient_reduce_op(par), buckets[position + 1],
                                           f"grads to L{layer}"))
-        if vs == 0:
+        if vs in self.entries:
             ops.append(self._edge("embedding", "bwd"))
         if None in buckets:
             ops.append(self._async_dp(gradient_reduce_op(par), buckets[None],

@@ -429,10 +429,10 @@ class IterationSimulator:
         """The meeting key and the members of a collective among ``peer`` of ``group``
         (see :class:`~workloads.strategy.dimensions.Peering`)."""
         name, peering = peer.name, peer.peering
-        if peering is Peering.ENDS:
-            return ((name, group.replica),
-                    [self.groups[0][group.replica],
-                     self.groups[self.spec.parallel.pp - 1][group.replica]])
+        if peering is Peering.ENDS:  # the stage and its mirror (the first and the last)
+            pair = sorted((group.stage, self.spec.parallel.pp - 1 - group.stage))
+            return ((name, group.replica, pair[0]),
+                    [self.groups[s][group.replica] for s in pair])
         calls = group.calls.get(name, 0)
         group.calls[name] = calls + 1
         if peering is Peering.STAGE:

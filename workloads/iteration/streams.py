@@ -98,8 +98,15 @@ from distsim_gpu.workloads.strategy.layer_groups import (
     shard_subgroups,
 )
 from distsim_gpu.workloads.strategy.operator_sharding import split_extra_s
-from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig, layer_partition
-from distsim_gpu.workloads.strategy.schedule import stage_of, stage_program, virtual_stage
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig, chunk_layers
+from distsim_gpu.workloads.strategy.schedule import (
+    BIDIRECTIONAL,
+    chunk_microbatches,
+    end_stages,
+    route_ends,
+    stage_program,
+    virtual_stage,
+)
 from distsim_gpu.workloads.strategy.tp_nd import layer_comm, mesh_of
 
 __all__ = ["StreamBuilder", "fuse"]
@@ -125,7 +132,10 @@ class StreamBuilder(OverlappedOps):
         local = rank_training(model, parallel, training)
         self.seq_len = seq_len_of(model, local)
         self.virtual_stages = parallel.pp * parallel.interleave
-        self.chunks = layer_partition(model.layers, self.virtual_stages, parallel.partition)
+        self.chunks = chunk_layers(model.layers, parallel.pp, parallel.interleave,
+                                   parallel.partition, parallel.schedule)
+        self.entries, self.exits = route_ends(parallel.schedule, parallel.pp,
+                                              parallel.interleave)
         # Every layer and micro-batch sends messages of the same sizes: count them once.
         self.tp_kinds = tp_collective_kinds(parallel)
         self.tp_bytes = tp_message_bytes(model, local)
@@ -189,7 +199,7 @@ class StreamBuilder(OverlappedOps):
     def stage_stream(self, stage: int) -> list[Op]:
         """Everything stage ``stage`` runs in one iteration, in order."""
         par = self.parallel
-        last_mb = self.microbatches - 1
+        last_mb = chunk_microbatches(par.schedule, self.microbatches) - 1
         sharded = gathers_layer_params(par) and par.dp_cp > 1
         launched_dp = False
         stream: list[Op] = []
@@ -212,7 +222,7 @@ class StreamBuilder(OverlappedOps):
                       virtual_stage(stage, chunk, par.pp, par.schedule))
                      for pass_, mb, chunk in steps if pass_ != "W"]
             stream.extend(Recv(pass_, mb, vs) for pass_, mb, vs in sides
-                          if 0 <= (vs - 1 if pass_ == "F" else vs + 1) < self.virtual_stages)
+                          if vs not in (self.entries if pass_ == "F" else self.exits))
             last = steps[-1][1] == last_mb
             # Exclusive TP only while no data-parallel collective of this stage can be in
             # flight: before it launched one, and not in a pass that launches one.
@@ -232,7 +242,7 @@ class StreamBuilder(OverlappedOps):
             stream.extend(ops)
             stream.extend(Send(pass_, mb, vs + 1 if pass_ == "F" else vs - 1, self.p2p_bytes)
                           for pass_, mb, vs in sides
-                          if 0 <= (vs + 1 if pass_ == "F" else vs - 1) < self.virtual_stages)
+                          if vs not in (self.exits if pass_ == "F" else self.entries))
         stream.extend(self._fused(self._iteration_end(stage), stage))
         return stream
 
@@ -241,11 +251,16 @@ class StreamBuilder(OverlappedOps):
         model, par = self.model, self.parallel
         ops: list[Op] = [Wait()]
         # The tied embedding's two ends: on one stage in a V (no all-reduce between them).
-        ends = {stage_of(0, par.pp, par.schedule),
-                stage_of(self.virtual_stages - 1, par.pp, par.schedule)}
-        if len(ends) > 1 and model.tied_embeddings and stage in ends:
+        firsts, lasts = end_stages(par.schedule, par.pp, par.interleave)
+        if firsts != lasts and model.tied_embeddings and stage in firsts | lasts:
             ops.append(Collective("all_reduce", word_embedding_grad_bytes(model, par),
                                   "tied embedding grads", group="embedding"))
+        if par.schedule in BIDIRECTIONAL:
+            # DualPipe's two copies of each model stage sum their (reduced, ZeRO-sharded)
+            # gradients, the tied embedding's among them, before either steps.
+            ops.append(Collective("all_reduce", optimizer_params(model, par, stage)
+                                  * grad_bytes_per_element(par.grad_reduce_precision),
+                                  "mirror stage grads", group="mirror"))
         ops.append(Barrier("gradient norm"))
         step_s = self.costs.optimizer_step_time_s(
             optimizer_params(model, par, stage) + layer_group_extra_params(model, par, stage))
@@ -281,7 +296,7 @@ class StreamBuilder(OverlappedOps):
         ops: list[Op] = []
         if None in before:
             ops.append(Wait(before.pop(None)))
-        if vs == 0:
+        if vs in self.entries:
             ops.append(self._edge("embedding", "fwd"))
         order = list(range(*self.chunks[vs]))
         for position, layer in enumerate(order):
@@ -292,7 +307,7 @@ class StreamBuilder(OverlappedOps):
             if self.settings and position:
                 self._reshard(ops, order[position - 1], layer)
             self._layer_pass(ops, "fwd", layer, fold)
-        if vs == self.virtual_stages - 1:
+        if vs in self.exits:
             ops.append(self._edge("loss", "fwd"))
             self._mtp(ops, "fwd", fold)
         return ops
@@ -328,7 +343,7 @@ class StreamBuilder(OverlappedOps):
         par = self.parallel
         sharded = gathers_layer_params(par)
         ops: list[Op] = []
-        if vs == self.virtual_stages - 1:
+        if vs in self.exits:
             self._mtp(ops, "bwd", fold)
             ops.append(self._edge("loss", "bwd"))
         order = list(reversed(range(*self.chunks[vs])))
@@ -336,7 +351,7 @@ class StreamBuilder(OverlappedOps):
         # launched after the layer that fills it (by backward position); with it, every
         # micro-batch reduce-scatters each layer's.  A per-operator plan does both: its
         # sharded operators' gradients reduce-scattered, its replicated ones' bucketed.
-        buckets = (self._buckets(order, first_chunk=vs == 0) if weights and last
+        buckets = (self._buckets(order, first_chunk=vs in self.entries) if weights and last
                    and par.dp_cp > 1 and reduces_in_buckets(par) else {})
         for position, layer in enumerate(order):
             if sharded:
@@ -354,7 +369,7 @@ class StreamBuilder(OverlappedOps):
             if position + 1 in buckets:
                 ops.append(self._async_dp(gradient_reduce_op(par), buckets[position + 1],
                                           f"grads to L{layer}"))
-        if vs == 0 and weights:
+        if vs in self.entries and weights:
             ops.append(self._edge("embedding", "bwd"))
             if sharded and not reduces_in_buckets(par):
                 # Sharded throughout (ZeRO-3/FSDP): the word embedding's gradients are
@@ -617,7 +632,7 @@ class StreamBuilder(OverlappedOps):
         for chunk in range(par.interleave):
             vs = virtual_stage(stage, chunk, par.pp, par.schedule)
             order = list(reversed(range(*self.chunks[vs])))
-            buckets = self._buckets(order, first_chunk=vs == 0)
+            buckets = self._buckets(order, first_chunk=vs in self.entries)
             # The end-of-pass bucket (None) holds the forward's first layers.
             ahead = sorted(buckets, key=lambda p: (p is not None, -(p or 0)))
             plan[chunk] = [[None if p is None else order[p - 1], buckets[p] * width, ""]

@@ -62,8 +62,9 @@ class Peering(Enum):
     #: Every replica of the caller's stage (data parallelism): it spans folded units, so
     #: it runs in full over every replica's lanes.
     STAGE = "stage"
-    #: The first and the last stage of the caller's replica (the tied word embedding);
-    #: waiting for the other end is the pipeline's flush (bubble, not idle).
+    #: The caller's stage ``s`` and its mirror ``pp − 1 − s`` of the caller's replica: the
+    #: first and the last stage for the tied word embedding, DualPipe's two copies of a
+    #: stage; waiting for the other end is the pipeline's flush (bubble, not idle).
     ENDS = "ends"
 
 
@@ -139,9 +140,11 @@ DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("tp", attrgetter("tp"), "tp comm",
               (PeerGroup("tp", "tp comm", Peering.OWN, "tp"),), searched=True),
     # The pipeline's own traffic is point-to-point sends; the tied word embedding's
-    # gradients are all-reduced between its two ends, counted as gradient reduction.
+    # gradients are all-reduced between its two ends, and DualPipe's two copies of a
+    # stage's between their ranks, counted as gradient reduction.
     Dimension("pp", attrgetter("pp"), "pp transfer",
-              (PeerGroup("embedding", "dp comm", Peering.ENDS, "dp"),), searched=True),
+              (PeerGroup("embedding", "dp comm", Peering.ENDS, "dp"),
+               PeerGroup("mirror", "dp comm", Peering.ENDS, "dp")), searched=True),
     # Not searched: its degree is what the others leave of the cluster.
     Dimension("dp", attrgetter("dp"), "dp comm",
               (PeerGroup("dp", "dp comm", Peering.STAGE, "dp"),)),

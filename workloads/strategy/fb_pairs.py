@@ -22,7 +22,8 @@ DeepSeek's DualPipeV does with at least ``2·pp`` micro-batches
 included: an input half is a backward to the stage before, a weight half follows it on
 its own stage); with fewer, its list schedule
 pairs where a stage has a forward and a backward both ready
-(:func:`~workloads.strategy.schedule.v_list_schedule`).
+(:func:`~workloads.strategy.schedule.v_list_schedule`).  ``dualpipe`` pairs as DeepSeek's
+DualPipe does (:func:`~workloads.strategy.schedule.deepseek_dualpipe_program`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from distsim_gpu.workloads.specs.recompute_modules import recomputes_communicati
 from distsim_gpu.workloads.strategy.schedule import (
     GRADIENT_PASSES,
     Step,
+    deepseek_dualpipe_program,
+    route_ends,
     stage_program,
     v_paired_schedule,
     virtual_stage,
@@ -49,7 +52,7 @@ __all__ = ["PAIRED_SCHEDULES", "Pair", "Unit", "check_fb_overlap", "pair_program
 # Unit times of the passes (a backward twice a forward; each half of a split one, one).
 _UNIT_TIME = {"F": 1, "B": 2, "I": 1, "W": 1}
 #: Schedules whose steady state alternates forwards and backwards (GPipe's does not).
-PAIRED_SCHEDULES = ("1f1b", "interleaved", "dualpipev")
+PAIRED_SCHEDULES = ("1f1b", "interleaved", "dualpipev", "dualpipe")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,12 +113,14 @@ def paired_programs(schedule: str, *, pp: int, microbatches: int,
     SimulationError (a bug, not the user's input) if the pairs could still deadlock."""
     steps = [stage_program(schedule, pp=pp, stage=stage, microbatches=microbatches,
                            interleave=interleave, fb_overlap=True) for stage in range(pp)]
-    if schedule == "dualpipev":  # DeepSeek's order, or the list schedule's ready pairs
-        starts = v_paired_schedule(pp, microbatches)[1]
+    if schedule in ("dualpipev", "dualpipe"):  # DeepSeek's orders (or the V's list's)
+        starts = (tuple(deepseek_dualpipe_program(pp, microbatches, stage)[1]
+                        for stage in range(pp)) if schedule == "dualpipe"
+                  else v_paired_schedule(pp, microbatches)[1])
         programs = tuple(tuple(pair_program(program, lambda i, s=set(starts[stage]): i - 1 in s))
                          for stage, program in enumerate(steps))
         if not _acyclic(programs, schedule, pp=pp, interleave=interleave):
-            raise SimulationError(f"fb_overlap: the dualpipev schedule's pairs would "
+            raise SimulationError(f"fb_overlap: the {schedule} schedule's pairs would "
                                   f"deadlock (pp {pp}, {microbatches} micro-batches)")
         return programs
     programs = tuple(tuple(pair_program(program)) for program in steps)
@@ -131,16 +136,19 @@ def paired_programs(schedule: str, *, pp: int, microbatches: int,
     return programs
 
 
-def _source(pass_: str, mb: int, vs: int, last: int) -> tuple[str, int, int] | None:
-    """The pass whose output pass ``(pass_, mb, vs)`` takes as its input (None: the
-    first virtual stage's forward reads the data; a split backward's weight gradients,
-    which follow its input gradients on the same stage).  A backward's input half counts
-    as the backward (:func:`_node_key`)."""
+def _source(pass_: str, mb: int, vs: int, ends: tuple[tuple[int, ...], tuple[int, ...]],
+            ) -> tuple[str, int, int] | None:
+    """The pass whose output pass ``(pass_, mb, vs)`` takes as its input (None: a
+    forward where micro-batches enter reads the data; a split backward's weight
+    gradients, which follow its input gradients on the same stage).  ``ends``: where
+    micro-batches enter and leave (:func:`~workloads.strategy.schedule.route_ends`).  A
+    backward's input half counts as the backward (:func:`_node_key`)."""
+    entries, exits = ends
     if pass_ == "F":
-        return ("F", mb, vs - 1) if vs > 0 else None
+        return ("F", mb, vs - 1) if vs not in entries else None
     if pass_ == "W":
         return None
-    return ("B", mb, vs + 1) if vs < last else ("F", mb, vs)
+    return ("B", mb, vs + 1) if vs not in exits else ("F", mb, vs)
 
 
 def _node_key(pass_: str, mb: int, vs: int) -> tuple[str, int, int]:
@@ -153,7 +161,7 @@ def _unit_times(programs: Sequence[Sequence[Step]], schedule: str, *, pp: int,
                 interleave: int) -> tuple[list[list[float]], list[list[float]]]:
     """Each step's start, and when its input arrived, with every stage running its
     program in order on unit times (a forward 1, a backward 2)."""
-    last = pp * interleave - 1
+    route = route_ends(schedule, pp, interleave)
     ends: dict[tuple[str, int, int], float] = {}
     starts = [[0.0] * len(p) for p in programs]
     arrivals = [[0.0] * len(p) for p in programs]
@@ -165,7 +173,7 @@ def _unit_times(programs: Sequence[Sequence[Step]], schedule: str, *, pp: int,
             while position[stage] < len(program):
                 pass_, mb, chunk = program[position[stage]]
                 vs = virtual_stage(stage, chunk, pp, schedule)
-                source = _source(pass_, mb, vs, last)
+                source = _source(pass_, mb, vs, route)
                 if source is not None and source not in ends:
                     break
                 arrived = ends[source] if source is not None else 0.0
@@ -183,7 +191,7 @@ def _acyclic(programs: Sequence[Sequence[Unit]], schedule: str, *, pp: int,
     """Kahn's algorithm on the units: program order on each stage, and each pass after
     the pass it takes its input from (the forward of the virtual stage before, the
     backward of the one after, the last forward for the last backward)."""
-    last = pp * interleave - 1
+    route = route_ends(schedule, pp, interleave)
     node: dict[tuple[str, int, int], tuple[int, int]] = {}
     for stage, units in enumerate(programs):
         for index, unit in enumerate(units):
@@ -196,7 +204,7 @@ def _acyclic(programs: Sequence[Sequence[Unit]], schedule: str, *, pp: int,
         for index in range(1, len(units)):
             after[(stage, index - 1)].append((stage, index))
     for (pass_, mb, vs), unit in node.items():
-        source = _source(pass_, mb, vs, last)
+        source = _source(pass_, mb, vs, route)
         if source is not None:
             after[node[source]].append(unit)
     waiting = {n: 0 for n in after}

@@ -5,8 +5,8 @@ Megatron-LM's 3D parallelism plus what PyTorch adds:
 * ``tp`` tensor parallel (heads, MLP width and vocabulary split; ``sequence_parallel``
   splits the element-wise part along the sequence),
 * ``pp`` pipeline parallel (layers split into stages; ``schedule`` gpipe, 1f1b,
-  interleaved with ``interleave`` model chunks per stage, or dualpipev with two placed as a
-  V, :mod:`workloads.strategy.schedule`),
+  interleaved with ``interleave`` model chunks per stage, dualpipev with two placed as a
+  V, or dualpipe's two directions, :mod:`workloads.strategy.schedule`),
 * ``dp`` data parallel (``zero`` stage 0-3 of ZeRO sharding, or ``fsdp``),
 * ``ep`` expert parallel for MoE layers and ``expert_tp`` the experts' own tensor
   parallelism (Megatron-Core's ``expert_tensor_parallel_size``; unset: ``tp``): the routed
@@ -84,6 +84,12 @@ from distsim_gpu.workloads.strategy.precision import (
     check_activation_fp8_store,
     check_fp8_recipe,
 )
+from distsim_gpu.workloads.strategy.schedule import (
+    BIDIRECTIONAL,
+    check_interleave,
+    check_schedule_microbatches,
+    model_chunks,
+)
 from distsim_gpu.workloads.strategy.tp_nd import check_tp_nd
 
 __all__ = [
@@ -95,18 +101,18 @@ __all__ = [
     "TrainingConfig",
     "check_cp_split",
     "check_ep_split",
-    "check_interleave",
     "check_strategy",
     "check_tp_split",
     "check_uniform_split",
     "check_zero",
+    "chunk_layers",
     "layer_partition",
     "parallel_from_mapping",
     "placement_axes",
     "training_from_mapping",
 ]
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipev")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipev", "dualpipe")
 PLACEMENT_ORDERS = (tuple("-".join(p) for p in permutations(("tp", "dp", "pp")))
                     + tuple("-".join(p) for p in permutations(("tp", "cp", "dp", "pp"))))
 RECOMPUTE = RECOMPUTE_MODES  # one home: workloads.specs.recompute
@@ -142,6 +148,15 @@ def layer_partition(layers: int, parts: int, partition: str = "uniform",
         start = stop
     # Unit 0 is the embedding and unit layers+1 the output layer: shift to layer indices.
     return [(max(a - 1, 0), min(b - 1, layers)) for a, b in bounds]
+
+
+def chunk_layers(layers: int, pp: int, interleave: int, partition: str = "uniform",
+                 schedule: str = "1f1b") -> list[tuple[int, int]]:
+    """``(first, stop)`` layer indices of each virtual stage: the layers cut into
+    :func:`~workloads.strategy.schedule.model_chunks` chunks, each placed twice under
+    DualPipe (virtual stages ``k`` and ``pp + k``, one a direction)."""
+    parts = layer_partition(layers, model_chunks(schedule, pp, interleave), partition)
+    return parts + parts if schedule in BIDIRECTIONAL else parts
 
 
 #: The overlaps a resolved configuration names only when they are on.
@@ -476,37 +491,25 @@ def _check_pipeline(p: ParallelConfig, *, layers: int, source: str | None) -> No
     """A known schedule and partition, and layers that split into the pipeline's chunks."""
     check_choice(p.schedule, SCHEDULES, key="parallelism.schedule", source=source)
     check_interleave(p.schedule, p.interleave, key="parallelism.interleave", source=source)
-    if p.schedule in ("interleaved", "dualpipev") and p.pp < 2:
+    if p.schedule in ("interleaved", "dualpipev", "dualpipe") and p.pp < 2:
         raise ConfigError(f"the {p.schedule} schedule needs pp >= 2", key="parallelism.pp",
                           source=source)
+    if p.schedule in BIDIRECTIONAL and p.pp % 2:  # a rank holds a stage and its mirror
+        raise ConfigError(f"the {p.schedule} schedule needs an even pp, got {p.pp}",
+                          key="parallelism.pp", source=source)
     check_choice(p.partition, PARTITIONS, key="parallelism.partition", source=source)
+    chunks = model_chunks(p.schedule, p.pp, p.interleave)
     if p.partition == "uniform":
-        check_uniform_split(layers, p.pp * p.interleave, key="parallelism.pp", source=source)
+        check_uniform_split(layers, chunks, key="parallelism.pp", source=source)
     # The embedding and the output layer count as a unit each, so the first and the last
     # chunk may hold only them (NeMo's account_for_embedding_in_pipeline_split and
     # account_for_loss_in_pipeline_split: Llama 3.1 405B's 30-layer proxy on pp 4 x vp 8);
     # a chunk with no unit at all would be an empty stage.
-    chunks = p.pp * p.interleave
     if p.partition == "embedding" and layers + 2 < chunks:
         raise ConfigError(f"{layers} layers and the embedding and output layers leave an "
                           f"empty chunk over pp·interleave = {chunks}",
                           key="parallelism.pp", source=source,
                           hint=f"pp·interleave at most {layers + 2}")
-
-
-def check_interleave(schedule: str, interleave: int, *, key: str = "interleave",
-                     source: str | None = None) -> None:
-    """``interleave`` (written at ``key``) >= 2 for the interleaved schedule, 2 for
-    dualpipev (its V of two chunks a stage), 1 otherwise."""
-    if schedule == "interleaved" and interleave < 2:
-        raise ConfigError("the interleaved schedule needs interleave >= 2", key=key,
-                          source=source, hint="or use schedule 1f1b")
-    if schedule == "dualpipev" and interleave != 2:
-        raise ConfigError(f"the dualpipev schedule runs two chunks a stage, got interleave "
-                          f"{interleave}", key=key, source=source, hint="set interleave: 2")
-    if schedule not in ("interleaved", "dualpipev") and interleave != 1:
-        raise ConfigError(f"interleave {interleave} needs schedule: interleaved", key=key,
-                          source=source)
 
 
 def check_uniform_split(layers: int, chunks: int, *, key: str = "pp",
@@ -624,10 +627,7 @@ def _check_training(t: TrainingConfig, p: ParallelConfig, *, source: str | None)
             f"{microbatches:,} micro-batches per pipeline per iteration, more than distsim "
             f"simulates ({MAX_MICROBATCHES:,})", key="training.global_batch", source=source,
             hint="raise training.micro_batch or parallelism.dp, or lower global_batch")
-    if p.schedule == "interleaved" and microbatches % p.pp:
-        raise ConfigError(
-            f"the interleaved schedule needs the {microbatches} micro-batches per pipeline "
-            f"to be a multiple of pp = {p.pp}", key="training.global_batch", source=source)
+    check_schedule_microbatches(p.schedule, p.pp, microbatches, source=source)
     check_choice(t.recompute, RECOMPUTE, key="training.recompute", source=source,
                  what="recompute mode")
     if t.seq_len is not None:

@@ -33,6 +33,18 @@ stage ``v − 1`` and a backward pass its gradient from ``v + 1``.
   with ``m ≥ 2p`` micro-batches in DeepSeek's own DualPipeV order, zero-bubble splits
   included, :func:`deepseek_v_program`), ``parallelism.moe_overlap`` a MoE layer's own
   halves.
+* **DualPipe** (DeepSeek-V3 report §3.2.1, deepseek-ai/DualPipe's ``dualpipe.py``): two
+  directions.  The model is cut into ``p`` stages and rank ``s`` holds two of them, stage
+  ``s`` and stage ``p − 1 − s`` — two copies of every stage's parameters, whose gradients
+  the pair sums (:func:`mirror_stage`).  Half the micro-batches go from rank 0 to rank
+  ``p − 1``, the other half back: chunk 0 of rank ``s`` is virtual stage ``s`` on the
+  first direction's way, chunk 1 virtual stage ``2p − 1 − s`` on the second's (the V's
+  numbering; :func:`route_ends` says where each direction enters and leaves), each holding
+  the layers of its model stage (``p`` chunks of layers, each placed twice).  The order is
+  DeepSeek's, which is DualPipeV's on the ranks ``min(s, p − 1 − s)`` of a half pipeline
+  with the chunks of the second half of the ranks swapped (:func:`deepseek_dualpipe_program`);
+  it needs an even ``m ≥ 2p``.  Its bubble, ``(p/2 − 1)(F&B + B − 3W)``, is DualPipeV's
+  formula on chunks twice as long.
 """
 
 from __future__ import annotations
@@ -44,11 +56,20 @@ from functools import lru_cache
 from distsim_gpu.simcore.errors import ConfigError, SimulationError
 
 __all__ = [
+    "BIDIRECTIONAL",
     "GRADIENT_PASSES",
     "V_SCHEDULES",
     "Step",
+    "check_interleave",
+    "check_schedule_microbatches",
+    "chunk_microbatches",
+    "deepseek_dualpipe_program",
     "deepseek_v_program",
+    "end_stages",
+    "mirror_stage",
+    "model_chunks",
     "peak_chunks_held",
+    "route_ends",
     "stage_of",
     "stage_program",
     "v_list_schedule",
@@ -60,7 +81,9 @@ Step = tuple[str, int, int]
 #: Passes that send a gradient to the stage before: a whole backward, or its input half.
 GRADIENT_PASSES = ("B", "I")
 #: Schedules that place a stage's two chunks as a V (chunk 1 of stage s is 2p − 1 − s).
-V_SCHEDULES = ("dualpipev",)
+V_SCHEDULES = ("dualpipev", "dualpipe")
+#: Schedules whose micro-batches run in two directions, each through one chunk a stage.
+BIDIRECTIONAL = ("dualpipe",)
 # Unit times of the list schedule that orders a V pipeline's passes (a chunk's forward,
 # its backward): only their ratio matters, backward about twice the forward's FLOP.
 _V_FORWARD, _V_BACKWARD = 1, 2
@@ -78,6 +101,74 @@ def stage_of(vs: int, pp: int, schedule: str = "1f1b") -> int:
     if schedule in V_SCHEDULES and vs >= pp:
         return 2 * pp - 1 - vs
     return vs % pp
+
+
+def model_chunks(schedule: str, pp: int, interleave: int) -> int:
+    """How many chunks the model's layers are cut into: ``pp·interleave``, or ``pp`` for
+    DualPipe, whose virtual stages hold every chunk twice (one a direction)."""
+    return pp if schedule in BIDIRECTIONAL else pp * interleave
+
+
+def route_ends(schedule: str, pp: int, interleave: int) -> tuple[tuple[int, ...],
+                                                                  tuple[int, ...]]:
+    """The virtual stages where micro-batches enter (the embedding's) and leave (the
+    output layer's and the loss's): one each, or DualPipe's two directions'."""
+    if schedule in BIDIRECTIONAL:
+        return (0, pp), (pp - 1, 2 * pp - 1)
+    return (0,), (pp * interleave - 1,)
+
+
+def end_stages(schedule: str, pp: int, interleave: int) -> tuple[frozenset[int],
+                                                                  frozenset[int]]:
+    """The stages holding the embedding and those holding the output layer (the last
+    stage; the first in a V; both ends under DualPipe, each holding both)."""
+    starts, ends = route_ends(schedule, pp, interleave)
+    return (frozenset(stage_of(vs, pp, schedule) for vs in starts),
+            frozenset(stage_of(vs, pp, schedule) for vs in ends))
+
+
+def mirror_stage(stage: int, pp: int) -> int:
+    """The rank that holds DualPipe's other copy of ``stage``'s two model stages."""
+    return pp - 1 - stage
+
+
+def chunk_microbatches(schedule: str, microbatches: int) -> int:
+    """How many micro-batches each chunk of a stage runs: half of them under DualPipe
+    (each direction's), else all."""
+    return microbatches // 2 if schedule in BIDIRECTIONAL else microbatches
+
+
+def check_interleave(schedule: str, interleave: int, *, key: str = "interleave",
+                     source: str | None = None) -> None:
+    """``interleave`` (written at ``key``) >= 2 for the interleaved schedule, 2 for
+    dualpipev and dualpipe (their two chunks a stage), 1 otherwise."""
+    if schedule == "interleaved" and interleave < 2:
+        raise ConfigError("the interleaved schedule needs interleave >= 2", key=key,
+                          source=source, hint="or use schedule 1f1b")
+    if schedule in V_SCHEDULES and interleave != 2:
+        raise ConfigError(f"the {schedule} schedule runs two chunks a stage, got interleave "
+                          f"{interleave}", key=key, source=source, hint="set interleave: 2")
+    if schedule not in ("interleaved", *V_SCHEDULES) and interleave != 1:
+        raise ConfigError(f"interleave {interleave} needs schedule: interleaved", key=key,
+                          source=source)
+
+
+def check_schedule_microbatches(schedule: str, pp: int, microbatches: int, *,
+                                source: str | None = None) -> None:
+    """The micro-batches a schedule can run: whole groups of ``pp`` interleaved, an even
+    number of at least ``2·pp`` under DualPipe (its two directions' halves; DeepSeek's
+    order asserts the same)."""
+    if schedule == "interleaved" and microbatches % pp:
+        raise ConfigError(
+            f"the interleaved schedule needs the {microbatches} micro-batches per pipeline "
+            f"to be a multiple of pp = {pp}", key="training.global_batch", source=source)
+    if schedule in BIDIRECTIONAL and (microbatches % 2 or microbatches < 2 * pp):
+        raise ConfigError(
+            f"DualPipe needs an even number of micro-batches per pipeline, at least 2·pp = "
+            f"{2 * pp} (half go each way), got {microbatches}",
+            key="training.global_batch", source=source,
+            hint=f"a global batch of at least {2 * pp}·micro_batch·dp sequences, "
+                 "an even number of micro-batches")
 
 
 def _interleaved_unit(k: int, *, pp: int, chunks: int, forward: bool) -> tuple[int, int]:
@@ -125,10 +216,12 @@ def stage_program(schedule: str, *, pp: int, stage: int, microbatches: int,
             mb, chunk = _interleaved_unit(k, pp=pp, chunks=v, forward=False)
             program.append(("B", mb, chunk))
         return program
+    if schedule in BIDIRECTIONAL:
+        return deepseek_dualpipe_program(pp, m, stage)[0]
     if schedule in V_SCHEDULES:
         return list(_v_programs(pp, m, fb_overlap)[stage])
     raise ConfigError(f"unknown schedule {schedule!r}", key="parallelism.schedule",
-                      hint="valid: gpipe, 1f1b, interleaved, dualpipev")
+                      hint="valid: gpipe, 1f1b, interleaved, dualpipev, dualpipe")
 
 
 def peak_chunks_held(program: list[Step]) -> int:
@@ -206,6 +299,25 @@ def deepseek_v_program(pp: int, m: int, stage: int) -> tuple[list[Step], list[in
     if order.deferred:  # DualPipe asserts its queue is empty here
         raise SimulationError(f"DualPipeV's order left {len(order.deferred)} weight passes")
     return order.steps, order.pairs
+
+
+def deepseek_dualpipe_program(pp: int, m: int, stage: int) -> tuple[list[Step], list[int]]:
+    """Stage ``stage``'s passes in DeepSeek's DualPipe order (``dualpipe.py``, ``m ≥ 2·pp``
+    micro-batches, ``m/2`` each way), and where its forward-backward pairs start.
+
+    DualPipe's eight steps are DualPipeV's (:func:`deepseek_v_program`) with ``p/2`` ranks,
+    ``m/2`` micro-batches and the rank's distance from the nearer end, ``min(s, p − 1 −
+    s)``, as its stage: its code names the passes by phase, and a phase is the first
+    direction's chunk on the first half of the ranks and the second's on the other half
+    (``phase ^= is_in_second_half``) — so a rank of the second half runs its order with
+    the two chunks swapped.  The middle ranks run their first forward and backward of the
+    main part apart, as DualPipeV's last stage does."""
+    if pp % 2 or m % 2:  # a caller's mistake: validation refuses both
+        raise ValueError(f"DualPipe's order needs an even pp and m, got pp {pp}, m {m}")
+    steps, pairs = deepseek_v_program(pp // 2, m // 2, min(stage, pp - 1 - stage))
+    if stage >= pp // 2:
+        steps = [(pass_, mb, 1 - chunk) for pass_, mb, chunk in steps]
+    return steps, pairs
 
 
 class _StepOrder:

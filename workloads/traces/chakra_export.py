@@ -190,8 +190,9 @@ class _Exporter:
     def _members(self, group: RankGroup, peer: PeerGroup) -> list[RankGroup]:
         """Every rank group of ``group``'s communicator among ``peer`` (unfolded)."""
         sim, par = self.sim, self.sim.spec.parallel
-        if peer.peering is Peering.ENDS:
-            return [sim.groups[0][group.replica], sim.groups[par.pp - 1][group.replica]]
+        if peer.peering is Peering.ENDS:  # the stage and its mirror
+            pair = sorted((group.stage, par.pp - 1 - group.stage))
+            return [sim.groups[s][group.replica] for s in pair]
         stage_groups = sim.groups[group.stage]
         if peer.peering is Peering.BLOCK:
             size = self.block_sizes[peer.name]
