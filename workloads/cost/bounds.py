@@ -74,25 +74,15 @@ from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.collectives.plan import CollectivePlan
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
+from distsim_gpu.workloads.cost.bound_shape import Lanes, StrategyShape
 from distsim_gpu.workloads.cost.compute import CostModel
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
 from distsim_gpu.workloads.specs.recompute_modules import pass_communication
 from distsim_gpu.workloads.strategy.expert_grid import expert_block
-from distsim_gpu.workloads.strategy.parallel import (
-    ParallelConfig,
-    Placement,
-    TrainingConfig,
-    chunk_layers,
-)
-from distsim_gpu.workloads.strategy.schedule import (
-    BIDIRECTIONAL,
-    chunk_microbatches,
-    route_ends,
-    stage_of,
-    virtual_stage,
-)
+from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
+from distsim_gpu.workloads.strategy.schedule import BIDIRECTIONAL
 
 __all__ = ["IterationBound", "IterationBounds", "gathered_pass_s", "transfer_lower_bound_s"]
 
@@ -102,7 +92,6 @@ BOUND_SLACK = 1e-6
 # Bytes per link of a call: (link positions, bytes), for adding up with numpy.
 _Loads = tuple[np.ndarray, np.ndarray]
 _NO_LOADS: _Loads = (np.zeros(0, np.int64), np.zeros(0))
-Lanes = tuple[tuple[int, ...], ...]
 
 
 class IterationBound(NamedTuple):
@@ -146,103 +135,6 @@ def transfer_lower_bound_s(comm: Communicator, plan: CollectivePlan, size_bytes:
 
 
 # --------------------------------------------------------------------------- one strategy
-
-
-@dataclass(frozen=True, slots=True)
-class _Shape:
-    """What one bound needs of a strategy: degrees, message sizes and rank groups."""
-
-    parallel: ParallelConfig
-    training: TrainingConfig
-    microbatches: int
-    seq_len: int
-    placement: Placement
-    chunks: list[tuple[int, int]]
-    tp_bytes: float
-    p2p_bytes: float
-    a2a_bytes: float
-    grad_op: str
-    tp_kinds: tuple[str, ...]
-    tp_ranks: list[tuple[int, ...]]  # stage -> replica 0's tensor-parallel group
-    dp_ranks: list[tuple[int, ...]]  # stage -> tensor rank 0's data-parallel group
-    dp_lanes: list[Lanes]  # stage -> its data-parallel groups, one per tensor rank
-
-    def tp_size(self, kind: str) -> float:
-        """Bytes of one TP collective of ``kind``: an FP8 run's all-gathers at the FP8
-        cast's half, which a stack may or may not gather (a bound must not exceed)."""
-        if kind == "all_gather" and self.training.precision == "fp8":
-            return self.tp_bytes / 2
-        return self.tp_bytes
-
-    @classmethod
-    def of(cls, model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
-           microbatches: int) -> _Shape:
-        pp, tp = parallel.pp, parallel.tp
-        placement = Placement(parallel)
-        # A 2-D/2.5-D/3-D mesh (workloads.strategy.tp_nd) splits the element-wise work as sequence
-        # parallelism does; its sub-group collectives are left out, which keeps a bound.
-        mesh = parallel.tp_mode != "1d"
-        tp_kinds = () if mesh else traffic.tp_collective_kinds(parallel)
-        if mesh:
-            parallel = replace(parallel, sequence_parallel=True)
-        # A context-parallel rank's s/cp tokens: its layers and messages.  Its ring and
-        # the cp - 1 further attention blocks are left out, which keeps a lower bound.
-        local = traffic.rank_training(model, parallel, training)
-        return cls(
-            parallel=parallel, training=training, microbatches=microbatches,
-            seq_len=traffic.seq_len_of(model, local), placement=placement,
-            chunks=chunk_layers(model.layers, pp, parallel.interleave, parallel.partition,
-                                parallel.schedule),
-            tp_bytes=traffic.tp_message_bytes(model, local),
-            p2p_bytes=traffic.pipeline_message_bytes(model, parallel, local),
-            # Both expert all-to-alls at the smaller of their sizes (DeepEP's FP8 dispatch
-            # is smaller than its combine), which keeps a lower bound.
-            a2a_bytes=traffic.dispatch_bytes(model, parallel, local, "deepep"),
-            grad_op=traffic.gradient_reduce_op(parallel),
-            tp_kinds=tp_kinds,
-            tp_ranks=[placement.tp_group(0, s) for s in range(pp)],
-            dp_ranks=[placement.dp_group(0, s) for s in range(pp)],
-            dp_lanes=[tuple(placement.dp_group(t, s) for t in range(tp)) for s in range(pp)])
-
-    @property
-    def virtual_stages(self) -> int:
-        return len(self.chunks)
-
-    @property
-    def chunk_mb(self) -> int:
-        """Micro-batches each chunk runs (half of them each way under DualPipe)."""
-        return chunk_microbatches(self.parallel.schedule, self.microbatches)
-
-    @property
-    def ends(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Where micro-batches enter and leave (virtual stages)."""
-        p = self.parallel
-        return route_ends(p.schedule, p.pp, p.interleave)
-
-    def stage(self, vs: int) -> int:
-        """The stage holding virtual stage ``vs``."""
-        return stage_of(vs, self.parallel.pp, self.parallel.schedule)
-
-    def own(self, stage: int) -> list[int]:
-        """The virtual stages ``stage`` holds."""
-        p = self.parallel
-        return [virtual_stage(stage, c, p.pp, p.schedule) for c in range(p.interleave)]
-
-    @property
-    def sharded(self) -> bool:
-        return traffic.gathers_layer_params(self.parallel)
-
-    @property
-    def backward_passes(self) -> int:
-        """Passes of a layer's blocking calls in its backward: two with full recompute
-        (the recomputed forward's and the backward's)."""
-        return 2 if self.training.recompute == "full" else 1
-
-    @property
-    def shard(self) -> dict[str, Any]:
-        """The cost model's shard arguments."""
-        return {"micro_batch": self.training.micro_batch, "seq_len": self.seq_len,
-                "tp": self.parallel.tp, "sequence_parallel": self.parallel.sequence_parallel}
 
 
 @dataclass(slots=True)
@@ -329,7 +221,7 @@ class IterationBounds:
         ``everyone=False`` leaves the calls of replicas other than 0 out of the link volume
         (chain 5): a weaker bound, ~3x cheaper for many replicas, for ranking strategies.
         """
-        shape = _Shape.of(self.model, parallel, training, microbatches)
+        shape = StrategyShape.of(self.model, parallel, training, microbatches)
         tally = _Tally()
         chunks = [self._chunk(shape, vs, tally, everyone)
                   for vs in range(shape.virtual_stages)]
@@ -342,7 +234,7 @@ class IterationBounds:
         return IterationBound(lower, estimate)
 
     # ----------------------------------------------------------------- cached terms
-    def _layer_time(self, pass_: str, layer: int, shape: _Shape) -> float:
+    def _layer_time(self, pass_: str, layer: int, shape: StrategyShape) -> float:
         model, parallel = self.model, shape.parallel
         moe = model.is_moe_layer(layer)
         recompute = shape.training.recompute
@@ -449,7 +341,7 @@ class IterationBounds:
         return cached
 
     # ----------------------------------------------------------------- chain 1: passes
-    def _chunk(self, shape: _Shape, vs: int, tally: _Tally, everyone: bool) -> _Chunk:
+    def _chunk(self, shape: StrategyShape, vs: int, tally: _Tally, everyone: bool) -> _Chunk:
         """Virtual stage ``vs``'s passes (chain 1) and, with data parallelism, the
         gradient reductions of its last backward (chain 3)."""
         model, costs, f = self.model, self.costs, self.speedup_factor
@@ -483,7 +375,7 @@ class IterationBounds:
                                                   chunk.bwd_lower_s, tally)
         return chunk
 
-    def _chunk_layers(self, shape: _Shape, vs: int, tally: _Tally, everyone: bool,
+    def _chunk_layers(self, shape: StrategyShape, vs: int, tally: _Tally, everyone: bool,
                       ) -> list[_Layer]:
         """The layers of virtual stage ``vs``, their blocking calls counted in ``tally``."""
         model, parallel, placement = self.model, shape.parallel, shape.placement
@@ -531,7 +423,7 @@ class IterationBounds:
             layers.append(replace(terms, rerun_s=rerun[0], rerun_low_s=rerun[1]))
         return layers
 
-    def _rerun_calls(self, shape: _Shape, layer: int, tp: tuple[float, float],
+    def _rerun_calls(self, shape: StrategyShape, layer: int, tp: tuple[float, float],
                      ep_lanes: tuple[Any, ...], ep_all: tuple[Any, ...], tally: _Tally,
                      ) -> tuple[float, float]:
         """The calls a selective recompute runs again in layer ``layer``'s backward, as
@@ -554,7 +446,7 @@ class IterationBounds:
             return tp
         return 0.0, 0.0
 
-    def _layer_terms(self, shape: _Shape, layer: int, stage: int, calls: float,
+    def _layer_terms(self, shape: StrategyShape, layer: int, stage: int, calls: float,
                      calls_low: float, gathered: bool, tally: _Tally) -> _Layer:
         """One layer's terms; with ZeRO-3 its gathers and reductions counted in ``tally``."""
         fwd = self._layer_time("fwd", layer, shape)
@@ -574,7 +466,7 @@ class IterationBounds:
         return _Layer(fwd, bwd, calls, calls_low, gather, gather_low, reduce)
 
     # ----------------------------------------------------------------- chain 3: DP tail
-    def _last_reductions(self, shape: _Shape, vs: int,
+    def _last_reductions(self, shape: StrategyShape, vs: int,
                          backward: Sequence[tuple[float, float]], head_s: float,
                          pass_s: float, tally: _Tally) -> list[tuple[float, float]]:
         """The last micro-batch's gradient reductions of virtual stage ``vs``'s backward
@@ -601,7 +493,7 @@ class IterationBounds:
                                                        first_chunk=vs in shape.ends[0])]
 
     # ----------------------------------------------------------------- chain 2: pipeline
-    def _pipeline_sends(self, shape: _Shape, tally: _Tally) -> list[float]:
+    def _pipeline_sends(self, shape: StrategyShape, tally: _Tally) -> list[float]:
         """Per virtual stage, the lower bound of its forward send to the next one; both
         directions counted on the link volume for every micro-batch."""
         p2p, m = shape.p2p_bytes, shape.chunk_mb
@@ -616,7 +508,7 @@ class IterationBounds:
             tally.add(("pairs", there, here, p2p), m)
         return send_f
 
-    def _last_pass_ends(self, shape: _Shape, chunks: Sequence[_Chunk], tally: _Tally,
+    def _last_pass_ends(self, shape: StrategyShape, chunks: Sequence[_Chunk], tally: _Tally,
                         ) -> list[float]:
         """Per stage, the bound of when its last pass (chunk 0's last backward) ends.
         Under DualPipe a stage may start and end with either direction's passes: only
@@ -638,7 +530,7 @@ class IterationBounds:
                                   last_end[s + 1] + gradient + chunks[s].bwd_lower_s)
         return last_end
 
-    def _meeting_arrivals(self, shape: _Shape, chunks: Sequence[_Chunk],
+    def _meeting_arrivals(self, shape: StrategyShape, chunks: Sequence[_Chunk],
                           last_end: Sequence[float], tally: _Tally) -> list[float]:
         """Per stage, when it reaches the gradient-norm meeting: after its last pass, its
         gradient buckets (chain 3) and the tied-embedding all-reduce."""
@@ -660,7 +552,7 @@ class IterationBounds:
         return arrive
 
     # ----------------------------------------------------------------- chain 4: the step
-    def _after_meeting(self, shape: _Shape, tally: _Tally) -> tuple[float, float, float]:
+    def _after_meeting(self, shape: StrategyShape, tally: _Tally) -> tuple[float, float, float]:
         """``(optimizer_s, finish_s, dp_comm_s)``: the longest optimizer step, the bound
         of the longest step and ZeRO-1/2 gather after the meeting, and the uncontended
         data-parallel reduction of a whole stage (for the estimate)."""
@@ -706,7 +598,7 @@ class IterationBounds:
         return float((volume / self._capacity).max())
 
 
-def _stage_estimate_s(shape: _Shape, chunks: Sequence[_Chunk]) -> float:
+def _stage_estimate_s(shape: StrategyShape, chunks: Sequence[_Chunk]) -> float:
     """The compute-and-collectives critical path of the slowest stage: the ramp of the
     stages before it, then ``m`` micro-batches of its chunks' passes."""
     pp, m = shape.parallel.pp, shape.chunk_mb

@@ -14,10 +14,11 @@ that builds them (a mixin: it uses the builder's costs, bytes and collective hel
   dispatch gradients under the backward's expert weight gradients, the forward's combine
   under the backward's attention.  Each block's time is its share of the layer pass
   (:func:`~workloads.cost.compute.blocks.block_shares`);
-* DualPipe's zero-bubble split of a backward (DeepSeek's DualPipeV order under
-  ``fb_overlap``): its input half (``"I"``) runs the layers' input gradients and sends
-  the gradient on, its weight half (``"W"``) later the weight gradients and the gradient
-  buckets they fill.
+* DualPipe's zero-bubble split of a backward (DeepSeek's orders): its input half
+  (``"I"``) runs the layers' input gradients and sends the gradient on, its weight half
+  (``"W"``) later the weight gradients and the gradient buckets they fill;
+* ``parallelism.overlap_param_gather`` — the distributed optimizer's parameter gathers by
+  bucket during the forward (:meth:`OverlappedOps._param_gathers`).
 """
 
 from __future__ import annotations
@@ -27,14 +28,24 @@ from typing import Any
 from distsim_gpu.workloads.cost.compute.blocks import BlockShares, block_shares
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.tp_overlap import paired_gemms_s
-from distsim_gpu.workloads.cost.traffic import gradient_reduce_op, reduces_in_buckets
+from distsim_gpu.workloads.cost.traffic import (
+    activation_bytes_per_element,
+    grad_bytes_per_element,
+    gradient_reduce_op,
+    reduces_in_buckets,
+    stage_param_bytes,
+)
 from distsim_gpu.workloads.iteration.amax import fp8_linears
 from distsim_gpu.workloads.iteration.ops import Collective, Compute, Op, TpOverlap, Wait
 from distsim_gpu.workloads.strategy.dimensions import async_handle
 from distsim_gpu.workloads.strategy.fb_pairs import Pair
 from distsim_gpu.workloads.strategy.schedule import virtual_stage
 
-__all__ = ["OverlappedOps"]
+__all__ = ["OverlappedOps", "ParamBuckets"]
+
+#: A chunk's parameter buckets in the order its forward needs them: (the layer before which
+#: the forward waits for it, None: the chunk's start; bytes per GPU; handle).
+ParamBuckets = tuple[tuple[int | None, float, str], ...]
 
 
 class OverlappedOps:
@@ -288,3 +299,33 @@ class OverlappedOps:
             ops.append(self._async_dp(gradient_reduce_op(par), buckets[None],
                                       f"grads of chunk {chunk}"))
         return ops
+
+    def _param_gathers(self, stage: int) -> dict[int, ParamBuckets]:
+        """``overlap_param_gather``: per model chunk of ``stage``, the distributed
+        optimizer's parameter buckets — its gradient buckets, at the parameters' width — in
+        the order the forward needs them.  What the buckets leave out of the stage's
+        parameters (norms, position and output embeddings, narrower layer groups) joins
+        the bucket gathered first, or on the last stage the one gathered last (the output
+        layer is used last)."""
+        par = self.parallel
+        width = (activation_bytes_per_element(self.training.precision)
+                 / grad_bytes_per_element(par.grad_reduce_precision))
+        plan: dict[int, list[list[Any]]] = {}
+        for chunk in range(par.interleave):
+            vs = virtual_stage(stage, chunk, par.pp, par.schedule)
+            order = list(reversed(range(*self.chunks[vs])))
+            buckets = self._buckets(order, first_chunk=vs in self.entries)
+            # The end-of-pass bucket (None) holds the forward's first layers.
+            ahead = sorted(buckets, key=lambda p: (p is not None, -(p or 0)))
+            plan[chunk] = [[None if p is None else order[p - 1], buckets[p] * width, ""]
+                           for p in ahead]
+        rest = stage_param_bytes(self.model, par, self.training, stage) - sum(
+            b[1] for buckets in plan.values() for b in buckets)
+        if not plan[0]:
+            plan[0].append([None, 0.0, ""])
+        target = (plan[par.interleave - 1][-1] if stage == par.pp - 1 and par.pp > 1
+                  and plan[par.interleave - 1] else plan[0][0])
+        target[1] += max(rest, 0.0)
+        return {chunk: tuple((at, size, f"params {chunk}.{n}")
+                             for n, (at, size, _h) in enumerate(buckets))
+                for chunk, buckets in plan.items() if buckets}

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 from distsim_gpu.workloads.cost.compute import CostModel
 from distsim_gpu.workloads.cost.compute.blocks import block_shares
@@ -81,12 +80,13 @@ from distsim_gpu.workloads.iteration.ops import (
     TpOverlap,
     Wait,
 )
-from distsim_gpu.workloads.iteration.overlaps import OverlappedOps
+from distsim_gpu.workloads.iteration.overlaps import OverlappedOps, ParamBuckets
 from distsim_gpu.workloads.iteration.run_hints import PLAIN, RunHints
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
 from distsim_gpu.workloads.specs.recompute import table_pass as recompute_table_pass
 from distsim_gpu.workloads.specs.recompute_modules import PassCommunication, pass_communication
+from distsim_gpu.workloads.strategy import schedule as pipeline
 from distsim_gpu.workloads.strategy.dimensions import async_handle
 from distsim_gpu.workloads.strategy.fb_pairs import Pair, Unit, paired_programs
 from distsim_gpu.workloads.strategy.layer_groups import (
@@ -99,21 +99,10 @@ from distsim_gpu.workloads.strategy.layer_groups import (
 )
 from distsim_gpu.workloads.strategy.operator_sharding import split_extra_s
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig, chunk_layers
-from distsim_gpu.workloads.strategy.schedule import (
-    BIDIRECTIONAL,
-    chunk_microbatches,
-    end_stages,
-    route_ends,
-    stage_program,
-    virtual_stage,
-)
 from distsim_gpu.workloads.strategy.tp_nd import layer_comm, mesh_of
 
 __all__ = ["StreamBuilder", "fuse"]
 
-#: A chunk's parameter buckets in the order its forward needs them: (the layer before which
-#: the forward waits for it, None: the chunk's start; bytes per GPU; handle).
-ParamBuckets = tuple[tuple[int | None, float, str], ...]
 
 
 class StreamBuilder(OverlappedOps):
@@ -134,7 +123,7 @@ class StreamBuilder(OverlappedOps):
         self.virtual_stages = parallel.pp * parallel.interleave
         self.chunks = chunk_layers(model.layers, parallel.pp, parallel.interleave,
                                    parallel.partition, parallel.schedule)
-        self.entries, self.exits = route_ends(parallel.schedule, parallel.pp,
+        self.entries, self.exits = pipeline.route_ends(parallel.schedule, parallel.pp,
                                               parallel.interleave)
         # Every layer and micro-batch sends messages of the same sizes: count them once.
         self.tp_kinds = tp_collective_kinds(parallel)
@@ -199,7 +188,7 @@ class StreamBuilder(OverlappedOps):
     def stage_stream(self, stage: int) -> list[Op]:
         """Everything stage ``stage`` runs in one iteration, in order."""
         par = self.parallel
-        last_mb = chunk_microbatches(par.schedule, self.microbatches) - 1
+        last_mb = pipeline.chunk_microbatches(par.schedule, self.microbatches) - 1
         sharded = gathers_layer_params(par) and par.dp_cp > 1
         launched_dp = False
         stream: list[Op] = []
@@ -211,7 +200,7 @@ class StreamBuilder(OverlappedOps):
         program: Sequence[Unit] = (
             paired_programs(par.schedule, pp=par.pp, microbatches=self.microbatches,
                             interleave=par.interleave)[stage] if par.fb_overlap
-            else stage_program(par.schedule, pp=par.pp, stage=stage,
+            else pipeline.stage_program(par.schedule, pp=par.pp, stage=stage,
                                microbatches=self.microbatches, interleave=par.interleave))
         for unit in program:
             steps = (unit.forward, unit.backward) if isinstance(unit, Pair) else (unit,)
@@ -219,7 +208,7 @@ class StreamBuilder(OverlappedOps):
             # gradient from the one after to the one before (a split backward's weight
             # half, "W", neither receives nor sends).
             sides = [("F" if pass_ == "F" else "B", mb,
-                      virtual_stage(stage, chunk, par.pp, par.schedule))
+                      pipeline.virtual_stage(stage, chunk, par.pp, par.schedule))
                      for pass_, mb, chunk in steps if pass_ != "W"]
             stream.extend(Recv(pass_, mb, vs) for pass_, mb, vs in sides
                           if vs not in (self.entries if pass_ == "F" else self.exits))
@@ -251,11 +240,11 @@ class StreamBuilder(OverlappedOps):
         model, par = self.model, self.parallel
         ops: list[Op] = [Wait()]
         # The tied embedding's two ends: on one stage in a V (no all-reduce between them).
-        firsts, lasts = end_stages(par.schedule, par.pp, par.interleave)
+        firsts, lasts = pipeline.end_stages(par.schedule, par.pp, par.interleave)
         if firsts != lasts and model.tied_embeddings and stage in firsts | lasts:
             ops.append(Collective("all_reduce", word_embedding_grad_bytes(model, par),
                                   "tied embedding grads", group="embedding"))
-        if par.schedule in BIDIRECTIONAL:
+        if par.schedule in pipeline.BIDIRECTIONAL:
             # DualPipe's two copies of each model stage sum their (reduced, ZeRO-sharded)
             # gradients, the tied embedding's among them, before either steps.
             ops.append(Collective("all_reduce", optimizer_params(model, par, stage)
@@ -281,7 +270,7 @@ class StreamBuilder(OverlappedOps):
         key = (stage, chunk, pass_, last, fold, bool(waits))
         cached = self._passes.get(key)
         if cached is None:
-            vs = virtual_stage(stage, chunk, self.parallel.pp,
+            vs = pipeline.virtual_stage(stage, chunk, self.parallel.pp,
                                self.parallel.schedule)
             ops = (self._forward(vs, fold, waits) if pass_ == "F"
                    else self.weight_pass(vs, chunk, last) if pass_ == "W"
@@ -617,36 +606,6 @@ class StreamBuilder(OverlappedOps):
                                    [order[p - 1] for p in wide], first_chunk=first_chunk)
         return {None if b.after_layers is None else wide[b.after_layers - 1]: b.size_bytes
                 for b in buckets}
-
-    def _param_gathers(self, stage: int) -> dict[int, ParamBuckets]:
-        """``overlap_param_gather``: per model chunk of ``stage``, the distributed
-        optimizer's parameter buckets — its gradient buckets, at the parameters' width — in
-        the order the forward needs them.  What the buckets leave out of the stage's
-        parameters (norms, position and output embeddings, narrower layer groups) joins
-        the bucket gathered first, or on the last stage the one gathered last (the output
-        layer is used last)."""
-        par = self.parallel
-        width = (activation_bytes_per_element(self.training.precision)
-                 / grad_bytes_per_element(par.grad_reduce_precision))
-        plan: dict[int, list[list[Any]]] = {}
-        for chunk in range(par.interleave):
-            vs = virtual_stage(stage, chunk, par.pp, par.schedule)
-            order = list(reversed(range(*self.chunks[vs])))
-            buckets = self._buckets(order, first_chunk=vs in self.entries)
-            # The end-of-pass bucket (None) holds the forward's first layers.
-            ahead = sorted(buckets, key=lambda p: (p is not None, -(p or 0)))
-            plan[chunk] = [[None if p is None else order[p - 1], buckets[p] * width, ""]
-                           for p in ahead]
-        rest = stage_param_bytes(self.model, par, self.training, stage) - sum(
-            b[1] for buckets in plan.values() for b in buckets)
-        if not plan[0]:
-            plan[0].append([None, 0.0, ""])
-        target = (plan[par.interleave - 1][-1] if stage == par.pp - 1 and par.pp > 1
-                  and plan[par.interleave - 1] else plan[0][0])
-        target[1] += max(rest, 0.0)
-        return {chunk: tuple((at, size, f"params {chunk}.{n}")
-                             for n, (at, size, _h) in enumerate(buckets))
-                for chunk, buckets in plan.items() if buckets}
 
     def _reduce_narrow(self, ops: list[Op], layer: int) -> None:
         """A narrower layer's gradients (``P/tp_i`` per GPU) all-reduced, as DDP does over

@@ -1,0 +1,125 @@
+"""The shape of a parallel strategy as an iteration bound reads it
+(:mod:`workloads.cost.bounds`): its degrees, message sizes, rank groups and where its
+pipeline's chunks sit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import distsim_gpu.workloads.cost.traffic as traffic
+from distsim_gpu.workloads.specs.models import ModelSpec
+from distsim_gpu.workloads.strategy.parallel import (
+    ParallelConfig,
+    Placement,
+    TrainingConfig,
+    chunk_layers,
+)
+from distsim_gpu.workloads.strategy.schedule import (
+    chunk_microbatches,
+    route_ends,
+    stage_of,
+    virtual_stage,
+)
+
+__all__ = ["Lanes", "StrategyShape"]
+
+#: Communicators as tuples of global ranks.
+Lanes = tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyShape:
+    """What one bound needs of a strategy: degrees, message sizes and rank groups."""
+
+    parallel: ParallelConfig
+    training: TrainingConfig
+    microbatches: int
+    seq_len: int
+    placement: Placement
+    chunks: list[tuple[int, int]]
+    tp_bytes: float
+    p2p_bytes: float
+    a2a_bytes: float
+    grad_op: str
+    tp_kinds: tuple[str, ...]
+    tp_ranks: list[tuple[int, ...]]  # stage -> replica 0's tensor-parallel group
+    dp_ranks: list[tuple[int, ...]]  # stage -> tensor rank 0's data-parallel group
+    dp_lanes: list[Lanes]  # stage -> its data-parallel groups, one per tensor rank
+
+    def tp_size(self, kind: str) -> float:
+        """Bytes of one TP collective of ``kind``: an FP8 run's all-gathers at the FP8
+        cast's half, which a stack may or may not gather (a bound must not exceed)."""
+        if kind == "all_gather" and self.training.precision == "fp8":
+            return self.tp_bytes / 2
+        return self.tp_bytes
+
+    @classmethod
+    def of(cls, model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
+           microbatches: int) -> StrategyShape:
+        pp, tp = parallel.pp, parallel.tp
+        placement = Placement(parallel)
+        # A 2-D/2.5-D/3-D mesh (workloads.strategy.tp_nd) splits the element-wise work as sequence
+        # parallelism does; its sub-group collectives are left out, which keeps a bound.
+        mesh = parallel.tp_mode != "1d"
+        tp_kinds = () if mesh else traffic.tp_collective_kinds(parallel)
+        if mesh:
+            parallel = replace(parallel, sequence_parallel=True)
+        # A context-parallel rank's s/cp tokens: its layers and messages.  Its ring and
+        # the cp - 1 further attention blocks are left out, which keeps a lower bound.
+        local = traffic.rank_training(model, parallel, training)
+        return cls(
+            parallel=parallel, training=training, microbatches=microbatches,
+            seq_len=traffic.seq_len_of(model, local), placement=placement,
+            chunks=chunk_layers(model.layers, pp, parallel.interleave, parallel.partition,
+                                parallel.schedule),
+            tp_bytes=traffic.tp_message_bytes(model, local),
+            p2p_bytes=traffic.pipeline_message_bytes(model, parallel, local),
+            # Both expert all-to-alls at the smaller of their sizes (DeepEP's FP8 dispatch
+            # is smaller than its combine), which keeps a lower bound.
+            a2a_bytes=traffic.dispatch_bytes(model, parallel, local, "deepep"),
+            grad_op=traffic.gradient_reduce_op(parallel),
+            tp_kinds=tp_kinds,
+            tp_ranks=[placement.tp_group(0, s) for s in range(pp)],
+            dp_ranks=[placement.dp_group(0, s) for s in range(pp)],
+            dp_lanes=[tuple(placement.dp_group(t, s) for t in range(tp)) for s in range(pp)])
+
+    @property
+    def virtual_stages(self) -> int:
+        return len(self.chunks)
+
+    @property
+    def chunk_mb(self) -> int:
+        """Micro-batches each chunk runs (half of them each way under DualPipe)."""
+        return chunk_microbatches(self.parallel.schedule, self.microbatches)
+
+    @property
+    def ends(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Where micro-batches enter and leave (virtual stages)."""
+        p = self.parallel
+        return route_ends(p.schedule, p.pp, p.interleave)
+
+    def stage(self, vs: int) -> int:
+        """The stage holding virtual stage ``vs``."""
+        return stage_of(vs, self.parallel.pp, self.parallel.schedule)
+
+    def own(self, stage: int) -> list[int]:
+        """The virtual stages ``stage`` holds."""
+        p = self.parallel
+        return [virtual_stage(stage, c, p.pp, p.schedule) for c in range(p.interleave)]
+
+    @property
+    def sharded(self) -> bool:
+        return traffic.gathers_layer_params(self.parallel)
+
+    @property
+    def backward_passes(self) -> int:
+        """Passes of a layer's blocking calls in its backward: two with full recompute
+        (the recomputed forward's and the backward's)."""
+        return 2 if self.training.recompute == "full" else 1
+
+    @property
+    def shard(self) -> dict[str, Any]:
+        """The cost model's shard arguments."""
+        return {"micro_batch": self.training.micro_batch, "seq_len": self.seq_len,
+                "tp": self.parallel.tp, "sequence_parallel": self.parallel.sequence_parallel}
