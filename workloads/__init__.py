@@ -49,7 +49,6 @@ from distsim_gpu.workloads.cost.memory import (
     MemoryBreakdown,
     activation_bytes_per_layer,
     memory_per_gpu,
-    microbatches_in_flight,
 )
 from distsim_gpu.workloads.cost.parameters import StageParams, params_on_gpu, stage_layers
 from distsim_gpu.workloads.cost.profile_layer import LayerTiming, ProfileSettings, profile_layer
@@ -83,6 +82,7 @@ from distsim_gpu.workloads.strategy.parallel import (
     parallel_from_mapping,
     training_from_mapping,
 )
+from distsim_gpu.workloads.strategy.schedule import microbatches_in_flight
 
 __all__ = [
     "GPU_PRESETS",

@@ -5,10 +5,12 @@ layer sit."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.compute import RooflineCosts
-from distsim_gpu.workloads.cost.memory import microbatches_in_flight
+from distsim_gpu.workloads.cost.memory import memory_per_gpu
 from distsim_gpu.workloads.cost.parameters import Chunking, params_on_gpu, stage_layers
 from distsim_gpu.workloads.cost.traffic import optimizer_params
 from distsim_gpu.workloads.iteration.ops import Collective
@@ -23,6 +25,8 @@ from distsim_gpu.workloads.strategy.parallel import (
     chunk_layers,
 )
 from distsim_gpu.workloads.strategy.schedule import (
+    microbatches_in_flight,
+    peak_bytes_held,
     peak_chunks_held,
     route_ends,
     stage_of,
@@ -336,3 +340,43 @@ def test_bad_dualpipe_strategies_are_clear_errors(parallel, batch, message) -> N
     gpus = parallel.pp * parallel.dp
     with pytest.raises(ConfigError, match=message):
         check_strategy(model, parallel, TrainingConfig(global_batch=batch), num_gpus=gpus)
+
+
+@settings(max_examples=30, deadline=None)
+@given(schedule_name=st.sampled_from([V, DUAL]), half=st.integers(1, 6),
+       extra=st.integers(0, 8), sizes=st.tuples(st.floats(0.0, 10.0), st.floats(0.0, 10.0)))
+def test_peak_bytes_weigh_each_chunk_by_what_it_holds(schedule_name, half, extra,
+                                                      sizes) -> None:
+    """Equal chunks: the peak is :func:`peak_chunks_held` times a chunk; any two sizes:
+    between the lighter and the heavier chunk times that count, and never above the
+    most each chunk holds on its own."""
+    pp, m = 2 * half, 4 * half + 2 * extra
+    for stage in range(pp):
+        program = stage_program(schedule_name, pp=pp, stage=stage, microbatches=m)
+        chunks = peak_chunks_held(program)
+        assert peak_bytes_held(program, (1.0, 1.0)) == chunks
+        got = peak_bytes_held(program, sizes)
+        assert min(sizes) * chunks - 1e-9 <= got <= max(sizes) * chunks + 1e-9
+        alone = [peak_bytes_held(program, (1.0, 0.0)), peak_bytes_held(program, (0.0, 1.0))]
+        assert got <= alone[0] * sizes[0] + alone[1] * sizes[1] + 1e-9
+
+
+def test_dualpipes_ends_hold_the_output_head_for_few_micro_batches() -> None:
+    """DualPipe's rank 0 runs its first direction's warm-up (the embedding's chunk) before
+    the second direction reaches it: of its pp + 1 chunks held at the peak, few are the
+    output head's — one — so a larger vocabulary adds its fp32 logits once, not the
+    (pp + 1)/2 times an even split of the chunks held would count."""
+    model = model_from_mapping({"name": "m", "layers": 8, "hidden": 1024, "heads": 16,
+                                "seq_len": 512, "vocab": 32000})
+    parallel = ParallelConfig(pp=4, dp=1, interleave=2, schedule=DUAL)
+    training = TrainingConfig(micro_batch=1, global_batch=16)
+    program = stage_program(DUAL, pp=4, stage=0, microbatches=16)
+    head_held = peak_bytes_held(program, (0.0, 1.0))
+
+    def activations(vocab: int) -> float:
+        return memory_per_gpu(replace(model, vocab=vocab), parallel, training, stage=0,
+                              num_microbatches=16).activations_bytes
+
+    logits = 4 * 512 * 32000  # fp32 logits of 32,000 more words, one micro-batch
+    assert head_held == 1  # the second direction's last stage: a forward, then its backward
+    assert activations(64000) - activations(32000) == pytest.approx(logits * head_held)

@@ -18,14 +18,17 @@ from distsim_gpu.workloads.cost.compute.blocks import (
     is_weight_gradient,
 )
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
-from distsim_gpu.workloads.cost.memory import microbatches_in_flight
 from distsim_gpu.workloads.iteration.ops import Collective, Compute, Recv, Send, Wait
 from distsim_gpu.workloads.iteration.streams import StreamBuilder
 from distsim_gpu.workloads.specs.gpus import get_gpu
 from distsim_gpu.workloads.specs.models import model_from_mapping
 from distsim_gpu.workloads.strategy import fb_pairs, schedule
 from distsim_gpu.workloads.strategy.fb_pairs import Pair, pair_program, paired_programs
-from distsim_gpu.workloads.strategy.schedule import peak_chunks_held, stage_program
+from distsim_gpu.workloads.strategy.schedule import (
+    microbatches_in_flight,
+    peak_chunks_held,
+    stage_program,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -12,7 +12,6 @@ from distsim_gpu.workloads.cost.memory import (
     activation_bytes_per_layer,
     memory_of_strategy,
     memory_per_gpu,
-    microbatches_in_flight,
 )
 from distsim_gpu.workloads.cost.parameters import params_on_gpu, stage_layers
 from distsim_gpu.workloads.specs.models import ModelSpec, get_model
@@ -23,6 +22,7 @@ from distsim_gpu.workloads.strategy.parallel import (
     parallel_from_mapping,
     training_from_mapping,
 )
+from distsim_gpu.workloads.strategy.schedule import microbatches_in_flight
 
 GPT3 = get_model("gpt3-175b")
 S, B, H, A, L, V = 2048, 1, 12288, 96, 96, 50257

@@ -105,7 +105,11 @@ layers): GPipe ``m`` (all forwards before any backward); 1F1B ``min(p − r, m)`
 chunks: ``min(2·(p − r − 1) + (v − 1)·p + 1, m·v) / v`` chunk-micro-batches — the
 warm-up count of Megatron-LM's interleaved schedule plus the steady-state one — which
 for the first stage is ``p·(1 + (p − 1)/(p·v))``, Korthikanti et al. 2022 §4.2.3's
-interleaving factor.
+interleaving factor.  The two-chunk schedules (DualPipeV, DualPipe) hold their chunks
+unevenly — a warm-up of one chunk's forwards, the other's later — and their chunks differ
+(one holds the embedding, the other the output head and any MTP module): their
+activations are the peak over the stage's program of each chunk's bytes times the
+forwards of it not yet backward (:func:`~workloads.strategy.schedule.peak_bytes_held`).
 """
 
 from __future__ import annotations
@@ -118,7 +122,6 @@ from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.parameters import (
     Chunking,
     check_model_split,
-    check_stage,
     layer_group_extra_params,
     layer_params_local,
     params_on_gpu,
@@ -135,22 +138,24 @@ from distsim_gpu.workloads.strategy.layer_groups import layer_settings
 from distsim_gpu.workloads.strategy.offload import OffloadConfig
 from distsim_gpu.workloads.strategy.operator_sharding import peak_gathered_params, sharded_params
 from distsim_gpu.workloads.strategy.parallel import (
-    SCHEDULES,
     ParallelConfig,
     TrainingConfig,
+    chunk_layers,
 )
 from distsim_gpu.workloads.strategy.precision import swiglu_input_bytes
 from distsim_gpu.workloads.strategy.schedule import (
     V_SCHEDULES,
     end_stages,
-    peak_chunks_held,
+    microbatches_in_flight,
+    peak_bytes_held,
+    route_ends,
     stage_program,
+    virtual_stage,
 )
 from distsim_gpu.workloads.strategy.tp_nd import mesh_of, weight_replicas
 
 __all__ = [
     "PRECISION_BYTES",
-    "SCHEDULES",
     "MemoryBreakdown",
     "SavedFormats",
     "activation_bytes_per_layer",
@@ -399,30 +404,6 @@ def cp_kv_block_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: i
     return 2.0 * tokens * kv_local * model.head_dim * _activation_element_bytes(precision)
 
 
-def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatches: int,
-                           interleave: int = 1, fb_overlap: bool = False) -> float:
-    """Micro-batches whose activations stage ``stage`` holds at its peak, in units of the
-    stage's full set of layers (module docstring); ``fb_overlap``: as forward-backward
-    pairs run the schedule (:mod:`workloads.strategy.fb_pairs`)."""
-    extra_warmup = int(fb_overlap)
-    check_choice(schedule, SCHEDULES, key="schedule")
-    check_whole(pp, key="pp")
-    check_whole(num_microbatches, key="num_microbatches")
-    check_whole(interleave, key="interleave")
-    check_stage(stage, pp)
-    if schedule == "gpipe":
-        return float(num_microbatches)
-    if schedule == "1f1b":
-        return float(min(pp - stage + extra_warmup, num_microbatches))
-    if schedule in V_SCHEDULES:  # the peak of its program's forwards not yet backward
-        return peak_chunks_held(stage_program(schedule, pp=pp, stage=stage,
-                                              microbatches=num_microbatches,
-                                              fb_overlap=fb_overlap)) / interleave
-    chunks = min(2 * (pp - stage - 1) + (interleave - 1) * pp + 1 + extra_warmup,
-                 num_microbatches * interleave)
-    return chunks / interleave
-
-
 def _swiglu_bytes(formats: SavedFormats, training: TrainingConfig) -> float | None:
     """A SwiGLU input's bytes an element: the stack's cache, else Megatron-Core's
     ``activation_func_fp8_input_store``, else None (16 bits)."""
@@ -486,10 +467,37 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     if cp > 1:  # the ring's K/V and dK/dV double buffers, one layer at a time
         activations += 4 * cp_kv_block_bytes(model, micro_batch=micro_batch, seq_len=full,
                                              tp=tp, cp=cp, precision=precision)
-    for edge in _edge_activation_bytes(model, parallel, training, s=s, stage=stage,
-                                       per_layer=per_layer):
-        activations += edge * in_flight
+    if parallel.schedule in V_SCHEDULES:  # each chunk by the micro-batches it holds
+        activations += _two_chunk_activations(model, parallel, training, s=s, stage=stage,
+                                              microbatches=num_microbatches,
+                                              per_layer=per_layer) - stored * in_flight
+    else:
+        firsts, lasts = end_stages(parallel.schedule, pp, interleave)
+        activations += in_flight * _edge_activation_bytes(
+            model, parallel, training, s=s, entry=stage in firsts, exit=stage in lasts,
+            per_layer=per_layer)
     return MemoryBreakdown.of(weights, gradients, optimizer, activations)
+
+
+def _two_chunk_activations(model: ModelSpec, parallel: ParallelConfig,
+                           training: TrainingConfig, *, s: int, stage: int,
+                           microbatches: int, per_layer: Callable[[int, str], float]) -> float:
+    """A two-chunk schedule's activations on ``stage``: the peak over its program of each
+    chunk's bytes (its layers', and the embedding's or the output head's where it holds
+    them) times that chunk's forwards not yet backward (module docstring)."""
+    pp, interleave, schedule = parallel.pp, parallel.interleave, parallel.schedule
+    entries, exits = route_ends(schedule, pp, interleave)
+    bounds = chunk_layers(model.layers, pp, interleave, parallel.partition, schedule)
+    per_chunk = []
+    for chunk in range(interleave):
+        vs = virtual_stage(stage, chunk, pp, schedule)
+        layers = sum(per_layer(i, training.recompute) for i in range(*bounds[vs]))
+        per_chunk.append(layers + _edge_activation_bytes(
+            model, parallel, training, s=s, entry=vs in entries, exit=vs in exits,
+            per_layer=per_layer))
+    program = stage_program(schedule, pp=pp, stage=stage, microbatches=microbatches,
+                            fb_overlap=parallel.fb_overlap)
+    return peak_bytes_held(program, per_chunk)
 
 
 def _model_state_bytes(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
@@ -513,25 +521,24 @@ def _model_state_bytes(model: ModelSpec, parallel: ParallelConfig, training: Tra
 
 
 def _edge_activation_bytes(model: ModelSpec, parallel: ParallelConfig,
-                           training: TrainingConfig, *, s: int, stage: int,
-                           per_layer: Callable[[int, str], float]) -> list[float]:
-    """Per micro-batch in flight: the first stage's embedding and the last one's output head."""
-    tp, pp, interleave = parallel.tp, parallel.pp, parallel.interleave
-    micro_batch = training.micro_batch
+                           training: TrainingConfig, *, s: int, entry: bool, exit: bool,
+                           per_layer: Callable[[int, str], float]) -> float:
+    """Per micro-batch in flight: the embedding's (``entry``: where micro-batches enter)
+    and the output head's (``exit``: where they leave)."""
+    tp, micro_batch = parallel.tp, training.micro_batch
     e = _activation_element_bytes(training.precision)
     sbh = float(s) * micro_batch * model.hidden
     sp_shard = tp if parallel.sequence_parallel else 1
-    edges: list[float] = []
-    firsts, lasts = end_stages(parallel.schedule, pp, interleave)
-    if stage in firsts:
-        edges.append(sbh / sp_shard)  # embedding dropout mask
-    if stage in lasts:  # the output layer's
+    edges = 0.0
+    if entry:
+        edges += sbh / sp_shard  # embedding dropout mask
+    if exit:  # the output layer's
         head = 2 * e * sbh / sp_shard + 4.0 * s * micro_batch * model.vocab / tp
         # Each MTP module: a block like the last layer, its norms' and projection's
         # inputs (2h wide each) and the shared head once more (module docstring).
         mtp = model.mtp_depth * (per_layer(model.layers - 1, training.recompute)
                                  + 4 * e * sbh / sp_shard + head)
-        edges.append(head + mtp)
+        edges += head + mtp
     return edges
 
 

@@ -86,6 +86,7 @@ from distsim_gpu.workloads.strategy.precision import (
 )
 from distsim_gpu.workloads.strategy.schedule import (
     BIDIRECTIONAL,
+    SCHEDULES,
     check_interleave,
     check_schedule_microbatches,
     model_chunks,
@@ -94,7 +95,6 @@ from distsim_gpu.workloads.strategy.tp_nd import check_tp_nd
 
 __all__ = [
     "PLACEMENT_ORDERS",
-    "SCHEDULES",
     "Coordinates",
     "ParallelConfig",
     "Placement",
@@ -112,7 +112,6 @@ __all__ = [
     "training_from_mapping",
 ]
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipev", "dualpipe")
 PLACEMENT_ORDERS = (tuple("-".join(p) for p in permutations(("tp", "dp", "pp")))
                     + tuple("-".join(p) for p in permutations(("tp", "cp", "dp", "pp"))))
 RECOMPUTE = RECOMPUTE_MODES  # one home: workloads.specs.recompute

@@ -51,13 +51,16 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from functools import lru_cache
 
+from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.simcore.errors import ConfigError, SimulationError
 
 __all__ = [
     "BIDIRECTIONAL",
     "GRADIENT_PASSES",
+    "SCHEDULES",
     "V_SCHEDULES",
     "Step",
     "check_interleave",
@@ -66,8 +69,10 @@ __all__ = [
     "deepseek_dualpipe_program",
     "deepseek_v_program",
     "end_stages",
+    "microbatches_in_flight",
     "mirror_stage",
     "model_chunks",
+    "peak_bytes_held",
     "peak_chunks_held",
     "route_ends",
     "stage_of",
@@ -80,6 +85,8 @@ __all__ = [
 Step = tuple[str, int, int]
 #: Passes that send a gradient to the stage before: a whole backward, or its input half.
 GRADIENT_PASSES = ("B", "I")
+#: Every schedule a pipeline can run (``parallelism.schedule``).
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "dualpipev", "dualpipe")
 #: Schedules that place a stage's two chunks as a V (chunk 1 of stage s is 2p − 1 − s).
 V_SCHEDULES = ("dualpipev", "dualpipe")
 #: Schedules whose micro-batches run in two directions, each through one chunk a stage.
@@ -224,6 +231,31 @@ def stage_program(schedule: str, *, pp: int, stage: int, microbatches: int,
                       hint="valid: gpipe, 1f1b, interleaved, dualpipev, dualpipe")
 
 
+def microbatches_in_flight(schedule: str, *, pp: int, stage: int, num_microbatches: int,
+                           interleave: int = 1, fb_overlap: bool = False) -> float:
+    """Micro-batches whose activations stage ``stage`` holds at its peak, in units of the
+    stage's full set of layers (module docstring); ``fb_overlap``: as forward-backward
+    pairs run the schedule (:mod:`workloads.strategy.fb_pairs`)."""
+    extra_warmup = int(fb_overlap)
+    check_choice(schedule, SCHEDULES, key="schedule")
+    check_whole(pp, key="pp")
+    check_whole(num_microbatches, key="num_microbatches")
+    check_whole(interleave, key="interleave")
+    if not 0 <= stage < pp:
+        raise ConfigError(f"stage {stage!r} is outside 0..{pp - 1}", key="stage")
+    if schedule == "gpipe":
+        return float(num_microbatches)
+    if schedule == "1f1b":
+        return float(min(pp - stage + extra_warmup, num_microbatches))
+    if schedule in V_SCHEDULES:  # the peak of its program's forwards not yet backward
+        return peak_chunks_held(stage_program(schedule, pp=pp, stage=stage,
+                                              microbatches=num_microbatches,
+                                              fb_overlap=fb_overlap)) / interleave
+    chunks = min(2 * (pp - stage - 1) + (interleave - 1) * pp + 1 + extra_warmup,
+                 num_microbatches * interleave)
+    return chunks / interleave
+
+
 def peak_chunks_held(program: list[Step]) -> int:
     """The most chunk activations a stage holds at once running ``program``: forwards
     whose backward has not run yet (a split backward frees them with its weight
@@ -232,6 +264,18 @@ def peak_chunks_held(program: list[Step]) -> int:
     for pass_, _mb, _chunk in program:
         held += {"F": 1, "I": 0}.get(pass_, -1)
         peak = max(peak, held)
+    return peak
+
+
+def peak_bytes_held(program: list[Step], chunk_bytes: Sequence[float]) -> float:
+    """The most activation bytes a stage holds at once running ``program``, a chunk's
+    forward holding ``chunk_bytes[chunk]`` until its backward (or a split backward's
+    weight half) frees it: :func:`peak_chunks_held` with chunks of different sizes."""
+    held = [0] * len(chunk_bytes)
+    peak = 0.0
+    for pass_, _mb, chunk in program:
+        held[chunk] += {"F": 1, "I": 0}.get(pass_, -1)
+        peak = max(peak, sum(n * size for n, size in zip(held, chunk_bytes, strict=True)))
     return peak
 
 
