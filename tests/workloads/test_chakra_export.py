@@ -32,6 +32,7 @@ MOE = {"name": "tiny-moe", "layers": 4, "hidden": 256, "heads": 8, "seq_len": 12
                                                     "moe_overlap": True},
      "training": {"global_batch": 64}},
     {"cluster": SLOW, "model": MOE, "parallelism": {"tp": 1, "pp": 2, "dp": 8, "ep": 8,
+                                                    "schedule": "interleaved", "interleave": 2,
                                                     "fb_overlap": True},
      "training": {"global_batch": 64}},
     # DeepSeek's DualPipeV order (16 micro-batches on 2 stages): split backwards whose

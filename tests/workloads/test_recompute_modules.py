@@ -328,7 +328,7 @@ def test_recomputed_shared_experts_gather_again_over_the_tensor_group():
 
 
 def test_pairs_refuse_a_recompute_that_communicates():
-    parallel = ParallelConfig(tp=1, pp=2, ep=4, dp=4, fb_overlap=True)
+    parallel = ParallelConfig(tp=1, ep=4, dp=8, fb_overlap=True)
     for modules in (("moe",), ("core_attn", "moe")):
         training = TrainingConfig(micro_batch=1, global_batch=16, recompute="selective",
                                   recompute_modules=modules)

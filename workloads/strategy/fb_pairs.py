@@ -16,7 +16,11 @@ pairing must never make a pair wait, through other stages, for its own outputs:
 one would.  1F1B and interleaved 1F1B run one more warm-up forward on every stage, as
 Megatron-Core's combined 1F1B does, so that the last stage's steady state alternates
 micro-batches (without it, its forward and backward are of the same micro-batch); it costs
-a micro-batch more of activations, which the memory model counts.  ``dualpipev`` pairs as
+a micro-batch more of activations, which the memory model counts.  1F1B pairs only
+without a pipeline (pp 1): with pp > 1 Megatron-Core runs its combined 1F1B on virtual
+pipeline stages only and refuses the plain one, in which each stage's pair would wait for
+the next stage's pair of the same micro-batch and neighbouring stages would take turns;
+distsim refuses it too.  ``dualpipev`` pairs as
 DeepSeek's DualPipeV does with at least ``2·pp`` micro-batches
 (:func:`~workloads.strategy.schedule.deepseek_v_program`, zero-bubble split backwards
 included: an input half is a backward to the stage before, a weight half follows it on
@@ -76,6 +80,7 @@ class _Strategy(Protocol):
     fsdp: bool
     schedule: str
     tp: int
+    pp: int
     ep: int
     cp: int
     zero: int
@@ -240,6 +245,14 @@ def check_fb_overlap(parallel: _Strategy, *, experts: int, recompute: str,
         raise ConfigError(f"fb_overlap pairs a forward with a backward; the "
                           f"{parallel.schedule} schedule runs them apart", key=key,
                           source=source, hint="schedule: " + ", ".join(PAIRED_SCHEDULES))
+    if parallel.schedule == "1f1b" and parallel.pp > 1:
+        # Megatron-Core asserts the same: in plain 1F1B a stage's pair waits for the next
+        # stage's pair of the same micro-batch, which waits for this stage's previous
+        # one, so neighbouring stages take turns and each idles about half the time.
+        raise ConfigError("fb_overlap on a 1F1B pipeline: Megatron-Core's combined 1F1B "
+                          "needs virtual pipeline stages when pp > 1", key=key,
+                          source=source, hint="schedule: interleaved (Megatron-Core), "
+                          "dualpipev or dualpipe, or pp 1")
     clashes = {"moe_overlap": parallel.moe_overlap, "tp_comm_overlap": parallel.tp_comm_overlap,
                "cp > 1": parallel.cp > 1, "layer_groups": bool(parallel.layer_groups),
                "zero 3 / fsdp": parallel.zero == 3 or parallel.fsdp,
