@@ -333,6 +333,9 @@ def test_dualpipes_two_copies_sum_their_gradients(uniform) -> None:
      r"2·pp = 8 .* got 6"),
     (ParallelConfig(pp=2, dp=2, schedule=DUAL, interleave=2), 10,
      r"training\.global_batch: DualPipe needs an even number .* got 5"),
+    # The layers split into pp stages (each placed twice), not pp·interleave chunks.
+    (ParallelConfig(pp=8, dp=1, schedule=DUAL, interleave=2), 16,
+     r"parallelism\.pp: 12 layers do not split into pp = 8 equal chunks"),
 ])
 def test_bad_dualpipe_strategies_are_clear_errors(parallel, batch, message) -> None:
     model = model_from_mapping({"name": "m", "layers": 12, "hidden": 256, "heads": 4,

@@ -456,8 +456,16 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
             linear_input_bytes=formats.linear_input_bytes, activation_input_bytes=swiglu_bytes,
             attention_output_bytes=formats.attention_output_bytes)
 
-    stored = sum(per_layer(i, recompute) for i in layers)
-    activations = stored * in_flight
+    if parallel.schedule in V_SCHEDULES:  # each chunk by the micro-batches it holds
+        activations = _two_chunk_activations(model, parallel, training, s=s, stage=stage,
+                                             microbatches=num_microbatches,
+                                             per_layer=per_layer)
+    else:  # the stage's layers, embedding and output head by the micro-batches in flight
+        firsts, lasts = end_stages(parallel.schedule, pp, interleave)
+        activations = in_flight * (sum(per_layer(i, recompute) for i in layers)
+                                   + _edge_activation_bytes(
+                                       model, parallel, training, s=s, entry=stage in firsts,
+                                       exit=stage in lasts, per_layer=per_layer))
     if recompute != "none":
         held = _held_modules(recompute, training.recompute_modules)
         # (a stage may hold no layer: NeMo's embedding-only or loss-only first/last chunk)
@@ -467,15 +475,6 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     if cp > 1:  # the ring's K/V and dK/dV double buffers, one layer at a time
         activations += 4 * cp_kv_block_bytes(model, micro_batch=micro_batch, seq_len=full,
                                              tp=tp, cp=cp, precision=precision)
-    if parallel.schedule in V_SCHEDULES:  # each chunk by the micro-batches it holds
-        activations += _two_chunk_activations(model, parallel, training, s=s, stage=stage,
-                                              microbatches=num_microbatches,
-                                              per_layer=per_layer) - stored * in_flight
-    else:
-        firsts, lasts = end_stages(parallel.schedule, pp, interleave)
-        activations += in_flight * _edge_activation_bytes(
-            model, parallel, training, s=s, entry=stage in firsts, exit=stage in lasts,
-            per_layer=per_layer)
     return MemoryBreakdown.of(weights, gradients, optimizer, activations)
 
 

@@ -104,7 +104,6 @@ from distsim_gpu.workloads.strategy.tp_nd import layer_comm, mesh_of
 __all__ = ["StreamBuilder", "fuse"]
 
 
-
 class StreamBuilder(OverlappedOps):
     """Builds each stage's stream of ops for ``microbatches`` micro-batches, shaped by the
     run's :class:`RunHints` (the plain ops without them)."""
@@ -124,7 +123,7 @@ class StreamBuilder(OverlappedOps):
         self.chunks = chunk_layers(model.layers, parallel.pp, parallel.interleave,
                                    parallel.partition, parallel.schedule)
         self.entries, self.exits = pipeline.route_ends(parallel.schedule, parallel.pp,
-                                              parallel.interleave)
+                                                       parallel.interleave)
         # Every layer and micro-batch sends messages of the same sizes: count them once.
         self.tp_kinds = tp_collective_kinds(parallel)
         self.tp_bytes = tp_message_bytes(model, local)
@@ -201,7 +200,8 @@ class StreamBuilder(OverlappedOps):
             paired_programs(par.schedule, pp=par.pp, microbatches=self.microbatches,
                             interleave=par.interleave)[stage] if par.fb_overlap
             else pipeline.stage_program(par.schedule, pp=par.pp, stage=stage,
-                               microbatches=self.microbatches, interleave=par.interleave))
+                                        microbatches=self.microbatches,
+                                        interleave=par.interleave))
         for unit in program:
             steps = (unit.forward, unit.backward) if isinstance(unit, Pair) else (unit,)
             # Forward: input from the virtual stage before, output to the one after; a
@@ -271,7 +271,7 @@ class StreamBuilder(OverlappedOps):
         cached = self._passes.get(key)
         if cached is None:
             vs = pipeline.virtual_stage(stage, chunk, self.parallel.pp,
-                               self.parallel.schedule)
+                                        self.parallel.schedule)
             ops = (self._forward(vs, fold, waits) if pass_ == "F"
                    else self.weight_pass(vs, chunk, last) if pass_ == "W"
                    else self._backward(vs, chunk, last, fold, weights=pass_ == "B"))

@@ -87,6 +87,7 @@ from distsim_gpu.workloads.strategy.precision import (
 from distsim_gpu.workloads.strategy.schedule import (
     BIDIRECTIONAL,
     SCHEDULES,
+    V_SCHEDULES,
     check_interleave,
     check_schedule_microbatches,
     model_chunks,
@@ -490,7 +491,7 @@ def _check_pipeline(p: ParallelConfig, *, layers: int, source: str | None) -> No
     """A known schedule and partition, and layers that split into the pipeline's chunks."""
     check_choice(p.schedule, SCHEDULES, key="parallelism.schedule", source=source)
     check_interleave(p.schedule, p.interleave, key="parallelism.interleave", source=source)
-    if p.schedule in ("interleaved", "dualpipev", "dualpipe") and p.pp < 2:
+    if p.schedule in ("interleaved", *V_SCHEDULES) and p.pp < 2:
         raise ConfigError(f"the {p.schedule} schedule needs pp >= 2", key="parallelism.pp",
                           source=source)
     if p.schedule in BIDIRECTIONAL and p.pp % 2:  # a rank holds a stage and its mirror
@@ -498,26 +499,28 @@ def _check_pipeline(p: ParallelConfig, *, layers: int, source: str | None) -> No
                           key="parallelism.pp", source=source)
     check_choice(p.partition, PARTITIONS, key="parallelism.partition", source=source)
     chunks = model_chunks(p.schedule, p.pp, p.interleave)
+    what = "pp" if p.schedule in BIDIRECTIONAL else "pp·interleave"  # DualPipe: pp stages
     if p.partition == "uniform":
-        check_uniform_split(layers, chunks, key="parallelism.pp", source=source)
+        check_uniform_split(layers, chunks, key="parallelism.pp", source=source, what=what)
     # The embedding and the output layer count as a unit each, so the first and the last
     # chunk may hold only them (NeMo's account_for_embedding_in_pipeline_split and
     # account_for_loss_in_pipeline_split: Llama 3.1 405B's 30-layer proxy on pp 4 x vp 8);
     # a chunk with no unit at all would be an empty stage.
     if p.partition == "embedding" and layers + 2 < chunks:
         raise ConfigError(f"{layers} layers and the embedding and output layers leave an "
-                          f"empty chunk over pp·interleave = {chunks}",
+                          f"empty chunk over {what} = {chunks}",
                           key="parallelism.pp", source=source,
-                          hint=f"pp·interleave at most {layers + 2}")
+                          hint=f"{what} at most {layers + 2}")
 
 
 def check_uniform_split(layers: int, chunks: int, *, key: str = "pp",
-                        source: str | None = None) -> None:
-    """``layers`` that split into ``chunks`` (pp·interleave) equal pipeline chunks."""
+                        source: str | None = None, what: str = "pp·interleave") -> None:
+    """``layers`` that split into ``chunks`` (``what``: pp·interleave, or DualPipe's pp)
+    equal pipeline chunks."""
     if layers % chunks:
         raise ConfigError(
-            f"{layers} layers do not split into pp·interleave = {chunks} equal chunks",
-            key=key, source=source, hint="pp·interleave must divide the number of layers; "
+            f"{layers} layers do not split into {what} = {chunks} equal chunks",
+            key=key, source=source, hint=f"{what} must divide the number of layers; "
             "or use partition: embedding, Megatron-DeepSpeed's balanced split")
 
 
