@@ -16,7 +16,8 @@ prunes what cannot run or cannot win, simulates the rest and reports the best ``
   folds the expert groups over [all such]; 1 for dense models;
 * ``micro_batch`` divides ``global_batch/dp`` [1, 2, 4, 8];
 * ``schedule`` [1f1b, gpipe, interleaved]; interleaved only with ``pp`` ≥ 2, once per
-  ``interleave`` [2, 4];
+  ``interleave`` [2, 4]; dualpipev and dualpipe (two chunks a stage, ``pp`` ≥ 2) when the
+  space names them;
 * ``zero`` [0, 1, 3]: ZeRO-1 and ZeRO-3 only with ``dp`` > 1, ZeRO-3 only with ``pp`` = 1;
 * ``recompute`` [none, selective, full]; ``op`` (torchtitan's per-operator checkpointing)
   only when asked (space: {recompute: [none, op, full]}): it is one framework's policy,

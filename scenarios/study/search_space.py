@@ -20,6 +20,7 @@ from distsim_gpu.workloads.strategy.parallel import (
     TrainingConfig,
     check_strategy,
 )
+from distsim_gpu.workloads.strategy.schedule import V_SCHEDULES
 
 __all__ = [
     "SPACE_KEYS",
@@ -184,13 +185,14 @@ def enumerate_strategies(scenario: Scenario, *,
 
 
 def _schedules(axes: Mapping[str, tuple[Any, ...] | None]) -> list[tuple[str, int]]:
-    """The (schedule, interleave) pairs of the space: interleaved once per interleave."""
+    """The (schedule, interleave) pairs of the space: interleaved once per interleave, the
+    two-chunk schedules (dualpipev, dualpipe) with their two chunks a stage."""
     schedules: list[tuple[str, int]] = []
     for name in axes["schedule"] or ():
         if name == "interleaved":
             schedules += [(name, v) for v in axes["interleave"] or ()]
         else:
-            schedules.append((str(name), 1))
+            schedules.append((str(name), 2 if name in V_SCHEDULES else 1))
     return schedules
 
 
@@ -202,7 +204,7 @@ def _is_candidate(global_batch: int, gpn: int, combo: Mapping[str, Any]) -> bool
                                                      "order"))
     if global_batch % dp or (global_batch // dp) % mb:
         return False
-    if schedule == "interleaved" and pp < 2:
+    if schedule in ("interleaved", *V_SCHEDULES) and pp < 2:
         return False
     if (zero and dp == 1) or (zero == 3 and pp > 1):
         return False

@@ -226,3 +226,29 @@ def test_the_bound_takes_the_cheaper_cast_around_an_fp8_dispatch(write_scenario,
     # The all-to-all dispatcher's permute and sort cost more than DeepEP's copies, which
     # the bound takes: looser, still a bound.
     assert 0.85 < ratios["flat"] <= 1.0
+
+
+@pytest.mark.parametrize("schedule", ["dualpipev", "dualpipe"])
+@pytest.mark.parametrize("cluster", [SLOW, DGX], ids=["slow-switch", "dgx"])
+def test_the_two_chunk_schedules_stay_above_their_bound(schedule, cluster):
+    """The V and DualPipe, whole or split backwards (forward-backward pairs in DeepSeek's
+    orders), with expert and ZeRO sharding: the bound counts each stage's own two chunks
+    and the micro-batches each one runs."""
+    topology = build_cluster(dict(cluster))
+    comm = CommParams()
+    bounds = IterationBounds(topology, MOE, COSTS, comm=comm)
+    gpus, checked = len(topology.gpus), 0
+    for pp, ep, zero, pairs in itertools.product((2, 4), (1, 2), (0, 1), (False, True)):
+        parallel = ParallelConfig(pp=pp, dp=gpus // pp, ep=ep, zero=zero, schedule=schedule,
+                                  interleave=2, fb_overlap=pairs)
+        training = TrainingConfig(micro_batch=1, global_batch=64)
+        try:
+            microbatches = check_strategy(MOE, parallel, training, num_gpus=gpus)
+        except ConfigError:  # pairs without ep, the V's 8 chunks of 4 layers
+            continue
+        lower, estimate = bounds.bound(parallel, training, microbatches)
+        simulated = _simulated_s(topology, MOE, parallel, training, comm)
+        assert 0 < lower <= simulated, (parallel, lower, simulated)
+        assert estimate >= lower
+        checked += 1
+    assert checked >= 4

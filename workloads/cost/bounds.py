@@ -82,7 +82,7 @@ from distsim_gpu.workloads.specs.moe_routing import moe_pace
 from distsim_gpu.workloads.specs.recompute_modules import pass_communication
 from distsim_gpu.workloads.strategy.expert_grid import expert_block
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
-from distsim_gpu.workloads.strategy.schedule import BIDIRECTIONAL
+from distsim_gpu.workloads.strategy.schedule import BIDIRECTIONAL, V_SCHEDULES
 
 __all__ = ["IterationBound", "IterationBounds", "gathered_pass_s", "transfer_lower_bound_s"]
 
@@ -511,11 +511,13 @@ class IterationBounds:
     def _last_pass_ends(self, shape: StrategyShape, chunks: Sequence[_Chunk], tally: _Tally,
                         ) -> list[float]:
         """Per stage, the bound of when its last pass (chunk 0's last backward) ends.
-        Under DualPipe a stage may start and end with either direction's passes: only
-        its own work counts."""
+        Under DualPipe a stage may start with either direction's passes; a two-chunk
+        schedule may end with a split backward's weight half, after the input half the
+        stage before waited for: there only the stage's own work and ramp count."""
         pp, m = shape.parallel.pp, shape.chunk_mb
         send_f = self._pipeline_sends(shape, tally)
         one_way = shape.parallel.schedule not in BIDIRECTIONAL
+        chained = shape.parallel.schedule not in V_SCHEDULES
         first_start = [0.0] * pp
         for s in range(1, pp if one_way else 0):
             first_start[s] = first_start[s - 1] + chunks[s - 1].fwd_lower_s + send_f[s - 1]
@@ -523,7 +525,7 @@ class IterationBounds:
         for s in reversed(range(pp)):
             last_end[s] = first_start[s] + m * sum(chunks[j].fwd_lower_s + chunks[j].bwd_lower_s
                                                    for j in shape.own(s))
-            if s + 1 < pp and one_way:
+            if s + 1 < pp and chained:
                 gradient = self._send(shape.tp_ranks[s + 1], shape.tp_ranks[s],
                                       shape.p2p_bytes)[0]
                 last_end[s] = max(last_end[s],

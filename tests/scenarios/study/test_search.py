@@ -397,3 +397,18 @@ def test_a_label_names_only_what_the_strategy_sets():
     assert [s.label() for s in two_d if s.parallel.tp == 4] == [
         "tp4 pp1 dp1, tp_mode 2d, mb1, 1f1b, recompute none",
         "tp4 pp1 dp1, tp_mode 2d, mb2, 1f1b, recompute none"]
+
+
+def test_the_two_chunk_schedules_are_searched_with_two_chunks_a_stage():
+    """``space: {schedule: [dualpipev, dualpipe]}`` runs them with their two chunks a stage,
+    at pp >= 2 (DualPipe where the micro-batches allow it), each above its bound."""
+    data = dict(mapping(), training={"micro_batch": 1, "global_batch": 16,
+                                     "recompute": "none"})
+    space = dict(NARROW, schedule=["1f1b", "dualpipev", "dualpipe"], micro_batch=[1])
+    result = search_strategies(scenario_from_mapping(data), top=50, workers=1, space=space)
+    two = [r.strategy.parallel for r in result.results
+           if r.strategy.parallel.schedule in ("dualpipev", "dualpipe")]
+    assert {p.schedule for p in two} == {"dualpipev", "dualpipe"}
+    assert all(p.interleave == 2 and p.pp >= 2 for p in two)
+    for r in result.results:
+        assert r.lower_bound_s <= r.iteration_time_s * (1 + 1e-9)
