@@ -26,6 +26,7 @@ from distsim_gpu.workloads.strategy.parallel import (
 )
 from distsim_gpu.workloads.strategy.schedule import (
     microbatches_in_flight,
+    mirror_pair,
     peak_bytes_held,
     peak_chunks_held,
     route_ends,
@@ -207,6 +208,7 @@ def test_dualpipe_places_every_stage_twice() -> None:
     output layer, and a tied one once."""
     assert [virtual_stage(s, 1, 4, DUAL) for s in range(4)] == [7, 6, 5, 4]
     assert route_ends(DUAL, 4, 2) == ((0, 4), (3, 7))
+    assert [mirror_pair(s, 4) for s in range(4)] == [(0, 3), (1, 2), (1, 2), (0, 3)]
     assert chunk_layers(8, 4, 2, "uniform", DUAL) == [(0, 2), (2, 4), (4, 6), (6, 8)] * 2
     model = model_from_mapping({"name": "m", "layers": 8, "hidden": 256, "heads": 4,
                                 "seq_len": 128, "vocab": 1000, "position": "rotary"})

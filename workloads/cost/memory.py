@@ -162,7 +162,6 @@ __all__ = [
     "cp_kv_block_bytes",
     "memory_of_strategy",
     "memory_per_gpu",
-    "microbatches_in_flight",
     "offloaded",
     "state_bytes",
 ]
@@ -437,10 +436,6 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     s = full // cp  # the tokens of each sequence this rank holds
     weights, gradients, optimizer = _model_state_bytes(model, parallel, training, stage)
 
-    in_flight = microbatches_in_flight(parallel.schedule, pp=pp, stage=stage,
-                                       num_microbatches=num_microbatches,
-                                       interleave=interleave,
-                                       fb_overlap=parallel.fb_overlap)
     layers = stage_layers(model, pp=pp, stage=stage, interleave=interleave,
                           partition=parallel.partition, schedule=parallel.schedule)
 
@@ -461,6 +456,10 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
                                              microbatches=num_microbatches,
                                              per_layer=per_layer)
     else:  # the stage's layers, embedding and output head by the micro-batches in flight
+        in_flight = microbatches_in_flight(parallel.schedule, pp=pp, stage=stage,
+                                           num_microbatches=num_microbatches,
+                                           interleave=interleave,
+                                           fb_overlap=parallel.fb_overlap)
         firsts, lasts = end_stages(parallel.schedule, pp, interleave)
         activations = in_flight * (sum(per_layer(i, recompute) for i in layers)
                                    + _edge_activation_bytes(

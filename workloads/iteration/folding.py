@@ -86,7 +86,7 @@ from distsim_gpu.workloads.strategy.dimensions import (
 )
 from distsim_gpu.workloads.strategy.expert_grid import BlockLanes
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
-from distsim_gpu.workloads.strategy.schedule import mirror_stage
+from distsim_gpu.workloads.strategy.schedule import mirror_pair
 
 __all__ = ["MAX_FOLD_CLASSES", "dp_apart_from_tp", "exclusive_tp", "fold_check", "unit_rows"]
 
@@ -277,7 +277,7 @@ def _call_class(comm: Communicator, groups: list[list[RankGroup]], row: list[Ran
     steps) is per unit: the block is the unit."""
     op, size = call
     if peer.peering is Peering.ENDS:  # the row's stage and its mirror
-        low, high = sorted((row[0].stage, mirror_stage(row[0].stage, len(groups))))
+        low, high = mirror_pair(row[0].stage, len(groups))
         lanes = [[[a, b] for a, b in zip(first.gpus, last.gpus)]
                  for first, last in zip(groups[low], groups[high])]
     elif peer.peering is Peering.BLOCK:  # the unit's blocks' communicators, per unit

@@ -107,7 +107,7 @@ from distsim_gpu.workloads.strategy.dimensions import (
     peer_groups,
 )
 from distsim_gpu.workloads.strategy.parallel import Placement, check_strategy
-from distsim_gpu.workloads.strategy.schedule import mirror_stage, stage_of
+from distsim_gpu.workloads.strategy.schedule import mirror_pair, stage_of
 
 __all__ = ["CRITICAL_KINDS", "GpuTimes", "IterationResult", "IterationSpec", "PathEntry",
            "simulate_iteration"]
@@ -430,7 +430,7 @@ class IterationSimulator:
         (see :class:`~workloads.strategy.dimensions.Peering`)."""
         name, peering = peer.name, peer.peering
         if peering is Peering.ENDS:  # the stage and its mirror (the first and the last)
-            pair = sorted((group.stage, mirror_stage(group.stage, self.spec.parallel.pp)))
+            pair = mirror_pair(group.stage, self.spec.parallel.pp)
             return ((name, group.replica, pair[0]),
                     [self.groups[s][group.replica] for s in pair])
         calls = group.calls.get(name, 0)

@@ -36,7 +36,7 @@ stage ``v − 1`` and a backward pass its gradient from ``v + 1``.
 * **DualPipe** (DeepSeek-V3 report §3.2.1, deepseek-ai/DualPipe's ``dualpipe.py``): two
   directions.  The model is cut into ``p`` stages and rank ``s`` holds two of them, stage
   ``s`` and stage ``p − 1 − s`` — two copies of every stage's parameters, whose gradients
-  the pair sums (:func:`mirror_stage`).  Half the micro-batches go from rank 0 to rank
+  the pair sums (:func:`mirror_pair`).  Half the micro-batches go from rank 0 to rank
   ``p − 1``, the other half back: chunk 0 of rank ``s`` is virtual stage ``s`` on the
   first direction's way, chunk 1 virtual stage ``2p − 1 − s`` on the second's (the V's
   numbering; :func:`route_ends` says where each direction enters and leaves), each holding
@@ -70,7 +70,7 @@ __all__ = [
     "deepseek_v_program",
     "end_stages",
     "microbatches_in_flight",
-    "mirror_stage",
+    "mirror_pair",
     "model_chunks",
     "peak_bytes_held",
     "peak_chunks_held",
@@ -134,9 +134,12 @@ def end_stages(schedule: str, pp: int, interleave: int) -> tuple[frozenset[int],
             frozenset(stage_of(vs, pp, schedule) for vs in ends))
 
 
-def mirror_stage(stage: int, pp: int) -> int:
-    """The rank that holds DualPipe's other copy of ``stage``'s two model stages."""
-    return pp - 1 - stage
+def mirror_pair(stage: int, pp: int) -> tuple[int, int]:
+    """``stage`` and its mirror ``pp − 1 − stage``, the lower first: the first and the
+    last stage (the tied embedding's ends), or the two ranks holding DualPipe's copies of
+    the same two model stages."""
+    mirror = pp - 1 - stage
+    return (stage, mirror) if stage <= mirror else (mirror, stage)
 
 
 def chunk_microbatches(schedule: str, microbatches: int) -> int:

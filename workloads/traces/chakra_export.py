@@ -57,7 +57,7 @@ from distsim_gpu.workloads.strategy.dimensions import (
     peer_degrees,
     peer_group,
 )
-from distsim_gpu.workloads.strategy.schedule import mirror_stage, stage_of
+from distsim_gpu.workloads.strategy.schedule import mirror_pair, stage_of
 from distsim_gpu.workloads.traces.replay import SEND, GraphNode, place_ranks
 
 __all__ = ["MAIN_STREAM", "iter_rank_graphs", "iteration_graphs"]
@@ -191,8 +191,7 @@ class _Exporter:
         """Every rank group of ``group``'s communicator among ``peer`` (unfolded)."""
         sim, par = self.sim, self.sim.spec.parallel
         if peer.peering is Peering.ENDS:  # the stage and its mirror
-            pair = sorted((group.stage, mirror_stage(group.stage, par.pp)))
-            return [sim.groups[s][group.replica] for s in pair]
+            return [sim.groups[s][group.replica] for s in mirror_pair(group.stage, par.pp)]
         stage_groups = sim.groups[group.stage]
         if peer.peering is Peering.BLOCK:
             size = self.block_sizes[peer.name]
