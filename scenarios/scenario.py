@@ -601,7 +601,7 @@ def stack_overlap_defaults(parallel: ParallelConfig, roofline: RooflineCosts) ->
     return {"overlap_param_gather": stack.overlap_param_gather and parallel.zero in (1, 2),
             "tp_comm_overlap": (stack.tp_comm_overlap and parallel.sequence_parallel
                                 and parallel.tp > 1 and parallel.tp_mode == "1d"
-                                and parallel.cp == 1 and not parallel.layer_groups)}
+                                and not parallel.layer_groups)}
 
 
 def _seed_hashing(topology: Topology, seed: int) -> Topology:

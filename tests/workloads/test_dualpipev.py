@@ -13,8 +13,9 @@ from distsim_gpu.workloads.cost.compute import RooflineCosts
 from distsim_gpu.workloads.cost.memory import memory_per_gpu
 from distsim_gpu.workloads.cost.parameters import Chunking, params_on_gpu, stage_layers
 from distsim_gpu.workloads.cost.traffic import optimizer_params
-from distsim_gpu.workloads.iteration.ops import Collective
+from distsim_gpu.workloads.iteration.ops import Collective, Compute, Fused
 from distsim_gpu.workloads.iteration.streams import StreamBuilder
+from distsim_gpu.workloads.specs.gpus import get_gpu
 from distsim_gpu.workloads.specs.models import model_from_mapping
 from distsim_gpu.workloads.strategy import schedule
 from distsim_gpu.workloads.strategy.fb_pairs import Pair, paired_programs
@@ -385,3 +386,24 @@ def test_dualpipes_ends_hold_the_output_head_for_few_micro_batches() -> None:
     logits = 4 * 512 * 32000  # fp32 logits of 32,000 more words, one micro-batch
     assert head_held == 1  # the second direction's last stage: a forward, then its backward
     assert activations(64000) - activations(32000) == pytest.approx(logits * head_held)
+
+
+@pytest.mark.parametrize("cp", [1, 2])
+def test_a_split_backwards_halves_add_up_to_the_backward(cp) -> None:
+    # The input half ("I") and the weight half ("W") of a layer's backward compute what
+    # the whole one ("B") does, also where the attention runs around a context-parallel
+    # ring (until 6 December "I" ran there the whole backward, weight gradients included,
+    # and DualPipe with cp > 1 counted them twice).
+    model = model_from_mapping({"name": "cp-split", "layers": 4, "hidden": 2048, "heads": 16,
+                                "seq_len": 4096, "vocab": 32000})
+    builder = StreamBuilder(model, ParallelConfig(pp=2, cp=cp, schedule=DUAL, interleave=2),
+                            TrainingConfig(micro_batch=1, global_batch=4),
+                            RooflineCosts(get_gpu("h100")), microbatches=4)
+
+    def compute_s(pass_: str) -> float:
+        ops = builder.pass_ops(0, 0, pass_, last=False, fold=True)
+        return sum(op.compute_s if isinstance(op, Fused) else op.duration_s
+                   for op in ops if isinstance(op, (Fused, Compute)))
+
+    assert compute_s("I") + compute_s("W") == pytest.approx(compute_s("B"), rel=1e-12)
+    assert 0 < compute_s("W") < compute_s("I")

@@ -23,6 +23,7 @@ from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.tp_overlap import (
     TE_PIPELINE_SMS,
     TE_PIPELINE_SPLITS,
+    bulk_pair_s,
     chunked_operator_times_s,
     gemm_stretch,
     paired_gemms_s,
@@ -143,13 +144,10 @@ def test_overlap_param_gather_needs_the_distributed_optimizer():
                        TrainingConfig(global_batch=2), num_gpus=2)
 
 
-def test_tp_overlap_is_refused_with_context_parallelism_and_left_off_by_the_stack():
-    model = model_from_mapping({"name": "m", "layers": 2, "hidden": 1024, "heads": 16,
-                                "seq_len": 512, "vocab": 32000})
-    with pytest.raises(ConfigError, match=r"parallelism\.tp_comm_overlap.*context"):
-        check_strategy(model, parallel_from_mapping(
-            {"tp": 2, "cp": 2, "sequence_parallel": True, "tp_comm_overlap": True}),
-            TrainingConfig(global_batch=1), num_gpus=4)
+def test_the_stack_overlaps_tp_with_context_parallelism():
+    # NeMo's userbuffers presets include CP runs (tp 4 · cp 2 for Llama 3.1 405B and
+    # Grok-1): the stack's default claims the overlap there too (the pairs' closed form
+    # with a CP ring: tests/workloads/test_tp_overlap_layers.py).
     mapping = {"name": "cp", "cluster": {"preset": "dgx-h100", "nodes": 1},
                "model": {"name": "m", "layers": 2, "hidden": 1024, "heads": 16,
                          "seq_len": 512, "vocab": 32000},
@@ -158,8 +156,15 @@ def test_tp_overlap_is_refused_with_context_parallelism_and_left_off_by_the_stac
                "training": {"micro_batch": 1, "global_batch": 2},
                "compute": {"gpu": "h100-sxm", "stack": "nemo"}}
     parallel = scenario_from_mapping(mapping).parallel
-    # The stack's other overlap applies; the one it cannot run here is not claimed.
-    assert parallel.overlap_param_gather and not parallel.tp_comm_overlap
+    assert parallel.overlap_param_gather and parallel.tp_comm_overlap
+
+
+def test_tp_overlap_is_refused_with_layer_groups():
+    with pytest.raises(ConfigError, match=r"parallelism\.tp_comm_overlap.*layer_groups"):
+        check_strategy(TP_MODEL, parallel_from_mapping(
+            {"tp": 4, "sequence_parallel": True, "tp_comm_overlap": True,
+             "layer_groups": [{"layers": 1, "tp": 4}, {"layers": 1, "tp": 2}]}),
+            TrainingConfig(global_batch=1), num_gpus=4)
 
 
 # --------------------------------------------------------------------------- TP overlap
@@ -198,8 +203,9 @@ def _tp_run(overlap: bool, fold: bool = True):
 
 
 def test_tp_overlap_pairs_are_the_pipeline_closed_form():
-    """Per layer pass and block: the all-gather (ring exchange: tp chunks, no SMs) and the
-    reduce-scatter (4 chunks, its GEMM stretched by 132/116) pipelined with their GEMMs,
+    """Per layer pass and block: the all-gather (ring exchange: tp chunks, no SMs) and,
+    forward, the reduce-scatter (4 chunks, its GEMM stretched by 132/116) pipelined with
+    their GEMMs, backward the reduce-scatter whole beside the weight gradient (bulk),
     instead of GEMMs and collectives one after the other."""
     off, on = _tp_run(False), _tp_run(True)
     costs = RooflineCosts(get_gpu("h100"))
@@ -219,9 +225,13 @@ def test_tp_overlap_pairs_are_the_pipeline_closed_form():
             chunked = paired_gemms_s(costs, pass_, TP_MODEL, shard, (4, 4))
             for (ag_s, rs_s), (ag_chunks_s, rs_chunks_s) in zip(whole.values(),
                                                                 chunked.values(), strict=True):
-                pairs = (pipelined_pair_s(t("all_gather", 4), ag_chunks_s, 4)
-                         + pipelined_pair_s(t("reduce_scatter", 4), rs_chunks_s * stretch, 4))
+                scatter = (bulk_pair_s(t("reduce_scatter", 1), rs_chunks_s)
+                           if pass_ == "bwd" else
+                           pipelined_pair_s(t("reduce_scatter", 4), rs_chunks_s * stretch, 4))
+                pairs = pipelined_pair_s(t("all_gather", 4), ag_chunks_s, 4) + scatter
                 delta += pairs - ag_s - rs_s - t("all_gather", 1) - t("reduce_scatter", 1)
+                if pass_ == "bwd":
+                    assert rs_chunks_s == rs_s  # the weight gradient runs whole
     assert delta < 0  # it hides something
     assert on.iteration_time_s - off.iteration_time_s == pytest.approx(delta, rel=1e-9)
 
@@ -249,8 +259,9 @@ def test_tp_overlap_off_is_todays_stream():
     pairs = [o for o in streams[1] if isinstance(o, TpOverlap)]
     # Two collectives per block, two blocks, forward and backward, per layer.
     assert len(pairs) == 2 * 2 * 2 * TP_MODEL.layers
-    assert {(p.comm.op, p.splits, p.comm_first) for p in pairs} == {
-        ("all_gather", 4, True), ("reduce_scatter", 4, False)}
+    assert {(p.comm.op, p.splits, p.comm_first, p.bulk) for p in pairs} == {
+        ("all_gather", 4, True, False), ("reduce_scatter", 4, False, False),
+        ("reduce_scatter", 1, False, True)}
 
 
 def test_tp_comm_overlap_needs_sequence_parallelism():

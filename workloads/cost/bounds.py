@@ -77,6 +77,7 @@ from distsim_gpu.topology import Topology
 from distsim_gpu.workloads.cost.bound_shape import Lanes, StrategyShape
 from distsim_gpu.workloads.cost.compute import CostModel
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
+from distsim_gpu.workloads.cost.tp_overlap import paired_blocks
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
 from distsim_gpu.workloads.specs.recompute_modules import pass_communication
@@ -395,9 +396,16 @@ class IterationBounds:
         # Each kind runs after every block, in each pass of every micro-batch.
         calls_per_layer = 2 * m * (1 + shape.backward_passes)
         gathered = shape.sharded and parallel.dp_cp > 1
+        hidden = tp_call - self._exposed_tp_chunks(shape, tp_ranks)
         layers = []
         for layer in range(*shape.chunks[vs]):
             calls, calls_low = 2 * tp_call, 2 * tp_low
+            # tp_comm_overlap: a paired block's collectives run against its GEMMs, whose
+            # chunks are never faster than the whole GEMM, so the compute bounds the pair
+            # (none of its calls is a link of the chain); the estimate keeps the chunk of
+            # each that the pipeline leaves exposed (workloads.cost.tp_overlap).
+            paired = paired_blocks(model, parallel, layer)
+            calls, calls_low = calls - paired * hidden, calls_low - paired * tp_low
             if gathered:  # else the simulator may fold them (module doc, chain 5)
                 for kind in shape.tp_kinds:
                     tally.add_everyone((kind, tp_all, shape.tp_size(kind)), calls_per_layer)
@@ -422,6 +430,18 @@ class IterationBounds:
             rerun = self._rerun_calls(shape, layer, (tp_call, tp_low), ep_lanes, ep_all, tally)
             layers.append(replace(terms, rerun_s=rerun[0], rerun_low_s=rerun[1]))
         return layers
+
+    def _exposed_tp_chunks(self, shape: StrategyShape, tp_ranks: Any) -> float:
+        """``tp_comm_overlap``: the estimate of one block's TP collectives left exposed
+        by their pipelines, the first chunk of the gather (``tp`` chunks) and the last of
+        the forward's scatter (``tp_comm_overlap_splits``), taken for both passes (a
+        backward's scatter, beside the weight gradient, is mostly hidden); 0 without."""
+        parallel = shape.parallel
+        if not parallel.tp_comm_overlap:
+            return 0.0
+        chunks = {"all_gather": parallel.tp, "reduce_scatter": parallel.tp_comm_overlap_splits}
+        return sum(self._estimate(kind, tp_ranks, shape.tp_size(kind) / chunks[kind])
+                   for kind in shape.tp_kinds)
 
     def _rerun_calls(self, shape: StrategyShape, layer: int, tp: tuple[float, float],
                      ep_lanes: tuple[Any, ...], ep_all: tuple[Any, ...], tally: _Tally,

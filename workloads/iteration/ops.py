@@ -154,14 +154,17 @@ class TpOverlap:
     """A tensor-parallel ``comm`` run in ``splits`` chunks against a GEMM of ``gemm_s``
     (alone on the GPU) that runs ``gemm_stretch`` times longer beside it (the SMs the
     communication holds): chunk by chunk, the collective first (``comm_first``: an
-    all-gather feeding the GEMM) or the GEMM first (a reduce-scatter draining it).
-    ``gemm``: the GEMM as a :class:`Compute` of ``gemm_s`` (its label and cost-table keys)."""
+    all-gather feeding the GEMM) or the GEMM first (a reduce-scatter draining it); with
+    ``bulk``, the collective whole beside the whole GEMM (a backward's reduce-scatter
+    beside the weight gradient).  ``gemm``: the GEMM as a :class:`Compute` of ``gemm_s``
+    (its label and cost-table keys)."""
 
     comm: Collective
     gemm: Compute
     splits: int
     comm_first: bool
     gemm_stretch: float = 1.0
+    bulk: bool = False
 
     @property
     def label(self) -> str:

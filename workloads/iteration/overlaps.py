@@ -4,7 +4,11 @@
 that builds them (a mixin: it uses the builder's costs, bytes and collective helpers):
 
 * ``parallelism.tp_comm_overlap`` — each tensor-parallel all-gather and reduce-scatter
-  pipelined with the GEMM it feeds or drains (:mod:`workloads.cost.tp_overlap`);
+  pipelined with the GEMM it feeds or drains (:mod:`workloads.cost.tp_overlap`): a dense
+  layer's both blocks, a MoE layer's attention block (its MLP's are the token
+  dispatcher's), before and after the context-parallel ring where there is one;
+* context parallelism's ring: the attention's core as ``cp`` blocks, each computed while
+  the next step's K/V blocks are sent (:mod:`workloads.cost.context_parallel`);
 * ``parallelism.moe_overlap`` — a MoE layer as two half micro-batches, one's all-to-alls
   under the other's compute;
 * ``parallelism.fb_overlap`` — a stage's forward and backward of two micro-batches as one
@@ -23,11 +27,13 @@ that builds them (a mixin: it uses the builder's costs, bytes and collective hel
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from distsim_gpu.workloads.cost.compute.blocks import BlockShares, block_shares
+from distsim_gpu.workloads.cost.context_parallel import core_attention_time_s, ring_step_blocks
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
-from distsim_gpu.workloads.cost.tp_overlap import paired_gemms_s
+from distsim_gpu.workloads.cost.tp_overlap import PAIRED_BLOCKS, paired_gemms_s, scatter_is_bulk
 from distsim_gpu.workloads.cost.traffic import (
     activation_bytes_per_element,
     grad_bytes_per_element,
@@ -41,11 +47,32 @@ from distsim_gpu.workloads.strategy.dimensions import async_handle
 from distsim_gpu.workloads.strategy.fb_pairs import Pair
 from distsim_gpu.workloads.strategy.schedule import virtual_stage
 
-__all__ = ["OverlappedOps", "ParamBuckets"]
+__all__ = ["BlockPairs", "OverlappedOps", "ParamBuckets"]
 
 #: A chunk's parameter buckets in the order its forward needs them: (the layer before which
 #: the forward waits for it, None: the chunk's start; bytes per GPU; handle).
 ParamBuckets = tuple[tuple[int | None, float, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockPairs:
+    """A block's two userbuffers pairs in one layer pass (:mod:`workloads.cost.tp_overlap`):
+    the seconds of the GEMM its all-gather feeds and of the one its reduce-scatter drains,
+    whole (the part of the block's compute they are) and as the chunks its collective is
+    cut into (what each pair runs).  A GEMM of 0 s is one the block does not have — MLA's
+    attention has no ``qkv`` (its down-projections take the gathered input) — and its
+    collective then runs whole."""
+
+    gather_s: float
+    scatter_s: float
+    gather_chunks_s: float
+    scatter_chunks_s: float
+    bulk: bool = False  # the scatter whole beside its GEMM (a backward's weight gradient)
+
+    @property
+    def paired_s(self) -> float:
+        """The block's compute its pairs run (whole GEMMs, alone on the GPU)."""
+        return self.gather_s + self.scatter_s
 
 
 class OverlappedOps:
@@ -64,6 +91,8 @@ class OverlappedOps:
     a2a_bytes: float
     tp_bytes: float
     tp_gather_bytes: float
+    cp_bytes: float
+    seq_len: int
     rs_stretch: float
     moe_pace: float
     amax: Any
@@ -77,34 +106,112 @@ class OverlappedOps:
     _buckets: Any
     _async_dp: Any
     _fused: Any
+    _attention_share: Any
+
+    def _tp_pairs(self, pass_: str, shard: LayerShard, blocks: int) -> dict[str, BlockPairs]:
+        """``parallelism.tp_comm_overlap``: the pairs of the first ``blocks`` blocks of a
+        layer pass (:func:`~workloads.cost.tp_overlap.paired_blocks`)."""
+        par = self.parallel
+        whole = paired_gemms_s(self.costs, pass_, self.model, shard)
+        # Each GEMM runs as the chunks its collective is cut into, a slice of rows each.
+        chunks = paired_gemms_s(self.costs, pass_, self.model, shard,
+                                (par.tp, par.tp_comm_overlap_splits))
+        return {block: BlockPairs(*whole[block], *chunks[block], scatter_is_bulk(pass_))
+                for block in PAIRED_BLOCKS[:blocks]}
 
     def _overlapped_tp_layer(self, ops: list[Op], pass_: str, shard: LayerShard,
                              what: tuple[float, str, tuple[str, str, int]],
                              fold: bool) -> None:
-        """``parallelism.tp_comm_overlap``: each block's all-gather pipelined with the
-        GEMM it feeds (ring exchange: ``tp`` chunks, no SMs) and its reduce-scatter with
-        the GEMM it drains (``tp_comm_overlap_splits`` chunks on ``tp_comm_overlap_sms``
-        SMs); the rest of the block computes alone (workloads.cost.tp_overlap).
-        ``what``: the layer pass's seconds, label and trace arguments."""
+        """``parallelism.tp_comm_overlap`` on a dense layer without context parallelism:
+        each block's collectives run against its GEMMs (:meth:`_paired_block`), the rest of
+        the layer's compute split evenly between the blocks.  ``what``: the layer pass's
+        seconds, label and trace arguments."""
         duration, label, args = what
+        pairs = self._tp_pairs(pass_, shard, len(PAIRED_BLOCKS))
+        rest = max(duration - sum(pair.paired_s for pair in pairs.values()), 0.0) / 2
+        for block, pair in pairs.items():
+            self._paired_block(ops, f"{label} {block}", rest + pair.paired_s, pair,
+                              (args, fold))
+
+    def _paired_block(self, ops: list[Op], label: str, block_s: float, pair: BlockPairs,
+                     where: tuple[tuple[str, str, int], bool]) -> None:
+        """A block of ``block_s`` seconds whose collectives run against its GEMMs: the rest
+        of its compute, then its all-gather's pair and its reduce-scatter's.  ``where``:
+        the trace arguments and whether its TP collectives are exclusive (folded)."""
+        args, _ = where
+        ops.append(Compute(max(block_s - pair.paired_s, 0.0), label, *args))
+        self._gather_pair(ops, label, pair, where)
+        self._scatter_pair(ops, label, pair, where)
+
+    def _gather_pair(self, ops: list[Op], label: str, pair: BlockPairs,
+                    where: tuple[tuple[str, str, int], bool]) -> None:
+        """The block's all-gather against the GEMM it feeds (ring exchange: ``tp`` chunks
+        on the copy engines, no SMs), or whole where the block has no such GEMM."""
+        args, fold = where
+        gather = Collective("all_gather", self.tp_gather_bytes, f"{label} all_gather",
+                            exclusive=fold)
+        ops.append(TpOverlap(gather, Compute(pair.gather_chunks_s, f"{label} gemm", *args),
+                             self.parallel.tp, comm_first=True)
+                   if pair.gather_s > 0 else gather)
+
+    def _scatter_pair(self, ops: list[Op], label: str, pair: BlockPairs,
+                     where: tuple[tuple[str, str, int], bool]) -> None:
+        """The block's reduce-scatter against the GEMM it drains
+        (``tp_comm_overlap_splits`` chunks, its kernels on ``tp_comm_overlap_sms`` SMs
+        the GEMM cannot use), or in a backward whole beside the weight gradient (bulk,
+        the GEMM on every SM); whole alone where the block has no such GEMM."""
+        args, fold = where
         par = self.parallel
-        whole = paired_gemms_s(self.costs, pass_, self.model, shard)
-        rest = max(duration - sum(ag + rs for ag, rs in whole.values()), 0.0) / 2
-        # Each GEMM runs as the chunks its collective is cut into, a slice of rows each.
-        gemms = paired_gemms_s(self.costs, pass_, self.model, shard,
-                               (par.tp, par.tp_comm_overlap_splits))
-        for block, (ag_s, rs_s) in gemms.items():
-            ops.append(Compute(rest, f"{label} {block}", *args))
-            ops.append(TpOverlap(Collective("all_gather", self.tp_gather_bytes,
-                                            f"{label} {block} all_gather", exclusive=fold),
-                                 Compute(ag_s, f"{label} {block} gemm", *args), par.tp,
-                                 comm_first=True))
-            ops.append(TpOverlap(Collective("reduce_scatter", self.tp_bytes,
-                                            f"{label} {block} reduce_scatter",
-                                            exclusive=fold),
-                                 Compute(rs_s, f"{label} {block} gemm", *args),
-                                 par.tp_comm_overlap_splits, comm_first=False,
+        scatter = Collective("reduce_scatter", self.tp_bytes, f"{label} reduce_scatter",
+                             exclusive=fold)
+        gemm = Compute(pair.scatter_chunks_s, f"{label} gemm", *args)
+        if pair.scatter_s <= 0:
+            ops.append(scatter)
+        elif pair.bulk:
+            ops.append(TpOverlap(scatter, gemm, 1, comm_first=False, bulk=True))
+        else:
+            ops.append(TpOverlap(scatter, gemm, par.tp_comm_overlap_splits, comm_first=False,
                                  gemm_stretch=self.rs_stretch))
+
+    def _cp_attention(self, ops: list[Op], cost_pass: str, layer: tuple[float, LayerShard],
+                      where: tuple[str, tuple[str, str, int]], fold: bool,
+                      block: tuple[BlockPairs | None, float | None]) -> float:
+        """Context parallelism: the attention's linear part, then its core attention as
+        ``cp`` blocks around the ring, each overlapped with the send of the blocks the
+        next step needs (:mod:`workloads.cost.context_parallel`); with a pair
+        (``tp_comm_overlap``) the linear part's gather and scatter run against its input
+        and output GEMMs before and after the ring.  ``layer``: the pass's seconds and
+        shard; ``block``: the pair, and the attention block's seconds where they are not
+        its share of the pass (a split backward's input half).  Returns those seconds."""
+        (duration, shard), (label, args), (pair, attention) = layer, where, block
+        par, train = self.parallel, self.training
+        core = core_attention_time_s(
+            self.costs, cost_pass, self.model, LayerShard(
+                train.micro_batch, self.seq_len, tp=par.tp,
+                sequence_parallel=par.sequence_parallel, layer_index=args[2],
+                recompute=shard.recompute))
+        # The layer at s/cp tokens holds one block's core attention: the rest of the
+        # attention block is its linear part.
+        if attention is None:
+            attention = duration * self._attention_share(cost_pass, shard)
+        linear = max(attention - core, 0.0)
+        paired = pair.paired_s if pair is not None else 0.0
+        if linear > paired:
+            ops.append(Compute(linear - paired, f"{label} attention", *args))
+        if pair is not None:
+            self._gather_pair(ops, f"{label} attention", pair, (args, fold))
+        for step, blocks in enumerate(ring_step_blocks(cost_pass, par.cp)):
+            handle = async_handle("cp", f"{label} {step}")
+            if blocks:
+                ops.append(Collective("sendrecv", blocks * self.cp_bytes,
+                                      f"{label} cp ring {step}", group="cp", blocking=False,
+                                      handle=handle))
+            ops.append(Compute(core, f"{label} attention block {step}", *args))
+            if blocks:
+                ops.append(Wait(handle))
+        if pair is not None:
+            self._scatter_pair(ops, f"{label} attention", pair, (args, fold))
+        return attention
 
     def _overlapped_moe(self, ops: list[Op], label: str, times_s: tuple[float, float],
                         args: tuple[str, str, int], fold: bool, pass_: str) -> None:

@@ -14,7 +14,7 @@ training setup and the compute costs:
   all-to-alls; the backward pass re-runs the forward first when activations are recomputed;
 * context parallelism (``cp`` > 1): a rank runs the layer at its ``s/cp`` tokens, and
   its core attention as ``cp`` blocks around the CP ring, each block's compute overlapped
-  with the asynchronous send of the next K/V block (:mod:`workloads.cost.context_parallel`);
+  with the asynchronous send of the next K/V block (:mod:`workloads.iteration.overlaps`);
 * data parallelism: the last micro-batch's backward launches the gradient buckets as it
   produces them; ZeRO-3/FSDP gathers each layer's parameters ahead of its passes and
   reduce-scatters its gradients every micro-batch;
@@ -38,11 +38,17 @@ from dataclasses import replace
 
 from distsim_gpu.workloads.cost.compute import CostModel
 from distsim_gpu.workloads.cost.compute.blocks import block_shares
-from distsim_gpu.workloads.cost.context_parallel import core_attention_time_s, ring_step_blocks
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.mtp import mtp_projection_s
 from distsim_gpu.workloads.cost.parameters import layer_group_extra_params
-from distsim_gpu.workloads.cost.tp_overlap import gemm_stretch, pipelined_pair_s, roofline_of
+from distsim_gpu.workloads.cost.tp_overlap import (
+    PAIRED_BLOCKS,
+    bulk_pair_s,
+    gemm_stretch,
+    paired_blocks,
+    pipelined_pair_s,
+    roofline_of,
+)
 from distsim_gpu.workloads.cost.traffic import (
     activation_bytes_per_element,
     alltoall_bytes,
@@ -80,14 +86,13 @@ from distsim_gpu.workloads.iteration.ops import (
     TpOverlap,
     Wait,
 )
-from distsim_gpu.workloads.iteration.overlaps import OverlappedOps, ParamBuckets
+from distsim_gpu.workloads.iteration.overlaps import BlockPairs, OverlappedOps, ParamBuckets
 from distsim_gpu.workloads.iteration.run_hints import PLAIN, RunHints
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
 from distsim_gpu.workloads.specs.recompute import table_pass as recompute_table_pass
 from distsim_gpu.workloads.specs.recompute_modules import PassCommunication, pass_communication
 from distsim_gpu.workloads.strategy import schedule as pipeline
-from distsim_gpu.workloads.strategy.dimensions import async_handle
 from distsim_gpu.workloads.strategy.fb_pairs import Pair, Unit, paired_programs
 from distsim_gpu.workloads.strategy.layer_groups import (
     LayerSetting,
@@ -409,37 +414,54 @@ class StreamBuilder(OverlappedOps):
         comm = pass_communication(pass_, setting.recompute, self.training.recompute_modules,
                                   model.is_moe_layer(layer))
         args = (kind, table_pass, layer)
-        # Context parallelism and layer groups are refused with it (check_strategy); an
-        # MoE layer keeps its collectives around the experts' all-to-alls.
-        if self.tp_overlap and comm.full and not model.is_moe_layer(layer):
+        ring = par.cp > 1 and comm.ring
+        # tp_comm_overlap (layer groups refuse it, check_strategy): a whole pass's TP
+        # collectives against their GEMMs, block by block; a split backward's input half
+        # keeps them whole (the reduce-scatter's partner, the weight gradient, is deferred).
+        blocks = (paired_blocks(model, par, layer) if self.tp_overlap and comm.full
+                  and weights else 0)
+        if blocks == len(PAIRED_BLOCKS) and not ring:
             self._overlapped_tp_layer(ops, pass_, shard, (duration, label, args), fold)
             return
+        pairs = self._tp_pairs(pass_, shard, blocks) if blocks else {}
         # A skewed router's MLP runs half the layer at the slowest EP rank's pace.
         extra = (self.moe_pace - 1) * duration / 2 if model.is_moe_layer(layer) else 0.0
-        if par.cp > 1 and comm.ring:
-            attention = self._cp_attention(ops, cost_pass, duration, label, args, mode)
-            mlp = attention + extra * (2 * attention / duration if duration else 0.0)
+        if ring:  # a split backward's input half: each block's input-gradient share
+            inputs = None if weights else self.input_gradient_times(layer)
+            attention = self._cp_attention(ops, cost_pass, (duration, shard), (label, args),
+                                           fold, (pairs.get("attention"),
+                                                  inputs[0] if inputs else None))
+            mlp = inputs[1] if inputs else duration - attention + extra
         elif not weights:  # each block's input-gradient share, the router's skew with it
             attention, mlp = self.input_gradient_times(layer)
             ops.append(Compute(attention, f"{label} attention", *args))
         else:
             attention = duration * self._attention_share(cost_pass, shard)
             mlp = duration - attention + extra
-            ops.append(Compute(attention, f"{label} attention", *args))
+            if "attention" in pairs:
+                self._paired_block(ops, f"{label} attention", attention, pairs["attention"],
+                                  (args, fold))
+            else:
+                ops.append(Compute(attention, f"{label} attention", *args))
         if moe and comm.full and par.moe_overlap:
-            ops.pop()  # the attention, split in two below
+            ops.pop()  # the attention, split in two below (cp 1: check_strategy)
             self._overlapped_moe(ops, label, (attention, mlp), args, fold, pass_)
             return
-        self._block_ops(ops, comm, (label, fold, pass_), mlp, args, moe)
+        self._block_ops(ops, comm, (label, fold, pass_), mlp, args, moe, pairs)
 
     def _block_ops(self, ops: list[Op], comm: PassCommunication, where: tuple[str, bool, str],
-                   mlp: float, args: tuple[str, str, int], moe: bool) -> None:
+                   mlp: float, args: tuple[str, str, int], moe: bool,
+                   pairs: dict[str, BlockPairs]) -> None:
         """After a layer pass's attention block (``where``: its label, fold and pass): the
-        communication ``comm`` says the pass runs around the MLP block of ``mlp`` s."""
+        communication ``comm`` says the pass runs around the MLP block of ``mlp`` s;
+        ``pairs``: the blocks whose TP collectives run against their GEMMs (their own)."""
         label, fold, pass_ = where
         setting, saved = self._setting(args[2]), comm.saved
-        if comm.full or comm.op_sac:
+        if (comm.full or comm.op_sac) and "attention" not in pairs:
             self._tp_ops(ops, f"{label} attention", fold, pass_, "attention", setting, saved)
+        if "mlp" in pairs:  # a dense MLP beside a context-parallel attention
+            self._paired_block(ops, f"{label} mlp", mlp, pairs["mlp"], (args, fold))
+            return
         if moe and (comm.full or comm.moe):
             self._exchange(ops, "dispatch", label)
         ops.append(Compute(mlp, f"{label} mlp", *args))
@@ -472,34 +494,6 @@ class StreamBuilder(OverlappedOps):
         :func:`~workloads.cost.compute.blocks.block_shares`)."""
         share = block_shares(self.costs, cost_pass, self.model, shard)
         return share.attention + share.attention_weights
-
-    def _cp_attention(self, ops: list[Op], cost_pass: str, duration: float, label: str,
-                      args: tuple[str, str, int], recompute: str) -> float:
-        """Context parallelism: the attention's linear part, then its core attention as
-        ``cp`` blocks around the ring, each overlapped with the send of the blocks the
-        next step needs (:mod:`workloads.cost.context_parallel`).  Returns the time of the
-        MLP's half of the rest of the layer."""
-        par, train = self.parallel, self.training
-        core = core_attention_time_s(
-            self.costs, cost_pass, self.model, LayerShard(
-                train.micro_batch, self.seq_len, tp=par.tp,
-                sequence_parallel=par.sequence_parallel, layer_index=args[2],
-                recompute=recompute))
-        # The layer at s/cp tokens holds one block's core attention; the rest is split
-        # between the attention's and the MLP's side as without CP.
-        half = max(duration - core, 0.0) / 2
-        if half:
-            ops.append(Compute(half, f"{label} attention", *args))
-        for step, blocks in enumerate(ring_step_blocks(cost_pass, par.cp)):
-            handle = async_handle("cp", f"{label} {step}")
-            if blocks:
-                ops.append(Collective("sendrecv", blocks * self.cp_bytes,
-                                      f"{label} cp ring {step}", group="cp", blocking=False,
-                                      handle=handle))
-            ops.append(Compute(core, f"{label} attention block {step}", *args))
-            if blocks:
-                ops.append(Wait(handle))
-        return half
 
     def _tp_ops(self, ops: list[Op], label: str, fold: bool, pass_: str = "fwd",
                 block: str = "attention", setting: LayerSetting | None = None,
@@ -651,7 +645,9 @@ def fuse(ops: Sequence[Op], closed_form_s: Callable[[Collective], float]) -> tup
             # the collective's exposed part (its bytes still count on its links).
             gemm_s = op.stretched_gemm_s
             chunk = replace(op.comm, size_bytes=(op.comm.size_bytes or 0.0) / op.splits)
-            exposed_s = pipelined_pair_s(closed_form_s(chunk), gemm_s, op.splits) - gemm_s
+            pair_s = (bulk_pair_s(closed_form_s(op.comm), gemm_s) if op.bulk
+                      else pipelined_pair_s(closed_form_s(chunk), gemm_s, op.splits))
+            exposed_s = pair_s - gemm_s
             run.extend((replace(op.gemm, duration_s=gemm_s, own_sms=True), op.comm))
             durations.extend((gemm_s, exposed_s))
             compute += gemm_s

@@ -6,7 +6,8 @@ or data-parallel collectives may share its links) it runs here, chunk by chunk, 
 ``splits`` collectives of ``1/splits`` of the bytes one after another, beside the GEMM's
 chunks, the collective's first chunk before the GEMM (all-gather) or its last after it
 (reduce-scatter).  Uncontended this is :func:`workloads.cost.tp_overlap.pipelined_pair_s`
-exactly: ``c`` + (``n − 1`` chunks of each side at once) + ``g``.
+exactly: ``c`` + (``n − 1`` chunks of each side at once) + ``g``; a bulk pair runs its
+collective whole beside the GEMM (:func:`workloads.cost.tp_overlap.bulk_pair_s`).
 
 The accounting: the GEMM's time is compute, the rest of the pair exposed communication;
 each chunk's transfer is a communication interval.
@@ -51,7 +52,9 @@ def run_tp_overlap(env: simpy.Environment, tp_call: TpCall, tracer: Any, group: 
         return env.all_of([env.process(transfers(splits - 1)),
                            env.timeout((splits - 1) * chunk_s)])
 
-    if op.comm_first:
+    if op.bulk:  # the whole collective beside the whole GEMM
+        yield env.all_of([env.process(transfers(1)), env.timeout(chunk_s)])
+    elif op.comm_first:
         yield from transfers(1)
         yield middle()
         yield env.timeout(chunk_s)

@@ -595,13 +595,17 @@ def _check_overlaps(p: ParallelConfig, *, source: str | None) -> None:
                           "sequence_parallel: true and tp_mode: 1d",
                           key="parallelism.tp_comm_overlap", source=source,
                           hint="set sequence_parallel: true, or tp_comm_overlap: false")
-    if p.tp_comm_overlap and (p.cp > 1 or p.layer_groups):
-        # Its layers run their TP collectives around the context-parallel ring blocks or
-        # at per-group widths: the pairing with one GEMM each is not modelled there.
-        raise ConfigError("tp_comm_overlap is not modelled with context parallelism or "
-                          "per-layer strategies (layer_groups)",
-                          key="parallelism.tp_comm_overlap", source=source,
+    if p.tp_comm_overlap and p.layer_groups:
+        # Per-group widths: the pairing with one GEMM each is not modelled there.
+        raise ConfigError("tp_comm_overlap is not modelled with per-layer strategies "
+                          "(layer_groups)", key="parallelism.tp_comm_overlap", source=source,
                           hint="set tp_comm_overlap: false")
+    if p.moe_overlap and p.cp > 1:
+        # Each half micro-batch would run its own context-parallel ring.
+        raise ConfigError("moe_overlap is not modelled with context parallelism (cp > 1): "
+                          "each half micro-batch's attention would run a ring of its own",
+                          key="parallelism.moe_overlap", source=source,
+                          hint="set moe_overlap: false, or cp: 1")
     check_whole(p.tp_comm_overlap_splits, key="parallelism.tp_comm_overlap_splits",
                 source=source, minimum=1, maximum=1024)
     check_whole(p.tp_comm_overlap_sms, key="parallelism.tp_comm_overlap_sms", source=source,

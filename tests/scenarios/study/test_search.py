@@ -323,15 +323,14 @@ def test_search_lists_no_duplicate_strategy(tmp_path, capsys):
 
 
 def test_a_candidate_gets_its_stacks_overlaps_for_its_own_strategy():
-    """The base runs cp 2, where NeMo's TP overlap is off; a cp-1 candidate derived from it
-    must run with the overlap on, as its own best.yaml does — unless the scenario set the
-    key itself, which then stays."""
+    """The base runs tp 1, where NeMo's TP overlap has nothing to overlap; a tp-2
+    candidate derived from it must run with the overlap on, as its own best.yaml does —
+    unless the scenario set the key itself, which then stays."""
     def scenario(**parallelism):
         return scenario_from_mapping({
             **mapping(), "cluster": {"preset": "dgx-h100", "nodes": 1},
             "model": {**MODEL, "seq_len": 512},
-            "parallelism": {"tp": 2, "pp": 1, "cp": 2, "dp": 2, "sequence_parallel": True,
-                            "zero": 1, **parallelism},
+            "parallelism": {"tp": 1, "pp": 1, "cp": 2, "dp": 4, "zero": 1, **parallelism},
             "training": {"micro_batch": 1, "global_batch": 8, "recompute": "none"},
             "compute": {"gpu": "h100-sxm", "stack": "nemo"}})
     base = scenario()
@@ -341,7 +340,7 @@ def test_a_candidate_gets_its_stacks_overlaps_for_its_own_strategy():
     assert candidate.parallel.tp_comm_overlap and candidate.parallel.overlap_param_gather
     resolved = scenario_from_mapping(candidate.resolved())
     assert resolved.parallel.tp_comm_overlap
-    fixed = scenario(tp_comm_overlap=False, cp=1, dp=4)
+    fixed = scenario(tp_comm_overlap=False, tp=2, cp=1, dp=4, sequence_parallel=True)
     assert not with_strategy(fixed, strategy).parallel.tp_comm_overlap
 
 
