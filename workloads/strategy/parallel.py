@@ -601,7 +601,6 @@ def _check_overlaps(p: ParallelConfig, *, source: str | None) -> None:
                           "(layer_groups)", key="parallelism.tp_comm_overlap", source=source,
                           hint="set tp_comm_overlap: false")
     if p.moe_overlap and p.cp > 1:
-        # Each half micro-batch would run its own context-parallel ring.
         raise ConfigError("moe_overlap is not modelled with context parallelism (cp > 1): "
                           "each half micro-batch's attention would run a ring of its own",
                           key="parallelism.moe_overlap", source=source,
