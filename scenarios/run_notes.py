@@ -9,8 +9,9 @@ measured (the roofline's ``notes``), a DeepEP exchange on fewer SMs than its NVL
 rate needs (:mod:`collectives.deepep`), compute slowed by the SMs overlapped NCCL
 collectives hold, at NCCL's figure for a DGX node (:mod:`workloads.iteration.nccl_sms`),
 an FP8 run's amax all-reduce left out for want of a roofline to say its recipe,
-forward-backward pairs on the V with too few micro-batches for DeepSeek's own order, and
-a MoE model's router left perfectly even.
+forward-backward pairs on the V with too few micro-batches for DeepSeek's own order,
+userbuffers' reduce-scatter pipelines at Transformer Engine's default SMs and splits, and a
+MoE model's router left perfectly even.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from distsim_gpu.topology.faults import Fault
 from distsim_gpu.topology.preset_registry import NODE_PRESETS
 from distsim_gpu.topology.routing import END_TO_END_POLICIES
 from distsim_gpu.workloads.cost.compute import roofline_behind
+from distsim_gpu.workloads.cost.tp_overlap import TE_PIPELINE_SMS, TE_PIPELINE_SPLITS
 from distsim_gpu.workloads.iteration.nccl_sms import nccl_streams
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import UNIFORM
@@ -41,7 +43,8 @@ from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConf
 from distsim_gpu.workloads.strategy.precision import LOW_PRECISIONS
 
 __all__ = ["RunParts", "amax_notes", "deepep_notes", "fault_notes", "nccl_sm_notes",
-           "offload_notes", "routing_notes", "run_notes", "schedule_notes"]
+           "offload_notes", "routing_notes", "run_notes", "schedule_notes",
+           "tp_overlap_notes"]
 
 
 def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]:
@@ -130,6 +133,20 @@ def nccl_sm_notes(comm: CommParams, costs: object, parallel: ParallelConfig) -> 
         f"their kernels leave: {comm.nccl_sms} a collective, NCCL's figure for a DGX node "
         f"with 8 NICs ({sms - comm.nccl_sms} of {sms} with one in flight)",
         "communication.nccl_sms")]
+
+
+def tp_overlap_notes(parallel: ParallelConfig) -> list[RunNote]:
+    """A note when ``tp_comm_overlap`` pipelines every forward reduce-scatter at Transformer
+    Engine's default chunks and SMs (:mod:`workloads.cost.tp_overlap`), where NeMo's
+    per-model presets set them GEMM by GEMM."""
+    if not (parallel.tp_comm_overlap and parallel.tp_comm_overlap_sms == TE_PIPELINE_SMS
+            and parallel.tp_comm_overlap_splits == TE_PIPELINE_SPLITS):
+        return []
+    return [RunNote(
+        "defaulted", f"userbuffers' forward reduce-scatters run in {TE_PIPELINE_SPLITS} "
+        f"chunks on {TE_PIPELINE_SMS} SMs beside their GEMMs, Transformer Engine's default, "
+        "for every GEMM (NeMo's per-model presets set 8-32 SMs per GEMM, or a ring exchange "
+        "on one SM)", "parallelism.tp_comm_overlap_sms")]
 
 
 def amax_notes(training: TrainingConfig, costs: object,
@@ -226,6 +243,7 @@ def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topol
         notes += schedule_notes(run.parallel, run.microbatches)
         notes += deepep_notes(run.comm, run.costs, topology)
         notes += nccl_sm_notes(run.comm, run.costs, run.parallel)
+        notes += tp_overlap_notes(run.parallel)
         notes += amax_notes(run.training, run.costs, run.parallel)
         notes += routing_notes(run.model)
     notes += fault_notes(faults, topology, iteration_time_s)

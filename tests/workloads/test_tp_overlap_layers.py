@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 from distsim_gpu.collectives import CommParams, Communicator
+from distsim_gpu.scenarios.run_notes import tp_overlap_notes
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
@@ -151,3 +152,12 @@ def test_moe_overlap_is_refused_with_context_parallelism():
         check_strategy(MOE, ParallelConfig(tp=2, cp=2, ep=2, sequence_parallel=True,
                                            moe_overlap=True),
                        TrainingConfig(global_batch=1), num_gpus=4)
+
+
+def test_a_run_says_when_its_scatter_pipelines_take_transformer_engines_default():
+    on = ParallelConfig(tp=2, sequence_parallel=True, tp_comm_overlap=True)
+    [note] = tp_overlap_notes(on)
+    assert note.key == "parallelism.tp_comm_overlap_sms" and "4 chunks on 16 SMs" in note.message
+    assert tp_overlap_notes(ParallelConfig(tp=2, sequence_parallel=True)) == []
+    assert tp_overlap_notes(ParallelConfig(tp=2, sequence_parallel=True, tp_comm_overlap=True,
+                                           tp_comm_overlap_sms=24)) == []
