@@ -15,6 +15,7 @@ from distsim_gpu.scenarios.report.bottlenecks import link_summary
 from distsim_gpu.scenarios.scenario import load_scenario
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import build_cluster
+from distsim_gpu.workloads.cost.compute.roofline import RooflineCosts
 from distsim_gpu.workloads.iteration.simulator import IterationSpec, simulate_iteration
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 
@@ -58,6 +59,20 @@ def test_folded_tp_counts_on_links_as_the_flows_it_stands_for(
     training = TrainingConfig(micro_batch=1, global_batch=4 * dp, recompute=recompute)
     folded = uniform.run(dgx2, parallel, training, comm=CommParams())
     flows = uniform.run(dgx2, parallel, training, comm=CommParams(), fold_exclusive_tp=False)
+    assert_same_link_stats(folded, flows)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_folded_tp_beside_a_context_parallel_ring_counts_alike(overlap, uniform, dgx2):
+    """tp 8 · cp 2 on two nodes: the ring's sends cross the nodes on the NICs, the TP
+    collectives (and userbuffers' pairs) stay in the NVLink node and fold."""
+    parallel = ParallelConfig(tp=8, cp=2, sequence_parallel=True, tp_comm_overlap=overlap,
+                              bucket_params=2_000_000)
+    training = TrainingConfig(micro_batch=1, global_batch=4)
+    gpu = uniform.gpu
+    folded, flows = (simulate_iteration(IterationSpec(
+        dgx2, uniform.model, parallel, training, RooflineCosts(gpu), gpu, comm=CommParams(),
+        fold_exclusive_tp=fold)) for fold in (True, False))
     assert_same_link_stats(folded, flows)
 
 

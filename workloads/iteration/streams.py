@@ -93,6 +93,7 @@ from distsim_gpu.workloads.specs.moe_routing import moe_pace
 from distsim_gpu.workloads.specs.recompute import table_pass as recompute_table_pass
 from distsim_gpu.workloads.specs.recompute_modules import PassCommunication, pass_communication
 from distsim_gpu.workloads.strategy import schedule as pipeline
+from distsim_gpu.workloads.strategy.dimensions import peer_groups
 from distsim_gpu.workloads.strategy.fb_pairs import Pair, Unit, paired_programs
 from distsim_gpu.workloads.strategy.layer_groups import (
     LayerSetting,
@@ -107,6 +108,9 @@ from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConf
 from distsim_gpu.workloads.strategy.tp_nd import layer_comm, mesh_of
 
 __all__ = ["StreamBuilder", "fuse"]
+
+#: Peer groups whose calls are a ring's sends (context parallelism's).
+_RINGS = frozenset(name for name, peer in peer_groups().items() if peer.ring)
 
 
 class StreamBuilder(OverlappedOps):
@@ -231,8 +235,11 @@ class StreamBuilder(OverlappedOps):
             fold = fold and (apart or not waits)
             ops = (self.pair_ops(stage, unit, last, fold, waits) if isinstance(unit, Pair)
                    else self.pass_ops(stage, unit[2], unit[0], last, fold, waits))
+            # A ring's sends (context parallelism's) do not count: exclusive_tp has
+            # checked they never meet a TP group's links.
             launched_dp = launched_dp or any(
-                isinstance(op, Collective) and not op.blocking for op in ops)
+                isinstance(op, Collective) and not op.blocking and op.group not in _RINGS
+                for op in ops)
             stream.extend(ops)
             stream.extend(Send(pass_, mb, vs + 1 if pass_ == "F" else vs - 1, self.p2p_bytes)
                           for pass_, mb, vs in sides
