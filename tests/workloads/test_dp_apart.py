@@ -9,12 +9,12 @@ from distsim_gpu.workloads.iteration import simulator
 from distsim_gpu.workloads.iteration.folding import dp_apart_from_tp
 
 
-def _mapping(tp: int, dp: int) -> dict:
+def _mapping(tp: int, dp: int, cp: int = 1) -> dict:
     return {
         "name": "dp-apart",
         "cluster": {"preset": "dgx-h100", "nodes": 4, "fabric": {"kind": "rail-optimized"}},
         "model": {"preset": "llama3-8b"},
-        "parallelism": {"tp": tp, "pp": 32 // (tp * dp), "dp": dp,
+        "parallelism": {"tp": tp, "pp": 32 // (tp * dp * cp), "dp": dp, "cp": cp,
                         "sequence_parallel": True, "zero": 1,
                         "tp_comm_overlap": True, "overlap_param_gather": True},
         "training": {"micro_batch": 1, "global_batch": 4 * dp, "precision": "bf16"},
@@ -48,3 +48,14 @@ def test_dp_peers_in_one_node_share_its_nvlink_ports(monkeypatch: pytest.MonkeyP
     # tp 4 in an 8-GPU node: two replicas per node, their DP ring hops over NVLink.
     _, apart = _run(_mapping(4, 2), None, monkeypatch)
     assert not apart
+
+
+def test_dp_over_a_context_parallel_rings_replicas_is_apart_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # tp 8 · cp 2 · dp 2: the gradients reduce over the four replicas, one a node.
+    mapping = _mapping(8, 2, cp=2)
+    folded_s, apart = _run(mapping, None, monkeypatch)
+    flows_s, _ = _run(mapping, False, monkeypatch)
+    assert apart
+    assert folded_s == pytest.approx(flows_s, rel=1e-12)
+

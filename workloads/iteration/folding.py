@@ -433,10 +433,12 @@ def dp_apart_from_tp(comm: Communicator, groups: list[list[RankGroup]],
 
     Then a TP collective stays exclusive while they are in flight — the usual case of TP
     inside an NVLink node and DP across nodes on the NIC rails — and its closed form stays
-    exact.  Only for plain data parallelism (one replica per rank group, no expert or
-    context parallelism, uniform layer groups); False otherwise.
+    exact.  A rank's data-parallel communicator is its rank in every replica of its
+    stage: the dp·cp replicas under context parallelism (Megatron reduces gradients over
+    both).  Not with expert parallelism (its gradients reduce over expert groups of their
+    own) nor uneven layer groups: False there.
     """
-    if par.tp == 1 or par.dp_cp <= 1 or par.dp_cp != par.dp:
+    if par.tp == 1 or par.dp_cp <= 1:
         return par.tp == 1
     if getattr(par, "ep", 1) > 1:
         return False
