@@ -62,13 +62,16 @@ def test_folded_tp_counts_on_links_as_the_flows_it_stands_for(
     assert_same_link_stats(folded, flows)
 
 
+@pytest.mark.parametrize("tp", [8, 4])
 @pytest.mark.parametrize("overlap", [False, True])
-def test_folded_tp_beside_a_context_parallel_ring_counts_alike(overlap, uniform, dgx2):
-    """tp 8 · cp 2 on two nodes: the ring's sends cross the nodes on the NICs, the TP
-    collectives (and userbuffers' pairs) stay in the NVLink node and fold."""
-    parallel = ParallelConfig(tp=8, cp=2, sequence_parallel=True, tp_comm_overlap=overlap,
-                              bucket_params=2_000_000)
-    training = TrainingConfig(micro_batch=1, global_batch=4)
+def test_folded_tp_beside_a_context_parallel_ring_counts_alike(tp, overlap, uniform, dgx2):
+    """cp 2 on two nodes: at tp 8 the ring's sends cross the nodes on the NICs; at tp 4
+    both halves of a ring share a node, its sends on their own TP groups' NVLink ports
+    (never during their TP collectives: ``folding.exclusive_tp``).  The TP collectives
+    (and userbuffers' pairs) fold either way."""
+    parallel = ParallelConfig(tp=tp, cp=2, dp=8 // tp, sequence_parallel=True,
+                              tp_comm_overlap=overlap, bucket_params=2_000_000)
+    training = TrainingConfig(micro_batch=1, global_batch=4 * parallel.dp)
     gpu = uniform.gpu
     folded, flows = (simulate_iteration(IterationSpec(
         dgx2, uniform.model, parallel, training, RooflineCosts(gpu), gpu, comm=CommParams(),

@@ -8,6 +8,8 @@ backward's input half, which keeps its collectives whole."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.scenarios.run_notes import tp_overlap_notes
@@ -17,13 +19,15 @@ from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.compute.roofline import RooflineCosts
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.tp_overlap import bulk_pair_s, paired_gemms_s, pipelined_pair_s
-from distsim_gpu.workloads.iteration.ops import Collective, TpOverlap
+from distsim_gpu.workloads.iteration.ops import Collective, TpOverlap, Wait
 from distsim_gpu.workloads.iteration.run_hints import RunHints
 from distsim_gpu.workloads.iteration.simulator import IterationSpec, simulate_iteration
 from distsim_gpu.workloads.iteration.streams import StreamBuilder
 from distsim_gpu.workloads.specs.gpus import get_gpu
 from distsim_gpu.workloads.specs.models import ModelSpec, model_from_mapping
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig, check_strategy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 RING = CommParams(protocol="simple", algorithm="ring")
 GPU = get_gpu("h100")
@@ -183,3 +187,41 @@ def test_a_run_says_when_its_scatter_pipelines_take_transformer_engines_default(
     assert tp_overlap_notes(ParallelConfig(tp=2, sequence_parallel=True)) == []
     assert tp_overlap_notes(ParallelConfig(tp=2, sequence_parallel=True, tp_comm_overlap=True,
                                            tp_comm_overlap_sms=24)) == []
+
+
+_MLA = model_from_mapping({"name": "mla", "layers": 2, "hidden": 2048, "heads": 16,
+                           "seq_len": 4096, "vocab": 32000, "ffn_hidden": 4096,
+                           "experts": 4, "top_k": 2, "attention_bias": False,
+                           "mla": {"q_lora_rank": 512, "kv_lora_rank": 256,
+                                   "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+                                   "v_head_dim": 128}})
+
+
+@settings(max_examples=60, deadline=None)
+@given(model=st.sampled_from([DENSE, MOE, _MLA]), tp=st.sampled_from([2, 4]),
+       cp=st.sampled_from([2, 4]), overlap=st.booleans(),
+       recompute=st.sampled_from(["none", "selective", "full"]),
+       schedule=st.sampled_from([("1f1b", 1), ("interleaved", 2), ("dualpipev", 2)]))
+def test_no_stream_holds_a_tp_collective_inside_a_ring_step(model, tp, cp, overlap, recompute,
+                                                             schedule):
+    """What lets a ring's sends share their own members' TP links with closed-form TP
+    collectives (``folding.exclusive_tp``): between a ring step's launch and its wait a
+    rank group runs compute only."""
+    model = replace(model, layers=4)  # two chunks on each of two stages
+    ep = 2 if model.experts > 1 else 1
+    par = ParallelConfig(tp=tp, cp=cp, ep=ep, pp=2, sequence_parallel=True,
+                         tp_comm_overlap=overlap, schedule=schedule[0],
+                         interleave=schedule[1])
+    train = TrainingConfig(micro_batch=1, global_batch=8, recompute=recompute)
+    check_strategy(model, par, train, num_gpus=tp * cp * 2)
+    builder = StreamBuilder(model, par, train, COSTS, microbatches=8)
+    for stage in range(par.pp):
+        open_steps: set = set()
+        for op in builder.stage_stream(stage):
+            if isinstance(op, Collective) and op.group == "cp":
+                open_steps.add(op.handle)
+            elif isinstance(op, Wait):
+                open_steps.discard(op.handle)
+            elif isinstance(op, TpOverlap) or (isinstance(op, Collective) and op.group == "tp"):
+                assert not open_steps, op.label
+        assert not open_steps

@@ -88,6 +88,9 @@ from distsim_gpu.workloads.strategy.expert_grid import BlockLanes
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
 from distsim_gpu.workloads.strategy.schedule import mirror_pair
 
+#: A ring step's sender and receiver rank groups.
+RingStep = tuple[RankGroup, RankGroup]
+
 __all__ = ["MAX_FOLD_CLASSES", "dp_apart_from_tp", "exclusive_tp", "fold_check", "unit_rows"]
 
 # The most classes of alike replicas folding simulates; with more the full simulation runs.
@@ -377,24 +380,25 @@ def exclusive_tp(comm: Communicator, groups: list[list[RankGroup]],
     """Whether TP collectives may be timed by their closed form before data parallelism.
 
     Only traffic that can run *while* a TP group computes could share its links:
-    pipeline sends (asynchronous) and other TP groups.  Expert all-to-alls block every
-    group they involve, and data-parallel collectives start only after every replica
-    of the stage launched them — after which the stage's stream runs its TP collectives
-    as flows (see :class:`workloads.iteration.streams.StreamBuilder`) — so neither can overlap a
-    closed-form TP collective.
+    pipeline sends (asynchronous), a context-parallel ring's sends and other TP groups.
+    Expert all-to-alls block every group they involve, and data-parallel collectives
+    start only after every replica of the stage launched them — after which the stage's
+    stream runs its TP collectives as flows (see
+    :class:`workloads.iteration.streams.StreamBuilder`) — so neither can overlap a
+    closed-form TP collective.  A ring's step runs once every member has launched it and
+    each member waits for it before its next TP collective (no stream holds one between
+    a ring step's launch and its wait: :meth:`workloads.iteration.overlaps.OverlappedOps.
+    _cp_attention`), so its sends may use its own members' TP links (tp · cp inside a
+    node); any other group's they may not.
     """
     if par.tp == 1:
         return True
     seen: set[Any] = set()
+    own: dict[int, set[Any]] = {}  # each group's TP links, by id
     for stage_groups in groups:
         for group in stage_groups:
-            links: set[Any] = set()
-            gpus = list(group.gpus)
-            for op in ("all_reduce", "all_gather", "reduce_scatter"):
-                # Every algorithm auto may pick for it (NVLS, CollNet… where offered).
-                for algo in comm.candidates(op, gpus):
-                    links |= comm.plan_links(comm.plan(op, gpus, algorithm=algo,
-                                                       protocol="simple"))
+            # Every algorithm auto may pick (NVLS, CollNet… where offered).
+            links = own[id(group)] = _tp_links(comm, list(group.gpus))
             if links & seen:
                 return False
             seen |= links
@@ -403,11 +407,14 @@ def exclusive_tp(comm: Communicator, groups: list[list[RankGroup]],
     # meet them, and those need no walk over the fabric (Topology.node_legs) — at 16,384
     # GPUs that walk, for every send of every replica, was most of this check.
     in_node = all(topo.in_node(link) for link in seen)
-    for pairs in _async_send_pairs(groups, par):
+    for pairs, ring in _async_send_pairs(groups, par):
         legs = _node_legs(topo, pairs) if in_node else None
         if legs is None:
             legs = comm.plan_links(comm.pairs_plan(pairs, 1.0, protocol="simple"))
-        if not seen.isdisjoint(legs):
+        shared = seen & legs
+        if ring is not None:
+            shared -= own[id(ring[0])] | own[id(ring[1])]
+        if shared:
             return False
     return True
 
@@ -460,25 +467,27 @@ def dp_apart_from_tp(comm: Communicator, groups: list[list[RankGroup]],
 
 
 def _async_send_pairs(groups: list[list[RankGroup]], par: ParallelConfig,
-                      ) -> Generator[list[tuple[str, str]], None, None]:
+                      ) -> Generator[tuple[list[tuple[str, str]], RingStep | None], None, None]:
     """The GPU pairs of every asynchronous send between rank groups, one list per group
-    and destination: pipeline neighbours (both ways; around the ring when interleaved)
-    and the next rank group of a ring communicator (context parallelism's)."""
+    and destination: pipeline neighbours (both ways; around the ring when interleaved),
+    with None, and the next rank group of a ring communicator (context parallelism's),
+    with the two groups."""
     # A ring's sends run while groups compute; its block is its dimension's degree.
     degrees = peer_degrees(par)
     rings = [degrees[name] for name, peer in peer_groups().items()
              if peer.ring and degrees[name] > 1]
     for stage in range(par.pp):
         for replica in range(par.dp_cp):
-            here = groups[stage][replica].gpus
+            group = groups[stage][replica]
+            here = group.gpus
             for size in rings:
-                there = groups[stage][replica // size * size + (replica + 1) % size].gpus
-                yield list(zip(here, there))
+                nxt = groups[stage][replica // size * size + (replica + 1) % size]
+                yield list(zip(here, nxt.gpus)), (group, nxt)
             for neighbour in (stage - 1, stage + 1):
                 if 0 <= neighbour < par.pp or par.interleave > 1:
                     there = groups[neighbour % par.pp][replica].gpus
                     if there != here:
-                        yield list(zip(here, there))
+                        yield list(zip(here, there)), None
 
 
 def _node_legs(topo: Topology, pairs: list[tuple[str, str]]) -> set[Any] | None:
