@@ -5,6 +5,8 @@ q_lora_rank 1536, kv_lora_rank 512, query-key heads 128 + 64, values 128; expert
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.errors import ConfigError
@@ -70,6 +72,28 @@ def test_mla_forward_operators_by_hand(tp):
     assert "qkv" not in work.names()
     rope = work.kernel("attn_rope")
     assert rope.bytes_moved == 2 * T * (n * (DN + DR) + n * DN + DR + 2 * n * (DN + DR))
+
+
+@pytest.mark.parametrize("q_lora", [RQ, 0])
+def test_the_backward_sums_the_gradients_of_a_shared_input(q_lora):
+    """The normed input feeds the query projection and kv_down, the post-attention norm's
+    output the router and the dispatch: each sum one add over T·h (read two, write one),
+    after the first reader's data gradient, where autograd has both; a dense layer's fused
+    qkv reads its input once."""
+    model = V3 if q_lora else dataclasses.replace(V3, mla=MlaSpec(RKV, DN, DR, DV))
+    query = "q_down" if q_lora else "q_proj"
+    backward = ops.forward_layer_work(model, LayerShard(micro_batch=1, seq_len=S, tp=1,
+                                                        layer_index=MOE_LAYER)).backward()
+    names = backward.names()
+    for gemm in (query, "router"):
+        add = backward.kernel(f"{gemm}.grad_sum")
+        assert add.bytes_moved == 3 * T * H * 2 and add.flops == T * H
+        assert names.index(f"{gemm}.grad_sum") == names.index(f"{gemm}.dgrad") + 2
+    assert names.index("kv_down.dgrad") < names.index(f"{query}.dgrad")
+    assert sum(name.endswith(".grad_sum") for name in names) == 2
+    dense = ops.forward_layer_work(get_model("llama3-8b"), LayerShard(
+        micro_batch=1, seq_len=S, tp=1)).backward()
+    assert not any(name.endswith(".grad_sum") for name in dense.names())
 
 
 def test_operator_flops_equal_the_model_count():

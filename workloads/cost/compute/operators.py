@@ -129,6 +129,14 @@ _GELU_FLOP = 8.0    # tanh approximation: ~8 multiply/add per element
 _SWIGLU_FLOP = 6.0  # sigmoid, two multiplies
 _SOFTMAX_FLOP = 5.0  # scale, max, subtract, exp, divide
 _FP32 = 4
+# GEMMs whose input another operator of the layer reads after them: the backward reaches
+# them last, with the other reader's input gradient already made, and autograd sums the
+# two (an add, ``<gemm>.grad_sum``).  MLA's query projection shares the normed
+# input with ``kv_down``; the router shares the post-attention norm's output with the
+# token dispatch.  DeepSeek-V3's trace runs both adds, each over T·h (one a layer's
+# ``LinearWithGradAccumulationFP8Backward``, one its ``MatmulToFP32Backward``).  Fused
+# projections (``qkv``, a gated ``mlp_fc1``) read their input once and have none.
+_SHARED_INPUT_GEMMS = frozenset({"q_down", "q_proj", "router"})
 
 
 def bytes_per_element(precision: str) -> tuple[float, int]:
@@ -351,6 +359,9 @@ def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
     if item.bias and not stack.fused_bias_grad:  # autograd's sum of dY over the tokens
         out.append(elementwise(f"{name}.bias_grad", item.m * item.n * ab, item.count,
                                flops=item.m * item.n, bwd_bytes_factor=0.0))
+    if name in _SHARED_INPUT_GEMMS:  # read two input gradients, write their sum
+        out.append(elementwise(f"{name}.grad_sum", 3 * item.m * item.k * ab, item.count,
+                               flops=item.m * item.k, bwd_bytes_factor=0.0))
     if stack.separate_grad_accumulation:
         out.append(elementwise(f"{name}.grad_accum",
                                stack.grad_accum_bytes(ab, work.precision) * item.k * item.n,
