@@ -385,11 +385,10 @@ def exclusive_tp(comm: Communicator, groups: list[list[RankGroup]],
     start only after every replica of the stage launched them — after which the stage's
     stream runs its TP collectives as flows (see
     :class:`workloads.iteration.streams.StreamBuilder`) — so neither can overlap a
-    closed-form TP collective.  A ring's step runs once every member has launched it and
+    closed-form TP collective.  A ring's step runs once every member has launched it, and
     each member waits for it before its next TP collective (no stream holds one between
-    a ring step's launch and its wait: :meth:`workloads.iteration.overlaps.OverlappedOps.
-    _cp_attention`), so its sends may use its own members' TP links (tp · cp inside a
-    node); any other group's they may not.
+    a ring step's launch and its wait: ``OverlappedOps._cp_attention``), so its sends may
+    use its own members' TP links (tp · cp inside a node), never another group's.
     """
     if par.tp == 1:
         return True

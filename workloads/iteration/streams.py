@@ -236,7 +236,7 @@ class StreamBuilder(OverlappedOps):
             ops = (self.pair_ops(stage, unit, last, fold, waits) if isinstance(unit, Pair)
                    else self.pass_ops(stage, unit[2], unit[0], last, fold, waits))
             # A ring's sends (context parallelism's) do not count: exclusive_tp has
-            # checked they never meet a TP group's links.
+            # checked they never meet a TP collective on its links.
             launched_dp = launched_dp or any(
                 isinstance(op, Collective) and not op.blocking and op.group not in _RINGS
                 for op in ops)
