@@ -4,9 +4,9 @@ each with its FLOP and bytes moved, as a software stack lays them out.
 An :class:`Operator` (alias ``Kernel``, the record of
 :mod:`~distsim_gpu.workloads.cost.compute.operator_record`) is one step of a layer — a
 GEMM, a batched activation GEMM, fused attention or a memory-bound element-wise op — with
-``launches`` kernels inside it.  :func:`forward_layer_work` lists a layer's forward operators for a
-:class:`~distsim_gpu.workloads.cost.compute.stacks.Stack`; :meth:`LayerWork.backward` and
-:meth:`LayerWork.recompute` derive the other passes.  Timing is
+``launches`` kernels inside it.  :func:`forward_layer_work` lists a layer's forward
+operators for a :class:`~distsim_gpu.workloads.cost.compute.stacks.Stack`;
+:meth:`LayerWork.backward` and :meth:`LayerWork.recompute` derive the other passes.  Timing is
 :mod:`~distsim_gpu.workloads.cost.compute.roofline`'s job.
 
 Forward of one layer on one TP rank (``T = b·s`` tokens, ``h`` hidden, ``f`` FFN width,
@@ -63,8 +63,10 @@ Backward: a weight GEMM becomes its data gradient ``(m, n=k, k=n)`` and weight g
 writes 4 bytes per weight element) or into ``.grad`` with a separate add per weight
 (``<gemm>.grad_accum``: 3·k·n·a bytes, or under bf16 DeepSpeed's fp32 accumulation,
 :meth:`~distsim_gpu.workloads.cost.compute.stacks.Stack.grad_accum_bytes`), as the stack does;
-a batched GEMM becomes two batched GEMMs; flash attention runs 5 matmuls to the forward's
-2 (Dao 2023, "FlashAttention-2", §3.1: 2.5× FLOP, ~2× bytes); an element-wise op moves its own
+a GEMM whose input a later operator reads too (MLA's query projection, the router) adds
+the two input gradients (``<gemm>.grad_sum``: 3·m·k·a bytes); a batched GEMM becomes two
+batched GEMMs; flash attention runs 5 matmuls to the forward's 2 (Dao 2023,
+"FlashAttention-2", §3.1: 2.5× FLOP, ~2× bytes); an element-wise op moves its own
 ``bwd_bytes_factor`` times its forward bytes (softmax and norms 1.5: read the saved output
 or input and the gradient, write one gradient; dropout and copies 1). Recompute: ``full``
 repeats the forward, ``selective`` (Korthikanti et al. 2022 §5) only core attention
@@ -136,13 +138,11 @@ _GELU_FLOP = 8.0    # tanh approximation: ~8 multiply/add per element
 _SWIGLU_FLOP = 6.0  # sigmoid, two multiplies
 _SOFTMAX_FLOP = 5.0  # scale, max, subtract, exp, divide
 _FP32 = 4
-# GEMMs whose input another operator of the layer reads after them: the backward reaches
-# them last, with the other reader's input gradient already made, and autograd sums the
-# two (an add, ``<gemm>.grad_sum``).  MLA's query projection shares the normed
-# input with ``kv_down``; the router shares the post-attention norm's output with the
-# token dispatch.  DeepSeek-V3's trace runs both adds, each over T·h (one a layer's
-# ``LinearWithGradAccumulationFP8Backward``, one its ``MatmulToFP32Backward``).  Fused
-# projections (``qkv``, a gated ``mlp_fc1``) read their input once and have none.
+# GEMMs whose input another operator reads after them (MLA's query projection and
+# ``kv_down``; the router and the token dispatch): the backward reaches them last and
+# autograd adds the two input gradients.  DeepSeek-V3's trace runs both adds over T·h
+# (``LinearWithGradAccumulationFP8Backward``, ``MatmulToFP32Backward``).  A fused ``qkv``
+# or gated ``mlp_fc1`` reads its input once.
 _SHARED_INPUT_GEMMS = frozenset({"q_down", "q_proj", "router"})
 
 
