@@ -4,7 +4,9 @@ keeps the token dispatcher's collectives whole), a layer whose core attention ru
 the context-parallel ring (its gather before the ring, its scatter after), NVIDIA's Grok-1
 shape with both; MLA's attention, which has no input GEMM for its gather (nor its
 scatter backward); a split
-backward's input half, which keeps its collectives whole."""
+backward's input half, which keeps its collectives whole; and what lets the TP collectives
+fold into closed form beside a context-parallel ring (no stream holds one inside a ring
+step, and a ring's sends do not end the folding)."""
 
 from __future__ import annotations
 
@@ -128,7 +130,7 @@ def test_a_context_parallel_rings_sends_leave_the_tp_collectives_folded(overlap)
     """Exclusive TP collectives fold until the stage launches its first data-parallel
     collective; a CP ring's sends (checked against the TP links by ``exclusive_tp``) do
     not count as one.  They did: every pass after the first ran its TP collectives as
-    flows, 4.5 times the events of Llama 3.1 405B's rows for the same iteration."""
+    flows, about 5 times the events of Llama 3.1 405B's rows for the same iteration."""
     hints = RunHints(exclusive_tp=True, tp_time_s=lambda op, size, stage: 1e-3)
 
     def unfolded(cp: int) -> int:
