@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from distsim_gpu.workloads.cost.tp_overlap import bulk_pair_s, pipelined_pair_s
+
 __all__ = ["Barrier", "Collective", "Compute", "Fused", "Memcpy", "Op", "Peers", "Recv",
            "Send", "TpOverlap", "Wait"]
 
@@ -182,18 +184,50 @@ class TpOverlap:
 
 
 @dataclass(frozen=True, slots=True)
+class FoldedPair:
+    """A :class:`TpOverlap` folded into a :class:`Fused` op: its collective is step
+    ``index`` (its GEMM the step before), ``comm_s`` the collective's closed form — one
+    chunk's of ``splits``, or the whole collective's when ``bulk``."""
+
+    index: int
+    comm_s: float
+    splits: int
+    bulk: bool
+
+    def exposed_s(self, gemm_s: float) -> float:
+        """What the pair takes beyond its GEMM of ``gemm_s`` seconds."""
+        pair_s = (bulk_pair_s(self.comm_s, gemm_s) if self.bulk
+                  else pipelined_pair_s(self.comm_s, gemm_s, self.splits))
+        return pair_s - gemm_s
+
+
+@dataclass(frozen=True, slots=True)
 class Fused:
     """``steps`` run back to back as one timeout: compute and ``exclusive`` collectives,
     the ``i``-th taking ``durations_s[i]`` (a collective's from its closed form).
 
     ``compute_s`` and ``comm_s`` are the two sums, in step order; a straggler's slowdown
-    scales the compute only.
+    scales the compute only, and what its folded ``pairs`` expose (:meth:`slowed`).
     """
 
     steps: tuple[Compute | Collective, ...]
     durations_s: tuple[float, ...]
     compute_s: float
     comm_s: float
+    pairs: tuple[FoldedPair, ...] = ()
+
+    def slowed(self, slowdown: float) -> Fused:
+        """This op on a rank group whose compute takes ``slowdown`` times as long: each
+        folded pair's collective exposes what its slower GEMM chunks no longer hide, as
+        the pair run as flows would (:mod:`workloads.iteration.tp_overlap_run`)."""
+        if slowdown == 1.0 or not self.pairs:
+            return self
+        durations = list(self.durations_s)
+        for pair in self.pairs:
+            durations[pair.index] = pair.exposed_s(durations[pair.index - 1] * slowdown)
+        comm_s = sum(seconds for step, seconds in zip(self.steps, durations, strict=True)
+                     if isinstance(step, Collective))
+        return Fused(self.steps, tuple(durations), self.compute_s, comm_s)
 
     @property
     def label(self) -> str:

@@ -274,14 +274,14 @@ class IterationSimulator:
     def _run_fused(self, group: RankGroup, op: Fused) -> Generator[simpy.Event, Any, None]:
         """Compute, then its closed-form TP collectives; compute slows on a straggler."""
         env, tracer = self.env, self.sim.tracer
-        start = env.now
+        start, key = env.now, (group, id(op))  # the op object lives as long as the streams
+        op = op.slowed(group.slowdown)  # a straggler's GEMMs hide less of their pairs
         computed = yield from self._sm_share.run(env, group.streams, op,  # NCCL's SMs
                                                  group.slowdown)
         scale = computed / op.compute_s if op.compute_s else group.slowdown
         group.path.append((start, env.now, "compute", op, None))
         group.compute_s += computed
         group.exposed_s += op.comm_s
-        key = (group, id(op))  # the op object lives as long as the streams
         usage = self._fold_usage.get(key, False)
         if usage is False:
             usage = self._fold_usage[key] = self._folded_usage(group, op)

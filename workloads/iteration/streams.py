@@ -43,10 +43,8 @@ from distsim_gpu.workloads.cost.mtp import mtp_projection_s
 from distsim_gpu.workloads.cost.parameters import layer_group_extra_params
 from distsim_gpu.workloads.cost.tp_overlap import (
     PAIRED_BLOCKS,
-    bulk_pair_s,
     gemm_stretch,
     paired_blocks,
-    pipelined_pair_s,
     roofline_of,
 )
 from distsim_gpu.workloads.cost.traffic import (
@@ -79,6 +77,7 @@ from distsim_gpu.workloads.iteration.ops import (
     Barrier,
     Collective,
     Compute,
+    FoldedPair,
     Fused,
     Op,
     Recv,
@@ -636,14 +635,16 @@ def fuse(ops: Sequence[Op], closed_form_s: Callable[[Collective], float]) -> tup
     out: list[Op] = []
     run: list[Compute | Collective] = []
     durations: list[float] = []
+    pairs: list[FoldedPair] = []
     compute = comm = 0.0
 
     def flush() -> None:
         nonlocal compute, comm
         if run:
-            out.append(Fused(tuple(run), tuple(durations), compute, comm))
+            out.append(Fused(tuple(run), tuple(durations), compute, comm, tuple(pairs)))
         run.clear()
         durations.clear()
+        pairs.clear()
         compute = comm = 0.0
 
     for op in ops:
@@ -652,9 +653,10 @@ def fuse(ops: Sequence[Op], closed_form_s: Callable[[Collective], float]) -> tup
             # the collective's exposed part (its bytes still count on its links).
             gemm_s = op.stretched_gemm_s
             chunk = replace(op.comm, size_bytes=(op.comm.size_bytes or 0.0) / op.splits)
-            pair_s = (bulk_pair_s(closed_form_s(op.comm), gemm_s) if op.bulk
-                      else pipelined_pair_s(closed_form_s(chunk), gemm_s, op.splits))
-            exposed_s = pair_s - gemm_s
+            pair = FoldedPair(len(run) + 1, closed_form_s(op.comm if op.bulk else chunk),
+                              op.splits, op.bulk)
+            pairs.append(pair)
+            exposed_s = pair.exposed_s(gemm_s)
             run.extend((replace(op.gemm, duration_s=gemm_s, own_sms=True), op.comm))
             durations.extend((gemm_s, exposed_s))
             compute += gemm_s
