@@ -30,8 +30,8 @@ from typing import Any
 
 from distsim_gpu.workloads.cost.tp_overlap import bulk_pair_s, pipelined_pair_s
 
-__all__ = ["Barrier", "Collective", "Compute", "Fused", "Memcpy", "Op", "Peers", "Recv",
-           "Send", "TpOverlap", "Wait"]
+__all__ = ["Barrier", "Collective", "Compute", "FoldedPair", "Fused", "Memcpy", "Op", "Peers",
+           "Recv", "Send", "TpOverlap", "Wait"]
 
 #: Who takes part in a collective.  In the iteration, the name of a parallelism
 #: dimension's communicator, relative to the rank group that runs it
