@@ -24,6 +24,14 @@ def test_a_token_reaches_the_ranks_top_8_of_8_experts_each_implies(ep):
     assert compare.remote_ranks(ep) <= min(ep - 1, 8)
 
 
+@pytest.mark.parametrize("ep", [8, 16, 36])
+def test_hybrideps_figure_counts_the_ranks_own_tokens_too(ep):
+    """The test behind the table divides ``dispatched_hidden.numel()`` — every token a rank
+    receives, the sender's own among them — by the time: ep/(ep−1) of the remote bytes."""
+    remote = 4096 * 7168 * 2.0 * compare.remote_ranks(ep)
+    assert compare.counted_bytes(ep, 2.0) == pytest.approx(remote * ep / (ep - 1))
+
+
 @pytest.mark.parametrize("ep", [8, 36, 72])
 def test_an_alltoall_inside_a_domain_runs_at_each_gpus_nvlink_rate(ep):
     """Each GPU sends S·(n−1)/n over its own NVLink (900 GB/s at Blackwell's efficiency):

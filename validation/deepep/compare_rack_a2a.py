@@ -3,17 +3,21 @@ dispatch / combine bandwidth on GB200 NVL72 (8–36 ranks) and B200 (8 ranks).
 
 The source (``shared/data/kernels/deepep``, DeepEP's ``hybrid-ep`` branch README): 4,096
 tokens per rank, hidden 7,168, top-8 of 8 local experts per rank under a uniform random
-router, BF16 or FP8 dispatch, "algorithm bandwidth" — the bytes a rank moves to the other
-ranks over the time of the call (its H100 rows, ~50 GB/s, are the 400 Gb/s NIC's rate, so
-the figure counts only what crosses the rank's link).  The same exchange in distsim: an
-all-to-all over the ``ep`` GPUs of one domain (``gb200-nvl72`` with ``nvlink_domain`` = ep;
-``dgx-b200`` for B200) whose per-rank bytes to the others are those of the router:
+router, BF16 or FP8 dispatch, "algorithm bandwidth" — as the branch's test counts it
+(``tests/test_mnnvlink_hybridep.py`` when the table was written, 6ced416; the same count in
+``tests/test_hybrid_ep.py`` since), the tokens a rank receives, its own included, each
+once, over the time of the call (``dispatched_hidden.numel()`` at the dtype's bytes).  The
+same exchange in distsim: an all-to-all over the ``ep`` GPUs of one domain
+(``gb200-nvl72`` with ``nvlink_domain`` = ep; ``dgx-b200`` for B200) whose per-rank bytes
+to the others are those of the router:
 
     bytes_remote = tokens · hidden · element_bytes · E[distinct other ranks a token reaches]
 
 with ``E = (ep − 1) · (1 − C(8·ep − 8, 8) / C(8·ep, 8))`` (top-8 without replacement among
-8·ep experts, 8 per rank), FP8 at 1 byte plus one 4-byte scale per 128 elements, BF16 2.
-Predicted bandwidth = bytes_remote / simulated time.  Uncalibrated::
+8·ep experts, 8 per rank), FP8 at 1 byte plus one 4-byte scale per 128 elements, BF16 2;
+a rank receives as many, and keeps its own tokens besides — ``ep · (1 − C(…)/C(…))``
+ranks' worth, :func:`counted_bytes`, which the figure divides by the time.
+Predicted bandwidth = counted bytes / simulated time.  Uncalibrated::
 
     python validation/deepep/compare_rack_a2a.py [--data DIR] [--measurement "Kernel Only"]
 
@@ -41,15 +45,26 @@ ELEMENT_BYTES = {"BF16": 2.0, "FP8": 1.0 + 4.0 / 128}
 _SAME = {"Only Kernel Time": "Kernel Only"}
 
 
+def _missed(ep: int) -> float:
+    """P(a given rank holds none of a token's top-8 experts, 8 of 8·ep on each rank)."""
+    experts = LOCAL_EXPERTS * ep
+    return comb(experts - LOCAL_EXPERTS, TOP_K) / comb(experts, TOP_K)
+
+
 def remote_ranks(ep: int) -> float:
     """Expected other ranks one token is sent to (top-k of ep·8 experts, 8 per rank)."""
-    experts = LOCAL_EXPERTS * ep
-    missed = comb(experts - LOCAL_EXPERTS, TOP_K) / comb(experts, TOP_K)
-    return (ep - 1) * (1 - missed)
+    return (ep - 1) * (1 - _missed(ep))
+
+
+def counted_bytes(ep: int, element_bytes: float) -> float:
+    """What HybridEP's test divides by the time: the tokens a rank receives, its own
+    included, each once (every rank, the sender too, gets a token it holds an expert of)."""
+    return TOKENS * HIDDEN * element_bytes * ep * (1 - _missed(ep))
 
 
 def predicted_bandwidth(gpu: str, ep: int, element_bytes: float) -> float:
-    """distsim's algorithm bandwidth (bytes to other ranks per second) for one exchange."""
+    """distsim's algorithm bandwidth (the bytes HybridEP's test counts per second) for one
+    exchange: the remote bytes as an all-to-all at the links' rates."""
     spec = ({"preset": "gb200-nvl72", "nvlink_domain": ep} if gpu == "GB200"
             else {"preset": "dgx-b200"})
     topology = build_cluster(spec)
@@ -57,7 +72,7 @@ def predicted_bandwidth(gpu: str, ep: int, element_bytes: float) -> float:
     size = int(remote * ep / (ep - 1))  # an all-to-all's S sends S/ep to each rank
     (row,) = run_benchmark(topology, "alltoall", [size],
                            params=comm_params_for("blackwell"), dtype="int8")
-    return remote / row.time_s
+    return counted_bytes(ep, element_bytes) / row.time_s
 
 
 def measured_rows(data: Path, measurement: str) -> list[dict[str, str]]:
