@@ -72,6 +72,25 @@ def test_mla_forward_operators_by_hand(tp):
     assert "qkv" not in work.names()
     rope = work.kernel("attn_rope")
     assert rope.bytes_moved == 2 * T * (n * (DN + DR) + n * DN + DR + 2 * n * (DN + DR))
+    assert rope.launches == 1
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_mla_rope_as_eager_kernels_by_hand(tp):
+    """Unfused (DeepSeek's profile, eager torchtitan): the query's rotary part rotated into
+    a tensor of its own, the key's likewise, then the two heads joined by copies — four
+    kernels, each rotated element read and written once more than the fused pass does."""
+    shard = LayerShard(micro_batch=1, seq_len=S, tp=tp, layer_index=MOE_LAYER)
+    n = N // tp
+    eager = ops.forward_layer_work(V3, shard, stack=ops.STACKS["deepseek"])
+    rope = eager.kernel("attn_rope")
+    rotations = n * DR + DR  # the query's rotary parts and the one shared rotary key
+    query_cat, key_cat = 2 * n * (DN + DR), n * DN + DR + n * (DN + DR)
+    assert rope.bytes_moved == 2 * T * (2 * rotations + query_cat + key_cat)
+    assert rope.launches == 4 and rope.flops == 3.0 * T * rotations
+    fused = ops.forward_layer_work(V3, shard).kernel("attn_rope")
+    assert rope.bytes_moved - fused.bytes_moved == 2 * T * 2 * rotations
+    assert eager.backward().kernel("attn_rope.bwd").bytes_moved == rope.bytes_moved
 
 
 @pytest.mark.parametrize("q_lora", [RQ, 0])

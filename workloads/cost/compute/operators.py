@@ -442,17 +442,31 @@ class _Shape:
         return out
 
     def mla_rope(self) -> Operator:
-        """Rotary embedding of the query's and the shared key's rotary parts, written
-        into whole query and key heads: reads q (T·n·d_qk), k_nope (T·n·d_n) and the
-        rotary key (T·d_r), writes q and k (T·n·d_qk each); ~3 FLOP per rotated element."""
+        """Rotary embedding of the query's and the shared key's rotary parts (``d_r`` wide;
+        ~3 FLOP per rotated element), ending in whole query and key heads (``d_qk`` wide).
+
+        Fused (the stack's ``fused_mla_rope``), one pass: reads q (T·n·d_qk), k_nope
+        (T·n·d_n) and the rotary key (T·d_r), writes q and k.  Unfused, as eager PyTorch
+        runs it: the query's rotary part rotated into a tensor of its own (T·n·d_r read
+        and written) and the key's (T·d_r), then ``cat`` copies the query's parts into
+        whole heads (T·n·d_qk read and written) and the key's unrotated part with the
+        rotary key broadcast to every head (T·n·d_n and T·d_r read, T·n·d_qk written) —
+        four kernels.  The backward moves as much: the rotations' gradients, the heads'
+        gradients split into contiguous parts, the broadcast's sum over the heads."""
         mla, tokens, n = self.model.mla, self.tokens, self.heads_local
         assert mla is not None
-        read = tokens * (n * mla.qk_head_dim + n * mla.qk_nope_head_dim
-                         + mla.qk_rope_head_dim)
-        written = 2 * tokens * n * mla.qk_head_dim
-        rotated = tokens * (n + 1) * mla.qk_rope_head_dim
+        d_qk, d_n, d_r = mla.qk_head_dim, mla.qk_nope_head_dim, mla.qk_rope_head_dim
+        rotated = tokens * (n + 1) * d_r
+        if self.stack.fused_mla_rope:
+            read = tokens * (n * d_qk + n * d_n + d_r)
+            written = 2 * tokens * n * d_qk
+            launches = 1
+        else:
+            read = rotated + tokens * (n * d_qk + n * d_n + d_r)
+            written = rotated + 2 * tokens * n * d_qk
+            launches = 4
         return elementwise("attn_rope", (read + written) * self.ab, flops=3.0 * rotated,
-                           bwd_bytes_factor=1.0)
+                           bwd_bytes_factor=1.0, launches=launches)
 
     def core_attention(self, causal: bool) -> list[Operator]:
         """Flash attention, or the unfused scores / softmax / dropout / context (query-

@@ -149,6 +149,11 @@ class Stack:
       dropout and add: three kernels and their bytes);
     * ``fused_bias_activation``: ``mlp_act`` includes the bias (else a separate bias add);
     * ``fused_norm``: norms are one kernel (else PyTorch's composite: four kernels);
+    * ``fused_mla_rope``: MLA's rotary embedding and the assembly of whole query and key
+      heads in one pass (Megatron-Core's ``fused_apply_mla_rope_for_q`` / ``_for_kv``,
+      on with its rope fusion); else as eager PyTorch runs it — a rotary kernel on each
+      rotary part, then the query's and the key's heads concatenated by copies
+      (:meth:`~workloads.cost.compute.operators.OperatorBuilder.mla_rope`);
     * ``cross_entropy``: the loss's implementation, what it moves per logit
       (:mod:`~workloads.cost.compute.cross_entropy`: ``one_pass``, ``megatron_fused``,
       ``eager``, ``torch``);
@@ -226,6 +231,7 @@ class Stack:
     fused_bias_dropout_add: bool = True
     fused_bias_activation: bool = True
     fused_norm: bool = True
+    fused_mla_rope: bool = True
     cross_entropy: str = "one_pass"
     fp32_grad_accumulation: bool = True
     separate_grad_accumulation: bool = False
@@ -404,7 +410,9 @@ STACKS: dict[str, Stack] = {
     # block-scaled FP8 GEMMs, FP8 activations cached row-wise and re-blocked column-wise
     # in the backward, FP8 weights transposed for each data gradient, the attention output
     # cached in E5M6 and the SwiGLU inputs in FP8; fp32 gradient accumulation in the
-    # weight-gradient GEMM (its kernel's "_acc").
+    # weight-gradient GEMM (its kernel's "_acc"); MLA's rotary parts rotated by a kernel
+    # each and the query and key heads joined by two copies (rotary_kernel twice, then
+    # _copy_tensor_kernel and a direct copy, in every layer's forward).
     "deepseek": Stack(
         "deepseek", "DeepSeek's framework as the V3 report and its released profile show "
         "it: DeepGEMM block-scaled FP8 (1x128 / 128x128), FP8 activations cached row-wise "
@@ -412,7 +420,7 @@ STACKS: dict[str, Stack] = {
         "micro-batch, the attention output cached in E5M6 and SwiGLU inputs in FP8",
         fp8_linear=True, fp8_recipe="blockwise", fp8_saves_quantized_inputs=True,
         fp8_colwise_in_backward=True, fp8_weight_transpose_per_pass=True,
-        fp8_activation_caches=True, deepgemm=True),
+        fp8_activation_caches=True, deepgemm=True, fused_mla_rope=False),
     "torch-compile": Stack(
         "torch-compile", "torchtitan (github.com/pytorch/torchtitan) with torch.compile "
         "and FSDP2: SDPA flash attention, Inductor-fused element-wise chains; FP8 "
@@ -424,7 +432,7 @@ STACKS: dict[str, Stack] = {
         "composite RMSNorm, SwiGLU and residual adds as separate eager kernels, "
         "F.cross_entropy on the logits cast to fp32",
         flash_kernel="fa2", fused_norm=False, fused_bias_dropout_add=False,
-        cross_entropy="torch", fp32_grad_accumulation=False,
+        fused_mla_rope=False, cross_entropy="torch", fp32_grad_accumulation=False,
         host_overhead_s=EAGER_HOST_OVERHEAD_S,
         host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S),
 }
