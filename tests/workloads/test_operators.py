@@ -353,6 +353,26 @@ def test_bias_gradients_are_their_own_kernels_only_where_the_stack_does_not_fuse
     assert not any(n.endswith(".bias_grad") for n in bwd.names())
 
 
+@pytest.mark.parametrize("gated", [True, False])
+def test_separate_projections_sum_their_input_gradients_in_eager_autograd(gated):
+    """torchtitan's wq/wk/wv read one normed input, as its w1/w3 do: eager autograd adds
+    their input gradients, one add (read two T·h tensors, write one) a reader after the
+    first — two after qkv, one after a gated fc1; a fused GEMM reads its input once."""
+    model = dataclasses.replace(MODEL, gated_mlp=gated)
+    shard = LayerShard(micro_batch=B, seq_len=S, tp=TP)
+    eager = forward_layer_work(model, shard, stack=get_stack("torch-eager")).backward()
+    qkv = eager.kernel("qkv.grad_sum")
+    assert (qkv.bytes_moved, qkv.flops, qkv.launches) == (2 * 3 * T * H * 2, 2 * T * H, 2)
+    names = eager.names()
+    assert names.index("qkv.grad_sum") == names.index("qkv.wgrad") + 1
+    if gated:
+        assert eager.kernel("mlp_fc1.grad_sum").bytes_moved == 3 * T * H * 2
+    assert ("mlp_fc1.grad_sum" in names) == gated
+    for fused in ("torch-compile", "megatron-core"):
+        bwd = forward_layer_work(model, shard, stack=get_stack(fused)).backward()
+        assert not any(name.endswith(".grad_sum") for name in bwd.names())
+
+
 def test_a_table_without_operator_rows_leaves_the_roofline_layer_as_it_is():
     stack = get_stack("megatron-lm-2021")
     costs = RooflineCosts(A100, precision="fp16", stack=stack)

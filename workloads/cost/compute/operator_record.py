@@ -47,7 +47,10 @@ class Operator:
     ``output_bytes``: what a GEMM instance writes of its output (and reads, when it
     accumulates).  ``grouped``: the ``count`` instances are the groups of one grouped
     GEMM kernel (Megatron-Core's TEGroupedMLP, torchtitan's grouped_mm, DeepGEMM): one
-    launch whose tiles, every group's, share the waves.
+    launch whose tiles, every group's, share the waves.  ``input_readers``: the operators
+    that read a GEMM's input, itself included — separate linears over one tensor, or a
+    later operator besides it; the backward adds their input gradients
+    (``<gemm>.grad_sum``, one add for each reader after the first).
     """
 
     name: str
@@ -67,6 +70,7 @@ class Operator:
     cast: bool = False
     output_bytes: float = 0.0
     grouped: bool = False
+    input_readers: int = 1
 
     @property
     def total_flops(self) -> float:

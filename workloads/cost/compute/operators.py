@@ -138,12 +138,6 @@ _GELU_FLOP = 8.0    # tanh approximation: ~8 multiply/add per element
 _SWIGLU_FLOP = 6.0  # sigmoid, two multiplies
 _SOFTMAX_FLOP = 5.0  # scale, max, subtract, exp, divide
 _FP32 = 4
-# GEMMs whose input another operator reads after them (MLA's query projection and
-# ``kv_down``; the router and the token dispatch): the backward reaches them last and
-# autograd adds the two input gradients.  DeepSeek-V3's trace runs both adds over T·h
-# (``LinearWithGradAccumulationFP8Backward``, ``MatmulToFP32Backward``).  A fused ``qkv``
-# or gated ``mlp_fc1`` reads its input once.
-_SHARED_INPUT_GEMMS = frozenset({"q_down", "q_proj", "router"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,9 +270,11 @@ def _backward_of(item: Operator, work: LayerWork) -> list[Operator]:
     if item.bias and not stack.fused_bias_grad:  # autograd's sum of dY over the tokens
         out.append(elementwise(f"{name}.bias_grad", item.m * item.n * ab, item.count,
                                flops=item.m * item.n, bwd_bytes_factor=0.0))
-    if name in _SHARED_INPUT_GEMMS:  # read two input gradients, write their sum
-        out.append(elementwise(f"{name}.grad_sum", 3 * item.m * item.k * ab, item.count,
-                               flops=item.m * item.k, bwd_bytes_factor=0.0))
+    sums = item.input_readers - 1  # each add reads two input gradients, writes their sum
+    if sums:
+        out.append(elementwise(f"{name}.grad_sum", sums * 3 * item.m * item.k * ab,
+                               item.count, flops=sums * item.m * item.k, launches=sums,
+                               bwd_bytes_factor=0.0))
     if stack.separate_grad_accumulation:
         out.append(elementwise(f"{name}.grad_accum",
                                stack.grad_accum_bytes(ab, work.precision) * item.k * item.n,
@@ -318,9 +314,10 @@ def forward_layer_work(model: ModelSpec, shard: LayerShard, *, precision: str = 
     if model.mla:
         kernels += shape.mla_projections()
     else:
-        kernels += shape.linear("qkv", shape.tokens, shape.q_width + 2 * shape.kv_width,
-                                model.hidden, bias=model.attention_bias,
-                                fused_cast=shape.norm_cast)
+        kernels += _read_by(shape.linear(
+            "qkv", shape.tokens, shape.q_width + 2 * shape.kv_width, model.hidden,
+            bias=model.attention_bias, fused_cast=shape.norm_cast),
+            3 if stack.separate_projections else 1)
     kernels += shape.core_attention(causal)
     if fp8 and stack.fp8_activation_caches:  # its E5M6 copy, cast back in the backward
         cache = fp8_casts.attention_output_cache(shape.tokens * shape.v_width, ab)
@@ -358,6 +355,12 @@ def _fp8(precision: str, stack: Stack) -> bool:
     return True
 
 
+def _read_by(linear: list[Operator], readers: int) -> list[Operator]:
+    """A linear's operators (its casts, then its GEMM) with the GEMM's input read by
+    ``readers`` operators, itself included (:attr:`Operator.input_readers`)."""
+    return [*linear[:-1], replace(linear[-1], input_readers=readers)]
+
+
 class _Shape:
     """One layer's sizes on one rank, and the operators built from them."""
 
@@ -378,6 +381,8 @@ class _Shape:
         self.v_width = self.heads_local * model.v_head_dim
         self.f_local = model.ffn_hidden // tp
         self.up_width = (2 if model.gated_mlp else 1) * self.f_local
+        # A gated MLP's two input projections as separate linears (w1, w3) read one input.
+        self.up_readers = 2 if model.gated_mlp and stack.separate_projections else 1
         # TE's LayerNormLinear / LayerNormMLP write the FP8 copy from the norm or the
         # activation kernel itself where the recipe's scale is known before the tensor is
         # (delayed scaling); otherwise each cast is a kernel of its own.
@@ -429,10 +434,14 @@ class _Shape:
         q_down, kv_down = mla.down_widths()
         out: list[Operator] = []
         if q_down:
-            out += self.linear("q_down", tokens, q_down, h, bias=False, fused_cast=fused)
+            # The normed input's other reader is kv_down: autograd sums their gradients
+            # (DeepSeek-V3's trace: LinearWithGradAccumulationFP8Backward, over T·h).
+            out += _read_by(self.linear("q_down", tokens, q_down, h, bias=False,
+                                        fused_cast=fused), 2)
             out.append(self.norm("q_norm", fused, q_down, float(tokens)))
-        out += self.linear("q_up" if q_down else "q_proj", tokens, self.q_width,
-                           q_down or h, bias=False, fused_cast=fused)
+        out += _read_by(self.linear("q_up" if q_down else "q_proj", tokens, self.q_width,
+                                    q_down or h, bias=False, fused_cast=fused),
+                        1 if q_down else 2)
         out += self.linear("kv_down", tokens, kv_down, h, bias=False, fused_cast=fused)
         out.append(self.norm("kv_norm", fused, mla.kv_lora_rank, float(tokens)))
         kv_up = self.heads_local * (mla.qk_nope_head_dim + mla.v_head_dim)
@@ -534,8 +543,9 @@ class _Shape:
         rank, split over tp like a dense MLP)."""
         model, tokens = self.model, self.tokens
         up = (2 if model.gated_mlp else 1) * f_local
-        return [*self.linear(f"{prefix}_fc1", tokens, up, model.hidden, bias=model.mlp_bias,
-                             fused_cast=self.norm_cast),
+        return [*_read_by(self.linear(f"{prefix}_fc1", tokens, up, model.hidden,
+                                      bias=model.mlp_bias, fused_cast=self.norm_cast),
+                          self.up_readers),
                 *self.activation(f"{prefix}_act", tokens, f_local=f_local,
                                  fused_cast=self.activation_cast),
                 *self.linear(f"{prefix}_fc2", tokens, model.hidden, f_local,
@@ -582,9 +592,12 @@ class _Shape:
         f_local = model.ffn_hidden // etp
         up_width = (2 if model.gated_mlp else 1) * f_local
         grouped = self.stack.grouped_gemm and local_experts > 1
-        fc1 = self.linear("expert_fc1", per_expert, up_width, h, bias=model.mlp_bias,
-                          count=local_experts, grouped=grouped)
-        gate = [gemm("router", (math.ceil(self.tokens_ew), model.experts, h), ab, ab)]
+        fc1 = _read_by(self.linear("expert_fc1", per_expert, up_width, h,
+                                   bias=model.mlp_bias, count=local_experts,
+                                   grouped=grouped), self.up_readers)
+        # The dispatch reads the router's input too (the trace's MatmulToFP32Backward sum).
+        gate = [replace(gemm("router", (math.ceil(self.tokens_ew), model.experts, h), ab, ab),
+                        input_readers=2)]
         if self.fp8_dispatch:  # cast once before the dispatch, not each copy after it
             gate.append(elementwise(
                 "cast_moe_dispatch", self.tokens_ew * h * (ab + DISPATCH_FP8_ELEMENT_BYTES),

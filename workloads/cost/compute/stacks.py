@@ -149,6 +149,12 @@ class Stack:
       dropout and add: three kernels and their bytes);
     * ``fused_bias_activation``: ``mlp_act`` includes the bias (else a separate bias add);
     * ``fused_norm``: norms are one kernel (else PyTorch's composite: four kernels);
+    * ``separate_projections``: the query, key and value projections, and a gated MLP's
+      two input projections, are separate linears reading one input (torchtitan's
+      ``wq``/``wk``/``wv`` and ``w1``/``w3``), priced as the fused GEMM they add up to;
+      eager autograd adds their input gradients in kernels of their own, one a reader
+      after the first (``qkv.grad_sum``, ``mlp_fc1.grad_sum``; under ``torch.compile``
+      Inductor fuses the adds into the kernels that read the sum);
     * ``fused_mla_rope``: MLA's rotary embedding and the assembly of whole query and key
       heads in one pass (Megatron-Core's ``fused_apply_mla_rope_for_q`` / ``_for_kv``,
       on with its rope fusion); else as eager PyTorch runs it — a rotary kernel on each
@@ -232,6 +238,7 @@ class Stack:
     fused_bias_activation: bool = True
     fused_norm: bool = True
     fused_mla_rope: bool = True
+    separate_projections: bool = False
     cross_entropy: str = "one_pass"
     fp32_grad_accumulation: bool = True
     separate_grad_accumulation: bool = False
@@ -432,7 +439,8 @@ STACKS: dict[str, Stack] = {
         "composite RMSNorm, SwiGLU and residual adds as separate eager kernels, "
         "F.cross_entropy on the logits cast to fp32",
         flash_kernel="fa2", fused_norm=False, fused_bias_dropout_add=False,
-        fused_mla_rope=False, cross_entropy="torch", fp32_grad_accumulation=False,
+        fused_mla_rope=False, separate_projections=True, cross_entropy="torch",
+        fp32_grad_accumulation=False,
         host_overhead_s=EAGER_HOST_OVERHEAD_S,
         host_backward_overhead_s=EAGER_HOST_BACKWARD_OVERHEAD_S),
 }
