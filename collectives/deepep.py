@@ -25,24 +25,27 @@ their ``M·E/N``: a node with probability ``M/N``, a GPU of a picked node with
 all-to-all of the same ``S`` (``k`` copies of every token: ``S/n`` per pair), so the
 iteration's bytes stay the router's and the plan says how many of them move where.
 
-DeepEP's copies inside a node reach ``deepep_nvlink_efficiency`` of the payload rate
-NCCL's reach on the same NVLink (:mod:`collectives.params`: 0.84, fitted on DeepEP's own
-intranode H800 rows): the NVLink legs' streams count ``1/efficiency`` each, the time they
-hold the links, as NVLink SHARP's do.  The InfiniBand leg is the NIC's RDMA, at the
+NVIDIA's HybridEP runs the same two hops; ``communication.ep_kernels`` says whose kernels
+a run uses and so the defaults of their figures (:mod:`collectives.ep_kernels`).  The
+copies inside a node reach ``deepep_nvlink_efficiency`` of the payload rate NCCL's reach on
+the same NVLink (DeepEP's 0.84, fitted on its own intranode H800 rows; HybridEP's 0.90, on
+its 8-rank Blackwell rows): the NVLink legs' streams count ``1/efficiency`` each, the time
+they hold the links, as NVLink SHARP's do.  The InfiniBand leg is the NIC's RDMA, at the
 network's rate.
 
-The SMs the kernels run on (``deepep_sms``, a run's ``compute.comm_sms``) bound their
+The SMs DeepEP's kernels run on (``deepep_sms``, a run's ``compute.comm_sms``) bound their
 rate: an SM spends ``deepep_sm_token_s`` on each token and moves its bytes at
-``deepep_sm_bytes_per_s`` (B200's SM sweep, :data:`~collectives.params.DEEPEP_SM_TOKEN_S`
-and :data:`~collectives.params.DEEPEP_SM_BYTES_PER_S`: FP8 tokens, half the bytes, move at
-0.67 of the BF16 tokens' byte rate), so a GPU's NVLink copies of tokens of ``B`` bytes leave
-it at most at ``sms · B / (t + B / rate)``; when that is below what its NVLink ports give
-them (:func:`nvlink_copy_rate`) each NVLink leg's stream holds its link longer by the
-ratio (:func:`sm_bound_factor`; traffic beside them on those links then gets less of them
-than the bytes alone would leave it).  ``B`` is the exchange's size over the token copies
-it carries (``CommParams.token_bytes``): a dispatch's and a combine's differ under FP8, so
-each size gets its own plan.  On Hopper the 20-24 SMs DeepEP
-runs on outpace NVLink for DeepSeek-V3's 16-bit tokens (7,168 wide) and nothing changes;
+``deepep_sm_bytes_per_s`` (B200's SM sweep, :data:`~collectives.ep_kernels.DEEPEP_SM_TOKEN_S`
+and :data:`~collectives.ep_kernels.DEEPEP_SM_BYTES_PER_S`: FP8 tokens, half the bytes, move
+at 0.67 of the BF16 tokens' byte rate; HybridEP's, a byte rate of 0, bind nothing), so a
+GPU's NVLink copies of tokens of ``B`` bytes leave it at most at ``sms · B / (t + B /
+rate)``; when that is below what its NVLink ports give them (:func:`nvlink_copy_rate`)
+each NVLink leg's stream holds its link longer by the ratio (:func:`sm_bound_factor`;
+traffic beside them on those links then gets less of them than the bytes alone would
+leave it).  ``B`` is the exchange's size over the token copies it carries
+(``CommParams.token_bytes``): a dispatch's and a combine's differ under FP8, so each size
+gets its own plan.  On Hopper the 20-24 SMs DeepEP runs on outpace NVLink for
+DeepSeek-V3's 16-bit tokens (7,168 wide) and nothing changes;
 narrower tokens (Qwen3-235B's 4,096) bind there, and on Blackwell's NVLink most do.  The
 InfiniBand leg, a NIC's 50-100 GB/s, is not bounded; the SMs the kernels take from compute are
 ``compute.comm_sms`` too (:mod:`workloads.cost.compute.roofline`).

@@ -50,6 +50,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from distsim_gpu.collectives.ep_kernels import (
+    DEEPEP_FIT_ARCHITECTURE,
+    DEEPEP_NVLINK_EFFICIENCY,
+    DEEPEP_SM_BYTES_PER_S,
+    DEEPEP_SM_TOKEN_S,
+    EP_KERNELS,
+)
 from distsim_gpu.simcore.config import (
     check_bool,
     check_choice,
@@ -125,25 +132,6 @@ _PEER_LATENCY_US = {
 }
 # NVLink SHARP's achieved fraction of the NVLink rate on Hopper (tuning.cc nvlsEfficiency).
 _NVLS_EFFICIENCY = 0.85
-# DeepEP's normal kernels' NVLink copies as a fraction of the payload rate NCCL reaches on
-# the same links: the median of measured / distsim-at-1.0 over DeepEP's intranode (EP 8)
-# H800 rows, its own microbenchmark on one node (validation/deepep/compare_deepep.py
-# --fit; tests/collectives/test_deepep.py holds it to the data).  Their warps copy token by token
-# into per-rank ring buffers and signal each chunk, which NCCL's bulk copies do not pay.
-DEEPEP_NVLINK_EFFICIENCY = 0.84
-#: The GPU generation that figure was measured on (H800); elsewhere a run says it assumed it.
-DEEPEP_FIT_ARCHITECTURE = "hopper"
-#: What one SM of DeepEP's normal kernels streams of its NVLink copies, and the time it
-#: spends on each token besides (its routing metadata, scales and signals): a token of
-#: ``B`` bytes takes an SM ``DEEPEP_SM_TOKEN_S + B / DEEPEP_SM_BYTES_PER_S``.  Fitted on
-#: B200's SM sweep (the ``hybrid-ep`` branch README's DeepEP rows, dispatch on 8 GPUs, 16
-#: to 48 SMs): its BF16 rows give 18.5 GB/s an SM, its FP8 rows (half the bytes, and their
-#: scales) 12.5, and these two constants both (validation/deepep/compare_sms.py --fit;
-#: tests/collectives/test_deepep.py holds them to the data).  The only SM sweep of
-#: DeepEP's normal kernels published; its combine, which also sums each token's top-k
-#: copies, moves fewer bytes an SM still (docs/validation.md).
-DEEPEP_SM_BYTES_PER_S = 38e9
-DEEPEP_SM_TOKEN_S = 0.4e-6
 #: The SMs one NCCL collective's kernel holds while it runs, one CTA a channel, none shared
 #: with compute: "on DGX with 8 NICs and a top speed of 190 GB/s, [NCCL] would use 16
 #: SMs", 2 on a PCIe system with one NIC (the NCCL maintainers, NVIDIA/nccl#689; an FSDP
@@ -214,14 +202,17 @@ class CommParams:
     ``alltoall_weights``: per rank of an all-to-all group of that many ranks, the share it
     receives relative to uniform (a MoE router's skew, :mod:`workloads.specs.moe_routing`;
     empty: uniform).  ``deepep_max_nodes``: DeepEP's node-limited routing, the nodes a
-    token may reach (0: no limit); ``deepep_nvlink_efficiency``: the fraction of NVLink's
-    payload rate (``link_efficiency``) DeepEP's copy kernels reach; ``moe_experts`` and
+    token may reach (0: no limit); ``ep_kernels``: which kernels run it, ``deepep`` or
+    ``hybridep`` (:mod:`collectives.ep_kernels`: the defaults of the next three);
+    ``deepep_nvlink_efficiency``: the fraction of NVLink's payload rate
+    (``link_efficiency``) the kernels' copies reach; ``moe_experts`` and
     ``moe_top_k``: the router a ``deepep`` exchange deduplicates tokens for (set from the
     model; 0: not a MoE run); ``deepep_sms``: the SMs DeepEP's kernels run on
     (``compute.comm_sms``; 0: not counted), each taking ``deepep_sm_token_s`` a token plus
-    its bytes at ``deepep_sm_bytes_per_s`` (:meth:`deepep_sm_rate`); ``moe_tokens``: the
-    tokens a rank routes in one exchange (set from the model and batch; 0: unknown, and
-    the per-token time is not counted) and ``moe_hidden`` their width.  ``nccl_sms``: the
+    its bytes at ``deepep_sm_bytes_per_s`` (:meth:`deepep_sm_rate`; 0: unbound by them);
+    ``moe_tokens``: the tokens a rank routes in one exchange (set from the model and
+    batch; 0: unknown, and the per-token time is not counted) and ``moe_hidden`` their
+    width.  ``nccl_sms``: the
     SMs an NCCL collective overlapped with compute takes from it while it runs (0: none,
     :mod:`workloads.iteration.nccl_sms`).
     """
@@ -242,6 +233,7 @@ class CommParams:
     all_to_all: str = "flat"
     alltoall_weights: tuple[float, ...] = ()
     deepep_max_nodes: int = 0
+    ep_kernels: str = "deepep"
     deepep_nvlink_efficiency: float = DEEPEP_NVLINK_EFFICIENCY
     moe_experts: int = 0
     moe_top_k: int = 0
@@ -268,7 +260,7 @@ class CommParams:
     def deepep_sm_rate(self, token_bytes: float) -> float:
         """Bytes per second one SM of DeepEP's kernels moves of tokens of ``token_bytes``
         (0: not known, the byte rate alone)."""
-        if token_bytes <= 0 or not self.deepep_sm_token_s:
+        if token_bytes <= 0 or not self.deepep_sm_token_s or not self.deepep_sm_bytes_per_s:
             return self.deepep_sm_bytes_per_s
         return token_bytes / (self.deepep_sm_token_s
                               + token_bytes / self.deepep_sm_bytes_per_s)
@@ -321,7 +313,8 @@ class CommParams:
             "all_to_all": self.all_to_all,
             "nccl_sms": self.nccl_sms,
             **({"deepep_max_nodes": self.deepep_max_nodes} if self.deepep_max_nodes else {}),
-            **({"deepep_nvlink_efficiency": self.deepep_nvlink_efficiency,
+            **({"ep_kernels": self.ep_kernels,
+                "deepep_nvlink_efficiency": self.deepep_nvlink_efficiency,
                 "deepep_sms": self.deepep_sms,
                 "deepep_sm_bytes_per_s": self.deepep_sm_bytes_per_s,
                 "deepep_sm_token_s": self.deepep_sm_token_s}
@@ -332,12 +325,12 @@ class CommParams:
 _COMM_KEYS = ("algorithm", "protocol", "fidelity", "max_channels", "link_efficiency",
               "protocol_efficiency", "chunk_bytes", "base_latency", "hop_latency",
               "peer_latency", "nvls_efficiency", "pxn", "all_to_all", "deepep_max_nodes",
-              "deepep_nvlink_efficiency", "deepep_sm_rate", "deepep_sm_token_time",
+              "ep_kernels", "deepep_nvlink_efficiency", "deepep_sm_rate", "deepep_sm_token_time",
               "nccl_sms")
 #: How an all-to-all runs (collectives.alltoall_hier, collectives.deepep).
 ALLTOALL_MODES = ("flat", "hierarchical", "deepep", "auto")
 _CHOICES = {"algorithm": ALGORITHMS, "protocol": PROTOCOLS, "fidelity": FIDELITIES,
-            "all_to_all": ALLTOALL_MODES}
+            "all_to_all": ALLTOALL_MODES, "ep_kernels": tuple(EP_KERNELS)}
 # What the keys of each per-name table are, for "unknown <what>" errors.
 _TABLE_KEYS = {"link_efficiency": "link kind", "protocol_efficiency": "protocol",
                "chunk_bytes": "protocol"}
@@ -378,8 +371,9 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
     ``peer_latency: {nvlink|pcie|net: {ll|ll128|simple: "1 us"}}``,
     ``nvls_efficiency`` (a fraction), ``pxn`` (true or false),
     ``all_to_all`` (flat, hierarchical, deepep or auto), ``deepep_max_nodes`` (a whole
-    number of nodes, DeepEP's node-limited routing), ``deepep_nvlink_efficiency`` (a
-    fraction), ``deepep_sm_rate`` (a bandwidth, what one SM of DeepEP's kernels streams)
+    number of nodes, DeepEP's node-limited routing), ``ep_kernels`` (deepep or hybridep:
+    whose figures the next three default to), ``deepep_nvlink_efficiency`` (a
+    fraction), ``deepep_sm_rate`` (a bandwidth, what one SM of the kernels streams)
     and ``deepep_sm_token_time`` (a duration, what it spends on each token besides),
     ``nccl_sms`` (the SMs an NCCL collective holds, 0 to 1024).  Keys not given take the
     defaults for GPUs of ``architecture`` (:func:`comm_params_for`); with ``architecture``
@@ -431,6 +425,12 @@ def _parsed_comm(data: Mapping[str, Any] | None, source: str | None,
         else:  # hop_latency
             changes["hop_latency_s"] = _latency_tables(params.hop_latency_s, value, path,
                                                        source, ("algorithm", "transport"))
+    if "ep_kernels" in changes:  # the family's figures, where the mapping gives none
+        kernels = EP_KERNELS[changes["ep_kernels"]]
+        for name, value in (("deepep_nvlink_efficiency", kernels.nvlink_efficiency),
+                            ("deepep_sm_bytes_per_s", kernels.sm_bytes_per_s),
+                            ("deepep_sm_token_s", kernels.sm_token_s)):
+            changes.setdefault(name, value)
     return replace(params, **changes)
 
 

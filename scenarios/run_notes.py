@@ -20,14 +20,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from distsim_gpu.collectives.deepep import nvlink_copy_rate, sm_bound_factor
-from distsim_gpu.collectives.params import (
-    DEEPEP_FIT_ARCHITECTURE,
-    DEEPEP_NVLINK_EFFICIENCY,
-    DEEPEP_SM_BYTES_PER_S,
-    DEEPEP_SM_TOKEN_S,
-    NCCL_SMS,
-    CommParams,
-)
+from distsim_gpu.collectives.ep_kernels import EP_KERNELS
+from distsim_gpu.collectives.params import NCCL_SMS, CommParams
 from distsim_gpu.simcore.notes import RunNote, unique
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.topology import Topology
@@ -68,36 +62,41 @@ def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]
 
 
 def deepep_notes(comm: CommParams, costs: object, topology: Topology) -> list[RunNote]:
-    """Notes of an ``all_to_all: deepep`` run: the host's wait for each dispatch's token
-    counts, not counted; its copy fraction taken from H800's fit on another GPU
-    generation; its kernels' SMs not counted (``compute.comm_sms`` 0); or those SMs
-    binding its NVLink copies at B200's figure an SM, not the user's
-    (:func:`~collectives.deepep.sm_bound_factor`)."""
+    """Notes of an ``all_to_all: deepep`` run: DeepEP's host wait for each dispatch's token
+    counts, not counted; HybridEP's copies taken as unbound by their SMs; the kernels' copy
+    fraction taken from a fit on another GPU generation; their SMs not counted
+    (``compute.comm_sms`` 0); or those SMs binding DeepEP's NVLink copies at B200's figure
+    an SM, not the user's (:func:`~collectives.deepep.sm_bound_factor`)."""
     if comm.all_to_all != "deepep":
         return []
+    kernels = EP_KERNELS[comm.ep_kernels]
     roofline = roofline_behind(costs)
     notes = [RunNote(
         "unmodelled", "DeepEP's normal dispatch makes the host wait for the count of tokens "
         "each GPU received before it can issue the experts' kernels (a CPU-GPU "
         "synchronisation every MoE layer's forward); the GPU's wait for the host after "
-        "it is not counted", "communication.all_to_all")]
+        "it is not counted", "communication.all_to_all")] if kernels.name == "deepep" else [
+        RunNote("defaulted", "HybridEP's copies (the Tensor Memory Accelerator's) are taken "
+                "as unbound by the SMs its kernels hold; its published rows run slower on 4-8 "
+                "SMs, and its FP8 dispatch on 16 SMs past 16 ranks (up to 2.5x)",
+                "communication.ep_kernels")]
     architecture = roofline.gpu.architecture if roofline is not None else ""
-    if (architecture != DEEPEP_FIT_ARCHITECTURE
-            and comm.deepep_nvlink_efficiency == DEEPEP_NVLINK_EFFICIENCY):
+    if (architecture != kernels.fit_architecture
+            and comm.deepep_nvlink_efficiency == kernels.nvlink_efficiency):
         notes.append(RunNote(
-            "defaulted", f"DeepEP's NVLink copies run at {comm.deepep_nvlink_efficiency:g} "
-            "of NCCL's payload rate, the figure DeepEP's own H800 table gives; no table "
-            f"measures them on {architecture or 'this'} GPUs",
-            "communication.deepep_nvlink_efficiency"))
+            "defaulted", f"{kernels.label}'s NVLink copies run at "
+            f"{comm.deepep_nvlink_efficiency:g} of NCCL's payload rate, the figure "
+            f"{kernels.fit_rows} give; no table measures them on "
+            f"{architecture or 'this'} GPUs", "communication.deepep_nvlink_efficiency"))
     if not comm.deepep_sms:
         return [*notes, RunNote(
-            "defaulted", "compute.comm_sms is 0: DeepEP's kernels take no SMs from compute "
-            "and their SMs do not bound its copies (it runs on 20-24; Megatron-Core's "
-            "default is 20)", "compute.comm_sms")]
+            "defaulted", f"compute.comm_sms is 0: {kernels.label}'s kernels take no SMs from "
+            "compute and their SMs do not bound its copies (DeepEP runs on 20-24, "
+            "Megatron-Core's default is 20; HybridEP on 16-32)", "compute.comm_sms")]
     token_bytes = 2.0 * comm.moe_hidden  # a 16-bit token: the combine's
     factor = sm_bound_factor(topology, comm, token_bytes)
     if factor == 1.0 or (comm.deepep_sm_bytes_per_s, comm.deepep_sm_token_s) != (
-            DEEPEP_SM_BYTES_PER_S, DEEPEP_SM_TOKEN_S):
+            kernels.sm_bytes_per_s, kernels.sm_token_s):
         return notes  # unbound, or bound at the user's own figures an SM
     link_rate = nvlink_copy_rate(topology, comm)
     return [*notes, RunNote(

@@ -17,11 +17,10 @@ does not say how many GPUs a node holds; distsim takes 8 (a DGX or HGX H100, one
 HybridEP sends a token once per other node it reaches, over InfiniBand to the GPU of the
 same local rank there, which forwards it over NVLink to the ranks that need it — the
 exchange ``all_to_all: deepep`` models (``collectives/deepep.py``).  Its copies run on
-the Hopper's Tensor Memory Accelerator, not on SM warps as DeepEP's do, so distsim's
-figures for DeepEP's kernels — what an SM moves, ``deepep_sm_rate``, and the fraction of
-NVLink's rate its copies reach, ``deepep_nvlink_efficiency`` — are not HybridEP's; the
-comparison runs the exchange uncalibrated, at the links' rates and unbounded by SMs,
-so that it tests the two hops and their bytes alone::
+the Hopper's Tensor Memory Accelerator, not on SM warps as DeepEP's do, so the run takes
+HybridEP's figures (``ep_kernels: hybridep``, ``collectives/ep_kernels.py``): its NVLink
+copies at the fraction of NCCL's rate its 8-rank Blackwell rows give
+(``compare_rack_a2a.py --fit``), not bound by its SMs — none of these rows is fitted::
 
     python validation/deepep/compare_hybrid_ib.py [--data DIR] [--measurement "Torch API"]
 
@@ -41,6 +40,7 @@ from pathlib import Path
 
 from compare_deepep import find_data  # a sibling script, as compare_sms imports it
 from distsim_gpu.collectives.deepep import reach
+from distsim_gpu.collectives.ep_kernels import EP_KERNELS
 from distsim_gpu.collectives.nccl_tests import run_benchmark
 from distsim_gpu.collectives.params import comm_params_for
 from distsim_gpu.topology import build_cluster
@@ -63,11 +63,15 @@ def counted_bytes(ranks: int, element_bytes: float) -> float:
 @lru_cache(maxsize=16)
 def predicted_bandwidth(ranks: int, element_bytes: float) -> float:
     """distsim's figure (bytes per second as HybridEP's test counts them) for one dispatch
-    or combine over ``ranks`` H100s, 8 a node: the two-hop exchange at the links' rates."""
+    or combine over ``ranks`` H100s, 8 a node: the two-hop exchange with HybridEP's
+    figures."""
+    kernels = EP_KERNELS["hybridep"]
     topology = build_cluster({"preset": "dgx-h100", "nodes": ranks // GPUS_PER_NODE})
-    params = replace(comm_params_for("hopper"), all_to_all="deepep",
+    params = replace(comm_params_for("hopper"), all_to_all="deepep", ep_kernels="hybridep",
                      moe_experts=LOCAL_EXPERTS * ranks, moe_top_k=TOP_K,
-                     deepep_nvlink_efficiency=1.0, deepep_sms=0)
+                     deepep_nvlink_efficiency=kernels.nvlink_efficiency,
+                     deepep_sm_bytes_per_s=kernels.sm_bytes_per_s,
+                     deepep_sm_token_s=kernels.sm_token_s, deepep_sms=16)
     size = int(TOKENS * TOP_K * HIDDEN * element_bytes)  # top-k copies, as the iteration's
     (row,) = run_benchmark(topology, "alltoall", [size], params=params, dtype="int8")
     return counted_bytes(ranks, element_bytes) / row.time_s

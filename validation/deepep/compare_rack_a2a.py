@@ -17,7 +17,12 @@ with ``E = (ep − 1) · (1 − C(8·ep − 8, 8) / C(8·ep, 8))`` (top-8 withou
 8·ep experts, 8 per rank), FP8 at 1 byte plus one 4-byte scale per 128 elements, BF16 2;
 a rank receives as many, and keeps its own tokens besides — ``ep · (1 − C(…)/C(…))``
 ranks' worth, :func:`counted_bytes`, which the figure divides by the time.
-Predicted bandwidth = counted bytes / simulated time.  Uncalibrated::
+Predicted bandwidth = counted bytes / simulated time — uncalibrated, the plain all-to-all
+at NCCL's rate, and the two-hop exchange as a HybridEP run gives it (``all_to_all:
+deepep`` with ``ep_kernels: hybridep``: each token once per destination GPU, HybridEP's
+copies at ``HYBRIDEP_NVLINK_EFFICIENCY`` of NCCL's rate, not bound by its SMs), whose
+fraction ``--fit`` derives from the 8-rank rows alone, so that 16 to 36 ranks are
+predictions::
 
     python validation/deepep/compare_rack_a2a.py [--data DIR] [--measurement "Kernel Only"]
 
@@ -31,12 +36,15 @@ import argparse
 import csv
 import statistics
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import lru_cache
 from math import comb
 from pathlib import Path
 
+from distsim_gpu.collectives.ep_kernels import EP_KERNELS
 from distsim_gpu.collectives.nccl_tests import run_benchmark
 from distsim_gpu.collectives.params import comm_params_for
-from distsim_gpu.topology import build_cluster
+from distsim_gpu.topology import Topology, build_cluster
 
 HERE = Path(__file__).resolve().parent
 TOKENS, HIDDEN, TOP_K, LOCAL_EXPERTS = 4096, 7168, 8, 8
@@ -62,16 +70,39 @@ def counted_bytes(ep: int, element_bytes: float) -> float:
     return TOKENS * HIDDEN * element_bytes * ep * (1 - _missed(ep))
 
 
+@lru_cache(maxsize=16)
+def _domain(gpu: str, ep: int) -> Topology:
+    spec = ({"preset": "gb200-nvl72", "nvlink_domain": ep} if gpu == "GB200"
+            else {"preset": "dgx-b200"})
+    return build_cluster(spec)
+
+
 def predicted_bandwidth(gpu: str, ep: int, element_bytes: float) -> float:
     """distsim's algorithm bandwidth (the bytes HybridEP's test counts per second) for one
     exchange: the remote bytes as an all-to-all at the links' rates."""
-    spec = ({"preset": "gb200-nvl72", "nvlink_domain": ep} if gpu == "GB200"
-            else {"preset": "dgx-b200"})
-    topology = build_cluster(spec)
     remote = TOKENS * HIDDEN * element_bytes * remote_ranks(ep)
     size = int(remote * ep / (ep - 1))  # an all-to-all's S sends S/ep to each rank
-    (row,) = run_benchmark(topology, "alltoall", [size],
+    (row,) = run_benchmark(_domain(gpu, ep), "alltoall", [size],
                            params=comm_params_for("blackwell"), dtype="int8")
+    return counted_bytes(ep, element_bytes) / row.time_s
+
+
+@lru_cache(maxsize=64)
+def hybridep_bandwidth(gpu: str, ep: int, element_bytes: float,
+                       nvlink_fraction: float | None = None) -> float:
+    """The same figure for the two-hop exchange a HybridEP run gives (``all_to_all:
+    deepep``, ``ep_kernels: hybridep``), its copies at ``nvlink_fraction`` of NCCL's rate
+    (None: HybridEP's default)."""
+    kernels = EP_KERNELS["hybridep"]
+    topology = _domain(gpu, ep)
+    params = replace(comm_params_for("blackwell"), all_to_all="deepep",
+                     ep_kernels="hybridep", moe_experts=LOCAL_EXPERTS * ep, moe_top_k=TOP_K,
+                     deepep_nvlink_efficiency=nvlink_fraction or kernels.nvlink_efficiency,
+                     deepep_sm_bytes_per_s=kernels.sm_bytes_per_s,
+                     deepep_sm_token_s=kernels.sm_token_s)
+    size = int(TOKENS * TOP_K * HIDDEN * element_bytes)  # top-k copies, as the iteration's
+    (row,) = run_benchmark(topology, "alltoall", [size], params=params, dtype="int8",
+                           gpus=list(topology.gpus)[:ep])
     return counted_bytes(ep, element_bytes) / row.time_s
 
 
@@ -82,24 +113,37 @@ def measured_rows(data: Path, measurement: str) -> list[dict[str, str]]:
                 and _SAME.get(r["measurement"], r["measurement"]) == measurement]
 
 
-def compare(data: Path, measurement: str) -> list[tuple[str, int, str, int, float, float]]:
-    """(GPU, ep, phase and dtype, SMs, measured GB/s, predicted GB/s) per row."""
-    cache: dict[tuple[str, int, float], float] = {}
+#: GPU, ep, phase and dtype, SMs, measured, plain all-to-all, HybridEP's exchange (GB/s).
+_Row = tuple[str, int, str, int, float, float, float]
+
+
+def compare(data: Path, measurement: str) -> list[_Row]:
+    """Per row: GPU, ep, phase and dtype, SMs, measured GB/s, the plain all-to-all's and
+    HybridEP's two-hop exchange's GB/s."""
     out = []
     for r in measured_rows(data, measurement):
         dtype = r["dispatch_dtype"] if r["phase"] == "dispatch" else "BF16"
         key = (r["gpu"], int(r["ep"]), ELEMENT_BYTES[dtype])
-        if key not in cache:
-            cache[key] = predicted_bandwidth(*key) / 1e9
         out.append((r["gpu"], int(r["ep"]), f"{r['phase']} {dtype}", int(r["num_sms"]),
-                    float(r["bandwidth_GBps"]), cache[key]))
+                    float(r["bandwidth_GBps"]), predicted_bandwidth(*key) / 1e9,
+                    hybridep_bandwidth(*key) / 1e9))
     return out
 
 
-_Row = tuple[str, int, str, int, float, float]
+def fit_hybridep(data: Path) -> float:
+    """HybridEP's NVLink fraction: the median of measured / the exchange at NCCL's rate
+    over the 8-rank kernel-time rows (B200 and GB200, 16 and 32 SMs), to two decimals."""
+    return round(statistics.median(
+        float(r["bandwidth_GBps"]) * 1e9 / hybridep_bandwidth(
+            r["gpu"], 8, ELEMENT_BYTES[r["dispatch_dtype"] if r["phase"] == "dispatch"
+                                       else "BF16"], 1.0)
+        for r in measured_rows(data, "Kernel Only") if int(r["ep"]) == 8), 2)
+
+
 #: The summary's row groups: (label, which kernel-time rows).
 GROUPS: tuple[tuple[str, Callable[[_Row], bool]], ...] = (
     ("every kernel-time row: GB200 8–36 ranks, B200 8", lambda r: True),
+    ("16–36 ranks (not in HybridEP's fit)", lambda r: r[1] > 8),
     ("8–16 ranks at 32 SMs", lambda r: r[1] <= 16 and r[3] == 32),
     ("BF16 dispatch and combine at 32 SMs", lambda r: "BF16" in r[2] and r[3] == 32),
     ("FP8 dispatch at 16 SMs, 24–36 ranks", lambda r: "FP8" in r[2] and r[3] == 16
@@ -107,24 +151,29 @@ GROUPS: tuple[tuple[str, Callable[[_Row], bool]], ...] = (
 )
 
 
-def _errors(rows: Sequence[_Row]) -> list[float]:
-    return [100 * (predicted / measured - 1) for *_r, measured, predicted in rows]
+def _errors(rows: Sequence[_Row], column: int) -> list[float]:
+    """Signed errors (%) of the prediction in ``column`` (5 plain, 6 HybridEP's)."""
+    return [100 * (row[column] / row[4] - 1) for row in rows]
 
 
-def _line(label: str, errors: Sequence[float]) -> str:
+def _cell(errors: Sequence[float]) -> str:
     low, high = (f"{v:+.1f}".replace("-", "−") for v in (min(errors), max(errors)))
-    return (f"| {label} | {len(errors)} | {statistics.median(map(abs, errors)):.1f} % | "
-            f"{low} … {high} % |")
+    return f"{statistics.median(map(abs, errors)):.1f} % ({low} … {high} %)"
 
 
 def summary_table(data: Path) -> list[str]:
-    """The Markdown table of docs/validation.md's HybridEP section."""
+    """The Markdown table of docs/validation.md's HybridEP section: per row group, the
+    median |error| (signed range) of the plain all-to-all and of HybridEP's exchange."""
     kernel = compare(data, "Kernel Only")
-    lines = ["| rows | n | median \\|error\\| | signed |", "|---|---:|---:|---|"]
-    lines += [_line(label, _errors([r for r in kernel if keep(r)]))
-              for label, keep in GROUPS]
-    lines.append(_line('every "Torch API" row (the Python call around the kernel)',
-                       _errors(compare(data, "Torch API"))))
+    lines = ["| rows | n | plain all-to-all | `deepep`, `ep_kernels: hybridep` |",
+             "|---|---:|---|---|"]
+    for label, keep in GROUPS:
+        rows = [r for r in kernel if keep(r)]
+        lines.append(f"| {label} | {len(rows)} | {_cell(_errors(rows, 5))} | "
+                     f"{_cell(_errors(rows, 6))} |")
+    torch = compare(data, "Torch API")
+    lines.append(f'| every "Torch API" row (the Python call around the kernel) | '
+                 f"{len(torch)} | {_cell(_errors(torch, 5))} | {_cell(_errors(torch, 6))} |")
     return lines
 
 
@@ -136,21 +185,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                         choices=("Kernel Only", "Torch API"))
     parser.add_argument("--table", action="store_true",
                         help="print the summary table of docs/validation.md alone")
+    parser.add_argument("--fit", action="store_true",
+                        help="print HybridEP's NVLink fraction the 8-rank rows give")
     args = parser.parse_args(argv)
     if args.table:
         print("\n".join(summary_table(Path(args.data))))
         return 0
+    if args.fit:
+        print(f"HybridEP's NVLink fraction fitted on the 8-rank rows: "
+              f"{fit_hybridep(Path(args.data)):.2f} "
+              f"(default {EP_KERNELS['hybridep'].nvlink_efficiency:.2f})")
+        return 0
     rows = compare(Path(args.data), args.measurement)
-    print(f"{'GPU':6} {'ep':>3} {'phase':15} {'SMs':>4} {'measured':>9} {'distsim':>8} "
-          f"{'error':>7}")
-    errors = []
-    for gpu, ep, phase, sms, measured, predicted in rows:
-        error = (predicted / measured - 1) * 100
-        errors.append(abs(error))
-        print(f"{gpu:6} {ep:3d} {phase:15} {sms:4d} {measured:9.1f} {predicted:8.1f} "
-              f"{error:+6.1f}%")
-    print(f"{len(rows)} rows ({args.measurement}): median |error| "
-          f"{statistics.median(errors):.1f} %, max {max(errors):.1f} %")
+    print(f"{'GPU':6} {'ep':>3} {'phase':15} {'SMs':>4} {'measured':>9} {'plain':>7} "
+          f"{'error':>7} {'hybridep':>8} {'error':>7}")
+    for gpu, ep, phase, sms, measured, plain, hybrid in rows:
+        print(f"{gpu:6} {ep:3d} {phase:15} {sms:4d} {measured:9.1f} {plain:7.1f} "
+              f"{100 * (plain / measured - 1):+6.1f}% {hybrid:8.1f} "
+              f"{100 * (hybrid / measured - 1):+6.1f}%")
+    for column, name in ((5, "plain all-to-all"), (6, "HybridEP's exchange")):
+        errors = [abs(e) for e in _errors(rows, column)]
+        print(f"{name}: {len(rows)} rows ({args.measurement}), median |error| "
+              f"{statistics.median(errors):.1f} %, max {max(errors):.1f} %")
     return 0
 
 
