@@ -134,10 +134,18 @@ def nccl_sm_notes(comm: CommParams, costs: object, parallel: ParallelConfig) -> 
         "communication.nccl_sms")]
 
 
-def tp_overlap_notes(parallel: ParallelConfig) -> list[RunNote]:
+def tp_overlap_notes(parallel: ParallelConfig, costs: object) -> list[RunNote]:
     """A note when ``tp_comm_overlap`` pipelines every forward reduce-scatter at Transformer
     Engine's default chunks and SMs (:mod:`workloads.cost.tp_overlap`), where NeMo's
-    per-model presets set them GEMM by GEMM."""
+    per-model presets set them GEMM by GEMM; or when the stack runs TP overlap and the run
+    does not, because distsim does not model it beside ``fb_overlap``'s pairs."""
+    roofline = roofline_behind(costs)
+    if (roofline is not None and roofline.stack.tp_comm_overlap and parallel.fb_overlap
+            and parallel.sequence_parallel and parallel.tp > 1):
+        return [RunNote(
+            "unmodelled", f"the {roofline.stack.name} stack runs userbuffers' TP overlap; "
+            "distsim does not model it beside fb_overlap's forward-backward pairs, so this "
+            "run's TP collectives are not overlapped", "parallelism.tp_comm_overlap")]
     if not (parallel.tp_comm_overlap and parallel.tp_comm_overlap_sms == TE_PIPELINE_SMS
             and parallel.tp_comm_overlap_splits == TE_PIPELINE_SPLITS):
         return []
@@ -242,7 +250,7 @@ def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topol
         notes += schedule_notes(run.parallel, run.microbatches)
         notes += deepep_notes(run.comm, run.costs, topology)
         notes += nccl_sm_notes(run.comm, run.costs, run.parallel)
-        notes += tp_overlap_notes(run.parallel)
+        notes += tp_overlap_notes(run.parallel, run.costs)
         notes += amax_notes(run.training, run.costs, run.parallel)
         notes += routing_notes(run.model)
     notes += fault_notes(faults, topology, iteration_time_s)

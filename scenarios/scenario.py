@@ -596,12 +596,14 @@ def _stack_defaults(parallel: ParallelConfig, raw: Any, roofline: RooflineCosts,
 def stack_overlap_defaults(parallel: ParallelConfig, roofline: RooflineCosts) -> dict[str, bool]:
     """What ``parallelism.overlap_param_gather`` and ``tp_comm_overlap`` are when a scenario
     leaves them to its stack: on where the stack runs them and ``parallel`` has what they
-    overlap (a strategy search re-applies this to every candidate it derives)."""
+    overlap (a strategy search re-applies this to every candidate it derives).  TP overlap
+    stays off beside forward-backward pairs, which distsim does not run with it (the run
+    says so, :func:`~scenarios.run_notes.tp_overlap_notes`)."""
     stack = roofline.stack
     return {"overlap_param_gather": stack.overlap_param_gather and parallel.zero in (1, 2),
             "tp_comm_overlap": (stack.tp_comm_overlap and parallel.sequence_parallel
                                 and parallel.tp > 1 and parallel.tp_mode == "1d"
-                                and not parallel.layer_groups)}
+                                and not parallel.layer_groups and not parallel.fb_overlap)}
 
 
 def _seed_hashing(topology: Topology, seed: int) -> Topology:

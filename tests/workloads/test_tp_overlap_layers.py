@@ -184,11 +184,34 @@ def test_moe_overlap_is_refused_with_context_parallelism():
 
 def test_a_run_says_when_its_scatter_pipelines_take_transformer_engines_default():
     on = ParallelConfig(tp=2, sequence_parallel=True, tp_comm_overlap=True)
-    [note] = tp_overlap_notes(on)
+    [note] = tp_overlap_notes(on, None)
     assert note.key == "parallelism.tp_comm_overlap_sms" and "4 chunks on 16 SMs" in note.message
-    assert tp_overlap_notes(ParallelConfig(tp=2, sequence_parallel=True)) == []
+    assert tp_overlap_notes(ParallelConfig(tp=2, sequence_parallel=True), None) == []
     assert tp_overlap_notes(ParallelConfig(tp=2, sequence_parallel=True, tp_comm_overlap=True,
-                                           tp_comm_overlap_sms=24)) == []
+                                           tp_comm_overlap_sms=24), None) == []
+
+
+def test_a_stacks_tp_overlap_gives_way_to_forward_backward_pairs(write_scenario, tmp_path):
+    """NeMo's stack runs TP overlap where sequence parallelism allows it, but distsim does
+    not run it beside fb_overlap's pairs: a run that asks for the pairs and leaves the TP
+    overlap to the stack runs without it and says so; one that asks for both is refused."""
+    from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+
+    spec = {"name": "pairs", "cluster": {"preset": "dgx-h100", "nodes": 1},
+            "model": {"name": "m", "layers": 4, "hidden": 1024, "heads": 16,
+                      "seq_len": 1024, "vocab": 32000, "experts": 8, "top_k": 2},
+            "parallelism": {"tp": 2, "dp": 4, "ep": 4, "sequence_parallel": True,
+                            "fb_overlap": True},
+            "training": {"micro_batch": 1, "global_batch": 8},
+            "compute": {"gpu": "h100-sxm", "costs": "roofline", "stack": "nemo"}}
+    scenario = load_scenario(write_scenario(tmp_path / "pairs.yaml", spec))
+    assert scenario.parallel.fb_overlap and not scenario.parallel.tp_comm_overlap
+    notes = [n for n in run_scenario(scenario).notes if n.key == "parallelism.tp_comm_overlap"]
+    assert len(notes) == 1 and notes[0].kind == "unmodelled"
+    assert "the nemo stack runs userbuffers' TP overlap" in notes[0].message
+    both = {**spec, "parallelism": {**spec["parallelism"], "tp_comm_overlap": True}}
+    with pytest.raises(ConfigError, match=r"fb_overlap with tp_comm_overlap is not modelled"):
+        load_scenario(write_scenario(tmp_path / "both.yaml", both))
 
 
 _MLA = model_from_mapping({"name": "mla", "layers": 2, "hidden": 2048, "heads": 16,
