@@ -212,9 +212,8 @@ class CommParams:
     its bytes at ``deepep_sm_bytes_per_s`` (:meth:`deepep_sm_rate`; 0: unbound by them);
     ``moe_tokens``: the tokens a rank routes in one exchange (set from the model and
     batch; 0: unknown, and the per-token time is not counted) and ``moe_hidden`` their
-    width.  ``nccl_sms``: the
-    SMs an NCCL collective overlapped with compute takes from it while it runs (0: none,
-    :mod:`workloads.iteration.nccl_sms`).
+    width.  ``nccl_sms``: the SMs an NCCL collective overlapped with compute takes from it
+    while it runs (0: none, :mod:`workloads.iteration.nccl_sms`).
     """
 
     algorithm: str = "auto"

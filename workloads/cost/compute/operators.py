@@ -63,8 +63,9 @@ Backward: a weight GEMM becomes its data gradient ``(m, n=k, k=n)`` and weight g
 writes 4 bytes per weight element) or into ``.grad`` with a separate add per weight
 (``<gemm>.grad_accum``: 3·k·n·a bytes, or under bf16 DeepSpeed's fp32 accumulation,
 :meth:`~distsim_gpu.workloads.cost.compute.stacks.Stack.grad_accum_bytes`), as the stack does;
-a GEMM whose input a later operator reads too (MLA's query projection, the router) adds
-the two input gradients (``<gemm>.grad_sum``: 3·m·k·a bytes); a batched GEMM becomes two
+a GEMM whose input other operators read too (MLA's query projection, the router; an
+eager stack's separate q/k/v and w1/w3 linears, ``Stack.separate_projections``) adds their
+input gradients (``<gemm>.grad_sum``: 3·m·k·a bytes an add); a batched GEMM becomes two
 batched GEMMs; flash attention runs 5 matmuls to the forward's 2 (Dao 2023,
 "FlashAttention-2", §3.1: 2.5× FLOP, ~2× bytes); an element-wise op moves its own
 ``bwd_bytes_factor`` times its forward bytes (softmax and norms 1.5: read the saved output
