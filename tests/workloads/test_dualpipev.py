@@ -407,3 +407,20 @@ def test_a_split_backwards_halves_add_up_to_the_backward(cp) -> None:
 
     assert compute_s("I") + compute_s("W") == pytest.approx(compute_s("B"), rel=1e-12)
     assert 0 < compute_s("W") < compute_s("I")
+
+
+@pytest.mark.parametrize("schedule", [V, DUAL])
+def test_a_two_chunk_schedule_takes_its_two_chunks_unless_told_otherwise(schedule) -> None:
+    """A scenario that names dualpipe or dualpipev and no interleave runs its two chunks a
+    stage; one that gives another interleave is refused as before; the interleaved
+    schedule's chunk count stays the user's to give."""
+    from distsim_gpu.workloads.strategy.parallel import parallel_from_mapping
+
+    assert parallel_from_mapping({"pp": 2, "schedule": schedule}).interleave == 2
+    given = parallel_from_mapping({"pp": 2, "dp": 2, "schedule": schedule, "interleave": 1})
+    assert given.interleave == 1
+    model = model_from_mapping({"name": "m", "layers": 12, "hidden": 256, "heads": 4,
+                                "seq_len": 128, "vocab": 1000})
+    with pytest.raises(ConfigError, match=r"runs two chunks a stage, got interleave 1"):
+        check_strategy(model, given, TrainingConfig(global_batch=16), num_gpus=4)
+    assert parallel_from_mapping({"pp": 2, "schedule": "interleaved"}).interleave == 1

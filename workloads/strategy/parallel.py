@@ -21,22 +21,20 @@ Megatron-LM's 3D parallelism plus what PyTorch adds:
   (Megatron's data-parallel group "with context parallel"), and ZeRO shards over them.
 
 **Placement** maps a GPU's global rank to its (tp, cp, dp, pp) coordinates.  ``order``
-names the axes from innermost (fastest-varying rank) to outermost; Megatron's default
-``tp-dp-pp`` keeps a tensor-parallel group on consecutive ranks — inside one node when
-``tp`` ≤ GPUs per node — which is what a user wants, and any other order shows what a
-bad placement costs.  An order without ``cp`` puts it right after ``tp``, as
-Megatron-Core's default ``tp-cp-ep-dp-pp`` does (``parallel_state.initialize_model_parallel``);
-``tp-cp-dp-pp`` and the other permutations of the four axes name it explicitly.
+names the axes from innermost (fastest-varying rank) out; Megatron's default ``tp-dp-pp``
+keeps a tensor-parallel group on consecutive ranks (inside a node when ``tp`` ≤ GPUs per
+node), and any other order shows what a bad placement costs.  An order without ``cp``
+puts it right after ``tp``, as Megatron-Core's ``tp-cp-ep-dp-pp`` does; the permutations
+of the four axes name it explicitly.
 
 A **replica** (the simulator's unit beside the tensor-parallel group) is one (cp, dp)
-coordinate: replica ``r`` is CP rank ``r mod cp`` of data-parallel rank ``r div cp``, so
-the ``cp`` replicas of one CP ring are consecutive.
+coordinate: replica ``r`` is CP rank ``r mod cp`` of data-parallel rank ``r div cp``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import permutations
 from typing import Any
 
@@ -595,11 +593,10 @@ def _check_overlaps(p: ParallelConfig, *, source: str | None) -> None:
                           "sequence_parallel: true and tp_mode: 1d",
                           key="parallelism.tp_comm_overlap", source=source,
                           hint="set sequence_parallel: true, or tp_comm_overlap: false")
-    if p.tp_comm_overlap and p.layer_groups:
-        # Per-group widths: the pairing with one GEMM each is not modelled there.
-        raise ConfigError("tp_comm_overlap is not modelled with per-layer strategies "
-                          "(layer_groups)", key="parallelism.tp_comm_overlap", source=source,
-                          hint="set tp_comm_overlap: false")
+    if p.tp_comm_overlap and p.layer_groups:  # per-group widths: its pairs not modelled
+        raise ConfigError("tp_comm_overlap is not modelled with per-layer strategies",
+                          key="parallelism.tp_comm_overlap", source=source,
+                          hint="set tp_comm_overlap: false, or remove layer_groups")
     if p.moe_overlap and p.cp > 1:
         raise ConfigError("moe_overlap is not modelled with context parallelism (cp > 1): "
                           "each half micro-batch's attention would run a ring of its own",
@@ -653,8 +650,12 @@ def _check_training(t: TrainingConfig, p: ParallelConfig, *, source: str | None)
 
 def parallel_from_mapping(data: Mapping[str, Any] | None, *, source: str | None = None,
                           prefix: str = "parallelism") -> ParallelConfig:
-    """A :class:`ParallelConfig` from YAML keys (unknown keys rejected with a suggestion)."""
-    return _from_mapping(ParallelConfig, data, source, prefix)
+    """A :class:`ParallelConfig` from YAML keys (unknown keys rejected with a suggestion);
+    a two-chunk schedule (dualpipe, dualpipev) runs ``interleave`` 2 unless it is given."""
+    parallel = _from_mapping(ParallelConfig, data, source, prefix)
+    given = isinstance(data, Mapping) and "interleave" in data
+    return parallel if given or parallel.schedule not in V_SCHEDULES else replace(
+        parallel, interleave=2)
 
 
 def training_from_mapping(data: Mapping[str, Any] | None, *, source: str | None = None,
@@ -691,9 +692,8 @@ def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
             value = str(value).lower()
         elif isinstance(default, int) or (key in ("seq_len", "expert_tp")
                                           and value is not None):
-            # Degrees, batch sizes, the ZeRO stage: whole numbers from the start, so the
-            # typed config never holds a string or a float (check_strategy then checks how
-            # they fit together, the model and the cluster).
+            # Degrees, batch sizes, the ZeRO stage: whole numbers from the start (how they
+            # fit together, the model and the cluster is check_strategy's to check).
             value = check_whole(value, key=f"{prefix}.{key}", source=source,
                                 minimum=0 if key in _MAY_BE_ZERO else 1)
         values[key] = value
