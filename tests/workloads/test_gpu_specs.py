@@ -25,7 +25,10 @@ DATASHEET = {
     "v100-32gb": (125.0, 15.7, 32, 900, 80),
     "a100-40gb": (312.0, 19.5, 40, 1555, 108),
     "a100-80gb": (312.0, 19.5, 80, 2039, 108),
+    "a100-pcie-80gb": (312.0, 19.5, 80, 1935, 108),
     "h100-sxm": (989.4, 66.9, 80, 3350, 132),
+    # H100 PCIe datasheet (sparse tensor rates halved), 114 SMs (architecture whitepaper).
+    "h100-pcie": (756.0, 51.2, 80, 2000, 114),
     "h200": (989.4, 66.9, 141, 4800, 132),
     "mi300x": (1307.4, 163.4, 192, 5300, 304),
     "gh200": (989.4, 66.9, 96, 4000, 132),
@@ -86,6 +89,8 @@ def test_v100_has_no_bf16():
     ("H100-SXM5", "h100-sxm"), ("v100", "v100-32gb"), (" h200 ", "h200"),
     ("AMD Instinct MI300X", "mi300x"), ("MI300X", "mi300x"),
     ("NVIDIA GH200 120GB", "gh200"), ("NVIDIA B200", "b200"),
+    ("A100-PCIe-80GB", "a100-pcie-80gb"), ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
+    ("NVIDIA H100 PCIe", "h100-pcie"),
 ])
 def test_aliases(alias, name):
     assert get_gpu(alias) is GPU_PRESETS[name]
@@ -185,3 +190,13 @@ def test_power_limit_scales_the_compute_clock_as_the_cube_root_of_dynamic_power(
 def test_bad_power_settings_name_the_key(gpu, message):
     with pytest.raises(DistsimError, match=message):
         gpu_from_mapping(gpu, prefix="compute.gpu")
+
+
+def test_every_cluster_presets_gpu_is_a_known_spec():
+    """A run on a preset that gives no compute.gpu takes the preset's GPU: each preset's
+    GPU model resolves to a spec (the PCIe node's A100 80GB PCIe among them)."""
+    from distsim_gpu.topology.preset_registry import NODE_PRESETS
+
+    for name, preset in NODE_PRESETS.items():
+        assert get_gpu(preset.gpu_model).name, name
+    assert get_gpu(NODE_PRESETS["pcie-8gpu"].gpu_model).tdp_w == 300.0

@@ -191,6 +191,9 @@ def _peaks(**tflops: float) -> dict[str, float]:
 
 _V100_SRC = "NVIDIA Tesla V100 datasheet (SXM2, 300 W)"
 _A100_SRC = "NVIDIA A100 datasheet (SXM, 400 W), dense tensor rates"
+_A100_PCIE_SRC = "NVIDIA A100 datasheet (80GB PCIe, 300 W), dense tensor rates"
+_H100_PCIE_SRC = ("NVIDIA H100 datasheet (PCIe, 350 W; dense: half its sparse tensor rates); "
+                  "H100 architecture whitepaper (114 SMs)")
 _H100_SRC = ("NVIDIA H100 architecture whitepaper Table 3 (SXM5, dense); H100 datasheet "
              "(SXM, up to 700 W)")
 _H200_SRC = "NVIDIA H200 datasheet (SXM, up to 700 W); compute as H100 SXM5, dense"
@@ -223,8 +226,14 @@ GPU_PRESETS: Mapping[str, GpuSpec] = MappingProxyType({
                          40 * _GiB, 1555 * _GBPS, 108, _A100_SRC, "ampere", 400.0),
     "a100-80gb": GpuSpec("a100-80gb", _peaks(fp32=19.5, tf32=156.0, bf16=312.0, fp16=312.0),
                          80 * _GiB, 2039 * _GBPS, 108, _A100_SRC, "ampere", 400.0),
+    "a100-pcie-80gb": GpuSpec("a100-pcie-80gb",
+                              _peaks(fp32=19.5, tf32=156.0, bf16=312.0, fp16=312.0),
+                              80 * _GiB, 1935 * _GBPS, 108, _A100_PCIE_SRC, "ampere", 300.0),
     "h100-sxm": GpuSpec("h100-sxm", _HOPPER_PEAKS, 80 * _GiB, 3350 * _GBPS, 132, _H100_SRC,
                          "hopper", 700.0),
+    "h100-pcie": GpuSpec("h100-pcie", _peaks(fp32=51.2, tf32=378.0, bf16=756.0, fp16=756.0,
+                                             fp8=1513.0),
+                         80 * _GiB, 2000 * _GBPS, 114, _H100_PCIE_SRC, "hopper", 350.0),
     "h200": GpuSpec("h200", _HOPPER_PEAKS, 141 * _GiB, 4800 * _GBPS, 132, _H200_SRC, "hopper",
                      700.0),
     "gh200": GpuSpec("gh200", _HOPPER_PEAKS, 96 * _GiB, 4000 * _GBPS, 132, _GH200_SRC, "hopper"),
@@ -269,6 +278,10 @@ GPU_ALIASES: Mapping[str, str] = MappingProxyType({
     "h800-sxm": "h100-sxm",
     "nvidia h800": "h100-sxm",
     "h200-141gb": "h200",
+    "a100-pcie": "a100-pcie-80gb",
+    "nvidia a100 80gb pcie": "a100-pcie-80gb",
+    "h100-pcie-80gb": "h100-pcie",
+    "nvidia h100 pcie": "h100-pcie",
     # The GPU models the cluster presets name (topology.presets).
     "a100-sxm4-40gb": "a100-40gb",
     "a100-sxm4-80gb": "a100-80gb",
