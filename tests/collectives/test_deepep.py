@@ -292,7 +292,8 @@ def test_the_default_nvlink_efficiency_is_the_intranode_rows_fit(shared_data) ->
     assert fitted == CommParams().deepep_nvlink_efficiency
 
 
-def test_the_sm_rate_is_a_communication_key(write_scenario, tmp_path) -> None:
+def test_the_sm_rate_is_a_communication_key(write_scenario, tmp_path,
+                                            b200_moe_scenario) -> None:
     """``communication.deepep_sm_rate`` sets what an SM streams and
     ``deepep_sm_token_time`` what it spends a token (a run bound at the user's own
     figures has nothing to say about them); bad ones are clear errors."""
@@ -307,12 +308,7 @@ def test_the_sm_rate_is_a_communication_key(write_scenario, tmp_path) -> None:
         comm_params_from_mapping({"deepep_sm_rate": "-3 GB/s"}, prefix="communication")
     with pytest.raises(DistsimError, match=r"communication\.deepep_sm_token_time"):
         comm_params_from_mapping({"deepep_sm_token_time": "fast"}, prefix="communication")
-    base = {"name": "moe", "cluster": {"preset": "dgx-b200", "nodes": 1},
-            "model": {"name": "m", "layers": 2, "hidden": 7168, "heads": 56,
-                      "seq_len": 1024, "vocab": 32000, "experts": 16, "top_k": 4},
-            "parallelism": {"dp": 8, "ep": 8},
-            "training": {"micro_batch": 1, "global_batch": 8},
-            "compute": {"gpu": "b200", "costs": "roofline", "comm_sms": 16}}
+    base = b200_moe_scenario
     times, notes = {}, {}
     for name, keys in {"slow": {"deepep_sm_rate": "9 GB/s"}, "default": {},
                         "slow tokens": {"deepep_sm_token_time": "2 us"}}.items():

@@ -80,15 +80,10 @@ def test_hybrideps_fraction_is_its_eight_rank_rows_fit(shared_data) -> None:
 
 
 def test_a_hybridep_run_says_its_sms_were_not_counted_against_its_copies(
-        write_scenario, tmp_path) -> None:
+        write_scenario, tmp_path, b200_moe_scenario) -> None:
     from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 
-    base = {"name": "moe", "cluster": {"preset": "dgx-b200", "nodes": 1},
-            "model": {"name": "m", "layers": 2, "hidden": 7168, "heads": 56,
-                      "seq_len": 1024, "vocab": 32000, "experts": 16, "top_k": 4},
-            "parallelism": {"dp": 8, "ep": 8},
-            "training": {"micro_batch": 1, "global_batch": 8},
-            "compute": {"gpu": "b200", "costs": "roofline", "comm_sms": 16}}
+    base = b200_moe_scenario
     results = {}
     for kernels in ("deepep", "hybridep"):
         path = write_scenario(tmp_path / f"{kernels}.yaml", {**base, "communication": {
