@@ -231,7 +231,7 @@ GPU_PRESETS: Mapping[str, GpuSpec] = MappingProxyType({
                               80 * _GiB, 1935 * _GBPS, 108, _A100_PCIE_SRC, "ampere", 300.0),
     "h100-sxm": GpuSpec("h100-sxm", _HOPPER_PEAKS, 80 * _GiB, 3350 * _GBPS, 132, _H100_SRC,
                          "hopper", 700.0),
-    "h100-pcie": GpuSpec("h100-pcie", _peaks(fp32=51.2, tf32=378.0, bf16=756.0, fp16=756.0,
+    "h100-pcie": GpuSpec("h100-pcie", _peaks(fp32=51.0, tf32=378.0, bf16=756.0, fp16=756.0,
                                              fp8=1513.0),
                          80 * _GiB, 2000 * _GBPS, 114, _H100_PCIE_SRC, "hopper", 350.0),
     "h200": GpuSpec("h200", _HOPPER_PEAKS, 141 * _GiB, 4800 * _GBPS, 132, _H200_SRC, "hopper",

@@ -159,7 +159,7 @@ class Stack:
       heads in one pass (Megatron-Core's ``fused_apply_mla_rope_for_q`` / ``_for_kv``,
       on with its rope fusion); else as eager PyTorch runs it — a rotary kernel on each
       rotary part, then the query's and the key's heads concatenated by copies
-      (:meth:`~workloads.cost.compute.operators.OperatorBuilder.mla_rope`);
+      (:mod:`~workloads.cost.compute.operators`, ``attn_rope``);
     * ``cross_entropy``: the loss's implementation, what it moves per logit
       (:mod:`~workloads.cost.compute.cross_entropy`: ``one_pass``, ``megatron_fused``,
       ``eager``, ``torch``);
