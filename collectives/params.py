@@ -372,7 +372,8 @@ def comm_params_from_mapping(data: Mapping[str, Any] | None, *, source: str | No
     ``all_to_all`` (flat, hierarchical, deepep or auto), ``deepep_max_nodes`` (a whole
     number of nodes, DeepEP's node-limited routing), ``ep_kernels`` (deepep or hybridep:
     whose figures the next three default to), ``deepep_nvlink_efficiency`` (a
-    fraction), ``deepep_sm_rate`` (a bandwidth, what one SM of the kernels streams)
+    fraction), ``deepep_sm_rate`` (a bandwidth, what one SM of the kernels streams; 0:
+    the copies are not bound by their SMs)
     and ``deepep_sm_token_time`` (a duration, what it spends on each token besides),
     ``nccl_sms`` (the SMs an NCCL collective holds, 0 to 1024).  Keys not given take the
     defaults for GPUs of ``architecture`` (:func:`comm_params_for`); with ``architecture``
@@ -404,7 +405,8 @@ def _parsed_comm(data: Mapping[str, Any] | None, source: str | None,
         elif key in ("nvls_efficiency", "deepep_nvlink_efficiency"):
             changes[key] = _fraction(value, path, source)
         elif key == "deepep_sm_rate":
-            changes["deepep_sm_bytes_per_s"] = parse_bandwidth(value, key=path, source=source)
+            changes["deepep_sm_bytes_per_s"] = parse_bandwidth(value, key=path, source=source,
+                                                               allow_zero=True)
         elif key == "deepep_sm_token_time":
             changes["deepep_sm_token_s"] = parse_duration(value, key=path, source=source)
         elif key == "pxn":

@@ -99,7 +99,7 @@ from distsim_gpu.simcore.config import (
     set_path,
 )
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, closest
-from distsim_gpu.simcore.units import bandwidths_with_units
+from distsim_gpu.simcore.units import bandwidth_text, bandwidths_with_units
 from distsim_gpu.simcore.yamlfile import line_of, read_yaml
 from distsim_gpu.topology import Topology, build_cluster, list_presets
 from distsim_gpu.topology.faults import Fault, apply_faults, faults_from_list
@@ -225,6 +225,9 @@ class Scenario:
         comm["base_latency"] = comm.pop("base_latency_s")
         comm["hop_latency"] = comm.pop("hop_latency_s")
         comm["peer_latency"] = comm.pop("peer_latency_s")
+        if comm.pop("deepep_sms", None) is not None:  # compute.comm_sms's; keys' own names
+            comm["deepep_sm_rate"] = bandwidth_text(comm.pop("deepep_sm_bytes_per_s"))
+            comm["deepep_sm_token_time"] = comm.pop("deepep_sm_token_s")
         training = self.training.to_dict()
         training["seq_len"] = self.seq_len
         data: dict[str, Any] = {"name": self.name}

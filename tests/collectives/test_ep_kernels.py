@@ -96,3 +96,22 @@ def test_a_hybridep_run_says_its_sms_were_not_counted_against_its_copies(
     (said,) = [n for n in results["hybridep"].notes if n.key == "communication.ep_kernels"]
     assert "unbound by the SMs" in said.message
     assert "communication.deepep_nvlink_efficiency" not in keys["hybridep"]  # Blackwell's
+
+
+@pytest.mark.parametrize("kernels", ["deepep", "hybridep"])
+def test_a_deepep_runs_resolved_configuration_reads_back_to_the_same_run(
+        write_scenario, tmp_path, b200_moe_scenario, kernels) -> None:
+    """``resolved()`` writes the exchange's figures under their scenario keys (an SM's rate
+    with its unit, HybridEP's 0 among them) and leaves the SMs to ``compute.comm_sms``:
+    written back, it loads (a sweep's points are such files) and reproduces the run."""
+    from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+
+    first = load_scenario(write_scenario(tmp_path / "moe.yaml", {
+        **b200_moe_scenario, "communication": {"all_to_all": "deepep",
+                                               "ep_kernels": kernels}}))
+    comm = first.resolved()["communication"]
+    assert "deepep_sms" not in comm and comm["ep_kernels"] == kernels
+    assert comm["deepep_sm_rate"].endswith(" B/s")
+    again = load_scenario(write_scenario(tmp_path / "again.yaml", first.resolved()))
+    assert again.comm == first.comm and again.resolved() == first.resolved()
+    assert run_scenario(again).iteration_time_s == run_scenario(first).iteration_time_s
