@@ -4,6 +4,7 @@ cluster files and cost tables relative to the scenario, stragglers."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -259,3 +260,18 @@ def test_memory_follows_the_attention_implementation(tmp_path, attention, tiny, 
     assert simulated == pytest.approx(counted, rel=1e-12)
     if attention == "unfused":
         assert simulated > memory("flash")[0]
+
+
+_SCENARIO_EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "scenarios"
+                             / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", _SCENARIO_EXAMPLES, ids=lambda path: path.stem)
+def test_every_examples_resolved_configuration_reads_back(tmp_path, path):
+    """``resolved()`` promises a file that loads to the same scenario: for every shipped
+    example (a DeepEP exchange's figures, NVMe drives, stragglers, faults and jobs among
+    them) the resolved configuration written as YAML loads and resolves alike."""
+    first = load_scenario(path).resolved()
+    again = tmp_path / "resolved.yaml"
+    again.write_text(yaml.safe_dump(first), encoding="utf-8")
+    assert load_scenario(again).resolved() == first

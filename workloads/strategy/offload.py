@@ -101,8 +101,9 @@ class OffloadConfig:
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"optimizer": self.optimizer, "params": self.params,
                                 "delayed_update": self.delayed_update}
-        if self.host:
-            data["host"] = dict(self.host)
+        if self.host:  # a count of drives is whole: written back, it must read back
+            data["host"] = {key: int(value) if key == "drives" else value
+                            for key, value in self.host}
         return data
 
 
