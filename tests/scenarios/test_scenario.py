@@ -262,8 +262,8 @@ def test_memory_follows_the_attention_implementation(tmp_path, attention, tiny, 
         assert simulated > memory("flash")[0]
 
 
-_SCENARIO_EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "scenarios"
-                             / "examples").glob("*.yaml"))
+_EXAMPLES = Path(__file__).resolve().parents[2] / "scenarios" / "examples"
+_SCENARIO_EXAMPLES = sorted([*_EXAMPLES.glob("*.yaml"), *_EXAMPLES.glob("faults/*.yaml")])
 
 
 @pytest.mark.parametrize("path", _SCENARIO_EXAMPLES, ids=lambda path: path.stem)
