@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distsim_gpu.simcore.config import check_choice
+from distsim_gpu.simcore.notes import RunNote
 
 __all__ = [
     "DEEPEP_FIT_ARCHITECTURE",
@@ -34,7 +34,6 @@ __all__ = [
     "EP_KERNELS",
     "HYBRIDEP_NVLINK_EFFICIENCY",
     "EpKernels",
-    "get_ep_kernels",
 ]
 
 # DeepEP's normal kernels' NVLink copies as a fraction of the payload rate NCCL reaches on
@@ -67,7 +66,7 @@ class EpKernels:
     """One family of expert-parallel dispatch and combine kernels (module docstring):
     ``label`` its name in a run's notes; ``sm_bytes_per_s`` 0: copies not bound by the
     SMs; ``fit_architecture`` the GPU generation whose rows (``fit_rows``) gave its NVLink
-    fraction."""
+    fraction; ``caveat`` what every run on these kernels says it left out or assumed."""
 
     name: str
     label: str
@@ -77,6 +76,7 @@ class EpKernels:
     fit_architecture: str
     fit_rows: str
     source: str
+    caveat: RunNote
 
 
 EP_KERNELS: dict[str, EpKernels] = {
@@ -84,17 +84,19 @@ EP_KERNELS: dict[str, EpKernels] = {
         "deepep", "DeepEP", DEEPEP_NVLINK_EFFICIENCY, DEEPEP_SM_TOKEN_S, DEEPEP_SM_BYTES_PER_S,
         DEEPEP_FIT_ARCHITECTURE, "DeepEP's own H800 table",
         "DeepEP's normal kernels (deepseek-ai/DeepEP): NVLink fraction from its H800 "
-        "intranode rows, SM costs from B200's SM sweep"),
+        "intranode rows, SM costs from B200's SM sweep",
+        RunNote("unmodelled", "DeepEP's normal dispatch makes the host wait for the count "
+                "of tokens each GPU received before it can issue the experts' kernels (a "
+                "CPU-GPU synchronisation every MoE layer's forward); the GPU's wait for the "
+                "host after it is not counted", "communication.all_to_all")),
     "hybridep": EpKernels(
         "hybridep", "HybridEP", HYBRIDEP_NVLINK_EFFICIENCY, 0.0, 0.0, "blackwell",
         "HybridEP's own B200 and GB200 rows",
         "NVIDIA's HybridEP (DeepEP's hybrid-ep branch): TMA copies, NVLink fraction from "
-        "its 8-rank B200 and GB200 rows, not bound by the SMs it holds"),
+        "its 8-rank B200 and GB200 rows, not bound by the SMs it holds",
+        RunNote("defaulted", "HybridEP's copies (the Tensor Memory Accelerator's) are "
+                "taken as unbound by the SMs its kernels hold; its published rows run slower "
+                "on 4-8 SMs, and its FP8 dispatch on 16 SMs past 16 ranks (up to 2.5x)",
+                "communication.ep_kernels")),
 }
 
-
-def get_ep_kernels(name: str, *, key: str = "communication.ep_kernels",
-                   source: str | None = None) -> EpKernels:
-    """The :data:`EP_KERNELS` entry ``name`` (a ConfigError naming the valid ones)."""
-    return EP_KERNELS[check_choice(name, tuple(EP_KERNELS), key=key, source=source,
-                                   fold_case=True)]

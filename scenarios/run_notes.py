@@ -62,24 +62,20 @@ def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]
 
 
 def deepep_notes(comm: CommParams, costs: object, topology: Topology) -> list[RunNote]:
-    """Notes of an ``all_to_all: deepep`` run: DeepEP's host wait for each dispatch's token
-    counts, not counted; HybridEP's copies taken as unbound by their SMs; the kernels' copy
+    """Notes of an ``all_to_all: deepep`` run: its kernels' caveat (DeepEP's host wait for
+    each dispatch's token counts, HybridEP's copies taken as unbound by their SMs;
+    ``EpKernels.caveat``), or that ``ep_kernels`` is idle without it; the kernels' copy
     fraction taken from a fit on another GPU generation; their SMs not counted
     (``compute.comm_sms`` 0); or those SMs binding DeepEP's NVLink copies at B200's figure
     an SM, not the user's (:func:`~collectives.deepep.sm_bound_factor`)."""
-    if comm.all_to_all != "deepep":
-        return []
     kernels = EP_KERNELS[comm.ep_kernels]
+    if comm.all_to_all != "deepep":
+        return [] if kernels.name == "deepep" else [RunNote(
+            "defaulted", f"communication.ep_kernels {kernels.name} names the kernels of "
+            f"all_to_all: deepep; this run's all-to-alls are {comm.all_to_all}, so it "
+            "changes nothing", "communication.ep_kernels")]
     roofline = roofline_behind(costs)
-    notes = [RunNote(
-        "unmodelled", "DeepEP's normal dispatch makes the host wait for the count of tokens "
-        "each GPU received before it can issue the experts' kernels (a CPU-GPU "
-        "synchronisation every MoE layer's forward); the GPU's wait for the host after "
-        "it is not counted", "communication.all_to_all")] if kernels.name == "deepep" else [
-        RunNote("defaulted", "HybridEP's copies (the Tensor Memory Accelerator's) are taken "
-                "as unbound by the SMs its kernels hold; its published rows run slower on 4-8 "
-                "SMs, and its FP8 dispatch on 16 SMs past 16 ranks (up to 2.5x)",
-                "communication.ep_kernels")]
+    notes = [kernels.caveat]
     architecture = roofline.gpu.architecture if roofline is not None else ""
     if (architecture != kernels.fit_architecture
             and comm.deepep_nvlink_efficiency == kernels.nvlink_efficiency):

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 from distsim_gpu.collectives import CommParams
-from distsim_gpu.collectives.deepep import sm_bound_factor
-from distsim_gpu.collectives.ep_kernels import EP_KERNELS, get_ep_kernels
+from distsim_gpu.collectives.deepep import nvlink_copy_rate, sm_bound_factor
+from distsim_gpu.collectives.ep_kernels import EP_KERNELS
 from distsim_gpu.collectives.nccl_tests import run_benchmark
 from distsim_gpu.collectives.params import comm_params_from_mapping
 from distsim_gpu.simcore.errors import ConfigError
@@ -23,8 +23,9 @@ B200_NODE = build_cluster({"preset": "dgx-b200", "nodes": 1})
 
 @pytest.mark.parametrize("name", sorted(EP_KERNELS))
 def test_every_family_has_physical_figures(name) -> None:
-    kernels = get_ep_kernels(name)
+    kernels = EP_KERNELS[name]
     assert kernels.name == name and kernels.label and kernels.source and kernels.fit_rows
+    assert kernels.caveat.key.startswith("communication.") and kernels.caveat.message
     assert 0 < kernels.nvlink_efficiency <= 1
     assert kernels.sm_bytes_per_s >= 0 and kernels.sm_token_s >= 0
     assert kernels.fit_architecture in ("ampere", "hopper", "blackwell")
@@ -51,13 +52,18 @@ def test_hybrideps_copies_are_not_bound_by_their_sms(sms) -> None:
     """On a B200 node an EP 8 exchange of 7,168-wide 16-bit tokens on ``sms`` SMs: DeepEP's
     copies are bound (18.4 GB/s an SM, below NVLink's 620 for fewer than 34), HybridEP's
     run at its NVLink fraction whatever the SMs, 0.90 / 0.84 of DeepEP's unbound rate."""
+    token = 7168 * 2
+
     def exchange(kernels: str) -> float:
         params = replace(comm_params_from_mapping(
             {"all_to_all": "deepep", "ep_kernels": kernels}, architecture="blackwell"),
             moe_experts=64, moe_top_k=8, deepep_sms=sms, moe_tokens=4096, moe_hidden=7168)
-        (row,) = run_benchmark(B200_NODE, "alltoall", [4096 * 8 * 7168 * 2], params=params,
+        (row,) = run_benchmark(B200_NODE, "alltoall", [4096 * 8 * token], params=params,
                                dtype="int8")
-        assert sm_bound_factor(B200_NODE, params, 7168 * 2) >= 1.0
+        # DeepEP: NVLink's copy rate over what its SMs move, t + B/rate a token each.
+        per_sm = token / (0.4e-6 + token / 38e9) if kernels == "deepep" else float("inf")
+        assert sm_bound_factor(B200_NODE, params, token) == pytest.approx(
+            max(1.0, nvlink_copy_rate(B200_NODE, params) / (sms * per_sm)))
         return row.time_s
 
     deepep, hybrid = exchange("deepep"), exchange("hybridep")
@@ -94,8 +100,13 @@ def test_a_hybridep_run_says_its_sms_were_not_counted_against_its_copies(
     assert "communication.deepep_sm_rate" in keys["deepep"]
     assert "communication.deepep_sm_rate" not in keys["hybridep"]
     (said,) = [n for n in results["hybridep"].notes if n.key == "communication.ep_kernels"]
-    assert "unbound by the SMs" in said.message
+    assert said == EP_KERNELS["hybridep"].caveat and "unbound by the SMs" in said.message
     assert "communication.deepep_nvlink_efficiency" not in keys["hybridep"]  # Blackwell's
+    flat = write_scenario(tmp_path / "flat.yaml", {**base, "communication": {
+        "all_to_all": "flat", "ep_kernels": "hybridep"}})
+    (idle,) = [n for n in run_scenario(load_scenario(flat)).notes
+               if n.key == "communication.ep_kernels"]
+    assert "this run's all-to-alls are flat, so it changes nothing" in idle.message
 
 
 @pytest.mark.parametrize("kernels", ["deepep", "hybridep"])

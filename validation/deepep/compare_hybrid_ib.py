@@ -40,9 +40,8 @@ from pathlib import Path
 
 from compare_deepep import find_data  # a sibling script, as compare_sms imports it
 from distsim_gpu.collectives.deepep import reach
-from distsim_gpu.collectives.ep_kernels import EP_KERNELS
 from distsim_gpu.collectives.nccl_tests import run_benchmark
-from distsim_gpu.collectives.params import comm_params_for
+from distsim_gpu.collectives.params import comm_params_from_mapping
 from distsim_gpu.topology import build_cluster
 
 TOKENS, HIDDEN, TOP_K, LOCAL_EXPERTS, GPUS_PER_NODE = 4096, 7168, 8, 8, 8
@@ -65,13 +64,10 @@ def predicted_bandwidth(ranks: int, element_bytes: float) -> float:
     """distsim's figure (bytes per second as HybridEP's test counts them) for one dispatch
     or combine over ``ranks`` H100s, 8 a node: the two-hop exchange with HybridEP's
     figures."""
-    kernels = EP_KERNELS["hybridep"]
     topology = build_cluster({"preset": "dgx-h100", "nodes": ranks // GPUS_PER_NODE})
-    params = replace(comm_params_for("hopper"), all_to_all="deepep", ep_kernels="hybridep",
-                     moe_experts=LOCAL_EXPERTS * ranks, moe_top_k=TOP_K,
-                     deepep_nvlink_efficiency=kernels.nvlink_efficiency,
-                     deepep_sm_bytes_per_s=kernels.sm_bytes_per_s,
-                     deepep_sm_token_s=kernels.sm_token_s, deepep_sms=16)
+    params = replace(comm_params_from_mapping({"all_to_all": "deepep", "ep_kernels": "hybridep"},
+                                              architecture="hopper"),
+                     moe_experts=LOCAL_EXPERTS * ranks, moe_top_k=TOP_K, deepep_sms=16)
     size = int(TOKENS * TOP_K * HIDDEN * element_bytes)  # top-k copies, as the iteration's
     (row,) = run_benchmark(topology, "alltoall", [size], params=params, dtype="int8")
     return counted_bytes(ranks, element_bytes) / row.time_s

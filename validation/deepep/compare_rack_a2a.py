@@ -43,7 +43,7 @@ from pathlib import Path
 
 from distsim_gpu.collectives.ep_kernels import EP_KERNELS
 from distsim_gpu.collectives.nccl_tests import run_benchmark
-from distsim_gpu.collectives.params import comm_params_for
+from distsim_gpu.collectives.params import comm_params_for, comm_params_from_mapping
 from distsim_gpu.topology import Topology, build_cluster
 
 HERE = Path(__file__).resolve().parent
@@ -93,13 +93,11 @@ def hybridep_bandwidth(gpu: str, ep: int, element_bytes: float,
     """The same figure for the two-hop exchange a HybridEP run gives (``all_to_all:
     deepep``, ``ep_kernels: hybridep``), its copies at ``nvlink_fraction`` of NCCL's rate
     (None: HybridEP's default)."""
-    kernels = EP_KERNELS["hybridep"]
     topology = _domain(gpu, ep)
-    params = replace(comm_params_for("blackwell"), all_to_all="deepep",
-                     ep_kernels="hybridep", moe_experts=LOCAL_EXPERTS * ep, moe_top_k=TOP_K,
-                     deepep_nvlink_efficiency=nvlink_fraction or kernels.nvlink_efficiency,
-                     deepep_sm_bytes_per_s=kernels.sm_bytes_per_s,
-                     deepep_sm_token_s=kernels.sm_token_s)
+    given = {} if nvlink_fraction is None else {"deepep_nvlink_efficiency": nvlink_fraction}
+    params = replace(comm_params_from_mapping(
+        {"all_to_all": "deepep", "ep_kernels": "hybridep", **given},
+        architecture="blackwell"), moe_experts=LOCAL_EXPERTS * ep, moe_top_k=TOP_K)
     size = int(TOKENS * TOP_K * HIDDEN * element_bytes)  # top-k copies, as the iteration's
     (row,) = run_benchmark(topology, "alltoall", [size], params=params, dtype="int8",
                            gpus=list(topology.gpus)[:ep])

@@ -275,7 +275,7 @@ class IterationSimulator:
         """Compute, then its closed-form TP collectives; compute slows on a straggler."""
         env, tracer = self.env, self.sim.tracer
         start, key = env.now, (group, id(op))  # the op object lives as long as the streams
-        op = op.slowed(group.slowdown)  # a straggler's GEMMs hide less of their pairs
+        op = op.slowed(group.slowdown) if op.pairs else op  # a straggler hides less of them
         computed = yield from self._sm_share.run(env, group.streams, op,  # NCCL's SMs
                                                  group.slowdown)
         scale = computed / op.compute_s if op.compute_s else group.slowdown
