@@ -20,7 +20,7 @@ import simpy
 from distsim_gpu.collectives.algorithms import OPS, pairs_plan
 from distsim_gpu.collectives.alltoall_hier import alltoall_plans
 from distsim_gpu.collectives.catalog import ALGORITHM_PROTOCOLS, build_plan, candidates
-from distsim_gpu.collectives.deepep import deepep_plans
+from distsim_gpu.collectives.deepep import deepep_plans, sm_bound_factor
 from distsim_gpu.collectives.params import ALGORITHMS, FIDELITIES, PROTOCOLS, CommParams
 from distsim_gpu.collectives.plan import CollectivePlan, StepShape
 from distsim_gpu.collectives.sharp import fabric_reduces
@@ -74,6 +74,7 @@ class Communicator:
             self.capacity[link.id] = capacity
         self._plans: dict[tuple[Any, ...], CollectivePlan] = {}
         self._alltoall_plans: dict[tuple[Any, ...], list[CollectivePlan]] = {}
+        self._deepep_factors: dict[float, float] = {}
         # Network link sets of plan steps, resolved once (keyed by the step object, which
         # the plan cache keeps alive).
         self._link_sets: dict[int, tuple[StepShape, LinkSet]] = {}
@@ -144,11 +145,13 @@ class Communicator:
         protocols = [protocol] if protocol != "auto" else ALGORITHM_PROTOCOLS["pxn"]
         best: tuple[float, CollectivePlan] | None = None
         # DeepEP's SMs spend a time per token: its plan is the token size's (a dispatch's
-        # and a combine's differ under FP8; collectives.deepep).
+        # and a combine's differ under FP8; collectives.deepep) through the factor by which
+        # the SMs slow its NVLink copies, so sizes of the same factor share a plan.
         deepep = self.params.all_to_all == "deepep"
         token_bytes = self.params.token_bytes(size_bytes) if deepep else 0.0
+        factor = self._deepep_factor(token_bytes) if deepep else 1.0
         for proto in protocols:
-            key = ("alltoall_hier", tuple(group), proto, token_bytes)
+            key = ("alltoall_hier", tuple(group), proto, factor)
             plans = self._alltoall_plans.get(key)
             if plans is None:
                 plans = self._alltoall_plans[key] = (
@@ -160,6 +163,15 @@ class Communicator:
                     best = (time_s, plan)
         assert best is not None  # a mode gives at least one plan
         return best[1]
+
+    def _deepep_factor(self, token_bytes: float) -> float:
+        """:func:`collectives.deepep.sm_bound_factor` of tokens of ``token_bytes``
+        (cached: it sums the NVLink ports of the cluster's first GPU)."""
+        found = self._deepep_factors.get(token_bytes)
+        if found is None:
+            found = self._deepep_factors[token_bytes] = sm_bound_factor(
+                self.topology, self.params, token_bytes)
+        return found
 
     def candidates(self, op: str, group: Sequence[str], *,
                    peer: str | None = None) -> tuple[str, ...]:

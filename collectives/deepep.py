@@ -113,6 +113,9 @@ def deepep_plan(b: _Builder, gpus: Sequence[str],
     copy = per_gpu / params.deepep_nvlink_efficiency * sm_bound_factor(topo, params,
                                                                        token_bytes)
     local, network, forward = _Step(b), _Step(b), _Step(b)
+    # A relay forwards what every other node's same-rail GPU sent it: one send per
+    # (relay, destination) with their sum, not one per sender (a third of the sends).
+    forwarded: dict[tuple[str, str], float] = {}
     for node, members in per_node.items():
         for src in members:
             for dst in members:
@@ -125,7 +128,9 @@ def deepep_plan(b: _Builder, gpus: Sequence[str],
                 share = sum(w[d] for d in remote) / len(remote)
                 network.send(src, relay, per_node_copy * share, rail)
                 for dst in remote:
-                    forward.send(relay, dst, copy * w[dst])
+                    forwarded[relay, dst] = forwarded.get((relay, dst), 0.0) + copy * w[dst]
+    for (relay, dst), count in forwarded.items():
+        forward.send(relay, dst, count)
     fraction = 1.0 / n
     legs = [s for s in (local.shape(fraction), network.shape(fraction),
                         forward.shape(fraction)) if s is not None]

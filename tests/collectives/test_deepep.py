@@ -433,3 +433,29 @@ def test_a_deepep_run_says_its_hosts_wait_for_the_token_counts_is_left_out():
     sync = [n for n in notes if n.key == "communication.all_to_all"]
     assert len(sync) == 1 and sync[0].kind == "unmodelled" and "host" in sync[0].message
     assert not deepep_notes(CommParams(all_to_all="flat"), costs, TOPOLOGY)
+
+
+def test_exchanges_whose_sms_bind_alike_share_a_plan() -> None:
+    """Exchanges of tokens of different sizes (a dispatch's and a combine's under FP8,
+    two models' widths) run one plan where the SMs slow neither (20 SMs on Hopper and
+    16-bit tokens 7,168 and 8,192 wide: the factor 1), and each its own where they bind
+    (12 SMs), the NVLink copies of the smaller tokens held longer by the factors' ratio."""
+    from distsim_gpu.collectives.communicator import Communicator
+    from distsim_gpu.simcore.simulation import Simulation
+
+    hopper = replace(CommParams().on_architecture("hopper"), all_to_all="deepep",
+                     moe_experts=256, moe_top_k=8, moe_tokens=4096)
+    copies = 8 * 4096
+    narrow, wide = copies * 7168 * 2.0, copies * 8192 * 2.0
+    comm = Communicator(Simulation(), TOPOLOGY, replace(hopper, deepep_sms=20))
+    assert comm.choose("alltoall", GPUS, narrow) is comm.choose("alltoall", GPUS, wide)
+    bound = replace(hopper, deepep_sms=12)
+    comm = Communicator(Simulation(), TOPOLOGY, bound)
+    slow, fast = comm.choose("alltoall", GPUS, narrow), comm.choose("alltoall", GPUS, wide)
+    ratio = (sm_bound_factor(TOPOLOGY, bound, narrow / copies)
+             / sm_bound_factor(TOPOLOGY, bound, wide / copies))
+    assert slow is not fast and ratio > 1.0
+    held = {link: n for step in slow.steps for link, n in step.link_streams.items()}
+    base = {link: n for step in fast.steps for link, n in step.link_streams.items()}
+    port = ("n0.gpu0", "n0.nvswitch")  # its NVLink port
+    assert held[port] / base[port] == pytest.approx(ratio)
