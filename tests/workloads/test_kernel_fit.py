@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from distsim_gpu.workloads.cost.compute import attention_rates as ar
 from distsim_gpu.workloads.cost.compute import kernel_tables as kt
 from distsim_gpu.workloads.cost.compute import roofline as rf
 from hypothesis import given, settings
@@ -115,12 +116,12 @@ def test_shipped_hopper_fp8_efficiency_is_the_fit_on_training_shapes():
 
 
 def test_shipped_attention_constants_are_the_fit(fitted):
-    for (kernel, arch), (e_inf, s_half, d_half) in rf.ATTENTION_SATURATION.items():
+    for (kernel, arch), (e_inf, s_half, d_half) in ar.ATTENTION_SATURATION.items():
         fit = fitted[("attention", (kernel, arch))].fit
         assert e_inf == pytest.approx(fit.scale, abs=2e-3)
         assert (s_half, d_half) == fit.shape
         if arch == "hopper":
-            assert rf.ATTENTION_EFFICIENCY_BY_KERNEL[(kernel, arch)] == pytest.approx(
+            assert ar.ATTENTION_EFFICIENCY_BY_KERNEL[(kernel, arch)] == pytest.approx(
                 fk.attention_at_reference(fit), abs=2e-3)
 
 

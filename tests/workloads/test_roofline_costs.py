@@ -15,14 +15,18 @@ from distsim_gpu.workloads.cost.compute import (
     Kernel,
     RooflineCosts,
     TableCosts,
+    attention_shape_factor,
     forward_layer_work,
     get_stack,
     layer_work,
     matmul_efficiency,
 )
+from distsim_gpu.workloads.cost.compute.attention_rates import ATTENTION_SATURATION
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.specs.gpus import get_gpu, gpu_from_mapping
 from distsim_gpu.workloads.specs.models import ModelSpec, get_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 A100 = get_gpu("a100-80gb")
 H100 = get_gpu("h100-sxm")
@@ -360,10 +364,11 @@ def test_to_dict_records_every_setting():
 def test_fused_attention_rate_follows_its_kernel_and_the_architecture(stack, gpu, expected):
     # FlashAttention-2 on Hopper: 0.319 of peak, cuDNN 0.512 (fitted to the FA2 H100
     # figure and cuDNN's H200 SDPA benchmark), 0.634 on Blackwell (its GB200/GB300
-    # runs); Ampere: 0.5; no table (MI300X): the generic 0.5.
+    # runs); Ampere: 0.5; no table (MI300X): the generic 0.5 — at the reference shape
+    # (4,096 tokens, heads 128 wide).
     spec = get_gpu(gpu)
     costs = RooflineCosts(spec, stack=get_stack(stack))
-    work = forward_layer_work(get_model("llama3-8b"), LayerShard(micro_batch=1, seq_len=8192),
+    work = forward_layer_work(get_model("llama3-8b"), LayerShard(micro_batch=1, seq_len=4096),
                               stack=get_stack(stack))
     attention = next(k for k in work.kernels if k.kind == "attention")
     assert costs.resolved_attention_efficiency == expected
@@ -371,6 +376,56 @@ def test_fused_attention_rate_follows_its_kernel_and_the_architecture(stack, gpu
     assert compute_s > attention.bytes_moved / spec.memory_bandwidth_bytes_per_s
     assert costs.kernel_time_s(attention) == pytest.approx(
         attention.count * (compute_s + attention.launches * costs.launch_overhead_s))
+
+
+@pytest.mark.parametrize("stack, gpu, s_half, d_half", [
+    ("torch-compile", "h100-sxm", 384.0, 24.0), ("megatron-core", "h100-sxm", 1024.0, 0.0),
+    ("transformer-engine", "b200", 768.0, 8.0), ("torch-compile", "a100-80gb", 384.0, 16.0)])
+@pytest.mark.parametrize("seq_len, model", [(2048, "bert-large"), (8192, "llama3-8b"),
+                                            (32768, "llama3-8b"), (4096, "nemotron4-340b")])
+def test_fused_attention_rate_follows_the_sequence_and_the_head_width(stack, gpu, s_half,
+                                                                      d_half, seq_len, model):
+    """Away from 4,096 tokens and 128-wide heads the kernel's fraction moves as its
+    fitted curve s/(s + s_half) · d/(d + d_half) does (FA2 on Hopper and Ampere, cuDNN on
+    Hopper and Blackwell), the table's figure holding at the reference shape."""
+    spec, chosen = get_gpu(gpu), get_stack(stack)
+    costs = RooflineCosts(spec, stack=chosen)
+    spec_model = get_model(model)
+    work = forward_layer_work(spec_model, LayerShard(micro_batch=1, seq_len=seq_len),
+                              stack=chosen)
+    attention = next(k for k in work.kernels if k.kind == "attention")
+    d = spec_model.qk_head_dim
+    curve = seq_len / (seq_len + s_half) * d / (d + d_half)
+    reference = 4096 / (4096 + s_half) * 128 / (128 + d_half)
+    fraction = costs.resolved_attention_efficiency * curve / reference
+    compute_s = attention.flops / (spec.peak_flops("bf16") * fraction)
+    assert compute_s > attention.bytes_moved / spec.memory_bandwidth_bytes_per_s
+    assert costs.kernel_time_s(attention) == pytest.approx(
+        compute_s + attention.launches * costs.launch_overhead_s, rel=1e-12)
+
+
+@settings(max_examples=50, deadline=None)
+@given(short=st.integers(1, 1 << 17), long=st.integers(1, 1 << 17),
+       narrow=st.integers(1, 512), wide=st.integers(1, 512),
+       pair=st.sampled_from(sorted(ATTENTION_SATURATION)))
+def test_longer_sequences_and_wider_heads_never_slow_attention(short, long, narrow, wide,
+                                                               pair):
+    """The shape factor rises with the sequence and the head width, and never lifts a
+    kernel past its fitted asymptote scaled to its table figure."""
+    (short, long), (narrow, wide) = sorted((short, long)), sorted((narrow, wide))
+    kernel, architecture = pair
+    low = attention_shape_factor(kernel, architecture, short, narrow)
+    assert low <= attention_shape_factor(kernel, architecture, long, narrow) * (1 + 1e-12)
+    high = attention_shape_factor(kernel, architecture, long, wide)
+    assert attention_shape_factor(kernel, architecture, long, narrow) <= high * (1 + 1e-12)
+    _, s_half, d_half = ATTENTION_SATURATION[pair]
+    assert high <= 1 / (4096 / (4096 + s_half) * 128 / (128 + d_half))
+
+
+def test_an_attention_of_unknown_shape_or_kernel_runs_at_the_table_figure():
+    assert attention_shape_factor("cudnn", "hopper", 0, 128) == 1.0
+    assert attention_shape_factor("fa2", "cdna3", 2048, 64) == 1.0  # no fitted curve
+    assert attention_shape_factor("cudnn", "hopper", 4096, 128) == pytest.approx(1.0)
 
 
 def test_given_attention_efficiency_overrides_the_table():

@@ -17,6 +17,13 @@ norm, logits GEMM, cross entropy) and the optimizer step.  One job per module:
   operator) and :class:`TableCosts`, which reads them with the roofline filling gaps.
 """
 
+from distsim_gpu.workloads.cost.compute.attention_rates import (
+    ATTENTION_EFFICIENCY,
+    ATTENTION_EFFICIENCY_BY_KERNEL,
+    ATTENTION_REFERENCE_SHAPE,
+    attention_efficiency,
+    attention_shape_factor,
+)
 from distsim_gpu.workloads.cost.compute.cross_entropy import CROSS_ENTROPY, CrossEntropy
 from distsim_gpu.workloads.cost.compute.fp8_recipes import (
     FP8_RECIPE_SPECS,
@@ -38,8 +45,6 @@ from distsim_gpu.workloads.cost.compute.operators import (
 )
 from distsim_gpu.workloads.cost.compute.roofline import (
     ADAM_BYTES_PER_PARAM,
-    ATTENTION_EFFICIENCY,
-    ATTENTION_EFFICIENCY_BY_KERNEL,
     DEFAULT_GEMM_TILES,
     GEMM_K_HALF,
     LAUNCH_OVERHEAD_S,
@@ -49,7 +54,6 @@ from distsim_gpu.workloads.cost.compute.roofline import (
     CostModel,
     RooflineCosts,
     activation_storage,
-    attention_efficiency,
     matmul_efficiency,
     roofline_behind,
     saved_formats,
@@ -77,6 +81,7 @@ __all__ = [
     "ATTENTION_EFFICIENCY",
     "ATTENTION_EFFICIENCY_BY_KERNEL",
     "ATTENTION_IMPLEMENTATIONS",
+    "ATTENTION_REFERENCE_SHAPE",
     "CORE_ATTENTION_KERNELS",
     "CROSS_ENTROPY",
     "DEFAULT_GEMM_TILES",
@@ -106,6 +111,7 @@ __all__ = [
     "TableHeader",
     "activation_storage",
     "attention_efficiency",
+    "attention_shape_factor",
     "bytes_per_element",
     "forward_layer_work",
     "fp8_recipe",

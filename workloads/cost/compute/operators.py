@@ -495,7 +495,9 @@ class _Shape:
                 flops = 2.0 * b * s * s * (self.q_width + self.v_width) * pairs
                 moved = self.tokens * (2 * self.q_width + 2 * self.v_width) * ab \
                     + 4.0 * b * self.heads_local * s
-            return [Operator("attention", "attention", flops, moved)]
+            # The kernel's rate depends on its sequence and head width (m and k here).
+            return [Operator("attention", "attention", flops, moved, m=s,
+                             k=self.model.qk_head_dim)]
         return self.unfused_attention()
 
     def unfused_attention(self) -> list[Operator]:

@@ -26,6 +26,10 @@ from typing import Any, Protocol, runtime_checkable
 from distsim_gpu.simcore.config import check_bool, check_choice, check_number, check_whole
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.notes import RunNote
+from distsim_gpu.workloads.cost.compute.attention_rates import (
+    attention_efficiency,
+    attention_shape_factor,
+)
 from distsim_gpu.workloads.cost.compute.cross_entropy import CROSS_ENTROPY
 from distsim_gpu.workloads.cost.compute.fp8_casts import ATTENTION_CACHE_ELEMENT_BYTES
 from distsim_gpu.workloads.cost.compute.operators import (
@@ -55,9 +59,6 @@ from distsim_gpu.workloads.strategy.precision import LOW_PRECISIONS
 
 __all__ = [
     "ADAM_BYTES_PER_PARAM",
-    "ATTENTION_EFFICIENCY",
-    "ATTENTION_EFFICIENCY_BY_KERNEL",
-    "ATTENTION_SATURATION",
     "DEFAULT_GEMM_TILES",
     "FP8_MATMUL_EFFICIENCY_BY_ARCHITECTURE",
     "GEMM_K_HALF",
@@ -70,7 +71,6 @@ __all__ = [
     "CostModel",
     "RooflineCosts",
     "activation_storage",
-    "attention_efficiency",
     "issue_timeline_s",
     "matmul_efficiency",
     "roofline_behind",
@@ -128,35 +128,6 @@ GEMM_K_HALF = 64.0
 # best fit on B200's and MI300X's XLA tables: their GEMMs keep rising in k up to 4096).
 GEMM_K_HALF_BY_ARCHITECTURE: dict[str, float] = {"blackwell": 512.0, "cdna3": 512.0,
                                                  "cdna4": 512.0}
-# Fraction of the dense 16-bit peak a fused (flash) attention kernel reaches over its forward
-# and backward, by kernel and GPU architecture.  FlashAttention-2 reaches 50-73 % of A100
-# peak forward and less backward (Dao 2023, "FlashAttention-2", abstract and §4.1: ~0.5 over
-# both).  Hopper: fitted by validation/kernels/fit_kernels.py as
-# ``e_inf · s/(s + s_half) · d/(d + d_half)`` (ATTENTION_SATURATION) and taken at s = 4096,
-# d = 128 — fa2 on the FlashAttention-2 repository's H100 fwd+bwd figure (hand-transcribed,
-# 24 bars, CV median error 7.3 %, 19.4 % at the earlier 0.35): 0.319; cudnn on cuDNN
-# frontend's H200 SDPA benchmark (BF16 fwd+bwd, 13 rows, CV 10.7 %, 19.8 % at 0.5): 0.512;
-# fa3 on the FlashAttention-3 figure (H100 forward only, 35 bars, CV 10.2 %): 0.590, a
-# forward figure (no FA3 backward table is public).  Ampere keeps 0.5: the A100 FA2 figure
-# fits 0.579 (CV 6.1 %, 14.7 % at 0.5), but the A100 end-to-end validations are calibrated
-# with 0.5.  Blackwell: cudnn on cuDNN frontend's GB200 and GB300 SDPA benchmark (BF16 fwd
-# and bwd, 90 rows, CV 8.8 %): 0.634; FA2 runs the same pre-Hopper instructions, taken as on
-# Hopper.  Any other pair: ATTENTION_EFFICIENCY.
-ATTENTION_EFFICIENCY = 0.5
-ATTENTION_EFFICIENCY_BY_KERNEL: dict[tuple[str, str], float] = {
-    ("fa2", "ampere"): 0.5, ("fa2", "hopper"): 0.319, ("fa2", "blackwell"): 0.319,
-    ("fa3", "hopper"): 0.590,
-    ("cudnn", "ampere"): 0.5, ("cudnn", "hopper"): 0.512, ("cudnn", "blackwell"): 0.634,
-}
-# The fitted curves behind those figures: (kernel, architecture) -> (e_inf, s_half, d_half)
-# (validation/kernels/fit_kernels.py, same data as above).  Efficiency falls at short
-# sequences and small heads; the roofline's attention operator does not carry s and d, so
-# the runtime uses the value at s = 4096, d = 128.
-ATTENTION_SATURATION: dict[tuple[str, str], tuple[float, float, float]] = {
-    ("fa2", "ampere"): (0.712, 384.0, 16.0), ("fa2", "hopper"): (0.415, 384.0, 24.0),
-    ("fa3", "hopper"): (0.913, 512.0, 48.0), ("cudnn", "hopper"): (0.640, 1024.0, 0.0),
-    ("cudnn", "blackwell"): (0.800, 768.0, 8.0),
-}
 # Fraction of datasheet HBM bandwidth a streaming kernel achieves.  Device-memory copy
 # benchmarks reach ~80-92 % (e.g. Jia et al. 2018, "Dissecting the NVIDIA Volta GPU
 # Architecture via Microbenchmarking": ~750 of 900 GB/s on V100); PyTorch's own element-wise
@@ -217,14 +188,6 @@ def matmul_efficiency(m: int, n: int, k: int, *, sm_count: int,
         tile_eff = (m * n) / (tiles_m * tile_m * tiles_n * tile_n)
         best = max(best, relative * wave_eff * tile_eff)
     return asymptotic_efficiency * best * k / (k + k_half)
-
-
-def attention_efficiency(flash_kernel: str, architecture: str) -> float:
-    """Fraction of peak the fused attention kernel ``flash_kernel`` (``fa2``, ``fa3``, ``cudnn``)
-    reaches on a GPU of ``architecture`` (:data:`ATTENTION_EFFICIENCY_BY_KERNEL`;
-    :data:`ATTENTION_EFFICIENCY` for a pair without a published figure)."""
-    return ATTENTION_EFFICIENCY_BY_KERNEL.get((flash_kernel, architecture),
-                                              ATTENTION_EFFICIENCY)
 
 
 def stores_attention_scores(costs: object) -> bool:
@@ -462,8 +425,10 @@ class RooflineCosts:
 
     @property
     def resolved_attention_efficiency(self) -> float:
-        """The fused attention kernel's fraction of peak: as given, else the stack's flash
-        kernel on this GPU's architecture (:func:`attention_efficiency`)."""
+        """The fused attention kernel's fraction of peak at
+        :data:`ATTENTION_REFERENCE_SHAPE` (other shapes: :func:`attention_shape_factor`): as
+        given, else the stack's flash kernel on this GPU's architecture
+        (:func:`attention_efficiency`)."""
         if self.attention_efficiency is not None:
             return self.attention_efficiency
         return attention_efficiency(self.stack.flash_kernel, self.gpu.architecture)
@@ -574,8 +539,10 @@ class RooflineCosts:
                 rate = peak * kernel.efficiency_factor * self.matmul_efficiency(
                     kernel.m, kernel.n, kernel.k, fp8=kernel.fp8,
                     groups=kernel.count if kernel.grouped else 1)
-            elif kernel.kind == "attention":
-                rate = self.peak_flops_per_s * self.resolved_attention_efficiency
+            elif kernel.kind == "attention":  # m: its sequence, k: its head width
+                rate = self.peak_flops_per_s * self.resolved_attention_efficiency \
+                    * attention_shape_factor(self.stack.flash_kernel, self.gpu.architecture,
+                                             kernel.m, kernel.k)
             else:
                 rate = self.gpu.peak_flops("fp32")
             # A power limit below TDP lowers the compute clock, not the memory's; SMs held
