@@ -35,12 +35,15 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("scenario", help="a scenario YAML file")
     parser.add_argument("--grid", action="append", default=[], required=True,
                         metavar="KEY=V1,V2,…", dest="grids",
-                        help="a dotted key and its values, comma-separated and read like "
-                        "--set values, e.g. parallelism.tp=1,2,4 or "
-                        "cluster.nic.bandwidth=\"100 Gbps,200 Gbps\" (repeatable)")
+                        help="a dotted key and its values, comma-separated (commas inside "
+                        "[…], {…} or quotes stay in their value) and read like --set "
+                        "values, e.g. parallelism.tp=1,2,4, "
+                        "cluster.nic.bandwidth=\"100 Gbps,200 Gbps\" or "
+                        "\"model.moe.routing=uniform,{zipf: 1.2}\" (repeatable)")
     parser.add_argument("--zip", action="store_true", dest="zip_",
-                        help="pair the grids' values element-wise (same lengths) instead "
-                        "of running every combination")
+                        help="pair the grids' values element-wise (same lengths; a grid "
+                        "may repeat a value, a whole point may not) instead of running "
+                        "every combination")
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="the sweep's directory: new, empty, or this sweep's to resume")
     add_workers_options(parser, "local worker processes (default: the CPU count; 1 runs in "

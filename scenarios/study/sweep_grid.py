@@ -21,8 +21,11 @@ Point = tuple[tuple[str, Any], ...]
 def parse_grid(text: str) -> tuple[str, list[Any]]:
     """``"KEY=V1,V2"`` -> ``("KEY", [v1, v2])``, each value read like a ``--set`` value.
 
-    Quotes around the whole value list are dropped (``k="100 Gbps,200 Gbps"``).  Raises
-    :class:`ConfigError` on a missing ``=``, an empty value or a repeated value.
+    Values are split on the commas outside brackets, braces and quotes, so a value may
+    be a YAML list or mapping (``k=[a],[a, b]``, ``k=uniform,{zipf: 1.2}``).  Quotes
+    around the whole value list are dropped (``k="100 Gbps,200 Gbps"``).  Raises
+    :class:`ConfigError` on a missing ``=`` or an empty value (a repeated value is
+    :func:`sweep_points`'s to refuse: zipped grids may repeat one).
     """
     key, sep, raw = text.partition("=")
     key = key.strip()
@@ -34,16 +37,42 @@ def parse_grid(text: str) -> tuple[str, list[Any]]:
     if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
         raw = raw[1:-1]
     values: list[Any] = []
-    for piece in raw.split(","):
+    for piece in _top_level_pieces(raw, key):
         if not piece.strip():
             raise ConfigError(f"empty value in {raw!r}", source="--grid", key=key,
                               hint="write values separated by single commas, e.g. 1,2,4")
-        name, value = parse_assignment(f"{key}={piece.strip()}", source="--grid")
-        if any(canonical(value) == canonical(v) for v in values):
-            raise ConfigError(f"value {piece.strip()!r} appears twice", source="--grid",
-                              key=name)
-        values.append(value)
+        values.append(parse_assignment(f"{key}={piece.strip()}", source="--grid")[1])
     return key, values
+
+
+_CLOSING = {"[": "]", "{": "}", "(": ")"}
+
+
+def _top_level_pieces(raw: str, key: str) -> list[str]:
+    """``raw`` split on the commas outside brackets, braces and quotes."""
+    pieces, current, stack, quote = [], [], [], ""
+    for char in raw:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in _CLOSING:
+            stack.append(_CLOSING[char])
+        elif char in _CLOSING.values():
+            if not stack or char != stack.pop():
+                raise ConfigError(f"unbalanced {char!r} in {raw!r}", source="--grid",
+                                  key=key, hint="close every bracket, brace and quote of a "
+                                                "value, in order")
+        elif char == "," and not stack:
+            pieces.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    if stack or quote:
+        raise ConfigError(f"unbalanced {(stack[-1:] or [quote])[0]!r} in {raw!r}",
+                          source="--grid", key=key,
+                          hint="close every bracket, brace and quote of a value")
+    return [*pieces, "".join(current)]
 
 
 def sweep_points(grids: Sequence[tuple[str, Sequence[Any]]], *, zip_: bool = False
@@ -58,6 +87,9 @@ def sweep_points(grids: Sequence[tuple[str, Sequence[Any]]], *, zip_: bool = Fal
     if repeated:
         raise ConfigError("swept more than once: " + ", ".join(repeated), source="--grid",
                           hint="give each key one --grid with all its values")
+    if not zip_:
+        for key, values in grids:
+            _refuse_repeats([canonical(value) for value in values], values, key)
     if zip_:
         lengths = {key: len(values) for key, values in grids}
         if len(set(lengths.values())) > 1:
@@ -68,7 +100,21 @@ def sweep_points(grids: Sequence[tuple[str, Sequence[Any]]], *, zip_: bool = Fal
         combos: Iterable[tuple[Any, ...]] = zip(*(values for _, values in grids))
     else:
         combos = itertools.product(*(values for _, values in grids))
-    return [tuple(zip(keys, combo)) for combo in combos]
+    points = [tuple(zip(keys, combo)) for combo in combos]
+    if zip_:  # one grid may repeat a value; a whole point may not
+        _refuse_repeats([canonical(point) for point in points],
+                        [describe_point(point) for point in points], "--zip")
+    return points
+
+
+def _refuse_repeats(texts: Sequence[str], shown: Sequence[Any], key: str) -> None:
+    """A clear error when a sweep would run one point twice."""
+    seen: set[str] = set()
+    for text, value in zip(texts, shown, strict=True):
+        if text in seen:
+            raise ConfigError(f"{value!r} appears twice", source="--grid", key=key,
+                              hint="each point of a sweep runs once; drop the repeat")
+        seen.add(text)
 
 
 def canonical(value: Any) -> str:

@@ -78,8 +78,18 @@ def test_parse_grid_reads_values_like_set() -> None:
         "training.recompute", ["full", "none"])
 
 
+def test_parse_grid_keeps_lists_and_mappings_whole() -> None:
+    """Commas inside brackets, braces and quotes belong to their value."""
+    assert parse_grid("training.recompute_modules=[layernorm],[layernorm, moe_act]") == (
+        "training.recompute_modules", [["layernorm"], ["layernorm", "moe_act"]])
+    assert parse_grid("model.moe.routing=uniform,{histogram: [1, 2, 3]},{zipf: 1.2}") == (
+        "model.moe.routing", ["uniform", {"histogram": [1, 2, 3]}, {"zipf": 1.2}])
+    assert parse_grid("model.name='a,b',c") == ("model.name", ["a,b", "c"])
+
+
 @pytest.mark.parametrize("text", ["parallelism.tp", "=1,2", "parallelism.tp=1,,2",
-                                  "parallelism.tp=1,2,1"])
+                                  "model.moe.routing=uniform,{zipf: 1.2",
+                                  "training.recompute_modules=[a]]"])
 def test_parse_grid_rejects_malformed(text: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_grid(text)
@@ -96,6 +106,17 @@ def test_product_and_zip() -> None:
         sweep_points(grids, zip_=True)
     with pytest.raises(ConfigError, match="more than once"):
         sweep_points([("a", [1]), ("a", [2])])
+
+
+def test_a_point_runs_once_but_zipped_grids_may_repeat_a_value() -> None:
+    """``tp=1,2,1`` with ``dp=64,32,32`` is three different points; a product over a
+    repeated value, or zipped grids repeating a whole point, would run one twice."""
+    assert sweep_points([("tp", [1, 2, 1]), ("dp", [64, 32, 32])], zip_=True) == [
+        (("tp", 1), ("dp", 64)), (("tp", 2), ("dp", 32)), (("tp", 1), ("dp", 32))]
+    with pytest.raises(ConfigError, match=r"tp.*1 appears twice"):
+        sweep_points([("tp", [1, 2, 1])])
+    with pytest.raises(ConfigError, match=r"--zip.*tp=1, dp=64.*appears twice"):
+        sweep_points([("tp", [1, 2, 1]), ("dp", [64, 32, 64])], zip_=True)
 
 
 def test_point_id_is_stable_and_distinct() -> None:
