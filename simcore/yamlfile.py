@@ -13,7 +13,11 @@ a hostile or broken file from taking the process down:
 * a whole number written with more than :data:`MAX_INT_DIGITS` (400) digits is refused
   (no quantity distsim reads needs more than twenty; Python refuses to convert past 4,300);
 * a value that its tag cannot construct (``!!float x``) is a syntax error at its line;
-* a YAML 1.1 base-60 number stays text (``2:1`` is not 121, as in YAML 1.2).
+* a YAML 1.1 base-60 number stays text (``2:1`` is not 121, as in YAML 1.2);
+* a number in exponent form without a dot is a number (``1e9``, ``2e-1``: YAML 1.2 reads
+  them so; YAML 1.1 kept them as text, which a numeric key would then refuse);
+* a key written twice in one mapping is a syntax error at its second line (YAML says keys
+  are unique; PyYAML keeps the last, which silently drops the first).
 
 Any of these, and any YAML syntax error, becomes a :class:`~simcore.errors.ParseError` with
 the file and line; a later validation error about key ``a.b[2]`` can name its line with
@@ -22,6 +26,7 @@ the file and line; a later validation error about key ``a.b[2]`` can name its li
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -96,6 +101,27 @@ class BoundedLoader(yaml.SafeLoader):
             return str(node.value)  # base 60 (see _BASE_60)
         return super().construct_yaml_float(node)
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            _refuse_repeated_keys(node)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _refuse_repeated_keys(node: yaml.MappingNode) -> None:
+    """A syntax error at the second of two equal keys written in one mapping (keys a
+    ``<<`` merge brings in may be overridden: that is what a merge is for)."""
+    first: dict[Any, Any] = {}
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+            continue
+        name = key_node.value
+        if name in first:
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping", node.start_mark,
+                f"key {_short(name)} appears twice (first at line "
+                f"{first[name].line + 1}); keep one", key_node.start_mark)
+        first[name] = key_node.start_mark
+
 
 # _BASE_60: YAML 1.1 reads ``1:2:3`` as the number 3723 (base 60, meant for times) and
 # ``2:1`` as 121; YAML 1.2 dropped that, and no one means a count or a ratio so.  Such a
@@ -104,6 +130,10 @@ class BoundedLoader(yaml.SafeLoader):
 
 BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
 BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct_yaml_float)
+# YAML 1.2's floats in exponent form without a dot (``1e9``), which YAML 1.1 leaves as text.
+BoundedLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
 
 
 def _short(value: object) -> str:

@@ -87,6 +87,10 @@ def _laughs(levels: int) -> str:
     (_laughs(9), 7, "aliases expand this to more than 2,000,000 values"),
     ("a: &x [1, *x]\n", 1, "an alias refers to a node that contains it"),
     ("layers: !!int 12x\n", 1, "cannot read '12x' as int"),
+    ("cluster: dgx-a100\nmodel: {name: gpt3-1.3b, layers: 4, layers: 8}\n", 2,
+     "key 'layers' appears twice (first at line 2)"),
+    ("training:\n  micro_batch: 1\n  micro_batch: 2\n", 3,
+     "key 'micro_batch' appears twice (first at line 2)"),
     (f"layers: {BIG}\n", 1, "5000 digits"),
 ])
 def test_scenario_and_cluster_files(rejects, tmp_path, text, line, says):
@@ -228,6 +232,24 @@ def test_nccl_log_huge_and_non_ascii_counts(old, new):
         assert len(str(error)) < 400
     else:
         assert log.num_ranks in (7, 8) and len(log.rows) >= 1
+
+
+def test_exponents_without_a_dot_are_numbers_and_merged_keys_may_be_overridden():
+    # YAML 1.1 kept 1e9 as text, which a numeric key then refused as "got '1e9'".
+    data, _ = load_yaml_text("a: 1e9\nb: -2E-1\nc: 7e3x\nd: 1_000e2\n", "c.yaml")
+    assert data == {"a": 1e9, "b": -0.2, "c": "7e3x", "d": 1e5}
+    data, _ = load_yaml_text("base: &b {x: 1, y: 2}\nd:\n  <<: *b\n  x: 3\n", "c.yaml")
+    assert data["d"] == {"x": 3, "y": 2}
+
+
+def test_a_number_in_exponent_form_is_read_from_the_command_line():
+    from distsim_gpu.scenarios.scenario import load_scenario
+    from distsim_gpu.simcore.config import parse_assignment
+
+    assert parse_assignment("model.moe.capacity_factor=2e0") == (
+        "model.moe.capacity_factor", 2.0)
+    scenario = load_scenario(QUICKSTART, [parse_assignment("compute.matmul_efficiency=7e-1")])
+    assert scenario.roofline.matmul_asymptotic_efficiency == 0.7
 
 
 def test_base_60_scalars_stay_text():
