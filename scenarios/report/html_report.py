@@ -133,18 +133,21 @@ p.note { color: #666; font-size: 0.9em; }
 def page(title: str, intro: str, sections: Sequence[tuple[str, Any | str]]) -> str:
     """A whole HTML page: ``title``, ``intro`` (HTML), then per section a Plotly figure
     titled with the section's heading, or the heading and HTML.  Plotly's JavaScript is
-    inlined once, before the first figure."""
+    inlined once, before the first figure.  Each figure's element is named by its place
+    (``figure-1``…), not by Plotly's random id, so the same run writes the same page."""
     parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
              f"<h1>{html.escape(title)}</h1>", intro]
-    inline = True
+    inline, figures = True, 0
     for heading, body in sections:
         if isinstance(body, str):
             parts += [f"<h2>{html.escape(heading)}</h2>", body]
             continue
         body.update_layout(title={"text": heading, "font": {"size": 17}})
+        figures += 1
         parts.append(body.to_html(full_html=False, include_plotlyjs=inline,
-                                  config={"displaylogo": False, "responsive": True}))
+                                  config={"displaylogo": False, "responsive": True},
+                                  div_id=f"figure-{figures}"))
         inline = False
     parts.append("</body></html>\n")
     return "\n".join(parts)

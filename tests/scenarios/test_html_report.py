@@ -184,6 +184,15 @@ def test_the_page_names_its_figures_and_the_iteration_and_needs_no_network(tiny_
     assert "<pre>the summary</pre>" in page
 
 
+def test_the_same_run_writes_the_same_page(tiny_report):
+    """Byte for byte: the figures' elements are named by their place, not by Plotly's
+    random ids (a report kept beside its run's files diffs clean on a rerun)."""
+    page = html_report.run_report_html(tiny_report, "the summary")
+    assert page == html_report.run_report_html(tiny_report, "the summary")
+    assert [f"figure-{n}" for n in range(1, len(TITLES) + 1)] == re.findall(
+        r'<div id="(figure-\d+)"', page)
+
+
 def test_many_gpus_are_drawn_as_few_rows(tmp_path, tiny, write_scenario):
     data = tiny(cluster={"preset": "switch", "gpus": 96},
                 parallelism={"tp": 2, "pp": 2, "dp": 24}, training={"global_batch": 48})
