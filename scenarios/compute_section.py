@@ -137,7 +137,7 @@ def roofline_of(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,
         if error.key == "precision":
             error.key = "training.precision"
             error.message = f"{gpu.name} has no {precision!r} rate"
-        else:
+        elif not (error.key or "").startswith("training."):  # a training key is its own
             inverse = {attr: knob for knob, attr in ROOFLINE_KNOBS.items()}
             error.key = f"compute.{inverse.get(error.key or '', error.key)}"
         error.source = source

@@ -99,6 +99,20 @@ def test_a_precision_without_its_hardware_is_an_error_naming_the_gpu(precision, 
                       stack=STACKS["transformer-engine"].with_fp8_recipe(recipe))
 
 
+def test_a_recipe_without_its_hardware_names_the_training_key(tmp_path, tiny, write_scenario):
+    """The scenario's error names ``training.fp8_recipe``, where the recipe is written."""
+    from distsim_gpu.scenarios.scenario import load_scenario
+
+    path = write_scenario(tmp_path / "s.yaml", tiny(
+        cluster="dgx-h100", compute={"gpu": "h100-sxm"},
+        parallelism={"tp": 1, "pp": 1, "dp": 8},
+        training={"precision": "fp8", "fp8_recipe": "mxfp8", "global_batch": 8}))
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    assert info.value.key == "training.fp8_recipe"
+    assert "needs a blackwell GPU" in str(info.value)
+
+
 def test_recipes_belong_to_their_precision():
     check_fp8_recipe("mxfp8", "fp8")
     check_fp8_recipe("nvfp4", "fp4")

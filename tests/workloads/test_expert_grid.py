@@ -44,8 +44,9 @@ def test_expert_groups_in_the_default_order_are_the_closed_form(tp, etp, cp, ep,
     S = tp·cp·dp; expert-tensor groups are etp consecutive ranks; expert data-parallel
     groups stride etp·ep; every rank is in exactly one group of each kind."""
     grid = ExpertGrid(tp=tp, etp=etp, cp=cp, ep=ep, dp=dp, pp=pp)
-    if (tp * cp * dp) % (etp * ep):
-        with pytest.raises(ConfigError, match=r"parallelism\.ep: expert_tp·ep"):
+    if (tp * cp * dp) % (etp * ep):  # blamed on ep where ep alone does not divide
+        culprit = "ep" if (tp * cp * dp) % ep else "expert_tp"
+        with pytest.raises(ConfigError, match=rf"parallelism\.{culprit}: expert_tp·ep"):
             check_expert_grid(grid)
         return
     check_expert_grid(grid)  # pp outermost: Megatron-Core accepts every such layout
@@ -114,9 +115,12 @@ def test_every_block_holds_whole_groups_and_covers_the_stage(degrees) -> None:
 
 
 @pytest.mark.parametrize(("grid", "message"), [
+    # ep 4 divides the stage's 4 GPUs; with the expert tp of 2 it does not.
     (ExpertGrid(tp=2, etp=2, cp=1, ep=4, dp=2, pp=1),
-     r"parallelism\.ep: expert_tp·ep = 2·4 = 8 does not divide the 4 GPUs of a pipeline "
-     r"stage \(tp·cp·dp = 2·1·2\)"),
+     r"parallelism\.expert_tp: expert_tp·ep = 2·4 = 8 does not divide the 4 GPUs of a "
+     r"pipeline stage \(tp·cp·dp = 2·1·2\)"),
+    (ExpertGrid(tp=2, etp=1, cp=1, ep=3, dp=2, pp=1),
+     r"parallelism\.ep: expert_tp·ep = 1·3 = 3 does not divide the 4 GPUs"),
     # Megatron's tp-pp-dp mapping with expert data parallelism unlike dp.
     (ExpertGrid(tp=2, etp=2, cp=1, ep=2, dp=4, pp=2, axes=("tp", "cp", "pp", "dp")),
      r"parallelism\.order: with pipeline parallelism not outermost \(order tp-cp-pp-dp\) "

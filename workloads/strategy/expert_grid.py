@@ -121,10 +121,12 @@ def check_expert_grid(grid: ExpertGrid, *, source: str | None = None) -> None:
     """A :class:`ConfigError` for a layout Megatron-Core refuses (module docstring)."""
     stage = grid.tp * grid.cp * grid.dp
     if grid.etp < 1 or stage % (grid.etp * grid.ep):
+        # Blame ep where it alone does not divide the stage, else the expert tp with it.
+        culprit = "ep" if grid.etp < 1 or stage % grid.ep else "expert_tp"
         raise ConfigError(
             f"expert_tp·ep = {grid.etp}·{grid.ep} = {grid.etp * grid.ep} does not divide "
             f"the {stage} GPUs of a pipeline stage (tp·cp·dp = {grid.tp}·{grid.cp}·"
-            f"{grid.dp})", key="parallelism.ep", source=source,
+            f"{grid.dp})", key=f"parallelism.{culprit}", source=source,
             hint="the expert grid (expert_tp × ep × expert data parallelism) covers each "
             "stage's GPUs: choose expert_tp·ep dividing tp·cp·dp")
     if grid.axes[-1] != "pp" and grid.pp > 1 and grid.edp != grid.dp:
