@@ -31,7 +31,7 @@ from distsim_gpu.scenarios.report.html_report import HtmlUnavailable, compare_re
 from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.config import parse_assignment
-from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.workloads.iteration.timeline import critical_path_kinds
@@ -156,6 +156,17 @@ def _as_pairs(overrides: Iterable[tuple[str, Any] | str]) -> list[tuple[str, Any
     return [parse_assignment(o) if isinstance(o, str) else (o[0], o[1]) for o in overrides]
 
 
+def _load(path: str, pairs: list[tuple[str, Any]]) -> Any:
+    """One scenario with the overrides; an override's error names the scenario it broke
+    (the same ``--set`` may suit one of them and not another)."""
+    try:
+        return load_scenario(path, pairs)
+    except DistsimError as error:
+        if error.source == "--set":
+            error.source = f"--set on {path}"
+        raise
+
+
 def compare_scenarios(paths: Sequence[str], overrides: Iterable[tuple[str, Any] | str] = (),
                       *, allow_oom: bool = False) -> Comparison:
     """Load, override and run every scenario of ``paths`` (at least two); ``overrides`` are
@@ -167,7 +178,7 @@ def compare_scenarios(paths: Sequence[str], overrides: Iterable[tuple[str, Any] 
         raise ConfigError(f"compare needs at least two scenario files, got {len(paths)}",
                           key="scenarios", hint="e.g. distsim compare a.yaml b.yaml")
     pairs = _as_pairs(overrides)
-    scenarios = [load_scenario(path, pairs) for path in paths]
+    scenarios = [_load(path, pairs) for path in paths]
     reporter = progress.current()  # the command's progress line, if it shows one
     reports = []
     for scenario in scenarios:

@@ -113,6 +113,17 @@ def test_one_scenario_or_a_bad_override_is_refused(paths):
         compare_scenarios(paths, ["parallelism.tpp=2"])
 
 
+def test_an_override_one_scenario_cannot_take_names_that_scenario(tmp_path, paths, tiny,
+                                                                  write_scenario):
+    """A --set that suits the first scenario and breaks the second says which it broke."""
+    small = write_scenario(tmp_path / "small.yaml", tiny(
+        name="small", cluster={"preset": "switch", "gpus": 4},
+        parallelism={"tp": 1, "pp": 1, "dp": 4}))
+    with pytest.raises(ConfigError) as caught:
+        compare_scenarios([paths[0], str(small)], ["training.global_batch=6"])
+    assert str(caught.value).startswith(f"--set on {small}: training.global_batch")
+
+
 def test_compare_counts_the_scenarios_on_a_terminal_and_is_quiet_otherwise(
         paths, monkeypatch, capsys):
     """On a terminal the progress line counts the scenarios run; with -q nothing is drawn."""
