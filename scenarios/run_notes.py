@@ -32,7 +32,6 @@ from distsim_gpu.workloads.cost.compute import roofline_behind
 from distsim_gpu.workloads.cost.tp_overlap import TE_PIPELINE_SMS, TE_PIPELINE_SPLITS
 from distsim_gpu.workloads.iteration.nccl_sms import nccl_streams
 from distsim_gpu.workloads.specs.models import ModelSpec
-from distsim_gpu.workloads.specs.moe_routing import UNIFORM
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 from distsim_gpu.workloads.strategy.precision import LOW_PRECISIONS
 
@@ -212,15 +211,15 @@ def fault_notes(faults: Sequence[Fault], topology: Topology,
 
 def routing_notes(model: ModelSpec) -> list[RunNote]:
     """A note when a MoE model's router is left at its default: every expert as loaded as
-    every other, which no trained router is (:mod:`workloads.specs.moe_routing`).  The
-    default is the :data:`UNIFORM` object itself: a scenario that writes ``routing:
-    uniform`` has chosen it, and is not told."""
-    if not model.is_moe or model.moe is not UNIFORM:
+    every other, which no trained router is (:mod:`workloads.specs.moe_routing`).  A
+    scenario that writes ``routing: uniform`` has chosen it, and is not told; one that
+    sets only the capacity or the placement is."""
+    if not model.is_moe or model.moe.routing_given:
         return []
     return [RunNote(
         "defaulted", f"{model.name}'s router spreads every micro-batch's tokens evenly over "
-        f"its {model.experts} experts (uniform and dropless): a real router's imbalance "
-        "slows the busiest expert-parallel rank and its all-to-alls", "model.moe.routing")]
+        f"its {model.experts} experts (uniform): a real router's imbalance slows the "
+        "busiest expert-parallel rank and its all-to-alls", "model.moe.routing")]
 
 
 class RunParts(Protocol):

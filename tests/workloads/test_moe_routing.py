@@ -397,3 +397,9 @@ def test_a_router_left_at_its_default_is_a_note(tiny):
     assert not [n for n in run_scenario(scenario_from_mapping(data)).notes
                 if n.key == "model.moe.routing"]
     assert routing_notes(scenario_from_mapping(tiny()).model) == []
+    # Only the capacity or the placement written: the routing is still the default.
+    for moe in ({}, {"placement": "contiguous"}, {"capacity_factor": 1.5}):
+        data["model"]["moe"] = moe
+        model = scenario_from_mapping(data).model
+        assert [n.kind for n in routing_notes(model)] == ["defaulted"]
+        assert model.moe == replace(model.moe, routing_given=True)  # the same loads

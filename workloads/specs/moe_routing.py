@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from distsim_gpu.collectives.params import CommParams
@@ -65,6 +65,9 @@ class MoeRouting:
     ``kind`` is ``uniform``, ``zipf`` (exponent ``zipf_s``) or ``histogram``
     (``histogram``: one count per expert); ``capacity_factor`` 0 means dropless;
     ``placement`` a name of :data:`PLACEMENTS` or a tuple of EP ranks, one per expert.
+    ``routing_given``: whether a scenario chose the routing (``routing: uniform``
+    included) rather than leaving it at its default; it says nothing of the loads, and
+    routings equal but for it compare equal.
     """
 
     kind: str = "uniform"
@@ -72,6 +75,7 @@ class MoeRouting:
     histogram: tuple[float, ...] = ()
     capacity_factor: float = 0.0
     placement: str | tuple[int, ...] = "round-robin"
+    routing_given: bool = field(default=True, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``model.moe`` mapping that reads back as this routing."""
@@ -211,8 +215,8 @@ def moe_loads(routing: MoeRouting, *, tokens: float, experts: int, top_k: int,
     return MoeLoads(assignments, load, kept, rank_of, tuple(rank_load))
 
 
-#: The plain router: uniform shares, no capacity (every EP rank runs alike).
-UNIFORM = MoeRouting()
+#: The plain router: uniform shares, no capacity (every EP rank runs alike), by default.
+UNIFORM = MoeRouting(routing_given=False)
 
 
 def moe_pace(routing: MoeRouting, *, experts: int, top_k: int, ep: int) -> float:
@@ -297,7 +301,8 @@ def moe_from_mapping(data: Any, *, experts: int, ep: int | None = None,
         hint="null for dropless routing")
     placement = _placement(raw.get("placement", "round-robin"), experts, source,
                            f"{prefix}.placement")
-    routing = MoeRouting(kind, zipf_s, hist, capacity_factor, placement)
+    routing = MoeRouting(kind, zipf_s, hist, capacity_factor, placement,
+                         routing_given="routing" in raw)
     if ep is not None:
         check_placement(routing, experts=experts, ep=ep, source=source,
                         key=f"{prefix}.placement")
