@@ -22,6 +22,7 @@ from typing import Protocol
 from distsim_gpu.collectives.deepep import nvlink_copy_rate, sm_bound_factor
 from distsim_gpu.collectives.ep_kernels import EP_KERNELS
 from distsim_gpu.collectives.params import NCCL_SMS, CommParams
+from distsim_gpu.scenarios.idle_notes import expert_exchange_absent, idle_notes
 from distsim_gpu.simcore.notes import RunNote, unique
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.topology import Topology
@@ -243,10 +244,12 @@ def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topol
         notes += getattr(run.costs, "notes", ())  # a cost table's, or the roofline's defaults
         notes += offload_notes(run.parallel, topology)
         notes += schedule_notes(run.parallel, run.microbatches)
-        notes += deepep_notes(run.comm, run.costs, topology)
+        if run.comm.all_to_all != "deepep" or not expert_exchange_absent(run):
+            notes += deepep_notes(run.comm, run.costs, topology)  # (else idle_notes')
         notes += nccl_sm_notes(run.comm, run.costs, run.parallel)
         notes += tp_overlap_notes(run.parallel, run.costs)
         notes += amax_notes(run.training, run.costs, run.parallel)
         notes += routing_notes(run.model)
+        notes += idle_notes(run, topology)
     notes += fault_notes(faults, topology, iteration_time_s)
     return unique(notes)
