@@ -33,6 +33,7 @@ from distsim_gpu.workloads.cost.compute import roofline_behind
 from distsim_gpu.workloads.cost.tp_overlap import TE_PIPELINE_SMS, TE_PIPELINE_SPLITS
 from distsim_gpu.workloads.iteration.nccl_sms import nccl_streams
 from distsim_gpu.workloads.specs.models import ModelSpec
+from distsim_gpu.workloads.specs.moe_routing import moe_loads
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 from distsim_gpu.workloads.strategy.precision import LOW_PRECISIONS
 
@@ -210,14 +211,26 @@ def fault_notes(faults: Sequence[Fault], topology: Topology,
     return notes
 
 
-def routing_notes(model: ModelSpec) -> list[RunNote]:
+def routing_notes(model: ModelSpec, ep: int = 1) -> list[RunNote]:
     """A note when a MoE model's router is left at its default: every expert as loaded as
     every other, which no trained router is (:mod:`workloads.specs.moe_routing`).  A
     scenario that writes ``routing: uniform`` has chosen it, and is not told; one that
-    sets only the capacity or the placement is."""
-    if not model.is_moe or model.moe.routing_given:
+    sets only the capacity or the placement is.  And one when a capacity drops tokens:
+    the model FLOPs behind MFU count every token's experts, the dropped ones' too."""
+    if not model.is_moe:
         return []
-    return [RunNote(
+    notes = []
+    loads = moe_loads(model.moe, tokens=1.0, experts=model.experts, top_k=model.top_k,
+                      ep=ep)
+    if loads.dropped > 0:
+        notes.append(RunNote(
+            "headline", f"MFU and the model FLOP/s count every token's {model.top_k} "
+            f"experts (the model's FLOPs a token, as MFU is defined); the capacity drops "
+            f"{loads.dropped / loads.assignments * 100:.3g} % of the assignments, whose "
+            "expert FLOPs no GPU runs", "model.moe.capacity_factor"))
+    if model.moe.routing_given:
+        return notes
+    return [*notes, RunNote(
         "defaulted", f"{model.name}'s router spreads every micro-batch's tokens evenly over "
         f"its {model.experts} experts (uniform): a real router's imbalance slows the "
         "busiest expert-parallel rank and its all-to-alls", "model.moe.routing")]
@@ -249,7 +262,7 @@ def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topol
         notes += nccl_sm_notes(run.comm, run.costs, run.parallel)
         notes += tp_overlap_notes(run.parallel, run.costs)
         notes += amax_notes(run.training, run.costs, run.parallel)
-        notes += routing_notes(run.model)
+        notes += routing_notes(run.model, run.parallel.ep)
         notes += idle_notes(run, topology)
     notes += fault_notes(faults, topology, iteration_time_s)
     return unique(notes)

@@ -403,3 +403,20 @@ def test_a_router_left_at_its_default_is_a_note(tiny):
         model = scenario_from_mapping(data).model
         assert [n.kind for n in routing_notes(model)] == ["defaulted"]
         assert model.moe == replace(model.moe, routing_given=True)  # the same loads
+
+
+def test_a_capacity_that_drops_tokens_says_mfu_counts_them(tiny):
+    """MFU is the model's FLOPs a token over the peak: dropped assignments stay in it,
+    and the run says how many there were (none under a capacity that drops nothing)."""
+    from distsim_gpu.scenarios.run_notes import routing_notes
+    data = tiny()
+    data["model"].update({"experts": 4, "top_k": 2,
+                          "moe": {"routing": {"zipf": 1.5}, "capacity_factor": 1.0}})
+    data["parallelism"] = {"tp": 1, "pp": 1, "dp": 8, "ep": 4}
+    model = scenario_from_mapping(data).model
+    dropped = moe_loads(model.moe, tokens=1.0, experts=4, top_k=2, ep=4)
+    (note,) = routing_notes(model, 4)
+    assert note.kind == "headline" and note.key == "model.moe.capacity_factor"
+    assert f"drops {dropped.dropped / dropped.assignments * 100:.3g} % of" in note.message
+    data["model"]["moe"]["capacity_factor"] = 4.0
+    assert routing_notes(scenario_from_mapping(data).model, 4) == []
