@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from distsim_gpu.simcore.config import check_bool, check_choice
+from distsim_gpu.simcore.config import check_bool, check_choice, number_text_hint
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.units import parse_duration
 from distsim_gpu.topology import Topology
@@ -125,7 +125,8 @@ def roofline_of(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,
             check_choice(value, CROSS_ENTROPY, key=key, source=source,
                          what="cross entropy implementation")
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"must be a number, got {value!r}", key=key, source=source)
+            raise ConfigError(f"must be a number, got {value!r}", key=key, source=source,
+                              hint=number_text_hint(value))
         knobs[attr] = value
     stack = get_stack(compute["stack"], key="compute.stack", source=source) if (
         "stack" in compute) else STACKS[DEFAULT_STACK]

@@ -42,6 +42,7 @@ __all__ = [
     "check_number",
     "check_whole",
     "describe",
+    "number_text_hint",
     "parse_assignment",
     "parse_path",
     "path_key",
@@ -324,7 +325,23 @@ def check_number(value: Any, *, key: str | None, minimum: float = 0.0, above: bo
     low = f"({minimum:g}" if above else f"[{minimum:g}"
     bound = (f"a finite number {'>' if above else '>='} {minimum:g}" if maximum is None
              else f"a number in {low}, {maximum:g}]")
-    raise _fail_at(f"must be {bound}, got {_REPR.repr(value)}", key, where, hint)
+    raise _fail_at(f"must be {bound}, got {_REPR.repr(value)}", key, where,
+                   hint or number_text_hint(value))
+
+
+_EXPONENT_TEXT = re.compile(r"^([-+]?[0-9][0-9_]*)[eE]([-+]?)([0-9]+)$")
+
+
+def number_text_hint(value: Any) -> str | None:
+    """How to write ``value`` when it is a number YAML read as text: YAML 1.1 (PyYAML,
+    ``--set``) reads a float in exponent form only with a dot and a signed exponent, so
+    ``1e9`` and ``2e0`` are strings; None for anything else."""
+    found = _EXPONENT_TEXT.match(value.strip()) if isinstance(value, str) else None
+    if not found:
+        return None
+    mantissa, sign, digits = found.groups()
+    return (f"YAML reads {value.strip()} as text, not a number: write "
+            f"{float(value.replace('_', ''))!r} or {mantissa}.0e{sign or '+'}{digits}")
 
 
 def _finite(value: numbers.Real) -> bool:

@@ -14,8 +14,6 @@ a hostile or broken file from taking the process down:
   (no quantity distsim reads needs more than twenty; Python refuses to convert past 4,300);
 * a value that its tag cannot construct (``!!float x``) is a syntax error at its line;
 * a YAML 1.1 base-60 number stays text (``2:1`` is not 121, as in YAML 1.2);
-* a number in exponent form without a dot is a number (``1e9``, ``2e-1``: YAML 1.2 reads
-  them so; YAML 1.1 kept them as text, which a numeric key would then refuse);
 * a key written twice in one mapping is a syntax error at its second line (YAML says keys
   are unique; PyYAML keeps the last, which silently drops the first).
 
@@ -26,7 +24,6 @@ the file and line; a later validation error about key ``a.b[2]`` can name its li
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -130,10 +127,6 @@ def _refuse_repeated_keys(node: yaml.MappingNode) -> None:
 
 BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
 BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct_yaml_float)
-# YAML 1.2's floats in exponent form without a dot (``1e9``), which YAML 1.1 leaves as text.
-BoundedLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
-    list("-+0123456789"))
 
 
 def _short(value: object) -> str:

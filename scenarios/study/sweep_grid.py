@@ -87,9 +87,6 @@ def sweep_points(grids: Sequence[tuple[str, Sequence[Any]]], *, zip_: bool = Fal
     if repeated:
         raise ConfigError("swept more than once: " + ", ".join(repeated), source="--grid",
                           hint="give each key one --grid with all its values")
-    if not zip_:
-        for key, values in grids:
-            _refuse_repeats([canonical(value) for value in values], values, key)
     if zip_:
         lengths = {key: len(values) for key, values in grids}
         if len(set(lengths.values())) > 1:
@@ -98,7 +95,9 @@ def sweep_points(grids: Sequence[tuple[str, Sequence[Any]]], *, zip_: bool = Fal
                 ", ".join(f"{key}: {n}" for key, n in lengths.items()), source="--grid",
                 hint="give every --grid as many values, or drop --zip for the product")
         combos: Iterable[tuple[Any, ...]] = zip(*(values for _, values in grids))
-    else:
+    else:  # a value repeated in one grid would run its points twice
+        for key, values in grids:
+            _refuse_repeats([canonical(value) for value in values], values, key)
         combos = itertools.product(*(values for _, values in grids))
     points = [tuple(zip(keys, combo)) for combo in combos]
     if zip_:  # one grid may repeat a value; a whole point may not
