@@ -378,7 +378,9 @@ def analyse(scenario: Disrupted, report: Report) -> Incidents | None:
         return None
     cost = None
     if model is not None and model.random and model.attribute and scenario.stragglers:
-        cost = straggler_cost(spec_of(scenario), report, simulate_iteration)
+        # The evened-out runs keep the scenario's timed faults, as the run they explain
+        # did (stragglers and jobs are exclusive).
+        cost = straggler_cost(spec_of(scenario), report, lambda spec: simulate(scenario, spec))
     jobs = None
     if scenario.jobs:
         jobs = simulate_jobs([(name, spec_of(job)) for name, job in scenario.jobs],

@@ -84,7 +84,13 @@ def add_parser(kinds: Any) -> argparse.ArgumentParser:
 
 def handle_export(args: argparse.Namespace) -> int:
     """Write the ETs (and, with --check, compare the two runs)."""
-    spec = spec_of(load_scenario(args.scenario, overrides(args.overrides)))
+    scenario = load_scenario(args.scenario, overrides(args.overrides))
+    if scenario.jobs:  # the ETs are one job's ranks; the other jobs' would be lost
+        raise ConfigError(f"trace export-chakra writes one job's ranks; this scenario has "
+                          f"{len(scenario.jobs)} jobs", key="jobs", source=scenario.source,
+                          hint="export each job from a scenario of its own (its model, "
+                          "parallelism and training at the top level)")
+    spec = spec_of(scenario)
     with progress.reporting("trace export-chakra", enabled=not args.quiet) as reporter:
         if reporter is not None:
             reporter.phase("writing the ETs" + (" and running them" if args.check else ""))

@@ -82,6 +82,29 @@ def test_straggler_distributions_follow_the_seed():
     assert scenario_from_mapping(one.resolved()).stragglers == one.stragglers
 
 
+def test_the_stragglers_cost_is_measured_beside_the_timed_faults():
+    """The evened-out runs that price the stragglers keep a fault that strikes mid-run,
+    as the run they explain did: without the stragglers is the faulted run alone."""
+    healthy = run_scenario(scenario_from_mapping(base())).iteration_time_s
+    fault = [{"target": "nic", "name": "n0.nic0", "kind": "degraded",
+              "bandwidth_factor": 0.1, "at_s": healthy / 4}]
+    faulted = run_scenario(scenario_from_mapping(base(faults=fault))).iteration_time_s
+    scenario = scenario_from_mapping(base(faults=fault, stragglers={
+        "jitter": {"distribution": "lognormal", "sigma": 0.05}}))
+    incidents = analyse(scenario, run_scenario(scenario))
+    assert incidents is not None and incidents.stragglers is not None
+    assert incidents.stragglers.without_s == faulted > healthy
+
+
+def test_a_jobs_scenario_is_no_chakra_export(tmp_path, capsys):
+    path = tmp_path / "two.yaml"
+    path.write_text(json.dumps(jobs_mapping()))
+    assert main(["trace", "export-chakra", str(path), "--out", str(tmp_path / "et")]) == 2
+    err = capsys.readouterr().err
+    assert "jobs: trace export-chakra writes one job's ranks; this scenario has 2 jobs" in err
+    assert not (tmp_path / "et").exists()
+
+
 def jobs_mapping(placement_b="packed", **extra):
     job = {"model": MODEL, "parallelism": {"tp": 8, "dp": 2},
            "training": {"micro_batch": 1, "global_batch": 4}}

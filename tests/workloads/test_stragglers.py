@@ -70,6 +70,9 @@ def test_mapping_and_its_errors():
                      ({"slow_nodes": {"rate": 2, "factor": 1.3}}, "stragglers.slow_nodes.rate"),
                      ({"slow_nodes": {"rate": 0.1, "factor": 0}},
                       "stragglers.slow_nodes.factor"),
+                     # A slow node runs no faster than nominal (a negative cost otherwise).
+                     ({"slow_nodes": {"rate": 0.1, "factor": 0.5}},
+                      "stragglers.slow_nodes.factor"),
                      ({"slow_nodes": {"rate": 0.1, "speed": 2}}, "stragglers.slow_nodes.speed"),
                      ({"n0.gpu0": "fast"}, "stragglers.n0.gpu0")]:
         with pytest.raises(ConfigError) as info:

@@ -153,7 +153,7 @@ def straggler_model_from_mapping(raw: Any, gpus: Iterable[str], *, source: str |
                                                     maximum=1.0, source=source,
                                                     hint="the chance that a node is slow")
             values["slow_node_factor"] = check_number(slow.get("factor"), key=f"{key}.factor",
-                                                      above=True, maximum=MAX_FACTOR,
+                                                      minimum=1.0, maximum=MAX_FACTOR,
                                                       source=source, hint=_FACTOR_HINT)
         elif name == "attribute":
             values["attribute"] = check_bool(value, key=key, source=source)
