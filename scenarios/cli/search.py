@@ -75,6 +75,11 @@ def _progress(line: str) -> None:
 def handle(args: argparse.Namespace) -> int:
     """Search, print the best strategies and write ``--out``."""
     scenario = load_scenario(args.scenario, overrides(args.overrides))
+    if scenario.jobs:  # each candidate would be the first job's alone
+        raise ConfigError(f"search varies one job's strategy; this scenario has "
+                          f"{len(scenario.jobs)} jobs", key="jobs", source=scenario.source,
+                          hint="search each job from a scenario of its own (its model, "
+                          "parallelism and training at the top level)")
     if args.time_limit is not None and not args.time_limit > 0:
         raise ConfigError(f"must be a number of seconds > 0, got {args.time_limit!r}",
                           key="--time-limit")
@@ -92,9 +97,10 @@ def handle(args: argparse.Namespace) -> int:
         result = search_strategies(
             scenario, gpus=args.gpus, top=args.top, workers=workers_of(args), out_dir=args.out,
             time_limit_s=args.time_limit, progress=_progress if args.verbose else None)
+    status = 0 if result.results else 1  # nothing simulated: a script should stop here
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
-        return 0
+        return status
     sys.stdout.write(format_search(result))
     print(f"\nwrote {args.out}: {', '.join(result.files)}")
-    return 0
+    return status

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,16 @@ def write_search_output(result: SearchResult, directory: str | os.PathLike[str],
     return tuple(files)
 
 
+def _commonest_failure(result: SearchResult) -> str:
+    """``: N of the failed candidates: DETAIL`` for the most frequent failure, so that a
+    search every candidate of which fails for one reason says it ('' without failures)."""
+    details = Counter(p.detail for p in result.pruned if p.reason == "error")
+    if not details:
+        return ""
+    detail, count = details.most_common(1)[0]
+    return f"; {count} of the {result.pruned_counts['error']} that failed: {detail}"
+
+
 def format_search(result: SearchResult) -> str:
     """The terminal summary: counts, the top K table and the speed-up over the baseline."""
     counts = result.pruned_counts
@@ -77,7 +88,7 @@ def format_search(result: SearchResult) -> str:
             f"{key} {n}" for key, n in result.invalid_reasons.items()))
     lines.append("")
     if not result.results:
-        lines.append("no strategy could be simulated")
+        lines.append("no strategy could be simulated" + _commonest_failure(result))
         return "\n".join(lines) + "\n"
     header = ("#", "iteration", "samples/s", "MFU", "peak mem", "strategy")
     rows = [(str(i + 1), f"{r.iteration_time_s * 1e3:.2f} ms", f"{r.samples_per_s:.1f}",

@@ -411,3 +411,40 @@ def test_the_two_chunk_schedules_are_searched_with_two_chunks_a_stage():
     assert all(p.interleave == 2 and p.pp >= 2 for p in two)
     for r in result.results:
         assert r.lower_bound_s <= r.iteration_time_s * (1 + 1e-9)
+
+
+def _cli(tmp_path, data, *extra):
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    parser = argparse.ArgumentParser(prog="distsim")
+    add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["search", str(path), "--workers", "1", "--out",
+                              str(tmp_path / "out"), *extra])
+
+
+def test_a_search_that_simulates_nothing_says_why_and_fails(tmp_path, capsys):
+    """A NIC lost mid-run stops every candidate's job: the search exits 1 and names the
+    failure its candidates share, not only the count."""
+    data = {**mapping(), "cluster": {"preset": "dgx-a100", "nodes": 2},
+            "faults": [{"target": "nic", "name": "n1.nic3", "kind": "down", "at_s": 1e-4}],
+            "parallelism": {"tp": 1, "pp": 1, "dp": 16}, "training": {
+                "micro_batch": 1, "global_batch": 16, "recompute": "none"}}
+    args = _cli(tmp_path, data, "--set", "model.layers=2")
+    assert args.handler(args) == 1
+    out = capsys.readouterr().out
+    assert "no strategy could be simulated; " in out
+    assert "that failed: " in out and "nic n1.nic3 down at 0.0001 s" in out
+
+
+def test_a_jobs_scenario_is_no_search(tmp_path):
+    job = {"model": dict(MODEL), "parallelism": {"tp": 1, "dp": 2},
+           "training": {"micro_batch": 1, "global_batch": 2}}
+    data = {"name": "two", "compute": {"gpu": "a100-80gb"},
+            "cluster": {"preset": "switch", "gpus": 4},
+            "jobs": [{"name": "a", **job}, {"name": "b", **job}]}
+    args = _cli(tmp_path, data)
+    with pytest.raises(ConfigError, match="search varies one job's strategy; this scenario "
+                                          "has 2 jobs") as info:
+        args.handler(args)
+    assert info.value.key == "jobs"
