@@ -226,9 +226,11 @@ class Incidents:
 
 
 def goodput_sweep(goodput: GoodputSpec, topology: Topology, gpus: Sequence[str],
-                  params: float, iteration_s: float, seed: int) -> CheckpointSweep:
+                  params: float, iteration_s: float, seed: int,
+                  others: Sequence[str] = (), source: str | None = None) -> CheckpointSweep:
     """The checkpoint-interval sweep of a job on ``gpus`` (its nodes, their NICs, every
-    fabric switch counted as components that can stop it)."""
+    fabric switch counted as components that can stop it); ``others``: the GPUs the
+    scenario's other jobs hold, whose nodes are no storage nodes either."""
     nodes = sorted({topology.node_of(g) for g in gpus})
     nics = [n for node in nodes for n in topology.nics_on_node(node)]
     switches = sum(1 for d in topology.devices() if d.kind == "switch")
@@ -240,23 +242,26 @@ def goodput_sweep(goodput: GoodputSpec, topology: Topology, gpus: Sequence[str],
     delta = checkpoint_time_s(size, goodput.storage_bandwidth_bytes_per_s,
                               [w for w in writers if w > 0])
     if goodput.storage_nodes:
+        busy = sorted({*nodes, *(topology.node_of(g) for g in others)})
         delta = max(delta, checkpoint_flows_s(topology, gpus,
-                                              _storage_gpus(topology, goodput, nodes), size))
+                                              _storage_gpus(topology, goodput, busy, source),
+                                              size))
     return checkpoint_sweep(iteration_s, delta, goodput.restart_s, mtbf,
                             max(goodput.horizon_s, 1000 * mtbf), seed=seed)
 
 
 def _storage_gpus(topology: Topology, goodput: GoodputSpec, job_nodes: Sequence[int],
-                  ) -> list[str]:
+                  source: str | None = None) -> list[str]:
     """The GPUs standing for the storage nodes' memory: the endpoints of the writes."""
     gpus: list[str] = []
     for i, node in enumerate(goodput.storage_nodes):
         key = f"goodput.storage_nodes[{i}]"
         if node in job_nodes:
-            raise ConfigError(f"node {node} runs the job; storage nodes are other nodes",
-                              key=key, hint="with jobs: a node no job is placed on")
+            raise ConfigError(f"node {node} runs a job; storage nodes are other nodes",
+                              key=key, source=source,
+                              hint="with jobs: a node no job is placed on")
         if not topology.gpus_on_node(node):
-            raise ConfigError(f"no node {node} in the cluster", key=key)
+            raise ConfigError(f"no node {node} in the cluster", key=key, source=source)
         gpus.extend(topology.gpus_on_node(node))
     return gpus
 
@@ -387,10 +392,11 @@ def analyse(scenario: Disrupted, report: Report) -> Incidents | None:
                              scenario.faults, seed=scenario.seed, source=scenario.source)
     sweep = None
     if scenario.goodput is not None:
+        others = [g for _, job in scenario.jobs[1:] for g in job.spec.topology.gpus]
         sweep = goodput_sweep(scenario.goodput, scenario.topology, scenario.topology.gpus,
                               float(scenario.spec.model.total_params()),
-                              report.iteration_time_s,
-                              scenario.seed)
+                              report.iteration_time_s, scenario.seed, others,
+                              scenario.source)
     notes: tuple[str, ...] = ()
     if model is not None and model.random and not scenario.stragglers:
         notes = ("the straggler model drew no slow GPU with this seed",)

@@ -208,9 +208,15 @@ def test_goodput_with_storage_nodes_beside_a_job():
     assert incidents.goodput.checkpoint_s == pytest.approx(nic_s, rel=0.1)
     data["goodput"]["storage_nodes"] = [0]
     scenario = scenario_from_mapping(data)
-    with pytest.raises(ConfigError, match="runs the job") as info:
+    with pytest.raises(ConfigError, match="runs a job") as info:
         analyse(scenario, run_scenario(scenario))
     assert info.value.key == "goodput.storage_nodes[0]"
+    # A node the second job holds is no storage node either (packed: job b on n2, n3).
+    both = jobs_mapping(goodput={"mtbf": {"gpu": "50000 h"}, "storage_nodes": ["n3"],
+                                 "storage_bandwidth": "10 TB/s"})
+    scenario = scenario_from_mapping(both)
+    with pytest.raises(ConfigError, match="node 3 runs a job"):
+        analyse(scenario, run_scenario(scenario))
     data["goodput"]["storage_nodes"] = "n3"
     with pytest.raises(ConfigError, match="list"):
         scenario_from_mapping(data)
