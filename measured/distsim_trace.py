@@ -181,6 +181,11 @@ def parse_distsim_trace(data: Any, source: str) -> DistsimTrace:
         raise ParseError("not a distsim trace (no otherData.generator = \"distsim\")",
                          source=source)
     meta = data["otherData"].get("distsim")
+    if isinstance(meta, dict) and isinstance(meta.get("jobs"), int):
+        raise ParseError(f"a trace of {meta['jobs']} jobs sharing a cluster: their rank "
+                         "groups are not told apart per GPU", source=source,
+                         key="otherData.distsim.jobs",
+                         hint="trace each job from a scenario of its own")
     if not isinstance(meta, dict) or not isinstance(meta.get("groups"), dict):
         raise ParseError("a distsim trace without run metadata (otherData.distsim.groups)",
                          source=source, key="otherData.distsim",

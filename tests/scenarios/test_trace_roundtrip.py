@@ -127,3 +127,23 @@ def test_trace_summary_reads_a_run_out_directory(tmp_path, capsys, tiny, write_s
         step = by_rank[gpu["rank"]]["steps"][0]
         assert step["compute_s"] == pytest.approx(gpu["compute_s"], rel=1e-9)
         assert step["communication_s"] == pytest.approx(gpu["communication_s"], rel=1e-9)
+
+
+def test_a_run_with_a_timed_fault_writes_a_trace_that_reads_back(tmp_path):
+    """A fault that strikes mid-run runs the iteration on the shared fabric, which wrote
+    no run metadata: the trace now carries the job's rank groups as a plain run's does,
+    and a trace of several jobs says it is one."""
+    quickstart = Path(__file__).resolve().parents[2] / "scenarios/examples/quickstart.yaml"
+    fault = ('faults=[{target: nic, name: n1.nic3, kind: degraded, bandwidth_factor: 0.5, '
+             'at_s: 0.02}]')
+    out = tmp_path / "faulted"
+    assert main(["run", str(quickstart), "--set", "model.layers=2", "--set", fault,
+                 "--out", str(out), "-q"]) == 0
+    traces = load_traces([out / "trace.json"])
+    assert len(traces) == 16  # one per GPU
+    jobs = Tracer()
+    jobs.metadata["distsim"] = {"format": 1, "jobs": 2}
+    path = tmp_path / "jobs.json"
+    path.write_text(jobs.to_json(), encoding="utf-8")
+    with pytest.raises(ParseError, match=r"a trace of 2 jobs sharing a cluster"):
+        load_traces([path])

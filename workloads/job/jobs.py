@@ -43,6 +43,7 @@ from distsim_gpu.workloads.iteration.simulator import (
     IterationSpec,
     simulate_iteration,
 )
+from distsim_gpu.workloads.iteration.tracing import trace_metadata
 
 __all__ = [
     "PLACEMENTS",
@@ -194,8 +195,25 @@ def simulate_on_fabric(specs: Sequence[IterationSpec], faults: Iterable[Fault] =
                       until=sim.env.all_of(processes))
         sim.run()
         results = [simulator.finish() for simulator in simulators]
+        _trace_metadata(sim, specs, simulators, results)
     check_faults_in_run(faults, max(r.iteration_time_s for r in results), source)
     return results
+
+
+def _trace_metadata(sim: Simulation, specs: Sequence[IterationSpec],
+                    simulators: Sequence[IterationSimulator],
+                    results: Sequence[IterationResult]) -> None:
+    """The trace's run metadata: one job's rank groups, as a plain traced iteration writes
+    them (so the trace reads back per GPU); several jobs' groups would share names, so a
+    trace of jobs says only how many it holds."""
+    if not specs[0].trace:
+        return
+    if len(specs) > 1:
+        sim.tracer.metadata["distsim"] = {"format": 1, "jobs": len(specs)}
+        return
+    (simulator,), (result,) = simulators, results
+    sim.tracer.metadata["distsim"] = trace_metadata(
+        specs[0], simulator.everyone, simulator.seq_len, result)
 
 
 def simulate_jobs(jobs: Sequence[tuple[str, IterationSpec]], faults: Iterable[Fault] = (),
