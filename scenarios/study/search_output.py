@@ -62,7 +62,7 @@ def write_search_output(result: SearchResult, directory: str | os.PathLike[str],
 
 
 def _commonest_failure(result: SearchResult) -> str:
-    """``: N of the failed candidates: DETAIL`` for the most frequent failure, so that a
+    """``; N of the M that failed: DETAIL`` for the most frequent failure, so that a
     search every candidate of which fails for one reason says it ('' without failures)."""
     details = Counter(p.detail for p in result.pruned if p.reason == "error")
     if not details:
