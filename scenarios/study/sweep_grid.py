@@ -49,12 +49,15 @@ _CLOSING = {"[": "]", "{": "}", "(": ")"}
 
 
 def _top_level_pieces(raw: str, key: str) -> list[str]:
-    """``raw`` split on the commas outside brackets, braces and quotes."""
+    """``raw`` split on the commas outside brackets, braces and quotes.  A quote opens only
+    where YAML starts a scalar (a value's start, or after ``[ { , :``), so an apostrophe
+    inside a word (``bob's``) is a character."""
     pieces, current, stack, quote = [], [], [], ""
+    before = ""  # the last character other than a space, "" at a value's start
     for char in raw:
         if quote:
             quote = "" if char == quote else quote
-        elif char in "\"'":
+        elif char in "\"'" and before in ("", "[", "{", ",", ":"):
             quote = char
         elif char in _CLOSING:
             stack.append(_CLOSING[char])
@@ -65,9 +68,10 @@ def _top_level_pieces(raw: str, key: str) -> list[str]:
                                                 "value, in order")
         elif char == "," and not stack:
             pieces.append("".join(current))
-            current = []
+            current, before = [], ""
             continue
         current.append(char)
+        before = before if char == " " else char
     if stack or quote:
         raise ConfigError(f"unbalanced {(stack[-1:] or [quote])[0]!r} in {raw!r}",
                           source="--grid", key=key,

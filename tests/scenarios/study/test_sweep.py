@@ -85,6 +85,7 @@ def test_parse_grid_keeps_lists_and_mappings_whole() -> None:
     assert parse_grid("model.moe.routing=uniform,{histogram: [1, 2, 3]},{zipf: 1.2}") == (
         "model.moe.routing", ["uniform", {"histogram": [1, 2, 3]}, {"zipf": 1.2}])
     assert parse_grid("model.name='a,b',c") == ("model.name", ["a,b", "c"])
+    assert parse_grid("model.name=bob's,alice") == ("model.name", ["bob's", "alice"])
 
 
 @pytest.mark.parametrize("text", ["parallelism.tp", "=1,2", "parallelism.tp=1,,2",
