@@ -62,14 +62,18 @@ def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]
                     f"parallelism.offload.host.{key}") for key, value in defaulted]
 
 
-def deepep_notes(comm: CommParams, costs: object, topology: Topology) -> list[RunNote]:
+def deepep_notes(comm: CommParams, costs: object, topology: Topology, *,
+                 exchanges: bool = True) -> list[RunNote]:
     """Notes of an ``all_to_all: deepep`` run: its kernels' caveat (DeepEP's host wait for
     each dispatch's token counts, HybridEP's copies taken as unbound by their SMs;
     ``EpKernels.caveat``), or that ``ep_kernels`` is idle without it; the kernels' copy
     fraction taken from a fit on another GPU generation; their SMs not counted
     (``compute.comm_sms`` 0); or those SMs binding DeepEP's NVLink copies at B200's figure
-    an SM, not the user's (:func:`~collectives.deepep.sm_bound_factor`)."""
+    an SM, not the user's (:func:`~collectives.deepep.sm_bound_factor`).  None where no
+    expert all-to-all runs (``exchanges`` False: :mod:`scenarios.idle_notes` says so)."""
     kernels = EP_KERNELS[comm.ep_kernels]
+    if comm.all_to_all == "deepep" and not exchanges:
+        return []
     if comm.all_to_all != "deepep":
         return [] if kernels.name == "deepep" else [RunNote(
             "defaulted", f"communication.ep_kernels {kernels.name} names the kernels of "
@@ -257,8 +261,8 @@ def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topol
         notes += getattr(run.costs, "notes", ())  # a cost table's, or the roofline's defaults
         notes += offload_notes(run.parallel, topology)
         notes += schedule_notes(run.parallel, run.microbatches)
-        if run.comm.all_to_all != "deepep" or not expert_exchange_absent(run):
-            notes += deepep_notes(run.comm, run.costs, topology)  # (else idle_notes')
+        notes += deepep_notes(run.comm, run.costs, topology,
+                              exchanges=not expert_exchange_absent(run))
         notes += nccl_sm_notes(run.comm, run.costs, run.parallel)
         notes += tp_overlap_notes(run.parallel, run.costs)
         notes += amax_notes(run.training, run.costs, run.parallel)

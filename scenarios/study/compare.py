@@ -28,7 +28,7 @@ from typing import Any
 from distsim_gpu.scenarios.report import Report, format_table
 from distsim_gpu.scenarios.report.bottlenecks import format_link
 from distsim_gpu.scenarios.report.html_report import HtmlUnavailable, compare_report_html
-from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+from distsim_gpu.scenarios.scenario import Scenario, load_scenario, run_scenario
 from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.config import parse_assignment
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
@@ -156,7 +156,7 @@ def _as_pairs(overrides: Iterable[tuple[str, Any] | str]) -> list[tuple[str, Any
     return [parse_assignment(o) if isinstance(o, str) else (o[0], o[1]) for o in overrides]
 
 
-def _load(path: str, pairs: list[tuple[str, Any]]) -> Any:
+def _load(path: str, pairs: list[tuple[str, Any]]) -> Scenario:
     """One scenario with the overrides; an override's error names the scenario it broke
     (the same ``--set`` may suit one of them and not another)."""
     try:
