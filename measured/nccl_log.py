@@ -524,6 +524,11 @@ def _read_row(text: str, header: _Layout | None, source: str, number: int) -> Nc
         raise place.error(f"root {root_text!r} is not a whole number (-1 when unused)")
 
     measured = _measured_halves(tokens, len(layout.prefix), halves, place)
+    for half_name, (time_s, _, _) in zip(("out-of-place", "in-place"), measured, strict=False):
+        if time_s == 0 and int(size_text) > 0:  # nccl-tests prints 0.00 only below 5 ns
+            raise place.error(f"{half_name} time is 0 us for {size_text} bytes: no "
+                              "collective moves bytes in no time (a failed call, or a "
+                              "column that is not the time); remove the row or rerun")
     out_of_place = measured[0]
     in_place: tuple[float | None, float | None, float | None] = (
         measured[1] if len(measured) > 1 else (None, None, None))

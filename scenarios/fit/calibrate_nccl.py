@@ -188,7 +188,8 @@ def calibrate_nccl(log: NcclLog, topology: Topology, *, op: str,
     """Fit ``kinds`` link efficiencies and a latency scale to the sizes of ``log`` of at
     least ``min_bytes`` (see the module docstring)."""
     base = base or CommParams()
-    rows = list(log.rows)
+    rows = [r for r in log.rows if r.size_bytes > 0]  # a 0-byte row times no transfer
+    empty = [r.line for r in log.rows if r.size_bytes == 0]
     kinds = [k for k in kinds if any(link.kind == k for link in topology.links())]
     dtype = rows[0].dtype if rows else "float"
 
@@ -213,6 +214,10 @@ def calibrate_nccl(log: NcclLog, topology: Topology, *, op: str,
         "do not explain these (a per-call software overhead no parameter models would)",
         "--min-bytes") for band in bands
         if band.median_error_after_pct > band.median_error_before_pct + 0.05)
+    if empty:
+        notes += (RunNote("ignored", f"{len(empty)} row(s) of 0 bytes (line(s) "
+                          f"{', '.join(map(str, empty))}) left out: they time the "
+                          "benchmark's per-call overhead, not a transfer"),)
     return NcclCalibration.from_fit(base, fit, bands=bands, notes=notes)
 
 

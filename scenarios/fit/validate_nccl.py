@@ -61,6 +61,9 @@ class NcclValidation:
     median_abs_error_large_pct: float | None
     median_abs_error_small_pct: float | None
     median_abs_error_all_pct: float | None
+    # Rows of 0 bytes move nothing: their time is the benchmark's per-call overhead, which
+    # no link or protocol parameter prices, so they are left out (and their lines said).
+    empty_row_lines: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -118,14 +121,16 @@ def validate_nccl_log(log: NcclLog, topology: Topology, *, op: str | None = None
         raise ConfigError(
             f"the log ran on {log.num_ranks} ranks but the cluster has {num_gpus} GPUs",
             source=log.source, hint="choose --nodes so that the GPU counts match")
-    if not log.rows:
-        raise ConfigError("the log has no rows to compare", source=log.source)
-    dtype = log.rows[0].dtype
-    predicted = run_benchmark(topology, chosen, [r.size_bytes for r in log.rows],
+    compared = [r for r in log.rows if r.size_bytes > 0]
+    if not compared:
+        raise ConfigError("the log has no rows of more than 0 bytes to compare",
+                          source=log.source)
+    dtype = compared[0].dtype
+    predicted = run_benchmark(topology, chosen, [r.size_bytes for r in compared],
                               params=params, dtype=dtype)
     factor = bus_factor(chosen, num_gpus)
     rows = []
-    for measured, sim in zip(log.rows, predicted, strict=True):
+    for measured, sim in zip(compared, predicted, strict=True):
         error = error_pct(sim.time_s, measured.time_s)
         measured_busbw = measured.size_bytes / measured.time_s * factor
         rows.append(NcclComparison(measured.size_bytes, measured.time_s, sim.time_s,
@@ -134,7 +139,8 @@ def validate_nccl_log(log: NcclLog, topology: Topology, *, op: str | None = None
     large = [r.error_pct for r in rows if r.size_bytes >= LARGE_MIN_BYTES]
     small = [r.error_pct for r in rows if r.size_bytes <= SMALL_MAX_BYTES]
     return NcclValidation(log.source, chosen, num_gpus, tuple(rows), _median_abs(large),
-                          _median_abs(small), _median_abs([r.error_pct for r in rows]))
+                          _median_abs(small), _median_abs([r.error_pct for r in rows]),
+                          tuple(r.line for r in log.rows if r.size_bytes == 0))
 
 
 def format_validation(report: NcclValidation) -> str:
@@ -160,4 +166,8 @@ def format_validation(report: NcclValidation) -> str:
                  f"{pct(report.median_abs_error_small_pct)}")
     lines.append(f"# median |error|, all sizes:                         "
                  f"{pct(report.median_abs_error_all_pct)}")
+    if report.empty_row_lines:
+        lines.append(f"# left out: {len(report.empty_row_lines)} row(s) of 0 bytes (line(s) "
+                     f"{', '.join(map(str, report.empty_row_lines))}): they time the "
+                     "benchmark's per-call overhead, not a transfer")
     return "\n".join(lines) + "\n"

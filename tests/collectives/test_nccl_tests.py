@@ -6,7 +6,11 @@ import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.collectives.nccl_tests import bus_factor, format_table, run_benchmark, size_series
 from distsim_gpu.measured.nccl_log import parse_nccl_log
-from distsim_gpu.scenarios.fit.validate_nccl import select_run, validate_nccl_log
+from distsim_gpu.scenarios.fit.validate_nccl import (
+    format_validation,
+    select_run,
+    validate_nccl_log,
+)
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
 
@@ -58,6 +62,25 @@ def test_validating_the_simulators_own_table_gives_zero_error(small_cluster, tmp
     report = validate_nccl_log(parse_nccl_log(path), small_cluster)
     assert report.median_abs_error_large_pct == pytest.approx(0.0, abs=0.05)
     assert report.median_abs_error_small_pct is None
+
+
+ZERO_BYTES = "       0       0     float     sum      -1     0.00    0.00    0.00      0\n"
+
+
+def test_validation_leaves_out_rows_of_zero_bytes_and_says_so(small_cluster, tmp_path):
+    rows = run_benchmark(small_cluster, "all_reduce", size_series(2**26, 2**28, 2))
+    path = tmp_path / "sim.txt"
+    lines = format_table(rows).splitlines(keepends=True)
+    first_row = next(i for i, line in enumerate(lines) if not line.startswith("#"))
+    path.write_text("".join([*lines[:first_row], ZERO_BYTES, *lines[first_row:]]))
+    report = validate_nccl_log(parse_nccl_log(path), small_cluster)
+    assert [r.size_bytes for r in report.rows] == [2**26, 2**27, 2**28]
+    assert report.empty_row_lines == (first_row + 1,)
+    assert (f"left out: 1 row(s) of 0 bytes (line(s) {first_row + 1})"
+            in format_validation(report))
+    path.write_text("".join([*lines[:first_row], ZERO_BYTES]))
+    with pytest.raises(ConfigError, match="no rows of more than 0 bytes"):
+        validate_nccl_log(parse_nccl_log(path), small_cluster)
 
 
 def test_validation_refuses_a_rank_count_mismatch(shared_data):

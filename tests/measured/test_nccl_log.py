@@ -400,6 +400,20 @@ def test_negative_time_is_rejected() -> None:
         parse_nccl_log(text)
 
 
+def test_a_time_of_zero_for_bytes_moved_is_refused_at_its_line() -> None:
+    text = OUT_OF_PLACE_ONLY.replace("99.19", " 0.00")
+    with pytest.raises(ParseError, match="time is 0 us for 2097152 bytes") as caught:
+        parse_nccl_log(text)
+    assert caught.value.line == 4
+
+
+def test_a_row_of_zero_bytes_may_take_no_time() -> None:
+    empty = "           0             0     float     sum      -1     0.00    0.00    0.00    N/A\n"
+    log = parse_nccl_log(OUT_OF_PLACE_ONLY + empty)
+    assert [r.size_bytes for r in log.rows] == [1048576, 2097152, 0]
+    assert log.rows[-1].time_s == 0.0
+
+
 def test_empty_file(tmp_path: Path) -> None:
     path = tmp_path / "empty.log"
     path.write_text("")
@@ -466,12 +480,14 @@ def _nccl_float(value: float, width: int) -> tuple[str, float]:
 
 
 _values = st.floats(min_value=0.0, max_value=1e7, allow_nan=False, allow_infinity=False)
+# A time nccl-tests would print as 0.00 is refused for a row that moves bytes (tested above).
+_times = st.floats(min_value=0.01, max_value=1e7, allow_nan=False, allow_infinity=False)
 
 
 @settings(max_examples=200, deadline=None)
 @given(
     size=st.integers(min_value=0, max_value=2**44),
-    times=st.tuples(_values, _values),
+    times=st.tuples(_times, _times),
     algbws=st.tuples(_values, _values),
     busbws=st.tuples(_values, _values),
     columns=st.sampled_from(["redop root", "redop", ""]),

@@ -51,6 +51,18 @@ def test_too_few_sizes_is_a_clear_error(small_cluster, tmp_path):
         calibrate_nccl(parse_nccl_log(path), small_cluster, op="all_reduce")
 
 
+def test_a_row_of_zero_bytes_is_left_out_of_the_fit_with_a_note(small_cluster, tmp_path):
+    rows = run_benchmark(small_cluster, "all_reduce", size_series(2**20, 2**24, 2))
+    path = tmp_path / "measured.txt"
+    zero = "           0             0     float     sum      -1     0.00    0.00    0.00      0\n"
+    lines = format_table(rows).splitlines(keepends=True)
+    first_row = next(i for i, line in enumerate(lines) if not line.startswith("#"))
+    path.write_text("".join([*lines[:first_row], zero, *lines[first_row:]]))
+    result = calibrate_nccl(parse_nccl_log(path), small_cluster, op="all_reduce")
+    assert sum(band.sizes for band in result.bands) == len(rows)
+    assert [n.kind for n in result.notes if "0 bytes" in n.message] == ["ignored"]
+
+
 def test_cli_writes_overrides_that_nccl_tests_reads_back(capsys, shared_data, tmp_path):
     log = shared_data / "nccl" / "oci_oke_a100_40gb_2node_roce_allreduce.txt"
     out = tmp_path / "comm.yaml"
