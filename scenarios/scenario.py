@@ -685,7 +685,8 @@ def run_scenario(scenario: Scenario, *, trace: bool = False, allow_oom: bool = F
                      training=scenario.training, gpu=scenario.gpu, config=scenario.resolved(),
                      jobs=max(len(scenario.jobs), 1),
                      job_runs=tuple(JobRun(name, job.model, job.parallel, job.training)
-                                    for name, job in scenario.jobs))
+                                    for name, job in scenario.jobs),
+                     cluster_gpus=scenario.topology.cluster_gpu_count)
     report = build_report(name=scenario.name, source=scenario.source, result=result,
                           setup=setup, wall_time_s=wall_time_s)
     runs = [scenario, *(job for _, job in scenario.jobs)]

@@ -271,6 +271,11 @@ class Topology(PathSearch):
         return view
 
     @property
+    def cluster_gpu_count(self) -> int:
+        """The cluster's GPUs, a job's view or not (:attr:`gpus` are a view's own)."""
+        return len(self._cluster_rank)
+
+    @property
     def destination_indices(self) -> Mapping[str, int]:
         """Each NIC's (and GPU's) index in fabric order, what D-mod-K divides."""
         return self._dest_index

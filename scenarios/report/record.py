@@ -147,6 +147,9 @@ class Report:
     jobs: int = field(default=1, repr=False, compare=False)
     # With several jobs: each job's name and what it trains how (the summary prints them).
     job_runs: tuple[JobRun, ...] = field(default=(), repr=False, compare=False)
+    # The cluster's GPUs, which with several jobs are more than the first job's
+    # ``num_gpus``; 0 when not known (a Report built by hand): then ``num_gpus``.
+    cluster_gpus: int = field(default=0, repr=False, compare=False)
     # What the run assumed that moves its answer (simcore.notes): every output prints them.
     notes: tuple[RunNote, ...] = ()
 
@@ -236,6 +239,7 @@ class RunSetup:
     config: dict[str, Any]
     jobs: int = 1
     job_runs: tuple[JobRun, ...] = ()
+    cluster_gpus: int = 0  # the cluster's GPUs (0: as many as the run's)
 
 
 def build_report(*, name: str, source: str | None, result: IterationResult,
@@ -268,4 +272,4 @@ def build_report(*, name: str, source: str | None, result: IterationResult,
         critical_path=result.critical_path, offload=result.offload,
         data_loading_s=result.data_loading_s,
         model=setup.model, parallel=setup.parallel, training=training, gpu=setup.gpu,
-        jobs=setup.jobs, job_runs=setup.job_runs)
+        jobs=setup.jobs, job_runs=setup.job_runs, cluster_gpus=setup.cluster_gpus)

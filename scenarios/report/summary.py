@@ -183,7 +183,8 @@ def _headline(report: Report) -> list[str]:
     precision = report.training.precision if report.training is not None else None
     return [
         f"distsim run: {report.name}{where}",
-        f"  cluster      {cluster.get('name', '?')}: {report.num_gpus} GPUs"
+        f"  cluster      {cluster.get('name', '?')}: {report.cluster_gpus or report.num_gpus} "
+        "GPUs"
         + (f" on {nodes} node(s)" if nodes else "") + f", {_gpu_text(report.gpu)}",
         *_job_lines(report),
         f"  iteration    {format_duration(t)}",

@@ -134,6 +134,8 @@ def test_jobs_scenario_reports_each_job_and_reproduces():
     summary = format_summary(report)
     first = scenario.jobs[0][1]
     assert "2 share the cluster; the figures below are job a's" in summary
+    # The cluster line counts the cluster's GPUs (4 DGX nodes), not the first job's 16.
+    assert ": 32 GPUs on 4 node(s)" in summary and report.num_gpus == 16
     assert "None" not in summary
     for name, job in scenario.jobs:
         assert f"job {name:<8} {job.model.name}:" in summary
