@@ -86,6 +86,11 @@ def test_placement_packed_spread_and_explicit():
     assert not set(placed["a"]) & set(placed["b"])
     with pytest.raises(ConfigError, match="already job"):
         place_jobs(topo, [("a", 1, ["n0.gpu0"]), ("b", 1, ["n0.gpu0"])])
+    with pytest.raises(ConfigError, match=r"n0\.gpu1 is listed twice, as entries 1 and 2") as info:
+        place_jobs(topo, [("a", 2, "packed"), ("b", 3, ["n0.gpu2", "n0.gpu1", "n0.gpu1"])])
+    assert info.value.key == "jobs[1].placement[2]"
+    with pytest.raises(ConfigError, match="needs 2 GPUs, the list gives 3"):
+        place_jobs(topo, [("c", 2, ["n7.gpu5", "n7.gpu6", "n7.gpu7"])])
     with pytest.raises(ConfigError, match="free") as info:
         place_jobs(topo, [("a", 48, "packed"), ("b", 32, "spread")])
     assert info.value.key == "jobs[1]"

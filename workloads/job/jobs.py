@@ -135,15 +135,21 @@ def place_jobs(topology: Topology, requests: Sequence[tuple[str, int, Any]],
 def _explicit(topology: Topology, name: str, count: int, gpus: Sequence[Any],
               taken: dict[str, str], key: str, source: str | None) -> tuple[str, ...]:
     known = set(topology.gpus)
+    first_entry: dict[str, int] = {}
     for j, gpu in enumerate(gpus):
         if not isinstance(gpu, str) or gpu not in known:  # (a list or mapping: no name)
             raise ConfigError(f"no GPU {repr(gpu)[:60]} in the cluster", key=f"{key}[{j}]",
                               source=source, hint=f"e.g. {topology.gpus[0]}")
+        if gpu in first_entry:
+            raise ConfigError(f"GPU {gpu} is listed twice, as entries {first_entry[gpu]} "
+                              f"and {j}", key=f"{key}[{j}]", source=source,
+                              hint=f"job {name!r} needs {count} different GPUs")
+        first_entry[gpu] = j
         if gpu in taken:
             raise ConfigError(f"GPU {gpu} is already job {taken[gpu]!r}'s", key=f"{key}[{j}]",
                               source=source)
-    if len(set(gpus)) != count:
-        raise ConfigError(f"job {name!r} needs {count} GPUs, the list gives {len(set(gpus))}",
+    if len(gpus) != count:
+        raise ConfigError(f"job {name!r} needs {count} GPUs, the list gives {len(gpus)}",
                           key=key, source=source)
     taken.update(dict.fromkeys(gpus, name))
     return tuple(gpus)
