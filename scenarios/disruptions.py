@@ -180,12 +180,15 @@ def jobs_from_list(raw: Any, spec: Mapping[str, Any], topology: Topology,
         if job.get("model") is None:
             raise ConfigError("a job needs 'model'", key=f"jobs[{i}]", source=source)
         name = _job_name(job.get("name", f"job{i}"), f"jobs[{i}].name", source)
+        for j, (other, _, _) in enumerate(requests):
+            if other == name:  # its key is the second's, where a --set would put it
+                raise ConfigError(f"job name {name!r} is also jobs[{j}]'s",
+                                  key=f"jobs[{i}].name", source=source,
+                                  hint="give each job a name of its own")
         parallel = parallel_from_mapping(job.get("parallelism"), source=source,
                                          prefix=f"jobs[{i}].parallelism")
         requests.append((name, parallel.num_gpus, job.get("placement", "packed")))
         mappings.append(job)
-    if len({name for name, _, _ in requests}) != len(requests):
-        raise ConfigError("two jobs have the same name", key="jobs", source=source)
     placed = place_jobs(topology, requests, source=source)
     jobs = []
     for i, ((name, _, _), job) in enumerate(zip(requests, mappings, strict=True)):

@@ -151,11 +151,20 @@ def test_jobs_scenario_reports_each_job_and_reproduces():
     ({**jobs_mapping(), "jobs": [{"name": "a", "model": MODEL, "parallelism": {"tp": 8},
                                   "training": {"micro_batch": 0}}]},
      "jobs[0].training.micro_batch"),
+    ({**jobs_mapping(), "jobs": [{**job, "name": "a"} for job in jobs_mapping()["jobs"]]},
+     "jobs[1].name"),
 ])
 def test_bad_jobs_name_their_key(data, key):
     with pytest.raises(ConfigError) as info:
         scenario_from_mapping(data)
     assert info.value.key == key
+
+
+def test_a_job_name_given_twice_by_set_is_blamed_on_the_set(capsys):
+    example = FAULT_EXAMPLES / "two-jobs-oversubscribed.yaml"
+    assert main(["run", str(example), "--set", "jobs[1].name=a"]) != 0
+    assert ("--set: jobs[1].name: job name 'a' is also jobs[0]'s"
+            in capsys.readouterr().err)
 
 
 def test_cli_run_prints_and_writes_the_section(tmp_path, capsys):
