@@ -65,7 +65,7 @@ from distsim_gpu.simcore.config import (
     check_number,
     check_whole,
 )
-from distsim_gpu.simcore.units import parse_bandwidth, parse_duration, parse_size
+from distsim_gpu.simcore.units import parse_bandwidth, parse_latency, parse_size
 
 __all__ = [
     "ALGORITHMS",
@@ -348,7 +348,7 @@ def _size(value: Any, key: str, source: str | None) -> float:
 
 
 def _duration(value: Any, key: str, source: str | None) -> float:
-    return parse_duration(value, key=key, source=source)
+    return parse_latency(value, key=key, source=source)  # a bare 7 is refused, not 7 s
 
 
 def comm_params_for(architecture: str = "") -> CommParams:
@@ -408,7 +408,7 @@ def _parsed_comm(data: Mapping[str, Any] | None, source: str | None,
             changes["deepep_sm_bytes_per_s"] = parse_bandwidth(value, key=path, source=source,
                                                                allow_zero=True)
         elif key == "deepep_sm_token_time":
-            changes["deepep_sm_token_s"] = parse_duration(value, key=path, source=source)
+            changes["deepep_sm_token_s"] = parse_latency(value, key=path, source=source)
         elif key == "pxn":
             changes[key] = check_bool(value, key=path, source=source)
         elif key == "peer_latency":

@@ -3,10 +3,12 @@
 Inside distsim every quantity is a plain float in SI units (seconds, bytes, bytes per
 second, FLOP, FLOP/s).  Users write units where they type numbers — YAML, ``--set``, the
 command line — and this module is the one place that reads them.  Plain numbers are taken
-as already SI, except for a bandwidth: ``400`` there is far more often 400 Gb/s or 400 GB/s
-meant than 400 bytes per second, so a whole number or a number written as text (YAML reads
-``4e11`` as text) is refused with the units that would do.  A float is taken as bytes per
-second: it is what code and presets pass, and what no one types by accident.
+as already SI, except for a bandwidth and a latency: ``400`` there is far more often 400 Gb/s
+or 400 GB/s meant than 400 bytes per second, so a whole number or a number
+written as text (YAML reads ``4e11`` as text) is refused with the units that would do; and a
+link's ``7`` is 7 us rather than 7 s, so a latency refuses a whole number (other than 0).
+A float is taken as SI (bytes per second, seconds): it is what code and presets pass, and
+what no one types by accident.
 
 Conventions (as vendors and nccl-tests use them):
 
@@ -35,6 +37,7 @@ __all__ = [
     "parse_bandwidth",
     "parse_duration",
     "parse_flops",
+    "parse_latency",
     "parse_size",
 ]
 
@@ -71,6 +74,10 @@ _TIME_UNITS = {
     "ns": 1e-9, "min": 60.0, "h": 3600.0,
 }
 
+# What a unit-less figure looks like in SI, for the hint of a refused bare number (the
+# examples' own figures: 400 Gb/s = 50 GB/s = 5e10 B/s).
+_SI_EXAMPLE = {"bandwidth": "'5e10 B/s'", "latency": "'2e-6 s'"}
+
 _POWER_UNITS = {"": 1.0, "W": 1.0, "kW": 1e3, "mW": 1e-3}
 
 _FLOPS_UNITS: dict[str, float] = {}
@@ -90,15 +97,20 @@ def _parse(
     key: str | None,
     source: str | None,
     allow_zero: bool,
-    bare: bool = True,
+    bare: str = "taken",
 ) -> float:
+    """``value`` in SI by ``table``'s units.  ``bare`` says what a number without a unit
+    is: ``taken`` as SI, ``refused`` (a whole number or a number as text), or ``whole
+    refused`` (a whole number or whole-number text other than 0; a float is SI)."""
     if isinstance(value, bool):
         raise ParseError(f"expected a {what}, got {value!r}", key=key, source=source,
                          hint=f"e.g. {example}")
-    if not bare and _is_bare_number(value):
+    whole_only = bare == "whole refused"  # (a latency's bare 0 is 0 in any unit)
+    if bare != "taken" and _is_bare_number(value, whole_only=whole_only) \
+            and not (whole_only and _is_zero(value)):
         raise ParseError(f"a {what} needs a unit, got the bare number {_short(value)}",
                          key=key, source=source,
-                         hint=f"e.g. {example} (a figure already in SI: '4e11 B/s')")
+                         hint=f"e.g. {example} (a figure already in SI: {_SI_EXAMPLE[what]})")
     if isinstance(value, (int, float)):
         number, factor = _float(value), 1.0
     elif isinstance(value, str):
@@ -124,14 +136,25 @@ def _parse(
     return result
 
 
-def _is_bare_number(value: object) -> bool:
-    """A whole number, or a string that is a number with no unit."""
+def _is_bare_number(value: object, *, whole_only: bool = False) -> bool:
+    """A whole number, or a string that is a number with no unit (``whole_only``: a
+    whole number, written without a dot or an exponent)."""
     if isinstance(value, int):
         return True
     if not isinstance(value, str) or len(value) > _MAX_DIGITS:
         return False
     match = _QUANTITY.match(value)
-    return match is not None and not match.group(2)
+    if match is None or match.group(2):
+        return False
+    return not whole_only or re.fullmatch(r"[-+]?[0-9]+", match.group(1)) is not None
+
+
+def _is_zero(value: object) -> bool:
+    """0 in any unit is 0: a bare zero needs none."""
+    if isinstance(value, str):
+        match = _QUANTITY.match(value) if len(value) <= _MAX_DIGITS else None
+        return match is not None and float(match.group(1)) == 0
+    return isinstance(value, (int, float)) and value == 0
 
 
 def bandwidths_with_units(data: Any) -> Any:
@@ -174,7 +197,7 @@ def parse_bandwidth(value: object, *, key: str | None = None, source: str | None
     a whole number or a number as text is a :class:`ParseError` (see the module
     docstring): ``"4e11 B/s"`` is SI."""
     return _parse(value, _BANDWIDTH_UNITS, "bandwidth", "400Gb/s or 50GB/s", key=key,
-                  source=source, allow_zero=allow_zero, bare=False)
+                  source=source, allow_zero=allow_zero, bare="refused")
 
 
 def parse_duration(value: object, *, key: str | None = None, source: str | None = None,
@@ -182,6 +205,15 @@ def parse_duration(value: object, *, key: str | None = None, source: str | None 
     """Seconds from ``"2 us"``, ``"1.5 ms"``, ``"3 s"`` or a number."""
     return _parse(value, _TIME_UNITS, "duration", '"2 us" or "1.5 ms"', key=key,
                   source=source, allow_zero=allow_zero)
+
+
+def parse_latency(value: object, *, key: str | None = None, source: str | None = None,
+                  ) -> float:
+    """Seconds from ``"2 us"`` or a float (SI, ``1e-6`` too), as :func:`parse_duration`,
+    but a whole number other than 0 is refused: a link's or a protocol's ``7`` is 7 us
+    meant far more often than 7 seconds."""
+    return _parse(value, _TIME_UNITS, "latency", '"2 us" or "0.5 us"', key=key,
+                  source=source, allow_zero=True, bare="whole refused")
 
 
 def parse_flops(value: object, *, key: str | None = None, source: str | None = None,

@@ -15,7 +15,7 @@ from typing import Any
 
 from distsim_gpu.simcore.config import check_whole, describe
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.simcore.units import parse_bandwidth, parse_duration
+from distsim_gpu.simcore.units import parse_bandwidth, parse_latency
 
 __all__ = [
     "MAX_COUNT",
@@ -95,5 +95,6 @@ def read_bandwidth(value: object, key: str, source: str | None) -> float:
 
 
 def read_latency(value: object, key: str, source: str | None) -> float:
-    """Seconds from a number (SI) or a unit string (``"1 us"``)."""
-    return parse_duration(value, key=key, source=source)
+    """Seconds from a float (SI) or a unit string (``"1 us"``); a bare whole number other
+    than 0 is refused (:func:`simcore.units.parse_latency`)."""
+    return parse_latency(value, key=key, source=source)

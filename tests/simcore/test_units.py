@@ -14,6 +14,7 @@ from distsim_gpu.simcore.units import (
     parse_bandwidth,
     parse_duration,
     parse_flops,
+    parse_latency,
     parse_size,
 )
 from hypothesis import given
@@ -136,7 +137,24 @@ def test_a_bandwidth_without_a_unit_is_refused_with_the_units(value):
     with pytest.raises(ParseError, match="a bandwidth needs a unit") as info:
         parse_bandwidth(value, key="nic.bandwidth", source="s.yaml")
     assert str(info.value).startswith("s.yaml: nic.bandwidth: ")
-    assert "400Gb/s or 50GB/s" in str(info.value)
+    # The SI figure the hint gives is the examples' own: 400 Gb/s = 50 GB/s = 5e10 B/s.
+    assert "400Gb/s or 50GB/s (a figure already in SI: '5e10 B/s')" in str(info.value)
+    assert parse_bandwidth("400Gb/s") == parse_bandwidth("50GB/s") == parse_bandwidth("5e10 B/s")
+
+
+@pytest.mark.parametrize("value", [7, "7", " 5 ", -3])
+def test_a_latency_as_a_whole_number_is_refused_with_the_units(value):
+    """``base_latency: {ring: {ll: 7}}`` read as 7 s gave a 7-second all-reduce."""
+    with pytest.raises(ParseError, match="a latency needs a unit") as info:
+        parse_latency(value, key="comm.base_latency.ring.ll", source="c.yaml")
+    assert "'2e-6 s'" in str(info.value)
+
+
+@pytest.mark.parametrize(("value", "seconds"), [
+    (0, 0.0), ("0", 0.0), (1e-6, 1e-6), ("1e-6", 1e-6), (2.5e-7, 2.5e-7), ("2 us", 2e-6),
+    ("0.5us", 5e-7), ("1 ms", 1e-3)])
+def test_a_latency_takes_a_unit_a_float_or_zero(value, seconds):
+    assert parse_latency(value) == pytest.approx(seconds, rel=1e-15)
 
 
 @given(st.floats(min_value=1.0, max_value=1e15))
