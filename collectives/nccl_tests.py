@@ -119,10 +119,13 @@ def size_series(min_bytes: float, max_bytes: float, factor: float) -> list[int]:
 
 
 def _aligned(size_bytes: int, op: str, num_ranks: int, dtype_bytes: int) -> tuple[int, int]:
-    """(size, count) as nccl-tests rounds them: whole elements, whole per-rank shares."""
+    """(size, count) as nccl-tests rounds and prints them: whole elements, whole per-rank
+    shares, and the count a rank's share where the collective splits the buffer by rank
+    (all-gather, reduce-scatter, all-to-all print their per-rank count)."""
     count = size_bytes // dtype_bytes
     if op in _PER_RANK_SPLIT:
-        count = (count // num_ranks) * num_ranks
+        share = count // num_ranks
+        return share * num_ranks * dtype_bytes, share
     return count * dtype_bytes, count
 
 

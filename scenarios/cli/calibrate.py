@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -34,7 +35,7 @@ from distsim_gpu.scenarios.fit.calibrate_trace import (
     format_fit,
     measured_compute_s,
 )
-from distsim_gpu.scenarios.fit.validate_nccl import select_run
+from distsim_gpu.scenarios.fit.nccl_log_setting import log_setting
 from distsim_gpu.scenarios.fit.validate_trace import trace_cluster
 from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.fileio import atomic_write_text
@@ -80,11 +81,12 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 def handle_nccl(args: argparse.Namespace) -> int:
     """Fit to the log; print the fit (or JSON) and write ``-o``."""
     topology, params = cluster_and_params(args)
-    log = select_run(parse_nccl_log(args.log), len(topology.gpus), args.run)
-    op = args.op or log.op or "all_reduce"
+    setting = log_setting(parse_nccl_log(args.log), topology, op=args.op, run=args.run)
+    log, op = setting.log, setting.op
     with progress.reporting("calibrate nccl", enabled=not args.quiet):
         result = calibrate_nccl(log, topology, op=op, base=params,
                                 min_bytes=parse_size(args.min_bytes, key="--min-bytes"))
+    result = replace(result, notes=setting.notes + result.notes)
     document = {"communication": result.overrides()}
     if args.output:
         header = (f"# distsim calibrate nccl {args.log} --cluster {args.cluster}"

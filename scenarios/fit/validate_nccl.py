@@ -14,11 +14,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from distsim_gpu.collectives import CommParams
-from distsim_gpu.collectives.nccl_tests import BENCH_OPS, bus_factor, run_benchmark
+from distsim_gpu.collectives.nccl_tests import bus_factor, run_benchmark
 from distsim_gpu.measured.nccl_log import NcclLog
 from distsim_gpu.scenarios.fit.fitting import error_pct
-from distsim_gpu.simcore.config import check_choice
-from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.scenarios.fit.nccl_log_setting import log_setting, select_run
+from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.topology import Topology
 
 __all__ = [
@@ -64,41 +64,17 @@ class NcclValidation:
     # Rows of 0 bytes move nothing: their time is the benchmark's per-call overhead, which
     # no link or protocol parameter prices, so they are left out (and their lines said).
     empty_row_lines: tuple[int, ...] = ()
+    notes: tuple[RunNote, ...] = ()  # what was assumed of the log (nccl_log_setting)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["rows"] = [asdict(r) for r in self.rows]
+        data["notes"] = [note.to_dict() for note in self.notes]
         return data
 
 
 def _median_abs(values: list[float]) -> float | None:
     return statistics.median(abs(v) for v in values) if values else None
-
-
-def select_run(log: NcclLog, num_gpus: int, run: int | None = None) -> NcclLog:
-    """The run of a (possibly multi-run) log to compare with a cluster of ``num_gpus``.
-
-    ``run`` (1-based) picks one explicitly; otherwise a single-run log is its own run and
-    a multi-run log must have exactly one run on ``num_gpus`` ranks.
-    """
-    runs = log.sections or (log,)
-    if run is not None:
-        if not 1 <= run <= len(runs):
-            raise ConfigError(f"the log holds {len(runs)} run(s), there is no run {run}",
-                              key="--run", source=log.source,
-                              hint=f"choose 1 to {len(runs)}")
-        return runs[run - 1]
-    if len(runs) == 1:
-        return runs[0]
-    matching = [i for i, r in enumerate(runs, 1) if r.num_ranks == num_gpus]
-    if len(matching) == 1:
-        return runs[matching[0] - 1]
-    described = ", ".join(f"run {i}: {r.num_ranks or '?'} ranks, {len(r.rows)} rows"
-                          for i, r in enumerate(runs, 1))
-    raise ConfigError(f"the log holds {len(runs)} runs ({described}) and "
-                      f"{len(matching) or 'none'} of them ran on {num_gpus} ranks",
-                      source=log.source, hint="pick one with --run N, or set --nodes so "
-                      "that the cluster's GPU count matches one run")
 
 
 def validate_nccl_log(log: NcclLog, topology: Topology, *, op: str | None = None,
@@ -110,21 +86,9 @@ def validate_nccl_log(log: NcclLog, topology: Topology, *, op: str | None = None
     one, must equal the cluster's GPU count.  A log with several runs is narrowed to one
     by :func:`select_run`.
     """
-    log = select_run(log, len(topology.gpus), run)
-    chosen = op or log.op or "all_reduce"
-    check_choice(chosen, BENCH_OPS, key="--op", what="nccl-tests operation")
-    if log.op and op and log.op != op:
-        raise ConfigError(f"the log measured {log.op}, not {op}", source=log.source,
-                          hint=f"drop --op or pass --op {log.op}")
-    num_gpus = len(topology.gpus)
-    if log.num_ranks is not None and log.num_ranks != num_gpus:
-        raise ConfigError(
-            f"the log ran on {log.num_ranks} ranks but the cluster has {num_gpus} GPUs",
-            source=log.source, hint="choose --nodes so that the GPU counts match")
-    compared = [r for r in log.rows if r.size_bytes > 0]
-    if not compared:
-        raise ConfigError("the log has no rows of more than 0 bytes to compare",
-                          source=log.source)
+    setting = log_setting(log, topology, op=op, run=run)
+    log, chosen, num_gpus = setting.log, setting.op, len(topology.gpus)
+    compared = [r for r in log.rows if r.size_bytes > 0]  # (log_setting: there are some)
     dtype = compared[0].dtype
     predicted = run_benchmark(topology, chosen, [r.size_bytes for r in compared],
                               params=params, dtype=dtype)
@@ -140,7 +104,8 @@ def validate_nccl_log(log: NcclLog, topology: Topology, *, op: str | None = None
     small = [r.error_pct for r in rows if r.size_bytes <= SMALL_MAX_BYTES]
     return NcclValidation(log.source, chosen, num_gpus, tuple(rows), _median_abs(large),
                           _median_abs(small), _median_abs([r.error_pct for r in rows]),
-                          tuple(r.line for r in log.rows if r.size_bytes == 0))
+                          tuple(r.line for r in log.rows if r.size_bytes == 0),
+                          setting.notes)
 
 
 def format_validation(report: NcclValidation) -> str:
@@ -170,4 +135,5 @@ def format_validation(report: NcclValidation) -> str:
         lines.append(f"# left out: {len(report.empty_row_lines)} row(s) of 0 bytes (line(s) "
                      f"{', '.join(map(str, report.empty_row_lines))}): they time the "
                      "benchmark's per-call overhead, not a transfer")
+    lines += [f"note: {note}" for note in report.notes]
     return "\n".join(lines) + "\n"
