@@ -14,7 +14,7 @@ from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.report.topology_view import summarise
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, ParseError
 from distsim_gpu.topology import build_cluster, load_cluster
-from distsim_gpu.topology.importers import cluster_spec, read_node_dump
+from distsim_gpu.topology.importers import cluster_spec, cluster_yaml, read_node_dump
 from distsim_gpu.topology.importers.ibnetdiscover import (
     fabric_cluster_spec,
     parse_ibnetdiscover,
@@ -60,6 +60,31 @@ def test_nvlink_counts_tell_nvswitch_from_mesh():
         for i in range(4))
     mesh = parse_topo_matrix(text, source="quad.txt")
     assert not mesh.nvswitch and len(mesh.nvlink_pairs) == 6 and mesh.sm == 90
+
+
+def test_a_blackwell_dump_gets_nvlink_5_and_an_unknown_one_says_so(tmp_path):
+    xml = (DUMPS / "dgx-h100.topo.xml").read_text()
+    for sm, model, nvlink in (("100", "B200-180GB", 18 * 50e9), ("103", "B300-288GB", 18 * 50e9),
+                              ("120", "unknown GPU", 18 * 25e9)):
+        path = tmp_path / f"sm{sm}.xml"
+        path.write_text(xml.replace('sm="90"', f'sm="{sm}"'))
+        layout = read_node_dump(path)
+        spec = cluster_spec(layout)
+        assert (spec["gpu"]["model"], spec["nvlink"]["bandwidth"]) == (model, nvlink)
+        text = cluster_yaml(layout)
+        assert ("which distsim does not know" in text) == (sm == "120")
+    b200 = build_cluster({"preset": "dgx-b200", "nodes": 1})
+    imported = build_cluster(cluster_spec(read_node_dump(tmp_path / "sm100.xml")))
+    assert _table(imported) == _table(b200)  # the dump and the preset: one machine
+
+
+def test_nics_of_different_speeds_are_said_and_the_slowest_taken(tmp_path):
+    xml = (DUMPS / "dgx-h100.topo.xml").read_text()
+    path = tmp_path / "mix.xml"
+    path.write_text(xml.replace('speed="400000"', 'speed="200000"', 1))
+    layout = read_node_dump(path)
+    assert layout.nic_bandwidth_bytes_per_s == 200e9 / 8
+    assert "NICs run at different speeds (1 x 200 Gb/s, 7 x 400 Gb/s)" in " ".join(layout.notes)
 
 
 def test_written_file_builds_the_cluster_it_states(tmp_path):

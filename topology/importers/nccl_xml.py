@@ -205,6 +205,9 @@ def _layout(gpus: list[tuple[_Element, _Element, int]], nets: list[tuple[_Elemen
                      "NVSwitch: the fewest taken")
     sms = {int(_number(g, "sm", source, whole=True, above=True)) for g, _, _ in gpus}
     speeds = [_number(n, "speed", source, above=True) for n, _ in nets]
+    if len(set(speeds)) > 1:  # a node has one NIC speed in distsim; a ring runs at the slowest
+        mix = ", ".join(f"{speeds.count(v)} x {v / 1e3:g} Gb/s" for v in sorted(set(speeds)))
+        notes.append(f"NICs run at different speeds ({mix}): the slowest taken for all")
     pcie = [b for _, pci, _ in gpus if (b := _pcie_bytes_per_s(pci, source)) is not None]
     return NodeLayout(
         source=source, kind="NCCL topology XML",

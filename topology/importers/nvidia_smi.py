@@ -158,6 +158,9 @@ def parse_topo_matrix(text: str, *, source: str) -> NodeLayout:
     switch_of = [number[switches.find(i)] for i in range(len(names))]
     sockets = _sockets(matrix, numa, switch_of, len(number))
     nvswitch, links, pairs, notes = _nvlinks(matrix, gpus, names)
+    if nvswitch and links == 18:  # the matrix names no GPU model
+        notes.append("NV18 is Hopper's count and Blackwell's: Hopper assumed (25 GB/s a "
+                     "link); for B200 or B300 set gpu.model and nvlink.bandwidth 900 GB/s")
     legend = _nic_legend(lines)
     return NodeLayout(
         source=source, kind="nvidia-smi topo -m",

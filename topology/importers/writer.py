@@ -32,8 +32,10 @@ from distsim_gpu.topology.presets import (
 
 __all__ = ["Generation", "cluster_entries", "cluster_spec", "cluster_yaml", "comment_text"]
 
-# One NVLink (NVLink 2, 3 and 4): 25 GB/s per direction (V100, A100, H100 white papers).
+# One NVLink (NVLink 2, 3 and 4): 25 GB/s per direction (V100, A100, H100 white papers);
+# NVLink 5 (Blackwell): 50 GB/s, 18 links making 900 GB/s (Blackwell technical brief).
 NVLINK_LINK_BYTES_PER_S = 25e9
+NVLINK5_LINK_BYTES_PER_S = 50e9
 # Two-socket link when the dump cannot say: three UPI links at 11.2 GT/s, 2 bytes per
 # transfer each way (3rd Gen Xeon Scalable product brief), 67.2 GB/s per direction.
 DEFAULT_CPU_BYTES_PER_S = 3 * 11.2e9 * 2
@@ -55,6 +57,8 @@ class Generation:
     nvls: bool
     cpu_bytes_per_s: float  # the inter-socket link of the era's DGX
     cpu_name: str
+    nvlink_link_bytes_per_s: float = NVLINK_LINK_BYTES_PER_S  # one link, one direction
+    nvlink_name: str = "NVLink 2-4"
 
 
 # Volta, Ampere, Hopper: the V100/A100/H100 datasheets and the DGX-1/DGX A100/DGX H100
@@ -70,6 +74,15 @@ GENERATIONS = {
     90: Generation("Hopper", "H100-SXM5-80GB", "H100-PCIe-80GB", PCIE_GEN5_X16_BYTES_PER_S,
                    "PCIe Gen5 x16", 400e9 / 8, "NDR 400 Gb/s", True, 4 * 16e9 * 2,
                    "DGX H100's 4 UPI 2.0 links"),
+    # DGX B200 and HGX B300 datasheets, as topology.presets_blackwell builds them (no PCIe
+    # card of either exists: a dump without NVLink names no model).
+    100: Generation("Blackwell", "B200-180GB", "unknown GPU", PCIE_GEN5_X16_BYTES_PER_S,
+                    "PCIe Gen5 x16", 400e9 / 8, "ConnectX-7 NDR 400 Gb/s", True,
+                    4 * 20e9 * 2, "DGX B200's 4 UPI 2.0 links", NVLINK5_LINK_BYTES_PER_S,
+                    "NVLink 5"),
+    103: Generation("Blackwell Ultra", "B300-288GB", "unknown GPU", PCIE_GEN5_X16_BYTES_PER_S,
+                    "PCIe Gen5 x16", 800e9 / 8, "ConnectX-8 800 Gb/s", True, 6 * 24e9 * 2,
+                    "HGX B300's 6 UPI 2.0 links", NVLINK5_LINK_BYTES_PER_S, "NVLink 5"),
 }
 _UNKNOWN = Generation("unknown", "unknown GPU", "unknown GPU", PCIE_GEN4_X16_BYTES_PER_S,
                       "PCIe Gen4 x16", 200e9 / 8, "HDR 200 Gb/s", False,
@@ -82,7 +95,10 @@ Entry = tuple[str, Any, str]
 def _generation(layout: NodeLayout) -> tuple[Generation, str]:
     gen = GENERATIONS.get(layout.sm or 0)
     if gen is None:
-        return _UNKNOWN, "not in the dump"
+        known = ", ".join(f"{sm} ({g.name})" for sm, g in GENERATIONS.items())
+        return _UNKNOWN, ("not in the dump" if not layout.sm else
+                          f"sm {layout.sm}, which distsim does not know (it knows {known}): "
+                          "set gpu.model and the NVLink figure by hand")
     how = "stated (sm)" if layout.kind.startswith("NCCL") else "inferred from its NVLinks"
     return gen, f"{gen.name}, {how}"
 
@@ -91,16 +107,16 @@ def _figure(bandwidth: float, latency: float) -> dict[str, float]:
     return {"bandwidth": bandwidth, "latency": latency}
 
 
-def _nvlink_entry(layout: NodeLayout) -> Entry | None:
+def _nvlink_entry(layout: NodeLayout, gen: Generation) -> Entry | None:
+    link = gen.nvlink_link_bytes_per_s
+    per_link = f"{format_bandwidth(link)} per direction ({gen.nvlink_name}, {gen.name})"
     if layout.nvswitch:
-        bandwidth = layout.links_per_gpu * NVLINK_LINK_BYTES_PER_S
-        return ("nvlink", _figure(bandwidth, NVLINK_HOP_LATENCY_S),
-                f"each GPU to the NVSwitch: {layout.links_per_gpu} links (dump) x 25 GB/s per "
-                "direction (default: NVLink 2-4); latency default, NCCL's NVLink hop / 2")
+        return ("nvlink", _figure(layout.links_per_gpu * link, NVLINK_HOP_LATENCY_S),
+                f"each GPU to the NVSwitch: {layout.links_per_gpu} links (dump) x "
+                f"{per_link}; latency default, NCCL's NVLink hop / 2")
     if layout.nvlink_pairs:
-        return ("nvlink", _figure(NVLINK_LINK_BYTES_PER_S, NVLINK_DIRECT_LATENCY_S),
-                "one NVLink of the mesh: 25 GB/s per direction (default: NVLink 2-4); "
-                "latency default, NCCL's NVLink hop")
+        return ("nvlink", _figure(link, NVLINK_DIRECT_LATENCY_S),
+                f"one NVLink of the mesh: {per_link}; latency default, NCCL's NVLink hop")
     return None
 
 
@@ -138,7 +154,7 @@ def cluster_entries(layout: NodeLayout, *, nodes: int = 1) -> list[Entry]:
         ("gpu", {"model": gen.gpu_sxm if layout.has_nvlink else gen.gpu_pcie},
          f"architecture {gen_how}; the exact model is not in the dump"),
     ]
-    nvlink = _nvlink_entry(layout)
+    nvlink = _nvlink_entry(layout, gen)
     if nvlink is not None:
         entries.append(nvlink)
     entries += [
