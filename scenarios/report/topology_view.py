@@ -14,6 +14,7 @@ and its width grows with its speed.  Clusters of many nodes draw the first
 
 from __future__ import annotations
 
+import io
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any
 
 import networkx as nx
 from distsim_gpu.scenarios.report.plots import PlotsUnavailable
+from distsim_gpu.simcore.fileio import atomic_write_bytes
 from distsim_gpu.simcore.units import format_bandwidth
 from distsim_gpu.topology import Topology
 from distsim_gpu.topology.preset_registry import NODE_PRESETS
@@ -233,4 +235,8 @@ def draw_topology(topology: Topology, path: str | Path) -> None:
     axes.set_yticks([*_LAYER.values()], [*_LAYER.keys()])
     axes.set_xticks([])
     axes.legend(loc="upper right", fontsize="small")
-    figure.savefig(str(path))
+    # Drawn in memory, then written whole: a path that cannot be written is a clear error
+    # (matplotlib's own write raised a traceback) and no half-written file is left.
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=Path(path).suffix.lstrip(".").lower() or "png")
+    atomic_write_bytes(path, buffer.getvalue())

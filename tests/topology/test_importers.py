@@ -137,6 +137,15 @@ def test_show_summarises_and_draws(tmp_path, capsys):
     assert [line.split()[-2] for line in text.splitlines() if line.startswith(
         ("nvlink", "network"))] == ["16", "16"]
     assert out.stat().st_size > 1000
+    svg = tmp_path / "new" / "c.svg"  # a folder that is not there yet is made
+    assert main(["topology", "show", "dgx-h100", "-o", str(svg)]) == 0
+    assert svg.read_text().lstrip().startswith("<?xml")
+    capsys.readouterr()
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert main(["topology", "show", "dgx-h100", "-o", str(blocked / "c.png")]) != 0
+    err = capsys.readouterr().err
+    assert "cannot write output file" in err and "Traceback" not in err
 
 
 _GOOD = (DUMPS / "pcie-8gpu.topo.txt").read_text()
