@@ -80,4 +80,24 @@ def test_cli_exports_and_checks(tiny, write_scenario, tmp_path, capsys):
     assert len(list((tmp_path / "et").glob("tiny-gpt.*.et"))) == 8
     (tmp_path / "a-file").write_text("")
     assert main(["trace", "export-chakra", str(scenario), "--out", str(tmp_path / "a-file")]) == 2
-    assert "cannot write" in capsys.readouterr().err
+    assert "is not an empty directory or an earlier export's" in capsys.readouterr().err
+
+
+def test_an_export_replaces_an_earlier_one_whole(tiny, write_scenario, tmp_path, capsys):
+    """Eight ranks over sixteen: the earlier export's ranks 8-15 go (a reader of the
+    folder met them as a second job's); a folder holding anything else is refused."""
+    scenario = write_scenario(tmp_path / "tiny.yaml", tiny())
+    out = tmp_path / "et"
+    assert main(["trace", "export-chakra", str(scenario), "--out", str(out),
+                 "--set", "cluster.gpus=16", "--set", "parallelism.dp=4",
+                 "--set", "training.global_batch=16"]) == 0
+    assert len(list(out.glob("*.et"))) == 16
+    # (named differently from the first: the files are matched by name, not path)
+    assert main(["trace", "export-chakra", str(scenario), "--out",
+                 f"{tmp_path}/./et/"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [f"tiny-gpt.{r}.et" for r in
+                                                     sorted(range(8), key=str)]
+    (out / "notes.txt").write_text("mine")
+    assert main(["trace", "export-chakra", str(scenario), "--out", str(out)]) == 2
+    assert "it holds notes.txt" in capsys.readouterr().err
+    assert (out / "notes.txt").read_text() == "mine"

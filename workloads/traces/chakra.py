@@ -43,6 +43,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.measured.chakra import (
@@ -335,7 +336,11 @@ def export_chakra(graphs: Mapping[int, Sequence[GraphNode]]
     come) as ``<directory>/<name>.<rank>.et``; the paths written.
 
     Node ids are positions, so a graph in topological order reads back in the same order.
+    ``directory`` may be new, empty or an earlier export's (``.et`` files only): the ETs
+    this export does not rewrite are removed after it, so the directory holds one export
+    whole — a reader of every ``.et`` there would meet the earlier run's extra ranks.
     """
+    _check_export_directory(directory)
     paths = []
     pairs = sorted(graphs.items()) if isinstance(graphs, Mapping) else graphs
     stem = file_stem(name)
@@ -349,4 +354,24 @@ def export_chakra(graphs: Mapping[int, Sequence[GraphNode]]
             raise ConfigError(f"cannot write: {error.strerror or error}", source=path,
                               hint="give a directory distsim can write to") from None
         paths.append(path)
+    written = {os.path.basename(path) for path in paths}
+    for stale in Path(directory).glob("*.et"):
+        if stale.name not in written:
+            stale.unlink()
     return paths
+
+
+def _check_export_directory(directory: str | os.PathLike[str]) -> None:
+    """A ConfigError unless ``directory`` is new, empty or holds ETs alone."""
+    target = Path(directory)
+    if not target.exists():
+        return
+    others = [] if not target.is_dir() else [p.name for p in target.iterdir()
+                                             if p.suffix != ".et" or not p.is_file()]
+    if not target.is_dir() or others:
+        raise ConfigError("exists and is not an empty directory or an earlier export's",
+                          source=os.fspath(directory),
+                          hint="give a new or empty directory (one holding only .et files, "
+                               "an earlier export, is replaced)" + (
+                                   f"; it holds {', '.join(sorted(others)[:3])}"
+                                   if others else ""))
