@@ -97,6 +97,26 @@ class Calibration:
         """The fitted values as a scenario's ``communication`` section (and ``--set comm.…``)."""
         return comm_overrides(self.params, self.link_efficiency)
 
+    def fit_notes(self) -> tuple[RunNote, ...]:
+        """What to distrust in the fit: a parameter the search left at a bound of its
+        range (the measurements asked for more than the model has: a slower or faster
+        link, a cost no parameter holds), and a fit that made its own samples worse by the
+        median (it minimises squared log ratios, not the median)."""
+        fitted = [(f"link_efficiency.{kind}", value, _EFFICIENCY_BOUNDS)
+                  for kind, value in self.link_efficiency.items()]
+        fitted.append(("latency scale", self.latency_scale, _LATENCY_BOUNDS))
+        notes = [RunNote("fit", f"{name} {value:.3f} is at its bound ({low:g} to {high:g}): "
+                         "the measurements ask for more than the model holds; check the "
+                         "cluster or the sizes before using it")
+                 for name, value, (low, high) in fitted
+                 if min(abs(value - low), abs(value - high)) <= 1e-3 * (high - low)]
+        if self.median_error_after_pct > self.median_error_before_pct + 0.05:
+            notes.append(RunNote("fit", "the fit leaves its own samples worse by the median "
+                                 f"({self.median_error_before_pct:.1f} % before, "
+                                 f"{self.median_error_after_pct:.1f} % after): the defaults "
+                                 "suit them better"))
+        return tuple(notes)
+
 
 @dataclass(frozen=True, slots=True)
 class SizeBand:
@@ -207,18 +227,20 @@ def calibrate_nccl(log: NcclLog, topology: Topology, *, op: str,
                          [r.time_s for r in judged])
     edges = sorted({*(e for e in SIZE_BANDS if e < min_bytes), float(min_bytes)})
     bands = size_bands(rows, predict({}, rows), predict(fit.values, rows), edges)
+    # The bands below the fitted sizes (fit_notes judges the fitted ones).
     notes = tuple(RunNote(
         "fit", f"sizes {band.label}: median |error| {band.median_error_before_pct:.1f} % "
         f"before the fit, {band.median_error_after_pct:.1f} % after; the fitted link "
         f"efficiencies and latency scale suit the sizes >= {format_bytes(min_bytes)} but "
         "do not explain these (a per-call software overhead no parameter models would)",
-        "--min-bytes") for band in bands
-        if band.median_error_after_pct > band.median_error_before_pct + 0.05)
+        "--min-bytes") for band in bands if band.high_bytes <= min_bytes
+        and band.median_error_after_pct > band.median_error_before_pct + 0.05)
     if empty:
         notes += (RunNote("ignored", f"{len(empty)} row(s) of 0 bytes (line(s) "
                           f"{', '.join(map(str, empty))}) left out: they time the "
                           "benchmark's per-call overhead, not a transfer"),)
-    return NcclCalibration.from_fit(base, fit, bands=bands, notes=notes)
+    result = NcclCalibration.from_fit(base, fit, bands=bands)
+    return replace(result, notes=notes + result.fit_notes())
 
 
 def size_bands(rows: Sequence[NcclRow], before_s: Sequence[float], after_s: Sequence[float],

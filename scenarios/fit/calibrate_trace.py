@@ -197,7 +197,8 @@ def fit_to_json(network: TraceCalibration, compute: ComputeFit | None = None, *,
         "median_error_before_pct": network.median_error_before_pct,
         "median_error_after_pct": network.median_error_after_pct,
         "cross_validation_error_pct": network.cross_validation_error_pct,
-        "overrides": fitted_sections(network, compute)}
+        "overrides": fitted_sections(network, compute),
+        "notes": [note.to_dict() for note in network.fit_notes()]}
     if compute is not None:
         summary["compute"] = {
             "matmul_efficiency": compute.matmul_efficiency,
@@ -220,6 +221,7 @@ def format_fit(network: TraceCalibration, compute: ComputeFit | None = None, *,
     lines.append(f"median |error| of transfers before: {network.median_error_before_pct:.1f} %"
                  f"  after: {network.median_error_after_pct:.1f} %  cross-validated: "
                  f"{network.cross_validation_error_pct:.1f} %")
+    lines += [f"note: {note}" for note in network.fit_notes()]
     if not network.complete_groups:
         lines.append("warning: some ranks of the sampled groups have no trace; their kernels "
                      "include waiting for those ranks, so the fitted network reads slow")

@@ -43,6 +43,23 @@ def test_oci_log_fits_within_five_percent_and_reports_cross_validation(shared_da
     assert 0.1 <= result.latency_scale <= 20
 
 
+def test_a_parameter_the_fit_leaves_at_its_bound_is_said(small_cluster, tmp_path):
+    """Latencies 60x the defaults: the scale stops at its bound of 20, and says so."""
+    truth = apply_calibration(CommParams(), {}, 60.0)
+    rows = run_benchmark(small_cluster, "all_reduce", size_series(2**10, 2**24, 4),
+                         params=truth)
+    path = tmp_path / "slow.txt"
+    path.write_text(format_table(rows))
+    result = calibrate_nccl(parse_nccl_log(path), small_cluster, op="all_reduce",
+                            min_bytes=2**10)
+    assert result.latency_scale == pytest.approx(20.0, rel=1e-3)
+    assert any(n.message.startswith("latency scale 20.000 is at its bound (0.1 to 20)")
+               for n in result.notes)
+    clean = calibrate_nccl(parse_nccl_log(path), small_cluster, op="all_reduce",
+                           base=apply_calibration(CommParams(), {}, 60.0), min_bytes=2**10)
+    assert not [n for n in clean.fit_notes() if "bound" in n.message]
+
+
 def test_too_few_sizes_is_a_clear_error(small_cluster, tmp_path):
     rows = run_benchmark(small_cluster, "all_reduce", [2**10, 2**12])
     path = tmp_path / "small.txt"
