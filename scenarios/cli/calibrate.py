@@ -152,7 +152,9 @@ def handle_trace(args: argparse.Namespace) -> int:
                                   ranks_per_node=args.ranks_per_node)
         compute = None
         if args.scenario:
-            compute = fit_compute_efficiency(args.scenario, measured_compute_s(traces))
+            world = next((t.world_size for t in traces if t.world_size is not None), None)
+            compute = fit_compute_efficiency(args.scenario, measured_compute_s(traces),
+                                             world_size=world)
     if args.output:
         header = (f"# distsim calibrate trace {' '.join(args.traces)} --cluster "
                   f"{chosen.cluster} --nodes {chosen.topology.num_nodes}\n"

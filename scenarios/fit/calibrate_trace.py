@@ -45,7 +45,11 @@ from distsim_gpu.simcore.config import parse_assignment
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
-from distsim_gpu.workloads.traces.kineto_replay import CollectiveResult, replay_traces
+from distsim_gpu.workloads.traces.kineto_replay import (
+    CollectiveResult,
+    check_one_job,
+    replay_traces,
+)
 from distsim_gpu.workloads.traces.replay import place_ranks
 
 __all__ = ["ComputeFit", "TraceCalibration", "calibrate_trace", "fit_compute_efficiency",
@@ -113,6 +117,7 @@ def calibrate_trace(traces: Sequence[RankTrace], topology: Topology, *,
                     ranks_per_node: int | None = None) -> TraceCalibration:
     """Fit link efficiencies and a latency scale to the traces' collectives (docstring)."""
     base = base or CommParams()
+    check_one_job(traces)
     samples, complete = _samples(traces, topology, ranks_per_node)
     if len(samples) < 2:
         raise ConfigError(f"the traces hold {len(samples)} collective(s) with a known kind "
@@ -140,11 +145,19 @@ def measured_compute_s(traces: Sequence[RankTrace]) -> float:
 
 
 def fit_compute_efficiency(scenario_path: str, measured_s: float, *,
-                           overrides: Sequence[str] = (),
-                           iterations: int = 30) -> ComputeFit:
+                           overrides: Sequence[str] = (), iterations: int = 30,
+                           world_size: int | None = None) -> ComputeFit:
     """Bisect ``compute.matmul_efficiency`` so the scenario's mean per-GPU compute time is
-    ``measured_s`` (module docstring)."""
+    ``measured_s`` (module docstring); ``world_size``, the traced job's, must be the
+    scenario's GPU count (a DLRM trace was fitted to a GPT scenario's compute)."""
     from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
+
+    gpus = load_scenario(scenario_path,
+                         overrides=[parse_assignment(a) for a in overrides]).num_gpus
+    if world_size is not None and world_size != gpus:
+        raise ConfigError(f"the traces are of a job on {world_size} GPUs, the scenario "
+                          f"runs on {gpus}", key="--scenario", source=scenario_path,
+                          hint="give the scenario of the traced job")
 
     def predicted(efficiency: float | None) -> float:
         extra = [] if efficiency is None else [f"compute.matmul_efficiency={efficiency!r}"]

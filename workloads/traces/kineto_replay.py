@@ -42,6 +42,7 @@ __all__ = [
     "RankStepResult",
     "ReplayResult",
     "StepResult",
+    "check_one_job",
     "predicted_step_s",
     "replay_traces",
 ]
@@ -255,10 +256,27 @@ def replay_traces(traces: Sequence[RankTrace], topology: Topology,
                         _by_rank(measured_spans), _by_rank(predicted_spans))
 
 
+def check_one_job(traces: Sequence[RankTrace]) -> None:
+    """A ConfigError when the traces say they come from jobs of different sizes or on
+    different GPUs (rank 3 of 8 on A100 beside rank 1 of 2 on V100 is no one job)."""
+    for what, value_of in (("world size", lambda t: t.world_size),
+                           ("GPU", lambda t: t.gpu_model)):
+        stated = {trace.source: value_of(trace) for trace in traces
+                  if value_of(trace) is not None}
+        if len(set(stated.values())) > 1:
+            first, first_value = next(iter(stated.items()))
+            other, other_value = next((source, value) for source, value in stated.items()
+                                      if value != first_value)
+            raise ConfigError(f"the traces are not of one job: {first} says {what} "
+                              f"{first_value}, this one {other_value}", source=other,
+                              hint="give the traces of one run's ranks")
+
+
 def _traces_by_rank(traces: Sequence[RankTrace]) -> dict[int, RankTrace]:
-    """Each trace by the rank it says it is; every rank once."""
+    """Each trace by the rank it says it is; every rank once, of one job."""
     if not traces:
         raise ConfigError("no traces to replay")
+    check_one_job(traces)
     by_rank: dict[int, RankTrace] = {}
     for trace in traces:
         if trace.rank is None:

@@ -25,6 +25,7 @@ from distsim_gpu.scenarios.scenario import load_scenario, run_scenario
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
+from distsim_gpu.workloads.traces.kineto_replay import replay_traces
 
 SIZES = [2**k for k in range(16, 29, 2)]  # 64 KiB … 256 MiB
 
@@ -79,6 +80,27 @@ def test_network_fit_recovers_the_efficiency_the_traces_were_made_with():
     assert result.median_error_after_pct < 1.0
     assert result.cross_validation_error_pct < 2.0
     assert result.samples == len(SIZES) and result.complete_groups
+
+
+def test_traces_of_two_jobs_are_refused():
+    """A rank of a two-rank job beside a rank of an eight-rank one: not one job's traces."""
+    first, second = documents_with(slow_nvlink())
+    second["distributedInfo"]["world_size"] = 8
+    traces = [parse_trace(first, "rank0.json"), parse_trace(second, "rank1.json")]
+    with pytest.raises(ConfigError, match=r"not of one job: rank0\.json says world size 2, "
+                                          r"this one 8") as info:
+        calibrate_trace(traces, switch())
+    assert info.value.source == "rank1.json"
+    with pytest.raises(ConfigError, match="not of one job"):
+        replay_traces(traces, switch())
+
+
+def test_a_scenario_of_another_size_than_the_traced_job_is_refused(tiny, write_scenario,
+                                                                   tmp_path):
+    plain = write_scenario(tmp_path / "plain.yaml", tiny())  # 8 GPUs
+    with pytest.raises(ConfigError, match="job on 2 GPUs, the scenario runs on 8") as info:
+        fit_compute_efficiency(str(plain), 1e-3, world_size=2)
+    assert info.value.key == "--scenario"
 
 
 def test_too_few_collectives_is_a_clear_error():
