@@ -251,7 +251,10 @@ def checked_comm(comm_overrides: Sequence[tuple[str, Any]], *, path: str | None 
                  fidelity: str | None = None) -> CommParams:
     """The communication parameters of :func:`comm_params`' inputs, parsed now (once) so
     that their errors come before the cluster's; NVLink's efficiency stays the GPU
-    generation's until :func:`comm_params_on` meets the cluster."""
+    generation's until :func:`comm_params_on` meets the cluster.  The ``--comm`` file is
+    read alone first, so that its errors name the file and its key, not ``--set``."""
+    if path:
+        comm_params_from_mapping(comm_file(path), source=path, prefix="communication")
     return comm_params_from_mapping(_comm_mapping(comm_overrides, path, algo, proto, fidelity),
                                     source="--set", prefix="comm")
 

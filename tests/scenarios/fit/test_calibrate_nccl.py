@@ -104,6 +104,11 @@ def test_comm_file_without_a_communication_section_is_refused(capsys, tmp_path):
     status = main(["nccl-tests", "--cluster", "dgx-a100", "--comm", str(bad)])
     assert status == 2
     assert "no 'communication' mapping" in capsys.readouterr().err
+    # A wrong key in the file is the file's, not a --set's.
+    bad.write_text("communication:\n  link_efficency: {network: 0.5}\n")
+    assert main(["nccl-tests", "--cluster", "dgx-a100", "--comm", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: communication.link_efficency: unknown key" in err and "--set" not in err
 
 
 def test_a_log_that_repeats_its_sizes_simulates_each_size_once(small_cluster, tmp_path,
