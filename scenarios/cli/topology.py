@@ -18,7 +18,7 @@ import yaml
 from distsim_gpu.scenarios.cli.options import add_overrides_option, overrides
 from distsim_gpu.scenarios.report.plots import PlotsUnavailable
 from distsim_gpu.scenarios.report.topology_view import draw_topology, format_summary, summarise
-from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.errors import ConfigError, closest
 from distsim_gpu.simcore.fileio import atomic_write_text
 from distsim_gpu.topology import build_cluster, load_cluster
 from distsim_gpu.topology.importers import cluster_spec, cluster_yaml, read_node_dump, read_text
@@ -46,7 +46,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "dump states are used, every default is named in a comment.")
     imp.add_argument("file", metavar="FILE", help="the dump")
     imp.add_argument("-o", "--output", required=True, metavar="CLUSTER.yaml")
-    imp.add_argument("--nodes", type=int, default=1, metavar="N",
+    imp.add_argument("--nodes", type=int, default=None, metavar="N",
                      help="node dumps: how many such nodes the cluster has (default 1)")
     imp.add_argument("--exclude-nic", action="append", default=[], metavar="NAME",
                      help="node dumps: leave out this NIC (e.g. a storage NIC; repeatable)")
@@ -74,12 +74,15 @@ def _node_topology(node: str | None) -> Any:
                           "nvidia-smi topo -m / NCCL XML dump of one host")
     if node in PRESETS:
         return build_cluster({"preset": node})
+    if not os.path.exists(node):
+        raise ConfigError(f"{node!r} is neither a node preset nor a file", key="--node",
+                          hint=closest(node, PRESETS))
     return build_cluster(cluster_spec(read_node_dump(node)), source=node)
 
 
 def handle_import(args: argparse.Namespace) -> int:
     """Write the cluster file and say what it holds."""
-    if args.nodes < 1:
+    if args.nodes is not None and args.nodes < 1:
         raise ConfigError(f"must be >= 1, got {args.nodes}", key="--nodes")
     text = read_text(args.file)
     if looks_like_ibnetdiscover(text):
@@ -93,9 +96,14 @@ def handle_import(args: argparse.Namespace) -> int:
                + yaml.safe_dump(spec, sort_keys=False, width=100))
     else:
         layout = without_nics(read_node_dump(args.file), args.exclude_nic)
-        spec = cluster_spec(layout, nodes=args.nodes)
-        out = cluster_yaml(layout, nodes=args.nodes)
+        spec = cluster_spec(layout, nodes=args.nodes or 1)
+        out = cluster_yaml(layout, nodes=args.nodes or 1)
     topology = build_cluster(spec, source=args.file)  # refuse to write what cannot build
+    if args.nodes is not None and args.nodes != topology.num_nodes:  # (a fabric dump's hosts)
+        raise ConfigError(f"the fabric dump has {topology.num_nodes} hosts, --nodes says "
+                          f"{args.nodes}", key="--nodes", source=args.file,
+                          hint="--nodes is for one node's dump; a fabric's hosts are the "
+                               "cluster's nodes")
     atomic_write_text(args.output, out)
     print(f"wrote {args.output}: {len(topology.gpus)} GPUs on {topology.num_nodes} node(s)")
     sys.stdout.write(format_summary(summarise(topology)))

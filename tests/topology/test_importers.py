@@ -128,6 +128,20 @@ def test_ibnetdiscover_fabric_matches_the_single_switch_preset(tmp_path):
     assert len(load_cluster(out).gpus) == 16
 
 
+def test_a_fabric_import_names_a_mistyped_node_and_a_node_count_it_contradicts(tmp_path,
+                                                                                capsys):
+    dump, out = str(DUMPS / "two-dgx-a100.ibnetdiscover"), str(tmp_path / "ib.yaml")
+    assert main(["topology", "import", dump, "-o", out, "--node", "dgx-a10"]) == 2
+    assert "'dgx-a10' is neither a node preset nor a file (did you mean 'dgx-a100'" in (
+        capsys.readouterr().err)
+    assert main(["topology", "import", dump, "-o", out, "--node", "dgx-a100",
+                 "--nodes", "4"]) == 2
+    assert "the fabric dump has 2 hosts, --nodes says 4" in capsys.readouterr().err
+    assert not (tmp_path / "ib.yaml").exists()
+    assert main(["topology", "import", dump, "-o", out, "--node", "dgx-a100",
+                 "--nodes", "2"]) == 0
+
+
 def test_show_summarises_and_draws(tmp_path, capsys):
     out = tmp_path / "c.png"
     assert main(["topology", "show", "dgx-h100", "--nodes", "2", "-o", str(out)]) == 0
