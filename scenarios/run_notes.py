@@ -26,6 +26,7 @@ from distsim_gpu.scenarios.idle_notes import expert_exchange_absent, idle_notes
 from distsim_gpu.simcore.notes import RunNote, unique
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.topology import Topology
+from distsim_gpu.topology.fabric_notes import fabric_notes
 from distsim_gpu.topology.faults import Fault
 from distsim_gpu.topology.preset_registry import NODE_PRESETS
 from distsim_gpu.topology.routing import END_TO_END_POLICIES
@@ -269,4 +270,5 @@ def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topol
         notes += routing_notes(run.model, run.parallel.ep)
         notes += idle_notes(run, topology)
     notes += fault_notes(faults, topology, iteration_time_s)
+    notes += fabric_notes(topology)
     return unique(notes)

@@ -21,6 +21,7 @@ from distsim_gpu.scenarios.cli.options import (
 )
 from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.units import parse_size
+from distsim_gpu.topology.fabric_notes import fabric_notes
 
 __all__ = ["add_parser", "handle"]
 
@@ -64,6 +65,7 @@ def handle(args: argparse.Namespace) -> int:
             "comm": params.to_dict(),
             "rows": [r.to_dict() for r in rows],
             "avg_busbw_bytes_per_s": sum(r.busbw_bytes_per_s for r in rows) / len(rows),
+            "notes": [note.to_dict() for note in fabric_notes(topology)],
         }, indent=2))
     else:
         title = [
@@ -73,6 +75,7 @@ def handle(args: argparse.Namespace) -> int:
             # the bounds as given, as nccl-tests prints them (-e 1G -f 8 ends at 512M)
             f"minBytes {int(min_bytes)} maxBytes {int(max_bytes)} step: "
             f"{args.stepfactor:g}(factor)",
+            *(f"note: {note}" for note in fabric_notes(topology)),
         ]
         sys.stdout.write(format_table(rows, title_lines=title))
     return 0
