@@ -87,15 +87,16 @@ def gpu_of(raw: Any, topology: Topology, source: str | None) -> GpuSpec:
     if raw is not None:
         return gpu_from_mapping(raw, source=source, prefix="compute.gpu")
     model = str(topology.config.get("gpu", {}).get("model", ""))
+    hint = "e.g. compute: {gpu: a100-80gb}"
     if model:
         try:
             return get_gpu(model)
-        except ConfigError:
-            pass
-    what = f"the cluster's GPU {model!r} is not a known GPU spec" if model else (
+        except ConfigError as unknown:
+            hint = f"{hint}; for the cluster's gpu.model: {unknown.hint}"
+    what = f"the cluster's GPU {model[:60]!r} is not a known GPU spec" if model else (
         "the cluster does not say which GPU it has")
     raise ConfigError(f"no GPU given, and {what}", key="compute.gpu", source=source,
-                      hint="e.g. compute: {gpu: a100-80gb}")
+                      hint=hint)
 
 
 def roofline_of(compute: Mapping[str, Any], gpu: GpuSpec, precision: str,

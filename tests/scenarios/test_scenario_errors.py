@@ -110,6 +110,10 @@ WHOLE_CASES = {
     "no gpu known": (
         {"cluster": {"preset": "switch"}, "model": "gpt3-175b"},
         ["bad.yaml", "compute.gpu", "no GPU given", "e.g. compute: {gpu: a100-80gb}"]),
+    "cluster gpu mistyped": (
+        {"cluster": {"preset": "pcie-8gpu", "gpu": {"model": "B2000"}}, "model": "gpt3-175b"},
+        ["bad.yaml", "compute.gpu", "the cluster's GPU 'B2000' is not a known GPU spec",
+         "for the cluster's gpu.model: did you mean 'b200'"]),
 }
 
 
