@@ -141,7 +141,8 @@ class Comparison:
     def to_json_dict(self) -> dict[str, Any]:
         """Everything as one JSON-ready object (SI units)."""
         return {
-            "scenarios": [{"name": r.name, "path": p, "num_gpus": r.num_gpus}
+            "scenarios": [{"name": r.name, "path": p, "num_gpus": r.num_gpus,
+                           "notes": [note.to_dict() for note in r.notes]}
                           for p, r in zip(self.paths, self.reports)],
             "baseline": self.reports[0].name,
             "metrics": self.metrics(),
@@ -262,39 +263,60 @@ def _delta(delta: float | None, percent: float | None, unit: str) -> str:
 
 
 def _cells(entry: dict[str, Any], unit: str) -> list[str]:
+    """The first scenario's value, then each later one's value and ``[delta]`` cells."""
     cells = []
     for i, value in enumerate(entry["values"]):
-        text = _value(value, unit)
+        cells.append(_value(value, unit))
         if i:
             change = _delta(entry["delta"][i], entry["delta_percent"][i], unit)
-            text += f" [{change}]" if change else ""
-        cells.append(text)
+            cells.append(f"[{change}]" if change else "")
     return cells
+
+
+def _table(first: str, names: Sequence[str], rows: list[list[str]]) -> list[str]:
+    """Aligned columns: values right-aligned, each delta in its own left-aligned column."""
+    header = [first, names[0], *(cell for name in names[1:] for cell in (name, ""))]
+    deltas = set(range(3, len(header), 2))
+    return format_table(header, rows, right=set(range(1, len(header))) - deltas)
+
+
+def _notes(comparison: Comparison, names: Sequence[str]) -> list[str]:
+    """Each scenario's notes: those every scenario shares once, then each one's own."""
+    per_report = [[str(note) for note in r.notes] for r in comparison.reports]
+    shared = [n for n in per_report[0] if all(n in notes for notes in per_report[1:])]
+    lines = [f"  note: {n}" for n in shared]
+    for name, notes in zip(names, per_report, strict=True):
+        own = [n for n in notes if n not in shared]
+        if own:
+            lines += [f"  {name}:", *(f"    note: {n}" for n in own)]
+    return ["", "Notes (assumptions that move the answers):", *lines] if lines else []
 
 
 def format_comparison(comparison: Comparison) -> str:
     """The terminal table: metrics, per-stage times and critical path side by side, each
-    later scenario with ``[delta vs the first (%)]``; then each scenario's busiest links."""
-    names = [r.name for r in comparison.reports]
+    later scenario with ``[delta vs the first (%)]``; then each scenario's busiest links
+    and the notes of each run."""
+    names = names_of(comparison)  # (the same name twice: with its path)
     lines = ["distsim compare: " + " vs ".join(names) + " (deltas vs the first)"]
-    for path, r in zip(comparison.paths, comparison.reports):
-        lines.append(f"  {r.name}: {path}, {r.num_gpus} GPUs")
+    for name, path, r in zip(names, comparison.paths, comparison.reports, strict=True):
+        lines.append(f"  {name}: {path}, {r.num_gpus} GPUs")
     lines += ["", "Metrics:"]
     metric_rows = [[row["label"], *_cells(row, row["unit"])] for row in comparison.metrics()]
-    lines += format_table(["metric", *names], metric_rows)
+    lines += _table("metric", names, metric_rows)
     lines += ["", "Mean time per GPU, by pipeline stage:"]
     rows = []
     for row in comparison.breakdown():
         for f, label in zip(TIME_FIELDS, _TIME_LABELS):
             stage = "all GPUs" if row["stage"] == "all" else f"stage {row['stage']}"
             rows.append([f"{stage} {label}", *_cells(row["times"][f], "s")])
-    lines += format_table(["stage / time", *names], rows)
+    lines += _table("stage / time", names, rows)
     lines += ["", "Critical path by kind:"]
     rows = [[kind, *_cells(entry, "s")] for kind, entry in comparison.critical_path().items()
             if any(v for v in entry["values"] if v)]
-    lines += format_table(["kind", *names], rows)
+    lines += _table("kind", names, rows)
     lines += ["", "Busiest links (what loads them):"]
-    for r, links in zip(comparison.reports, comparison.links()):
-        lines.append(f"  {r.name}:")
+    for name, links in zip(names, comparison.links(), strict=True):
+        lines.append(f"  {name}:")
         lines += [f"    - {format_link(link)}" for link in links] or ["    (no link traffic)"]
+    lines += _notes(comparison, names)
     return "\n".join(lines) + "\n"

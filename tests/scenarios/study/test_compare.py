@@ -79,6 +79,22 @@ def test_table_shows_every_scenario_and_the_deltas(comparison):
     for part in ("fast", "slow", "iteration time", "MFU", "stage 0 compute",
                  "all GPUs communication", "Critical path", "Busiest links", "%"):
         assert part in text, part
+    # Each later scenario's delta has a column of its own: the values stay aligned.
+    rows = [line for line in text.splitlines() if line.lstrip().startswith(
+        ("iteration time", "MFU", "samples/s"))]  # (one table)
+    ends = {line.index(" [") for line in rows if " [" in line}
+    assert len(rows) == 3 and len(ends) == 1
+    # The runs' notes are the comparison's too.
+    notes = {str(n) for r in comparison.reports for n in r.notes}
+    assert notes and all(f"note: {n}" in text for n in notes)
+
+
+def test_two_scenarios_of_one_name_are_told_apart_by_path(paths, tmp_path, tiny,
+                                                           write_scenario):
+    twin = write_scenario(tmp_path / "twin.yaml", tiny(
+        name="fast", cluster={"preset": "switch", "gpus": 8, "link_bandwidth": "50 GB/s"}))
+    text = format_comparison(compare_scenarios([paths[0], str(twin)]))
+    assert f"fast ({paths[0]}) vs fast ({twin})" in text.splitlines()[0]
 
 
 def cli(argv):
@@ -92,6 +108,7 @@ def test_json_is_one_object(paths, capsys):
     assert cli(["compare", *paths, "--json", "--set", "simulation.seed=1"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [s["name"] for s in data["scenarios"]] == ["fast", "slow"]
+    assert all(isinstance(s["notes"], list) for s in data["scenarios"])
     assert data["baseline"] == "fast"
     metrics = {row["metric"]: row for row in data["metrics"]}
     assert metrics["iteration_time_s"]["delta"][1] > 0
