@@ -104,7 +104,9 @@ def _ms(seconds: float) -> str:
 
 def format_summary_table(traces: Sequence[RankTrace], summaries: Sequence[StepSummary]) -> str:
     """A terminal table: one line per rank and step, times in milliseconds."""
-    lines = [f"# {len(traces)} rank(s), {len(summaries)} profiler step(s); times in ms"]
+    steps = len({s.step for s in summaries})
+    lines = [f"# {len(traces)} rank(s), {steps} profiler step(s) ({len(summaries)} rows: a "
+             "rank's step each); times in ms"]
     for trace in traces:
         where = f"rank {trace.rank}" if trace.rank is not None else "rank ?"
         world = f" of {trace.world_size}" if trace.world_size is not None else ""

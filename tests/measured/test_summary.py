@@ -34,7 +34,8 @@ def test_table_and_json_forms(kineto_corpus):
     traces = kineto_corpus.traces[kineto_corpus.dlrm]
     rows = summarise(traces)
     table = format_summary_table(traces, rows)
-    assert table.startswith("# 8 rank(s), 8 profiler step(s); times in ms")
+    assert table.startswith("# 8 rank(s), 1 profiler step(s) (8 rows: a rank's step each); "
+                            "times in ms")
     assert "all_reducex3 sendrecvx5" in table
     data = json.loads(json.dumps(to_json(traces, rows)))
     assert [r["rank"] for r in data["ranks"]] == list(range(8))

@@ -127,6 +127,10 @@ def test_trace_summary_reads_a_run_out_directory(tmp_path, capsys, tiny, write_s
         step = by_rank[gpu["rank"]]["steps"][0]
         assert step["compute_s"] == pytest.approx(gpu["compute_s"], rel=1e-9)
         assert step["communication_s"] == pytest.approx(gpu["communication_s"], rel=1e-9)
+    # The same trace twice is not a job of sixteen ranks.
+    trace = str(tmp_path / "out" / "trace.json")
+    assert main(["trace", "summary", trace, trace]) == 2
+    assert "two traces of rank 0 (the same file given twice)" in capsys.readouterr().err
 
 
 def test_a_run_with_a_timed_fault_writes_a_trace_that_reads_back(tmp_path):
