@@ -107,6 +107,12 @@ def parse_node(value: object, *, source: str | None = None) -> NodePreset:
                                    "'distsim topology import'")
     cpus_of = _indices(mapping["pcie_switch_cpu"], "node.pcie_switch_cpu", source,
                        what="CPU")
+    unused = sorted(set(range(max(cpus_of) + 1)) - set(cpus_of))
+    if unused:  # (sockets with no switch would be built as CPUs joined to nothing)
+        raise ConfigError(f"CPU {max(cpus_of)} is named but CPU(s) "
+                          f"{', '.join(map(str, unused))} hold no PCIe switch",
+                          key="node.pcie_switch_cpu", source=source,
+                          hint="number the sockets 0 to N-1, e.g. [0, 0, 1, 1] for two")
     switches = len(cpus_of)
     gpus_at = _indices(mapping["gpu_pcie_switch"], "node.gpu_pcie_switch", source,
                        what="PCIe switch", below=switches)

@@ -221,6 +221,8 @@ def test_malformed_ibnetdiscover_names_the_line(text, line, words):
       "nvlink_pairs": [[0, 0, 1]]}, "node.nvlink_pairs[0]"),
     ({"gpu_pcie_switch": [0]}, "node"),
     ({"gpu_pcie_switch": [0], "pcie_switch_cpu": [0], "nvswitchh": True}, "node.nvswitchh"),
+    # CPU 9 named, 2..8 holding nothing: ten sockets were built for two.
+    ({"gpu_pcie_switch": [0, 1, 2], "pcie_switch_cpu": [0, 1, 9]}, "node.pcie_switch_cpu"),
 ])
 def test_node_form_errors_name_the_key(node, key):
     with pytest.raises(ConfigError) as caught:
