@@ -637,9 +637,18 @@ def _read_text(path_or_text: str | os.PathLike[str], source: str | None) -> tupl
 def _runs(path_or_text: str | os.PathLike[str], source: str | None) -> list[NcclLog]:
     text, name = _read_text(path_or_text, source)
     runs = _Reader(name).feed(text.split("\n"))
+    if not runs and _is_csv_table(text):  # nccl-tests' table saved as CSV (Alps's runs)
+        runs = _Reader(name).feed(text.replace(",", " ").split("\n"))
     if not runs:
         raise ParseError("no nccl-tests rows were found", source=name, hint=_ROW_EXAMPLE)
     return runs
+
+
+def _is_csv_table(text: str) -> bool:
+    """A header of nccl-tests' columns joined by commas: ``size,count,type,...,time,...``."""
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    columns = [c.strip().lower() for c in first.split(",")]
+    return len(columns) >= 7 and columns[:2] == ["size", "count"] and "time" in columns
 
 
 # --- public functions ------------------------------------------------------------------

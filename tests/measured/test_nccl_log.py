@@ -400,6 +400,18 @@ def test_negative_time_is_rejected() -> None:
         parse_nccl_log(text)
 
 
+def test_a_table_saved_as_csv_reads_as_its_text() -> None:
+    csv = ("size,count,type,redop,root,time,algbw,busbw,#wrong,time,algbw,busbw,#wrong\n"
+           "1048576,262144,float,sum,-1,85.58,12.25,22.97,0,84.50,12.41,23.27,0\n"
+           "2097152,524288,float,sum,-1,99.19,21.14,39.64,0,98.10,21.38,40.08,0\n")
+    log = parse_nccl_log(csv)
+    assert [(r.size_bytes, r.out_of_place_time_s, r.in_place_time_s) for r in log.rows] == [
+        (1048576, pytest.approx(85.58e-6), pytest.approx(84.50e-6)),
+        (2097152, pytest.approx(99.19e-6), pytest.approx(98.10e-6))]
+    with pytest.raises(ParseError, match="no nccl-tests rows"):
+        parse_nccl_log("name,size,count\nx,1,2\n")  # another CSV: no table
+
+
 def test_a_time_of_zero_for_bytes_moved_is_refused_at_its_line() -> None:
     text = OUT_OF_PLACE_ONLY.replace("99.19", " 0.00")
     with pytest.raises(ParseError, match="time is 0 us for 2097152 bytes") as caught:
