@@ -95,7 +95,9 @@ def aggregation_tree(b: _Builder, slot: Sequence[str], rail: int | None
     for src, _ in links:
         device = topo.device(src)
         if device.kind == "switch" and not device.sharp:
-            raise ConfigError(f"collnet: fabric switch {src!r} does not reduce in the network",
+            across = ("NVLS across nodes reduces in the fabric's switches too (InfiniBand "
+                      "SHARP): " if b.algorithm.startswith("nvls") else f"{b.algorithm}: ")
+            raise ConfigError(f"{across}fabric switch {src!r} does not reduce in the network",
                               hint="set fabric.sharp: true (SHARP switches), or use "
                                    "algorithm ring, tree or auto")
     return links, up_s + down_s
