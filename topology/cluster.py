@@ -346,7 +346,8 @@ def apply_overrides(spec: Mapping[str, Any],
 def _read_cluster_file(path: str) -> tuple[dict[str, Any], dict[str, int]]:
     data, lines = read_yaml(path, "cluster")
     if not isinstance(data, dict):
-        raise ConfigError(f"a cluster file holds a mapping, got {describe(data)}", source=path,
+        got = "an empty file" if data is None else describe(data)
+        raise ConfigError(f"a cluster file holds a mapping, got {got}", source=path,
                           hint="e.g. 'preset: dgx-a100' and 'nodes: 2', or 'devices:' and "
                                "'links:'")
     return data, lines

@@ -314,7 +314,7 @@ def test_errors_from_an_override_blame_the_override(tmp_path: Path) -> None:
 def test_cluster_file_must_be_a_mapping(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="holds a mapping, got list"):
         load_cluster(_write(tmp_path, "- dgx-a100\n"))
-    with pytest.raises(ConfigError, match="holds a mapping, got NoneType"):
+    with pytest.raises(ConfigError, match="holds a mapping, got an empty file"):
         load_cluster(_write(tmp_path, "", "empty.yaml"))
     with pytest.raises(ConfigError, match="nodes applies to preset clusters"):
         load_cluster(_write(tmp_path, CUSTOM, "custom.yaml"), nodes=2)
