@@ -50,7 +50,8 @@ def select_run(log: NcclLog, num_gpus: int, run: int | None = None) -> NcclLog:
         if not 1 <= run <= len(runs):
             raise ConfigError(f"the log holds {len(runs)} run(s), there is no run {run}",
                               key="--run", source=log.source,
-                              hint=f"choose 1 to {len(runs)}")
+                              hint=f"choose 1 to {len(runs)}" if len(runs) > 1
+                              else "drop --run: the log's one run is compared")
         return runs[run - 1]
     if len(runs) == 1:
         return runs[0]

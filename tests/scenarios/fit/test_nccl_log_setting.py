@@ -75,3 +75,15 @@ def test_a_run_picked_from_several_is_said(shared_data):
                           build_cluster({"preset": "dgx-a100", "nodes": 2}))
     assert setting.log.num_ranks == 16
     assert any("run 2 is the one on 16 ranks" in n.message for n in setting.notes)
+
+
+def test_a_run_number_past_the_logs_runs_is_refused(small_cluster, shared_data):
+    one = parse_nccl_log(_table(small_cluster, "all_reduce"))
+    with pytest.raises(ConfigError, match="holds 1 run") as info:
+        log_setting(one, small_cluster, run=2)
+    assert info.value.hint == "drop --run: the log's one run is compared"
+    two = parse_nccl_log(shared_data / "nccl" /
+                         "meta_gcm_testfixture_a100_80gb_1node_and_2node.txt")
+    with pytest.raises(ConfigError, match="holds 2 run") as info:
+        log_setting(two, small_cluster, run=3)
+    assert info.value.hint == "choose 1 to 2"
