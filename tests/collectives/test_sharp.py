@@ -129,7 +129,7 @@ def test_collnet_without_aggregating_switches_names_fabric_sharp():
         comm.estimate_s("all_reduce", list(topo.gpus[:8]), 1e6, algorithm="collnet")
     # NVLS across nodes needs the same switches, and says so as NVLS (not "collnet").
     h100 = build_cluster({"preset": "dgx-h100", "nodes": 2})
-    with pytest.raises(ConfigError, match="^NVLS across nodes reduces in the fabric"):
+    with pytest.raises(ConfigError, match=r"^NVLS across nodes reduces in the fabric"):
         Communicator(Simulation(), h100).estimate_s("all_reduce", list(h100.gpus), 1e6,
                                                     algorithm="nvls")
 
