@@ -15,7 +15,6 @@ from typing import Any
 from distsim_gpu.measured.summary import format_summary_table, summarise, to_json
 from distsim_gpu.measured.traces import load_traces
 from distsim_gpu.scenarios.cli import chakra
-from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.traces.kineto_replay import check_one_job
 from distsim_gpu.workloads.traces.measured_costs import (
     DEFAULT_LAYER_REGEX,
@@ -89,16 +88,6 @@ def handle_summary(args: argparse.Namespace) -> int:
     """Print the per-rank, per-step table (or JSON)."""
     traces = load_traces(args.traces)
     check_one_job(traces)  # (a table of two jobs' ranks side by side reads as one job)
-    seen: dict[int, str] = {}
-    for trace in traces:
-        if trace.rank is None:
-            continue
-        if trace.rank in seen:
-            other = seen[trace.rank]
-            raise ConfigError(f"two traces of rank {trace.rank}", source=trace.source,
-                              hint="the same file given twice" if other == trace.source
-                              else f"the other is {other}")
-        seen[trace.rank] = trace.source
     summaries = summarise(traces)
     if args.json:
         print(json.dumps(to_json(traces, summaries), indent=2))

@@ -258,7 +258,18 @@ def replay_traces(traces: Sequence[RankTrace], topology: Topology,
 
 def check_one_job(traces: Sequence[RankTrace]) -> None:
     """A ConfigError when the traces say they come from jobs of different sizes or on
-    different GPUs (rank 3 of 8 on A100 beside rank 1 of 2 on V100 is no one job)."""
+    different GPUs (rank 3 of 8 on A100 beside rank 1 of 2 on V100 is no one job), or
+    two of them are one rank (the same file given twice, too)."""
+    seen: dict[int, str] = {}
+    for trace in traces:
+        if trace.rank is None:
+            continue
+        if trace.rank in seen:
+            other = seen[trace.rank]
+            raise ConfigError(f"two traces of rank {trace.rank}", source=trace.source,
+                              hint="the same file given twice" if other == trace.source
+                              else f"the other is {other}")
+        seen[trace.rank] = trace.source
     for what, value_of in (("world size", lambda t: t.world_size),
                            ("GPU", lambda t: t.gpu_model)):
         stated = {trace.source: value_of(trace) for trace in traces
@@ -283,10 +294,7 @@ def _traces_by_rank(traces: Sequence[RankTrace]) -> dict[int, RankTrace]:
             raise ConfigError("the trace does not say its rank", source=trace.source,
                               hint="Kineto writes distributedInfo.rank; or name the file "
                                    "rank<N>.json / worker<N>.json")
-        if trace.rank in by_rank:
-            raise ConfigError(f"two traces of rank {trace.rank}", source=trace.source,
-                              hint=f"the other is {by_rank[trace.rank].source}")
-        by_rank[trace.rank] = trace
+        by_rank[trace.rank] = trace  # (check_one_job: each rank once)
     return by_rank
 
 
