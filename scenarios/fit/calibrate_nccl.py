@@ -36,6 +36,7 @@ from distsim_gpu.collectives import CommParams
 from distsim_gpu.collectives.nccl_tests import run_benchmark
 from distsim_gpu.measured.nccl_log import NcclLog, NcclRow
 from distsim_gpu.scenarios.fit.fitting import FitResult, Parameter, fit_log_ratios
+from distsim_gpu.scenarios.fit.nccl_log_setting import empty_rows_note
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.simcore.units import format_bytes
@@ -209,7 +210,6 @@ def calibrate_nccl(log: NcclLog, topology: Topology, *, op: str,
     least ``min_bytes`` (see the module docstring)."""
     base = base or CommParams()
     rows = [r for r in log.rows if r.size_bytes > 0]  # a 0-byte row times no transfer
-    empty = [r.line for r in log.rows if r.size_bytes == 0]
     kinds = [k for k in kinds if any(link.kind == k for link in topology.links())]
     dtype = rows[0].dtype if rows else "float"
 
@@ -235,10 +235,7 @@ def calibrate_nccl(log: NcclLog, topology: Topology, *, op: str,
         "do not explain these (a per-call software overhead no parameter models would)",
         "--min-bytes") for band in bands if band.high_bytes <= min_bytes
         and band.median_error_after_pct > band.median_error_before_pct + 0.05)
-    if empty:
-        notes += (RunNote("ignored", f"{len(empty)} row(s) of 0 bytes (line(s) "
-                          f"{', '.join(map(str, empty))}) left out: they time the "
-                          "benchmark's per-call overhead, not a transfer"),)
+    notes += empty_rows_note(log.rows)
     result = NcclCalibration.from_fit(base, fit, bands=bands)
     return replace(result, notes=notes + result.fit_notes())
 

@@ -13,6 +13,7 @@ and an ``--op`` they rule out is taken with a note.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from distsim_gpu.collectives.nccl_tests import BENCH_OPS, DTYPE_BYTES
@@ -22,7 +23,7 @@ from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.topology import Topology
 
-__all__ = ["LogSetting", "log_setting", "ops_the_rows_allow", "select_run"]
+__all__ = ["LogSetting", "empty_rows_note", "log_setting", "ops_the_rows_allow", "select_run"]
 
 # nccl-tests' count column holds a rank's share of the buffer for these.
 _SHARE_COUNTED = ("all_gather", "reduce_scatter", "alltoall")
@@ -87,6 +88,17 @@ def ops_the_rows_allow(rows: tuple[NcclRow, ...], num_ranks: int) -> tuple[str, 
             continue
         allowed.append(op)
     return tuple(allowed)
+
+
+def empty_rows_note(rows: Sequence[NcclRow]) -> tuple[RunNote, ...]:
+    """The note for the rows of 0 bytes a comparison or fit leaves out (none: ()): they
+    time the benchmark's per-call overhead, which no link or protocol parameter prices."""
+    lines = [row.line for row in rows if row.size_bytes == 0]
+    if not lines:
+        return ()
+    return (RunNote("ignored", f"left out: {len(lines)} row(s) of 0 bytes (line(s) "
+                    f"{', '.join(map(str, lines))}): they time the benchmark's per-call "
+                    "overhead, not a transfer"),)
 
 
 def log_setting(log: NcclLog, topology: Topology, *, op: str | None = None,

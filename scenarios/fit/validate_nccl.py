@@ -17,7 +17,11 @@ from distsim_gpu.collectives import CommParams
 from distsim_gpu.collectives.nccl_tests import bus_factor, run_benchmark
 from distsim_gpu.measured.nccl_log import NcclLog
 from distsim_gpu.scenarios.fit.fitting import error_pct
-from distsim_gpu.scenarios.fit.nccl_log_setting import log_setting, select_run
+from distsim_gpu.scenarios.fit.nccl_log_setting import (
+    empty_rows_note,
+    log_setting,
+    select_run,
+)
 from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.topology import Topology
 
@@ -61,8 +65,7 @@ class NcclValidation:
     median_abs_error_large_pct: float | None
     median_abs_error_small_pct: float | None
     median_abs_error_all_pct: float | None
-    # Rows of 0 bytes move nothing: their time is the benchmark's per-call overhead, which
-    # no link or protocol parameter prices, so they are left out (and their lines said).
+    # Rows of 0 bytes, left out (nccl_log_setting.empty_rows_note says so in ``notes``).
     empty_row_lines: tuple[int, ...] = ()
     notes: tuple[RunNote, ...] = ()  # what was assumed of the log (nccl_log_setting)
 
@@ -105,7 +108,7 @@ def validate_nccl_log(log: NcclLog, topology: Topology, *, op: str | None = None
     return NcclValidation(log.source, chosen, num_gpus, tuple(rows), _median_abs(large),
                           _median_abs(small), _median_abs([r.error_pct for r in rows]),
                           tuple(r.line for r in log.rows if r.size_bytes == 0),
-                          setting.notes)
+                          setting.notes + empty_rows_note(log.rows))
 
 
 def format_validation(report: NcclValidation) -> str:
@@ -131,9 +134,5 @@ def format_validation(report: NcclValidation) -> str:
                  f"{pct(report.median_abs_error_small_pct)}")
     lines.append(f"# median |error|, all sizes:                         "
                  f"{pct(report.median_abs_error_all_pct)}")
-    if report.empty_row_lines:
-        lines.append(f"# left out: {len(report.empty_row_lines)} row(s) of 0 bytes (line(s) "
-                     f"{', '.join(map(str, report.empty_row_lines))}): they time the "
-                     "benchmark's per-call overhead, not a transfer")
     lines += [f"note: {note}" for note in report.notes]
     return "\n".join(lines) + "\n"
