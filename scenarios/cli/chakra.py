@@ -25,6 +25,7 @@ from distsim_gpu.scenarios.cli.options import (
     add_quiet_option,
     cluster_and_params,
     overrides,
+    refuse_jobs,
 )
 from distsim_gpu.scenarios.scenario import load_scenario, spec_of
 from distsim_gpu.simcore import progress
@@ -85,11 +86,7 @@ def add_parser(kinds: Any) -> argparse.ArgumentParser:
 def handle_export(args: argparse.Namespace) -> int:
     """Write the ETs (and, with --check, compare the two runs)."""
     scenario = load_scenario(args.scenario, overrides(args.overrides))
-    if scenario.jobs:  # the ETs are one job's ranks; the other jobs' would be lost
-        raise ConfigError(f"trace export-chakra writes one job's ranks; this scenario has "
-                          f"{len(scenario.jobs)} jobs", key="jobs", source=scenario.source,
-                          hint="export each job from a scenario of its own (its model, "
-                          "parallelism and training at the top level)")
+    refuse_jobs(scenario, "trace export-chakra", "writes one job's ranks")
     spec = spec_of(scenario)
     with progress.reporting("trace export-chakra", enabled=not args.quiet) as reporter:
         if reporter is not None:

@@ -189,6 +189,17 @@ def overrides(texts: Sequence[str]) -> list[tuple[str, Any]]:
     return [parse_assignment(text) for text in texts]
 
 
+def refuse_jobs(scenario: Any, command: str, does: str) -> None:
+    """A ConfigError when ``scenario`` has several ``jobs``: ``command`` ``does`` (e.g.
+    ``search`` ``varies one job's strategy``) one job's work, and the others' would be
+    lost."""
+    if scenario.jobs:
+        raise ConfigError(f"{command} {does}; this scenario has {len(scenario.jobs)} jobs",
+                          key="jobs", source=scenario.source,
+                          hint=f"run {command} on a scenario of each job's own (its model, "
+                               "parallelism and training at the top level)")
+
+
 def split_cluster_overrides(texts: Sequence[str]
                             ) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
     """``--set`` texts -> (cluster overrides, ``comm.*`` overrides with the prefix off)."""

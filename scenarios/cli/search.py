@@ -13,6 +13,7 @@ from distsim_gpu.scenarios.cli.options import (
     add_quiet_option,
     add_workers_options,
     overrides,
+    refuse_jobs,
     workers_of,
 )
 from distsim_gpu.scenarios.scenario import load_scenario
@@ -75,11 +76,7 @@ def _progress(line: str) -> None:
 def handle(args: argparse.Namespace) -> int:
     """Search, print the best strategies and write ``--out``."""
     scenario = load_scenario(args.scenario, overrides(args.overrides))
-    if scenario.jobs:  # each candidate would be the first job's alone
-        raise ConfigError(f"search varies one job's strategy; this scenario has "
-                          f"{len(scenario.jobs)} jobs", key="jobs", source=scenario.source,
-                          hint="search each job from a scenario of its own (its model, "
-                          "parallelism and training at the top level)")
+    refuse_jobs(scenario, "search", "varies one job's strategy")  # (the first job's alone)
     if args.time_limit is not None and not args.time_limit > 0:
         raise ConfigError(f"must be a number of seconds > 0, got {args.time_limit!r}",
                           key="--time-limit")
