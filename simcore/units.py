@@ -57,7 +57,8 @@ for _p, _f in _DECIMAL.items():
 for _p, _f in _BINARY.items():
     _SIZE_UNITS[f"{_p}B"] = _f
 # nccl-tests (and dd) write bare K/M/G/T meaning powers of two.
-_SIZE_UNITS.update({"K": 2.0**10, "k": 2.0**10, "M": 2.0**20, "G": 2.0**30, "T": 2.0**40})
+_SIZE_UNITS.update({"K": 2.0**10, "k": 2.0**10, "M": 2.0**20, "G": 2.0**30, "T": 2.0**40,
+                    "P": 2.0**50})
 
 _BANDWIDTH_UNITS: dict[str, float] = {}
 for _name, _f in _SIZE_UNITS.items():
@@ -68,6 +69,10 @@ for _p, _f in _DECIMAL.items():
     _BANDWIDTH_UNITS[f"{_p}bps"] = _f / 8.0
     _BANDWIDTH_UNITS[f"{_p}b/s"] = _f / 8.0
     _BANDWIDTH_UNITS[f"{_p}bit/s"] = _f / 8.0
+
+# Rates no link or memory has, at either end: a prefix typed wrong (1e-30 Gb/s, 1e30 Gb/s),
+# which would otherwise run as days or as nothing.  A what-if's "free" link is 1 PB/s.
+_BANDWIDTH_RANGE = (1.0, 1e18)
 
 _TIME_UNITS = {
     "": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6,
@@ -116,11 +121,8 @@ def _parse(
     elif isinstance(value, str):
         match = _QUANTITY.match(value) if len(value) <= _MAX_DIGITS else None
         if not match or match.group(2) not in table:
-            units = sorted(u for u in table if u)
-            raise ParseError(
-                f"cannot read {_short(value)} as a {what}", key=key, source=source,
-                hint=f"write a number and a unit, e.g. {example}; units: {', '.join(units)}",
-            )
+            raise ParseError(f"cannot read {_short(value)} as a {what}", key=key,
+                             source=source, hint=_unit_hint(match, table, example))
         number, factor = float(match.group(1)), table[match.group(2)]
     else:
         raise ParseError(f"expected a {what}, got {type(value).__name__} {_short(value)}",
@@ -134,6 +136,21 @@ def _parse(
         raise ParseError(f"{what} must be {bound}, got {_short(value)}", key=key, source=source,
                          hint=f"e.g. {example}")
     return result
+
+
+def _unit_hint(match: re.Match[str] | None, table: dict[str, float], example: str) -> str:
+    """What to write instead; a unit known in another case is named (units are
+    case-sensitive: ``Gbps`` is bits, ``GBps`` bytes, so ``gbps`` is not guessed)."""
+    units = sorted(u for u in table if u)
+    hint = f"write a number and a unit, e.g. {example}; units: {', '.join(units)}"
+    if match is None or not match.group(2):
+        return hint
+    same = [u for u in units if u.lower() == match.group(2).lower()]
+    if not same:
+        return hint
+    meant = " or ".join(_short(f"{match.group(1)} {u}") for u in same)
+    bits = "; b is bits, B bytes" if any("b" in u for u in same) else ""
+    return f"did you mean {meant}? Units are case-sensitive{bits}. {hint[0].upper()}{hint[1:]}"
 
 
 def _is_bare_number(value: object, *, whole_only: bool = False) -> bool:
@@ -196,8 +213,14 @@ def parse_bandwidth(value: object, *, key: str | None = None, source: str | None
     """Bytes per second from ``"450 GB/s"``, ``"400 Gbps"``, ``"25 GiB/s"`` or a float (SI);
     a whole number or a number as text is a :class:`ParseError` (see the module
     docstring): ``"4e11 B/s"`` is SI."""
-    return _parse(value, _BANDWIDTH_UNITS, "bandwidth", "400Gb/s or 50GB/s", key=key,
+    rate = _parse(value, _BANDWIDTH_UNITS, "bandwidth", "400Gb/s or 50GB/s", key=key,
                   source=source, allow_zero=allow_zero, bare="refused")
+    if rate and not _BANDWIDTH_RANGE[0] <= rate <= _BANDWIDTH_RANGE[1]:
+        raise ParseError(f"bandwidth {_short(value)} is {rate:.3g} B/s, outside any link's "
+                         "or memory's rate", key=key, source=source,
+                         hint="write one between 1 B/s and 1 EB/s, e.g. 400Gb/s or 50GB/s "
+                              "(is the unit's prefix right?)")
+    return rate
 
 
 def parse_duration(value: object, *, key: str | None = None, source: str | None = None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.collectives.nccl_tests import bus_factor, format_table, run_benchmark, size_series
@@ -156,3 +158,18 @@ def test_the_header_prints_the_bounds_as_given(capsys):
     sizes = [int(line.split()[0]) for line in out.splitlines()
              if line.strip() and line.split()[0].isdigit()]
     assert sizes == [8 * 2**20, 64 * 2**20, 512 * 2**20]
+
+
+def test_one_gpu_says_why_its_rows_read_zero(capsys):
+    """One rank moves nothing between GPUs: the 0.00 us rows come with their reason."""
+    from distsim_gpu.scenarios.cli.main import main
+
+    args = ["nccl-tests", "--cluster", "switch", "--set", "gpus=1", "-b", "8", "-e", "64"]
+    assert main(args) == 0
+    assert "note: unmodelled: one GPU: the collective moves no bytes" in capsys.readouterr().out
+    assert main([*args, "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert [note["kind"] for note in notes] == ["unmodelled"]
+    assert main(["nccl-tests", "--cluster", "switch", "--set", "gpus=2", "-b", "8",
+                 "-e", "8"]) == 0
+    assert "one GPU" not in capsys.readouterr().out

@@ -124,8 +124,8 @@ def test_flops_units(text, expected):
 @pytest.mark.parametrize("parse", [parse_size, parse_bandwidth, parse_duration, parse_flops])
 @pytest.mark.parametrize("number", [3, 2.5, 1e-9, 4e11])
 def test_plain_numbers_pass_through_as_si(parse, number):
-    if parse is parse_bandwidth and isinstance(number, int):
-        return  # a whole-number bandwidth needs a unit: see the test below
+    if parse is parse_bandwidth and (isinstance(number, int) or number < 1):
+        return  # a whole-number bandwidth needs a unit, and none is below 1 B/s: see below
     result = parse(number)
     assert result == number
     assert type(result) is float
@@ -160,6 +160,32 @@ def test_a_latency_takes_a_unit_a_float_or_zero(value, seconds):
 @given(st.floats(min_value=1.0, max_value=1e15))
 def test_a_bandwidth_with_its_unit_written_back_reads_the_same(rate):
     assert parse_bandwidth(bandwidth_text(rate)) == rate
+
+
+@pytest.mark.parametrize("text", ["1e-30 Gb/s", "1e30 Gb/s", "0.5 B/s", 1e19])
+def test_a_bandwidth_no_link_has_is_refused_with_the_range(text):
+    with pytest.raises(ParseError, match="outside any link's") as info:
+        parse_bandwidth(text, key="links.ib.bandwidth", source="c.yaml")
+    assert "between 1 B/s and 1 EB/s" in str(info.value)
+    assert "links.ib.bandwidth" in str(info.value)
+
+
+def test_the_ends_of_the_bandwidth_range_are_read():
+    assert parse_bandwidth("1 B/s") == 1.0
+    assert parse_bandwidth("1000 PB/s") == 1e18
+
+
+@pytest.mark.parametrize(("text", "meant"), [
+    ("400 gbps", "'400 GBps' or '400 Gbps'"), ("8 gib", "'8 GiB'"), ("1 kib", "'1 KiB'")])
+def test_a_unit_in_the_wrong_case_is_named(text, meant):
+    parse = parse_bandwidth if "bps" in text else parse_size
+    with pytest.raises(ParseError, match="case-sensitive") as info:
+        parse(text)
+    assert f"did you mean {meant}?" in str(info.value)
+
+
+def test_a_petabyte_is_read_as_nccl_tests_writes_it():
+    assert parse_size("1P") == 2.0**50 == parse_size("1 PiB")
 
 
 def test_zero_is_a_valid_size_and_duration():
