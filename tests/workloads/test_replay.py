@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from distsim_gpu.collectives import CommParams, Communicator
 from distsim_gpu.measured.kineto import parse_trace
+from distsim_gpu.measured.summary import summarise
 from distsim_gpu.measured.traces import load_traces
 from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.simcore import Simulation
@@ -150,6 +151,33 @@ def test_a_missing_rank_arrives_with_the_present_ones_and_is_noted():
     assert call.predicted_wait_s == {0: 0.0}
     assert call.predicted_transfer_s == pytest.approx(closed_form_transfer_s(), rel=1e-9)
     assert any("1 of 2 ranks have no trace" in note for note in result.notes)
+
+
+def _with_unlaunched_kernel(rank: int) -> dict:
+    """Rank ``rank``'s document with a 3 µs kernel whose launching call the profiler lost
+    (a correlation no runtime call has), 2 µs after the GEMM on its stream."""
+    document = synthetic_rank(rank)
+    gemm_end = 10 + LAUNCH_US + GEMM_US[rank]
+    document["traceEvents"].append(_x("kernel", "vectorized_elementwise_kernel<add>",
+                                      gemm_end + 2, 3, correlation=99, stream=7, device=rank))
+    return document
+
+
+def test_a_kernel_without_its_launch_is_replayed_as_the_steps_work():
+    """The summary counts such a kernel as the GPU's compute; the replay must too (it had
+    dropped it, so a DLRM rank read 1.255 ms of compute in one and 1.051 in the other)."""
+    traces = [parse_trace(_with_unlaunched_kernel(r), f"rank{r}.json") for r in (0, 1)]
+    measured = replay_traces(traces, switch(), ideal(), mode="measured")
+    simulated = replay_traces(traces, switch(), ideal())
+    for rank, summary in zip(measured.steps[0].ranks, summarise(traces), strict=True):
+        assert rank.predicted_s == pytest.approx(rank.measured_s, abs=1e-12)
+        assert rank.measured_compute_s == pytest.approx(summary.compute_s, abs=1e-12)
+        assert rank.measured_compute_s == pytest.approx(
+            (GEMM_US[rank.rank] + 3 + 50) * 1e-6, rel=1e-9)
+    plain = replay_traces(synthetic(), switch(), ideal())
+    assert simulated.predicted_s == pytest.approx(plain.predicted_s, rel=1e-12)
+    assert any("2 GPU ops have no launching call" in note for note in simulated.notes)
+    assert not any("launching call" in note for note in plain.notes)
 
 
 def test_stream_wait_event_ties_the_nccl_kernel_to_the_gemm():

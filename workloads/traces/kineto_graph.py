@@ -21,7 +21,9 @@ The job each rank ran is rebuilt as a dependency graph from its Kineto trace
   on another stream ended), that op.  Kineto does not record the event or stream arguments
   of these calls, so both are inferences.  What is left unexplained of a measured start is
   kept as a fixed delay, so a replay with the measured durations reproduces the measured
-  timeline.
+  timeline.  A kernel that started in the step without a launching call in the trace (the
+  profiler lost it) is the step's work too: it follows its stream's op before it at its
+  measured gap, or, first on its stream, starts when it was measured to.
 * **What each GPU op is** is a typed op (:mod:`workloads.iteration.ops`), as in the simulated
   iteration: a kernel is :class:`~workloads.iteration.ops.Compute` and a copy or a set
   :class:`~workloads.iteration.ops.Memcpy`, both taking their measured durations; an NCCL kernel is
@@ -144,6 +146,13 @@ def _in_step(kernel: GpuEvent, step: ProfilerStep) -> bool:
     return step.start_s <= t < step.end_s
 
 
+def _unlaunched_in_step(kernel: GpuEvent, step: ProfilerStep) -> bool:
+    """A kernel the trace has no launching call for (the profiler dropped it) that started
+    in ``step``: it is the step's work all the same, replayed behind its stream at its
+    measured gap (or its measured start, first on its stream)."""
+    return kernel.launch_s is None and _in_step(kernel, step)
+
+
 def clock_offsets(traces: Sequence[RankTrace], steps: dict[int, dict[int, ProfilerStep]],
                    world_size: int) -> dict[int, float]:
     """Per rank, the median of (its collective end − the reference rank's), over matched
@@ -212,7 +221,7 @@ def _add_nodes(rs: RankStep, calls: dict[int, RuntimeCall], world_size: int) -> 
         previous_end: float | None = None
         for kernel in kernels:
             call = calls.get(kernel.correlation) if kernel.correlation is not None else None
-            if call is None:
+            if call is None and not _unlaunched_in_step(kernel, rs.step):
                 # Not launched in this step: a fixed constraint for what follows it.
                 if previous_end is None or rs.t(kernel.end_s) > previous_end:
                     previous_end = rs.t(kernel.end_s)
@@ -221,8 +230,9 @@ def _add_nodes(rs: RankStep, calls: dict[int, RuntimeCall], world_size: int) -> 
             node = ReplayNode(rs.trace.rank or 0, kernel, _op_of(kernel, world_size), stream,
                          rs.t(kernel.start_s), rs.t(kernel.end_s), launch=call, prev=previous,
                          prev_fixed_end_s=previous_end if previous is None else None)
-            call.launches.append(node)
-            latencies.append(node.start_s - call.start_s)
+            if call is not None:
+                call.launches.append(node)
+                latencies.append(node.start_s - call.start_s)
             rs.ops.append(node)
             previous, previous_end = node, node.end_s
     rs.launch_latency_s = max(0.0, min(latencies)) if latencies else 0.0
@@ -296,7 +306,8 @@ def _explicit_waits(rs: RankStep) -> None:
 
 
 def _measured_ready(node: ReplayNode, launch_latency_s: float) -> float:
-    ready = node.launch.start_s + launch_latency_s if node.launch is not None else node.start_s
+    # An op without a launching call is released at the replay's start, as the engine does.
+    ready = (node.launch.start_s if node.launch is not None else 0.0) + launch_latency_s
     if node.prev is not None:
         ready = max(ready, node.prev.end_s)
     elif node.prev_fixed_end_s is not None:

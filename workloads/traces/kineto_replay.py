@@ -233,12 +233,14 @@ def replay_traces(traces: Sequence[RankTrace], topology: Topology,
     offsets = clock_offsets(ordered, step_maps, world_size)
 
     results: list[StepResult] = []
+    unlaunched = 0
     measured_spans: dict[int, list[Span]] = {}
     predicted_spans: dict[int, list[Span]] = {}
     for number in common:
         base = min(step_maps[r][number].start_s - offsets[r] for r in step_maps)
         rank_steps = [build_rank_step(t, step_maps[t.rank or 0][number], offsets[t.rank or 0],
                                        base, world_size) for t in ordered]
+        unlaunched += sum(1 for rs in rank_steps for node in rs.ops if node.launch is None)
         rendezvous = match_collectives(rank_steps, world_size, number, notes)
         Replay(rank_steps, rendezvous, topology, params, mode, rank_gpus).run()
         ranks = tuple(_rank_result(rs, number, _step_end_sim(rs)) for rs in rank_steps)
@@ -247,6 +249,10 @@ def replay_traces(traces: Sequence[RankTrace], topology: Topology,
                                   max(r.predicted_s for r in ranks), ranks, collectives))
         shift = base - min(step_maps[r][common[0]].start_s - offsets[r] for r in step_maps)
         _add_spans(rank_steps, shift, measured_spans, predicted_spans)
+    if unlaunched:
+        notes.append(f"{unlaunched} GPU ops have no launching call in the traces (the profiler "
+                     "dropped it): each is replayed behind the op before it on its stream at "
+                     "its measured gap, or at its measured start")
     unsized = sum(1 for s in results for c in s.collectives if not c.simulated)
     if unsized and mode == "simulated":
         notes.append(f"{unsized} collectives without a size or known kind in the trace kept "
