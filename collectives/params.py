@@ -76,6 +76,7 @@ __all__ = [
     "DEEPEP_SM_TOKEN_S",
     "FIDELITIES",
     "NVLINK_EFFICIENCY_BY_ARCHITECTURE",
+    "NVLS_EFFICIENCY_BY_ARCHITECTURE",
     "PROTOCOLS",
     "CommParams",
     "comm_params_for",
@@ -132,6 +133,10 @@ _PEER_LATENCY_US = {
 }
 # NVLink SHARP's achieved fraction of the NVLink rate on Hopper (tuning.cc nvlsEfficiency).
 _NVLS_EFFICIENCY = 0.85
+#: NVLink SHARP's fraction by GPU generation, NCCL's own ``nvlsEfficiency`` (tuning.cc,
+#: 2.19-2.27, indexed by compute capability): Blackwell's multimem loads and stores reach
+#: less of NVLink 5's doubled rate than Hopper's of NVLink 4's.  Others take Hopper's.
+NVLS_EFFICIENCY_BY_ARCHITECTURE = {"hopper": 0.85, "blackwell": 0.74}
 #: The SMs one NCCL collective's kernel holds while it runs, one CTA a channel, none shared
 #: with compute: "on DGX with 8 NICs and a top speed of 190 GB/s, [NCCL] would use 16
 #: SMs", 2 on a PCIe system with one NIC (the NCCL maintainers, NVIDIA/nccl#689; an FSDP
@@ -246,15 +251,22 @@ class CommParams:
     #: not, it is the GPU generation's figure, resolved by :meth:`on_architecture` once the
     #: cluster is known.  Not compared: it says where a figure came from, not what it is.
     nvlink_efficiency_given: bool = field(default=False, compare=False, repr=False)
+    #: The same for ``nvls_efficiency`` (:data:`NVLS_EFFICIENCY_BY_ARCHITECTURE`).
+    nvls_efficiency_given: bool = field(default=False, compare=False, repr=False)
 
     def on_architecture(self, architecture: str) -> CommParams:
         """These parameters on GPUs of ``architecture`` (``ampere``, ``hopper``, …; "" for
-        unknown): NVLink's efficiency becomes that generation's
-        (:data:`NVLINK_EFFICIENCY_BY_ARCHITECTURE`) unless it was given."""
+        unknown): NVLink's and NVLink SHARP's efficiencies become that generation's
+        (:data:`NVLINK_EFFICIENCY_BY_ARCHITECTURE`, :data:`NVLS_EFFICIENCY_BY_ARCHITECTURE`)
+        unless they were given."""
+        params = self
+        if not self.nvls_efficiency_given:
+            params = replace(params, nvls_efficiency=NVLS_EFFICIENCY_BY_ARCHITECTURE.get(
+                architecture, _NVLS_EFFICIENCY))
         if self.nvlink_efficiency_given:
-            return self
+            return params
         nvlink = _default_link_efficiency(architecture)["nvlink"]
-        return replace(self, link_efficiency={**self.link_efficiency, "nvlink": nvlink})
+        return replace(params, link_efficiency={**self.link_efficiency, "nvlink": nvlink})
 
     def deepep_sm_rate(self, token_bytes: float) -> float:
         """Bytes per second one SM of DeepEP's kernels moves of tokens of ``token_bytes``
@@ -291,6 +303,7 @@ class CommParams:
             hop_latency_s={a: {t: dict.fromkeys(r, 0.0) for t, r in by_t.items()}
                            for a, by_t in self.hop_latency_s.items()},
             nvlink_efficiency_given=True,
+            nvls_efficiency_given=True,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -404,6 +417,8 @@ def _parsed_comm(data: Mapping[str, Any] | None, source: str | None,
                                        source=source)
         elif key in ("nvls_efficiency", "deepep_nvlink_efficiency"):
             changes[key] = _fraction(value, path, source)
+            if key == "nvls_efficiency":
+                changes["nvls_efficiency_given"] = True
         elif key == "deepep_sm_rate":
             changes["deepep_sm_bytes_per_s"] = parse_bandwidth(value, key=path, source=source,
                                                                allow_zero=True)

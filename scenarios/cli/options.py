@@ -272,16 +272,16 @@ def checked_comm(comm_overrides: Sequence[tuple[str, Any]], *, path: str | None 
 
 def comm_params_on(comm: CommParams, topology: Topology, *,
                    cluster: str | None = None) -> CommParams:
-    """Checked communication parameters on a cluster: NVLink's efficiency that of the
-    cluster's GPU generation unless it was given.  A cluster with NVLink whose GPU model
+    """Checked communication parameters on a cluster: NVLink's and NVLink SHARP's
+    efficiencies those of the cluster's GPU generation unless they were given.  A cluster with NVLink whose GPU model
     distsim has no spec for is an error unless the efficiency is given: another
     generation's figure would be a silent guess (generations differ by several percent,
     :data:`~collectives.params.NVLINK_EFFICIENCY_BY_ARCHITECTURE`).  ``cluster``: what
     the user named the cluster by (a preset or file), for the error."""
-    if comm.nvlink_efficiency_given:
-        return comm
     model = str(topology.config.get("gpu", {}).get("model", ""))
     architecture = cluster_architecture(topology)
+    if comm.nvlink_efficiency_given:
+        return comm.on_architecture(architecture)
     if model and not architecture and any(link.kind == "nvlink" for link in topology.links()):
         raise ConfigError(f"the cluster's GPU {model[:60]!r} is no GPU distsim has a spec "
                           "for, so NVLink's efficiency on it is unknown", key="gpu.model",

@@ -1,15 +1,20 @@
-"""Communication parameters are parsed once and take NVLink's efficiency by GPU generation
-when they meet the cluster, unless the user gave it."""
+"""Communication parameters are parsed once and take NVLink's and NVLink SHARP's
+efficiencies by GPU generation when they meet the cluster, unless the user gave them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+from distsim_gpu.collectives.nccl_tests import run_benchmark
 from distsim_gpu.collectives.params import (
     NVLINK_EFFICIENCY_BY_ARCHITECTURE,
+    NVLS_EFFICIENCY_BY_ARCHITECTURE,
     CommParams,
     comm_params_for,
     comm_params_from_mapping,
 )
+from distsim_gpu.topology import build_cluster
 
 
 @pytest.mark.parametrize("architecture", ["ampere", "hopper", "blackwell", ""])
@@ -37,3 +42,33 @@ def test_a_given_nvlink_efficiency_stays_on_every_generation():
 def test_ideal_parameters_stay_ideal_on_any_generation():
     ideal = CommParams().ideal()
     assert ideal.on_architecture("ampere").link_efficiency["nvlink"] == 1.0
+    assert ideal.on_architecture("blackwell").nvls_efficiency == 1.0
+
+
+@pytest.mark.parametrize(("architecture", "expected"), [
+    ("hopper", 0.85), ("blackwell", 0.74), ("ampere", 0.85), ("", 0.85)])
+def test_nvls_efficiency_is_nccls_figure_for_the_generation(architecture, expected):
+    """NCCL's tuning.cc nvlsEfficiency: Hopper 0.85, Blackwell 0.74 (others: Hopper's)."""
+    assert NVLS_EFFICIENCY_BY_ARCHITECTURE.get(architecture, 0.85) == expected
+    assert comm_params_for(architecture).nvls_efficiency == expected
+    assert comm_params_from_mapping({}, architecture=architecture).nvls_efficiency == expected
+
+
+def test_a_given_nvls_efficiency_stays_on_every_generation():
+    parsed = comm_params_from_mapping({"nvls_efficiency": 0.6})
+    for architecture in ("hopper", "blackwell", ""):
+        assert parsed.on_architecture(architecture).nvls_efficiency == 0.6
+
+
+def test_an_nvls_all_reduce_on_b200_runs_at_blackwells_fraction_of_nvlink_5():
+    """Bandwidth-bound NVLS all-reduce: B200's NVLink 5 is twice H100's NVLink 4, at 0.74
+    of it where H100 reaches 0.85, so its bus bandwidth is 2 x 0.74 / 0.85 of H100's (it
+    had been exactly twice, 972 GB/s, with Hopper's figure)."""
+    size = [4 * 2**30]
+    rates = {}
+    for preset, architecture in (("dgx-h100", "hopper"), ("dgx-b200", "blackwell")):
+        topology = build_cluster({"preset": preset})
+        params = replace(comm_params_for(architecture), algorithm="nvls")
+        (row,) = run_benchmark(topology, "all_reduce", size, params=params)
+        rates[architecture] = row.busbw_bytes_per_s
+    assert rates["blackwell"] / rates["hopper"] == pytest.approx(2 * 0.74 / 0.85, rel=2e-3)

@@ -48,4 +48,4 @@ def test_a_domain_sweep_moves_only_tensor_parallelism_that_crosses_it(tmp_path, 
     assert tp16[8] > 1.3 * tp16[24]  # its all-reduces leave the NICs for NVLink
     assert tp16[16] > 1.3 * tp16[24]  # at 16 it straddles two domains, on other rails
     assert tp16[24] == tp16[36] == tp16[72]
-    assert tp16[72] == pytest.approx(10.19, abs=0.01)
+    assert tp16[72] == pytest.approx(10.6, abs=0.01)  # 10.19 at Hopper's NVLS fraction
