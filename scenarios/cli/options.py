@@ -273,9 +273,10 @@ def checked_comm(comm_overrides: Sequence[tuple[str, Any]], *, path: str | None 
 def comm_params_on(comm: CommParams, topology: Topology, *,
                    cluster: str | None = None) -> CommParams:
     """Checked communication parameters on a cluster: NVLink's and NVLink SHARP's
-    efficiencies those of the cluster's GPU generation unless they were given.  A cluster with NVLink whose GPU model
-    distsim has no spec for is an error unless the efficiency is given: another
-    generation's figure would be a silent guess (generations differ by several percent,
+    efficiencies those of the cluster's GPU generation unless they were given.  A cluster
+    with NVLink whose GPU model distsim has no spec for is an error unless NVLink's
+    efficiency is given: another generation's figure would be a silent guess
+    (generations differ by several percent,
     :data:`~collectives.params.NVLINK_EFFICIENCY_BY_ARCHITECTURE`).  ``cluster``: what
     the user named the cluster by (a preset or file), for the error."""
     model = str(topology.config.get("gpu", {}).get("model", ""))
