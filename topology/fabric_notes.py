@@ -1,22 +1,47 @@
-"""What a cluster's fabric settings cannot do on this cluster, said as notes.
+"""What a cluster's network settings cannot do on this cluster, said as notes.
 
 A fabric's oversubscription thins the links from its leaves to its spines.  A cluster
 whose NICs all fit on one leaf has no spine (``spines: 0`` in its resolved fabric): its
 traffic never leaves that leaf, so an oversubscription set for a what-if changes nothing,
 and a run that silently ignored it would read as "oversubscription costs nothing here".
+
+A rail-optimized fabric whose nodes fill one rail group (no more nodes than a leaf has
+ports) keeps each rail on one leaf, and traffic between nodes keeps to its rail (NCCL's
+rings and PXN's sends; a send without PXN lands on the sender's rail too, see
+:mod:`topology.model`), so its spines carry nothing and the ratio acts on nothing.
+
+A switch with more ports than any made (a two-tier tree of thousands of NICs, every
+leaf cabled to every spine) is an extrapolation the run must say.
+
+A NIC faster than the PCIe link it sits on (an 800 Gb/s NIC in a Gen5 x16 slot) carries
+no more than that link: GPUDirect RDMA's bytes cross it.  "Twice the InfiniBand" then
+buys a fraction of what its label says, which the run must say.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from distsim_gpu.simcore.notes import RunNote
+from distsim_gpu.simcore.units import format_bandwidth
 from distsim_gpu.topology.model import Topology
 
-__all__ = ["fabric_notes"]
+__all__ = ["fabric_notes", "nic_slot_notes"]
+
+_RAIL_KINDS = ("rail-optimized", "multi-plane", "dual-plane")
+#: The most ports a fabric switch has today: NVIDIA's Quantum-X800 (Q3400), 144 ports of
+#: 800 Gb/s; its Quantum-2 has 64 of 400 Gb/s.
+MAX_SWITCH_PORTS = 144
 
 
 def fabric_notes(topology: Topology) -> list[RunNote]:
+    """Every note of this module for ``topology``."""
+    return [*_one_leaf_notes(topology), *_one_rail_group_notes(topology),
+            *_radix_notes(topology), *nic_slot_notes(topology)]
+
+
+def _one_leaf_notes(topology: Topology) -> list[RunNote]:
     """An ``ignored`` note when ``topology``'s fabric is oversubscribed on one leaf."""
     fabric = topology.config.get("fabric")
     if not isinstance(fabric, Mapping) or fabric.get("spines", 1) != 0:
@@ -29,3 +54,72 @@ def fabric_notes(topology: Topology) -> list[RunNote]:
                     f"{nics} NICs fit on one leaf (nics_per_leaf {fabric.get('nics_per_leaf')})"
                     ", so no traffic reaches a spine; set fabric.nics_per_leaf below "
                     f"{nics} for the what-if", "fabric.oversubscription")]
+
+
+def _one_rail_group_notes(topology: Topology) -> list[RunNote]:
+    """An ``ignored`` note when a rail-optimized fabric's nodes fill one rail group: each
+    rail is one leaf, so only traffic between rails climbs to the oversubscribed spines."""
+    fabric = topology.config.get("fabric")
+    if not isinstance(fabric, Mapping) or fabric.get("kind") not in _RAIL_KINDS:
+        return []
+    ratio = float(fabric.get("oversubscription", 1.0) or 1.0)
+    per_leaf = int(fabric.get("nics_per_leaf", 0) or 0)
+    if ratio <= 1.0 or not 0 < topology.num_nodes <= per_leaf:
+        return []
+    return [RunNote("ignored", f"oversubscription {ratio:g} changes nothing: the cluster's "
+                    f"{topology.num_nodes} nodes fill one rail group (nics_per_leaf "
+                    f"{per_leaf}), so each rail is one leaf, and the traffic between nodes "
+                    "keeps to its rail, never reaching a spine; set fabric.nics_per_leaf "
+                    f"below {topology.num_nodes} for the what-if", "fabric.oversubscription")]
+
+
+def _radix_notes(topology: Topology) -> list[RunNote]:
+    """An ``extrapolated`` note when a fabric switch has more ports (its links' bandwidth
+    over a port's) than any switch sold: a two-tier tree of thousands of NICs joins every
+    leaf to every spine, which real clusters of that size do with a third tier."""
+    fabric = topology.config.get("fabric")
+    port = float(fabric.get("link_bandwidth", 0.0) or 0.0) if isinstance(fabric, Mapping) \
+        else 0.0
+    if port <= 0:
+        return []
+    switches = {device.name for device in topology.devices() if device.kind == "switch"}
+    rates: dict[str, float] = {}
+    for link in topology.links():
+        if link.src in switches:
+            rates[link.src] = rates.get(link.src, 0.0) + link.bandwidth_bytes_per_s
+    if not rates:
+        return []
+    widest = max(rates, key=rates.__getitem__)
+    ports = round(rates[widest] / port)
+    if ports <= MAX_SWITCH_PORTS:
+        return []
+    return [RunNote("extrapolated", f"switch {widest} has {ports} ports of "
+                    f"{format_bandwidth(port)}, more than any switch made "
+                    f"({MAX_SWITCH_PORTS}: NVIDIA Quantum-X800); a cluster this size adds a "
+                    "tier, e.g. fabric.kind three-tier or superpod", "fabric.kind")]
+
+
+def nic_slot_notes(topology: Topology) -> list[RunNote]:
+    """An ``ignored`` note when NICs are faster than the PCIe links they sit on: GPUDirect
+    RDMA's bytes cross that link, so the NIC's extra speed never carries traffic (an
+    800 Gb/s NIC in a Gen5 x16 slot runs at the slot's 63 GB/s)."""
+    nics = {device.name for device in topology.devices() if device.kind == "nic"}
+    wire: dict[str, float] = {}
+    slot: dict[str, float] = {}
+    for link in topology.links():  # one pass: a cluster has thousands of NICs
+        if link.src not in nics:
+            continue
+        rate = link.bandwidth_bytes_per_s
+        if link.kind == "network":
+            wire[link.src] = max(wire.get(link.src, 0.0), rate)
+        elif link.kind == "pcie":
+            slot[link.src] = min(slot.get(link.src, math.inf), rate)
+    capped: dict[tuple[float, float], int] = {}
+    for nic, rate in wire.items():
+        if rate > slot.get(nic, math.inf):
+            capped[(rate, slot[nic])] = capped.get((rate, slot[nic]), 0) + 1
+    return [RunNote("ignored", f"{count} NICs of {format_bandwidth(rate)} sit on PCIe links "
+                    f"of {format_bandwidth(pcie)}: GPUDirect RDMA crosses that link, so no "
+                    f"NIC carries more than {format_bandwidth(pcie)}; raise pcie.bandwidth "
+                    "(PCIe Gen6 x16: 126 GB/s) for the what-if", "nic.bandwidth")
+            for (rate, pcie), count in sorted(capped.items())]

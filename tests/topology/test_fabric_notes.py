@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from distsim_gpu.collectives import CommParams
+from distsim_gpu.collectives.nccl_tests import run_benchmark
 from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.topology.fabric_notes import fabric_notes
@@ -41,3 +43,75 @@ def test_nccl_tests_prints_the_note_and_the_ratio_counts_on_two_leaves(capsys):
             assert ('"kind": "ignored"' in out) == (per_leaf == 32 and ratio == 2)
     assert times[32, 1] == times[32, 2]
     assert float(times[16, 2]) > float(times[16, 1])
+
+
+@pytest.mark.parametrize(("nic", "noted"), [("400 Gbps", False), ("800 Gbps", True)])
+def test_a_nic_faster_than_its_pcie_slot_is_noted(nic, noted):
+    """An 800 Gb/s NIC (100 GB/s) in DGX H100's Gen5 x16 slot (63 GB/s) carries 63 GB/s."""
+    topology = build_cluster({"preset": "dgx-h100", "nodes": 2, "nic": {"bandwidth": nic}})
+    notes = [n for n in fabric_notes(topology) if n.key == "nic.bandwidth"]
+    assert bool(notes) == noted
+    if noted:
+        assert notes[0].kind == "ignored"
+        assert "16 NICs of 100 GB/s sit on PCIe links of 63.02 GB/s" in notes[0].message
+
+
+def test_a_faster_slot_lets_the_nic_through_and_says_nothing():
+    topology = build_cluster({"preset": "dgx-h100", "nodes": 2, "nic": {"bandwidth": "800 Gbps"},
+                              "pcie": {"bandwidth": "126 GB/s"}})
+    assert not [n for n in fabric_notes(topology) if n.key == "nic.bandwidth"]
+
+
+def test_nccl_tests_says_the_slot_caps_the_nic(capsys):
+    args = ["nccl-tests", "--cluster", "dgx-h100", "--nodes", "2", "--set",
+            "nic.bandwidth=800 Gbps", "-b", "1M", "-e", "1M"]
+    assert main(args) == 0
+    assert "ignored [nic.bandwidth]: 16 NICs of 100 GB/s" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("nodes", "kind", "noted"), [
+    (4, "rail-optimized", True), (32, "rail-optimized", True), (64, "rail-optimized", False),
+    (4, "multi-plane", True), (4, "fat-tree", False)])
+def test_an_oversubscription_on_one_rail_group_is_noted(nodes, kind, noted):
+    topology = build_cluster({"preset": "dgx-h100", "nodes": nodes,
+                              "fabric": {"kind": kind, "oversubscription": 4}})
+    notes = [n for n in fabric_notes(topology) if "rail group" in n.message]
+    assert bool(notes) == noted
+    if noted:
+        assert f"{nodes} nodes fill one rail group" in notes[0].message
+
+
+def test_one_rail_group_feels_no_ratio_with_or_without_pxn():
+    """What the note says, measured on rail leaves of 4 ports (each 1 up at 4:1): the
+    all-reduce's rings and the all-to-all's sends, with PXN or without, keep to the rails."""
+    def busbw(ratio: float, op: str, pxn: bool) -> float:
+        topology = build_cluster({"preset": "dgx-h100", "nodes": 4, "fabric": {
+            "kind": "rail-optimized", "oversubscription": ratio, "nics_per_leaf": 4}})
+        assert bool(fabric_notes(topology)) == (ratio > 1)
+        params = CommParams(pxn=pxn).on_architecture("hopper")
+        (row,) = run_benchmark(topology, op, [64 * 2**20], params=params)
+        return row.busbw_bytes_per_s
+
+    for op, pxn in (("all_reduce", True), ("alltoall", True), ("alltoall", False)):
+        assert busbw(4, op, pxn) == pytest.approx(busbw(1, op, pxn), rel=1e-12)
+
+
+@pytest.mark.parametrize(("nodes", "noted"), [(18, False), (19, True)])
+def test_a_switch_with_more_ports_than_any_made_is_noted(nodes, noted):
+    """One switch for every NIC: 18 DGX H100 are 144 ports (Quantum-X800's), 19 are 152."""
+    topology = build_cluster({"preset": "dgx-h100", "nodes": nodes,
+                              "fabric": {"kind": "single-switch"}})
+    notes = [n for n in fabric_notes(topology) if n.kind == "extrapolated"]
+    assert bool(notes) == noted
+    if noted:
+        assert f"has {8 * nodes} ports of 50 GB/s" in notes[0].message
+
+
+def test_a_two_tier_tree_of_thousands_of_nics_is_noted_and_three_tiers_are_not():
+    def radix_notes(kind: str) -> list:
+        topology = build_cluster({"preset": "dgx-h100", "nodes": 640, "fabric": {"kind": kind}})
+        return [n for n in fabric_notes(topology) if n.kind == "extrapolated"]
+
+    (note,) = radix_notes("fat-tree")  # 160 leaves, each cabled to every spine
+    assert note.message.startswith("switch spine0 has 160 ports")
+    assert radix_notes("three-tier") == []
