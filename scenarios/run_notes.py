@@ -23,6 +23,7 @@ from distsim_gpu.collectives.deepep import nvlink_copy_rate, sm_bound_factor
 from distsim_gpu.collectives.ep_kernels import EP_KERNELS
 from distsim_gpu.collectives.params import NCCL_SMS, CommParams
 from distsim_gpu.scenarios.idle_notes import expert_exchange_absent, idle_notes
+from distsim_gpu.scenarios.tp_span_notes import tp_span_notes
 from distsim_gpu.simcore.notes import RunNote, unique
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.topology import Topology
@@ -131,8 +132,9 @@ def nccl_sm_notes(comm: CommParams, costs: object, parallel: ParallelConfig) -> 
         ", expert all-to-alls" if "ep" in streams else "")
     return [RunNote(
         "defaulted", f"compute overlapped with NCCL collectives ({what}) runs on the SMs "
-        f"their kernels leave: {comm.nccl_sms} a collective, NCCL's figure for a DGX node "
-        f"with 8 NICs ({sms - comm.nccl_sms} of {sms} with one in flight)",
+        f"their kernels leave: {comm.nccl_sms} a collective ({sms - comm.nccl_sms} of {sms} "
+        "with one in flight), the figure NCCL's maintainers give for a DGX node with 8 NICs, "
+        "taken for every cluster; set communication.nccl_sms for another",
         "communication.nccl_sms")]
 
 
@@ -250,6 +252,7 @@ class RunParts(Protocol):
     microbatches: int
     model: ModelSpec
     training: TrainingConfig
+    topology: Topology  # the job's GPUs, in rank order
 
 
 def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topology,
@@ -269,6 +272,7 @@ def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topol
         notes += amax_notes(run.training, run.costs, run.parallel)
         notes += routing_notes(run.model, run.parallel.ep)
         notes += idle_notes(run, topology)
+        notes += tp_span_notes(run.parallel, run.topology)
     notes += fault_notes(faults, topology, iteration_time_s)
     notes += fabric_notes(topology)
     return unique(notes)
