@@ -381,11 +381,11 @@ def analyse(scenario: Disrupted, report: Report) -> Incidents | None:
     """The incidents section for a scenario and its report (None: none of the keys):
     the straggler attribution's runs, each job alone, the goodput sweep."""
     model = scenario.straggler_model
-    if not (scenario.faults or scenario.jobs or scenario.goodput is not None
-            or (model is not None and model.random)):
+    slow = any(factor != 1.0 for factor in scenario.stragglers.values())
+    if not (scenario.faults or scenario.jobs or scenario.goodput is not None or slow):
         return None
     cost = None
-    if model is not None and model.random and model.attribute and scenario.stragglers:
+    if slow and (model is None or model.attribute):  # drawn or written per GPU
         # The evened-out runs keep the scenario's timed faults, as the run they explain
         # did (stragglers and jobs are exclusive).
         cost = straggler_cost(spec_of(scenario), report, lambda spec: simulate(scenario, spec))

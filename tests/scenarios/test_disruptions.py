@@ -96,6 +96,26 @@ def test_the_stragglers_cost_is_measured_beside_the_timed_faults():
     assert incidents.stragglers.without_s == faulted > healthy
 
 
+def test_a_straggler_written_by_gpu_is_priced_by_dimension_too():
+    """A factor written for one GPU is the what-if users ask most; its cost comes in the
+    incidents section as a drawn one's does (it had none), unless attribute is off."""
+    plain = run_scenario(scenario_from_mapping(base())).iteration_time_s
+    scenario = scenario_from_mapping(base(stragglers={"n1.gpu3": 1.5}))
+    report = run_scenario(scenario)
+    incidents = analyse(scenario, report)
+    assert incidents is not None and incidents.stragglers is not None
+    cost = incidents.stragglers
+    assert cost.without_s == pytest.approx(plain, rel=1e-12)
+    assert cost.total_s == pytest.approx(report.iteration_time_s - plain, rel=1e-9)
+    assert cost.tp_lockstep_s > 0 and cost.slow_gpus == 1
+    assert "through TP lockstep" in format_incidents(incidents)
+    quiet = scenario_from_mapping(base(stragglers={"n1.gpu3": 1.5, "attribute": False}))
+    silent = analyse(quiet, run_scenario(quiet))
+    assert silent is None or silent.stragglers is None
+    even = scenario_from_mapping(base(stragglers={"n1.gpu3": 1.0}))
+    assert analyse(even, run_scenario(even)) is None
+
+
 def test_a_jobs_scenario_is_no_chakra_export(tmp_path, capsys):
     path = tmp_path / "two.yaml"
     path.write_text(json.dumps(jobs_mapping()))
