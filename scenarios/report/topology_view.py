@@ -146,6 +146,9 @@ def format_summary(summary: TopologySummary) -> str:
     if summary.bisection_bytes_per_s is not None:
         lines.append("bisection (first half of the nodes to the second, one way): "
                      + format_bandwidth(summary.bisection_bytes_per_s))
+    elif summary.nodes > MAX_BISECTION_NODES:
+        lines.append(f"bisection: not computed above {MAX_BISECTION_NODES} nodes (a max-flow "
+                     "over every link of the cluster)")
     if summary.nvlink_bisection_bytes_per_s is not None:
         lines.append("NVLink bisection of one node (half its GPUs to the other half, one "
                      "way): " + format_bandwidth(summary.nvlink_bisection_bytes_per_s))

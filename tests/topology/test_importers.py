@@ -11,7 +11,11 @@ import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.collectives.nccl_tests import run_benchmark, size_series
 from distsim_gpu.scenarios.cli.main import main
-from distsim_gpu.scenarios.report.topology_view import summarise
+from distsim_gpu.scenarios.report.topology_view import (
+    MAX_BISECTION_NODES,
+    format_summary,
+    summarise,
+)
 from distsim_gpu.simcore.errors import ConfigError, DistsimError, ParseError
 from distsim_gpu.topology import build_cluster, load_cluster
 from distsim_gpu.topology.importers import cluster_spec, cluster_yaml, read_node_dump
@@ -260,6 +264,15 @@ def test_bisection_is_the_half_clusters_nics_over_the_leaf_ratio(ratio, expected
         "kind": "fat-tree", "nics_per_leaf": 8, "oversubscription": ratio}})
     assert summarise(topology).bisection_bytes_per_s == pytest.approx(expected, rel=1e-12)
     assert summarise(build_cluster({"preset": "dgx-h100"})).bisection_bytes_per_s is None
+
+
+def test_a_bisection_left_out_at_scale_says_so():
+    big = summarise(build_cluster({"preset": "dgx-h100", "nodes": MAX_BISECTION_NODES + 1,
+                                   "fabric": {"kind": "fat-tree"}}))
+    assert big.bisection_bytes_per_s is None
+    assert f"bisection: not computed above {MAX_BISECTION_NODES} nodes" in format_summary(big)
+    one = summarise(build_cluster({"preset": "dgx-h100"}))
+    assert "bisection: not computed" not in format_summary(one)
 
 
 def test_left_out_nics_leave_the_cluster(tmp_path, capsys):
