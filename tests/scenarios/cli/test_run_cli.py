@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from distsim_gpu.scenarios.cli import run as run_command
 from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.scenario import load_scenario
 
@@ -104,6 +105,21 @@ def test_no_trace_leaves_out_the_trace(capsys, tiny_path, tmp_path):
     assert not names & {"trace.json", "timeline.png"}
     status, _, err = run_cli(capsys, "run", tiny_path, "--no-trace")
     assert status == 2 and "--no-trace" in err
+
+
+def test_a_run_above_the_traced_size_leaves_the_trace_out_unless_asked(
+        capsys, tiny_path, tmp_path, monkeypatch):
+    """A trace unfolds every replica: above MAX_TRACED_GPUS --out says it left it out."""
+    monkeypatch.setattr(run_command, "MAX_TRACED_GPUS", 1)
+    status, _, err = run_cli(capsys, "run", tiny_path, "--out", tmp_path / "o")
+    names = {p.name for p in (tmp_path / "o").iterdir()}
+    assert status == 0 and "summary.json" in names and "trace.json" not in names
+    assert "trace.json and timeline.png left out" in err and "--trace" in err
+    status, _, err = run_cli(capsys, "run", tiny_path, "--out", tmp_path / "t", "--trace")
+    assert status == 0 and (tmp_path / "t" / "trace.json").exists() and "left out" not in err
+    for argv in (("--trace",), ("--out", tmp_path / "b", "--trace", "--no-trace")):
+        status, _, err = run_cli(capsys, "run", tiny_path, *argv)
+        assert status == 2 and "--trace" in err
 
 
 def test_json_with_out_keeps_stdout_one_object(capsys, tiny_path, tmp_path):
