@@ -39,8 +39,8 @@ from distsim_gpu.workloads.specs.moe_routing import moe_loads
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 from distsim_gpu.workloads.strategy.precision import LOW_PRECISIONS
 
-__all__ = ["RunParts", "amax_notes", "deepep_notes", "fault_notes", "nccl_sm_notes",
-           "offload_notes", "routing_notes", "run_notes", "schedule_notes",
+__all__ = ["RunParts", "amax_notes", "deepep_notes", "fault_notes", "kv_replication_notes",
+           "nccl_sm_notes", "offload_notes", "routing_notes", "run_notes", "schedule_notes",
            "tp_overlap_notes"]
 
 
@@ -218,6 +218,20 @@ def fault_notes(faults: Sequence[Fault], topology: Topology,
     return notes
 
 
+def kv_replication_notes(model: ModelSpec, parallel: ParallelConfig) -> list[RunNote]:
+    """A note when tensor parallelism is wider than the model's key/value heads: each is
+    then replicated on ``tp / kv_heads`` tensor ranks (its projection's weights and FLOPs
+    on each), as inference engines do; Megatron-Core and Transformer Engine split whole
+    key/value heads and refuse such a tp, so a run that meant their stacks is told."""
+    if parallel.tp <= model.kv_heads:
+        return []
+    return [RunNote(
+        "defaulted", f"tp {parallel.tp} is wider than {model.name}'s {model.kv_heads} "
+        f"key/value heads: each is replicated on {parallel.tp // model.kv_heads} tensor "
+        "ranks (its K/V projections' weights and FLOPs on each); Megatron-Core and "
+        "Transformer Engine refuse this, splitting whole key/value heads", "parallelism.tp")]
+
+
 def routing_notes(model: ModelSpec, ep: int = 1) -> list[RunNote]:
     """A note when a MoE model's router is left at its default: every expert as loaded as
     every other, which no trained router is (:mod:`workloads.specs.moe_routing`).  A
@@ -271,6 +285,7 @@ def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topol
         notes += tp_overlap_notes(run.parallel, run.costs)
         notes += amax_notes(run.training, run.costs, run.parallel)
         notes += routing_notes(run.model, run.parallel.ep)
+        notes += kv_replication_notes(run.model, run.parallel)
         notes += idle_notes(run, topology)
         notes += tp_span_notes(run.parallel, run.topology)
     notes += fault_notes(faults, topology, iteration_time_s)
