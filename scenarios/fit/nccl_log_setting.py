@@ -116,8 +116,8 @@ def log_setting(log: NcclLog, topology: Topology, *, op: str | None = None,
                              "another)", "--run"))
     if chosen_run.num_ranks is not None and chosen_run.num_ranks != num_gpus:
         nodes = chosen_run.num_ranks / (num_gpus / topology.num_nodes)
-        hint = (f"--nodes {nodes:.0f}" if nodes.is_integer() else
-                "choose --nodes so that the GPU counts match")
+        hint = (f"run with --nodes {nodes:.0f}, the cluster of {chosen_run.num_ranks} GPUs"
+                if nodes.is_integer() else "choose --nodes so that the GPU counts match")
         raise ConfigError(f"the log ran on {chosen_run.num_ranks} ranks but the cluster has "
                           f"{num_gpus} GPUs", source=log.source, hint=hint)
     chosen, note = _collective(chosen_run, op, num_gpus)

@@ -63,7 +63,7 @@ def test_a_rank_count_the_cluster_lacks_is_refused_with_the_nodes_that_fit(share
     one_node = build_cluster({"preset": "dgx-a100", "nodes": 1})
     with pytest.raises(ConfigError, match="16 ranks but the cluster has 8 GPUs") as info:
         log_setting(parse_nccl_log(path), one_node)
-    assert info.value.hint == "--nodes 2"
+    assert info.value.hint == "run with --nodes 2, the cluster of 16 GPUs"
     # calibrate nccl checks it too (it fitted the 16-rank log to 8 GPUs)
     assert main(["calibrate", "nccl", str(path), "--cluster", "dgx-a100", "-q"]) != 0
     assert "16 ranks but the cluster has 8 GPUs" in capsys.readouterr().err
