@@ -126,32 +126,3 @@ def test_cost_lands_on_tp_lockstep_inside_a_tensor_parallel_group(uniform):
     # the compute-bound cost is lockstep, half the average slowdown.
     assert cost.tp_lockstep_s == pytest.approx(cost.average_slowdown_s, rel=1e-6)
     assert cost.dp_barrier_s == pytest.approx(0.0, abs=1e-12)
-
-
-@pytest.mark.parametrize("k", [1.2, 2.0])
-def test_a_tensor_peer_of_a_straggler_computes_at_its_own_pace_and_waits_the_rest(uniform, k):
-    """The group runs at k; its healthy member computes 1/k of that and waits the rest in
-    the group's collectives, so the per-GPU table tells the straggler from its peers (it
-    had given both the straggler's compute)."""
-    topo = build_cluster({"preset": "switch", "gpus": 2, "link_bandwidth": "50 GB/s",
-                          "link_latency": "1 us"})
-
-    def run(factors):
-        spec = IterationSpec(topo, uniform.model, ParallelConfig(tp=2),
-                             TrainingConfig(micro_batch=1, global_batch=2), uniform.costs,
-                             uniform.gpu, comm=CommParams(protocol="simple").ideal(),
-                             stragglers=factors)
-        return {g.gpu: g for g in simulate_iteration(spec).per_gpu}
-
-    slow, healthy = run({"n0.gpu0": k}), run({})
-    peer, straggler = slow["n0.gpu1"], slow["n0.gpu0"]
-    assert straggler.compute_s == pytest.approx(k * healthy["n0.gpu0"].compute_s, rel=1e-9)
-    assert peer.compute_s == pytest.approx(healthy["n0.gpu1"].compute_s, rel=1e-9)
-    waited = straggler.compute_s - peer.compute_s
-    assert peer.exposed_communication_s == pytest.approx(
-        straggler.exposed_communication_s + waited, rel=1e-12)
-    assert peer.communication_s == pytest.approx(straggler.communication_s + waited,
-                                                 rel=1e-12)
-    # Both account for the same iteration.
-    assert peer.compute_s + peer.exposed_communication_s == pytest.approx(
-        straggler.compute_s + straggler.exposed_communication_s, rel=1e-12)

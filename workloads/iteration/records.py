@@ -110,15 +110,10 @@ class IterationResult:
 
 def per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], iteration: float,
                    pp: int, topology: Topology, data_wait_s: float = 0.0,
-                   stragglers: Mapping[str, float] | None = None) -> tuple[GpuTimes, ...]:
+                   ) -> tuple[GpuTimes, ...]:
     """Every GPU's breakdown: its group's, with the wait for the slowest group at the end
     (bubble with a pipeline, else idle), what no category holds and ``data_wait_s`` past
-    ``iteration`` waiting for the data loader as idle.
-
-    A group runs at its slowest member's pace (``stragglers``: GPU -> factor); a faster
-    member computes its share at its own factor and waits out the rest in the group's
-    next collective, as its NCCL kernel would: that rest is its exposed communication."""
-    factors = stragglers or {}
+    ``iteration`` waiting for the data loader as idle."""
     per_gpu: list[GpuTimes] = []
     unions: dict[int, float] = {}  # folded images share their group's intervals
     for group in groups:
@@ -137,10 +132,9 @@ def per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], iterat
             idle = 0.0  # rounding of the sums, not time
         idle += data_wait_s
         for t, gpu in enumerate(group.gpus):
-            waited = group.compute_s * (1.0 - factors.get(gpu, 1.0) / group.slowdown)
             per_gpu.append(GpuTimes(
                 gpu, topology.rank_of(gpu), group.stage, group.replica, t,
-                group.compute_s - waited, communication + waited, group.exposed_s + waited,
-                group.bubble_s, idle, memory[group.stage]))
+                group.compute_s, communication, group.exposed_s, group.bubble_s,
+                idle, memory[group.stage]))
     per_gpu.sort(key=lambda g: g.rank)
     return tuple(per_gpu)

@@ -670,8 +670,7 @@ def _result(simulator: IterationSimulator) -> IterationResult:
     samples = spec.training.global_batch // spec.parallel.dp
     iteration = training_s if loader is None else loader.iteration_s(training_s, samples)
     per_gpu = per_gpu_times(groups, simulator.memory, training_s, spec.parallel.pp,
-                             spec.topology, data_wait_s=iteration - training_s,
-                             stragglers=spec.stragglers)
+                             spec.topology, data_wait_s=iteration - training_s)
     flops = spec.model.model_flops_per_iteration(spec.training.global_batch,
                                                  simulator.seq_len)
     path = critical_path(simulator.active, training_s)
