@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from distsim_gpu.scenarios.report.bottlenecks import format_bottlenecks
 from distsim_gpu.scenarios.report.record import Report
 from distsim_gpu.simcore.notes import RunNote
-from distsim_gpu.simcore.units import format_duration
+from distsim_gpu.simcore.units import format_duration, parse_bandwidth
 from distsim_gpu.workloads.cost.traffic import seq_len_of
 from distsim_gpu.workloads.iteration.offload_step import offload_lines
 from distsim_gpu.workloads.specs.gpus import GpuSpec
@@ -174,6 +174,26 @@ def _data_loading(report: Report) -> list[str]:
             f"({how}): {verdict}"]
 
 
+def _network_lines(cluster: dict) -> list[str]:
+    """The NICs and fabric the run resolved, so that a what-if on them shows in the header
+    (a run at 800 Gb/s or 2:1 read like one at 400 Gb/s and 1:1); none where the cluster
+    has no NIC or no fabric."""
+    nic, fabric = cluster.get("nic"), cluster.get("fabric")
+    if not isinstance(nic, dict) or not isinstance(fabric, dict) or "bandwidth" not in nic:
+        return []
+    speed = parse_bandwidth(nic["bandwidth"]) * 8 / 1e9
+    ratios = [(name.removesuffix("oversubscription").replace("_", " "), float(value))
+              for name, value in fabric.items()
+              if name.endswith("oversubscription") and value and float(value) > 1.0]
+    kind = fabric.get("kind", "?")
+    tier = ("" if not ratios and kind == "dragonfly"  # (its global links are its own taper)
+            else "non-blocking, " if not ratios else
+            ", ".join(f"{where}{ratio:g}:1" for where, ratio in ratios) + " oversubscribed, ")
+    return [f"  network      {nic.get('count', '?')} NICs a node at {speed:.4g} Gb/s; "
+            f"{kind} ({fabric.get('technology', '?')}, {tier}"
+            f"{fabric.get('routing', '?')} routing)"]
+
+
 def _headline(report: Report) -> list[str]:
     """The run's setup and its headline figures, down to the host time it took."""
     t = report.iteration_time_s
@@ -186,6 +206,7 @@ def _headline(report: Report) -> list[str]:
         f"  cluster      {cluster.get('name', '?')}: {report.cluster_gpus or report.num_gpus} "
         "GPUs"
         + (f" on {nodes} node(s)" if nodes else "") + f", {_gpu_text(report.gpu)}",
+        *_network_lines(cluster),
         *_job_lines(report),
         f"  iteration    {format_duration(t)}",
         *_data_loading(report),
