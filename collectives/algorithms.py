@@ -118,6 +118,14 @@ class _Builder:
             rail = gpu_rail(self.topo, src)
         return self.topo.route(src, dst, rail=rail)
 
+    def p2p_route(self, src: str, dst: str) -> Route:
+        """A point-to-point send's route without PXN: across nodes each end on its own
+        GPU's NIC, as NCCL's net transport connects them (the receiver posts on its own
+        NIC), the fabric crossing rails between them; inside a node as :meth:`route`."""
+        if self.topo.node_of(src) == self.topo.node_of(dst):
+            return self.route(src, dst, None)
+        return self.topo.route(src, dst, own_nics=True)
+
     def ring_send(self, streams: dict[LinkId, float], src: str, dst: str, rail: int | None,
                   relays: Sequence[str], count: float = 1.0) -> float:
         """Add one ring hop ``src -> dst`` leaving on ``rail``; return its hop latency.
@@ -195,7 +203,7 @@ def build_plan(
     if op == "p2p":
         if peer is None:
             raise ConfigError("a p2p transfer needs a peer")
-        route = b.route(gpus[0], peer, None)
+        route = b.p2p_route(gpus[0], peer)
         streams: dict[LinkId, float] = {}
         b.add(streams, route)
         return plan([StepShape(streams, 1.0, b.hop_latency_s(route))], 1)
@@ -242,7 +250,7 @@ def _sendrecv_step(b: _Builder, gpus: list[str]) -> StepShape:
     latency = 0.0
     ordered = sorted(gpus, key=b.topo.rank_of)
     for i, src in enumerate(ordered):
-        route = b.route(src, ordered[(i + 1) % n], None)
+        route = b.p2p_route(src, ordered[(i + 1) % n])
         b.add(streams, route)
         latency = max(latency, b.hop_latency_s(route))
     return StepShape(streams, 1.0, latency)
@@ -284,8 +292,12 @@ def pairs_plan(topo: Topology, pairs: Sequence[tuple[str, str]], *, protocol: st
     for src, dst in pairs:
         # NCCL's P2P sends go through PXN too (NCCL_P2P_PXN_LEVEL=2): to the receiver's rail.
         relay = pxn_proxy(topo, src, dst, rails) if params.pxn else None
-        rail = rails[dst] if relay is not None else None
-        latency = max(latency, b.relayed_send(streams, src, dst, rail, relay))
+        if relay is None:
+            route = b.p2p_route(src, dst)
+            b.add(streams, route)
+            latency = max(latency, b.hop_latency_s(route))
+        else:
+            latency = max(latency, b.relayed_send(streams, src, dst, rails[dst], relay))
     step = StepShape(streams, 1.0, latency)
     return CollectivePlan("p2p", "ring", protocol, len(pairs), 1, (step,), 0.0,
                           params.protocol_efficiency[protocol], params.chunk_bytes[protocol])
@@ -321,7 +333,7 @@ def _alltoall_step(b: _Builder, gpus: list[str]) -> StepShape:
     for src in gpus:
         for dst in gpus:
             if src != dst:
-                route = b.route(src, dst, None)
+                route = b.p2p_route(src, dst)
                 b.add(streams, route)
                 latency = max(latency, b.hop_latency_s(route))
     return StepShape(streams, 1.0 / len(gpus), latency + alltoall_peer_latency_s(b, gpus))

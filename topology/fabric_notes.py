@@ -6,9 +6,9 @@ traffic never leaves that leaf, so an oversubscription set for a what-if changes
 and a run that silently ignored it would read as "oversubscription costs nothing here".
 
 A rail-optimized fabric whose nodes fill one rail group (no more nodes than a leaf has
-ports) keeps each rail on one leaf, and traffic between nodes keeps to its rail (NCCL's
-rings and PXN's sends; a send without PXN lands on the sender's rail too, see
-:mod:`topology.model`), so its spines carry nothing and the ratio acts on nothing.
+ports) keeps each rail on one leaf, and NCCL keeps its traffic between nodes on the
+rails (its rings, and PXN's sends), so the ratio acts only on sends between rails
+without PXN (``communication.pxn: false``; :meth:`Topology.route`'s ``own_nics``).
 
 A switch with more ports than any made (a two-tier tree of thousands of NICs, every
 leaf cabled to every spine) is an extrapolation the run must say.
@@ -66,11 +66,12 @@ def _one_rail_group_notes(topology: Topology) -> list[RunNote]:
     per_leaf = int(fabric.get("nics_per_leaf", 0) or 0)
     if ratio <= 1.0 or not 0 < topology.num_nodes <= per_leaf:
         return []
-    return [RunNote("ignored", f"oversubscription {ratio:g} changes nothing: the cluster's "
-                    f"{topology.num_nodes} nodes fill one rail group (nics_per_leaf "
-                    f"{per_leaf}), so each rail is one leaf, and the traffic between nodes "
-                    "keeps to its rail, never reaching a spine; set fabric.nics_per_leaf "
-                    f"below {topology.num_nodes} for the what-if", "fabric.oversubscription")]
+    return [RunNote("ignored", f"oversubscription {ratio:g} acts only between rails: the "
+                    f"cluster's {topology.num_nodes} nodes fill one rail group (nics_per_leaf "
+                    f"{per_leaf}), so each rail is one leaf, and NCCL keeps its traffic on "
+                    "the rails (rings, PXN's sends); only sends between rails without PXN "
+                    "(communication.pxn false) reach a spine; set fabric.nics_per_leaf below "
+                    f"{topology.num_nodes} for the what-if", "fabric.oversubscription")]
 
 
 def _radix_notes(topology: Topology) -> list[RunNote]:

@@ -70,6 +70,10 @@ __all__ = [
     "full_duplex",
 ]
 
+# The rail a route is computed (and cached) on when ``own_nics`` asks each end to use
+# its own GPU's nearest NIC: below every real rail, which are >= 0.
+_OWN_NICS = -1
+
 # Routing cost of one hop where degraded links are avoided: above any path's count of
 # degraded links, so fewer hops always wins and degraded links only break ties.
 _AVOID_SCALE = 1 << 16
@@ -389,15 +393,23 @@ class Topology(PathSearch):
 
     # ------------------------------------------------------------------ routing
 
-    def route(self, src_gpu: str, dst_gpu: str, *, rail: int | None = None) -> Route:
+    def route(self, src_gpu: str, dst_gpu: str, *, rail: int | None = None,
+              own_nics: bool = False) -> Route:
         """The route from ``src_gpu`` to ``dst_gpu`` (see the module docstring for the rules).
 
         ``rail`` picks NIC ``rail % nics_per_node`` on both ends of an inter-node route;
         without it the source GPU's first local NIC and the same NIC index on the
-        destination node are used.  Raises TopologyError naming both GPUs if no route exists.
+        destination node are used.  ``own_nics`` (without a rail): each end its own GPU's
+        first local NIC wherever those sit, the fabric crossing rails between them —
+        NCCL's point-to-point send without PXN (the sender posts on its NIC, the receiver
+        on its own).  Raises TopologyError naming both GPUs if no route exists.
         """
         if rail is not None and (type(rail) is not int or rail < 0):
             rail = _check_rail(rail)
+        if own_nics:
+            if rail is not None:
+                raise ConfigError("a route takes a rail or its ends' own NICs, not both")
+            rail = _OWN_NICS
         key = (src_gpu, dst_gpu, rail)
         cached = self._routes.get(key)
         if cached is not None:
@@ -496,7 +508,12 @@ class Topology(PathSearch):
                    rail: int | None) -> tuple[tuple[str, ...], str, tuple[str, ...], str] | None:
         """An inter-node route's paths GPU -> NIC and NIC -> GPU and its two NICs (source
         then destination: ``(up, src_nic, down, dst_nic)``), or None."""
-        if rail is not None:
+        if rail == _OWN_NICS:
+            src_local, dst_local = self.local_nics(src), self.local_nics(dst)
+            if not src_local or not dst_local:
+                return self._node_legs(src, dst, src_node, dst_node, None)
+            src_nic, dst_nic = src_local[0], dst_local[0]
+        elif rail is not None:
             src_nic = self._rail_nic(src, src_node, rail)
             dst_nic = self._rail_nic(dst, dst_node, rail)
         else:

@@ -98,11 +98,27 @@ def test_pxn_off_or_one_node_sends_straight(rails4):
     assert off.candidates("alltoall", gpus) == ("ring",)
     direct = off.choose("alltoall", gpus, 1e9)
     assert direct.algorithm == "ring"
-    # Straight sends change rail somewhere: through a spine, or (reaching the receiver
-    # from the sender's rail's NIC) through the receiving node's PCIe root and sockets.
+    # Straight sends change rail in the fabric, through a spine: each end posts on its own
+    # GPU's NIC, as NCCL's net transport does without PXN (never through a receiving
+    # node's PCIe root and sockets, as distsim had sent them).
     crossed = {rails4.link(*link).kind if "spine" not in link[0] + link[1] else "spine"
                for link in direct.steps[0].link_streams}
-    assert crossed & {"cpu", "spine"}
+    assert "spine" in crossed and "cpu" not in crossed
     on = Communicator(Simulation(), rails4, ideal())
     assert on.candidates("alltoall", gpus[:8]) == ("ring",)
     assert on.candidates("alltoall", gpus) == ("pxn",)
+
+
+@pytest.mark.parametrize("op", ["p2p", "sendrecv"])
+def test_a_send_between_rails_without_pxn_lands_on_the_receivers_own_nic(rails4, op):
+    """n0.gpu0 -> n1.gpu3 without PXN: out of n0.nic0, across a spine, into n1.nic3 beside
+    the receiver, as NCCL connects the sender's NIC to the receiver's."""
+    comm = Communicator(Simulation(), rails4, ideal(pxn=False))
+    group = ["n0.gpu0", "n1.gpu3"]
+    plan = (comm.plan("p2p", group[:1], algorithm="ring", protocol="simple", peer=group[1])
+            if op == "p2p" else comm.plan("sendrecv", group, algorithm="ring",
+                                          protocol="simple"))
+    links = set(plan.steps[0].link_streams)
+    assert ("n0.pcie0", "n0.nic0") in links and ("n1.nic3", "n1.pcie3") in links
+    assert any("spine" in a + b for a, b in links)
+    assert not any(rails4.link(a, b).kind == "cpu" for a, b in links)

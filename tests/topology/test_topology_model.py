@@ -5,7 +5,7 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 from distsim_gpu.simcore.errors import ConfigError, TopologyError
-from distsim_gpu.topology import Device, Link, Route, Topology
+from distsim_gpu.topology import Device, Link, Route, Topology, build_cluster
 from distsim_gpu.topology.model import full_duplex
 
 
@@ -147,3 +147,19 @@ def test_route_arguments_are_checked() -> None:
     for bad in (-1, True, 1.5, "0"):
         with pytest.raises(ConfigError, match="rail must be a non-negative integer"):
             topo.route("g0", "g1", rail=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="a rail or its ends' own NICs, not both"):
+        topo.route("g0", "g1", rail=0, own_nics=True)
+
+
+def test_a_route_on_its_ends_own_nics_crosses_rails_in_the_fabric() -> None:
+    """Without a rail a route keeps the sender's NIC index at both ends (crossing the
+    receiver's host to reach it); with ``own_nics`` each end posts on its own NIC."""
+    topo = build_cluster({"preset": "dgx-h100", "nodes": 2, "fabric": "rail-optimized"})
+    same = topo.route("n0.gpu0", "n1.gpu3").links
+    own = topo.route("n0.gpu0", "n1.gpu3", own_nics=True).links
+    assert ("n1.nic0", "n1.pcie0") in same and ("n1.nic3", "n1.pcie3") in own
+    assert any("spine" in a + b for a, b in own)
+    assert not any(topo.link(a, b).kind == "cpu" for a, b in own)
+    # On one rail nothing changes.
+    assert topo.route("n0.gpu3", "n1.gpu3", own_nics=True).links == \
+        topo.route("n0.gpu3", "n1.gpu3").links
