@@ -399,8 +399,8 @@ class Topology(PathSearch):
 
         ``rail`` picks NIC ``rail % nics_per_node`` on both ends of an inter-node route;
         without it the source GPU's first local NIC and the same NIC index on the
-        destination node are used.  ``own_nics`` (without a rail): each end its own GPU's
-        first local NIC wherever those sit, the fabric crossing rails between them —
+        destination node are used.  ``own_nics`` (without a rail): each end on its own GPU's
+        NIC (:meth:`own_rail`) wherever those sit, the fabric crossing rails between them —
         NCCL's point-to-point send without PXN (the sender posts on its NIC, the receiver
         on its own).  Raises TopologyError naming both GPUs if no route exists.
         """
@@ -509,10 +509,11 @@ class Topology(PathSearch):
         """An inter-node route's paths GPU -> NIC and NIC -> GPU and its two NICs (source
         then destination: ``(up, src_nic, down, dst_nic)``), or None."""
         if rail == _OWN_NICS:
-            src_local, dst_local = self.local_nics(src), self.local_nics(dst)
-            if not src_local or not dst_local:
+            src_rail, dst_rail = self.own_rail(src), self.own_rail(dst)
+            if src_rail is None or dst_rail is None:
                 return self._node_legs(src, dst, src_node, dst_node, None)
-            src_nic, dst_nic = src_local[0], dst_local[0]
+            src_nic = self._rail_nic(src, src_node, src_rail)
+            dst_nic = self._rail_nic(dst, dst_node, dst_rail)
         elif rail is not None:
             src_nic = self._rail_nic(src, src_node, rail)
             dst_nic = self._rail_nic(dst, dst_node, rail)
