@@ -564,7 +564,10 @@ class Topology(PathSearch):
         if legs is None:
             return None
         up, src_nic, down, dst_nic = legs
-        across = self._across(src_nic, dst_nic, self._connection(src, dst, rail, dst_nic),
+        # Own NICs hash as the sender's rail does: a send whose ends share a rail keeps
+        # the very path (ECMP's too) it had with that rail.
+        conn_rail = self.own_rail(src) if rail == _OWN_NICS else rail
+        across = self._across(src_nic, dst_nic, self._connection(src, dst, conn_rail, dst_nic),
                               fabric_only=True)
         if across is None:
             return None
