@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import sys
@@ -21,6 +22,7 @@ from distsim_gpu.scenarios.scenario import Scenario, load_scenario, run_scenario
 from distsim_gpu.scenarios.study.search import iteration_bounds
 from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.notes import RunNote
 
 __all__ = ["MAX_TRACED_GPUS", "add_parser", "handle"]
 
@@ -74,6 +76,16 @@ def _estimate_s(scenario: Scenario) -> float | None:
         return None
 
 
+def _trace_left_out(scenario: Scenario) -> RunNote | None:
+    """The note of a run too large to trace by default (``--trace`` traces it anyway)."""
+    gpus = len(scenario.topology.gpus)
+    if gpus <= MAX_TRACED_GPUS:
+        return None
+    return RunNote("defaulted", f"trace.json and timeline.png left out: a trace unfolds the "
+                   f"run into every rank group, and {gpus:,} GPUs is above "
+                   f"{MAX_TRACED_GPUS} (--trace traces it anyway)", key="--trace")
+
+
 def handle(args: argparse.Namespace) -> int:
     """Run the scenario, print its summary (or JSON) and write ``--out``."""
     assignments = overrides(args.overrides)
@@ -94,16 +106,14 @@ def handle(args: argparse.Namespace) -> int:
             if reporter is not None:
                 reporter.phase("reading the scenario and building its cluster")
             scenario = load_scenario(args.scenario, assignments)
-            if trace and not args.trace and len(scenario.topology.gpus) > MAX_TRACED_GPUS:
-                trace = False
-                print(f"distsim: note: trace.json and timeline.png left out: a trace unfolds "
-                      f"the run into every rank group, and {len(scenario.topology.gpus):,} "
-                      f"GPUs is above {MAX_TRACED_GPUS} (--trace traces it anyway)",
-                      file=sys.stderr)
+            left_out = _trace_left_out(scenario) if trace and not args.trace else None
+            trace = trace and left_out is None
             if reporter is not None:
                 reporter.phase(f"simulating {len(scenario.topology.gpus):,} GPUs")
                 reporter.expect(lambda: _estimate_s(scenario))
             report = run_scenario(scenario, trace=trace, allow_oom=args.allow_oom)
+            if left_out is not None:  # in every output's notes, summary.json's too
+                report = dataclasses.replace(report, notes=(*report.notes, left_out))
         # Faults, stragglers' cost, jobs, goodput (scenarios.disruptions); None without.
         incidents = analyse(scenario, report)
         if args.out is not None:

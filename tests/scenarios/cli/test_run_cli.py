@@ -111,12 +111,17 @@ def test_a_run_above_the_traced_size_leaves_the_trace_out_unless_asked(
         capsys, tiny_path, tmp_path, monkeypatch):
     """A trace unfolds every replica: above MAX_TRACED_GPUS --out says it left it out."""
     monkeypatch.setattr(run_command, "MAX_TRACED_GPUS", 1)
-    status, _, err = run_cli(capsys, "run", tiny_path, "--out", tmp_path / "o")
+    status, out, _ = run_cli(capsys, "run", tiny_path, "--out", tmp_path / "o")
     names = {p.name for p in (tmp_path / "o").iterdir()}
     assert status == 0 and "summary.json" in names and "trace.json" not in names
-    assert "trace.json and timeline.png left out" in err and "--trace" in err
-    status, _, err = run_cli(capsys, "run", tiny_path, "--out", tmp_path / "t", "--trace")
-    assert status == 0 and (tmp_path / "t" / "trace.json").exists() and "left out" not in err
+    assert "trace.json and timeline.png left out" in out and "--trace" in out
+    # A run note, so that summary.json and report.html say it too.
+    notes = json.loads((tmp_path / "o" / "summary.json").read_text())["notes"]
+    (note,) = [note for note in notes if note["key"] == "--trace"]
+    assert note["kind"] == "defaulted" and "left out" in note["message"]
+    assert "left out" in (tmp_path / "o" / "report.html").read_text()
+    status, out, _ = run_cli(capsys, "run", tiny_path, "--out", tmp_path / "t", "--trace")
+    assert status == 0 and (tmp_path / "t" / "trace.json").exists() and "left out" not in out
     for argv in (("--trace",), ("--out", tmp_path / "b", "--trace", "--no-trace")):
         status, _, err = run_cli(capsys, "run", tiny_path, *argv)
         assert status == 2 and "--trace" in err
