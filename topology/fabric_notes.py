@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.simcore.units import format_bandwidth
@@ -36,9 +37,35 @@ MAX_SWITCH_PORTS = 144
 
 
 def fabric_notes(topology: Topology) -> list[RunNote]:
-    """Every note of this module for ``topology``."""
+    """Every note of this module for ``topology`` (its links read in one pass)."""
+    tally = _tally(topology)
     return [*_one_leaf_notes(topology), *_one_rail_group_notes(topology),
-            *_radix_notes(topology), *nic_slot_notes(topology)]
+            *_radix_notes(topology, tally.switch_out), *_slot_notes(tally)]
+
+
+@dataclass(slots=True)
+class _LinkTally:
+    """What the notes read of every link, gathered in one pass (a 10k-GPU cluster has
+    about 100k links): each switch's outgoing bandwidth, each NIC's fastest network link
+    and slowest PCIe link."""
+
+    switch_out: dict[str, float] = field(default_factory=dict)
+    nic_wire: dict[str, float] = field(default_factory=dict)
+    nic_slot: dict[str, float] = field(default_factory=dict)
+
+
+def _tally(topology: Topology) -> _LinkTally:
+    kinds = {device.name: device.kind for device in topology.devices()}
+    tally = _LinkTally()
+    for link in topology.links():
+        kind, rate = kinds.get(link.src), link.bandwidth_bytes_per_s
+        if kind == "switch":
+            tally.switch_out[link.src] = tally.switch_out.get(link.src, 0.0) + rate
+        elif kind == "nic" and link.kind == "network":
+            tally.nic_wire[link.src] = max(tally.nic_wire.get(link.src, 0.0), rate)
+        elif kind == "nic" and link.kind == "pcie":
+            tally.nic_slot[link.src] = min(tally.nic_slot.get(link.src, math.inf), rate)
+    return tally
 
 
 def _one_leaf_notes(topology: Topology) -> list[RunNote]:
@@ -74,24 +101,18 @@ def _one_rail_group_notes(topology: Topology) -> list[RunNote]:
                     f"{topology.num_nodes} for the what-if", "fabric.oversubscription")]
 
 
-def _radix_notes(topology: Topology) -> list[RunNote]:
-    """An ``extrapolated`` note when a fabric switch has more ports (its links' bandwidth
-    over a port's) than any switch sold: a two-tier tree of thousands of NICs joins every
-    leaf to every spine, which real clusters of that size do with a third tier."""
+def _radix_notes(topology: Topology, switch_out: dict[str, float]) -> list[RunNote]:
+    """An ``extrapolated`` note when a fabric switch has more ports (its links' bandwidth,
+    ``switch_out``, over a port's) than any switch sold: a two-tier tree of thousands of
+    NICs joins every leaf to every spine, which real clusters of that size do with a third
+    tier."""
     fabric = topology.config.get("fabric")
     port = float(fabric.get("link_bandwidth", 0.0) or 0.0) if isinstance(fabric, Mapping) \
         else 0.0
-    if port <= 0:
+    if port <= 0 or not switch_out:
         return []
-    switches = {device.name for device in topology.devices() if device.kind == "switch"}
-    rates: dict[str, float] = {}
-    for link in topology.links():
-        if link.src in switches:
-            rates[link.src] = rates.get(link.src, 0.0) + link.bandwidth_bytes_per_s
-    if not rates:
-        return []
-    widest = max(rates, key=rates.__getitem__)
-    ports = round(rates[widest] / port)
+    widest = max(switch_out, key=switch_out.__getitem__)
+    ports = round(switch_out[widest] / port)
     if ports <= MAX_SWITCH_PORTS:
         return []
     return [RunNote("extrapolated", f"switch {widest} has {ports} ports of "
@@ -104,21 +125,15 @@ def nic_slot_notes(topology: Topology) -> list[RunNote]:
     """An ``ignored`` note when NICs are faster than the PCIe links they sit on: GPUDirect
     RDMA's bytes cross that link, so the NIC's extra speed never carries traffic (an
     800 Gb/s NIC in a Gen5 x16 slot runs at the slot's 63 GB/s)."""
-    nics = {device.name for device in topology.devices() if device.kind == "nic"}
-    wire: dict[str, float] = {}
-    slot: dict[str, float] = {}
-    for link in topology.links():  # one pass: a cluster has thousands of NICs
-        if link.src not in nics:
-            continue
-        rate = link.bandwidth_bytes_per_s
-        if link.kind == "network":
-            wire[link.src] = max(wire.get(link.src, 0.0), rate)
-        elif link.kind == "pcie":
-            slot[link.src] = min(slot.get(link.src, math.inf), rate)
+    return _slot_notes(_tally(topology))
+
+
+def _slot_notes(tally: _LinkTally) -> list[RunNote]:
     capped: dict[tuple[float, float], int] = {}
-    for nic, rate in wire.items():
-        if rate > slot.get(nic, math.inf):
-            capped[(rate, slot[nic])] = capped.get((rate, slot[nic]), 0) + 1
+    for nic, rate in tally.nic_wire.items():
+        slot = tally.nic_slot.get(nic, math.inf)
+        if rate > slot:
+            capped[(rate, slot)] = capped.get((rate, slot), 0) + 1
     return [RunNote("ignored", f"{count} NICs of {format_bandwidth(rate)} sit on PCIe links "
                     f"of {format_bandwidth(pcie)}: GPUDirect RDMA crosses that link, so no "
                     f"NIC carries more than {format_bandwidth(pcie)}; raise pcie.bandwidth "
