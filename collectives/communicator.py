@@ -187,6 +187,15 @@ class Communicator:
                                                        fabric_sharp=self._fabric_sharp)
         return found
 
+    def algorithms_chosen(self, op: str) -> dict[str, int]:
+        """How many call shapes (group and size) of ``op`` ran each algorithm ``choose``
+        picked, in the order first picked: what ``auto`` made of this run."""
+        counts: dict[str, int] = {}
+        for key, plan in self._chosen.items():
+            if key[0] == op:
+                counts[plan.algorithm] = counts.get(plan.algorithm, 0) + 1
+        return counts
+
     def estimate_s(self, op: str, group: Sequence[str], size_bytes: float,
                    **choices: Any) -> float:
         """Closed-form time of a call alone on the network (no simulation)."""

@@ -16,7 +16,7 @@ MoE model's router left perfectly even.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from distsim_gpu.collectives.deepep import nvlink_copy_rate, sm_bound_factor
@@ -39,9 +39,9 @@ from distsim_gpu.workloads.specs.moe_routing import moe_loads
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 from distsim_gpu.workloads.strategy.precision import LOW_PRECISIONS
 
-__all__ = ["RunParts", "amax_notes", "deepep_notes", "fault_notes", "kv_replication_notes",
-           "nccl_sm_notes", "offload_notes", "routing_notes", "run_notes", "schedule_notes",
-           "tp_overlap_notes"]
+__all__ = ["RunParts", "alltoall_choice_notes", "amax_notes", "deepep_notes", "fault_notes",
+           "kv_replication_notes", "nccl_sm_notes", "offload_notes", "routing_notes",
+           "run_notes", "schedule_notes", "tp_overlap_notes"]
 
 
 def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]:
@@ -269,12 +269,31 @@ class RunParts(Protocol):
     topology: Topology  # the job's GPUs, in rank order
 
 
+def alltoall_choice_notes(comm: CommParams, chosen: Mapping[str, int]) -> list[RunNote]:
+    """Under ``all_to_all: auto``, which plan its all-to-alls ran: ``chosen`` counts the
+    call shapes (group and size) that ran each (``IterationResult.alltoall_algorithms``).
+    The choice is per call, the least predicted time, so a run may use both."""
+    if comm.all_to_all != "auto" or not chosen:
+        return []
+    shapes = sum(chosen.values())
+    what = (f"{next(iter(chosen))} for every all-to-all" if len(chosen) == 1 else
+            ", ".join(f"{name} for {count}" for name, count in chosen.items())
+            + f" of its {shapes} kinds of call (a group and a size)")
+    return [RunNote("defaulted", f"all_to_all auto ran {what}: per call, the least "
+                    "predicted time of the flat exchange and the hierarchical one; set "
+                    "communication.all_to_all to either to compare", "communication.all_to_all")]
+
+
 def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topology,
-              iteration_time_s: float) -> tuple[RunNote, ...]:
+              iteration_time_s: float, *,
+              alltoall_algorithms: Mapping[str, int] | None = None) -> tuple[RunNote, ...]:
     """Every note of a run of ``runs`` (each job's cost model, strategy, micro-batches a
     pipeline, collectives, model and training) that took ``iteration_time_s`` on
-    ``topology`` under ``faults``, without repeats."""
+    ``topology`` under ``faults``, without repeats; ``alltoall_algorithms``: what the
+    first job's all-to-alls ran (:func:`alltoall_choice_notes`)."""
     notes: list[RunNote] = []
+    if runs:
+        notes += alltoall_choice_notes(runs[0].comm, alltoall_algorithms or {})
     for run in runs:
         notes += getattr(run.costs, "notes", ())  # a cost table's, or the roofline's defaults
         notes += offload_notes(run.parallel, topology)

@@ -691,4 +691,5 @@ def run_scenario(scenario: Scenario, *, trace: bool = False, allow_oom: bool = F
                           setup=setup, wall_time_s=wall_time_s)
     runs = [scenario, *(job for _, job in scenario.jobs)]
     return replace(report, notes=run_notes(runs, scenario.faults, scenario.topology,
-                                           report.iteration_time_s))
+                                           report.iteration_time_s,
+                                           alltoall_algorithms=result.alltoall_algorithms))

@@ -106,6 +106,9 @@ class IterationResult:
     # Seconds a data-parallel rank's data loader needs per iteration (0: none given); the
     # iteration is longer than the training where it binds (workloads.strategy.data_loading).
     data_loading_s: float = 0.0
+    # How many all-to-all call shapes ran each algorithm (Communicator.algorithms_chosen):
+    # what ``communication.all_to_all: auto`` chose, for the run's notes.
+    alltoall_algorithms: Mapping[str, int] = field(default_factory=dict, compare=False)
 
 
 def per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], iteration: float,

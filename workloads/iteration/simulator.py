@@ -684,7 +684,8 @@ def _result(simulator: IterationSimulator) -> IterationResult:
                            path, spec.topology, simulator.folding,
                            tuple((g, tuple(simulator._images(g))) for g in simulator.active),
                            simulator.offload,
-                           0.0 if loader is None else loader.loading_s(samples))
+                           0.0 if loader is None else loader.loading_s(samples),
+                           simulator.comm.algorithms_chosen("alltoall"))
 
 
 def simulate_iteration(spec: IterationSpec) -> IterationResult:
