@@ -679,9 +679,8 @@ def _result(simulator: IterationSimulator) -> IterationResult:
         path += (PathEntry(training_s, iteration, "data loading", "waiting for the data "
                            "loader", last.name, last.gpus[0]),)
     return IterationResult(iteration, simulator.microbatches, per_gpu, flops,
-                           simulator.env.events_processed,
-                           simulator.sim.network.completed_flows, simulator.sim,
-                           path, spec.topology, simulator.folding,
+                           simulator.env.events_processed, simulator.sim.network.completed_flows,
+                           simulator.sim, path, spec.topology, simulator.folding,
                            tuple((g, tuple(simulator._images(g))) for g in simulator.active),
                            simulator.offload,
                            0.0 if loader is None else loader.loading_s(samples),
