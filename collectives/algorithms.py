@@ -35,7 +35,10 @@ transport and protocol and the route's physical latency (see :mod:`collectives.p
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import itertools
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from distsim_gpu.collectives.meshrings import mesh_rings
 from distsim_gpu.collectives.params import CommParams
@@ -47,6 +50,8 @@ from distsim_gpu.topology import Route, Topology
 
 __all__ = [
     "OPS",
+    "PlanDraft",
+    "PlanDrafts",
     "alltoall_peer_latency_s",
     "build_plan",
     "check_group",
@@ -103,10 +108,20 @@ def ring_channels(topo: Topology, group: Sequence[str], max_channels: int = 0) -
     return channels
 
 
-class _Builder:
-    """Accumulates streams per link for one step and the latencies of its hops."""
+# A send's routes: the one route it takes, or its two legs where a GPU relays it (PXN).
+Legs = tuple[Route, ...]
 
-    def __init__(self, topo: Topology, params: CommParams, algorithm: str, protocol: str):
+
+class _Builder:
+    """Accumulates streams per link for one step and prices its hops' latencies.
+
+    ``protocol`` is None for a builder that only drafts a ring or tree plan (streams and
+    hop routes, :class:`PlanDraft`): those do not depend on the protocol, which prices the
+    hops afterwards.
+    """
+
+    def __init__(self, topo: Topology, params: CommParams, algorithm: str,
+                 protocol: str | None = None):
         self.topo = topo
         self.params = params
         self.algorithm = algorithm
@@ -127,8 +142,8 @@ class _Builder:
         return self.topo.route(src, dst, own_nics=True)
 
     def ring_send(self, streams: dict[LinkId, float], src: str, dst: str, rail: int | None,
-                  relays: Sequence[str], count: float = 1.0) -> float:
-        """Add one ring hop ``src -> dst`` leaving on ``rail``; return its hop latency.
+                  relays: Sequence[str], count: float = 1.0) -> Legs:
+        """Add one ring hop ``src -> dst`` leaving on ``rail``; return its routes.
 
         Across nodes a sender far from the rail's NIC forwards over NVLink to one of
         ``relays`` (the group's GPUs on its node) beside the NIC, as NCCL's PXN path does
@@ -139,23 +154,36 @@ class _Builder:
             # The group's GPUs first (NCCL's only candidates); where none of them is beside
             # the NIC (a group sitting differently on two nodes) any GPU of the node that
             # belongs to the job (another job's GPU holds none of its buffers).
-            among = [*relays, *(g for g in self.topo.gpus_on_node(self.topo.node_of(src))
-                                if g not in relays and self.topo.has_rank(g))]
+            # Lazily: pxn_proxy takes the first beside the NIC, mostly one of ``relays``.
+            others = (g for g in self.topo.gpus_on_node(self.topo.node_of(src))
+                      if g not in relays and self.topo.has_rank(g))
+            among = itertools.chain(relays, others)
             relay = pxn_proxy(self.topo, src, dst, rail=rail, among=among)
-        return self.relayed_send(streams, src, dst, rail, relay, count)
+        return self.relayed_legs(streams, src, dst, rail, relay, count)
 
     def relayed_send(self, streams: dict[LinkId, float], src: str, dst: str,
                      rail: int | None, relay: str | None, count: float = 1.0) -> float:
         """Add one send ``src -> dst`` leaving its node on ``rail``, through ``relay``'s NIC
         when one is given (PXN: NVLink to the relay, then the network); return its hop
         latency, both legs' where relayed."""
+        return self.legs_latency_s(self.relayed_legs(streams, src, dst, rail, relay, count))
+
+    def relayed_legs(self, streams: dict[LinkId, float], src: str, dst: str,
+                     rail: int | None, relay: str | None, count: float = 1.0) -> Legs:
+        """:meth:`relayed_send`'s streams; return its routes instead of their latency."""
         if relay is None:
             route = self.route(src, dst, rail)
             self.add(streams, route, count)
-            return self.hop_latency_s(route)
+            return (route,)
         legs = (self.route(src, relay, None), self.route(relay, dst, rail))
         for leg in legs:
             self.add(streams, leg, count)
+        return legs
+
+    def legs_latency_s(self, legs: Legs) -> float:
+        """A send's hop latency: its route's, or both legs' where relayed."""
+        if len(legs) == 1:
+            return self.hop_latency_s(legs[0])
         return sum(self.hop_latency_s(leg) for leg in legs)
 
     def hop_latency_s(self, route: Route) -> float:
@@ -169,6 +197,46 @@ class _Builder:
         # A multipath route puts a fraction of each stream on each of its paths' links.
         for link, weight in zip(route.links, route.weights, strict=True):
             streams[link] = streams.get(link, 0.0) + count * weight
+
+
+@dataclass(frozen=True, slots=True)
+class _StepDraft:
+    """A plan step before its protocol: its streams, and its latency as a function of a
+    builder that prices hops in one protocol (the same sums and maxima, in the same
+    order, as pricing each hop while the streams were added)."""
+
+    streams: dict[LinkId, float]
+    fraction: float
+    latency_s: Callable[[_Builder], float]
+    repeat: int = 1
+    pipeline_hops: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PlanDraft:
+    """A ring or tree plan without its protocol: which links carry which streams, and
+    the routes of every hop.  NCCL's protocols differ only in their latencies (per hop
+    and base), efficiency and chunk, so ``auto`` weighing ll, ll128 and simple drafts
+    the plan once and prices it three times (:meth:`priced`) instead of building it
+    three times — the routes, PXN relays and streams of a 10k-GPU ring each time."""
+
+    op: str
+    algorithm: str
+    num_ranks: int
+    channels: int
+    steps: tuple[_StepDraft, ...]
+
+    def priced(self, b: _Builder, base_s: float) -> CollectivePlan:
+        """The plan in ``b``'s protocol, of base latency ``base_s`` (none without steps);
+        its steps share the draft's streams (nothing writes to a plan's streams)."""
+        protocol = b.protocol
+        assert protocol is not None  # a drafting builder prices nothing
+        steps = tuple(StepShape(s.streams, s.fraction, s.latency_s(b), s.repeat,
+                                s.pipeline_hops) for s in self.steps)
+        return CollectivePlan(self.op, self.algorithm, protocol, self.num_ranks,
+                              self.channels, steps, base_s if steps else 0.0,
+                              b.params.protocol_efficiency[protocol],
+                              b.params.chunk_bytes[protocol])
 
 
 def build_plan(
@@ -187,18 +255,55 @@ def build_plan(
     ``algorithm`` is ``ring`` or ``tree`` (tree: all_reduce only); ``protocol`` one of
     ``ll``, ``ll128``, ``simple``.  ``root`` is the broadcast/reduce root (default: the
     first GPU of the group), ``peer`` the destination of a ``p2p`` send from ``group[0]``.
+    Drafted afresh; :class:`PlanDrafts` keeps the drafts for the other protocols.
     """
-    gpus = _checked_gpus(topo, group, op, algorithm)
+    return PlanDrafts(topo, params).plan(group, op, algorithm=algorithm, protocol=protocol,
+                                         root=root, peer=peer)
+
+
+class PlanDrafts:
+    """The ring and tree plans of one topology and params: each drafted once
+    (:class:`PlanDraft`), priced per protocol.  A :class:`Communicator` keeps one."""
+
+    def __init__(self, topo: Topology, params: CommParams) -> None:
+        self.topo = topo
+        self.params = params
+        self._drafts: dict[tuple[Any, ...], PlanDraft] = {}
+
+    def plan(self, group: Sequence[str], op: str, *, algorithm: str, protocol: str,
+             root: str | None = None, peer: str | None = None) -> CollectivePlan:
+        """:func:`build_plan`'s plan, from the draft of an earlier protocol if there is one."""
+        topo, params = self.topo, self.params
+        gpus = _checked_gpus(topo, group, op, algorithm)
+        b = _Builder(topo, params, algorithm, protocol)
+        # Looked up first: an unknown protocol fails before any plan is built, as it did.
+        base = params.base_latency_s["tree" if algorithm == "tree" else "ring"][protocol]
+        key = (op, tuple(group), algorithm, root, peer)
+        draft = self._drafts.get(key)
+        if draft is None:
+            draft = self._drafts[key] = _draft(_Builder(topo, params, algorithm), gpus, op,
+                                               root, peer)
+        return draft.priced(b, base)
+
+    def pairs_plan(self, pairs: Sequence[tuple[str, str]], *, protocol: str) -> CollectivePlan:
+        """:func:`pairs_plan`'s plan, from the draft of an earlier protocol if there is one
+        (no base latency: the sends are one call's, as NCCL groups them)."""
+        b = _Builder(self.topo, self.params, "ring", protocol)  # NCCL's send: ring-class
+        key = ("pairs", tuple(pairs))
+        draft = self._drafts.get(key)
+        if draft is None:
+            draft = self._drafts[key] = _pairs_draft(_Builder(self.topo, self.params, "ring"),
+                                                     pairs)
+        return draft.priced(b, 0.0)
+
+
+def _draft(b: _Builder, gpus: list[str], op: str, root: str | None,
+           peer: str | None) -> PlanDraft:
+    """:func:`build_plan`'s plan before its protocol."""
     n = len(gpus)
-    b = _Builder(topo, params, algorithm, protocol)
-    base = params.base_latency_s["tree" if algorithm == "tree" else "ring"][protocol]
-    eff = params.protocol_efficiency[protocol]
 
-    chunk = params.chunk_bytes[protocol]
-
-    def plan(steps: list[StepShape], channels: int, base_s: float = base) -> CollectivePlan:
-        return CollectivePlan(op, algorithm, protocol, n, channels, tuple(steps), base_s, eff,
-                              chunk)
+    def plan(steps: list[_StepDraft], channels: int) -> PlanDraft:
+        return PlanDraft(op, b.algorithm, n, channels, tuple(steps))
 
     if op == "p2p":
         if peer is None:
@@ -206,16 +311,16 @@ def build_plan(
         route = b.p2p_route(gpus[0], peer)
         streams: dict[LinkId, float] = {}
         b.add(streams, route)
-        return plan([StepShape(streams, 1.0, b.hop_latency_s(route))], 1)
+        return plan([_StepDraft(streams, 1.0, lambda pricing: pricing.hop_latency_s(route))], 1)
     if n == 1:
-        return plan([], 1, 0.0)
+        return plan([], 1)
     if op == "alltoall":
         return plan([_alltoall_step(b, gpus)], 1)
     if op == "sendrecv":
         return plan([_sendrecv_step(b, gpus)], 1)
-    if algorithm == "tree":
-        return _tree_plan(b, gpus, params, plan)
-    channels = ring_channels(topo, gpus, params.max_channels)
+    if b.algorithm == "tree":
+        return _tree_plan(b, gpus, b.params, plan)
+    channels = ring_channels(b.topo, gpus, b.params.max_channels)
     if op in ("broadcast", "reduce"):
         return plan([_chain_step(b, channels, root or gpus[0], towards_root=op == "reduce")],
                     len(channels))
@@ -243,37 +348,47 @@ def check_group(topo: Topology, group: Sequence[str]) -> list[str]:
     return gpus
 
 
-def _sendrecv_step(b: _Builder, gpus: list[str]) -> StepShape:
+def _sendrecv_step(b: _Builder, gpus: list[str]) -> _StepDraft:
     """Every rank sends the full size to the next in rank order, all at once."""
     n = len(gpus)
     streams: dict[LinkId, float] = {}
-    latency = 0.0
     ordered = sorted(gpus, key=b.topo.rank_of)
+    routes = []
     for i, src in enumerate(ordered):
-        route = b.p2p_route(src, ordered[(i + 1) % n])
-        b.add(streams, route)
-        latency = max(latency, b.hop_latency_s(route))
-    return StepShape(streams, 1.0, latency)
+        routes.append(b.p2p_route(src, ordered[(i + 1) % n]))
+        b.add(streams, routes[-1])
+
+    def latency_s(pricing: _Builder) -> float:
+        latency = 0.0
+        for route in routes:
+            latency = max(latency, pricing.hop_latency_s(route))
+        return latency
+
+    return _StepDraft(streams, 1.0, latency_s)
 
 
-def _ring_step(b: _Builder, gpus: list[str], channels: list[Channel], op: str) -> StepShape:
+def _ring_step(b: _Builder, gpus: list[str], channels: list[Channel], op: str) -> _StepDraft:
     """Ring all-reduce, reduce-scatter or all-gather: one step, repeated n-1 times a pass."""
     topo = b.topo
     n = len(gpus)
     passes = 2 if op == "all_reduce" else 1
     steps_per_pass = n - 1
     streams: dict[LinkId, float] = {}
-    pass_latency = 0.0
     relays = _node_order(topo, gpus)
-    for order, rails in channels:
-        hop_latencies = []
-        for i, src in enumerate(order):
-            hop_latencies.append(b.ring_send(streams, src, order[(i + 1) % n], rails[i],
-                                             relays[topo.node_of(src)]))
-        # One pass of the ring crosses every hop but the one back to where it started.
-        pass_latency = max(pass_latency, sum(hop_latencies) - max(hop_latencies))
-    return StepShape(streams, 1.0 / (n * len(channels)), pass_latency / steps_per_pass,
-                     repeat=passes * steps_per_pass)
+    # Per channel, every hop's routes, in ring order.
+    hops = [[b.ring_send(streams, src, order[(i + 1) % n], rails[i], relays[topo.node_of(src)])
+             for i, src in enumerate(order)] for order, rails in channels]
+
+    def latency_s(pricing: _Builder) -> float:
+        pass_latency = 0.0
+        for channel in hops:
+            hop_latencies = [pricing.legs_latency_s(legs) for legs in channel]
+            # One pass of the ring crosses every hop but the one back to where it started.
+            pass_latency = max(pass_latency, sum(hop_latencies) - max(hop_latencies))
+        return pass_latency / steps_per_pass
+
+    return _StepDraft(streams, 1.0 / (n * len(channels)), latency_s,
+                      repeat=passes * steps_per_pass)
 
 
 def pairs_plan(topo: Topology, pairs: Sequence[tuple[str, str]], *, protocol: str,
@@ -283,11 +398,16 @@ def pairs_plan(topo: Topology, pairs: Sequence[tuple[str, str]], *, protocol: st
     Pipeline stages exchange activations this way: every tensor-parallel rank of a stage
     sends its shard to the same rank of the next stage at the same time.  A send to another
     node's rail goes through the GPU on that rail (PXN, :func:`collectives.rails.pxn_proxy`)
-    unless ``params.pxn`` is off.
+    unless ``params.pxn`` is off.  Drafted afresh; :class:`PlanDrafts` keeps the drafts.
     """
-    b = _Builder(topo, params, "ring", protocol)
+    return PlanDrafts(topo, params).pairs_plan(pairs, protocol=protocol)
+
+
+def _pairs_draft(b: _Builder, pairs: Sequence[tuple[str, str]]) -> PlanDraft:
+    """:func:`pairs_plan`'s plan before its protocol."""
+    topo, params = b.topo, b.params
     streams: dict[LinkId, float] = {}
-    latency = 0.0
+    sends: list[Legs] = []
     rails: dict[str, int | None] = {}
     for src, dst in pairs:
         # NCCL's P2P sends go through PXN too (NCCL_P2P_PXN_LEVEL=2): to the receiver's rail.
@@ -295,48 +415,69 @@ def pairs_plan(topo: Topology, pairs: Sequence[tuple[str, str]], *, protocol: st
         if relay is None:
             route = b.p2p_route(src, dst)
             b.add(streams, route)
-            latency = max(latency, b.hop_latency_s(route))
+            sends.append((route,))
         else:
-            latency = max(latency, b.relayed_send(streams, src, dst, rails[dst], relay))
-    step = StepShape(streams, 1.0, latency)
-    return CollectivePlan("p2p", "ring", protocol, len(pairs), 1, (step,), 0.0,
-                          params.protocol_efficiency[protocol], params.chunk_bytes[protocol])
+            sends.append(b.relayed_legs(streams, src, dst, rails[dst], relay))
+
+    def latency_s(pricing: _Builder) -> float:
+        latency = 0.0
+        for legs in sends:
+            latency = max(latency, pricing.legs_latency_s(legs))
+        return latency
+
+    return PlanDraft("p2p", "ring", len(pairs), 1, (_StepDraft(streams, 1.0, latency_s),))
 
 
 def _chain_step(b: _Builder, channels: list[Channel], root: str, *,
-                towards_root: bool) -> StepShape:
+                towards_root: bool) -> _StepDraft:
     """Broadcast (root first) or reduce (root last) pipelined along each ring as a chain,
     in the ring's direction as NCCL runs both (a reduce starts at the root's successor),
     so that every hop across nodes leaves and enters as the ring's search placed it."""
     streams: dict[LinkId, float] = {}
-    latency = 0.0
     relays = _node_order(b.topo, channels[0][0])
+    chains: list[list[Legs]] = []  # per channel, its sends in chain order
     for order, rails in channels:
         if root not in order:
             raise ConfigError(f"root {root} is not in the group")
         n = len(order)
         start = (order.index(root) + (1 if towards_root else 0)) % n
-        chain_latency = 0.0
+        chain = []
         for i in range(n - 1):
             a, c = (start + i) % n, (start + i + 1) % n
-            chain_latency += b.ring_send(streams, order[a], order[c], rails[a],
-                                         relays[b.topo.node_of(order[a])])
-        latency = max(latency, chain_latency)
+            chain.append(b.ring_send(streams, order[a], order[c], rails[a],
+                                     relays[b.topo.node_of(order[a])]))
+        chains.append(chain)
+
+    def latency_s(pricing: _Builder) -> float:
+        latency = 0.0
+        for chain in chains:
+            chain_latency = 0.0
+            for legs in chain:
+                chain_latency += pricing.legs_latency_s(legs)
+            latency = max(latency, chain_latency)
+        return latency
+
     hops = len(channels[0][0]) - 1
-    return StepShape(streams, 1.0 / len(channels), latency, pipeline_hops=max(hops - 1, 0))
+    return _StepDraft(streams, 1.0 / len(channels), latency_s, pipeline_hops=max(hops - 1, 0))
 
 
-def _alltoall_step(b: _Builder, gpus: list[str]) -> StepShape:
+def _alltoall_step(b: _Builder, gpus: list[str]) -> _StepDraft:
     """Every rank sends S/n to every other rank concurrently."""
     streams: dict[LinkId, float] = {}
-    latency = 0.0
+    routes = []
     for src in gpus:
         for dst in gpus:
             if src != dst:
-                route = b.p2p_route(src, dst)
-                b.add(streams, route)
-                latency = max(latency, b.hop_latency_s(route))
-    return StepShape(streams, 1.0 / len(gpus), latency + alltoall_peer_latency_s(b, gpus))
+                routes.append(b.p2p_route(src, dst))
+                b.add(streams, routes[-1])
+
+    def latency_s(pricing: _Builder) -> float:
+        latency = 0.0
+        for route in routes:
+            latency = max(latency, pricing.hop_latency_s(route))
+        return latency + alltoall_peer_latency_s(pricing, gpus)
+
+    return _StepDraft(streams, 1.0 / len(gpus), latency_s)
 
 
 def alltoall_peer_latency_s(b: _Builder, gpus: Sequence[str]) -> float:
@@ -366,7 +507,8 @@ def alltoall_peer_latency_s(b: _Builder, gpus: Sequence[str]) -> float:
     return worst
 
 
-def _tree_plan(b: _Builder, gpus: list[str], params: CommParams, plan) -> CollectivePlan:
+def _tree_plan(b: _Builder, gpus: list[str], params: CommParams,
+               plan: Callable[[list[_StepDraft], int], PlanDraft]) -> PlanDraft:
     """NCCL's double binary tree: chains inside nodes, two binary trees across nodes."""
     topo = b.topo
     per_node = _node_order(topo, gpus)
@@ -376,8 +518,9 @@ def _tree_plan(b: _Builder, gpus: list[str], params: CommParams, plan) -> Collec
     streams: dict[LinkId, float] = {}
     channels = ring_channels(topo, gpus, params.max_channels)
     num_trees = 2
-    depth_latency = 0.0
     path_hops = 0
+    # Per channel, its chains' routes and, per tree, its depth and its edges' sends.
+    drafted: list[tuple[list[list[Route]], list[tuple[int, list[Legs]]]]] = []
     for order, rails in channels:
         # The rail each node's part of the channel arrives on: the tree's edge into a node
         # arrives there too, at the head beside that NIC.
@@ -389,58 +532,90 @@ def _tree_plan(b: _Builder, gpus: list[str], params: CommParams, plan) -> Collec
         for g in order:
             by_node[topo.node_of(g)].append(g)
         chains = [by_node[node] for node in nodes]
-        intra = _node_chains(b, streams, chains, num_trees)
-        inter = 0.0
+        chain_routes = _node_chains(b, streams, chains, num_trees)
+        trees = []
         for tree in range(num_trees):
             # Tree 0: heap order over nodes; tree 1: the mirror, so that the leaves of one
             # are the inner nodes of the other (every node's NIC is busy in both).
             positions = list(range(len(nodes))) if tree == 0 else list(range(len(nodes)))[::-1]
             depth = 0
-            hop = 0.0
+            sends = []
             for p in range(1, len(positions)):
                 child, parent = chains[positions[p]][0], chains[positions[(p - 1) // 2]][0]
                 for src, dst in ((child, parent), (parent, child)):
-                    hop = max(hop, b.ring_send(streams, src, dst, node_rail[topo.node_of(dst)],
-                                               per_node[topo.node_of(src)]))
+                    sends.append(b.ring_send(streams, src, dst, node_rail[topo.node_of(dst)],
+                                             per_node[topo.node_of(src)]))
                 depth = max(depth, (p + 1).bit_length() - 1)
-            inter = max(inter, depth * hop)
+            trees.append((depth, sends))
             # A chunk climbs a chain and the tree, then comes back down.
             longest_chain = max(len(chain) - 1 for chain in chains)
             path_hops = max(path_hops, 2 * (longest_chain + depth))
-        depth_latency = max(depth_latency, 2 * (intra + inter))
+        drafted.append((chain_routes, trees))
+
+    def latency_s(pricing: _Builder) -> float:
+        depth_latency = 0.0
+        for intra_routes, trees in drafted:
+            intra = _chains_latency_s(pricing, intra_routes)
+            inter = 0.0
+            for depth, sends in trees:
+                hop = 0.0
+                for legs in sends:
+                    hop = max(hop, pricing.legs_latency_s(legs))
+                inter = max(inter, depth * hop)
+            depth_latency = max(depth_latency, 2 * (intra + inter))
+        return depth_latency
+
     # Each tree carries half of the data, each channel its share of that.
     fraction = 1.0 / (num_trees * len(channels))
-    return plan([StepShape(streams, fraction, depth_latency,
-                           pipeline_hops=max(path_hops - 1, 0))], len(channels))
+    return plan([_StepDraft(streams, fraction, latency_s, pipeline_hops=max(path_hops - 1, 0))],
+                len(channels))
 
 
-def _one_node_tree_step(b: _Builder, gpus: list[str]) -> StepShape:
+def _one_node_tree_step(b: _Builder, gpus: list[str]) -> _StepDraft:
     """NCCL's tree inside one node: one pipelined step along a chain of ``gpus``."""
     streams: dict[LinkId, float] = {}
     # One node: a chain, reduced up and broadcast down, pipelined; in a mesh node along
     # direct links (the first ring's order), as NCCL's tree search keeps to NVLink.
     rings = mesh_rings(b.topo, gpus)
     chain = list(rings[0]) if rings else gpus
-    latency = 0.0
+    routes = []
     for up, down in zip(chain[1:], chain[:-1]):
         for src, dst in ((up, down), (down, up)):
-            route = b.route(src, dst, None)
-            b.add(streams, route)
-            latency += b.hop_latency_s(route)
+            routes.append(b.route(src, dst, None))
+            b.add(streams, routes[-1])
+
+    def latency_s(pricing: _Builder) -> float:
+        latency = 0.0
+        for route in routes:
+            latency += pricing.hop_latency_s(route)
+        return latency
+
     # A chunk goes up the chain and back down: 2(n-1) hops, the first one paid by S.
-    return StepShape(streams, 1.0, latency, pipeline_hops=max(2 * (len(chain) - 1) - 1, 0))
+    return _StepDraft(streams, 1.0, latency_s,
+                      pipeline_hops=max(2 * (len(chain) - 1) - 1, 0))
 
 
 def _node_chains(b: _Builder, streams: dict[LinkId, float], chains: list[list[str]],
-                 num_trees: int) -> float:
-    """Add each node's chain, both ways for every tree; return the slowest chain's latency."""
-    intra = 0.0
+                 num_trees: int) -> list[list[Route]]:
+    """Add each node's chain, both ways for every tree; return each chain's routes."""
+    drafted = []
     for chain in chains:
-        chain_latency = 0.0
+        routes = []
         for up, down in zip(chain[1:], chain[:-1]):
             for src, dst in ((up, down), (down, up)):
-                route = b.route(src, dst, None)
-                b.add(streams, route, num_trees)
-                chain_latency += b.hop_latency_s(route) / 2
+                routes.append(b.route(src, dst, None))
+                b.add(streams, routes[-1], num_trees)
+        drafted.append(routes)
+    return drafted
+
+
+def _chains_latency_s(pricing: _Builder, chains: list[list[Route]]) -> float:
+    """The slowest of :func:`_node_chains`' chains: half its hops' latencies (each tree
+    carries half the data), summed hop by hop."""
+    intra = 0.0
+    for routes in chains:
+        chain_latency = 0.0
+        for route in routes:
+            chain_latency += pricing.hop_latency_s(route) / 2
         intra = max(intra, chain_latency)
     return intra

@@ -33,8 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import MappingProxyType
 
-from distsim_gpu.collectives.algorithms import OPS, _Builder, check_group
-from distsim_gpu.collectives.algorithms import build_plan as _ring_or_tree_plan
+from distsim_gpu.collectives.algorithms import OPS, PlanDrafts, _Builder, check_group
 from distsim_gpu.collectives.nvls import nvls_heads, nvls_plan, nvls_switches, nvls_tree_plan
 from distsim_gpu.collectives.nvls_rsag import NVLS_RSAG_OPS, nvls_rsag_applies, nvls_rsag_plan
 from distsim_gpu.collectives.params import ALGORITHMS, PROTOCOLS, CommParams
@@ -46,7 +45,7 @@ from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import Topology
 
-__all__ = ["ALGORITHM_OPS", "ALGORITHM_PROTOCOLS", "build_plan", "candidates"]
+__all__ = ["ALGORITHM_OPS", "ALGORITHM_PROTOCOLS", "build_plan", "candidates", "drafted_plan"]
 
 _CONCRETE = tuple(a for a in ALGORITHMS if a != "auto")
 _ALL_PROTOCOLS = tuple(p for p in PROTOCOLS if p != "auto")
@@ -70,10 +69,20 @@ def build_plan(topo: Topology, group: Sequence[str], op: str, *, algorithm: str,
                peer: str | None = None) -> CollectivePlan:
     """The plan of ``op`` over ``group`` with a concrete algorithm and protocol.
 
-    Ring and tree plans come from :func:`collectives.algorithms.build_plan`; the others
+    Ring and tree plans come from :class:`collectives.algorithms.PlanDrafts`; the others
     from their modules.  ConfigError names an operation or protocol the algorithm does not
     run, or hardware it needs and the cluster lacks.
     """
+    return drafted_plan(PlanDrafts(topo, params), group, op, algorithm=algorithm,
+                        protocol=protocol, root=root, peer=peer)
+
+
+def drafted_plan(drafts: PlanDrafts, group: Sequence[str], op: str, *, algorithm: str,
+                 protocol: str, root: str | None = None,
+                 peer: str | None = None) -> CollectivePlan:
+    """:func:`build_plan` on ``drafts``' topology and params, a ring or tree plan from
+    its draft for another protocol where ``drafts`` has one (a Communicator's)."""
+    topo, params = drafts.topo, drafts.params
     check_choice(op, OPS, key="op", what="collective")
     check_choice(algorithm, _CONCRETE, key="algorithm")
     if op not in ALGORITHM_OPS[algorithm]:
@@ -81,8 +90,8 @@ def build_plan(topo: Topology, group: Sequence[str], op: str, *, algorithm: str,
                           f"{', '.join(ALGORITHM_OPS[algorithm])} only, not {op}",
                           hint="use algorithm ring or auto")
     if algorithm in ("ring", "tree"):
-        return _ring_or_tree_plan(topo, group, op, algorithm=algorithm, protocol=protocol,
-                                  params=params, root=root, peer=peer)
+        return drafts.plan(group, op, algorithm=algorithm, protocol=protocol, root=root,
+                           peer=peer)
     if protocol not in ALGORITHM_PROTOCOLS[algorithm]:
         raise ConfigError(f"the {algorithm} algorithm runs the "
                           f"{'/'.join(ALGORITHM_PROTOCOLS[algorithm])} protocol only, "

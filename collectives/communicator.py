@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import simpy
-from distsim_gpu.collectives.algorithms import OPS, pairs_plan
+from distsim_gpu.collectives.algorithms import OPS, PlanDrafts
 from distsim_gpu.collectives.alltoall_hier import alltoall_plans
-from distsim_gpu.collectives.catalog import ALGORITHM_PROTOCOLS, build_plan, candidates
+from distsim_gpu.collectives.catalog import ALGORITHM_PROTOCOLS, candidates, drafted_plan
 from distsim_gpu.collectives.deepep import deepep_plans, sm_bound_factor
 from distsim_gpu.collectives.params import ALGORITHMS, FIDELITIES, PROTOCOLS, CommParams
 from distsim_gpu.collectives.plan import CollectivePlan, StepShape
@@ -73,6 +73,9 @@ class Communicator:
                 network.add_link(link.id, capacity)
             self.capacity[link.id] = capacity
         self._plans: dict[tuple[Any, ...], CollectivePlan] = {}
+        # Ring and tree plans before their protocol, so that weighing ll, ll128 and simple
+        # builds each plan's routes and streams once (collectives.algorithms.PlanDraft).
+        self._drafts = PlanDrafts(topology, self.params)
         self._alltoall_plans: dict[tuple[Any, ...], list[CollectivePlan]] = {}
         self._deepep_factors: dict[float, float] = {}
         # Network link sets of plan steps, resolved once (keyed by the step object, which
@@ -93,8 +96,8 @@ class Communicator:
         key = (op, tuple(group), algorithm, protocol, root, peer)
         cached = self._plans.get(key)
         if cached is None:
-            cached = build_plan(self.topology, group, op, algorithm=algorithm,
-                                protocol=protocol, params=self.params, root=root, peer=peer)
+            cached = drafted_plan(self._drafts, group, op, algorithm=algorithm,
+                                  protocol=protocol, root=root, peer=peer)
             self._plans[key] = cached
         return cached
 
@@ -261,7 +264,7 @@ class Communicator:
             key = ("pairs", tuple(pairs), proto)
             plan = self._plans.get(key)
             if plan is None:
-                plan = pairs_plan(self.topology, pairs, protocol=proto, params=self.params)
+                plan = self._drafts.pairs_plan(pairs, protocol=proto)
                 self._plans[key] = plan
             time_s = self.time_s(plan, size_bytes)
             if best is None or time_s < best[0]:

@@ -27,7 +27,7 @@ group if one is there, else any of the node): the bytes still never cross a sock
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 from distsim_gpu.collectives.meshrings import mesh_path
 from distsim_gpu.simcore.errors import TopologyError
@@ -38,7 +38,7 @@ __all__ = ["channel_rails", "node_segment", "pxn_proxy"]
 
 def pxn_proxy(topo: Topology, src: str, dst: str,
               rails: dict[str, int | None] | None = None, *, rail: int | None = None,
-              among: Sequence[str] | None = None) -> str | None:
+              among: Iterable[str] | None = None) -> str | None:
     """The GPU on ``src``'s node that forwards a send to ``dst`` through its NIC, or None
     when the send goes straight (same node, ``src`` already on the rail, no NVLink path,
     no NIC).
@@ -66,12 +66,13 @@ def pxn_proxy(topo: Topology, src: str, dst: str,
         if rail_of(src) == target:
             return None
         # A GPU of another job cannot forward: PXN stages the bytes in the proxy's memory.
-        serving = [g for g in topo.gpus_on_node(topo.node_of(src))
-                   if rail_of(g) == target and topo.has_rank(g)]
+        serving = (g for g in topo.gpus_on_node(topo.node_of(src))
+                   if rail_of(g) == target and topo.has_rank(g))
     else:
         if target in topo.local_rails(src):
             return None
-        serving = [g for g in among if g != src and target in topo.local_rails(g)]
+        serving = (g for g in among if g != src and target in topo.local_rails(g))
+    # Lazily: only the first serving GPU counts (a 72-GPU node's every GPU was looked at).
     for gpu in serving:
         # NCCL forwards only over NVLink; without it the send goes straight.
         return gpu if topo.route(src, gpu).transport == "nvlink" else None

@@ -317,7 +317,9 @@ class Topology(PathSearch):
 
     def node_of(self, gpu: str) -> int:
         """The node index of an in-node device (a GPU, usually)."""
-        node = self.device(gpu).node
+        # The dict first: plan building asks millions of times (device() names a typo).
+        device = self._devices.get(gpu)
+        node = (device if device is not None else self.device(gpu)).node
         if node is None:
             raise TopologyError(f"{gpu!r} is a fabric device and belongs to no node")
         return node
