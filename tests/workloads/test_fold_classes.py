@@ -100,3 +100,85 @@ def test_the_classes_partition_the_units(structure):
     assert sorted(u for c in found for u in c) == list(range(units))
     assert all(c == sorted(c) for c in found)
     assert [c[0] for c in found] == sorted(c[0] for c in found)
+
+
+def reference_classes(flow_classes: list[list[Member]], units: int,
+                      spanning: list[SpanningFlow]) -> list[list[int]]:
+    """Colour refinement as first written (tuples compared as they are, every link
+    coloured on its own, run until nothing splits): the integer encoding, the grouping of
+    alike links and the stop once every unit stands alone must give exactly its classes."""
+    def relabel(signatures: list) -> list[int]:
+        ids: dict = {}
+        return [ids.setdefault(signature, len(ids)) for signature in signatures]
+
+    links = sorted({link for members in flow_classes for m in members for link in m.links}
+                   | {link for flow in spanning for link in flow.links})
+    label, flow_label, counts = [0] * units, relabel([f.fixed for f in spanning]), None
+    while True:
+        colour = dict(zip(links, relabel([repr((
+            sorted((k, label[m.unit], m.links[link]) for k, members in enumerate(flow_classes)
+                   for m in members if link in m.links),
+            sorted((flow_label[s], f.links[link]) for s, f in enumerate(spanning)
+                   if link in f.links))) for link in links]), strict=True))
+        signatures: list[list] = [[label[u]] for u in range(units)]
+        for members in flow_classes:
+            for m in members:
+                signatures[m.unit].append((m.slot, m.fixed, sorted(
+                    (what, colour[link]) for link, what in m.links.items())))
+        label = relabel([repr(signature) for signature in signatures])
+        flow_label = relabel([repr((flow_label[s], sorted(
+            (what, colour[link]) for link, what in f.links.items())))
+            for s, f in enumerate(spanning)])
+        now = (len(set(label)), len(set(flow_label)), len(set(colour.values())))
+        if now == counts:
+            break
+        counts = now
+    classes: dict[int, list[int]] = {}
+    for unit, class_id in enumerate(label):
+        classes.setdefault(class_id, []).append(unit)
+    return list(classes.values())
+
+
+@st.composite
+def richer(draw: st.DrawFn) -> tuple[list[list[Member]], list[SpanningFlow], int]:
+    """More units than links, several slots per unit, two latencies, flows of two kinds
+    with one or two streams: structures where the refinement runs several rounds."""
+    units = draw(st.integers(1, 7))
+    slots = draw(st.integers(1, 2))
+    links = [f"l{i}" for i in range(draw(st.integers(1, 5)))]
+    some_links = st.lists(st.sampled_from(links), min_size=1, max_size=3, unique=True)
+    streams = st.sampled_from([(1.0,), (2.0,), (1.0, 0.0)])
+    classes = [[Member(u, slot, {link: (CAPACITY, draw(streams)) for link in draw(some_links)},
+                       (f"class{k}", draw(st.sampled_from([1e-6, 2e-6]))))
+                for u in range(units) for slot in range(slots)]
+               for k in range(draw(st.integers(1, 3)))]
+    flows = [SpanningFlow({link: draw(streams) for link in draw(some_links)},
+                          draw(st.sampled_from(["rs", "ag"])))
+             for _ in range(draw(st.integers(0, 4)))]
+    return classes, flows, units
+
+
+@given(st.one_of(structures(), richer()))
+def test_the_classes_are_the_plain_refinements(structure):
+    classes, flows, units = structure
+    assert alike_classes(classes, units, flows) == reference_classes(classes, units, flows)
+
+
+def test_units_told_apart_stop_the_refinement_with_the_same_classes():
+    """Units 0 and 1 differ at once (one shares its link with a ring held back on a third
+    link); the rings would go on splitting after that, which cannot change the classes."""
+    members = sends(("a",), ("b",))
+    flows = [ring("r", "a", "x"), ring("r", "b", "y"), ring("other", "x", "z"),
+             ring("other", "z", "w")]
+    assert alike_classes([members], 2, flows) == [[0], [1]]
+    assert reference_classes([members], 2, flows) == [[0], [1]]
+
+
+def test_a_ring_on_a_link_is_not_a_unit_putting_the_same_streams_there():
+    """Units 0 and 2 share link "a"; unit 1's link "b" carries a ring whose streams on it
+    equal a unit's: a crosser that is a spanning flow must not pass for a member (their
+    integer codes lie apart), so unit 1 is unlike the other two."""
+    members = sends(("a",), ("b",), ("a",))
+    flows = [SpanningFlow({"b": (CAPACITY, (1.0,))}, ("dp", "r"))]
+    assert alike_classes([members], 3, flows) == [[0, 2], [1]]
+    assert reference_classes([members], 3, flows) == [[0, 2], [1]]

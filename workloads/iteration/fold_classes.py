@@ -68,7 +68,7 @@ def _relabel(signatures: Sequence[Hashable]) -> list[int]:
     return [ids.setdefault(signature, len(ids)) for signature in signatures]
 
 
-def _multiset(items: list[Any]) -> tuple[Any, ...]:
+def _multiset(items: list[int]) -> tuple[int, ...]:
     """``items`` in a canonical order (most lists here hold one item: no sort needed)."""
     if len(items) > 1:
         items.sort()
@@ -86,50 +86,78 @@ def alike_classes(flow_classes: Sequence[Sequence[Member]], units: int,
                  for members in flow_classes for member in members]
     routes = [[(links.setdefault(link, len(links)), whats.setdefault(what, len(whats)))
                for link, what in flow.links.items()] for flow in spanning]
-    # Per link, who crosses it: members as (flow class, unit, what), spanning flows as
-    # (flow, what).
-    members_on: list[list[tuple[int, int, int]]] = [[] for _ in links]
+    # Per link, who crosses it, as (a constant, an index into the labels of a round):
+    # members as (flow class, unit, what), spanning flows as (flow, what), each encoded
+    # as one integer (see _Codes) so that a round sorts and hashes integers only.
+    wide = max(len(whats), 1)
+    flow_base = len(flow_classes) * units * wide  # members' codes lie below it
+    on: list[list[tuple[int, int]]] = [[] for _ in links]
     crossed = iter(crossings)
     for k, members in enumerate(flow_classes):
         for member in members:
             for link, what in next(crossed):
-                members_on[link].append((k, member.unit, what))
-    flows_on: list[list[tuple[int, int]]] = [[] for _ in links]
+                on[link].append((k * units * wide + what, member.unit))
     for s, route in enumerate(routes):
         for link, what in route:
-            flows_on[link].append((s, what))
-    return _refine(flow_classes, crossings, units, (members_on, flows_on), spanning, routes)
+            on[link].append((flow_base + what, units + s))
+    # Links crossed alike (the same crossings in the same order) are coloured alike in
+    # every round: colour each such group once.
+    groups: dict[tuple[tuple[int, int], ...], int] = {}
+    group_of = [groups.setdefault(tuple(crossers), len(groups)) for crossers in on]
+    fixed = _relabel([(member.slot, member.fixed) for members in flow_classes
+                      for member in members])
+    owners = [member.unit for members in flow_classes for member in members]
+    codes = _Codes(wide, [list(g) for g in groups],
+                   [[(group_of[link], what) for link, what in crossing] for crossing in crossings],
+                   [[(group_of[link], what) for link, what in route] for route in routes])
+    return _refine(codes, list(zip(owners, fixed)), units,
+                   [flow.fixed for flow in spanning])
 
 
-def _refine(flow_classes: Sequence[Sequence[Member]], crossings: list[list[tuple[int, int]]],
-            units: int, on: tuple[list[list[tuple[int, int, int]]], list[list[tuple[int, int]]]],
-            spanning: Sequence[SpanningFlow], routes: list[list[tuple[int, int]]],
-            ) -> list[list[int]]:
+@dataclass(frozen=True, slots=True)
+class _Codes:
+    """The structure colour refinement runs on, with every tuple it used to compare
+    replaced by an integer that is equal exactly when the tuple is (an injective
+    encoding: the partitions, and so the classes, are the same; only faster to sort and
+    hash).  ``wide``: the number of distinct ``what`` s.  ``groups``: per group of alike
+    links, its crossers as (constant, index) — code ``constant + label[index] · wide``,
+    where the labels are the units' then the spanning flows' (a flow's constant is
+    offset above every member's).  ``crossings`` and ``routes``: per member and per
+    spanning flow, its links as (group, what) — code ``colour[group] · wide + what``."""
+
+    wide: int
+    groups: list[list[tuple[int, int]]]
+    crossings: list[list[tuple[int, int]]]
+    routes: list[list[tuple[int, int]]]
+
+
+def _refine(codes: _Codes, members: list[tuple[int, int]], units: int,
+            flow_fixed: list[Hashable]) -> list[list[int]]:
     """Colour refinement from one class of units until nothing splits (see the module
-    docstring); the classes of units it ends with."""
-    members_on, flows_on = on
+    docstring); the classes of units it ends with.  ``members``: per member, its unit
+    and what must match besides its links (as a small integer)."""
+    wide, groups, crossings, routes = codes.wide, codes.groups, codes.crossings, codes.routes
     label = [0] * units
-    flow_label = _relabel([flow.fixed for flow in spanning])
+    flow_label = _relabel(flow_fixed)
     counts: tuple[int, int, int] | None = None
     while True:
-        colour = _relabel([(
-            _multiset([(k, label[u], what) for k, u, what in members]),
-            _multiset([(flow_label[s], what) for s, what in flows]))
-            for members, flows in zip(members_on, flows_on)])
-        signatures: list[list[Hashable]] = [[label[u]] for u in range(units)]
-        crossed = iter(crossings)
-        for members in flow_classes:
-            for member in members:
-                signatures[member.unit].append((member.slot, member.fixed, _multiset(
-                    [(what, colour[link]) for link, what in next(crossed)])))
+        scaled = [x * wide for x in label] + [x * wide for x in flow_label]
+        colour = _relabel([_multiset([base + scaled[i] for base, i in crossers])
+                           for crossers in groups])
+        spread = [c * wide for c in colour]
+        signatures: list[list[Hashable]] = [[x] for x in label]
+        for (unit, fixed), crossing in zip(members, crossings):
+            signatures[unit].append((fixed, _multiset([spread[g] + what
+                                                       for g, what in crossing])))
         label = _relabel([tuple(signature) for signature in signatures])
         flow_label = _relabel([(flow_label[s], _multiset(
-            [(what, colour[link]) for link, what in route])) for s, route in enumerate(routes)])
+            [spread[g] + what for g, what in route])) for s, route in enumerate(routes)])
         # Each new partition refines the last (a signature holds the old label), so the
-        # counts only grow: when none does, nothing split.
+        # counts only grow: when none does, nothing split.  Once every unit is a class of
+        # its own no later round can change the classes (all singletons): stop there.
         now = (max(label, default=-1) + 1, max(flow_label, default=-1) + 1,
                max(colour, default=-1) + 1)
-        if now == counts:
+        if now == counts or now[0] == units:
             break
         counts = now
     classes: dict[int, list[int]] = {}
