@@ -299,6 +299,25 @@ def test_solve_covers_only_the_touched_component():
     assert first.rate_bytes_per_s == 1.0
 
 
+def test_a_finish_on_links_no_one_uses_skips_the_solve_and_a_shared_one_does_not():
+    """A flow finishing alone on its links leaves an unrelated flow's rate and finish as
+    they were (no pass over the transferring flows); one of whose freed links is still
+    used hands the bandwidth on (``_component``'s shortcut must tell the two apart)."""
+    env, net = make_network(a=1.0, b=1.0, c=1.0)
+    far = net.transfer(["c"], 10.0)
+    net.transfer(["a"], 0.5)  # done at 1, freeing "a", which `shared` still uses
+    shared = net.transfer(["a", "b"], 4.0)
+    other = net.transfer(["b"], 2.0)  # done at 4, freeing "b", which `shared` still uses
+    env.run()
+    # Every flow but `far` at ½ B/s until 1; then `shared` and `other` at ½ on "b" until
+    # `other`'s last 1.5 B are done at 4; `shared`'s last 2 B alone at 1 B/s: done at 6,
+    # freeing "a" and "b", which nothing uses, while `far` runs on to 10.
+    assert other.finish_s == pytest.approx(4.0, rel=1e-12)
+    assert shared.finish_s == pytest.approx(6.0, rel=1e-12)
+    assert far.finish_s == pytest.approx(10.0, rel=1e-12)
+    assert net.active_flows == 0 and net.completed_flows == 4
+
+
 def test_listener_sees_loads_at_capacity():
     env, net = make_network(x=6.0)
     seen = []

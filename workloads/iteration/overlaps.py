@@ -98,6 +98,7 @@ class OverlappedOps:
     amax: Any
     _fp8_linears: dict[int, int]
     _passes: dict[Any, tuple[Op, ...]]
+    _gemm_pairs: dict[tuple[str, LayerShard, tuple[int, int]], dict[str, tuple[float, float]]]
     _tp_ops: Any
     _edge: Any
     _mtp: Any
@@ -112,12 +113,23 @@ class OverlappedOps:
         """``parallelism.tp_comm_overlap``: the pairs of the first ``blocks`` blocks of a
         layer pass (:func:`~workloads.cost.tp_overlap.paired_blocks`)."""
         par = self.parallel
-        whole = paired_gemms_s(self.costs, pass_, self.model, shard)
+        whole = self._paired_gemms(pass_, shard, (1, 1))
         # Each GEMM runs as the chunks its collective is cut into, a slice of rows each.
-        chunks = paired_gemms_s(self.costs, pass_, self.model, shard,
-                                (par.tp, par.tp_comm_overlap_splits))
+        chunks = self._paired_gemms(pass_, shard, (par.tp, par.tp_comm_overlap_splits))
         return {block: BlockPairs(*whole[block], *chunks[block], scatter_is_bulk(pass_))
                 for block in PAIRED_BLOCKS[:blocks]}
+
+    def _paired_gemms(self, pass_: str, shard: LayerShard, chunks: tuple[int, int],
+                      ) -> dict[str, tuple[float, float]]:
+        """:func:`~workloads.cost.tp_overlap.paired_gemms_s` of the builder's costs and
+        model, once per (pass, shard, chunks): every pipeline pass of a layer (each
+        micro-batch kind, folded or not) asks again, and the answer, read only, is the same."""
+        key = (pass_, shard, chunks)
+        cached = self._gemm_pairs.get(key)
+        if cached is None:
+            cached = self._gemm_pairs[key] = paired_gemms_s(self.costs, pass_, self.model,
+                                                            shard, chunks)
+        return cached
 
     def _overlapped_tp_layer(self, ops: list[Op], pass_: str, shard: LayerShard,
                              what: tuple[float, str, tuple[str, str, int]],

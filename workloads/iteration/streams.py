@@ -151,6 +151,7 @@ class StreamBuilder(OverlappedOps):
         self._fp8_linears: dict[int, int] = {}
         self.cp_bytes = cp_message_bytes(model, parallel, training)
         self._passes: dict[tuple[int, int, str, bool, bool], tuple[Op, ...]] = {}
+        self._gemm_pairs = {}  # OverlappedOps._paired_gemms
         # Per-layer strategies (workloads.strategy.layer_groups): each layer's tp, share of the
         # micro-batch and recompute; None when every layer runs as the strategy says.
         self._uniform = LayerSetting(parallel.tp, 1, training.micro_batch, training.recompute)

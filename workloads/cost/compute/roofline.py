@@ -146,6 +146,9 @@ MEMORY_EFFICIENCY_BY_GPU: dict[str, float] = {"h100-sxm": 0.834, "h200": 0.737,
 # Per-kernel launch/scheduling gap when the CPU queue runs ahead: a few µs (NVIDIA blog
 # "Getting Started with CUDA Graphs", 2019: back-to-back short kernels cost a few µs each).
 LAUNCH_OVERHEAD_S = 3e-6
+# Layer passes a cost model keeps built (RooflineCosts._layers): every pass of every layer
+# of the largest presets' runs (hundreds) many times over, a few tens of MB at most.
+LAYER_MEMO_LIMIT = 4096
 # Bytes of HBM traffic per parameter for one mixed-precision Adam step with fp32 master
 # weights, fp32 main gradients and fp32 moments (the 4+4+4 B "K = 12" optimizer state of
 # Rajbhandari et al. 2020, "ZeRO", §3.1): read master, grad, m, v (16 B), write master,
@@ -331,6 +334,13 @@ class RooflineCosts:
     comm_sms: int = 0
     cuda_graphs: bool | None = None
     optimizer_moments: str = "fp32"
+    # Each layer pass's work and seconds (:meth:`layer_work`, :meth:`layer_time_s`): pure
+    # functions of (pass, model, shard) and this frozen cost model's fields, which a stream
+    # builder asks for again for every pipeline pass, stage and overlap that runs the layer.
+    # Keyed by the model's identity, its entry holding the model so the id stays its own;
+    # no part of the cost model's value (not compared, hashed, shown or passed to init).
+    _layers: dict[tuple[str, int, LayerShard], list[Any]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.gpu.peak_flops(self.precision)  # ConfigError if the GPU lacks the precision
@@ -575,13 +585,30 @@ class RooflineCosts:
         return out
 
     def layer_work(self, pass_: str, model: ModelSpec, shard: LayerShard) -> LayerWork:
-        """:func:`layer_work` at this model's precision, causality and stack."""
-        return layer_work(pass_, model, shard, precision=self.precision, causal=self.causal,
-                          stack=self.resolved_stack)
+        """:func:`layer_work` at this model's precision, causality and stack (built once
+        per pass, model and shard: a frozen :class:`LayerWork`, shared)."""
+        return self._layer_entry(pass_, model, shard)[1]
 
     def layer_time_s(self, pass_: str, model: ModelSpec, shard: LayerShard) -> float:
         """Seconds of one pass of one layer on one TP rank (operators in sequence)."""
-        return self.work_time_s(self.layer_work(pass_, model, shard))
+        entry = self._layer_entry(pass_, model, shard)
+        if entry[2] is None:
+            entry[2] = self.work_time_s(entry[1])
+        return entry[2]
+
+    def _layer_entry(self, pass_: str, model: ModelSpec, shard: LayerShard) -> list[Any]:
+        """``[model, work, seconds or None]`` of a layer pass, from ``_layers`` or built
+        now; the memo starts over past :data:`LAYER_MEMO_LIMIT` entries (a sweep or a
+        search reusing one cost model over many shapes keeps its memory bounded)."""
+        key = (pass_, id(model), shard)
+        entry = self._layers.get(key)
+        if entry is None or entry[0] is not model:
+            work = layer_work(pass_, model, shard, precision=self.precision,
+                              causal=self.causal, stack=self.resolved_stack)
+            if len(self._layers) >= LAYER_MEMO_LIMIT:
+                self._layers.clear()
+            entry = self._layers[key] = [model, work, None]
+        return entry
 
     def embedding_time_s(self, pass_: str, model: ModelSpec, *, micro_batch: int,
                          seq_len: int, tp: int = 1,
