@@ -212,6 +212,14 @@ def test_unmatched_layer_pattern_lists_the_annotations(tmp_path):
     assert "'nn.Module: GPT2Block_0' ×2" in err.value.hint
 
 
+@pytest.mark.parametrize("option, value", [("layer", "("), ("operators", "(")])
+def test_an_invalid_regex_is_named_by_its_option(tmp_path, option, value):
+    trace = two_layer_trace(tmp_path / "rank0.json")
+    with pytest.raises(ConfigError, match=r"not a regular expression") as err:
+        extract_costs([trace], ExtractOptions(**{option: value}, **SHAPE))
+    assert err.value.key == f"--{option}"
+
+
 @pytest.mark.parametrize("name, annotation", [
     ("HolisticTraceAnalysis/tests/data/nccl_parser_config/nccl_data.json.gz",
      "'nccl:all_reduce' ×15"),

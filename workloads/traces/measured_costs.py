@@ -433,15 +433,16 @@ def _backward_s(index: _RankIndex, scope: CpuEvent, own: list[int]) -> float:
     return backward_s
 
 
-def scope_kernels(traces: Sequence[RankTrace], pattern: str,
+def scope_kernels(traces: Sequence[RankTrace], pattern: str, *, key: str = "pattern",
                   ) -> dict[str, list[list[GpuEvent]]]:
     """Per annotation name matching ``pattern`` (outermost scopes), one list per instance:
     the non-NCCL GPU events launched inside it — by its thread, or by any thread when its
-    own launched none (an autograd backward runs on the engine's thread)."""
+    own launched none (an autograd backward runs on the engine's thread).  ``key``: what
+    an invalid ``pattern`` is called in the error (the option the user gave it as)."""
     try:
         matcher = re.compile(pattern)
     except re.error as error:
-        raise ConfigError(f"not a regular expression: {error}", key="pattern") from None
+        raise ConfigError(f"not a regular expression: {error}", key=key) from None
     out: dict[str, list[list[GpuEvent]]] = {}
     for trace in traces:
         scopes = _scopes(trace, matcher)
@@ -461,8 +462,8 @@ def scope_kernels(traces: Sequence[RankTrace], pattern: str,
     return out
 
 
-def scope_gpu_times(traces: Sequence[RankTrace], pattern: str, *,
-                    exclude: str | None = None) -> dict[str, list[tuple[float, float]]]:
+def scope_gpu_times(traces: Sequence[RankTrace], pattern: str, *, exclude: str | None = None,
+                    key: str = "pattern") -> dict[str, list[tuple[float, float]]]:
     """Per annotation name matching ``pattern``, one ``(compute_s, excluded_s)`` per
     instance: how long the GPU ran the kernels :func:`scope_kernels` finds, split by
     ``exclude`` (a kernel-name regex, e.g. a communication library's kernels that are
@@ -475,7 +476,7 @@ def scope_gpu_times(traces: Sequence[RankTrace], pattern: str, *,
     except re.error as error:
         raise ConfigError(f"not a regular expression: {error}", key="exclude") from None
     out: dict[str, list[tuple[float, float]]] = {}
-    for name, instances in scope_kernels(traces, pattern).items():
+    for name, instances in scope_kernels(traces, pattern, key=key).items():
         for kernels in instances:
             spans: tuple[list[tuple[float, float]], ...] = ([], [])  # compute, excluded
             for kernel in kernels:
@@ -500,7 +501,7 @@ def operator_costs_from_kineto(traces: Sequence[RankTrace], *, shape: ShapeKeys,
     rest (:class:`~distsim_gpu.workloads.cost.compute.table_costs.TableCosts`)."""
     sources = _describe([t.source for t in traces])
     name = _trace_gpu(traces, gpu)
-    measured = scope_gpu_times(traces, operators, exclude=exclude)
+    measured = scope_gpu_times(traces, operators, exclude=exclude, key="--operators")
     parts: dict[tuple[str, str], dict[str, list[float]]] = {}
     for scope, instances in measured.items():
         match = _OPERATOR_SCOPE.match(scope.strip())
@@ -600,7 +601,7 @@ def extract_costs(paths: Sequence[str | Path],
         raise ConfigError("a profiler trace does not say its shape: give "
                           + ", ".join(missing), key=missing[0],
                           hint="the micro-batch, sequence length and hidden size the job "
-                               "ran with (and --tp if tensor-parallel)")
+                               "ran with, and --tp if tensor-parallel")
     shape = ShapeKeys(check_whole(micro_batch, key="--micro-batch"),
                       check_whole(seq_len, key="--seq-len"), check_whole(hidden, key="--hidden"),
                       check_whole(tp, key="--tp"), sequence_parallel)
