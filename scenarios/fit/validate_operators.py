@@ -159,7 +159,7 @@ def format_operator_report(data: dict[str, Any]) -> str:
     lines = [f"{data['scenario']}: stack {data['stack']}, {data['precision']}, "
              f"{data['gpu']}, micro-batch {shape['micro_batch']} x {shape['seq_len']}, "
              f"tp {shape['tp']}, ep {shape['ep']}",
-             *format_table(header, body)]
+             *format_table(header, body, right={1, 2, 3, 4, 5})]  # operators: left
     if data["mean_abs_error_pct"] is not None:
         lines.append(f"mean |error| over the blocks' scopes with compute: "
                      f"{data['mean_abs_error_pct']:.1f} %")

@@ -116,6 +116,9 @@ def test_cli_and_a_trace_without_scopes(tmp_path, capsys):
     assert main(["validate", "trace", str(trace), "--operators", str(scenario)]) == 0
     out = capsys.readouterr().out
     assert "attn(F)" in out and "mean |error|" in out
+    # The operators column reads from the left: a short list is not padded to the longest.
+    (dispatch,) = [line for line in out.splitlines() if line.startswith("  dispatch(F)")]
+    assert dispatch.endswith("  -") and "   -" not in dispatch[-6:]
     empty = KinetoBuilder()
     empty.cpu("forward", "user_annotation", 0, 10, 1)
     empty.launch(1, 1, 5)
