@@ -296,13 +296,25 @@ def trace_cluster(traces: Sequence[RankTrace], *, cluster: str | None = None,
     why = cluster
     if cluster is None:
         cluster, why = default_cluster(traces)
+    # Traces do not record placement: the highest rank seen sizes the job.
+    world = max([t.world_size or 0 for t in traces] + [(t.rank or 0) + 1 for t in traces])
     if nodes is None and cluster in NODE_PRESETS:
-        # Traces do not record placement: the highest rank seen sizes the job.
-        world = max([t.world_size or 0 for t in traces] + [(t.rank or 0) + 1 for t in traces])
         per_node = ranks_per_node or NODE_PRESETS[cluster].gpus
         nodes = max(1, -(-world // per_node))
     topology = load_cluster(cluster, nodes=nodes, overrides=list(overrides))
-    return TraceCluster(topology, cluster, f"{why}, {topology.num_nodes} node(s)")
+    return TraceCluster(topology, cluster, f"{why}, {topology.num_nodes} node(s)"
+                        + _unused_nodes(topology, world, ranks_per_node))
+
+
+def _unused_nodes(topology: Topology, world: int, ranks_per_node: int | None) -> str:
+    """What a ``--nodes`` larger than the traced ranks fill leaves idle, said (their
+    links still count in the fabric, so a what-if on it is not what the job saw)."""
+    per_node = ranks_per_node or len(topology.gpus) // max(topology.num_nodes, 1)
+    used = max(1, -(-world // per_node)) if per_node else topology.num_nodes
+    if used >= topology.num_nodes:
+        return ""
+    return (f", {topology.num_nodes - used} of them unused (the traces hold {world} ranks "
+            f"at {per_node} a node)")
 
 
 def validate_traces(traces: Sequence[RankTrace], topology: Topology, params: CommParams, *,

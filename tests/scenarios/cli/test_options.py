@@ -149,7 +149,11 @@ def test_trace_cluster_takes_what_it_is_given():
     chosen = trace_cluster(traces(None, 16, 1), cluster="dgx-h100", nodes=4,
                            overrides=[("nic.bandwidth", "100 Gbps")])
     assert chosen.cluster == "dgx-h100" and chosen.topology.num_nodes == 4
-    assert chosen.description == "dgx-h100, 4 node(s)"
+    # 16 ranks fill 2 of the 4 nodes: said, so that a what-if knows the rest sat idle.
+    assert chosen.description == ("dgx-h100, 4 node(s), 2 of them unused (the traces hold "
+                                  "16 ranks at 8 a node)")
+    exact = trace_cluster(traces(None, 16, 1), cluster="dgx-h100", nodes=2)
+    assert exact.description == "dgx-h100, 2 node(s)"
     assert chosen.topology.config["nic"]["bandwidth"] == pytest.approx(100e9 / 8)
 
 
