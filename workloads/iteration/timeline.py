@@ -188,14 +188,18 @@ class Meetings:
     def record_wait(self, group: RankGroup, meeting: Meeting, began: float, kind: str,
                     label: str) -> None:
         """A wait for a collective on the critical path: from its start, following what
-        its last arrival waited for — or, when it had started before the wait began,
-        from then on, following the group's own stream."""
+        its last arrival waited for.  One that had started before the wait began ran
+        beside the group's own work since (a bucket's all-reduce behind the backward of
+        the layers below): the wait is the collective's tail, and the path follows the
+        collective back to its start and its last arrival, not the group's work, which
+        had slack (speeding it up would not end the wait sooner)."""
         now = self.env.now
         start = meeting.start_s
         if start is not None and start > began:
             group.path.append((start, now, kind, label, meeting.cause))
         elif now > began:
-            group.path.append((began, now, kind, label, None))
+            group.path.append((began, now, kind, label, meeting if start is not None
+                               else None))
 
 
 def started(meeting: Meeting, default: float) -> float:
@@ -220,7 +224,7 @@ def critical_path(groups: list[RankGroup], iteration_s: float) -> tuple[PathEntr
         while isinstance(dep, Meeting) and steps > 0:
             # Held back by the previous collective of the same stream.
             steps -= 1
-            walk.emit(dep.start_s or 0.0, dep.end_s or 0.0, "dp comm", dep.label, group)
+            walk.emit(dep.start_s or 0.0, dep.end_s or 0.0, dep.kind, dep.label, group)
             dep = dep.cause
         if dep is None:
             n -= 1
@@ -250,8 +254,16 @@ class _Walk:
                                       group.gpus[0]))
         if end > start:
             tp = min(info.comm_s, end - start) if isinstance(info, Fused) else 0.0
-            self.out.append(PathEntry(start, end, kind, _path_label(info), group.name,
-                                      group.gpus[0], tp))
+            label, last = _path_label(info), self.out[-1] if self.out else None
+            if (last is not None and last.start_s == end and tp == 0 == last.tp_comm_s
+                    and (last.kind, last.label, last.group) == (kind, label, group.name)):
+                # One collective reached twice (its tail waited for, then its start): one
+                # stretch.
+                self.out[-1] = PathEntry(start, last.end_s, kind, label, group.name,
+                                         group.gpus[0])
+            else:
+                self.out.append(PathEntry(start, end, kind, label, group.name,
+                                          group.gpus[0], tp))
         self.cursor = start
 
 
