@@ -36,7 +36,7 @@ transport and protocol and the route's physical latency (see :mod:`collectives.p
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,6 +185,17 @@ class _Builder:
         if len(legs) == 1:
             return self.hop_latency_s(legs[0])
         return sum(self.hop_latency_s(leg) for leg in legs)
+
+    def slowest_s(self, sends: Iterable[Legs]) -> float:
+        """The largest latency of ``sends`` that run at once (0 for none)."""
+        return max((self.legs_latency_s(legs) for legs in sends), default=0.0)
+
+    def total_s(self, sends: Iterable[Legs]) -> float:
+        """The summed latency of ``sends`` that run one after the other."""
+        total = 0.0
+        for legs in sends:
+            total += self.legs_latency_s(legs)
+        return total
 
     def hop_latency_s(self, route: Route) -> float:
         if route.transport == "local":
@@ -353,18 +364,11 @@ def _sendrecv_step(b: _Builder, gpus: list[str]) -> _StepDraft:
     n = len(gpus)
     streams: dict[LinkId, float] = {}
     ordered = sorted(gpus, key=b.topo.rank_of)
-    routes = []
+    sends: list[Legs] = []
     for i, src in enumerate(ordered):
-        routes.append(b.p2p_route(src, ordered[(i + 1) % n]))
-        b.add(streams, routes[-1])
-
-    def latency_s(pricing: _Builder) -> float:
-        latency = 0.0
-        for route in routes:
-            latency = max(latency, pricing.hop_latency_s(route))
-        return latency
-
-    return _StepDraft(streams, 1.0, latency_s)
+        sends.append((b.p2p_route(src, ordered[(i + 1) % n]),))
+        b.add(streams, sends[-1][0])
+    return _StepDraft(streams, 1.0, lambda pricing: pricing.slowest_s(sends))
 
 
 def _ring_step(b: _Builder, gpus: list[str], channels: list[Channel], op: str) -> _StepDraft:
@@ -418,14 +422,8 @@ def _pairs_draft(b: _Builder, pairs: Sequence[tuple[str, str]]) -> PlanDraft:
             sends.append((route,))
         else:
             sends.append(b.relayed_legs(streams, src, dst, rails[dst], relay))
-
-    def latency_s(pricing: _Builder) -> float:
-        latency = 0.0
-        for legs in sends:
-            latency = max(latency, pricing.legs_latency_s(legs))
-        return latency
-
-    return PlanDraft("p2p", "ring", len(pairs), 1, (_StepDraft(streams, 1.0, latency_s),))
+    step = _StepDraft(streams, 1.0, lambda pricing: pricing.slowest_s(sends))
+    return PlanDraft("p2p", "ring", len(pairs), 1, (step,))
 
 
 def _chain_step(b: _Builder, channels: list[Channel], root: str, *,
@@ -449,13 +447,7 @@ def _chain_step(b: _Builder, channels: list[Channel], root: str, *,
         chains.append(chain)
 
     def latency_s(pricing: _Builder) -> float:
-        latency = 0.0
-        for chain in chains:
-            chain_latency = 0.0
-            for legs in chain:
-                chain_latency += pricing.legs_latency_s(legs)
-            latency = max(latency, chain_latency)
-        return latency
+        return max((pricing.total_s(chain) for chain in chains), default=0.0)
 
     hops = len(channels[0][0]) - 1
     return _StepDraft(streams, 1.0 / len(channels), latency_s, pipeline_hops=max(hops - 1, 0))
@@ -464,20 +456,14 @@ def _chain_step(b: _Builder, channels: list[Channel], root: str, *,
 def _alltoall_step(b: _Builder, gpus: list[str]) -> _StepDraft:
     """Every rank sends S/n to every other rank concurrently."""
     streams: dict[LinkId, float] = {}
-    routes = []
+    sends: list[Legs] = []
     for src in gpus:
         for dst in gpus:
             if src != dst:
-                routes.append(b.p2p_route(src, dst))
-                b.add(streams, routes[-1])
-
-    def latency_s(pricing: _Builder) -> float:
-        latency = 0.0
-        for route in routes:
-            latency = max(latency, pricing.hop_latency_s(route))
-        return latency + alltoall_peer_latency_s(pricing, gpus)
-
-    return _StepDraft(streams, 1.0 / len(gpus), latency_s)
+                sends.append((b.p2p_route(src, dst),))
+                b.add(streams, sends[-1][0])
+    return _StepDraft(streams, 1.0 / len(gpus), lambda pricing: pricing.slowest_s(sends)
+                      + alltoall_peer_latency_s(pricing, gpus))
 
 
 def alltoall_peer_latency_s(b: _Builder, gpus: Sequence[str]) -> float:
@@ -558,10 +544,7 @@ def _tree_plan(b: _Builder, gpus: list[str], params: CommParams,
             intra = _chains_latency_s(pricing, intra_routes)
             inter = 0.0
             for depth, sends in trees:
-                hop = 0.0
-                for legs in sends:
-                    hop = max(hop, pricing.legs_latency_s(legs))
-                inter = max(inter, depth * hop)
+                inter = max(inter, depth * pricing.slowest_s(sends))
             depth_latency = max(depth_latency, 2 * (intra + inter))
         return depth_latency
 
@@ -578,20 +561,13 @@ def _one_node_tree_step(b: _Builder, gpus: list[str]) -> _StepDraft:
     # direct links (the first ring's order), as NCCL's tree search keeps to NVLink.
     rings = mesh_rings(b.topo, gpus)
     chain = list(rings[0]) if rings else gpus
-    routes = []
+    sends: list[Legs] = []
     for up, down in zip(chain[1:], chain[:-1]):
         for src, dst in ((up, down), (down, up)):
-            routes.append(b.route(src, dst, None))
-            b.add(streams, routes[-1])
-
-    def latency_s(pricing: _Builder) -> float:
-        latency = 0.0
-        for route in routes:
-            latency += pricing.hop_latency_s(route)
-        return latency
-
+            sends.append((b.route(src, dst, None),))
+            b.add(streams, sends[-1][0])
     # A chunk goes up the chain and back down: 2(n-1) hops, the first one paid by S.
-    return _StepDraft(streams, 1.0, latency_s,
+    return _StepDraft(streams, 1.0, lambda pricing: pricing.total_s(sends),
                       pipeline_hops=max(2 * (len(chain) - 1) - 1, 0))
 
 
