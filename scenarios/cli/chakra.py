@@ -53,7 +53,8 @@ def add_parser(kinds: Any) -> argparse.ArgumentParser:
                         help="<name>.<rank>.et or .json files, or directories of them")
     add_cluster_options(parser)
     parser.add_argument("--world-size", type=int, default=None, metavar="N",
-                        help="ranks of the job (default: as many as the traces); ranks "
+                        help="ranks of the job (default: the GPU count the ETs' metadata "
+                        "records, ngpus or world_size, else as many as the traces); ranks "
                         "without a trace reach collectives with the last present rank")
     parser.add_argument("--ranks-per-node", type=int, default=None, metavar="N")
     parser.add_argument("--ctrl-deps", action="store_true",

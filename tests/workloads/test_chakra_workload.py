@@ -143,7 +143,56 @@ def test_the_chakra_samples_run(chakra_samples):
     assert run.result.communication_s[0] > 0 and run.world_size == 8
     # The JSON excerpt's control dependencies point at nodes it left out: dropped, said so.
     (small,) = load_chakra([next(chakra_samples.rglob("small_chakra.0.json"))])
-    assert run_chakra([small], topology, ctrl_deps=True).notes[0].endswith("were dropped")
+    excerpt = run_chakra([small], topology, ctrl_deps=True)
+    assert any(note.endswith("were dropped") for note in excerpt.notes)
+    # Its metadata records the job's 8 GPUs ("ngpus"): the run has 8 ranks, and says why.
+    assert excerpt.world_size == 8 and "a job of 8 GPUs" in excerpt.notes[0]
+
+
+def _recorded(rank, metadata, *nodes):
+    return ChakraTrace(f"t.{rank}.et", rank, "1.0.1", metadata, nodes)
+
+
+def test_the_gpu_count_an_et_records_sizes_the_job():
+    size = 64 * 2**20
+    one = [_recorded(0, {"ngpus": 4}, comp(0, 10), coll(1, size, (0,)))]
+    run = run_chakra(one, _switch(4), PARAMS)
+    # A collective without pg_ranks spans the job's 4 ranks, not the one traced.
+    assert run.world_size == 4
+    assert run.time_s == pytest.approx(10e-6 + 2 * 3 / 4 * size / B + 2 * 3 * ALPHA,
+                                       rel=1e-12)
+    assert "records a job of 4 GPUs: it runs as 4 ranks" in run.notes[0]
+    assert "3 of 4 ranks have no trace" in run.notes[1]
+    given = run_chakra(one, _switch(4), PARAMS, world_size=2)  # the option wins
+    assert given.world_size == 2
+    assert given.time_s == pytest.approx(10e-6 + 2 * 1 / 2 * size / B + 2 * 1 * ALPHA,
+                                         rel=1e-12)
+    assert "it runs as --world-size gives it, 2 ranks" in given.notes[0]
+    # A world_size key (a PyTorch ET's distributed info) counts as well.
+    assert run_chakra([_recorded(0, {"world_size": 2}, comp(0, 1))], _switch(4)).world_size == 2
+
+
+def test_a_recorded_gpu_count_larger_than_the_cluster_says_where_it_came_from():
+    with pytest.raises(ConfigError, match="the GPU count their metadata records") as caught:
+        run_chakra([_recorded(0, {"ngpus": 8}, comp(0, 1))], _switch(4))
+    assert "--world-size" in caught.value.hint
+
+
+@pytest.mark.parametrize("metadata", [{"ngpus": "eight"}, {"ngpus": 0}, {"ngpus": True},
+                                      {"ngpus": 2.5}])
+def test_a_recorded_gpu_count_that_is_no_count_is_left_out_and_said(metadata):
+    run = run_chakra([_recorded(0, metadata, comp(0, 1))], _switch(2))
+    assert run.world_size == 1
+    assert run.notes == (f"t.0.et: metadata ngpus {metadata['ngpus']!r} is not a GPU count "
+                         "(a positive integer); left out",)
+
+
+def test_traces_that_disagree_on_the_job_size_take_the_largest_and_say_so():
+    traces = [_recorded(0, {"ngpus": 2}, comp(0, 1)), _recorded(1, {"ngpus": 4}, comp(0, 1))]
+    run = run_chakra(traces, _switch(4))
+    assert run.world_size == 4
+    assert any("disagree on the job's GPUs (2 in t.0.et's ngpus, 4 in t.1.et's ngpus)" in n
+               for n in run.notes)
 
 
 def test_cli_runs_and_exports(tmp_path, capsys):

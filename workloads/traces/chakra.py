@@ -58,7 +58,8 @@ from distsim_gpu.workloads.iteration.ops import Collective, Compute
 from distsim_gpu.workloads.traces.chakra_calls import Call, check_calls
 from distsim_gpu.workloads.traces.replay import SEND, GraphNode, GraphResult, replay_graph
 
-__all__ = ["ChakraRun", "chakra_graphs", "export_chakra", "file_stem", "run_chakra", "world_of"]
+__all__ = ["ChakraRun", "chakra_graphs", "export_chakra", "file_stem", "recorded_world",
+           "run_chakra", "world_of"]
 
 CPU_STREAM, COMPUTE_STREAM, COMM_STREAM = 0, 1, 2
 # Streams of recorded threads and GPU streams (``tid``) are numbered from here.
@@ -235,12 +236,58 @@ class _Builder:
                                     group=(src, dst)), COMM_STREAM, deps, node.duration_s, key)
 
 
+# The metadata keys that give the job's GPU count: Chakra's JSON samples write ``ngpus``,
+# a PyTorch ET's distributed info ``world_size``.
+_RECORDED_WORLD_KEYS = ("ngpus", "world_size")
+
+
+def recorded_world(traces: Sequence[ChakraTrace]) -> tuple[int | None, list[str]]:
+    """The largest GPU count the traces' metadata records (None: none does) and notes on
+    counts that are not positive integers or that disagree between traces."""
+    counts: dict[int, str] = {}
+    notes: list[str] = []
+    for trace in traces:
+        for key in _RECORDED_WORLD_KEYS:
+            value = trace.metadata.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                notes.append(f"{trace.source}: metadata {key} {value!r} is not a GPU count "
+                             "(a positive integer); left out")
+                continue
+            counts.setdefault(value, f"{trace.source}'s {key}")
+    if len(counts) > 1:
+        notes.append("the traces' metadata disagree on the job's GPUs ("
+                     + ", ".join(f"{n} in {where}" for n, where in sorted(counts.items()))
+                     + f"); the largest, {max(counts)}, is taken")
+    return (max(counts) if counts else None), notes
+
+
 def world_of(traces: Sequence[ChakraTrace], world_size: int | None = None) -> int:
-    """The job's ranks: ``world_size``, or more where a trace's rank is higher."""
+    """The job's ranks: ``world_size``, else the GPU count the traces' metadata records
+    (:func:`recorded_world`); more where a trace's rank is higher."""
     if not traces:
         raise ConfigError("no Chakra traces to run")
     ranks = [t.rank if t.rank is not None else i for i, t in enumerate(traces)]
+    if world_size is None:
+        world_size = recorded_world(traces)[0]
     return max(world_size or 0, max(ranks) + 1)
+
+
+def _world_notes(traces: Sequence[ChakraTrace], world_size: int | None,
+                 world: int) -> list[str]:
+    """What a run of ``world`` ranks assumed about the job's size."""
+    recorded, notes = recorded_world(traces)
+    if recorded is not None and world_size is None and recorded > len(traces):
+        notes.append(f"the traces' metadata records a job of {recorded} GPUs: it runs as "
+                     f"{world} ranks (--world-size N to run another count)")
+    elif recorded is not None and world_size is not None and recorded != world:
+        notes.append(f"the traces' metadata records a job of {recorded} GPUs; it runs as "
+                     f"--world-size gives it, {world} rank{'s' if world != 1 else ''}")
+    if world > len(traces):
+        notes.append(f"{world - len(traces)} of {world} ranks have no trace: they are taken "
+                     "to reach each collective with the last present rank")
+    return notes
 
 
 def chakra_graphs(traces: Sequence[ChakraTrace], *, world_size: int | None = None,
@@ -251,10 +298,7 @@ def chakra_graphs(traces: Sequence[ChakraTrace], *, world_size: int | None = Non
     (:func:`~workloads.traces.chakra_calls.check_calls`)."""
     world = world_of(traces, world_size)
     ranks = [t.rank if t.rank is not None else i for i, t in enumerate(traces)]
-    notes: list[str] = []
-    if world > len(traces):
-        notes.append(f"{world - len(traces)} of {world} ranks have no trace: they are taken "
-                     "to reach each collective with the last present rank")
+    notes = _world_notes(traces, world_size, world)
     graphs: dict[int, list[GraphNode]] = {}
     calls: list[Call] = []
     for rank, trace in zip(ranks, traces):
@@ -281,9 +325,12 @@ def run_chakra(traces: Sequence[ChakraTrace], topology: Topology,
     # would allocate a tuple that large per collective.
     world = world_of(traces, world_size)
     if world > len(topology.gpus):
-        raise ConfigError(f"the traces have {world:,} ranks, the cluster "
-                          f"{len(topology.gpus):,} GPUs", key="--cluster",
-                          hint="give a larger cluster (--nodes)")
+        recorded = world_size is None and world == recorded_world(traces)[0]
+        raise ConfigError(f"the traces have {world:,} ranks"
+                          + (" (the GPU count their metadata records)" if recorded else "")
+                          + f", the cluster {len(topology.gpus):,} GPUs", key="--cluster",
+                          hint="give a larger cluster (--nodes)" + (
+                              ", or --world-size to run fewer ranks" if recorded else ""))
     graphs, world, notes = chakra_graphs(traces, world_size=world_size,
                                          flops_per_s=flops_per_s, ctrl_deps=ctrl_deps)
     result = replay_graph(graphs, topology, params, world_size=world,
