@@ -28,7 +28,8 @@ except ImportError:  # (not POSIX)
 
 from distsim_gpu.scenarios.study.sweep_grid import Point
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.simcore.fileio import atomic_write_text
+from distsim_gpu.simcore.fileio import atomic_write_text, read_input_bytes
+from distsim_gpu.simcore.yamlfile import MAX_YAML_BYTES
 
 __all__ = [
     "DEFINITION",
@@ -140,11 +141,9 @@ def sweep_definition(scenario_path: Path, grids: Sequence[tuple[str, Sequence[An
                      zip_: bool, overrides: Sequence[tuple[str, Any]] = ()) -> dict[str, Any]:
     """What sweep.json holds: the scenario (path and content hash), grids and zip, and
     the overrides every point shares (only when there are: older sweeps' folders match)."""
-    try:
-        content = scenario_path.read_bytes()
-    except OSError as error:
-        raise ConfigError(f"cannot read the scenario: {error.strerror or error}",
-                          source=os.fspath(scenario_path)) from None
+    # Read as `run` reads it (bounded, regular files only): `sweep /dev/zero` would
+    # otherwise read until memory ran out, and a missing file would say less than `run`.
+    content = read_input_bytes(scenario_path, "scenario", limit_bytes=MAX_YAML_BYTES)
     data = {"scenario": os.fspath(scenario_path.resolve()),
             "scenario_sha256": hashlib.sha256(content).hexdigest(),
             "grids": [[key, list(values)] for key, values in grids],

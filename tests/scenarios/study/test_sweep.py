@@ -408,3 +408,24 @@ def test_workers_and_scheduler_together_are_refused(scenario: Path, tmp_path: Pa
     assert main(["sweep", str(scenario), "--grid", "model.layers=2", "--out",
                  str(tmp_path / "s"), "--workers", "2", "--scheduler", "tcp://h:1"]) == 2
     assert "--workers sizes the local pool" in capsys.readouterr().err
+
+
+def test_scenario_file_is_read_as_run_reads_it(scenario: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sweep` names a missing scenario, a directory and an over-large file as `run` does
+    (through simcore.fileio's bounded reader), never with a bare OS message; it had read
+    the file whole with no bound, so `sweep /dev/zero` ran out of memory in a traceback."""
+    from distsim_gpu.scenarios.cli.main import main
+    from distsim_gpu.scenarios.study import sweep_folder
+
+    def sweep(path: Path) -> str:
+        assert main(["sweep", str(path), "--grid", "model.layers=2", "--out",
+                     str(tmp_path / "s"), "--workers", "1", "-q"]) == 2
+        return capsys.readouterr().err
+
+    assert "no scenario file here: the path does not exist" in sweep(tmp_path / "none.yaml")
+    assert "expected a scenario file, found a directory" in sweep(tmp_path)
+    monkeypatch.setattr(sweep_folder, "MAX_YAML_BYTES", len(SCENARIO) - 1)
+    assert "scenario file is larger than" in sweep(scenario)
+    assert not (tmp_path / "s").exists()
