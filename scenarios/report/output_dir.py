@@ -108,7 +108,10 @@ def write_output_dir(report: Report, directory: str | os.PathLike[str], *,
         parent.mkdir(parents=True, exist_ok=True)
         staging = _make_staging(parent, target.name)
     except OSError as error:
-        raise ConfigError(f"cannot create the output directory: {error.strerror or error}",
+        blocker = _file_in_the_way(parent)
+        why = (f"{blocker} is a file, not a directory" if blocker is not None
+               else error.strerror or error)  # (mkdir's own word here was "File exists")
+        raise ConfigError(f"cannot create the output directory: {why}",
                           key="--out", source=label) from None
     try:
         out = OutputContext(report, staging, dict(sections or {}))
@@ -121,6 +124,14 @@ def write_output_dir(report: Report, directory: str | os.PathLike[str], *,
                               key="--out", source=label) from None
         raise
     return OutputResult(target, tuple(files), tuple(notes))
+
+
+def _file_in_the_way(directory: Path) -> Path | None:
+    """The first of ``directory`` and its parents that exists and is not a directory."""
+    for path in (directory, *directory.parents):
+        if path.exists():
+            return None if path.is_dir() else path
+    return None
 
 
 def _make_staging(parent: Path, name: str) -> Path:

@@ -205,6 +205,16 @@ def test_previous_output_is_replaced_and_foreign_directories_refused(tmp_path, t
         write_output_dir(traced, a_file)
 
 
+def test_an_out_dir_below_a_file_names_the_file(tmp_path, traced):
+    """``--out FILE/sub`` names the file in the way; it had said only "File exists"."""
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    for out in (a_file / "sub", a_file / "deeper" / "sub"):
+        with pytest.raises(ConfigError, match=f"{a_file} is a file, not a directory"):
+            write_output_dir(traced, out)
+    assert a_file.read_text() == "x"
+
+
 def test_without_matplotlib_plots_are_skipped_with_a_note(tmp_path, traced, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)
     monkeypatch.setitem(__import__("sys").modules, "matplotlib.figure", None)
