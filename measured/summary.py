@@ -3,7 +3,8 @@
 For every ``ProfilerStep#N`` window of every rank:
 
 * ``step_s`` — the step's duration (the CPU annotation, so it includes launch overhead);
-* busy time per class — ``compute_s``, ``communication_s`` (NCCL kernels) and ``memcpy_s``
+* busy time per class — ``compute_s``, ``communication_s`` (NCCL's kernels and DeepEP's,
+  :data:`COMM_KERNEL_NAMES`) and ``memcpy_s``
   (memcpy and memset) — each the length of the *union* of that class's GPU intervals clipped
   to the step window, so concurrent kernels on several streams are not counted twice;
 * ``busy_s`` — the union of all GPU intervals in the window; ``idle_s = step_s - busy_s``;
@@ -17,6 +18,7 @@ All times are seconds; the table shows milliseconds.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +26,13 @@ from typing import Any
 from distsim_gpu.measured.records import RankTrace
 from distsim_gpu.simcore.intervals import Intervals, intersection_length, length, union
 
-__all__ = ["StepSummary", "format_summary_table", "summarise", "to_json"]
+__all__ = ["COMM_KERNEL_NAMES", "StepSummary", "format_summary_table", "summarise", "to_json"]
+
+# Kernels that move data: NCCL's, and DeepEP's dispatch and combine (``dpsk::ep::`` in
+# DeepSeek's own build, ``deep_ep::`` in the released one), which are kernels of their own,
+# not NCCL calls. Counted as compute, a MoE trace's all-to-alls would read as compute, and
+# `calibrate trace --scenario` would fit the GEMM efficiency to them.
+COMM_KERNEL_NAMES = re.compile(r"(?i)nccl|dpsk::ep|deep_?ep")
 
 _CLASS_OF_KIND = {"compute": "compute", "communication": "communication",
                   "memcpy": "memcpy", "memset": "memcpy"}
@@ -67,7 +75,9 @@ def _summarise_rank(trace: RankTrace) -> list[StepSummary]:
         inside = [e for e in events if e.end_s > start and e.start_s < end]
         by_class: dict[str, Intervals] = {"compute": [], "communication": [], "memcpy": []}
         for event in inside:
-            by_class[_CLASS_OF_KIND.get(event.kind, "compute")].append(
+            kind = ("communication" if event.kind == "compute"
+                    and COMM_KERNEL_NAMES.search(event.name) else event.kind)
+            by_class[_CLASS_OF_KIND.get(kind, "compute")].append(
                 (max(event.start_s, start), min(event.end_s, end)))
         unions = {name: union(spans) for name, spans in by_class.items()}
         busy = length(union(span for spans in unions.values() for span in spans))

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from distsim_gpu.measured.records import RankTrace
+from distsim_gpu.measured.summary import COMM_KERNEL_NAMES
 from distsim_gpu.scenarios.fit.fitting import error_pct
 from distsim_gpu.scenarios.report import format_table
 from distsim_gpu.simcore.errors import ConfigError
@@ -47,7 +48,7 @@ from distsim_gpu.workloads.traces.measured_costs import scope_gpu_times
 __all__ = ["COMM_KERNELS", "OperatorRow", "format_operator_report", "operator_rows",
            "pass_operators", "scenario_layer_work", "validate_operators"]
 
-COMM_KERNELS = r"(?i)nccl|dpsk::ep|deep_?ep"
+COMM_KERNELS = COMM_KERNEL_NAMES.pattern  # (the kernels trace summary counts as communication)
 _SCOPE = re.compile(r"^(?P<block>[A-Za-z_]+)(?:\((?P<pass>[FBW])\))?$")
 
 

@@ -65,6 +65,26 @@ def test_small_trace_is_summarised_exactly(kineto_event):
     assert dict(row.nccl_counts) == {"all_reduce": 1}
 
 
+def test_deepep_kernels_are_communication(kineto_event):
+    """DeepEP's dispatch and combine kernels (DeepSeek's ``dpsk::ep::`` build, the released
+    ``deep_ep::``) move tokens between GPUs: they count as communication, not compute, and
+    overlap the GEMM they run beside; they had counted as compute (DeepSeek's own trace
+    read as 0 ms of communication). Only NCCL kernels are counted per collective."""
+    events = [
+        kineto_event("ProfilerStep#1", 0.0, 1000.0, cat="user_annotation"),
+        kineto_event("gemm", 0.0, 400.0),
+        kineto_event("void dpsk::ep::internode::dispatch<false, 8>(int4*, float*)", 300.0,
+                     300.0),
+        kineto_event("void deep_ep::intranode::combine<8>(int)", 700.0, 100.0),
+    ]
+    (row,) = summarise([parse_trace({"traceEvents": events}, "rank-0.json")])
+    assert row.compute_s == pytest.approx(400e-6)
+    assert row.communication_s == pytest.approx(400e-6)
+    assert row.overlap_s == pytest.approx(100e-6)
+    assert row.idle_s == pytest.approx(1e-3 - 700e-6)
+    assert row.nccl_counts == ()
+
+
 # --- command line --------------------------------------------------------------------------
 
 def test_cli_trace_summary_on_dlrm(trace_corpus, capsys):
