@@ -40,16 +40,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from distsim_gpu.measured.nccl_row_values import (
+    BYTES_PER_S_PER_GB_S,
+    TIME_COLUMNS,
+    RowPlace,
+    measured_halves,
+)
 from distsim_gpu.simcore.errors import ParseError
 from distsim_gpu.simcore.fileio import read_input_bytes
 
 __all__ = ["NcclLog", "NcclRow", "parse_nccl_log", "split_nccl_runs"]
 
 _T = TypeVar("_T")
-
-# nccl-tests prints times in microseconds and bandwidths in GB/s (10^9 bytes per second).
-_SECONDS_PER_US = 1e-6
-_BYTES_PER_S_PER_GB_S = 1e9
 
 # Collectives named by the nccl-tests binaries (``<op>_perf``, ``<op>_perf_mpi``).
 _KNOWN_OPS = frozenset({
@@ -96,6 +98,8 @@ _DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 _CLOCK = re.compile(r"^[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?$")
 
 _NTHREAD = re.compile(r"^nThread\s+([0-9]{1,18})\s+nGpus\s+([0-9]{1,18})\b")
+# The sweep the nThread line declares: "maxBytes 8589934592 step: 2(factor)" or "(bytes)".
+_SWEEP = re.compile(r"\bmaxBytes\s+([0-9]{1,18})\s+step:\s*([0-9]{1,18})\((factor|bytes)\)")
 _USING = re.compile(r"^Using devices\s*$")
 _DEVICE = re.compile(
     r"^Rank\s+([0-9]{1,18})\s+(?:Group\s+([0-9]{1,18})\s+)?Pid\s+[0-9]+\s+on\s+\S+\s+device\s+[0-9]+\s+"
@@ -114,8 +118,6 @@ _LAUNCHER = re.compile(r"(?:^|[\s/])(?:mpirun|mpiexec|orterun|prterun|srun)(?=\s
 _NP = re.compile(r"(?:^|\s)(?:-np|--np|-n|--n|--ntasks)(?:\s+|=)([0-9]{1,18})(?=\s|$)")
 _NGPUS_OPT = re.compile(r"(?:^|\s)(?:-g|--ngpus)(?:\s*|=)([0-9]{1,18})(?=\s|$)")
 _NTHREADS_OPT = re.compile(r"(?:^|\s)(?:-t|--nthreads)(?:\s*|=)([0-9]{1,18})(?=\s|$)")
-
-_TIME_COLUMNS = frozenset({"time", "cputime"})
 
 # Order in which a run's header parts appear; a part that comes "too early" for the
 # run being read begins the next run.
@@ -178,6 +180,9 @@ class NcclLog:
     by ``", "`` if ranks differ).  ``nccl_version`` is NCCL's ``NCCL version 2.18.3+…``
     line or, failing that, the ``nccl-library=`` code of the nccl-tests banner.
     ``avg_busbw_bytes_per_s`` is the ``# Avg bus bandwidth`` trailer (printed in GB/s).
+    ``max_bytes`` is the ``maxBytes`` of the ``nThread`` header line; ``cut_short`` says
+    that the table stops before that sweep's last size (the next step is still within
+    ``maxBytes``) and no trailer follows: the run died, or the log was copied in part.
 
     ``sections`` holds the runs the log is made of, in file order, each an
     :class:`NcclLog` of its own (with empty ``sections``), as :func:`split_nccl_runs`
@@ -195,6 +200,8 @@ class NcclLog:
     rows: tuple[NcclRow, ...]
     avg_busbw_bytes_per_s: float | None
     sections: tuple[NcclLog, ...] = field(default=(), repr=False)
+    max_bytes: int | None = None
+    cut_short: bool = False
 
 
 # --- the reader -----------------------------------------------------------------------
@@ -213,7 +220,7 @@ class _Run:
 
     __slots__ = (
         "avg_busbw", "devices", "layout", "nccl_version", "np", "nranks", "op",
-        "per_process", "rows", "stage", "table_open",
+        "per_process", "rows", "stage", "sweep", "table_open",
     )
 
     def __init__(self) -> None:
@@ -227,6 +234,7 @@ class _Run:
         self.layout: _Layout | None = None
         self.rows: list[NcclRow] = []
         self.avg_busbw: float | None = None
+        self.sweep: tuple[int, int, bool] | None = None  # maxBytes, step, step is a factor
         self.table_open = False
 
     def num_ranks(self) -> int | None:
@@ -247,10 +255,16 @@ class _Run:
         return ", ".join(models) if models else None
 
     def finish(self, source: str) -> NcclLog:
+        cut_short = False
+        if self.sweep is not None and self.avg_busbw is None and self.rows:
+            largest = max(row.size_bytes for row in self.rows)
+            max_bytes, step, factor = self.sweep
+            cut_short = (largest * step if factor else largest + step) <= max_bytes
         return NcclLog(
             source=source, op=self.op, num_ranks=self.num_ranks(),
             gpu_model=self.gpu_model(), nccl_version=self.nccl_version,
             rows=tuple(self.rows), avg_busbw_bytes_per_s=self.avg_busbw,
+            max_bytes=self.sweep[0] if self.sweep else None, cut_short=cut_short,
         )
 
 
@@ -327,6 +341,10 @@ class _Reader:
         if match := _NTHREAD.match(body):
             self._enter(_NTHREAD_STAGE)
             self.run.per_process = int(match.group(1)) * int(match.group(2))
+            if sweep := _SWEEP.search(body):  # (a factor is at least 2, a byte step 1)
+                step, factor = int(sweep.group(2)), sweep.group(3) == "factor"
+                if step >= 1 + factor:
+                    self.run.sweep = (int(sweep.group(1)), step, factor)
         elif _USING.match(body):
             self._enter(_USING_STAGE)
         elif match := _DEVICE.match(body):
@@ -397,7 +415,7 @@ class _Reader:
                 f"cannot read the average bus bandwidth {token!r}", source=self.source,
                 line=number, hint="expected '# Avg bus bandwidth    : 66.48' (GB/s)",
             ) from None
-        return value * _BYTES_PER_S_PER_GB_S if math.isfinite(value) else None
+        return value * BYTES_PER_S_PER_GB_S if math.isfinite(value) else None
 
     # -- rows
 
@@ -432,7 +450,7 @@ def _layout(body: str) -> _Layout | None:
     words = body.split()
     if words and words[-1] == "timestamp":
         words = words[:-1]
-    starts = [i for i, word in enumerate(words) if word in _TIME_COLUMNS]
+    starts = [i for i, word in enumerate(words) if word in TIME_COLUMNS]
     if not starts or len(starts) > 2:
         return None
     prefix = tuple(words[: starts[0]])
@@ -473,32 +491,6 @@ def _describe(layout: _Layout) -> str:
     return "; ".join(parts)
 
 
-@dataclass(frozen=True, slots=True)
-class _Place:
-    """Where a row is, to build its error messages."""
-
-    source: str
-    line: int
-    hint: str
-
-    def error(self, what: str) -> ParseError:
-        if len(what) > 200:  # (a token of 5,000 digits is named, not printed)
-            what = f"{what[:120]}...{what[-60:]}"
-        return ParseError(f"malformed nccl-tests row: {what}", source=self.source,
-                          line=self.line, hint=self.hint)
-
-    def number(self, token: str, where: str, expected: str, *,
-               allow_negative: bool = False) -> float:
-        try:
-            value = float(token)
-        except ValueError:
-            raise self.error(f"{where} is {token!r}, expected {expected}") from None
-        if not math.isfinite(value) or (value < 0 and not allow_negative):
-            raise self.error(f"{where} is {token!r}, expected {expected} (finite, not "
-                             "negative)")
-        return value
-
-
 def _read_row(text: str, header: _Layout | None, source: str, number: int) -> NcclRow:
     """One table row in SI units; :class:`ParseError` if it does not fit its grammar."""
     tokens = text.split()
@@ -506,7 +498,7 @@ def _read_row(text: str, header: _Layout | None, source: str, number: int) -> Nc
         tokens.pop()  # the newest nccl-tests can end a row with a timestamp
 
     layout, halves = _row_layout(tokens, header, source, number)
-    place = _Place(source, number, f"columns: {_describe(layout)}")
+    place = RowPlace(source, number, f"columns: {_describe(layout)}")
 
     values = dict(zip(layout.prefix, tokens, strict=False))
     size_text, count_text, dtype = tokens[0], tokens[1], tokens[2]
@@ -523,7 +515,7 @@ def _read_row(text: str, header: _Layout | None, source: str, number: int) -> Nc
     if not _INT.match(root_text):
         raise place.error(f"root {root_text!r} is not a whole number (-1 when unused)")
 
-    measured = _measured_halves(tokens, len(layout.prefix), halves, place)
+    measured = measured_halves(tokens, len(layout.prefix), halves, place)
     for half_name, (time_s, _, _) in zip(("out-of-place", "in-place"), measured, strict=False):
         if time_s == 0 and int(size_text) > 0:  # nccl-tests prints 0.00 only below 5 ns
             raise place.error(f"{half_name} time is 0 us for {size_text} bytes: no "
@@ -554,36 +546,14 @@ def _row_layout(tokens: list[str], header: _Layout | None, source: str, number: 
         out_only = len(layout.prefix) + len(layout.groups[0])
         if len(tokens) not in (full, out_only):
             counts = f"{full}" if full == out_only else f"{full} (or {out_only} out-of-place only)"
-            raise _Place(source, number, f"columns: {_describe(layout)}").error(
+            raise RowPlace(source, number, f"columns: {_describe(layout)}").error(
                 f"expected {counts} fields as the table header declares, found {len(tokens)}")
         return layout, layout.groups if len(tokens) == full else layout.groups[:1]
     fallback = _fallback_layout(tokens)
     if fallback is None:
-        raise _Place(source, number, _ROW_EXAMPLE).error(
+        raise RowPlace(source, number, _ROW_EXAMPLE).error(
             f"found {len(tokens)} fields, expected 7 to 9 (out-of-place only) or 11 to 13")
     return fallback, fallback.groups
-
-
-def _measured_halves(tokens: list[str], position: int, halves: tuple[tuple[str, ...], ...],
-                     place: _Place) -> list[tuple[float, float, float]]:
-    """Each half's (time s, algbw B/s, busbw B/s), its other columns checked as numbers."""
-    measured: list[tuple[float, float, float]] = []
-    for half_name, group in zip(("out-of-place", "in-place"), halves, strict=False):
-        found: dict[str, float] = {}
-        for column in group:
-            token = tokens[position]
-            position += 1
-            where = f"{half_name} {column}"
-            if column in _TIME_COLUMNS:
-                found["time"] = place.number(token, where, "a time in microseconds")
-            elif column in ("algbw", "busbw"):
-                found[column] = place.number(token, where, "a bandwidth in GB/s")
-            elif token.upper() != "N/A":  # #wrong, #bitdiff, per-iteration statistics
-                place.number(token, where, "a number or N/A", allow_negative=True)
-        measured.append((found["time"] * _SECONDS_PER_US,
-                         found["algbw"] * _BYTES_PER_S_PER_GB_S,
-                         found["busbw"] * _BYTES_PER_S_PER_GB_S))
-    return measured
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -672,6 +642,7 @@ def parse_nccl_log(path_or_text: str | os.PathLike[str], *,
             source=only.source, op=only.op, num_ranks=only.num_ranks,
             gpu_model=only.gpu_model, nccl_version=only.nccl_version, rows=only.rows,
             avg_busbw_bytes_per_s=only.avg_busbw_bytes_per_s, sections=(only,),
+            max_bytes=only.max_bytes, cut_short=only.cut_short,
         )
     return NcclLog(
         source=runs[0].source,
@@ -681,7 +652,8 @@ def parse_nccl_log(path_or_text: str | os.PathLike[str], *,
         nccl_version=_common(run.nccl_version for run in runs),
         rows=tuple(row for run in runs for row in run.rows),
         avg_busbw_bytes_per_s=_common(run.avg_busbw_bytes_per_s for run in runs),
-        sections=tuple(runs),
+        sections=tuple(runs), max_bytes=_common(run.max_bytes for run in runs),
+        cut_short=any(run.cut_short for run in runs),
     )
 
 

@@ -21,9 +21,11 @@ from distsim_gpu.measured.nccl_log import NcclLog, NcclRow
 from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.notes import RunNote
+from distsim_gpu.simcore.units import format_bytes
 from distsim_gpu.topology import Topology
 
-__all__ = ["LogSetting", "empty_rows_note", "log_setting", "ops_the_rows_allow", "select_run"]
+__all__ = ["LogSetting", "cut_short_note", "empty_rows_note", "log_setting", "ops_the_rows_allow",
+           "select_run"]
 
 # nccl-tests' count column holds a rank's share of the buffer for these.
 _SHARE_COUNTED = ("all_gather", "reduce_scatter", "alltoall")
@@ -101,6 +103,19 @@ def empty_rows_note(rows: Sequence[NcclRow]) -> tuple[RunNote, ...]:
                     "overhead, not a transfer"),)
 
 
+def cut_short_note(log: NcclLog) -> tuple[RunNote, ...]:
+    """The note for a run whose table stops before the sweep its header declares (none:
+    ()): its errors and medians cover only the sizes it reached, which a reader of the
+    summary would otherwise take for the whole sweep."""
+    if not log.cut_short or log.max_bytes is None:
+        return ()
+    largest = max(row.size_bytes for row in log.rows)
+    return (RunNote("headline", f"the log's table stops at {format_bytes(largest)}, short "
+                    f"of the maxBytes {format_bytes(log.max_bytes)} its header sweeps to, "
+                    "and no '# Avg bus bandwidth' line follows: the run was cut short or "
+                    "the log copied in part, so only the sizes it reached are compared"),)
+
+
 def log_setting(log: NcclLog, topology: Topology, *, op: str | None = None,
                 run: int | None = None) -> LogSetting:
     """``log``'s run for ``topology`` (:func:`select_run`) and its collective: ``op``,
@@ -121,7 +136,7 @@ def log_setting(log: NcclLog, topology: Topology, *, op: str | None = None,
         raise ConfigError(f"the log ran on {chosen_run.num_ranks} ranks but the cluster has "
                           f"{num_gpus} GPUs", source=log.source, hint=hint)
     chosen, note = _collective(chosen_run, op, num_gpus)
-    return LogSetting(chosen_run, chosen, tuple(notes) + note)
+    return LogSetting(chosen_run, chosen, tuple(notes) + note + cut_short_note(chosen_run))
 
 
 def _collective(log: NcclLog, op: str | None, num_gpus: int,

@@ -352,6 +352,49 @@ def test_runs_split_on_new_headers() -> None:
     assert whole.op is None and len(whole.rows) == 3
 
 
+def _swept(header: str, sizes: list[int], trailer: bool) -> str:
+    """A one-run log whose nThread line declares ``header``'s sweep, with a row per size."""
+    rows = "".join(f"{size:>12} {size // 4:>10} float sum -1 50.00 0.05 0.09 0 50.00 0.05 "
+                   "0.09 0\n" for size in sizes)
+    return (f"# nThread 1 nGpus 1 {header} warmup iters: 5 iters: 20\n" + rows
+            + ("# Avg bus bandwidth    : 0.09\n" if trailer else ""))
+
+
+@pytest.mark.parametrize(("header", "sizes", "trailer", "cut_short"), [
+    # factor 2 from 1 MiB to 16 MiB: a table that stops at 4 MiB, with no trailer, is cut
+    ("minBytes 1048576 maxBytes 16777216 step: 2(factor)", [MIB, 2 * MIB, 4 * MIB], False,
+     True),
+    ("minBytes 1048576 maxBytes 16777216 step: 2(factor)", [MIB, 4 * MIB, 16 * MIB], False,
+     False),
+    # its last size need not be maxBytes: 8 MiB·2 > 12 MiB ends the sweep
+    ("minBytes 1048576 maxBytes 12582912 step: 2(factor)", [MIB, 8 * MIB], False, False),
+    # the trailer says the run finished (whatever -b/-e it ran with)
+    ("minBytes 1048576 maxBytes 16777216 step: 2(factor)", [MIB, 2 * MIB], True, False),
+    # a byte step: 3 MiB + 1 MiB is still within 4 MiB
+    ("minBytes 1048576 maxBytes 4194304 step: 1048576(bytes)", [MIB, 2 * MIB, 3 * MIB],
+     False, True),
+    ("minBytes 1048576 maxBytes 4194304 step: 1048576(bytes)", [MIB, 4 * MIB], False, False),
+])
+def test_a_table_that_stops_before_its_sweep_ends_is_cut_short(
+        header: str, sizes: list[int], trailer: bool, cut_short: bool) -> None:
+    """The nThread line's maxBytes and step bound the sweep nccl-tests runs; a table whose
+    next size would still be in it, with no ``# Avg bus bandwidth`` after it, was cut."""
+    log = parse_nccl_log(_swept(header, sizes, trailer))
+    assert log.max_bytes == int(header.split()[3])
+    assert log.cut_short is cut_short
+    assert log.sections[0].cut_short is cut_short
+
+
+def test_a_real_log_copied_in_part_is_cut_short(nccl_logs: Path) -> None:
+    """The OCI log whole reaches its maxBytes (8 GiB); its first 40 lines stop at 4 KiB."""
+    text = (nccl_logs / OCI).read_text(encoding="utf-8")
+    whole = parse_nccl_log(text)
+    assert (whole.max_bytes, whole.cut_short) == (8 * GIB, False)
+    part = parse_nccl_log("\n".join(text.splitlines()[:40]) + "\n")
+    assert max(row.size_bytes for row in part.rows) < 8 * GIB
+    assert (part.max_bytes, part.cut_short) == (8 * GIB, True)
+
+
 def test_reads_a_path_given_as_str_or_path(tmp_path: Path) -> None:
     path = tmp_path / "run.log"
     path.write_text(OUT_OF_PLACE_ONLY.replace("\n", "\r\n"))

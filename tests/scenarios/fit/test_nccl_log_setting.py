@@ -87,3 +87,28 @@ def test_a_run_number_past_the_logs_runs_is_refused(small_cluster, shared_data):
     with pytest.raises(ConfigError, match="holds 2 run") as info:
         log_setting(two, small_cluster, run=3)
     assert info.value.hint == "choose 1 to 2"
+
+
+def test_a_log_cut_short_is_said_and_a_whole_one_is_not(shared_data, capsys):
+    """validate nccl on a log that stops before its header's maxBytes compares what is
+    there and says, in a note, that the rest of the sweep is missing: its medians had read
+    as the whole sweep's. The whole log (and calibrate's notes, from the same setting)
+    says nothing of the kind."""
+    text = (shared_data / "nccl" / "oci_oke_a100_40gb_2node_roce_allreduce.txt").read_text(
+        encoding="utf-8")
+    two_nodes = build_cluster({"preset": "dgx-a100", "nodes": 2})
+    whole = log_setting(parse_nccl_log(text), two_nodes)
+    assert [n.kind for n in whole.notes] == ["defaulted"]
+    part = log_setting(parse_nccl_log("\n".join(text.splitlines()[:40]) + "\n"), two_nodes)
+    (note,) = [n for n in part.notes if n.kind == "headline"]
+    assert "stops at 4 KiB" in note.message and "maxBytes 8 GiB" in note.message
+
+
+def test_validate_nccl_prints_the_cut_short_note(shared_data, tmp_path, capsys):
+    text = (shared_data / "nccl" / "oci_oke_a100_40gb_2node_roce_allreduce.txt").read_text(
+        encoding="utf-8")
+    path = tmp_path / "part.log"
+    path.write_text("\n".join(text.splitlines()[:40]) + "\n", encoding="utf-8")
+    assert main(["validate", "nccl", str(path), "--cluster", "dgx-a100", "--nodes", "2",
+                 "-q"]) == 0
+    assert "note: headline: the log's table stops at 4 KiB" in capsys.readouterr().out
