@@ -18,7 +18,13 @@ a measured one:
   ``compute``, the ``tp comm``/``dp comm``/``ep comm``/``pp send`` tracks as
   ``communication`` with the collective kind the span's args name; a pipeline send is a
   ``recv`` on the receiving group too (the transfer keeps both busy, as the simulator
-  counts it).
+  counts it);
+* a member faster than its group's pace (``paces``: its share of the group's compute, the
+  straggler's being 1) runs each ``compute`` span for its share of it and waits out the
+  rest right after, in the group's next collective: a ``communication`` event named
+  ``wait for <the straggler>`` with no collective kind (no kernel was launched for it),
+  as the run's per-GPU breakdown counts it.  A per-GPU trace (``distsim run --out``)
+  holds those waits as spans already, marked by a ``waits_for`` argument.
 
 The raw spans, with their args (layer kind, pass), stay available as
 :class:`DistsimTrace` for cost extraction (:mod:`distsim_gpu.workloads.traces.measured_costs`).
@@ -29,16 +35,18 @@ Kineto's by :func:`is_distsim_trace`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from distsim_gpu.measured.records import GpuEvent, ProfilerStep, RankTrace
 from distsim_gpu.simcore.config import check_number
 from distsim_gpu.simcore.errors import ParseError
+from distsim_gpu.simcore.intervals import paced_end
 from distsim_gpu.simcore.trace import GENERATOR
 
 __all__ = [
     "COMPUTE_TRACK",
+    "WAIT_ARG",
     "DistsimReader",
     "DistsimTrace",
     "GroupInfo",
@@ -50,6 +58,8 @@ __all__ = [
 _US = 1e-6  # Chrome trace times are microseconds.
 COMPUTE_TRACK = "compute"
 _COMM_TRACKS = frozenset({"tp comm", "dp comm", "ep comm", "pp send"})
+#: The argument that marks a span as a GPU waiting for a slower peer (not a kernel).
+WAIT_ARG = "waits_for"
 # The simulator's collective names as the Kineto reader spells collective kinds.
 _KINDS = {"alltoall": "all_to_all"}
 
@@ -80,6 +90,13 @@ class GroupInfo:
     gpus: tuple[str, ...]
     ranks: tuple[int, ...]
     slowdown: float = 1.0
+    # Each GPU's share of the group's compute (empty: all 1, the group's pace).
+    paces: tuple[float, ...] = ()
+
+    @property
+    def straggler(self) -> str:
+        """The GPU that sets the group's pace (its first slowest)."""
+        return self.gpus[self.paces.index(max(self.paces))] if self.paces else self.gpus[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +139,7 @@ class DistsimTrace:
             collective = span.args.get("collective")
             collective = _KINDS.get(collective, collective) if isinstance(collective, str) \
                 else None
-            if kind == "communication" and collective is None:
+            if kind == "communication" and collective is None and WAIT_ARG not in span.args:
                 collective = "other"
             by_group[span.process].append(GpuEvent(
                 name=span.name, kind=kind, start_s=span.start_s,
@@ -134,14 +151,35 @@ class DistsimTrace:
                     name=span.name, kind="communication", start_s=span.start_s,
                     duration_s=span.duration_s, stream=recv, collective="recv"))
         traces: list[RankTrace] = []
+        wait_stream = len(streams) + 1
         for group in self.groups:
             events = tuple(sorted(by_group[group.name], key=lambda k: k.start_s))
-            for gpu_name, rank in zip(group.gpus, group.ranks):
+            for gpu_name, rank, share in zip(group.gpus, group.ranks,
+                                             group.paces or (1.0,) * len(group.gpus)):
                 traces.append(RankTrace(
                     source=f"{self.source}:{gpu_name}", rank=rank, world_size=world_size,
-                    gpu_model=gpu_model, steps=steps, gpu_events=events))
+                    gpu_model=gpu_model, steps=steps, gpu_events=events if share == 1.0
+                    else _paced(events, share, f"wait for {group.straggler}", wait_stream)))
         traces.sort(key=lambda t: t.rank if t.rank is not None else -1)
         return traces
+
+
+def _paced(events: tuple[GpuEvent, ...], share: float, wait: str,
+           stream: int) -> tuple[GpuEvent, ...]:
+    """``events`` as a GPU ran them that takes ``share`` of each compute event's time and
+    waits out the rest (an event ``wait`` on ``stream``) right after."""
+    out: list[GpuEvent] = []
+    for event in events:
+        if event.kind != "compute":
+            out.append(event)
+            continue
+        end = event.start_s + event.duration_s
+        mid = paced_end(event.start_s, end, share)
+        out.append(replace(event, duration_s=mid - event.start_s))
+        if end > mid:
+            out.append(GpuEvent(name=wait, kind="communication", start_s=mid,
+                                duration_s=end - mid, stream=stream))
+    return tuple(sorted(out, key=lambda k: k.start_s))
 
 
 def is_distsim_trace(data: Any) -> bool:
@@ -164,10 +202,16 @@ def _group(name: str, raw: Any, source: str) -> GroupInfo:
                          source=source, key=key)
     slowdown = check_number(raw.get("slowdown", 1.0), key=f"{key}.slowdown", above=True,
                             source=source, error=ParseError)
+    paces = raw.get("paces", [])
+    if not isinstance(paces, list) or (paces and len(paces) != len(gpus)):
+        raise ParseError(f"'paces' must list one share per GPU ({len(gpus)}), got {paces!r}",
+                         source=source, key=f"{key}.paces")
+    shares = tuple(check_number(p, key=f"{key}.paces", above=True, maximum=1.0, source=source,
+                                error=ParseError) for p in paces)
     stage, replica = raw.get("stage", 0), raw.get("replica", 0)
     return GroupInfo(name, stage if isinstance(stage, int) else 0,
                      replica if isinstance(replica, int) else 0,
-                     tuple(gpus), tuple(ranks), slowdown)
+                     tuple(gpus), tuple(ranks), slowdown, shares)
 
 
 def parse_distsim_trace(data: Any, source: str) -> DistsimTrace:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["Intervals", "intersection_length", "length", "union", "union_length"]
+__all__ = ["Intervals", "intersection_length", "length", "paced_end", "union", "union_length"]
 
 #: Sorted, disjoint ``(start, end)`` intervals, as :func:`union` returns them.
 Intervals = list[tuple[float, float]]
@@ -28,6 +28,13 @@ def union(intervals: Iterable[tuple[float, float]]) -> Intervals:
         else:
             merged.append((start, end))
     return merged
+
+
+def paced_end(start_s: float, end_s: float, share: float) -> float:
+    """Where ``[start_s, end_s]`` ends for a copy that takes ``share`` of its time (one GPU
+    of several recorded as one that ran faster and waited out the rest): every writer and
+    reader of such a split computes it here, so that they agree to the last digit."""
+    return start_s + (end_s - start_s) * share
 
 
 def length(intervals: Intervals) -> float:

@@ -5,7 +5,9 @@ collective) and *counters* (a value over time on a track: a link's utilisation).
 are grouped by *process* (e.g. ``"n0.gpu3"``) and named by *thread* (e.g. ``"compute"``),
 which is how the Chrome trace event format and Perfetto lay them out.  A disabled tracer
 records nothing and costs one attribute check per call.  A process recorded once for
-several (a rank group for its GPUs) may be written as the several (``expand``).
+several (a rank group for its GPUs) may be written as the several (``expand``), and a copy
+that ran one thread's spans faster than the process and waited out the rest (a GPU beside
+a straggler in lockstep) as it ran them (:class:`Paced`).
 
 The exported object carries ``otherData`` (the trace-event format's free metadata field):
 ``{"generator": "distsim", ...}`` plus whatever the simulation put in
@@ -19,7 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["GENERATOR", "Counter", "Span", "Tracer"]
+from distsim_gpu.simcore.intervals import paced_end
+
+__all__ = ["GENERATOR", "Counter", "Paced", "Span", "Tracer"]
 
 #: ``otherData.generator`` of every exported trace: how a reader recognises distsim's.
 GENERATOR = "distsim"
@@ -45,6 +49,19 @@ class Counter:
     name: str
     time_s: float
     value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Paced:
+    """Copies of expanded processes that ran the spans of ``thread`` faster than the
+    process did: copy ``p`` ran ``shares[p]`` of each span's time and waited out the
+    rest, written right after it as a span on ``wait_thread`` named and with the
+    arguments ``waits[p]`` gives.  A copy not in ``shares`` ran them as recorded."""
+
+    shares: Mapping[str, float]
+    waits: Mapping[str, tuple[str, Mapping[str, Any]]]
+    thread: str
+    wait_thread: str
 
 
 class Tracer:
@@ -73,8 +90,8 @@ class Tracer:
             self._last_value[(process, name)] = value
             self.counters.append(Counter(process, name, time_s, value))
 
-    def to_chrome_trace(self, expand: Mapping[str, Sequence[str]] | None = None
-                        ) -> dict[str, Any]:
+    def to_chrome_trace(self, expand: Mapping[str, Sequence[str]] | None = None,
+                        paced: Paced | None = None) -> dict[str, Any]:
         """The trace as a Chrome trace-event JSON object (``traceEvents``, µs times).
 
         ``expand`` writes a process as several: the spans of process ``p`` once on each
@@ -82,7 +99,8 @@ class Tracer:
         GPUs — shown as the many), those processes first and in the order given.  A
         span argument that names an expanded process follows the copy: on the ``i``-th
         copy it names the ``i``-th process of that one's expansion (or its last, when
-        it has fewer).
+        it has fewer).  ``paced``: copies that ran a thread's spans faster and waited
+        (:class:`Paced`); each such span is written shortened, then the wait.
         """
         expand = expand or {}
         pids: dict[str, int] = {}
@@ -113,9 +131,17 @@ class Tracer:
             targets = expand.get(s.process) or (s.process,)
             for i, target in enumerate(targets):
                 args = _follow(s.args, expand, i) if expand and s.args else s.args
+                share = 1.0 if paced is None or s.thread != paced.thread \
+                    else paced.shares.get(target, 1.0)
+                end = s.end_s if share == 1.0 else paced_end(s.start_s, s.end_s, share)
                 events.append({"ph": "X", "name": s.name, "pid": pid_of(target),
                                "tid": tid_of(target, s.thread), "ts": s.start_s * 1e6,
-                               "dur": (s.end_s - s.start_s) * 1e6, "args": args})
+                               "dur": (end - s.start_s) * 1e6, "args": args})
+                if paced is not None and end < s.end_s:
+                    name, wait_args = paced.waits[target]
+                    events.append({"ph": "X", "name": name, "pid": pid_of(target),
+                                   "tid": tid_of(target, paced.wait_thread), "ts": end * 1e6,
+                                   "dur": (s.end_s - end) * 1e6, "args": dict(wait_args)})
         for c in self.counters:
             events.append({"ph": "C", "name": c.name, "pid": pid_of(c.process), "tid": 0,
                            "ts": c.time_s * 1e6, "args": {c.name: c.value}})

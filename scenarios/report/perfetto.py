@@ -7,7 +7,11 @@ spans once per GPU it stands for — its members and, where data-parallel replic
 folded, its images' members, which ran the same events — with
 :meth:`simcore.trace.Tracer.to_chrome_trace`'s ``expand``: GPUs in rank order, each with
 its streams (compute, tp comm, pp send, dp comm, …) as threads; a pipeline send's ``to``
-names the peer GPU of the same place in its group.
+names the peer GPU of the same place in its group.  A GPU faster than its group's pace
+(the run's ``paces``: a straggler's tensor-parallel peer) gets each compute span shortened
+to its share and, right after, a ``wait for <straggler>`` span on its ``tp comm`` track
+for the rest — the exposed communication its row of the per-GPU breakdown counts — so
+each GPU's trace sums to its row.
 The run metadata follows: ``otherData.distsim.groups`` names one group per GPU (with the
 rank group it belongs to under ``rank_group``), so ``distsim trace summary`` and ``trace
 costs`` read the file back per GPU as before (:mod:`measured.distsim_trace`).
@@ -25,11 +29,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from distsim_gpu.measured.distsim_trace import COMPUTE_TRACK, WAIT_ARG
 from distsim_gpu.scenarios.report.timelines import Timeline
-from distsim_gpu.simcore.trace import Tracer
+from distsim_gpu.simcore.trace import Paced, Tracer
 from distsim_gpu.workloads.iteration.simulator import GpuTimes
+from distsim_gpu.workloads.strategy.dimensions import peer_group
 
 __all__ = ["MAX_TRACE_EVENTS", "per_gpu_chrome_trace"]
+
+_TP = peer_group("tp")  # a faster GPU waits for its straggler in a TP collective
 
 #: Spans beyond which trace.json keeps one track per rank group (each span once): about
 #: 1 GB of JSON, more than Perfetto's browser UI loads comfortably.
@@ -53,18 +61,42 @@ def per_gpu_chrome_trace(tracer: Tracer, timelines: Sequence[Timeline],
     rank = {g.gpu: g.rank for g in per_gpu}
     expand = dict(sorted(expand.items(), key=lambda item: min(rank[g] for g in item[1])))
     spans = sum(len(expand.get(s.process, (0,))) for s in tracer.spans)
+    shares, waits = _paces(groups)
+    if shares:  # and a wait after each compute span of a faster GPU
+        spans += sum(1 for s in tracer.spans if s.thread == COMPUTE_TRACK
+                     and s.end_s > s.start_s for gpu in expand.get(s.process, ())
+                     if gpu in shares)
     if spans > max_events:
         note = (f"trace.json has one track per rank group: one per GPU would hold {spans:,} "
                 f"spans (over {max_events:,})")
         trace = tracer.to_chrome_trace()
         trace["otherData"]["distsim"] = {**meta, "tracks": "per rank group"}
         return trace, note
-    trace = tracer.to_chrome_trace(expand=expand)
+    trace = tracer.to_chrome_trace(expand=expand, paced=Paced(
+        shares, waits, COMPUTE_TRACK, _TP.comm_kind) if shares else None)
     gpus = {g.gpu: g for g in per_gpu}
-    per_gpu_groups = {
+    per_gpu_groups = {  # a paced GPU's spans are its own: its slowdown is its own factor
         gpu: {"stage": gpus[gpu].stage, "replica": gpus[gpu].replica, "gpus": [gpu],
-              "ranks": [gpus[gpu].rank], "slowdown": groups.get(name, {}).get("slowdown", 1.0),
-              "rank_group": name}
+              "ranks": [gpus[gpu].rank], "rank_group": name,
+              "slowdown": groups.get(name, {}).get("slowdown", 1.0) * shares.get(gpu, 1.0)}
         for name, members in expand.items() for gpu in members}
     trace["otherData"]["distsim"] = {**meta, "groups": per_gpu_groups, "tracks": "per GPU"}
     return trace, ""
+
+
+def _paces(groups: dict[str, Any],
+           ) -> tuple[dict[str, float], dict[str, tuple[str, dict[str, Any]]]]:
+    """The GPUs faster than their group's pace: each one's share of the group's compute,
+    and the name of its waits (the GPU it waits for)."""
+    shares: dict[str, float] = {}
+    waits: dict[str, tuple[str, dict[str, Any]]] = {}
+    for group in groups.values():
+        paces = group.get("paces") if isinstance(group, dict) else None
+        if not paces:
+            continue
+        straggler = group["gpus"][paces.index(max(paces))]
+        for gpu, share in zip(group["gpus"], paces):
+            if share != 1.0:
+                shares[gpu] = share
+                waits[gpu] = (f"wait for {straggler}", {WAIT_ARG: straggler})
+    return shares, waits

@@ -196,3 +196,31 @@ def test_a_rank_groups_slowdown_must_be_a_positive_number(distsim_document, slow
         parse_distsim_trace(document, "trace.json")
     assert str(info.value) == ("trace.json: otherData.distsim.groups.stage 0.slowdown: must be "
                                f"a finite number > 0, got {slowdown!r}")
+
+
+def test_a_faster_member_runs_its_share_of_each_compute_span_and_waits_the_rest(
+        distsim_document):
+    """gpu0 at 0.8 of gpu1's pace: its 0.4 ms layer takes 0.32 ms, then it waits 0.08 ms
+    for gpu1 (communication, no kernel launched); gpu1 reads as the group."""
+    document = distsim_document()
+    document["otherData"]["distsim"]["groups"]["stage 0"]["paces"] = [0.8, 1.0]
+    fast, slow = parse_distsim_trace(document, "trace.json").rank_traces()
+    layer, wait, reduce = fast.gpu_events
+    assert (layer.kind, layer.start_s, layer.duration_s) == ("compute", 0.0, pytest.approx(
+        3.2e-4, rel=1e-12))
+    assert (wait.name, wait.kind, wait.collective) == ("wait for gpu1", "communication", None)
+    assert wait.start_s + wait.duration_s == pytest.approx(4e-4, rel=1e-12)
+    assert layer.start_s + layer.duration_s == wait.start_s
+    assert (reduce.collective, reduce.start_s) == ("all_reduce", pytest.approx(4e-4))
+    assert fast.nccl_counts() == slow.nccl_counts() == {"all_reduce": 1}
+    assert [e.duration_s for e in slow.gpu_events] == pytest.approx([4e-4, 2e-4], rel=1e-12)
+
+
+@pytest.mark.parametrize("paces", [[0.8], [0.8, 1.2], [0, 1.0], "fast", [True, 1.0]])
+def test_a_rank_groups_paces_are_one_share_in_0_1_per_gpu(distsim_document, paces):
+    document = distsim_document()
+    document["otherData"]["distsim"]["groups"]["stage 0"]["paces"] = paces
+    with pytest.raises(ParseError) as info:
+        parse_distsim_trace(document, "trace.json")
+    assert info.value.key == "otherData.distsim.groups.stage 0.paces"
+    assert "one share per GPU (2)" in str(info.value) or "a number in (0, 1]" in str(info.value)

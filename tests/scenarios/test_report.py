@@ -134,7 +134,11 @@ def test_a_straggler_gets_a_group_of_its_own(tmp_path, tiny, write_scenario):
     path = write_scenario(tmp_path / "s.yaml", tiny(stragglers={"n0.gpu6": 1.5}))
     report = run_scenario(load_scenario(path))
     groups = report.groups()
-    assert ("n0.gpu6", "n0.gpu7") in [g.gpus for g in groups]  # its TP partner is held up too
+    # The straggler alone; its TP partner waits for it in their collectives, not computing,
+    # so it is a row of its own too (the two had shared the straggler's compute).
+    assert ("n0.gpu6",) in [g.gpus for g in groups] and ("n0.gpu7",) in [g.gpus for g in groups]
+    by_gpu = {t.gpu: t for t in report.per_gpu}
+    assert by_gpu["n0.gpu6"].compute_s == pytest.approx(1.5 * by_gpu["n0.gpu7"].compute_s)
     assert len(groups) > 2
     assert sorted(gpu for g in groups for gpu in g.gpus) == [f"n0.gpu{i}" for i in range(8)]
     # An exact grouping (tolerance 0) never merges GPUs whose times differ at all.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from distsim_gpu.simcore.trace import Counter, Span, Tracer
+from distsim_gpu.simcore.trace import Counter, Paced, Span, Tracer
 
 
 def events_of(trace, phase):
@@ -115,3 +115,27 @@ def test_an_expanded_process_is_written_once_per_copy_with_its_peer_following():
     # The tracer itself is unchanged: the arguments were copied, not edited.
     assert tracer.spans[1].args == {"to": "group b", "kind": "send"}
     assert tracer.to_chrome_trace(expand={}) == tracer.to_chrome_trace()
+
+
+def test_a_paced_copy_runs_its_share_of_a_thread_and_waits_the_rest():
+    """g1 ran 3/4 of group a's compute span, then waited for g0 on its comm thread; g0 and
+    the other threads are written as recorded."""
+    tracer = Tracer()
+    tracer.span("group a", "compute", "k", 1e-6, 5e-6, layer="mlp")
+    tracer.span("group a", "comm", "all_reduce", 5e-6, 6e-6)
+    paced = Paced({"g1": 0.75}, {"g1": ("wait for g0", {"waits_for": "g0"})},
+                  "compute", "comm")
+    trace = tracer.to_chrome_trace(expand={"group a": ["g0", "g1"]}, paced=paced)
+    names = {e["pid"]: e["args"]["name"] for e in events_of(trace, "M")
+             if e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events_of(trace, "M")
+               if e["name"] == "thread_name"}
+    spans = [(names[e["pid"]], threads[(e["pid"], e["tid"])], e["name"], e["ts"], e["dur"],
+              e["args"]) for e in events_of(trace, "X")]
+    assert spans == [
+        ("g0", "compute", "k", pytest.approx(1.0), pytest.approx(4.0), {"layer": "mlp"}),
+        ("g1", "compute", "k", pytest.approx(1.0), pytest.approx(3.0), {"layer": "mlp"}),
+        ("g1", "comm", "wait for g0", pytest.approx(4.0), pytest.approx(1.0),
+         {"waits_for": "g0"}),
+        ("g0", "comm", "all_reduce", pytest.approx(5.0), pytest.approx(1.0), {}),
+        ("g1", "comm", "all_reduce", pytest.approx(5.0), pytest.approx(1.0), {})]

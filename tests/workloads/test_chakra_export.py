@@ -9,6 +9,7 @@ from distsim_gpu.measured.chakra import load_chakra
 from distsim_gpu.scenarios.cli.main import main
 from distsim_gpu.scenarios.scenario import scenario_from_mapping, spec_of
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.workloads.iteration.ops import Compute
 from distsim_gpu.workloads.iteration.simulator import simulate_iteration
 from distsim_gpu.workloads.traces.chakra import export_chakra, run_chakra
 from distsim_gpu.workloads.traces.chakra_export import iteration_graphs
@@ -46,8 +47,10 @@ MOE = {"name": "tiny-moe", "layers": 4, "hidden": 256, "heads": 8, "seq_len": 12
                                                     "schedule": "dualpipe", "interleave": 2,
                                                     "zero": 1, "fb_overlap": True},
      "training": {"global_batch": 64}},
+    # A straggler's TP peer computes at its own pace and waits for it in their collectives.
+    {"stragglers": {"n0.gpu3": 1.25}},
 ], ids=["1f1b", "interleaved", "zero3-a100", "moe-a100", "moe-halves", "moe-pairs",
-        "dualpipev-zero-bubble", "dualpipe"])
+        "dualpipev-zero-bubble", "dualpipe", "straggler"])
 def test_export_import_run_gives_the_iterations_time(tiny, tmp_path, changes):
     data = tiny(**{k: v for k, v in changes.items() if k != "cluster"})
     data["cluster"] = changes.get("cluster", data["cluster"])  # replaced, not merged
@@ -101,3 +104,22 @@ def test_an_export_replaces_an_earlier_one_whole(tiny, write_scenario, tmp_path,
     assert main(["trace", "export-chakra", str(scenario), "--out", str(out)]) == 2
     assert "it holds notes.txt" in capsys.readouterr().err
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_stragglers_tensor_peer_computes_at_its_own_pace_in_the_export(tiny):
+    """Each GPU's compute nodes take its own factor: the straggler's 1.25x, its TP peer's
+    its own (it waits for the straggler in their next collective when the graph runs, as
+    the per-GPU breakdown counts it); they had both taken the straggler's."""
+    spec = spec_of(scenario_from_mapping(tiny(stragglers={"n0.gpu3": 1.25})))
+    healthy = spec_of(scenario_from_mapping(tiny()))
+    graphs, _world = iteration_graphs(spec)
+    plain, _world = iteration_graphs(healthy)
+
+    def computes(of, gpu):
+        return [n.duration_s for n in of[spec.topology.rank_of(gpu)]
+                if isinstance(n.op, Compute)]
+
+    slow, peer = computes(graphs, "n0.gpu3"), computes(graphs, "n0.gpu2")
+    assert len(slow) == len(peer) > 0
+    assert peer == pytest.approx(computes(plain, "n0.gpu2"), rel=1e-12)
+    assert slow == pytest.approx([1.25 * d for d in peer], rel=1e-12)

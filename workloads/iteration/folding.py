@@ -118,7 +118,8 @@ def fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGr
             "" if unit == 1 or kind is None else f" {kind.noun} ({kind.spans} spans them all)")
     slow = sorted(g for g, factor in spec.stragglers.items() if factor != 1)
     # A unit is unlike the others where one of its rank groups runs slower (a faster GPU
-    # in a TP group waits for its peers: the group's pace is unchanged).
+    # in a TP group waits for its peers: the group's pace is unchanged, and its images
+    # share the simulated group's compute spans, which its own breakdown splits).
     odd = sorted({g.replica // unit for row in groups for g in row if g.slowdown != 1})
     healthy = [u for u in range(units) if u not in odd]
     # What breaks the symmetry first; a trace (spans per rank group) last, so that a

@@ -2,10 +2,10 @@
 
 A rank group is the ``tp`` GPUs of one pipeline stage of one replica
 (:class:`~workloads.iteration.timeline.RankGroup`): :func:`make_group` finds its GPUs and
-its pace (its slowest GPU's slowdown), :func:`stage_memory` what each of a stage's GPUs
-holds; :func:`check_stragglers` and :func:`check_memory` reject a spec that names unknown
-GPUs or does not fit; :func:`tensor_lanes` and :func:`call_lanes` say which of a call's
-GPUs form each of its communicators.
+its pace (its slowest GPU's slowdown; each member's share of it), :func:`stage_memory`
+what each of a stage's GPUs holds; :func:`check_stragglers` and :func:`check_memory`
+reject a spec that names unknown GPUs or does not fit; :func:`tensor_lanes` and
+:func:`call_lanes` say which of a call's GPUs form each of its communicators.
 """
 
 from __future__ import annotations
@@ -40,8 +40,12 @@ def make_group(spec: IterationSpec, placement: Placement, stage: int,
                 replica: int) -> RankGroup:
     gpus_all = spec.topology.gpus
     gpus = tuple(gpus_all[r] for r in placement.tp_group(replica, stage))
-    slowdown = max((spec.stragglers.get(g, 1.0) for g in gpus), default=1.0)
-    return RankGroup(stage, replica, gpus, slowdown)
+    factors = [spec.stragglers.get(g, 1.0) for g in gpus]
+    slowdown = max(factors, default=1.0)
+    # Each member's share of the group's compute: a faster one waits out the rest.  Any
+    # group may stand for one that has one (folded), so all record their compute spans.
+    return RankGroup(stage, replica, gpus, slowdown, tuple(f / slowdown for f in factors),
+                     split=bool(spec.stragglers))
 
 
 def stage_memory(spec: IterationSpec, stage: int, seq_len: int,

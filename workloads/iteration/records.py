@@ -11,7 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from distsim_gpu.collectives import CommParams
-from distsim_gpu.simcore.intervals import union_length
+from distsim_gpu.simcore.intervals import (
+    Intervals,
+    intersection_length,
+    length,
+    paced_end,
+    union,
+    union_length,
+)
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
 from distsim_gpu.workloads.cost.compute import CostModel
@@ -116,7 +123,12 @@ def per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], iterat
                    ) -> tuple[GpuTimes, ...]:
     """Every GPU's breakdown: its group's, with the wait for the slowest group at the end
     (bubble with a pipeline, else idle), what no category holds and ``data_wait_s`` past
-    ``iteration`` waiting for the data loader as idle."""
+    ``iteration`` waiting for the data loader as idle.
+
+    A group runs at its slowest member's pace; a faster member (``RankGroup.paces``)
+    computes its share of each compute span and waits out the rest in the group's next
+    collective, as its NCCL kernel would: that rest is its exposed communication, and in
+    flight beside whatever else the group had in flight then (the trace draws it so)."""
     per_gpu: list[GpuTimes] = []
     unions: dict[int, float] = {}  # folded images share their group's intervals
     for group in groups:
@@ -134,10 +146,31 @@ def per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], iterat
         if idle < 1e-12 * iteration:
             idle = 0.0  # rounding of the sums, not time
         idle += data_wait_s
-        for t, gpu in enumerate(group.gpus):
+        merged = union(group.comm_intervals) if group.paced else []
+        for t, (gpu, share) in enumerate(zip(group.gpus, group.paces)):
+            compute, comm = group.compute_s, communication
+            if share != 1.0:
+                compute = group.compute_s * share
+                comm = communication + _waits_beside_s(group, share, merged)
+            waited = group.compute_s - compute
             per_gpu.append(GpuTimes(
                 gpu, topology.rank_of(gpu), group.stage, group.replica, t,
-                group.compute_s, communication, group.exposed_s, group.bubble_s,
+                compute, comm, group.exposed_s + waited, group.bubble_s,
                 idle, memory[group.stage]))
     per_gpu.sort(key=lambda g: g.rank)
     return tuple(per_gpu)
+
+
+def _waits_beside_s(group: RankGroup, share: float, merged: Intervals) -> float:
+    """How much longer than ``merged`` (the group's collectives in flight, as
+    :func:`~simcore.intervals.union` gives them) a member computing ``share`` of
+    ``group``'s compute spans had some collective in flight: the tail of each span it
+    waited out, but for what of it the group's collectives already cover.  The spans are
+    in time order (one main stream), so this is one sweep, not a union per GPU."""
+    spans = group.compute_intervals
+    if spans is None:  # RankGroup records them in any run with a straggler
+        raise ValueError(f"{group.name} has a member at {share:g} of its pace but no "
+                         "compute spans recorded")
+    waits = [(paced_end(spans[i], spans[i + 1], share), spans[i + 1])
+             for i in range(0, len(spans), 2)]
+    return length(waits) - intersection_length(merged, waits)

@@ -287,8 +287,9 @@ class IterationSimulator:
             usage = self._fold_usage[key] = self._folded_usage(group, op)
         if usage is not None:  # its collectives' bytes and busy time, as flows' would
             self.sim.network.record_usage(usage)
-        if not (op.comm_s or tracer.enabled):
-            return  # no communication interval to record, no span to draw
+        spans = group.compute_intervals  # where a faster member splits them (RankGroup)
+        if not (op.comm_s or tracer.enabled or spans is not None):
+            return  # no interval to record, no span to draw
         offset = 0.0
         for step, duration in zip(op.steps, op.durations_s):
             is_comm = isinstance(step, Collective)
@@ -298,6 +299,8 @@ class IterationSimulator:
                 if tracer.enabled:
                     for at, flow in self._fold_flows_of(group, step):
                         self.sim.network.show_usage(flow, start + offset + at)
+            elif spans is not None:
+                spans.extend((start + offset, start + offset + length))
             if tracer.enabled:
                 args = {"collective": step.op} if is_comm else step.trace_args()
                 tracer.span(group.name, _TP.comm_kind if is_comm else "compute", step.label,
@@ -339,14 +342,11 @@ class IterationSimulator:
         if not op.blocking:
             self._launch_async(group, op)
             return None
-        if op.group in self._own:
-            return self._tp_flows(group, op)
-        return self._join(group, op)
+        return self._tp_flows(group, op) if op.group in self._own else self._join(group, op)
 
     def _tp_flows(self, group: RankGroup, op: Collective) -> Generator[simpy.Event, Any, None]:
         """A tensor-parallel collective that may share links: simulated as flows."""
-        env = self.env
-        start = env.now
+        env, start = self.env, self.env.now
         yield (self._tp_mesh_call(group, op) if op.subgroups
                else self._tp_call(group, op.op or "", op.size_bytes or 0.0))
         group.path.append((start, env.now, _TP.comm_kind, op.label, None))
@@ -402,8 +402,7 @@ class IterationSimulator:
     def _join(self, group: RankGroup, op: Collective) -> Generator[simpy.Event, Any, None]:
         """A blocking collective among rank groups (expert all-to-all, tied embedding,
         ZeRO parameter gather): it starts when the last member arrives."""
-        env = self.env
-        peer = self._peer(op.group)
+        env, peer = self.env, self._peer(op.group)
         key, members = self._peers(group, peer)
         start = env.now
         if peer.peering is Peering.STAGE:  # over every replica, folded or not
@@ -656,6 +655,7 @@ class IterationSimulator:
                 image.bubble_s, image.idle_s = group.bubble_s, group.idle_s
                 image.end_s = group.end_s
                 image.comm_intervals = group.comm_intervals  # shared: the run is over
+                image.compute_intervals = group.compute_intervals
 
 
 # --------------------------------------------------------------------------- results

@@ -17,6 +17,7 @@ length.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -69,17 +70,29 @@ class RankGroup:
     a label); ``dep`` what it waited for when it started: ``None`` (this group's previous segment),
     ``(group, n)`` (that group's segment ``n - 1``) or a :class:`Meeting` (a collective that held it
     back on its stream).
+
+    ``paces``: each member's share of the group's compute time (its own straggler factor
+    over ``slowdown``; 1 for the slowest).  A faster member computes that share of each
+    compute span and waits out the rest in the group's next collective, so in a run where
+    some member is (``split``) ``compute_intervals`` holds the compute spans as flat
+    ``start, end`` pairs (what the per-GPU breakdown and the trace split; a folded image
+    shares its simulated group's); else None.
     """
 
-    __slots__ = ("bubble_s", "calls", "comm_intervals", "compute_s", "end_s", "exposed_s",
-                 "gpus", "handles", "idle_s", "name", "path", "pending", "replica",
-                 "slowdown", "stage", "streams")
+    __slots__ = ("bubble_s", "calls", "comm_intervals", "compute_intervals", "compute_s",
+                 "end_s", "exposed_s", "gpus", "handles", "idle_s", "name", "paces", "path",
+                 "pending", "replica", "slowdown", "stage", "streams")
 
-    def __init__(self, stage: int, replica: int, gpus: tuple[str, ...], slowdown: float):
+    def __init__(self, stage: int, replica: int, gpus: tuple[str, ...], slowdown: float,
+                 paces: tuple[float, ...] | None = None, split: bool = False):
         self.stage = stage
         self.replica = replica
         self.gpus = gpus
         self.slowdown = slowdown
+        self.paces = paces or (1.0,) * len(gpus)
+        # A flat array, not tuples: a jittered run splits every group's compute.
+        self.compute_intervals: array[float] | None = (
+            array("d") if split or self.paced else None)
         self.name = f"stage {stage} replica {replica} ({gpus[0]}" + (
             f" +{len(gpus) - 1})" if len(gpus) > 1 else ")")
         self.compute_s = 0.0
@@ -96,6 +109,11 @@ class RankGroup:
         # peer (they run the same stream).
         self.calls: dict[str, int] = {}
         self.path: list[tuple[float, float, str, Any, Any]] = []
+
+    @property
+    def paced(self) -> bool:
+        """Whether some member is faster than the group (and waits for it)."""
+        return any(share != 1.0 for share in self.paces)
 
 
 class Meeting:

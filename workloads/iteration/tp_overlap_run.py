@@ -66,6 +66,8 @@ def run_tp_overlap(env: simpy.Environment, tp_call: TpCall, tracer: Any, group: 
     exposed_s = max(env.now - start - compute_s, 0.0)
     group.compute_s += compute_s
     group.exposed_s += exposed_s
+    if group.compute_intervals is not None:  # the GEMM's span, as the trace draws it
+        group.compute_intervals.extend((env.now - compute_s, env.now))
     # On the critical path: the exposed share as TP communication, then the GEMM.
     if exposed_s > 0:
         group.path.append((start, start + exposed_s, _TP.comm_kind, op.label, None))

@@ -16,13 +16,16 @@ def trace_metadata(spec: IterationSpec, groups: list[RankGroup], seq_len: int,
     """What a reader of trace.json needs beyond the spans (the ``otherData.distsim``
     object): the shape keys of a cost table, and which GPUs each rank-group process
     stands for (its spans are every member's), so the trace imports back per GPU
-    (:mod:`measured.distsim_trace`).  ``groups``: every rank group, folded images too."""
+    (:mod:`measured.distsim_trace`); where a member is faster than the group's pace, each
+    member's share of its compute spans (``paces``: the rest it waits out, as the per-GPU
+    breakdown counts it).  ``groups``: every rank group, folded images too."""
     par, train = spec.parallel, spec.training
     topo = spec.topology
     groups = {group.name: {"stage": group.stage, "replica": group.replica,
                            "gpus": list(group.gpus),
                            "ranks": [topo.rank_of(g) for g in group.gpus],
-                           "slowdown": group.slowdown}
+                           "slowdown": group.slowdown,
+                           **({"paces": list(group.paces)} if group.paced else {})}
               for group in groups}
     return {"format": 1, "source": spec.source, "model": spec.model.name,
             "gpu": spec.gpu.name, "precision": train.precision,

@@ -17,7 +17,10 @@ rank group; here each GPU of each rank group gets that stream as a graph of
   do not wait for each other); the receive blocks the receiver's main stream until the
   bytes are in (a hand-off within one stage, between interleaved chunks, is free);
 * the **barrier** before the optimizer is a zero-time meeting of every rank;
-* compute takes its time times the GPU's straggler slowdown — its time alone: the SMs
+* compute takes its time times the GPU's own straggler factor — a straggler's
+  tensor-parallel peer computes at its own pace and waits for it in their next
+  collective, as the per-GPU breakdown counts it (the replay waits there too) — and its
+  time alone: the SMs
   overlapped NCCL collectives take from it in the iteration
   (:mod:`workloads.iteration.nccl_sms`) are not in the graph, as a measured trace's kernel
   times already hold them.  Collectives the iteration times by their closed form
@@ -149,9 +152,9 @@ class _Exporter:
     def _fused(self, group: RankGroup, op: Fused) -> None:
         ranks = tuple(self._ranks(group))
         for step, duration in zip(op.steps, op.durations_s):
-            for rank in ranks:
+            for rank, share in zip(ranks, group.paces):
                 if isinstance(step, Compute):
-                    self._add(rank, step, MAIN_STREAM, duration * group.slowdown)
+                    self._add(rank, step, MAIN_STREAM, duration * group.slowdown * share)
                 else:
                     self._call(rank, ranks, step, MAIN_STREAM)
 
