@@ -264,8 +264,9 @@ class LinkStatistics:
         else:
             state = (loads > 0).astype(np.int8) + (loads >= self._saturation_at[index])
         changed = self._link_state[index] != state
-        if not changed.all():
-            if not changed.any():
+        count = np.count_nonzero(changed)  # one C call for .all() and .any()
+        if count != changed.size:
+            if not count:
                 return
             index, state = index[changed], state[changed]
             loads = None if loads is None else loads[changed]

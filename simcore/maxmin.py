@@ -67,7 +67,7 @@ def _fill(
         loaded = weight > 0
         level = np.full(num_links, np.inf)
         np.divide(residual, weight, out=level, where=loaded)
-        best = level.min()
+        best = np.minimum.reduce(level)  # level.min() without its Python wrapper
         if not np.isfinite(best):
             break  # every remaining flow crosses only ideal links
         best = max(best, 0.0)

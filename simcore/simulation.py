@@ -18,6 +18,8 @@ import simpy
 from distsim_gpu.simcore.errors import ConfigError, DistsimError
 from distsim_gpu.simcore.network import FlowNetwork
 from distsim_gpu.simcore.trace import Tracer
+from simpy.core import BoundClass, EmptySchedule, StopSimulation
+from simpy.events import EventPriority
 
 __all__ = ["CountingEnvironment", "Simulation"]
 
@@ -37,6 +39,12 @@ class CountingEnvironment(simpy.Environment):
     def __init__(self, initial_time: float = 0, *,
                  progress: progress_.Reporter | None = None) -> None:
         super().__init__(initial_time)
+        # simpy binds ``process``, ``timeout``, ``event``, … to the instance only for the
+        # attributes of the instance's own class, so a subclass got none bound and built a
+        # bound method on every ``env.timeout(...)``: bind simpy's here, as it does.
+        for name, attribute in vars(simpy.Environment).items():
+            if type(attribute) is BoundClass:
+                setattr(self, name, getattr(self, name))
         self.events_processed = 0
         self.progress = progress
 
@@ -50,11 +58,37 @@ class CountingEnvironment(simpy.Environment):
         return super().peek()
 
     def step(self) -> None:
-        self._drop_retired()
-        super().step()  # raises EmptySchedule when there is nothing to process
+        """simpy's ``Environment.step`` with the retired events dropped first, written out
+        in one frame: a run of millions of events paid two more Python calls per event
+        for ``_drop_retired`` and ``super().step()``.  Same pops, same callbacks in the
+        same order, same errors (simpy 4.1's ``step``, line for line)."""
+        queue = self._queue
+        while True:
+            try:
+                now, _, _, event = heappop(queue)
+            except IndexError:
+                raise EmptySchedule from None
+            if not getattr(event, "retired", False):
+                break
+        self._now = now
+        # Callbacks set to None first, as simpy does, so none is added while they run.
+        callbacks, event.callbacks = event.callbacks, None
+        try:
+            for callback in callbacks:
+                callback(event)
+        except StopSimulation:
+            # As simpy: the callbacks not yet run wait for the run to resume.
+            event.callbacks = callbacks[callbacks.index(callback) + 1:]
+            self.schedule(event, EventPriority(-1))
+            raise
+        if not event._ok and not hasattr(event, "_defused"):
+            # A failed event nobody handled crashes the run, with a fresh copy (simpy's).
+            exc = type(event._value)(*event._value.args)
+            exc.__cause__ = event._value
+            raise exc
         self.events_processed += 1
         if not self.events_processed & _TICK_MASK and self.progress is not None:
-            self.progress.tick(self._now)
+            self.progress.tick(now)
 
 
 class Simulation:
