@@ -29,6 +29,7 @@ from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.network import LinkSet, LinkUsage
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.topology import Topology
+from simpy.events import URGENT
 
 __all__ = ["CollectiveRecord", "Communicator"]
 
@@ -87,6 +88,10 @@ class Communicator:
         # repeats the same few calls many thousand times.
         self._chosen: dict[tuple[Any, ...], CollectivePlan] = {}
         self._candidates: dict[tuple[Any, ...], tuple[str, ...]] = {}
+        # A call's single flow at coflow fidelity per (plan id, size): its link set, wire
+        # bytes and latency (pure functions of the frozen plan and the size, which a
+        # training run repeats by the million; the plan is kept to check the id).
+        self._coflows: dict[tuple[int, float], tuple[CollectivePlan, LinkSet, float, float]] = {}
         self._fabric_sharp: bool | None = None  # every fabric switch aggregates (SHARP)
 
     # ------------------------------------------------------------------ planning
@@ -219,6 +224,14 @@ class Communicator:
             self._link_sets[id(step)] = cached
         return cached[1]
 
+    def _fidelity(self, fidelity: str | None) -> str:
+        """``fidelity`` or the configured one, checked: :func:`check_choice`'s answer,
+        without its call where the value is valid (every call of a run checks it)."""
+        value = fidelity or self.params.fidelity
+        if value.__class__ is str and value in FIDELITIES:
+            return value
+        return check_choice(value, FIDELITIES, key="fidelity")
+
     # ------------------------------------------------------------------ running
     def collective(self, op: str, group: Sequence[str], size_bytes: float, *,
                    algorithm: str | None = None, protocol: str | None = None,
@@ -230,17 +243,31 @@ class Communicator:
         the full gathered buffer for all_gather/reduce_scatter, each rank's send buffer
         for alltoall, the message for broadcast/reduce/sendrecv.
         """
-        fidelity = check_choice(fidelity or self.params.fidelity, FIDELITIES, key="fidelity")
+        fidelity = self._fidelity(fidelity)
         if not size_bytes >= 0:
             raise ConfigError(f"size must be >= 0 bytes, got {size_bytes!r}")
         plan = self.choose(op, group, size_bytes, algorithm=algorithm, protocol=protocol,
                            root=root)
         return self.sim.env.process(self._run(plan, float(size_bytes), fidelity, tag))
 
+    def start(self, plan: CollectivePlan, size_bytes: float, *, fidelity: str | None = None,
+              tag: Any = None) -> simpy.Event:
+        """Start a call of ``plan`` (from :meth:`choose`) now: :meth:`collective` for a
+        caller that holds the plan already (the iteration's tensor-parallel calls, which
+        repeat the same few by the million); the event's value is its
+        :class:`CollectiveRecord`.  A coflow is a :class:`_CoflowCall`, the same events as
+        the process :meth:`collective` starts, without the process."""
+        fidelity = self._fidelity(fidelity)
+        if not size_bytes >= 0:
+            raise ConfigError(f"size must be >= 0 bytes, got {size_bytes!r}")
+        if fidelity == "coflow":
+            return _CoflowCall(self, plan, float(size_bytes), tag)
+        return self.sim.env.process(self._run(plan, float(size_bytes), fidelity, tag))
+
     def send(self, src: str, dst: str, size_bytes: float, *, protocol: str | None = None,
              fidelity: str | None = None, tag: Any = None) -> simpy.Process:
         """Point-to-point transfer ``src`` → ``dst`` (pipeline activations, …)."""
-        fidelity = check_choice(fidelity or self.params.fidelity, FIDELITIES, key="fidelity")
+        fidelity = self._fidelity(fidelity)
         # Not the configured algorithm (an all-reduce's): a send goes straight or by PXN.
         plan = self.choose("p2p", [src], size_bytes, algorithm="auto", protocol=protocol,
                            peer=dst)
@@ -279,11 +306,10 @@ class Communicator:
         Returns an event that fires when the call is done: the flow's own ``done`` for a
         one-step coflow (no process needed), else a process.
         """
-        fidelity = check_choice(fidelity or self.params.fidelity, FIDELITIES, key="fidelity")
+        fidelity = self._fidelity(fidelity)
         if fidelity == "coflow" and len(plan.steps) == 1:
-            return self.sim.network.transfer(self._link_set(plan.steps[0]),
-                                             plan.coflow_bytes(size_bytes), plan.latency_s,
-                                             tag).done
+            links, wire_bytes, latency_s = self._coflow_call(plan, size_bytes)
+            return self.sim.network.transfer(links, wire_bytes, latency_s, tag).done
         return self.sim.env.process(self._run(plan, float(size_bytes), fidelity, tag))
 
     def plan_links(self, plan: CollectivePlan) -> set[LinkId]:
@@ -300,7 +326,7 @@ class Communicator:
         For the link statistics of a call timed by its closed form instead of run
         (:meth:`FlowNetwork.record_usage`); mirrors :meth:`_run` step for step.
         """
-        fidelity = check_choice(fidelity or self.params.fidelity, FIDELITIES, key="fidelity")
+        fidelity = self._fidelity(fidelity)
         network = self.sim.network
         if fidelity == "coflow":
             links, wire_bytes = self._coflow(plan, size_bytes)
@@ -326,14 +352,28 @@ class Communicator:
         wire_bytes, links = plan.coflow(size_bytes)
         return links, wire_bytes
 
+    def _coflow_call(self, plan: CollectivePlan, size_bytes: float,
+                     ) -> tuple[LinkSet, float, float]:
+        """:meth:`_coflow`'s links (resolved to a link set, as ``transfer`` would resolve
+        them), wire bytes and the plan's latency, once per plan and size: a run repeats
+        each call shape thousands of times, and a plan is frozen."""
+        key = (id(plan), size_bytes)
+        cached = self._coflows.get(key)
+        if cached is None or cached[0] is not plan:
+            links, wire_bytes = self._coflow(plan, size_bytes)
+            if not isinstance(links, LinkSet):
+                links = self.sim.network.link_set(links)
+            cached = self._coflows[key] = (plan, links, wire_bytes, plan.latency_s)
+        return cached[1], cached[2], cached[3]
+
     def _run(self, plan: CollectivePlan, size_bytes: float, fidelity: str,
              tag: Any) -> Generator[simpy.Event, Any, CollectiveRecord]:
         env = self.sim.env
         network = self.sim.network
         start = env.now
         if fidelity == "coflow":
-            links, wire_bytes = self._coflow(plan, size_bytes)
-            yield network.transfer(links, wire_bytes, plan.latency_s, tag).done
+            links, wire_bytes, latency_s = self._coflow_call(plan, size_bytes)
+            yield network.transfer(links, wire_bytes, latency_s, tag).done
         else:
             pending_latency = plan.base_latency_s
             wire = size_bytes / plan.protocol_efficiency
@@ -349,3 +389,37 @@ class Communicator:
                 yield env.timeout(pending_latency)
         return CollectiveRecord(plan.op, plan.algorithm, plan.protocol, fidelity,
                                 plan.num_ranks, plan.channels, size_bytes, start, env.now)
+
+
+class _CoflowCall(simpy.Event):
+    """A call at coflow fidelity as :meth:`Communicator._run`'s process runs it, event for
+    event, without the process: an urgent start now (the process's ``Initialize``), which
+    starts the flow; when the flow is done, this event succeeds with the call's record (the
+    process ending).  The same events are scheduled in the same order at the same
+    priorities, so a run is the same to the last bit; a million tensor-parallel calls save
+    a generator, two resumptions and a ``StopIteration`` each."""
+
+    def __init__(self, comm: Communicator, plan: CollectivePlan, size_bytes: float,
+                 tag: Any) -> None:
+        env = comm.sim.env
+        super().__init__(env)
+        self._call = (comm, plan, size_bytes, tag)
+        self._start_s = 0.0
+        begin = simpy.Event(env)  # born triggered, scheduled urgent: as Initialize is
+        begin._ok = True
+        begin._value = None
+        begin.callbacks.append(self._begin)
+        env.schedule(begin, URGENT)
+
+    def _begin(self, _event: simpy.Event) -> None:
+        comm, plan, size_bytes, tag = self._call
+        self._start_s = self.env.now
+        links, wire_bytes, latency_s = comm._coflow_call(plan, size_bytes)
+        flow = comm.sim.network.transfer(links, wire_bytes, latency_s, tag)
+        flow.done.callbacks.append(self._end)
+
+    def _end(self, _event: simpy.Event) -> None:
+        _comm, plan, size_bytes, _tag = self._call
+        self.succeed(CollectiveRecord(plan.op, plan.algorithm, plan.protocol, "coflow",
+                                      plan.num_ranks, plan.channels, size_bytes,
+                                      self._start_s, self.env.now))

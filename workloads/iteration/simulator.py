@@ -56,6 +56,7 @@ from distsim_gpu.simcore.gc_batch import young_collections_batched
 from distsim_gpu.simcore.network import LinkUsage
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.workloads.cost.traffic import seq_len_of
+from distsim_gpu.workloads.iteration.call_plans import CallPlans
 from distsim_gpu.workloads.iteration.folding import dp_apart_from_tp as dp_apart
 from distsim_gpu.workloads.iteration.folding import exclusive_tp, fold_check, unit_rows
 from distsim_gpu.workloads.iteration.nccl_sms import NcclSmShare
@@ -169,6 +170,7 @@ class IterationSimulator:
         self._tp_time: dict[tuple[str, float, tuple[str, ...]], float] = {}
         self._send_plans: dict[tuple[RankGroup, RankGroup], CollectivePlan] = {}
         self._tp_joint: dict[tuple[RankGroup, str, float], Any] = {}
+        self._calls = CallPlans(self.comm, self.env)  # plans by call shape, chosen once
         # A collective's peers by its op's group name (workloads.strategy.dimensions).
         self._peer_groups = peer_groups()
         self._block = peer_degrees(par)
@@ -275,10 +277,15 @@ class IterationSimulator:
         """Compute, then its closed-form TP collectives; compute slows on a straggler."""
         env, tracer = self.env, self.sim.tracer
         start, key = env.now, (group, id(op))  # the op object lives as long as the streams
-        op = op.slowed(group.slowdown) if op.pairs else op  # a straggler hides less of them
-        computed = yield from self._sm_share.run(env, group.streams, op,  # NCCL's SMs
-                                                 group.slowdown)
-        scale = computed / op.compute_s if op.compute_s else group.slowdown
+        slowdown = group.slowdown
+        op = op.slowed(slowdown) if op.pairs else op  # a straggler hides less of them
+        busy = self._sm_share.busy(group.streams)  # NCCL calls in flight take SMs
+        if busy:
+            computed = yield from self._sm_share.run_beside(env, busy, op, slowdown)
+        else:  # NcclSmShare.run's quiet case, without a generator of its own
+            yield env.timeout(op.compute_s * slowdown + op.comm_s)
+            computed = op.compute_s * slowdown
+        scale = computed / op.compute_s if op.compute_s else slowdown
         group.path.append((start, env.now, "compute", op, None))
         group.compute_s += computed
         group.exposed_s += op.comm_s
@@ -349,17 +356,19 @@ class IterationSimulator:
         env, start = self.env, self.env.now
         yield (self._tp_mesh_call(group, op) if op.subgroups
                else self._tp_call(group, op.op or "", op.size_bytes or 0.0))
-        group.path.append((start, env.now, _TP.comm_kind, op.label, None))
-        group.exposed_s += env.now - start
-        group.comm_intervals.append((start, env.now))
-        self.sim.tracer.span(group.name, _TP.comm_kind, op.label, start, env.now,
-                             collective=op.op)
+        now = env.now
+        group.path.append((start, now, _TP.comm_kind, op.label, None))
+        group.exposed_s += now - start
+        group.comm_intervals.append((start, now))
+        tracer = self.sim.tracer
+        if tracer.enabled:  # a disabled tracer's span records nothing
+            tracer.span(group.name, _TP.comm_kind, op.label, start, now, collective=op.op)
 
     def _tp_call(self, group: RankGroup, op: str, size: float) -> simpy.Event:
         """Start a TP collective of ``group`` and, folded, its images' (they end when it
         does, by symmetry): one coflow over all of them where the call is one coflow."""
-        if len(self._images(group)) == 1:
-            return self.comm.collective(op, list(group.gpus), size, tag=_TP.tag)
+        if len(self._images(group)) == 1:  # as Communicator.collective would run it
+            return self.comm.start(self._calls.tp_plan(group, op, size), size, tag=_TP.tag)
         key = (group, op, size)
         joint = self._tp_joint.get(key, False)
         if joint is False:
@@ -411,7 +420,7 @@ class IterationSimulator:
             lanes, wait = self._member_lanes(members, peer)
         meeting = self.meetings.meet(key, group, members, lambda: self.env.timeout(
             self._analytic_s(op.op, op.size_bytes, tuple(lanes[0]))) if op.latency_bound
-            else self._run_plans(lanes, op.op, op.size_bytes, peer.tag, wait=wait))
+            else self._calls.run_lanes(lanes, op.op, op.size_bytes, peer.tag, wait=wait))
         # Between the first and the last stage, waiting for the other is the flush.
         yield from self.meetings.wait(group, meeting, kind=peer.comm_kind, label=op.label,
                                       flush=peer.peering is Peering.ENDS)
@@ -457,12 +466,10 @@ class IterationSimulator:
         meeting.label = op.label
         meeting.kind = peer.comm_kind
         # Over every replica, folded or not: the simulated members stand for the rest.
-        row = self.groups[group.stage]
-        # A narrower layer group's gradients (workloads.strategy.layer_groups): a ring a
-        # shard over every replica's GPUs holding it.
-        lanes = ([[m.gpus[t] for m in row for t in sub] for sub in op.subgroups]
+        lanes = (self._calls.layer_group_lanes(self.groups[group.stage], group.stage,
+                                               op.subgroups)
                  if op.subgroups else self._stage_lanes[group.stage])
-        launch = partial(self._run_plans, lanes, op.op, op.size_bytes, peer.tag)
+        launch = partial(self._calls.run_lanes, lanes, op.op, op.size_bytes, peer.tag)
         self._on_stream("gather" if op.op == "all_gather" else "reduce", group, meeting,
                         (key, members, launch))
         if op.handle is None:
@@ -489,7 +496,7 @@ class IterationSimulator:
             launch = partial(self.comm.run_plan, plan, size, tag=peer.tag)
         else:
             lanes, wait = self._member_lanes(members, peer)
-            launch = partial(self._run_plans, lanes, op.op, op.size_bytes, peer.tag,
+            launch = partial(self._calls.run_lanes, lanes, op.op, op.size_bytes, peer.tag,
                              wait=wait)
         if peer.ring:
             self.meetings.arrive(meeting, key, group, members, launch)
@@ -614,13 +621,6 @@ class IterationSimulator:
             # The receiver is not there yet: it will wait on the transfer itself, after
             # the accounting above (the callback before its own): one event fewer.
             self._p2p[key] = process
-
-    def _run_plans(self, lanes: list[list[str]], op: str, size: float,
-                   tag: str, wait: int | None = None) -> simpy.Event:
-        """Run ``op`` on every lane; done when the first ``wait`` lanes are (all: None)."""
-        events = [self.comm.run_plan(self.comm.choose(op, gpus, size), size, tag=tag)
-                  for gpus in lanes][:wait]
-        return events[0] if len(events) == 1 else simpy.AllOf(self.env, events)
 
     def _send_plan(self, group: RankGroup, target: RankGroup, size: float) -> CollectivePlan:
         """The sends ``group`` → ``target``, folded: with their images', as one flow.  Its

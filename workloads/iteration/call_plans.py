@@ -1,0 +1,78 @@
+"""The plans of an iteration's repeated collective calls, chosen once per call shape.
+
+A training iteration makes the same few calls hundreds of thousands of times: every
+layer's tensor-parallel all-reduce of each rank group, every block's expert all-to-all on
+each of its lanes.  :meth:`Communicator.choose <collectives.Communicator.choose>` caches
+its answer already, but by a key it builds anew on every call (a tuple of the group's
+GPUs), which a large MoE run paid a million times.  :class:`CallPlans` keeps the answer by
+what the simulator holds anyway — the rank group, or the (cached) lanes list — and runs
+the calls exactly as before: choosing has no effect on the simulation, so the same flows
+start in the same order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import simpy
+from distsim_gpu.collectives import Communicator
+from distsim_gpu.collectives.plan import CollectivePlan
+from distsim_gpu.workloads.iteration.timeline import RankGroup
+
+__all__ = ["CallPlans"]
+
+
+class CallPlans:
+    """Per simulator (its communicator and environment): plans by call shape.
+
+    Every lanes list :meth:`run_lanes` sees must outlive the run, as the simulator's
+    cached lanes do (:meth:`layer_group_lanes` builds its own once): an entry keeps its
+    lanes alive and is checked against them, so a key's ``id`` always names the same list.
+    """
+
+    __slots__ = ("_comm", "_env", "_lane_plans", "_subgroup_lanes", "_tp_plans")
+
+    def __init__(self, comm: Communicator, env: simpy.Environment) -> None:
+        self._comm = comm
+        self._env = env
+        # A TP call's plan per (group, op, size), for a group that stands for itself.
+        self._tp_plans: dict[tuple[RankGroup, str, float], CollectivePlan] = {}
+        # Each lane's plan per (lanes id, op, size), with the lanes it was made for.
+        self._lane_plans: dict[tuple[int, Any, Any],
+                               tuple[list[list[str]], list[CollectivePlan]]] = {}
+        # A narrower layer group's data-parallel lanes per (stage, sub-groups).
+        self._subgroup_lanes: dict[tuple[int, Any], list[list[str]]] = {}
+
+    def tp_plan(self, group: RankGroup, op: str, size: float) -> CollectivePlan:
+        """``Communicator.choose(op, group's GPUs, size)``, once per (group, op, size)."""
+        key = (group, op, size)
+        plan = self._tp_plans.get(key)
+        if plan is None:
+            plan = self._tp_plans[key] = self._comm.choose(op, list(group.gpus), size)
+        return plan
+
+    def run_lanes(self, lanes: list[list[str]], op: str, size: float, tag: str,
+                  wait: int | None = None) -> simpy.Event:
+        """Run ``op`` on every lane; done when the first ``wait`` lanes are (all: None).
+        Every lane's plan is chosen before the first runs (the same flows, in the same
+        order, as choosing each just before it ran)."""
+        key = (id(lanes), op, size)
+        plans = self._lane_plans.get(key)
+        if plans is None or plans[0] is not lanes:
+            plans = self._lane_plans[key] = (lanes, [self._comm.choose(op, gpus, size)
+                                                     for gpus in lanes])
+        run_plan = self._comm.run_plan
+        events = [run_plan(plan, size, tag=tag) for plan in plans[1]][:wait]
+        return events[0] if len(events) == 1 else simpy.AllOf(self._env, events)
+
+    def layer_group_lanes(self, row: list[RankGroup], stage: int,
+                          subgroups: tuple[tuple[int, ...], ...]) -> list[list[str]]:
+        """A narrower layer group's gradients (workloads.strategy.layer_groups): a ring a
+        shard over every replica's GPUs holding it; ``row``: ``stage``'s rank groups.
+        Built once per stage and shards, so that :meth:`run_lanes` knows the list."""
+        key = (stage, subgroups)
+        lanes = self._subgroup_lanes.get(key)
+        if lanes is None:
+            lanes = self._subgroup_lanes[key] = [[m.gpus[t] for m in row for t in sub]
+                                                 for sub in subgroups]
+        return lanes
