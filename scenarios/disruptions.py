@@ -295,7 +295,8 @@ def format_incidents(incidents: Incidents) -> str:
 def _straggler_lines(cost: StragglerCost) -> list[str]:
     share = cost.total_s / cost.iteration_s if cost.iteration_s else 0.0
     return [
-        f"stragglers: {cost.slow_gpus} GPUs off nominal speed (factors "
+        f"stragglers: {cost.slow_gpus} GPU{'s' if cost.slow_gpus != 1 else ''} off nominal "
+        f"speed (the GPUs' factors "
         f"{cost.fastest_factor:.3g}-{cost.slowest_factor:.3g}x) cost "
         f"{format_duration(cost.total_s)} "
         f"({share:.1%} of the iteration; {format_duration(cost.without_s)} without)",

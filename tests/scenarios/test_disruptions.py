@@ -109,6 +109,8 @@ def test_a_straggler_written_by_gpu_is_priced_by_dimension_too():
     assert cost.total_s == pytest.approx(report.iteration_time_s - plain, rel=1e-9)
     assert cost.tp_lockstep_s > 0 and cost.slow_gpus == 1
     assert "through TP lockstep" in format_incidents(incidents)
+    assert "stragglers: 1 GPU off nominal speed (the GPUs' factors 1-1.5x)" in format_incidents(
+        incidents)
     quiet = scenario_from_mapping(base(stragglers={"n1.gpu3": 1.5, "attribute": False}))
     silent = analyse(quiet, run_scenario(quiet))
     assert silent is None or silent.stragglers is None
