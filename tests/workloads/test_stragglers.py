@@ -239,6 +239,8 @@ def test_folded_and_full_runs_split_a_straggler_group_alike(uniform):
     full = simulate_iteration(tp4_spec(uniform, factors, dp=4, fold=False, topo=topo))
     # Replica 1 simulated for 1, 2 and 3: n1.gpu1's group is an image.
     assert folded.folding.startswith("folded 3 data-parallel replicas without a straggler")
+    # The faster GPU sets no group's pace: it is no straggler of the sentence.
+    assert folded.folding.endswith("(stragglers on n0.gpu2) simulated on its own")
     assert full.folding == "full: folding off"
     assert folded.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-9)
     for a, b in zip(folded.per_gpu, full.per_gpu, strict=True):

@@ -116,7 +116,9 @@ def fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGr
     if units <= 1:
         return {}, "full: one data-parallel replica" + (
             "" if unit == 1 or kind is None else f" {kind.noun} ({kind.spans} spans them all)")
-    slow = sorted(g for g, factor in spec.stragglers.items() if factor != 1)
+    # The GPUs that set an off-nominal pace (a faster peer of a straggler sets none).
+    slow = sorted(gpu for row in groups for g in row if g.slowdown != 1 for gpu in g.gpus
+                  if spec.stragglers.get(gpu, 1.0) == g.slowdown)
     # A unit is unlike the others where one of its rank groups runs slower (a faster GPU
     # in a TP group waits for its peers: the group's pace is unchanged, and its images
     # share the simulated group's compute spans, which its own breakdown splits).
