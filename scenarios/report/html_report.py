@@ -218,12 +218,16 @@ def timeline_figure(report: HtmlRun) -> Any:
     by_kind_y: dict[str, list[float]] = {}
     comm: list[tuple[float, float, str]] = []
     comm_y: list[float] = []
-    fine: dict[str, list[Segment]] = {}  # per schedule: rows of a group share it
+    # Per schedule and pace: rows of a group share it (a straggler's faster peers, each
+    # drawn at its own pace, do not).
+    fine: dict[tuple[str, float], list[Segment]] = {}
     for y, row in enumerate(rows):
-        segments = fine.get(row.timeline.name)
+        pace = next((share for gpu, share, _ in row.timeline.paces if gpu == row.gpus[0]),
+                    1.0)
+        segments = fine.get((row.timeline.name, pace))
         if segments is None:
-            own = fine_segments(row.timeline)
-            segments = fine[row.timeline.name] = bin_segments(
+            own = fine_segments(row.timeline, row.gpus[0])
+            segments = fine[(row.timeline.name, pace)] = bin_segments(
                 [*own, *_gaps(own, report.iteration_time_s, 0.0)],
                 report.iteration_time_s, _PIXELS)
         for start, end, kind, label in segments:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from distsim_gpu.simcore.intervals import paced_end
 from distsim_gpu.workloads.iteration.ops import Collective, Fused
 from distsim_gpu.workloads.iteration.simulator import IterationResult
 
@@ -51,6 +52,9 @@ class Timeline:
     # What each segment ran: a Fused op (compute with closed-form TP collectives inside,
     # see fine_segments) or None.  The ops are the streams' own objects, shared, not copies.
     fused: tuple[Fused | None, ...] = ()
+    # The GPUs faster than the group's pace (a straggler's TP peers): (GPU, its share of
+    # each compute span, the GPU it waits for), as the per-GPU breakdown splits them.
+    paces: tuple[tuple[str, float, str], ...] = ()
 
 
 def _label(info: Any) -> str:
@@ -67,15 +71,45 @@ def timelines_of(result: IterationResult) -> tuple[Timeline, ...]:
                          for start, end, kind, info, _dep in path)
         fused = tuple(info if isinstance(info, Fused) else None for *_, info, _dep in path)
         out.append(Timeline(group.name, group.stage, gpus, segments,
-                            tuple(sorted(group.comm_intervals)), fused))
+                            tuple(sorted(group.comm_intervals)), fused, _paces(images)))
     return tuple(out)
 
 
-def fine_segments(timeline: Timeline) -> list[Segment]:
+def _paces(images: Any) -> tuple[tuple[str, float, str], ...]:
+    """Each faster member of ``images`` (rank groups) with its share and its straggler."""
+    out = []
+    for image in images:
+        if image.paced:
+            straggler = image.gpus[image.paces.index(max(image.paces))]
+            out += [(gpu, share, straggler) for gpu, share in zip(image.gpus, image.paces)
+                    if share != 1.0]
+    return tuple(out)
+
+
+def fine_segments(timeline: Timeline, gpu: str | None = None) -> list[Segment]:
     """The timeline's segments with each Fused one split into its steps: compute, and the
     tensor-parallel collectives timed by their closed form inside it (``tp comm``), each
     as long as it ran (compute stretched by the group's slowdown, as the run did), so the
-    picture shows the exposed TP time the per-GPU breakdown counts."""
+    picture shows the exposed TP time the per-GPU breakdown counts.  For ``gpu``, a
+    member faster than the group's pace (:attr:`Timeline.paces`): each compute segment
+    shortened to its share, then its wait for the straggler (``tp comm``), as its row of
+    the breakdown counts them."""
+    out = _split_fused(timeline)
+    pace = next((p for p in timeline.paces if p[0] == gpu), None)
+    if pace is None:
+        return out
+    _gpu, share, straggler = pace
+    paced: list[Segment] = []
+    for start, end, kind, label in out:
+        if kind != "compute":
+            paced.append((start, end, kind, label))
+            continue
+        mid = paced_end(start, end, share)
+        paced += [(start, mid, kind, label), (mid, end, "tp comm", f"wait for {straggler}")]
+    return paced
+
+
+def _split_fused(timeline: Timeline) -> list[Segment]:
     out: list[Segment] = []
     fused = timeline.fused or (None,) * len(timeline.segments)
     for (start, end, kind, label), op in zip(timeline.segments, fused):

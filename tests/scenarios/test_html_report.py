@@ -284,3 +284,31 @@ def test_compare_out_writes_the_scenarios_side_by_side(tmp_path, tiny, write_sce
     (out / "mine.txt").write_text("keep")
     assert main(["compare", str(a), str(b), "--out", str(out)]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_a_stragglers_faster_peer_is_drawn_at_its_own_pace(tmp_path, tiny, write_scenario):
+    """A straggler's TP peer computes its share and waits out the rest (its row of the
+    breakdown): its timeline row draws that, not the straggler's schedule."""
+    data = tiny(stragglers={"n0.gpu1": 1.5})
+    report = run_scenario(load_scenario(write_scenario(tmp_path / "slow.yaml", data)))
+    rows = {g.gpu: g for g in report.per_gpu}
+    peer, straggler = rows["n0.gpu0"], rows["n0.gpu1"]
+    assert peer.compute_s == pytest.approx(straggler.compute_s / 1.5, rel=1e-12)
+    (timeline,) = [t for t in report.timelines if "n0.gpu0" in t.gpus]
+    assert [(gpu, straggler_gpu) for gpu, _, straggler_gpu in timeline.paces] == [
+        ("n0.gpu0", "n0.gpu1")]
+    for gpu in ("n0.gpu0", "n0.gpu1"):
+        fine = fine_segments(timeline, gpu)
+        compute = sum(e - s for s, e, kind, _ in fine if kind == "compute")
+        assert compute == pytest.approx(rows[gpu].compute_s, rel=1e-9)
+        # The same time covered: the wait fills what the peer's compute no longer does.
+        assert sum(e - s for s, e, _, _ in fine) == pytest.approx(
+            sum(e - s for s, e, _, _ in timeline.segments), rel=1e-12)
+    waits = [(s, e) for s, e, kind, label in fine_segments(timeline, "n0.gpu0")
+             if label == "wait for n0.gpu1"]
+    assert waits and all(kind == "tp comm" for _, _, kind, label in fine_segments(
+        timeline, "n0.gpu0") if label == "wait for n0.gpu1")
+    assert not any(label.startswith("wait for") for *_, label in fine_segments(timeline))
+    drawn = [text for trace in html_report.timeline_figure(report).data
+             for text in (trace.text if trace.text is not None else ())]
+    assert any("wait for n0.gpu1" in text for text in drawn)  # the peer's row shows it
