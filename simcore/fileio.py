@@ -24,6 +24,7 @@ __all__ = [
     "MAX_INPUT_BYTES",
     "atomic_write_bytes",
     "atomic_write_text",
+    "file_in_the_way",
     "read_input_bytes",
     "read_input_text",
 ]
@@ -150,3 +151,12 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def file_in_the_way(directory: Path) -> Path | None:
+    """The first of ``directory`` and its parents that exists and is not a directory (what
+    made creating ``directory`` fail with "File exists" or "Not a directory"), or None."""
+    for path in (directory, *directory.parents):
+        if path.exists():
+            return None if path.is_dir() else path
+    return None

@@ -19,6 +19,7 @@ from typing import Any
 from distsim_gpu.scenarios.report.record import Report
 from distsim_gpu.scenarios.report.writers import WRITERS, OutputContext, ReportWriter
 from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.fileio import file_in_the_way
 
 __all__ = ["OUTPUT_FILES", "OutputResult", "write_output_dir"]
 
@@ -108,7 +109,7 @@ def write_output_dir(report: Report, directory: str | os.PathLike[str], *,
         parent.mkdir(parents=True, exist_ok=True)
         staging = _make_staging(parent, target.name)
     except OSError as error:
-        blocker = _file_in_the_way(parent)
+        blocker = file_in_the_way(parent)
         why = (f"{blocker} is a file, not a directory" if blocker is not None
                else error.strerror or error)  # (mkdir's own word here was "File exists")
         raise ConfigError(f"cannot create the output directory: {why}",
@@ -124,14 +125,6 @@ def write_output_dir(report: Report, directory: str | os.PathLike[str], *,
                               key="--out", source=label) from None
         raise
     return OutputResult(target, tuple(files), tuple(notes))
-
-
-def _file_in_the_way(directory: Path) -> Path | None:
-    """The first of ``directory`` and its parents that exists and is not a directory."""
-    for path in (directory, *directory.parents):
-        if path.exists():
-            return None if path.is_dir() else path
-    return None
 
 
 def _make_staging(parent: Path, name: str) -> Path:

@@ -28,7 +28,7 @@ except ImportError:  # (not POSIX)
 
 from distsim_gpu.scenarios.study.sweep_grid import Point
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.simcore.fileio import atomic_write_text, read_input_bytes
+from distsim_gpu.simcore.fileio import atomic_write_text, file_in_the_way, read_input_bytes
 from distsim_gpu.simcore.yamlfile import MAX_YAML_BYTES
 
 __all__ = [
@@ -222,8 +222,10 @@ def claim_folder(directory: Path, definition: Mapping[str, Any]) -> IO[bytes]:
             running = open(directory / _RUNNING, "ab")  # noqa: SIM115 (held: it is the mark)
             _flock(running, exclusive=False, wait=True)
     except OSError as error:
-        raise ConfigError(f"cannot write the sweep: {error.strerror or error}",
-                          key="--out", source=label) from None
+        blocker = file_in_the_way(directory)
+        why = (f"{blocker} is a file, not a directory" if blocker is not None
+               else error.strerror or error)
+        raise ConfigError(f"cannot write the sweep: {why}", key="--out", source=label) from None
     return running
 
 

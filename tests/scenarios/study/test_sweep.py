@@ -357,6 +357,16 @@ def test_a_finished_sweep_leaves_no_lock_or_running_mark(scenario: Path, tmp_pat
                      progress=False).ran == 0
 
 
+def test_an_out_folder_below_a_file_names_the_file(scenario: Path, tmp_path: Path) -> None:
+    """``sweep --out FILE/sub`` names the file in the way; it had said "Not a directory"."""
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(ConfigError, match=f"{a_file} is a file, not a directory") as caught:
+        run_sweep(scenario, ["training.global_batch=8,16"], out_dir=a_file / "sub",
+                  workers=1, progress=False)
+    assert caught.value.key == "--out" and a_file.read_text() == "x"
+
+
 def test_sweep_json_is_one_object_with_every_point(scenario: Path, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """--json: the counts and each point's overrides, status and headline metrics; -q
