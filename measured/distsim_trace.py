@@ -35,6 +35,7 @@ Kineto's by :func:`is_distsim_trace`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -52,7 +53,9 @@ __all__ = [
     "GroupInfo",
     "TraceSpan",
     "is_distsim_trace",
+    "pace_setter",
     "parse_distsim_trace",
+    "wait_name",
 ]
 
 _US = 1e-6  # Chrome trace times are microseconds.
@@ -96,7 +99,18 @@ class GroupInfo:
     @property
     def straggler(self) -> str:
         """The GPU that sets the group's pace (its first slowest)."""
-        return self.gpus[self.paces.index(max(self.paces))] if self.paces else self.gpus[0]
+        return pace_setter(self.gpus, self.paces)
+
+
+def pace_setter(gpus: Sequence[str], paces: Sequence[float]) -> str:
+    """Of a group's ``gpus`` with their ``paces`` (shares of its compute; empty: all 1),
+    the GPU that sets its pace: the first slowest, the one its faster members wait for."""
+    return gpus[list(paces).index(max(paces))] if paces else gpus[0]
+
+
+def wait_name(straggler: str) -> str:
+    """The name of a faster member's wait for ``straggler``, wherever it is drawn."""
+    return f"wait for {straggler}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +173,7 @@ class DistsimTrace:
                 traces.append(RankTrace(
                     source=f"{self.source}:{gpu_name}", rank=rank, world_size=world_size,
                     gpu_model=gpu_model, steps=steps, gpu_events=events if share == 1.0
-                    else _paced(events, share, f"wait for {group.straggler}", wait_stream)))
+                    else _paced(events, share, wait_name(group.straggler), wait_stream)))
         traces.sort(key=lambda t: t.rank if t.rank is not None else -1)
         return traces
 

@@ -29,7 +29,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from distsim_gpu.measured.distsim_trace import COMPUTE_TRACK, WAIT_ARG
+from distsim_gpu.measured.distsim_trace import (
+    COMPUTE_TRACK,
+    WAIT_ARG,
+    pace_setter,
+    wait_name,
+)
 from distsim_gpu.scenarios.report.timelines import Timeline
 from distsim_gpu.simcore.trace import Paced, Tracer
 from distsim_gpu.workloads.iteration.simulator import GpuTimes
@@ -94,9 +99,9 @@ def _paces(groups: dict[str, Any],
         paces = group.get("paces") if isinstance(group, dict) else None
         if not paces:
             continue
-        straggler = group["gpus"][paces.index(max(paces))]
+        straggler = pace_setter(group["gpus"], paces)
         for gpu, share in zip(group["gpus"], paces):
             if share != 1.0:
                 shares[gpu] = share
-                waits[gpu] = (f"wait for {straggler}", {WAIT_ARG: straggler})
+                waits[gpu] = (wait_name(straggler), {WAIT_ARG: straggler})
     return shares, waits

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from distsim_gpu.measured.distsim_trace import pace_setter, wait_name
 from distsim_gpu.simcore.intervals import paced_end
 from distsim_gpu.workloads.iteration.ops import Collective, Fused
 from distsim_gpu.workloads.iteration.simulator import IterationResult
@@ -80,7 +81,7 @@ def _paces(images: Any) -> tuple[tuple[str, float, str], ...]:
     out = []
     for image in images:
         if image.paced:
-            straggler = image.gpus[image.paces.index(max(image.paces))]
+            straggler = pace_setter(image.gpus, image.paces)
             out += [(gpu, share, straggler) for gpu, share in zip(image.gpus, image.paces)
                     if share != 1.0]
     return tuple(out)
@@ -105,7 +106,7 @@ def fine_segments(timeline: Timeline, gpu: str | None = None) -> list[Segment]:
             paced.append((start, end, kind, label))
             continue
         mid = paced_end(start, end, share)
-        paced += [(start, mid, kind, label), (mid, end, "tp comm", f"wait for {straggler}")]
+        paced += [(start, mid, kind, label), (mid, end, "tp comm", wait_name(straggler))]
     return paced
 
 
