@@ -1,6 +1,8 @@
 """Per-rank, per-step breakdown of imported traces (:mod:`distsim_gpu.measured.traces`).
 
-For every ``ProfilerStep#N`` window of every rank:
+For every ``ProfilerStep#N`` window of every rank (a rank whose trace has no such
+annotation, as a bare ``torch.profiler.profile()`` block records, is summarised over one
+window from its first GPU event to its last, with ``step`` None and a note in the table):
 
 * ``step_s`` — the step's duration (the CPU annotation, so it includes launch overhead);
 * busy time per class — ``compute_s``, ``communication_s`` (NCCL's kernels and DeepEP's,
@@ -45,7 +47,7 @@ class StepSummary:
 
     source: str
     rank: int | None
-    step: int
+    step: int | None  # None: the whole trace, which has no ProfilerStep annotations
     start_s: float
     step_s: float
     compute_s: float
@@ -67,11 +69,21 @@ class StepSummary:
         }
 
 
+def _windows(trace: RankTrace) -> list[tuple[int | None, float, float]]:
+    """Each profiler step's (number, start, end); without any, the whole GPU activity as
+    one window (numbered None), so a trace recorded without a schedule still reads."""
+    if trace.steps:
+        return [(step.number, step.start_s, step.end_s) for step in trace.steps]
+    if not trace.gpu_events:
+        return []
+    return [(None, min(e.start_s for e in trace.gpu_events),
+             max(e.end_s for e in trace.gpu_events))]
+
+
 def _summarise_rank(trace: RankTrace) -> list[StepSummary]:
     rows: list[StepSummary] = []
     events = trace.gpu_events
-    for step in trace.steps:
-        start, end = step.start_s, step.end_s
+    for number, start, end in _windows(trace):
         inside = [e for e in events if e.end_s > start and e.start_s < end]
         by_class: dict[str, Intervals] = {"compute": [], "communication": [], "memcpy": []}
         for event in inside:
@@ -89,12 +101,12 @@ def _summarise_rank(trace: RankTrace) -> list[StepSummary]:
             if start <= when < end:
                 counts[kernel.collective] = counts.get(kernel.collective, 0) + 1
         rows.append(StepSummary(
-            source=trace.source, rank=trace.rank, step=step.number, start_s=start,
-            step_s=step.duration_s,
+            source=trace.source, rank=trace.rank, step=number, start_s=start,
+            step_s=end - start,
             compute_s=length(unions["compute"]),
             communication_s=length(unions["communication"]),
             memcpy_s=length(unions["memcpy"]),
-            busy_s=busy, idle_s=max(step.duration_s - busy, 0.0),
+            busy_s=busy, idle_s=max(end - start - busy, 0.0),
             overlap_s=intersection_length(unions["compute"], unions["communication"]),
             nccl_counts=tuple(sorted(counts.items()))))
     return rows
@@ -114,7 +126,7 @@ def _ms(seconds: float) -> str:
 
 def format_summary_table(traces: Sequence[RankTrace], summaries: Sequence[StepSummary]) -> str:
     """A terminal table: one line per rank and step, times in milliseconds."""
-    steps = len({s.step for s in summaries})
+    steps = len({s.step for s in summaries if s.step is not None})
     lines = [f"# {len(traces)} rank(s), {steps} profiler step(s) ({len(summaries)} rows: a "
              "rank's step each); times in ms"]
     for trace in traces:
@@ -123,7 +135,8 @@ def format_summary_table(traces: Sequence[RankTrace], summaries: Sequence[StepSu
         gpu = trace.gpu_model or "GPU not recorded"
         note = f"; skipped {len(trace.skipped)} note(s)" if trace.skipped else ""
         if not trace.steps:
-            note += "; no ProfilerStep annotations"
+            note += ("; no ProfilerStep annotations: one row, step 'all', from its first GPU "
+                     "event to its last" if trace.gpu_events else "; no ProfilerStep annotations")
         lines.append(f"# {where}{world}: {trace.source} ({gpu}, {len(trace.gpu_events)} GPU "
                      f"events{note})")
     header = ("rank", "step", "step", "compute", "comm", "memcpy", "idle", "overlap", "nccl")
@@ -131,7 +144,8 @@ def format_summary_table(traces: Sequence[RankTrace], summaries: Sequence[StepSu
     for row in summaries:
         nccl = " ".join(f"{kind}x{count}" for kind, count in row.nccl_counts) or "-"
         table.append((
-            "?" if row.rank is None else str(row.rank), str(row.step), _ms(row.step_s),
+            "?" if row.rank is None else str(row.rank),
+            "all" if row.step is None else str(row.step), _ms(row.step_s),
             _ms(row.compute_s), _ms(row.communication_s), _ms(row.memcpy_s), _ms(row.idle_s),
             _ms(row.overlap_s), nccl))
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]

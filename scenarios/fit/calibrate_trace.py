@@ -138,7 +138,9 @@ def calibrate_trace(traces: Sequence[RankTrace], topology: Topology, *,
 
 def measured_compute_s(traces: Sequence[RankTrace]) -> float:
     """Mean compute busy time per step and rank in the traces (seconds)."""
-    rows = summarise(traces)
+    # A trace without step annotations is summarised over its whole span, which may hold
+    # several steps: no per-step compute to fit to.
+    rows = [row for row in summarise(traces) if row.step is not None]
     if not rows:
         raise ConfigError("no profiler steps in the traces: nothing to fit compute to")
     return statistics.fmean(row.compute_s for row in rows)

@@ -9,6 +9,8 @@ import pytest
 from distsim_gpu.measured.kineto import parse_trace
 from distsim_gpu.measured.summary import format_summary_table, summarise, to_json
 from distsim_gpu.scenarios.cli.main import main
+from distsim_gpu.scenarios.fit.calibrate_trace import measured_compute_s
+from distsim_gpu.simcore.errors import ConfigError
 
 
 def test_summary_invariants_on_every_real_file(kineto_corpus):
@@ -83,6 +85,34 @@ def test_deepep_kernels_are_communication(kineto_event):
     assert row.overlap_s == pytest.approx(100e-6)
     assert row.idle_s == pytest.approx(1e-3 - 700e-6)
     assert row.nccl_counts == ()
+
+
+def test_trace_without_profiler_steps_is_one_whole_window(kineto_event):
+    """A trace recorded without a schedule (no ``ProfilerStep#N``) reads as one window from
+    its first GPU event to its last, step None, labelled 'all' in the table; it had printed
+    a table with no rows. Compute-efficiency fitting still refuses it: the span may hold
+    several steps."""
+    events = [
+        kineto_event("gemm", 100.0, 300.0),
+        kineto_event("ncclKernel_AllReduce_RING_LL_Sum_float", 350.0, 150.0),
+        kineto_event("Memcpy DtoH", 700.0, 100.0, cat="gpu_memcpy"),
+    ]
+    trace = parse_trace({"traceEvents": events}, "rank-0.json")
+    (row,) = summarise([trace])
+    assert row.step is None
+    assert row.start_s == pytest.approx(100e-6)
+    assert row.step_s == pytest.approx(700e-6)
+    assert row.compute_s == pytest.approx(300e-6)
+    assert row.communication_s == pytest.approx(150e-6)
+    assert row.overlap_s == pytest.approx(50e-6)
+    assert row.idle_s == pytest.approx(700e-6 - 500e-6)
+    table = format_summary_table([trace], [row])
+    assert table.startswith("# 1 rank(s), 0 profiler step(s) (1 rows")
+    assert "no ProfilerStep annotations: one row, step 'all'" in table
+    assert table.splitlines()[-1].split()[:3] == ["0", "all", "0.700"]
+    assert to_json([trace], [row])["ranks"][0]["steps"][0]["step"] is None
+    with pytest.raises(ConfigError, match="no profiler steps"):
+        measured_compute_s([trace])
 
 
 # --- command line --------------------------------------------------------------------------
