@@ -308,5 +308,5 @@ def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topol
         notes += idle_notes(run, topology)
         notes += tp_span_notes(run.parallel, run.topology)
     notes += fault_notes(faults, topology, iteration_time_s)
-    notes += fabric_notes(topology)
+    notes += fabric_notes(topology, within="cluster.")
     return unique(notes)

@@ -36,11 +36,13 @@ _RAIL_KINDS = ("rail-optimized", "multi-plane", "dual-plane")
 MAX_SWITCH_PORTS = 144
 
 
-def fabric_notes(topology: Topology) -> list[RunNote]:
-    """Every note of this module for ``topology`` (its links read in one pass)."""
+def fabric_notes(topology: Topology, *, within: str = "") -> list[RunNote]:
+    """Every note of this module for ``topology`` (its links read in one pass); ``within``
+    is where the cluster's keys sit in the configuration the user wrote (``"cluster."`` in
+    a scenario, ``""`` in a cluster file), so each note names the key as it is set."""
     tally = _tally(topology)
-    return [*_one_leaf_notes(topology), *_one_rail_group_notes(topology),
-            *_radix_notes(topology, tally.switch_out), *_slot_notes(tally)]
+    return [*_one_leaf_notes(topology, within), *_one_rail_group_notes(topology, within),
+            *_radix_notes(topology, tally.switch_out, within), *_slot_notes(tally, within)]
 
 
 @dataclass(slots=True)
@@ -68,7 +70,7 @@ def _tally(topology: Topology) -> _LinkTally:
     return tally
 
 
-def _one_leaf_notes(topology: Topology) -> list[RunNote]:
+def _one_leaf_notes(topology: Topology, within: str) -> list[RunNote]:
     """An ``ignored`` note when ``topology``'s fabric is oversubscribed on one leaf."""
     fabric = topology.config.get("fabric")
     if not isinstance(fabric, Mapping) or fabric.get("spines", 1) != 0:
@@ -79,11 +81,11 @@ def _one_leaf_notes(topology: Topology) -> list[RunNote]:
     nics = sum(1 for device in topology.devices() if device.kind == "nic")
     return [RunNote("ignored", f"oversubscription {ratio:g} changes nothing: the cluster's "
                     f"{nics} NICs fit on one leaf (nics_per_leaf {fabric.get('nics_per_leaf')})"
-                    ", so no traffic reaches a spine; set fabric.nics_per_leaf below "
-                    f"{nics} for the what-if", "fabric.oversubscription")]
+                    f", so no traffic reaches a spine; set {within}fabric.nics_per_leaf below "
+                    f"{nics} for the what-if", f"{within}fabric.oversubscription")]
 
 
-def _one_rail_group_notes(topology: Topology) -> list[RunNote]:
+def _one_rail_group_notes(topology: Topology, within: str) -> list[RunNote]:
     """An ``ignored`` note when a rail-optimized fabric's nodes fill one rail group: each
     rail is one leaf, so only traffic between rails climbs to the oversubscribed spines."""
     fabric = topology.config.get("fabric")
@@ -97,11 +99,13 @@ def _one_rail_group_notes(topology: Topology) -> list[RunNote]:
                     f"cluster's {topology.num_nodes} nodes fill one rail group (nics_per_leaf "
                     f"{per_leaf}), so each rail is one leaf, and NCCL keeps its traffic on "
                     "the rails (rings, PXN's sends); only sends between rails without PXN "
-                    "(communication.pxn false) reach a spine; set fabric.nics_per_leaf below "
-                    f"{topology.num_nodes} for the what-if", "fabric.oversubscription")]
+                    f"(communication.pxn false) reach a spine; set {within}fabric.nics_per_leaf "
+                    f"below {topology.num_nodes} for the what-if",
+                    f"{within}fabric.oversubscription")]
 
 
-def _radix_notes(topology: Topology, switch_out: dict[str, float]) -> list[RunNote]:
+def _radix_notes(topology: Topology, switch_out: dict[str, float],
+                 within: str) -> list[RunNote]:
     """An ``extrapolated`` note when a fabric switch has more ports (its links' bandwidth,
     ``switch_out``, over a port's) than any switch sold: a two-tier tree of thousands of
     NICs joins every leaf to every spine, which real clusters of that size do with a third
@@ -118,17 +122,18 @@ def _radix_notes(topology: Topology, switch_out: dict[str, float]) -> list[RunNo
     return [RunNote("extrapolated", f"switch {widest} has {ports} ports of "
                     f"{format_bandwidth(port)}, more than any switch made "
                     f"({MAX_SWITCH_PORTS}: NVIDIA Quantum-X800); a cluster this size adds a "
-                    "tier, e.g. fabric.kind three-tier or superpod", "fabric.kind")]
+                    f"tier, e.g. {within}fabric.kind three-tier or superpod",
+                    f"{within}fabric.kind")]
 
 
 def nic_slot_notes(topology: Topology) -> list[RunNote]:
     """An ``ignored`` note when NICs are faster than the PCIe links they sit on: GPUDirect
     RDMA's bytes cross that link, so the NIC's extra speed never carries traffic (an
     800 Gb/s NIC in a Gen5 x16 slot runs at the slot's 63 GB/s)."""
-    return _slot_notes(_tally(topology))
+    return _slot_notes(_tally(topology), "")
 
 
-def _slot_notes(tally: _LinkTally) -> list[RunNote]:
+def _slot_notes(tally: _LinkTally, within: str) -> list[RunNote]:
     capped: dict[tuple[float, float], int] = {}
     for nic, rate in tally.nic_wire.items():
         slot = tally.nic_slot.get(nic, math.inf)
@@ -136,6 +141,7 @@ def _slot_notes(tally: _LinkTally) -> list[RunNote]:
             capped[(rate, slot)] = capped.get((rate, slot), 0) + 1
     return [RunNote("ignored", f"{count} NICs of {format_bandwidth(rate)} sit on PCIe links "
                     f"of {format_bandwidth(pcie)}: GPUDirect RDMA crosses that link, so no "
-                    f"NIC carries more than {format_bandwidth(pcie)}; raise pcie.bandwidth "
-                    "(PCIe Gen6 x16: 126 GB/s) for the what-if", "nic.bandwidth")
+                    f"NIC carries more than {format_bandwidth(pcie)}; raise "
+                    f"{within}pcie.bandwidth (PCIe Gen6 x16: 126 GB/s) for the what-if",
+                    f"{within}nic.bandwidth")
             for (rate, pcie), count in sorted(capped.items())]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.collectives.nccl_tests import run_benchmark
@@ -116,3 +118,20 @@ def test_a_two_tier_tree_of_thousands_of_nics_is_noted_and_three_tiers_are_not()
     (note,) = radix_notes("fat-tree")  # 160 leaves, each cabled to every spine
     assert note.message.startswith("switch spine0 has 160 ports")
     assert radix_notes("three-tier") == []
+
+
+def test_a_scenario_run_names_the_cluster_keys_as_the_scenario_sets_them(capsys):
+    """In a scenario the cluster's keys sit under ``cluster.``: the note names
+    ``cluster.nic.bandwidth`` (what ``--set`` took) and the key to raise as
+    ``cluster.pcie.bandwidth``; it had named them as a cluster file does. Setting the key it
+    names lifts the cap, so the note points at a key that works."""
+    run = ["run", "scenarios/examples/quickstart.yaml", "--json", "-q",
+           "--set", "cluster.preset=dgx-h100", "--set", "cluster.nic.bandwidth=800 Gbps"]
+    assert main(run) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    (slot,) = [n for n in notes if n["kind"] == "ignored" and "PCIe links" in n["message"]]
+    assert slot["key"] == "cluster.nic.bandwidth"
+    assert "raise cluster.pcie.bandwidth (PCIe Gen6" in slot["message"]
+    assert main([*run, "--set", "cluster.pcie.bandwidth=126 GB/s"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert not [n for n in notes if n["key"] == "cluster.nic.bandwidth"]
