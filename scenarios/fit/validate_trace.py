@@ -8,7 +8,8 @@ collectives re-simulated on a cluster, and the report sets predicted against mea
   GPU work it launched are done: :func:`~workloads.traces.kineto_replay.predicted_step_s`); the
   mean over steps;
 * **per rank** — step time, compute, communication (NCCL kernels, of which *waiting* for
-  late peers) and idle time, each measured and predicted;
+  late peers, and DeepEP's dispatch and combine kernels, replayed at their measured time as
+  ``trace summary`` counts them) and idle time, each measured and predicted;
 * **per collective** — transfer time measured (the shortest kernel among the present ranks:
   the last to arrive hardly waits) and predicted (the network model), grouped by operation,
   size and group, and the waiting each side attributes.

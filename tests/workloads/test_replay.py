@@ -120,6 +120,28 @@ def test_simulated_transfer_is_the_closed_form_and_shifts_everything_after_it():
     assert call.predicted_wait_s[1] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_deepep_kernels_count_as_communication_as_trace_summary_counts_them():
+    """DeepEP's dispatch and combine kernels replay at their measured time (no collective to
+    re-simulate them as) but count as communication in both columns, as ``trace summary``
+    counts them; they had counted as compute, so the two commands disagreed on the same
+    trace. Here the 50 µs tail kernel is DeepEP's combine."""
+    docs = [synthetic_rank(0), synthetic_rank(1)]
+    for doc in docs:
+        tail = doc["traceEvents"][-1]
+        assert tail["name"] == "vectorized_elementwise_kernel"
+        tail["name"] = "void deep_ep::intranode::combine<8>(int)"
+    traces = [parse_trace(doc, f"rank{r}.json") for r, doc in enumerate(docs)]
+    (step,) = replay_traces(traces, switch(), ideal(), mode="measured").steps
+    for rank, summary in zip(step.ranks, summarise(traces), strict=True):
+        assert rank.measured_compute_s == pytest.approx(GEMM_US[rank.rank] * 1e-6, rel=1e-9)
+        assert rank.measured_compute_s == pytest.approx(summary.compute_s, rel=1e-9)
+        assert rank.measured_communication_s == pytest.approx(summary.communication_s,
+                                                              rel=1e-9)
+        assert rank.predicted_compute_s == pytest.approx(rank.measured_compute_s, rel=1e-9)
+        assert rank.predicted_communication_s == pytest.approx(
+            rank.measured_communication_s, rel=1e-9)
+
+
 def test_replay_matches_the_communicator_with_default_parameters():
     result = replay_traces(synthetic(), switch(), CommParams())
     sim = Simulation()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.measured.records import ProfilerStep, RankTrace
+from distsim_gpu.measured.summary import COMM_KERNEL_NAMES
 from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.intervals import union_length
@@ -162,11 +163,12 @@ def _rank_result(rs: RankStep, number: int, step_end_sim_s: float) -> RankStepRe
                  if rs.ops else 0.0)
     predicted = predicted_step_s(measured, step_end_sim_s - end, gpu_shift)
 
-    def busy(kind: type | None, replayed: bool) -> float:
-        """Busy time of ``kind`` ops within the step's window (measured or replayed)."""
+    def busy(kind: str | None, replayed: bool) -> float:
+        """Busy time of ``kind`` ops (:func:`_class_of`; None: every op) within the step's
+        window (measured or replayed)."""
         stop = start + (predicted if replayed else measured)
         spans = [(node.sim_start_s, node.sim_end_s) if replayed else (node.start_s, node.end_s)
-                 for node in rs.ops if kind is None or isinstance(node.op, kind)]
+                 for node in rs.ops if kind is None or _class_of(node.op) == kind]
         return union_length([(max(a, start), min(b, stop)) for a, b in spans
                               if b > start and a < stop])
 
@@ -177,13 +179,25 @@ def _rank_result(rs: RankStep, number: int, step_end_sim_s: float) -> RankStepRe
     return RankStepResult(
         rank=rs.trace.rank or 0, step=number,
         measured_s=measured, predicted_s=predicted,
-        measured_compute_s=busy(Compute, False), predicted_compute_s=busy(Compute, True),
-        measured_communication_s=busy(Collective, False),
-        predicted_communication_s=busy(Collective, True),
+        measured_compute_s=busy("compute", False), predicted_compute_s=busy("compute", True),
+        measured_communication_s=busy("communication", False),
+        predicted_communication_s=busy("communication", True),
         measured_idle_s=max(0.0, measured - busy(None, False)),
         predicted_idle_s=max(0.0, predicted - busy(None, True)),
         measured_comm_wait_s=measured_wait,
         predicted_comm_wait_s=sum(node.sim_wait_s for node in rs.ops if node.rendezvous))
+
+
+def _class_of(op: object) -> str:
+    """The breakdown's class of a replayed op, as ``trace summary`` counts its kernel: a
+    collective, or DeepEP's dispatch and combine kernels (:data:`COMM_KERNEL_NAMES`), which
+    the replay keeps at their measured time having no collective to re-simulate them as, are
+    communication; other kernels compute; copies and sets neither."""
+    if isinstance(op, Collective):
+        return "communication"
+    if isinstance(op, Compute):
+        return "communication" if COMM_KERNEL_NAMES.search(op.label) else "compute"
+    return "other"
 
 
 def _step_end_sim(rs: RankStep) -> float:
