@@ -102,6 +102,24 @@ def test_measured_mode_reproduces_the_trace_exactly():
                                              + 50 + 5) * 1e-6, rel=1e-12)
 
 
+EPOCH_US = 1694128201429646.0  # DLRM's timestamps: µs since 1970, as Kineto writes them
+
+
+def test_busy_times_at_epoch_timestamps_are_the_kernels_durations():
+    """Per-rank compute is each kernel's own duration, in ``validate trace`` (measured and
+    replayed) as in ``trace summary``: near 1.7e9 s a double keeps ~0.24 µs, and ends
+    taken there had read DLRM's measured compute up to 1 % off the replay's."""
+    traces = [parse_trace(synthetic_rank(r, skew_us=EPOCH_US), f"rank{r}.json")
+              for r in (0, 1)]
+    (step,) = replay_traces(traces, switch(), ideal(), mode="measured").steps
+    for rank, row in zip(step.ranks, summarise(traces), strict=True):
+        closed_form_s = (GEMM_US[rank.rank] + 50) * 1e-6
+        assert rank.measured_compute_s == pytest.approx(closed_form_s, rel=1e-9)
+        assert rank.predicted_compute_s == pytest.approx(closed_form_s, rel=1e-9)
+        assert row.compute_s == pytest.approx(closed_form_s, rel=1e-9)
+        assert row.communication_s == pytest.approx(rank.measured_communication_s, rel=1e-9)
+
+
 def test_simulated_transfer_is_the_closed_form_and_shifts_everything_after_it():
     result = replay_traces(synthetic(), switch(), ideal())
     (step,) = result.steps
