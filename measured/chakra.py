@@ -26,7 +26,8 @@ two of its own when it writes a trace: ``duration_s`` (a double: the exact durat
 The JSON form is read too: Chakra's older ``{"workload_graph": [{"Id", "Name",
 "NodeType", "ctrlDeps", "data_deps", "runtime", "is_cpu_op", …}]}`` (runtime in
 microseconds) and the protobuf JSON mapping (``id``, ``name``, ``type``, ``ctrlDeps``,
-``dataDeps``, ``durationMicros``, ``attr: [{name, int64Val …}]``).
+``dataDeps``, ``durationMicros``, ``attr: [{name, int64Val …}]``).  A tar archive of ETs
+(Chakra's own test data comes so) is read member by member, in memory.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ import math
 import os
 import re
 import struct
+import tarfile
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +62,7 @@ from distsim_gpu.measured.protowire import (
     packed_varints,
 )
 from distsim_gpu.simcore.errors import ParseError
-from distsim_gpu.simcore.fileio import atomic_write_bytes, read_input_bytes
+from distsim_gpu.simcore.fileio import MAX_INPUT_BYTES, atomic_write_bytes, read_input_bytes
 
 __all__ = [
     "COLLECTIVES",
@@ -373,6 +376,10 @@ def _json_node(raw: object, index: int, source: str) -> ChakraNode:
 def parse_json(text: str, *, source: str) -> ChakraTrace:
     """A Chakra ET in JSON (module docstring)."""
     data = load_json(text, source=source)
+    if isinstance(data, dict) and "traceEvents" in data:
+        raise ParseError("a PyTorch profiler (Kineto) trace, not a Chakra ET", source=source,
+                         hint="summarise it with 'distsim trace summary', replay it with "
+                              "'distsim validate trace'")
     raw_nodes = (data.get("workload_graph", data.get("nodes")) if isinstance(data, dict)
                  else data)
     if not isinstance(raw_nodes, list):
@@ -390,25 +397,66 @@ def read_chakra(path: str | os.PathLike[str]) -> ChakraTrace:
     name = os.fspath(path)
     data = read_input_bytes(name, "Chakra ET", error=ParseError,
                             hint="a <name>.<rank>.et file or its JSON form")
+    return _parse_chakra(data, name)
+
+
+def _parse_chakra(data: bytes, name: str) -> ChakraTrace:
+    """An ET's bytes, by its name: JSON (``.json``) or binary (else)."""
+    if data[:2] == _GZIP_MAGIC:  # read as protobuf, it fails at byte 1 on a wire type
+        raise ParseError("gzip-compressed data, not a Chakra ET", source=name,
+                         hint="decompress it (gunzip), or give the .tar.gz archive whole")
     if name.endswith(".json"):
         return parse_json(data.decode("utf-8", errors="replace"), source=name)
     return parse_et(data, source=name)
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+_TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tar.xz")
+
+
+def _read_archive(name: str) -> list[ChakraTrace]:
+    """Every ``.et`` / ``.json`` member of a tar archive (Chakra's own test data ships its
+    ETs so), in name order, each read into memory within the input bound, never to disk."""
+    read: list[ChakraTrace] = []
+    try:
+        with tarfile.open(name, "r:*") as archive:
+            for member in sorted(archive.getmembers(), key=lambda m: m.name):
+                if not member.isfile() or not member.name.endswith((".et", ".json")):
+                    continue
+                source = f"{name}:{member.name}"
+                if member.size > MAX_INPUT_BYTES:
+                    raise ParseError(f"larger than {MAX_INPUT_BYTES // 2**20} MiB, more than "
+                                     "distsim reads", source=source)
+                stream = archive.extractfile(member)
+                if stream is not None:
+                    with stream:
+                        read.append(_parse_chakra(stream.read(), source))
+    except FileNotFoundError:
+        raise ParseError("no Chakra ET file here: the path does not exist",
+                         source=name) from None
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as error:
+        raise ParseError(f"not a readable tar archive: {error}", source=name) from None
+    if not read:
+        raise ParseError("no Chakra ET member (.et or .json) in the archive", source=name)
+    return read
+
+
 def load_chakra(paths: Iterable[str | os.PathLike[str]]) -> list[ChakraTrace]:
     """ETs from files and directories (every ``*.et`` / ``*.json`` in them), by rank;
     files whose names carry no rank take the next free one in the order given."""
-    files: list[str] = []
+    traces: list[ChakraTrace] = []
     for path in paths:
         name = os.fspath(path)
         if os.path.isdir(name):
-            files.extend(sorted(str(p) for p in Path(name).iterdir()
-                                if p.suffix in (".et", ".json")))
+            traces.extend(read_chakra(p) for p in sorted(
+                str(p) for p in Path(name).iterdir() if p.suffix in (".et", ".json")))
+        elif name.lower().endswith(_TAR_SUFFIXES):
+            traces.extend(_read_archive(name))
         else:
-            files.append(name)
-    if not files:
+            traces.append(read_chakra(name))
+    if not traces:
         raise ParseError("no Chakra ET files (.et or .json)", source=", ".join(map(str, paths)))
-    traces = [read_chakra(f) for f in files]
+    files = [t.source for t in traces]
     taken = {t.rank for t in traces if t.rank is not None}
     free = (r for r in range(len(traces) + len(taken)) if r not in taken)
     result = [t if t.rank is not None else ChakraTrace(t.source, next(free), t.version,

@@ -49,6 +49,9 @@ __all__ = [
 ]
 
 _EXPECTED = "expected a PyTorch profiler (Kineto) trace or a distsim trace.json"
+# Chakra ETs are the other trace format distsim reads, by another command: a user who
+# hands one here is told where it goes, not that its bytes are not JSON.
+_CHAKRA_HINT = "run Chakra ETs with 'distsim trace chakra ET... --cluster ...'"
 
 TraceFormat = Literal["kineto", "distsim"]
 
@@ -82,6 +85,9 @@ def _read_stream(stream: IO[bytes], source: str, compressed: bool) -> TraceFile:
         distsim.add(index, event)
 
     document = scan_document(stream, source, compressed=compressed, on_item=on_event)
+    if "traceEvents" not in document and ("workload_graph" in document or "nodes" in document):
+        raise ParseError("a Chakra execution trace (its JSON form), not a profiler trace",
+                         source=source, hint=_CHAKRA_HINT)
     if is_distsim_trace(document):
         simulated = distsim.finish(document)
         return TraceFile(source, "distsim", tuple(simulated.rank_traces()), simulated)
@@ -146,6 +152,9 @@ def _read_file(path: Path) -> TraceFile:
                              hint=_EXPECTED)
         if info.st_size == 0:
             raise ParseError("empty file", source=source, hint=_EXPECTED)
+        if path.name.lower().endswith(".et"):
+            raise ParseError("a Chakra execution trace (.et), not a profiler trace",
+                             source=source, hint=_CHAKRA_HINT)
         with path.open("rb") as stream:
             return _read_stream(stream, source, _is_gz(path.name))
     except OSError as error:

@@ -50,7 +50,8 @@ def add_parser(kinds: Any) -> argparse.ArgumentParser:
         "recorded time (or FLOPs at --flops), communication nodes run on the cluster's "
         "network; print the iteration time per rank.")
     parser.add_argument("traces", nargs="+", metavar="ET",
-                        help="<name>.<rank>.et or .json files, or directories of them")
+                        help="<name>.<rank>.et or .json files, directories or tar archives "
+                             "(.tar.gz) of them")
     add_cluster_options(parser)
     parser.add_argument("--world-size", type=int, default=None, metavar="N",
                         help="ranks of the job (default: the GPU count the ETs' metadata "

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
+import io
+import tarfile
 
 import pytest
 from distsim_gpu.measured.chakra import (
@@ -111,6 +114,41 @@ def test_both_json_forms():
 def test_malformed_json_is_a_clear_error(text, words):
     with pytest.raises(ParseError, match=words):
         parse_json(text, source="bad.json")
+
+
+def test_a_tar_archive_of_ets_reads_as_its_members(tmp_path):
+    """``trace chakra ARCHIVE.tar.gz`` (as Chakra's test data ships its ETs) reads each
+    ``.et`` / ``.json`` member by its name's rank; it had read the gzip bytes as protobuf
+    ("field 129 has wire type 3")."""
+    data = encode_et(_trace())
+    archive = tmp_path / "ets.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, body in (("d/job.1.et", data), ("d/README", b"hi"), ("d/job.0.et", data)):
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    read = load_chakra([archive])
+    assert [t.rank for t in read] == [0, 1]
+    assert [t.source for t in read] == [f"{archive}:d/job.0.et", f"{archive}:d/job.1.et"]
+    assert all(t.nodes == _trace().nodes for t in read)
+    empty = tmp_path / "none.tar.gz"
+    with tarfile.open(empty, "w:gz"):
+        pass
+    with pytest.raises(ParseError, match="no Chakra ET member"):
+        load_chakra([empty])
+
+
+def test_a_file_of_another_kind_is_named(tmp_path):
+    """A Kineto trace and gzip-compressed bytes are named as what they are; they had read
+    as "no node list" and as a protobuf wire-type error."""
+    kineto = tmp_path / "worker0.json"
+    kineto.write_text('{"schemaVersion": 1, "traceEvents": []}')
+    with pytest.raises(ParseError, match=r"Kineto\) trace, not a Chakra ET.*trace summary"):
+        load_chakra([kineto])
+    packed = tmp_path / "job.0.et.gz"
+    packed.write_bytes(gzip.compress(encode_et(_trace())))
+    with pytest.raises(ParseError, match="gzip-compressed data, not a Chakra ET"):
+        load_chakra([packed])
 
 
 def test_the_chakra_samples_read(chakra_samples):

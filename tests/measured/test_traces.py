@@ -183,6 +183,19 @@ def test_archives_and_folders_without_traces(tmp_path, write_tar):
     assert "not a readable tar archive" in _error([broken])
 
 
+def test_a_chakra_et_is_named_and_sent_to_trace_chakra(tmp_path, write_json):
+    """A Chakra ET, binary or JSON, is named as one with the command that runs it; the
+    binary one had said "not UTF-8 text", the JSON one "no 'traceEvents' list"."""
+    binary = tmp_path / "job.0.et"
+    binary.write_bytes(b"\x0a\x07\x0a\x051.0.1\xff\xfe")
+    message = _error([binary])
+    assert "a Chakra execution trace (.et)" in message and "distsim trace chakra" in message
+    as_json = write_json(tmp_path / "job.0.json", {"workload_graph": [], "ngpus": 8})
+    message = _error([as_json])
+    assert "a Chakra execution trace (its JSON form)" in message
+    assert "distsim trace chakra" in message
+
+
 def test_missing_path(tmp_path):
     message = _error([tmp_path / "absent.json"])
     assert "absent.json" in message and "no such file" in message
