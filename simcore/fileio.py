@@ -101,8 +101,7 @@ def _check_output(target: Path, name: str) -> int | None:
     except FileNotFoundError:
         return None
     except OSError as problem:
-        raise ConfigError(f"cannot write output file: {problem.strerror or problem}",
-                          source=_short(name)) from None
+        raise _write_error(problem, target, name) from None
     if stat.S_ISREG(mode):
         return stat.S_IMODE(mode)
     kind = ("a directory" if stat.S_ISDIR(mode) else "a symbolic link"
@@ -110,6 +109,15 @@ def _check_output(target: Path, name: str) -> int | None:
     raise ConfigError(f"cannot write output file: the path is {kind}, not a regular file",
                       source=_short(name),
                       hint="give the name of a new file or of a regular file to replace")
+
+
+def _write_error(problem: OSError, target: Path, name: str) -> ConfigError:
+    """Why ``target`` cannot be written; a file where a folder of its path should be is
+    named (the OS says only "Not a directory", or "File exists" from mkdir)."""
+    blocker = file_in_the_way(target.parent)
+    why = (f"{blocker} is a file, not a directory" if blocker is not None
+           else problem.strerror or problem)
+    return ConfigError(f"cannot write output file: {why}", source=_short(name))
 
 
 def _default_mode() -> int:
@@ -130,8 +138,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name[:64]}.", dir=target.parent)
     except OSError as problem:
-        raise ConfigError(f"cannot write output file: {problem.strerror or problem}",
-                          source=_short(name)) from None
+        raise _write_error(problem, target, name) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

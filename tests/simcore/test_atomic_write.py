@@ -61,3 +61,14 @@ def test_failure_while_writing_keeps_old_file_and_removes_temp(tmp_path, monkeyp
         atomic_write_bytes(target, b"new")
     assert target.read_text() == "old"
     assert os.listdir(tmp_path) == ["summary.json"]
+
+
+@pytest.mark.parametrize("below", ["x.yaml", "sub/x.yaml"])
+def test_an_output_below_a_file_names_the_file(tmp_path, below):
+    """``-o FILE/x.yaml`` (calibrate, trace chakra, validate trace --out) names the file in
+    the way; it had said only "Not a directory"."""
+    a_file = tmp_path / "file"
+    a_file.write_text("kept")
+    with pytest.raises(ConfigError, match=f"{a_file} is a file, not a directory"):
+        atomic_write_text(a_file / below, "new")
+    assert a_file.read_text() == "kept"
