@@ -45,6 +45,7 @@ from distsim_gpu.measured.nccl_row_values import (
     TIME_COLUMNS,
     RowPlace,
     measured_halves,
+    wrong_results,
 )
 from distsim_gpu.simcore.errors import ParseError
 from distsim_gpu.simcore.fileio import read_input_bytes
@@ -150,6 +151,8 @@ class NcclRow:
     in_place_algbw_bytes_per_s: float | None
     in_place_busbw_bytes_per_s: float | None
     line: int
+    # nccl-tests' #wrong over both halves: results its check found wrong (0 for N/A).
+    wrong_results: int = 0
 
     @property
     def time_s(self) -> float:
@@ -534,6 +537,7 @@ def _read_row(text: str, header: _Layout | None, source: str, number: int) -> Nc
         in_place_algbw_bytes_per_s=in_place[1],
         in_place_busbw_bytes_per_s=in_place[2],
         line=number,
+        wrong_results=wrong_results(tokens, len(layout.prefix), halves),
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from distsim_gpu.simcore.errors import ParseError
 
 __all__ = ["BYTES_PER_S_PER_GB_S", "SECONDS_PER_US", "TIME_COLUMNS", "RowPlace",
-           "measured_halves"]
+           "measured_halves", "wrong_results"]
 
 # nccl-tests prints times in microseconds and bandwidths in GB/s (10^9 bytes per second).
 SECONDS_PER_US = 1e-6
@@ -67,3 +67,18 @@ def measured_halves(tokens: list[str], position: int, halves: tuple[tuple[str, .
                          found["algbw"] * BYTES_PER_S_PER_GB_S,
                          found["busbw"] * BYTES_PER_S_PER_GB_S))
     return measured
+
+
+def wrong_results(tokens: list[str], position: int,
+                  halves: tuple[tuple[str, ...], ...]) -> int:
+    """The row's ``#wrong`` count over its halves (N/A: 0), as :func:`measured_halves`
+    has checked them: nccl-tests' own check of the results, which a comparison of times
+    would otherwise pass over in silence."""
+    total = 0
+    for group in halves:
+        for column in group:
+            token = tokens[position]
+            position += 1
+            if column == "#wrong" and token.upper() != "N/A":
+                total += max(0, round(float(token)))
+    return total

@@ -36,7 +36,7 @@ from distsim_gpu.collectives import CommParams
 from distsim_gpu.collectives.nccl_tests import run_benchmark
 from distsim_gpu.measured.nccl_log import NcclLog, NcclRow
 from distsim_gpu.scenarios.fit.fitting import FitResult, Parameter, fit_log_ratios
-from distsim_gpu.scenarios.fit.nccl_log_setting import empty_rows_note
+from distsim_gpu.scenarios.fit.nccl_log_setting import empty_rows_note, wrong_rows_note
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.simcore.units import format_bytes
@@ -235,7 +235,7 @@ def calibrate_nccl(log: NcclLog, topology: Topology, *, op: str,
         "do not explain these (a per-call software overhead no parameter models would)",
         "--min-bytes") for band in bands if band.high_bytes <= min_bytes
         and band.median_error_after_pct > band.median_error_before_pct + 0.05)
-    notes += empty_rows_note(log.rows)
+    notes += empty_rows_note(log.rows) + wrong_rows_note(log.rows)
     result = NcclCalibration.from_fit(base, fit, bands=bands)
     return replace(result, notes=notes + result.fit_notes())
 

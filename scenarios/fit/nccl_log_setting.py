@@ -103,6 +103,18 @@ def empty_rows_note(rows: Sequence[NcclRow]) -> tuple[RunNote, ...]:
                     "overhead, not a transfer"),)
 
 
+def wrong_rows_note(rows: Sequence[NcclRow]) -> tuple[RunNote, ...]:
+    """The note for rows whose ``#wrong`` is not 0 (none: ()): nccl-tests' check found
+    wrong results there, yet their times are compared (or fitted) like the others."""
+    wrong = [row for row in rows if row.wrong_results > 0]
+    if not wrong:
+        return ()
+    sizes = ", ".join(f"{format_bytes(row.size_bytes)} (line {row.line})" for row in wrong)
+    return (RunNote("ignored", f"#wrong: nccl-tests found wrong results at {len(wrong)} "
+                    f"size(s), {sizes}; their times are used as measured, though a call "
+                    "that corrupted its data may not have run as a correct one does"),)
+
+
 def cut_short_note(log: NcclLog) -> tuple[RunNote, ...]:
     """The note for a run whose table stops before the sweep its header declares (none:
     ()): its errors and medians cover only the sizes it reached, which a reader of the

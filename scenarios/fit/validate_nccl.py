@@ -21,6 +21,7 @@ from distsim_gpu.scenarios.fit.nccl_log_setting import (
     empty_rows_note,
     log_setting,
     select_run,
+    wrong_rows_note,
 )
 from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.topology import Topology
@@ -108,7 +109,8 @@ def validate_nccl_log(log: NcclLog, topology: Topology, *, op: str | None = None
     return NcclValidation(log.source, chosen, num_gpus, tuple(rows), _median_abs(large),
                           _median_abs(small), _median_abs([r.error_pct for r in rows]),
                           tuple(r.line for r in log.rows if r.size_bytes == 0),
-                          setting.notes + empty_rows_note(log.rows))
+                          setting.notes + empty_rows_note(log.rows)
+                          + wrong_rows_note(log.rows))
 
 
 def format_validation(report: NcclValidation) -> str:

@@ -8,6 +8,7 @@ import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.collectives.nccl_tests import bus_factor, format_table, run_benchmark, size_series
 from distsim_gpu.measured.nccl_log import parse_nccl_log
+from distsim_gpu.scenarios.fit.calibrate_nccl import calibrate_nccl
 from distsim_gpu.scenarios.fit.validate_nccl import (
     format_validation,
     select_run,
@@ -83,6 +84,29 @@ def test_validation_leaves_out_rows_of_zero_bytes_and_says_so(small_cluster, tmp
     path.write_text("".join([*lines[:first_row], ZERO_BYTES]))
     with pytest.raises(ConfigError, match="no rows of more than 0 bytes"):
         validate_nccl_log(parse_nccl_log(path), small_cluster)
+
+
+def test_a_row_with_wrong_results_is_compared_with_a_note(small_cluster, tmp_path):
+    """A row whose ``#wrong`` is not 0 (nccl-tests found corrupted results) is said in a
+    note of validate and calibrate, with its size and line; it had passed in silence."""
+    rows = run_benchmark(small_cluster, "all_reduce", size_series(2**20, 2**24, 2))
+    lines = format_table(rows).splitlines(keepends=True)
+    first_row = next(i for i, line in enumerate(lines) if not line.startswith("#"))
+    fields = lines[first_row + 1].rstrip("\n").rsplit(None, 1)
+    lines[first_row + 1] = f"{fields[0]}     17\n"  # the 2 MiB row, in-place #wrong
+    path = tmp_path / "sim.txt"
+    path.write_text("".join(lines))
+    log = parse_nccl_log(path)
+    expected = f"nccl-tests found wrong results at 1 size(s), 2 MiB (line {first_row + 2})"
+    report = validate_nccl_log(log, small_cluster)
+    assert [r.size_bytes for r in report.rows] == [r.size_bytes for r in rows]
+    assert [n.kind for n in report.notes if expected in n.message] == ["ignored"]
+    assert expected in format_validation(report)
+    fitted = calibrate_nccl(log, small_cluster, op="all_reduce")
+    assert [n.kind for n in fitted.notes if expected in n.message] == ["ignored"]
+    path.write_text(format_table(rows))
+    assert not [n for n in validate_nccl_log(parse_nccl_log(path), small_cluster).notes
+                if "#wrong" in n.message]
 
 
 def test_validation_refuses_a_rank_count_mismatch(shared_data):

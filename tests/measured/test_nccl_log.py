@@ -255,6 +255,19 @@ def test_wrong_column_not_available() -> None:
     assert row.in_place_time_s == pytest.approx(46.51e-6)
 
 
+def test_wrong_results_are_counted_over_both_halves() -> None:
+    """``#wrong`` is kept per row (N/A is 0); it had been checked as a number and dropped."""
+    text = (
+        "#  size  count  type  redop  root  time  algbw  busbw  #wrong  time  algbw  busbw"
+        "  #wrong\n"
+        "   8192   2048 float    sum    -1  48.16  0.17  0.32       3  46.51  0.18  0.33"
+        "    4832\n"
+        "  16384   4096 float    sum    -1  49.40  0.33  0.62     N/A  48.00  0.34  0.64"
+        "       0\n"
+    )
+    assert [row.wrong_results for row in parse_nccl_log(text).rows] == [4835, 0]
+
+
 # --- noise ---------------------------------------------------------------------------------
 
 NOISY = """\
