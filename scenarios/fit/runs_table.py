@@ -340,13 +340,16 @@ def read_runs(path: str | os.PathLike[str], runs_map: RunsMap) -> tuple[RunRow, 
 
 
 def _read_rows(reader: Any, runs_map: RunsMap, source: str) -> tuple[RunRow, ...]:
-    header = [cell.strip() for cell in next(reader, [])]
+    # Blank lines before the header (a table pasted with one above it) are skipped as
+    # blank lines between rows are; the first line alone would read an empty header.
+    header = next(([cell.strip() for cell in cells] for cells in reader
+                   if any(cell.strip() for cell in cells)), [])
     if not any(header):
         raise ParseError("the table is empty: it needs a header line and rows", source=source)
     repeated = sorted({c for c in header if header.count(c) > 1})
     if repeated:
         raise ParseError(f"column {repeated[0]!r} appears twice in the header",
-                         source=source, line=1)
+                         source=source, line=reader.line_num)
     _check_columns(header, runs_map, source)
     rows = []
     for cells in reader:

@@ -111,15 +111,19 @@ class RowResult:
         return error_pct(self.predicted_s, self.row.measured_s)
 
 
-def _simulate(job: tuple[Mapping[str, Any], str, str, tuple[tuple[str, Any], ...]],
-              ) -> tuple[float | None, str]:
-    """One row's iteration time (in a worker): ``(seconds, "")`` or ``(None, why)``."""
-    base, source, base_dir, overrides = job
+def _simulate(job: tuple[Mapping[str, Any], str, str, tuple[tuple[str, Any], ...],
+                         Mapping[str, str]]) -> tuple[float | None, str]:
+    """One row's iteration time (in a worker): ``(seconds, "")`` or ``(None, why)``;
+    ``job[4]`` names the table column each of the row's keys came from."""
+    base, source, base_dir, overrides, columns = job
     try:
         scenario = scenario_from_mapping(base, source=source, overrides=overrides,
                                          base_dir=base_dir)
         return run_scenario(scenario).iteration_time_s, ""
     except DistsimError as error:
+        # The scenario names every override "--set"; a bad cell is the table's column's.
+        if error.source == "--set" and error.key in columns:
+            error.source = f"column {columns[error.key]!r}"
         return None, str(error)
 
 
@@ -132,9 +136,14 @@ def simulate_rows(runs_map: RunsMap, rows: Sequence[RunRow],
                   pool: Pool = None) -> tuple[RowResult, ...]:
     """Simulate every row (with ``extra[i]`` overrides after row ``i``'s own), in
     ``pool`` (None: one after another in this process)."""
-    jobs = [(runs_map.base, runs_map.base_source, runs_map.base_dir,
-             tuple(row.overrides) + tuple(extra[i] if extra else ()))
-            for i, row in enumerate(rows)]
+    columns = {rule.key: rule.column for rule in runs_map.rules}
+    jobs = []
+    for i, row in enumerate(rows):
+        added = tuple(extra[i]) if extra else ()
+        fitted = {key for key, _ in added}  # (a knob set after a column's key is its own)
+        jobs.append((runs_map.base, runs_map.base_source, runs_map.base_dir,
+                     tuple(row.overrides) + added,
+                     {k: c for k, c in columns.items() if k not in fitted}))
     reporter = progress.current()  # (a terminal's progress line: rows done of all)
     outcomes: list[tuple[float | None, str]] = [(None, "")] * len(jobs)
     if pool is None:

@@ -242,6 +242,23 @@ def test_a_malformed_table_names_its_line(tmp_path, table, expected) -> None:
     assert str(info.value).startswith(str(tmp_path / expected))
 
 
+def test_blank_lines_before_the_header_are_skipped(tmp_path) -> None:
+    """A blank first line had made the whole table "empty"; rows keep their file lines."""
+    csv_path, map_path = _write(tmp_path)
+    body = csv_path.read_text()
+    csv_path.write_text("\n \n" + body)
+    runs_map = read_map(map_path)
+    shifted = read_runs(csv_path, runs_map)
+    csv_path.write_text(body)
+    plain = read_runs(csv_path, runs_map)
+    assert [r.line for r in shifted] == [r.line + 2 for r in plain]
+    assert [(r.overrides, r.measured_s) for r in shifted] == [
+        (r.overrides, r.measured_s) for r in plain]
+    csv_path.write_text("\nsize,gpus,mb,tp,tp,layers,time (ms)\n")
+    with pytest.raises(DistsimError, match=r"runs\.csv:2: column 'tp' appears twice"):
+        read_runs(csv_path, runs_map)
+
+
 def test_a_row_that_fails_is_reported_and_the_rest_run(tmp_path) -> None:
     rows = [*ROWS[:2], (8, 1, 3, 4, 4)]  # tp 3 does not make 8 GPUs with dp 4
     table, map_path = _write(tmp_path, rows)
@@ -249,6 +266,16 @@ def test_a_row_that_fails_is_reported_and_the_rest_run(tmp_path) -> None:
     failed = report.results[2]
     assert failed.predicted_s is None and "tp·pp·dp = 3·1·4 = 12" in failed.failure
     assert summarise(report.results)["simulated"] == 2
+
+
+def test_a_bad_cell_is_named_by_its_column(tmp_path) -> None:
+    """A cell the scenario refuses names the table's column; it was called "--set"."""
+    table, map_path = _write(tmp_path, ROWS[:2])
+    table.write_text(table.read_text().replace("small,8,2,", "small,8,two,"))
+    failed = validate_runs(table, map_path, workers=1).results[1]
+    assert failed.predicted_s is None
+    assert failed.failure.startswith("column 'mb': training.micro_batch: ")
+    assert "--set" not in failed.failure
 
 
 @pytest.fixture(scope="module")
