@@ -8,10 +8,12 @@ event fires when its last byte lands.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Hashable
 from typing import Any, Protocol
 
 import numpy as np
+from simpy.core import Environment
 from simpy.events import Event
 
 __all__ = ["Flow", "FlowOwner", "LinkId", "LinkSet"]
@@ -23,6 +25,7 @@ class FlowOwner(Protocol):
     """What a flow reads of its network: the rates and bytes left by solver handle, kept
     there while the incremental solver runs."""
 
+    env: Environment
     _h_rate: np.ndarray
     _h_remaining: np.ndarray
 
@@ -68,9 +71,12 @@ class Flow:
     """
 
     __slots__ = (
+        "_done",
+        "_done_ref",
         "_finish_s",
         "_handle",
         "_link_array",
+        "_link_set",
         "_mask",
         "_mult_array",
         "_net",
@@ -78,7 +84,6 @@ class Flow:
         "_remaining",
         "_updated_s",
         "_version",
-        "done",
         "finish_s",
         "id",
         "latency_s",
@@ -100,6 +105,7 @@ class Flow:
         self.multiplicities = links.multiplicities
         # The same incidence as arrays, for assembling a solve without a Python loop.
         self._link_array = links.index_array
+        self._link_set = links  # what its solves are kept by (FlowNetwork._solve_rates)
         self._mult_array = links.mult_array
         self._mask = links.mask
         self.size_bytes = size_bytes
@@ -109,12 +115,44 @@ class Flow:
         self.transfer_start_s: float | None = None
         self.finish_s: float | None = None
         self._rate = 0.0
-        self.done = done
+        self._done: Event | None = done
+        self._done_ref: weakref.ref[Event] | None = None
         self.tag = tag
         self._updated_s = start_s
         self._version = 0
         self._finish_s = float("inf")
         self._handle = -1  # its slot in the incremental solver, if one runs
+
+    @property
+    def done(self) -> Event:
+        """The event that fires with this flow (its value) when its last byte lands.
+
+        Once it has fired the flow holds it only weakly (see :meth:`release_done`); should
+        nobody else hold it any more, an equal one is made: processed, with this flow as
+        its value, as the original would read.
+        """
+        event = self._done
+        if event is None:
+            event = self._done_ref()
+            if event is None:
+                event = self._done = Event(self._net.env)
+                event._ok = True
+                event._value = self
+                event.callbacks = None  # processed: yielding it resumes at once
+        return event
+
+    def release_done(self) -> None:
+        """Hold the fired ``done`` event weakly from now on.
+
+        The event holds the flow (its value) and the flow held the event: a cycle, so
+        every finished flow waited for the cyclic garbage collector (about 7 % of a
+        512-GPU MoE run's CPU).  Weakly held, both are freed by reference counting once
+        nobody else holds them; the event is on the simulation's queue until processed.
+        """
+        event = self._done
+        if event is not None:
+            self._done_ref = weakref.ref(event)
+            self._done = None
 
     @property
     def rate_bytes_per_s(self) -> float:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -65,9 +66,15 @@ _DONE_RTOL = 1e-9
 # it a component solved afresh is cheap, and the examples' arithmetic stays as it was.
 _INCREMENTAL_FROM = 256
 _INF = float("inf")
+# The float spacing at 1, looked up once (np.finfo is a call; the value is the same).
+_EPS = np.finfo(float).eps
 # Finished flows whose bytes are added to the link statistics in one batch (np.add.at, in
 # finishing order: each link's sum is the same sequence of additions as one flow at a time).
 _DONE_BATCH = 4096
+# Solves kept by the link sets of their flows (:meth:`FlowNetwork._solve_rates`): a run
+# repeats a few hundred shapes of component tens of thousands of times (Grok-1 on 512
+# H100: 288 distinct in 81,365 solves).  Started over when full.
+_SOLVED_MAX = 4096
 
 
 class _LateEvent(Event):
@@ -112,9 +119,12 @@ class FlowNetwork(LinkStatistics):
         self._capacity: list[float] = []
         self._capacity_array = np.zeros(0)
         self._link_count = np.zeros(0, np.int64)  # transferring flows, per link
+        # The link arrays of flows started and finished since _link_count was last brought
+        # up to date (_counted_links): counted in one batch when a solve needs the counts
+        # (and not at all while the incremental solver runs, which reads none).
+        self._count_up: list[np.ndarray] = []
+        self._count_down: list[np.ndarray] = []
         self._init_link_statistics()
-        # Finished flows whose bytes are not yet in the link statistics (_flush_done).
-        self._done_flows: list[Flow] = []
         # What the next solve starts from: flows that began transferring, and the links
         # of flows that finished.
         self._seed_flows: dict[Flow, None] = {}
@@ -147,6 +157,8 @@ class FlowNetwork(LinkStatistics):
         self._h_rate = np.zeros(0)
         self._h_remaining = np.zeros(0)
         self._h_updated = np.zeros(0)
+        # Solved components by their flows' link sets, in order (see _solve_rates).
+        self._solved: dict[tuple[LinkSet, ...], _Solved] = {}
 
     # ------------------------------------------------------------------ links
     def add_link(self, link_id: LinkId, capacity_bytes_per_s: float) -> int:
@@ -180,6 +192,7 @@ class FlowNetwork(LinkStatistics):
                 f"link {link_id!r}: capacity must be positive, got {capacity_bytes_per_s!r}")
         self._ensure_arrays()
         self._capacity[idx] = float(capacity_bytes_per_s)
+        self._solved.clear()  # every kept solve read the old capacities
         cap = self._capacity_array = np.asarray(self._capacity, dtype=float)
         self._saturation_at = saturation_at(cap)
         if self._incremental is not None:
@@ -282,11 +295,12 @@ class FlowNetwork(LinkStatistics):
         self.active_flows += 1
         if self._link_count.size != len(self._capacity):
             self._ensure_arrays()  # links were added since (rare: a call here is not)
-        self._link_count[flow._link_array] += 1
         self._seed_flows[flow] = None
         self._transferring[flow] = None
         if self._incremental is not None:
             self._track(flow)
+        else:
+            self._count_up.append(flow._link_array)  # into _link_count when it is read
         self._request_resolve()
 
     def _track(self, flow: Flow) -> None:
@@ -321,7 +335,8 @@ class FlowNetwork(LinkStatistics):
     def _retire(self, flow: Flow) -> None:
         """Take a finishing flow off its links; the links still shared seed the next solve."""
         self.active_flows -= 1
-        self._link_count[flow._link_array] -= 1
+        if self._incremental is None:
+            self._count_down.append(flow._link_array)  # (see _activate)
         self._seed_flows.pop(flow, None)
         self._seed_links.append(flow._link_array)
         self._freed_mask |= flow._mask
@@ -344,36 +359,8 @@ class FlowNetwork(LinkStatistics):
         if len(done) >= _DONE_BATCH:
             self._flush_done()
         self.completed_flows += 1
-        flow.done.succeed(flow)
-
-    def _flush_done(self) -> None:
-        """Add the finished flows' bytes (size × multiplicity) to their links and tags, as
-        :meth:`_complete` did one flow at a time: the products are the same elementwise
-        ones, and ``np.add.at`` adds them in finishing order, so every link's sum is the
-        same sequence of additions; tags' arrays are made in the order tags first finish.
-        Runs before recorded usages are flushed (:meth:`_flush_usage`), as it did."""
-        done = self._done_flows
-        if not done:
-            return
-        self._done_flows = []
-        self._ensure_arrays()
-        counts = np.fromiter((f._link_array.size for f in done), np.int64, len(done))
-        index = np.concatenate([f._link_array for f in done])
-        carried = (np.repeat(np.fromiter((f.size_bytes for f in done), float, len(done)),
-                             counts) * np.concatenate([f._mult_array for f in done]))
-        np.add.at(self._link_bytes, index, carried)
-        tags = [f.tag if isinstance(f.tag, str) else None for f in done]
-        named = dict.fromkeys(tag for tag in tags if tag is not None)
-        if not named:
-            return
-        entry_flow = np.repeat(np.arange(len(done)), counts)
-        for tag in named:  # in the order each tag first finished
-            mine = np.fromiter((t == tag for t in tags), bool, len(tags))[entry_flow]
-            np.add.at(self._tag_array(tag), index[mine], carried[mine])
-
-    def _flush_usage(self) -> None:
-        self._flush_done()  # finished flows first, as they were counted before
-        super()._flush_usage()
+        flow._done.succeed(flow)
+        flow.release_done()  # no flow <-> event cycle left for the garbage collector
 
     def _ensure_arrays(self) -> None:
         """Grow the per-link arrays after links were added."""
@@ -381,6 +368,7 @@ class FlowNetwork(LinkStatistics):
         if grow > 0:
             self._link_count = np.concatenate([self._link_count, np.zeros(grow, np.int64)])
             self._capacity_array = np.asarray(self._capacity, dtype=float)
+            self._solved.clear()  # (it would hold: no kept solve crosses a new link)
             self._scratch_mark = np.zeros(len(self._capacity), bool)
             self._scratch_position = np.zeros(len(self._capacity), np.int64)
             self._grow_link_statistics(grow)
@@ -405,11 +393,14 @@ class FlowNetwork(LinkStatistics):
         same component as a breadth-first search over shared links, found without a
         Python loop over links (a coflow may hold hundreds).
         """
-        freed = (np.concatenate(self._seed_links) if self._seed_links
-                 else np.zeros(0, np.int64))
+        seed_links = self._seed_links
+        if len(seed_links) == 1:
+            freed = seed_links[0]  # one finished flow's links (read, never written)
+        else:
+            freed = np.concatenate(seed_links) if seed_links else np.zeros(0, np.int64)
         # Freed links nobody uses any more: their load drops to zero (link statistics; a
         # link logged twice at one instant integrates the same as once).
-        self._idle_links = freed[self._link_count[freed] == 0] if freed.size else freed
+        self._idle_links = freed[self._counted_links()[freed] == 0] if freed.size else freed
         # Only finished flows' links, none of them used any more: no flow can touch one,
         # so the component is empty without a pass over the transferring flows (half the
         # solves of a large run: a flow finishing alone on its links).
@@ -436,6 +427,20 @@ class FlowNetwork(LinkStatistics):
                     left.append(flow)
             rest = left
         return sorted(members, key=_flow_id), freed
+
+    def _counted_links(self) -> np.ndarray:
+        """The transferring flows per link, brought up to date: the flows started and
+        finished since are added and taken off in one ``np.add.at`` each (whole numbers,
+        so the order of the additions cannot matter).  One fancy-indexed update per flow
+        and per finish was about 5 % of a 256-GPU MoE run's CPU."""
+        count = self._link_count
+        if self._count_up:
+            np.add.at(count, np.concatenate(self._count_up), 1)
+            self._count_up.clear()
+        if self._count_down:
+            np.subtract.at(count, np.concatenate(self._count_down), 1)
+            self._count_down.clear()
+        return count
 
     def _resolve(self, _event: Event) -> None:
         self._resolve_pending = False
@@ -466,24 +471,44 @@ class FlowNetwork(LinkStatistics):
             if now > flow._updated_s:
                 flow._remaining -= flow._rate * (now - flow._updated_s)
                 flow._updated_s = now
-        rates, component_links, loads = self._solve_rates(flows)
+        rates, component_links, loads, states = self._solve_rates(flows)
         if self._idle_links.size:
             self._account(now, self._idle_links, None)
-        self._account(now, component_links, loads)
+        self._account_states(now, component_links, loads, states)
         self._schedule_finishes(now, flows, rates)
         if self._listeners:
             touched = list(dict.fromkeys([*component_links.tolist(), *freed.tolist()]))
             self._notify(now, touched, loads, component_links.tolist())
         self._arm_timer()
 
-    def _solve_rates(self, flows: list[Flow]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The flows' max-min fair rates, the links they cross and each link's load."""
+    def _solve_rates(self, flows: list[Flow]) -> _Solved:
+        """The flows' max-min fair rates, the links they cross, each link's load and state
+        (:meth:`_load_states`).
+
+        All four are pure functions of the flows' link sets, in order, and the capacities,
+        so they are kept by the tuple of link sets (which holds them alive: no id is
+        reused) until a capacity changes; a kept solve is the same arrays, read-only.
+        """
+        key = tuple([flow._link_set for flow in flows])
+        solved = self._solved.get(key)
+        if solved is None:
+            if len(self._solved) >= _SOLVED_MAX:
+                self._solved.clear()
+            rates, component_links, loads = self._solve_afresh(flows)
+            states = self._load_states(component_links, loads)
+            for array in (component_links, loads, states):
+                array.flags.writeable = False
+            solved = self._solved[key] = (rates.tolist(), component_links, loads, states)
+        return solved
+
+    def _solve_afresh(self, flows: list[Flow]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_solve_rates`' rates, links and loads, solved."""
         if len(flows) == 1:
             # Alone on its links (the common case): its bottleneck, no filling needed.
             flow = flows[0]
             fair = self._capacity_array[flow._link_array] / flow._mult_array
             rates = np.array([np.minimum.reduce(fair)])  # fair.min(), minus a wrapper
-            component_links = flow._link_array
+            component_links = flow._link_array.copy()  # its own, to be made read-only
             loads = flow._mult_array * rates[0]  # a link set holds each link once
             return rates, component_links, loads
         counts = np.fromiter((len(f.links) for f in flows), np.int64, len(flows))
@@ -505,10 +530,10 @@ class FlowNetwork(LinkStatistics):
                             minlength=component_links.size)
         return rates, component_links, loads
 
-    def _schedule_finishes(self, now: float, flows: list[Flow], rates: np.ndarray) -> None:
+    def _schedule_finishes(self, now: float, flows: list[Flow], rates: list[float]) -> None:
         """Give each flow its new rate and push its finish time at that rate on the heap."""
         heap = self._heap
-        for flow, rate in zip(flows, rates.tolist()):
+        for flow, rate in zip(flows, rates):
             flow._rate = rate
             flow._version += 1
             remaining = flow._remaining if flow._remaining > 0 else 0.0
@@ -534,6 +559,11 @@ class FlowNetwork(LinkStatistics):
             self._notify(now, links.tolist(), loads, links.tolist())
         if not self.active_flows:
             self._incremental = None  # quiet again: small solves from scratch
+            # Nothing transfers: every count is 0 (those of flows that started or finished
+            # while the incremental solver ran, which reads none, were not kept).
+            self._link_count.fill(0)
+            self._count_up.clear()
+            self._count_down.clear()
             self._by_handle.clear()
             for name in ("_finish_at", "_h_rate", "_h_remaining", "_h_updated"):
                 setattr(self, name, np.zeros(0))
@@ -588,7 +618,7 @@ class FlowNetwork(LinkStatistics):
         now = self.env.now
         if getattr(event, "retired", False):
             return  # replaced by an earlier timer (an environment that kept it)
-        if self._timer_at > now + 4 * abs(now) * np.finfo(float).eps:
+        if self._timer_at > now + 4 * abs(now) * _EPS:
             return  # an older, later timer; a newer one is armed
         self._timer_at = float("inf")
         self._timer = None
@@ -596,7 +626,7 @@ class FlowNetwork(LinkStatistics):
         finished = False
         # A timer may land an ulp or so before the finish time it was armed for (time
         # arithmetic rounds); finishes that close count as now.
-        due = now + 4 * abs(now) * np.finfo(float).eps
+        due = now + 4 * abs(now) * _EPS
         while heap and heap[0][0] <= due:
             _, _, version, flow = heapq.heappop(heap)
             if version != flow._version:
@@ -651,5 +681,9 @@ class FlowNetwork(LinkStatistics):
         return finished
 
 
-def _flow_id(flow: Flow) -> int:
-    return flow.id
+# A solved component: its flows' rates, its links, their loads and states (read-only).
+_Solved = tuple[list[float], np.ndarray, np.ndarray, np.ndarray]
+
+
+# A flow's id, the order of a component's flows (a C getter: a solve sorts its flows).
+_flow_id = attrgetter("id")
