@@ -76,8 +76,12 @@ GENERATIONS: Mapping[str, SuperPodGeneration] = MappingProxyType({
                                switch_ports=64, max_two_tier_sus=8, max_sus=64),
 })
 #: The generation a node preset's SuperPOD is, when the fabric does not say.
+#: DGX H200 SuperPODs are cabled as the H100 generation's (the same chassis, ConnectX-7 NDR
+#: ports and scalable units of 32 nodes: NVIDIA's DGX SuperPOD reference architecture for
+#: DGX H100 and H200).
 PRESET_GENERATION: Mapping[str, str] = MappingProxyType({"dgx-a100": "a100",
-                                                         "dgx-h100": "h100"})
+                                                         "dgx-h100": "h100",
+                                                         "dgx-h200": "h100"})
 
 
 def _plan(generation: SuperPodGeneration, sus: int, rails: int, port: float) -> TreePlan:

@@ -26,7 +26,7 @@ what a collective pays.  Each figure says whether it is a datasheet value or an 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from distsim_gpu.topology.model import Device, Link, full_duplex
 
@@ -292,6 +292,18 @@ DGX_H100 = NodePreset(
                     _U2_WRITE_BYTES_PER_S),
 )
 
+# NVIDIA DGX H200 datasheet: the DGX H100 chassis with 8x H200 SXM (141 GB HBM3e each,
+# 1,128 GB in all): the same four NVSwitches (NVLink 900 GB/s bidirectional per GPU), 8
+# single-port ConnectX-7 VPI 400 Gb/s compute ports, 2x Xeon Platinum 8480C, 2 TB of system
+# memory and 8x 3.84 TB U.2 NVMe.  So every figure but the GPU is DGX H100's.
+DGX_H200 = replace(
+    DGX_H100,
+    name="dgx-h200",
+    description="NVIDIA DGX H200: 8x H200 SXM (141 GB) on NVSwitch (450 GB/s per direction), "
+                "8x NDR 400 Gb/s, one PCIe Gen5 switch per GPU-NIC pair, 2 sockets",
+    gpu_model="H200-SXM5-141GB",
+)
+
 # NVIDIA DGX-1 with Tesla V100 (DGX-1 System Architecture white paper, WP-08437-002):
 # 8x V100-SXM2 in a hybrid cube-mesh of NVLink 2.0 -- six links of 25 GB/s per direction
 # per GPU; the GPUs sit on the corners of a cube whose twelve edges are cabled, two faces
@@ -467,8 +479,8 @@ SWITCH = SwitchPreset(
 
 #: The boxes defined here (the Blackwell and rack-scale ones are in
 #: :mod:`topology.presets_blackwell`; :mod:`topology.preset_registry` names them all).
-BOXES: tuple[NodePreset, ...] = (DGX_A100, DGX_H100, DGX1_V100, MI300X, PCIE_8GPU, QUAD_GH200,
-                                 GCP_A4)
+BOXES: tuple[NodePreset, ...] = (DGX_A100, DGX_H100, DGX_H200, DGX1_V100, MI300X, PCIE_8GPU,
+                                 QUAD_GH200, GCP_A4)
 
 
 def build_node(node: int, preset: NodePreset, *, nic_layout: tuple[int, ...],

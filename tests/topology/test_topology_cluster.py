@@ -257,7 +257,7 @@ def test_unknown_preset_lists_the_presets() -> None:
     with pytest.raises(ConfigError) as info:
         build_cluster({"preset": "dgx-b100"})
     assert "unknown preset 'dgx-b100'" in _error(info)
-    assert ("dgx-a100, dgx-b200, dgx-h100, dgx1-v100, gb200-nvl36x2, gb200-nvl72, "
+    assert ("dgx-a100, dgx-b200, dgx-h100, dgx-h200, dgx1-v100, gb200-nvl36x2, gb200-nvl72, "
             "gb300-nvl72, gcp-a4, hgx-b300, mi300x, mi355x, pcie-8gpu, quad-gh200, switch"
             in _error(info))
     with pytest.raises(ConfigError) as info:
@@ -265,7 +265,7 @@ def test_unknown_preset_lists_the_presets() -> None:
     text = _error(info)
     assert "no preset or cluster file named 'dgx-a10'" in text
     assert "did you mean 'dgx-a100'?" in text
-    assert ("valid: dgx-a100, dgx-b200, dgx-h100, dgx1-v100, gb200-nvl36x2, gb200-nvl72, "
+    assert ("valid: dgx-a100, dgx-b200, dgx-h100, dgx-h200, dgx1-v100, gb200-nvl36x2, gb200-nvl72, "
             "gb300-nvl72, gcp-a4, hgx-b300, mi300x, mi355x, pcie-8gpu, quad-gh200, switch"
             in text)
 

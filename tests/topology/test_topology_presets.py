@@ -33,7 +33,7 @@ def h100x2() -> Topology:
 
 def test_list_presets_names_every_preset() -> None:
     presets = list_presets()
-    assert list(presets) == ["dgx-a100", "dgx-h100", "dgx1-v100", "mi300x", "pcie-8gpu",
+    assert list(presets) == ["dgx-a100", "dgx-h100", "dgx-h200", "dgx1-v100", "mi300x", "pcie-8gpu",
                              "quad-gh200", "gcp-a4", "gb200-nvl72", "gb300-nvl72",
                              "gb200-nvl36x2", "dgx-b200", "hgx-b300", "mi355x", "switch"]
     assert all(isinstance(text, str) and text for text in presets.values())

@@ -278,6 +278,7 @@ GPU_ALIASES: Mapping[str, str] = MappingProxyType({
     "h800-sxm": "h100-sxm",
     "nvidia h800": "h100-sxm",
     "h200-141gb": "h200",
+    "h200-sxm5-141gb": "h200",  # the dgx-h200 preset's GPU model
     "a100-pcie": "a100-pcie-80gb",
     "nvidia a100 80gb pcie": "a100-pcie-80gb",
     "h100-pcie-80gb": "h100-pcie",
