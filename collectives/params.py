@@ -253,6 +253,10 @@ class CommParams:
     nvlink_efficiency_given: bool = field(default=False, compare=False, repr=False)
     #: The same for ``nvls_efficiency`` (:data:`NVLS_EFFICIENCY_BY_ARCHITECTURE`).
     nvls_efficiency_given: bool = field(default=False, compare=False, repr=False)
+    #: The GPU generation whose NVLink efficiency was not given and has no figure of its
+    #: own (:data:`NVLINK_EFFICIENCY_BY_ARCHITECTURE`), so took H100's; "" otherwise.  A
+    #: run says so in a note: Blackwell's NVLink 5 has no measured ring figure here.
+    nvlink_efficiency_borrowed_by: str = field(default="", compare=False, repr=False)
 
     def on_architecture(self, architecture: str) -> CommParams:
         """These parameters on GPUs of ``architecture`` (``ampere``, ``hopper``, …; "" for
@@ -264,9 +268,12 @@ class CommParams:
             params = replace(params, nvls_efficiency=NVLS_EFFICIENCY_BY_ARCHITECTURE.get(
                 architecture, _NVLS_EFFICIENCY))
         if self.nvlink_efficiency_given:
-            return params
+            return (replace(params, nvlink_efficiency_borrowed_by="")
+                    if params.nvlink_efficiency_borrowed_by else params)
         nvlink = _default_link_efficiency(architecture)["nvlink"]
-        return replace(params, link_efficiency={**self.link_efficiency, "nvlink": nvlink})
+        borrowed = "" if architecture in NVLINK_EFFICIENCY_BY_ARCHITECTURE else architecture
+        return replace(params, link_efficiency={**self.link_efficiency, "nvlink": nvlink},
+                       nvlink_efficiency_borrowed_by=borrowed)
 
     def deepep_sm_rate(self, token_bytes: float) -> float:
         """Bytes per second one SM of DeepEP's kernels moves of tokens of ``token_bytes``
@@ -304,6 +311,7 @@ class CommParams:
                            for a, by_t in self.hop_latency_s.items()},
             nvlink_efficiency_given=True,
             nvls_efficiency_given=True,
+            nvlink_efficiency_borrowed_by="",
         )
 
     def to_dict(self) -> dict[str, Any]:

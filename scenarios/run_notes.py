@@ -10,8 +10,9 @@ rate needs (:mod:`collectives.deepep`), compute slowed by the SMs overlapped NCC
 collectives hold, at NCCL's figure for a DGX node (:mod:`workloads.iteration.nccl_sms`),
 an FP8 run's amax all-reduce left out for want of a roofline to say its recipe,
 forward-backward pairs on the V with too few micro-batches for DeepSeek's own order,
-userbuffers' reduce-scatter pipelines at Transformer Engine's default SMs and splits, and a
-MoE model's router left perfectly even.
+userbuffers' reduce-scatter pipelines at Transformer Engine's default SMs and splits, a
+MoE model's router left perfectly even, and NVLink's efficiency on a GPU generation that has
+no figure of its own taken from H100's.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConf
 from distsim_gpu.workloads.strategy.precision import LOW_PRECISIONS
 
 __all__ = ["RunParts", "alltoall_choice_notes", "amax_notes", "deepep_notes", "fault_notes",
-           "kv_replication_notes", "nccl_sm_notes", "offload_notes", "routing_notes",
-           "run_notes", "schedule_notes", "tp_overlap_notes"]
+           "kv_replication_notes", "nccl_sm_notes", "nvlink_efficiency_notes", "offload_notes",
+           "routing_notes", "run_notes", "schedule_notes", "tp_overlap_notes"]
 
 
 def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]:
@@ -109,6 +110,23 @@ def deepep_notes(comm: CommParams, costs: object, topology: Topology, *,
         f"({comm.deepep_sm_token_s * 1e6:.2f} us a token and "
         f"{comm.deepep_sm_bytes_per_s / 1e9:.0f} GB/s, B200's SM sweep of its normal "
         "kernels)", "communication.deepep_sm_rate")]
+
+
+def nvlink_efficiency_notes(comm: CommParams, topology: Topology) -> list[RunNote]:
+    """A note when NVLink carries bytes at H100's payload efficiency on GPUs of another
+    generation that has no figure of its own (Blackwell's NVLink 5, AMD's xGMI): the
+    rates of every NVLink collective rest on it."""
+    generation = comm.nvlink_efficiency_borrowed_by
+    if not generation or not any(link.kind == "nvlink" for link in topology.links()):
+        return []
+    efficiency = comm.efficiency_of("nvlink")
+    link = "xGMI" if generation.startswith("cdna") else "NVLink"  # AMD's: kind nvlink too
+    return [RunNote(
+        "defaulted", f"{link} on {generation} GPUs carries payload at {efficiency:g} of its "
+        "rate, H100's NVLink figure (NVIDIA's ~370 GB/s ring bus bandwidth on 450 GB/s): "
+        f"distsim has no measured figure for {generation}; set "
+        "communication.link_efficiency.nvlink (nccl-tests: --set "
+        "comm.link_efficiency.nvlink=...) for another", "communication.link_efficiency.nvlink")]
 
 
 def nccl_sm_notes(comm: CommParams, costs: object, parallel: ParallelConfig) -> list[RunNote]:
@@ -301,6 +319,7 @@ def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topol
         notes += deepep_notes(run.comm, run.costs, topology,
                               exchanges=not expert_exchange_absent(run))
         notes += nccl_sm_notes(run.comm, run.costs, run.parallel)
+        notes += nvlink_efficiency_notes(run.comm, run.topology)
         notes += tp_overlap_notes(run.parallel, run.costs)
         notes += amax_notes(run.training, run.costs, run.parallel)
         notes += routing_notes(run.model, run.parallel.ep)

@@ -14,11 +14,13 @@ from distsim_gpu.collectives.nccl_tests import (
     run_benchmark,
     size_series,
 )
+from distsim_gpu.collectives.params import CommParams
 from distsim_gpu.scenarios.cli.options import (
     add_cluster_options,
     add_quiet_option,
     cluster_and_params,
 )
+from distsim_gpu.scenarios.run_notes import nvlink_efficiency_notes
 from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.simcore.units import parse_size
@@ -67,7 +69,7 @@ def handle(args: argparse.Namespace) -> int:
             "comm": params.to_dict(),
             "rows": [r.to_dict() for r in rows],
             "avg_busbw_bytes_per_s": sum(r.busbw_bytes_per_s for r in rows) / len(rows),
-            "notes": [note.to_dict() for note in _benchmark_notes(topology)],
+            "notes": [note.to_dict() for note in _benchmark_notes(topology, params)],
         }, indent=2))
     else:
         title = [
@@ -77,15 +79,16 @@ def handle(args: argparse.Namespace) -> int:
             # the bounds as given, as nccl-tests prints them (-e 1G -f 8 ends at 512M)
             f"minBytes {int(min_bytes)} maxBytes {int(max_bytes)} step: "
             f"{args.stepfactor:g}(factor)",
-            *(f"note: {note}" for note in _benchmark_notes(topology)),
+            *(f"note: {note}" for note in _benchmark_notes(topology, params)),
         ]
         sys.stdout.write(format_table(rows, title_lines=title))
     return 0
 
 
-def _benchmark_notes(topology: Topology) -> list[RunNote]:
-    """The fabric's notes, and on one GPU that the 0.00 us rows time no local copy."""
-    notes = fabric_notes(topology)
+def _benchmark_notes(topology: Topology, params: CommParams) -> list[RunNote]:
+    """The fabric's notes, NVLink's efficiency where it is H100's on another generation,
+    and on one GPU that the 0.00 us rows time no local copy."""
+    notes = fabric_notes(topology) + nvlink_efficiency_notes(params, topology)
     if len(topology.gpus) == 1:
         notes.append(RunNote("unmodelled", "one GPU: the collective moves no bytes between GPUs, "
                              "so its rows read 0; NCCL itself still copies an out-of-place "

@@ -3,6 +3,7 @@ efficiencies by GPU generation when they meet the cluster, unless the user gave 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -72,3 +73,47 @@ def test_an_nvls_all_reduce_on_b200_runs_at_blackwells_fraction_of_nvlink_5():
         (row,) = run_benchmark(topology, "all_reduce", size, params=params)
         rates[architecture] = row.busbw_bytes_per_s
     assert rates["blackwell"] / rates["hopper"] == pytest.approx(2 * 0.74 / 0.85, rel=2e-3)
+
+
+@pytest.mark.parametrize(("architecture", "borrowed"), [
+    ("ampere", ""), ("hopper", ""), ("blackwell", "blackwell"), ("cdna3", "cdna3"), ("", "")])
+def test_a_generation_without_its_own_nvlink_figure_is_recorded(architecture, borrowed):
+    """Blackwell (and AMD's xGMI) have no NVLink efficiency of their own: they take H100's,
+    and the parameters say so for the run's notes; a given figure borrows nothing."""
+    on = comm_params_from_mapping({}).on_architecture(architecture)
+    assert on.nvlink_efficiency_borrowed_by == borrowed
+    assert on.link_efficiency["nvlink"] == NVLINK_EFFICIENCY_BY_ARCHITECTURE.get(
+        architecture, NVLINK_EFFICIENCY_BY_ARCHITECTURE["hopper"])
+    given = comm_params_from_mapping({"link_efficiency": {"nvlink": 0.9}})
+    assert given.on_architecture(architecture).nvlink_efficiency_borrowed_by == ""
+    assert on.ideal().nvlink_efficiency_borrowed_by == ""
+
+
+def test_nccl_tests_on_blackwell_note_the_borrowed_nvlink_figure(capsys):
+    from distsim_gpu.scenarios.cli.main import main
+
+    args = ["nccl-tests", "--cluster", "dgx-b200", "-b", "1G", "-e", "1G", "-q", "--json"]
+    assert main(args) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    keys = [note["key"] for note in notes]
+    assert keys.count("communication.link_efficiency.nvlink") == 1
+    text = next(n["message"] for n in notes if n["key"] == "communication.link_efficiency.nvlink")
+    assert "blackwell" in text and "0.82" in text
+    # given, or on Hopper (its own measured figure), nothing is borrowed: no note
+    for extra in (["--set", "comm.link_efficiency.nvlink=0.8"], ["--cluster", "dgx-h100"]):
+        assert main([*args, *extra]) == 0
+        notes = json.loads(capsys.readouterr().out)["notes"]
+        assert all(n["key"] != "communication.link_efficiency.nvlink" for n in notes)
+
+
+def test_a_run_on_blackwell_notes_the_borrowed_nvlink_figure(tmp_path, capsys):
+    from distsim_gpu.scenarios.cli.main import main
+
+    scenario = tmp_path / "b200.yaml"
+    scenario.write_text("cluster: {preset: dgx-b200, nodes: 1}\n"
+                        "model: {preset: llama3.1-8b}\n"
+                        "parallelism: {tp: 8, dp: 1}\n"
+                        "training: {micro_batch: 1, global_batch: 2, seq_len: 2048}\n")
+    assert main(["run", str(scenario), "--json", "-q"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert [n["key"] for n in notes].count("communication.link_efficiency.nvlink") == 1
