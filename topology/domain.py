@@ -81,5 +81,18 @@ def with_domain(preset: NodePreset, gpus: int, *, key: str = "nvlink_domain",
     if gpus < unit or gpus % unit:
         raise ConfigError(f"must be a multiple of the {unit} GPUs of one {preset.name} board, "
                           f"got {gpus}", key=key, source=source,
-                          hint=f"e.g. {unit}, {2 * unit}, {preset.gpus} (the preset's own)")
+                          hint=_domain_examples(unit, preset.gpus))
     return tile(_first_board(preset), gpus // unit)
+
+
+def _domain_examples(unit: int, own: int) -> str:
+    """A hint of valid domain sizes: one board, two, and the preset's own size, each once
+    (on an 8-GPU box one board is the preset's own)."""
+    sizes = [f"{unit}", f"{2 * unit}"]
+    if own == unit:
+        sizes[0] += " (the preset's own)"
+    elif own != 2 * unit:
+        sizes.append(f"{own} (the preset's own)")
+    else:
+        sizes[1] += " (the preset's own)"
+    return "e.g. " + ", ".join(sizes)

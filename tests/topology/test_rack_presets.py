@@ -95,6 +95,17 @@ def test_a_domain_that_cannot_be_built_is_an_error_naming_the_key(spec, words):
     assert info.value.key == "nvlink_domain" and words in str(info.value)
 
 
+@pytest.mark.parametrize(("preset", "hint"), [
+    ("dgx-h100", "e.g. 8 (the preset's own), 16"),
+    ("gb200-nvl72", "e.g. 4, 8, 72 (the preset's own)"),
+])
+def test_a_bad_domain_hint_names_each_size_once(preset, hint):
+    """On an 8-GPU box one board is the preset's own domain: the hint says 8 once."""
+    with pytest.raises(ConfigError) as info:
+        build_cluster({"preset": preset, "nvlink_domain": 12 if preset == "dgx-h100" else 10})
+    assert info.value.hint == hint
+
+
 def test_topology_show_of_a_rack_preset_through_the_cli(capsys):
     assert main(["topology", "show", "gb200-nvl72", "--nodes", "2"]) == 0
     out = capsys.readouterr().out
