@@ -15,8 +15,8 @@ collectives re-simulated on a cluster, and the report sets predicted against mea
   size and group, and the waiting each side attributes.
 
 The cluster defaults to the box the trace's GPU model comes in (``dgx1-v100``,
-``dgx-a100``, ``dgx-h100``, ``quad-gh200``, ``gcp-a4``, ``mi300x``) with as many nodes as
-the ranks need; traces do not record placement, so ``--cluster``, ``--nodes`` and
+``dgx-a100``, ``dgx-h100``, ``dgx-h200``, ``quad-gh200``, ``gcp-a4``, ``mi300x``) with as many
+nodes as the ranks need; traces do not record placement, so ``--cluster``, ``--nodes`` and
 ``--ranks-per-node`` say what the job ran on.
 ``--out DIR`` writes ``report.json``, ``summary.txt`` and ``trace.json`` — measured and
 replayed timelines as separate Perfetto processes, for comparison by eye.
@@ -70,7 +70,7 @@ COLLECTIVES_OFF_PCT = 10.0
 
 # GPU family (canonical name prefix) -> the node preset it ships in.
 _BOX_OF_GPU = (("v100", "dgx1-v100"), ("a100", "dgx-a100"), ("h100", "dgx-h100"),
-               ("h200", "dgx-h100"), ("gh200", "quad-gh200"), ("b200", "gcp-a4"),
+               ("h200", "dgx-h200"), ("gh200", "quad-gh200"), ("b200", "gcp-a4"),
                ("mi300x", "mi300x"))
 
 

@@ -19,6 +19,7 @@ from distsim_gpu.measured.kineto import parse_trace
 from distsim_gpu.measured.summary import summarise
 from distsim_gpu.measured.traces import load_traces
 from distsim_gpu.scenarios.cli.main import main
+from distsim_gpu.scenarios.fit.validate_trace import default_cluster
 from distsim_gpu.simcore import Simulation
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
@@ -429,3 +430,15 @@ def test_validate_trace_headline_says_cpu_bound_and_collectives_off(tmp_path, ca
                  "--set", "gpus=2", "--json"]) == 0
     notes = json.loads(capsys.readouterr().out)["run_notes"]
     assert not [n for n in notes if "CPU-bound" in n["message"]]
+
+
+@pytest.mark.parametrize(("gpu", "box"), [
+    ("NVIDIA H100 80GB HBM3", "dgx-h100"), ("NVIDIA H200", "dgx-h200"),
+    ("NVIDIA GH200 480GB", "quad-gh200"), ("NVIDIA H800", "dgx-h100")])
+def test_the_default_cluster_is_the_box_the_traces_gpu_comes_in(gpu, box):
+    """An H200 trace replays on DGX H200 (it took DGX H100, before that preset existed);
+    a GH200's name holds 'h200' too and still gets its own box."""
+    doc = synthetic_rank(0)
+    doc["deviceProperties"] = [{"name": gpu}]
+    preset, why = default_cluster([parse_trace(doc, "rank0.json")])
+    assert (preset, why) == (box, f"{box} (the box of the traces' {gpu})")
