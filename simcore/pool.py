@@ -39,7 +39,7 @@ from typing import Any, Generic, TypeVar
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.workers import die_with_parent
 
-__all__ = ["DASK_CONNECT_S", "Finished", "WorkerPool", "Workers"]
+__all__ = ["DASK_CONNECT_S", "Finished", "WorkerPool", "Workers", "dask_client"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -178,6 +178,17 @@ def _dask(address: str, initializer: Callable[..., None] | None,
           initargs: tuple[Any, ...]) -> tuple[Any, Executor, int]:
     """A client of the Dask scheduler at ``address``, its executor, and how many tasks its
     workers run at once; the initializer run on each of them."""
+    client = dask_client(address)
+    if initializer is not None:
+        client.run(initializer, *initargs)
+    threads = sum(client.nthreads().values())
+    return client, client.get_executor(pure=False), threads
+
+
+def dask_client(address: str) -> Any:
+    """A client of the Dask scheduler at ``address`` that has workers, or a clear
+    :class:`ConfigError` saying what is missing: the extra, the scheduler, its workers (a
+    scheduler without workers would hold every task forever)."""
     try:
         from distributed import Client  # (an optional extra: imported only when asked for)
     except ImportError:
@@ -190,11 +201,8 @@ def _dask(address: str, initializer: Callable[..., None] | None,
                           key="--scheduler", source=address,
                           hint="start one with `dask scheduler` and workers with "
                           "`dask worker ADDRESS` (docs/dask.md)") from None
-    if initializer is not None:
-        client.run(initializer, *initargs)
-    threads = sum(client.nthreads().values())
-    if threads < 1:
+    if sum(client.nthreads().values()) < 1:
         client.close()
         raise ConfigError("the Dask scheduler has no workers", key="--scheduler",
                           source=address, hint="start workers with `dask worker ADDRESS`")
-    return client, client.get_executor(pure=False), threads
+    return client

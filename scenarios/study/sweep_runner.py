@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
-from distsim_gpu.simcore.errors import ConfigError, DistsimError
-from distsim_gpu.simcore.pool import WorkerPool
+from distsim_gpu.simcore.errors import DistsimError
+from distsim_gpu.simcore.pool import WorkerPool, dask_client
 
 __all__ = ["Job", "run_dask", "run_local", "run_point"]
 
@@ -65,17 +65,8 @@ def _outcome(result: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 def run_dask(jobs: Sequence[Job], address: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """Run ``jobs`` on the Dask cluster at ``address``: ``(point id, outcome)`` as each
     finishes."""
-    try:
-        from distributed import Client, as_completed
-    except ImportError:
-        raise ConfigError("running on a Dask cluster needs dask.distributed",
-                          key="--scheduler",
-                          hint="pip install 'distsim-gpu[dask]'") from None
-    try:
-        client = Client(address)
-    except (OSError, TimeoutError, ValueError) as error:
-        raise ConfigError(f"cannot connect to the Dask scheduler: {error}",
-                          key="--scheduler", source=address) from None
+    client = dask_client(address)  # (the extra, the scheduler and its workers checked)
+    from distributed import as_completed
     try:
         futures = {}
         for pid, config, source in jobs:
