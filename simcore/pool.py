@@ -29,6 +29,7 @@ when the pool opens (start the workers first).  Dask is an optional extra
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -81,6 +82,10 @@ class Workers:
 def _start_worker(parent_pid: int, initializer: Callable[..., None] | None,
                   initargs: tuple[Any, ...]) -> None:
     die_with_parent(parent_pid)  # (a killed parent leaves no task running)
+    # Ctrl-C reaches every process of the terminal's group.  The parent handles it (it
+    # cancels the tasks not started and waits for the running ones); a worker interrupted
+    # while it held the pool's queue lock left the parent waiting on it for good.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if initializer is not None:
         initializer(*initargs)
 

@@ -4,6 +4,7 @@ initializer, lazy drawing of tasks, and workers that end when the pool closes.""
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 from distsim_gpu.simcore.pool import WorkerPool
@@ -33,6 +34,10 @@ def _pid(_x: int) -> int:
     return os.getpid()
 
 
+def _ignores_ctrl_c(_x: int) -> bool:
+    return signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+
 def test_in_process_when_one_worker_or_at_most_one_task():
     assert WorkerPool(1).in_process
     assert WorkerPool(4, max_tasks=1).in_process
@@ -56,6 +61,15 @@ def test_in_process_runs_here_and_skips_the_initializer():
         assert pool.map(_pid, [1, 2]) == [os.getpid()] * 2
         assert [d.result() for d in pool.as_completed(_recall, [5])] == [(5, -1)]
     assert "value" not in _STATE
+
+
+def test_workers_leave_ctrl_c_to_the_parent():
+    """A worker interrupted by the terminal's Ctrl-C while it held the pool's queue lock
+    left the parent waiting for good; workers ignore it, and the parent cancels what has
+    not started.  (Whether this process takes it depends on how the suite was started: a
+    shell's background job ignores it from the start.)"""
+    with WorkerPool(2) as pool:
+        assert pool.map(_ignores_ctrl_c, [1, 2, 3]) == [True] * 3
 
 
 def test_workers_run_the_initializer_in_other_processes():
