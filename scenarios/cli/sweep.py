@@ -56,7 +56,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                         + ", ".join(SUMMARY_METRICS) + ")")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (the counts, every point's overrides, "
-                        "status and headline metrics) instead of the summary")
+                        "status, notes and headline metrics) instead of the summary")
     add_quiet_option(parser)
     parser.set_defaults(handler=handle)
     return parser

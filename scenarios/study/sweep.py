@@ -9,16 +9,16 @@ element-wise pairing — and writes into ``DIR``:
   or ``points/<id>/failed.json`` for a point whose run failed, beside ``point.json`` (the
   point's overrides).  ``<id>`` is a short stable hash of the point's overrides;
 * ``results.csv`` — one row per point: its id, every swept key, status (``ok`` /
-  ``failed``), the error, and every numeric summary metric;
+  ``failed``), the error, the run's notes (one a line) and every numeric summary metric;
 * ``sweep.png`` — ``--metric`` against the first swept key, one line per combination of
   the other keys (needs matplotlib);
 * ``report.html`` — the same curves for ``--metric`` and the headline metrics, in one
   self-contained page (needs Plotly, :mod:`scenarios.report.html_report`).
 
 Grid values are read like ``--set`` values (YAML scalars; units stay strings for the unit
-parsers) after splitting on commas, so a list value cannot be swept.  Every point is
-validated before anything runs, so a bad key or value fails at once; a point that fails
-while it runs (out of memory, say) is recorded and the sweep goes on.
+parsers) after splitting on commas outside brackets.  Every point is validated before
+anything runs, so a bad key or value fails at once, with every invalid point named; a
+point that fails while it runs (out of memory, say) is recorded and the sweep goes on.
 
 A sweep is resumable: every file is written atomically, a point with a result file is not
 run again, and ``results.csv`` is rewritten from the point files after every point.  A
@@ -117,12 +117,12 @@ class SweepResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``sweep --json``): the folder, the counts, each point's overrides,
-        status, error and headline metrics, and the files written."""
+        status, error, notes and headline metrics, and the files written."""
         return {"out_dir": str(self.out_dir), "points": len(self.points),
                 "failed": self.failed, "ran": self.ran, "reused": self.reused,
                 "files": list(self.files), "notes": list(self.notes),
                 "results": [{"id": p.id, "overrides": dict(p.overrides), "status": p.status,
-                             "error": p.error,
+                             "error": p.error, "notes": list(p.notes),
                              **{m: (p.summary or {}).get(m) for m in SUMMARY_METRICS}}
                             for p in self.points]}
 
@@ -135,7 +135,28 @@ def format_sweep(result: SweepResult) -> str:
              f"({result.ran} run now, {result.reused} already done)"]
     lines += [f"  failed {describe_point(point.overrides)}: {point.error}"
               for point in result.points if point.status != "ok"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _notes_lines(result.points)) + "\n"
+
+
+def _notes_lines(points: Sequence[PointResult]) -> list[str]:
+    """Each distinct note of the points that ran, once, with the points it holds at when
+    not all: a sweep's numbers rest on the same assumptions ``run`` would print."""
+    ran = [point for point in points if point.status == "ok"]
+    at: dict[str, list[PointResult]] = {}
+    for point in ran:
+        for note in point.notes:
+            at.setdefault(note, []).append(point)
+    if not at:
+        return []
+    lines = ["Notes (assumptions that move the answers; results.csv has each point's):"]
+    for note, where in at.items():
+        if len(where) == len(ran):
+            lines.append(f"  note (every point): {note}")
+            continue
+        shown = "; ".join(describe_point(point.overrides) for point in where[:3])
+        more = f"; … {len(where) - 3} more" if len(where) > 3 else ""
+        lines.append(f"  note ({len(where)} of {len(ran)} points: {shown}{more}): {note}")
+    return lines
 
 
 def run_sweep(scenario_path: str | os.PathLike[str],
@@ -169,28 +190,56 @@ def run_sweep(scenario_path: str | os.PathLike[str],
     definition = sweep_definition(path, parsed, zip_, fixed)
     check_definition(directory, definition, running=sweep_running(directory))
 
-    # Validate every point before running any.
-    configs: dict[str, dict[str, Any]] = {}
-    source = os.fspath(path)
-    for point in points:
-        try:
-            scenario = load_scenario(path, [*fixed, *point])
-        except DistsimError as error:
-            if error.source == "--set" and error.key in dict(parsed):  # (a fixed --set's
-                error.source = "--grid"                                # error stays its own)
-            raise type(error)(f"{error.message} (at grid point {describe_point(point)})",
-                              source=error.source, key=error.key, line=error.line,
-                              hint=error.hint) from None
-        configs[point_id(point)] = json.loads(json.dumps(scenario.resolved()))
-
+    configs = _validated(path, parsed, points, fixed)
     lock = claim_folder(directory, definition)
     try:
-        return _run_claimed(_Plan(directory, parsed, points, configs, source),
+        return _run_claimed(_Plan(directory, parsed, points, configs, os.fspath(path)),
                             workers=processes, scheduler=scheduler, metric=metric,
                             progress=progress)
     finally:
         # (the kernel drops the lock with the file, or with the process)
         leave_folder(directory, lock)
+
+
+# How many of a grid's other invalid points the error names, each with its own message.
+_INVALID_SHOWN = 5
+
+
+def _validated(path: Path, grids: Sequence[tuple[str, Sequence[Any]]],
+               points: Sequence[Point], fixed: Sequence[tuple[str, Any]]
+               ) -> dict[str, dict[str, Any]]:
+    """Every point's resolved configuration by point id, all validated before any runs.
+
+    Where some points validate, one error names every point that does not (the first
+    with its file, key and hint, the others after it), so a grid is fixed in one pass, not
+    a point per try; where none does, the first point's error is the scenario's."""
+    configs: dict[str, dict[str, Any]] = {}
+    invalid: list[tuple[Point, DistsimError]] = []
+    for point in points:
+        try:
+            scenario = load_scenario(path, [*fixed, *point])
+        except DistsimError as error:
+            if error.source == "--set" and error.key in dict(grids):  # (a fixed --set's
+                error.source = "--grid"                               # error stays its own)
+            invalid.append((point, error))
+            continue
+        configs[point_id(point)] = json.loads(json.dumps(scenario.resolved()))
+    if not invalid:
+        return configs
+    (point, error), others = invalid[0], invalid[1:]
+    message = f"{error.message} (at grid point {describe_point(point)})"
+    hint = error.hint
+    if others and len(invalid) < len(points):  # (all invalid: the scenario's, not the grid's)
+        shown = "; ".join(f"{describe_point(p)}: {e.message}"
+                          for p, e in others[:_INVALID_SHOWN])
+        more = f"; … {len(others) - _INVALID_SHOWN} more" if len(others) > _INVALID_SHOWN else ""
+        message += (f"; {len(invalid)} of the {len(points)} points do not validate, the "
+                    f"others: {shown}{more}")
+        hint = ((hint + "; ") if hint else "") + (
+            "a grid runs every combination of its values: drop the values that do not go "
+            "together, or pair them point by point with --zip")
+    raise type(error)(message, source=error.source, key=error.key, line=error.line,
+                      hint=hint) from None
 
 
 def _where(workers: Workers | int | None) -> tuple[int, str | None]:

@@ -29,6 +29,7 @@ except ImportError:  # (not POSIX)
 from distsim_gpu.scenarios.study.sweep_grid import Point
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.simcore.fileio import atomic_write_text, file_in_the_way, read_input_bytes
+from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.simcore.yamlfile import MAX_YAML_BYTES
 
 __all__ = [
@@ -69,6 +70,13 @@ class PointResult:
     status: str
     error: str = ""
     summary: Mapping[str, Any] | None = None
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """The run's notes (the assumptions that move its answer), as ``run`` prints them:
+        a sweep reports them with the point's numbers rather than only in its summary."""
+        return tuple(str(RunNote(note["kind"], note["message"], note.get("key")))
+                     for note in (self.summary or {}).get("notes", ()))
 
 
 def read_point(directory: Path, pid: str, point: Point) -> PointResult | None:
@@ -111,7 +119,8 @@ def is_metric(value: Any) -> bool:
 
 def write_results_csv(path: Path, keys: Sequence[str],
                       results: Iterable[PointResult | None]) -> None:
-    """results.csv: per point done, its id, swept values, status, error and metrics."""
+    """results.csv: per point done, its id, swept values, status, error, notes (one a
+    line in the cell) and metrics."""
     done = [r for r in results if r is not None]
     metrics: list[str] = []
     for result in done:
@@ -120,12 +129,13 @@ def write_results_csv(path: Path, keys: Sequence[str],
                 metrics.append(name)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["id", *keys, "status", "error", *metrics])
+    writer.writerow(["id", *keys, "status", "error", "notes", *metrics])
     for result in done:
         values = dict(result.overrides)
         summary = result.summary or {}
         writer.writerow([result.id, *(_cell(values[key]) for key in keys), result.status,
-                         result.error, *(_cell(summary.get(name, "")) for name in metrics)])
+                         result.error, "\n".join(result.notes),
+                         *(_cell(summary.get(name, "")) for name in metrics)])
     atomic_write_text(path, buffer.getvalue())
 
 

@@ -246,6 +246,51 @@ def test_invalid_point_fails_before_anything_runs(scenario: Path, tmp_path: Path
                   metric="mfuu")
 
 
+def test_every_invalid_point_is_named_in_one_error(scenario: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A product grid with several invalid combinations names each of them at once (the
+    first with its file and key), so one try shows what to drop or pair with --zip."""
+    calls = _count_runs(monkeypatch)
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError) as info:
+        run_sweep(scenario, ["training.global_batch=8,7,16,9"], out_dir=out, workers=1,
+                  progress=False)
+    message = str(info.value)
+    assert "grid point training.global_batch=7" in message
+    assert "2 of the 4 points do not validate" in message
+    assert "training.global_batch=9: " in message and "--zip" in message
+    assert "training.global_batch=8:" not in message and "=16:" not in message
+    assert calls == [] and not out.exists()
+    with pytest.raises(ConfigError) as info:  # none valid: the scenario's error, once
+        run_sweep(scenario, ["training.global_batch=7,9"], out_dir=out, workers=1,
+                  progress=False)
+    assert "points do not validate" not in str(info.value) and "--zip" not in str(info.value)
+
+
+def test_each_points_notes_are_reported_not_only_stored(
+        scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A point's notes (the assumptions that move its answer, as `run` prints them) are
+    in results.csv, in --json and in the summary, with the points each holds at."""
+    from distsim_gpu.scenarios.cli.main import main
+
+    out = tmp_path / "s"
+    assert main(["sweep", str(scenario), "--grid", "communication.nccl_sms=8,16", "--out",
+                 str(out), "--workers", "1", "--json", "-q"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    summaries = [json.loads((out / "points" / r["id"] / "summary.json").read_text())
+                 for r in data["results"]]
+    expected = [[f"{n['kind']} [{n['key']}]: {n['message']}" for n in s["notes"]]
+                for s in summaries]
+    assert expected[0] == [] and len(expected[1]) == 1  # (16 is the default: a note)
+    assert "communication.nccl_sms" in expected[1][0]
+    assert [r["notes"] for r in data["results"]] == expected
+    assert [r["notes"].split("\n") if r["notes"] else [] for r in _rows(out)] == expected
+    assert main(["sweep", str(scenario), "--grid", "communication.nccl_sms=8,16", "--out",
+                 str(out), "--workers", "1", "-q"]) == 0
+    printed = capsys.readouterr().out
+    assert f"note (1 of 2 points: communication.nccl_sms=16): {expected[1][0]}" in printed
+
+
 def test_failing_point_is_recorded_and_the_sweep_goes_on(
         scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
