@@ -107,7 +107,7 @@ def test_a_sweep_on_a_scheduler_without_workers_is_a_clear_error(tmp_path: Path)
             outcome.append(error)
 
     with distributed.LocalCluster(n_workers=0, processes=False, protocol="tcp://",
-                                  host="127.0.0.1", dashboard_address=None) as cluster:
+                                  host="127.0.0.1", dashboard_address=":0") as cluster:
         thread = threading.Thread(target=sweep, args=(cluster.scheduler_address,),
                                   daemon=True)
         thread.start()
