@@ -90,7 +90,7 @@ def test_v100_has_no_bf16():
     ("AMD Instinct MI300X", "mi300x"), ("MI300X", "mi300x"),
     ("NVIDIA GH200 120GB", "gh200"), ("NVIDIA B200", "b200"),
     ("A100-PCIe-80GB", "a100-pcie-80gb"), ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
-    ("NVIDIA H100 PCIe", "h100-pcie"),
+    ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H200", "h200"),
 ])
 def test_aliases(alias, name):
     assert get_gpu(alias) is GPU_PRESETS[name]

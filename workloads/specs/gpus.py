@@ -279,6 +279,7 @@ GPU_ALIASES: Mapping[str, str] = MappingProxyType({
     "nvidia h800": "h100-sxm",
     "h200-141gb": "h200",
     "h200-sxm5-141gb": "h200",  # the dgx-h200 preset's GPU model
+    "nvidia h200": "h200",  # what nvidia-smi and PyTorch's device name call the SXM part
     "a100-pcie": "a100-pcie-80gb",
     "nvidia a100 80gb pcie": "a100-pcie-80gb",
     "h100-pcie-80gb": "h100-pcie",
