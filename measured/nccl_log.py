@@ -614,8 +614,22 @@ def _runs(path_or_text: str | os.PathLike[str], source: str | None) -> list[Nccl
     if not runs and _is_csv_table(text):  # nccl-tests' table saved as CSV (Alps's runs)
         runs = _Reader(name).feed(text.replace(",", " ").split("\n"))
     if not runs:
-        raise ParseError("no nccl-tests rows were found", source=name, hint=_ROW_EXAMPLE)
+        raise ParseError("no nccl-tests rows were found", source=name,
+                         hint=_other_kind(text) or _ROW_EXAMPLE)
     return runs
+
+
+def _other_kind(text: str) -> str | None:
+    """What a file without rows is, where it is one of the inputs other commands read: a
+    user who hands a trace to an nccl-tests command is told where it goes."""
+    if text.startswith("\x1f"):  # gzip's magic byte, decoded
+        return ("the file is gzip-compressed, as a profiler trace .json.gz is; traces go to "
+                "'distsim trace summary' or 'distsim validate trace', and a compressed "
+                "nccl-tests log must be decompressed first")
+    if text.lstrip().startswith("{") and '"traceEvents"' in text:
+        return ("the file is a PyTorch profiler (Kineto) trace; traces go to "
+                "'distsim trace summary' or 'distsim validate trace'")
+    return None
 
 
 def _is_csv_table(text: str) -> bool:

@@ -4,6 +4,8 @@ that any row printed the way nccl-tests prints it reads back."""
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 
 import pytest
@@ -492,6 +494,20 @@ def test_empty_file(tmp_path: Path) -> None:
     assert str(path) in str(caught.value)
     with pytest.raises(ParseError, match="no nccl-tests rows"):
         parse_nccl_log("")
+
+
+def test_a_profiler_trace_is_named_with_the_commands_that_read_it(tmp_path: Path) -> None:
+    trace = json.dumps({"schemaVersion": 1, "traceEvents": [{"ph": "X", "name": "k"}]})
+    plain = tmp_path / "rank0.json"
+    plain.write_text(trace)
+    packed = tmp_path / "rank0.json.gz"
+    packed.write_bytes(gzip.compress(trace.encode()))
+    for path, kind in ((plain, "a PyTorch profiler (Kineto) trace"), (packed, "gzip-compressed")):
+        with pytest.raises(ParseError, match="no nccl-tests rows were found") as caught:
+            parse_nccl_log(path)
+        assert kind in str(caught.value)
+        assert "'distsim validate trace'" in str(caught.value)
+        assert "a row looks like" not in str(caught.value)
 
 
 def test_header_only_file() -> None:
