@@ -38,12 +38,18 @@ _COLOURS = {"nvlink": "#76b900", "pcie": "#1f77b4", "cpu": "#9467bd", "network":
 
 @dataclass(frozen=True, slots=True)
 class LinkClass:
-    """Links of one kind and speed: ``cables`` full-duplex pairs, ``one_way`` the rest."""
+    """Links of one kind and speed: ``cables`` full-duplex pairs, ``one_way`` the rest.
+
+    ``joins`` names the device kinds at the ends of its links (``"gpu-pcie_switch"``,
+    sorted): a kind's speeds then say what they are, e.g. a Grace-Blackwell GPU's
+    NVLink-C2C to its host, which the cluster models as the GPU's ``pcie`` hop.
+    """
 
     kind: str
     bandwidth_bytes_per_s: float
     cables: int
     one_way: int
+    joins: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +71,8 @@ class TopologySummary:
                 "nvlink_bisection_bytes_per_s": self.nvlink_bisection_bytes_per_s,
                 "rack": self.rack,
                 "links": [{"kind": c.kind, "bandwidth_bytes_per_s": c.bandwidth_bytes_per_s,
-                           "cables": c.cables, "one_way": c.one_way} for c in self.links]}
+                           "cables": c.cables, "one_way": c.one_way, "joins": list(c.joins)}
+                          for c in self.links]}
 
 
 def summarise(topology: Topology) -> TopologySummary:
@@ -81,10 +88,15 @@ def summarise(topology: Topology) -> TopologySummary:
     merged: dict[tuple[str, float], list[int]] = {}
     for (kind, bandwidth, duplex), count in classes.items():
         merged.setdefault((kind, bandwidth), [0, 0])[0 if duplex else 1] += count
+    joins: dict[tuple[str, float], set[str]] = {}
+    for link in links.values():
+        ends = sorted((topology.device(link.src).kind, topology.device(link.dst).kind))
+        joins.setdefault((link.kind, link.bandwidth_bytes_per_s), set()).add("-".join(ends))
     return TopologySummary(
         topology.name, len(topology.gpus), topology.num_nodes,
         dict(sorted(Counter(d.kind for d in topology.devices()).items())),
-        tuple(LinkClass(k, b, c, o) for (k, b), (c, o) in sorted(merged.items())),
+        tuple(LinkClass(k, b, c, o, tuple(sorted(joins[(k, b)])))
+              for (k, b), (c, o) in sorted(merged.items())),
         bisection_bytes_per_s(topology), nvlink_bisection_bytes_per_s(topology),
         rack_counts(topology))
 
@@ -159,10 +171,11 @@ def format_summary(summary: TopologySummary) -> str:
             f"CPUs, {r['gpus']} GPUs, {r['nics']} NICs), {r['switch_trays']} NVLink switch "
             f"trays ({r['nvswitch_chips']} NVSwitch chips), {r['nvlink_links']:,} NVLink "
             "links (drawn as one switch)")
-    lines += ["", f"{'link class':<10} {'speed (one way)':>16} {'cables':>8} {'one-way':>8}"]
+    lines += ["", f"{'link class':<10} {'speed (one way)':>16} {'cables':>8} {'one-way':>8}"
+              "  joins"]
     for c in summary.links:
         lines.append(f"{c.kind:<10} {format_bandwidth(c.bandwidth_bytes_per_s):>16} "
-                     f"{c.cables:>8} {c.one_way:>8}")
+                     f"{c.cables:>8} {c.one_way:>8}  {', '.join(c.joins)}")
     return "\n".join(lines) + "\n"
 
 

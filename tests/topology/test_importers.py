@@ -152,8 +152,8 @@ def test_show_summarises_and_draws(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "16 GPUs on 2 node(s)" in text and "450 GB/s" in text
     # 16 NVLink cables (GPU to NVSwitch), 16 NIC cables to the fabric's one switch.
-    assert [line.split()[-2] for line in text.splitlines() if line.startswith(
-        ("nvlink", "network"))] == ["16", "16"]
+    assert [line.split()[3:] for line in text.splitlines() if line.startswith(
+        ("nvlink", "network"))] == [["16", "0", "nic-switch"], ["16", "0", "gpu-nvswitch"]]
     assert out.stat().st_size > 1000
     svg = tmp_path / "new" / "c.svg"  # a folder that is not there yet is made
     assert main(["topology", "show", "dgx-h100", "-o", str(svg)]) == 0

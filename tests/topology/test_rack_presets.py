@@ -114,9 +114,17 @@ def test_topology_show_of_a_rack_preset_through_the_cli(capsys):
             "NVLink switch trays (18 NVSwitch chips), 1,296 NVLink links") in out
     assert "NVLink bisection of one node (half its GPUs to the other half, one way): 32.4 TB/s" \
         in out
+    # The GPUs' NVLink-C2C to their Grace (the cluster's pcie hop) is told apart from PCIe
+    # by what it joins: 72 GPUs a domain, one cable each.
+    assert "pcie               450 GB/s      144        0  gpu-pcie_switch\n" in out
+    assert "pcie             63.02 GB/s      288        0  cpu-pcie_switch, nic-pcie_switch\n" \
+        in out
     assert main(["topology", "show", "gb200-nvl72", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["rack"]["switch_trays"] == 9 and data["gpus"] == 72
+    c2c = [c for c in data["links"] if c["bandwidth_bytes_per_s"] == 450e9]
+    assert c2c == [{"kind": "pcie", "bandwidth_bytes_per_s": 450e9, "cables": 72,
+                    "one_way": 0, "joins": ["gpu-pcie_switch"]}]
 
 
 def test_topology_show_takes_set_as_every_command_does(capsys):
