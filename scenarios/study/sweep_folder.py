@@ -117,10 +117,16 @@ def is_metric(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+#: Between a point's notes in results.csv's ``notes`` cell (notes are written in sentences
+#: with semicolons and commas, never with this).
+NOTES_SEPARATOR = " | "
+
+
 def write_results_csv(path: Path, keys: Sequence[str],
                       results: Iterable[PointResult | None]) -> None:
-    """results.csv: per point done, its id, swept values, status, error, notes (one a
-    line in the cell) and metrics."""
+    """results.csv: per point done, its id, swept values, status, error, notes (joined by
+    :data:`NOTES_SEPARATOR`: one row a line, for tools that read CSV by lines) and
+    metrics."""
     done = [r for r in results if r is not None]
     metrics: list[str] = []
     for result in done:
@@ -134,7 +140,7 @@ def write_results_csv(path: Path, keys: Sequence[str],
         values = dict(result.overrides)
         summary = result.summary or {}
         writer.writerow([result.id, *(_cell(values[key]) for key in keys), result.status,
-                         result.error, "\n".join(result.notes),
+                         result.error, NOTES_SEPARATOR.join(result.notes),
                          *(_cell(summary.get(name, "")) for name in metrics)])
     atomic_write_text(path, buffer.getvalue())
 

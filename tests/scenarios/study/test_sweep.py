@@ -284,11 +284,25 @@ def test_each_points_notes_are_reported_not_only_stored(
     assert expected[0] == [] and len(expected[1]) == 1  # (16 is the default: a note)
     assert "communication.nccl_sms" in expected[1][0]
     assert [r["notes"] for r in data["results"]] == expected
-    assert [r["notes"].split("\n") if r["notes"] else [] for r in _rows(out)] == expected
+    assert [r["notes"].split(" | ") if r["notes"] else [] for r in _rows(out)] == expected
     assert main(["sweep", str(scenario), "--grid", "communication.nccl_sms=8,16", "--out",
                  str(out), "--workers", "1", "-q"]) == 0
     printed = capsys.readouterr().out
     assert f"note (1 of 2 points: communication.nccl_sms=16): {expected[1][0]}" in printed
+
+
+def test_a_points_notes_share_one_line_of_results_csv(tmp_path: Path) -> None:
+    """Several notes of a point stay in its row's one line (tools read CSV by lines)."""
+    from distsim_gpu.scenarios.study.sweep_folder import PointResult, write_results_csv
+
+    notes = [{"kind": "defaulted", "key": "a.b", "message": "x, as 1; y"},
+             {"kind": "ignored", "key": "c", "message": "z"}]
+    point = PointResult("p0", {"k": 1}, "ok", summary={"notes": notes, "time_s": 2.0})
+    path = tmp_path / "results.csv"
+    write_results_csv(path, ["k"], [point])
+    assert path.read_text().splitlines() == [
+        "id,k,status,error,notes,time_s",
+        "p0,1,ok,,\"defaulted [a.b]: x, as 1; y | ignored [c]: z\",2.0"]
 
 
 def test_failing_point_is_recorded_and_the_sweep_goes_on(
