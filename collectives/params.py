@@ -253,6 +253,9 @@ class CommParams:
     nvlink_efficiency_given: bool = field(default=False, compare=False, repr=False)
     #: The same for ``nvls_efficiency`` (:data:`NVLS_EFFICIENCY_BY_ARCHITECTURE`).
     nvls_efficiency_given: bool = field(default=False, compare=False, repr=False)
+    #: Whether ``nccl_sms`` was set (a run notes the default figure only when it was not:
+    #: 16 written by hand is a choice, not an assumption).
+    nccl_sms_given: bool = field(default=False, compare=False, repr=False)
     #: The GPU generation whose NVLink efficiency was not given and has no figure of its
     #: own (:data:`NVLINK_EFFICIENCY_BY_ARCHITECTURE`), so took H100's; "" otherwise.  A
     #: run says so in a note: Blackwell's NVLink 5 has no measured ring figure here.
@@ -313,6 +316,20 @@ class CommParams:
             nvls_efficiency_given=True,
             nvlink_efficiency_borrowed_by="",
         )
+
+    def given_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` without the figures a run notes as assumed where the scenario
+        did not give them (NVLink's and NVLS's efficiency, which follow the GPU
+        generation, and NCCL's SMs): a scenario written from it resolves to the same
+        figures, and its run says again that it assumed them."""
+        data = self.to_dict()
+        if not self.nvlink_efficiency_given:
+            del data["link_efficiency"]["nvlink"]
+        if not self.nvls_efficiency_given:
+            del data["nvls_efficiency"]
+        if not self.nccl_sms_given:
+            del data["nccl_sms"]
+        return data
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready resolved form (times in seconds)."""
@@ -420,6 +437,8 @@ def _parsed_comm(data: Mapping[str, Any] | None, source: str | None,
         elif key in ("max_channels", "nccl_sms"):
             changes[key] = check_whole(value, key=path, minimum=0, maximum=1024,
                                        source=source)
+            if key == "nccl_sms":
+                changes["nccl_sms_given"] = True
         elif key == "deepep_max_nodes":
             changes[key] = check_whole(value, key=path, minimum=1, maximum=2**16,
                                        source=source)

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from distsim_gpu.collectives.deepep import nvlink_copy_rate, sm_bound_factor
 from distsim_gpu.collectives.ep_kernels import EP_KERNELS
-from distsim_gpu.collectives.params import NCCL_SMS, CommParams
+from distsim_gpu.collectives.params import CommParams
 from distsim_gpu.scenarios.idle_notes import expert_exchange_absent, idle_notes
 from distsim_gpu.scenarios.tp_span_notes import tp_span_notes
 from distsim_gpu.simcore.notes import RunNote, unique
@@ -143,7 +143,7 @@ def nccl_sm_notes(comm: CommParams, costs: object, parallel: ParallelConfig) -> 
             "unmodelled", "compute overlapped with NCCL collectives is not slowed by the SMs "
             "their kernels hold: the cost table has no roofline fallback to give the GPU's "
             "SMs", "communication.nccl_sms")]
-    if comm.nccl_sms != NCCL_SMS:
+    if comm.nccl_sms_given:
         return []
     sms = roofline.compute_sms
     what = "data-parallel gathers and reductions" + (

@@ -214,13 +214,15 @@ class Scenario:
         return seq_len_of(self.model, self.training)
 
     def resolved(self) -> dict[str, Any]:
-        """The full configuration, every default filled in, SI units, in scenario schema.
+        """The full configuration, every default filled in, SI units, in scenario schema;
+        but for the defaults a run notes as assumptions (``CommParams.given_dict``, a
+        uniform router), which stay out where the scenario did not give them.
 
         Written back as a scenario file (YAML or JSON) it loads to the same scenario and
-        reproduces the same result.  A fresh, JSON-ready dict.
+        reproduces the same result, notes included.  A fresh, JSON-ready dict.
         """
         compute = resolved_compute(self.gpu, self.roofline, self.cost_table)
-        comm = self.comm.to_dict()
+        comm = self.comm.given_dict()
         fidelity = comm.pop("fidelity")
         comm["base_latency"] = comm.pop("base_latency_s")
         comm["hop_latency"] = comm.pop("hop_latency_s")

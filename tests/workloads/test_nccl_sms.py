@@ -156,10 +156,10 @@ def test_a_bad_figure_is_refused_by_name(value):
         comm_params_from_mapping({"nccl_sms": value}, prefix="communication")
 
 
-def _dp_scenario(tmp_path, tiny, write_scenario, nccl_sms: int, dp: int = 4):
+def _dp_scenario(tmp_path, tiny, write_scenario, nccl_sms: int | None, dp: int = 4):
     data = tiny(parallelism={"tp": 2, "pp": 1, "dp": dp, "zero": 3},
                 training={"global_batch": 4 * dp}, compute={"gpu": "h100-sxm"},
-                communication={"nccl_sms": nccl_sms})
+                communication={} if nccl_sms is None else {"nccl_sms": nccl_sms})
     data["cluster"] = {"preset": "switch", "gpus": 2 * dp}
     return load_scenario(write_scenario(tmp_path / f"s{nccl_sms}-{dp}.yaml", data))
 
@@ -180,9 +180,12 @@ def test_overlapped_compute_slows_within_the_sms_bounds(tmp_path, tiny, write_sc
 
 
 def test_a_run_says_it_took_the_default_figure(tmp_path, tiny, write_scenario):
+    """Noted where the scenario left the key out; the default's value written by hand is
+    a choice, not an assumption."""
     keys = {n: [note.key for note in run_scenario(
-        _dp_scenario(tmp_path, tiny, write_scenario, n)).notes] for n in (16, 8)}
-    assert "communication.nccl_sms" in keys[16]
+        _dp_scenario(tmp_path, tiny, write_scenario, n)).notes] for n in (None, 16, 8)}
+    assert "communication.nccl_sms" in keys[None]
+    assert NCCL_SMS == 16 and "communication.nccl_sms" not in keys[16]
     assert "communication.nccl_sms" not in keys[8]
 
 
@@ -199,5 +202,6 @@ def test_the_note_says_when_a_cost_table_leaves_compute_unslowed():
     assert note.kind == "unmodelled" and note.key == "communication.nccl_sms"
     [note] = nccl_sm_notes(CommParams(), H100, DP)
     assert note.kind == "defaulted" and "116 of 132" in note.message
-    assert nccl_sm_notes(replace(CommParams(), nccl_sms=8), H100, DP) == []
+    assert nccl_sm_notes(comm_params_from_mapping({"nccl_sms": 8}), H100, DP) == []
+    assert nccl_sm_notes(comm_params_from_mapping({"nccl_sms": 16}), H100, DP) == []
     assert nccl_sm_notes(CommParams(), H100, ParallelConfig(tp=8)) == []

@@ -274,21 +274,26 @@ def test_each_points_notes_are_reported_not_only_stored(
     from distsim_gpu.scenarios.cli.main import main
 
     out = tmp_path / "s"
-    assert main(["sweep", str(scenario), "--grid", "communication.nccl_sms=8,16", "--out",
-                 str(out), "--workers", "1", "--json", "-q"]) == 0
+    grid = ["--grid", "compute.gpu=a100-80gb,b200"]
+    assert main(["sweep", str(scenario), *grid, "--out", str(out), "--workers", "1",
+                 "--json", "-q"]) == 0
     data = json.loads(capsys.readouterr().out)
     summaries = [json.loads((out / "points" / r["id"] / "summary.json").read_text())
                  for r in data["results"]]
     expected = [[f"{n['kind']} [{n['key']}]: {n['message']}" for n in s["notes"]]
                 for s in summaries]
-    assert expected[0] == [] and len(expected[1]) == 1  # (16 is the default: a note)
-    assert "communication.nccl_sms" in expected[1][0]
+    # NCCL's SMs defaulted at both points (of each GPU's SMs), NVLink's efficiency
+    # borrowed on Blackwell only: notes that the points' resolved configurations keep.
+    assert len(expected[0]) == 1 and "communication.nccl_sms" in expected[0][0]
+    assert len(expected[1]) == 2 and "communication.nccl_sms" in expected[1][0]
+    assert "communication.link_efficiency.nvlink" in expected[1][1]
     assert [r["notes"] for r in data["results"]] == expected
     assert [r["notes"].split(" | ") if r["notes"] else [] for r in _rows(out)] == expected
-    assert main(["sweep", str(scenario), "--grid", "communication.nccl_sms=8,16", "--out",
-                 str(out), "--workers", "1", "-q"]) == 0
+    assert main(["sweep", str(scenario), *grid, "--out", str(out), "--workers", "1",
+                 "-q"]) == 0
     printed = capsys.readouterr().out
-    assert f"note (1 of 2 points: communication.nccl_sms=16): {expected[1][0]}" in printed
+    assert f"note (1 of 2 points: compute.gpu=a100-80gb): {expected[0][0]}" in printed
+    assert f"note (1 of 2 points: compute.gpu=b200): {expected[1][1]}" in printed
 
 
 def test_a_points_notes_share_one_line_of_results_csv(tmp_path: Path) -> None:
