@@ -213,16 +213,17 @@ class Scenario:
         """The sequence length trained on (``training.seq_len`` or the model's)."""
         return seq_len_of(self.model, self.training)
 
-    def resolved(self) -> dict[str, Any]:
+    def resolved(self, *, with_assumed: bool = False) -> dict[str, Any]:
         """The full configuration, every default filled in, SI units, in scenario schema;
         but for the defaults a run notes as assumptions (``CommParams.given_dict``, a
-        uniform router), which stay out where the scenario did not give them.
+        uniform router), which stay out where the scenario did not give them (in with
+        ``with_assumed``; the router's uniform shares have no figure to write).
 
         Written back as a scenario file (YAML or JSON) it loads to the same scenario and
         reproduces the same result, notes included.  A fresh, JSON-ready dict.
         """
         compute = resolved_compute(self.gpu, self.roofline, self.cost_table)
-        comm = self.comm.given_dict()
+        comm = self.comm.to_dict() if with_assumed else self.comm.given_dict()
         fidelity = comm.pop("fidelity")
         comm["base_latency"] = comm.pop("base_latency_s")
         comm["hop_latency"] = comm.pop("hop_latency_s")

@@ -239,7 +239,7 @@ def _starts(runs_map: RunsMap, row: RunRow) -> tuple[Parameter, ...]:
     """The fit's knobs starting at the base scenario's values (inside their bounds)."""
     scenario = scenario_from_mapping(runs_map.base, source=runs_map.base_source,
                                      overrides=row.overrides, base_dir=runs_map.base_dir)
-    resolved = scenario.resolved()
+    resolved = scenario.resolved(with_assumed=True)  # a defaulted figure may be fitted too
     out = []
     for p in runs_map.fit:
         node: Any = resolved

@@ -138,6 +138,19 @@ def test_a_fit_recovers_the_gemm_efficiency_the_runs_were_made_with(tmp_path) ->
     assert summarise(report.results)["mean_abs_error_pct"] > 5.0  # the fit did something
 
 
+def test_a_fit_starts_a_defaulted_figure_at_its_default(tmp_path) -> None:
+    """NVLink's efficiency and NCCL's SMs stay out of a resolved scenario where it left
+    them out (so that its runs say they assumed them); a fit of one still starts at the
+    figure the run used, A100's NVLink 0.78 and NCCL's 16 SMs."""
+    fit = {"communication.link_efficiency.nvlink": {"low": 0.5, "high": 0.9},
+           "communication.nccl_sms": {"low": 0, "high": 32}}
+    table, map_path = _write(tmp_path, ROWS[:2], map_changes={"fit": fit})
+    report = validate_runs(table, map_path, fit=True, folds=2, workers=1)
+    assert report.fit is not None
+    assert report.fit.start == {"communication.link_efficiency.nvlink": 0.78,
+                                "communication.nccl_sms": 16}
+
+
 def test_scenarios_a_script_built_validate_and_fit_as_a_tables_rows(tmp_path) -> None:
     """validate_scenarios (the torchtitan and BLOOM runners): whole scenario mappings
     with their measured seconds, the same recovery of the efficiency they were made with."""
