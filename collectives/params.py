@@ -319,14 +319,12 @@ class CommParams:
 
     def given_dict(self) -> dict[str, Any]:
         """:meth:`to_dict` without the figures a run notes as assumed where the scenario
-        did not give them (NVLink's and NVLS's efficiency, which follow the GPU
-        generation, and NCCL's SMs): a scenario written from it resolves to the same
-        figures, and its run says again that it assumed them."""
+        did not give them (an NVLink efficiency borrowed from H100, NCCL's SMs): a
+        scenario written from it resolves to the same figures, and its run says again
+        that it assumed them (the notes give the figures)."""
         data = self.to_dict()
-        if not self.nvlink_efficiency_given:
+        if self.nvlink_efficiency_borrowed_by:
             del data["link_efficiency"]["nvlink"]
-        if not self.nvls_efficiency_given:
-            del data["nvls_efficiency"]
         if not self.nccl_sms_given:
             del data["nccl_sms"]
         return data

@@ -77,7 +77,8 @@ def _summary_json(out: OutputContext) -> Written:
 def _resolved_yaml(out: OutputContext) -> Written:
     report = out.report
     header = (f"# distsim: the resolved configuration of {report.name!r}, every default "
-              "filled in (SI units).\n# Run it again with: distsim run resolved.yaml\n")
+              "filled in (SI units) but\n# those the run's notes give as assumed, so that a "
+              "run of it says so again.\n# Run it again with: distsim run resolved.yaml\n")
     (out.directory / "resolved.yaml").write_text(
         header + yaml.safe_dump(report.config, sort_keys=False, allow_unicode=True),
         encoding="utf-8")

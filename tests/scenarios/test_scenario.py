@@ -113,10 +113,11 @@ def test_nvlink_efficiency_follows_the_gpus_generation_unless_given(tmp_path, ti
                                                                     write_scenario, gpu, nvlink):
     scenario = load_scenario(write_scenario(tmp_path / "s.yaml", tiny(compute={"gpu": gpu})))
     assert scenario.comm.efficiency_of("nvlink") == nvlink
-    # Not given, it stays out of the resolved file, which resolves it again the same way
-    # (and so a run of the file notes a borrowed figure as the first run did).
+    # Borrowed from H100 (Blackwell), it stays out of the resolved file, which resolves it
+    # again the same way, so that a run of the file notes it as the first run did.
     resolved = scenario.resolved()
-    assert "nvlink" not in resolved["communication"]["link_efficiency"]
+    assert resolved["communication"]["link_efficiency"].get("nvlink") == (
+        None if gpu == "b200" else nvlink)
     again = load_scenario(write_scenario(tmp_path / "again.yaml", resolved))
     assert again.comm.efficiency_of("nvlink") == nvlink
     assert [str(n) for n in run_scenario(again).notes] == [
