@@ -81,12 +81,26 @@ def resolved_compute(gpu: GpuSpec, roofline: RooflineCosts,
     return compute
 
 
+#: The fields a ``compute.gpu`` mapping without a preset must give to describe a GPU whole.
+WHOLE_GPU_KEYS = ("peak_flops", "memory", "memory_bandwidth", "sm_count")
+
+
 def gpu_of(raw: Any, topology: Topology, source: str | None) -> GpuSpec:
     """``compute.gpu`` (a preset name or a mapping), else the cluster's GPU when it is a
-    known spec."""
+    known spec.  A mapping without ``preset`` that does not describe a whole GPU starts
+    from the cluster's GPU, so that ``--set compute.gpu.memory_bandwidth=...`` on a
+    scenario that leaves the GPU to the cluster is the what-if it reads as."""
+    model = str(topology.config.get("gpu", {}).get("model", ""))
+    if isinstance(raw, Mapping) and "preset" not in raw and model and not all(
+            key in raw for key in WHOLE_GPU_KEYS):
+        try:
+            get_gpu(model)
+        except ConfigError:
+            pass  # not a known spec: the mapping's own "missing ..." error says what to give
+        else:
+            raw = {"preset": model, **raw}
     if raw is not None:
         return gpu_from_mapping(raw, source=source, prefix="compute.gpu")
-    model = str(topology.config.get("gpu", {}).get("model", ""))
     hint = "e.g. compute: {gpu: a100-80gb}"
     if model:
         try:
