@@ -109,8 +109,8 @@ class NcclSmShare:
         is one timeout, as it always was."""
         busy = self.busy(streams)
         if not busy:
-            yield env.timeout(op.compute_s * slowdown + op.comm_s)
-            return op.compute_s * slowdown
+            yield env.timeout(op.slowed_compute_s(slowdown) + op.comm_s)
+            return op.slowed_compute_s(slowdown)
         return (yield from self.run_beside(env, busy, op, slowdown))
 
     def run_beside(self, env: simpy.Environment, busy: list[Any], op: Fused,
@@ -123,9 +123,10 @@ class NcclSmShare:
             if isinstance(step, Collective):
                 yield env.timeout(seconds)
                 continue
-            if step.own_sms:  # a userbuffers pair's GEMM, on an SM share of its own
-                yield env.timeout(seconds * slowdown)
-                computed += seconds * slowdown
+            if step.own_sms or step.host:  # SMs of its own (a userbuffers GEMM), or none
+                took = seconds if step.host else seconds * slowdown  # the host's: unslowed
+                yield env.timeout(took)
+                computed += took
                 continue
             began = env.now
             yield from self._compute(env, busy, seconds * slowdown)

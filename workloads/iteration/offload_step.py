@@ -13,7 +13,9 @@ What :mod:`workloads.strategy.offload` configures, simulated on the real node:
 3. **parameters back** — ``2·Ψ`` bytes of updated 16-bit parameters, host to GPU, as
    flows again.
 
-In the iteration the GPU's own optimizer step gives way to what of this it waits for.
+In the iteration the GPU's own optimizer step gives way to what of this it waits for, a
+host step (:attr:`~workloads.iteration.ops.Compute.host`) that a straggling GPU's factor
+does not slow.
 ZeRO-Offload moves gradients bucket by bucket while backward still runs, so only the last
 bucket's share of step 1 is exposed (an assumption: backward is long enough to hide the
 rest, true whenever the PCIe time of the gradients is below the last micro-batch's
@@ -237,7 +239,7 @@ def gpu_work_s(stream: Sequence[Op]) -> float:
 
 def _replace_step(stream: list[Op], step_s: float) -> list[Op]:
     """``stream`` with its optimizer step lasting ``step_s`` (a plain or fused op)."""
-    new = Compute(step_s, f"{OPTIMIZER_STEP_LABEL} (offloaded)")
+    new = Compute(step_s, f"{OPTIMIZER_STEP_LABEL} (offloaded)", host=True)
     out: list[Op] = []
     for op in stream:
         if isinstance(op, Compute) and op.label == OPTIMIZER_STEP_LABEL:
@@ -248,7 +250,8 @@ def _replace_step(stream: list[Op], step_s: float) -> list[Op]:
                               for s, d in zip(op.steps, op.durations_s, strict=True))
             compute = sum(d for s, d in zip(steps, durations, strict=True)
                           if isinstance(s, Compute))
-            op = replace(op, steps=steps, durations_s=durations, compute_s=compute)
+            op = replace(op, steps=steps, durations_s=durations, compute_s=compute,
+                         host_s=step_s)
         out.append(op)
     return out
 

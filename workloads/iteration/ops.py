@@ -51,7 +51,10 @@ class Compute:
     (``"transformer_layer"``, ``"fwd"``, 3); they travel as the trace span's arguments,
     which ``distsim trace costs`` reads back.  ``own_sms``: it runs on an SM share of its
     own (a userbuffers pair's GEMM, :mod:`workloads.cost.tp_overlap`), so an overlapped
-    NCCL collective does not slow it (:mod:`workloads.iteration.nccl_sms`).
+    NCCL collective does not slow it (:mod:`workloads.iteration.nccl_sms`).  ``host``: the
+    GPU waits out the host's work (the offloaded optimizer step's PCIe transfers and
+    CPU-Adam, :mod:`workloads.iteration.offload_step`), which neither a straggling GPU's
+    factor nor NCCL's SMs slow.
     """
 
     duration_s: float
@@ -60,6 +63,7 @@ class Compute:
     pass_name: str | None = None
     layer_index: int | None = None
     own_sms: bool = False
+    host: bool = False
 
     def trace_args(self) -> dict[str, Any]:
         """The span arguments: the cost-table keys that are set, in table order."""
@@ -207,7 +211,8 @@ class Fused:
     the ``i``-th taking ``durations_s[i]`` (a collective's from its closed form).
 
     ``compute_s`` and ``comm_s`` are the two sums, in step order; a straggler's slowdown
-    scales the compute only, and what its folded ``pairs`` expose (:meth:`slowed`).
+    scales the compute only (less ``host_s``, the part of it that is the host's work,
+    :attr:`Compute.host`), and what its folded ``pairs`` expose (:meth:`slowed`).
     """
 
     steps: tuple[Compute | Collective, ...]
@@ -215,6 +220,18 @@ class Fused:
     compute_s: float
     comm_s: float
     pairs: tuple[FoldedPair, ...] = ()
+    host_s: float = 0.0
+
+    def slowed_compute_s(self, slowdown: float) -> float:
+        """Its compute on a rank group ``slowdown`` times as slow: the host's part keeps
+        its time (a slow GPU does not slow the CPU or PCIe)."""
+        return self.compute_s * slowdown - self.host_s * (slowdown - 1.0)
+
+    def gpu_scale(self, computed_s: float, slowdown: float) -> float:
+        """The factor on each GPU step's length when the compute took ``computed_s`` in
+        all: the host's steps keep theirs (``slowdown`` where there is no GPU step)."""
+        gpu_s = self.compute_s - self.host_s
+        return (computed_s - self.host_s) / gpu_s if gpu_s > 0.0 else slowdown
 
     def slowed(self, slowdown: float) -> Fused:
         """This op on a rank group whose compute takes ``slowdown`` times as long: each
@@ -227,7 +244,7 @@ class Fused:
             durations[pair.index] = pair.exposed_s(durations[pair.index - 1] * slowdown)
         comm_s = sum(seconds for step, seconds in zip(self.steps, durations, strict=True)
                      if isinstance(step, Collective))
-        return Fused(self.steps, tuple(durations), self.compute_s, comm_s)
+        return Fused(self.steps, tuple(durations), self.compute_s, comm_s, host_s=self.host_s)
 
     @property
     def label(self) -> str:

@@ -283,9 +283,9 @@ class IterationSimulator:
         if busy:
             computed = yield from self._sm_share.run_beside(env, busy, op, slowdown)
         else:  # NcclSmShare.run's quiet case, without a generator of its own
-            yield env.timeout(op.compute_s * slowdown + op.comm_s)
-            computed = op.compute_s * slowdown
-        scale = computed / op.compute_s if op.compute_s else slowdown
+            computed = op.slowed_compute_s(slowdown)
+            yield env.timeout(computed + op.comm_s)
+        scale = op.gpu_scale(computed, slowdown)  # on the GPU's steps; the host's keep theirs
         group.path.append((start, env.now, "compute", op, None))
         group.compute_s += computed
         group.exposed_s += op.comm_s
@@ -300,7 +300,7 @@ class IterationSimulator:
         offset = 0.0
         for step, duration in zip(op.steps, op.durations_s):
             is_comm = isinstance(step, Collective)
-            length = duration if is_comm else duration * scale
+            length = duration if is_comm or step.host else duration * scale
             if is_comm:
                 group.comm_intervals.append((start + offset, start + offset + length))
                 if tracer.enabled:

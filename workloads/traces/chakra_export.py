@@ -19,8 +19,8 @@ rank group; here each GPU of each rank group gets that stream as a graph of
 * the **barrier** before the optimizer is a zero-time meeting of every rank;
 * compute takes its time times the GPU's own straggler factor — a straggler's
   tensor-parallel peer computes at its own pace and waits for it in their next
-  collective, as the per-GPU breakdown counts it (the replay waits there too) — and its
-  time alone: the SMs
+  collective, as the per-GPU breakdown counts it (the replay waits there too); the host's
+  offloaded optimizer step keeps its time — and its time alone: the SMs
   overlapped NCCL collectives take from it in the iteration
   (:mod:`workloads.iteration.nccl_sms`) are not in the graph, as a measured trace's kernel
   times already hold them.  Collectives the iteration times by their closed form
@@ -153,8 +153,9 @@ class _Exporter:
         ranks = tuple(self._ranks(group))
         for step, duration in zip(op.steps, op.durations_s):
             for rank, share in zip(ranks, group.paces):
-                if isinstance(step, Compute):
-                    self._add(rank, step, MAIN_STREAM, duration * group.slowdown * share)
+                if isinstance(step, Compute):  # the host's work (Compute.host): unslowed
+                    pace = 1.0 if step.host else group.slowdown * share
+                    self._add(rank, step, MAIN_STREAM, duration * pace)
                 else:
                     self._call(rank, ranks, step, MAIN_STREAM)
 
