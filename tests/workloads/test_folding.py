@@ -214,6 +214,26 @@ def test_folded_expert_parallel_blocks_equal_the_full_simulation(uniform):
     assert_same_iteration(folded, full)
 
 
+def test_a_folded_expert_all_to_all_is_one_flow_a_lane_however_many_blocks(uniform):
+    """Each simulated lane of a folded block's all-to-all is entered with the same lane of
+    every image as one coflow.  At coflow fidelity every call is then one flow a lane (a
+    data-parallel ring too, whatever its size), so twice the blocks start not one flow
+    more, where each image's lanes used to start their own; and the run equals the full."""
+    moe = model_from_mapping({"name": "small-moe", "layers": 4, "hidden": 1024, "heads": 16,
+                              "seq_len": 512, "vocab": 32000, "experts": 8, "top_k": 2})
+    runs = {}
+    for blocks in (2, 4):
+        parallel = ParallelConfig(tp=4, pp=1, dp=2 * blocks, ep=2)
+        training = TrainingConfig(micro_batch=1, global_batch=4 * blocks)
+        runs[blocks] = both(uniform, cluster("rail-optimized", "dmodk", nodes=blocks),
+                            parallel, training, model=moe)
+    for blocks, (folded, full) in runs.items():
+        assert folded.folding == f"folded {blocks} expert-parallel blocks of 2 into 1"
+        assert_same_iteration(folded, full)
+    assert runs[4][0].flows == runs[2][0].flows
+    assert runs[4][1].flows > runs[2][1].flows  # unfolded, every block's flows run
+
+
 @pytest.mark.parametrize(("parallel", "sentence"), [
     # Megatron-Core's expert grid over dp·cp: a block of 4 replicas = 2 CP rings.
     (ParallelConfig(tp=2, cp=2, dp=8, ep=4, sequence_parallel=True),

@@ -50,11 +50,13 @@ pipeline send is one flow over all replicas' pairs (a shared link's multiplicity
 sum of the replicas' streams, so it is loaded as by their separate flows at their common
 rate; its protocol is the one a replica alone would take), a tensor-parallel collective
 run as flows is one coflow with its images' (at step fidelity their flows run beside it),
-and a collective timed by its closed form records its images' link usage too.  So
-contention with replica-spanning traffic, and the link statistics, count every replica's
-bytes.  Collectives that span
-replicas — the data-parallel all-reduce / reduce-scatter / all-gather, the expert
-all-to-alls of every block, the tied-embedding all-reduce of every replica, the gradient
+so is each lane of a block's expert all-to-all, and of the tied-embedding (or DualPipe
+mirror) all-reduce between a replica's end stages, with the same lane of the images'
+(:mod:`workloads.iteration.call_plans`; at step fidelity, or where a plan has several
+steps, every image's lanes run beside it), and a collective timed by its closed form
+records its images' link usage too.  So contention with replica-spanning traffic, and the
+link statistics, count every replica's bytes.  Collectives that span
+replicas — the data-parallel all-reduce / reduce-scatter / all-gather, the gradient
 norm — run in full, over every replica's lanes; a meeting of folded groups completes when
 the simulated members arrive (their images arrive at the same instant by symmetry).  At the
 end the images' GPUs get their simulated group's accounting.  Otherwise the full simulation
