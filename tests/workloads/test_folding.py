@@ -492,7 +492,8 @@ def test_replicas_apart_on_their_own_links_but_met_by_unalike_rings(uniform):
     yet the full run gives 4 and 6 other communication times than 5 and 7 (by up to
     1.6 %): what else crosses those links, from the other flow classes, differs.
     Classing each link by everything on it, not per flow class, splits them; the run is
-    exact."""
+    exact.  (Since the last stage's output-layer gradients go in its buckets, 7 December,
+    the asymmetry shows on the first stage: replicas 8 and 10 against 9 and 11.)"""
     topology = build_cluster({"preset": "dgx-a100", "nodes": 6,
                               "fabric": {"kind": "fat-tree", "routing": "dmodk",
                                          "nics_per_leaf": 1, "oversubscription": 1}})
@@ -502,5 +503,5 @@ def test_replicas_apart_on_their_own_links_but_met_by_unalike_rings(uniform):
     assert folded.folding == ("folded 12 data-parallel replicas into 6 classes of alike "
                               "ones (2, 2, 2, 2, 2, 2)")
     assert_same_iteration(folded, full)
-    times = {g.replica: g.communication_s for g in full.per_gpu if g.stage == 1}
-    assert times[4] != pytest.approx(times[5], rel=1e-6)  # the asymmetry is real
+    times = {g.replica: g.communication_s for g in full.per_gpu if g.stage == 0}
+    assert times[8] != pytest.approx(times[9], rel=1e-6)  # the asymmetry is real

@@ -59,7 +59,10 @@ def test_pure_data_parallel_without_overlap_is_compute_plus_all_reduce(uniform):
     result = uniform.run(topo, parallel, TrainingConfig(micro_batch=1, global_batch=dp * m),
                          comm=params)
     grad_bytes = sum(uniform.model.layer_params(i) for i in range(uniform.model.layers)) * 4
-    grad_bytes += uniform.model.vocab * uniform.model.hidden * 4
+    # The tied word embedding, the learned position embedding and the final norm.
+    model = uniform.model
+    grad_bytes += (model.vocab + model.seq_len) * model.hidden * 4
+    grad_bytes += model.final_norm_params() * 4
     comm = Communicator(Simulation(), topo, params)
     all_reduce = comm.estimate_s("all_reduce", list(topo.gpus), grad_bytes)
     compute = m * uniform.model.layers * (uniform.t_fwd_s + uniform.t_bwd_s)

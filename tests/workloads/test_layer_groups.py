@@ -41,6 +41,9 @@ from tests.workloads.layouts import check_layout, stream_builder
 GPT = model_from_mapping({"name": "gpt", "layers": 4, "hidden": 1024, "heads": 16,
                           "seq_len": 256, "vocab": 32000})
 E = 2  # bf16 activation bytes
+# Beside the layers and the word embedding: the learned position embedding and the final
+# norm, whole on every tensor rank.
+OUTSIDE_WORD = GPT.seq_len * GPT.hidden + GPT.final_norm_params()
 
 
 def groups(*spec: tuple) -> tuple[LayerGroup, ...]:
@@ -167,7 +170,7 @@ def test_narrow_layers_compute_their_share_and_talk_on_blocks() -> None:
 def test_narrow_gradients_all_reduce_over_k_dp_ranks() -> None:
     """A tp-2 layer's P/2 gradients: one all-reduce per layer over every replica's GPUs
     holding the same shard (dp_i = 2·dp), on the data-parallel stream; the buckets carry
-    the tp-4 layers' gradients (and the embedding's) only."""
+    the tp-4 layers' gradients (and the embeddings' and final norm's) only."""
     parallel = ParallelConfig(tp=4, dp=2, layer_groups=groups((2, 4), (2, 2)))
     builder, _ = _builder(parallel)
     stream = builder.stage_stream(0)
@@ -180,6 +183,7 @@ def test_narrow_gradients_all_reduce_over_k_dp_ranks() -> None:
     buckets = [op for op in stream if isinstance(op, Collective) and op.group == "dp"
                and op.subgroups is None]
     wide = 2 * sum(layer_params_local(GPT, 0, 4, 1)) + GPT.vocab * GPT.hidden / 4
+    wide += OUTSIDE_WORD
     assert sum(op.size_bytes for op in buckets) == pytest.approx(wide * fp32)
 
 
@@ -257,7 +261,7 @@ def test_every_gradient_byte_is_reduced_once_and_every_widening_reshards(spec) -
     stream = builder.stage_stream(0)
     grads = [op for op in stream if isinstance(op, Collective) and op.group == "dp"]
     expected = sum(sum(layer_params_local(GPT, i, tp, 1)) for i, tp in enumerate(tps))
-    expected += GPT.vocab * GPT.hidden / 4
+    expected += GPT.vocab * GPT.hidden / 4 + OUTSIDE_WORD
     assert sum(op.size_bytes for op in grads) == pytest.approx(expected * 4)
     changes = sum(a != b for a, b in pairwise(tps))
     assert len(_collectives(stream, "reshard")) == changes

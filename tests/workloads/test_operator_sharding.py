@@ -38,6 +38,9 @@ from hypothesis import strategies as st
 from tests.workloads.layouts import shape_model
 
 H, L, V, DP, M = 1024, 3, 50_000, 4, 2
+# What no layer holds: the (tied) word embedding, the learned position embedding of the
+# 512-token sequence, the final LayerNorm.
+OUTSIDE = V * H + 512 * H + 2 * H
 GPT = model_from_mapping({"name": "gpt", "layers": L, "hidden": H, "heads": 16,
                           "seq_len": 512, "vocab": V})
 TRAINING = TrainingConfig(micro_batch=1, global_batch=M * DP, precision="bf16")
@@ -84,7 +87,8 @@ def test_gpt_operators_by_hand():
 
 def test_mixed_plan_bytes_per_iteration_are_the_closed_forms():
     """Sharded fc1/fc2: all-gathered twice (forward, backward) and reduce-scattered once
-    per micro-batch and layer; the rest all-reduced once, with the word embedding."""
+    per micro-batch and layer; the rest all-reduced once, with the embeddings and the
+    final norm."""
     plan = _plan(sharded=["mlp_fc1", "mlp_fc2"])
     stream = _stream(ParallelConfig(dp=DP, operator_sharding=plan))
     p = operator_params(GPT, 1)
@@ -92,7 +96,7 @@ def test_mixed_plan_bytes_per_iteration_are_the_closed_forms():
     rest = sum(p.values()) - sharded
     assert _dp_bytes(stream, "all_gather") == pytest.approx(2 * M * L * sharded * 2)
     assert _dp_bytes(stream, "reduce_scatter") == pytest.approx(M * L * sharded * 4)
-    assert _dp_bytes(stream, "all_reduce") == pytest.approx((L * rest + V * H) * 4)
+    assert _dp_bytes(stream, "all_reduce") == pytest.approx((L * rest + OUTSIDE) * 4)
     # On the wire per GPU a ring moves (dp-1)/dp of each: 3 sharded passes' worth.
     wire = (_dp_bytes(stream, "all_gather") + _dp_bytes(stream, "reduce_scatter")) * (
         DP - 1) / DP
@@ -111,14 +115,16 @@ def test_every_gradient_is_reduced_once_whatever_the_plan(chosen, default):
     p = operator_params(GPT, 1)
     sharded = sum(p[op] for op in plan.sharded_operators)
     rest = sum(p.values()) - sharded
-    # The embedding travels with the last bucket; sharded throughout, it is
-    # reduce-scattered every micro-batch like a layer.
-    words = V * H if rest else 0.0
-    scattered_words = 0.0 if rest else M * V * H
+    # The embeddings and the final norm travel with the buckets; sharded throughout,
+    # they are reduce-scattered every micro-batch like a layer, and gathered once (FSDP's
+    # root unit, kept from the forward through the backward).
+    words = OUTSIDE if rest else 0.0
+    scattered_words = 0.0 if rest else M * OUTSIDE
     assert _dp_bytes(stream, "reduce_scatter") == pytest.approx(
         (M * L * sharded + scattered_words) * 4)
     assert _dp_bytes(stream, "all_reduce") == pytest.approx((L * rest + words) * 4)
-    assert _dp_bytes(stream, "all_gather") == pytest.approx(2 * M * L * sharded * 2)
+    assert _dp_bytes(stream, "all_gather") == pytest.approx(
+        2 * M * L * sharded * 2 + scattered_words * 2)
 
 
 @pytest.mark.parametrize(("default", "today"), [("replicated", {}), ("sharded", {"zero": 3})])

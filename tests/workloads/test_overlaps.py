@@ -74,14 +74,16 @@ def _gather_s(topo, size_bytes: float) -> float:
 
 def test_param_gather_overlapped_leaves_the_first_buckets_exposed(uniform):
     """The forward hides every bucket's gather but the first two: the one the embedding
-    needs (with the stage's other non-layer parameters) and the first layer's."""
+    needs (the word and position embeddings) and the first layer's.  The final norm's
+    gradients open the backward's first bucket, so it is gathered last, with the last
+    layer's."""
     off, parallel = _gather_case(uniform, overlap=False)
     on, _ = _gather_case(uniform, overlap=True)
     topo = _switch(8)
     training = TrainingConfig(micro_batch=1, global_batch=16)
     total = stage_param_bytes(uniform.model, parallel, training, 0)
     layer = uniform.model.layer_params(0) * 2  # bf16
-    first = total - uniform.model.layers * layer
+    first = total - uniform.model.layers * layer - uniform.model.final_norm_params() * 2
     hidden = _gather_s(topo, total) - _gather_s(topo, first) - _gather_s(topo, layer)
     assert hidden > 0
     assert off.iteration_time_s - on.iteration_time_s == pytest.approx(hidden, rel=1e-9)

@@ -113,17 +113,21 @@ def test_buckets_fill_in_backward_order_and_the_rest_goes_with_the_embedding():
     per_layer = traffic.layer_params(GPT, 0, ParallelConfig())
     parallel = ParallelConfig(dp=2, bucket_params=int(2 * per_layer))  # two layers a bucket
     grads = per_layer * 4
-    embedding = 1000 * H * 4
-    buckets = traffic.gradient_buckets(GPT, parallel, [4, 3, 2, 1, 0], first_chunk=True)
+    embedding = (1000 + 256) * H * 4  # the word and the learned position embeddings
+    buckets = traffic.gradient_buckets(GPT, parallel, [4, 3, 2, 1, 0], first_chunk=True,
+                                       head_bytes=0.0)
     assert buckets == (traffic.GradientBucket(2 * grads, 2),
                        traffic.GradientBucket(2 * grads, 4),
                        traffic.GradientBucket(grads + embedding, None))
-    later = traffic.gradient_buckets(GPT, parallel, [5, 4], first_chunk=False)
+    later = traffic.gradient_buckets(GPT, parallel, [5, 4], first_chunk=False, head_bytes=0.0)
     assert later == (traffic.GradientBucket(2 * grads, 2),)
+    # The last chunk's output layer opens its first bucket.
+    head = traffic.gradient_buckets(GPT, parallel, [5, 4], first_chunk=False, head_bytes=7.0)
+    assert head == (traffic.GradientBucket(2 * grads + 7.0, 2),)
     # One bucket per layer once a layer alone fills one; the embedding alone at the end.
     small = ParallelConfig(dp=2, bucket_params=1)
     assert [b.after_layers for b in traffic.gradient_buckets(
-        GPT, small, [1, 0], first_chunk=True)] == [1, 2, None]
+        GPT, small, [1, 0], first_chunk=True, head_bytes=0.0)] == [1, 2, None]
 
 
 @given(bucket_params=st.integers(1, 10**8), layers=st.integers(1, 6),
@@ -132,10 +136,11 @@ def test_buckets_carry_every_gradient_once(bucket_params, layers, first, precisi
     parallel = ParallelConfig(dp=2, bucket_params=bucket_params,
                               grad_reduce_precision=precision)
     order = list(reversed(range(layers)))
-    buckets = traffic.gradient_buckets(GPT, parallel, order, first_chunk=first)
+    buckets = traffic.gradient_buckets(GPT, parallel, order, first_chunk=first,
+                                       head_bytes=0.0)
     total = sum(traffic.layer_grad_bytes(GPT, layer, parallel) for layer in order)
     if first:
-        total += traffic.word_embedding_grad_bytes(GPT, parallel)
+        total += traffic.entry_grad_bytes(GPT, parallel)
     assert sum(b.size_bytes for b in buckets) == pytest.approx(total, rel=1e-12)
     launched = [b.after_layers for b in buckets if b.after_layers is not None]
     assert launched == sorted(set(launched)) and all(1 <= k <= layers for k in launched)

@@ -509,8 +509,9 @@ class IterationBounds:
                     for k, layer in enumerate(order)]
         return [(pass_s if bucket.after_layers is None else done[bucket.after_layers],
                  self._counted_call(tally, shape.grad_op, lanes, bucket.size_bytes))
-                for bucket in traffic.gradient_buckets(self.model, parallel, order,
-                                                       first_chunk=vs in shape.ends[0])]
+                for bucket in traffic.gradient_buckets(
+                    self.model, parallel, order, first_chunk=vs in shape.ends[0],
+                    head_bytes=traffic.head_grad_bytes(self.model, parallel, vs))]
 
     # ----------------------------------------------------------------- chain 2: pipeline
     def _pipeline_sends(self, shape: StrategyShape, tally: _Tally) -> list[float]:

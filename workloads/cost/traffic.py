@@ -54,6 +54,7 @@ from distsim_gpu.workloads.strategy.operator_sharding import (
     sharded_params,
 )
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
+from distsim_gpu.workloads.strategy.schedule import end_stages, route_ends, stage_of
 from distsim_gpu.workloads.strategy.tp_nd import mesh_of, weight_replicas
 
 __all__ = [
@@ -66,11 +67,14 @@ __all__ = [
     "cp_message_bytes",
     "dispatch_bytes",
     "dispatches_fp8",
+    "entry_grad_bytes",
     "exchanges_by_deepep",
     "gathers_layer_params",
     "grad_bytes_per_element",
     "gradient_buckets",
     "gradient_reduce_op",
+    "head_grad_bytes",
+    "head_params",
     "layer_gather_bytes",
     "layer_grad_bytes",
     "layer_param_bytes",
@@ -250,6 +254,47 @@ def word_embedding_grad_bytes(model: ModelSpec, parallel: ParallelConfig) -> flo
             * grad_bytes_per_element(parallel.grad_reduce_precision))
 
 
+def entry_grad_bytes(model: ModelSpec, parallel: ParallelConfig) -> float:
+    """Bytes of the gradients one GPU of the first chunk holds past its layers, as
+    :func:`~workloads.cost.parameters.params_on_gpu` counts them: the word embedding's
+    share (:func:`word_embedding_grad_bytes`), a learned position embedding and an
+    embedding norm."""
+    params = 0.0
+    if model.position == "learned":
+        params += model.seq_len * model.hidden
+    if model.embedding_norm:
+        params += model.norm_params()
+    return word_embedding_grad_bytes(model, parallel) + params * grad_bytes_per_element(
+        parallel.grad_reduce_precision)
+
+
+def head_params(model: ModelSpec, parallel: ParallelConfig, *, holds_embedding: bool) -> float:
+    """Parameters one GPU holds with the model's last chunk past its layers: the final
+    norm, the output layer (1/tp of the vocabulary) and the multi-token-prediction modules,
+    as :func:`~workloads.cost.parameters.params_on_gpu` counts them.  A tied output layer
+    on a GPU that also holds the word embedding (``holds_embedding``: pp 1, a V's first
+    stage) is that embedding, counted with it once."""
+    params = float(model.final_norm_params())
+    if not (model.tied_embeddings and holds_embedding):
+        params += model.vocab * model.hidden / parallel.tp
+    if model.mtp_depth:  # each a block like the last layer and its 2h -> h projection
+        projection = 2 * model.hidden * model.hidden / parallel.tp + 2 * model.norm_params()
+        params += model.mtp_depth * (layer_params(model, model.layers - 1, parallel)
+                                     + projection)
+    return params
+
+
+def head_grad_bytes(model: ModelSpec, parallel: ParallelConfig, vs: int) -> float:
+    """Bytes of the gradients of :func:`head_params` that virtual stage ``vs`` reduces
+    over the data-parallel group: 0 unless micro-batches leave the model there."""
+    schedule, pp = parallel.schedule, parallel.pp
+    if vs not in route_ends(schedule, pp, parallel.interleave)[1]:
+        return 0.0
+    firsts = end_stages(schedule, pp, parallel.interleave)[0]
+    return head_params(model, parallel, holds_embedding=stage_of(vs, pp, schedule) in firsts
+                       ) * grad_bytes_per_element(parallel.grad_reduce_precision)
+
+
 def stage_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> float:
     """Parameters one GPU of pipeline stage ``stage`` holds (dense and expert)."""
     mesh = mesh_of(parallel.tp_mode, parallel.tp, parallel.tp_depth)
@@ -362,16 +407,19 @@ class GradientBucket:
 
 
 def gradient_buckets(model: ModelSpec, parallel: ParallelConfig,
-                     backward_layers: Sequence[int], *, first_chunk: bool,
+                     backward_layers: Sequence[int], *, first_chunk: bool, head_bytes: float,
                      ) -> tuple[GradientBucket, ...]:
     """The gradient buckets a chunk's last backward pass reduces without ZeRO-3/FSDP:
     gradients collect in backward order and a bucket goes once it holds at least
-    :func:`bucket_bytes`; what is left goes at the end of the pass, with the word
-    embedding's gradients on the first chunk (``first_chunk``).  A per-operator plan
-    buckets only its replicated operators' gradients."""
+    :func:`bucket_bytes`; what is left goes at the end of the pass, with the embeddings'
+    gradients on the first chunk (``first_chunk``, :func:`entry_grad_bytes`).  The last
+    chunk's backward starts with the output layer's (``head_bytes``,
+    :func:`head_grad_bytes`): they open its first bucket, which goes after the first layer
+    at the earliest (DDP would send a bucket they fill alone one layer sooner).  A
+    per-operator plan buckets only its replicated operators' gradients."""
     threshold = bucket_bytes(parallel)
     buckets: list[GradientBucket] = []
-    bucket = 0.0
+    bucket = head_bytes
     plan = parallel.operator_sharding
     for done, layer in enumerate(backward_layers, start=1):
         grads = layer_grad_bytes(model, layer, parallel)
@@ -381,7 +429,7 @@ def gradient_buckets(model: ModelSpec, parallel: ParallelConfig,
             buckets.append(GradientBucket(bucket, done))
             bucket = 0.0
     if first_chunk:
-        bucket += word_embedding_grad_bytes(model, parallel)
+        bucket += entry_grad_bytes(model, parallel)
     if bucket > 0:
         buckets.append(GradientBucket(bucket, None))
     return tuple(buckets)

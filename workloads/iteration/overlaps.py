@@ -283,7 +283,7 @@ class OverlappedOps:
         forward = list(range(*self.chunks[vf]))
         backward = list(reversed(range(*self.chunks[vb])))
         before = {at: handle for at, _size, handle in waits}
-        buckets = (self._buckets(backward, first_chunk=vb in self.entries)
+        buckets = (self._buckets(backward, vb)
                    if last and par.dp_cp > 1 and reduces_in_buckets(par) else {})
         ops: list[Op] = []
         if vb in self.exits:
@@ -401,7 +401,7 @@ class OverlappedOps:
         weight passes: the input gradients went to the stage before without them)."""
         par = self.parallel
         order = list(reversed(range(*self.chunks[vs])))
-        buckets = (self._buckets(order, first_chunk=vs in self.entries)
+        buckets = (self._buckets(order, vs)
                    if last and par.dp_cp > 1 and reduces_in_buckets(par) else {})
         ops: list[Op] = []
         for position, layer in enumerate(order):
@@ -433,7 +433,7 @@ class OverlappedOps:
         for chunk in range(par.interleave):
             vs = virtual_stage(stage, chunk, par.pp, par.schedule)
             order = list(reversed(range(*self.chunks[vs])))
-            buckets = self._buckets(order, first_chunk=vs in self.entries)
+            buckets = self._buckets(order, vs)
             # The end-of-pass bucket (None) holds the forward's first layers.
             ahead = sorted(buckets, key=lambda p: (p is not None, -(p or 0)))
             plan[chunk] = [[None if p is None else order[p - 1], buckets[p] * width, ""]

@@ -52,11 +52,13 @@ from distsim_gpu.workloads.cost.traffic import (
     alltoall_bytes,
     cp_message_bytes,
     dispatch_bytes,
+    entry_grad_bytes,
     exchanges_by_deepep,
     gathers_layer_params,
     grad_bytes_per_element,
     gradient_buckets,
     gradient_reduce_op,
+    head_grad_bytes,
     layer_gather_bytes,
     layer_grad_bytes,
     layer_shard_grad_bytes,
@@ -298,6 +300,7 @@ class StreamBuilder(OverlappedOps):
         if None in before:
             ops.append(Wait(before.pop(None)))
         if vs in self.entries:
+            self._gather_root(ops, vs)
             ops.append(self._edge("embedding", "fwd"))
         order = list(range(*self.chunks[vs]))
         for position, layer in enumerate(order):
@@ -347,12 +350,16 @@ class StreamBuilder(OverlappedOps):
         if vs in self.exits:
             self._mtp(ops, "bwd", fold)
             ops.append(self._edge("loss", "bwd"))
+            if sharded and weights and not reduces_in_buckets(par):  # like a layer's
+                ops.append(self._async_dp("reduce_scatter",
+                                          head_grad_bytes(self.model, par, vs),
+                                          "output layer reduce grads"))
         order = list(reversed(range(*self.chunks[vs])))
         # Without ZeRO-3/FSDP the last micro-batch reduces the gradients in buckets, each
         # launched after the layer that fills it (by backward position); with it, every
         # micro-batch reduce-scatters each layer's.  A per-operator plan does both: its
         # sharded operators' gradients reduce-scattered, its replicated ones' bucketed.
-        buckets = (self._buckets(order, first_chunk=vs in self.entries) if weights and last
+        buckets = (self._buckets(order, vs) if weights and last
                    and par.dp_cp > 1 and reduces_in_buckets(par) else {})
         for position, layer in enumerate(order):
             if sharded:
@@ -376,7 +383,7 @@ class StreamBuilder(OverlappedOps):
                 # Sharded throughout (ZeRO-3/FSDP): the word embedding's gradients are
                 # reduce-scattered like a layer's, not left out with the buckets.
                 ops.append(self._async_dp("reduce_scatter",
-                                          word_embedding_grad_bytes(self.model, par),
+                                          entry_grad_bytes(self.model, par),
                                           "embedding reduce grads"))
         if None in buckets:
             ops.append(self._async_dp(gradient_reduce_op(par), buckets[None],
@@ -543,6 +550,17 @@ class StreamBuilder(OverlappedOps):
                     ops.append(Collective(kind, size, f"{label} shared experts {kind}",
                                           exclusive=fold))
 
+    def _gather_root(self, ops: list[Op], vs: int) -> None:
+        """ZeRO-3/FSDP sharded throughout: what no layer holds (embeddings, final norm,
+        output layer: FSDP's root unit) gathered before the embedding's forward and, as
+        FSDP keeps its root unsharded after the forward, kept through the backward."""
+        par = self.parallel
+        if par.dp_cp == 1 or not gathers_layer_params(par) or reduces_in_buckets(par):
+            return
+        size = stage_param_bytes(self.model, par, self.training, pipeline.stage_of(
+            vs, par.pp, par.schedule)) - sum(map(self._param_bytes, range(*self.chunks[vs])))
+        ops += [self._async_dp("all_gather", size, "root gather params", "root"), Wait("root")]
+
     def _gather_params(self, ops: list[Op], order: list[int], position: int) -> None:
         """ZeRO-3/FSDP: the first layer's all-gather, the next one's as prefetch, then wait.
 
@@ -595,16 +613,18 @@ class StreamBuilder(OverlappedOps):
         ops.append(Collective("all_gather", size, f"L{layer} reshard tp{narrow}->tp{wide}",
                               subgroups=reshard_subgroups(self.parallel.tp, narrow, wide)))
 
-    def _buckets(self, order: list[int], first_chunk: bool) -> dict[int | None, float]:
-        """The data-parallel buckets of a last backward (``after_layers`` -> bytes), by
-        position in ``order``; a narrower layer group's gradients go on their own
-        (:meth:`_reduce_narrow`), so they are left out."""
+    def _buckets(self, order: list[int], vs: int) -> dict[int | None, float]:
+        """The data-parallel buckets of virtual stage ``vs``'s last backward
+        (``after_layers`` -> bytes), by position in ``order``; a narrower layer group's
+        gradients go on their own (:meth:`_reduce_narrow`), so they are left out."""
+        ends = {"first_chunk": vs in self.entries,
+                "head_bytes": head_grad_bytes(self.model, self.parallel, vs)}
         if self.settings is None:
             return {b.after_layers: b.size_bytes for b in gradient_buckets(
-                self.model, self.parallel, order, first_chunk=first_chunk)}
+                self.model, self.parallel, order, **ends)}
         wide = [p for p, layer in enumerate(order, start=1) if self.settings[layer].k == 1]
-        buckets = gradient_buckets(self.model, self.parallel,
-                                   [order[p - 1] for p in wide], first_chunk=first_chunk)
+        buckets = gradient_buckets(self.model, self.parallel, [order[p - 1] for p in wide],
+                                   **ends)
         return {None if b.after_layers is None else wide[b.after_layers - 1]: b.size_bytes
                 for b in buckets}
 
