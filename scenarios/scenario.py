@@ -121,6 +121,7 @@ from distsim_gpu.workloads.job.stragglers import (
 from distsim_gpu.workloads.specs.gpus import GpuSpec
 from distsim_gpu.workloads.specs.models import ModelSpec, model_from_mapping
 from distsim_gpu.workloads.specs.moe_routing import routed_comm
+from distsim_gpu.workloads.strategy.framework_names import COMPUTE_NAMES
 from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
     TrainingConfig,
@@ -443,7 +444,7 @@ def _validate(spec: dict[str, Any], source: str | None, base: Path,
 
     # compute
     compute = check_mapping(spec.get("compute"), key="compute", source=source, optional=True)
-    check_keys(compute, COMPUTE_KEYS, prefix="compute", source=source)
+    check_keys(compute, COMPUTE_KEYS, prefix="compute", source=source, synonyms=COMPUTE_NAMES)
     gpu = gpu_of(compute.get("gpu"), topology, source)
     roofline = roofline_of(compute, gpu, training.precision, source, training.fp8_recipe,
                            training.optimizer_moments)

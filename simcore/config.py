@@ -353,22 +353,27 @@ def _finite(value: numbers.Real) -> bool:
 
 
 def check_keys(mapping: Mapping[Any, Any], valid: Collection[str], *, prefix: str = "",
-               what: str = "key", context: str = "", **where: Unpack[Where]) -> None:
+               what: str = "key", context: str = "",
+               synonyms: Mapping[str, str] | None = None, **where: Unpack[Where]) -> None:
     """Every key of ``mapping`` (found at dotted path ``prefix``) is one of ``valid``.
 
     The first unknown key is named by its full dotted path, with the closest valid key as
-    a hint.  The message is ``unknown <what><context>``: ``what`` says what the keys name
-    (``"protocol"``), ``context`` why the set is what it is (``" for preset 'switch'"``).
-    ``where`` (:class:`Where`) is the place: the file, its lines or the line itself when
-    the caller knows it but has no ``lines`` map (a CSV row), the error class raised.
+    a hint, or, where ``synonyms`` holds it (another tool's name for a setting), what it
+    says to write instead.  The message is ``unknown <what><context>``: ``what`` says what
+    the keys name (``"protocol"``), ``context`` why the set is what it is (``" for preset
+    'switch'"``).  ``where`` (:class:`Where`) is the place: the file, its lines or the line
+    itself when the caller knows it but has no ``lines`` map (a CSV row), the error class
+    raised.
     """
     _check_where(where)
     for raw in mapping:
         if isinstance(raw, str) and raw in valid:
             continue
         name = str(raw)
+        known = (synonyms or {}).get(name)
         raise _fail_at(f"unknown {what}{context}", f"{prefix}.{name}" if prefix else name,
-                       where, closest(name, valid))
+                       where, closest(name, valid) if known is None
+                       else f"a framework's name: {known}")
 
 
 def check_choice(value: Any, valid: Collection[str], *, key: str | None,

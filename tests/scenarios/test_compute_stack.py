@@ -51,7 +51,7 @@ def test_attention_overrides_the_stack_and_round_trips():
 
 @pytest.mark.parametrize(("compute", "precision", "message"), [
     ({"stack": "megatron"}, "fp16",
-     "compute.stack: unknown stack 'megatron' (did you mean 'megatron-core'?"),
+     "compute.stack: unknown stack 'megatron' (a framework's name: its stack is megatron-core"),
     ({"stack": 3}, "fp16", "compute.stack: must be a stack name, got 3"),
     ({"stack": "megatron-deepspeed"}, "fp8",
      "compute.stack: stack 'megatron-deepspeed' has no FP8 kernels"),

@@ -57,6 +57,7 @@ from distsim_gpu.workloads.specs.recompute_modules import (
 from distsim_gpu.workloads.strategy.data_loading import DataLoader, data_loader_from_mapping
 from distsim_gpu.workloads.strategy.expert_grid import ExpertGrid, check_expert_grid
 from distsim_gpu.workloads.strategy.fb_pairs import check_fb_overlap
+from distsim_gpu.workloads.strategy.framework_names import PARALLELISM_NAMES, TRAINING_NAMES
 from distsim_gpu.workloads.strategy.layer_groups import (
     LayerGroup,
     check_layer_group_strategy,
@@ -407,10 +408,8 @@ def check_strategy(model: ModelSpec, parallel: ParallelConfig, training: Trainin
                   precision=training.precision, source=source)
     check_tp_nd(parallel, micro_batch=training.micro_batch, heads=heads, kv_heads=kv_heads,
                 experts=experts, source=source)
-    check_operator_sharding(parallel, experts=experts, source=source, model=model,
-                            tp=parallel.tp)
-    check_cp_split(training.seq_len or seq_len, parallel.cp, key="parallelism.cp",
-                   source=source)
+    check_operator_sharding(parallel, experts=experts, source=source, model=model, tp=parallel.tp)
+    check_cp_split(training.seq_len or seq_len, parallel.cp, key="parallelism.cp", source=source)
     if parallel.cp > 1 and model.attention_window is not None:
         raise ConfigError("context parallelism with local attention is not modelled",
                           key="parallelism.cp", source=source,
@@ -652,7 +651,7 @@ def parallel_from_mapping(data: Mapping[str, Any] | None, *, source: str | None 
                           prefix: str = "parallelism") -> ParallelConfig:
     """A :class:`ParallelConfig` from YAML keys (unknown keys rejected with a suggestion);
     a two-chunk schedule (dualpipe, dualpipev) runs ``interleave`` 2 unless it is given."""
-    parallel = _from_mapping(ParallelConfig, data, source, prefix)
+    parallel = _from_mapping(ParallelConfig, data, source, prefix, PARALLELISM_NAMES)
     given = isinstance(data, Mapping) and "interleave" in data
     return parallel if given or parallel.schedule not in V_SCHEDULES else replace(
         parallel, interleave=2)
@@ -661,13 +660,14 @@ def parallel_from_mapping(data: Mapping[str, Any] | None, *, source: str | None 
 def training_from_mapping(data: Mapping[str, Any] | None, *, source: str | None = None,
                           prefix: str = "training") -> TrainingConfig:
     """A :class:`TrainingConfig` from YAML keys (unknown keys rejected with a suggestion)."""
-    return _from_mapping(TrainingConfig, data, source, prefix)
+    return _from_mapping(TrainingConfig, data, source, prefix, TRAINING_NAMES)
 
 
 def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
-                  prefix: str) -> Any:
+                  prefix: str, names: Mapping[str, str]) -> Any:
     data = check_mapping(data, key=prefix, source=source, optional=True)
-    check_keys(data, tuple(cls.__dataclass_fields__), prefix=prefix, source=source)
+    check_keys(data, tuple(cls.__dataclass_fields__), prefix=prefix, source=source,
+               synonyms=names)
     values: dict[str, Any] = {}
     for key, value in data.items():
         default = getattr(cls(), key)

@@ -80,6 +80,7 @@ from distsim_gpu.simcore.config import check_bool, check_choice, check_number
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.cost.compute.cross_entropy import CROSS_ENTROPY
 from distsim_gpu.workloads.cost.compute.fp8_recipes import FP8_RECIPES, Fp8Recipe, fp8_recipe
+from distsim_gpu.workloads.strategy.framework_names import STACK_NAMES
 
 __all__ = [
     "ATTENTION_IMPLEMENTATIONS",
@@ -454,4 +455,8 @@ def get_stack(name: str, *, key: str = "compute.stack", source: str | None = Non
     if not isinstance(name, str):
         raise ConfigError(f"must be a stack name, got {name!r}", key=key, source=source,
                           hint="valid: " + ", ".join(STACKS))
+    framework = STACK_NAMES.get(name.strip().lower())
+    if framework is not None and name not in STACKS:  # a framework, not one of its stacks
+        raise ConfigError(f"unknown stack {name!r}", key=key, source=source,
+                          hint=f"a framework's name: its stack is {framework}")
     return STACKS[check_choice(name, STACKS, key=key, source=source, what="stack")]
