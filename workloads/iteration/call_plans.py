@@ -30,7 +30,7 @@ from distsim_gpu.collectives.plan import CollectivePlan
 from distsim_gpu.simcore.flows import LinkSet
 from distsim_gpu.workloads.iteration.timeline import RankGroup
 
-__all__ = ["CallPlans"]
+__all__ = ["CallPlans", "joint_coflow"]
 
 
 class CallPlans:
@@ -112,14 +112,24 @@ def _joint_lanes(comm: Communicator, plans: list[CollectivePlan], size: float,
         return None
     joint = []
     for lane in range(wait):
-        images = plans[lane::wait]
-        parts = [plan.coflow(size) for plan in images]
-        if (len({wire_bytes for wire_bytes, _links in parts}) > 1 or not parts[0][0]
-                or len({plan.latency_s for plan in images}) > 1):
+        one = joint_coflow(comm.sim.network, plans[lane::wait], size)
+        if one is None or not one[1]:
             return None
-        weights: dict[Any, float] = {}
-        for _wire_bytes, links in parts:
-            for link, streams in links.items():
-                weights[link] = weights.get(link, 0.0) + streams
-        joint.append((comm.sim.network.link_set(weights), parts[0][0], images[0].latency_s))
+        joint.append(one)
     return joint
+
+
+def joint_coflow(network: Any, plans: list[CollectivePlan], size: float,
+                 ) -> tuple[LinkSet, float, float] | None:
+    """Plans that run alike (a folded call's and its images') as one coflow: ``(links,
+    wire bytes, latency)``, each link's multiplicities summed over the plans; None unless
+    each plan carries as many wire bytes after the same latency."""
+    parts = [plan.coflow(size) for plan in plans]
+    if (len({wire_bytes for wire_bytes, _links in parts}) > 1
+            or len({plan.latency_s for plan in plans}) > 1):
+        return None
+    weights: dict[Any, float] = {}
+    for _wire_bytes, links in parts:
+        for link, streams in links.items():
+            weights[link] = weights.get(link, 0.0) + streams
+    return network.link_set(weights), parts[0][0], plans[0].latency_s

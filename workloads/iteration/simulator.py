@@ -56,7 +56,7 @@ from distsim_gpu.simcore.gc_batch import young_collections_batched
 from distsim_gpu.simcore.network import LinkUsage
 from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.workloads.cost.traffic import seq_len_of
-from distsim_gpu.workloads.iteration.call_plans import CallPlans
+from distsim_gpu.workloads.iteration.call_plans import CallPlans, joint_coflow
 from distsim_gpu.workloads.iteration.folding import dp_apart_from_tp as dp_apart
 from distsim_gpu.workloads.iteration.folding import exclusive_tp, fold_check, unit_rows
 from distsim_gpu.workloads.iteration.nccl_sms import NcclSmShare
@@ -398,15 +398,7 @@ class IterationSimulator:
         if self.comm.params.fidelity != "coflow":
             return None
         plans = [self.comm.choose(op, list(image.gpus), size) for image in self._images(group)]
-        parts = [plan.coflow(size) for plan in plans]
-        if (len({wire for wire, _links in parts}) > 1
-                or len({plan.latency_s for plan in plans}) > 1):
-            return None
-        links: dict[Any, float] = {}
-        for _wire, weights in parts:
-            for link, weight in weights.items():
-                links[link] = links.get(link, 0.0) + weight
-        return self.sim.network.link_set(links), parts[0][0], plans[0].latency_s
+        return joint_coflow(self.sim.network, plans, size)
 
     def _join(self, group: RankGroup, op: Collective) -> Generator[simpy.Event, Any, None]:
         """A blocking collective among rank groups (expert all-to-all, tied embedding,
