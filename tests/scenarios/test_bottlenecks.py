@@ -43,8 +43,7 @@ def test_data_parallel_critical_path_is_compute_then_the_all_reduce(uniform):
     params = CommParams(protocol="simple", algorithm="ring")
     result = uniform.run(topo, ParallelConfig(dp=dp, bucket_params=10**12),
                          TrainingConfig(micro_batch=1, global_batch=dp * m), comm=params)
-    grad_bytes = sum(uniform.model.layer_params(i) for i in range(uniform.model.layers)) * 4
-    grad_bytes += uniform.model.vocab * uniform.model.hidden * 4
+    grad_bytes = uniform.model.total_params() * 4  # every parameter's fp32 gradient
     all_reduce = Communicator(Simulation(), topo, params).estimate_s(
         "all_reduce", list(topo.gpus), grad_bytes)
     compute = m * uniform.model.layers * (uniform.t_fwd_s + uniform.t_bwd_s)

@@ -188,6 +188,12 @@ def _params(layers: range) -> float:
 
 GRAD_BYTES = 4  # ParallelConfig's default: gradients reduced in fp32
 EMBEDDING_GRAD_BYTES = MODEL.vocab * MODEL.hidden / 2 * GRAD_BYTES  # tp 2
+# Reduced over the data-parallel group with the first chunk: the word embedding's share
+# and the learned position embedding; with the last: the final norm and, on a stage
+# without the word embedding, the tied output layer's copy of it.
+ENTRY_GRAD_BYTES = EMBEDDING_GRAD_BYTES + MODEL.seq_len * MODEL.hidden * GRAD_BYTES
+FINAL_NORM_GRAD_BYTES = 2 * MODEL.hidden * GRAD_BYTES  # LayerNorm's weight and bias
+HEAD_GRAD_BYTES = FINAL_NORM_GRAD_BYTES + EMBEDDING_GRAD_BYTES
 
 
 @pytest.mark.parametrize("zero", [0, 1])
@@ -196,16 +202,19 @@ def test_data_parallel_buckets_in_the_last_backward(zero):
     layers = MODEL.layers // pp
     per_layer = _params(range(1))
     op = "reduce_scatter" if zero else "all_reduce"
-    # A bucket of one layer's parameters: one call per layer (+ the embedding's on stage 0).
+    # A bucket of one layer's parameters: one call per layer (+ the embeddings' on stage
+    # 0); the last stage's first bucket opens with its output layer's and final norm's.
     small = builder(m, pp=pp, zero=zero, bucket_params=per_layer)
     for stage in range(pp):
         stream = small.stage_stream(stage)
         calls = [o for o in stream if isinstance(o, Collective) and not o.blocking]
         assert [c.op for c in calls] == [op] * (layers + (stage == 0))
         assert all(c.group == "dp" and c.handle is None for c in calls)
-        assert [c.size_bytes for c in calls[:layers]] == [per_layer * GRAD_BYTES] * layers
+        head = HEAD_GRAD_BYTES if stage == pp - 1 else 0.0
+        assert [c.size_bytes for c in calls[:layers]] == pytest.approx(
+            [per_layer * GRAD_BYTES + head] + [per_layer * GRAD_BYTES] * (layers - 1))
         if stage == 0:
-            assert calls[-1].size_bytes == pytest.approx(EMBEDDING_GRAD_BYTES)
+            assert calls[-1].size_bytes == pytest.approx(ENTRY_GRAD_BYTES)
         # Launched by the last micro-batch's backward: after every other backward.
         first = stream.index(calls[0])
         assert len(computes(stream[:first], "bwd")) >= 2 * (m - 1) * layers
@@ -214,7 +223,8 @@ def test_data_parallel_buckets_in_the_last_backward(zero):
     large = builder(m, pp=pp, zero=zero, bucket_params=10**12)
     (call,) = [o for o in large.stage_stream(1)
                if isinstance(o, Collective) and not o.blocking]
-    assert call.size_bytes == pytest.approx(_params(range(layers, 2 * layers)) * GRAD_BYTES)
+    assert call.size_bytes == pytest.approx(_params(range(layers, 2 * layers)) * GRAD_BYTES
+                                            + HEAD_GRAD_BYTES)
     assert call.label == "grads of chunk 0"
 
 
@@ -225,14 +235,22 @@ def test_zero3_gathers_each_layer_ahead_and_reduce_scatters_its_gradients():
     asynchronous = [o for o in stream if isinstance(o, Collective) and not o.blocking]
     gathers = [o for o in asynchronous if o.op == "all_gather"]
     reductions = [o for o in asynchronous if o.op == "reduce_scatter"]
-    assert len(gathers) == 2 * m * MODEL.layers  # every layer, forward and backward
-    # Every layer's gradients and the word embedding's, every micro-batch.
-    assert len(reductions) == m * (MODEL.layers + 1)
+    # Every layer, forward and backward, and FSDP's root unit (what no layer holds: the
+    # embeddings and the final norm) once a micro-batch, kept through its backward.
+    assert len(gathers) == 2 * m * MODEL.layers + m
+    root = [o for o in gathers if o.label == "root gather params"]
+    assert len(root) == m and root[0].size_bytes == pytest.approx(
+        (ENTRY_GRAD_BYTES + FINAL_NORM_GRAD_BYTES) / GRAD_BYTES * 2)  # bf16 parameters
+    # Every layer's gradients, the embeddings' and the final norm's, every micro-batch.
+    assert len(reductions) == m * (MODEL.layers + 2)
     embedding = [o for o in reductions if o.label == "embedding reduce grads"]
     assert len(embedding) == m
-    assert embedding[0].size_bytes == pytest.approx(EMBEDDING_GRAD_BYTES)
+    assert embedding[0].size_bytes == pytest.approx(ENTRY_GRAD_BYTES)
+    head = [o for o in reductions if o.label == "output layer reduce grads"]
+    assert len(head) == m and head[0].size_bytes == pytest.approx(FINAL_NORM_GRAD_BYTES)
     waits = [o for o in stream if isinstance(o, Wait) and o.handle is not None]
-    assert Counter(w.handle for w in waits) == {f"L{i}": 2 * m for i in range(MODEL.layers)}
+    assert Counter(w.handle for w in waits) == {
+        "root": m, **{f"L{i}": 2 * m for i in range(MODEL.layers)}}
     # Each wait comes after its gather was launched, and the next layer's gather (the
     # prefetch) is launched before the layer's compute.
     launched: set[str] = set()
