@@ -17,7 +17,9 @@ Conventions (as vendors and nccl-tests use them):
 * bandwidth: ``B/s`` family as sizes per second (``GB/s`` = 10⁹ B/s), bit rates
   ``bps kbps Mbps Gbps Tbps`` and ``Gb/s`` (10⁹ bit/s = 1.25·10⁸ B/s);
 * time: ``s ms us µs ns`` (and ``min``, ``h``);
-* compute: ``FLOP/s`` with ``k M G T P`` prefixes (``"312 TFLOP/s"``).
+* compute: ``FLOP/s`` with ``k M G T P`` prefixes (``"312 TFLOP/s"``);
+* counts (of parameters, elements): decimal ``k K M G T`` (``"40M"`` is 4·10⁷, as
+  Megatron's and DeepSpeed's sizes in elements are written), and whole.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ __all__ = [
     "format_bytes",
     "format_duration",
     "parse_bandwidth",
+    "parse_count",
     "parse_duration",
     "parse_flops",
     "parse_latency",
@@ -82,6 +85,9 @@ _TIME_UNITS = {
 # What a unit-less figure looks like in SI, for the hint of a refused bare number (the
 # examples' own figures: 400 Gb/s = 50 GB/s = 5e10 B/s).
 _SI_EXAMPLE = {"bandwidth": "'5e10 B/s'", "latency": "'2e-6 s'"}
+
+# A count's suffixes are decimal (``40M`` parameters is 4e7, never 2^20-based).
+_COUNT_UNITS = {p: f for p, f in _DECIMAL.items() if p != "P"}
 
 _POWER_UNITS = {"": 1.0, "W": 1.0, "kW": 1e3, "mW": 1e-3}
 
@@ -244,6 +250,18 @@ def parse_flops(value: object, *, key: str | None = None, source: str | None = N
     """FLOP per second from ``"312 TFLOP/s"`` or a number."""
     return _parse(value, _FLOPS_UNITS, "compute rate", '"312 TFLOP/s"', key=key,
                   source=source, allow_zero=allow_zero)
+
+
+def parse_count(value: object, *, key: str | None = None, source: str | None = None,
+                allow_zero: bool = False) -> int:
+    """A whole count (of parameters, elements) from ``40000000``, ``4e7``, ``"40M"`` or
+    ``"1.5M"``: decimal suffixes; a fraction of one (``1.5``) is refused, not truncated."""
+    count = _parse(value, _COUNT_UNITS, "count", '40000000, "40M" or "1.5M"', key=key,
+                   source=source, allow_zero=allow_zero)
+    if count != math.floor(count):
+        raise ParseError(f"a count must be whole, got {_short(value)}", key=key, source=source,
+                         hint='e.g. 40000000, "40M" or "1.5M" (decimal suffixes)')
+    return int(count)
 
 
 def parse_power(value: object, *, key: str | None = None, source: str | None = None,

@@ -12,6 +12,7 @@ from distsim_gpu.simcore.units import (
     format_bytes,
     format_duration,
     parse_bandwidth,
+    parse_count,
     parse_duration,
     parse_flops,
     parse_latency,
@@ -363,3 +364,23 @@ def test_format_duration_picks_readable_unit(seconds, text):
 @pytest.mark.parametrize("seconds", [2e-9, 7.5e-6, 0.0123, 4.0])
 def test_format_duration_round_trips_through_parse_duration(seconds):
     assert parse_duration(format_duration(seconds)) == pytest.approx(seconds, rel=1e-3)
+
+
+@pytest.mark.parametrize(("value", "count"), [
+    (40_000_000, 40_000_000), (4e7, 40_000_000), ("4e7", 40_000_000), ("40M", 40_000_000),
+    ("40 M", 40_000_000), ("1.5M", 1_500_000), ("2k", 2_000), ("1G", 10**9),
+])
+def test_parse_count_reads_decimal_suffixes(value, count):
+    # A count of parameters is decimal: "40M" is Megatron's 4e7, not nccl-tests' 40 * 2^20.
+    got = parse_count(value)
+    assert got == count and isinstance(got, int)
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    (1.5, "must be whole"), ("1.5", "must be whole"), ("40MB", "cannot read"),
+    ("40MiB", "cannot read"), (0, "positive"), (-3, "positive"), (True, "expected a count"),
+])
+def test_parse_count_refuses_what_is_no_whole_count(value, says):
+    with pytest.raises(ParseError, match=says) as caught:
+        parse_count(value, key="parallelism.bucket_params", source="s.yaml")
+    assert "parallelism.bucket_params" in str(caught.value)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from distsim_gpu.simcore.errors import ConfigError
+from distsim_gpu.simcore.errors import ConfigError, ParseError
 from distsim_gpu.workloads.cost import traffic
 from distsim_gpu.workloads.strategy.parallel import (
     ParallelConfig,
@@ -158,3 +158,15 @@ def test_the_typed_configs_hold_whole_numbers_from_the_start(section, data, key)
 def test_zero_stage_0_and_the_models_sequence_are_valid_values():
     assert parallel_from_mapping({"zero": 0, "tp": 2}).tp == 2
     assert training_from_mapping({"seq_len": None}).seq_len is None
+
+
+@pytest.mark.parametrize(("given", "params"), [("40M", 40_000_000), ("2.5M", 2_500_000),
+                                                (4e7, 40_000_000)])
+def test_bucket_params_is_a_decimal_count_of_parameters(given, params):
+    # Megatron's and DeepSpeed's bucket sizes count elements: "40M" is 4e7, not 40 * 2^20.
+    assert parallel_from_mapping({"bucket_params": given}).bucket_params == params
+
+
+def test_bucket_params_refuses_a_fraction_of_a_parameter():
+    with pytest.raises(ParseError, match=r"parallelism\.bucket_params.*whole"):
+        parallel_from_mapping({"bucket_params": 1.5})

@@ -46,7 +46,7 @@ from distsim_gpu.simcore.config import (
     check_whole,
 )
 from distsim_gpu.simcore.errors import ConfigError
-from distsim_gpu.simcore.units import parse_size
+from distsim_gpu.simcore.units import parse_count
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.recompute import RECOMPUTE_MODES
 from distsim_gpu.workloads.specs.recompute_modules import (
@@ -686,8 +686,7 @@ def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
             value = data_loader_from_mapping(value, source=source,
                                              prefix=f"{prefix}.data_loader")
         elif key == "bucket_params":
-            value = int(parse_size(value, key=f"{prefix}.{key}", source=source,
-                                   allow_zero=False))
+            value = parse_count(value, key=f"{prefix}.{key}", source=source)
         elif isinstance(default, str) or (key == "fp8_recipe" and value is not None):
             value = str(value).lower()
         elif isinstance(default, int) or (key in ("seq_len", "expert_tp")
