@@ -28,7 +28,7 @@ from distsim_gpu.scenarios.tp_span_notes import tp_span_notes
 from distsim_gpu.simcore.notes import RunNote, unique
 from distsim_gpu.simcore.units import format_duration
 from distsim_gpu.topology import Topology
-from distsim_gpu.topology.fabric_notes import fabric_notes
+from distsim_gpu.topology.fabric_notes import fabric_notes, spans_nodes
 from distsim_gpu.topology.faults import Fault
 from distsim_gpu.topology.preset_registry import NODE_PRESETS
 from distsim_gpu.topology.routing import END_TO_END_POLICIES
@@ -327,5 +327,6 @@ def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topol
         notes += idle_notes(run, topology)
         notes += tp_span_notes(run.parallel, run.topology)
     notes += fault_notes(faults, topology, iteration_time_s)
-    notes += fabric_notes(topology, within="cluster.")
+    notes += fabric_notes(topology, within="cluster.",
+                          nics_carry=any(spans_nodes(run.topology) for run in runs))
     return unique(notes)

@@ -15,7 +15,9 @@ leaf cabled to every spine) is an extrapolation the run must say.
 
 A NIC faster than the PCIe link it sits on (an 800 Gb/s NIC in a Gen5 x16 slot) carries
 no more than that link: GPUDirect RDMA's bytes cross it.  "Twice the InfiniBand" then
-buys a fraction of what its label says, which the run must say.
+buys a fraction of what its label says, which the run must say -- where a NIC carries
+anything: a run whose every job sits on one node sends nothing through its NICs, so the
+slot caps nothing there and the note would blame a figure the run never used.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.simcore.units import format_bandwidth
 from distsim_gpu.topology.model import Topology
 
-__all__ = ["fabric_notes", "nic_slot_notes"]
+__all__ = ["fabric_notes", "nic_slot_notes", "spans_nodes"]
 
 _RAIL_KINDS = ("rail-optimized", "multi-plane", "dual-plane")
 #: The most ports a fabric switch has today: NVIDIA's Quantum-X800 (Q3400), 144 ports of
@@ -36,13 +38,22 @@ _RAIL_KINDS = ("rail-optimized", "multi-plane", "dual-plane")
 MAX_SWITCH_PORTS = 144
 
 
-def fabric_notes(topology: Topology, *, within: str = "") -> list[RunNote]:
+def fabric_notes(topology: Topology, *, within: str = "",
+                 nics_carry: bool = True) -> list[RunNote]:
     """Every note of this module for ``topology`` (its links read in one pass); ``within``
     is where the cluster's keys sit in the configuration the user wrote (``"cluster."`` in
-    a scenario, ``""`` in a cluster file), so each note names the key as it is set."""
+    a scenario, ``""`` in a cluster file), so each note names the key as it is set;
+    ``nics_carry``: whether the run sends anything between nodes (else no NIC's slot note)."""
     tally = _tally(topology)
+    slots = _slot_notes(tally, within) if nics_carry else []
     return [*_one_leaf_notes(topology, within), *_one_rail_group_notes(topology, within),
-            *_radix_notes(topology, tally.switch_out, within), *_slot_notes(tally, within)]
+            *_radix_notes(topology, tally.switch_out, within), *slots]
+
+
+def spans_nodes(topology: Topology) -> bool:
+    """Whether ``topology``'s GPUs (a job's, in a job view) sit on more than one node, so
+    that its traffic can cross a NIC."""
+    return len({topology.node_of(gpu) for gpu in topology.gpus}) > 1
 
 
 @dataclass(slots=True)

@@ -24,7 +24,7 @@ from distsim_gpu.scenarios.run_notes import nvlink_efficiency_notes
 from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.notes import RunNote
 from distsim_gpu.simcore.units import parse_size
-from distsim_gpu.topology.fabric_notes import fabric_notes
+from distsim_gpu.topology.fabric_notes import fabric_notes, spans_nodes
 from distsim_gpu.topology.model import Topology
 
 __all__ = ["add_parser", "handle"]
@@ -88,7 +88,8 @@ def handle(args: argparse.Namespace) -> int:
 def _benchmark_notes(topology: Topology, params: CommParams) -> list[RunNote]:
     """The fabric's notes, NVLink's efficiency where it is H100's on another generation,
     and on one GPU that the 0.00 us rows time no local copy."""
-    notes = fabric_notes(topology) + nvlink_efficiency_notes(params, topology)
+    notes = (fabric_notes(topology, nics_carry=spans_nodes(topology))
+             + nvlink_efficiency_notes(params, topology))
     if len(topology.gpus) == 1:
         notes.append(RunNote("unmodelled", "one GPU: the collective moves no bytes between GPUs, "
                              "so its rows read 0; NCCL itself still copies an out-of-place "

@@ -71,6 +71,21 @@ def test_nccl_tests_says_the_slot_caps_the_nic(capsys):
     assert "ignored [nic.bandwidth]: 16 NICs of 100 GB/s" in capsys.readouterr().out
 
 
+def test_nothing_between_nodes_blames_no_nic_slot(capsys):
+    """On one node no byte crosses a NIC, so its PCIe slot caps nothing: neither
+    nccl-tests nor a run says it does (both had noted the slot on every one-node run)."""
+    args = ["nccl-tests", "--cluster", "dgx-h100", "--nodes", "1", "--set",
+            "nic.bandwidth=800 Gbps", "-b", "1M", "-e", "1M"]
+    assert main(args) == 0
+    assert "PCIe links" not in capsys.readouterr().out
+    run = ["run", "scenarios/examples/quickstart.yaml", "--json", "-q", "--set",
+           "cluster.preset=dgx-h100", "--set", "cluster.nic.bandwidth=800 Gbps"]
+    assert main([*run, "--set", "cluster.nodes=1", "--set", "parallelism.dp=1"]) == 0
+    assert "PCIe links" not in capsys.readouterr().out
+    assert main(run) == 0  # two nodes: the slot caps the NICs their traffic crosses
+    assert "PCIe links" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(("nodes", "kind", "noted"), [
     (4, "rail-optimized", True), (32, "rail-optimized", True), (64, "rail-optimized", False),
     (4, "multi-plane", True), (4, "fat-tree", False)])
