@@ -218,6 +218,10 @@ def _box_nic(spec: Mapping[Any, Any], preset: NodePreset, source: str | None,
                        "nic.bandwidth", source),
         read_latency(nic_spec.get("latency", preset.nic.latency_s), "nic.latency", source),
     )
+    if "model" not in nic_spec and nic.bandwidth_bytes_per_s != preset.nic.bandwidth_bytes_per_s:
+        # A what-if's rate on the preset's NIC: its product name alone would read as the
+        # rate the run did not use (a "200Gb/s" part carrying 800 Gb/s).
+        nic_model += f" (run at {nic.bandwidth_bytes_per_s * 8 / 1e9:.4g} Gb/s)"
     return nic_model, nic_count, layout, nic
 
 

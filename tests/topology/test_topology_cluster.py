@@ -67,6 +67,21 @@ def test_build_cluster_group_overrides_change_the_right_links() -> None:
     assert topo.config["fabric"]["link_bandwidth"] == 12.5e9
 
 
+@pytest.mark.parametrize(("nic", "model"), [
+    ({"bandwidth": "800 Gbps"}, "ConnectX-6 HDR 200Gb/s (run at 800 Gb/s)"),
+    ({"bandwidth": "200 Gbps"}, "ConnectX-6 HDR 200Gb/s"),  # the preset's own rate
+    ({"bandwidth": "800 Gbps", "model": "CX-8"}, "CX-8"),   # a model the user named
+])
+def test_a_nic_rate_what_if_is_not_printed_under_the_old_part_name(nic, model) -> None:
+    """The resolved NIC of a what-if: a 200 Gb/s part's name on an 800 Gb/s link had read as
+    a run at 200 Gb/s; the name a user gives is kept as given, and re-reading the resolved
+    config adds nothing."""
+    topo = build_cluster({"preset": "dgx-a100", "nodes": 2, "nic": nic})
+    assert topo.config["nic"]["model"] == model
+    again = build_cluster({"preset": "dgx-a100", "nodes": 2, "nic": topo.config["nic"]})
+    assert again.config["nic"] == topo.config["nic"]
+
+
 def test_apply_overrides_sets_dotted_paths_without_touching_the_input() -> None:
     spec: dict[str, Any] = {"preset": "dgx-h100", "nodes": 8, "fabric": "fat-tree"}
     out = apply_overrides(spec, ["nic.bandwidth=200 Gbps", "fabric.oversubscription=2",
