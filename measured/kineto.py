@@ -31,7 +31,9 @@ the same for a document already in memory.  Files, archives and the choice betwe
 format and distsim's own are the loader's business, not this module's.
 
 What cannot be used is not fatal: an event with a non-numeric ``ts``/``dur``, a missing
-name or an unknown phase is skipped and recorded in :attr:`RankTrace.skipped`.  Only a
+name or an unknown phase is skipped and recorded in :attr:`RankTrace.skipped`; so is an
+NCCL kernel's ``dtype`` of no known width (the kernel is kept, its size taken from its
+operator's inputs where it has one, else unknown), rather than passed over.  Only a
 document that is unusable as a whole (not an object, no ``traceEvents`` list) raises
 :class:`~distsim_gpu.simcore.errors.ParseError` naming the source.
 """
@@ -215,6 +217,11 @@ class KinetoReader:
             if "nccl" in name.lower():
                 kind = "communication"
                 nccl = _nccl_fields(name, args)
+                if nccl["dtype"] and dtype_bytes(nccl["dtype"]) is None:
+                    self.skips.add(f"traceEvents[{index}]: NCCL kernel {name[:60]!r} has "
+                                   f"dtype {nccl['dtype'][:30]!r}, of no width known here "
+                                   "(float, bfloat16, half, float8_e4m3fn, int8, ...): its "
+                                   "bytes come from its operator's inputs, if it has one")
             self.gpu_events.append((name, kind or "compute", ts, dur, _int(args.get("stream")),
                                     _int(args.get("device")), _int(args.get("correlation")),
                                     nccl))

@@ -32,7 +32,9 @@ DTYPE_BYTES: dict[str, int] = {
     "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2,
     "bfloat16": 2, "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2,
     "char": 1, "int8": 1, "byte": 1, "uint8": 1, "bool": 1,
-    "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+    "float8_e8m0fnu": 1, "uint16": 2, "uint32": 4, "uint64": 8, "complexfloat": 8,
+    "complex64": 8, "complexdouble": 16, "complex128": 16,
 }
 
 # Collective words as NCCL kernel names spell them, longest first so ``AllReduce`` is not

@@ -100,6 +100,23 @@ def test_launch_time_step_and_identity_of_a_small_document(kineto_event):
     assert [e.name for e in trace.cpu_events] == ["cudaLaunchKernel"]
 
 
+def test_an_nccl_dtype_of_unknown_width_is_said_not_passed_over(kineto_event):
+    """A dtype the reader has no width for leaves the kernel's size unknown; the trace says
+    so (it had been dropped silently), and a known one says nothing."""
+    def read(dtype):
+        kernel = kineto_event("ncclDevKernel_AllGather_RING_LL", 0.0, 5.0, dtype=dtype,
+                              **{"In msg nelems": 64, "Out msg nelems": 128})
+        return parse_trace({"traceEvents": [kernel]}, "t.json")
+
+    (unknown,) = read("Float7_e3m3").gpu_events
+    assert unknown.message_bytes is None
+    (said,) = read("Float7_e3m3").skipped
+    assert "'Float7_e3m3'" in said and "traceEvents[0]" in said
+    assert read("Float8_e8m0fnu").gpu_events[0].message_bytes == 128  # (MX scales: 1 B)
+    known = read("BFloat16")
+    assert known.gpu_events[0].message_bytes == 256 and known.skipped == ()
+
+
 @pytest.mark.parametrize(("source", "rank"), [
     ("worker3.json", 3), ("dir/rank-12.json.gz", 12), ("a.tar.gz:w/rank_2.json", 2),
     ("trace.json", None)])
