@@ -163,7 +163,7 @@ def _build_box(spec: Mapping[Any, Any], preset: NodePreset, source: str | None, 
               if preset.nvlink is not None else None)
     pcie = _figure(spec.get("pcie"), preset.pcie, "pcie", source)
     cpu = _figure(spec.get("cpu"), preset.cpu, "cpu", source)
-    nic_model, nic_count, layout, nic = _box_nic(spec, preset, source)
+    nic_model, nic_count, layout, nic = _box_nic(spec, preset, source, written_out)
     fabric = parse_fabric(spec.get("fabric", DEFAULT_FABRIC), nic.bandwidth_bytes_per_s,
                           preset, source)
     technology, routing = fabric_routing(spec.get("fabric"), preset, source)
@@ -201,14 +201,23 @@ def _box_gpu_model(spec: Mapping[Any, Any], preset: NodePreset, source: str | No
 
 
 def _box_nic(spec: Mapping[Any, Any], preset: NodePreset, source: str | None,
-             ) -> tuple[str, int, tuple[int, ...], LinkFigure]:
-    """``nic``: the NICs' model, count per node, layout over the node, and link figure."""
+             written_out: bool = False) -> tuple[str, int, tuple[int, ...], LinkFigure]:
+    """``nic``: the NICs' model, count per node, layout over the node, and link figure;
+    ``written_out``: the node is the file's ``node:``, whose NICs ``nic_pcie_switch`` lists
+    (its error then names that key, not a preset the file never named)."""
     nic_spec = check_mapping(spec.get("nic", {}), key="nic", source=source)
     check_keys(nic_spec, _NIC_KEYS, prefix="nic", source=source)
     nic_model = read_string(nic_spec.get("model", preset.nic_model), "nic.model", source)
     nic_count = read_count(nic_spec.get("count", preset.nic_counts[0]), "nic.count", source,
                            minimum=1)
     layout = preset.nic_layout(nic_count)
+    if layout is None and written_out:
+        slots = preset.nic_counts[0]
+        raise ConfigError(
+            f"nic.count is {nic_count} but node.nic_pcie_switch places {slots} NIC(s) a node",
+            key="nic.count", source=source,
+            hint=f"give node.nic_pcie_switch {nic_count} entries (the PCIe switch of each NIC),"
+                 f" or nic.count {slots}")
     if layout is None:
         raise ConfigError(
             f"preset {preset.name!r} cannot have {nic_count} NICs per node", key="nic.count",

@@ -15,9 +15,15 @@ leaf cabled to every spine) is an extrapolation the run must say.
 
 A NIC faster than the PCIe link it sits on (an 800 Gb/s NIC in a Gen5 x16 slot) carries
 no more than that link: GPUDirect RDMA's bytes cross it.  "Twice the InfiniBand" then
-buys a fraction of what its label says, which the run must say -- where a NIC carries
+buys a fraction of what its label says, which the run must say — where a NIC carries
 anything: a run whose every job sits on one node sends nothing through its NICs, so the
 slot caps nothing there and the note would blame a figure the run never used.
+
+Routing knobs that act on one policy or one fabric only: ``qps_per_connection`` splits a
+connection over queue pairs that ``ecmp`` hashes apart (static D-mod-K and the even
+splits hash nothing), and ``valiant`` / ``ugal`` detour through a dragonfly's groups (a
+tree has none: they are ``adaptive``'s even split there).  A what-if that set them on
+another fabric would otherwise read as "this knob is worth nothing".
 """
 
 from __future__ import annotations
@@ -45,9 +51,38 @@ def fabric_notes(topology: Topology, *, within: str = "",
     a scenario, ``""`` in a cluster file), so each note names the key as it is set;
     ``nics_carry``: whether the run sends anything between nodes (else no NIC's slot note)."""
     tally = _tally(topology)
-    slots = _slot_notes(tally, within) if nics_carry else []
+    slots = (_slot_notes(tally, within, custom="links" in topology.config) if nics_carry
+             else [])
     return [*_one_leaf_notes(topology, within), *_one_rail_group_notes(topology, within),
-            *_radix_notes(topology, tally.switch_out, within), *slots]
+            *_radix_notes(topology, tally.switch_out, within), *slots,
+            *_routing_notes(topology, within)]
+
+
+def _routing_notes(topology: Topology, within: str) -> list[RunNote]:
+    """``ignored`` notes for routing knobs this cluster's policy or fabric never reads."""
+    fabric = topology.config.get("fabric")
+    if isinstance(fabric, Mapping):
+        policy, qps, kind = fabric.get("routing"), fabric.get("qps_per_connection", 1), \
+            str(fabric.get("kind", ""))
+        at = f"{within}fabric."
+    else:  # a custom cluster: routing {policy, qps_per_connection, hash_seed}
+        routing = topology.config.get("routing")
+        if not isinstance(routing, Mapping):
+            return []
+        policy, qps, kind = routing.get("policy"), routing.get("qps_per_connection", 1), ""
+        at = f"{within}routing."
+    notes = []
+    if int(qps or 1) > 1 and policy != "ecmp":
+        notes.append(RunNote("ignored", f"qps_per_connection {qps} changes nothing under "
+                             f"{policy} routing: only ecmp hashes a connection's queue pairs "
+                             "onto different paths", f"{at}qps_per_connection"))
+    if policy in ("valiant", "ugal") and kind != "dragonfly":
+        where = f"a {kind} fabric" if kind else "a custom cluster"
+        notes.append(RunNote("ignored", f"routing {policy} detours through a dragonfly's "
+                             f"groups; {where} has none, so it is adaptive's even split over "
+                             "the equal-cost paths",
+                             f"{at}routing" if kind else f"{at}policy"))
+    return notes
 
 
 def spans_nodes(topology: Topology) -> bool:
@@ -141,18 +176,23 @@ def nic_slot_notes(topology: Topology) -> list[RunNote]:
     """An ``ignored`` note when NICs are faster than the PCIe links they sit on: GPUDirect
     RDMA's bytes cross that link, so the NIC's extra speed never carries traffic (an
     800 Gb/s NIC in a Gen5 x16 slot runs at the slot's 63 GB/s)."""
-    return _slot_notes(_tally(topology), "")
+    return _slot_notes(_tally(topology), "", custom="links" in topology.config)
 
 
-def _slot_notes(tally: _LinkTally, within: str) -> list[RunNote]:
+def _slot_notes(tally: _LinkTally, within: str, *, custom: bool = False) -> list[RunNote]:
+    """``custom``: the cluster is written out link by link, so the note names its links
+    (it has no ``pcie.bandwidth`` or ``nic.bandwidth`` key to set)."""
     capped: dict[tuple[float, float], int] = {}
     for nic, rate in tally.nic_wire.items():
         slot = tally.nic_slot.get(nic, math.inf)
         if rate > slot:
             capped[(rate, slot)] = capped.get((rate, slot), 0) + 1
-    return [RunNote("ignored", f"{count} NICs of {format_bandwidth(rate)} sit on PCIe links "
+    setting = ("the bandwidth of those NICs' pcie links" if custom
+               else f"{within}pcie.bandwidth")
+    return [RunNote("ignored", f"{count} NIC{'s' if count > 1 else ''} of "
+                    f"{format_bandwidth(rate)} sit{'' if count > 1 else 's'} on PCIe links "
                     f"of {format_bandwidth(pcie)}: GPUDirect RDMA crosses that link, so no "
-                    f"NIC carries more than {format_bandwidth(pcie)}; raise "
-                    f"{within}pcie.bandwidth (PCIe Gen6 x16: 126 GB/s) for the what-if",
-                    f"{within}nic.bandwidth")
+                    f"NIC carries more than {format_bandwidth(pcie)}; raise {setting} (PCIe "
+                    "Gen6 x16: 126 GB/s) for the what-if",
+                    f"{within}links" if custom else f"{within}nic.bandwidth")
             for (rate, pcie), count in sorted(capped.items())]

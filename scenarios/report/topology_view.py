@@ -4,7 +4,12 @@ The summary counts GPUs, nodes and devices by kind, and the links by class (kind
 speed: the cables of one class are interchangeable), both directions of a cable counted
 once; for a cluster of several nodes it gives the bisection bandwidth between its first
 and its second half of nodes: the maximum flow, one way, from the first half's GPUs to the
-second's (networkx's max-flow, on clusters of up to ``MAX_BISECTION_NODES`` nodes).
+second's (networkx's max-flow, on clusters of up to ``MAX_BISECTION_NODES`` nodes), and the
+fabric tier by tier: a switch's tier is its hops from the nearest NIC over network links
+(1 the leaves, 2 the spines, 3 the cores; a dragonfly's routers are all tier 1), with per
+tier its switches, the cables and capacity from the tier below and to the tier above, and
+their ratio (down:up, the oversubscription as cabled: a leaf only partly filled counts the
+NICs it holds), which a designer otherwise reads out of ``fabric.*`` keys and closed forms.
 The drawing (matplotlib, the ``plot`` extra) places each node's devices in layers —
 NVSwitch below its GPUs, PCIe switches, CPUs and NICs above — side by side, and the
 fabric's switches above them by tier (hops from the NICs); a link's colour is its class
@@ -28,7 +33,8 @@ from distsim_gpu.simcore.units import format_bandwidth
 from distsim_gpu.topology import Topology
 from distsim_gpu.topology.preset_registry import NODE_PRESETS
 
-__all__ = ["LinkClass", "TopologySummary", "draw_topology", "format_summary", "summarise"]
+__all__ = ["FabricTier", "LinkClass", "TopologySummary", "draw_topology", "fabric_tiers",
+           "format_summary", "summarise"]
 
 MAX_DRAWN_NODES = 8
 MAX_BISECTION_NODES = 128
@@ -53,6 +59,35 @@ class LinkClass:
 
 
 @dataclass(frozen=True, slots=True)
+class FabricTier:
+    """The fabric switches ``tier`` hops above the NICs: ``switches`` of them,
+    ``down_cables`` cables (``down_bytes_per_s`` of one-way capacity) from the tier below
+    (the NICs for tier 1), ``up_cables`` (``up_bytes_per_s``) to the tier above, and
+    ``within_cables`` between two switches of this tier (a dragonfly's local and global
+    cables).  A cable is one full-duplex pair of links, counted by its upward link."""
+
+    tier: int
+    switches: int
+    down_cables: int
+    down_bytes_per_s: float
+    up_cables: int
+    up_bytes_per_s: float
+    within_cables: int
+
+    @property
+    def oversubscription(self) -> float | None:
+        """Capacity from below over capacity above; None for the top tier."""
+        return self.down_bytes_per_s / self.up_bytes_per_s if self.up_bytes_per_s else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tier": self.tier, "switches": self.switches,
+                "down_cables": self.down_cables, "down_bytes_per_s": self.down_bytes_per_s,
+                "up_cables": self.up_cables, "up_bytes_per_s": self.up_bytes_per_s,
+                "within_cables": self.within_cables,
+                "oversubscription": self.oversubscription}
+
+
+@dataclass(frozen=True, slots=True)
 class TopologySummary:
     name: str
     gpus: int
@@ -64,12 +99,14 @@ class TopologySummary:
     nvlink_bisection_bytes_per_s: float | None = None
     # A rack-scale preset's physical counts per NVLink domain (NvlinkInventory.counts).
     rack: dict[str, int] | None = None
+    # The fabric's switches tier by tier (empty without fabric switches).
+    tiers: tuple[FabricTier, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "gpus": self.gpus, "nodes": self.nodes,
                 "devices": self.devices, "bisection_bytes_per_s": self.bisection_bytes_per_s,
                 "nvlink_bisection_bytes_per_s": self.nvlink_bisection_bytes_per_s,
-                "rack": self.rack,
+                "rack": self.rack, "tiers": [tier.to_dict() for tier in self.tiers],
                 "links": [{"kind": c.kind, "bandwidth_bytes_per_s": c.bandwidth_bytes_per_s,
                            "cables": c.cables, "one_way": c.one_way, "joins": list(c.joins)}
                           for c in self.links]}
@@ -98,7 +135,45 @@ def summarise(topology: Topology) -> TopologySummary:
         tuple(LinkClass(k, b, c, o, tuple(sorted(joins[(k, b)])))
               for (k, b), (c, o) in sorted(merged.items())),
         bisection_bytes_per_s(topology), nvlink_bisection_bytes_per_s(topology),
-        rack_counts(topology))
+        rack_counts(topology), fabric_tiers(topology))
+
+
+def _switch_tiers(topology: Topology) -> dict[str, int]:
+    """Each fabric switch's hops from the nearest NIC over network links (NICs are 0)."""
+    up: dict[str, list[str]] = {}
+    for link in topology.links():
+        if link.kind == "network":
+            up.setdefault(link.src, []).append(link.dst)
+    tier = {d.name: 0 for d in topology.devices() if d.kind == "nic"}
+    frontier, hops = list(tier), 0
+    while frontier:
+        hops += 1
+        reached = {dst for src in frontier for dst in up.get(src, ())
+                   if dst not in tier and topology.device(dst).kind == "switch"}
+        tier.update(dict.fromkeys(reached, hops))
+        frontier = sorted(reached)
+    return tier
+
+
+def fabric_tiers(topology: Topology) -> tuple[FabricTier, ...]:
+    """The fabric tier by tier (:class:`FabricTier`), lowest first."""
+    tier = _switch_tiers(topology)
+    top = max(tier.values(), default=0)
+    count = Counter(t for t in tier.values() if t > 0)
+    down = [[0, 0.0] for _ in range(top + 2)]  # per tier: cables, bytes/s from below
+    within = [0] * (top + 1)
+    for link in topology.links():
+        low, high = tier.get(link.src), tier.get(link.dst)
+        if link.kind != "network" or low is None or high is None:
+            continue
+        if high == low + 1:  # a cable's upward link stands for it
+            down[high][0] += 1
+            down[high][1] += link.bandwidth_bytes_per_s
+        elif high == low and low > 0 and link.src < link.dst:
+            within[low] += 1
+    return tuple(FabricTier(t, count[t], int(down[t][0]), float(down[t][1]),
+                            int(down[t + 1][0]), float(down[t + 1][1]), within[t])
+                 for t in range(1, top + 1))
 
 
 def rack_counts(topology: Topology) -> dict[str, int] | None:
@@ -171,12 +246,29 @@ def format_summary(summary: TopologySummary) -> str:
             f"CPUs, {r['gpus']} GPUs, {r['nics']} NICs), {r['switch_trays']} NVLink switch "
             f"trays ({r['nvswitch_chips']} NVSwitch chips), {r['nvlink_links']:,} NVLink "
             "links (drawn as one switch)")
+    lines += _tier_lines(summary.tiers)
     lines += ["", f"{'link class':<10} {'speed (one way)':>16} {'cables':>8} {'one-way':>8}"
               "  joins"]
     for c in summary.links:
         lines.append(f"{c.kind:<10} {format_bandwidth(c.bandwidth_bytes_per_s):>16} "
                      f"{c.cables:>8} {c.one_way:>8}  {', '.join(c.joins)}")
     return "\n".join(lines) + "\n"
+
+
+def _tier_lines(tiers: tuple[FabricTier, ...]) -> list[str]:
+    """The fabric's tiers as a table (nothing without fabric switches)."""
+    if not tiers:
+        return []
+    lines = ["", "fabric tier  switches  cables down  capacity down  cables up  capacity up"
+             "  down:up  cables within"]
+    for t in tiers:
+        ratio = t.oversubscription
+        shown = "-" if ratio is None else f"{ratio:.3g}:1"
+        lines.append(f"{t.tier:>11} {t.switches:>9} {t.down_cables:>12} "
+                     f"{format_bandwidth(t.down_bytes_per_s):>14} {t.up_cables:>10} "
+                     f"{format_bandwidth(t.up_bytes_per_s) if t.up_cables else '-':>12} "
+                     f"{shown:>8} {t.within_cables:>14}")
+    return lines
 
 
 def _positions(topology: Topology, nodes: int) -> dict[str, tuple[float, float]]:
