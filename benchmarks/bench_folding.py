@@ -37,7 +37,8 @@ from distsim_gpu.workloads.iteration.simulator import (
 )
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "scenarios" / "examples"
-FIELDS = ("compute_s", "communication_s", "exposed_communication_s", "bubble_s", "idle_s")
+FIELDS = ("compute_s", "host_s", "communication_s", "exposed_communication_s", "bubble_s",
+          "idle_s")
 
 
 def timed(scenario: Scenario, fold: bool) -> tuple[float, IterationResult]:

@@ -62,13 +62,14 @@ KIND_COLOURS = {
     "compute": "#1f77b4", "tp comm": "#ff7f0e", "pp transfer": "#2ca02c",
     "dp comm": "#d62728", "ep comm": "#9467bd", "cp comm": "#8c564b",
     "bubble wait": "#bcbd22", "exposed comm": "#ff7f0e", "bubble": "#bcbd22",
-    "data loading": "#17becf", "waiting": "#e4e4c4", "idle": "#c7c7c7",
+    "data loading": "#17becf", "waiting": "#e4e4c4", "idle": "#c7c7c7", "host": "#e377c2",
 }
 _OTHER = "#7f7f7f"
 _MEMORY = (("weights", "weights_bytes", "#1f77b4"), ("gradients", "gradients_bytes", "#ff7f0e"),
            ("optimizer", "optimizer_bytes", "#2ca02c"),
            ("activations", "activations_bytes", "#d62728"))
-_BREAKDOWN = (("compute", "compute_s"), ("exposed comm", "exposed_communication_s"),
+_BREAKDOWN = (("compute", "compute_s"), ("host", "host_s"),
+              ("exposed comm", "exposed_communication_s"),
               ("bubble", "bubble_s"), ("idle", "idle_s"))
 _GiB = 2.0**30
 # Bars per GPU up to this many GPUs; beyond, per group of GPUs with the same times.

@@ -40,9 +40,11 @@ STREAM_COLOURS = {
     "pp send": "#2ca02c",
     "dp comm": "#d62728",
     "ep comm": "#9467bd",
+    "host": "#17becf",
 }
 _OTHER_COLOUR = "#7f7f7f"
 _BREAKDOWN = (("compute", "compute_s", "#1f77b4"),
+              ("host", "host_s", "#17becf"),
               ("exposed comm", "exposed_communication_s", "#ff7f0e"),
               ("bubble", "bubble_s", "#bcbd22"),
               ("idle", "idle_s", "#c7c7c7"))

@@ -49,8 +49,8 @@ __all__ = [
 # microseconds of contention that a summary should not spell out GPU by GPU.
 GROUP_TOLERANCE = 0.005
 
-_TIME_FIELDS = ("compute_s", "communication_s", "exposed_communication_s", "bubble_s",
-                "idle_s")
+_TIME_FIELDS = ("compute_s", "host_s", "communication_s", "exposed_communication_s",
+                "bubble_s", "idle_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,7 @@ class GpuGroup:
     idle_s: float
     spread_s: float
     memory: MemoryBreakdown
+    host_s: float = 0.0
 
 
 def _close(a: GpuTimes, b: GpuTimes, tolerance_s: float) -> bool:
@@ -205,7 +206,8 @@ class Report:
 def _gpu_dict(g: GpuTimes) -> dict[str, Any]:
     return {
         "gpu": g.gpu, "rank": g.rank, "stage": g.stage, "replica": g.replica,
-        "tp_rank": g.tp_rank, "compute_s": g.compute_s, "communication_s": g.communication_s,
+        "tp_rank": g.tp_rank, "compute_s": g.compute_s, "host_s": g.host_s,
+        "communication_s": g.communication_s,
         "exposed_communication_s": g.exposed_communication_s, "bubble_s": g.bubble_s,
         "idle_s": g.idle_s, "peak_memory_bytes": g.peak_memory_bytes,
         "memory": g.memory.to_dict(),

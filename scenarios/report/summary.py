@@ -237,14 +237,18 @@ def format_summary(report: Report) -> str:
         share = value / t * 100 if t > 0 else 0.0
         return f"{format_duration(value)} {share:5.1f}%"
 
+    # The GPU's wait for the host (an offloaded optimizer step) has its own column where
+    # some GPU has one: compute, host, exposed comm, bubble and idle sum to the iteration.
+    host = any(grp.host_s for grp in groups)
     time_rows = [
         [str(i + 1), str(grp.stage), str(len(grp.gpus)), grp.gpus[0], cell(grp.compute_s),
-         cell(grp.communication_s), cell(grp.exposed_communication_s), cell(grp.bubble_s),
-         cell(grp.idle_s)]
+         *([cell(grp.host_s)] if host else []), cell(grp.communication_s),
+         cell(grp.exposed_communication_s), cell(grp.bubble_s), cell(grp.idle_s)]
         for i, grp in enumerate(groups)]
-    lines += format_table(["group", "stage", "GPUs", "first GPU", "compute", "communication",
-                           "exposed comm", "bubble", "idle"], time_rows,
-                          right={0, 1, 2, 4, 5, 6, 7, 8})
+    lines += format_table(["group", "stage", "GPUs", "first GPU", "compute",
+                           *(["host"] if host else []), "communication", "exposed comm",
+                           "bubble", "idle"], time_rows,
+                          right={0, 1, 2, *range(4, len(time_rows[0]) if time_rows else 9)})
     spread = max((grp.spread_s for grp in groups), default=0.0)
     if t > 0 and spread > 1e-6 * t:
         lines.append(f"  (times are group means; members differ by at most "

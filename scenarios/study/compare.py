@@ -49,9 +49,9 @@ METRICS = (
     ("peak_memory_bytes", "peak memory per GPU", "B"),
 )
 #: Per-GPU times compared, per pipeline stage (seconds).
-TIME_FIELDS = ("compute_s", "communication_s", "exposed_communication_s", "bubble_s",
-               "idle_s")
-_TIME_LABELS = ("compute", "communication", "exposed comm", "bubble", "idle")
+TIME_FIELDS = ("compute_s", "host_s", "communication_s", "exposed_communication_s",
+               "bubble_s", "idle_s")
+_TIME_LABELS = ("compute", "host", "communication", "exposed comm", "bubble", "idle")
 _TOP_LINKS = 5
 
 
@@ -307,6 +307,8 @@ def format_comparison(comparison: Comparison) -> str:
     rows = []
     for row in comparison.breakdown():
         for f, label in zip(TIME_FIELDS, _TIME_LABELS):
+            if f == "host_s" and not any(row["times"][f]["values"]):
+                continue  # no offloaded step in any scenario: a row of zeros says nothing
             stage = "all GPUs" if row["stage"] == "all" else f"stage {row['stage']}"
             rows.append([f"{stage} {label}", *_cells(row["times"][f], "s")])
     lines += _table("stage / time", names, rows)

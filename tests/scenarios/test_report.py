@@ -56,7 +56,7 @@ def test_metrics_follow_their_definitions(scenario, traced):
 
 def test_each_gpu_time_adds_up_to_the_iteration(traced):
     for g in traced.per_gpu:
-        parts = g.compute_s + g.exposed_communication_s + g.bubble_s + g.idle_s
+        parts = g.compute_s + g.host_s + g.exposed_communication_s + g.bubble_s + g.idle_s
         assert parts == pytest.approx(traced.iteration_time_s, rel=1e-9)
         assert g.communication_s >= g.exposed_communication_s - 1e-12
         assert min(g.compute_s, g.bubble_s, g.idle_s, g.exposed_communication_s) >= -1e-12
@@ -70,8 +70,8 @@ def test_json_has_the_documented_keys_all_numeric(traced):
         assert isinstance(data[key], (int, float)) and math.isfinite(data[key]), key
     assert len(data["per_gpu"]) == 8
     for entry in data["per_gpu"]:
-        for key in ("compute_s", "communication_s", "exposed_communication_s", "bubble_s",
-                    "idle_s", "peak_memory_bytes"):
+        for key in ("compute_s", "host_s", "communication_s", "exposed_communication_s",
+                    "bubble_s", "idle_s", "peak_memory_bytes"):
             assert isinstance(entry[key], float) and math.isfinite(entry[key]), key
         assert set(entry["memory"]) == {"weights_bytes", "gradients_bytes", "optimizer_bytes",
                                         "activations_bytes", "total_bytes"}

@@ -55,8 +55,8 @@ def test_each_communicator_keeps_the_kind_and_tag_the_iteration_gave_it(
 
 def test_critical_path_kinds_follow_the_registry() -> None:
     assert critical_kinds() == ("tp comm", "pp transfer", "dp comm", "ep comm", "cp comm")
-    assert CRITICAL_KINDS == ("compute", "tp comm", "pp transfer", "dp comm", "ep comm",
-                              "cp comm", "bubble wait", "data loading")
+    assert CRITICAL_KINDS == ("compute", "host", "tp comm", "pp transfer", "dp comm",
+                              "ep comm", "cp comm", "bubble wait", "data loading")
 
 
 @pytest.mark.parametrize(("parallel", "name", "unit"), [

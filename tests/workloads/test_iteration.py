@@ -142,7 +142,8 @@ def test_same_seed_same_result_and_accounting_adds_up(uniform):
     assert a.iteration_time_s == b.iteration_time_s
     assert a.per_gpu == b.per_gpu
     for gpu in a.per_gpu:
-        total = gpu.compute_s + gpu.exposed_communication_s + gpu.bubble_s + gpu.idle_s
+        total = (gpu.compute_s + gpu.host_s + gpu.exposed_communication_s + gpu.bubble_s
+                 + gpu.idle_s)
         assert total == pytest.approx(a.iteration_time_s, rel=1e-9)
         assert gpu.exposed_communication_s <= gpu.communication_s + 1e-12
 

@@ -15,9 +15,9 @@ from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import (
-    PRECISION_BYTES,
     layer_params_local,
     memory_of_strategy,
+    state_bytes,
 )
 from distsim_gpu.workloads.iteration.ops import Collective, Compute
 from distsim_gpu.workloads.specs.models import model_from_mapping
@@ -204,7 +204,8 @@ def test_memory_against_a_hand_count() -> None:
     grouped = memory_of_strategy(GPT, mixed, training, **args)
     extra = 2 * (sum(layer_params_local(GPT, 3, 2, 1)) - sum(layer_params_local(GPT, 3, 4, 1)))
     for field, per_param in zip(("weights_bytes", "gradients_bytes", "optimizer_bytes"),
-                                PRECISION_BYTES["bf16"], strict=True):
+                                state_bytes(training, base.grad_reduce_precision),
+                                strict=True):
         assert getattr(grouped, field) == pytest.approx(getattr(uniform, field)
                                                         + per_param * extra, rel=1e-12)
     s, h = 256, 1024

@@ -182,8 +182,11 @@ def test_full_recompute_on_an_embedding_only_first_stage_adds_no_working_set():
 
 
 # ------------------------------------------------------------ weights and ZeRO
+BF16_GRADS = ParallelConfig(grad_reduce_precision="bf16")
+
+
 def test_model_state_16_bytes_per_param_without_zero():
-    mem = memory_per_gpu(GPT3)
+    mem = memory_per_gpu(GPT3, BF16_GRADS)
     n = GPT3.total_params()
     assert (mem.weights_bytes, mem.gradients_bytes, mem.optimizer_bytes) == (
         2 * n, 2 * n, 12 * n)
@@ -198,13 +201,44 @@ def test_model_state_16_bytes_per_param_without_zero():
     (0, True, (1 / 64, 1 / 64, 1 / 64)),
 ])
 def test_zero_sharding(stage, fsdp, factors):
-    # Rajbhandari et al. 2020, Figure 1: Ψ(2 + 2 + K) with K = 12 → P_os, P_os+g, P_os+g+p.
+    # Rajbhandari et al. 2020, Figure 1: Ψ(2 + 2 + K) with K = 12 → P_os, P_os+g, P_os+g+p,
+    # its gradients 16-bit (reduced in bf16, as DeepSpeed's and FSDP's can be).
     dp = 64
-    mem = memory_per_gpu(GPT3, ParallelConfig(dp=dp, zero=stage, fsdp=fsdp))
+    mem = memory_per_gpu(GPT3, ParallelConfig(dp=dp, zero=stage, fsdp=fsdp,
+                                              grad_reduce_precision="bf16"))
     n = GPT3.total_params()
     assert mem.weights_bytes == pytest.approx(2 * n * factors[0])
     assert mem.gradients_bytes == pytest.approx(2 * n * factors[1])
     assert mem.optimizer_bytes == pytest.approx(12 * n * factors[2])
+
+
+@pytest.mark.parametrize(("zero", "per_param"), [
+    (0, lambda d: 2 + 4 + 12),
+    (1, lambda d: 6 + 12 / d),  # Megatron-Core's distributed optimizer, its own formula
+    (2, lambda d: 2 + (4 + 12) / d),
+    (3, lambda d: (2 + 4 + 12) / d),
+])
+@pytest.mark.parametrize("dp", [8, 64])
+def test_fp32_main_gradients_take_four_bytes_a_parameter(zero, per_param, dp):
+    """Megatron-Core keeps fp32 main gradients under bf16
+    (``accumulate_allreduce_grads_in_fp32``, its default; its docs count ``6 + 12/d``
+    bytes a parameter with the distributed optimizer over ``d`` ranks), sharded as ZeRO
+    shards gradients.  Until 7 December they counted 2 bytes whatever the precision."""
+    parallel = ParallelConfig(dp=dp, zero=zero, grad_reduce_precision="fp32")
+    mem = memory_per_gpu(GPT3, parallel, TrainingConfig(precision="bf16"))
+    n = GPT3.total_params()
+    state = mem.weights_bytes + mem.gradients_bytes + mem.optimizer_bytes
+    assert state == pytest.approx(per_param(dp) * n, rel=1e-12)
+
+
+@pytest.mark.parametrize(("precision", "reduce", "grad_b"), [
+    ("bf16", "bf16", 2), ("fp16", "fp16", 2), ("bf16", "fp32", 4), ("fp8", "fp32", 4),
+    ("fp32", "fp32", 4), ("fp32", "bf16", 4),  # never narrower than the training's own
+])
+def test_gradient_buffer_follows_its_reduce_dtype(precision, reduce, grad_b):
+    parallel = ParallelConfig(grad_reduce_precision=reduce)
+    mem = memory_per_gpu(GPT3, parallel, TrainingConfig(precision=precision))
+    assert mem.gradients_bytes == grad_b * GPT3.total_params()
 
 
 def test_fp32_training_bytes():

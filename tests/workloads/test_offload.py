@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
+from distsim_gpu.scenarios.scenario import load_scenario, run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.topology.presets import (
@@ -253,3 +253,34 @@ def test_an_nvme_offload_on_the_presets_estimated_drives_is_a_note() -> None:
     report = run_scenario(scenario_from_mapping(data))
     assert not [note for note in report.notes if note.kind == "defaulted"
                 and note.key.startswith("parallelism.offload")]
+
+
+def test_the_offloaded_step_is_host_time_not_gpu_compute(examples_dir) -> None:
+    """ZeRO-Offload's 10B example on one V100: the GPU computes its forward and backward
+    (the run without offload less its own optimizer step) and waits for the host the
+    closed form of the offloaded step — the last 16-bit gradient bucket's share of
+    ``2Ψ / PCIe``, CPU-Adam's ``28Ψ / (DRAM · efficiency)`` and ``2Ψ / PCIe`` back — as
+    ``host`` time, its own category in the per-GPU breakdown and on the critical path.
+    Until 7 December that wait was counted as compute (the example read "compute 100 %")."""
+    path = examples_dir / "zero-offload-10b-1-v100.yaml"
+    sc = load_scenario(path)
+    off = run_scenario(sc)
+    base = run_scenario(load_scenario(path, [("parallelism.offload.optimizer", "none")]),
+                        allow_oom=True)
+    params = sc.model.total_params()
+    pcie = 2 * params / 15.75e9 + 2 * PCIE_HOP_LATENCY_S  # one way, GPU to socket
+    adam = params * CPU_ADAM_BYTES_PER_PARAM / (256e9 * CPU_ADAM_EFFICIENCY)
+    share = min(1.0, sc.parallel.bucket_params / params)
+    (gpu,), (base_gpu,) = off.per_gpu, base.per_gpu
+    assert gpu.host_s == pytest.approx(share * pcie + adam + pcie, rel=1e-9)
+    assert gpu.compute_s == pytest.approx(
+        base_gpu.compute_s - sc.costs.optimizer_step_time_s(params), rel=1e-9)
+    assert gpu.compute_s + gpu.host_s + gpu.exposed_communication_s + gpu.bubble_s \
+        + gpu.idle_s == pytest.approx(off.iteration_time_s, rel=1e-12)
+    by_kind = off.bottlenecks["critical_path"]["by_kind"]
+    assert by_kind["host"]["seconds"] == pytest.approx(gpu.host_s, rel=1e-9)
+    assert sum(k["seconds"] for k in by_kind.values()) == pytest.approx(
+        off.iteration_time_s, rel=1e-12)
+    assert by_kind["compute"]["seconds"] == pytest.approx(gpu.compute_s, rel=1e-9)
+    text = off.to_json_dict()["per_gpu"][0]
+    assert text["host_s"] == gpu.host_s

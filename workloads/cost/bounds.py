@@ -493,7 +493,8 @@ class IterationBounds:
         (``backward``: its layers' bounds in backward order; ``head_s``: the loss's
         backward before them; ``pass_s``: the whole pass), each as ``(bound of the pass
         before it, its own bound)``: with ZeRO-3 one reduce-scatter per layer (counted
-        with the layer), else the buckets as the simulator forms them."""
+        with the layer), else the buckets as the simulator forms them (ZeRO-2 reduces
+        every micro-batch's alike: counted ``m`` times on the links)."""
         parallel = shape.parallel
         lanes = shape.dp_lanes[shape.stage(vs)]
         first, stop = shape.chunks[vs]
@@ -507,8 +508,10 @@ class IterationBounds:
                                             traffic.layer_shard_grad_bytes(
                                                 self.model, layer, parallel))[0])
                     for k, layer in enumerate(order)]
+        # ZeRO-2 reduces every micro-batch's buckets: all of them on the links' volume.
+        times = shape.chunk_mb if traffic.reduces_every_microbatch(parallel) else 1.0
         return [(pass_s if bucket.after_layers is None else done[bucket.after_layers],
-                 self._counted_call(tally, shape.grad_op, lanes, bucket.size_bytes))
+                 self._counted_call(tally, shape.grad_op, lanes, bucket.size_bytes, times))
                 for bucket in traffic.gradient_buckets(
                     self.model, parallel, order, first_chunk=vs in shape.ends[0],
                     head_bytes=traffic.head_grad_bytes(self.model, parallel, vs))]
@@ -594,6 +597,8 @@ class IterationBounds:
             if not shape.sharded and dp > 1:
                 t = self._estimate(shape.grad_op, shape.dp_ranks[s],
                                    traffic.stage_grad_bytes(model, parallel, s))
+                if traffic.reduces_every_microbatch(parallel):
+                    t *= shape.chunk_mb
                 if parallel.zero >= 1:
                     t += self._estimate("all_gather", shape.dp_ranks[s],
                                         traffic.stage_param_bytes(model, parallel, training, s))

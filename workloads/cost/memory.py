@@ -3,7 +3,9 @@
 **Model state** (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
 Trillion Parameter Models", §3.1): mixed-precision Adam holds per parameter 2 bytes of
 16-bit weights, 2 bytes of 16-bit gradients and K = 12 bytes of fp32 optimizer state
-(master weights, momentum, variance) — 16 bytes in all; with bf16 moments
+(master weights, momentum, variance) — 16 bytes in all; the gradients take the width of
+``parallelism.grad_reduce_precision`` (fp32 main gradients, Megatron-Core's default: 4
+bytes, its ``6 + 12/d`` with the distributed optimizer; :func:`state_bytes`); with bf16 moments
 (``training.optimizer_moments``, DeepSeek-V3 report §3.3) K = 8.  ZeRO-1 shards the optimizer
 state over the data-parallel group, ZeRO-2 also the gradients, ZeRO-3 (and PyTorch FSDP
 with full sharding) also the weights.  fp32 training holds 4 + 4 + 8 bytes (no master
@@ -142,7 +144,7 @@ from distsim_gpu.workloads.strategy.parallel import (
     TrainingConfig,
     chunk_layers,
 )
-from distsim_gpu.workloads.strategy.precision import swiglu_input_bytes
+from distsim_gpu.workloads.strategy.precision import grad_element_bytes, swiglu_input_bytes
 from distsim_gpu.workloads.strategy.schedule import (
     V_SCHEDULES,
     end_stages,
@@ -514,7 +516,7 @@ def _model_state_bytes(model: ModelSpec, parallel: ParallelConfig, training: Tra
             return per_param * (params.dense / dp + params.expert / expert_dp)
         return per_param * params.total
 
-    weight_b, grad_b, optim_b = state_bytes(training)
+    weight_b, grad_b, optim_b = state_bytes(training, parallel.grad_reduce_precision)
     return sharded(weight_b, 3), sharded(grad_b, 2), sharded(optim_b, 1)
 
 
@@ -645,7 +647,7 @@ def _layer_grouped(model: ModelSpec, parallel: ParallelConfig, training: Trainin
         settings[i].recompute) for i in layers]
     activations = base.activations_bytes + stored * in_flight + max(transient, default=0.0)
     extra = layer_group_extra_params(model, parallel, stage)
-    weight_b, grad_b, optim_b = state_bytes(training)
+    weight_b, grad_b, optim_b = state_bytes(training, parallel.grad_reduce_precision)
     return MemoryBreakdown.of(base.weights_bytes + weight_b * extra,
                               base.gradients_bytes + grad_b * extra,
                               base.optimizer_bytes + optim_b * extra, activations)
@@ -665,10 +667,20 @@ def offloaded(memory: MemoryBreakdown, offload: OffloadConfig) -> MemoryBreakdow
 BF16_MOMENTS_SAVED_BYTES = 4
 
 
-def state_bytes(training: TrainingConfig) -> tuple[int, int, int]:
+def state_bytes(training: TrainingConfig, grad_reduce_precision: str | None = None,
+                ) -> tuple[int, int, int]:
     """(weight, gradient, optimizer) bytes per parameter: the precision's (ZeRO paper
-    §3.1), the optimizer's 4 bytes less with ``training.optimizer_moments: bf16``."""
+    §3.1), the optimizer's 4 bytes less with ``training.optimizer_moments: bf16``.
+
+    The gradient buffer holds the gradients in the dtype they are accumulated and reduced
+    in (``grad_reduce_precision``; None: the training precision's), never narrower than
+    the training precision's: Megatron-Core's fp32 main gradients
+    (``accumulate_allreduce_grads_in_fp32``) take 4 bytes a parameter under bf16 — its
+    ``6 + 12/d`` with the distributed optimizer — and FSDP's or DeepSpeed's gradients
+    reduced in bf16 take 2, the ZeRO paper's ``2 + 2 + 12``."""
     weight_b, grad_b, optim_b = PRECISION_BYTES[training.precision]
+    if grad_reduce_precision is not None:
+        grad_b = max(grad_b, grad_element_bytes(grad_reduce_precision))
     if training.optimizer_moments == "bf16":
         optim_b -= BF16_MOMENTS_SAVED_BYTES
     return weight_b, grad_b, optim_b

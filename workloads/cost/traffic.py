@@ -54,6 +54,7 @@ from distsim_gpu.workloads.strategy.operator_sharding import (
     sharded_params,
 )
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
+from distsim_gpu.workloads.strategy.precision import GRAD_BYTES, grad_element_bytes
 from distsim_gpu.workloads.strategy.schedule import end_stages, route_ends, stage_of
 from distsim_gpu.workloads.strategy.tp_nd import mesh_of, weight_replicas
 
@@ -85,6 +86,7 @@ __all__ = [
     "optimizer_params",
     "pipeline_message_bytes",
     "rank_training",
+    "reduces_every_microbatch",
     "reduces_in_buckets",
     "seq_len_of",
     "sharded_stage_params",
@@ -100,8 +102,6 @@ __all__ = [
 #: Bytes per activation (and gathered parameter) element, by training precision.
 ACTIVATION_BYTES: Mapping[str, int] = MappingProxyType(
     {"bf16": 2, "fp16": 2, "fp8": 2, "fp4": 2, "fp32": 4})
-#: Bytes per gradient element on the wire, by ``grad_reduce_precision``.
-GRAD_BYTES: Mapping[str, int] = MappingProxyType({"fp32": 4, "bf16": 2, "fp16": 2})
 
 
 # --------------------------------------------------------------------------- element sizes
@@ -113,10 +113,9 @@ def activation_bytes_per_element(precision: str) -> int:
 
 
 def grad_bytes_per_element(grad_reduce_precision: str) -> int:
-    """Bytes of one gradient element reduced at ``grad_reduce_precision``."""
-    return GRAD_BYTES[check_choice(grad_reduce_precision, GRAD_BYTES,
-                                   key="parallelism.grad_reduce_precision",
-                                   what="gradient precision")]
+    """Bytes of one gradient element reduced at ``grad_reduce_precision``
+    (:data:`~workloads.strategy.precision.GRAD_BYTES`, which the gradient buffer counts too)."""
+    return grad_element_bytes(grad_reduce_precision)
 
 
 # --------------------------------------------------------------------------- per layer pass
@@ -381,6 +380,18 @@ def layer_shard_grad_bytes(model: ModelSpec, layer: int, parallel: ParallelConfi
     """Bytes of layer ``layer``'s sharded gradients reduce-scattered every micro-batch."""
     return layer_grad_bytes(model, layer, parallel) * layer_sharded_fraction(
         model, layer, parallel)
+
+
+def reduces_every_microbatch(parallel: ParallelConfig) -> bool:
+    """Whether every micro-batch's backward reduce-scatters its gradient buckets, not only
+    the last one's: ZeRO-2 without a pipeline, whose sharded gradient partitions hold only
+    the reduced shard, so each micro-batch's gradients are reduced as they are produced
+    (DeepSpeed's stage 2 has no ``no_sync``; FSDP's ``SHARD_GRAD_OP`` does the same).
+    ZeRO-1 (Megatron-Core's distributed optimizer) keeps whole gradients and reduces them
+    once a step.  So does ZeRO-2 under a pipeline: DeepSpeed refuses stage 2 with pipeline
+    parallelism, and PyTorch's pipeline stages run FSDP's backward without gradient sync
+    but for the last micro-batch (Llama 3's and torchtitan's recipe)."""
+    return parallel.zero == 2 and parallel.pp == 1 and not gathers_layer_params(parallel)
 
 
 def gradient_reduce_op(parallel: ParallelConfig) -> str:

@@ -65,7 +65,12 @@ class IterationSpec:
 
 @dataclass(frozen=True, slots=True)
 class GpuTimes:
-    """Where one GPU's iteration went (seconds) and the memory it needs (bytes)."""
+    """Where one GPU's iteration went (seconds) and the memory it needs (bytes).
+
+    ``compute_s``, ``host_s``, ``exposed_communication_s``, ``bubble_s`` and ``idle_s``
+    sum to the iteration: ``host_s`` is the GPU waiting out the host's work (an offloaded
+    optimizer step's PCIe copies and CPU-Adam), not computing; ``communication_s`` is
+    every collective in flight, overlapped or not."""
 
     gpu: str
     rank: int
@@ -78,6 +83,7 @@ class GpuTimes:
     bubble_s: float
     idle_s: float
     memory: MemoryBreakdown
+    host_s: float = 0.0
 
     @property
     def peak_memory_bytes(self) -> float:
@@ -141,7 +147,8 @@ def per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], iterat
             group.bubble_s += tail
         else:
             group.idle_s += tail
-        accounted = group.compute_s + group.exposed_s + group.bubble_s + group.idle_s
+        accounted = (group.compute_s + group.host_s + group.exposed_s + group.bubble_s
+                     + group.idle_s)
         idle = group.idle_s + max(iteration - accounted, 0.0)
         if idle < 1e-12 * iteration:
             idle = 0.0  # rounding of the sums, not time
@@ -156,7 +163,7 @@ def per_gpu_times(groups: list[RankGroup], memory: list[MemoryBreakdown], iterat
             per_gpu.append(GpuTimes(
                 gpu, topology.rank_of(gpu), group.stage, group.replica, t,
                 compute, comm, group.exposed_s + waited, group.bubble_s,
-                idle, memory[group.stage]))
+                idle, memory[group.stage], group.host_s))
     per_gpu.sort(key=lambda g: g.rank)
     return tuple(per_gpu)
 

@@ -286,9 +286,7 @@ class IterationSimulator:
             computed = op.slowed_compute_s(slowdown)
             yield env.timeout(computed + op.comm_s)
         scale = op.gpu_scale(computed, slowdown)  # on the GPU's steps; the host's keep theirs
-        group.path.append((start, env.now, "compute", op, None))
-        group.compute_s += computed
-        group.exposed_s += op.comm_s
+        group.add_fused(start, env.now, op, computed)  # compute, host and exposed
         usage = self._fold_usage.get(key, False)
         if usage is False:
             usage = self._fold_usage[key] = self._folded_usage(group, op)
@@ -306,12 +304,13 @@ class IterationSimulator:
                 if tracer.enabled:
                     for at, flow in self._fold_flows_of(group, step):
                         self.sim.network.show_usage(flow, start + offset + at)
-            elif spans is not None:
+            elif spans is not None and not step.host:  # the host's wait is no compute
                 spans.extend((start + offset, start + offset + length))
             if tracer.enabled:
                 args = {"collective": step.op} if is_comm else step.trace_args()
-                tracer.span(group.name, _TP.comm_kind if is_comm else "compute", step.label,
-                            start + offset, start + offset + length, **args)
+                thread = _TP.comm_kind if is_comm else "host" if step.host else "compute"
+                tracer.span(group.name, thread, step.label, start + offset,
+                            start + offset + length, **args)
             offset += length
 
     def _folded_usage(self, group: RankGroup, op: Fused) -> LinkUsage | None:
@@ -644,6 +643,7 @@ class IterationSimulator:
         for group in self.active:
             for image in self._images(group)[1:]:
                 image.compute_s, image.exposed_s = group.compute_s, group.exposed_s
+                image.host_s = group.host_s
                 image.bubble_s, image.idle_s = group.bubble_s, group.idle_s
                 image.end_s = group.end_s
                 image.comm_intervals = group.comm_intervals  # shared: the run is over

@@ -15,9 +15,9 @@ training setup and the compute costs:
 * context parallelism (``cp`` > 1): a rank runs the layer at its ``s/cp`` tokens, and
   its core attention as ``cp`` blocks around the CP ring, each block's compute overlapped
   with the asynchronous send of the next K/V block (:mod:`workloads.iteration.overlaps`);
-* data parallelism: the last micro-batch's backward launches the gradient buckets as it
-  produces them; ZeRO-3/FSDP gathers each layer's parameters ahead of its passes and
-  reduce-scatters its gradients every micro-batch;
+* data parallelism: the last micro-batch's backward (ZeRO-2: every one's) launches the
+  gradient buckets as it produces them; ZeRO-3/FSDP gathers each layer's parameters ahead
+  of its passes and reduce-scatters its gradients every micro-batch;
 * the iteration's end: wait for the gradients, all-reduce the tied embedding between the
   first and last stage, meet every rank for the gradient norm, step the optimizer, and
   (ZeRO-1/2) gather the updated parameters.
@@ -66,6 +66,7 @@ from distsim_gpu.workloads.cost.traffic import (
     optimizer_params,
     pipeline_message_bytes,
     rank_training,
+    reduces_every_microbatch,
     reduces_in_buckets,
     seq_len_of,
     stage_param_bytes,
@@ -215,19 +216,18 @@ class StreamBuilder(OverlappedOps):
                                         interleave=par.interleave))
         for unit in program:
             steps = (unit.forward, unit.backward) if isinstance(unit, Pair) else (unit,)
-            # Forward: input from the virtual stage before, output to the one after; a
-            # gradient from the one after to the one before (a split backward's weight
-            # half, "W", neither receives nor sends).
+            # Forward: input from the virtual stage before, output to the one after; backward
+            # the reverse (a split backward's weight half, "W", neither receives nor sends).
             sides = [("F" if pass_ == "F" else "B", mb,
                       pipeline.virtual_stage(stage, chunk, par.pp, par.schedule))
                      for pass_, mb, chunk in steps if pass_ != "W"]
             stream.extend(Recv(pass_, mb, vs) for pass_, mb, vs in sides
                           if vs not in (self.entries if pass_ == "F" else self.exits))
-            last = steps[-1][1] == last_mb
+            # ``last``: the backward reduces its buckets (ZeRO-2: every micro-batch's).
+            last = steps[-1][1] == last_mb or reduces_every_microbatch(par)
             # Exclusive TP only while no data-parallel collective of this stage can be in
-            # flight: before it launched one, and not in a pass that launches one.
-            # Nor while parameter gathers are: until every chunk's first forward waited.
-            # Unless no data-parallel collective can touch a TP group's links (dp_apart).
+            # flight (none launched yet nor by this pass, no parameter gather before every
+            # chunk's first forward waited), or none can touch a TP group's links (dp_apart).
             apart = self.dp_apart and not self.narrow
             fold = (self.exclusive_tp and (apart or (
                 not launched_dp and not sharded and not gathers
@@ -355,10 +355,10 @@ class StreamBuilder(OverlappedOps):
                                           head_grad_bytes(self.model, par, vs),
                                           "output layer reduce grads"))
         order = list(reversed(range(*self.chunks[vs])))
-        # Without ZeRO-3/FSDP the last micro-batch reduces the gradients in buckets, each
-        # launched after the layer that fills it (by backward position); with it, every
-        # micro-batch reduce-scatters each layer's.  A per-operator plan does both: its
-        # sharded operators' gradients reduce-scattered, its replicated ones' bucketed.
+        # Without ZeRO-3/FSDP the ``last`` micro-batch (ZeRO-2: every one) reduces the
+        # gradients in buckets, each launched after the layer that fills it (by backward
+        # position); with it, every micro-batch reduce-scatters each layer's.  A per-operator
+        # plan does both: its sharded operators' reduce-scattered, its replicated bucketed.
         buckets = (self._buckets(order, vs) if weights and last
                    and par.dp_cp > 1 and reduces_in_buckets(par) else {})
         for position, layer in enumerate(order):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import simpy
-from distsim_gpu.workloads.iteration.ops import Fused, Recv
+from distsim_gpu.workloads.iteration.ops import Compute, Fused, Recv
 from distsim_gpu.workloads.strategy.dimensions import critical_kinds
 
 __all__ = ["CRITICAL_KINDS", "Meeting", "Meetings", "PathEntry", "RankGroup", "critical_path",
@@ -31,10 +31,11 @@ __all__ = ["CRITICAL_KINDS", "Meeting", "Meetings", "PathEntry", "RankGroup", "c
 
 
 def critical_path_kinds() -> tuple[str, ...]:
-    """What a stretch of the critical path can be, in report order: compute, each
-    registered dimension's communication (:func:`critical_kinds`, registered ones
-    included), the pipeline's bubble and the data loader."""
-    return ("compute", *critical_kinds(), "bubble wait", "data loading")
+    """What a stretch of the critical path can be, in report order: compute, the GPU's
+    wait for the host's work (``host``: an offloaded optimizer step's PCIe copies and
+    CPU-Adam), each registered dimension's communication (:func:`critical_kinds`,
+    registered ones included), the pipeline's bubble and the data loader."""
+    return ("compute", "host", *critical_kinds(), "bubble wait", "data loading")
 
 
 #: The built-in dimensions' kinds (:func:`critical_path_kinds` for the registry's now).
@@ -80,8 +81,8 @@ class RankGroup:
     """
 
     __slots__ = ("bubble_s", "calls", "comm_intervals", "compute_intervals", "compute_s",
-                 "end_s", "exposed_s", "gpus", "handles", "idle_s", "name", "paces", "path",
-                 "pending", "replica", "slowdown", "stage", "streams")
+                 "end_s", "exposed_s", "gpus", "handles", "host_s", "idle_s", "name",
+                 "paces", "path", "pending", "replica", "slowdown", "stage", "streams")
 
     def __init__(self, stage: int, replica: int, gpus: tuple[str, ...], slowdown: float,
                  paces: tuple[float, ...] | None = None, split: bool = False):
@@ -96,6 +97,7 @@ class RankGroup:
         self.name = f"stage {stage} replica {replica} ({gpus[0]}" + (
             f" +{len(gpus) - 1})" if len(gpus) > 1 else ")")
         self.compute_s = 0.0
+        self.host_s = 0.0  # waiting for the host's work (Fused.host_s), not GPU compute
         self.exposed_s = 0.0
         self.bubble_s = 0.0
         self.idle_s = 0.0
@@ -109,6 +111,25 @@ class RankGroup:
         # peer (they run the same stream).
         self.calls: dict[str, int] = {}
         self.path: list[tuple[float, float, str, Any, Any]] = []
+
+    def add_fused(self, start_s: float, end_s: float, op: Fused, computed_s: float) -> None:
+        """Account ``op``, run over ``[start_s, end_s]`` with ``computed_s`` of compute:
+        its closed-form collectives as exposed communication, the host's part of it
+        (``op.host_s``) as ``host``, the rest as the GPU's compute; on the critical path
+        the host's part its own ``host`` stretch, after the GPU's (an offloaded step is
+        fused alone, so the split is exact where it occurs)."""
+        host_s = op.host_s
+        self.compute_s += computed_s - host_s
+        self.host_s += host_s
+        self.exposed_s += op.comm_s
+        if not host_s:
+            self.path.append((start_s, end_s, "compute", op, None))
+            return
+        if op.comm_s or op.compute_s != host_s:  # GPU work or collectives beside it
+            self.path.append((start_s, end_s - host_s, "compute", op, None))
+            start_s = end_s - host_s
+        label = next(s.label for s in op.steps if isinstance(s, Compute) and s.host)
+        self.path.append((start_s, end_s, "host", label, None))
 
     @property
     def paced(self) -> bool:

@@ -39,7 +39,8 @@ PARALLELISM_NAMES: Mapping[str, str] = MappingProxyType({
     "use_distributed_optimizer": "set zero: 1 (Megatron-Core's distributed optimizer "
                                  "shards the optimizer state as ZeRO-1 does)",
     "sharding_strategy": "FULL_SHARD is fsdp: true, NO_SHARD zero: 0; SHARD_GRAD_OP is "
-                         "not modelled (zero: 2 moves its bytes at one micro-batch a step); "
+                         "not modelled (zero: 2 reduce-scatters the gradients every micro-batch "
+                         "as it does, but keeps the parameters whole); "
                          + _HSDP,
     "data_parallel_shard_degree": "set dp (with fsdp: true); " + _HSDP,
     "data_parallel_replicate_degree": _HSDP, "hsdp": _HSDP, "hybrid_shard": _HSDP,

@@ -19,11 +19,15 @@ fewer read in the backward) are not added to the kernel's time.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from distsim_gpu.simcore.config import check_choice
 from distsim_gpu.simcore.errors import ConfigError
 
 __all__ = [
     "FP8_RECIPES",
+    "GRAD_BYTES",
     "GRAD_REDUCE_PRECISIONS",
     "LOW_PRECISIONS",
     "OPTIMIZER_MOMENTS",
@@ -32,6 +36,7 @@ __all__ = [
     "SWIGLU_FP8_INPUT_BYTES",
     "check_activation_fp8_store",
     "check_fp8_recipe",
+    "grad_element_bytes",
     "swiglu_input_bytes",
 ]
 
@@ -47,8 +52,11 @@ LOW_PRECISIONS = ("fp8", "fp4")
 FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8", "nvfp4")
 #: The recipes of each low precision (NVFP4 is the only FP4 one; it needs precision fp4).
 RECIPES_OF_PRECISION = {"fp8": ("delayed", "current", "blockwise", "mxfp8"), "fp4": ("nvfp4",)}
-# What a gradient all-reduce may carry on the wire (traffic.GRAD_BYTES sizes each).
+# What a gradient all-reduce may carry on the wire (GRAD_BYTES sizes each).
 GRAD_REDUCE_PRECISIONS = ("fp32", "bf16", "fp16")
+#: Bytes per gradient element by ``parallelism.grad_reduce_precision``: on the wire
+#: (workloads.cost.traffic) and in the gradient buffer (workloads.cost.memory.state_bytes).
+GRAD_BYTES: Mapping[str, int] = MappingProxyType({"fp32": 4, "bf16": 2, "fp16": 2})
 #: How Adam's two moments are stored (``training.optimizer_moments``): fp32, or bf16 as
 #: DeepSeek-V3 trains (report §3.3) and Megatron-Core's precision-aware optimizer offers
 #: (``--exp-avg-dtype`` / ``--exp-avg-sq-dtype bf16``); the master weights stay fp32.
@@ -96,3 +104,11 @@ def swiglu_input_bytes(fp8_input_store: bool) -> float | None:
     :data:`SWIGLU_FP8_INPUT_BYTES` under ``activation_func_fp8_input_store``, else None
     (the activations' own width)."""
     return SWIGLU_FP8_INPUT_BYTES if fp8_input_store else None
+
+
+def grad_element_bytes(grad_reduce_precision: str) -> int:
+    """Bytes of one gradient element at ``grad_reduce_precision`` (a clear error naming
+    ``parallelism.grad_reduce_precision`` and its choices otherwise)."""
+    return GRAD_BYTES[check_choice(grad_reduce_precision, GRAD_BYTES,
+                                   key="parallelism.grad_reduce_precision",
+                                   what="gradient precision")]
