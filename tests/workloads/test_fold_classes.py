@@ -182,3 +182,19 @@ def test_a_ring_on_a_link_is_not_a_unit_putting_the_same_streams_there():
     flows = [SpanningFlow({"b": (CAPACITY, (1.0,))}, ("dp", "r"))]
     assert alike_classes([members], 3, flows) == [[0, 2], [1]]
     assert reference_classes([members], 3, flows) == [[0, 2], [1]]
+
+
+def test_units_are_told_apart_by_the_spanning_flows_they_start_and_wait_for():
+    """Folded inside expert blocks, each block's all-to-all lane is a spanning flow that
+    only its block's units start and wait for.  Units with nothing else to tell them
+    apart are unlike where their blocks' lanes are (one crosses a link another flow
+    holds back), and alike where the lanes are; ignoring whose lane is whose would class
+    all four together."""
+    def lane(units: tuple[int, ...], *links: str) -> SpanningFlow:
+        return SpanningFlow({link: (1.0,) for link in links}, ("ep", "a2a"), units)
+
+    held = [lane((0, 1), "a", "x"), lane((2, 3), "b"), ring("other", "x")]
+    assert alike_classes([], 4, held) == [[0, 1], [2, 3]]
+    alike = [lane((0, 1), "a", "x"), lane((2, 3), "b", "y"), ring("other", "x"),
+             ring("other", "y")]
+    assert alike_classes([], 4, alike) == [[0, 1, 2, 3]]

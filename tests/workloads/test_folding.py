@@ -11,17 +11,20 @@ runs and ``IterationResult.folding`` says why.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.scenarios.report import RunSetup, build_report
+from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.compute import RooflineCosts
-from distsim_gpu.workloads.iteration.folding import MAX_FOLD_CLASSES
+from distsim_gpu.workloads.iteration.folding import MAX_FOLD_CLASSES, _block_sources
 from distsim_gpu.workloads.specs.gpus import get_gpu
 from distsim_gpu.workloads.specs.models import model_from_mapping
 from distsim_gpu.workloads.strategy.parallel import PLACEMENT_ORDERS, ParallelConfig, TrainingConfig
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, given, reject, settings
 from hypothesis import strategies as st
 
 RTOL = 1e-9
@@ -39,7 +42,9 @@ def cluster(kind: str, routing: str, nodes: int = 4, **fabric) -> object:
 def assert_same_iteration(folded, full) -> None:
     """Folded and full runs agree on everything a report shows, and on every link."""
     assert folded.folding.startswith("folded"), folded.folding
-    assert full.folding == "full: folding off"
+    # (A run that is one expert block says so before it says folding is off.)
+    assert full.folding == "full: folding off" or full.folding.startswith(
+        "full: one data-parallel replica"), full.folding
     assert folded.events < full.events, "nothing was folded: the comparison proves nothing"
     t = full.iteration_time_s
     assert folded.iteration_time_s == pytest.approx(t, rel=RTOL)
@@ -210,7 +215,8 @@ def test_folded_expert_parallel_blocks_equal_the_full_simulation(uniform):
     parallel = ParallelConfig(tp=4, pp=1, dp=8, ep=2)
     training = TrainingConfig(micro_batch=1, global_batch=16)
     folded, full = both(uniform, topology, parallel, training, model=moe)
-    assert folded.folding == "folded 4 expert-parallel blocks of 2 into 1"
+    assert folded.folding == ("folded 8 data-parallel replicas into 1 inside expert-parallel "
+                              "blocks of 2 (a uniform router: their all-to-alls run in full)")
     assert_same_iteration(folded, full)
 
 
@@ -228,23 +234,28 @@ def test_a_folded_expert_all_to_all_is_one_flow_a_lane_however_many_blocks(unifo
         runs[blocks] = both(uniform, cluster("rail-optimized", "dmodk", nodes=blocks),
                             parallel, training, model=moe)
     for blocks, (folded, full) in runs.items():
-        assert folded.folding == f"folded {blocks} expert-parallel blocks of 2 into 1"
+        assert folded.folding == (f"folded {2 * blocks} data-parallel replicas into 1 inside "
+                                  "expert-parallel blocks of 2 (a uniform router: their "
+                                  "all-to-alls run in full)")
         assert_same_iteration(folded, full)
     assert runs[4][0].flows == runs[2][0].flows
     assert runs[4][1].flows > runs[2][1].flows  # unfolded, every block's flows run
 
 
 @pytest.mark.parametrize(("parallel", "sentence"), [
-    # Megatron-Core's expert grid over dp·cp: a block of 4 replicas = 2 CP rings.
+    # Megatron-Core's expert grid over dp·cp: a block of 4 replicas = 2 CP rings, so a
+    # ring stands for its block (and the others).
     (ParallelConfig(tp=2, cp=2, dp=8, ep=4, sequence_parallel=True),
-     "folded 4 expert-parallel blocks of 4 into 1"),
+     "folded 8 context-parallel rings of 2 into 1 inside expert-parallel blocks of 4 "
+     "(a uniform router: their all-to-alls run in full)"),
     # expert_tp 1: an expert group is 4 consecutive GPUs across 2 tensor groups.
     (ParallelConfig(tp=2, cp=2, dp=8, ep=4, expert_tp=1, sequence_parallel=True),
      "folded 8 expert-parallel blocks of 2 into 1"),
     # expert_tp 2 of tp 4: expert groups at stride 2 over 2 replicas, the routed tokens'
     # gathers on pairs of tensor ranks.
     (ParallelConfig(tp=4, dp=8, ep=4, expert_tp=2, sequence_parallel=True),
-     "folded 4 expert-parallel blocks of 2 into 1"),
+     "folded 8 data-parallel replicas into 1 inside expert-parallel blocks of 2 "
+     "(a uniform router: their all-to-alls run in full)"),
 ])
 def test_folded_expert_blocks_over_context_parallel_rings_equal_the_full_run(
         uniform, parallel, sentence):
@@ -505,3 +516,142 @@ def test_replicas_apart_on_their_own_links_but_met_by_unalike_rings(uniform):
     assert_same_iteration(folded, full)
     times = {g.replica: g.communication_s for g in full.per_gpu if g.stage == 0}
     assert times[8] != pytest.approx(times[9], rel=1e-6)  # the asymmetry is real
+
+
+# --------------------------------------------------------- folding inside expert blocks
+
+MOE = {"name": "small-moe", "layers": 4, "hidden": 1024, "heads": 16, "seq_len": 512,
+       "vocab": 32000, "experts": 16, "top_k": 4}
+DEEPEP = {"all_to_all": "deepep", "moe_experts": 16, "moe_top_k": 4}
+
+# (strategy, fabric, communication, block in replicas): ep inside a node and across
+# nodes, dp > ep, with pp, tp and its expert grid, overlapped all-to-alls, DeepEP's two
+# hops with forwarding and its node-limited routing.
+INSIDE_CASES = {
+    "ep2-tp4-dp8-in-node": (ParallelConfig(tp=4, dp=8, ep=2), "rail-optimized", {}, 2),
+    "ep4-tp2-pp2-dp8-tree": (ParallelConfig(tp=2, pp=2, dp=8, ep=4), "fat-tree", {}, 4),
+    "ep8-tp2-pp2-one-block-overlap": (ParallelConfig(tp=2, pp=2, dp=8, ep=8, moe_overlap=True),
+                                      "rail-optimized", {}, 8),
+    "ep16-pp2-across-nodes": (ParallelConfig(pp=2, dp=16, ep=16), "fat-tree", {}, 16),
+    "ep4-etp2-tp4-dp8": (ParallelConfig(tp=4, dp=8, ep=4, expert_tp=2, sequence_parallel=True),
+                         "rail-optimized", {}, 2),
+    "deepep-ep16-pp2": (ParallelConfig(pp=2, dp=16, ep=16), "rail-optimized", DEEPEP, 16),
+    "deepep-node-limited": (ParallelConfig(pp=2, dp=16, ep=16), "fat-tree",
+                            {**DEEPEP, "deepep_max_nodes": 1}, 16),
+    "deepep-ep8-dp32": (ParallelConfig(dp=32, ep=8), "rail-optimized", DEEPEP, 8),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INSIDE_CASES))
+def test_folding_inside_expert_blocks_equals_the_full_simulation(uniform, name):
+    """Under a uniform router one replica stands for its expert block (and the other
+    blocks): the blocks' all-to-alls run in full over every lane, as the data-parallel
+    collectives do; the run equals the full one, every link's bytes included."""
+    parallel, kind, comm, block = INSIDE_CASES[name]
+    training = TrainingConfig(micro_batch=1, global_batch=2 * parallel.dp)
+    folded, full = (uniform.run(cluster(kind, "dmodk"), parallel, training,
+                                comm=CommParams(**comm), model=model_from_mapping(MOE),
+                                fold_replicas=fold) for fold in (True, False))
+    assert folded.folding == (f"folded {parallel.dp} data-parallel replicas into 1 inside "
+                              f"expert-parallel blocks of {block} (a uniform router: their "
+                              "all-to-alls run in full)")
+    assert len(folded.schedules) == parallel.pp  # one replica's rank groups ran
+    assert_same_iteration(folded, full)
+
+
+def test_a_skewed_router_folds_whole_expert_blocks_only(uniform):
+    """With routing skew the replicas of a block exchange unalike loads: the block stays
+    the unit (as before folding inside blocks), and the run equals the full one."""
+    moe = model_from_mapping({**MOE, "moe": {"routing": {"zipf": 1.2}}})
+    parallel = ParallelConfig(tp=4, dp=8, ep=2)
+    folded, full = both(uniform, cluster("rail-optimized", "dmodk"), parallel,
+                        TrainingConfig(micro_batch=1, global_batch=16), model=moe)
+    assert folded.folding == "folded 4 expert-parallel blocks of 2 into 1"
+    assert_same_iteration(folded, full)
+
+
+def test_an_all_to_all_that_loads_a_blocks_replicas_unalike_folds_them_into_classes(
+        uniform):
+    """The hierarchical all-to-all gathers a node's tokens through some of its GPUs, so
+    the replicas of a block do not see its load alike beside their pipeline sends: they
+    fold into classes inside the block (its simulated members meet), exactly."""
+    parallel = ParallelConfig(pp=2, dp=16, ep=16)
+    training = TrainingConfig(micro_batch=1, global_batch=32)
+    folded, full = (uniform.run(cluster("fat-tree", "dmodk"), parallel, training,
+                                comm=CommParams(all_to_all="hierarchical"),
+                                model=model_from_mapping(MOE), fold_replicas=fold)
+                    for fold in (True, False))
+    assert folded.folding.startswith("folded 16 data-parallel replicas into 3 classes of "
+                                     "alike ones (2, 2, 12) inside expert-parallel blocks")
+    assert_same_iteration(folded, full)
+
+
+def test_classes_that_cut_across_blocks_keep_the_blocks_whole():
+    """Folding inside blocks needs each block's replicas stood for by simulated ones of
+    one block that stand for the same replicas there: classes {0, 1}, {2, 3}, {4, 5} fit
+    blocks of 2 (each its own) and of 6 (one), not blocks of 3 (block 1 would meet
+    replicas 2 and 4 of both blocks)."""
+    classes = {0: (0, 1), 2: (2, 3), 4: (4, 5)}
+    assert _block_sources(classes, 2, 6) == {0: [0], 1: [1], 2: [2]}
+    assert _block_sources(classes, 6, 6) == {0: [0]}
+    assert _block_sources(classes, 3, 6) is None
+    assert _block_sources({0: (0, 1, 2, 3, 4, 5)}, 2, 6) == {0: [0, 1, 2]}
+    assert _block_sources({0: (0, 2, 4), 1: (1, 3, 5)}, 2, 6) == {0: [0, 1, 2]}
+    assert _block_sources({0: (0, 3), 1: (1, 2, 4, 5)}, 2, 6) is None
+    assert _block_sources({}, 2, 6) is None
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(folding_cases(), st.data())
+def test_wherever_folding_inside_expert_blocks_applies_it_equals_the_full_simulation(
+        uniform, case, data):
+    """Any tree, placement order and all-to-all: folded inside expert blocks, the run is
+    exact; where the check finds the block's replicas unalike, another simulation runs
+    (whole blocks folded, or the full one) and says so."""
+    cluster_spec, parallel = case
+    degrees = [e for e in (2, 4, 8, 16) if parallel.dp % e == 0]
+    if not degrees:
+        reject()
+    ep = data.draw(st.sampled_from(degrees))
+    mode = data.draw(st.sampled_from(["flat", "hierarchical", "deepep"]))
+    comm = CommParams(all_to_all=mode, **({"moe_experts": 16, "moe_top_k": 4}
+                                           if mode == "deepep" else {}))
+    parallel = replace(parallel, ep=ep)
+    training = TrainingConfig(micro_batch=1, global_batch=2 * parallel.dp)
+    runs = []
+    for fold in (True, False):
+        try:
+            runs.append(uniform.run(build_cluster(cluster_spec), parallel, training,
+                                    comm=comm, model=model_from_mapping(MOE),
+                                    fold_replicas=fold))
+        except ConfigError:  # an expert grid this placement order does not allow
+            reject()
+    folded, full = runs
+    event(folded.folding.split(" (")[0] if " inside " in folded.folding
+          else folded.folding.split(" ")[0])
+    if folded.folding.startswith("folded"):
+        assert_same_iteration(folded, full)
+    else:
+        assert folded.events == full.events
+
+
+@pytest.mark.parametrize(("ep", "comm"), [(2, {}), (6, {}),
+                                          (6, {**DEEPEP, "moe_experts": 12, "moe_top_k": 2})])
+def test_folding_inside_expert_blocks_into_classes_equals_the_full_simulation(uniform, ep,
+                                                                              comm):
+    """The rails case above (three classes of two replicas) with experts: blocks of 2
+    each hold one class (each block's call runs its own lanes), a block of 6 holds all
+    three (its simulated members meet, one of each class); both equal the full run."""
+    topology = build_cluster({"preset": "dgx-h100", "nodes": 6,
+                              "fabric": {"kind": "rail-optimized", "routing": "dmodk",
+                                         "nics_per_leaf": 4}})
+    parallel = ParallelConfig(tp=4, pp=2, dp=6, ep=ep, schedule="interleaved", interleave=2,
+                              zero=1, bucket_params=3_000_000)
+    training = TrainingConfig(micro_batch=1, global_batch=24)
+    folded, full = (uniform.run(topology, parallel, training, comm=CommParams(**comm),
+                                model=model_from_mapping({**MOE, "experts": 12, "top_k": 2}),
+                                fold_replicas=fold) for fold in (True, False))
+    assert folded.folding == ("folded 6 data-parallel replicas into 3 classes of alike ones "
+                              f"(2, 2, 2) inside expert-parallel blocks of {ep} (a uniform "
+                              "router: their all-to-alls run in full)")
+    assert_same_iteration(folded, full)

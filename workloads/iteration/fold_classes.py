@@ -18,6 +18,10 @@ whose link carries a ring that runs free, even where their own links look the sa
 simulated case in the suite needs this last one yet: it only keeps apart two sets of the
 PCIe test's replicas that the full run times alike).
 
+Folded inside expert blocks (:func:`workloads.iteration.folding.fold_plan`), a block's
+all-to-all lanes are spanning flows that only its units start and wait for: a unit's
+colour then takes in those flows' colours, and a flow's the colours of its units.
+
 The partition is found by colour refinement (the 1-dimensional Weisfeiler-Leman test of
 graph symmetry) on the graph of units, spanning flows and the links they cross: start
 from one class of units and the spanning flows by what they are, colour each link by who
@@ -54,11 +58,17 @@ class Member:
 
 @dataclass(frozen=True, slots=True)
 class SpanningFlow:
-    """A flow over many units that runs in full (one lane's data-parallel collective): per
-    link its streams in each step, and what it is (the call, its plan's latency)."""
+    """A flow over many units that runs in full (one lane's data-parallel collective, or
+    of an expert block's all-to-all folded inside the block): per link its streams in
+    each step, and what it is (the call, its plan's latency).  ``units``: the units that
+    start it and wait for it where only some do (a block's replicas: its start and end
+    are theirs, so a unit whose block's lanes run unalike is unlike the others, and a
+    lane started by unalike units is unlike the others); empty where every unit does (a
+    data-parallel collective: one meeting of all)."""
 
     links: dict[Any, Hashable]
     fixed: Hashable
+    units: tuple[int, ...] = ()
 
 
 def _relabel(signatures: Sequence[Hashable]) -> list[int]:
@@ -109,7 +119,8 @@ def alike_classes(flow_classes: Sequence[Sequence[Member]], units: int,
     owners = [member.unit for members in flow_classes for member in members]
     codes = _Codes(wide, [list(g) for g in groups],
                    [[(group_of[link], what) for link, what in crossing] for crossing in crossings],
-                   [[(group_of[link], what) for link, what in route] for route in routes])
+                   [[(group_of[link], what) for link, what in route] for route in routes],
+                   [list(flow.units) for flow in spanning])
     return _refine(codes, list(zip(owners, fixed)), units,
                    [flow.fixed for flow in spanning])
 
@@ -123,12 +134,14 @@ class _Codes:
     links, its crossers as (constant, index) — code ``constant + label[index] · wide``,
     where the labels are the units' then the spanning flows' (a flow's constant is
     offset above every member's).  ``crossings`` and ``routes``: per member and per
-    spanning flow, its links as (group, what) — code ``colour[group] · wide + what``."""
+    spanning flow, its links as (group, what) — code ``colour[group] · wide + what``.
+    ``starters``: per spanning flow, the units that start and wait for it (empty: all)."""
 
     wide: int
     groups: list[list[tuple[int, int]]]
     crossings: list[list[tuple[int, int]]]
     routes: list[list[tuple[int, int]]]
+    starters: list[list[int]]
 
 
 def _refine(codes: _Codes, members: list[tuple[int, int]], units: int,
@@ -139,6 +152,11 @@ def _refine(codes: _Codes, members: list[tuple[int, int]], units: int,
     wide, groups, crossings, routes = codes.wide, codes.groups, codes.crossings, codes.routes
     label = [0] * units
     flow_label = _relabel(flow_fixed)
+    # Per unit, the spanning flows it starts and waits for (where only some units do).
+    waits_for: list[list[int]] = [[] for _ in range(units)]
+    for s, starters in enumerate(codes.starters):
+        for unit in starters:
+            waits_for[unit].append(s)
     counts: tuple[int, int, int] | None = None
     while True:
         scaled = [x * wide for x in label] + [x * wide for x in flow_label]
@@ -149,9 +167,14 @@ def _refine(codes: _Codes, members: list[tuple[int, int]], units: int,
         for (unit, fixed), crossing in zip(members, crossings):
             signatures[unit].append((fixed, _multiset([spread[g] + what
                                                        for g, what in crossing])))
+        for unit, flows in enumerate(waits_for):
+            if flows:  # the labels of the flows it waits for (their ends are its ends)
+                signatures[unit].append(_multiset([flow_label[s] for s in flows]))
+        new_flow_label = _relabel([(flow_label[s], _multiset(
+            [spread[g] + what for g, what in route]), _multiset(
+            [label[u] for u in codes.starters[s]])) for s, route in enumerate(routes)])
         label = _relabel([tuple(signature) for signature in signatures])
-        flow_label = _relabel([(flow_label[s], _multiset(
-            [spread[g] + what for g, what in route])) for s, route in enumerate(routes)])
+        flow_label = new_flow_label
         # Each new partition refines the last (a signature holds the old label), so the
         # counts only grow: when none does, nothing split.  Once every unit is a class of
         # its own no later round can change the classes (all singletons): stop there.

@@ -9,9 +9,23 @@ be timed by their closed form).
 **Symmetry folding.**  Data-parallel replicas that run the same schedule on the same view
 of the fabric are simulated once.  With expert parallelism the unit of folding is an
 expert-parallel block of ``ep`` consecutive replicas (its all-to-alls stay inside it); else
-it is one replica.  The units are split into classes of alike ones
-(:mod:`workloads.iteration.fold_classes`): in each class the first unit is *simulated*
-and every other unit is its *image*, shifted by a whole number of units.  A fabric that
+it is one replica.  Under a uniform router and without a straggler the replicas of a
+block run one schedule, so folding goes *inside* the blocks (:func:`fold_plan`): the unit
+is again one replica (one context-parallel ring where there are rings), and the blocks'
+all-to-alls are treated as the data-parallel collectives are — run in full over every
+block's lanes (each simulated lane entered with the same lane of the other blocks as one
+coflow, as a folded block's were), started when the simulated members arrive and done
+when the simulated block's lanes are; the fold check classes each lane as a flow that
+spans units, tied to its block's units (they start it and wait for it).  Only where it
+finds classes that fit the blocks (:func:`_block_sources`: each block's call is one
+meeting of simulated members); else the block is the unit.  Flat NCCL all-to-alls and
+DeepEP's (node-limited or not) fold so on the fabrics the tests draw; a hierarchical
+all-to-all, which gathers a node's tokens through some of its GPUs, loads a block's
+replicas' links unalike beside their own traffic, so they fold into classes.
+
+The units are split into classes of alike ones (:mod:`workloads.iteration.fold_classes`):
+in each class the first unit is *simulated* and every other unit is its *image*, shifted
+by a whole number of units.  A fabric that
 treats every replica alike gives one class; one where a pipeline stage's boundary falls
 inside a leaf's nodes gives a few (the replicas whose sends stay under the leaf, and those
 whose sends cross the spines), each simulated once.  Folding is exact when the images see
@@ -93,7 +107,8 @@ from distsim_gpu.workloads.strategy.schedule import mirror_pair
 #: A ring step's sender and receiver rank groups.
 RingStep = tuple[RankGroup, RankGroup]
 
-__all__ = ["MAX_FOLD_CLASSES", "dp_apart_from_tp", "exclusive_tp", "fold_check", "unit_rows"]
+__all__ = ["MAX_FOLD_CLASSES", "dp_apart_from_tp", "exclusive_tp", "fold_check", "fold_plan",
+           "unit_rows"]
 
 # The most classes of alike replicas folding simulates; with more the full simulation runs.
 # Each class's flows span its images' links, so many classes make the solver's connected
@@ -104,15 +119,17 @@ MAX_FOLD_CLASSES = 32
 
 
 def fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
-                streams: list[list[Op]], unit: int) -> tuple[dict[int, tuple[int, ...]], str]:
+                streams: list[list[Op]], unit: int, inside: bool = False,
+                ) -> tuple[dict[int, tuple[int, ...]], str]:
     """Which units (replicas, or blocks of ``unit`` replicas) are simulated, each with the
     units it stands for (itself first; empty: the full simulation runs), and the sentence
     that says so (see the module docstring, *Symmetry folding*).  Units holding a
-    straggler run on their own, beside one unit standing for all the others."""
+    straggler run on their own, beside one unit standing for all the others.  ``inside``:
+    units inside expert blocks, whose all-to-alls run in full (:func:`fold_plan`)."""
     dp = spec.parallel.dp_cp
     # What a unit of more than one replica is (an expert-parallel block, a
     # context-parallel ring), for the sentence.
-    named = folding_unit(spec.parallel)[0]
+    named = folding_unit(spec.parallel, inside)[0]
     kind = None if named is None else named.fold_unit
     units = dp // unit
     if units <= 1:
@@ -135,7 +152,8 @@ def fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGr
            else "")
     classes: list[list[int]] = []
     if not why:
-        classes, why = _asymmetry(spec, comm, groups, streams, unit, healthy if odd else None)
+        classes, why = _asymmetry(spec, comm, groups, streams, unit, healthy if odd else None,
+                                  inside)
         why = why or ("full: a trace was asked for (spans per rank group)" if spec.trace
                       else "")
     if why:
@@ -149,6 +167,11 @@ def fold_check(spec: IterationSpec, comm: Communicator, groups: list[list[RankGr
     into = "1" if len(alike) == 1 else (
         f"{len(alike)} classes of alike ones (" + ", ".join(
             str(len(members)) for members in alike) + ")")
+    if inside:
+        block = folding_unit(spec.parallel)[1]
+        return stands_for, (f"folded {units} {what} into {into} inside expert-parallel "
+                            f"blocks of {block} (a uniform router: their all-to-alls run "
+                            "in full)")
     if not odd:
         return stands_for, f"folded {units} {what} into {into}"
     if unit == 1 or kind is None:
@@ -167,21 +190,26 @@ _Classes = list[tuple[str, list[list[CollectivePlan]]]]
 
 def _asymmetry(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
                streams: list[list[Op]], unit: int, healthy: list[int] | None = None,
-               ) -> tuple[list[list[int]], str]:
+               inside: bool = False) -> tuple[list[list[int]], str]:
     """The classes of alike units (positions among ``healthy``, or among all units), and
     why folding cannot run ("" when it can): see :func:`_members` per flow class, with the
     load of the data-parallel collectives, and :mod:`workloads.iteration.fold_classes`.
     With ``healthy`` (the units without a straggler) only those are classed, and the
     rest (simulated on their own, at their own pace) must share no link of a folded
-    class with them."""
+    class with them.  ``inside``: the expert blocks' collectives span units, as the
+    data-parallel ones do (their lanes are spanning flows, each tied to its block's
+    units), instead of being a unit's folded flow class."""
     calls = [_calls(stream) for stream in streams]
+    layouts = {name: block_layout(peer, spec.parallel) for name, peer in peer_groups().items()
+               if peer.peering is Peering.BLOCK}
+    blocks = {name: layouts.pop(name) for name, peer in peer_groups().items()
+              if inside and name in layouts and not peer.ring}
     load, spanning = _spanning(comm, groups, calls, spec.parallel.tp)
+    _block_spanning(comm, groups, calls, blocks, unit, (load, spanning))
     alike = groups if healthy is None else unit_rows(groups, healthy, unit)
     odd = None if healthy is None else unit_rows(
         groups, [u for u in range(len(groups[0]) // unit) if u not in healthy], unit)
     wrap = spec.parallel.interleave > 1
-    layouts = {name: block_layout(peer, spec.parallel) for name, peer in peer_groups().items()
-               if peer.peering is Peering.BLOCK}
     members: list[list[Member]] = []
     for stage in range(len(groups)):
         why = _tp_candidates_differ(comm, groups[stage])
@@ -282,20 +310,21 @@ def _call_class(comm: Communicator, groups: list[list[RankGroup]], row: list[Ran
     """The flow class of one collective call ``(op, size)`` among ``peer`` of ``row``'s
     groups that folding enters with its images (none for data-parallel ones: they span
     replicas and run in full).  A block's (expert all-to-alls, context-parallel ring
-    steps) is per unit: the block is the unit."""
+    steps) is per unit: the block is the unit — unless folded inside it (then not in
+    ``layouts``: its lanes span units, :func:`_block_spanning`)."""
     op, size = call
     if peer.peering is Peering.ENDS:  # the row's stage and its mirror
         low, high = mirror_pair(row[0].stage, len(groups))
         lanes = [[[a, b] for a, b in zip(first.gpus, last.gpus)]
                  for first, last in zip(groups[low], groups[high])]
-    elif peer.peering is Peering.BLOCK:  # the unit's blocks' communicators, per unit
+    elif peer.peering is Peering.BLOCK and peer.name in layouts:  # per unit: the blocks'
         lanes = [_unit_lanes(row, b, unit, layouts[peer.name])
                  for b in range(0, len(row), unit)]
         if peer.ring:  # every lane's sends to the next rank
             return [(f"{peer.name} ring", [[comm.pairs_plan(
                 [(lane[i], lane[(i + 1) % len(lane)]) for lane in mine
                  for i in range(len(lane))], 1.0, protocol="simple")] for mine in lanes])]
-    else:
+    else:  # spanning units (data-parallel; expert blocks folded inside): run in full
         return []
     return [(op, [[comm.choose(op, lane, size) for lane in mine] for mine in lanes])]
 
@@ -323,6 +352,86 @@ def _spanning(comm: Communicator, groups: list[list[RankGroup]],
                 flows.append(SpanningFlow(_link_profile([plan]), (
                     stage, name, op, size, plan.algorithm, plan.latency_s)))
     return load, flows
+
+
+def _block_spanning(comm: Communicator, groups: list[list[RankGroup]],
+                    calls: list[set[tuple[str, str, float]]],
+                    blocks: dict[str, tuple[int, BlockLanes]], unit: int,
+                    into: tuple[dict[Any, float], list[SpanningFlow]]) -> None:
+    """Folded inside expert blocks, their calls run in full over every block's lanes, as
+    the data-parallel collectives do: add each lane's streams to ``into``'s load and each
+    lane as a spanning flow tied to its block's units (they start it and wait for it, so
+    a unit whose block's lanes run unalike is unlike the others)."""
+    load, flows = into
+    for stage, row in enumerate(groups):
+        for name, op, size in sorted(calls[stage]):
+            if name not in blocks:
+                continue
+            block = blocks[name][0]
+            for start in range(0, len(row), block):
+                units = tuple(range(start // unit, (start + block) // unit))
+                for lane in _unit_lanes(row, start, block, blocks[name]):
+                    plan = comm.choose(op, lane, size)
+                    for step in plan.steps:
+                        for link, streams in step.link_streams.items():
+                            load[link] = load.get(link, 0.0) + streams * step.repeat
+                    flows.append(SpanningFlow(_link_profile([plan]), (
+                        stage, name, op, size, plan.algorithm, plan.latency_s), units))
+
+
+def fold_plan(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
+              streams: list[list[Op]],
+              ) -> tuple[int, dict[int, tuple[int, ...]], str, dict[int, list[int]] | None]:
+    """The folding unit in replicas, the units simulated with those each stands for (as
+    :func:`fold_check`), the sentence, and, folded inside expert blocks, per block that
+    holds simulated units the blocks it stands for (itself first; None: not inside).
+
+    With expert parallelism the unit is a whole block: its all-to-alls stay inside it.
+    Under a uniform router and without a straggler every replica of a block runs the same
+    schedule, so one replica (one context-parallel ring, where there are rings) may stand
+    for others of its block and of other blocks: the blocks' all-to-alls then run in full
+    over every lane, as the data-parallel collectives do; a block's call starts when its
+    simulated members arrive and ends when its lanes end, and runs the lanes of the
+    blocks it stands for beside its own (their members arrive, and their lanes end, at
+    the same instants by symmetry, which the fold check holds: each lane is a spanning
+    flow tied to its block's units).  Only where every block's units stand for, and are
+    stood for by, the units of one block (:func:`_block_sources`); else the block is the
+    unit, as before."""
+    par = spec.parallel
+    unit = folding_unit(par)[1]
+    inner = folding_unit(par, inside=True)[1]
+    spans = {block_layout(peer, par)[0] for peer in peer_groups().values()
+             if peer.peering is Peering.BLOCK and not peer.ring}
+    router = spec.model.moe.is_default and len(set(spec.comm.alltoall_weights)) <= 1
+    if (spec.fold_replicas and router and inner < unit and spans == {unit}
+            and unit % inner == 0 and all(g.slowdown == 1 for row in groups for g in row)):
+        stands_for, sentence = fold_check(spec, comm, groups, streams, inner, inside=True)
+        sources = _block_sources(stands_for, unit // inner, par.dp_cp // inner)
+        if sources is not None:
+            return inner, stands_for, sentence, sources
+    stands_for, sentence = fold_check(spec, comm, groups, streams, unit)
+    return unit, stands_for, sentence, None
+
+
+def _block_sources(stands_for: dict[int, tuple[int, ...]], per_block: int,
+                   units: int) -> dict[int, list[int]] | None:
+    """Per block holding simulated units, the blocks whose all-to-alls its call runs (itself
+    first), where each block's units are all stood for by simulated units of one block
+    (its source) that stand for the same units of it as of the source itself: then the
+    source's members meeting is when every such block's members meet.  None otherwise
+    (or where nothing folds)."""
+    rep = {image: simulated for simulated, images in stands_for.items() for image in images}
+    if len(rep) != units:
+        return None
+    reps = [frozenset(rep[u] for u in range(b * per_block, (b + 1) * per_block))
+            for b in range(units // per_block)]
+    sources: dict[int, list[int]] = {}
+    for block, theirs in enumerate(reps):
+        source = {u // per_block for u in theirs}
+        if len(source) != 1 or reps[min(source)] != theirs:
+            return None
+        sources.setdefault(min(source), []).append(block)
+    return sources
 
 
 def _members(comm: Communicator, label: str, per_replica: list[list[CollectivePlan]],

@@ -58,7 +58,7 @@ from distsim_gpu.simcore.simulation import Simulation
 from distsim_gpu.workloads.cost.traffic import seq_len_of
 from distsim_gpu.workloads.iteration.call_plans import CallPlans, joint_coflow
 from distsim_gpu.workloads.iteration.folding import dp_apart_from_tp as dp_apart
-from distsim_gpu.workloads.iteration.folding import exclusive_tp, fold_check, unit_rows
+from distsim_gpu.workloads.iteration.folding import exclusive_tp, fold_plan, unit_rows
 from distsim_gpu.workloads.iteration.nccl_sms import NcclSmShare
 from distsim_gpu.workloads.iteration.offload_step import OffloadStep, offload_streams
 from distsim_gpu.workloads.iteration.ops import (
@@ -102,7 +102,6 @@ from distsim_gpu.workloads.strategy.dimensions import (
     PeerGroup,
     Peering,
     block_layout,
-    folding_unit,
     peer_degrees,
     peer_group,
     peer_groups,
@@ -205,15 +204,15 @@ class IterationSimulator:
 
     def _fold(self, spec: IterationSpec) -> None:
         """Folding: replicas cut into units of ``unit`` (an expert-parallel block, a CP
-        ring: their traffic stays inside; else one replica); each simulated unit stands for
-        ``stands_for``'s (itself first); unfolded, every replica stands for itself."""
-        par = spec.parallel
-        self.unit = folding_unit(par)[1]
-        self.stands_for, self.folding = fold_check(spec, self.comm, self.groups,
-                                                    self.streams, self.unit)
+        ring: their traffic stays inside; else one replica, or one ring inside an expert
+        block); each simulated unit stands for ``stands_for``'s (itself first); unfolded,
+        every replica stands for itself."""
+        # ``sources``: folded inside expert blocks, the blocks each one's calls run (fold_plan).
+        self.unit, self.stands_for, self.folding, self.sources = fold_plan(
+            spec, self.comm, self.groups, self.streams)
         self.folded = bool(self.stands_for)
         if not self.folded:
-            self.unit, self.stands_for = par.dp_cp, {0: (0,)}
+            self.unit, self.stands_for = spec.parallel.dp_cp, {0: (0,)}
         # Per stage, the rank groups that run (simulated units, in replica order).
         self.rows = unit_rows(self.groups, sorted(self.stands_for), self.unit)
         self.active = [g for row in self.rows for g in row]
@@ -240,9 +239,13 @@ class IterationSimulator:
         key = (peer.name, members[0].stage, members[0].replica, len(members))
         lanes = self._block_lanes.get(key)
         if lanes is None:
+            size, row = self._block.get(peer.name, 0), self.groups[members[0].stage]
+            images = ([row[b * size:b * size + size]  # the blocks this one stands for
+                       for b in self.sources[members[0].replica // size]]
+                      if self.sources is not None and peer.peering is Peering.BLOCK
+                      else self._image_members(members))
             lanes = self._block_lanes[key] = call_lanes(
-                self._image_members(members), self._layouts.get(peer.name),
-                self.spec.parallel.tp)
+                images, self._layouts.get(peer.name), self.spec.parallel.tp)
         return lanes
 
     # ----------------------------------------------------------------- running
@@ -439,8 +442,10 @@ class IterationSimulator:
         if peering is Peering.BLOCK:  # consecutive replicas (workloads.strategy.parallel)
             size = self._block[name]
             block = group.replica // size * size
-            return ((name, group.stage, block, calls),
-                    self.groups[group.stage][block:block + size])
+            members = self.groups[group.stage][block:block + size]
+            if self.sources is not None and not peer.ring:  # folded inside: simulated ones
+                members = [m for m in members if m.replica // self.unit in self.stands_for]
+            return (name, group.stage, block, calls), members
         raise SimulationError(f"no collective among {name!r} in an iteration")
 
     def _launch_async(self, group: RankGroup, op: Collective) -> None:
@@ -665,7 +670,9 @@ def _result(simulator: IterationSimulator) -> IterationResult:
                              spec.topology, data_wait_s=iteration - training_s)
     flops = spec.model.model_flops_per_iteration(spec.training.global_batch,
                                                  simulator.seq_len)
-    path = critical_path(simulator.active, training_s)
+    # Folded inside expert blocks, one group walks what many did: the full run's bound.
+    path = critical_path(simulator.active, training_s, None if simulator.sources is None
+                         else [len(simulator._images(g)) for g in simulator.active])
     if iteration > training_s:  # the GPUs wait for the data loader (module docstring)
         last = max(simulator.active, key=lambda g: g.end_s)
         path += (PathEntry(training_s, iteration, "data loading", "waiting for the data "

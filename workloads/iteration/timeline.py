@@ -246,16 +246,21 @@ def started(meeting: Meeting, default: float) -> float:
     return meeting.start_s if meeting.start_s is not None else default
 
 
-def critical_path(groups: list[RankGroup], iteration_s: float) -> tuple[PathEntry, ...]:
+def critical_path(groups: list[RankGroup], iteration_s: float,
+                  weights: list[int] | None = None) -> tuple[PathEntry, ...]:
     """Walk back from the group that finished last to time 0, following at each
     segment what it waited for when it started; stretches no segment explains (there
-    should be none but rounding) are ``bubble wait``."""
+    should be none but rounding) are ``bubble wait``.  ``weights``: per group, how many
+    rank groups it stands for (folded; 1 each by default), for the walk's bound."""
     if not groups:
         return ()
     walk = _Walk(iteration_s)
     group = max(groups, key=lambda g: g.end_s)
     n = len(group.path)
-    steps = sum(len(g.path) for g in groups) + len(groups) + 16
+    # A bound on the walk (against a cycle), as the full run's: each group's segments
+    # counted once per rank group it stands for.
+    counts = weights or [1] * len(groups)
+    steps = sum(len(g.path) * k for g, k in zip(groups, counts)) + sum(counts) + 16
     while n > 0 and steps > 0:
         steps -= 1
         start, end, kind, info, dep = group.path[n - 1]

@@ -57,7 +57,8 @@ class Peering(Enum):
     OWN = "own"
     #: The block of ``degree`` consecutive replicas of the caller's stage holding it
     #: (expert parallelism, a context-parallel ring).  Its traffic stays inside the block,
-    #: so such a dimension must be a folding unit (:class:`FoldUnit`).
+    #: so such a dimension must be a folding unit (:class:`FoldUnit`) — or, where the
+    #: iteration folds inside its blocks (not a ring's), its calls run in full.
     BLOCK = "block"
     #: Every replica of the caller's stage (data parallelism): it spans folded units, so
     #: it runs in full over every replica's lanes.
@@ -224,15 +225,21 @@ def critical_kinds() -> tuple[str, ...]:
     return tuple(dict.fromkeys(dim.critical_kind for dim in _registry.values()))
 
 
-def folding_unit(parallel: ParallelConfig) -> tuple[Dimension | None, int]:
+def folding_unit(parallel: ParallelConfig,
+                 inside: bool = False) -> tuple[Dimension | None, int]:
     """The dimension the iteration's folding unit is named after, and the unit in
     replicas (``(None, 1)``: single replicas): the first folding dimension of degree > 1
     names it; the unit holds a whole block of every one (the least common multiple of
-    their blocks: expert parallelism over a context-parallel ring's replicas)."""
+    their blocks: expert parallelism over a context-parallel ring's replicas).
+    ``inside``: folding inside expert blocks, whose collectives then run in full over
+    every block's lanes (as a data-parallel one does) and so no longer bound the unit:
+    only the blocks of ring communicators (a context-parallel ring's sends) do."""
     named, unit = None, 1
     for dim in _registry.values():
         if dim.fold_unit is not None and dim.degree(parallel) > 1:
             for group in dim.groups:
+                if inside and not group.ring:
+                    continue
                 block = block_layout(group, parallel)[0] if (
                     group.peering is Peering.BLOCK) else 1
                 named = named or (dim if block > 1 else None)
