@@ -19,9 +19,9 @@ what this prints.  Rerun the saves after a change to the cost model
         --workers 2 --json -q > $R/single-measured-comm.json
     distsim validate runs $V/ground_truth_single.csv --map $M/vtrain-single.yaml \\
         --fit --folds 3 --every 4 --workers 2 --json -q > $R/single-fit.json
-    F="--set compute.matmul_efficiency=0.880055 --set compute.memory_efficiency=0.774471 \\
-       --set compute.launch_overhead=3.00053e-06"      # single-fit.json's fragment
-    H="--set compute.host_overhead=3.55466e-05"
+    F="--set compute.matmul_efficiency=0.888867 --set compute.memory_efficiency=0.76963 \\
+       --set compute.launch_overhead=3.00041e-06"      # single-fit.json's fragment
+    H="--set compute.host_overhead=3.55397e-05"
     distsim validate runs $V/ground_truth_multi.csv --map $M/vtrain-multi.yaml $F $H \\
         --workers 2 --json -q > $R/multi-single-fit.json
     distsim validate runs $V/ground_truth_multi.csv --map $M/vtrain-multi.yaml $H \\
