@@ -670,9 +670,9 @@ def _result(simulator: IterationSimulator) -> IterationResult:
                              spec.topology, data_wait_s=iteration - training_s)
     flops = spec.model.model_flops_per_iteration(spec.training.global_batch,
                                                  simulator.seq_len)
-    # Folded inside expert blocks, one group walks what many did: the full run's bound.
-    path = critical_path(simulator.active, training_s, None if simulator.sources is None
-                         else [len(simulator._images(g)) for g in simulator.active])
+    # Folded, one group walks what its images did too: the full run's bound on the walk.
+    path = critical_path(simulator.active, training_s,
+                         [len(simulator._images(g)) for g in simulator.active])
     if iteration > training_s:  # the GPUs wait for the data loader (module docstring)
         last = max(simulator.active, key=lambda g: g.end_s)
         path += (PathEntry(training_s, iteration, "data loading", "waiting for the data "
