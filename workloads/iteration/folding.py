@@ -345,13 +345,21 @@ def _spanning(comm: Communicator, groups: list[list[RankGroup]],
             if name not in spanning:
                 continue
             for lane in lanes:
-                plan = comm.choose(op, lane, size)
-                for step in plan.steps:
-                    for link, streams in step.link_streams.items():
-                        load[link] = load.get(link, 0.0) + streams * step.repeat
-                flows.append(SpanningFlow(_link_profile([plan]), (
-                    stage, name, op, size, plan.algorithm, plan.latency_s)))
+                _add_spanning(comm.choose(op, lane, size), (stage, name, op, size),
+                              (), (load, flows))
     return load, flows
+
+
+def _add_spanning(plan: CollectivePlan, call: tuple[Any, ...], units: tuple[int, ...],
+                  into: tuple[dict[Any, float], list[SpanningFlow]]) -> None:
+    """One lane's ``plan`` of ``call`` (stage, group, op, size) run in full: its streams
+    onto ``into``'s per-link load, and the lane as a spanning flow (tied to ``units``)."""
+    load, flows = into
+    for step in plan.steps:
+        for link, streams in step.link_streams.items():
+            load[link] = load.get(link, 0.0) + streams * step.repeat
+    flows.append(SpanningFlow(_link_profile([plan]), (*call, plan.algorithm,
+                                                      plan.latency_s), units))
 
 
 def _block_spanning(comm: Communicator, groups: list[list[RankGroup]],
@@ -362,7 +370,6 @@ def _block_spanning(comm: Communicator, groups: list[list[RankGroup]],
     the data-parallel collectives do: add each lane's streams to ``into``'s load and each
     lane as a spanning flow tied to its block's units (they start it and wait for it, so
     a unit whose block's lanes run unalike is unlike the others)."""
-    load, flows = into
     for stage, row in enumerate(groups):
         for name, op, size in sorted(calls[stage]):
             if name not in blocks:
@@ -371,12 +378,8 @@ def _block_spanning(comm: Communicator, groups: list[list[RankGroup]],
             for start in range(0, len(row), block):
                 units = tuple(range(start // unit, (start + block) // unit))
                 for lane in _unit_lanes(row, start, block, blocks[name]):
-                    plan = comm.choose(op, lane, size)
-                    for step in plan.steps:
-                        for link, streams in step.link_streams.items():
-                            load[link] = load.get(link, 0.0) + streams * step.repeat
-                    flows.append(SpanningFlow(_link_profile([plan]), (
-                        stage, name, op, size, plan.algorithm, plan.latency_s), units))
+                    _add_spanning(comm.choose(op, lane, size), (stage, name, op, size),
+                                  units, into)
 
 
 def fold_plan(spec: IterationSpec, comm: Communicator, groups: list[list[RankGroup]],
