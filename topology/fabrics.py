@@ -101,6 +101,8 @@ class FabricKind:
     ``keys`` are the kind's own YAML keys, after :data:`COMMON_KEYS`.  ``leaf_ratio_key``
     names the key of the leaf tier's oversubscription for the tree kinds (whose
     ``nics_per_leaf`` and ``spines`` then fill :class:`FabricSpec`); None: no leaf tier.
+    ``tiered``: whether its switches stand in tiers above the NICs; a dragonfly's routers
+    are all peers, a router without NICs is no higher than one with them.
     """
 
     name: str
@@ -111,6 +113,7 @@ class FabricKind:
     port_default: PortDefault = _nic_port
     leaf_ratio_key: str | None = None
     aliases: tuple[str, ...] = ()
+    tiered: bool = True
 
     @property
     def allowed_keys(self) -> tuple[str, ...]:
@@ -186,7 +189,7 @@ for _kind in (
                "between groups (HPE Slingshot)", build_dragonfly,
                ("groups", "routers_per_group", "nics_per_router", "global_links_per_router",
                 "local_link_bandwidth", "global_link_bandwidth", "nic_placement"),
-               parse_dragonfly),
+               parse_dragonfly, tiered=False),
 ):
     register_fabric(_kind)
 del _kind

@@ -31,6 +31,7 @@ from distsim_gpu.scenarios.report.plots import PlotsUnavailable
 from distsim_gpu.simcore.fileio import atomic_write_bytes
 from distsim_gpu.simcore.units import format_bandwidth
 from distsim_gpu.topology import Topology
+from distsim_gpu.topology.fabrics import FABRICS
 from distsim_gpu.topology.preset_registry import NODE_PRESETS
 
 __all__ = ["FabricTier", "LinkClass", "TopologySummary", "draw_topology", "fabric_tiers",
@@ -139,7 +140,14 @@ def summarise(topology: Topology) -> TopologySummary:
 
 
 def _switch_tiers(topology: Topology) -> dict[str, int]:
-    """Each fabric switch's hops from the nearest NIC over network links (NICs are 0)."""
+    """Each fabric switch's hops from the nearest NIC over network links (NICs are 0);
+    in a fabric without tiers (a dragonfly: :attr:`FabricKind.tiered`) every switch 1."""
+    fabric = topology.config.get("fabric")
+    kind = FABRICS.get(str(fabric.get("kind"))) if isinstance(fabric, dict) else None
+    if kind is not None and not kind.tiered:
+        tier = {d.name: 0 for d in topology.devices() if d.kind == "nic"}
+        return tier | {d.name: 1 for d in topology.devices()
+                       if d.kind == "switch" and d.node is None}
     up: dict[str, list[str]] = {}
     for link in topology.links():
         if link.kind == "network":
