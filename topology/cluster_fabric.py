@@ -16,7 +16,12 @@ from distsim_gpu.simcore.config import check_bool, check_choice, check_keys, che
 from distsim_gpu.topology.fabrics import FabricSpec, fabric_kind
 from distsim_gpu.topology.model import Device
 from distsim_gpu.topology.presets import NodePreset
-from distsim_gpu.topology.routing import DEFAULT_POLICY, POLICIES, TECHNOLOGIES, RoutingSpec
+from distsim_gpu.topology.routing import (
+    DEFAULT_POLICY,
+    POLICIES,
+    RoutingSpec,
+    check_technology,
+)
 from distsim_gpu.topology.spec_values import (
     read_bandwidth,
     read_count,
@@ -97,9 +102,8 @@ def fabric_routing(value: object, preset: NodePreset,
                    source: str | None) -> tuple[str, RoutingSpec]:
     """The technology and routing of a preset cluster's ``fabric`` (a kind or a mapping)."""
     mapping = value if isinstance(value, Mapping) else {}
-    technology = check_choice(mapping.get("technology", preset.fabric_technology),
-                              TECHNOLOGIES, key="fabric.technology", source=source,
-                              what="fabric technology")
+    technology = check_technology(mapping.get("technology", preset.fabric_technology),
+                                  key="fabric.technology", source=source)
     return technology, _routing_spec(mapping, technology, "fabric", source)
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from distsim_gpu.simcore.config import check_bool, check_choice, check_keys, check_mapping
+from distsim_gpu.simcore.config import check_bool, check_keys, check_mapping
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology.presets import (
     IB_SWITCH_LATENCY_S,
@@ -36,7 +36,7 @@ from distsim_gpu.topology.presets import (
     LinkFigure,
     NodePreset,
 )
-from distsim_gpu.topology.routing import TECHNOLOGIES
+from distsim_gpu.topology.routing import check_technology
 
 __all__ = ["NODE_KEYS", "node_config", "parse_node"]
 
@@ -125,8 +125,8 @@ def parse_node(value: object, *, source: str | None = None) -> NodePreset:
                           key="node.nvlink_pairs", source=source)
     sharp = check_bool(mapping.get("nvswitch_sharp", False), key="node.nvswitch_sharp",
                        source=source)
-    technology = check_choice(mapping.get("technology", "infiniband"), TECHNOLOGIES,
-                              key="node.technology", source=source, what="fabric technology")
+    technology = check_technology(mapping.get("technology", "infiniband"),
+                                  key="node.technology", source=source)
     has_nvlink = nvswitch or bool(pairs)
     return NodePreset(
         name="node", description="a node written out in the cluster file",

@@ -63,6 +63,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from distsim_gpu.simcore.config import check_choice, check_whole
+from distsim_gpu.simcore.errors import ConfigError
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -73,6 +74,7 @@ __all__ = [
     "Connection",
     "RoutingSpec",
     "SwitchGroups",
+    "check_technology",
     "spread",
 ]
 
@@ -87,6 +89,22 @@ FOLDING_POLICIES = ("dmodk", "adaptive", "spray")
 #: Fabric technologies and the routing each uses unless told otherwise.
 TECHNOLOGIES = ("infiniband", "ethernet")
 DEFAULT_POLICY = {"infiniband": "dmodk", "ethernet": "ecmp"}
+#: What a designer may write for a technology, and how to write it here (refused with the
+#: hint: one spelling in every resolved config).
+_TECHNOLOGY_NAMES = {"roce": "ethernet", "rocev2": "ethernet", "roce2": "ethernet",
+                     "spectrum-x": "ethernet", "ib": "infiniband", "quantum": "infiniband",
+                     "ndr": "infiniband", "xdr": "infiniband"}
+
+
+def check_technology(value: object, *, key: str, source: str | None) -> str:
+    """A fabric technology of :data:`TECHNOLOGIES`; a clear error otherwise, which names
+    the technology a product or protocol name (RoCE, Spectrum-X, NDR) means here."""
+    meant = _TECHNOLOGY_NAMES.get(str(value).lower())
+    if meant is not None:
+        raise ConfigError(f"unknown fabric technology {value!r}", key=key, source=source,
+                          hint=f"write {meant}: {value} is an {meant} fabric here "
+                          f"(technologies: {', '.join(TECHNOLOGIES)})")
+    return check_choice(value, TECHNOLOGIES, key=key, source=source, what="fabric technology")
 
 LinkId = tuple[str, str]
 #: The next hops from a device towards the (fixed) target, on shortest paths, in port order.

@@ -406,6 +406,8 @@ def test_custom_clusters_route_by_ecmp_unless_told() -> None:
 @pytest.mark.parametrize(("fabric", "key", "words"), [
     ({"routing": "dmod"}, "fabric.routing", "unknown routing policy 'dmod'"),
     ({"technology": "omnipath"}, "fabric.technology", "unknown fabric technology"),
+    ({"technology": "RoCE"}, "fabric.technology", "write ethernet: RoCE is an ethernet"),
+    ({"technology": "ndr"}, "fabric.technology", "write infiniband"),
     ({"qps_per_connection": 0}, "fabric.qps_per_connection", "whole number >= 1"),
     ({"hash_seed": -1}, "fabric.hash_seed", "whole number >= 0"),
     ({"hash_seed": 1.5}, "fabric.hash_seed", "whole number >= 0"),
