@@ -17,9 +17,10 @@ from distsim_gpu.workloads.iteration.ops import (
     Recv,
     Send,
     Wait,
+    fuse,
 )
 from distsim_gpu.workloads.iteration.run_hints import RunHints
-from distsim_gpu.workloads.iteration.streams import StreamBuilder, fuse
+from distsim_gpu.workloads.iteration.streams import StreamBuilder
 from distsim_gpu.workloads.specs.models import model_from_mapping
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 from distsim_gpu.workloads.strategy.schedule import stage_program
@@ -358,6 +359,17 @@ def test_fuse_leaves_non_local_ops_in_place():
     out = fuse(ops, lambda op: 0.5)
     assert out == (Fused((ops[0], ops[1]), (1.0, 2.0), 3.0, 0.0), ops[2],
                    Fused((ops[3],), (0.5,), 0.0, 0.5), ops[4], ops[5])
+
+
+def test_fuse_counts_the_hosts_steps_as_host_time():
+    """A host step (the offloaded optimizer's wait) in a fused run is its ``host_s``, which
+    a straggler's slowdown leaves alone; until 8 December fuse() left it 0 and the
+    offload swap set it after fusing."""
+    ops = [Compute(1.0, "a"), Collective("all_reduce", 1.0, "c", exclusive=True),
+           Compute(2.0, "step", host=True)]
+    (fused,) = fuse(ops, lambda op: 0.5)
+    assert fused.host_s == 2.0 and fused.compute_s == 3.0
+    assert fused.slowed_compute_s(2.0) == 2.0 * 1.0 + 2.0
 
 
 def test_tp_is_exclusive_until_the_stage_launches_data_parallel_work():

@@ -17,7 +17,7 @@ keeps its dependency-graph state in its own nodes around them.
 * :class:`TpOverlap` — a tensor-parallel collective pipelined in chunks with the GEMM it
   feeds or drains (``parallelism.tp_comm_overlap``, :mod:`workloads.cost.tp_overlap`).
 * :class:`Fused` — a run of compute and closed-form collectives that nothing outside the
-  rank group can delay, simulated as one timeout.
+  rank group can delay, simulated as one timeout (:func:`fuse` makes them).
 
 Ops are frozen and hashable: one op object is shared by every rank group (and every
 micro-batch) that runs it.  Times are seconds, sizes bytes.
@@ -25,13 +25,14 @@ micro-batch) that runs it.  Times are seconds, sizes bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from distsim_gpu.workloads.cost.tp_overlap import bulk_pair_s, pipelined_pair_s
 
 __all__ = ["Barrier", "Collective", "Compute", "FoldedPair", "Fused", "Memcpy", "Op", "Peers",
-           "Recv", "Send", "TpOverlap", "Wait"]
+           "Recv", "Send", "TpOverlap", "Wait", "fuse"]
 
 #: Who takes part in a collective.  In the iteration, the name of a parallelism
 #: dimension's communicator, relative to the rank group that runs it
@@ -254,3 +255,55 @@ class Fused:
 
 #: One step of a stream.
 Op = Compute | Memcpy | Collective | Send | Recv | Wait | Barrier | TpOverlap | Fused
+
+
+def fuse(ops: Sequence[Op], closed_form_s: Callable[[Collective], float]) -> tuple[Op, ...]:
+    """``ops`` with each run of compute and exclusive collectives merged into one
+    :class:`Fused` op (``closed_form_s`` times the collectives; the host's steps'
+    time its ``host_s``); other ops stay."""
+    out: list[Op] = []
+    run: list[Compute | Collective] = []
+    durations: list[float] = []
+    pairs: list[FoldedPair] = []
+    compute = comm = 0.0
+
+    def flush() -> None:
+        nonlocal compute, comm
+        if run:
+            host = sum(d for op, d in zip(run, durations, strict=True)
+                       if isinstance(op, Compute) and op.host)
+            out.append(Fused(tuple(run), tuple(durations), compute, comm, tuple(pairs), host))
+        run.clear()
+        durations.clear()
+        pairs.clear()
+        compute = comm = 0.0
+
+    for op in ops:
+        if isinstance(op, TpOverlap) and op.comm.exclusive:
+            # The pair in closed form: the GEMM as compute, the rest of the pipeline as
+            # the collective's exposed part (its bytes still count on its links).
+            gemm_s = op.stretched_gemm_s
+            chunk = replace(op.comm, size_bytes=(op.comm.size_bytes or 0.0) / op.splits)
+            pair = FoldedPair(len(run) + 1, closed_form_s(op.comm if op.bulk else chunk),
+                              op.splits, op.bulk)
+            pairs.append(pair)
+            exposed_s = pair.exposed_s(gemm_s)
+            run.extend((replace(op.gemm, duration_s=gemm_s, own_sms=True), op.comm))
+            durations.extend((gemm_s, exposed_s))
+            compute += gemm_s
+            comm += exposed_s
+            continue
+        if isinstance(op, Compute):
+            duration = op.duration_s
+            compute += duration
+        elif isinstance(op, Collective) and op.exclusive:
+            duration = closed_form_s(op)
+            comm += duration
+        else:
+            flush()
+            out.append(op)
+            continue
+        run.append(op)
+        durations.append(duration)
+    flush()
+    return tuple(out)

@@ -33,7 +33,7 @@ iteration's lower bound (:mod:`workloads.cost.bounds`) counts with too.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from distsim_gpu.workloads.cost.compute import CostModel
@@ -80,13 +80,11 @@ from distsim_gpu.workloads.iteration.ops import (
     Barrier,
     Collective,
     Compute,
-    FoldedPair,
-    Fused,
     Op,
     Recv,
     Send,
-    TpOverlap,
     Wait,
+    fuse,
 )
 from distsim_gpu.workloads.iteration.overlaps import BlockPairs, OverlappedOps, ParamBuckets
 from distsim_gpu.workloads.iteration.run_hints import PLAIN, RunHints
@@ -648,52 +646,3 @@ class StreamBuilder(OverlappedOps):
             return tuple(ops)
         tp_time_s = self.tp_time_s
         return fuse(ops, lambda op: tp_time_s(op.op or "", op.size_bytes or 0.0, stage))
-
-
-def fuse(ops: Sequence[Op], closed_form_s: Callable[[Collective], float]) -> tuple[Op, ...]:
-    """``ops`` with each run of compute and exclusive collectives merged into one
-    :class:`Fused` op (``closed_form_s`` times the collectives); other ops stay."""
-    out: list[Op] = []
-    run: list[Compute | Collective] = []
-    durations: list[float] = []
-    pairs: list[FoldedPair] = []
-    compute = comm = 0.0
-
-    def flush() -> None:
-        nonlocal compute, comm
-        if run:
-            out.append(Fused(tuple(run), tuple(durations), compute, comm, tuple(pairs)))
-        run.clear()
-        durations.clear()
-        pairs.clear()
-        compute = comm = 0.0
-
-    for op in ops:
-        if isinstance(op, TpOverlap) and op.comm.exclusive:
-            # The pair in closed form: the GEMM as compute, the rest of the pipeline as
-            # the collective's exposed part (its bytes still count on its links).
-            gemm_s = op.stretched_gemm_s
-            chunk = replace(op.comm, size_bytes=(op.comm.size_bytes or 0.0) / op.splits)
-            pair = FoldedPair(len(run) + 1, closed_form_s(op.comm if op.bulk else chunk),
-                              op.splits, op.bulk)
-            pairs.append(pair)
-            exposed_s = pair.exposed_s(gemm_s)
-            run.extend((replace(op.gemm, duration_s=gemm_s, own_sms=True), op.comm))
-            durations.extend((gemm_s, exposed_s))
-            compute += gemm_s
-            comm += exposed_s
-            continue
-        if isinstance(op, Compute):
-            duration = op.duration_s
-            compute += duration
-        elif isinstance(op, Collective) and op.exclusive:
-            duration = closed_form_s(op)
-            comm += duration
-        else:
-            flush()
-            out.append(op)
-            continue
-        run.append(op)
-        durations.append(duration)
-    flush()
-    return tuple(out)

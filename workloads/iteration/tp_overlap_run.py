@@ -1,7 +1,7 @@
 """Running a tensor-parallel collective pipelined with its GEMM when it shares its links.
 
 A :class:`~workloads.iteration.ops.TpOverlap` whose collective is exclusive is folded into
-its pass in closed form (:func:`workloads.iteration.streams.fuse`); otherwise (pipeline sends
+its pass in closed form (:func:`workloads.iteration.ops.fuse`); otherwise (pipeline sends
 or data-parallel collectives may share its links) it runs here, chunk by chunk, as flows:
 ``splits`` collectives of ``1/splits`` of the bytes one after another, beside the GEMM's
 chunks, the collective's first chunk before the GEMM (all-gather) or its last after it
