@@ -11,8 +11,8 @@ collectives hold, at NCCL's figure for a DGX node (:mod:`workloads.iteration.ncc
 an FP8 run's amax all-reduce left out for want of a roofline to say its recipe,
 forward-backward pairs on the V with too few micro-batches for DeepSeek's own order,
 userbuffers' reduce-scatter pipelines at Transformer Engine's default SMs and splits, a
-MoE model's router left perfectly even, and NVLink's efficiency on a GPU generation that has
-no figure of its own taken from H100's.
+MoE model's router left perfectly even, ZeRO-2 under a pipeline run as ZeRO-1, and
+NVLink's efficiency on a GPU generation that has no figure of its own taken from H100's.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from distsim_gpu.workloads.strategy.precision import LOW_PRECISIONS
 
 __all__ = ["RunParts", "alltoall_choice_notes", "amax_notes", "deepep_notes", "fault_notes",
            "kv_replication_notes", "nccl_sm_notes", "nvlink_efficiency_notes", "offload_notes",
-           "routing_notes", "run_notes", "schedule_notes", "tp_overlap_notes"]
+           "routing_notes", "run_notes", "schedule_notes", "tp_overlap_notes",
+           "zero2_pipeline_notes"]
 
 
 def offload_notes(parallel: ParallelConfig, topology: Topology) -> list[RunNote]:
@@ -192,6 +193,19 @@ def amax_notes(training: TrainingConfig, costs: object,
         "the stack's recipe keeps an amax history", "training.fp8_amax_reduction")]
 
 
+def zero2_pipeline_notes(parallel: ParallelConfig) -> list[RunNote]:
+    """ZeRO-2 under a pipeline is ZeRO-1 in time and memory (cost.traffic's
+    ``reduces_every_microbatch``): say so, since the stage's name promises sharded gradients."""
+    if parallel.zero != 2 or parallel.pp == 1:
+        return []
+    return [RunNote(
+        "defaulted", "zero 2 under a pipeline reduces the gradients once a step, on the last "
+        "micro-batch, as PyTorch's pipeline stages run FSDP without gradient sync until "
+        "then (DeepSpeed refuses stage 2 with pipeline parallelism): each stage holds its "
+        "whole gradients until the reduction, so time and memory are ZeRO-1's",
+        "parallelism.zero")]
+
+
 def schedule_notes(parallel: ParallelConfig, microbatches: int) -> list[RunNote]:
     """A note when ``fb_overlap`` on the V pairs by distsim's list schedule because
     DeepSeek's own DualPipeV order, with its zero-bubble split backwards, needs at least
@@ -316,6 +330,7 @@ def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topol
         notes += getattr(run.costs, "notes", ())  # a cost table's, or the roofline's defaults
         notes += offload_notes(run.parallel, topology)
         notes += schedule_notes(run.parallel, run.microbatches)
+        notes += zero2_pipeline_notes(run.parallel)
         notes += deepep_notes(run.comm, run.costs, topology,
                               exchanges=not expert_exchange_absent(run))
         notes += nccl_sm_notes(run.comm, run.costs, run.parallel)

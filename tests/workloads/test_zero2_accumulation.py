@@ -17,7 +17,10 @@ from __future__ import annotations
 import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.scenarios.report.bottlenecks import link_summary
+from distsim_gpu.scenarios.run_notes import zero2_pipeline_notes
 from distsim_gpu.topology import build_cluster
+from distsim_gpu.workloads.cost.memory import memory_per_gpu
+from distsim_gpu.workloads.cost.parameters import Chunking, params_on_gpu
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 
 DP = 4
@@ -74,3 +77,27 @@ def test_zero2_under_a_pipeline_reduces_once_a_step(uniform):
     zero1 = _run(uniform, 1, 4, pp=2)
     assert _dp_bytes_sent(result) == pytest.approx(_dp_bytes_sent(zero1), rel=1e-12)
     assert result.iteration_time_s == pytest.approx(zero1.iteration_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("pp,sharded", [(1, True), (2, False)])
+def test_zero2_gradients_are_held_whole_under_a_pipeline(uniform, pp, sharded):
+    """A stage that reduces once a step holds its whole gradients until then (4 bytes a
+    parameter of fp32 main gradients); without a pipeline ZeRO-2 keeps only the reduced
+    shard, 1/dp of them.  The optimizer state is sharded either way.  Until 8 December
+    the memory counted them sharded under a pipeline too."""
+    parallel = ParallelConfig(dp=DP, pp=pp, zero=2)
+    training = TrainingConfig(micro_batch=1, global_batch=4 * DP, precision="bf16")
+    params = params_on_gpu(uniform.model, tp=1, pp=pp, ep=1, stage=0, etp=1,
+                           chunking=Chunking.of(parallel)).total
+    memory = memory_per_gpu(uniform.model, parallel, training, stage=0, num_microbatches=4)
+    assert memory.gradients_bytes == pytest.approx(4 * params / (DP if sharded else 1),
+                                                   rel=1e-12)
+    assert memory.optimizer_bytes == pytest.approx(12 * params / DP, rel=1e-12)
+
+
+def test_zero2_under_a_pipeline_says_it_runs_as_zero1():
+    """The stage's name promises sharded gradients; the run's notes say what it ran."""
+    (note,) = zero2_pipeline_notes(ParallelConfig(dp=DP, pp=2, zero=2))
+    assert note.key == "parallelism.zero" and "ZeRO-1's" in note.message
+    assert zero2_pipeline_notes(ParallelConfig(dp=DP, pp=1, zero=2)) == []
+    assert zero2_pipeline_notes(ParallelConfig(dp=DP, pp=2, zero=1)) == []

@@ -517,7 +517,11 @@ def _model_state_bytes(model: ModelSpec, parallel: ParallelConfig, training: Tra
         return per_param * params.total
 
     weight_b, grad_b, optim_b = state_bytes(training, parallel.grad_reduce_precision)
-    return sharded(weight_b, 3), sharded(grad_b, 2), sharded(optim_b, 1)
+    # ZeRO-2 under a pipeline reduces once a step, on the last micro-batch
+    # (cost.traffic.reduces_every_microbatch), so a stage holds its whole gradients until
+    # then, as ZeRO-1 does; only ZeRO-3 shards them there.
+    grads_from = 2 if parallel.pp == 1 else 3
+    return sharded(weight_b, 3), sharded(grad_b, grads_from), sharded(optim_b, 1)
 
 
 def _edge_activation_bytes(model: ModelSpec, parallel: ParallelConfig,
