@@ -23,6 +23,7 @@ from distsim_gpu.workloads.strategy.offload import (
     CPU_ADAM_BYTES_PER_PARAM,
     CPU_ADAM_EFFICIENCY,
     OffloadConfig,
+    cpu_adam_bytes_per_param,
     host_bytes_per_gpu,
     offload_from_mapping,
     pcie_bytes_per_iteration,
@@ -169,25 +170,42 @@ def _scenario(offload: dict[str, Any] | None, *, zero: int = 2, layers: int = 4,
     }
 
 
-def test_iteration_charges_the_exposed_step_and_delayed_update_hides_it() -> None:
-    base = run_scenario(scenario_from_mapping(_scenario(None)))
-    sc = scenario_from_mapping(_scenario({"optimizer": "cpu"}))
+@pytest.mark.parametrize(("grad_precision", "grad_bytes"), [("fp16", 2), ("fp32", 4)])
+def test_iteration_charges_the_exposed_step_and_delayed_update_hides_it(
+        grad_precision: str, grad_bytes: int) -> None:
+    """The gradients leave at the width they are reduced in: fp32 main gradients (the
+    stacks' default) move, sit in host memory and feed CPU-Adam at 4 bytes a parameter,
+    DeepSpeed's fp16 ones at 2.  Until 8 December every run moved 2."""
+    data = _scenario(None)
+    data["parallelism"]["grad_reduce_precision"] = grad_precision
+    base = run_scenario(scenario_from_mapping(data))
+    data = _scenario({"optimizer": "cpu"})
+    data["parallelism"]["grad_reduce_precision"] = grad_precision
+    sc = scenario_from_mapping(data)
     off = run_scenario(sc)
     params = sc.model.total_params()
     gpu_step = sc.costs.optimizer_step_time_s(params)
     # one GPU, one socket: the last 40M-parameter bucket's share of the gradients' trip
-    # out (the rest overlaps backward), Adam, all the parameters back
-    pcie = 2 * params / 16e9 + 2 * PCIE_HOP_LATENCY_S
-    adam = params * CPU_ADAM_BYTES_PER_PARAM / (100e9 * CPU_ADAM_EFFICIENCY)
+    # out (the rest overlaps backward), Adam, all the 16-bit parameters back
+    out = grad_bytes * params / 16e9 + 2 * PCIE_HOP_LATENCY_S
+    back = 2 * params / 16e9 + 2 * PCIE_HOP_LATENCY_S
+    adam = params * (24 + grad_bytes + 2) / (100e9 * CPU_ADAM_EFFICIENCY)
     share = sc.parallel.bucket_params / params
     assert 0 < share < 1
     assert off.iteration_time_s == pytest.approx(
-        base.iteration_time_s - gpu_step + share * pcie + adam + pcie, rel=1e-9)
-    delayed = run_scenario(scenario_from_mapping(
-        _scenario({"optimizer": "cpu", "delayed_update": True})))
+        base.iteration_time_s - gpu_step + share * out + adam + back, rel=1e-9)
+    data["parallelism"]["offload"]["delayed_update"] = True
+    delayed = run_scenario(scenario_from_mapping(data))
     # the CPU path (~0.3 s) is longer than this small model's GPU work: only the excess
     assert base.iteration_time_s - gpu_step < delayed.iteration_time_s
-    assert delayed.iteration_time_s == pytest.approx(2 * pcie + adam, rel=1e-6)
+    assert delayed.iteration_time_s == pytest.approx(out + back + adam, rel=1e-6)
+
+
+def test_host_memory_and_pcie_bytes_follow_the_gradient_width() -> None:
+    psi = 1e9
+    assert host_bytes_per_gpu(psi, CPU, grad_bytes=4) == (16 * psi, 0.0)
+    assert pcie_bytes_per_iteration(psi, CPU, grad_bytes=4) == (4 * psi, 2 * psi)
+    assert cpu_adam_bytes_per_param(4) == CPU_ADAM_BYTES_PER_PARAM + 2
 
 
 @pytest.mark.parametrize(("offload", "zero", "host", "words"), [

@@ -2,10 +2,12 @@
 
 What :mod:`workloads.strategy.offload` configures, simulated on the real node:
 
-1. **gradients to the host** — every GPU of the node sends its ``2·Ψ`` bytes of 16-bit
-   gradients (``Ψ`` its shard) to the CPU socket its PCIe switch hangs from, all at once,
-   as flows on the topology's own PCIe links: GPUs that share a PCIe switch share its
-   uplink (a DGX A100 puts two GPUs behind each Gen4 switch), max-min fair;
+1. **gradients to the host** — every GPU of the node sends its ``g·Ψ`` bytes of
+   gradients (``Ψ`` its shard, ``g`` the bytes of ``grad_reduce_precision``: 2 for the
+   paper's fp16, 4 for fp32 main gradients) to the CPU socket its PCIe switch hangs
+   from, all at once, as flows on the topology's own PCIe links: GPUs that share a PCIe
+   switch share its uplink (a DGX A100 puts two GPUs behind each Gen4 switch), max-min
+   fair;
 2. **the step on the host** — each socket runs CPU-Adam over the shards of the GPUs
    attached to it, memory bound (:func:`~workloads.strategy.offload.cpu_adam_time_s`); with the
    state on NVMe the drives' read and write of it runs beside, chunk by chunk, and the
@@ -53,6 +55,7 @@ from distsim_gpu.workloads.strategy.offload import (
     pcie_bytes_per_iteration,
 )
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, Placement
+from distsim_gpu.workloads.strategy.precision import grad_element_bytes
 
 __all__ = ["OPTIMIZER_STEP_LABEL", "OffloadStep", "check_host_memory", "gpu_work_s",
            "host_route", "offload_lines", "offload_step", "offload_streams", "pcie_links_from",
@@ -163,13 +166,15 @@ def pcie_transfer_s(topology: Topology, routes: Sequence[list[tuple[str, str]]],
 
 def offload_step(topology: Topology, gpus: Sequence[str], shard_params: float,
                  offload: OffloadConfig, *, microbatches: int = 1,
-                 host: HostFigure | None = None) -> OffloadStep:
+                 host: HostFigure | None = None, grad_bytes: float = 2.0) -> OffloadStep:
     """The offloaded step of the node holding ``gpus`` (each with a shard of
-    ``shard_params`` parameters), from its host figures (default: the cluster's)."""
+    ``shard_params`` parameters), from its host figures (default: the cluster's), the
+    gradients ``grad_bytes`` an element."""
     host = host or host_figure(topology.config, offload)
     fetch_in = param_fetch_bytes(shard_params, offload, microbatches=microbatches)
     out_bytes, back_bytes = pcie_bytes_per_iteration(shard_params, offload,
-                                                     microbatches=microbatches)
+                                                     microbatches=microbatches,
+                                                     grad_bytes=grad_bytes)
     back_bytes -= fetch_in  # the step's parameters back; the fetches are apart
     pcie = pcie_links_from(topology)
     routes = [host_route(topology, gpu, pcie) for gpu in gpus]
@@ -177,7 +182,7 @@ def offload_step(topology: Topology, gpus: Sequence[str], shard_params: float,
     for route in routes:
         per_socket[route[-1][1]] = per_socket.get(route[-1][1], 0) + 1
     efficiency = adam_efficiency(offload)
-    adam_s = max(cpu_adam_time_s(n * shard_params, host, efficiency)
+    adam_s = max(cpu_adam_time_s(n * shard_params, host, efficiency, grad_bytes=grad_bytes)
                  for n in per_socket.values())
     nvme_s = (nvme_step_time_s(len(gpus) * shard_params, host)
               if offload.optimizer == "nvme" else 0.0)
@@ -185,7 +190,8 @@ def offload_step(topology: Topology, gpus: Sequence[str], shard_params: float,
     fetch_s = pcie_transfer_s(topology, up, fetch_in) if fetch_in else 0.0
     if offload.params == "nvme":  # and through the drives first, every GPU's at once
         fetch_s += len(gpus) * fetch_in / (max(host.drives, 1) * host.drive_read_bytes_per_s)
-    host_bytes = len(gpus) * host_bytes_per_gpu(shard_params, offload)[0]
+    host_bytes = len(gpus) * host_bytes_per_gpu(shard_params, offload,
+                                                grad_bytes=grad_bytes)[0]
     return OffloadStep(shard_params, out_bytes, back_bytes,
                        pcie_transfer_s(topology, routes, out_bytes), adam_s, nvme_s,
                        pcie_transfer_s(topology, up, back_bytes), fetch_s, host_bytes,
@@ -250,8 +256,10 @@ def _replace_step(stream: list[Op], step_s: float) -> list[Op]:
                               for s, d in zip(op.steps, op.durations_s, strict=True))
             compute = sum(d for s, d in zip(steps, durations, strict=True)
                           if isinstance(s, Compute))
+            host = sum(d for s, d in zip(steps, durations, strict=True)
+                       if isinstance(s, Compute) and s.host)  # as fuse() counts it
             op = replace(op, steps=steps, durations_s=durations, compute_s=compute,
-                         host_s=step_s)
+                         host_s=host)
         out.append(op)
     return out
 
@@ -269,7 +277,8 @@ def offload_streams(topology: Topology, model: ModelSpec, parallel: ParallelConf
         node = topology.node_of(first)
         step = offload_step(topology, topology.gpus_on_node(node),
                             optimizer_params(model, parallel, stage), parallel.offload,
-                            microbatches=microbatches)
+                            microbatches=microbatches,
+                            grad_bytes=grad_element_bytes(parallel.grad_reduce_precision))
         check_host_memory(step, node, source)
         exposed = step.exposed_s(bucket_params=parallel.bucket_params,
                                  gpu_work_s=gpu_work_s(stream),

@@ -2,12 +2,15 @@
 
 **ZeRO-Offload** (Ren et al. 2021, "ZeRO-Offload: Democratizing Billion-Scale Model
 Training", USENIX ATC): mixed-precision Adam's fp32 master weights, momentum and variance
-(K = 12 bytes per parameter) live in host memory, and so do the 16-bit gradients: after
+(K = 12 bytes per parameter) live in host memory, and so do the gradients: after
 backward each GPU sends its gradient shard to the host (2 bytes per parameter over its
-PCIe link), the CPU runs Adam on it, and the updated 16-bit parameters come back
-(2 bytes per parameter) before the next forward.  The GPU keeps only the 16-bit
-parameters (2 bytes per parameter, the paper's "2M on GPU"); the host holds the 12 bytes
-of state and the 2 bytes of gradient (the paper's "14M on CPU").  It builds on ZeRO-2:
+PCIe link in the paper's fp16), the CPU runs Adam on it, and the updated 16-bit
+parameters come back (2 bytes per parameter) before the next forward.  The GPU keeps only
+the 16-bit parameters (2 bytes per parameter, the paper's "2M on GPU"); the host holds the
+12 bytes of state and the 2 bytes of gradient (the paper's "14M on CPU").  The gradients
+leave at the width they are reduced in (``parallelism.grad_reduce_precision``): 4 bytes
+a parameter out, in host memory and read by CPU-Adam where they are fp32 main gradients
+(a ``grad_bytes`` argument below; DeepSpeed's FP16 optimizer's are 2).  It builds on ZeRO-2:
 with data parallelism each GPU offloads and updates only its ``1/dp`` shard.  With
 **delayed parameter update** (the paper's DPU, ``delayed_update: true``) the CPU step of
 iteration ``i`` runs beside iteration ``i + 1``'s forward and backward, which then use
@@ -53,6 +56,7 @@ __all__ = [
     "OffloadConfig",
     "adam_efficiency",
     "check_offload",
+    "cpu_adam_bytes_per_param",
     "cpu_adam_time_s",
     "host_bytes_per_gpu",
     "host_figure",
@@ -67,8 +71,9 @@ HOST_KEYS = ("memory", "memory_bandwidth", "drives", "drive_read_bandwidth",
              "drive_write_bandwidth", "adam_efficiency")
 
 # CPU-Adam moves per parameter: reads and writes the fp32 master weight, momentum and
-# variance (3 x 4 x 2 = 24 B), reads the 16-bit gradient (2 B) and writes the 16-bit
-# parameter the GPU gets back (2 B): 28 bytes.  The step is memory bound on a server CPU
+# variance (3 x 4 x 2 = 24 B), reads the gradient (2 B at 16 bits) and writes the 16-bit
+# parameter the GPU gets back (2 B): 28 bytes with 16-bit gradients
+# (cpu_adam_bytes_per_param for others).  The step is memory bound on a server CPU
 # (ZeRO-Offload §4.2 vectorises it with AVX so that it is).
 CPU_ADAM_BYTES_PER_PARAM = 28.0
 # The share of the sockets' peak DRAM bandwidth CPU-Adam achieves.  STREAM-like kernels
@@ -78,6 +83,12 @@ CPU_ADAM_EFFICIENCY = 0.5
 # Bytes per parameter offloaded (ZeRO paper §3.1, mixed precision): 16-bit weight and
 # gradient, K = 12 bytes of fp32 optimizer state.
 _WEIGHT_BYTES, _GRAD_BYTES, _STATE_BYTES = 2.0, 2.0, 12.0
+
+
+def cpu_adam_bytes_per_param(grad_bytes: float = _GRAD_BYTES) -> float:
+    """The DRAM bytes CPU-Adam moves a parameter with gradients of ``grad_bytes``:
+    :data:`CPU_ADAM_BYTES_PER_PARAM` with the gradient's width in place of 2."""
+    return CPU_ADAM_BYTES_PER_PARAM - _GRAD_BYTES + grad_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,16 +227,17 @@ def adam_efficiency(offload: OffloadConfig) -> float:
     return dict(offload.host).get("adam_efficiency", CPU_ADAM_EFFICIENCY)
 
 
-def host_bytes_per_gpu(shard_params: float, offload: OffloadConfig) -> tuple[float, float]:
+def host_bytes_per_gpu(shard_params: float, offload: OffloadConfig, *,
+                       grad_bytes: float = _GRAD_BYTES) -> tuple[float, float]:
     """(host memory, NVMe) bytes one GPU's offloaded shard of ``shard_params`` takes.
 
-    The 16-bit gradients always land in host memory (2 B per parameter); the 12 B of state
+    The gradients always land in host memory (``grad_bytes`` a parameter); the 12 B of state
     in host memory or on NVMe; with ``params`` offloaded the 16-bit weights too (2 B).
     """
     host = nvme = 0.0
     if offload.optimizer == "none":
         return host, nvme
-    host += _GRAD_BYTES * shard_params
+    host += grad_bytes * shard_params
     state = _STATE_BYTES * shard_params
     weights = _WEIGHT_BYTES * shard_params
     if offload.optimizer == "cpu":
@@ -240,16 +252,17 @@ def host_bytes_per_gpu(shard_params: float, offload: OffloadConfig) -> tuple[flo
 
 
 def pcie_bytes_per_iteration(shard_params: float, offload: OffloadConfig, *,
-                             microbatches: int = 1) -> tuple[float, float]:
+                             microbatches: int = 1,
+                             grad_bytes: float = _GRAD_BYTES) -> tuple[float, float]:
     """(GPU -> host, host -> GPU) bytes one GPU moves over PCIe per iteration.
 
-    Optimizer offload: ``2·Ψ`` of 16-bit gradients out and ``2·Ψ`` of updated 16-bit
+    Optimizer offload: ``grad_bytes·Ψ`` of gradients out and ``2·Ψ`` of updated 16-bit
     parameters back, ``Ψ`` the GPU's shard.  Parameters offloaded: the shard is fetched
     again for each forward and each backward of every micro-batch (``2·2·Ψ·m`` more in).
     """
     if offload.optimizer == "none":
         return 0.0, 0.0
-    out = _GRAD_BYTES * shard_params
+    out = grad_bytes * shard_params
     back = _WEIGHT_BYTES * shard_params
     return out, back + param_fetch_bytes(shard_params, offload, microbatches=microbatches)
 
@@ -264,10 +277,11 @@ def param_fetch_bytes(shard_params: float, offload: OffloadConfig, *,
     return 2 * microbatches * _WEIGHT_BYTES * shard_params
 
 
-def cpu_adam_time_s(socket_params: float, host: HostFigure, efficiency: float) -> float:
+def cpu_adam_time_s(socket_params: float, host: HostFigure, efficiency: float, *,
+                    grad_bytes: float = _GRAD_BYTES) -> float:
     """One socket's Adam step over ``socket_params`` parameters: memory bound,
-    ``Ψ · 28 B / (DRAM bandwidth · efficiency)``."""
-    return socket_params * CPU_ADAM_BYTES_PER_PARAM / (
+    ``Ψ · 28 B / (DRAM bandwidth · efficiency)`` with 16-bit gradients."""
+    return socket_params * cpu_adam_bytes_per_param(grad_bytes) / (
         host.memory_bandwidth_bytes_per_s * efficiency)
 
 
