@@ -24,6 +24,7 @@ from distsim_gpu.workloads.cost.compute import (
     RooflineCosts,
     get_stack,
 )
+from distsim_gpu.workloads.cost.compute.kernel_fits import kernel_fit_notes
 from distsim_gpu.workloads.specs.gpus import GpuSpec, get_gpu, gpu_from_mapping
 from distsim_gpu.workloads.strategy.precision import check_fp8_recipe
 
@@ -48,10 +49,13 @@ ROOFLINE_KNOBS = {
 COMPUTE_KEYS = ("gpu", "costs", "stack", *ROOFLINE_KNOBS)
 
 
-def resolved_compute(gpu: GpuSpec, roofline: RooflineCosts,
-                     cost_table: str | None) -> dict[str, Any]:
+def resolved_compute(gpu: GpuSpec, roofline: RooflineCosts, cost_table: str | None,
+                     with_assumed: bool = False) -> dict[str, Any]:
     """The section as :meth:`scenarios.scenario.Scenario.resolved` writes it: every
-    default filled in, SI units, the cost table's path or ``roofline``."""
+    default filled in, SI units, the cost table's path or ``roofline``; but for the kernel
+    rates a run notes as taken from another GPU or the generic figure
+    (:func:`~workloads.cost.compute.kernel_fits.kernel_fit_notes`), which stay out unless
+    ``with_assumed``, so that the file read back notes them again."""
     compute: dict[str, Any] = {
         "gpu": {"name": gpu.name, "peak_flops": dict(gpu.peak_flops_per_s),
                 "memory": gpu.memory_bytes,
@@ -78,6 +82,8 @@ def resolved_compute(gpu: GpuSpec, roofline: RooflineCosts,
     else:
         del compute["cuda_graphs"]
     compute["stack"] = roofline.stack.name
+    for note in () if with_assumed else kernel_fit_notes(roofline):
+        compute.pop(str(note.key).removeprefix("compute."), None)
     return compute
 
 

@@ -11,8 +11,10 @@ collectives hold, at NCCL's figure for a DGX node (:mod:`workloads.iteration.ncc
 an FP8 run's amax all-reduce left out for want of a roofline to say its recipe,
 forward-backward pairs on the V with too few micro-batches for DeepSeek's own order,
 userbuffers' reduce-scatter pipelines at Transformer Engine's default SMs and splits, a
-MoE model's router left perfectly even, ZeRO-2 under a pipeline run as ZeRO-1, and
-NVLink's efficiency on a GPU generation that has no figure of its own taken from H100's.
+MoE model's router left perfectly even, ZeRO-2 under a pipeline run as ZeRO-1, NVLink's
+efficiency on a GPU generation that has no figure of its own taken from H100's, kernel
+rates no table of the run's GPU measured (:mod:`workloads.cost.compute.kernel_fits`) and
+a GPU run on a cluster built for another (:mod:`scenarios.gpu_notes`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Protocol
 from distsim_gpu.collectives.deepep import nvlink_copy_rate, sm_bound_factor
 from distsim_gpu.collectives.ep_kernels import EP_KERNELS
 from distsim_gpu.collectives.params import CommParams
+from distsim_gpu.scenarios.gpu_notes import gpu_cluster_notes
 from distsim_gpu.scenarios.idle_notes import expert_exchange_absent, idle_notes
 from distsim_gpu.scenarios.tp_span_notes import tp_span_notes
 from distsim_gpu.simcore.notes import RunNote, unique
@@ -32,7 +35,8 @@ from distsim_gpu.topology.fabric_notes import fabric_notes, spans_nodes
 from distsim_gpu.topology.faults import Fault
 from distsim_gpu.topology.preset_registry import NODE_PRESETS
 from distsim_gpu.topology.routing import END_TO_END_POLICIES
-from distsim_gpu.workloads.cost.compute import roofline_behind
+from distsim_gpu.workloads.cost.compute import RooflineCosts, roofline_behind
+from distsim_gpu.workloads.cost.compute.kernel_fits import kernel_fit_notes
 from distsim_gpu.workloads.cost.tp_overlap import TE_PIPELINE_SMS, TE_PIPELINE_SPLITS
 from distsim_gpu.workloads.iteration.nccl_sms import nccl_streams
 from distsim_gpu.workloads.specs.models import ModelSpec
@@ -328,6 +332,10 @@ def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topol
         notes += alltoall_choice_notes(runs[0].comm, alltoall_algorithms or {})
     for run in runs:
         notes += getattr(run.costs, "notes", ())  # a cost table's, or the roofline's defaults
+        if isinstance(run.costs, RooflineCosts):  # a table's measured kernels are its own
+            notes += kernel_fit_notes(run.costs)
+        roofline = roofline_behind(run.costs)
+        notes += gpu_cluster_notes(roofline.gpu if roofline else None, run.topology)
         notes += offload_notes(run.parallel, topology)
         notes += schedule_notes(run.parallel, run.microbatches)
         notes += zero2_pipeline_notes(run.parallel)

@@ -217,13 +217,13 @@ class Scenario:
     def resolved(self, *, with_assumed: bool = False) -> dict[str, Any]:
         """The full configuration, every default filled in, SI units, in scenario schema;
         but for the defaults a run notes as assumptions (``CommParams.given_dict``, a
-        uniform router), which stay out where the scenario did not give them (in with
-        ``with_assumed``; the router's uniform shares have no figure to write).
+        uniform router, kernel rates no table of the GPU's gave), which stay out where the
+        scenario did not give them (in with ``with_assumed``; a router has no figure).
 
         Written back as a scenario file (YAML or JSON) it loads to the same scenario and
         reproduces the same result, notes included.  A fresh, JSON-ready dict.
         """
-        compute = resolved_compute(self.gpu, self.roofline, self.cost_table)
+        compute = resolved_compute(self.gpu, self.roofline, self.cost_table, with_assumed)
         comm = self.comm.to_dict() if with_assumed else self.comm.given_dict()
         fidelity = comm.pop("fidelity")
         comm["base_latency"] = comm.pop("base_latency_s")

@@ -11,6 +11,7 @@ from distsim_gpu.workloads.specs.gpus import (
     get_gpu,
     gpu_from_mapping,
     list_gpus,
+    same_compute,
 )
 
 GiB = 2**30
@@ -102,6 +103,23 @@ def test_unknown_gpu_lists_valid_names():
     text = str(info.value)
     assert text.startswith("cluster.gpu: unknown GPU 'h10'")
     assert "h100-sxm" in text and "a100-40gb" in text
+
+
+def test_unknown_gpu_lists_the_presets_not_every_device_name():
+    """The ~50 aliases (mostly driver device names) used to bury the 15 presets."""
+    with pytest.raises(ConfigError) as info:
+        get_gpu("h300", key="compute.gpu")
+    hint = info.value.hint
+    assert "valid: " + ", ".join(list_gpus()) + ", or an alias of one" in hint
+    assert "tesla v100-sxm2-16gb" not in hint and "did you mean 'h800'?" in hint
+
+
+def test_same_compute_is_silicon_peaks_and_rated_power():
+    assert same_compute(get_gpu("h200"), get_gpu("h100-sxm"))
+    assert same_compute(get_gpu("a100-40gb"), get_gpu("a100-80gb"))
+    assert not same_compute(get_gpu("a100-pcie-80gb"), get_gpu("a100-80gb"))  # 300 W
+    assert not same_compute(get_gpu("b300"), get_gpu("b200"))  # 160 SMs, not 148
+    assert not same_compute(get_gpu("gb200"), get_gpu("b200"))  # 2.5 PFLOP/s, not 2.25
 
 
 def test_gpu_from_mapping_overrides():

@@ -68,6 +68,7 @@ Sources:
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -88,6 +89,7 @@ __all__ = [
     "get_gpu",
     "gpu_from_mapping",
     "list_gpus",
+    "same_compute",
 ]
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
@@ -327,10 +329,26 @@ def canonical_gpu_name(name: str) -> str:
 
 
 def get_gpu(name: str, *, key: str | None = None, source: str | None = None) -> GpuSpec:
-    """The preset (or alias) called ``name``, case-insensitive; ConfigError if unknown."""
-    check_choice(str(name).strip(), (*GPU_PRESETS, *GPU_ALIASES), key=key, source=source,
-                 what="GPU", fold_case=True)
-    return GPU_PRESETS[canonical_gpu_name(name)]
+    """The preset (or alias) called ``name``, case-insensitive; ConfigError if unknown,
+    naming the presets (the ~50 aliases, mostly device names as drivers spell them, would
+    bury them) and the closest preset or alias."""
+    text = canonical_gpu_name(name)
+    if text in GPU_PRESETS:
+        return GPU_PRESETS[text]
+    near = difflib.get_close_matches(text, sorted({*GPU_PRESETS, *GPU_ALIASES}), n=1)
+    raise ConfigError(f"unknown GPU {str(name).strip()!r}", key=key, source=source,
+                      hint=(f"did you mean '{near[0]}'? " if near else "") + "valid: "
+                      + ", ".join(list_gpus()) + ", or an alias of one (GPU_ALIASES in "
+                      "workloads/specs/gpus.py: h100, a100, nvidia h200, ...)")
+
+
+def same_compute(a: GpuSpec, b: GpuSpec) -> bool:
+    """Whether two GPUs compute alike: the same generation, SMs, peaks and rated power (an
+    H200 and an H100 SXM5, or two names for one part), whatever their memory.  A kernel
+    rate measured on one holds for the other; a lower rated power (A100 PCIe's 300 W) runs
+    other clocks."""
+    return (a.architecture, a.sm_count, dict(a.peak_flops_per_s), a.tdp_w) == (
+        b.architecture, b.sm_count, dict(b.peak_flops_per_s), b.tdp_w)
 
 
 def gpu_from_mapping(data: Mapping[str, Any] | str, *, source: str | None = None,

@@ -282,18 +282,20 @@ def test_each_points_notes_are_reported_not_only_stored(
                  for r in data["results"]]
     expected = [[f"{n['kind']} [{n['key']}]: {n['message']}" for n in s["notes"]]
                 for s in summaries]
-    # NCCL's SMs defaulted at both points (of each GPU's SMs), NVLink's efficiency
-    # borrowed on Blackwell only: notes that the points' resolved configurations keep.
+    # NCCL's SMs defaulted at both points (of each GPU's SMs); on Blackwell only, B200's
+    # attention rate fitted on GB200 and GB300, its memory rate the generic one and NVLink's
+    # efficiency borrowed: notes that the points' resolved configurations keep.
     assert len(expected[0]) == 1 and "communication.nccl_sms" in expected[0][0]
-    assert len(expected[1]) == 2 and "communication.nccl_sms" in expected[1][0]
-    assert "communication.link_efficiency.nvlink" in expected[1][1]
+    assert [note.split("]")[0] for note in expected[1]] == [
+        "defaulted [compute.attention_efficiency", "defaulted [compute.memory_efficiency",
+        "defaulted [communication.nccl_sms", "defaulted [communication.link_efficiency.nvlink"]
     assert [r["notes"] for r in data["results"]] == expected
     assert [r["notes"].split(" | ") if r["notes"] else [] for r in _rows(out)] == expected
     assert main(["sweep", str(scenario), *grid, "--out", str(out), "--workers", "1",
                  "-q"]) == 0
     printed = capsys.readouterr().out
     assert f"note (1 of 2 points: compute.gpu=a100-80gb): {expected[0][0]}" in printed
-    assert f"note (1 of 2 points: compute.gpu=b200): {expected[1][1]}" in printed
+    assert f"note (1 of 2 points: compute.gpu=b200): {expected[1][3]}" in printed
 
 
 def test_a_points_notes_share_one_line_of_results_csv(tmp_path: Path) -> None:

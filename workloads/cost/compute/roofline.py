@@ -19,7 +19,7 @@ and :class:`~distsim_gpu.workloads.cost.compute.table_costs.TableCosts`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -32,6 +32,7 @@ from distsim_gpu.workloads.cost.compute.attention_rates import (
 )
 from distsim_gpu.workloads.cost.compute.cross_entropy import CROSS_ENTROPY
 from distsim_gpu.workloads.cost.compute.fp8_casts import ATTENTION_CACHE_ELEMENT_BYTES
+from distsim_gpu.workloads.cost.compute.issue_timeline import issue_timeline_s
 from distsim_gpu.workloads.cost.compute.operators import (
     PASSES,
     LayerWork,
@@ -107,8 +108,8 @@ MATMUL_EFFICIENCY_BY_ARCHITECTURE: dict[str, float] = {
 # Hopper FP8 GEMMs with every dimension >= 2048 (Azure's cuBLASLt runs on H100 and H200,
 # 17 rows) at Hopper's k_half 64 fits 0.659, CV median error 4.9 %; over all dimensions
 # >= 1024 the 1024-cubed rows (launch-bound, 14 % of peak) drag a log fit to 0.57.  Other
-# generations keep the stack's figure or FP8_MATMUL_EFFICIENCY (stacks.py) until a table
-# of theirs is fitted the same way (the script prints Blackwell's and CDNA3's fits).
+# generations keep the stack's figure or generic_fp8_efficiency until a table of theirs is
+# fitted the same way (the script prints Blackwell's and CDNA3's fits).
 FP8_MATMUL_EFFICIENCY_BY_ARCHITECTURE: dict[str, float] = {"hopper": 0.66}
 # Candidate thread-block tiles (tile_m, tile_n, efficiency relative to the best tile).
 # Tile and wave quantisation follow NVIDIA's "Matrix Multiplication Background User's
@@ -164,6 +165,16 @@ FP16_UNSCALE_BYTES_PER_PARAM = 8.0
 # bf16 Adam moments (training.optimizer_moments): each of the two is read and written at 2
 # bytes instead of 4, 8 bytes a parameter less per step.
 BF16_MOMENTS_STEP_SAVED_BYTES = 8.0
+
+
+def generic_fp8_efficiency(gpu: GpuSpec) -> float:
+    """The FP8 GEMM fraction of a generation without a fit: FP8_MATMUL_EFFICIENCY (stacks.py),
+    but no more than the fraction its BF16 GEMMs reach.  No GPU in MAMF's table runs FP8
+    closer to its peak than BF16 (H100 70.9 against 80.3 %, B200 76.3 / 77.6, GB200 72.3 /
+    72.9), and MI300X's hipBLASLt FP8 GEMMs reach 46.8 % at 8192 cubed (Azure's guide,
+    kernels/azure_ai_benchmarking_guide), below 0.6 and near CDNA 3's BF16 0.481."""
+    return min(FP8_MATMUL_EFFICIENCY,
+               MATMUL_EFFICIENCY_BY_ARCHITECTURE.get(gpu.architecture, MATMUL_EFFICIENCY))
 
 
 def matmul_efficiency(m: int, n: int, k: int, *, sm_count: int,
@@ -270,31 +281,6 @@ class CostModel(Protocol):
         ...
 
 
-def issue_timeline_s(operators: Iterable[tuple[float, int]], host_s_per_kernel: float) -> float:
-    """When the GPU finishes a pass whose kernels an eager host issues one by one.
-
-    ``operators``: (device seconds, kernels) in order, the device time spread evenly over
-    the operator's kernels.  The host issues kernel j at ``j · host_s_per_kernel`` after
-    the pass starts; the GPU runs it from ``max(previous kernel's end, its issue)``.  So a
-    pass of long kernels takes their sum (the host runs ahead), one of short kernels the
-    host's issue time plus the last kernel — neither alone, where the two mix.  For n
-    equal kernels of d seconds issued every h from (host t_h, GPU t_g) the last ends at
-    ``max(t_g + n·d, t_h + h + n·d)`` when h ≤ d, else ``max(t_g + n·d, t_h + n·h + d)``.
-    """
-    host_s, gpu_s = 0.0, 0.0
-    for device_s, kernels in operators:
-        if kernels <= 0:
-            gpu_s += device_s
-            continue
-        each_s = device_s / kernels
-        if host_s_per_kernel <= each_s:
-            gpu_s = max(gpu_s, host_s + host_s_per_kernel) + device_s
-        else:
-            gpu_s = max(gpu_s + device_s, host_s + kernels * host_s_per_kernel + each_s)
-        host_s += kernels * host_s_per_kernel
-    return gpu_s
-
-
 @dataclass(frozen=True, slots=True)
 class RooflineCosts:
     """Analytic costs: each operator at the slower of its compute and memory roofline
@@ -387,10 +373,18 @@ class RooflineCosts:
             # (strategy.parallel.check_fp8_recipe), so the stack's FP8 default yields.
             object.__setattr__(self, "stack", self.stack.with_fp8_recipe("nvfp4"))
         recipe = self.stack.fp8
+        generation = self.gpu.architecture or "of an unknown generation"
+        if self.precision == "fp4" and self.gpu.architecture not in recipe.architectures:
+            # The user asked for a precision, not a recipe: name that, and what runs instead.
+            raise ConfigError(
+                f"fp4 runs NVIDIA's NVFP4 recipe, which needs a "
+                f"{' or '.join(recipe.architectures)} GPU; {self.gpu.name} is {generation}"
+                + (" (its MXFP4 is not modelled)" if self.gpu.architecture == "cdna4" else ""),
+                key="training.precision", hint=f"fp8 or bf16 run on {self.gpu.name}")
         if recipe.architectures and self.gpu.architecture not in recipe.architectures:
             raise ConfigError(
                 f"recipe {recipe.name!r} needs a {' or '.join(recipe.architectures)} GPU; "
-                f"{self.gpu.name} is {self.gpu.architecture or 'of an unknown generation'}",
+                f"{self.gpu.name} is {generation}",
                 key="training.fp8_recipe",
                 hint="delayed, current or blockwise run on Hopper's FP8")
 
@@ -427,11 +421,11 @@ class RooflineCosts:
     def resolved_fp8_matmul_efficiency(self) -> float:
         """Large FP8 GEMMs' fraction of the FP8 peak: the stack's, else the GPU
         generation's (:data:`FP8_MATMUL_EFFICIENCY_BY_ARCHITECTURE`), else
-        ``FP8_MATMUL_EFFICIENCY``."""
+        :func:`generic_fp8_efficiency`."""
         if self.stack.fp8_matmul_efficiency is not None:
             return self.stack.fp8_matmul_efficiency
         return FP8_MATMUL_EFFICIENCY_BY_ARCHITECTURE.get(self.gpu.architecture,
-                                                         FP8_MATMUL_EFFICIENCY)
+                                                         generic_fp8_efficiency(self.gpu))
 
     @property
     def resolved_attention_efficiency(self) -> float:
@@ -523,9 +517,9 @@ class RooflineCosts:
         if not self._recipe_gemm_efficiency_applies and stack.fp8_matmul_efficiency is None \
                 and not fitted:
             return (RunNote(
-                "defaulted", f"FP8 GEMMs run at {FP8_MATMUL_EFFICIENCY:g} of the FP8 peak, the "
-                f"generic figure: no FP8 GEMM fit ships for {self.gpu.architecture or 'this'} "
-                "GPUs", "compute.stack"),)
+                "defaulted", f"FP8 GEMMs run at {generic_fp8_efficiency(self.gpu):.3g} of the "
+                f"FP8 peak, the generic figure: no FP8 GEMM fit ships for "
+                f"{self.gpu.architecture or 'this'} GPUs", "compute.stack"),)
         if recipe.gemm_epilogue_exposed and self._recipe_gemm_efficiency_applies \
                 and not stack.deepgemm:
             return (RunNote(
