@@ -57,7 +57,7 @@ def test_multi_plane_tiers_count_every_plane_at_its_share_of_the_nic():
 def test_a_dragonfly_is_one_tier_of_routers():
     # 4 groups of 4 routers: 6 local cables a group (all-to-all), and 4·2 // 3 = 2 global
     # cables a group pair (global_cables' closed form) over 6 pairs; the 8 routers no
-    # node reaches are peers of the others, not a tier above them (until 8 December they
+    # node reaches are peers of the others, not a tier above them (until 7 December they
     # showed as tiers 2 and 3 with an "8:1" leaf).
     (routers,) = fabric_tiers(_h100(8, kind="dragonfly", groups=4, routers_per_group=4,
                                     nics_per_router=8, global_links_per_router=2))

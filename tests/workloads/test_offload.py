@@ -175,7 +175,7 @@ def test_iteration_charges_the_exposed_step_and_delayed_update_hides_it(
         grad_precision: str, grad_bytes: int) -> None:
     """The gradients leave at the width they are reduced in: fp32 main gradients (the
     stacks' default) move, sit in host memory and feed CPU-Adam at 4 bytes a parameter,
-    DeepSpeed's fp16 ones at 2.  Until 8 December every run moved 2."""
+    DeepSpeed's fp16 ones at 2.  Until 7 December every run moved 2."""
     data = _scenario(None)
     data["parallelism"]["grad_reduce_precision"] = grad_precision
     base = run_scenario(scenario_from_mapping(data))

@@ -363,7 +363,7 @@ def test_fuse_leaves_non_local_ops_in_place():
 
 def test_fuse_counts_the_hosts_steps_as_host_time():
     """A host step (the offloaded optimizer's wait) in a fused run is its ``host_s``, which
-    a straggler's slowdown leaves alone; until 8 December fuse() left it 0 and the
+    a straggler's slowdown leaves alone; until 7 December fuse() left it 0 and the
     offload swap set it after fusing."""
     ops = [Compute(1.0, "a"), Collective("all_reduce", 1.0, "c", exclusive=True),
            Compute(2.0, "step", host=True)]

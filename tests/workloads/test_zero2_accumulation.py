@@ -83,7 +83,7 @@ def test_zero2_under_a_pipeline_reduces_once_a_step(uniform):
 def test_zero2_gradients_are_held_whole_under_a_pipeline(uniform, pp, sharded):
     """A stage that reduces once a step holds its whole gradients until then (4 bytes a
     parameter of fp32 main gradients); without a pipeline ZeRO-2 keeps only the reduced
-    shard, 1/dp of them.  The optimizer state is sharded either way.  Until 8 December
+    shard, 1/dp of them.  The optimizer state is sharded either way.  Until 7 December
     the memory counted them sharded under a pipeline too."""
     parallel = ParallelConfig(dp=DP, pp=pp, zero=2)
     training = TrainingConfig(micro_batch=1, global_batch=4 * DP, precision="bf16")
