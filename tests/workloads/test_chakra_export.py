@@ -49,8 +49,16 @@ MOE = {"name": "tiny-moe", "layers": 4, "hidden": 256, "heads": 8, "seq_len": 12
      "training": {"global_batch": 64}},
     # A straggler's TP peer computes at its own pace and waits for it in their collectives.
     {"stragglers": {"n0.gpu3": 1.25}},
+    # FSDP under a pipeline: gathers by the first forwards, reductions by the last backward.
+    {"cluster": A100, "parallelism": {"tp": 1, "pp": 2, "dp": 8, "fsdp": True,
+                                      "schedule": "interleaved", "interleave": 2},
+     "training": {"global_batch": 32}},
+    # HSDP: each call among a shard group or a replicate group, not every replica.
+    {"cluster": A100, "parallelism": {"tp": 1, "pp": 1, "dp": 16, "fsdp": True,
+                                      "dp_replicate": 4},
+     "training": {"global_batch": 32}},
 ], ids=["1f1b", "interleaved", "zero3-a100", "moe-a100", "moe-halves", "moe-pairs",
-        "dualpipev-zero-bubble", "dualpipe", "straggler"])
+        "dualpipev-zero-bubble", "dualpipe", "straggler", "fsdp-pp-a100", "hsdp-a100"])
 def test_export_import_run_gives_the_iterations_time(tiny, tmp_path, changes):
     data = tiny(**{k: v for k, v in changes.items() if k != "cluster"})
     data["cluster"] = changes.get("cluster", data["cluster"])  # replaced, not merged

@@ -28,13 +28,15 @@ from distsim_gpu.workloads.strategy.dimensions import (
     peer_groups,
     register,
     registered,
+    stage_sets,
     strategy_summary,
 )
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
 
 
 def test_the_built_in_dimensions_in_summary_order() -> None:
-    assert [d.name for d in DIMENSIONS] == ["tp", "pp", "dp", "ep", "expert_tp", "cp"]
+    assert [d.name for d in DIMENSIONS] == ["tp", "pp", "dp", "dp_replicate", "ep",
+                                            "expert_tp", "cp"]
     assert dimensions()[:len(DIMENSIONS)] == DIMENSIONS
 
 
@@ -43,6 +45,8 @@ def test_the_built_in_dimensions_in_summary_order() -> None:
     ("ep", "ep comm", "ep", Peering.BLOCK),
     ("dp", "dp comm", "dp", Peering.STAGE),
     ("embedding", "dp comm", "dp", Peering.ENDS),
+    ("dp_shard", "dp comm", "dp", Peering.STAGE),
+    ("dp_replicate", "dp comm", "dp", Peering.STAGE),
     ("cp", "cp comm", "cp", Peering.BLOCK),
 ])
 def test_each_communicator_keeps_the_kind_and_tag_the_iteration_gave_it(
@@ -51,6 +55,17 @@ def test_each_communicator_keeps_the_kind_and_tag_the_iteration_gave_it(
     assert (peer.comm_kind, peer.tag, peer.peering) == (kind, tag, peering)
     # Only context parallelism's calls are ring steps (sends to the next member).
     assert peer.ring is (group == "cp")
+
+
+def test_hsdp_groups_are_the_shard_blocks_and_the_replicas_across_them() -> None:
+    """dp 4 x cp 2 in 2 replicate groups: shard groups of 4 consecutive replicas (cp
+    innermost), replicate groups of the replicas 4 apart; one set of all without HSDP."""
+    hsdp = ParallelConfig(dp=4, cp=2, fsdp=True, dp_replicate=2)
+    assert stage_sets(peer_group("dp_shard"), hsdp) == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert stage_sets(peer_group("dp_replicate"), hsdp) == ((0, 4), (1, 5), (2, 6), (3, 7))
+    assert stage_sets(peer_group("dp"), hsdp) == (tuple(range(8)),)
+    assert strategy_summary(hsdp) == "tp 1 · pp 1 · dp 4 · dp_replicate 2 · cp 2"
+    assert strategy_summary(ParallelConfig(dp=4)) == "tp 1 · pp 1 · dp 4"
 
 
 def test_critical_path_kinds_follow_the_registry() -> None:
@@ -84,9 +99,9 @@ def test_fold_units_name_their_blocks() -> None:
 def test_degrees_are_read_from_the_parallel_config() -> None:
     par = ParallelConfig(tp=2, pp=3, dp=4, ep=2, cp=1)
     assert {d.name: d.degree(par) for d in DIMENSIONS} == {
-        "tp": 2, "pp": 3, "dp": 4, "ep": 2, "expert_tp": 2, "cp": 1}
-    assert peer_degrees(par) == {"tp": 2, "embedding": 3, "mirror": 3, "dp": 4, "ep": 2,
-                               "cp": 1}
+        "tp": 2, "pp": 3, "dp": 4, "dp_replicate": 1, "ep": 2, "expert_tp": 2, "cp": 1}
+    assert peer_degrees(par) == {"tp": 2, "embedding": 3, "mirror": 3, "dp": 4,
+                               "dp_shard": 1, "dp_replicate": 1, "ep": 2, "cp": 1}
 
 
 def _summary_as_the_report_prints_it(par: dict[str, Any]) -> str:
@@ -173,5 +188,6 @@ def test_a_registration_ends_with_its_block() -> None:
     with registered(_TOY):
         assert "etp" in peer_groups()
     assert "etp" not in peer_groups()
-    assert [d.name for d in dimensions()] == ["tp", "pp", "dp", "ep", "expert_tp", "cp"]
+    assert [d.name for d in dimensions()] == ["tp", "pp", "dp", "dp_replicate", "ep",
+                                              "expert_tp", "cp"]
     assert dims.folding_unit(ParallelConfig(dp=8)) == (None, 1)

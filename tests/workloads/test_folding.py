@@ -81,6 +81,11 @@ STRATEGIES = {
     "tp4-pp1-dp8-zero1": ParallelConfig(tp=4, dp=8, zero=1, bucket_params=2_000_000),
     "tp1-pp2-dp16-zero2": ParallelConfig(pp=2, dp=16, zero=2),
     "tp2-dp16-fsdp": ParallelConfig(tp=2, dp=16, fsdp=True),
+    # Parameters kept gathered under a pipeline (torchtitan's FSDP2 with PP).
+    "tp2-pp2-dp8-fsdp-interleaved": ParallelConfig(tp=2, pp=2, dp=8, fsdp=True,
+                                                   schedule="interleaved", interleave=2),
+    # HSDP: shard groups of 4 replicas, their shards all-reduced across 2 (4 apart).
+    "tp2-pp2-dp8-hsdp": ParallelConfig(tp=2, pp=2, dp=8, fsdp=True, dp_replicate=2),
     "tp1-dp32": ParallelConfig(dp=32, bucket_params=3_000_000),
     "tp8-pp1-dp4-pp-outer": ParallelConfig(tp=8, dp=4, order="tp-pp-dp"),
 }

@@ -69,10 +69,16 @@ def scenario_for(row: dict[str, str]) -> dict[str, Any]:
     if pp > 1:
         interleaved = row["pp_schedule"].lower().startswith("interleaved")
         data["parallelism"]["schedule"] = "interleaved" if interleaved else "1f1b"
-        if interleaved:
+        if interleaved:  # generate_split_points' default for a multi-stage schedule
             data["parallelism"]["interleave"] = 2
+        # torchtitan's generate_split_points: the first and last chunk a layer short (the
+        # embedding and output layer), 405B's 126 layers as 15, 16 x 6, 15 on 8 stages
+        # (7, 8 x 14, 7 on 16): Megatron-DeepSpeed's split, embedding and head as layers.
+        data["parallelism"]["partition"] = "embedding"
     local = int(row["local_batch_size"])
-    data["training"] = {"micro_batch": 1 if pp > 1 else local,
+    # Under PP torchtitan (December 2024) splits the local batch into
+    # pipeline_parallel_microbatches, by default the PP degree: pp micro-batches.
+    data["training"] = {"micro_batch": local // pp if pp > 1 else local,
                         "global_batch": local * fsdp, "seq_len": int(row["seq_len"]),
                         "recompute": RECOMPUTE[row["activation_checkpointing"]],
                         "precision": "fp8" if "Float8" in technique else "bf16"}
@@ -166,8 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         measured = float(row["tps_per_gpu"])
         error = 100 * (predicted / measured - 1)
         errors.append(abs(error))
+        schedule = f" ({row['pp_schedule']})" if row["pp_schedule"] else ""
         print(f"| {row['source_table']} | {row['model']} | {row['gpus']} | "
-              f"{row['fsdp']}·{row['tp']}·{row['pp']}·{row['cp']} | {row['technique']} | "
+              f"{row['fsdp']}·{row['tp']}·{row['pp']}·{row['cp']} | {row['technique']}"
+              f"{schedule} | "
               f"{measured:.0f} | {predicted:.0f} | {error:+.1f} % |", flush=True)
     if errors:
         print(f"\nmean |error| {statistics.fmean(errors):.1f} %, max {max(errors):.1f} % "

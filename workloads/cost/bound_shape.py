@@ -21,6 +21,7 @@ from distsim_gpu.workloads.strategy.schedule import (
     stage_of,
     virtual_stage,
 )
+from distsim_gpu.workloads.strategy.sharding import shard_sets
 
 __all__ = ["Lanes", "StrategyShape"]
 
@@ -68,6 +69,7 @@ class StrategyShape:
         # A context-parallel rank's s/cp tokens: its layers and messages.  Its ring and
         # the cp - 1 further attention blocks are left out, which keeps a lower bound.
         local = traffic.rank_training(model, parallel, training)
+        sets = shard_sets(parallel)
         return cls(
             parallel=parallel, training=training, microbatches=microbatches,
             seq_len=traffic.seq_len_of(model, local), placement=placement,
@@ -81,8 +83,11 @@ class StrategyShape:
             grad_op=traffic.gradient_reduce_op(parallel),
             tp_kinds=tp_kinds,
             tp_ranks=[placement.tp_group(0, s) for s in range(pp)],
-            dp_ranks=[placement.dp_group(0, s) for s in range(pp)],
-            dp_lanes=[tuple(placement.dp_group(t, s) for t in range(tp)) for s in range(pp)])
+            # HSDP: ZeRO-3's calls run in each shard group (its replicate groups' all-reduce
+            # is left out, which keeps a lower bound).
+            dp_ranks=[tuple(placement.dp_group(0, s)[r] for r in sets[0]) for s in range(pp)],
+            dp_lanes=[tuple(tuple(placement.dp_group(t, s)[r] for r in members)
+                            for members in sets for t in range(tp)) for s in range(pp)])
 
     @property
     def virtual_stages(self) -> int:

@@ -26,7 +26,9 @@ meeting, so any one replica's chains bound the iteration):
    :mod:`workloads.specs.moe_routing`), and with ZeRO-3 each layer's parameter
    all-gather — the gathers run one after another on their stream from the pass's
    start and layer ``k`` waits for gather ``k``, so a pass takes at least
-   ``max_k (Σ_{j≤k} gather_j + Σ_{j≥k} layer_j)`` (:func:`gathered_pass_s`);
+   ``max_k (Σ_{j≤k} gather_j + Σ_{j≥k} layer_j)`` (:func:`gathered_pass_s`) — under a
+   pipeline only the first forward gathers (parameters kept gathered), so no gather is
+   in a pass's bound there;
 2. stage ``s`` cannot start before the first micro-batch's forward passed the virtual
    stages before it (each pass, then its send to the next stage); from then on it runs all
    its passes, ``m`` micro-batches of each of its chunks, in sequence.  Its last pass, the
@@ -364,10 +366,12 @@ class IterationBounds:
             chunk.bwd_comm_s += layer.calls_s * shape.backward_passes + layer.rerun_s
             if shape.sharded and shape.parallel.dp_cp > 1:
                 chunk.fwd_comm_s += layer.gather_s
-                chunk.bwd_comm_s += layer.gather_s + layer.reduce_s
+                chunk.bwd_comm_s += layer.reduce_s + (
+                    layer.gather_s if traffic.reshards_after_forward(shape.parallel) else 0.0)
         passes_b = shape.backward_passes
+        regather = traffic.reshards_after_forward(shape.parallel)  # else none in a backward
         backward = [(layer.bwd_s * f + layer.calls_low_s * passes_b + layer.rerun_low_s,
-                     layer.gather_low_s) for layer in reversed(layers)]
+                     layer.gather_low_s if regather else 0.0) for layer in reversed(layers)]
         chunk.fwd_lower_s = (head_f + tail_f) * f + gathered_pass_s(
             [(layer.fwd_s * f + layer.calls_low_s, layer.gather_low_s) for layer in layers])
         chunk.bwd_lower_s = (head_b + tail_b) * f + gathered_pass_s(backward)
@@ -480,9 +484,18 @@ class IterationBounds:
                                                 shape.training)
             dp_ranks, lanes, m = shape.dp_ranks[stage], shape.dp_lanes[stage], shape.chunk_mb
             gather = self._estimate("all_gather", dp_ranks, params)
-            gather_low = self._counted_call(tally, "all_gather", lanes, params, 2 * m)
-            self._counted_call(tally, "reduce_scatter", lanes, grads, m)
             reduce = self._estimate("reduce_scatter", dp_ranks, grads)
+            if traffic.keeps_params_gathered(shape.parallel):
+                # Gathered by the first forward only (no pass but one waits for it) and
+                # reduced by the last backward only: once each on the links; the
+                # estimate's per-pass terms take 1/m of them.
+                self._counted_call(tally, "all_gather", lanes, params)
+                self._counted_call(tally, "reduce_scatter", lanes, grads)
+                return _Layer(fwd, bwd, calls, calls_low, gather / m, 0.0, reduce / m)
+            # The backward gathers again unless the forward's gathers are kept.
+            passes = 2 if traffic.reshards_after_forward(shape.parallel) else 1
+            gather_low = self._counted_call(tally, "all_gather", lanes, params, passes * m)
+            self._counted_call(tally, "reduce_scatter", lanes, grads, m)
         return _Layer(fwd, bwd, calls, calls_low, gather, gather_low, reduce)
 
     # ----------------------------------------------------------------- chain 3: DP tail

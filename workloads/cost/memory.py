@@ -1,17 +1,11 @@
 """Memory per GPU: weights, gradients, optimizer state and activations, from published formulas.
 
-**Model state** (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
-Trillion Parameter Models", §3.1): mixed-precision Adam holds per parameter 2 bytes of
-16-bit weights, 2 bytes of 16-bit gradients and K = 12 bytes of fp32 optimizer state
-(master weights, momentum, variance) — 16 bytes in all; the gradients take the width of
-``parallelism.grad_reduce_precision`` (fp32 main gradients, Megatron-Core's default: 4
-bytes, its ``6 + 12/d`` with the distributed optimizer; :func:`state_bytes`); with bf16 moments
-(``training.optimizer_moments``, DeepSeek-V3 report §3.3) K = 8.  ZeRO-1 shards the optimizer
-state over the data-parallel group, ZeRO-2 also the gradients, ZeRO-3 (and PyTorch FSDP
-with full sharding) also the weights.  fp32 training holds 4 + 4 + 8 bytes (no master
-copy).  ``fp8`` training keeps 16-bit weights (Transformer Engine), so it counts as
-mixed precision here.  The temporarily all-gathered layer weights of ZeRO-3/FSDP and
-allocator fragmentation are *not* counted.  Per-operator sharding (OSDP,
+**Model state** (weights, gradients, optimizer state by ZeRO stage and schedule) is
+:mod:`workloads.cost.model_state`'s: 2 + 2 + 12 bytes a parameter in mixed precision
+(ZeRO paper §3.1), the gradients at ``grad_reduce_precision``'s width.  ``fp8`` training
+keeps 16-bit weights (Transformer Engine), so it counts as mixed precision here.  The
+temporarily all-gathered layer weights of ZeRO-3/FSDP and allocator fragmentation are *not*
+counted.  Per-operator sharding (OSDP,
 :mod:`workloads.strategy.operator_sharding`) divides its sharded operators' state by dp, holds the
 replicated ones whole, and counts the largest gathered operator's weights (÷ its split).
 
@@ -121,8 +115,8 @@ from dataclasses import dataclass, replace
 
 from distsim_gpu.simcore.config import check_choice, check_whole
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
+from distsim_gpu.workloads.cost.model_state import PRECISION_BYTES, model_state_bytes, state_bytes
 from distsim_gpu.workloads.cost.parameters import (
-    Chunking,
     check_model_split,
     layer_group_extra_params,
     layer_params_local,
@@ -144,7 +138,7 @@ from distsim_gpu.workloads.strategy.parallel import (
     TrainingConfig,
     chunk_layers,
 )
-from distsim_gpu.workloads.strategy.precision import grad_element_bytes, swiglu_input_bytes
+from distsim_gpu.workloads.strategy.precision import swiglu_input_bytes
 from distsim_gpu.workloads.strategy.schedule import (
     V_SCHEDULES,
     end_stages,
@@ -183,14 +177,6 @@ class SavedFormats:
     attention_output_bytes: float | None = None
 
 
-# (weight, gradient, optimizer) bytes per parameter, ZeRO paper §3.1.
-PRECISION_BYTES: dict[str, tuple[int, int, int]] = {
-    "bf16": (2, 2, 12),
-    "fp16": (2, 2, 12),
-    "fp8": (2, 2, 12),  # FP8 / FP4 copies are transient casts of the 16-bit weights
-    "fp4": (2, 2, 12),
-    "fp32": (4, 4, 8),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,7 +422,7 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     precision = training.precision
     full = model.seq_len if training.seq_len is None else training.seq_len
     s = full // cp  # the tokens of each sequence this rank holds
-    weights, gradients, optimizer = _model_state_bytes(model, parallel, training, stage)
+    weights, gradients, optimizer = model_state_bytes(model, parallel, training, stage)
 
     layers = stage_layers(model, pp=pp, stage=stage, interleave=interleave,
                           partition=parallel.partition, schedule=parallel.schedule)
@@ -498,30 +484,6 @@ def _two_chunk_activations(model: ModelSpec, parallel: ParallelConfig,
     program = stage_program(schedule, pp=pp, stage=stage, microbatches=microbatches,
                             fb_overlap=parallel.fb_overlap)
     return peak_bytes_held(program, per_chunk)
-
-
-def _model_state_bytes(model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
-                       stage: int) -> tuple[float, float, float]:
-    """Weights, gradients and optimizer state on one GPU of ``stage``, ZeRO/FSDP-sharded."""
-    tp, pp, ep, dp = parallel.tp, parallel.pp, parallel.ep, parallel.dp_cp
-    params = params_on_gpu(model, tp=tp, pp=pp, ep=ep, stage=stage, etp=parallel.etp,
-                           chunking=Chunking.of(parallel))
-    shard = 3 if parallel.fsdp else parallel.zero
-    # ZeRO shards an expert over the ranks holding it: Megatron-Core's expert data
-    # parallelism, tp·dp·cp / (expert_tp·ep) (workloads.strategy.expert_grid).
-    expert_dp = max(1, dp * tp // (parallel.etp * ep))
-
-    def sharded(per_param: int, from_stage: int) -> float:
-        if shard >= from_stage:
-            return per_param * (params.dense / dp + params.expert / expert_dp)
-        return per_param * params.total
-
-    weight_b, grad_b, optim_b = state_bytes(training, parallel.grad_reduce_precision)
-    # ZeRO-2 under a pipeline reduces once a step, on the last micro-batch
-    # (cost.traffic.reduces_every_microbatch), so a stage holds its whole gradients until
-    # then, as ZeRO-1 does; only ZeRO-3 shards them there.
-    grads_from = 2 if parallel.pp == 1 else 3
-    return sharded(weight_b, 3), sharded(grad_b, grads_from), sharded(optim_b, 1)
 
 
 def _edge_activation_bytes(model: ModelSpec, parallel: ParallelConfig,
@@ -666,29 +628,6 @@ def offloaded(memory: MemoryBreakdown, offload: OffloadConfig) -> MemoryBreakdow
         return memory
     weights = 0.0 if offload.params != "none" else memory.weights_bytes
     return MemoryBreakdown.of(weights, 0.0, 0.0, memory.activations_bytes)
-
-# Bytes per parameter bf16 moments save: two moments at 2 bytes instead of 4.
-BF16_MOMENTS_SAVED_BYTES = 4
-
-
-def state_bytes(training: TrainingConfig, grad_reduce_precision: str | None = None,
-                ) -> tuple[int, int, int]:
-    """(weight, gradient, optimizer) bytes per parameter: the precision's (ZeRO paper
-    §3.1), the optimizer's 4 bytes less with ``training.optimizer_moments: bf16``.
-
-    The gradient buffer holds the gradients in the dtype they are accumulated and reduced
-    in (``grad_reduce_precision``; None: the training precision's), never narrower than
-    the training precision's: Megatron-Core's fp32 main gradients
-    (``accumulate_allreduce_grads_in_fp32``) take 4 bytes a parameter under bf16 — its
-    ``6 + 12/d`` with the distributed optimizer — and FSDP's or DeepSpeed's gradients
-    reduced in bf16 take 2, the ZeRO paper's ``2 + 2 + 12``."""
-    weight_b, grad_b, optim_b = PRECISION_BYTES[training.precision]
-    if grad_reduce_precision is not None:
-        grad_b = max(grad_b, grad_element_bytes(grad_reduce_precision))
-    if training.optimizer_moments == "bf16":
-        optim_b -= BF16_MOMENTS_SAVED_BYTES
-    return weight_b, grad_b, optim_b
-
 
 def _activation_element_bytes(precision: str) -> int:
     check_choice(precision, PRECISION_BYTES, key="precision")

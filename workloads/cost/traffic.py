@@ -56,6 +56,11 @@ from distsim_gpu.workloads.strategy.operator_sharding import (
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 from distsim_gpu.workloads.strategy.precision import GRAD_BYTES, grad_element_bytes
 from distsim_gpu.workloads.strategy.schedule import end_stages, route_ends, stage_of
+from distsim_gpu.workloads.strategy.sharding import (
+    keeps_params_gathered,
+    reshards_after_forward,
+    shard_ranks,
+)
 from distsim_gpu.workloads.strategy.tp_nd import mesh_of, weight_replicas
 
 __all__ = [
@@ -76,6 +81,7 @@ __all__ = [
     "gradient_reduce_op",
     "head_grad_bytes",
     "head_params",
+    "keeps_params_gathered",
     "layer_gather_bytes",
     "layer_grad_bytes",
     "layer_param_bytes",
@@ -88,6 +94,7 @@ __all__ = [
     "rank_training",
     "reduces_every_microbatch",
     "reduces_in_buckets",
+    "reshards_after_forward",
     "seq_len_of",
     "sharded_stage_params",
     "stage_grad_bytes",
@@ -320,12 +327,12 @@ def stage_grad_bytes(model: ModelSpec, parallel: ParallelConfig, stage: int) -> 
 
 def optimizer_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> float:
     """Parameters one GPU of ``stage`` updates in the optimizer step: its stage's, or
-    its 1/(dp·cp) shard of them with ZeRO ≥ 1 or FSDP."""
+    its 1/(dp·cp) shard of them with ZeRO ≥ 1 or FSDP (HSDP: 1/its shard group's ranks)."""
     params = stage_params(model, parallel, stage)
     if parallel.operator_sharding is not None:
         sharded = sharded_stage_params(model, parallel, stage)
         return sharded / parallel.dp_cp + (params - sharded)
-    return params / parallel.dp_cp if parallel.zero >= 1 or parallel.fsdp else params
+    return params / shard_ranks(parallel) if parallel.zero >= 1 or parallel.fsdp else params
 
 
 def sharded_stage_params(model: ModelSpec, parallel: ParallelConfig, stage: int) -> float:

@@ -90,6 +90,7 @@ from distsim_gpu.collectives.pxn import pxn_applies
 from distsim_gpu.topology import Topology
 from distsim_gpu.workloads.iteration.fold_classes import Member, SpanningFlow, alike_classes
 from distsim_gpu.workloads.iteration.ops import Collective, Op
+from distsim_gpu.workloads.iteration.rank_groups import stage_lanes
 from distsim_gpu.workloads.iteration.records import IterationSpec
 from distsim_gpu.workloads.iteration.timeline import RankGroup
 from distsim_gpu.workloads.strategy.dimensions import (
@@ -99,6 +100,7 @@ from distsim_gpu.workloads.strategy.dimensions import (
     folding_unit,
     peer_degrees,
     peer_groups,
+    stage_sets,
 )
 from distsim_gpu.workloads.strategy.expert_grid import BlockLanes
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
@@ -204,7 +206,7 @@ def _asymmetry(spec: IterationSpec, comm: Communicator, groups: list[list[RankGr
                if peer.peering is Peering.BLOCK}
     blocks = {name: layouts.pop(name) for name, peer in peer_groups().items()
               if inside and name in layouts and not peer.ring}
-    load, spanning = _spanning(comm, groups, calls, spec.parallel.tp)
+    load, spanning = _spanning(comm, groups, calls, spec.parallel)
     _block_spanning(comm, groups, calls, blocks, unit, (load, spanning))
     alike = groups if healthy is None else unit_rows(groups, healthy, unit)
     odd = None if healthy is None else unit_rows(
@@ -330,21 +332,20 @@ def _call_class(comm: Communicator, groups: list[list[RankGroup]], row: list[Ran
 
 
 def _spanning(comm: Communicator, groups: list[list[RankGroup]],
-              calls: list[set[tuple[str, str, float]]], tp: int,
+              calls: list[set[tuple[str, str, float]]], parallel: ParallelConfig,
               ) -> tuple[dict[Any, float], list[SpanningFlow]]:
     """The data-parallel collectives that will run (every call's, every lane's): per
     link the streams they put on it, and each as a flow of its own (its links' streams
     per step) for the classing to tell apart."""
     load: dict[Any, float] = {}
     flows: list[SpanningFlow] = []
-    spanning = {name for name, peer in peer_groups().items()
+    spanning = {name: peer for name, peer in peer_groups().items()
                 if peer.peering is Peering.STAGE}
     for stage, row in enumerate(groups):
-        lanes = [[g.gpus[t] for g in row] for t in range(tp)]
         for name, op, size in sorted(calls[stage]):
             if name not in spanning:
                 continue
-            for lane in lanes:
+            for lane in stage_lanes(row, parallel.tp, stage_sets(spanning[name], parallel)):
                 _add_spanning(comm.choose(op, lane, size), (stage, name, op, size),
                               (), (load, flows))
     return load, flows

@@ -79,6 +79,13 @@ def tensor_lanes(members: list[RankGroup], tp: int) -> list[list[str]]:
     return [[member.gpus[t] for member in members] for t in range(tp)]
 
 
+def stage_lanes(row: list[RankGroup], tp: int,
+                sets: tuple[tuple[int, ...], ...]) -> list[list[str]]:
+    """A stage-wide call's communicators: per replica set of ``row`` (a stage's rank
+    groups; :func:`~workloads.strategy.dimensions.stage_sets`) and tensor rank, its GPUs."""
+    return [[row[r].gpus[t] for r in members] for members in sets for t in range(tp)]
+
+
 def call_lanes(images: list[list[RankGroup]], layout: BlockLanes | None,
                tp: int) -> tuple[list[list[str]], int]:
     """The communicators of a call among ``images[0]`` (one collective each) and, folded,

@@ -76,6 +76,7 @@ from distsim_gpu.workloads.iteration.rank_groups import (
     check_memory,
     check_stragglers,
     make_group,
+    stage_lanes,
     stage_memory,
     tensor_lanes,
 )
@@ -105,6 +106,7 @@ from distsim_gpu.workloads.strategy.dimensions import (
     peer_degrees,
     peer_group,
     peer_groups,
+    stage_sets,
 )
 from distsim_gpu.workloads.strategy.parallel import Placement, check_strategy
 from distsim_gpu.workloads.strategy.schedule import mirror_pair, stage_of
@@ -147,7 +149,10 @@ class IterationSimulator:
         self.groups = [[make_group(spec, placement, s, d) for d in range(par.dp_cp)]
                        for s in range(par.pp)]
         self.everyone = [g for stage_groups in self.groups for g in stage_groups]
-        self._stage_lanes = [tensor_lanes(row, par.tp) for row in self.groups]  # every replica's
+        self._stage_lanes = {name: [stage_lanes(row, par.tp, stage_sets(peer, par))  # HSDP's
+                                    for row in self.groups]  # sets, or every replica's
+                             for name, peer in peer_groups().items()
+                             if peer.peering is Peering.STAGE}
         self.memory = [stage_memory(spec, s, self.seq_len, self.microbatches)
                        for s in range(par.pp)]
         if not spec.allow_oom:
@@ -226,10 +231,6 @@ class IterationSimulator:
         if key not in self._tp_time:
             self._tp_time[key] = self.comm.estimate_s(kind, list(gpus), size)
         return self._tp_time[key]
-
-    def _lanes(self, members: list[RankGroup]) -> list[list[str]]:
-        """Per tensor-parallel rank, the GPUs of ``members`` (one collective per lane)."""
-        return tensor_lanes(members, self.spec.parallel.tp)
 
     def _member_lanes(self, members: list[RankGroup], peer: PeerGroup,
                       ) -> tuple[list[list[str]], int]:
@@ -409,7 +410,7 @@ class IterationSimulator:
         key, members = self._peers(group, peer)
         start = env.now
         if peer.peering is Peering.STAGE:  # over every replica, folded or not
-            lanes, wait = self._stage_lanes[group.stage], None
+            lanes, wait = self._stage_lanes[peer.name][group.stage], None
         else:  # every image's call beside the simulated one's, done when that is
             lanes, wait = self._member_lanes(members, peer)
         meeting = self.meetings.meet(key, group, members, lambda: self.env.timeout(
@@ -464,7 +465,7 @@ class IterationSimulator:
         # Over every replica, folded or not: the simulated members stand for the rest.
         lanes = (self._calls.layer_group_lanes(self.groups[group.stage], group.stage,
                                                op.subgroups)
-                 if op.subgroups else self._stage_lanes[group.stage])
+                 if op.subgroups else self._stage_lanes[peer.name][group.stage])
         launch = partial(self._calls.run_lanes, lanes, op.op, op.size_bytes, peer.tag)
         self._on_stream("gather" if op.op == "all_gather" else "reduce", group, meeting,
                         (key, members, launch))
@@ -524,9 +525,9 @@ class IterationSimulator:
         ring = (stage, block, size)
         plan = self._ring_plans.get(ring)
         if plan is None:
-            pairs = [(lane[i], lane[(i + 1) % len(lane)])
-                     for image in self._image_members(members) for lane in self._lanes(image)
-                     for i in range(len(lane))]
+            tp = self.spec.parallel.tp
+            pairs = [(lane[i], lane[(i + 1) % len(lane)]) for image in self._image_members(
+                members) for lane in tensor_lanes(image, tp) for i in range(len(lane))]
             plan = self._ring_plans[ring] = self.comm.pairs_plan(pairs, size)
         return plan
 

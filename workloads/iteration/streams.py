@@ -17,7 +17,9 @@ training setup and the compute costs:
   with the asynchronous send of the next K/V block (:mod:`workloads.iteration.overlaps`);
 * data parallelism: the last micro-batch's backward (ZeRO-2: every one's) launches the
   gradient buckets as it produces them; ZeRO-3/FSDP gathers each layer's parameters ahead
-  of its passes and reduce-scatters its gradients every micro-batch;
+  of its passes and reduce-scatters its gradients every micro-batch — under a pipeline
+  once a step, kept gathered from each chunk's first forward and reduced by the last
+  micro-batch's backward (:mod:`workloads.iteration.param_shards`);
 * the iteration's end: wait for the gradients, all-reduce the tied embedding between the
   first and last stage, meet every rank for the gradient norm, step the optimizer, and
   (ZeRO-1/2) gather the updated parameters.
@@ -59,7 +61,7 @@ from distsim_gpu.workloads.cost.traffic import (
     gradient_buckets,
     gradient_reduce_op,
     head_grad_bytes,
-    layer_gather_bytes,
+    keeps_params_gathered,
     layer_grad_bytes,
     layer_shard_grad_bytes,
     moe_tp_scale,
@@ -68,6 +70,7 @@ from distsim_gpu.workloads.cost.traffic import (
     rank_training,
     reduces_every_microbatch,
     reduces_in_buckets,
+    reshards_after_forward,
     seq_len_of,
     stage_param_bytes,
     tp_all_gather_bytes,
@@ -87,6 +90,7 @@ from distsim_gpu.workloads.iteration.ops import (
     fuse,
 )
 from distsim_gpu.workloads.iteration.overlaps import BlockPairs, OverlappedOps, ParamBuckets
+from distsim_gpu.workloads.iteration.param_shards import ShardedParamOps
 from distsim_gpu.workloads.iteration.run_hints import PLAIN, RunHints
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
@@ -107,13 +111,13 @@ from distsim_gpu.workloads.strategy.operator_sharding import split_extra_s
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig, chunk_layers
 from distsim_gpu.workloads.strategy.tp_nd import layer_comm, mesh_of
 
-__all__ = ["StreamBuilder", "fuse"]
+__all__ = ["StreamBuilder"]
 
 #: Peer groups whose calls are a ring's sends (context parallelism's).
 _RINGS = frozenset(name for name, peer in peer_groups().items() if peer.ring)
 
 
-class StreamBuilder(OverlappedOps):
+class StreamBuilder(OverlappedOps, ShardedParamOps):
     """Builds each stage's stream of ops for ``microbatches`` micro-batches, shaped by the
     run's :class:`RunHints` (the plain ops without them)."""
 
@@ -162,6 +166,11 @@ class StreamBuilder(OverlappedOps):
                          if parallel.layer_groups else None)
         # Narrower layers reduce their gradients over the rank group's GPUs too.
         self.narrow = any(s.k > 1 for s in self.settings or ())
+        # ZeRO-3/FSDP under a pipeline: each chunk's parameters gathered by its first
+        # forward only and its gradients reduced by its last backward only.
+        self.kept = keeps_params_gathered(parallel)
+        # reshard_after_forward (False: the backward finds the forward's gathers).
+        self.reshards = reshards_after_forward(parallel)
         # parallelism.overlap_param_gather: the distributed optimizer's parameter gather by
         # bucket during the forward (docs/overlaps.md).
         self.param_gather = (parallel.overlap_param_gather and parallel.zero in (1, 2)
@@ -200,6 +209,7 @@ class StreamBuilder(OverlappedOps):
         last_mb = pipeline.chunk_microbatches(par.schedule, self.microbatches) - 1
         sharded = gathers_layer_params(par) and par.dp_cp > 1
         launched_dp = False
+        gathered: set[int] = set()  # the chunks whose parameters are kept gathered
         stream: list[Op] = []
         # Steady state: the previous step's updated parameters, gathered by bucket from the
         # start of the forward; each chunk's first forward waits for its buckets.
@@ -233,8 +243,11 @@ class StreamBuilder(OverlappedOps):
                          and (par.dp_cp > 1 or self.narrow)))))
             waits = gathers.pop(steps[0][2], ()) if steps[0][0] == "F" else ()
             fold = fold and (apart or not waits)
+            first = self.kept and steps[0][0] == "F" and steps[0][2] not in gathered
+            if first:
+                gathered.add(steps[0][2])
             ops = (self.pair_ops(stage, unit, last, fold, waits) if isinstance(unit, Pair)
-                   else self.pass_ops(stage, unit[2], unit[0], last, fold, waits))
+                   else self.pass_ops(stage, unit[2], unit[0], last, fold, waits, first))
             # A ring's sends (context parallelism's) do not count: exclusive_tp has
             # checked they never meet a TP collective on its links.
             launched_dp = launched_dp or any(
@@ -274,29 +287,35 @@ class StreamBuilder(OverlappedOps):
 
     # ----------------------------------------------------------------- a pass
     def pass_ops(self, stage: int, chunk: int, pass_: str, last: bool,
-                 fold: bool, waits: ParamBuckets = ()) -> tuple[Op, ...]:
+                 fold: bool, waits: ParamBuckets = (), first: bool = False,
+                 ) -> tuple[Op, ...]:
         """One pass (``"F"``/``"B"``, or a split backward's ``"I"``/``"W"``) of one model
         chunk, without its receive and send (cached); ``last``: the last micro-batch's;
         ``fold``: its tensor-parallel collectives are exclusive; ``waits``: the parameter
-        buckets a first forward waits for (:meth:`_param_gathers`)."""
-        key = (stage, chunk, pass_, last, fold, bool(waits))
+        buckets a first forward waits for (:meth:`_param_gathers`); ``first``: the
+        chunk's first forward, which gathers the parameters kept gathered (``self.kept``)."""
+        key = (stage, chunk, pass_, last, fold, bool(waits), first)
         cached = self._passes.get(key)
         if cached is None:
             vs = pipeline.virtual_stage(stage, chunk, self.parallel.pp,
                                         self.parallel.schedule)
-            ops = (self._forward(vs, fold, waits) if pass_ == "F"
+            ops = (self._forward(vs, fold, waits, first) if pass_ == "F"
                    else self.weight_pass(vs, chunk, last) if pass_ == "W"
                    else self._backward(vs, chunk, last, fold, weights=pass_ == "B"))
             cached = self._passes[key] = self._fused(ops + self.amax_ops(pass_, vs), stage)
         return cached
 
-    def _forward(self, vs: int, fold: bool, waits: ParamBuckets = ()) -> list[Op]:
-        sharded = gathers_layer_params(self.parallel)
+    def _forward(self, vs: int, fold: bool, waits: ParamBuckets = (),
+                 first: bool = False) -> list[Op]:
+        # Kept gathered (a pipeline's stages): only the chunk's first forward gathers.
+        sharded = gathers_layer_params(self.parallel) and (first or not self.kept)
         # Each parameter bucket is waited for before the first layer that needs it.
         before = {at: handle for at, _size, handle in waits}
         ops: list[Op] = []
         if None in before:
             ops.append(Wait(before.pop(None)))
+        if sharded and self.kept:
+            self._gather_stage_root(ops, vs)
         if vs in self.entries:
             self._gather_root(ops, vs)
             ops.append(self._edge("embedding", "fwd"))
@@ -344,14 +363,16 @@ class StreamBuilder(OverlappedOps):
         :meth:`weight_pass`; multi-token prediction's modules run whole here)."""
         par = self.parallel
         sharded = gathers_layer_params(par)
+        # Kept gathered: no gather, and the reduce-scatters on the last micro-batch only
+        # (not resharded after the forward: no gather either).
+        reduces = sharded and (last or not self.kept)
         ops: list[Op] = []
         if vs in self.exits:
             self._mtp(ops, "bwd", fold)
             ops.append(self._edge("loss", "bwd"))
-            if sharded and weights and not reduces_in_buckets(par):  # like a layer's
-                ops.append(self._async_dp("reduce_scatter",
-                                          head_grad_bytes(self.model, par, vs),
-                                          "output layer reduce grads"))
+            if reduces and weights and not reduces_in_buckets(par):  # like a layer's
+                self._reduce_shard(ops, head_grad_bytes(self.model, par, vs),
+                                   "output layer reduce grads")
         order = list(reversed(range(*self.chunks[vs])))
         # Without ZeRO-3/FSDP the ``last`` micro-batch (ZeRO-2: every one) reduces the
         # gradients in buckets, each launched after the layer that fills it (by backward
@@ -360,7 +381,7 @@ class StreamBuilder(OverlappedOps):
         buckets = (self._buckets(order, vs) if weights and last
                    and par.dp_cp > 1 and reduces_in_buckets(par) else {})
         for position, layer in enumerate(order):
-            if sharded:
+            if sharded and self.reshards:
                 self._gather_params(ops, order, position)
             if self.settings and position:
                 self._reshard(ops, order[position - 1], layer)
@@ -368,21 +389,19 @@ class StreamBuilder(OverlappedOps):
             self._layer_pass(ops, "bwd", layer, fold, weights=weights)
             if self.settings and last:
                 self._reduce_narrow(ops, layer)
-            if sharded:
-                ops.append(self._async_dp("reduce_scatter",
-                                          layer_shard_grad_bytes(self.model, layer, par),
-                                          f"L{layer} reduce grads"))
+            if reduces:
+                self._reduce_shard(ops, layer_shard_grad_bytes(self.model, layer, par),
+                                   f"L{layer} reduce grads")
             if position + 1 in buckets:
                 ops.append(self._async_dp(gradient_reduce_op(par), buckets[position + 1],
                                           f"grads to L{layer}"))
         if vs in self.entries and weights:
             ops.append(self._edge("embedding", "bwd"))
-            if sharded and not reduces_in_buckets(par):
+            if reduces and not reduces_in_buckets(par):
                 # Sharded throughout (ZeRO-3/FSDP): the word embedding's gradients are
                 # reduce-scattered like a layer's, not left out with the buckets.
-                ops.append(self._async_dp("reduce_scatter",
-                                          entry_grad_bytes(self.model, par),
-                                          "embedding reduce grads"))
+                self._reduce_shard(ops, entry_grad_bytes(self.model, par),
+                                   "embedding reduce grads")
         if None in buckets:
             ops.append(self._async_dp(gradient_reduce_op(par), buckets[None],
                                       f"grads of chunk {chunk}"))
@@ -548,36 +567,6 @@ class StreamBuilder(OverlappedOps):
                     ops.append(Collective(kind, size, f"{label} shared experts {kind}",
                                           exclusive=fold))
 
-    def _gather_root(self, ops: list[Op], vs: int) -> None:
-        """ZeRO-3/FSDP sharded throughout: what no layer holds (embeddings, final norm,
-        output layer: FSDP's root unit) gathered before the embedding's forward and, as
-        FSDP keeps its root unsharded after the forward, kept through the backward."""
-        par = self.parallel
-        if par.dp_cp == 1 or not gathers_layer_params(par) or reduces_in_buckets(par):
-            return
-        size = stage_param_bytes(self.model, par, self.training, pipeline.stage_of(
-            vs, par.pp, par.schedule)) - sum(map(self._param_bytes, range(*self.chunks[vs])))
-        ops += [self._async_dp("all_gather", size, "root gather params", "root"), Wait("root")]
-
-    def _gather_params(self, ops: list[Op], order: list[int], position: int) -> None:
-        """ZeRO-3/FSDP: the first layer's all-gather, the next one's as prefetch, then wait.
-
-        The gather of layer ``order[position + 1]`` is launched before layer
-        ``order[position]`` computes, so it overlaps that compute (FSDP's forward and
-        backward prefetch).
-        """
-        if self.parallel.dp_cp == 1:
-            return
-        layer = order[position]
-        if position == 0:
-            ops.append(self._async_dp("all_gather", self._param_bytes(layer),
-                                      f"L{layer} gather params", f"L{layer}"))
-        if position + 1 < len(order):
-            ahead = order[position + 1]
-            ops.append(self._async_dp("all_gather", self._param_bytes(ahead),
-                                      f"L{ahead} gather params", f"L{ahead}"))
-        ops.append(Wait(f"L{layer}"))
-
     # ----------------------------------------------------------------- layer groups
     def _setting(self, layer: int) -> LayerSetting:
         return self._uniform if self.settings is None else self.settings[layer]
@@ -636,9 +625,6 @@ class StreamBuilder(OverlappedOps):
             ops.append(Collective("all_reduce", size, f"L{layer} grads tp{setting.tp}",
                                   group="dp", blocking=False,
                                   subgroups=shard_subgroups(self.parallel.tp, setting.tp)))
-
-    def _param_bytes(self, layer: int) -> float:
-        return layer_gather_bytes(self.model, layer, self.parallel, self.training)
 
     # ----------------------------------------------------------------- fusing
     def _fused(self, ops: Sequence[Op], stage: int) -> tuple[Op, ...]:

@@ -27,6 +27,7 @@ from operator import attrgetter
 from distsim_gpu.simcore.errors import ConfigError, SimulationError, closest
 from distsim_gpu.workloads.strategy.expert_grid import BlockLanes, expert_block
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig
+from distsim_gpu.workloads.strategy.sharding import replicate_sets, shard_sets
 
 __all__ = [
     "DIMENSIONS",
@@ -45,6 +46,7 @@ __all__ = [
     "peer_groups",
     "register",
     "registered",
+    "stage_sets",
     "strategy_summary",
 ]
 
@@ -80,6 +82,10 @@ class PeerGroup:
     algorithm among them.  ``layout``: for a :attr:`Peering.BLOCK` group, its block size
     in replicas and the block's communicators (lanes) under a strategy; None: blocks of
     the dimension's degree, one lane per tensor rank (:func:`block_layout`).
+    ``replica_sets``: for a :attr:`Peering.STAGE` group, the sets of replicas (indices
+    within the stage) each of whose tensor lanes is one communicator; None: one set of
+    every replica.  Every replica still meets every other for each call (they run in
+    step), the sets' calls launched together.
     """
 
     name: str
@@ -88,6 +94,7 @@ class PeerGroup:
     tag: str
     ring: bool = False
     layout: Callable[[ParallelConfig], tuple[int, BlockLanes]] | None = None
+    replica_sets: Callable[[ParallelConfig], tuple[tuple[int, ...], ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +156,14 @@ DIMENSIONS: tuple[Dimension, ...] = (
     # Not searched: its degree is what the others leave of the cluster.
     Dimension("dp", attrgetter("dp"), "dp comm",
               (PeerGroup("dp", "dp comm", Peering.STAGE, "dp"),)),
+    # HSDP (workloads.strategy.sharding): ZeRO-3/FSDP's gathers and reductions within
+    # each shard group, the reduced shards all-reduced across the groups.  A split of dp,
+    # not a factor of the cluster; named only where set.
+    Dimension("dp_replicate", attrgetter("dp_replicate"), "dp comm",
+              (PeerGroup("dp_shard", "dp comm", Peering.STAGE, "dp", replica_sets=shard_sets),
+               PeerGroup("dp_replicate", "dp comm", Peering.STAGE, "dp",
+                         replica_sets=replicate_sets)),
+              always_printed=False),
     # The expert groups are Megatron-Core's (workloads.strategy.expert_grid): over dp·cp,
     # and over tp too where expert_tp < tp.
     Dimension("ep", attrgetter("ep"), "ep comm",
@@ -218,6 +233,14 @@ def block_layout(group: PeerGroup, parallel: ParallelConfig) -> tuple[int, Block
     if group.layout is not None and size > 1:  # (degree 1: nobody else meets)
         return group.layout(parallel)
     return size, tuple(tuple((r, t) for r in range(size)) for t in range(parallel.tp))
+
+
+def stage_sets(group: PeerGroup, parallel: ParallelConfig) -> tuple[tuple[int, ...], ...]:
+    """A :attr:`Peering.STAGE` group's sets of replicas, one communicator per tensor lane
+    of each (every replica in one set unless its ``replica_sets`` says otherwise)."""
+    if group.replica_sets is None:
+        return (tuple(range(parallel.dp_cp)),)
+    return group.replica_sets(parallel)
 
 
 def critical_kinds() -> tuple[str, ...]:

@@ -15,8 +15,8 @@ from types import MappingProxyType
 
 __all__ = ["COMPUTE_NAMES", "PARALLELISM_NAMES", "STACK_NAMES", "TRAINING_NAMES"]
 
-_HSDP = ("HSDP (hybrid sharding: shard within a group, replicate across) is not modelled: "
-         "zero: 3 / fsdp: true shards over the whole data-parallel group (dp·cp)")
+_HSDP = ("set dp_replicate (HSDP: with fsdp: true, shards within dp·cp/dp_replicate ranks "
+         "and all-reduces the reduced shards across the dp_replicate groups)")
 _INTERLEAVE = "set interleave (model chunks a stage) with schedule: interleaved"
 _BUCKETS = ("set bucket_params, in parameters (gradients go by bucket during the last "
             "backward; a bucket larger than the stage sends them all after it)")
@@ -38,15 +38,11 @@ PARALLELISM_NAMES: Mapping[str, str] = MappingProxyType({
     "zero_stage": "set zero (0-3)", "zero_optimization": "set zero (0-3)",
     "use_distributed_optimizer": "set zero: 1 (Megatron-Core's distributed optimizer "
                                  "shards the optimizer state as ZeRO-1 does)",
-    "sharding_strategy": "FULL_SHARD is fsdp: true, NO_SHARD zero: 0; SHARD_GRAD_OP is "
-                         "not modelled (zero: 2 reduce-scatters the gradients every micro-batch "
-                         "as it does, but keeps the parameters whole); "
+    "sharding_strategy": "FULL_SHARD is fsdp: true, NO_SHARD zero: 0, SHARD_GRAD_OP fsdp: "
+                         "true with reshard_after_forward: false (pp 1); HYBRID_SHARD: "
                          + _HSDP,
     "data_parallel_shard_degree": "set dp (with fsdp: true); " + _HSDP,
     "data_parallel_replicate_degree": _HSDP, "hsdp": _HSDP, "hybrid_shard": _HSDP,
-    "reshard_after_forward": "not modelled: ZeRO-3/FSDP frees each layer's gathered "
-                             "parameters after its forward and gathers them again for "
-                             "its backward (FULL_SHARD; the root unit is kept)",
     "overlap_grad_reduce": _BUCKETS, "overlap_comm": _BUCKETS,
     "reduce_bucket_size": _BUCKETS, "ddp_bucket_size": _BUCKETS, "bucket_size": _BUCKETS,
     "allgather_bucket_size": "not modelled: ZeRO-1/2 gathers the updated parameters in "

@@ -91,6 +91,7 @@ from distsim_gpu.workloads.strategy.schedule import (
     check_schedule_microbatches,
     model_chunks,
 )
+from distsim_gpu.workloads.strategy.sharding import check_fsdp_layout, check_zero
 from distsim_gpu.workloads.strategy.tp_nd import check_tp_nd
 
 __all__ = [
@@ -182,6 +183,10 @@ class ParallelConfig:
     interleave: int = 1
     zero: int = 0
     fsdp: bool = False
+    # HSDP: the ZeRO-3/FSDP shards replicated over this many groups (workloads.strategy.sharding).
+    dp_replicate: int = 1
+    # FSDP's reshard_after_forward; None: torchtitan's default, True without PP, False with.
+    reshard_after_forward: bool | None = None
     order: str = "tp-dp-pp"
     partition: str = "uniform"
     # Megatron-LM's DDP: gradients reduced in buckets of 40M parameters, in fp32 when the
@@ -243,6 +248,10 @@ class ParallelConfig:
             del data["offload"]
         if self.expert_tp is None:  # likewise
             del data["expert_tp"]
+        if self.dp_replicate == 1:  # likewise
+            del data["dp_replicate"]
+        if self.reshard_after_forward is None:  # likewise
+            del data["reshard_after_forward"]
         for key in _OVERLAP_KEYS:  # likewise, while their overlap is off
             if not getattr(self, key):
                 del data[key]
@@ -521,24 +530,12 @@ def check_uniform_split(layers: int, chunks: int, *, key: str = "pp",
             "or use partition: embedding, Megatron-DeepSpeed's balanced split")
 
 
-def check_zero(zero: int, fsdp: bool, *, key: str = "zero", source: str | None = None) -> None:
-    """A ZeRO stage (written at ``key``) of 0-3, and 0 or 3 with fsdp (which shards like 3)."""
-    if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
-        raise ConfigError(f"must be 0, 1, 2 or 3, got {zero!r}", key=key, source=source)
-    if fsdp and zero not in (0, 3):
-        leaf = key.rsplit(".", 1)[-1]
-        raise ConfigError(f"fsdp shards like ZeRO-3; {leaf} {zero} contradicts it", key=key,
-                          source=source, hint=f"use {leaf} 0 or 3 with fsdp")
-
-
 def _check_sharding(p: ParallelConfig, *, experts: int, source: str | None) -> None:
     """Experts, ZeRO/FSDP, sequence parallelism, gradient precision and placement order."""
     check_ep_split(experts=experts, ep=p.ep, key="parallelism.ep", source=source)
     _check_expert_tp(p, experts=experts, source=source)
     check_zero(p.zero, p.fsdp, key="parallelism.zero", source=source)
-    if (p.fsdp or p.zero == 3) and p.pp > 1:
-        raise ConfigError("ZeRO-3/FSDP with pipeline parallelism is not modelled",
-                          key="parallelism", source=source, hint="use pp: 1 or zero <= 2")
+    check_fsdp_layout(p, source=source)
     if p.sequence_parallel and p.tp == 1:
         raise ConfigError("sequence_parallel needs tp > 1", key="parallelism.sequence_parallel",
                           source=source)
@@ -671,7 +668,7 @@ def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
     values: dict[str, Any] = {}
     for key, value in data.items():
         default = getattr(cls(), key)
-        if isinstance(default, bool):
+        if isinstance(default, bool) or key == "reshard_after_forward":
             check_bool(value, key=f"{prefix}.{key}", source=source)
         elif key == "offload":
             value = offload_from_mapping(value, source=source, prefix=f"{prefix}.offload")

@@ -59,6 +59,7 @@ from distsim_gpu.workloads.strategy.dimensions import (
     block_layout,
     peer_degrees,
     peer_group,
+    stage_sets,
 )
 from distsim_gpu.workloads.strategy.schedule import mirror_pair, stage_of
 from distsim_gpu.workloads.traces.replay import SEND, GraphNode, place_ranks
@@ -201,6 +202,9 @@ class _Exporter:
             size = self.block_sizes[peer.name]
             block = group.replica // size * size
             return stage_groups[block:block + size]
+        if peer.replica_sets is not None:  # HSDP's shard or replicate group
+            mine = next(s for s in stage_sets(peer, par) if group.replica in s)
+            return [stage_groups[r] for r in mine]
         return stage_groups
 
     def _wait(self, group: RankGroup, op: Wait) -> None:

@@ -1,0 +1,115 @@
+"""ZeRO-3/FSDP's parameter gathers in a stage's stream: a mixin of
+:class:`~workloads.iteration.streams.StreamBuilder`.
+
+Without a pipeline (FSDP's ``reshard_after_forward: True``) every pass gathers each layer
+ahead of its compute (the next layer's gather launched before this one computes: FSDP's
+forward and backward prefetch) and frees it after; the root unit (embeddings, final norm,
+output layer) is gathered before the embedding's forward and kept through the backward.
+
+Under a pipeline (:func:`~workloads.cost.traffic.keeps_params_gathered`: torchtitan's
+``reshard_after_forward: False`` with PP) only each chunk's first forward gathers: its
+stage's root first (FSDP2's root pre-forward hook gathers before any layer's), then its
+layers with the same prefetch; every later pass finds them gathered.
+
+With HSDP (``parallelism.dp_replicate``, :mod:`workloads.strategy.sharding`) the gathers
+and reduce-scatters run within each shard group, and each reduced shard is all-reduced
+across the replicate groups after its reduce-scatter, on the same stream.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distsim_gpu.workloads.cost.traffic import (
+    gathers_layer_params,
+    layer_gather_bytes,
+    reduces_in_buckets,
+    stage_param_bytes,
+)
+from distsim_gpu.workloads.iteration.ops import Collective, Op, Wait
+from distsim_gpu.workloads.strategy import schedule as pipeline
+from distsim_gpu.workloads.strategy.sharding import shard_ranks
+
+__all__ = ["ShardedParamOps"]
+
+
+class ShardedParamOps:
+    """The gathers of sharded parameters (module docstring), for a ``StreamBuilder``."""
+
+    # The builder's state and helpers these methods use (streams.StreamBuilder sets them).
+    model: Any
+    parallel: Any
+    training: Any
+    chunks: Any
+    kept: bool  # parameters kept gathered (a pipeline's stages)
+    entries: Any  # virtual stages where micro-batches enter (the embedding's)
+    exits: Any  # and where they leave (the output layer's)
+
+    def _gather_root(self, ops: list[Op], vs: int) -> None:
+        """ZeRO-3/FSDP sharded throughout: what no layer holds (embeddings, final norm,
+        output layer: FSDP's root unit) gathered before the embedding's forward and, as
+        FSDP keeps its root unsharded after the forward, kept through the backward."""
+        par = self.parallel
+        if (par.dp_cp == 1 or not gathers_layer_params(par) or reduces_in_buckets(par)
+                or self.kept):  # kept gathered: :meth:`_gather_stage_root`'s
+            return
+        size = stage_param_bytes(self.model, par, self.training, pipeline.stage_of(
+            vs, par.pp, par.schedule)) - sum(map(self._param_bytes, range(*self.chunks[vs])))
+        ops += [self._shard_dp("all_gather", size, "root gather params", "root"), Wait("root")]
+
+    def _gather_stage_root(self, ops: list[Op], vs: int) -> None:
+        """Parameters kept gathered (a pipeline's stages): the stage's own root — the
+        embeddings on the first stage, the final norm and output layer on the last, none
+        between — gathered at the start of the forward of the chunk ``vs`` that holds it
+        (it is gathered once: its first forward)."""
+        par = self.parallel
+        if par.dp_cp == 1 or (vs not in self.entries and vs not in self.exits):
+            return
+        stage = pipeline.stage_of(vs, par.pp, par.schedule)
+        layers = sum(self._param_bytes(layer)
+                     for chunk in range(par.interleave)
+                     for layer in range(*self.chunks[pipeline.virtual_stage(
+                         stage, chunk, par.pp, par.schedule)]))
+        size = stage_param_bytes(self.model, par, self.training, stage) - layers
+        if size > 0:
+            ops += [self._shard_dp("all_gather", size, "root gather params", "root"),
+                    Wait("root")]
+
+    def _gather_params(self, ops: list[Op], order: list[int], position: int) -> None:
+        """ZeRO-3/FSDP: the first layer's all-gather, the next one's as prefetch, then wait.
+
+        The gather of layer ``order[position + 1]`` is launched before layer
+        ``order[position]`` computes, so it overlaps that compute (FSDP's forward and
+        backward prefetch).
+        """
+        if self.parallel.dp_cp == 1:
+            return
+        layer = order[position]
+        if position == 0:
+            ops.append(self._shard_dp("all_gather", self._param_bytes(layer),
+                                      f"L{layer} gather params", f"L{layer}"))
+        if position + 1 < len(order):
+            ahead = order[position + 1]
+            ops.append(self._shard_dp("all_gather", self._param_bytes(ahead),
+                                      f"L{ahead} gather params", f"L{ahead}"))
+        ops.append(Wait(f"L{layer}"))
+
+    def _shard_dp(self, op: str, size_bytes: float, label: str, handle: str | None = None,
+                  ) -> Collective:
+        """An asynchronous ZeRO-3/FSDP call: among the data-parallel group, or with HSDP
+        among the shard group (``dp_shard``)."""
+        group = "dp_shard" if self.parallel.dp_replicate > 1 else "dp"
+        return Collective(op, size_bytes, label, group=group, blocking=False, handle=handle)
+
+    def _reduce_shard(self, ops: list[Op], size_bytes: float, label: str) -> None:
+        """A ZeRO-3/FSDP gradient reduce-scatter of ``size_bytes`` (the GPU's whole
+        gradients of a unit) and, with HSDP, the all-reduce of the reduced shard across the
+        replicate groups after it (FSDP2's HSDP: reduce-scatter, then all-reduce)."""
+        ops.append(self._shard_dp("reduce_scatter", size_bytes, label))
+        if self.parallel.dp_replicate > 1:
+            ops.append(Collective("all_reduce", size_bytes / shard_ranks(self.parallel),
+                                  f"{label} across replicas", group="dp_replicate",
+                                  blocking=False))
+
+    def _param_bytes(self, layer: int) -> float:
+        return layer_gather_bytes(self.model, layer, self.parallel, self.training)
