@@ -15,15 +15,14 @@ from __future__ import annotations
 import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.scenarios.report.bottlenecks import link_summary
-from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.cost.bounds import IterationBounds
 from distsim_gpu.workloads.cost.memory import memory_per_gpu
 from distsim_gpu.workloads.cost.traffic import stage_params
 from distsim_gpu.workloads.iteration.ops import Collective, Fused, Recv
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 
+from tests.workloads.bound_check import bound_and_simulation
 from tests.workloads.layouts import check_layout, stream_builder
 
 DP = 4
@@ -100,20 +99,9 @@ def test_gathers_go_with_the_first_forwards_and_reductions_with_the_last_backwar
 @pytest.mark.parametrize(("schedule", "interleave"), [("1f1b", 1), ("gpipe", 1),
                                                       ("interleaved", 2)])
 def test_the_bound_stays_below_the_simulated_iteration(schedule, interleave):
-    scenario = scenario_from_mapping({
-        "name": "fsdp-pp", "cluster": {"preset": "switch", "gpus": 8,
-                                       "link_bandwidth": "2 GB/s"},
-        "model": {"name": "tiny", "layers": 8, "hidden": 512, "heads": 8, "seq_len": 256,
-                  "vocab": 1000},
-        "parallelism": {"tp": 1, "pp": 2, "dp": 4, "fsdp": True, "schedule": schedule,
-                        "interleave": interleave},
-        "training": {"micro_batch": 1, "global_batch": 16, "recompute": "none"},
-        "compute": {"gpu": "a100-80gb"}, "simulation": {"fidelity": "coflow"}})
-    simulated = run_scenario(scenario).iteration_time_s
-    bounds = IterationBounds(scenario.topology, scenario.model, scenario.costs,
-                             comm=scenario.comm, stragglers=scenario.stragglers)
-    lower, estimate = bounds.bound(scenario.parallel, scenario.training,
-                                   scenario.microbatches)
+    lower, estimate, simulated = bound_and_simulation(
+        "fsdp-pp", {"tp": 1, "pp": 2, "dp": 4, "fsdp": True, "schedule": schedule,
+                    "interleave": interleave})
     assert 0 < lower <= simulated
     assert lower <= estimate
 
@@ -185,20 +173,9 @@ def test_without_resharding_the_weights_are_whole_and_the_rest_sharded(uniform):
 
 
 def test_without_resharding_the_bound_stays_below_the_simulated_iteration():
-    scenario = scenario_from_mapping({
-        "name": "fsdp-kept", "cluster": {"preset": "switch", "gpus": 8,
-                                         "link_bandwidth": "2 GB/s"},
-        "model": {"name": "tiny", "layers": 8, "hidden": 512, "heads": 8, "seq_len": 256,
-                  "vocab": 1000},
-        "parallelism": {"tp": 1, "pp": 1, "dp": 8, "fsdp": True,
-                        "reshard_after_forward": False},
-        "training": {"micro_batch": 1, "global_batch": 16, "recompute": "none"},
-        "compute": {"gpu": "a100-80gb"}, "simulation": {"fidelity": "coflow"}})
-    simulated = run_scenario(scenario).iteration_time_s
-    bounds = IterationBounds(scenario.topology, scenario.model, scenario.costs,
-                             comm=scenario.comm, stragglers=scenario.stragglers)
-    lower, _estimate = bounds.bound(scenario.parallel, scenario.training,
-                                    scenario.microbatches)
+    lower, _estimate, simulated = bound_and_simulation(
+        "fsdp-kept", {"tp": 1, "pp": 1, "dp": 8, "fsdp": True,
+                      "reshard_after_forward": False})
     assert 0 < lower <= simulated
 
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.scenarios.report.bottlenecks import link_summary
-from distsim_gpu.scenarios.scenario import run_scenario, scenario_from_mapping
 from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
-from distsim_gpu.workloads.cost.bounds import IterationBounds
 from distsim_gpu.workloads.cost.memory import memory_per_gpu
 from distsim_gpu.workloads.cost.traffic import stage_params
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 
+from tests.workloads.bound_check import bound_and_simulation
 from tests.workloads.layouts import check_layout
 
 DP, REPLICATE = 8, 2
@@ -94,19 +93,8 @@ def test_state_is_sharded_over_the_shard_group(uniform, pp):
 
 @pytest.mark.parametrize("pp", [1, 2])
 def test_the_bound_stays_below_the_simulated_iteration(pp):
-    scenario = scenario_from_mapping({
-        "name": "hsdp", "cluster": {"preset": "switch", "gpus": 8,
-                                    "link_bandwidth": "2 GB/s"},
-        "model": {"name": "tiny", "layers": 8, "hidden": 512, "heads": 8, "seq_len": 256,
-                  "vocab": 1000},
-        "parallelism": {"tp": 1, "pp": pp, "dp": 8 // pp, "fsdp": True, "dp_replicate": 2},
-        "training": {"micro_batch": 1, "global_batch": 16, "recompute": "none"},
-        "compute": {"gpu": "a100-80gb"}, "simulation": {"fidelity": "coflow"}})
-    simulated = run_scenario(scenario).iteration_time_s
-    bounds = IterationBounds(scenario.topology, scenario.model, scenario.costs,
-                             comm=scenario.comm, stragglers=scenario.stragglers)
-    lower, estimate = bounds.bound(scenario.parallel, scenario.training,
-                                   scenario.microbatches)
+    lower, estimate, simulated = bound_and_simulation(
+        "hsdp", {"tp": 1, "pp": pp, "dp": 8 // pp, "fsdp": True, "dp_replicate": 2})
     assert 0 < lower <= simulated
     assert lower <= estimate
 
