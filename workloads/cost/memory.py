@@ -409,8 +409,9 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
     ``parallel`` and ``training`` (defaults: one GPU, one sequence of the model's length)
     are taken as valid — built by ``parallel_from_mapping`` / ``training_from_mapping``
     and checked against the model by ``check_strategy``; a configuration those refuse
-    gives meaningless numbers here.  ZeRO shards over ``parallel.dp_cp`` ranks, and each
-    rank holds ``seq_len/cp`` tokens of its sequences.  Counted: the 1-D tensor, pipeline,
+    gives meaningless numbers here.  ZeRO shards over ``parallel.dp_cp`` ranks (HSDP: its
+    shard group's), and each rank holds ``seq_len/cp`` tokens of its sequences.  Counted:
+    the 1-D tensor, pipeline,
     data, expert and context split, ZeRO/FSDP and recomputation; offload, layer groups,
     operator sharding and n-D tensor meshes are :func:`memory_of_strategy`'s.
     """

@@ -342,10 +342,10 @@ def _spanning(comm: Communicator, groups: list[list[RankGroup]],
     spanning = {name: peer for name, peer in peer_groups().items()
                 if peer.peering is Peering.STAGE}
     for stage, row in enumerate(groups):
+        lanes = {name: stage_lanes(row, parallel.tp, stage_sets(peer, parallel))
+                 for name, peer in spanning.items()}  # once a stage, not once a call
         for name, op, size in sorted(calls[stage]):
-            if name not in spanning:
-                continue
-            for lane in stage_lanes(row, parallel.tp, stage_sets(spanning[name], parallel)):
+            for lane in lanes.get(name, ()):
                 _add_spanning(comm.choose(op, lane, size), (stage, name, op, size),
                               (), (load, flows))
     return load, flows
