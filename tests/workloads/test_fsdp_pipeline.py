@@ -1,8 +1,8 @@
 """ZeRO-3/FSDP under a pipeline, as torchtitan runs FSDP2 with ``torch.distributed.pipelining``:
 ``reshard_after_forward`` False under PP, so each stage's parameters are all-gathered once,
 by each chunk's first forward, and kept gathered to the step's end; every micro-batch's
-backward but the last runs without gradient sync, and the last one reduce-scatters each
-layer's gradients as its backward finishes.  Per GPU of stage ``s`` and step, over ``n``
+backward but the last runs without gradient sync, and after the last one each FSDP unit's
+gradients are reduce-scattered, one unit at a time.  Per GPU of stage ``s`` and step, over ``n``
 ranks of a ring: ``(n-1)/n·(2Ψ_s + 2Ψ_s)`` bytes (bf16 parameters gathered, bf16 gradients
 reduced) whatever the micro-batch count ``m`` — not the ``(n-1)/n·2·(2Ψ + Ψ_layers)`` a
 micro-batch of FSDP without a pipeline.  Memory: the stage's 16-bit weights and gradients
@@ -12,6 +12,8 @@ Until 7 December distsim refused ZeRO-3/FSDP with ``pp`` > 1."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from distsim_gpu.collectives import CommParams
 from distsim_gpu.scenarios.report.bottlenecks import link_summary
@@ -19,7 +21,7 @@ from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.memory import memory_per_gpu
 from distsim_gpu.workloads.cost.traffic import stage_params
-from distsim_gpu.workloads.iteration.ops import Collective, Fused, Recv
+from distsim_gpu.workloads.iteration.ops import Collective, Compute, Fused, Recv, Send, Wait
 from distsim_gpu.workloads.strategy.parallel import ParallelConfig, TrainingConfig
 
 from tests.workloads.bound_check import bound_and_simulation
@@ -94,6 +96,41 @@ def test_gathers_go_with_the_first_forwards_and_reductions_with_the_last_backwar
     assert min(reduces) > min(last)
     # Stage 0 holds half the layers and the embedding (the root).
     assert len(gathers) == len(reduces) == model_layers // 2 + 1
+
+
+@pytest.mark.parametrize(("stage", "root"), [(0, "embedding"), (1, "output layer")])
+def test_the_last_backward_reduces_after_its_compute_one_unit_at_a_time(stage, root):
+    """PyTorch's pipelining runs FSDP2's ``post_backward`` for every unit after the last
+    micro-batch's backward: the root's first, then the layers' in forward order, each
+    launched once the previous reduce-scatter is done (FSDP2 keeps one in flight), and
+    the stage's input gradient is sent only when the last one is done.  Until 8 December
+    distsim reduced each layer as its backward finished, hidden behind the backward."""
+    from tests.workloads.layouts import shape_model
+    layers, m = 8, 4
+    builder, _ = stream_builder(shape_model(layers=layers), _parallel(), gpu="h100-sxm",
+                                micro_batch=1)
+    builder.microbatches = m
+    ops = [o for op in builder.stage_stream(stage)
+           for o in (op.ops if isinstance(op, Fused) else (op,))]
+    start = max(i for i, o in enumerate(ops) if isinstance(o, Recv) and o.pass_name == "B"
+                ) if stage == 0 else max(i for i, o in enumerate(ops) if isinstance(o, Compute)
+                                         and o.pass_name == "fwd")
+    tail = ops[start:]
+    reduces = [i for i, o in enumerate(tail) if isinstance(o, Collective)
+               and o.op == "reduce_scatter"]
+    computes = [i for i, o in enumerate(tail) if isinstance(o, Compute)
+                and o.pass_name == "bwd"]
+    assert min(reduces) > max(computes)
+    own = range(0, layers // 2) if stage == 0 else range(layers // 2, layers)
+    assert [tail[i].label for i in reduces] == [f"{root} reduce grads"] + [
+        f"L{layer} reduce grads" for layer in own]
+    for before, after in pairwise(reduces):
+        assert Wait(tail[before].label) in tail[before + 1:after]
+    done = tail.index(Wait(tail[reduces[-1]].label))
+    if stage == 1:  # the input gradient of the last micro-batch goes to stage 0 after
+        send = next(i for i, o in enumerate(tail) if isinstance(o, Send)
+                    and o.pass_name == "B" and o.microbatch == m - 1)
+        assert done < send
 
 
 @pytest.mark.parametrize(("schedule", "interleave"), [("1f1b", 1), ("gpipe", 1),

@@ -9,7 +9,9 @@ output layer) is gathered before the embedding's forward and kept through the ba
 Under a pipeline (:func:`~workloads.cost.traffic.keeps_params_gathered`: torchtitan's
 ``reshard_after_forward: False`` with PP) only each chunk's first forward gathers: its
 stage's root first (FSDP2's root pre-forward hook gathers before any layer's), then its
-layers with the same prefetch; every later pass finds them gathered.
+layers with the same prefetch; every later pass finds them gathered.  The gradients are
+reduce-scattered once, after the chunk's last backward (:meth:`ShardedParamOps.
+_reduce_after_backward`).
 
 With HSDP (``parallelism.dp_replicate``, :mod:`workloads.strategy.sharding`) the gathers
 and reduce-scatters run within each shard group, and each reduced shard is all-reduced
@@ -18,6 +20,7 @@ across the replicate groups after its reduce-scatter, on the same stream.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from distsim_gpu.workloads.cost.traffic import (
@@ -30,7 +33,16 @@ from distsim_gpu.workloads.iteration.ops import Collective, Op, Wait
 from distsim_gpu.workloads.strategy import schedule as pipeline
 from distsim_gpu.workloads.strategy.sharding import shard_ranks
 
-__all__ = ["ShardedParamOps"]
+__all__ = ["ShardUnit", "ShardedParamOps"]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardUnit:
+    """One FSDP unit's gradients to reduce: a layer's, or the stage's ``root`` unit's."""
+
+    size_bytes: float
+    label: str
+    root: bool
 
 
 class ShardedParamOps:
@@ -101,15 +113,54 @@ class ShardedParamOps:
         group = "dp_shard" if self.parallel.dp_replicate > 1 else "dp"
         return Collective(op, size_bytes, label, group=group, blocking=False, handle=handle)
 
-    def _reduce_shard(self, ops: list[Op], size_bytes: float, label: str) -> None:
+    def _reduce_shard(self, ops: list[Op], size_bytes: float, label: str,
+                      handle: str | None = None) -> None:
         """A ZeRO-3/FSDP gradient reduce-scatter of ``size_bytes`` (the GPU's whole
         gradients of a unit) and, with HSDP, the all-reduce of the reduced shard across the
-        replicate groups after it (FSDP2's HSDP: reduce-scatter, then all-reduce)."""
-        ops.append(self._shard_dp("reduce_scatter", size_bytes, label))
+        replicate groups after it (FSDP2's HSDP: reduce-scatter, then all-reduce).  With a
+        ``handle``: the reduce-scatter's, and ``handle`` + `` across replicas`` the
+        all-reduce's."""
+        ops.append(self._shard_dp("reduce_scatter", size_bytes, label, handle))
         if self.parallel.dp_replicate > 1:
             ops.append(Collective("all_reduce", size_bytes / shard_ranks(self.parallel),
                                   f"{label} across replicas", group="dp_replicate",
-                                  blocking=False))
+                                  blocking=False,
+                                  handle=handle and f"{handle} across replicas"))
+
+    def _reduce_unit(self, ops: list[Op], units: list[ShardUnit], size_bytes: float,
+                     label: str, root: bool = False) -> None:
+        """A unit's gradient reduction where its backward ends (``root``: the stage's root
+        unit's, not a layer's); kept gathered (a pipeline's stages), noted in ``units``
+        for :meth:`_reduce_after_backward`."""
+        if self.kept:
+            units.append(ShardUnit(size_bytes, label, root))
+        else:
+            self._reduce_shard(ops, size_bytes, label)
+
+    def _reduce_after_backward(self, ops: list[Op], units: list[ShardUnit]) -> None:
+        """Kept gathered: the last micro-batch's reductions of a chunk, after its backward.
+
+        torch.distributed.pipelining runs every backward of an FSDP2 stage without
+        gradient sync; after the last micro-batch's it calls each FSDP unit's
+        ``post_backward`` — the stage's root (embeddings, or final norm and output layer)
+        first, then its layers in forward order (``pipelining/stage.py``,
+        ``backward_maybe_with_nosync``; since PyTorch 2.7 the schedule's ``REDUCE_GRAD``
+        action after the last backward).  FSDP2 keeps one reduce-scatter in flight: each
+        unit's ``post_backward`` first makes the compute stream wait for the previous
+        unit's, and the root's final callback waits for the last.  So the chunk's compute
+        stream — and the input gradient it then sends to the stage before — waits for all
+        of them: the reductions do not overlap this backward."""
+        # ``units`` come in backward order: the root first, then layers in forward order.
+        ordered = ([unit for unit in units if unit.root]
+                   + [unit for unit in reversed(units) if not unit.root])
+        for position, unit in enumerate(ordered):
+            if position:
+                ops.append(Wait(ordered[position - 1].label))
+            self._reduce_shard(ops, unit.size_bytes, unit.label, handle=unit.label)
+        if ordered:
+            ops.append(Wait(ordered[-1].label))
+        if self.parallel.dp_replicate > 1:  # the final callback waits for every unit's
+            ops += [Wait(f"{unit.label} across replicas") for unit in ordered]
 
     def _param_bytes(self, layer: int) -> float:
         return layer_gather_bytes(self.model, layer, self.parallel, self.training)

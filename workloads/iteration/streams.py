@@ -90,7 +90,7 @@ from distsim_gpu.workloads.iteration.ops import (
     fuse,
 )
 from distsim_gpu.workloads.iteration.overlaps import BlockPairs, OverlappedOps, ParamBuckets
-from distsim_gpu.workloads.iteration.param_shards import ShardedParamOps
+from distsim_gpu.workloads.iteration.param_shards import ShardedParamOps, ShardUnit
 from distsim_gpu.workloads.iteration.run_hints import PLAIN, RunHints
 from distsim_gpu.workloads.specs.models import ModelSpec
 from distsim_gpu.workloads.specs.moe_routing import moe_pace
@@ -364,15 +364,16 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
         par = self.parallel
         sharded = gathers_layer_params(par)
         # Kept gathered: no gather, and the reduce-scatters on the last micro-batch only
-        # (not resharded after the forward: no gather either).
+        # (not resharded after the forward: no gather either), after its backward.
         reduces = sharded and (last or not self.kept)
         ops: list[Op] = []
+        units: list[ShardUnit] = []  # kept gathered: reduced after the backward
         if vs in self.exits:
             self._mtp(ops, "bwd", fold)
             ops.append(self._edge("loss", "bwd"))
             if reduces and weights and not reduces_in_buckets(par):  # like a layer's
-                self._reduce_shard(ops, head_grad_bytes(self.model, par, vs),
-                                   "output layer reduce grads")
+                self._reduce_unit(ops, units, head_grad_bytes(self.model, par, vs),
+                                  "output layer reduce grads", root=True)
         order = list(reversed(range(*self.chunks[vs])))
         # Without ZeRO-3/FSDP the ``last`` micro-batch (ZeRO-2: every one) reduces the
         # gradients in buckets, each launched after the layer that fills it (by backward
@@ -390,8 +391,8 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
             if self.settings and last:
                 self._reduce_narrow(ops, layer)
             if reduces:
-                self._reduce_shard(ops, layer_shard_grad_bytes(self.model, layer, par),
-                                   f"L{layer} reduce grads")
+                self._reduce_unit(ops, units, layer_shard_grad_bytes(self.model, layer, par),
+                                  f"L{layer} reduce grads")
             if position + 1 in buckets:
                 ops.append(self._async_dp(gradient_reduce_op(par), buckets[position + 1],
                                           f"grads to L{layer}"))
@@ -400,11 +401,12 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
             if reduces and not reduces_in_buckets(par):
                 # Sharded throughout (ZeRO-3/FSDP): the word embedding's gradients are
                 # reduce-scattered like a layer's, not left out with the buckets.
-                self._reduce_shard(ops, entry_grad_bytes(self.model, par),
-                                   "embedding reduce grads")
+                self._reduce_unit(ops, units, entry_grad_bytes(self.model, par),
+                                  "embedding reduce grads", root=True)
         if None in buckets:
             ops.append(self._async_dp(gradient_reduce_op(par), buckets[None],
                                       f"grads of chunk {chunk}"))
+        self._reduce_after_backward(ops, units)
         return ops
 
     def _edge(self, layer: str, pass_: str) -> Compute:

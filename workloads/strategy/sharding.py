@@ -6,9 +6,9 @@ does not model.
 module with ``reshard_after_forward`` False (its ``"default"`` policy: False with PP, True
 without), so a stage's parameters are gathered by the step's first forward and stay
 gathered to the step's end, and ``torch.distributed.pipelining`` runs every micro-batch's
-backward but the last without gradient sync (``set_requires_gradient_sync(False)``), the
-last one reduce-scattering each FSDP unit's gradients as its backward finishes
-(:func:`keeps_params_gathered`).
+backward but the last without gradient sync (``set_requires_gradient_sync(False)``), and
+each FSDP unit's gradients reduce-scattered after the last one's backward, one unit at a
+time (:func:`keeps_params_gathered`; the stream in :mod:`workloads.iteration.param_shards`).
 
 **HSDP** (FSDP's ``HYBRID_SHARD``; torchtitan's ``data_parallel_replicate_degree``):
 ``parallelism.dp_replicate`` groups of ``dp·cp / dp_replicate`` ranks each shard the
@@ -44,7 +44,7 @@ def keeps_params_gathered(parallel: Any) -> bool:
     """Whether ZeRO-3/FSDP keeps each stage's parameters gathered for the whole step: under
     a pipeline (module docstring).  Each chunk's first forward gathers its layers (the
     next prefetched) and the stage's root (embeddings, final norm, output layer); only the
-    last micro-batch's backward reduce-scatters, layer by layer.  ``parallel``: a
+    last micro-batch's backward is followed by the reduce-scatters, unit by unit.  ``parallel``: a
     :class:`~workloads.strategy.parallel.ParallelConfig` (typed ``Any`` here: parallel.py
     calls this module's checks, and no import may loop, not even a type-only one)."""
     return (parallel.zero == 3 or parallel.fsdp) and parallel.pp > 1 and (
