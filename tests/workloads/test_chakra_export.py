@@ -57,8 +57,13 @@ MOE = {"name": "tiny-moe", "layers": 4, "hidden": 256, "heads": 8, "seq_len": 12
     {"cluster": A100, "parallelism": {"tp": 1, "pp": 1, "dp": 16, "fsdp": True,
                                       "dp_replicate": 4},
      "training": {"global_batch": 32}},
+    # Context parallelism without a ring (parallelism.cp_comm_type): blocking
+    # all-to-alls / all-gathers among each CP group, exported as collectives.
+    {"parallelism": {"tp": 2, "pp": 1, "dp": 2, "cp": 2, "cp_comm_type": "a2a"}},
+    {"parallelism": {"tp": 2, "pp": 1, "dp": 2, "cp": 2, "cp_comm_type": "all_gather"}},
 ], ids=["1f1b", "interleaved", "zero3-a100", "moe-a100", "moe-halves", "moe-pairs",
-        "dualpipev-zero-bubble", "dualpipe", "straggler", "fsdp-pp-a100", "hsdp-a100"])
+        "dualpipev-zero-bubble", "dualpipe", "straggler", "fsdp-pp-a100", "hsdp-a100",
+        "cp-a2a", "cp-all-gather"])
 def test_export_import_run_gives_the_iterations_time(tiny, tmp_path, changes):
     data = tiny(**{k: v for k, v in changes.items() if k != "cluster"})
     data["cluster"] = changes.get("cluster", data["cluster"])  # replaced, not merged

@@ -101,7 +101,8 @@ def test_degrees_are_read_from_the_parallel_config() -> None:
     assert {d.name: d.degree(par) for d in DIMENSIONS} == {
         "tp": 2, "pp": 3, "dp": 4, "dp_replicate": 1, "ep": 2, "expert_tp": 2, "cp": 1}
     assert peer_degrees(par) == {"tp": 2, "embedding": 3, "mirror": 3, "dp": 4,
-                               "dp_shard": 1, "dp_replicate": 1, "ep": 2, "cp": 1}
+                               "dp_shard": 1, "dp_replicate": 1, "ep": 2, "cp": 1,
+                               "cp_collective": 1}
 
 
 def _summary_as_the_report_prints_it(par: dict[str, Any]) -> str:

@@ -21,7 +21,8 @@ Nothing is fitted unless ``--fit`` asks: then the torch stacks' physical knobs (
 attention and memory-bandwidth efficiency) are fitted to the chosen rows by
 ``distsim validate runs``' machinery and cross-validated over ``--folds`` folds, and the
 table says uncalibrated, fitted and cross-validated errors on iteration time.  Rows with
-context parallelism need ``parallelism.cp``; async TP is not modelled (its rows are
+context parallelism need ``parallelism.cp`` (with torchtitan's rotate method then,
+``cp_comm_type: torch_allgather``); async TP is not modelled (its rows are
 simulated as plain TP and say so).
 """
 
@@ -65,7 +66,11 @@ def scenario_for(row: dict[str, str]) -> dict[str, Any]:
     data["parallelism"] = {"tp": tp, "pp": pp, "dp": fsdp, "zero": 3, "fsdp": True,
                            "sequence_parallel": tp > 1}
     if cp > 1:
-        data["parallelism"]["cp"] = cp
+        # torchtitan's --experimental.context_parallel_rotate_method defaulted to
+        # "allgather" (torchtitan/config_manager.py, December 2024), as PyTorch's
+        # _ContextParallelOptions.rotate_method (torch/distributed/tensor/experimental/
+        # _attention.py): K/V all-gathered once, dK/dV rotated in fp32.
+        data["parallelism"].update(cp=cp, cp_comm_type="torch_allgather")
     if pp > 1:
         interleaved = row["pp_schedule"].lower().startswith("interleaved")
         data["parallelism"]["schedule"] = "interleaved" if interleaved else "1f1b"

@@ -83,7 +83,8 @@ ring attention saves only the local Q, K, V, output and log-sum-exp; the K/V blo
 other ranks come round again in backward).  While one layer runs, the ring holds
 double-buffered K/V blocks and, in backward, their gradients: ``4`` K/V blocks of
 ``2·(s/cp)·b·kv_heads/t·d_head`` elements (:func:`cp_kv_block_bytes`), added once per
-stage like the recomputed layer.
+stage like the recomputed layer; the other ``cp_comm_type`` values hold what
+:func:`cp_buffer_bytes` says instead.
 
 First stage extra: the embedding dropout mask, ``s·b·h`` bytes (/t with s.p.); the
 output layer's stage (the last, or the first in a V schedule such as DualPipeV) extra:
@@ -155,7 +156,9 @@ __all__ = [
     "MemoryBreakdown",
     "SavedFormats",
     "activation_bytes_per_layer",
+    "cp_buffer_bytes",
     "cp_kv_block_bytes",
+    "cp_qkvo_bytes",
     "memory_of_strategy",
     "memory_per_gpu",
     "offloaded",
@@ -391,6 +394,39 @@ def cp_kv_block_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: i
     return 2.0 * tokens * kv_local * model.head_dim * _activation_element_bytes(precision)
 
 
+def cp_qkvo_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int, cp: int,
+                  precision: str = "bf16") -> tuple[float, float]:
+    """Bytes of the Q, K and V, and of the attention output, one CP rank holds for its
+    ``seq_len/cp`` tokens on one tensor rank — the buffers an all-to-all of
+    ``cp_comm_type`` a2a moves (:mod:`workloads.cost.context_parallel`):
+    ``(s/cp)·b·(heads/t·d_qk + K/V)`` and ``(s/cp)·b·heads/t·d_v``."""
+    tokens = seq_len / cp * micro_batch
+    q_heads, element = model.heads // tp, _activation_element_bytes(precision)
+    kv = cp_kv_block_bytes(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp,
+                           precision=precision)
+    return (tokens * q_heads * model.qk_head_dim * element + kv,
+            tokens * q_heads * model.v_head_dim * element)
+
+
+def cp_buffer_bytes(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: int,
+                    seq_len: int, precision: str) -> float:
+    """What context parallelism's attention holds beside the saved activations while one
+    layer runs, by ``parallel.cp_comm_type`` (in K/V blocks of :func:`cp_kv_block_bytes`):
+    p2p 4 (double-buffered K/V and dK/dV); all_gather ``2·cp`` (the gathered K/V and the
+    whole sequence's dK/dV before their reduce-scatter); a2a one set of received Q, K, V
+    (:func:`cp_qkvo_bytes`), a2a+p2p that and the ring's 4; PyTorch's allgather ``cp``
+    gathered blocks and alltoall 2, each with two fp32 dK/dV ring buffers."""
+    tp, cp, kind = parallel.tp, parallel.cp, parallel.cp_comm_type
+    block = cp_kv_block_bytes(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp,
+                              precision=precision)
+    fp32_dkv = 2 * block * 4 / _activation_element_bytes(precision)
+    qkv = cp_qkvo_bytes(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp,
+                        precision=precision)[0]
+    return {"p2p": 4 * block, "all_gather": 2 * cp * block, "a2a": qkv,
+            "a2a+p2p": qkv + 4 * block, "torch_allgather": cp * block + fp32_dkv,
+            "torch_alltoall": 2 * block + fp32_dkv}[kind]
+
+
 def _swiglu_bytes(formats: SavedFormats, training: TrainingConfig) -> float | None:
     """A SwiGLU input's bytes an element: the stack's cache, else Megatron-Core's
     ``activation_func_fp8_input_store``, else None (16 bits)."""
@@ -460,9 +496,9 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelConfig | None = None,
         activations += max((_recompute_transient_bytes(per_layer(i, recompute),
                                                        per_layer(i, *held), recompute)
                             for i in layers), default=0.0)
-    if cp > 1:  # the ring's K/V and dK/dV double buffers, one layer at a time
-        activations += 4 * cp_kv_block_bytes(model, micro_batch=micro_batch, seq_len=full,
-                                             tp=tp, cp=cp, precision=precision)
+    if cp > 1:  # the attention's K/V (and dK/dV) buffers, one layer at a time
+        activations += cp_buffer_bytes(model, parallel, micro_batch=micro_batch,
+                                       seq_len=full, precision=precision)
     return MemoryBreakdown.of(weights, gradients, optimizer, activations)
 
 

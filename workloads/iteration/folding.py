@@ -405,7 +405,7 @@ def fold_plan(spec: IterationSpec, comm: Communicator, groups: list[list[RankGro
     unit = folding_unit(par)[1]
     inner = folding_unit(par, inside=True)[1]
     spans = {block_layout(peer, par)[0] for peer in peer_groups().values()
-             if peer.peering is Peering.BLOCK and not peer.ring}
+             if peer.peering is Peering.BLOCK and not peer.ring} - {1}  # (1: nobody meets)
     router = spec.model.moe.is_default and len(set(spec.comm.alltoall_weights)) <= 1
     if (spec.fold_replicas and router and inner < unit and spans == {unit}
             and unit % inner == 0 and all(g.slowdown == 1 for row in groups for g in row)):
@@ -593,12 +593,14 @@ def _async_send_pairs(groups: list[list[RankGroup]], par: ParallelConfig,
     degrees = peer_degrees(par)
     rings = [degrees[name] for name, peer in peer_groups().items()
              if peer.ring and degrees[name] > 1]
+    # a2a+p2p's rings join the same position of each all-to-all group (dimensions.cp_lanes).
+    stride = par.cp_a2a_size if par.cp_comm_type == "a2a+p2p" else 1
     for stage in range(par.pp):
         for replica in range(par.dp_cp):
             group = groups[stage][replica]
             here = group.gpus
             for size in rings:
-                nxt = groups[stage][replica // size * size + (replica + 1) % size]
+                nxt = groups[stage][replica // size * size + (replica + stride) % size]
                 yield list(zip(here, nxt.gpus)), (group, nxt)
             for neighbour in (stage - 1, stage + 1):
                 if 0 <= neighbour < par.pp or par.interleave > 1:

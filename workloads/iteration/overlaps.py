@@ -8,7 +8,8 @@ that builds them (a mixin: it uses the builder's costs, bytes and collective hel
   layer's both blocks, a MoE layer's attention block (its MLP's are the token
   dispatcher's), before and after the context-parallel ring where there is one;
 * context parallelism's ring: the attention's core as ``cp`` blocks, each computed while
-  the next step's K/V blocks are sent (:mod:`workloads.cost.context_parallel`);
+  the next step's K/V blocks are sent, or as ``parallelism.cp_comm_type``'s all-gathers
+  and all-to-alls run it (:mod:`workloads.cost.context_parallel`);
 * ``parallelism.moe_overlap`` — a MoE layer as two half micro-batches, one's all-to-alls
   under the other's compute;
 * ``parallelism.fb_overlap`` — a stage's forward and backward of two micro-batches as one
@@ -31,8 +32,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from distsim_gpu.workloads.cost.compute.blocks import BlockShares, block_shares
-from distsim_gpu.workloads.cost.context_parallel import core_attention_time_s, ring_step_blocks
+from distsim_gpu.workloads.cost.context_parallel import (
+    TORCH_CAST_BYTES,
+    TORCH_MERGE_BYTES,
+    CpShapes,
+    attention_steps,
+    core_attention_time_s,
+    merge_time_s,
+)
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
+from distsim_gpu.workloads.cost.memory import cp_kv_block_bytes, cp_qkvo_bytes
 from distsim_gpu.workloads.cost.tp_overlap import PAIRED_BLOCKS, paired_gemms_s, scatter_is_bulk
 from distsim_gpu.workloads.cost.traffic import (
     activation_bytes_per_element,
@@ -43,6 +52,7 @@ from distsim_gpu.workloads.cost.traffic import (
 )
 from distsim_gpu.workloads.iteration.amax import fp8_linears
 from distsim_gpu.workloads.iteration.ops import Collective, Compute, Op, TpOverlap, Wait
+from distsim_gpu.workloads.strategy.cp_comm import TORCH_ROTATE_METHODS, a2a_size
 from distsim_gpu.workloads.strategy.dimensions import async_handle
 from distsim_gpu.workloads.strategy.fb_pairs import Pair
 from distsim_gpu.workloads.strategy.schedule import virtual_stage
@@ -189,19 +199,16 @@ class OverlappedOps:
                       where: tuple[str, tuple[str, str, int]], fold: bool,
                       block: tuple[BlockPairs | None, float | None]) -> float:
         """Context parallelism: the attention's linear part, then its core attention as
-        ``cp`` blocks around the ring, each overlapped with the send of the blocks the
-        next step needs (:mod:`workloads.cost.context_parallel`); with a pair
-        (``tp_comm_overlap``) the linear part's gather and scatter run against its input
-        and output GEMMs before and after the ring.  ``layer``: the pass's seconds and
+        ``parallelism.cp_comm_type`` runs it — the ring's ``cp`` blocks, each overlapped
+        with the send of the blocks the next step needs, or the all-gathers and
+        all-to-alls of the other types (:mod:`workloads.cost.context_parallel`); with a
+        pair (``tp_comm_overlap``) the linear part's gather and scatter run against its
+        input and output GEMMs before and after it.  ``layer``: the pass's seconds and
         shard; ``block``: the pair, and the attention block's seconds where they are not
         its share of the pass (a split backward's input half).  Returns those seconds."""
         (duration, shard), (label, args), (pair, attention) = layer, where, block
-        par, train = self.parallel, self.training
-        core = core_attention_time_s(
-            self.costs, cost_pass, self.model, LayerShard(
-                train.micro_batch, self.seq_len, tp=par.tp,
-                sequence_parallel=par.sequence_parallel, layer_index=args[2],
-                recompute=shard.recompute))
+        par = self.parallel
+        core = self._core_attention_s(cost_pass, shard, args[2], 1)
         # The layer at s/cp tokens holds one block's core attention: the rest of the
         # attention block is its linear part.
         if attention is None:
@@ -212,18 +219,60 @@ class OverlappedOps:
             ops.append(Compute(linear - paired, f"{label} attention", *args))
         if pair is not None:
             self._gather_pair(ops, f"{label} attention", pair, (args, fold))
-        for step, blocks in enumerate(ring_step_blocks(cost_pass, par.cp)):
-            handle = async_handle("cp", f"{label} {step}")
-            if blocks:
-                ops.append(Collective("sendrecv", blocks * self.cp_bytes,
-                                      f"{label} cp ring {step}", group="cp", blocking=False,
-                                      handle=handle))
-            ops.append(Compute(core, f"{label} attention block {step}", *args))
-            if blocks:
+        shapes = self._cp_shapes(cost_pass, core, shard, args[2])
+        for step in attention_steps(par.cp_comm_type, cost_pass, shapes):
+            handle = None if step.handle is None else async_handle("cp", f"{label} {step.handle}")
+            if step.kind == "compute":
+                ops.append(Compute(step.seconds, f"{label} {step.name}", *args))
+            elif step.kind == "wait":
                 ops.append(Wait(handle))
+            else:
+                ops.append(Collective(step.op, step.size_bytes, f"{label} {step.name}",
+                                      group=step.group, blocking=handle is None,
+                                      handle=handle))
         if pair is not None:
             self._scatter_pair(ops, f"{label} attention", pair, (args, fold))
         return attention
+
+    def _core_attention_s(self, cost_pass: str, shard: LayerShard, layer: int,
+                          heads_split: int) -> float:
+        """One block's core attention: ``s/cp`` tokens on a tensor rank's heads, or — its
+        heads split over ``heads_split`` CP ranks by an all-to-all — ``heads_split`` times
+        the tokens on that share of them."""
+        par, train = self.parallel, self.training
+        return core_attention_time_s(
+            self.costs, cost_pass, self.model, LayerShard(
+                train.micro_batch, self.seq_len * heads_split, tp=par.tp * heads_split,
+                sequence_parallel=par.sequence_parallel, layer_index=layer,
+                recompute=shard.recompute))
+
+    def _cp_shapes(self, cost_pass: str, core: float, shard: LayerShard,
+                   layer: int) -> CpShapes:
+        """The block times and buffers ``parallelism.cp_comm_type`` moves in one pass of
+        ``layer`` (:class:`~workloads.cost.context_parallel.CpShapes`); ``core``: one ring
+        block's core attention at ``s/cp`` tokens."""
+        par, train, model = self.parallel, self.training, self.model
+        kind = par.cp_comm_type
+        if kind in ("p2p", "all_gather"):
+            return CpShapes(core, self.cp_bytes, par.cp)
+        sizes = {"micro_batch": train.micro_batch, "seq_len": self.seq_len * par.cp}
+        if kind in TORCH_ROTATE_METHODS:
+            # The output's elements, which PyTorch's fp32 merge passes over; its dK/dV go
+            # round in fp32.
+            outputs = cp_qkvo_bytes(model, **sizes, tp=par.tp, cp=par.cp,
+                                    precision="fp32")[1] / 4
+            return CpShapes(core, self.cp_bytes, par.cp, dkv_bytes=cp_kv_block_bytes(
+                model, **sizes, tp=par.tp, cp=par.cp, precision="fp32"),
+                merge_s=merge_time_s(self.costs, (TORCH_CAST_BYTES + TORCH_MERGE_BYTES)
+                                     * outputs),
+                cast_s=merge_time_s(self.costs, TORCH_CAST_BYTES * outputs))
+        group = a2a_size(kind, par.cp, par.cp_a2a_size)
+        qkv, out = cp_qkvo_bytes(model, **sizes, tp=par.tp, cp=par.cp,
+                                 precision=train.precision)
+        return CpShapes(self._core_attention_s(cost_pass, shard, layer, group),
+                        cp_kv_block_bytes(model, **sizes, tp=par.tp * group,
+                                          cp=par.cp // group, precision=train.precision),
+                        par.cp // group, qkv_bytes=qkv, o_bytes=out)
 
     def _overlapped_moe(self, ops: list[Op], label: str, times_s: tuple[float, float],
                         args: tuple[str, str, int], fold: bool, pass_: str) -> None:

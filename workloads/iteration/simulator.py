@@ -78,7 +78,6 @@ from distsim_gpu.workloads.iteration.rank_groups import (
     make_group,
     stage_lanes,
     stage_memory,
-    tensor_lanes,
 )
 from distsim_gpu.workloads.iteration.records import (
     GpuTimes,
@@ -525,9 +524,10 @@ class IterationSimulator:
         ring = (stage, block, size)
         plan = self._ring_plans.get(ring)
         if plan is None:
-            tp = self.spec.parallel.tp
-            pairs = [(lane[i], lane[(i + 1) % len(lane)]) for image in self._image_members(
-                members) for lane in tensor_lanes(image, tp) for i in range(len(lane))]
+            lanes, _own = call_lanes(self._image_members(members), self._layouts.get("cp"),
+                                     self.spec.parallel.tp)  # dimensions.cp_lanes
+            pairs = [(lane[i], lane[(i + 1) % len(lane)]) for lane in lanes
+                     for i in range(len(lane))]
             plan = self._ring_plans[ring] = self.comm.pairs_plan(pairs, size)
         return plan
 

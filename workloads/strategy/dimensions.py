@@ -37,6 +37,7 @@ __all__ = [
     "Peering",
     "async_handle",
     "block_layout",
+    "cp_lanes",
     "critical_kinds",
     "dimension",
     "dimensions",
@@ -178,11 +179,38 @@ DIMENSIONS: tuple[Dimension, ...] = (
               set_in=lambda p: p.expert_tp is not None),
     # Context parallelism only when asked for: it pays off for long sequences only, and
     # multiplies a search's candidates.
+    # Its ring (each rank's sends to the next; across the all-to-all groups under
+    # cp_comm_type a2a+p2p) and its collectives (all-gathers, all-to-alls: over the
+    # whole ring, or within the a2a+p2p groups), workloads.cost.context_parallel.
     Dimension("cp", attrgetter("cp"), "cp comm",
-              (PeerGroup("cp", "cp comm", Peering.BLOCK, "cp", ring=True),),
+              (PeerGroup("cp", "cp comm", Peering.BLOCK, "cp", ring=True,
+                         layout=lambda p: cp_lanes(p, ring=True)),
+               PeerGroup("cp_collective", "cp comm", Peering.BLOCK, "cp",
+                         layout=lambda p: cp_lanes(p, ring=False))),
               FoldUnit("context-parallel", "ring", "context parallelism"),
               always_printed=False, searched=True, search_default=(1,)),
 )
+
+
+def cp_lanes(parallel: ParallelConfig, *, ring: bool) -> tuple[int, BlockLanes]:
+    """Context parallelism's block (its ``cp`` replicas) and communicators: per tensor
+    rank, the ring over every CP rank and one collective group of them all (none where
+    the type runs no collective: p2p, PyTorch's alltoall) — except under
+    a2a+p2p, whose all-to-alls run among ``cp_a2a_size = a`` consecutive CP ranks and
+    whose rings join the same position of each such group (Transformer Engine's
+    ``send_dst``: ``(rank + 1) % (cp/a) · a + rank_a2a``)."""
+    cp, tp = parallel.cp, parallel.tp
+    a = parallel.cp_a2a_size if parallel.cp_comm_type == "a2a+p2p" else 1
+    if not ring and parallel.cp_comm_type in ("p2p", "torch_alltoall"):
+        # No collective: a block of one, which neither bounds nor splits folding's units.
+        return 1, tuple(((0, t),) for t in range(tp))
+    if ring:
+        return cp, tuple(tuple((g * a + j, t) for g in range(cp // a))
+                         for j in range(a) for t in range(tp))
+    a = a if a > 1 else cp
+    return cp, tuple(tuple((g * a + j, t) for j in range(a))
+                     for g in range(cp // a) for t in range(tp))
+
 
 # The registry the lookups read: the built-ins, then what register() added.
 _registry: dict[str, Dimension] = {d.name: d for d in DIMENSIONS}

@@ -17,6 +17,8 @@ __all__ = ["COMPUTE_NAMES", "PARALLELISM_NAMES", "STACK_NAMES", "TRAINING_NAMES"
 
 _HSDP = ("set dp_replicate (HSDP: with fsdp: true, shards within dp·cp/dp_replicate ranks "
          "and all-reduces the reduced shards across the dp_replicate groups)")
+_ROTATE = ("set cp_comm_type: torch_allgather or torch_alltoall (PyTorch's context-parallel rotate "
+           "methods; p2p, all_gather, a2a, a2a+p2p are Transformer Engine's)")
 _INTERLEAVE = "set interleave (model chunks a stage) with schedule: interleaved"
 _BUCKETS = ("set bucket_params, in parameters (gradients go by bucket during the last "
             "backward; a bucket larger than the stage sends them all after it)")
@@ -54,6 +56,9 @@ PARALLELISM_NAMES: Mapping[str, str] = MappingProxyType({
     "accumulate_allreduce_grads_in_fp32": "set grad_reduce_precision (fp32 or bf16)",
     "grad_reduce_in_fp32": "set grad_reduce_precision (fp32 or bf16)",
     "enable_async_tensor_parallel": "set tp_comm_overlap (with sequence_parallel: true)",
+    "hierarchical_context_parallel_sizes": "set cp_a2a_size (the first size: the "
+                                           "all-to-all groups of cp_comm_type: a2a+p2p)",
+    "context_parallel_rotate_method": _ROTATE, "rotate_method": _ROTATE,
 })
 
 #: ``training:`` — batch, precision and recomputation under the frameworks' names.

@@ -54,6 +54,7 @@ from distsim_gpu.workloads.specs.recompute_modules import (
     check_recompute_modules,
     recompute_modules_from,
 )
+from distsim_gpu.workloads.strategy.cp_comm import check_cp_comm
 from distsim_gpu.workloads.strategy.data_loading import DataLoader, data_loader_from_mapping
 from distsim_gpu.workloads.strategy.expert_grid import ExpertGrid, check_expert_grid
 from distsim_gpu.workloads.strategy.fb_pairs import check_fb_overlap
@@ -172,6 +173,9 @@ class ParallelConfig:
     dp: int = 1
     ep: int = 1
     cp: int = 1
+    # How CP's attention communicates (workloads.strategy.cp_comm), a2a+p2p's inner group.
+    cp_comm_type: str = "p2p"
+    cp_a2a_size: int = 1
     # The routed experts' tensor parallelism (None: tp's); expert_grid() lays it out.
     expert_tp: int | None = None
     sequence_parallel: bool = False
@@ -248,8 +252,9 @@ class ParallelConfig:
             del data["offload"]
         if self.expert_tp is None:  # likewise
             del data["expert_tp"]
-        if self.dp_replicate == 1:  # likewise
-            del data["dp_replicate"]
+        for key, default in (("dp_replicate", 1), ("cp_comm_type", "p2p"), ("cp_a2a_size", 1)):
+            if data[key] == default:  # likewise
+                del data[key]
         if self.reshard_after_forward is None:  # likewise
             del data["reshard_after_forward"]
         for key in _OVERLAP_KEYS:  # likewise, while their overlap is off
@@ -419,11 +424,8 @@ def check_strategy(model: ModelSpec, parallel: ParallelConfig, training: Trainin
                 experts=experts, source=source)
     check_operator_sharding(parallel, experts=experts, source=source, model=model, tp=parallel.tp)
     check_cp_split(training.seq_len or seq_len, parallel.cp, key="parallelism.cp", source=source)
-    if parallel.cp > 1 and model.attention_window is not None:
-        raise ConfigError("context parallelism with local attention is not modelled",
-                          key="parallelism.cp", source=source,
-                          hint="cp 1, or leave model.attention_window out (a CP ring would "
-                          "skip the blocks outside the window)")
+    check_cp_comm(parallel, heads=heads, kv_heads=kv_heads,
+                  windowed=model.attention_window is not None, source=source)
     if parallel.layer_groups:
         check_layer_group_strategy(
             tp_mode=parallel.tp_mode, sequence_parallel=parallel.sequence_parallel,

@@ -174,7 +174,9 @@ class _Exporter:
             raise ConfigError(f"exporting an iteration whose {op.group!r} calls are ring "
                               "steps (context-parallel attention) to Chakra is not "
                               "supported",
-                              key=f"parallelism.{op.group}")
+                              key=f"parallelism.{op.group}",
+                              hint="parallelism.cp_comm_type all_gather or a2a (no ring) "
+                              "exports")
         members = self._members(group, peer)
         lanes = self._lanes_of(group, members, peer)
         if op.subgroups:  # a narrower layer group's gradients: a ring per shard, as run
