@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
+import yaml
 from distsim_gpu.scenarios.cli.options import (
     add_overrides_option,
     add_quiet_option,
@@ -27,7 +29,7 @@ from distsim_gpu.scenarios.study.search import format_search, search_strategies
 from distsim_gpu.simcore import progress
 from distsim_gpu.simcore.errors import ConfigError
 
-__all__ = ["add_parser", "handle"]
+__all__ = ["add_parser", "handle", "parse_space"]
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -51,6 +53,12 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                         "1: in-process)")
     add_overrides_option(parser, "override a scenario field by dotted path before "
                          "searching (repeatable)")
+    parser.add_argument("--space", action="append", default=[], metavar="AXIS=V1,V2",
+                        help="the values an axis of the search space takes (repeatable), "
+                        "e.g. --space cp=1,2 --space recompute=none,op,full --space "
+                        "dp_replicate=1,2,4 (HSDP) --space reshard_after_forward=null,false "
+                        "--space expert_tp=null,1; scenarios.study.search names the axes "
+                        "and their defaults")
     parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                         help="start no simulation after SECONDS (those running finish); the "
                         "result is then the best found, not necessarily the optimum")
@@ -67,6 +75,24 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                         "layer_search)")
     parser.set_defaults(handler=handle)
     return parser
+
+
+def parse_space(options: list[str]) -> dict[str, list[Any]]:
+    """``--space AXIS=V1,V2`` options as a search space: each value read as YAML (``null``,
+    ``true``, numbers, words); an axis given twice takes its last values."""
+    space: dict[str, list[Any]] = {}
+    for option in options:
+        axis, sep, values = option.partition("=")
+        if not sep or not axis.strip() or not values.strip():
+            raise ConfigError(f"must be AXIS=V1,V2,..., got {option!r}", key="--space",
+                              hint="e.g. --space cp=1,2")
+        try:
+            space[axis.strip()] = [yaml.safe_load(v.strip()) for v in values.split(",")]
+        except yaml.YAMLError:
+            raise ConfigError(f"cannot read the values of {option!r}", key="--space",
+                              hint="comma-separated numbers, words, true, false or null"
+                              ) from None
+    return space
 
 
 def _progress(line: str) -> None:
@@ -93,11 +119,14 @@ def handle(args: argparse.Namespace) -> int:
     with progress.reporting("search", enabled=not args.quiet):
         result = search_strategies(
             scenario, gpus=args.gpus, top=args.top, workers=workers_of(args), out_dir=args.out,
-            time_limit_s=args.time_limit, progress=_progress if args.verbose else None)
+            space=parse_space(args.space), time_limit_s=args.time_limit,
+            progress=_progress if args.verbose else None)
     status = 0 if result.results else 1  # nothing simulated: a script should stop here
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return status
     sys.stdout.write(format_search(result))
     print(f"\nwrote {args.out}: {', '.join(result.files)}")
+    if "best.yaml" in result.files:
+        print(f"run the best: distsim run {os.path.join(args.out, 'best.yaml')}")
     return status

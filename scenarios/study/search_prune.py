@@ -76,7 +76,9 @@ def iteration_bounds(scenario: Scenario) -> tuple[float, float]:
                            micro_batch=train.micro_batch, schedule=par.schedule,
                            interleave=par.interleave, zero=3 if par.fsdp else par.zero,
                            recompute=train.recompute,
-                           sequence_parallel=par.sequence_parallel, order=par.order)
+                           sequence_parallel=par.sequence_parallel, order=par.order,
+                           dp_replicate=par.dp_replicate, expert_tp=par.expert_tp,
+                           reshard_after_forward=par.reshard_after_forward)
     return StrategyBounds(scenario).bounds(strategy, scenario.microbatches)
 
 

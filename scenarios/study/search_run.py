@@ -19,9 +19,12 @@ from distsim_gpu.simcore import progress as progress_line
 from distsim_gpu.simcore.errors import DistsimError
 from distsim_gpu.simcore.pool import WorkerPool, Workers
 
-__all__ = ["Outcome", "Simulations"]
+__all__ = ["Metrics", "Outcome", "Simulations"]
 
 _WORKER: dict[str, Any] = {}
+
+# A simulated candidate's iteration time (s), samples/s, MFU, peak bytes, notes.
+Metrics = tuple[float, float, float, float, tuple[str, ...]]
 
 
 def _worker_init(config: dict[str, Any], source: str | None) -> None:
@@ -29,6 +32,20 @@ def _worker_init(config: dict[str, Any], source: str | None) -> None:
     _WORKER.clear()
     _WORKER["config"] = config
     _WORKER["source"] = source
+
+
+def _base_config(scenario: Scenario) -> dict[str, Any]:
+    """``scenario`` resolved for the workers, without the keys a candidate sets by leaving
+    them out (:meth:`Strategy.overrides`): the scenario's own HSDP, expert_tp or
+    reshard_after_forward would otherwise stay in every candidate's first build."""
+    config = scenario.resolved()
+    config["parallelism"] = {key: value for key, value in config["parallelism"].items()
+                             if key not in _DEFAULTED_KEYS}
+    return config
+
+
+# The parallelism keys whose default a candidate says by leaving them out.
+_DEFAULTED_KEYS = ("dp_replicate", "expert_tp", "reshard_after_forward")
 
 
 def _worker_scenario(strategy: Strategy) -> Scenario:
@@ -42,11 +59,13 @@ def _worker_scenario(strategy: Strategy) -> Scenario:
     return with_strategy(cached, strategy)
 
 
-def _metrics(scenario: Scenario) -> tuple[float, float, float, float]:
-    """Simulate: iteration time (s), samples/s, MFU, peak bytes on a GPU."""
+def _metrics(scenario: Scenario) -> Metrics:
+    """Simulate: iteration time (s), samples/s, MFU, peak bytes on a GPU, the run's notes
+    (the assumptions ``distsim run`` of the candidate would print)."""
     report = run_scenario(scenario)
     peak = max(g.peak_memory_bytes for g in report.per_gpu)
-    return report.iteration_time_s, report.samples_per_s, report.mfu, peak
+    return (report.iteration_time_s, report.samples_per_s, report.mfu, peak,
+            tuple(str(note) for note in report.notes))
 
 
 # A simulation to run: who asked for it (a candidate, or None for a baseline that is none),
@@ -54,14 +73,14 @@ def _metrics(scenario: Scenario) -> tuple[float, float, float, float]:
 _Task = tuple[Candidate | None, Strategy]
 
 
-def _simulate_in_worker(task: _Task) -> tuple[float, float, float, float] | str:
+def _simulate_in_worker(task: _Task) -> Metrics | str:
     try:
         return _metrics(_worker_scenario(task[1]))
     except DistsimError as error:
         return str(error)
 
 
-def _simulate_here(scenario: Scenario, task: _Task) -> tuple[float, float, float, float] | str:
+def _simulate_here(scenario: Scenario, task: _Task) -> Metrics | str:
     """:func:`_simulate_in_worker` in this process, from the scenario itself (``workers=1``)."""
     try:
         return _metrics(with_strategy(scenario, task[1]))
@@ -75,7 +94,7 @@ def _kth(times: list[float], k: int) -> float:
     return sorted(times)[k - 1]
 
 
-Outcome = tuple[float, float, float, float] | str
+Outcome = Metrics | str
 
 
 class Simulations:
@@ -112,7 +131,8 @@ class Simulations:
             simulate = partial(_simulate_here, self.scenario)
         else:
             pool = self.workers.pool(initializer=_worker_init,
-                                     initargs=(self.scenario.resolved(), self.scenario.source))
+                                     initargs=(_base_config(self.scenario),
+                                               self.scenario.source))
             simulate = _simulate_in_worker
         with pool:
             for done in pool.as_completed(simulate, self._admitted(queue, baseline)):
@@ -170,10 +190,9 @@ class Simulations:
         if isinstance(outcome, str):
             self.pruned.append(PrunedCandidate(candidate.strategy, "error", outcome))
             return
-        time_s, samples, mfu, peak = outcome
+        time_s = outcome[0]
         self.results.append(CandidateResult(candidate.strategy, candidate.lower_bound_s,
-                                            candidate.estimate_s, time_s, samples, mfu,
-                                            peak))
+                                            candidate.estimate_s, *outcome))
         self.times.append(time_s)
         if self.progress is not None:
             self.progress(f"[{len(self.results)}] {time_s * 1e3:.3f} ms  "

@@ -1,5 +1,6 @@
 """The space a strategy search explores: a :class:`Strategy` (parallel degrees,
-micro-batch, schedule, ZeRO, recomputation, sequence parallelism, rank placement), every
+micro-batch, schedule, ZeRO and how it shards, recomputation, sequence parallelism, rank
+placement), every
 strategy of the space for a scenario (:func:`enumerate_strategies`, the rules in
 :mod:`.search`'s docstring), and a scenario with a strategy applied."""
 
@@ -32,14 +33,24 @@ __all__ = [
 ]
 
 # The dimensions' degrees first (the registry's order), then how each pipeline runs.
-_RUN_KEYS = ("micro_batch", "schedule", "interleave", "zero", "recompute",
-             "sequence_parallel", "order")
+_RUN_KEYS = ("micro_batch", "schedule", "interleave", "zero", "reshard_after_forward",
+             "recompute", "sequence_parallel", "order")
 STRATEGY_KEYS = (*(d.name for d in DIMENSIONS), *_RUN_KEYS)
+# Dimensions the registry does not search but a space may name: HSDP's replicate groups
+# and the experts' own tensor parallelism (each left at the frameworks' default unless
+# asked: :mod:`.search`'s docstring says why).
+_OPT_IN_DIMENSIONS = ("dp_replicate", "expert_tp")
 # Data parallelism is not an axis: its degree is what the others leave of the cluster.
-SPACE_KEYS = (*(d.name for d in DIMENSIONS if d.searched), *_RUN_KEYS)
+SPACE_KEYS = (*(d.name for d in DIMENSIONS if d.searched or d.name in _OPT_IN_DIMENSIONS),
+              *_RUN_KEYS)
 
 _DEFAULT_SPACE: dict[str, tuple[Any, ...] | None] = {
     **{d.name: d.search_default for d in DIMENSIONS if d.searched},
+    "dp_replicate": (1,),
+    "expert_tp": (None,),  # None: the experts run at the dense tp (Megatron-Core's default)
+    # None: torchtitan's policy (True at pp 1, else False); False adds ZeRO-3 at pp 1
+    # keeping its forward's gathers for the backward (search.py's docstring: why).
+    "reshard_after_forward": (None, False),
     "micro_batch": (1, 2, 4, 8),
     "schedule": ("1f1b", "gpipe", "interleaved"),
     "interleave": (2, 4),
@@ -55,8 +66,11 @@ _DEFAULT_SPACE: dict[str, tuple[Any, ...] | None] = {
 _TRAINING_KEYS = ("micro_batch", "recompute")
 #: What a strategy sets where it does not say: one plain 1F1B pipeline per replica, no
 #: sharding, no recomputation (whatever the scenario itself runs).
+#: The scenario's own HSDP, expert_tp and reshard_after_forward are reset too: left in,
+#: they would make every candidate they do not fit (ZeRO below 3, say) invalid.
 _UNSAID = {"ep": 1, "cp": 1, "micro_batch": 1, "schedule": "1f1b", "interleave": 1, "zero": 0,
-           "recompute": "none", "sequence_parallel": False, "order": "tp-dp-pp"}
+           "recompute": "none", "sequence_parallel": False, "order": "tp-dp-pp",
+           "dp_replicate": 1, "expert_tp": None, "reshard_after_forward": None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +103,10 @@ class Strategy:
 
     def overrides(self) -> dict[str, Any]:
         """The scenario keys (dotted) this strategy sets."""
-        data = {f"parallelism.{key}": self.value(key)
-                for key in STRATEGY_KEYS if key not in _TRAINING_KEYS}
+        # None (expert_tp, reshard_after_forward) is the framework's default, which a
+        # scenario says by leaving the key out: no ``--set`` value spells it.
+        data = {f"parallelism.{key}": self.value(key) for key in STRATEGY_KEYS
+                if key not in _TRAINING_KEYS and self.value(key) is not None}
         data["parallelism.fsdp"] = False
         data.update({f"training.{key}": self.value(key) for key in _TRAINING_KEYS})
         return data
@@ -108,6 +124,8 @@ class Strategy:
                      else par.schedule)
         if par.zero:
             parts.append(f"zero{par.zero}")
+        if par.reshard_after_forward is False and par.pp == 1:
+            parts.append("no reshard after forward")
         parts.append(f"recompute {train.recompute}")
         if par.sequence_parallel:
             parts.append("sp")
@@ -162,26 +180,55 @@ def enumerate_strategies(scenario: Scenario, *,
         if n % (tp * pp * cp) or not allowed("pp", pp):
             continue
         dp = n // (tp * pp * cp)
-        # Megatron-Core folds the expert groups over cp·dp (expert_tp left at the dense tp).
-        eps = ([e for e in _divisors(model.experts) if (cp * dp) % e == 0]
-               if model.experts > 1 else [1])
-        for ep, mb, (schedule, interleave), zero, recompute, sp, order in itertools.product(
-                [e for e in eps if allowed("ep", e)], axes["micro_batch"] or (),
-                _schedules(axes), axes["zero"] or (), axes["recompute"] or (),
-                axes["sequence_parallel"] or (), axes["order"] or ()):
-            combo = {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "cp": cp, "micro_batch": mb,
-                     "schedule": schedule, "interleave": interleave, "zero": zero,
-                     "recompute": recompute, "sequence_parallel": bool(sp), "order": order}
-            if not _is_candidate(scenario.training.global_batch, gpn, combo):
-                continue
-            # One stage has no pipeline to schedule: gpipe and 1f1b at pp 1 run the
-            # same iteration, so only the first of them is a candidate.
-            effective = tuple({**combo, "schedule": schedule if pp > 1 else None}.values())
-            if effective in seen:
-                continue
-            seen.add(effective)
-            out.append(Strategy.on(scenario, **combo))
+        for etp, ep in _expert_layouts(scenario, axes, tp=tp, cp=cp, dp=dp):
+            for (mb, (schedule, interleave), zero, replicate, reshard, recompute, sp,
+                 order) in itertools.product(
+                    axes["micro_batch"] or (), _schedules(axes), axes["zero"] or (),
+                    axes["dp_replicate"] or (), axes["reshard_after_forward"] or (),
+                    axes["recompute"] or (), axes["sequence_parallel"] or (),
+                    axes["order"] or ()):
+                combo = {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "expert_tp": etp, "cp": cp,
+                         "micro_batch": mb, "schedule": schedule, "interleave": interleave,
+                         "zero": zero, "dp_replicate": replicate,
+                         "reshard_after_forward": _reshard(reshard, zero=zero, pp=pp),
+                         "recompute": recompute, "sequence_parallel": bool(sp),
+                         "order": order}
+                if not _is_candidate(scenario.training.global_batch, gpn, combo):
+                    continue
+                # One stage has no pipeline to schedule: gpipe and 1f1b at pp 1 run the
+                # same iteration, so only the first of them is a candidate.
+                effective = tuple({**combo, "schedule": schedule if pp > 1 else None}.values())
+                if effective in seen:
+                    continue
+                seen.add(effective)
+                out.append(Strategy.on(scenario, **combo))
     return out
+
+
+def _expert_layouts(scenario: Scenario, axes: Mapping[str, tuple[Any, ...] | None], *,
+                    tp: int, cp: int, dp: int) -> list[tuple[int | None, int]]:
+    """The ``(expert_tp, ep)`` pairs of a ``tp·cp·dp`` replica grid: Megatron-Core folds
+    the expert groups over ``tp·cp·dp / expert_tp`` ranks (over ``cp·dp`` at the dense
+    ``tp``, expert_tp None); ``expert_tp`` equal to ``tp`` is None's strategy.  A dense
+    model has experts of neither."""
+    model = scenario.model
+    if model.experts <= 1:
+        return [(None, 1)]
+    ep_values, layouts = axes["ep"], []
+    for etp in axes["expert_tp"] or ():
+        if etp is not None and (tp % etp or etp == tp):
+            continue
+        span = tp * cp * dp // (tp if etp is None else etp)
+        layouts += [(etp, e) for e in _divisors(model.experts)
+                    if span % e == 0 and (ep_values is None or e in ep_values)]
+    return layouts
+
+
+def _reshard(value: bool | None, *, zero: int, pp: int) -> bool | None:
+    """The ``reshard_after_forward`` a candidate sets: only False at ZeRO-3 without a
+    pipeline differs from the default (True there; False under a pipeline, where True is
+    not modelled), so every other value is the default, None."""
+    return False if value is False and zero == 3 and pp == 1 else None
 
 
 def _schedules(axes: Mapping[str, tuple[Any, ...] | None]) -> list[tuple[str, int]]:
@@ -206,7 +253,14 @@ def _is_candidate(global_batch: int, gpn: int, combo: Mapping[str, Any]) -> bool
         return False
     if schedule in ("interleaved", *V_SCHEDULES) and pp < 2:
         return False
-    if (zero and dp == 1) or (zero == 3 and pp > 1):
+    if zero and dp == 1:
+        return False
+    # ZeRO-3 under a pipeline is FSDP2 as torchtitan runs it, on one-direction schedules
+    # only (workloads.strategy.sharding); HSDP splits a ZeRO-3 dense model's replicas.
+    if zero == 3 and schedule in V_SCHEDULES:
+        return False
+    replicate = combo["dp_replicate"]
+    if replicate != 1 and (zero != 3 or dp % replicate or replicate >= dp or combo["ep"] > 1):
         return False
     if sp and tp == 1:
         return False
