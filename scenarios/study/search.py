@@ -24,8 +24,7 @@ prunes what cannot run or cannot win, simulates the rest and reports the best ``
 * ``zero`` [0, 1, 3]: ZeRO-1 and ZeRO-3 only with ``dp`` > 1; ZeRO-3 under a pipeline
   (FSDP2 as torchtitan runs it: each stage's parameters gathered from its first forward,
   reduce-scattered after the last micro-batch's backward) on gpipe, 1f1b and interleaved,
-  not on the
-  two-chunk schedules;
+  not on the two-chunk schedules;
 * ``dp_replicate`` [1] (HSDP, ZeRO-3 of a dense model only): a divisor of ``dp`` below it
   when the space names it (``--space dp_replicate=1,2,4,8``);
 * ``reshard_after_forward`` [null (torchtitan's policy), false]: false only with ZeRO-3
@@ -71,7 +70,7 @@ prunes what cannot run or cannot win, simulates the rest and reports the best ``
 (ZeRO-3 at ``pp`` 1 only) and wins where the weights fit whole (the quickstart's 16 GPUs:
 3 % faster than the best without it).  HSDP and ``expert_tp`` stay out: HSDP adds
 ~30 % of fitting candidates and did not move the winner of Llama 2 70B on 64 H100s (its
-best, 0.65 % behind; ``benchmarks/README.md``); ``expert_tp`` multiplies a MoE model's
+best, 0.29 % behind; ``benchmarks/README.md``); ``expert_tp`` multiplies a MoE model's
 expert layouts.  The
 scenario's own values of the three do not carry into the candidates (every candidate sets
 them, to the defaults unless the space names others).

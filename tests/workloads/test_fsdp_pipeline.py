@@ -143,6 +143,16 @@ def test_the_bound_stays_below_the_simulated_iteration(schedule, interleave):
     assert lower <= estimate
 
 
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_the_bound_counts_the_reductions_the_gradient_waits_for(schedule):
+    """The bound puts each stage's reductions after its last backward and before the
+    gradient it sends on (0.038 s of this 0.082 s run before it did, 0.054 s after):
+    a search prunes by it, and a loose bound simulates candidates that cannot win."""
+    lower, _estimate, simulated = bound_and_simulation(
+        "fsdp-pp", {"tp": 1, "pp": 2, "dp": 4, "fsdp": True, "schedule": schedule})
+    assert 0.6 * simulated < lower <= simulated
+
+
 def test_a_stage_holds_its_weights_and_gradients_whole_and_its_optimizer_sharded(uniform):
     """2 bytes a parameter of weights and 2 of bf16 gradients whole on the stage, the 12
     of fp32 master weights and Adam moments over the ``n`` ranks; without a pipeline all

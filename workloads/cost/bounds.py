@@ -516,8 +516,10 @@ class IterationBounds:
         for t, _ in backward:
             done.append(done[-1] + t)
         if shape.sharded:
-            # (a per-operator plan's replicated buckets are left out: still a bound)
-            return [(done[k + 1], self._call("reduce_scatter", lanes,
+            # Kept gathered (a pipeline's stages): reduced after the whole pass, one at a
+            # time.  (A per-operator plan's replicated buckets are left out: still a bound.)
+            kept = traffic.keeps_params_gathered(parallel)
+            return [(pass_s if kept else done[k + 1], self._call("reduce_scatter", lanes,
                                             traffic.layer_shard_grad_bytes(
                                                 self.model, layer, parallel))[0])
                     for k, layer in enumerate(order)]
@@ -559,14 +561,18 @@ class IterationBounds:
         for s in range(1, pp if one_way else 0):
             first_start[s] = first_start[s - 1] + chunks[s - 1].fwd_lower_s + send_f[s - 1]
         last_end = [0.0] * pp
+        # Kept gathered (FSDP under a pipeline): the last gradient a stage sends waits for
+        # its chunk 0's reductions, one after another (workloads.iteration.param_shards).
+        kept = traffic.keeps_params_gathered(shape.parallel)
+        held = [sum(r for _, r in chunks[s].buckets) if kept else 0.0 for s in range(pp)]
         for s in reversed(range(pp)):
             last_end[s] = first_start[s] + m * sum(chunks[j].fwd_lower_s + chunks[j].bwd_lower_s
                                                    for j in shape.own(s))
             if s + 1 < pp and chained:
                 gradient = self._send(shape.tp_ranks[s + 1], shape.tp_ranks[s],
                                       shape.p2p_bytes)[0]
-                last_end[s] = max(last_end[s],
-                                  last_end[s + 1] + gradient + chunks[s].bwd_lower_s)
+                last_end[s] = max(last_end[s], last_end[s + 1] + held[s + 1] + gradient
+                                  + chunks[s].bwd_lower_s)
         return last_end
 
     def _meeting_arrivals(self, shape: StrategyShape, chunks: Sequence[_Chunk],
