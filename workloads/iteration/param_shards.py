@@ -5,6 +5,9 @@ Without a pipeline (FSDP's ``reshard_after_forward: True``) every pass gathers e
 ahead of its compute (the next layer's gather launched before this one computes: FSDP's
 forward and backward prefetch) and frees it after; the root unit (embeddings, final norm,
 output layer) is gathered before the embedding's forward and kept through the backward.
+FSDP2 (``parallelism.fsdp``) reduces each layer's gradients once the previous layer's
+reduce-scatter is done and the root's last (:meth:`ShardedParamOps._reduce_in_turn`,
+:meth:`ShardedParamOps._reduce_root_last`); DeepSpeed's ZeRO-3 without the waits.
 
 Under a pipeline (:func:`~workloads.cost.traffic.keeps_params_gathered`: torchtitan's
 ``reshard_after_forward: False`` with PP) only each chunk's first forward gathers: its
@@ -119,7 +122,9 @@ class ShardedParamOps:
         gradients of a unit) and, with HSDP, the all-reduce of the reduced shard across the
         replicate groups after it (FSDP2's HSDP: reduce-scatter, then all-reduce).  With a
         ``handle``: the reduce-scatter's, and ``handle`` + `` across replicas`` the
-        all-reduce's."""
+        all-reduce's.  FSDP2's ``foreach_reduce`` issues the all-reduce on its
+        ``all_reduce_stream``; here it shares the reduce-scatters' stream, so the next
+        reduce-scatter queues behind it (a known difference, HSDP only)."""
         ops.append(self._shard_dp("reduce_scatter", size_bytes, label, handle))
         if self.parallel.dp_replicate > 1:
             ops.append(Collective("all_reduce", size_bytes / shard_ranks(self.parallel),
@@ -130,12 +135,59 @@ class ShardedParamOps:
     def _reduce_unit(self, ops: list[Op], units: list[ShardUnit], size_bytes: float,
                      label: str, root: bool = False) -> None:
         """A unit's gradient reduction where its backward ends (``root``: the stage's root
-        unit's, not a layer's); kept gathered (a pipeline's stages), noted in ``units``
-        for :meth:`_reduce_after_backward`."""
-        if self.kept:
-            units.append(ShardUnit(size_bytes, label, root))
+        unit's, not a layer's).  Kept gathered (a pipeline's stages), noted in ``units``
+        for :meth:`_reduce_after_backward`; FSDP2 without a pipeline, a layer's launched
+        in turn (:meth:`_reduce_in_turn`) and the root's noted for the end."""
+        unit = ShardUnit(size_bytes, label, root)
+        if self.kept or (root and self._in_turn()):
+            units.append(unit)
+        elif self._in_turn():
+            self._reduce_in_turn(ops, units, unit)
         else:
             self._reduce_shard(ops, size_bytes, label)
+
+    def _in_turn(self) -> bool:
+        """FSDP2 (``parallelism.fsdp``; not DeepSpeed's ZeRO-3 nor a per-operator plan):
+        one reduce-scatter in flight, the root's reduced at the end of the backward."""
+        return bool(self.parallel.fsdp) and self.parallel.operator_sharding is None
+
+    def _reduce_in_turn(self, ops: list[Op], units: list[ShardUnit], unit: ShardUnit) -> None:
+        """FSDP2 without a pipeline: a layer's reduce-scatter once its backward is done,
+        after the compute stream has waited for the previous unit's.
+
+        FSDP2's ``FSDPParamGroup.post_backward`` (``_fsdp_param_group.py``) makes the
+        current (compute) stream wait for ``comm_ctx.reduce_scatter_state.event`` — the
+        previous unit's reduce-scatter — before it issues its own on the reduce-scatter
+        stream, so the next layer's backward (and the all-gather it prefetches, gated by
+        its copy-out on the compute stream) waits too whenever a reduce-scatter outlasts
+        a layer's backward.  ``units``: this backward's units, those launched (not root)
+        in order."""
+        launched = [done for done in units if not done.root]
+        if launched:
+            ops.append(Wait(launched[-1].label))
+        self._reduce_shard(ops, unit.size_bytes, unit.label, handle=unit.label)
+        units.append(unit)
+
+    def _reduce_root_last(self, ops: list[Op], units: list[ShardUnit]) -> None:
+        """FSDP2 without a pipeline, the end of a backward: the root unit (embeddings,
+        final norm and output layer, one FSDP group in torchtitan's ``apply_fsdp`` until
+        July 2025: ``fully_shard(model)`` over what the blocks leave) is reduced in one
+        reduce-scatter by the root's final callback (``_fsdp_state.py``,
+        ``_root_post_backward_final_callback``: its forward input, the token ids, needs no
+        gradient, so no hook reduces it earlier), after the last layer's; the callback then
+        waits for that reduce-scatter and ``finalize_backward`` for every unit's reduction
+        (with HSDP, the all-reduces across replicas)."""
+        launched = [unit for unit in units if not unit.root]
+        roots = [unit for unit in units if unit.root]
+        if roots:
+            self._reduce_in_turn(ops, units, ShardUnit(
+                sum(unit.size_bytes for unit in roots), "root reduce grads", True))
+            launched.append(units[-1])
+        if not launched:
+            return
+        ops.append(Wait(launched[-1].label))
+        if self.parallel.dp_replicate > 1:
+            ops += [Wait(f"{unit.label} across replicas") for unit in launched]
 
     def _reduce_after_backward(self, ops: list[Op], units: list[ShardUnit]) -> None:
         """Kept gathered: the last micro-batch's reductions of a chunk, after its backward.
@@ -149,7 +201,12 @@ class ShardedParamOps:
         unit's ``post_backward`` first makes the compute stream wait for the previous
         unit's, and the root's final callback waits for the last.  So the chunk's compute
         stream — and the input gradient it then sends to the stage before — waits for all
-        of them: the reductions do not overlap this backward."""
+        of them: the reductions do not overlap this backward.  Not kept gathered (FSDP2
+        without a pipeline): the root's, then the waits (:meth:`_reduce_root_last`)."""
+        if not self.kept:
+            if self._in_turn():
+                self._reduce_root_last(ops, units)
+            return
         # ``units`` come in backward order: the root first, then layers in forward order.
         ordered = ([unit for unit in units if unit.root]
                    + [unit for unit in reversed(units) if not unit.root])
