@@ -34,6 +34,10 @@ def _worker_init(config: dict[str, Any], source: str | None) -> None:
     _WORKER["source"] = source
 
 
+# The parallelism keys whose default a candidate says by leaving them out.
+_DEFAULTED_KEYS = ("dp_replicate", "expert_tp", "reshard_after_forward")
+
+
 def _base_config(scenario: Scenario) -> dict[str, Any]:
     """``scenario`` resolved for the workers, without the keys a candidate sets by leaving
     them out (:meth:`Strategy.overrides`): the scenario's own HSDP, expert_tp or
@@ -42,10 +46,6 @@ def _base_config(scenario: Scenario) -> dict[str, Any]:
     config["parallelism"] = {key: value for key, value in config["parallelism"].items()
                              if key not in _DEFAULTED_KEYS}
     return config
-
-
-# The parallelism keys whose default a candidate says by leaving them out.
-_DEFAULTED_KEYS = ("dp_replicate", "expert_tp", "reshard_after_forward")
 
 
 def _worker_scenario(strategy: Strategy) -> Scenario:
