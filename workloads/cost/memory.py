@@ -414,8 +414,8 @@ def cp_buffer_bytes(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     layer runs, by ``parallel.cp_comm_type`` (in K/V blocks of :func:`cp_kv_block_bytes`):
     p2p 4 (double-buffered K/V and dK/dV); all_gather ``2·cp`` (the gathered K/V and the
     whole sequence's dK/dV before their reduce-scatter); a2a one set of received Q, K, V
-    (:func:`cp_qkvo_bytes`), a2a+p2p that and the ring's 4; PyTorch's allgather ``cp``
-    gathered blocks and alltoall 2, each with two fp32 dK/dV ring buffers."""
+    (:func:`cp_qkvo_bytes`), a2a+p2p that and the ring's 4; PyTorch's torch_allgather
+    ``cp`` gathered blocks and torch_alltoall 2, each with two fp32 dK/dV ring buffers."""
     tp, cp, kind = parallel.tp, parallel.cp, parallel.cp_comm_type
     block = cp_kv_block_bytes(model, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp,
                               precision=precision)

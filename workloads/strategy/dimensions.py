@@ -195,7 +195,7 @@ DIMENSIONS: tuple[Dimension, ...] = (
 def cp_lanes(parallel: ParallelConfig, *, ring: bool) -> tuple[int, BlockLanes]:
     """Context parallelism's block (its ``cp`` replicas) and communicators: per tensor
     rank, the ring over every CP rank and one collective group of them all (none where
-    the type runs no collective: p2p, PyTorch's alltoall) — except under
+    the type runs no collective: p2p, torch_alltoall) — except under
     a2a+p2p, whose all-to-alls run among ``cp_a2a_size = a`` consecutive CP ranks and
     whose rings join the same position of each such group (Transformer Engine's
     ``send_dst``: ``(rank + 1) % (cp/a) · a + rank_a2a``)."""
