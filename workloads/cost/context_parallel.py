@@ -45,10 +45,11 @@ The other communication types (``parallelism.cp_comm_type``,
   shape — as many bytes as a plain ring's block.
 * PyTorch's context parallel (``torch/distributed/tensor/experimental/_attention.py``,
   ``_templated_ring_attention`` and ``_templated_ring_attention_backward``; torchtitan's
-  ``context_parallel_rotate_method``, ``allgather`` by default in December 2024).
-  **allgather** (``_AllGatherRotater``): one asynchronous all-gather of K/V launched
-  before the first block and waited after it, then the other ``cp − 1`` blocks without
-  communication.  **alltoall** (``_AllToAllRotater``: ``permute_tensor`` to rank + 1):
+  ``context_parallel_rotate_method``, ``allgather`` by default in December 2024), here
+  ``torch_allgather`` and ``torch_alltoall``.  **torch_allgather**
+  (``_AllGatherRotater``): one asynchronous all-gather of K/V launched before the first
+  block and waited after it, then the other ``cp − 1`` blocks without communication.
+  **torch_alltoall** (``_AllToAllRotater``: ``permute_tensor`` to rank + 1):
   the ring, a K/V block sent beside each of the first ``cp − 1`` blocks.  Both merge
   each block's output and log-sum-exp into an fp32 running output (``_SDPAMerger`` with
   ``convert_to_f32``, on by default): a cast of the block's output to fp32 (2 bytes read,
