@@ -397,7 +397,8 @@ def reduces_every_microbatch(parallel: ParallelConfig) -> bool:
     ZeRO-1 (Megatron-Core's distributed optimizer) keeps whole gradients and reduces them
     once a step.  So does ZeRO-2 under a pipeline: DeepSpeed refuses stage 2 with pipeline
     parallelism, and PyTorch's pipeline stages run FSDP's backward without gradient sync
-    but for the last micro-batch (Llama 3's and torchtitan's recipe)."""
+    and reduce once a step, after the last micro-batch's (Llama 3's and torchtitan's
+    recipe)."""
     return parallel.zero == 2 and parallel.pp == 1 and not gathers_layer_params(parallel)
 
 
