@@ -14,6 +14,7 @@ from typing import Any
 
 from distsim_gpu.scenarios.scenario import Scenario, stack_overlap_defaults
 from distsim_gpu.simcore.config import check_keys
+from distsim_gpu.simcore.errors import ConfigError
 from distsim_gpu.workloads.specs.moe_routing import routed_comm
 from distsim_gpu.workloads.strategy.dimensions import DIMENSIONS, dimensions
 from distsim_gpu.workloads.strategy.parallel import (
@@ -152,7 +153,31 @@ def _space(space: Mapping[str, Iterable[Any]] | None) -> dict[str, tuple[Any, ..
         if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
             values = [values]
         result[key] = tuple(values)
+        for value in result[key]:
+            _check_axis_value(key, value)
     return result
+
+
+# Axes whose values are whole numbers (None too where marked) or true/false (None too):
+# the rest (schedule, recompute, zero, order) are checked with each candidate.
+_WHOLE_AXES = {"tp": False, "pp": False, "cp": False, "ep": False, "dp_replicate": False,
+               "interleave": False, "micro_batch": False, "expert_tp": True}
+_FLAG_AXES = {"sequence_parallel": False, "reshard_after_forward": True}
+
+
+def _check_axis_value(key: str, value: Any) -> None:
+    """A clear error for a value no candidate could take (a word for a degree, ``maybe``
+    for a flag), before the enumeration computes with it."""
+    if value is None and (_WHOLE_AXES.get(key) or _FLAG_AXES.get(key)):
+        return
+    if key in _WHOLE_AXES and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"must be whole numbers, got {value!r}", key=f"space.{key}",
+                          hint="e.g. --space " + key + "=1,2,4"
+                          + (" (null: the default)" if _WHOLE_AXES[key] else ""))
+    if key in _FLAG_AXES and not isinstance(value, bool):
+        raise ConfigError(f"must be true or false, got {value!r}", key=f"space.{key}",
+                          hint=f"e.g. --space {key}=false,true"
+                          + (" (null: the default)" if _FLAG_AXES[key] else ""))
 
 
 def enumerate_strategies(scenario: Scenario, *,

@@ -82,6 +82,20 @@ def test_space_options_are_read_as_yaml_values():
         assert info.value.key == "--space"
 
 
+@pytest.mark.parametrize(("axis", "value", "words"), [
+    ("cp", "abc", "space.cp: must be whole numbers, got 'abc'"),
+    ("tp", True, "space.tp: must be whole numbers, got True"),
+    ("expert_tp", "one", "space.expert_tp: must be whole numbers, got 'one'"),
+    ("sequence_parallel", "maybe", "space.sequence_parallel: must be true or false"),
+    ("reshard_after_forward", 0, "space.reshard_after_forward: must be true or false")])
+def test_a_value_no_candidate_can_take_is_a_clear_error(axis, value, words):
+    """A word for a degree ended in a traceback (``%`` on a string), and ``maybe`` for a
+    flag was taken as true; both now name the axis before anything is enumerated."""
+    with pytest.raises(ConfigError) as info:
+        search_strategies(scenario_from_mapping(mapping()), workers=1, space={axis: [value]})
+    assert str(info.value).startswith(words)
+
+
 def test_the_command_line_searches_the_space_it_is_given(tmp_path, capsys):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(mapping()))
