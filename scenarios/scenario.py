@@ -14,7 +14,8 @@ A scenario file (read with ``yaml.safe_load`` only)::
     parallelism: {tp: 8, pp: 8, dp: 1, ep: 1, sequence_parallel: false, schedule: 1f1b,
                   interleave: 1, zero: 0, fsdp: false, order: tp-dp-pp,
                   bucket_params: 40000000, grad_reduce_precision: fp32}
-                                                # also overlap_param_gather, tp_comm_overlap
+                                                # also bucketing, overlap_param_gather,
+                                                # align_param_gather, tp_comm_overlap
                                                 # (+ _splits, _sms): default the stack's
                                                 # (docs/overlaps.md)
     training: {micro_batch: 1, global_batch: 64, recompute: full, precision: bf16,
@@ -584,30 +585,30 @@ def _jobs_scenario(spec: dict[str, Any], topology: Topology, source: str | None,
 def _stack_defaults(parallel: ParallelConfig, raw: Any, roofline: RooflineCosts,
                     training: TrainingConfig) -> ParallelConfig:
     """The software stack's defaults for the gradient reduction the scenario left unsaid:
-    its precision, and one bucket after the backward pass when the stack does not overlap
-    the reduction with it (workloads.cost.compute.stacks); and its overlaps of the
+    its precision, its buckets (workloads.cost.compute.stacks), and its overlaps of the
     parameter gather and of tensor-parallel communication, where the strategy has them."""
     given = raw if isinstance(raw, Mapping) else {}
     stack = roofline.stack
     changes: dict[str, Any] = {}
     if "grad_reduce_precision" not in given:
         changes["grad_reduce_precision"] = stack.grad_reduce_precision(training.precision)
-    if "bucket_params" not in given and not stack.overlap_grad_reduce:
-        changes["bucket_params"] = 10**15  # more than any model: one bucket, at the end
-    # The stack's overlaps where the strategy has what they overlap (docs/overlaps.md).
+    # The stack's buckets, and overlaps where the strategy has them (docs/overlaps.md).
     overlaps = stack_overlap_defaults(parallel, roofline)
     changes.update({key: on for key, on in overlaps.items() if key not in given})
     return dataclasses.replace(parallel, **changes) if changes else parallel
 
 
-def stack_overlap_defaults(parallel: ParallelConfig, roofline: RooflineCosts) -> dict[str, bool]:
-    """What ``parallelism.overlap_param_gather`` and ``tp_comm_overlap`` are when a scenario
-    leaves them to its stack: on where the stack runs them and ``parallel`` has what they
-    overlap (a strategy search re-applies this to every candidate it derives).  TP overlap
-    stays off beside forward-backward pairs, which distsim does not run with it (the run
-    says so, :func:`~scenarios.run_notes.tp_overlap_notes`)."""
+def stack_overlap_defaults(parallel: ParallelConfig, roofline: RooflineCosts) -> dict[str, Any]:
+    """``parallelism.bucket_params``, ``bucketing``, ``overlap_param_gather`` and
+    ``tp_comm_overlap`` left to the stack: its buckets at this ``dp``, its overlaps where
+    ``parallel`` has what they overlap (a search re-applies this to each candidate); no TP
+    overlap beside forward-backward pairs (:func:`~scenarios.run_notes.tp_overlap_notes`)."""
     stack = roofline.stack
-    return {"overlap_param_gather": stack.overlap_param_gather and parallel.zero in (1, 2),
+    dp_overlaps = not (stack.dp_overlaps_need_dp and parallel.dp < 2)
+    return {"bucket_params": stack.ddp_bucket_params(parallel.dp),
+            "bucketing": "first_chunk" if stack.first_chunk_buckets else "every_chunk",
+            "overlap_param_gather": (stack.overlap_param_gather and dp_overlaps
+                                     and parallel.zero in (1, 2)),
             "tp_comm_overlap": (stack.tp_comm_overlap and parallel.sequence_parallel
                                 and parallel.tp > 1 and parallel.tp_mode == "1d"
                                 and not parallel.layer_groups and not parallel.fb_overlap)}

@@ -529,7 +529,8 @@ class IterationBounds:
                  self._counted_call(tally, shape.grad_op, lanes, bucket.size_bytes, times))
                 for bucket in traffic.gradient_buckets(
                     self.model, parallel, order, first_chunk=vs in shape.ends[0],
-                    head_bytes=traffic.head_grad_bytes(self.model, parallel, vs))]
+                    head_bytes=traffic.head_grad_bytes(self.model, parallel, vs),
+                    bucketed=traffic.chunk_is_bucketed(parallel, vs))]
 
     # ----------------------------------------------------------------- chain 2: pipeline
     def _pipeline_sends(self, shape: StrategyShape, tally: _Tally) -> list[float]:

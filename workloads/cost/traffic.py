@@ -39,6 +39,7 @@ or ints; counts of parameters are per GPU, after tensor and expert parallel spli
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -68,8 +69,10 @@ __all__ = [
     "GRAD_BYTES",
     "GradientBucket",
     "activation_bytes_per_element",
+    "aligns_param_gather",
     "alltoall_bytes",
     "bucket_bytes",
+    "chunk_is_bucketed",
     "cp_message_bytes",
     "dispatch_bytes",
     "dispatches_fp8",
@@ -425,9 +428,24 @@ class GradientBucket:
     after_layers: int | None
 
 
+def aligns_param_gather(parallel: ParallelConfig) -> bool:
+    """``parallelism.align_param_gather`` as set, else on with the interleaved schedule
+    (Megatron-LM's ``--align-param-gather``, turned off without it; NeMo's overlap
+    callback with virtual stages): :mod:`workloads.iteration.param_gather`."""
+    if parallel.align_param_gather is not None:
+        return parallel.align_param_gather
+    return parallel.schedule == "interleaved"
+
+
+def chunk_is_bucketed(parallel: ParallelConfig, vs: int) -> bool:
+    """Whether virtual stage ``vs``'s gradients go in buckets (``parallelism.bucketing``):
+    every chunk's, or only the first stage's first chunk's (Megatron-Core's DDP)."""
+    return parallel.bucketing == "every_chunk" or vs == 0
+
+
 def gradient_buckets(model: ModelSpec, parallel: ParallelConfig,
                      backward_layers: Sequence[int], *, first_chunk: bool, head_bytes: float,
-                     ) -> tuple[GradientBucket, ...]:
+                     bucketed: bool = True) -> tuple[GradientBucket, ...]:
     """The gradient buckets a chunk's last backward pass reduces without ZeRO-3/FSDP:
     gradients collect in backward order and a bucket goes once it holds at least
     :func:`bucket_bytes`; what is left goes at the end of the pass, with the embeddings'
@@ -435,8 +453,9 @@ def gradient_buckets(model: ModelSpec, parallel: ParallelConfig,
     chunk's backward starts with the output layer's (``head_bytes``,
     :func:`head_grad_bytes`): they open its first bucket, which goes after the first layer
     at the earliest (DDP would send a bucket they fill alone one layer sooner).  A
-    per-operator plan buckets only its replicated operators' gradients."""
-    threshold = bucket_bytes(parallel)
+    per-operator plan buckets only its replicated operators' gradients.  A chunk not
+    ``bucketed`` (:func:`chunk_is_bucketed`) reduces all of them in one, at the end."""
+    threshold = bucket_bytes(parallel) if bucketed else math.inf
     buckets: list[GradientBucket] = []
     bucket = head_bytes
     plan = parallel.operator_sharding

@@ -52,16 +52,14 @@ from distsim_gpu.workloads.cost.traffic import (
 )
 from distsim_gpu.workloads.iteration.amax import fp8_linears
 from distsim_gpu.workloads.iteration.ops import Collective, Compute, Op, TpOverlap, Wait
+from distsim_gpu.workloads.iteration.param_gather import ParamBuckets, ParamWaits
 from distsim_gpu.workloads.strategy.cp_comm import TORCH_ROTATE_METHODS, a2a_size
 from distsim_gpu.workloads.strategy.dimensions import async_handle
 from distsim_gpu.workloads.strategy.fb_pairs import Pair
 from distsim_gpu.workloads.strategy.schedule import virtual_stage
 
-__all__ = ["BlockPairs", "OverlappedOps", "ParamBuckets"]
+__all__ = ["BlockPairs", "OverlappedOps"]
 
-#: A chunk's parameter buckets in the order its forward needs them: (the layer before which
-#: the forward waits for it, None: the chunk's start; bytes per GPU; handle).
-ParamBuckets = tuple[tuple[int | None, float, str], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,14 +313,14 @@ class OverlappedOps:
 
     # ----------------------------------------------------------------- fb pairs
     def pair_ops(self, stage: int, pair: Pair, last: bool, fold: bool,
-                 waits: tuple[tuple[int | None, float, str], ...] = ()) -> tuple[Op, ...]:
+                 waits: ParamWaits | None = None) -> tuple[Op, ...]:
         """A forward-backward pair without its receives and sends (cached): the
         backward's loss and the forward's embedding, then their layers side by side
         (the i-th of the forward's with the i-th of the backward's), then the forward's
         loss and the backward's embedding; ``last``: the backward is the last
         micro-batch's (its gradient buckets go out as its layers end)."""
         (_, _, f_chunk), (_, _, b_chunk) = pair.forward, pair.backward
-        key = ("pair", stage, f_chunk, b_chunk, last, fold, bool(waits))
+        key = ("pair", stage, f_chunk, b_chunk, last, fold, waits is not None)
         cached = self._passes.get(key)
         if cached is not None:
             return cached
@@ -331,22 +329,21 @@ class OverlappedOps:
                   for chunk in (f_chunk, b_chunk))
         forward = list(range(*self.chunks[vf]))
         backward = list(reversed(range(*self.chunks[vb])))
-        before = {at: handle for at, _size, handle in waits}
         buckets = (self._buckets(backward, vb)
                    if last and par.dp_cp > 1 and reduces_in_buckets(par) else {})
         ops: list[Op] = []
         if vb in self.exits:
             self._mtp(ops, "bwd", fold)
             ops.append(self._edge("loss", "bwd"))
-        if None in before:
-            ops.append(Wait(before.pop(None)))
+        if waits is not None:
+            waits.before(ops, None)
         if vf in self.entries:
             ops.append(self._edge("embedding", "fwd"))
         for position in range(max(len(forward), len(backward))):
             f_layer = forward[position] if position < len(forward) else None
             b_layer = backward[position] if position < len(backward) else None
-            if f_layer in before:
-                ops.append(Wait(before.pop(f_layer)))
+            if waits is not None and f_layer is not None:
+                waits.before(ops, f_layer)
             self._paired_layers(ops, f_layer, b_layer, fold)
             if b_layer is not None and position + 1 in buckets:
                 ops.append(self._async_dp(gradient_reduce_op(par), buckets[position + 1],

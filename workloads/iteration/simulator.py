@@ -14,7 +14,7 @@ groups is simulated explicitly:
 * **data parallel** — gradients are reduced in buckets as the last micro-batch's backward
   produces them (all-reduce, or reduce-scatter with ZeRO ≥ 1) on a stream of their own;
   the optimizer step waits for all; ZeRO ≥ 1 all-gathers the updated parameters after it
-  (``overlap_param_gather``: by bucket from the start of the forward, docs/overlaps.md).
+  (``overlap_param_gather``: by bucket during the next forward, docs/overlaps.md).
   ZeRO-3/FSDP gathers each layer's parameters before its forward and backward
   (prefetching the next) and reduce-scatters its gradients after, every micro-batch.
 * **expert parallel** — a MoE layer's two all-to-alls a pass (on their own stream when

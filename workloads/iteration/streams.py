@@ -51,7 +51,9 @@ from distsim_gpu.workloads.cost.tp_overlap import (
 )
 from distsim_gpu.workloads.cost.traffic import (
     activation_bytes_per_element,
+    aligns_param_gather,
     alltoall_bytes,
+    chunk_is_bucketed,
     cp_message_bytes,
     dispatch_bytes,
     entry_grad_bytes,
@@ -89,7 +91,13 @@ from distsim_gpu.workloads.iteration.ops import (
     Wait,
     fuse,
 )
-from distsim_gpu.workloads.iteration.overlaps import BlockPairs, OverlappedOps, ParamBuckets
+from distsim_gpu.workloads.iteration.overlaps import BlockPairs, OverlappedOps
+from distsim_gpu.workloads.iteration.param_gather import (
+    ParamBuckets,
+    ParamWaits,
+    aligned_launches,
+    param_gather_op,
+)
 from distsim_gpu.workloads.iteration.param_shards import ShardedParamOps, ShardUnit
 from distsim_gpu.workloads.iteration.run_hints import PLAIN, RunHints
 from distsim_gpu.workloads.specs.models import ModelSpec
@@ -211,11 +219,9 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
         launched_dp = False
         gathered: set[int] = set()  # the chunks whose parameters are kept gathered
         stream: list[Op] = []
-        # Steady state: the previous step's updated parameters, gathered by bucket from the
-        # start of the forward; each chunk's first forward waits for its buckets.
-        gathers = self._param_gathers(stage) if self.param_gather else {}
-        stream.extend(self._async_dp("all_gather", size, f"gather params {handle}", handle)
-                      for buckets in gathers.values() for _at, size, handle in buckets)
+        gathers, launches = self._gather_plan(stage)
+        stream.extend(param_gather_op(bucket) for bucket in launches.get(-1, ()))
+        forwards = 0
         program: Sequence[Unit] = (
             paired_programs(par.schedule, pp=par.pp, microbatches=self.microbatches,
                             interleave=par.interleave)[stage] if par.fb_overlap
@@ -231,6 +237,9 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
                      for pass_, mb, chunk in steps if pass_ != "W"]
             stream.extend(Recv(pass_, mb, vs) for pass_, mb, vs in sides
                           if vs not in (self.entries if pass_ == "F" else self.exits))
+            if steps[0][0] == "F":
+                stream.extend(param_gather_op(b) for b in launches.get(forwards, ()))
+                forwards += 1
             # ``last``: the backward reduces its buckets (ZeRO-2: every micro-batch's).
             last = steps[-1][1] == last_mb or reduces_every_microbatch(par)
             # Exclusive TP only while no data-parallel collective of this stage can be in
@@ -241,8 +250,10 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
                 not launched_dp and not sharded and not gathers
                 and not (last and steps[-1][0] in ("B", "W")
                          and (par.dp_cp > 1 or self.narrow)))))
-            waits = gathers.pop(steps[0][2], ()) if steps[0][0] == "F" else ()
-            fold = fold and (apart or not waits)
+            buckets = gathers.pop(steps[0][2], ()) if steps[0][0] == "F" else ()
+            # Not dispatched by the schedule: by the forward (lazy).
+            waits = ParamWaits(buckets, lazy=not launches) if buckets else None
+            fold = fold and (apart or waits is None)
             first = self.kept and steps[0][0] == "F" and steps[0][2] not in gathered
             if first:
                 gathered.add(steps[0][2])
@@ -259,6 +270,22 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
                           if vs not in (self.exits if pass_ == "F" else self.entries))
         stream.extend(self._fused(self._iteration_end(stage), stage))
         return stream
+
+    def _gather_plan(self, stage: int) -> tuple[dict[int, ParamBuckets],
+                                                 dict[int, ParamBuckets]]:
+        """``overlap_param_gather`` in steady state: the previous step's updated
+        parameters gathered by bucket during the forward (:meth:`_param_gathers`, by
+        chunk), and where the schedule dispatches them when aligned — after how many
+        forwards, -1: at its start (chunks 0 and 1) — else nothing: each chunk's first
+        forward dispatches its own, one bucket ahead (:mod:`.param_gather`)."""
+        gathers = self._param_gathers(stage) if self.param_gather else {}
+        if not (gathers and aligns_param_gather(self.parallel)):
+            return gathers, {}
+        launches: dict[int, ParamBuckets] = {-1: tuple(
+            bucket for chunk in (0, 1) for bucket in gathers.get(chunk, ()))}
+        for at, chunk in aligned_launches(stage, self.parallel.pp, gathers).items():
+            launches[at] = gathers[chunk]
+        return gathers, launches
 
     def _iteration_end(self, stage: int) -> list[Op]:
         """Gradients in, tied embedding, gradient norm, optimizer, ZeRO-1/2 gather."""
@@ -287,14 +314,14 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
 
     # ----------------------------------------------------------------- a pass
     def pass_ops(self, stage: int, chunk: int, pass_: str, last: bool,
-                 fold: bool, waits: ParamBuckets = (), first: bool = False,
+                 fold: bool, waits: ParamWaits | None = None, first: bool = False,
                  ) -> tuple[Op, ...]:
         """One pass (``"F"``/``"B"``, or a split backward's ``"I"``/``"W"``) of one model
         chunk, without its receive and send (cached); ``last``: the last micro-batch's;
         ``fold``: its tensor-parallel collectives are exclusive; ``waits``: the parameter
         buckets a first forward waits for (:meth:`_param_gathers`); ``first``: the
         chunk's first forward, which gathers the parameters kept gathered (``self.kept``)."""
-        key = (stage, chunk, pass_, last, fold, bool(waits), first)
+        key = (stage, chunk, pass_, last, fold, waits is not None, first)
         cached = self._passes.get(key)
         if cached is None:
             vs = pipeline.virtual_stage(stage, chunk, self.parallel.pp,
@@ -305,15 +332,14 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
             cached = self._passes[key] = self._fused(ops + self.amax_ops(pass_, vs), stage)
         return cached
 
-    def _forward(self, vs: int, fold: bool, waits: ParamBuckets = (),
+    def _forward(self, vs: int, fold: bool, waits: ParamWaits | None = None,
                  first: bool = False) -> list[Op]:
         # Kept gathered (a pipeline's stages): only the chunk's first forward gathers.
         sharded = gathers_layer_params(self.parallel) and (first or not self.kept)
         # Each parameter bucket is waited for before the first layer that needs it.
-        before = {at: handle for at, _size, handle in waits}
         ops: list[Op] = []
-        if None in before:
-            ops.append(Wait(before.pop(None)))
+        if waits is not None:
+            waits.before(ops, None)
         if sharded and self.kept:
             self._gather_stage_root(ops, vs)
         if vs in self.entries:
@@ -321,8 +347,8 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
             ops.append(self._edge("embedding", "fwd"))
         order = list(range(*self.chunks[vs]))
         for position, layer in enumerate(order):
-            if layer in before:
-                ops.append(Wait(before.pop(layer)))
+            if waits is not None:
+                waits.before(ops, layer)
             if sharded:
                 self._gather_params(ops, order, position)
             if self.settings and position:
@@ -607,7 +633,8 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
         (``after_layers`` -> bytes), by position in ``order``; a narrower layer group's
         gradients go on their own (:meth:`_reduce_narrow`), so they are left out."""
         ends = {"first_chunk": vs in self.entries,
-                "head_bytes": head_grad_bytes(self.model, self.parallel, vs)}
+                "head_bytes": head_grad_bytes(self.model, self.parallel, vs),
+                "bucketed": chunk_is_bucketed(self.parallel, vs)}
         if self.settings is None:
             return {b.after_layers: b.size_bytes for b in gradient_buckets(
                 self.model, self.parallel, order, **ends)}

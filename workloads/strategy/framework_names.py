@@ -47,6 +47,8 @@ PARALLELISM_NAMES: Mapping[str, str] = MappingProxyType({
     "data_parallel_replicate_degree": _HSDP, "hsdp": _HSDP, "hybrid_shard": _HSDP,
     "overlap_grad_reduce": _BUCKETS, "overlap_comm": _BUCKETS,
     "reduce_bucket_size": _BUCKETS, "ddp_bucket_size": _BUCKETS, "bucket_size": _BUCKETS,
+    "disable_bucketing": "set bucketing (first_chunk: Megatron-Core's DDP buckets only the "
+                         "first pipeline stage's first chunk; every_chunk)",
     "allgather_bucket_size": "not modelled: ZeRO-1/2 gathers the updated parameters in "
                              "one call (by gradient bucket with overlap_param_gather)",
     "offload_optimizer": "set offload.optimizer (cpu or nvme)",

@@ -76,6 +76,7 @@ from distsim_gpu.workloads.strategy.operator_sharding import (
     check_operator_sharding,
     operator_sharding_from_mapping,
 )
+from distsim_gpu.workloads.strategy.partition import PARTITIONS, chunk_layers, layer_partition
 from distsim_gpu.workloads.strategy.precision import (
     FP8_AMAX_REDUCTIONS,
     GRAD_REDUCE_PRECISIONS,
@@ -117,47 +118,13 @@ __all__ = [
 PLACEMENT_ORDERS = (tuple("-".join(p) for p in permutations(("tp", "dp", "pp")))
                     + tuple("-".join(p) for p in permutations(("tp", "cp", "dp", "pp"))))
 RECOMPUTE = RECOMPUTE_MODES  # one home: workloads.specs.recompute
-PARTITIONS = ("uniform", "embedding")
+#: Which model chunks' gradients go in buckets of ``bucket_params`` (the others' in one, after
+#: the chunk's last backward): every chunk, or — Megatron-Core's DistributedDataParallel,
+#: ``disable_bucketing`` for chunks after the first and ``pp_rank > 0`` — the first
+#: pipeline stage's first chunk only.
+BUCKETINGS = ("every_chunk", "first_chunk")
 # Whole-number keys for which 0 is a valid setting.
 _MAY_BE_ZERO = ("zero", "tp_comm_overlap_sms")
-
-
-def layer_partition(layers: int, parts: int, partition: str = "uniform",
-                    ) -> list[tuple[int, int]]:
-    """``(first, stop)`` layer indices of each of ``parts`` pipeline chunks, in order.
-
-    ``uniform``: ``layers/parts`` each (must divide).  ``embedding``: Megatron-DeepSpeed's
-    ``type:transformer|embedding`` method — the word embedding and the output layer count
-    as one layer each, and the ``layers + 2`` units are split as evenly as possible, the
-    first chunks taking one more when they do not divide (DeepSpeed's
-    ``partition_uniform``).  BLOOM-176B's 70 layers on 12 stages: 5, 6, …, 6, 5.
-    """
-    if partition == "uniform":
-        if layers % parts:
-            raise ConfigError(f"{layers} layers do not split into {parts} equal chunks",
-                              key="parallelism.partition",
-                              hint="choose pp·interleave dividing the layers, or "
-                              "partition: embedding")
-        size = layers // parts
-        return [(i * size, (i + 1) * size) for i in range(parts)]
-    units = layers + 2
-    base, extra = divmod(units, parts)
-    bounds, start = [], 0
-    for i in range(parts):
-        stop = start + base + (1 if i < extra else 0)
-        bounds.append((start, stop))
-        start = stop
-    # Unit 0 is the embedding and unit layers+1 the output layer: shift to layer indices.
-    return [(max(a - 1, 0), min(b - 1, layers)) for a, b in bounds]
-
-
-def chunk_layers(layers: int, pp: int, interleave: int, partition: str = "uniform",
-                 schedule: str = "1f1b") -> list[tuple[int, int]]:
-    """``(first, stop)`` layer indices of each virtual stage: the layers cut into
-    :func:`~workloads.strategy.schedule.model_chunks` chunks, each placed twice under
-    DualPipe (virtual stages ``k`` and ``pp + k``, one a direction)."""
-    parts = layer_partition(layers, model_chunks(schedule, pp, interleave), partition)
-    return parts + parts if schedule in BIDIRECTIONAL else parts
 
 
 #: The overlaps a resolved configuration names only when they are on.
@@ -194,8 +161,10 @@ class ParallelConfig:
     order: str = "tp-dp-pp"
     partition: str = "uniform"
     # Megatron-LM's DDP: gradients reduced in buckets of 40M parameters, in fp32 when the
-    # model trains in bf16 (its default ``accumulate_allreduce_grads_in_fp32``).
+    # model trains in bf16 (its default ``accumulate_allreduce_grads_in_fp32``); which
+    # chunks are cut into buckets (BUCKETINGS; the default comes from compute.stack).
     bucket_params: int = 40_000_000
+    bucketing: str = "every_chunk"
     grad_reduce_precision: str = "fp32"
     # Optimizer state / parameters in host memory or on NVMe (workloads.strategy.offload).
     offload: OffloadConfig = NO_OFFLOAD
@@ -209,6 +178,9 @@ class ParallelConfig:
     # updated parameters all-gathered by bucket during the next forward instead of after the
     # optimizer step (workloads.iteration.streams); the default comes from compute.stack.
     overlap_param_gather: bool = False
+    # Megatron's align_param_gather: the schedule dispatches each chunk's gathers at once,
+    # at the same point on every stage (interleaved only); None: on with interleaving.
+    align_param_gather: bool | None = None
     # Transformer Engine's userbuffers (Megatron ``--tp-comm-overlap``, torchtitan's
     # async-TP): with sequence parallelism each TP all-gather / reduce-scatter runs in
     # ``tp_comm_overlap_splits`` chunks pipelined with its GEMM, the reduce-scatter's
@@ -250,13 +222,11 @@ class ParallelConfig:
             data["offload"] = self.offload.to_dict()
         else:
             del data["offload"]
-        if self.expert_tp is None:  # likewise
-            del data["expert_tp"]
-        for key, default in (("dp_replicate", 1), ("cp_comm_type", "p2p"), ("cp_a2a_size", 1)):
+        for key, default in (("dp_replicate", 1), ("cp_comm_type", "p2p"), ("cp_a2a_size", 1),
+                             ("bucketing", "every_chunk"), ("expert_tp", None),
+                             ("reshard_after_forward", None), ("align_param_gather", None)):
             if data[key] == default:  # likewise
                 del data[key]
-        if self.reshard_after_forward is None:  # likewise
-            del data["reshard_after_forward"]
         for key in _OVERLAP_KEYS:  # likewise, while their overlap is off
             if not getattr(self, key):
                 del data[key]
@@ -600,6 +570,13 @@ def _check_overlaps(p: ParallelConfig, *, source: str | None) -> None:
                           "each half micro-batch's attention would run a ring of its own",
                           key="parallelism.moe_overlap", source=source,
                           hint="set moe_overlap: false, or cp: 1")
+    check_choice(p.bucketing, BUCKETINGS, key="parallelism.bucketing", source=source)
+    if p.align_param_gather and not (p.overlap_param_gather and p.schedule == "interleaved"):
+        raise ConfigError("align_param_gather dispatches the overlapped parameter gathers "
+                          "from the interleaved schedule (Megatron-LM turns it off without "
+                          "it): it needs overlap_param_gather: true and schedule: interleaved",
+                          key="parallelism.align_param_gather", source=source,
+                          hint="set align_param_gather: false, or leave it out")
     check_whole(p.tp_comm_overlap_splits, key="parallelism.tp_comm_overlap_splits",
                 source=source, minimum=1, maximum=1024)
     check_whole(p.tp_comm_overlap_sms, key="parallelism.tp_comm_overlap_sms", source=source,
@@ -670,7 +647,7 @@ def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
     values: dict[str, Any] = {}
     for key, value in data.items():
         default = getattr(cls(), key)
-        if isinstance(default, bool) or key == "reshard_after_forward":
+        if isinstance(default, bool) or key in ("reshard_after_forward", "align_param_gather"):
             check_bool(value, key=f"{prefix}.{key}", source=source)
         elif key == "offload":
             value = offload_from_mapping(value, source=source, prefix=f"{prefix}.offload")

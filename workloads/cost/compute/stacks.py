@@ -225,6 +225,16 @@ class Stack:
     default off in Megatron-Core) are those of ``parallelism.overlap_param_gather`` and
     ``parallelism.tp_comm_overlap``, applied where the strategy allows them (the
     distributed optimizer; sequence parallelism) — docs/overlaps.md.
+
+    Gradient buckets (:meth:`ddp_bucket_params`, the default of
+    ``parallelism.bucket_params``): ``max(bucket_params, bucket_params_per_dp_rank·dp)``
+    parameters — Megatron-Core's ``max(40M, 1M·dp)`` (``DistributedDataParallel``), NeMo's
+    128 Mi (``MegatronCommOverlapCallback``); ``first_chunk_buckets``: only the first
+    pipeline stage's first model chunk is cut into buckets, every other chunk reduced in
+    one after its last backward and gathered in one (Megatron-Core's DDP: bucketing off
+    for ``pp_rank > 0`` and, by ``disable_bucketing``, for chunks after the first), the
+    default of ``parallelism.bucketing``; ``dp_overlaps_need_dp``: the gradient and
+    parameter overlaps only where ``dp > 1`` (NeMo's callback leaves both off otherwise).
     """
 
     name: str
@@ -261,6 +271,10 @@ class Stack:
     overlap_grad_reduce: bool = True
     fp16_grads_reduced_in_fp16: bool = False
     overlap_param_gather: bool = False
+    bucket_params: int = 40_000_000
+    bucket_params_per_dp_rank: int = 0
+    first_chunk_buckets: bool = False
+    dp_overlaps_need_dp: bool = False
     tp_comm_overlap: bool = False
     cuda_graphs: bool = False
     grouped_gemm: bool = True
@@ -285,6 +299,14 @@ class Stack:
         if precision == "fp16" and self.fp16_grads_reduced_in_fp16:
             return "fp16"
         return "fp32"
+
+    def ddp_bucket_params(self, dp: int) -> int:
+        """Parameters per gradient bucket at data-parallel degree ``dp`` (class
+        docstring); one bucket after the backward where the stack does not overlap the
+        reduction (:data:`ONE_BUCKET`)."""
+        if not self.overlap_grad_reduce or (self.dp_overlaps_need_dp and dp < 2):
+            return ONE_BUCKET
+        return max(self.bucket_params, self.bucket_params_per_dp_rank * dp)
 
     def __post_init__(self) -> None:
         check_choice(self.attention, ATTENTION_IMPLEMENTATIONS, key="attention")
@@ -364,6 +386,14 @@ class Stack:
         return {item.name: getattr(self, item.name) for item in fields(self)}
 
 
+#: Megatron-Core's DistributedDataParallel (class docstring): buckets of max(40M, 1M·dp)
+#: parameters (``distributed_data_parallel.py``), on the first stage's first chunk only.
+_MCORE_DDP: dict[str, Any] = {"bucket_params_per_dp_rank": 1_000_000,
+                              "first_chunk_buckets": True}
+
+#: ``bucket_params`` for one bucket after the backward: more parameters than any model's.
+ONE_BUCKET = 10**15
+
 STACKS: dict[str, Stack] = {
     "megatron-core": Stack(
         "megatron-core", "Megatron-Core (github.com/NVIDIA/Megatron-LM, core_r0.x) with "
@@ -373,7 +403,7 @@ STACKS: dict[str, Stack] = {
         "GEMMs through Transformer Engine (TELayerNormColumnParallelLinear for qkv and "
         "fc1), delayed scaling",
         fp8_linear=True, fp8_norm_cast_fusion=True, fp8_tp_all_gather=True,
-        fp8_saves_quantized_inputs=True),
+        fp8_saves_quantized_inputs=True, **_MCORE_DDP),
     "megatron-lm-2021": Stack(
         "megatron-lm-2021", "Megatron-LM v2.x megatron/model/transformer.py (2021): "
         "baddbmm + scaled_upper_triang_masked_softmax + Dropout(0.1) + bmm; jit "
@@ -404,14 +434,15 @@ STACKS: dict[str, Stack] = {
         "(TELayerNormColumnParallelLinear for qkv and fc1), delayed scaling",
         fp8_linear=True, fp8_norm_cast_fusion=True,
         fp8_tp_all_gather=True, fp8_saves_quantized_inputs=True,
-        overlap_param_gather=True, tp_comm_overlap=True, cross_entropy="megatron_fused"),
+        overlap_param_gather=True, tp_comm_overlap=True, cross_entropy="megatron_fused",
+        first_chunk_buckets=True, bucket_params=128 * 2**20, dp_overlaps_need_dp=True),
     "transformer-engine": Stack(
         "transformer-engine", "NVIDIA Transformer Engine 1.x layers in Megatron-Core "
         "(LayerNormLinear, LayerNormMLP, DotProductAttention); FP8 delayed scaling; "
         "Megatron-Core's fused cross entropy (TE 1.x has no loss kernel)",
         fp8_linear=True, fp8_norm_cast_fusion=True, fp8_activation_cast_fusion=True,
         fp8_tp_all_gather=True, fp8_saves_quantized_inputs=True,
-        cross_entropy="megatron_fused"),
+        cross_entropy="megatron_fused", **_MCORE_DDP),
     # DeepSeek's training framework (HAI-LLM, not released) as the DeepSeek-V3 report
     # (arXiv 2412.19437 §3.2-3.3) and its released profile (deepseek-ai/profile-data,
     # train.json: H800, EP 64) show it: FlashAttention-3, fused RMSNorm, DeepGEMM's
