@@ -6,7 +6,9 @@
   bucketing off for ``pp_rank > 0`` and, by ``disable_bucketing``, for later chunks);
 * the overlapped parameter gather dispatched by the forward, one bucket ahead, without
   ``align_param_gather``; by the interleaved schedule, a chunk at a time, with it
-  (:mod:`workloads.iteration.param_gather`);
+  (:mod:`workloads.iteration.ddp_dispatch`);
+* gradient reductions dispatched by the interleaved schedule under ``align_grad_reduce``,
+  a chunk at a time after its last backward, at the same moment on every stage;
 * the stacks' bucket sizes: Megatron-Core's ``max(40M, 1M·dp)``, NeMo's 128 Mi, and no
   data-parallel overlap from NeMo's callback where ``dp`` is 1.
 """
@@ -22,8 +24,8 @@ from distsim_gpu.topology import build_cluster
 from distsim_gpu.workloads.cost.compute.roofline import RooflineCosts
 from distsim_gpu.workloads.cost.compute.stacks import ONE_BUCKET
 from distsim_gpu.workloads.cost.traffic import stage_param_bytes
+from distsim_gpu.workloads.iteration.ddp_dispatch import aligned_launches, reduce_points
 from distsim_gpu.workloads.iteration.ops import Collective, Compute, Wait
-from distsim_gpu.workloads.iteration.param_gather import aligned_launches
 from distsim_gpu.workloads.iteration.streams import StreamBuilder
 from distsim_gpu.workloads.specs.gpus import get_gpu
 from distsim_gpu.workloads.specs.models import model_from_mapping
@@ -119,6 +121,74 @@ def test_aligned_gathers_go_out_a_chunk_at_a_time_where_the_schedule_says(stage)
     waits = [o.handle for o in stream if isinstance(o, Wait) and o.handle]
     gathers = [c.handle for c in _collectives(stream, "all_gather")]
     assert sorted(waits) == sorted(gathers)  # each waited for once
+
+
+#: Megatron's interleaved backward table for m 4, pp 2, 2 chunks: groups of pp micro-batches
+#: a chunk, the chunks in reverse — (micro-batch, chunk) per backward.
+TABLE = [(0, 1), (1, 1), (0, 0), (1, 0), (2, 1), (3, 1), (2, 0), (3, 0)]
+
+
+def test_aligned_reductions_go_out_where_the_schedule_says():
+    # Chunk 1's last micro-batch is backward 5, chunk 0's backward 7: stage s dispatches
+    # each s backwards later, or after its last backward.
+    assert reduce_points(0, TABLE, 3) == {5: 1, 7: 0}
+    assert reduce_points(1, TABLE, 3) == {6: 1}
+    for stage, expected in ((0, {1: 6, 0: 8}), (1, {1: 7, 0: 8})):
+        stream = _stream(stage, pp=2, schedule="interleaved", interleave=2)
+        backwards, after = 0, {}
+        for op in stream:
+            if (isinstance(op, Compute) and op.label.endswith(" bwd mlp")
+                    and op.layer_index % 2 == 0):
+                backwards += 1  # two layers a chunk: the even one ends a backward
+            elif isinstance(op, Collective) and op.op == "reduce_scatter":
+                # "grads to L<n>": layer n of virtual stage n // 2, chunk (n // 2) // pp.
+                label = op.label.split()[-1]
+                chunk = int(label) if label.isdigit() else int(label[1:]) // 2 // 2
+                after.setdefault(chunk, set()).add(backwards)
+        assert {chunk: min(at) for chunk, at in after.items()} == expected
+        assert all(len(at) == 1 for at in after.values())  # a chunk's buckets at once
+
+
+def test_aligned_reductions_expose_the_first_chunks_last_backward_buckets(uniform):
+    """Interleaved, pp 2, 2 chunks of 2 layers, a bucket per layer: stage 0's chunk 0
+    ends the step.  Dispatched during its last backward, its layer-1 bucket hides under
+    layer 0's backward and the critical path ends on layer 0's; dispatched after it
+    (aligned), layer 1's reduction is on the critical path too, whole."""
+    # Short sequences: the pipeline's sends, which share the GPUs' links with the
+    # reductions and so move a little with them, take microseconds (the bound below).
+    model = model_from_mapping({**MODEL.to_dict(), "seq_len": 64})
+    iterations = type(uniform)(model, uniform.gpu, t_fwd_s=2e-3, t_bwd_s=4e-3)
+    topo = build_cluster({"preset": "switch", "gpus": 4, "link_bandwidth": "50 GB/s",
+                          "link_latency": "1 us"})
+    training = TrainingConfig(micro_batch=1, global_batch=8)
+    runs = {}
+    for aligned in (False, True):
+        parallel = ParallelConfig(pp=2, dp=2, zero=1, bucket_params=LAYER,
+                                  schedule="interleaved", interleave=2,
+                                  align_grad_reduce=aligned)
+        runs[aligned] = iterations.run(topo, parallel, training, comm=RING)
+    dp_group = build_cluster({"preset": "switch", "gpus": 2, "link_bandwidth": "50 GB/s",
+                              "link_latency": "1 us"})
+    reduce_s = Communicator(Simulation(), dp_group, RING).estimate_s(
+        "reduce_scatter", list(dp_group.gpus), 4 * LAYER)  # a layer's fp32 gradients
+    assert reduce_s < 4e-3 / 2  # short enough to hide under a layer's backward
+    tails = {}
+    for aligned, run in runs.items():
+        path = run.critical_path
+        last = max(i for i, e in enumerate(path) if e.kind == "compute")
+        tails[aligned] = [e.label for e in path[last + 1:last + 3]]
+    assert tails[False][0] == "grads to L0"
+    assert tails[True] == ["grads to L1", "grads to L0"]
+    exposed = next(e for e in runs[True].critical_path if e.label == "grads to L1")
+    assert exposed.duration_s == pytest.approx(reduce_s, rel=1e-9)
+    send_s = max(e.duration_s for e in runs[True].critical_path if e.kind == "pp transfer")
+    assert runs[True].iteration_time_s - runs[False].iteration_time_s == pytest.approx(
+        reduce_s, abs=send_s)
+
+
+def test_align_grad_reduce_needs_the_interleaved_schedule(tiny):
+    with pytest.raises(ConfigError, match=r"parallelism\.align_grad_reduce"):
+        scenario_from_mapping(tiny(parallelism={"align_grad_reduce": True}))
 
 
 # --------------------------------------------------------------------------- closed form

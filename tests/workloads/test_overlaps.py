@@ -276,12 +276,13 @@ def test_tp_comm_overlap_needs_sequence_parallelism():
 
 
 def test_interleaved_chunks_launch_their_buckets_in_their_own_last_backward():
-    """Each model chunk's gradient buckets go out during that chunk's last backward, not
-    after the stage's whole backward."""
+    """Without ``align_grad_reduce`` each model chunk's gradient buckets go out during that
+    chunk's last backward, not after the stage's whole backward (with it:
+    tests/workloads/test_megatron_ddp.py)."""
     model = model_from_mapping({"name": "m", "layers": 8, "hidden": 1024, "heads": 16,
                                 "seq_len": 512, "vocab": 32000})
     par = ParallelConfig(pp=2, dp=2, zero=1, schedule="interleaved", interleave=2,
-                         bucket_params=model.layer_params(0))
+                         bucket_params=model.layer_params(0), align_grad_reduce=False)
     build = StreamBuilder(model, par, TrainingConfig(micro_batch=1, global_batch=8),
                           RooflineCosts(get_gpu("a100-80gb")), microbatches=4)
     stream = build.stage_stream(0)

@@ -69,6 +69,7 @@ __all__ = [
     "GRAD_BYTES",
     "GradientBucket",
     "activation_bytes_per_element",
+    "aligns_grad_reduce",
     "aligns_param_gather",
     "alltoall_bytes",
     "bucket_bytes",
@@ -431,9 +432,19 @@ class GradientBucket:
 def aligns_param_gather(parallel: ParallelConfig) -> bool:
     """``parallelism.align_param_gather`` as set, else on with the interleaved schedule
     (Megatron-LM's ``--align-param-gather``, turned off without it; NeMo's overlap
-    callback with virtual stages): :mod:`workloads.iteration.param_gather`."""
+    callback with virtual stages): :mod:`workloads.iteration.ddp_dispatch`."""
     if parallel.align_param_gather is not None:
         return parallel.align_param_gather
+    return parallel.schedule == "interleaved"
+
+
+def aligns_grad_reduce(parallel: ParallelConfig) -> bool:
+    """``parallelism.align_grad_reduce`` as set, else on with the interleaved schedule
+    (Megatron-LM's ``--align-grad-reduce``, NeMo's ``grad_sync_func``): a chunk's
+    reductions dispatched by the schedule, not during its last backward
+    (:mod:`workloads.iteration.ddp_dispatch`)."""
+    if parallel.align_grad_reduce is not None:
+        return parallel.align_grad_reduce
     return parallel.schedule == "interleaved"
 
 

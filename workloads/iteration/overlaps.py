@@ -23,7 +23,8 @@ that builds them (a mixin: it uses the builder's costs, bytes and collective hel
   (``"I"``) runs the layers' input gradients and sends the gradient on, its weight half
   (``"W"``) later the weight gradients and the gradient buckets they fill;
 * ``parallelism.overlap_param_gather`` — the distributed optimizer's parameter gathers by
-  bucket during the forward (:meth:`OverlappedOps._param_gathers`).
+  bucket during the forward, and the gradient reductions' dispatch, are Megatron-Core
+  DDP's (:mod:`workloads.iteration.ddp_dispatch`).
 """
 
 from __future__ import annotations
@@ -44,15 +45,11 @@ from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import cp_kv_block_bytes, cp_qkvo_bytes
 from distsim_gpu.workloads.cost.tp_overlap import PAIRED_BLOCKS, paired_gemms_s, scatter_is_bulk
 from distsim_gpu.workloads.cost.traffic import (
-    activation_bytes_per_element,
-    grad_bytes_per_element,
     gradient_reduce_op,
-    reduces_in_buckets,
-    stage_param_bytes,
 )
 from distsim_gpu.workloads.iteration.amax import fp8_linears
+from distsim_gpu.workloads.iteration.ddp_dispatch import ParamWaits
 from distsim_gpu.workloads.iteration.ops import Collective, Compute, Op, TpOverlap, Wait
-from distsim_gpu.workloads.iteration.param_gather import ParamBuckets, ParamWaits
 from distsim_gpu.workloads.strategy.cp_comm import TORCH_ROTATE_METHODS, a2a_size
 from distsim_gpu.workloads.strategy.dimensions import async_handle
 from distsim_gpu.workloads.strategy.fb_pairs import Pair
@@ -113,6 +110,7 @@ class OverlappedOps:
     _layer_pass: Any
     _layer_cost: Any
     _buckets: Any
+    _pass_buckets: Any
     _async_dp: Any
     _fused: Any
     _attention_share: Any
@@ -329,8 +327,7 @@ class OverlappedOps:
                   for chunk in (f_chunk, b_chunk))
         forward = list(range(*self.chunks[vf]))
         backward = list(reversed(range(*self.chunks[vb])))
-        buckets = (self._buckets(backward, vb)
-                   if last and par.dp_cp > 1 and reduces_in_buckets(par) else {})
+        buckets = self._pass_buckets(backward, vb, last)
         ops: list[Op] = []
         if vb in self.exits:
             self._mtp(ops, "bwd", fold)
@@ -447,8 +444,7 @@ class OverlappedOps:
         weight passes: the input gradients went to the stage before without them)."""
         par = self.parallel
         order = list(reversed(range(*self.chunks[vs])))
-        buckets = (self._buckets(order, vs)
-                   if last and par.dp_cp > 1 and reduces_in_buckets(par) else {})
+        buckets = self._pass_buckets(order, vs, last)
         ops: list[Op] = []
         for position, layer in enumerate(order):
             times = self._block_times("bwd", layer)
@@ -464,33 +460,3 @@ class OverlappedOps:
             ops.append(self._async_dp(gradient_reduce_op(par), buckets[None],
                                       f"grads of chunk {chunk}"))
         return ops
-
-    def _param_gathers(self, stage: int) -> dict[int, ParamBuckets]:
-        """``overlap_param_gather``: per model chunk of ``stage``, the distributed
-        optimizer's parameter buckets — its gradient buckets, at the parameters' width — in
-        the order the forward needs them.  What the buckets leave out of the stage's
-        parameters (norms, position and output embeddings, narrower layer groups) joins
-        the bucket gathered first, or on the last stage the one gathered last (the output
-        layer is used last)."""
-        par = self.parallel
-        width = (activation_bytes_per_element(self.training.precision)
-                 / grad_bytes_per_element(par.grad_reduce_precision))
-        plan: dict[int, list[list[Any]]] = {}
-        for chunk in range(par.interleave):
-            vs = virtual_stage(stage, chunk, par.pp, par.schedule)
-            order = list(reversed(range(*self.chunks[vs])))
-            buckets = self._buckets(order, vs)
-            # The end-of-pass bucket (None) holds the forward's first layers.
-            ahead = sorted(buckets, key=lambda p: (p is not None, -(p or 0)))
-            plan[chunk] = [[None if p is None else order[p - 1], buckets[p] * width, ""]
-                           for p in ahead]
-        rest = stage_param_bytes(self.model, par, self.training, stage) - sum(
-            b[1] for buckets in plan.values() for b in buckets)
-        if not plan[0]:
-            plan[0].append([None, 0.0, ""])
-        target = (plan[par.interleave - 1][-1] if stage == par.pp - 1 and par.pp > 1
-                  and plan[par.interleave - 1] else plan[0][0])
-        target[1] += max(rest, 0.0)
-        return {chunk: tuple((at, size, f"params {chunk}.{n}")
-                             for n, (at, size, _h) in enumerate(buckets))
-                for chunk, buckets in plan.items() if buckets}

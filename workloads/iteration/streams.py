@@ -51,7 +51,6 @@ from distsim_gpu.workloads.cost.tp_overlap import (
 )
 from distsim_gpu.workloads.cost.traffic import (
     activation_bytes_per_element,
-    aligns_param_gather,
     alltoall_bytes,
     chunk_is_bucketed,
     cp_message_bytes,
@@ -81,6 +80,7 @@ from distsim_gpu.workloads.cost.traffic import (
     word_embedding_grad_bytes,
 )
 from distsim_gpu.workloads.iteration.amax import amax_reduction
+from distsim_gpu.workloads.iteration.ddp_dispatch import DdpOps, ParamWaits
 from distsim_gpu.workloads.iteration.ops import (
     Barrier,
     Collective,
@@ -92,12 +92,6 @@ from distsim_gpu.workloads.iteration.ops import (
     fuse,
 )
 from distsim_gpu.workloads.iteration.overlaps import BlockPairs, OverlappedOps
-from distsim_gpu.workloads.iteration.param_gather import (
-    ParamBuckets,
-    ParamWaits,
-    aligned_launches,
-    param_gather_op,
-)
 from distsim_gpu.workloads.iteration.param_shards import ShardedParamOps, ShardUnit
 from distsim_gpu.workloads.iteration.run_hints import PLAIN, RunHints
 from distsim_gpu.workloads.specs.models import ModelSpec
@@ -125,7 +119,7 @@ __all__ = ["StreamBuilder"]
 _RINGS = frozenset(name for name, peer in peer_groups().items() if peer.ring)
 
 
-class StreamBuilder(OverlappedOps, ShardedParamOps):
+class StreamBuilder(OverlappedOps, ShardedParamOps, DdpOps):
     """Builds each stage's stream of ops for ``microbatches`` micro-batches, shaped by the
     run's :class:`RunHints` (the plain ops without them)."""
 
@@ -218,16 +212,14 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
         sharded = gathers_layer_params(par) and par.dp_cp > 1
         launched_dp = False
         gathered: set[int] = set()  # the chunks whose parameters are kept gathered
-        stream: list[Op] = []
-        gathers, launches = self._gather_plan(stage)
-        stream.extend(param_gather_op(bucket) for bucket in launches.get(-1, ()))
-        forwards = 0
         program: Sequence[Unit] = (
             paired_programs(par.schedule, pp=par.pp, microbatches=self.microbatches,
                             interleave=par.interleave)[stage] if par.fb_overlap
             else pipeline.stage_program(par.schedule, pp=par.pp, stage=stage,
                                         microbatches=self.microbatches,
                                         interleave=par.interleave))
+        gathers, dispatch = self._dispatch_plan(stage, program, last_mb)
+        stream: list[Op] = list(dispatch.start)
         for unit in program:
             steps = (unit.forward, unit.backward) if isinstance(unit, Pair) else (unit,)
             # Forward: input from the virtual stage before, output to the one after; backward
@@ -238,8 +230,7 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
             stream.extend(Recv(pass_, mb, vs) for pass_, mb, vs in sides
                           if vs not in (self.entries if pass_ == "F" else self.exits))
             if steps[0][0] == "F":
-                stream.extend(param_gather_op(b) for b in launches.get(forwards, ()))
-                forwards += 1
+                stream.extend(dispatch.forward())
             # ``last``: the backward reduces its buckets (ZeRO-2: every micro-batch's).
             last = steps[-1][1] == last_mb or reduces_every_microbatch(par)
             # Exclusive TP only while no data-parallel collective of this stage can be in
@@ -251,14 +242,16 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
                 and not (last and steps[-1][0] in ("B", "W")
                          and (par.dp_cp > 1 or self.narrow)))))
             buckets = gathers.pop(steps[0][2], ()) if steps[0][0] == "F" else ()
-            # Not dispatched by the schedule: by the forward (lazy).
-            waits = ParamWaits(buckets, lazy=not launches) if buckets else None
+            # Not dispatched by the schedule (nothing at its start): by the forward (lazy).
+            waits = ParamWaits(buckets, lazy=not dispatch.start) if buckets else None
             fold = fold and (apart or waits is None)
             first = self.kept and steps[0][0] == "F" and steps[0][2] not in gathered
             if first:
                 gathered.add(steps[0][2])
             ops = (self.pair_ops(stage, unit, last, fold, waits) if isinstance(unit, Pair)
                    else self.pass_ops(stage, unit[2], unit[0], last, fold, waits, first))
+            # Aligned reductions go out after the pass (workloads.iteration.ddp_dispatch).
+            ops += tuple(op for step in steps if step[0] == "B" for op in dispatch.backward())
             # A ring's sends (context parallelism's) do not count: exclusive_tp has
             # checked they never meet a TP collective on its links.
             launched_dp = launched_dp or any(
@@ -268,24 +261,9 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
             stream.extend(Send(pass_, mb, vs + 1 if pass_ == "F" else vs - 1, self.p2p_bytes)
                           for pass_, mb, vs in sides
                           if vs not in (self.exits if pass_ == "F" else self.entries))
+        stream.extend(dispatch.end)
         stream.extend(self._fused(self._iteration_end(stage), stage))
         return stream
-
-    def _gather_plan(self, stage: int) -> tuple[dict[int, ParamBuckets],
-                                                 dict[int, ParamBuckets]]:
-        """``overlap_param_gather`` in steady state: the previous step's updated
-        parameters gathered by bucket during the forward (:meth:`_param_gathers`, by
-        chunk), and where the schedule dispatches them when aligned — after how many
-        forwards, -1: at its start (chunks 0 and 1) — else nothing: each chunk's first
-        forward dispatches its own, one bucket ahead (:mod:`.param_gather`)."""
-        gathers = self._param_gathers(stage) if self.param_gather else {}
-        if not (gathers and aligns_param_gather(self.parallel)):
-            return gathers, {}
-        launches: dict[int, ParamBuckets] = {-1: tuple(
-            bucket for chunk in (0, 1) for bucket in gathers.get(chunk, ()))}
-        for at, chunk in aligned_launches(stage, self.parallel.pp, gathers).items():
-            launches[at] = gathers[chunk]
-        return gathers, launches
 
     def _iteration_end(self, stage: int) -> list[Op]:
         """Gradients in, tied embedding, gradient norm, optimizer, ZeRO-1/2 gather."""
@@ -319,7 +297,7 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
         """One pass (``"F"``/``"B"``, or a split backward's ``"I"``/``"W"``) of one model
         chunk, without its receive and send (cached); ``last``: the last micro-batch's;
         ``fold``: its tensor-parallel collectives are exclusive; ``waits``: the parameter
-        buckets a first forward waits for (:meth:`_param_gathers`); ``first``: the
+        buckets a first forward waits for (:class:`ParamWaits`); ``first``: the
         chunk's first forward, which gathers the parameters kept gathered (``self.kept``)."""
         key = (stage, chunk, pass_, last, fold, waits is not None, first)
         cached = self._passes.get(key)
@@ -405,8 +383,7 @@ class StreamBuilder(OverlappedOps, ShardedParamOps):
         # gradients in buckets, each launched after the layer that fills it (by backward
         # position); with it, every micro-batch reduce-scatters each layer's.  A per-operator
         # plan does both: its sharded operators' reduce-scattered, its replicated bucketed.
-        buckets = (self._buckets(order, vs) if weights and last
-                   and par.dp_cp > 1 and reduces_in_buckets(par) else {})
+        buckets = self._pass_buckets(order, vs, last) if weights else {}
         for position, layer in enumerate(order):
             if sharded and self.reshards:
                 self._gather_params(ops, order, position)

@@ -178,9 +178,11 @@ class ParallelConfig:
     # updated parameters all-gathered by bucket during the next forward instead of after the
     # optimizer step (workloads.iteration.streams); the default comes from compute.stack.
     overlap_param_gather: bool = False
-    # Megatron's align_param_gather: the schedule dispatches each chunk's gathers at once,
-    # at the same point on every stage (interleaved only); None: on with interleaving.
+    # Megatron's align_param_gather / align_grad_reduce: the schedule dispatches a chunk's
+    # gathers / reductions at once, at the same point on every stage (interleaved only;
+    # workloads.iteration.ddp_dispatch); None: on with interleaving.
     align_param_gather: bool | None = None
+    align_grad_reduce: bool | None = None
     # Transformer Engine's userbuffers (Megatron ``--tp-comm-overlap``, torchtitan's
     # async-TP): with sequence parallelism each TP all-gather / reduce-scatter runs in
     # ``tp_comm_overlap_splits`` chunks pipelined with its GEMM, the reduce-scatter's
@@ -224,7 +226,8 @@ class ParallelConfig:
             del data["offload"]
         for key, default in (("dp_replicate", 1), ("cp_comm_type", "p2p"), ("cp_a2a_size", 1),
                              ("bucketing", "every_chunk"), ("expert_tp", None),
-                             ("reshard_after_forward", None), ("align_param_gather", None)):
+                             ("reshard_after_forward", None), ("align_param_gather", None),
+                             ("align_grad_reduce", None)):
             if data[key] == default:  # likewise
                 del data[key]
         for key in _OVERLAP_KEYS:  # likewise, while their overlap is off
@@ -577,6 +580,11 @@ def _check_overlaps(p: ParallelConfig, *, source: str | None) -> None:
                           "it): it needs overlap_param_gather: true and schedule: interleaved",
                           key="parallelism.align_param_gather", source=source,
                           hint="set align_param_gather: false, or leave it out")
+    if p.align_grad_reduce and p.schedule != "interleaved":
+        raise ConfigError("align_grad_reduce dispatches each chunk's gradient reduction from "
+                          "the interleaved schedule; without it Megatron's aligned reduction "
+                          "is bucketing: first_chunk's", key="parallelism.align_grad_reduce",
+                          source=source, hint="set align_grad_reduce: false, or leave it out")
     check_whole(p.tp_comm_overlap_splits, key="parallelism.tp_comm_overlap_splits",
                 source=source, minimum=1, maximum=1024)
     check_whole(p.tp_comm_overlap_sms, key="parallelism.tp_comm_overlap_sms", source=source,
@@ -647,7 +655,8 @@ def _from_mapping(cls: type, data: Mapping[str, Any] | None, source: str | None,
     values: dict[str, Any] = {}
     for key, value in data.items():
         default = getattr(cls(), key)
-        if isinstance(default, bool) or key in ("reshard_after_forward", "align_param_gather"):
+        if isinstance(default, bool) or key in ("reshard_after_forward", "align_param_gather",
+                                                "align_grad_reduce"):
             check_bool(value, key=f"{prefix}.{key}", source=source)
         elif key == "offload":
             value = offload_from_mapping(value, source=source, prefix=f"{prefix}.offload")
