@@ -599,14 +599,13 @@ def _stack_defaults(parallel: ParallelConfig, raw: Any, roofline: RooflineCosts,
 
 
 def stack_overlap_defaults(parallel: ParallelConfig, roofline: RooflineCosts) -> dict[str, Any]:
-    """``parallelism.bucket_params``, ``bucketing``, ``overlap_param_gather`` and
-    ``tp_comm_overlap`` left to the stack: its buckets at this ``dp``, its overlaps where
+    """The ``parallelism`` keys left to the stack: its buckets and their dispatch
+    (:meth:`~workloads.cost.compute.stacks.Stack.ddp_defaults`), its overlaps where
     ``parallel`` has what they overlap (a search re-applies this to each candidate); no TP
     overlap beside forward-backward pairs (:func:`~scenarios.run_notes.tp_overlap_notes`)."""
     stack = roofline.stack
     dp_overlaps = not (stack.dp_overlaps_need_dp and parallel.dp < 2)
-    return {"bucket_params": stack.ddp_bucket_params(parallel.dp),
-            "bucketing": "first_chunk" if stack.first_chunk_buckets else "every_chunk",
+    return {**stack.ddp_defaults(parallel.dp, parallel.schedule),
             "overlap_param_gather": (stack.overlap_param_gather and dp_overlaps
                                      and parallel.zero in (1, 2)),
             "tp_comm_overlap": (stack.tp_comm_overlap and parallel.sequence_parallel

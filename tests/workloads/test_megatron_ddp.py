@@ -134,7 +134,8 @@ def test_aligned_reductions_go_out_where_the_schedule_says():
     assert reduce_points(0, TABLE, 3) == {5: 1, 7: 0}
     assert reduce_points(1, TABLE, 3) == {6: 1}
     for stage, expected in ((0, {1: 6, 0: 8}), (1, {1: 7, 0: 8})):
-        stream = _stream(stage, pp=2, schedule="interleaved", interleave=2)
+        stream = _stream(stage, pp=2, schedule="interleaved", interleave=2,
+                         align_grad_reduce=True)
         backwards, after = 0, {}
         for op in stream:
             if (isinstance(op, Compute) and op.label.endswith(" bwd mlp")
@@ -236,6 +237,11 @@ def test_the_stacks_bucket_as_their_frameworks_do(tiny):
     assert (core["bucket_params"], core["bucketing"]) == (40_000_000, "first_chunk")
     torch = _resolved(tiny, parallelism={"zero": 1}, compute={"stack": "torch-compile"})
     assert torch["bucket_params"] == 40_000_000 and "bucketing" not in torch
+    # Megatron-Core's DDP reduces as the interleaved schedule says; PyTorch's as it fills.
+    interleaved = {"pp": 2, "schedule": "interleaved", "interleave": 2, "zero": 1}
+    assert _resolved(tiny, parallelism=interleaved)["align_grad_reduce"] is True
+    assert "align_grad_reduce" not in _resolved(tiny, parallelism=interleaved,
+                                                compute={"stack": "torch-compile"})
     said = _resolved(tiny, parallelism={"bucket_params": "25M", "bucketing": "every_chunk"},
                      compute={"stack": "nemo"})
     assert said["bucket_params"] == 25_000_000 and "bucketing" not in said

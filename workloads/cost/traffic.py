@@ -439,13 +439,11 @@ def aligns_param_gather(parallel: ParallelConfig) -> bool:
 
 
 def aligns_grad_reduce(parallel: ParallelConfig) -> bool:
-    """``parallelism.align_grad_reduce`` as set, else on with the interleaved schedule
-    (Megatron-LM's ``--align-grad-reduce``, NeMo's ``grad_sync_func``): a chunk's
-    reductions dispatched by the schedule, not during its last backward
-    (:mod:`workloads.iteration.ddp_dispatch`)."""
-    if parallel.align_grad_reduce is not None:
-        return parallel.align_grad_reduce
-    return parallel.schedule == "interleaved"
+    """``parallelism.align_grad_reduce``: a chunk's reductions dispatched by the
+    interleaved schedule, not during its last backward (Megatron-LM's
+    ``--align-grad-reduce``, NeMo's ``grad_sync_func``; the Megatron-Core stacks' default
+    there, :mod:`workloads.iteration.ddp_dispatch`); unset: off, as PyTorch's DDP."""
+    return bool(parallel.align_grad_reduce)
 
 
 def chunk_is_bucketed(parallel: ParallelConfig, vs: int) -> bool:

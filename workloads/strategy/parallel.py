@@ -180,7 +180,8 @@ class ParallelConfig:
     overlap_param_gather: bool = False
     # Megatron's align_param_gather / align_grad_reduce: the schedule dispatches a chunk's
     # gathers / reductions at once, at the same point on every stage (interleaved only;
-    # workloads.iteration.ddp_dispatch); None: on with interleaving.
+    # workloads.iteration.ddp_dispatch); None: gathers aligned with interleaving (Megatron-LM's
+    # rule), reductions not (PyTorch's DDP; the Megatron-Core stacks set it).
     align_param_gather: bool | None = None
     align_grad_reduce: bool | None = None
     # Transformer Engine's userbuffers (Megatron ``--tp-comm-overlap``, torchtitan's

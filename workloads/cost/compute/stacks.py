@@ -308,6 +308,15 @@ class Stack:
             return ONE_BUCKET
         return max(self.bucket_params, self.bucket_params_per_dp_rank * dp)
 
+    def ddp_defaults(self, dp: int, schedule: str) -> dict[str, Any]:
+        """``parallelism.bucket_params``, ``bucketing`` and ``align_grad_reduce`` by this
+        stack at data-parallel degree ``dp`` (class docstring): Megatron-Core's DDP aligns
+        each chunk's reductions with the interleaved schedule (None: unset, off)."""
+        return {"bucket_params": self.ddp_bucket_params(dp),
+                "bucketing": "first_chunk" if self.first_chunk_buckets else "every_chunk",
+                "align_grad_reduce": (True if self.first_chunk_buckets
+                                      and schedule == "interleaved" else None)}
+
     def __post_init__(self) -> None:
         check_choice(self.attention, ATTENTION_IMPLEMENTATIONS, key="attention")
         for item in fields(self):
