@@ -11,8 +11,18 @@ rank group; here each GPU of each rank group gets that stream as a graph of
   lane — the ``t``-th GPU of every member, as the iteration runs it;
 * an **asynchronous** data-parallel collective runs on its own stream (one for gathers,
   one for reductions: each starts after the previous one of its stream), and an overlapped
-  expert all-to-all on a third, launched when the main stream reaches it; a ``Wait`` is a
-  zero-time node depending on what it waits for;
+  expert all-to-all (or PyTorch's asynchronous context-parallel K/V all-gather) on a
+  third, launched when the main stream reaches it; a ``Wait`` is a zero-time node
+  depending on what it waits for;
+* a **context-parallel ring step** (``parallelism.cp_comm_type`` p2p, a2a+p2p,
+  torch_alltoall, and torch_allgather's backward dK/dV: :mod:`workloads.cost.context_parallel`)
+  is, on each tensor lane of each GPU, a send of the step's K/V (dK/dV) to the next rank of
+  its ring and a receive from the one before (the rings of
+  :func:`~workloads.strategy.dimensions.cp_lanes`: under a2a+p2p, the same a2a rank of
+  the next group), each a ``COMM_SEND``/``COMM_RECV`` node on a stream of its own launched
+  where the main stream is (the iteration queues ring steps on no stream: PyTorch's
+  backward has a K/V and a dK/dV step in flight at once); the step's ``Wait`` depends on
+  both;
 * a **pipeline send** starts when the main stream reaches it, on a stream of its own (sends
   do not wait for each other); the receive blocks the receiver's main stream until the
   bytes are in (a hand-off within one stage, between interleaved chunks, is free);
@@ -31,8 +41,13 @@ Running the graphs (:func:`workloads.traces.replay.replay_graph`, or written out
 with :mod:`workloads.traces.chakra`) reproduces the iteration's time where every tensor lane of a
 collective among rank groups takes as long as the others (the iteration waits for all
 lanes; a rank here for its own) and pipeline sends between two groups take as long one by
-one as together — true on symmetric clusters — with ``communication.nccl_sms: 0``.
-Context parallelism is not exported.
+one as together — true on symmetric clusters — with ``communication.nccl_sms: 0``.  So for
+a ring step: the iteration starts its sends (every lane's, as one plan) when the whole CP
+block has reached it and each member waits for all of them; here a send goes when its
+sender gets there and a rank waits for its own send and receive.  On a symmetric cluster
+the block's ranks, running one stream at one pace, reach it at the same time and each
+send takes as long alone as the step's sends together, so every ``cp_comm_type`` exports
+exactly (the round-trip tests, with and without a pipeline, within and across nodes).
 """
 
 from __future__ import annotations
@@ -79,9 +94,9 @@ class _Exporter:
         self.block_sizes = peer_degrees(sim.spec.parallel)
         self.graphs: dict[int, list[GraphNode]] = {r: [] for r in rank_of.values()}
         self.main: dict[int, int] = {}  # each rank's last main-stream node
-        self.keys: dict[Any, int] = {}  # calls per rendezvous group, per rank
+        self.keys: dict[Any, int] = {}  # calls per rendezvous group (ring: per pair), per rank
         self.sends = 0
-        self.handles: dict[tuple[int, str], int] = {}
+        self.handles: dict[tuple[int, str], tuple[int, ...]] = {}  # what a Wait waits for
         self.pending: dict[int, list[int]] = {}
         self.senders = _senders(sim)
 
@@ -171,12 +186,8 @@ class _Exporter:
                     self._call(rank, sub, op, MAIN_STREAM)
             return
         if peer.ring:
-            raise ConfigError(f"exporting an iteration whose {op.group!r} calls are ring "
-                              "steps (context-parallel attention) to Chakra is not "
-                              "supported",
-                              key=f"parallelism.{op.group}",
-                              hint="parallelism.cp_comm_type all_gather or a2a (no ring) "
-                              "exports")
+            self._ring(group, op, peer)
+            return
         members = self._members(group, peer)
         lanes = self._lanes_of(group, members, peer)
         if op.subgroups:  # a narrower layer group's gradients: a ring per shard, as run
@@ -190,9 +201,33 @@ class _Exporter:
         for t, rank in enumerate(self._ranks(group)):
             node = self._call(rank, lanes[t], op, stream, main=op.blocking)
             if not op.blocking and op.handle is not None:
-                self.handles[(rank, op.handle)] = node
+                self.handles[(rank, op.handle)] = (node,)
             elif not op.blocking:
                 self.pending.setdefault(rank, []).append(node)
+
+    def _ring(self, group: RankGroup, op: Collective, peer: PeerGroup) -> None:
+        """One ring step (context parallelism's): on every tensor lane, each GPU's send to
+        the next rank of its ring and its receive from the one before, each on a stream of
+        its own from where the main stream is; the step's ``Wait`` waits for both."""
+        lanes = self._lanes_of(group, self._members(group, peer), peer)  # cp_lanes' rings
+        handle = op.handle or op.label
+        for t, rank in enumerate(self._ranks(group)):
+            ring, nodes = lanes[t], []
+            at = ring.index(rank)
+            for src, dst, what in ((rank, ring[(at + 1) % len(ring)], "send"),
+                                   (ring[at - 1], rank, "recv")):
+                # The k-th ring step between a pair is its tag (a pair of one stage:
+                # never a pipeline hand-off's).
+                count = self.keys.get((rank, src, dst), 0)
+                self.keys[(rank, src, dst)] = count + 1
+                self.sends += 1
+                nodes.append(self._add(rank, Collective(SEND, op.size_bytes,
+                                                        f"{op.label} {what}", group=(src, dst)),
+                                       FIRST_SEND_STREAM + self.sends,
+                                       key=("p2p", src, dst, count, 0), main=False))
+            self.handles[(rank, handle)] = tuple(nodes)
+        if op.blocking:  # (every ring step has a handle: workloads.cost.context_parallel)
+            self._wait(group, Wait(handle))
 
     def _members(self, group: RankGroup, peer: PeerGroup) -> list[RankGroup]:
         """Every rank group of ``group``'s communicator among ``peer`` (unfolded)."""
@@ -211,7 +246,7 @@ class _Exporter:
 
     def _wait(self, group: RankGroup, op: Wait) -> None:
         for rank in self._ranks(group):
-            awaited = ([self.handles.pop((rank, op.handle))] if op.handle is not None
+            awaited = (self.handles.pop((rank, op.handle)) if op.handle is not None
                        else self.pending.pop(rank, []))
             self._add(rank, Compute(0.0, f"wait {op.handle or 'all'}"), MAIN_STREAM,
                       deps=awaited)
