@@ -55,6 +55,27 @@ class StrategyShape:
             return self.tp_bytes / 2
         return self.tp_bytes
 
+    def root_gather(self, model: ModelSpec, vs: int) -> tuple[float, float]:
+        """ZeRO-3/FSDP's root unit (what no layer holds: embeddings, final norm, output
+        layer) that a forward of virtual stage ``vs`` gathers before anything else, as
+        ``(bytes, times an iteration)``: kept gathered (a pipeline's stages) the stage's
+        root, by the first forward of its entry or exit chunk; else the model's, by every
+        forward of the entry chunk (``param_shards._gather_stage_root``, ``_gather_root``).
+        ``(0, 0)`` for none, and with a per-operator plan (left out: a lower bound)."""
+        parallel, training = self.parallel, self.training
+        kept = traffic.keeps_params_gathered(parallel)
+        if (not self.sharded or parallel.dp_cp == 1 or parallel.operator_sharding is not None
+                or not (vs in self.ends[0] or (kept and vs in self.ends[1]))):
+            return 0.0, 0.0
+        stage = self.stage(vs)
+        whole = traffic.stage_param_bytes(model, parallel, training, stage)
+        size = whole - sum(traffic.layer_gather_bytes(model, layer, parallel, training)
+                           for j in (self.own(stage) if kept else [vs])
+                           for layer in range(*self.chunks[j]))
+        if size <= 1e-9 * whole:  # a middle stage's: rounding is no gather
+            return 0.0, 0.0
+        return size, 1.0 if kept else float(self.chunk_mb)
+
     @classmethod
     def of(cls, model: ModelSpec, parallel: ParallelConfig, training: TrainingConfig,
            microbatches: int) -> StrategyShape:

@@ -26,14 +26,19 @@ meeting, so any one replica's chains bound the iteration):
    :mod:`workloads.specs.moe_routing`), and with ZeRO-3 each layer's parameter
    all-gather — the gathers run one after another on their stream from the pass's
    start and layer ``k`` waits for gather ``k``, so a pass takes at least
-   ``max_k (Σ_{j≤k} gather_j + Σ_{j≥k} layer_j)`` (:func:`gathered_pass_s`) — under a
-   pipeline only the first forward gathers (parameters kept gathered), so no gather is
-   in a pass's bound there;
+   ``max_k (Σ_{j≤k} gather_j + Σ_{j≥k} layer_j)`` (:func:`gathered_pass_s`), after the
+   root unit's gather (embeddings, final norm, output layer), which a forward waits for
+   before anything else — under a pipeline only each chunk's first forward gathers
+   (parameters kept gathered: the stage's root and each layer), so a chunk's first
+   forward has a bound of its own and its other passes none of the gathers;
 2. stage ``s`` cannot start before the first micro-batch's forward passed the virtual
    stages before it (each pass, then its send to the next stage); from then on it runs all
-   its passes, ``m`` micro-batches of each of its chunks, in sequence.  Its last pass, the
-   backward of chunk 0 for the last micro-batch, also waits for the same pass of stage
-   ``s + 1`` and the gradient's send from there;
+   its passes, ``m`` micro-batches of each of its chunks (one forward of each the chunk's
+   first), in sequence.  Its last pass, the backward of chunk 0 for the last micro-batch,
+   also waits for the same pass of stage ``s + 1`` and the gradient's send from there.
+   No backward starts before the first micro-batch's forward has passed every virtual
+   stage (gpipe, 1f1b, interleaved: the last chunk runs its forwards in micro-batch
+   order), so each stage's ``m`` backwards of every chunk also follow that ramp;
 3. its data-parallel gradient buckets of that last pass are reduced in order on one
    stream: bucket ``k`` starts no earlier than the part of the pass before it is done, and
    the group reaches the gradient-norm meeting only after the last bucket is done (so
@@ -44,12 +49,12 @@ meeting, so any one replica's chains bound the iteration):
 5. apart from these chains, a link moves at most its capacity: a flow at rate ``r``
    holding it with weight ``w`` loads it with ``w·r`` and max-min sharing keeps the sum
    within the capacity, so the iteration lasts at least the bytes that the calls counted
-   here put on a link over its capacity (counted: every data-parallel call, every expert
-   all-to-all, the pipeline sends of replica 0, and with ZeRO-3 every tensor-parallel
-   call — distinct flows, a subset of all, so their bytes on a link are at most what it
-   carries; a spine link shared by many tensor-parallel groups that cross nodes shows
-   here.  Without ZeRO-3 the simulator may fold tensor-parallel calls into the compute as
-   closed forms that load no link, so they are left out).
+   here put on a link over its capacity (counted: every data-parallel call, ZeRO-3's root
+   gathers among them, every expert all-to-all, the pipeline sends of replica 0, and with
+   ZeRO-3 every tensor-parallel call — distinct flows, a subset of all, so their bytes on
+   a link are at most what it carries; a spine link shared by many tensor-parallel groups
+   that cross nodes shows here.  Without ZeRO-3 the simulator may fold tensor-parallel
+   calls into the compute as closed forms that load no link, so they are left out).
 
 A call the simulator runs as one collective per tensor-parallel lane (data-parallel,
 expert and tied-embedding calls) launches its lanes together and ends when all are done,
@@ -167,10 +172,11 @@ class _Layer:
     calls_s: float  # estimate of the blocking calls of one pass
     calls_low_s: float  # their lower bound
     gather_s: float  # ZeRO-3: the parameter gather's estimate
-    gather_low_s: float  # and its lower bound
+    gather_low_s: float  # and its lower bound (in every forward)
     reduce_s: float  # ZeRO-3: the gradient reduce-scatter's estimate
     rerun_s: float = 0.0  # a selective recompute's calls in the backward (moe, shared_experts)
     rerun_low_s: float = 0.0  # their lower bound
+    first_gather_low_s: float = 0.0  # the gather's bound in the chunk's first forward
 
 
 @dataclass(slots=True)
@@ -185,6 +191,7 @@ class _Chunk:
     bwd_comm_s: float = 0.0
     fwd_lower_s: float = 0.0
     bwd_lower_s: float = 0.0
+    first_fwd_lower_s: float = 0.0  # the chunk's first forward (ZeRO-3's gathers in it)
     buckets: list[tuple[float, float]] = field(default_factory=list)
 
 
@@ -372,8 +379,18 @@ class IterationBounds:
         regather = traffic.reshards_after_forward(shape.parallel)  # else none in a backward
         backward = [(layer.bwd_s * f + layer.calls_low_s * passes_b + layer.rerun_low_s,
                      layer.gather_low_s if regather else 0.0) for layer in reversed(layers)]
-        chunk.fwd_lower_s = (head_f + tail_f) * f + gathered_pass_s(
+        # ZeRO-3's root unit is gathered before anything else of a forward: kept gathered
+        # (a pipeline's stages) by the chunk's first forward only, else by every forward.
+        size, times = shape.root_gather(self.model, vs)
+        root = (self._counted_call(tally, "all_gather", shape.dp_lanes[shape.stage(vs)], size,
+                                   times) if size else 0.0)
+        kept = traffic.keeps_params_gathered(shape.parallel)
+        edges = (head_f + tail_f) * f
+        chunk.fwd_lower_s = edges + (0.0 if kept else root) + gathered_pass_s(
             [(layer.fwd_s * f + layer.calls_low_s, layer.gather_low_s) for layer in layers])
+        chunk.first_fwd_lower_s = edges + root + gathered_pass_s(
+            [(layer.fwd_s * f + layer.calls_low_s, layer.first_gather_low_s)
+             for layer in layers])
         chunk.bwd_lower_s = (head_b + tail_b) * f + gathered_pass_s(backward)
         if shape.parallel.dp_cp > 1:
             chunk.buckets = self._last_reductions(shape, vs, backward, head_b * f,
@@ -489,14 +506,16 @@ class IterationBounds:
                 # Gathered by the first forward only (no pass but one waits for it) and
                 # reduced by the last backward only: once each on the links; the
                 # estimate's per-pass terms take 1/m of them.
-                self._counted_call(tally, "all_gather", lanes, params)
+                first = self._counted_call(tally, "all_gather", lanes, params)
                 self._counted_call(tally, "reduce_scatter", lanes, grads)
-                return _Layer(fwd, bwd, calls, calls_low, gather / m, 0.0, reduce / m)
+                return _Layer(fwd, bwd, calls, calls_low, gather / m, 0.0, reduce / m,
+                              first_gather_low_s=first)
             # The backward gathers again unless the forward's gathers are kept.
             passes = 2 if traffic.reshards_after_forward(shape.parallel) else 1
             gather_low = self._counted_call(tally, "all_gather", lanes, params, passes * m)
             self._counted_call(tally, "reduce_scatter", lanes, grads, m)
-        return _Layer(fwd, bwd, calls, calls_low, gather, gather_low, reduce)
+        return _Layer(fwd, bwd, calls, calls_low, gather, gather_low, reduce,
+                      first_gather_low_s=gather_low)
 
     # ----------------------------------------------------------------- chain 3: DP tail
     def _last_reductions(self, shape: StrategyShape, vs: int,
@@ -559,16 +578,23 @@ class IterationBounds:
         one_way = shape.parallel.schedule not in BIDIRECTIONAL
         chained = shape.parallel.schedule not in V_SCHEDULES
         first_start = [0.0] * pp
-        for s in range(1, pp if one_way else 0):
-            first_start[s] = first_start[s - 1] + chunks[s - 1].fwd_lower_s + send_f[s - 1]
+        for s in range(1, pp if one_way else 0):  # micro-batch 0: each chunk's first forward
+            first_start[s] = (first_start[s - 1] + chunks[s - 1].first_fwd_lower_s
+                              + send_f[s - 1])
         last_end = [0.0] * pp
         # Kept gathered (FSDP under a pipeline): the last gradient a stage sends waits for
         # its chunk 0's reductions, one after another (workloads.iteration.param_shards).
         kept = traffic.keeps_params_gathered(shape.parallel)
         held = [sum(r for _, r in chunks[s].buckets) if kept else 0.0 for s in range(pp)]
+        # Micro-batch 0's forward through every chunk (each chunk's first) ends before any
+        # backward starts: the last chunk runs its forwards in micro-batch order.
+        through = sum(c.first_fwd_lower_s for c in chunks) + sum(send_f) if chained else 0.0
         for s in reversed(range(pp)):
-            last_end[s] = first_start[s] + m * sum(chunks[j].fwd_lower_s + chunks[j].bwd_lower_s
-                                                   for j in shape.own(s))
+            # m forwards and backwards of each chunk, one of the forwards its first.
+            last_end[s] = max(first_start[s] + sum(
+                m * (chunks[j].fwd_lower_s + chunks[j].bwd_lower_s)
+                + chunks[j].first_fwd_lower_s - chunks[j].fwd_lower_s for j in shape.own(s)),
+                through + m * sum(chunks[j].bwd_lower_s for j in shape.own(s)))
             if s + 1 < pp and chained:
                 gradient = self._send(shape.tp_ranks[s + 1], shape.tp_ranks[s],
                                       shape.p2p_bytes)[0]
