@@ -11,7 +11,12 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from distsim_gpu.scenarios.scenario import Scenario, run_scenario, scenario_from_mapping
+from distsim_gpu.scenarios.scenario import (
+    Scenario,
+    run_scenario,
+    scenario_from_mapping,
+    stack_overlap_defaults,
+)
 from distsim_gpu.scenarios.study.search_prune import Candidate, StrategyBounds
 from distsim_gpu.scenarios.study.search_results import CandidateResult, PrunedCandidate
 from distsim_gpu.scenarios.study.search_space import Strategy, with_strategy
@@ -40,11 +45,16 @@ _DEFAULTED_KEYS = ("dp_replicate", "expert_tp", "reshard_after_forward")
 
 def _base_config(scenario: Scenario) -> dict[str, Any]:
     """``scenario`` resolved for the workers, without the keys a candidate sets by leaving
-    them out (:meth:`Strategy.overrides`): the scenario's own HSDP, expert_tp or
-    reshard_after_forward would otherwise stay in every candidate's first build."""
+    them out (:meth:`Strategy.overrides`) — the scenario's own HSDP, expert_tp or
+    reshard_after_forward would otherwise stay in every candidate's first build — nor
+    those it left to its stack (their value is the stack's for its own strategy: the
+    buckets at its dp, the interleaved schedule's aligned reductions), which the stack
+    sets again for each candidate."""
     config = scenario.resolved()
+    stack = stack_overlap_defaults(scenario.parallel, scenario.roofline)
     config["parallelism"] = {key: value for key, value in config["parallelism"].items()
-                             if key not in _DEFAULTED_KEYS}
+                             if key not in _DEFAULTED_KEYS
+                             and not (key in stack and value == stack[key])}
     return config
 
 

@@ -91,8 +91,8 @@ class Strategy:
         check_keys(fields, _UNSAID, what="strategy field")
         chosen = {**_UNSAID, **fields, "tp": tp, "pp": pp, "dp": dp}
         training = {key: chosen.pop(key) for key in _TRAINING_KEYS}
-        parallel = dataclasses.replace(scenario.parallel, fsdp=False, layer_groups=(),
-                                       **chosen)
+        parallel = restacked(scenario, dataclasses.replace(
+            scenario.parallel, fsdp=False, layer_groups=(), **chosen))
         return cls(parallel, dataclasses.replace(scenario.training, **training))
 
     def value(self, key: str) -> Any:
@@ -295,16 +295,21 @@ def _is_candidate(global_batch: int, gpn: int, combo: Mapping[str, Any]) -> bool
     return order == "tp-dp-pp" or not (tp == 1 or dp == 1 or gpn % (tp * cp * dp) == 0)
 
 
+def restacked(scenario: Scenario, parallel: ParallelConfig) -> ParallelConfig:
+    """``parallel`` (a candidate derived from ``scenario``'s) with the stack's buckets and
+    overlaps for its own strategy where the scenario left them to the stack (its value is
+    the stack's for its own strategy); a value it set stays."""
+    given = stack_overlap_defaults(scenario.parallel, scenario.roofline)
+    wanted = stack_overlap_defaults(parallel, scenario.roofline)
+    own = {key: getattr(scenario.parallel, key) for key in wanted}
+    return dataclasses.replace(parallel, **{
+        key: wanted[key] if own[key] == given[key] else own[key] for key in wanted})
+
+
 def with_strategy(scenario: Scenario, strategy: Strategy, *, name: str | None = None,
                   ) -> Scenario:
     """``scenario`` with ``strategy`` applied (validated: :class:`ConfigError` if invalid)."""
-    parallel, training = strategy.parallel, strategy.training
-    # The stack's overlaps follow the candidate where the scenario left them to the stack
-    # (its value is the stack's default for its own strategy); a value it set stays.
-    given = stack_overlap_defaults(scenario.parallel, scenario.roofline)
-    wanted = stack_overlap_defaults(parallel, scenario.roofline)
-    parallel = dataclasses.replace(parallel, **{
-        key: on for key, on in wanted.items() if getattr(scenario.parallel, key) == given[key]})
+    parallel, training = restacked(scenario, strategy.parallel), strategy.training
     model = scenario.model
     microbatches = check_strategy(model, parallel, training, num_gpus=scenario.num_gpus,
                                   source=scenario.source)

@@ -344,6 +344,35 @@ def test_a_candidate_gets_its_stacks_overlaps_for_its_own_strategy():
     assert not with_strategy(fixed, strategy).parallel.tp_comm_overlap
 
 
+def test_a_candidate_gets_its_stacks_buckets_and_aligned_reductions():
+    """An interleaved Megatron-Core base (aligned reductions, buckets at its dp): its 1F1B
+    candidates are not refused for the base's align_grad_reduce, each takes the stack's
+    buckets at its own dp, and under NeMo ZeRO-0 candidates are not refused for the
+    base's parameter-gather overlap."""
+    from distsim_gpu.scenarios.study.search_prune import check_candidate
+
+    def scenario(stack: str):
+        return scenario_from_mapping({
+            **mapping(), "cluster": {"preset": "switch", "gpus": 64},
+            "parallelism": {"tp": 1, "pp": 2, "dp": 32, "zero": 1, "schedule": "interleaved",
+                            "interleave": 2},
+            "training": {"micro_batch": 1, "global_batch": 128, "recompute": "none"},
+            "compute": {"gpu": "a100-80gb", "stack": stack}})
+    core = scenario("megatron-core")
+    assert core.parallel.align_grad_reduce is True
+    assert core.parallel.bucket_params == 40_000_000  # max(40M, 1M·32)
+    one = Strategy.on(core, tp=1, pp=1, dp=64, zero=1)
+    assert one.parallel.align_grad_reduce is None
+    assert one.parallel.bucket_params == 64_000_000  # max(40M, 1M·64)
+    candidate, pruned = check_candidate(core, one)
+    assert pruned is None and candidate is not None
+    nemo = scenario("nemo")
+    assert nemo.parallel.overlap_param_gather
+    plain = Strategy.on(nemo, tp=1, pp=2, dp=32, zero=0)
+    assert not plain.parallel.overlap_param_gather
+    assert check_candidate(nemo, plain)[1] is None
+
+
 def test_search_counts_the_candidates_on_a_terminal_and_is_quiet_otherwise(
         tmp_path, monkeypatch):
     """A search runs for minutes: on a terminal the progress line counts the queued
