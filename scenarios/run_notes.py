@@ -37,6 +37,7 @@ from distsim_gpu.topology.preset_registry import NODE_PRESETS
 from distsim_gpu.topology.routing import END_TO_END_POLICIES
 from distsim_gpu.workloads.cost.compute import RooflineCosts, roofline_behind
 from distsim_gpu.workloads.cost.compute.kernel_fits import kernel_fit_notes
+from distsim_gpu.workloads.cost.compute.stacks import ONE_BUCKET
 from distsim_gpu.workloads.cost.tp_overlap import TE_PIPELINE_SMS, TE_PIPELINE_SPLITS
 from distsim_gpu.workloads.iteration.nccl_sms import nccl_streams
 from distsim_gpu.workloads.specs.models import ModelSpec
@@ -210,6 +211,24 @@ def zero2_pipeline_notes(parallel: ParallelConfig) -> list[RunNote]:
         "parallelism.zero")]
 
 
+def ddp_overlap_notes(parallel: ParallelConfig, costs: object) -> list[RunNote]:
+    """A note where the stack left the data-parallel overlaps off because ``dp`` is 1
+    (NeMo's ``MegatronCommOverlapCallback``: overlaps only where data_parallel_size > 1)
+    while the context-parallel ranks still reduce gradients: a step with no overlap of
+    them, which a user who set nothing may not expect."""
+    roofline = roofline_behind(costs)
+    if (roofline is None or not roofline.stack.dp_overlaps_need_dp or parallel.dp > 1
+            or parallel.dp_cp == 1 or parallel.bucket_params != ONE_BUCKET
+            or parallel.overlap_param_gather):
+        return []
+    return [RunNote(
+        "defaulted", f"{roofline.stack.name} overlaps the data-parallel gradient reduction "
+        "and parameter gather only where dp > 1 (NeMo's communication-overlap callback): "
+        f"at dp 1 the {parallel.dp_cp} context-parallel ranks reduce their gradients in one "
+        "call after the backward, and the distributed optimizer gathers after the step",
+        "parallelism.bucket_params")]
+
+
 def schedule_notes(parallel: ParallelConfig, microbatches: int) -> list[RunNote]:
     """A note when ``fb_overlap`` on the V pairs by distsim's list schedule because
     DeepSeek's own DualPipeV order, with its zero-bubble split backwards, needs at least
@@ -339,6 +358,7 @@ def run_notes(runs: Sequence[RunParts], faults: Sequence[Fault], topology: Topol
         notes += offload_notes(run.parallel, topology)
         notes += schedule_notes(run.parallel, run.microbatches)
         notes += zero2_pipeline_notes(run.parallel)
+        notes += ddp_overlap_notes(run.parallel, run.costs)
         notes += deepep_notes(run.comm, run.costs, topology,
                               exchanges=not expert_exchange_absent(run))
         notes += nccl_sm_notes(run.comm, run.costs, run.parallel)

@@ -262,6 +262,19 @@ def test_nemo_leaves_the_data_parallel_overlaps_off_without_data_parallelism(tin
     assert "overlap_param_gather" not in alone
 
 
+def test_a_run_says_when_nemo_leaves_the_overlaps_off_at_dp_1(tiny):
+    from distsim_gpu.scenarios.scenario import run_scenario
+
+    def notes(**parallelism) -> list[str]:
+        run = run_scenario(scenario_from_mapping(tiny(
+            parallelism={"tp": 2, "pp": 2, "zero": 1, **parallelism},
+            compute={"stack": "nemo"})))
+        return [str(n) for n in run.notes if "only where dp > 1" in str(n)]
+    assert len(notes(cp=2, dp=1)) == 1  # the CP ranks reduce, without overlap
+    assert notes(cp=1, dp=2) == []  # the overlaps are on
+    assert notes(cp=2, dp=1, bucket_params="40M") == []  # the scenario said
+
+
 def test_align_param_gather_needs_the_interleaved_schedule_and_the_overlap(tiny):
     with pytest.raises(ConfigError, match=r"parallelism\.align_param_gather"):
         scenario_from_mapping(tiny(parallelism={"zero": 1, "overlap_param_gather": True,

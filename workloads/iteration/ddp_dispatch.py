@@ -185,12 +185,16 @@ class DdpOps:
         order its backward fills them."""
         vs = virtual_stage(stage, chunk, self.parallel.pp, self.parallel.schedule)
         order = list(reversed(range(*self.chunks[vs])))
-        op = gradient_reduce_op(self.parallel)
         buckets = self._buckets(order, vs)
-        return tuple(self._async_dp(op, buckets[p], f"grads to L{order[p - 1]}")
+        return tuple(self._bucket_reduction(buckets[p], order[p - 1], chunk)
                      for p in sorted(p for p in buckets if p is not None)) + (
-            (self._async_dp(op, buckets[None], f"grads of chunk {chunk}"),)
-            if None in buckets else ())
+            (self._bucket_reduction(buckets[None], None, chunk),) if None in buckets else ())
+
+    def _bucket_reduction(self, size_bytes: float, layer: int | None, chunk: int) -> Op:
+        """One gradient bucket's reduction on the data-parallel stream: the bucket that
+        closes after ``layer`` (backward order), or ``chunk``'s end-of-pass bucket (None)."""
+        label = f"grads of chunk {chunk}" if layer is None else f"grads to L{layer}"
+        return self._async_dp(gradient_reduce_op(self.parallel), size_bytes, label)
 
     def _pass_buckets(self, order: list[int], vs: int, last: bool) -> dict[int | None, float]:
         """The gradient buckets a backward of virtual stage ``vs`` dispatches as it fills

@@ -44,9 +44,6 @@ from distsim_gpu.workloads.cost.context_parallel import (
 from distsim_gpu.workloads.cost.layer_shard import LayerShard
 from distsim_gpu.workloads.cost.memory import cp_kv_block_bytes, cp_qkvo_bytes
 from distsim_gpu.workloads.cost.tp_overlap import PAIRED_BLOCKS, paired_gemms_s, scatter_is_bulk
-from distsim_gpu.workloads.cost.traffic import (
-    gradient_reduce_op,
-)
 from distsim_gpu.workloads.iteration.amax import fp8_linears
 from distsim_gpu.workloads.iteration.ddp_dispatch import ParamWaits
 from distsim_gpu.workloads.iteration.ops import Collective, Compute, Op, TpOverlap, Wait
@@ -109,8 +106,8 @@ class OverlappedOps:
     _mtp: Any
     _layer_pass: Any
     _layer_cost: Any
-    _buckets: Any
     _pass_buckets: Any
+    _bucket_reduction: Any
     _async_dp: Any
     _fused: Any
     _attention_share: Any
@@ -343,16 +340,14 @@ class OverlappedOps:
                 waits.before(ops, f_layer)
             self._paired_layers(ops, f_layer, b_layer, fold)
             if b_layer is not None and position + 1 in buckets:
-                ops.append(self._async_dp(gradient_reduce_op(par), buckets[position + 1],
-                                          f"grads to L{b_layer}"))
+                ops.append(self._bucket_reduction(buckets[position + 1], b_layer, b_chunk))
         if vf in self.exits:
             ops.append(self._edge("loss", "fwd"))
             self._mtp(ops, "fwd", fold)
         if vb in self.entries:
             ops.append(self._edge("embedding", "bwd"))
         if None in buckets:
-            ops.append(self._async_dp(gradient_reduce_op(par), buckets[None],
-                                      f"grads of chunk {b_chunk}"))
+            ops.append(self._bucket_reduction(buckets[None], None, b_chunk))
         ops += self.amax_ops("F", vf) + self.amax_ops("B", vb)
         cached = self._passes[key] = self._fused(ops, stage)
         return cached
@@ -442,7 +437,6 @@ class OverlappedOps:
         gradients in backward order, the embedding's on the first virtual stage, and on
         the last micro-batch the gradient buckets each fills (DualPipe's deferred
         weight passes: the input gradients went to the stage before without them)."""
-        par = self.parallel
         order = list(reversed(range(*self.chunks[vs])))
         buckets = self._pass_buckets(order, vs, last)
         ops: list[Op] = []
@@ -452,11 +446,9 @@ class OverlappedOps:
             ops.append(Compute(times.attention_weights + times.mlp_weights,
                                f"L{layer} bwd weights", kind, "bwd", layer))
             if position + 1 in buckets:
-                ops.append(self._async_dp(gradient_reduce_op(par), buckets[position + 1],
-                                          f"grads to L{layer}"))
+                ops.append(self._bucket_reduction(buckets[position + 1], layer, chunk))
         if vs in self.entries:
             ops.append(self._edge("embedding", "bwd"))
         if None in buckets:
-            ops.append(self._async_dp(gradient_reduce_op(par), buckets[None],
-                                      f"grads of chunk {chunk}"))
+            ops.append(self._bucket_reduction(buckets[None], None, chunk))
         return ops

@@ -60,7 +60,6 @@ from distsim_gpu.workloads.cost.traffic import (
     gathers_layer_params,
     grad_bytes_per_element,
     gradient_buckets,
-    gradient_reduce_op,
     head_grad_bytes,
     keeps_params_gathered,
     layer_grad_bytes,
@@ -397,8 +396,7 @@ class StreamBuilder(OverlappedOps, ShardedParamOps, DdpOps):
                 self._reduce_unit(ops, units, layer_shard_grad_bytes(self.model, layer, par),
                                   f"L{layer} reduce grads")
             if position + 1 in buckets:
-                ops.append(self._async_dp(gradient_reduce_op(par), buckets[position + 1],
-                                          f"grads to L{layer}"))
+                ops.append(self._bucket_reduction(buckets[position + 1], layer, chunk))
         if vs in self.entries and weights:
             ops.append(self._edge("embedding", "bwd"))
             if reduces and not reduces_in_buckets(par):
@@ -407,8 +405,7 @@ class StreamBuilder(OverlappedOps, ShardedParamOps, DdpOps):
                 self._reduce_unit(ops, units, entry_grad_bytes(self.model, par),
                                   "embedding reduce grads", root=True)
         if None in buckets:
-            ops.append(self._async_dp(gradient_reduce_op(par), buckets[None],
-                                      f"grads of chunk {chunk}"))
+            ops.append(self._bucket_reduction(buckets[None], None, chunk))
         self._reduce_after_backward(ops, units)
         return ops
 
